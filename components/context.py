@@ -1,0 +1,59 @@
+"""The dashboard process's one runtime: config, store, collector (and the demo simulator).
+
+`get_runtime()` is cached with `st.cache_resource`, so however many browser tabs are open the
+process holds one store and one collector, and pages never talk to nodes themselves. With no
+config file it serves the built-in demo run through the same collector and agent a real run
+uses. `RUNHEALTH_COLLECTOR=off` renders from the store alone (tests; a read-only viewer next
+to another process that collects).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import streamlit as st
+
+from runhealth import demo
+from runhealth.collector import Collector
+from runhealth.config import RunConfig, find_config_path, load_config
+from runhealth.errors import RunhealthError
+from runhealth.store import Store
+
+COLLECTOR_ENV = "RUNHEALTH_COLLECTOR"
+
+
+@dataclasses.dataclass
+class Runtime:
+    """What every page reads from. `config_error` is set (and the rest None) when the config is bad."""
+
+    config: RunConfig | None
+    store: Store | None
+    collector: Collector | None = None
+    demo: bool = False
+    config_error: str | None = None
+    simulator: demo.Simulator | None = None
+
+
+def build_runtime() -> Runtime:
+    """Load the config (or the demo), open the store and start collecting."""
+    try:
+        path = find_config_path()
+        config = load_config(path) if path else demo.demo_config()
+        store = Store(config.resolved_store_path())
+    except RunhealthError as exc:
+        return Runtime(config=None, store=None, config_error=str(exc))
+    runtime = Runtime(config=config, store=store, demo=config.demo)
+    if os.environ.get(COLLECTOR_ENV, "on").lower() in ("off", "0", "false", "no"):
+        return runtime
+    if config.demo:
+        runtime.simulator = demo.Simulator()
+        runtime.simulator.start()
+    runtime.collector = Collector(config, store)
+    runtime.collector.start()
+    return runtime
+
+
+@st.cache_resource(show_spinner=False, max_entries=1)
+def get_runtime() -> Runtime:
+    return build_runtime()

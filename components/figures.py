@@ -1,0 +1,174 @@
+"""Pure plotly figure builders for runhealth's screens.
+
+Every `make_*_figure` takes a non-empty pandas DataFrame (the page decides what to say when
+there is nothing to draw) and returns a plotly Figure in the dark template. No Streamlit here,
+so these are tested directly (tests/test_figures.py). Colours carry meaning across screens:
+blue = normal stops, amber = at the ceiling / warning, red = alert or a drifting group.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+TEMPLATE = "plotly_dark"
+STOP_COLOUR = "#4C9AFF"
+CEILING_COLOUR = "#FFB000"  # the highlight of the ceiling spike
+ALERT_COLOUR = "#FF4B4B"
+OTHER_COLOUR = "#8A8F98"
+BACKFILL_COLOUR = "#555A63"
+FONT_SIZE = 16
+
+
+def _layout(fig: go.Figure, title: str, height: int = 380) -> go.Figure:
+    fig.update_layout(
+        template=TEMPLATE, title=dict(text=title, font=dict(size=FONT_SIZE + 4)), height=height,
+        font=dict(size=FONT_SIZE), margin=dict(l=60, r=30, t=60, b=50),
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
+        paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
+    )
+    return fig
+
+
+def make_length_histogram_figure(df: pd.DataFrame, ceiling: int | None, at_ceiling_fraction: float | None) -> go.Figure:
+    """Stacked length histogram; the ceiling spike in amber, annotated with its share.
+
+    `df` columns: bin_start, bin_end, stop, at_ceiling, other (completion counts per bin).
+    """
+    width = (df["bin_end"] - df["bin_start"]).clip(lower=1)
+    centre = df["bin_start"] + width / 2
+    fig = go.Figure()
+    fig.add_bar(x=centre, y=df["stop"], width=width, name="stop", marker_color=STOP_COLOUR)
+    fig.add_bar(x=centre, y=df["other"], width=width, name="other / unknown", marker_color=OTHER_COLOUR)
+    spike = df[df["at_ceiling"] > 0]
+    if len(spike):
+        # An exact ceiling bin can be 1 token wide on a 4096-token axis: give it a visible width.
+        span = float(df["bin_end"].max() - df["bin_start"].min()) or 1.0
+        vis = (spike["bin_end"] - spike["bin_start"]).clip(lower=span / 80)
+        fig.add_bar(x=spike["bin_start"] + vis / 2, y=spike["at_ceiling"], width=vis,
+                    name="stopped at the ceiling", marker_color=CEILING_COLOUR)
+    fig.update_layout(barmode="stack", bargap=0)
+    if ceiling:
+        fig.add_vline(x=ceiling, line_dash="dash", line_color=CEILING_COLOUR, line_width=2)
+        if at_ceiling_fraction is not None and len(spike):
+            fig.add_annotation(
+                x=ceiling, y=float(spike["at_ceiling"].max()), xanchor="right", ax=-80, ay=-10,
+                text=f"<b>{at_ceiling_fraction:.1%} stopped at the {ceiling:,}-token ceiling</b>",
+                font=dict(size=FONT_SIZE + 2, color=CEILING_COLOUR), arrowcolor=CEILING_COLOUR,
+                showarrow=True, bgcolor="rgba(0,0,0,0.6)",
+            )
+    fig.update_xaxes(title_text="completion tokens")
+    fig.update_yaxes(title_text="completions")
+    return _layout(fig, "Output length distribution")
+
+
+def make_cdf_figure(df: pd.DataFrame, ceiling: int | None = None) -> go.Figure:
+    """Cumulative share of completions by length. `df` columns: tokens, cum_fraction."""
+    fig = go.Figure(go.Scatter(x=df["tokens"], y=df["cum_fraction"], mode="lines", line_shape="hv",
+                               line=dict(color=STOP_COLOUR, width=3), name="share ≤ length"))
+    if ceiling:
+        fig.add_vline(x=ceiling, line_dash="dash", line_color=CEILING_COLOUR, line_width=2,
+                      annotation_text=f"ceiling {ceiling:,}", annotation_position="top left")
+    fig.update_xaxes(title_text="completion tokens")
+    fig.update_yaxes(title_text="share of completions ≤ length", tickformat=".0%", range=[0, 1.02])
+    return _layout(fig, "Cumulative distribution")
+
+
+def make_truncation_by_group_figure(df: pd.DataFrame, warn: float, alert: float) -> go.Figure:
+    """Share at the ceiling per node or shard, with its 95% interval.
+
+    `df` columns: group, fraction, lo, hi, ceiling, drift (bool: this group's ceiling differs).
+    """
+    colours = [ALERT_COLOUR if d else (ALERT_COLOUR if f >= alert else CEILING_COLOUR if f >= warn else STOP_COLOUR)
+               for f, d in zip(df["fraction"], df["drift"])]
+    labels = [f"{f:.1%}" + (f" · ceiling {int(c):,} differs" if d else "")
+              for f, c, d in zip(df["fraction"], df["ceiling"].fillna(0), df["drift"])]
+    fig = go.Figure(go.Bar(
+        x=df["group"], y=df["fraction"], marker_color=colours, text=labels, textposition="outside",
+        error_y=dict(type="data", symmetric=False, array=df["hi"] - df["fraction"],
+                     arrayminus=df["fraction"] - df["lo"], color="#CCCCCC"),
+    ))
+    fig.add_hline(y=warn, line_dash="dot", line_color=CEILING_COLOUR, annotation_text="warn")
+    fig.add_hline(y=alert, line_dash="dot", line_color=ALERT_COLOUR, annotation_text="alert")
+    fig.update_yaxes(title_text="share at the ceiling", tickformat=".0%", rangemode="tozero")
+    return _layout(fig, "Truncation by group", height=360)
+
+
+def make_truncation_over_time_figure(df: pd.DataFrame, warn: float, alert: float) -> go.Figure:
+    """Share of new completions that finished by length, per time bucket.
+
+    `df` columns: bucket_unix, completions, length_stops, backfill (first scan buckets are grey:
+    they hold everything written before monitoring began, not that bucket's output).
+    """
+    t = pd.to_datetime(df["bucket_unix"], unit="s")
+    frac = df["length_stops"] / df["completions"].where(df["completions"] > 0)
+    colours = [BACKFILL_COLOUR if b else STOP_COLOUR for b in df["backfill"]]
+    fig = go.Figure(go.Bar(x=t, y=frac, marker_color=colours, name="finished by length",
+                           customdata=df["completions"], hovertemplate="%{y:.1%} of %{customdata} new<extra></extra>"))
+    fig.add_hline(y=warn, line_dash="dot", line_color=CEILING_COLOUR, annotation_text="warn")
+    fig.add_hline(y=alert, line_dash="dot", line_color=ALERT_COLOUR, annotation_text="alert")
+    fig.update_yaxes(title_text="share finished by length", tickformat=".0%", rangemode="tozero")
+    return _layout(fig, "Truncation over time (grey = first scan)", height=320)
+
+
+def make_gpu_heatstrip_figure(df: pd.DataFrame) -> go.Figure:
+    """One column per GPU, rows utilization / power % of limit / memory %.
+
+    `df` columns: label (e.g. "node-1/0"), util_pct, power_pct, mem_pct (None = N/A).
+    """
+    rows = [("util %", "util_pct"), ("power %", "power_pct"), ("mem %", "mem_pct")]
+    z = [df[col].tolist() for _, col in rows]
+    text = [["N/A" if pd.isna(v) else f"{v:.0f}" for v in r] for r in z]
+    fig = go.Figure(go.Heatmap(
+        z=z, x=df["label"].tolist(), y=[name for name, _ in rows], zmin=0, zmax=100, text=text,
+        texttemplate="%{text}", colorscale="Viridis", xgap=2, ygap=2,
+        colorbar=dict(title="%", thickness=12), hovertemplate="%{x} %{y}: %{text}<extra></extra>",
+    ))
+    fig.update_xaxes(tickangle=-60 if len(df) > 16 else 0, type="category")
+    fig.update_layout(yaxis_autorange="reversed")
+    return _layout(fig, "GPUs now", height=260)
+
+
+def make_gpu_timeseries_figure(df: pd.DataFrame, value: str, title: str, unit: str,
+                               limit_col: str | None = None) -> go.Figure:
+    """One line per GPU over time. `df` columns: ts_unix, label, `value` [, `limit_col`]."""
+    fig = go.Figure()
+    for label, g in df.groupby("label", sort=True):
+        fig.add_scatter(x=pd.to_datetime(g["ts_unix"], unit="s"), y=g[value], mode="lines", name=str(label))
+    if limit_col and limit_col in df and df[limit_col].notna().any():
+        fig.add_hline(y=float(df[limit_col].max()), line_dash="dash", line_color=ALERT_COLOUR,
+                      annotation_text=f"limit {df[limit_col].max():.0f} {unit}")
+    fig.update_yaxes(title_text=unit, rangemode="tozero")
+    return _layout(fig, title, height=320)
+
+
+def make_throughput_figure(df: pd.DataFrame) -> go.Figure:
+    """Output tokens per second over time. `df` columns: bucket_unix, tokens_per_s."""
+    fig = go.Figure(go.Scatter(x=pd.to_datetime(df["bucket_unix"], unit="s"), y=df["tokens_per_s"],
+                               mode="lines", fill="tozeroy", line=dict(color=STOP_COLOUR, width=3)))
+    fig.update_yaxes(title_text="tokens/s", rangemode="tozero")
+    return _layout(fig, "Throughput (from shard growth)", height=260)
+
+
+def make_whatif_figure(df: pd.DataFrame, ceiling: int, chosen: int, hard_hi: float | None = None) -> go.Figure:
+    """Projected share still truncated vs a new limit, with interval and method band.
+
+    `df` columns: limit, fraction, lo, hi, band_lo, band_hi (one row per candidate limit).
+    """
+    fig = go.Figure()
+    fig.add_scatter(x=df["limit"], y=df["band_hi"], mode="lines", line=dict(width=0), showlegend=False)
+    fig.add_scatter(x=df["limit"], y=df["band_lo"], mode="lines", line=dict(width=0), fill="tonexty",
+                    fillcolor="rgba(138,143,152,0.25)", name="spread across tail models")
+    fig.add_scatter(x=df["limit"], y=df["hi"], mode="lines", line=dict(width=0), showlegend=False)
+    fig.add_scatter(x=df["limit"], y=df["lo"], mode="lines", line=dict(width=0), fill="tonexty",
+                    fillcolor="rgba(76,154,255,0.3)", name="95% interval")
+    fig.add_scatter(x=df["limit"], y=df["fraction"], mode="lines+markers", line=dict(color=STOP_COLOUR, width=3),
+                    name="projected share still truncated")
+    fig.add_vline(x=ceiling, line_dash="dash", line_color=CEILING_COLOUR, annotation_text=f"now {ceiling:,}")
+    fig.add_vline(x=chosen, line_dash="dot", line_color="#FFFFFF", annotation_text=f"new {chosen:,}",
+                  annotation_position="bottom right")
+    if hard_hi is not None:
+        fig.add_hline(y=hard_hi, line_dash="dot", line_color=OTHER_COLOUR, annotation_text="today's share (upper bound)")
+    fig.update_xaxes(title_text="max_tokens")
+    fig.update_yaxes(title_text="share still stopped at the limit", tickformat=".0%", rangemode="tozero")
+    return _layout(fig, "What if max_tokens were raised? (extrapolation)", height=360)

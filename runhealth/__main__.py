@@ -1,0 +1,7 @@
+"""`python -m runhealth` — the command-line interface (see runhealth.cli)."""
+
+import sys
+
+from runhealth.cli import main
+
+sys.exit(main())

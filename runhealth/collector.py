@@ -1,0 +1,259 @@
+"""The background collector: one per dashboard process, one thread per node.
+
+Each node has its own poller thread, its own persistent agent connection and its own
+schedule, so a slow or dead node never delays the others and never blocks a page. Every
+successful poll is folded into the `Store` in one transaction; a failed one is recorded as
+that node's last error while its counts and offsets stay put. Pages only ever call
+`request_refresh()` and `request_sample()`, which wake the threads and return at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from runhealth import loops, metrics
+from runhealth.config import NodeConfig, RunConfig
+from runhealth.store import Store
+from runhealth.transport import make_transport
+
+log = logging.getLogger(__name__)
+
+SCAN_BUDGET_BYTES = 256 * 1024 * 1024  # per poll call: a 10 GB shard is indexed over ~40 calls
+GPU_HISTORY_KEEP_S = 14 * 24 * 3600
+_MEAN_METRICS = ("sglang:token_usage", "sglang:spec_accept_length", "vllm:kv_cache_usage_perc",
+                 "vllm:gpu_cache_usage_perc")
+
+
+def poll_request(node: NodeConfig, state: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """The agent request for one poll of `node`, resuming from the stored shard offsets."""
+    return {
+        "op": "poll",
+        "shards": {"globs": node.shards, "state": state, "budget_bytes": SCAN_BUDGET_BYTES,
+                   "finish_reason_path": node.finish_reason_path,
+                   "completion_tokens_path": node.completion_tokens_path},
+        "gpu": node.gpu,
+        "demo_gpus": node.demo_gpus,
+        "metrics_urls": node.metrics_urls,
+        "metrics_timeout_s": min(2.0, node.command_timeout_s / 4),
+    }
+
+
+def merge_metrics(reply: dict[str, Any]) -> dict[str, float]:
+    """Server metrics of every endpoint on a node: summed, except ratios, which are averaged."""
+    per_name: dict[str, list[float]] = {}
+    for entry in (reply.get("metrics") or {}).values():
+        if entry.get("text") is None:
+            continue
+        parsed = metrics.parse_server_metrics(entry["text"])
+        for name, value in parsed["values"].items():
+            per_name.setdefault(name, []).append(value)
+    return {n: (sum(v) / len(v) if n in _MEAN_METRICS else sum(v)) for n, v in per_name.items()}
+
+
+class NodePoller:
+    """Polls one node on its own thread; owns that node's transport."""
+
+    def __init__(self, node: NodeConfig, store: Store, interval_s: float, transport=None,
+                 clock: Callable[[], float] = time.time):
+        self.node = node
+        self.store = store
+        self.interval_s = interval_s
+        self.transport = transport if transport is not None else make_transport(node)
+        self.clock = clock
+        self.lock = threading.Lock()  # one request at a time on the agent pipe
+        self.wake = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def request(self, obj: dict[str, Any]) -> tuple[dict[str, Any], float]:
+        """Send one request; returns the reply and the round-trip time in ms."""
+        with self.lock:
+            start = time.perf_counter()
+            reply = self.transport.request(obj, self.node.command_timeout_s)
+            return reply, (time.perf_counter() - start) * 1000
+
+    def poll(self) -> dict[str, Any]:
+        """One poll: send offsets, fold the reply into the store. Raises on failure (recorded)."""
+        try:
+            sent = self.clock()
+            reply, rtt_ms = self.request(poll_request(self.node, self.store.shard_state(self.node.name)))
+        except Exception as exc:  # any failure is this node's problem only
+            self.store.record_failure(self.node.name, _plain(exc), self.clock())
+            raise
+        # The reply describes the node at about the middle of the round trip.
+        ts_unix = sent + rtt_ms / 2000
+        self.store.record_poll(self.node.name, reply, ts_unix, rtt_ms)
+        values = merge_metrics(reply)
+        if values:
+            self.store.record_metrics(self.node.name, values, ts_unix)
+        return reply
+
+    def poll_until_indexed(self, stop: threading.Event | None = None,
+                           progress: Callable[[str, int], None] | None = None) -> dict[str, Any]:
+        """Poll repeatedly while the node still has unscanned bytes (the first full index)."""
+        while True:
+            reply = self.poll()
+            pending = int((reply.get("shards") or {}).get("pending_bytes") or 0)
+            if progress:
+                progress(self.node.name, pending)
+            if pending <= 0 or (stop is not None and stop.is_set()):
+                return reply
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                self.poll_until_indexed(stop)
+            except Exception as exc:
+                log.info("node %s: poll failed: %s", self.node.name, _plain(exc))
+            self.wake.wait(self.interval_s)
+            self.wake.clear()
+
+    def close(self) -> None:
+        with self.lock:
+            self.transport.close()
+
+
+class Collector:
+    """Polls every node of a run concurrently and keeps the store up to date."""
+
+    def __init__(self, config: RunConfig, store: Store, transports: dict[str, Any] | None = None,
+                 clock: Callable[[], float] = time.time):
+        self.config = config
+        self.store = store
+        self.clock = clock
+        transports = transports or {}
+        self.pollers = {n.name: NodePoller(n, store, config.interval_s, transports.get(n.name), clock)
+                        for n in config.nodes}
+        self._stop = threading.Event()
+        self._sample_lock = threading.Lock()
+        self._sampling: int | None = None
+        store.set_meta("run", _run_meta(config))
+        for node in config.nodes:
+            store.register_node(node.name, node.public_dict())
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        for poller in self.pollers.values():
+            if poller.thread is None:
+                poller.thread = threading.Thread(target=poller.run, args=(self._stop,),
+                                                 name=f"runhealth-poll-{poller.node.name}", daemon=True)
+                poller.thread.start()
+        threading.Thread(target=self._housekeeping, name="runhealth-prune", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for poller in self.pollers.values():
+            poller.wake.set()
+        for poller in self.pollers.values():
+            if poller.thread is not None:
+                poller.thread.join(timeout=poller.node.command_timeout_s + 1)
+            poller.close()
+
+    @property
+    def running(self) -> bool:
+        return any(p.thread is not None and p.thread.is_alive() for p in self.pollers.values())
+
+    def _housekeeping(self) -> None:
+        while not self._stop.wait(3600):
+            self.store.prune(GPU_HISTORY_KEEP_S)
+
+    # -- what pages call -------------------------------------------------------------------
+    def request_refresh(self) -> None:
+        """Wake every node's poller now (returns at once)."""
+        for poller in self.pollers.values():
+            poller.wake.set()
+
+    def request_sample(self, n: int, finish_reason: str | None = None) -> int:
+        """Start a fresh uniform sample of `n` completions in the background; returns its batch.
+
+        A request made while another is still running joins that one (two tabs clicking
+        Re-sample at once cost one sample, not two).
+        """
+        with self._sample_lock:
+            if self._sampling is not None:
+                return self._sampling
+            batch = self.store.new_sample_batch(n, self.clock())
+            self._sampling = batch
+        threading.Thread(target=self._sample_batch, args=(batch, n, finish_reason),
+                         name="runhealth-sample", daemon=True).start()
+        return batch
+
+    def _sample_batch(self, batch: int, n: int, finish_reason: str | None) -> None:
+        try:
+            samples, population, errors = self.sample_now(n, finish_reason)
+            for s in samples:
+                s["is_loop"] = int(loops.loop_score(s.get("text_tail") or "")["is_loop"])
+            self.store.finish_sample_batch(batch, samples, population, errors, self.clock())
+        except Exception as exc:
+            self.store.finish_sample_batch(batch, [], 0, {"*": _plain(exc)}, self.clock())
+        finally:
+            with self._sample_lock:
+                self._sampling = None
+
+    def sample_now(self, n: int, finish_reason: str | None = None, full_text: bool = False,
+                   seed: int | None = None) -> tuple[list[dict], int, dict[str, str]]:
+        """Draw `n` completions uniformly across all nodes and shards (blocking).
+
+        Lines are split between nodes in proportion to the lines each has counted, then each
+        node draws its share uniformly among its own complete lines.
+        """
+        rng = random.Random(seed)
+        weights = {r["name"]: r["lines"] + r["malformed"] for r in self.store.nodes() if r["name"] in self.pollers}
+        names = [name for name, w in weights.items() if w > 0]
+        shares = dict.fromkeys(names, 0)
+        for name in rng.choices(names, weights=[weights[x] for x in names], k=n) if names else []:
+            shares[name] += 1
+        results: dict[str, Any] = {}
+
+        def one(name: str) -> None:
+            req = {"op": "sample", "globs": self.pollers[name].node.shards, "n": shares[name],
+                   "seed": rng.randrange(2**31), "finish_reason": finish_reason, "full_text": full_text,
+                   "head_chars": 400, "tail_chars": 4000}
+            try:
+                results[name] = self.pollers[name].request(req)[0]
+            except Exception as exc:
+                results[name] = exc
+
+        with ThreadPoolExecutor(max_workers=max(1, len(shares))) as pool:
+            list(pool.map(one, [s for s, k in shares.items() if k > 0]))
+        samples, errors, population = [], {}, 0
+        for name, result in results.items():
+            if isinstance(result, Exception):
+                errors[name] = _plain(result)
+                continue
+            population += int(result.get("population") or 0)
+            samples.extend(dict(s, node=name) for s in result.get("samples") or [])
+        return samples, population, errors
+
+    def poll_once(self, progress: Callable[[str, int], None] | None = None) -> dict[str, Any]:
+        """One full collection over every node, concurrently: name -> reply or exception."""
+        results: dict[str, Any] = {}
+
+        def one(poller: NodePoller) -> None:
+            try:
+                results[poller.node.name] = poller.poll_until_indexed(progress=progress)
+            except Exception as exc:
+                results[poller.node.name] = exc
+
+        with ThreadPoolExecutor(max_workers=max(1, len(self.pollers))) as pool:
+            list(pool.map(one, self.pollers.values()))
+        return results
+
+
+def _run_meta(config: RunConfig) -> dict[str, Any]:
+    return {"name": config.name, "target_completions": config.target_completions,
+            "max_output_tokens": config.max_output_tokens, "interval_s": config.interval_s,
+            "demo": config.demo, "truncation_warn_fraction": config.truncation_warn_fraction,
+            "truncation_alert_fraction": config.truncation_alert_fraction,
+            "stale_after_s": config.stale_after, "nodes": [n.name for n in config.nodes]}
+
+
+def _plain(exc: BaseException) -> str:
+    """A one-line, user-facing description of a failure."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text[:500]

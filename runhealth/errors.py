@@ -1,0 +1,57 @@
+"""The one exception family of runhealth's core.
+
+Every error the core raises on purpose is a `RunhealthError` with a plain one-line message a
+user can act on ("connection refused by 127.0.0.2:2222"); pages show ``str(exc)`` on the
+affected node's card. Messages never carry passphrases, passwords or key material.
+"""
+
+from __future__ import annotations
+
+
+class RunhealthError(Exception):
+    """Base of every error raised on purpose by runhealth."""
+
+
+class ConfigError(RunhealthError):
+    """The configuration is invalid; the message names the file, node and field."""
+
+
+class TransportError(RunhealthError):
+    """The link to a node's agent failed (SSH, subprocess, or the agent process died)."""
+
+
+class HostKeyError(TransportError):
+    """The node's SSH host key is unknown or has changed; the connection was refused."""
+
+
+class AuthError(TransportError):
+    """SSH authentication failed, or the private key could not be loaded."""
+
+
+class ConnectError(TransportError):
+    """The node could not be reached: DNS, refused, unreachable, no SSH banner, jump host."""
+
+
+class CommandTimeout(TransportError):
+    """The agent did not answer a request before its deadline."""
+
+
+class AgentError(RunhealthError):
+    """The agent answered, but with an error, garbage, or an unexpected schema."""
+
+
+class StoreError(RunhealthError):
+    """The history store could not be read or written."""
+
+
+__all__ = [
+    "AgentError",
+    "AuthError",
+    "CommandTimeout",
+    "ConfigError",
+    "ConnectError",
+    "HostKeyError",
+    "RunhealthError",
+    "StoreError",
+    "TransportError",
+]

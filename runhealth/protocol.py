@@ -1,0 +1,197 @@
+"""Dashboard side of the agent pipe: bootstrap, framing and request/response sessions.
+
+The node runs ``python -u -c BOOTSTRAP``; the bootstrap reads one frame holding the agent's
+source (plus pynvml's, so a node needs only python3 and the driver) and executes it. After that
+every request and reply is a frame: ASCII decimal byte length, ``\\n``, that many bytes of UTF-8
+JSON (docs/design.md section 1). `AgentSession` speaks that over any byte stream with
+deadline-aware reads, so the same code serves a local subprocess and an SSH channel.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+from runhealth.errors import AgentError, CommandTimeout, ConfigError, TransportError
+
+BOOTSTRAP = (
+    "import sys,json;i=sys.stdin.buffer;n=int(i.readline());p=json.loads(i.read(n));"
+    "g={'__name__':'runhealth_agent','__modules__':p.get('modules',{})};"
+    "exec(compile(p['main'],'runhealth_agent','exec'),g)"
+)
+SCHEMA_VERSION = 1
+MAX_REPLY_BYTES = 256 * 1024 * 1024
+_MAX_HEADER_BYTES = 20  # "268435456\n" is 10; anything longer is not a frame header
+_PYTHON_RE = re.compile(r"^[A-Za-z0-9_./+-]+$")
+_AGENT_PATH = Path(__file__).with_name("agent.py")
+
+
+def encode_frame(obj: Any) -> bytes:
+    """Encode one frame: decimal byte length, newline, compact UTF-8 JSON."""
+    body = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return b"%d\n%s" % (len(body), body)
+
+
+@functools.lru_cache(maxsize=4)
+def _program_frame(main_source: str | None, include_pynvml: bool) -> bytes:
+    if main_source is None:
+        try:
+            main_source = _AGENT_PATH.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise TransportError(f"cannot read the agent source {_AGENT_PATH}: {exc.strerror}") from None
+    modules = {}
+    if include_pynvml:
+        spec = importlib.util.find_spec("pynvml")
+        if spec is not None and spec.origin and spec.origin.endswith(".py"):
+            modules["pynvml"] = Path(spec.origin).read_text(encoding="utf-8")
+    return encode_frame({"main": main_source, "modules": modules})
+
+
+def program_frame(include_pynvml: bool = True, main_source: str | None = None) -> bytes:
+    """The first frame sent to BOOTSTRAP: the agent's source and, if installed, pynvml's.
+
+    Args:
+        include_pynvml: ship the dashboard's nvidia-ml-py ``pynvml.py`` along, so a node without
+            it can still read NVML (the agent imports it only if the node has none).
+        main_source: run this source instead of runhealth/agent.py (tests use stand-in agents).
+    """
+    return _program_frame(main_source, include_pynvml)
+
+
+def launch_argv(python: str) -> list[str]:
+    """The agent's argv; `python` is the only config value that ever reaches a command line."""
+    if not isinstance(python, str) or not _PYTHON_RE.match(python):
+        raise ConfigError(
+            f"python = {python!r} is not a plain interpreter name or path "
+            "(allowed characters: letters, digits, _ . / + -)"
+        )
+    return [python, "-u", "-c", BOOTSTRAP]
+
+
+def safe_preview(data: bytes, limit: int = 200) -> str:
+    """Show untrusted bytes as a printable, bounded Python literal."""
+    text = repr(bytes(data[:limit]))
+    return text + (" ..." if len(data) > limit else "")
+
+
+class ByteStream(Protocol):
+    """What `AgentSession` needs from a pipe: deadline-aware I/O (deadlines are monotonic)."""
+
+    def write(self, data: bytes, deadline: float) -> None:
+        """Write all of `data`; raise builtin TimeoutError at the deadline."""
+
+    def read(self, max_bytes: int, deadline: float) -> bytes:
+        """Return 1..max_bytes bytes, b"" at EOF; raise builtin TimeoutError at the deadline."""
+
+    def eof_detail(self) -> str:
+        """Why the stream ended (exit status, stderr tail), for the error message."""
+
+
+class AgentSession:
+    """Framed request/response over one agent's byte stream.
+
+    After a timeout, EOF or a malformed frame the stream is out of step: `broken` turns true
+    and the owner must restart the agent. An ``ok: false`` reply raises `AgentError` but keeps
+    the session usable.
+    """
+
+    def __init__(self, stream: ByteStream, name: str, max_reply_bytes: int = MAX_REPLY_BYTES):
+        self.stream = stream
+        self.name = name
+        self.max_reply_bytes = max_reply_bytes
+        self.broken = False
+        self._buf = bytearray()
+
+    def send_program(self, frame: bytes, timeout_s: float) -> None:
+        """Send the program frame that BOOTSTRAP is waiting for."""
+        self._write(frame, time.monotonic() + timeout_s, "the agent program")
+
+    def request(self, obj: dict, timeout_s: float) -> dict:
+        """Send one request and return the agent's reply dict.
+
+        Raises:
+            CommandTimeout: no complete reply before `timeout_s` seconds.
+            TransportError: the agent's stream ended (message carries its stderr tail).
+            AgentError: garbage, oversized or wrong-schema reply, or ``ok: false``.
+        """
+        if self.broken:
+            raise TransportError(f"agent session for {self.name} is closed")
+        op = obj.get("op", "?")
+        deadline = time.monotonic() + timeout_s
+        self._write(encode_frame(obj), deadline, f"request {op!r}")
+        try:
+            size = self._read_header(deadline)
+            body = self._read_exact(size, deadline)
+        except TimeoutError:
+            self.broken = True
+            raise CommandTimeout(
+                f"agent on {self.name} did not answer {op!r} within {timeout_s:g} s"
+            ) from None
+        return self._check_reply(body)
+
+    def _write(self, data: bytes, deadline: float, what: str) -> None:
+        try:
+            self.stream.write(data, deadline)
+        except TimeoutError:
+            self.broken = True
+            raise CommandTimeout(f"agent on {self.name} did not accept {what} in time") from None
+        except OSError:
+            self.broken = True
+            raise TransportError(f"agent on {self.name} ended: {self.stream.eof_detail()}") from None
+
+    def _fill(self, deadline: float) -> None:
+        chunk = self.stream.read(1 << 20, deadline)
+        if not chunk:
+            self.broken = True
+            raise TransportError(f"agent on {self.name} ended: {self.stream.eof_detail()}")
+        self._buf += chunk
+
+    def _read_header(self, deadline: float) -> int:
+        while (newline := self._buf.find(b"\n")) < 0:
+            if len(self._buf) > _MAX_HEADER_BYTES:
+                break
+            self._fill(deadline)
+        header = bytes(self._buf[: max(newline, 0)])
+        if newline < 0 or newline > _MAX_HEADER_BYTES or not header.isdigit():
+            self.broken = True
+            raise AgentError(
+                f"agent on {self.name} sent garbage instead of a reply: {safe_preview(self._buf)}"
+            )
+        del self._buf[: newline + 1]
+        size = int(header)
+        if size > self.max_reply_bytes:
+            self.broken = True
+            raise AgentError(
+                f"agent on {self.name}: reply too large ({size} bytes, limit {self.max_reply_bytes})"
+            )
+        return size
+
+    def _read_exact(self, size: int, deadline: float) -> bytes:
+        while len(self._buf) < size:
+            self._fill(deadline)
+        body = bytes(self._buf[:size])
+        del self._buf[:size]
+        return body
+
+    def _check_reply(self, body: bytes) -> dict:
+        try:
+            reply = json.loads(body)
+        except ValueError:
+            reply = None
+        if not isinstance(reply, dict):
+            raise AgentError(
+                f"agent on {self.name} sent a reply that is not a JSON object: {safe_preview(body)}"
+            )
+        version = reply.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise AgentError(
+                f"agent on {self.name}: agent schema version {version!r}, expected {SCHEMA_VERSION}"
+            )
+        if reply.get("ok") is not True:
+            raise AgentError(f"agent on {self.name}: {reply.get('error') or 'request failed'}")
+        return reply

@@ -1,0 +1,387 @@
+"""The history store: an embedded SQLite database the collector writes and pages read.
+
+Pages never talk to nodes; they read aggregates from here, so any number of viewers costs no
+SSH traffic. The database runs in WAL mode and every poll result is applied in one
+transaction (shard offsets move together with the counts they produced), so a process killed
+mid-write leaves either the old state or the new one: counts are never lost or doubled.
+Aggregation and downsampling happen in SQL; reads return plain lists of dicts.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from runhealth.errors import StoreError
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS nodes (
+    name TEXT PRIMARY KEY, last_ok_unix REAL, last_attempt_unix REAL,
+    last_error TEXT, last_error_unix REAL, failing_since_unix REAL,
+    rtt_ms REAL, agent_ms REAL, skew_s REAL, hostname TEXT, loadavg TEXT,
+    gpus_found INTEGER, gpu_source TEXT, gpu_error TEXT, gpu_simulated INTEGER,
+    shards_matched INTEGER, unmatched_globs TEXT, pending_bytes INTEGER,
+    disk TEXT, metrics_errors TEXT, config TEXT);
+CREATE TABLE IF NOT EXISTS shards (
+    node TEXT NOT NULL, path TEXT NOT NULL, inode INTEGER, offset INTEGER NOT NULL DEFAULT 0,
+    size INTEGER NOT NULL DEFAULT 0, lines INTEGER NOT NULL DEFAULT 0,
+    malformed INTEGER NOT NULL DEFAULT 0, tokens INTEGER NOT NULL DEFAULT 0,
+    resets INTEGER NOT NULL DEFAULT 0, error TEXT, updated_unix REAL,
+    PRIMARY KEY (node, path));
+-- finish_reason '' stands for "absent" so the primary key can be upserted.
+CREATE TABLE IF NOT EXISTS length_counts (
+    node TEXT NOT NULL, path TEXT NOT NULL, tokens INTEGER NOT NULL,
+    finish_reason TEXT NOT NULL, estimated INTEGER NOT NULL, count INTEGER NOT NULL,
+    PRIMARY KEY (node, path, tokens, finish_reason, estimated));
+CREATE TABLE IF NOT EXISTS polls (
+    ts_unix REAL NOT NULL, node TEXT NOT NULL, node_ts_unix REAL, completions INTEGER,
+    tokens INTEGER, length_stops INTEGER, malformed INTEGER, backfill INTEGER, rtt_ms REAL);
+CREATE INDEX IF NOT EXISTS polls_ts ON polls (ts_unix);
+CREATE TABLE IF NOT EXISTS gpu_samples (
+    ts_unix REAL NOT NULL, node TEXT NOT NULL, gpu INTEGER NOT NULL, util_pct REAL,
+    mem_used_mib REAL, mem_total_mib REAL, power_w REAL, power_limit_w REAL, temp_c REAL,
+    sm_clock_mhz REAL, throttled INTEGER);
+CREATE INDEX IF NOT EXISTS gpu_samples_ts ON gpu_samples (ts_unix);
+CREATE TABLE IF NOT EXISTS gpu_latest (
+    node TEXT NOT NULL, gpu INTEGER NOT NULL, ts_unix REAL, name TEXT, uuid TEXT,
+    util_pct REAL, mem_used_mib REAL, mem_total_mib REAL, power_w REAL, power_limit_w REAL,
+    temp_c REAL, sm_clock_mhz REAL, throttle_reasons TEXT, processes TEXT, error TEXT,
+    PRIMARY KEY (node, gpu));
+CREATE TABLE IF NOT EXISTS metric_samples (
+    ts_unix REAL NOT NULL, node TEXT NOT NULL, name TEXT NOT NULL, value REAL);
+CREATE INDEX IF NOT EXISTS metric_samples_ts ON metric_samples (ts_unix);
+CREATE TABLE IF NOT EXISTS sample_batches (
+    batch INTEGER PRIMARY KEY AUTOINCREMENT, requested_unix REAL, done_unix REAL,
+    requested_n INTEGER, population INTEGER, errors TEXT);
+CREATE TABLE IF NOT EXISTS samples (
+    batch INTEGER NOT NULL, node TEXT, path TEXT, line_no INTEGER, offset INTEGER,
+    tokens INTEGER, estimated INTEGER, finish_reason TEXT, prompt_head TEXT, text_head TEXT,
+    text_tail TEXT, text_chars INTEGER, is_loop INTEGER);
+CREATE INDEX IF NOT EXISTS samples_batch ON samples (batch);
+"""
+
+_GPU_FIELDS = ("util_pct", "mem_used_mib", "mem_total_mib", "power_w", "power_limit_w", "temp_c", "sm_clock_mhz")
+
+
+class Store:
+    """SQLite-backed history. Safe to share between threads (one connection per thread)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._local = threading.local()
+        self._write_lock = threading.Lock()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self._tx() as db:
+                db.executescript(_SCHEMA)
+                db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open history store {self.path}: {exc}") from None
+
+    # -- plumbing ------------------------------------------------------------------------
+    def _db(self) -> sqlite3.Connection:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            db.row_factory = sqlite3.Row
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            self._local.db = db
+        return db
+
+    class _Tx:
+        def __init__(self, store: Store):
+            self.store = store
+
+        def __enter__(self) -> sqlite3.Connection:
+            self.store._write_lock.acquire()
+            self.db = self.store._db()
+            self.db.execute("BEGIN IMMEDIATE")
+            return self.db
+
+        def __exit__(self, exc_type, exc, tb) -> None:
+            try:
+                self.db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+            finally:
+                self.store._write_lock.release()
+
+    def _tx(self) -> Store._Tx:
+        return Store._Tx(self)
+
+    def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        return [dict(r) for r in self._db().execute(sql, tuple(params)).fetchall()]
+
+    def close(self) -> None:
+        db = getattr(self._local, "db", None)
+        if db is not None:
+            db.close()
+            self._local.db = None
+
+    # -- run metadata ----------------------------------------------------------------------
+    def set_meta(self, key: str, value: Any) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
+
+    def meta(self, key: str, default: Any = None) -> Any:
+        row = self._db().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else default
+
+    # -- writes (collector) ----------------------------------------------------------------
+    def register_node(self, name: str, public_config: dict[str, Any]) -> None:
+        """Make a node known (status "pending" until its first poll) with its safe config."""
+        with self._tx() as db:
+            db.execute("INSERT OR IGNORE INTO nodes (name) VALUES (?)", (name,))
+            db.execute("UPDATE nodes SET config = ? WHERE name = ?", (json.dumps(public_config), name))
+
+    def shard_state(self, node: str) -> dict[str, dict[str, int]]:
+        """Per shard path, the inode and byte offset already counted (what the agent resumes from)."""
+        rows = self._rows("SELECT path, inode, offset FROM shards WHERE node = ?", (node,))
+        return {r["path"]: {"inode": r["inode"], "offset": r["offset"]} for r in rows}
+
+    def record_poll(self, node: str, reply: dict[str, Any], ts_unix: float, rtt_ms: float | None) -> dict[str, int]:
+        """Apply one successful poll reply atomically; returns the deltas it added."""
+        shards = reply.get("shards") or {}
+        files = shards.get("files") or {}
+        with self._tx() as db:
+            first_poll = db.execute("SELECT COUNT(*) FROM shards WHERE node = ?", (node,)).fetchone()[0] == 0
+            delta = {"completions": 0, "tokens": 0, "length_stops": 0, "malformed": 0, "resets": 0}
+            for path, entry in files.items():
+                _apply_shard(db, node, path, entry, ts_unix, delta)
+            backfill = first_poll or delta["resets"] > 0 or (shards.get("pending_bytes") or 0) > 0
+            db.execute(
+                "INSERT INTO polls VALUES (?,?,?,?,?,?,?,?,?)",
+                (ts_unix, node, reply.get("time_unix"), delta["completions"], delta["tokens"],
+                 delta["length_stops"], delta["malformed"], int(backfill), rtt_ms),
+            )
+            _write_gpus(db, node, reply.get("gpus") or {}, ts_unix)
+            _write_node_ok(db, node, reply, ts_unix, rtt_ms)
+        return delta
+
+    def record_metrics(self, node: str, values: dict[str, float], ts_unix: float) -> None:
+        with self._tx() as db:
+            db.executemany(
+                "INSERT INTO metric_samples VALUES (?,?,?,?)",
+                [(ts_unix, node, name, value) for name, value in values.items() if value is not None],
+            )
+
+    def record_failure(self, node: str, error: str, ts_unix: float) -> None:
+        """Note a failed poll; the node's counts and offsets stay as they were."""
+        with self._tx() as db:
+            db.execute("INSERT OR IGNORE INTO nodes (name) VALUES (?)", (node,))
+            db.execute(
+                "UPDATE nodes SET last_error = ?, last_error_unix = ?, last_attempt_unix = ?,"
+                " failing_since_unix = COALESCE(failing_since_unix, ?) WHERE name = ?",
+                (error, ts_unix, ts_unix, ts_unix, node),
+            )
+
+    def new_sample_batch(self, requested_n: int, ts_unix: float | None = None) -> int:
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO sample_batches (requested_unix, requested_n) VALUES (?, ?)",
+                (ts_unix or time.time(), requested_n),
+            )
+            return int(cur.lastrowid)
+
+    def finish_sample_batch(self, batch: int, samples: list[dict[str, Any]], population: int,
+                            errors: dict[str, str], ts_unix: float | None = None) -> None:
+        cols = ("node", "path", "line_no", "offset", "tokens", "estimated", "finish_reason", "prompt_head",
+                "text_head", "text_tail", "text_chars", "is_loop")
+        with self._tx() as db:
+            db.executemany(
+                f"INSERT INTO samples (batch, {', '.join(cols)}) VALUES (?{', ?' * len(cols)})",
+                [(batch, *(s.get(c) for c in cols)) for s in samples],
+            )
+            db.execute(
+                "UPDATE sample_batches SET done_unix = ?, population = ?, errors = ? WHERE batch = ?",
+                (ts_unix or time.time(), population, json.dumps(errors), batch),
+            )
+
+    def prune(self, keep_s: float, now_unix: float | None = None) -> None:
+        """Drop time series older than `keep_s` (counts and offsets are never pruned)."""
+        cutoff = (now_unix or time.time()) - keep_s
+        with self._tx() as db:
+            for table in ("gpu_samples", "metric_samples"):
+                db.execute(f"DELETE FROM {table} WHERE ts_unix < ?", (cutoff,))
+
+    # -- reads (pages) ---------------------------------------------------------------------
+    def nodes(self) -> list[dict[str, Any]]:
+        """Every node with its status fields; JSON columns decoded."""
+        rows = self._rows("SELECT * FROM nodes ORDER BY name")
+        for r in rows:
+            for key in ("loadavg", "unmatched_globs", "disk", "metrics_errors", "config"):
+                r[key] = json.loads(r[key]) if r[key] else None
+        totals = {r["node"]: r for r in self._rows(
+            "SELECT node, COUNT(*) AS shards, SUM(offset) AS bytes_indexed, SUM(size) AS bytes_total,"
+            " SUM(lines) AS lines, SUM(malformed) AS malformed FROM shards GROUP BY node")}
+        for r in rows:
+            t = totals.get(r["name"], {})
+            for key in ("shards", "bytes_indexed", "bytes_total", "lines", "malformed"):
+                r[key] = t.get(key) or 0
+        return rows
+
+    def shards(self, node: str | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT * FROM shards" + (" WHERE node = ?" if node else "") + " ORDER BY node, path"
+        return self._rows(sql, (node,) if node else ())
+
+    def length_counts(self, by: str = "run") -> list[dict[str, Any]]:
+        """Completions counted by exact length and finish reason, grouped by run, node or shard.
+
+        Rows: {[node], [path], tokens, finish_reason (None if absent), estimated, count}.
+        """
+        keys = {"run": "", "node": "node, ", "shard": "node, path, "}[by]
+        rows = self._rows(
+            f"SELECT {keys}tokens, finish_reason, estimated, SUM(count) AS count FROM length_counts"
+            f" GROUP BY {keys}tokens, finish_reason, estimated"
+        )
+        for r in rows:
+            r["finish_reason"] = r["finish_reason"] or None
+        return rows
+
+    def polls(self, since_unix: float | None = None, node: str | None = None) -> list[dict[str, Any]]:
+        where, params = _where(since_unix, node)
+        return self._rows(f"SELECT * FROM polls{where} ORDER BY ts_unix", params)
+
+    def polls_by_bucket(self, bucket_s: float, since_unix: float | None = None) -> list[dict[str, Any]]:
+        """Poll deltas summed per time bucket (for truncation and throughput over time)."""
+        where, params = _where(since_unix, None)
+        return self._rows(
+            f"SELECT CAST(ts_unix / ? AS INTEGER) * ? AS bucket_unix, SUM(completions) AS completions,"
+            f" SUM(tokens) AS tokens, SUM(length_stops) AS length_stops, SUM(malformed) AS malformed,"
+            f" MAX(backfill) AS backfill FROM polls{where} GROUP BY 1 ORDER BY 1",
+            (bucket_s, bucket_s, *params),
+        )
+
+    def gpu_latest(self) -> list[dict[str, Any]]:
+        rows = self._rows("SELECT * FROM gpu_latest ORDER BY node, gpu")
+        for r in rows:
+            r["throttle_reasons"] = json.loads(r["throttle_reasons"] or "[]")
+            r["processes"] = json.loads(r["processes"] or "[]")
+        return rows
+
+    def gpu_series(self, since_unix: float | None = None, max_points: int = 2000) -> list[dict[str, Any]]:
+        """GPU time series averaged in SQL into at most `max_points` buckets per GPU."""
+        where, params = _where(since_unix, None)
+        span = self._db().execute(f"SELECT MIN(ts_unix), MAX(ts_unix) FROM gpu_samples{where}", params).fetchone()
+        if span[0] is None:
+            return []
+        width = max((span[1] - span[0]) / max(max_points - 1, 1), 1e-9)
+        avgs = ", ".join(f"AVG({f}) AS {f}" for f in _GPU_FIELDS)
+        return self._rows(
+            f"SELECT node, gpu, MIN(ts_unix) AS ts_unix, {avgs}, MAX(throttled) AS throttled"
+            f" FROM gpu_samples{where} GROUP BY node, gpu, CAST((ts_unix - ?) / ? AS INTEGER)"
+            f" ORDER BY node, gpu, ts_unix",
+            (*params, span[0], width),
+        )
+
+    def metric_latest(self) -> list[dict[str, Any]]:
+        return self._rows(
+            "SELECT m.node, m.name, m.value, m.ts_unix FROM metric_samples m JOIN"
+            " (SELECT node, name, MAX(ts_unix) AS ts FROM metric_samples GROUP BY node, name) l"
+            " ON m.node = l.node AND m.name = l.name AND m.ts_unix = l.ts ORDER BY m.node, m.name"
+        )
+
+    def metric_series(self, name: str, since_unix: float | None = None) -> list[dict[str, Any]]:
+        where, params = _where(since_unix, None)
+        clause = (where + " AND" if where else " WHERE") + " name = ?"
+        return self._rows(f"SELECT ts_unix, node, value FROM metric_samples{clause} ORDER BY ts_unix",
+                          (*params, name))
+
+    def latest_sample_batch(self) -> dict[str, Any] | None:
+        """The newest finished sample batch with its samples, or None."""
+        rows = self._rows("SELECT * FROM sample_batches WHERE done_unix IS NOT NULL ORDER BY batch DESC LIMIT 1")
+        if not rows:
+            return None
+        batch = rows[0]
+        batch["errors"] = json.loads(batch["errors"] or "{}")
+        batch["samples"] = self._rows("SELECT * FROM samples WHERE batch = ? ORDER BY node, path, line_no",
+                                      (batch["batch"],))
+        return batch
+
+    def pending_sample_batch(self) -> dict[str, Any] | None:
+        rows = self._rows("SELECT * FROM sample_batches WHERE done_unix IS NULL ORDER BY batch DESC LIMIT 1")
+        return rows[0] if rows else None
+
+    def last_collection_unix(self) -> float | None:
+        row = self._db().execute("SELECT MAX(last_ok_unix) FROM nodes").fetchone()
+        return row[0]
+
+
+def _where(since_unix: float | None, node: str | None) -> tuple[str, tuple]:
+    clauses, params = [], []
+    if since_unix is not None:
+        clauses.append("ts_unix >= ?")
+        params.append(since_unix)
+    if node is not None:
+        clauses.append("node = ?")
+        params.append(node)
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), tuple(params)
+
+
+def _apply_shard(db: sqlite3.Connection, node: str, path: str, entry: dict, ts_unix: float, delta: dict) -> None:
+    """Fold one file's scan result into the shard row and its length counts."""
+    old = db.execute("SELECT offset FROM shards WHERE node = ? AND path = ?", (node, path)).fetchone()
+    if entry.get("reset") and old is not None:
+        # Rotated or truncated: forget what this shard counted before, then count it afresh.
+        db.execute("DELETE FROM length_counts WHERE node = ? AND path = ?", (node, path))
+        db.execute("UPDATE shards SET lines = 0, malformed = 0, tokens = 0, resets = resets + 1"
+                   " WHERE node = ? AND path = ?", (node, path))
+        delta["resets"] += 1
+    db.execute("INSERT OR IGNORE INTO shards (node, path) VALUES (?, ?)", (node, path))
+    counts = entry.get("counts") or []
+    completions = sum(int(c[3]) for c in counts)
+    db.executemany(
+        "INSERT INTO length_counts VALUES (?,?,?,?,?,?) ON CONFLICT (node, path, tokens, finish_reason, estimated)"
+        " DO UPDATE SET count = count + excluded.count",
+        [(node, path, int(t), f or "", int(e), int(n)) for t, f, e, n in counts],
+    )
+    db.execute(
+        "UPDATE shards SET inode = ?, offset = ?, size = ?, lines = lines + ?, malformed = malformed + ?,"
+        " tokens = tokens + ?, error = ?, updated_unix = ? WHERE node = ? AND path = ?",
+        (entry.get("inode"), entry.get("offset", 0), entry.get("size", 0), completions,
+         entry.get("malformed", 0), entry.get("tokens", 0), entry.get("error"), ts_unix, node, path),
+    )
+    delta["completions"] += completions
+    delta["tokens"] += int(entry.get("tokens") or 0)
+    delta["malformed"] += int(entry.get("malformed") or 0)
+    delta["length_stops"] += sum(int(c[3]) for c in counts if c[1] == "length")
+
+
+def _write_gpus(db: sqlite3.Connection, node: str, gpus: dict, ts_unix: float) -> None:
+    db.execute("DELETE FROM gpu_latest WHERE node = ?", (node,))
+    for d in gpus.get("devices") or []:
+        values = [d.get(f) for f in _GPU_FIELDS]
+        throttled = int(bool(d.get("throttle_reasons")))
+        if d.get("error") is None:
+            db.execute("INSERT INTO gpu_samples VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                       (ts_unix, node, d.get("index"), *values, throttled))
+        db.execute(
+            "INSERT OR REPLACE INTO gpu_latest VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (node, d.get("index"), ts_unix, d.get("name"), d.get("uuid"), *values,
+             json.dumps(d.get("throttle_reasons") or []), json.dumps(d.get("processes") or []), d.get("error")),
+        )
+
+
+def _write_node_ok(db: sqlite3.Connection, node: str, reply: dict, ts_unix: float, rtt_ms: float | None) -> None:
+    gpus = reply.get("gpus") or {}
+    shards = reply.get("shards") or {}
+    metrics_errors = {u: m.get("error") for u, m in (reply.get("metrics") or {}).items() if m.get("error")}
+    node_time = reply.get("time_unix")
+    db.execute("INSERT OR IGNORE INTO nodes (name) VALUES (?)", (node,))
+    db.execute(
+        "UPDATE nodes SET last_ok_unix = ?, last_attempt_unix = ?, failing_since_unix = NULL, rtt_ms = ?,"
+        " agent_ms = ?, skew_s = ?, hostname = ?, loadavg = ?, gpus_found = ?, gpu_source = ?, gpu_error = ?,"
+        " gpu_simulated = ?, shards_matched = ?, unmatched_globs = ?, pending_bytes = ?, disk = ?,"
+        " metrics_errors = ? WHERE name = ?",
+        (ts_unix, ts_unix, rtt_ms, reply.get("agent_ms"),
+         (node_time - ts_unix) if node_time is not None else None, reply.get("hostname"),
+         json.dumps(reply.get("loadavg")), len(gpus.get("devices") or []), gpus.get("source"), gpus.get("error"),
+         int(bool(gpus.get("simulated"))), shards.get("matched"), json.dumps(shards.get("unmatched_globs") or []),
+         shards.get("pending_bytes") or 0, json.dumps(reply.get("disk") or {}), json.dumps(metrics_errors), node),
+    )

@@ -1,0 +1,160 @@
+"""Realistic history stores for page tests, built the way the collector builds them.
+
+Every store here is written through `Store.record_poll` with synthetic agent replies in the wire
+shape of docs/design.md (§1 op "poll"), so pages are tested against what the collector really
+stores, not against hand-made rows. Scenarios are named after the situation they reproduce:
+
+- `healthy`: 4 nodes x 8 H200s, ~0.5% of completions at the 4096-token ceiling.
+- `ceiling_18`: the founding incident: exactly 18% stop at max_tokens=4096 (P90 = P99 = 4096).
+- `node_down`: node-3 refused connections for 10 minutes, node-2 is stale (timeouts), node-4 has
+  a glob that matches no file.
+- `empty`: nodes registered, nothing polled yet ("waiting for first poll").
+- `big`: 24 h of 10 s GPU samples for 64 GPUs and ~1M completions (for the page-speed bench).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from runhealth.store import Store
+
+CEILING = 4096
+RUN_NAME = "gen-run-42"
+SCRIPT_TEXT = "<script>alert('pwned')</script> see [link](javascript:alert(1)) **bold**"
+
+
+def write_config(tmp: Path, store_path: Path, *, nodes: int = 4, target: int = 50_000,
+                 interval_s: float = 10, max_output_tokens: int | None = CEILING) -> Path:
+    """A runhealth.toml for the scenario (local hosts; the collector stays off in tests)."""
+    lines = ["[run]", f'name = "{RUN_NAME}"', f"target_completions = {target}", f"interval_s = {interval_s}",
+             f'store_path = "{store_path}"']
+    if max_output_tokens:
+        lines.append(f"max_output_tokens = {max_output_tokens}")
+    for i in range(1, nodes + 1):
+        lines += ["", "[[nodes]]", f'name = "node-{i}"', 'host = "local"', 'shards = ["/data/out/*.jsonl"]']
+    path = tmp / "runhealth.toml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def gpu_device(index: int, util: float, *, power_w: float = 650.0, throttle: tuple[str, ...] = (),
+               mem_used_mib: float = 120_000, temp_c: float = 61) -> dict[str, Any]:
+    return {"index": index, "name": "NVIDIA H200", "uuid": f"GPU-{index:04d}", "util_pct": util,
+            "mem_used_mib": mem_used_mib, "mem_total_mib": 143_771, "power_w": power_w, "power_limit_w": 700.0,
+            "temp_c": temp_c, "sm_clock_mhz": 1980 if not throttle else 1410, "throttle_reasons": list(throttle),
+            "processes": [{"pid": 4100 + index, "name": "python3 -m sglang.launch_server", "mem_used_mib": mem_used_mib - 500}],
+            "error": None}
+
+
+def lengths(rng: random.Random, n: int, trunc_frac: float, ceiling: int = CEILING) -> list[list]:
+    """`n` completions as agent count rows: exactly round(n*trunc_frac) at the ceiling,
+    1 in 100 stopped by the context window below it, the rest lognormal stops."""
+    at_ceiling = round(n * trunc_frac)
+    c: Counter = Counter()
+    c[(ceiling, "length")] += at_ceiling
+    for i in range(n - at_ceiling):
+        if i % 100 == 99:
+            c[(rng.randint(ceiling // 2, ceiling - 1), "length")] += 1
+        else:
+            c[(min(int(rng.lognormvariate(math.log(900), 0.6)) + 1, ceiling - 1), "stop")] += 1
+    return [[t, f, 0, k] for (t, f), k in sorted(c.items())]
+
+
+def poll_reply(node_ts: float, devices: list[dict], files: dict[str, dict], *, unmatched: list[str] | None = None,
+               pending_bytes: int = 0, simulated: bool = False, metrics: dict | None = None) -> dict[str, Any]:
+    return {
+        "schema_version": 1, "ok": True, "time_unix": node_ts, "agent_ms": 3.2, "hostname": "gpu-host",
+        "loadavg": [1.0, 1.1, 1.2],
+        "gpus": {"source": "demo" if simulated else "nvml", "error": None, "simulated": simulated, "devices": devices},
+        "shards": {"matched": len(files), "unmatched_globs": unmatched or [], "pending_bytes": pending_bytes,
+                   "files": files},
+        "disk": {"/data/out": {"free_bytes": 2.1e12, "total_bytes": 4e12}},
+        "metrics": metrics or {},
+    }
+
+
+def build_run(store: Store, *, now: float, trunc_frac: float, nodes: int = 4, gpus: int = 8, polls: int = 30,
+              per_shard: int = 50, interval_s: float = 10, down: dict[str, float] | None = None,
+              unmatched: dict[str, list[str]] | None = None, seed: int = 0) -> None:
+    """`polls` polls per node ending at `now`; `down` maps node -> seconds since its last success."""
+    rng = random.Random(seed)
+    down = down or {}
+    state: dict[tuple[str, str], dict] = {}
+    for i in range(1, nodes + 1):
+        store.register_node(f"node-{i}", {"name": f"node-{i}", "host": "local", "shards": ["/data/out/*.jsonl"],
+                                          "passphrase_set": True, "password_set": False})
+    for p in range(polls):
+        ts = now - (polls - 1 - p) * interval_s - 2
+        for i in range(1, nodes + 1):
+            node = f"node-{i}"
+            if node in down and ts > now - down[node]:
+                store.record_failure(node, _failure(node), ts)
+                continue
+            files = {}
+            for s in range(2):
+                path = f"/data/out/shard-{i:02d}-{s}.jsonl"
+                st = state.setdefault((node, path), {"inode": 1000 * i + s, "offset": 0})
+                counts = lengths(rng, per_shard, trunc_frac)
+                tokens = sum(t * k for t, _, _, k in counts)
+                start, st["offset"] = st["offset"], st["offset"] + tokens * 4 + per_shard * 600
+                files[path] = {"inode": st["inode"], "size": st["offset"], "offset_from": start, "offset": st["offset"],
+                               "reset": False, "lines": per_shard, "malformed": 0, "tokens": tokens,
+                               "counts": counts, "error": None}
+            devices = [gpu_device(g, 96 - rng.random() * 4) for g in range(gpus)]
+            if i == 2:  # one idle and one power-throttled GPU, as on a real node
+                devices[5] = gpu_device(5, 3.0, power_w=90.0)
+                devices[6] = gpu_device(6, 88.0, power_w=699.0, throttle=("sw_power_cap",), temp_c=84)
+            reply = poll_reply(ts + 0.4, devices, files, unmatched=(unmatched or {}).get(node))
+            store.record_poll(node, reply, ts, rtt_ms=12.5)
+            store.record_metrics(node, {"sglang:gen_throughput": 5200.0 + rng.random() * 100}, ts)
+
+
+def _failure(node: str) -> str:
+    return {"node-3": "connection refused by 10.0.0.3:22"}.get(node, "agent did not answer within 30 s")
+
+
+def add_samples(store: Store, ceiling: int = CEILING, now: float | None = None) -> int:
+    """A finished sample batch: some truncated loops, a truncated non-loop, a hostile text."""
+    now = now or time.time()
+    batch = store.new_sample_batch(8, now - 30)
+    loop = "The answer is 42. " * 200
+    samples = []
+    for k in range(8):
+        truncated = k < 4
+        text = loop if k in (0, 1) else (SCRIPT_TEXT if k == 2 else f"Step {k}: a long careful derivation " * 40)
+        samples.append({"node": f"node-{1 + k % 4}", "path": f"/data/out/shard-{1 + k % 4:02d}-0.jsonl",
+                        "line_no": 10 + k, "offset": 1000 * k, "tokens": ceiling if truncated else 700 + k,
+                        "estimated": 0, "finish_reason": "length" if truncated else "stop",
+                        "prompt_head": f"Solve problem #{k}: ...", "text_head": text[:400], "text_tail": text[-4000:],
+                        "text_chars": len(text), "is_loop": int(k in (0, 1))})
+    store.finish_sample_batch(batch, samples, population=12_000, errors={}, ts_unix=now - 20)
+    return batch
+
+
+def make_store(tmp: Path, scenario: str, now: float | None = None) -> tuple[Store, Path]:
+    """Build scenario `scenario` under `tmp`; returns (store, config path)."""
+    now = now or time.time()
+    store_path = tmp / "x.sqlite3"
+    store = Store(store_path)
+    if scenario == "healthy":
+        build_run(store, now=now, trunc_frac=0.005)
+        add_samples(store, now=now)
+    elif scenario == "ceiling_18":
+        build_run(store, now=now, trunc_frac=0.18)
+        add_samples(store, now=now)
+    elif scenario == "node_down":
+        build_run(store, now=now, trunc_frac=0.005, down={"node-3": 600, "node-2": 60},
+                  unmatched={"node-4": ["/data/extra/*.jsonl"]}, polls=80)
+    elif scenario == "empty":
+        for i in range(1, 5):
+            store.register_node(f"node-{i}", {"name": f"node-{i}", "host": "local", "shards": ["/data/out/*.jsonl"]})
+    elif scenario == "big":
+        build_run(store, now=now, trunc_frac=0.18, nodes=8, gpus=8, polls=8640, per_shard=8)
+    else:
+        raise ValueError(f"unknown scenario {scenario!r}")
+    return store, write_config(tmp, store_path)
