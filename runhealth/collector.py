@@ -164,8 +164,11 @@ class Collector:
 
     # -- what pages call -------------------------------------------------------------------
     def request_refresh(self) -> None:
-        """Wake every node's poller now (returns at once)."""
+        """Wake every node's poller now, skipping any reconnect backoff (returns at once)."""
         for poller in self.pollers.values():
+            retry_now = getattr(poller.transport, "retry_now", None)
+            if retry_now is not None:
+                retry_now()
             poller.wake.set()
 
     def request_sample(self, n: int, finish_reason: str | None = None) -> int:

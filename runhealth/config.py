@@ -164,7 +164,7 @@ def load_config(path: str | os.PathLike, secrets_path: Path | None = None) -> Ru
 
 def parse_config(raw: dict[str, Any], source: str = "<config>") -> RunConfig:
     """Validate an already-parsed TOML document (see `load_config`)."""
-    _check_keys(raw, {"run", "nodes", "dashboard"}, source)
+    _check_keys(raw, {"run", "nodes"}, source)
     run = raw.get("run")
     if not isinstance(run, dict):
         raise ConfigError(f"{source}: missing [run] table")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import Counter
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 LENGTH = "length"
 MISSING = "missing"
@@ -34,7 +34,7 @@ class LengthHist:
         self._counts: Counter = Counter()
 
     @classmethod
-    def from_rows(cls, rows: Iterable[Sequence]) -> "LengthHist":
+    def from_rows(cls, rows: Iterable[Sequence]) -> LengthHist:
         """Build from agent rows ``(tokens, finish_reason, estimated, count)``."""
         hist = cls()
         for tokens, finish_reason, estimated, count in rows:
@@ -47,7 +47,7 @@ class LengthHist:
         if count > 0:
             self._counts[(int(tokens), finish_reason, 1 if estimated else 0)] += int(count)
 
-    def merge(self, other: "LengthHist") -> "LengthHist":
+    def merge(self, other: LengthHist) -> LengthHist:
         """Return a new histogram holding the counts of both."""
         merged = LengthHist()
         merged._counts = self._counts + other._counts
@@ -63,16 +63,16 @@ class LengthHist:
         items = sorted(self._counts.items(), key=lambda kv: (kv[0][0], str(kv[0][1]), kv[0][2]))
         return [(t, fr, est, n) for (t, fr, est), n in items]
 
-    def _filtered(self, estimated: int) -> "LengthHist":
+    def _filtered(self, estimated: int) -> LengthHist:
         out = LengthHist()
         out._counts = Counter({k: n for k, n in self._counts.items() if k[2] == estimated})
         return out
 
-    def exact_only(self) -> "LengthHist":
+    def exact_only(self) -> LengthHist:
         """Completions whose length is a real ``completion_tokens`` value."""
         return self._filtered(0)
 
-    def estimated_only(self) -> "LengthHist":
+    def estimated_only(self) -> LengthHist:
         """Completions whose length is a chars/4 estimate."""
         return self._filtered(1)
 

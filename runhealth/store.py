@@ -13,8 +13,9 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from runhealth.errors import StoreError
 
@@ -79,8 +80,9 @@ class Store:
         self._write_lock = threading.Lock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self._write_lock:
+                self._db().executescript(_SCHEMA)  # runs in its own transaction
             with self._tx() as db:
-                db.executescript(_SCHEMA)
                 db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open history store {self.path}: {exc}") from None

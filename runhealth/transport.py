@@ -181,12 +181,17 @@ class _PipeStream:
         self._rsel.register(self._out, selectors.EVENT_READ)
         self._wsel = selectors.DefaultSelector()
         self._wsel.register(self._in, selectors.EVENT_WRITE)
-        threading.Thread(target=self._drain_stderr, name="runhealth-agent-stderr",
-                         daemon=True).start()
+        self._stderr_thread = threading.Thread(target=self._drain_stderr, daemon=True,
+                                               name="runhealth-agent-stderr")
+        self._stderr_thread.start()
 
     def _drain_stderr(self) -> None:
-        for chunk in iter(lambda: self.proc.stderr.read1(65536), b""):
-            self.stderr.add(chunk)
+        fd = self.proc.stderr.fileno()
+        try:
+            for chunk in iter(lambda: os.read(fd, 65536), b""):
+                self.stderr.add(chunk)
+        except OSError:  # closed under us by close()
+            pass
 
     def write(self, data: bytes, deadline: float) -> None:
         view = memoryview(data)
@@ -220,6 +225,7 @@ class _PipeStream:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(timeout=5.0)
+        self._stderr_thread.join(timeout=1.0)
         for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             pipe.close()
         self._rsel.close()
@@ -310,6 +316,24 @@ class _ChannelStream:
             pass
         status = self.channel.recv_exit_status() if self.channel.status_event.wait(1.0) else None
         return f"exit status {status}; stderr: {self.stderr.text()}"
+
+
+def _send_signal(channel: paramiko.Channel, name: str) -> None:
+    """RFC 4254 "signal" request; sshd (OpenSSH >= 7.9) killpg()s the session's processes.
+
+    paramiko has no public call for it, so this builds the message the way Channel's own
+    requests do. Best effort: servers that refuse it still close the channel.
+    """
+    try:
+        message = paramiko.Message()
+        message.add_byte(paramiko.common.cMSG_CHANNEL_REQUEST)
+        message.add_int(channel.remote_chanid)
+        message.add_string("signal")
+        message.add_boolean(False)
+        message.add_string(name)
+        channel.transport._send_user_message(message)
+    except Exception:  # noqa: BLE001 - the channel may already be gone
+        log.debug("could not send signal %s", name, exc_info=True)
 
 
 class _RejectUnknownHostKey(paramiko.MissingHostKeyPolicy):
@@ -444,8 +468,11 @@ class SSHTransport(Transport):
 
     def _stop_agent(self) -> None:
         stream, self._stream = self._stream, None
-        if stream is not None:
-            stream.channel.close()  # the agent sees EOF on stdin and exits
+        if stream is None:
+            return
+        if not stream.channel.exit_status_ready():
+            _send_signal(stream.channel, "KILL")  # a hung agent never reads the EOF below
+        stream.channel.close()  # a healthy agent sees EOF on stdin and exits
 
     def _close_connection(self) -> None:
         for client in reversed(self._clients):
@@ -537,7 +564,9 @@ class SSHTransport(Transport):
             self._translate(hop, lambda: client.connect(
                 hop.hostname, hop.port, username=hop.user, pkey=pkey,
                 password=self.node.password, passphrase=self.node.passphrase,
-                timeout=timeout_s, banner_timeout=timeout_s, auth_timeout=timeout_s,
+                # the handshake gets twice the banner's deadline, so a silent server is
+                # reported as "no banner" rather than as a vague negotiation failure
+                timeout=2 * timeout_s, banner_timeout=timeout_s, auth_timeout=timeout_s,
                 channel_timeout=timeout_s, sock=sock, allow_agent=True,
                 look_for_keys=pkey is None), known_hosts=known_hosts, pkey_file=key_file)
         except BaseException:
@@ -586,6 +615,8 @@ class SSHTransport(Transport):
                 raise ConnectError(f"no SSH banner from {hop} within "
                                    f"{self.connect_timeout_s:g} s (is sshd running there?)") \
                     from None
+            if "No existing session" in text:
+                text = f"no answer within {2 * self.connect_timeout_s:g} s"
             raise ConnectError(f"SSH handshake with {hop} failed: {sanitize(text, 200)}") \
                 from None
         except (TimeoutError, EOFError, OSError) as exc:

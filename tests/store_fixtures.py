@@ -4,7 +4,7 @@ Every store here is written through `Store.record_poll` with synthetic agent rep
 shape of docs/design.md (§1 op "poll"), so pages are tested against what the collector really
 stores, not against hand-made rows. Scenarios are named after the situation they reproduce:
 
-- `healthy`: 4 nodes x 8 H200s, ~0.5% of completions at the 4096-token ceiling.
+- `healthy`: 4 nodes x 8 H200s, 1% of completions at the 4096-token ceiling.
 - `ceiling_18`: the founding incident: exactly 18% stop at max_tokens=4096 (P90 = P99 = 4096).
 - `node_down`: node-3 refused connections for 10 minutes, node-2 is stale (timeouts), node-4 has
   a glob that matches no file.
@@ -53,12 +53,12 @@ def gpu_device(index: int, util: float, *, power_w: float = 650.0, throttle: tup
 
 def lengths(rng: random.Random, n: int, trunc_frac: float, ceiling: int = CEILING) -> list[list]:
     """`n` completions as agent count rows: exactly round(n*trunc_frac) at the ceiling,
-    1 in 100 stopped by the context window below it, the rest lognormal stops."""
+    ~1 in 100 stopped by the context window below it, the rest lognormal stops."""
     at_ceiling = round(n * trunc_frac)
     c: Counter = Counter()
     c[(ceiling, "length")] += at_ceiling
     for i in range(n - at_ceiling):
-        if i % 100 == 99:
+        if rng.random() < 0.01:
             c[(rng.randint(ceiling // 2, ceiling - 1), "length")] += 1
         else:
             c[(min(int(rng.lognormvariate(math.log(900), 0.6)) + 1, ceiling - 1), "stop")] += 1
@@ -111,7 +111,8 @@ def build_run(store: Store, *, now: float, trunc_frac: float, nodes: int = 4, gp
                 devices[6] = gpu_device(6, 88.0, power_w=699.0, throttle=("sw_power_cap",), temp_c=84)
             reply = poll_reply(ts + 0.4, devices, files, unmatched=(unmatched or {}).get(node))
             store.record_poll(node, reply, ts, rtt_ms=12.5)
-            store.record_metrics(node, {"sglang:gen_throughput": 5200.0 + rng.random() * 100}, ts)
+            made = sum(f["tokens"] for f in files.values())
+            store.record_metrics(node, {"sglang:gen_throughput": made / interval_s * (0.97 + rng.random() * 0.06)}, ts)
 
 
 def _failure(node: str) -> str:
@@ -142,13 +143,13 @@ def make_store(tmp: Path, scenario: str, now: float | None = None) -> tuple[Stor
     store_path = tmp / "x.sqlite3"
     store = Store(store_path)
     if scenario == "healthy":
-        build_run(store, now=now, trunc_frac=0.005)
+        build_run(store, now=now, trunc_frac=0.01, per_shard=100)
         add_samples(store, now=now)
     elif scenario == "ceiling_18":
         build_run(store, now=now, trunc_frac=0.18)
         add_samples(store, now=now)
     elif scenario == "node_down":
-        build_run(store, now=now, trunc_frac=0.005, down={"node-3": 600, "node-2": 60},
+        build_run(store, now=now, trunc_frac=0.01, per_shard=100, down={"node-3": 600, "node-2": 60},
                   unmatched={"node-4": ["/data/extra/*.jsonl"]}, polls=80)
     elif scenario == "empty":
         for i in range(1, 5):

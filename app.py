@@ -1,0 +1,68 @@
+"""Overview: the standup screen. Is the run healthy, fast AND producing good data?
+
+Run it with `streamlit run app.py` (no runhealth.toml: the built-in demo). Everything below
+the title refreshes itself every collection interval inside one fragment, so the screen on
+the wall stays current without a full-page rerun. Node states: up = polled within
+stale_after; stale = older; down = never reached, or nothing for 5 x stale_after.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+import streamlit as st
+
+from components import cards, figures, loaders, page
+
+PREFIX = "overview"
+HEAT_COLUMNS = ["label", "util_pct", "power_pct", "mem_pct"]
+
+
+def make_heatstrip_figure(gpus: pd.DataFrame):
+    return figures.make_gpu_heatstrip_figure(gpus[HEAT_COLUMNS])
+
+
+def render_live(rt) -> None:
+    """The live tiles; one fragment so a refresh redraws in place, no flicker of the page."""
+    cfg, now = rt.config, time.time()
+    nodes = loaders.load_nodes(rt.store)
+    summary = loaders.load_run_lengths(rt.store, cfg.max_output_tokens)["summary"]
+    thr = loaders.load_throughput(rt.store, cfg.interval_s)
+    gpus = loaders.load_gpu_latest(rt.store)
+    last = loaders.load_last_collection(rt.store)
+    cards.render_alerts(loaders.run_alerts(summary, nodes, now, cfg.stale_after, cfg.truncation_warn_fraction,
+                                           cfg.truncation_alert_fraction, last))
+    n_gpus = len(gpus) or sum(n.get("gpus_found") or 0 for n in nodes)
+    tiles = cards.overview_tiles(summary, thr, nodes, n_gpus, cfg.target_completions, last, cfg, now)
+    cards.render_tiles(tiles[:3])
+    cards.render_tiles(tiles[3:])
+    if cfg.target_completions:
+        share = min(1.0, summary["completions"] / cfg.target_completions)
+        st.progress(share, text=f"{summary['completions']:,} of {cfg.target_completions:,} completions")
+    cards.render_indexing(nodes)
+    left, right = st.columns([3, 2])
+    with left:
+        if gpus.empty:
+            st.info("No GPU telemetry yet: " + ("waiting for first poll" if last is None
+                                                 else "no node reported a GPU (see the Nodes page)"))
+        else:
+            if gpus["util_pct"].lt(10).any():
+                idle = ", ".join(gpus.loc[gpus["util_pct"] < 10, "label"])
+                st.warning(cards.md_escape(f"Idle GPUs (<10% util): {idle}"))
+            st.plotly_chart(make_heatstrip_figure(gpus), key=f"{PREFIX}_heatstrip_chart")
+            if rt.demo or any(n.get("gpu_simulated") for n in nodes):
+                st.caption("GPU telemetry is simulated (demo).")
+    with right:
+        cards.render_node_table(nodes, cfg.stale_after)
+        series = thr["series"]
+        if len(series) >= 2:
+            st.plotly_chart(figures.make_throughput_figure(series), key=f"{PREFIX}_throughput_chart")
+
+
+rt = page.setup("Overview", PREFIX)
+if rt.demo:
+    st.markdown(f'<div class="rh-demo">{page.DEMO_TEXT}</div>', unsafe_allow_html=True)
+st.title(f"{rt.config.name}")
+st.fragment(run_every=max(rt.config.interval_s, 2.0))(page.guarded(render_live))(rt)
+page.download_csv(cards.node_table(loaders.load_nodes(rt.store), rt.config.stale_after), "nodes.csv", PREFIX)

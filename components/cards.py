@@ -1,0 +1,218 @@
+"""render_* pieces the screens are made of: big tiles, one-sentence alerts, node cards, samples.
+
+Text that comes from the nodes (errors, completions, prompts) is never rendered as markdown or
+HTML: tiles escape everything they interpolate, alerts are markdown-escaped, and sample text
+goes through `st.code` / `st.text` only, so a completion holding `<script>` or a
+`[link](javascript:...)` shows literally.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import time
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from components import loaders
+
+STATE_BADGE = {"up": "🟢 up", "stale": "🟠 stale", "down": "🔴 down", "pending": "⚪ pending"}
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>#|~$])")
+
+
+def md_escape(text: str) -> str:
+    """Make remote text inert in st.markdown / st.error (no links, no formatting, no HTML)."""
+    return _MD_SPECIAL.sub(r"\\\1", str(text))
+
+
+def tile(label: str, value: str, sub: str = "", level: str = "ok") -> dict[str, str]:
+    return {"label": label, "value": value, "sub": sub, "level": level}
+
+
+def render_tiles(tiles: list[dict[str, str]]) -> None:
+    """A row of big-number tiles (readable across a room); level ok / warn / alert / muted."""
+    for col, t in zip(st.columns(len(tiles)), tiles):
+        col.markdown(
+            f'<div class="rh-tile {html.escape(t["level"])}"><div class="rh-label">{html.escape(t["label"])}</div>'
+            f'<div class="rh-value">{html.escape(t["value"])}</div><div class="rh-sub">{html.escape(t["sub"])}</div></div>',
+            unsafe_allow_html=True,
+        )
+
+
+def render_alerts(alerts: list[tuple[str, str]]) -> None:
+    if not alerts:
+        st.success("All nodes reporting, truncation below the warning threshold.")
+    for level, text in alerts[:8]:
+        (st.error if level == "error" else st.warning)(md_escape(text))
+    if len(alerts) > 8:
+        st.caption(f"… and {len(alerts) - 8} more on the Nodes page.")
+
+
+def truncation_tile(summary: dict, warn: float, alert: float) -> dict[str, str]:
+    if not summary["completions"]:
+        return tile("Truncated at ceiling", "—", "no completions counted yet", "muted")
+    if not summary["ceiling"]:
+        return tile("Truncated at ceiling", "none", "no max_tokens ceiling found in the data", "ok")
+    frac = summary["at_ceiling_fraction"]
+    lo, hi = summary.get("at_ceiling_interval") or (frac, frac)
+    level = "alert" if frac >= alert else "warn" if frac >= warn else "ok"
+    src = "exact" if summary["length_source"] == "completion_tokens" else "chars/4 estimate"
+    return tile(f"Truncated at {summary['ceiling']:,}", f"{frac:.1%}",
+                f"95% CI {lo:.1%}–{hi:.1%} · {src} · {summary['at_ceiling']:,} of {summary['length_count']:,}", level)
+
+
+def node_table(nodes: list[dict[str, Any]], stale_after: float, now: float | None = None) -> pd.DataFrame:
+    now = now or time.time()
+    rows = []
+    for n in nodes:
+        state, why = loaders.node_status(n, now, stale_after)
+        free = [d.get("free_bytes") for d in (n.get("disk") or {}).values() if d.get("free_bytes") is not None]
+        rows.append({"node": n["name"], "status": STATE_BADGE[state], "detail": why,
+                     "last seen": loaders.fmt_age(now - n["last_ok_unix"]) if n.get("last_ok_unix") else "never",
+                     "GPUs": n.get("gpus_found"), "shards": n.get("shards_matched"),
+                     "disk free": loaders.fmt_bytes(min(free)) if free else "N/A",
+                     "SSH RTT ms": n.get("rtt_ms")})
+    return pd.DataFrame(rows)
+
+
+def render_node_table(nodes: list[dict[str, Any]], stale_after: float) -> None:
+    if not nodes:
+        st.info("No nodes configured.")
+        return
+    st.dataframe(node_table(nodes, stale_after), hide_index=True, width="stretch")
+
+
+def render_indexing(nodes: list[dict[str, Any]]) -> None:
+    """'indexed X of Y GB' while the first scan is still catching up."""
+    done = sum(n.get("bytes_indexed") or 0 for n in nodes)
+    total = sum(n.get("bytes_total") or 0 for n in nodes)
+    pending = sum(n.get("pending_bytes") or 0 for n in nodes)
+    total = max(total, done + pending)
+    if pending > 0 or done < total:
+        st.progress(done / total if total else 0.0,
+                    text=f"First scan still indexing: indexed {done / 1e9:.2f} of {total / 1e9:.2f} GB — numbers will grow")
+
+
+def render_sample(sample: dict[str, Any]) -> None:
+    """One sample: where it came from, its prompt head and the END of its text, all literal."""
+    est = " (chars/4 estimate)" if sample.get("estimated") else ""
+    st.text(f"{sample.get('node')} · {sample.get('path')} line {sample.get('line_no')} · "
+            f"{sample.get('tokens')} tokens{est} · finish_reason={sample.get('finish_reason')} · "
+            f"{sample.get('text_chars')} chars")
+    st.caption("Prompt (start)")
+    st.code(sample.get("prompt_head") or "(no prompt in this line)", language=None, wrap_lines=True)
+    st.caption("Completion — last characters (where a truncated one was cut)")
+    st.code(sample.get("text_tail") or "(empty completion)", language=None, wrap_lines=True, height=320)
+
+
+def render_node_card(node: dict[str, Any], stale_after: float, now: float) -> None:
+    state, why = loaders.node_status(node, now, stale_after)
+    with st.container(border=True):
+        st.markdown(f"#### {STATE_BADGE[state]} {md_escape(node['name'])}")
+        st.text(why)
+        if node.get("last_error"):
+            when = loaders.fmt_age(now - node["last_error_unix"]) if node.get("last_error_unix") else "?"
+            st.text(f"Last error ({when} ago): {node['last_error']}")
+        for glob in node.get("unmatched_globs") or []:
+            st.text(f"No shard matched {glob} on {node['name']}")
+        if node.get("gpu_error"):
+            st.text(f"GPU telemetry error: {node['gpu_error']}")
+        for url, err in (node.get("metrics_errors") or {}).items():
+            st.text(f"Server metrics {url}: {err}")
+
+
+def overview_tiles(summary: dict, thr: dict, nodes: list[dict], n_gpus: int, target: int | None,
+                   last: float | None, cfg: Any, now: float) -> list[dict[str, str]]:
+    """The six standup tiles: done, throughput, ETA, truncation, nodes, data age."""
+    from runhealth import rates
+
+    done = summary["completions"]
+    tps = thr["shard"].get("total_tokens_per_s") if thr["shard"] else None
+    cps = thr["shard"].get("total_completions_per_s") if thr["shard"] else None
+    share = rates.progress(done, target) if target else None
+    done_sub = f"of {target:,} target ({share:.1%})" if share is not None else "no target_completions set"
+    server = thr.get("server_tokens_per_s")
+    tps_sub = (f"{loaders.fmt_rate(tps / n_gpus)} per GPU · " if tps and n_gpus else "") + (
+        f"server says {loaders.fmt_rate(server)}" if server is not None else "no server metrics")
+    eta = rates.eta_seconds(done, target, cps) if target and cps else None
+    states = [loaders.node_status(n, now, cfg.stale_after)[0] for n in nodes]
+    up, stale, down = states.count("up"), states.count("stale"), states.count("down")
+    free = [d.get("free_bytes") for n in nodes for d in (n.get("disk") or {}).values() if d.get("free_bytes")]
+    age = now - last if last is not None else None
+    return [
+        tile("Completions", f"{done:,}", done_sub, "ok" if done else "muted"),
+        tile("Tokens / s", loaders.fmt_rate(tps) if tps is not None else "—", tps_sub if tps is not None
+             else "waiting for two polls", "ok" if tps else "muted"),
+        tile("ETA", loaders.fmt_age(eta) if eta is not None else "—",
+             f"at {cps:,.1f} completions/s" if cps else "needs a target and a rate", "ok" if eta else "muted"),
+        truncation_tile(summary, cfg.truncation_warn_fraction, cfg.truncation_alert_fraction),
+        tile("Nodes up", f"{up} / {len(nodes)}", f"{stale} stale · {down} down"
+             + (f" · disk free ≥ {loaders.fmt_bytes(min(free))}" if free else ""),
+             "alert" if down else "warn" if stale or not up else "ok"),
+        tile("Data age", loaders.fmt_age(age) if age is not None else "—",
+             "waiting for first poll" if age is None else f"stale after {loaders.fmt_age(cfg.stale_after)}",
+             "muted" if age is None else "alert" if age > cfg.stale_after else "ok"),
+    ]
+
+
+def why_empty(nodes: list[dict[str, Any]], what: str = "completions") -> str:
+    """One sentence saying why there is nothing to show yet."""
+    if not nodes:
+        return "No nodes configured."
+    if all(n.get("last_ok_unix") is None for n in nodes):
+        errors = [f"{n['name']}: {n['last_error']}" for n in nodes if n.get("last_error")]
+        return "Waiting for first poll" + (f" ({'; '.join(errors[:3])})" if errors else ".")
+    misses = [f"no shard matched {g} on {n['name']}" for n in nodes for g in n.get("unmatched_globs") or []]
+    if misses and not any(n.get("shards_matched") for n in nodes):
+        return "No " + what + " yet: " + "; ".join(misses[:3]) + "."
+    return f"No {what} counted yet: the shards matched hold no complete lines so far."
+
+
+def render_nothing_yet(nodes: list[dict[str, Any]], what: str = "completions") -> None:
+    st.info(md_escape(why_empty(nodes, what)))
+
+
+def finish_reason_table(summary: dict) -> pd.DataFrame:
+    """Finish reasons, with "length" split into at-the-ceiling and below-it (context window)."""
+    reasons = dict(summary["finish_reasons"])
+    length = reasons.pop("length", 0)
+    rows = [(r, n) for r, n in sorted(reasons.items(), key=lambda kv: -kv[1])]
+    ceiling = summary["ceiling"]
+    if length:
+        rows.append((f"length — at the ceiling ({ceiling:,})" if ceiling else "length — at the ceiling",
+                     summary["at_ceiling"]))
+        rows.append(("length — below the ceiling (context window)", summary["length_below_ceiling"]))
+        rest = length - summary["at_ceiling"] - summary["length_below_ceiling"]
+        if rest:
+            rows.append(("length — estimated lengths (not split)", rest))
+    total = summary["completions"] or 1
+    return pd.DataFrame([{"finish reason": r, "completions": n, "share": f"{n / total:.2%}"} for r, n in rows])
+
+
+def gpu_table(gpus: pd.DataFrame) -> pd.DataFrame:
+    """The GPUs now, with idle (<10% util) and throttled ones flagged first."""
+    flags = []
+    for _, g in gpus.iterrows():
+        notes = []
+        if g.get("error"):
+            notes.append(f"error: {g['error']}")
+        if pd.notna(g["util_pct"]) and g["util_pct"] < 10:
+            notes.append("idle")
+        if g["throttle_reasons"]:
+            notes.append("throttled: " + ", ".join(g["throttle_reasons"]))
+        flags.append("⚠ " + "; ".join(notes) if notes else "ok")
+    out = pd.DataFrame({
+        "GPU": gpus["label"], "model": gpus["name"], "state": flags, "util %": gpus["util_pct"],
+        "power W": gpus["power_w"], "limit W": gpus["power_limit_w"], "mem GiB": gpus["mem_used_mib"] / 1024,
+        "of GiB": gpus["mem_total_mib"] / 1024, "temp °C": gpus["temp_c"], "SM MHz": gpus["sm_clock_mhz"],
+        "processes": [len(p) for p in gpus["processes"]],
+    })
+    return out.sort_values("state", key=lambda s: s == "ok", kind="stable")
+
+
+def gpu_processes(gpus: pd.DataFrame) -> pd.DataFrame:
+    rows = [{"GPU": g["label"], "pid": p.get("pid"), "process": p.get("name"), "mem GiB": (p.get("mem_used_mib") or 0) / 1024}
+            for _, g in gpus.iterrows() for p in g["processes"]]
+    return pd.DataFrame(rows, columns=["GPU", "pid", "process", "mem GiB"])

@@ -1,0 +1,237 @@
+"""Cached reads over the history store, shaped for the screens.
+
+Each `load_*` is an `st.cache_data` function with a short ttl (the collector writes every few
+seconds) and a `max_entries` bound; the store itself aggregates in SQL, so what comes back is
+small (count tables, bucketed series), never raw rows. The Store argument is hashed by its
+path, so two stores never share a cache entry. The pure helpers below the loaders (node
+status, alerts, formatting) are what the pages and cards use to turn that data into words.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from runhealth import stats, whatif
+from runhealth.store import Store
+
+TTL_S = 3
+_HASH = {Store: lambda s: str(s.path)}
+DOWN_AFTER_STALE = 5  # a node is "down" once it has failed for 5 x stale_after
+THROUGHPUT_WINDOW_S = 300
+SERVER_GAUGES = ("sglang:gen_throughput",)
+SERVER_COUNTERS = ("vllm:generation_tokens_total",)
+
+
+def _cache(ttl: float = TTL_S, max_entries: int = 16):
+    return st.cache_data(ttl=ttl, max_entries=max_entries, hash_funcs=_HASH, show_spinner=False)
+
+
+def clear_all() -> None:
+    """Drop every cached read (after "Refresh now")."""
+    for fn in (load_nodes, load_run_lengths, load_group_lengths, load_truncation_over_time, load_throughput,
+               load_gpu_latest, load_gpu_series, load_samples, load_last_collection):
+        fn.clear()
+
+
+# -- loaders ------------------------------------------------------------------------------
+@_cache()
+def load_nodes(store: Store) -> list[dict[str, Any]]:
+    return store.nodes()
+
+
+@_cache(ttl=2)
+def load_last_collection(store: Store) -> float | None:
+    return store.last_collection_unix()
+
+
+@_cache(ttl=5, max_entries=8)
+def load_run_lengths(store: Store, ceiling: int | None) -> dict[str, Any]:
+    """The run's length counts: summary, histogram bins and CDF points."""
+    rows = store.length_counts(by="run")
+    hist = stats.LengthHist.from_rows((r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in rows)
+    malformed = sum(n["malformed"] for n in store.nodes())
+    summary = stats.summarize(hist, ceiling=ceiling, unparseable=malformed)
+    bins = pd.DataFrame(stats.histogram(hist), columns=["bin_start", "bin_end", "stop", "at_ceiling", "other"])
+    cdf = pd.DataFrame(stats.cdf_points(hist), columns=["tokens", "cum_fraction"])
+    return {"hist": hist, "summary": summary, "bins": bins, "cdf": cdf}
+
+
+@_cache(ttl=5, max_entries=8)
+def load_group_lengths(store: Store, by: str, ceiling: int | None) -> pd.DataFrame:
+    """Share at the ceiling per node or shard, with Wilson interval and ceiling drift."""
+    groups: dict[str, stats.LengthHist] = {}
+    for r in store.length_counts(by=by):
+        name = r["node"] if by == "node" else f"{r['node']}:{r['path']}"
+        groups.setdefault(name, stats.LengthHist()).add(r["tokens"], r["finish_reason"], r["estimated"], r["count"])
+    drift = stats.ceiling_drift(groups)
+    out = []
+    for name, hist in sorted(groups.items()):
+        s = stats.summarize(hist, ceiling=ceiling)
+        lo, hi = stats.wilson_interval(s["at_ceiling"], s["length_count"])
+        own = stats.detect_ceiling(hist)
+        out.append({"group": name, "completions": s["completions"], "at_ceiling": s["at_ceiling"],
+                    "fraction": s["at_ceiling_fraction"], "lo": lo, "hi": hi,
+                    "ceiling": own if own is not None else s["ceiling"], "drift": name in drift})
+    return pd.DataFrame(out, columns=["group", "completions", "at_ceiling", "fraction", "lo", "hi", "ceiling", "drift"])
+
+
+@_cache(ttl=5, max_entries=8)
+def load_truncation_over_time(store: Store, interval_s: float) -> pd.DataFrame:
+    """Poll deltas per hour, or per a few polls while the run is short."""
+    polls = store.polls_by_bucket(3600)
+    span = (polls[-1]["bucket_unix"] - polls[0]["bucket_unix"]) if polls else 0
+    if span < 6 * 3600:
+        polls = store.polls_by_bucket(max(interval_s * 3, 30))
+    return pd.DataFrame(polls, columns=["bucket_unix", "completions", "tokens", "length_stops", "malformed", "backfill"])
+
+
+@_cache(ttl=TTL_S, max_entries=8)
+def load_throughput(store: Store, interval_s: float) -> dict[str, Any]:
+    """Throughput from shard growth (rates.run_throughput) and from the servers' own metrics."""
+    from runhealth import rates
+
+    now = time.time()
+    by_node: dict[str, list] = {}
+    for p in store.polls(since_unix=now - 2 * THROUGHPUT_WINDOW_S):
+        by_node.setdefault(p["node"], []).append(
+            (p["node_ts_unix"] or p["ts_unix"], p["completions"] or 0, p["tokens"] or 0, bool(p["backfill"])))
+    shard = rates.run_throughput(by_node, window_s=THROUGHPUT_WINDOW_S)
+    server = None
+    fresh = now - max(3 * interval_s, 30)
+    gauges = [m["value"] for m in store.metric_latest() if m["name"] in SERVER_GAUGES and m["ts_unix"] >= fresh]
+    if gauges:
+        server = float(sum(gauges))
+    for name in SERVER_COUNTERS:
+        per_node: dict[str, list] = {}
+        for m in store.metric_series(name, since_unix=now - THROUGHPUT_WINDOW_S):
+            per_node.setdefault(m["node"], []).append((m["ts_unix"], m["value"]))
+        node_rates = [rates.counter_rate(s) for s in per_node.values()]
+        node_rates = [r for r in node_rates if r is not None]
+        if node_rates:
+            server = (server or 0.0) + float(sum(node_rates))
+    series = pd.DataFrame(store.polls_by_bucket(max(interval_s * 3, 30), since_unix=now - 3600),
+                          columns=["bucket_unix", "completions", "tokens", "length_stops", "malformed", "backfill"])
+    series = series[series["backfill"] == 0]
+    series = series.assign(tokens_per_s=series["tokens"] / max(interval_s * 3, 30))
+    return {"shard": shard, "server_tokens_per_s": server, "series": series}
+
+
+@_cache()
+def load_gpu_latest(store: Store) -> pd.DataFrame:
+    df = pd.DataFrame(store.gpu_latest())
+    if df.empty:
+        return df
+    df["label"] = df["node"] + "/" + df["gpu"].astype(str)
+    df["power_pct"] = 100 * df["power_w"] / df["power_limit_w"]
+    df["mem_pct"] = 100 * df["mem_used_mib"] / df["mem_total_mib"]
+    return df
+
+
+@_cache(ttl=5, max_entries=8)
+def load_gpu_series(store: Store, since_unix: float | None, max_points: int = 400) -> pd.DataFrame:
+    df = pd.DataFrame(store.gpu_series(since_unix=since_unix, max_points=max_points))
+    if not df.empty:
+        df["label"] = df["node"] + "/" + df["gpu"].astype(str)
+        df["mem_used_gib"] = df["mem_used_mib"] / 1024
+    return df
+
+
+@_cache(ttl=2, max_entries=4)
+def load_samples(store: Store) -> dict[str, Any]:
+    return {"latest": store.latest_sample_batch(), "pending": store.pending_sample_batch()}
+
+
+@st.cache_data(ttl=60, max_entries=32, show_spinner=False)
+def load_whatif(_hist: stats.LengthHist, hist_key: str, ceiling: int, new_limit: int, loop_fraction: float,
+                bootstrap: int = 200) -> dict[str, Any]:
+    """`what_if` is a model fit: cached per (run size, limit) for a minute."""
+    return whatif.what_if(_hist, ceiling, new_limit, loop_fraction=loop_fraction, bootstrap=bootstrap)
+
+
+def whatif_curve(hist: stats.LengthHist, hist_key: str, ceiling: int, chosen: int,
+                 loop_fraction: float) -> pd.DataFrame:
+    """Projected share still truncated at a few limits between the ceiling and 4x it."""
+    limits = sorted({int(ceiling * f) for f in (1.25, 1.5, 2, 2.5, 3, 4)} | {chosen})
+    rows = []
+    for limit in limits:
+        r = load_whatif(hist, hist_key, ceiling, limit, loop_fraction, bootstrap=30)
+        if r["truncated_fraction"] is None:
+            continue
+        band = list(r["band"].values()) or [r["truncated_fraction"]]
+        rows.append({"limit": limit, "fraction": r["truncated_fraction"], "lo": r["interval"][0],
+                     "hi": r["interval"][1], "band_lo": min(band), "band_hi": max(band)})
+    return pd.DataFrame(rows, columns=["limit", "fraction", "lo", "hi", "band_lo", "band_hi"])
+
+
+# -- pure helpers -----------------------------------------------------------------------------
+def node_status(node: dict[str, Any], now: float, stale_after: float) -> tuple[str, str]:
+    """(state, one-line reason). The rule, also shown on the Nodes page:
+
+    pending = never polled; up = last success within stale_after; down = never succeeded but
+    failing, or no success for 5 x stale_after; stale = in between.
+    """
+    last_ok, err = node.get("last_ok_unix"), node.get("last_error")
+    failing = node.get("failing_since_unix") is not None
+    if last_ok is None:
+        return ("down", f"never reached: {err}") if err else ("pending", "waiting for first poll")
+    age = now - last_ok
+    if age <= stale_after:
+        return "up", f"last poll {fmt_age(age)} ago"
+    why = f": {err}" if failing and err else ""
+    state = "down" if age > DOWN_AFTER_STALE * stale_after else "stale"
+    return state, f"{state} for {fmt_age(age)}{why}"
+
+
+def fmt_age(seconds: float | None) -> str:
+    if seconds is None or math.isnan(seconds):
+        return "N/A"
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "N/A"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def fmt_rate(x: float | None) -> str:
+    if x is None:
+        return "N/A"
+    return f"{x / 1000:,.1f}K" if x >= 10_000 else f"{x:,.0f}"
+
+
+def run_alerts(summary: dict | None, nodes: list[dict], now: float, stale_after: float, warn: float,
+               alert: float, last_collection: float | None) -> list[tuple[str, str]]:
+    """One-sentence alerts, most serious first: [(level "error"|"warning", text)]."""
+    out: list[tuple[str, str]] = []
+    if last_collection is not None and now - last_collection > stale_after:
+        out.append(("error", f"No successful collection for {fmt_age(now - last_collection)}: these numbers are old."))
+    for n in nodes:
+        state, why = node_status(n, now, stale_after)
+        if state in ("down", "stale"):
+            out.append(("error" if state == "down" else "warning", f"{n['name']} {why}"))
+        for glob in n.get("unmatched_globs") or []:
+            out.append(("warning", f"No shard matched {glob} on {n['name']}."))
+    if summary and summary["completions"] and summary["ceiling"]:
+        frac = summary["at_ceiling_fraction"]
+        if frac >= warn:
+            out.append(("error" if frac >= alert else "warning",
+                        f"{frac:.1%} of completions stop at the {summary['ceiling']:,}-token ceiling."))
+    out.sort(key=lambda a: a[0] != "error")
+    return out

@@ -1,0 +1,118 @@
+"""Page setup shared by every screen: layout, runtime, access check and the sidebar.
+
+`setup()` is the first call of every page. It stops the page with a plain `st.error` when the
+config is wrong (the message names file, node and field), applies the optional allow-list, and
+draws the sidebar every screen shares: run name, DEMO badge, how old the data is (red once it
+is older than stale_after: a frozen screen must never look healthy) and "Refresh now".
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import pandas as pd
+import streamlit as st
+
+from components import cards, context, loaders
+
+CSS = """
+<style>
+.rh-tile {border-radius: 10px; padding: 12px 18px; background: #1C2029; border-left: 10px solid #4C9AFF;
+          margin-bottom: 8px; min-height: 150px}
+.rh-tile.warn {border-left-color: #FFB000; background: #3A2E0F}
+.rh-tile.alert {border-left-color: #FF4B4B; background: #401417}
+.rh-tile.muted {border-left-color: #6B7080}
+.rh-label {font-size: 1.15rem; color: #C3C7D0; text-transform: uppercase; letter-spacing: .05em}
+.rh-value {font-size: 3.3rem; font-weight: 750; line-height: 1.15; color: #FFFFFF; white-space: nowrap}
+.rh-tile.warn .rh-value {color: #FFC940}
+.rh-tile.alert .rh-value {color: #FF6B6B}
+.rh-sub {font-size: 1.05rem; color: #D0D4DC}
+.rh-demo {background: #5B3FD0; color: #fff; padding: 8px 16px; border-radius: 8px; font-size: 1.2rem;
+          font-weight: 600; margin-bottom: 8px}
+.rh-age-old {color: #FF6B6B; font-weight: 700}
+</style>
+"""
+ERROR_PREFIX = "Could not draw this part of the page"
+DEMO_TEXT = "DEMO — simulated run; add runhealth.toml to monitor real nodes"
+
+
+def setup(title: str, prefix: str) -> context.Runtime:
+    """Configure the page and return the runtime; stops the page on a config or access error."""
+    st.set_page_config(page_title=f"{title} · runhealth", page_icon="🩺", layout="wide")
+    st.markdown(CSS, unsafe_allow_html=True)
+    rt = context.get_runtime()
+    if rt.config_error or rt.config is None or rt.store is None:
+        st.error(f"runhealth cannot start: {rt.config_error or 'no run configured'}")
+        st.info("Fix the field named above in runhealth.toml (or RUNHEALTH_CONFIG) and reload the page.")
+        st.stop()
+    _check_access(rt.config.allowed_users)
+    with st.sidebar:
+        st.markdown(f"### {rt.config.name}")
+        if rt.demo:
+            st.markdown('<div class="rh-demo">DEMO</div>', unsafe_allow_html=True)
+        st.fragment(run_every=5)(freshness)(rt, compact=True)
+        if st.button("Refresh now", key=f"{prefix}_refresh_button", disabled=rt.collector is None,
+                     help="Poll every node now" if rt.collector else "The collector is off in this process"):
+            rt.collector.request_refresh()
+            loaders.clear_all()
+            st.rerun()
+    return rt
+
+
+def guarded(fn):
+    """Run a render function so that no exception escapes the page: it becomes an st.error."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            st.error(cards.md_escape(f"{ERROR_PREFIX}: {type(exc).__name__}: {str(exc)[:300]}"))
+
+    return wrapper
+
+
+def freshness(rt: context.Runtime, compact: bool = False) -> None:
+    """When the last successful collection happened; red once it is older than stale_after."""
+    last = loaders.load_last_collection(rt.store)
+    if last is None:
+        st.markdown("**Waiting for first poll** — no node has answered yet.")
+        return
+    age = time.time() - last
+    clock = time.strftime("%H:%M:%S", time.localtime(last))
+    text = f"Last collection {clock} ({loaders.fmt_age(age)} ago)"
+    if age > rt.config.stale_after:
+        st.markdown(f'<span class="rh-age-old">⚠ {text} — data is stale</span>', unsafe_allow_html=True)
+    elif compact:
+        st.caption(text)
+    else:
+        st.markdown(text)
+
+
+def download_csv(df: pd.DataFrame, filename: str, prefix: str, label: str = "Download CSV") -> None:
+    """The page's data as CSV, in the sidebar."""
+    with st.sidebar:
+        st.download_button(label, df.to_csv(index=False).encode("utf-8"), file_name=filename, mime="text/csv",
+                           key=f"{prefix}_csv_download", disabled=df.empty)
+
+
+def _check_access(allowed_users: list[str]) -> None:
+    """Enforce `allowed_users` when Streamlit authentication is configured ([auth] in secrets)."""
+    if not allowed_users:
+        return
+    try:
+        auth_configured = "auth" in st.secrets
+    except Exception:  # no secrets file at all
+        auth_configured = False
+    if not auth_configured:
+        st.sidebar.warning("allowed_users is set but no [auth] section is in .streamlit/secrets.toml: "
+                           "access is not restricted.")
+        return
+    if not st.user.is_logged_in:
+        st.info("This run's dashboard is restricted. Sign in to continue.")
+        st.button("Log in", on_click=st.login, key="page_login_button")
+        st.stop()
+    if st.user.get("email") not in allowed_users:
+        st.error(f"{st.user.get('email')} is not in this run's allowed_users.")
+        st.stop()

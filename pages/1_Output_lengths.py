@@ -1,0 +1,130 @@
+"""Output lengths: how long completions are, how many stop at the ceiling, what a higher limit buys.
+
+Counts are exact (every completion counted once by the agent); lengths without
+completion_tokens are chars/4 estimates and are labelled, never mixed in silently. The
+what-if is a model extrapolation beyond the ceiling and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import streamlit as st
+
+from components import cards, figures, loaders, page
+from runhealth import whatif
+
+PREFIX = "lengths"
+CONTINUATION_N = 300
+
+
+def loop_fraction(store) -> tuple[float, str]:
+    """Share of sampled truncated completions that are loops (they never finish at any limit)."""
+    batch = loaders.load_samples(store)["latest"]
+    cut = [s for s in (batch or {}).get("samples", []) if s.get("finish_reason") == "length"]
+    if not cut:
+        return 0.0, "no truncated samples yet: assumes none are repetition loops (take a sample on the Samples page)"
+    share = sum(bool(s.get("is_loop")) for s in cut) / len(cut)
+    return share, f"{share:.0%} of {len(cut)} sampled truncated completions are loops: they stay cut at any limit"
+
+
+def render_summary(s: dict) -> None:
+    tok, est = s["tokens"], "" if s["length_source"] == "completion_tokens" else " (chars/4 estimate)"
+    cards.render_tiles([cards.truncation_tile(s, rt.config.truncation_warn_fraction, rt.config.truncation_alert_fraction),
+                        *[cards.tile(k.upper(), f"{tok[k]:,}" if tok[k] is not None else "—", f"tokens{est}")
+                          for k in ("p50", "p90", "p99")],
+                        cards.tile("Mean / max", f"{tok['mean']:,.0f}", f"max {tok['max']:,} tokens{est}")])
+    if s["estimated_count"]:
+        use = "are shown alone" if est else "are left out of the length statistics (still counted in finish reasons)"
+        st.warning(f"{s['estimated_count']:,} completions have no completion_tokens: their lengths are chars/4 estimates and {use}.")
+
+
+def render_groups(ceiling) -> None:
+    by = st.radio("Truncation by", ["node", "shard"], horizontal=True, key=f"{PREFIX}_group_radio")
+    df = loaders.load_group_lengths(rt.store, by, ceiling)
+    for _, g in df[df["drift"]].iterrows():
+        st.warning(cards.md_escape(f"Ceiling drift: {g['group']} stops at {int(g['ceiling']):,} tokens, unlike the rest of the run."))
+    if len(df):
+        left, right = st.columns([3, 2])
+        left.plotly_chart(figures.make_truncation_by_group_figure(df, rt.config.truncation_warn_fraction,
+                                                                  rt.config.truncation_alert_fraction), key=f"{PREFIX}_group_chart")
+        right.dataframe(df.drop(columns=["lo", "hi"]), hide_index=True, column_config={
+            "fraction": st.column_config.NumberColumn("at ceiling", format="percent")}, width="stretch")
+
+
+def render_whatif(data: dict, thr: dict) -> None:
+    s, hist = data["summary"], data["hist"]
+    ceiling = s["ceiling"]
+    st.subheader("What if max_tokens were raised?")
+    limit = int(st.number_input("New max_tokens", min_value=1, max_value=16 * ceiling, value=2 * ceiling, step=256,
+                                key=f"{PREFIX}_whatif_limit"))
+    lf, lf_text = loop_fraction(rt.store)
+    key = f"{rt.store.path}:{hist.total}"
+    r = loaders.load_whatif(hist, key, ceiling, limit, lf)
+    tps = (thr["shard"] or {}).get("total_tokens_per_s")
+    remaining = (rt.config.target_completions or s["completions"]) - s["completions"]
+    eta = whatif.eta_change(remaining, tps, s["tokens"]["mean"] or 0, r["extra_tokens_per_completion"] or 0)
+    frac, (lo, hi) = r["truncated_fraction"], r["interval"]
+    cards.render_tiles([
+        cards.tile(f"Still truncated at {limit:,}", f"{frac:.1%}" if frac is not None else "?",
+                   f"95% {lo:.1%}–{hi:.1%} · now {r['current_truncated_fraction']:.1%}", "warn"),
+        cards.tile("Extra tokens / completion", f"{r['extra_tokens_per_completion']:+,.0f}"
+                   if r["extra_tokens_per_completion"] is not None else "?",
+                   "{:,.0f}–{:,.0f}".format(*r["extra_tokens_interval"])),
+        cards.tile("ETA change", f"{eta['delta_s'] / 3600:+.1f} h" if eta["delta_s"] is not None else "—",
+                   "at current throughput" if eta["delta_s"] is not None else "needs throughput and a target"),
+    ])
+    band = " · ".join(f"{m} {v:.1%}" for m, v in r["band"].items())
+    st.caption(f"This is an extrapolation: nobody has seen lengths above {ceiling:,}. {r['note']} "
+               f"Methods: {band or 'n/a'}. Hard bounds: {r['hard_bounds'][0]:.1%}–{r['hard_bounds'][1]:.1%}. {lf_text}.")
+    curve = loaders.whatif_curve(hist, key, ceiling, limit, lf)
+    if len(curve) >= 2:
+        st.plotly_chart(figures.make_whatif_figure(curve, ceiling, limit, r["hard_bounds"][1]), key=f"{PREFIX}_whatif_chart")
+    render_continuation(limit, ceiling)
+
+
+def render_continuation(limit: int, ceiling: int) -> None:
+    """A JSONL of continuation requests to measure the answer instead of modelling it."""
+    if st.button(f"Prepare continuation batch ({CONTINUATION_N} truncated samples)", key=f"{PREFIX}_continuation_button",
+                 disabled=rt.collector is None or limit <= ceiling):
+        with st.spinner("Sampling truncated completions from the nodes…"):
+            samples, _pop, errors = rt.collector.sample_now(n=CONTINUATION_N, finish_reason="length", full_text=True)
+        reqs = whatif.continuation_requests(samples, limit, ceiling, model="")
+        st.session_state[f"{PREFIX}_continuation"] = ("".join(json.dumps(q) + "\n" for q in reqs), len(reqs), errors)
+    if f"{PREFIX}_continuation" in st.session_state:
+        body, n, errors = st.session_state[f"{PREFIX}_continuation"]
+        st.download_button(f"Download {n} continuation requests (JSONL)", body, file_name="continuation.jsonl",
+                           key=f"{PREFIX}_continuation_download", disabled=n == 0)
+        for node, err in errors.items():
+            st.warning(cards.md_escape(f"{node}: {err}"))
+        st.caption("Set the model name in each body, run the batch, and compare lengths with the new limit.")
+
+
+rt = page.setup("Output lengths", PREFIX)
+st.title("Output lengths")
+nodes = loaders.load_nodes(rt.store)
+cards.render_indexing(nodes)
+data = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)
+summary = data["summary"]
+if not summary["completions"]:
+    cards.render_nothing_yet(nodes)
+    st.stop()
+page.guarded(render_summary)(summary)
+left, right = st.columns(2)
+if len(data["bins"]):
+    left.plotly_chart(figures.make_length_histogram_figure(data["bins"], summary["ceiling"], summary["at_ceiling_fraction"]),
+                      key=f"{PREFIX}_hist_chart")
+    right.plotly_chart(figures.make_cdf_figure(data["cdf"], summary["ceiling"]), key=f"{PREFIX}_cdf_chart")
+st.dataframe(cards.finish_reason_table(summary), hide_index=True)
+page.guarded(render_groups)(summary["ceiling"])
+over_time = loaders.load_truncation_over_time(rt.store, rt.config.interval_s)
+if over_time["completions"].sum() > 0:
+    st.plotly_chart(figures.make_truncation_over_time_figure(over_time, rt.config.truncation_warn_fraction,
+                                                             rt.config.truncation_alert_fraction), key=f"{PREFIX}_time_chart")
+if summary["ceiling"]:
+    page.guarded(render_whatif)(data, loaders.load_throughput(rt.store, rt.config.interval_s))
+else:
+    st.info("No max_tokens ceiling found in the data (none configured, no pile-up detected): nothing is cut at a limit.")
+page.download_csv(data["bins"], "length_histogram.csv", PREFIX)
+st.caption(f"Page drawn {time.strftime('%H:%M:%S')}.")

@@ -1,0 +1,84 @@
+"""GPUs: is every GPU busy, within its power limit, cool, and running the server?
+
+Per-GPU time series of utilization, power (with the limit), memory, temperature and SM clock,
+averaged in SQL into at most a few hundred points per GPU over the chosen window. Idle
+(<10% util) and throttled GPUs are listed first; simulated telemetry (demo) is labelled.
+"""
+
+from __future__ import annotations
+
+import time
+
+import streamlit as st
+
+from components import cards, figures, loaders, page
+
+PREFIX = "gpus"
+WINDOWS_S = {"15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "whole run": None}
+SERIES = [  # (column, title, unit, limit column)
+    ("util_pct", "Utilization", "%", None),
+    ("power_w", "Power", "W", "power_limit_w"),
+    ("mem_used_gib", "Memory used", "GiB", None),
+    ("temp_c", "Temperature", "°C", None),
+    ("sm_clock_mhz", "SM clock", "MHz", None),
+]
+
+
+def render_now(gpus, nodes) -> None:
+    table = cards.gpu_table(gpus)
+    flagged = table[table["state"] != "ok"]
+    if len(flagged):
+        st.warning(cards.md_escape(f"{len(flagged)} GPU(s) need a look: " + ", ".join(
+            f"{g} ({s.removeprefix('⚠ ')})" for g, s in zip(flagged["GPU"], flagged["state"]))))
+    st.plotly_chart(figures.make_gpu_heatstrip_figure(gpus[["label", "util_pct", "power_pct", "mem_pct"]]),
+                    key=f"{PREFIX}_heatstrip_chart")
+    st.dataframe(table, hide_index=True, width="stretch", column_config={
+        "util %": st.column_config.ProgressColumn("util %", min_value=0, max_value=100, format="%.0f"),
+        "mem GiB": st.column_config.NumberColumn(format="%.1f"), "of GiB": st.column_config.NumberColumn(format="%.0f"),
+        "power W": st.column_config.NumberColumn(format="%.0f")})
+
+
+def render_series(window: str, labels: list[str]) -> None:
+    span = WINDOWS_S[window]
+    since = (time.time() - span) // 10 * 10 if span else None
+    df = loaders.load_gpu_series(rt.store, since)
+    df = df[df["label"].isin(labels)] if len(df) else df
+    if df.empty:
+        st.info(f"No GPU samples in the last {window}.")
+        return
+    cols = st.columns(2)
+    for i, (col, title, unit, limit) in enumerate(SERIES):
+        cols[i % 2].plotly_chart(figures.make_gpu_timeseries_figure(df, col, title, unit, limit),
+                                 key=f"{PREFIX}_{col}_chart")
+
+
+rt = page.setup("GPUs", PREFIX)
+st.title("GPUs")
+nodes = loaders.load_nodes(rt.store)
+for n in nodes:
+    if n.get("gpu_error"):
+        st.warning(cards.md_escape(f"{n['name']}: GPU telemetry error ({n.get('gpu_source') or 'no source'}): {n['gpu_error']}"))
+gpus = loaders.load_gpu_latest(rt.store)
+if gpus.empty:
+    if all(n.get("last_ok_unix") is None for n in nodes):
+        cards.render_nothing_yet(nodes, "GPU telemetry")
+    else:
+        st.info("No node reported a GPU (gpu = \"off\", or neither NVML nor nvidia-smi works there): "
+                "see each node's GPU source on the Nodes page.")
+    st.stop()
+if rt.demo or any(n.get("gpu_simulated") for n in nodes):
+    st.info("GPU telemetry on this page is simulated (demo mode): the numbers are made up.")
+page.guarded(render_now)(gpus, nodes)
+c1, c2 = st.columns([1, 3])
+window = c1.selectbox("Window", list(WINDOWS_S), index=1, key=f"{PREFIX}_window_select")
+picked = c2.multiselect("Nodes", sorted(gpus["node"].unique()), key=f"{PREFIX}_node_select",
+                        placeholder="all nodes")
+labels = gpus.loc[gpus["node"].isin(picked or gpus["node"].unique()), "label"].tolist()
+page.guarded(render_series)(window, labels)
+st.subheader("Processes holding GPU memory")
+procs = cards.gpu_processes(gpus)
+if procs.empty:
+    st.info("No process holds GPU memory (or the driver does not report processes).")
+else:
+    st.dataframe(procs, hide_index=True, width="stretch")
+page.download_csv(cards.gpu_table(gpus), "gpus.csv", PREFIX)

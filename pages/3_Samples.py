@@ -1,0 +1,103 @@
+"""Samples: read what the model actually wrote, especially where truncated completions were cut.
+
+"Re-sample" asks the collector for a fresh uniform sample (it runs in the background; two tabs
+clicking at once share one batch). Sample text is shown with st.code / st.text only, never as
+markdown or HTML, so whatever a completion contains is shown literally.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from components import cards, loaders, page
+from runhealth import loops, stats
+
+PREFIX = "samples"
+REASONS = {"all completions": None, "truncated only (finish_reason = length)": "length"}
+
+
+def render_controls() -> None:
+    c1, c2, c3 = st.columns([1, 2, 2], vertical_alignment="bottom")
+    n = int(c1.number_input("Sample size", min_value=1, max_value=2000, value=50, key=f"{PREFIX}_n_input"))
+    reason = REASONS[c2.selectbox("Draw from", list(REASONS), key=f"{PREFIX}_reason_select")]
+    if c3.button("Re-sample", key=f"{PREFIX}_resample_button", type="primary", disabled=rt.collector is None,
+                 help="Draw a fresh uniform sample from every node's shards" if rt.collector else "The collector is off"):
+        batch = rt.collector.request_sample(n, reason)
+        st.session_state.setdefault(f"{PREFIX}_filters", {})[batch] = reason
+        st.session_state[f"{PREFIX}_waiting"] = batch
+        loaders.load_samples.clear()
+
+
+def render_pending() -> None:
+    """'sampling…' until the batch lands; then one full rerun to show it."""
+    got = loaders.load_samples(rt.store)
+    if got["pending"]:
+        st.info(f"Sampling… (batch {got['pending']['batch']}, {got['pending']['requested_n']} completions requested)")
+    elif st.session_state.pop(f"{PREFIX}_waiting", None) is not None:
+        st.rerun(scope="app")
+
+
+def render_rates(samples: list[dict], batch: int, ceiling: int | None) -> None:
+    summary = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["summary"]
+    filtered = st.session_state.get(f"{PREFIX}_filters", {}).get(batch) == "length" or all(
+        s["finish_reason"] == "length" for s in samples)
+    tiles = []
+    if ceiling and not filtered:
+        k = sum(s["finish_reason"] == "length" and (s["tokens"] or 0) >= ceiling for s in samples)
+        lo, hi = stats.wilson_interval(k, len(samples))
+        tiles.append(cards.tile("Sampled at ceiling", f"{k / len(samples):.1%}", f"95% {lo:.1%}–{hi:.1%} · {k} of {len(samples)}"))
+        tiles.append(cards.tile("Exact (all completions)", f"{summary['at_ceiling_fraction']:.1%}",
+                                f"{summary['at_ceiling']:,} of {summary['length_count']:,} · exact"))
+    cut = [s for s in samples if s["finish_reason"] == "length"]
+    share = loops.loop_share([s["text_tail"] or "" for s in cut])
+    if share["n"]:
+        lo, hi = share["interval"]
+        tiles.append(cards.tile("Truncated that loop", f"{share['fraction']:.0%}",
+                                f"95% {lo:.0%}–{hi:.0%} · {share['loops']} of {share['n']} truncated samples", "warn"))
+    if tiles:
+        cards.render_tiles(tiles)
+    examples = [("A truncated loop", [s for s in cut if s.get("is_loop")]),
+                ("A truncated completion that is not a loop", [s for s in cut if not s.get("is_loop")])]
+    cols = st.columns(2)
+    for col, (title, found) in zip(cols, examples):
+        with col, st.expander(title, expanded=False):
+            if found:
+                cards.render_sample(found[0])
+            else:
+                st.text("None in this sample.")
+
+
+def label(s: dict) -> str:
+    loop = " · loop" if s.get("is_loop") else ""
+    return f"{s['node']} · {(s['path'] or '').rsplit('/', 1)[-1]}:{s['line_no']} · {s['tokens']} tok · {s['finish_reason']}{loop}"
+
+
+rt = page.setup("Samples", PREFIX)
+st.title("Samples")
+page.guarded(render_controls)()
+waiting = st.session_state.get(f"{PREFIX}_waiting") is not None or loaders.load_samples(rt.store)["pending"]
+st.fragment(run_every=2 if waiting else None)(render_pending)()
+latest = loaders.load_samples(rt.store)["latest"]
+if not latest:
+    st.info("No sample yet: press Re-sample to draw completions uniformly from the shards."
+            if rt.collector else "No sample yet, and the collector is off in this process.")
+    st.stop()
+for node, err in (latest.get("errors") or {}).items():
+    st.warning(cards.md_escape(f"{node}: could not sample: {err}"))
+samples = latest["samples"]
+ceiling = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["summary"]["ceiling"]
+st.caption(f"Batch {latest['batch']}: {len(samples)} of {latest['population'] or 0:,} completions, drawn uniformly.")
+if not samples:
+    st.info("The last sample came back empty (see the errors above, or the shards hold no complete lines).")
+    st.stop()
+page.guarded(render_rates)(samples, latest["batch"], ceiling)
+only_cut = st.toggle("Truncated only", key=f"{PREFIX}_truncated_only")
+shown = [s for s in samples if s["finish_reason"] == "length"] if only_cut else samples
+table = [{"node": s["node"], "shard": (s["path"] or "").rsplit("/", 1)[-1], "line": s["line_no"], "tokens": s["tokens"],
+          "finish reason": s["finish_reason"], "loop?": "loop" if s.get("is_loop") else ""} for s in shown]
+st.dataframe(table, hide_index=True, width="stretch", height=300)
+if shown:
+    pick = st.selectbox("Read one", range(len(shown)), format_func=lambda i: label(shown[i]), key=f"{PREFIX}_pick_select")
+    cards.render_sample(shown[pick])
+page.download_csv(pd.DataFrame(table), "samples.csv", PREFIX)

@@ -1,0 +1,146 @@
+"""Throughput, progress and ETA from per-node poll deltas and Prometheus counters.
+
+Each node poll yields ``(t_unix_node_clock, delta_count, delta_tokens, backfill)``: the
+completions and tokens that appeared since the previous poll, stamped with the node's own
+clock.  Rates are always computed on one node's clock (intervals between its own polls), so
+clock skew between nodes and the dashboard cancels out.  Backfill polls (the first index of
+existing shards, a rescan after a dashboard restart) carry data produced long before and are
+excluded; their timestamp only restarts the interval.  A missed poll needs no special case:
+the next delta spans the gap and is divided by the gap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from itertools import pairwise
+
+Point = Sequence  # (t_unix_node_clock, delta_count, delta_tokens, backfill)
+
+
+def _intervals(points: list[Point]) -> list[tuple[float, float, float, float]]:
+    """Valid ``(t_start, t_end, delta_count, delta_tokens)`` spans between consecutive polls.
+
+    A span ending in a backfill poll is dropped; so is one whose clock went backwards or
+    stood still (node reboot, NTP step): the next span starts afresh from that poll.
+    """
+    spans, prev_t = [], None
+    for t, d_count, d_tokens, backfill in sorted(points, key=lambda p: p[0]):
+        if prev_t is not None and not backfill and t > prev_t:
+            spans.append((prev_t, t, max(0.0, d_count), max(0.0, d_tokens)))
+        prev_t = t
+    return spans
+
+
+def ewma_rate(points: list[Point], half_life_s: float = 60.0):
+    """Exponentially weighted rates over irregular poll intervals.
+
+    Each span's deltas and duration are weighted by ``0.5 ** (age / half_life_s)`` (age of the
+    span's midpoint relative to the last poll), and the rate is weighted delta / weighted
+    duration, so a long span after a missed poll counts for its full length, not as one poll.
+
+    Returns:
+        ``(completions_per_s, tokens_per_s)``, or ``(None, None)`` without a valid span.
+    """
+    spans = _intervals(points)
+    if not spans:
+        return None, None
+    t_last = spans[-1][1]
+    w_dur = w_count = w_tokens = 0.0
+    for t0, t1, d_count, d_tokens in spans:
+        weight = 0.5 ** ((t_last - 0.5 * (t0 + t1)) / half_life_s)
+        w_dur += weight * (t1 - t0)
+        w_count += weight * d_count
+        w_tokens += weight * d_tokens
+    if w_dur <= 0:
+        return None, None
+    return w_count / w_dur, w_tokens / w_dur
+
+
+def windowed_rate(points: list[Point], window_s: float):
+    """Mean rates over the last ``window_s`` seconds of valid spans (node clock).
+
+    A span straddling the window start counts pro rata.
+
+    Returns:
+        ``(completions_per_s, tokens_per_s)``, or ``(None, None)`` without a valid span.
+    """
+    spans = _intervals(points)
+    if not spans:
+        return None, None
+    start = spans[-1][1] - window_s
+    dur = count = tokens = 0.0
+    for t0, t1, d_count, d_tokens in spans:
+        if t1 <= start:
+            continue
+        share = (t1 - max(t0, start)) / (t1 - t0)
+        dur += t1 - max(t0, start)
+        count += share * d_count
+        tokens += share * d_tokens
+    if dur <= 0:
+        return None, None
+    return count / dur, tokens / dur
+
+
+def run_throughput(points_by_node: dict[str, list[Point]], window_s: float = 300.0) -> dict:
+    """Run-wide throughput: the sum of each node's windowed rates, each on its own clock.
+
+    Returns:
+        ``{"total_tokens_per_s", "total_completions_per_s", "per_node": {name: (cps, tps)}}``;
+        totals are None when no node has a rate.
+    """
+    per_node = {name: windowed_rate(points, window_s) for name, points in points_by_node.items()}
+    known = [r for r in per_node.values() if r[0] is not None]
+    return {
+        "total_tokens_per_s": sum(r[1] for r in known) if known else None,
+        "total_completions_per_s": sum(r[0] for r in known) if known else None,
+        "per_node": per_node,
+    }
+
+
+def counter_rate(samples: list[tuple[float, float]]) -> float | None:
+    """Per-second rate of a Prometheus counter from ``(t_unix, value)`` samples.
+
+    A drop in value is a counter reset (server restart): the new value is the increase since
+    the reset, as in PromQL ``rate()``.
+
+    Returns:
+        Increase / elapsed seconds, or None with fewer than two samples or no elapsed time.
+    """
+    ordered = sorted((t, v) for t, v in samples if v is not None and not math.isnan(v))
+    if len(ordered) < 2 or ordered[-1][0] <= ordered[0][0]:
+        return None
+    increase = 0.0
+    for (_t0, v0), (_t1, v1) in pairwise(ordered):
+        increase += v1 - v0 if v1 >= v0 else v1
+    return increase / (ordered[-1][0] - ordered[0][0])
+
+
+def progress(done: int, target: int | None) -> float | None:
+    """Share of the target done, clipped to [0, 1]; None without a positive target."""
+    if not target or target <= 0 or done is None:
+        return None
+    return min(1.0, max(0.0, done / target))
+
+
+def eta_seconds(done: int, target: int | None, completions_per_s: float | None) -> float | None:
+    """Seconds until ``target`` completions at the current rate.
+
+    Returns:
+        0.0 when the target is reached; None without a target or a positive rate.
+    """
+    if not target or target <= 0 or done is None:
+        return None
+    remaining = target - done
+    if remaining <= 0:
+        return 0.0
+    if not completions_per_s or completions_per_s <= 0:
+        return None
+    return remaining / completions_per_s
+
+
+def tokens_per_joule(tokens_per_s: float | None, power_w: float | None) -> float | None:
+    """Energy efficiency in tokens per joule (tokens/s divided by watts); None if unknown."""
+    if tokens_per_s is None or not power_w or power_w <= 0:
+        return None
+    return tokens_per_s / power_w

@@ -1,0 +1,120 @@
+"""Shared fixtures: real OpenSSH sshd processes on loopback (never mocked).
+
+The chain follows ansible/pylibssh's tests/conftest.py: session temp dir -> client keys ->
+authorized_keys -> `sshd_node` factory (host key + sshd on 127.0.0.x + known_hosts). A missing
+sshd fails the test with how to install it; it never skips.
+
+    node = sshd_node("127.0.0.2")          # started, banner seen; stopped at session end
+    cfg = node.node_config(name="node-2")  # runhealth.config.NodeConfig pointing at it
+    transport = SSHTransport(cfg)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+import sshd as sshd_lib
+
+from runhealth.config import NodeConfig
+
+# A planted secret: tests assert it never shows up in exceptions or logs.
+SECRET_PASSPHRASE = "planted-Secret-passphrase-7f3a"
+
+
+@dataclasses.dataclass
+class SshdNode:
+    """A running sshd plus what a client needs to reach it."""
+
+    sshd: sshd_lib.Sshd
+    host_key: Path
+    known_hosts: Path
+    client_key: Path
+
+    @property
+    def ip(self) -> str:
+        return self.sshd.ip
+
+    @property
+    def port(self) -> int:
+        return self.sshd.port
+
+    def node_config(self, **overrides) -> NodeConfig:
+        """A NodeConfig for this sshd; the remote python is this interpreter (same machine)."""
+        fields = dict(name=f"node-{self.ip.rsplit('.', 1)[1]}", host=self.ip, shards=[],
+                      port=self.port, user=None, identity_file=str(self.client_key),
+                      known_hosts=str(self.known_hosts), python=sys.executable,
+                      connect_timeout_s=5.0, command_timeout_s=10.0)
+        fields.update(overrides)
+        return NodeConfig(**fields)
+
+
+@pytest.fixture(scope="session")
+def sshd_tools():
+    """Fail (never skip) when OpenSSH is missing, saying how to install it."""
+    problem = sshd_lib.missing_tools()
+    if problem:
+        pytest.fail(problem)
+
+
+@pytest.fixture(scope="session")
+def ssh_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("ssh")
+
+
+@pytest.fixture(scope="session")
+def ssh_client_key(sshd_tools, ssh_dir) -> Path:
+    """Unencrypted client key, authorized on every `sshd_node`."""
+    return sshd_lib.keygen(ssh_dir / "id_client")
+
+
+@pytest.fixture(scope="session")
+def ssh_encrypted_key(sshd_tools, ssh_dir) -> Path:
+    """Client key encrypted with SECRET_PASSPHRASE, also authorized on every `sshd_node`."""
+    return sshd_lib.keygen(ssh_dir / "id_encrypted", passphrase=SECRET_PASSPHRASE)
+
+
+@pytest.fixture(scope="session")
+def ssh_authorized_keys(ssh_dir, ssh_client_key, ssh_encrypted_key) -> Path:
+    path = ssh_dir / "authorized_keys"
+    path.write_text("".join(Path(f"{key}.pub").read_text()
+                            for key in (ssh_client_key, ssh_encrypted_key)))
+    return path
+
+
+@pytest.fixture(scope="session")
+def sshd_node(request, ssh_dir, ssh_client_key, ssh_authorized_keys):
+    """Factory: ``sshd_node(ip="127.0.0.2", host_key=None, **sshd_options) -> SshdNode``.
+
+    Each call starts a new sshd (own free port, own host key unless one is given, own
+    known_hosts file). All are stopped at session end; their logs are printed if a test failed.
+    """
+    started: list[SshdNode] = []
+
+    def start(ip: str = "127.0.0.2", host_key: Path | None = None, **options) -> SshdNode:
+        index = len(started)
+        if host_key is None:
+            host_key = sshd_lib.keygen(ssh_dir / f"host_key_{index}", comment="host")
+        server = sshd_lib.Sshd(ip, host_key, ssh_authorized_keys, ssh_dir,
+                               extra_options=options)
+        try:
+            server.start()
+        except RuntimeError as exc:
+            pytest.fail(str(exc))
+        known_hosts = sshd_lib.write_known_hosts(ssh_dir / f"known_hosts_{index}",
+                                                 [(ip, server.port, host_key)])
+        node = SshdNode(server, host_key, known_hosts, ssh_client_key)
+        started.append(node)
+        return node
+
+    yield start
+    for node in started:
+        node.sshd.stop()
+    if request.session.testsfailed:
+        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+        for node in started:
+            text = node.sshd.log_text().strip()
+            if text and reporter:
+                reporter.write_line(f"--- sshd {node.ip}:{node.port} log ---\n{text}")

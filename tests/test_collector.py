@@ -1,0 +1,137 @@
+"""The collector over real agents (local transport): exact counts, growth, failures, samples."""
+
+import sys
+import threading
+import time
+
+import pytest
+from shardgen import chat_line, truth_rows, write_shard
+
+from runhealth.collector import Collector
+from runhealth.config import NodeConfig, RunConfig
+from runhealth.store import Store
+
+
+def local_node(name, shard_glob, **kw):
+    return NodeConfig(name=name, host="local", shards=[shard_glob], python=sys.executable, gpu="off",
+                      command_timeout_s=20.0, **kw)
+
+
+@pytest.fixture
+def run(tmp_path):
+    """Two local nodes with known shards: 600 + 400 completions, 18% at 4096."""
+    for i, (n, seed) in enumerate([(600, 1), (400, 2)], start=1):
+        (tmp_path / f"n{i}").mkdir()
+        write_shard(tmp_path / f"n{i}" / "a.jsonl", truth_rows(n, seed))
+    config = RunConfig(name="t", nodes=[local_node("n1", str(tmp_path / "n1" / "*.jsonl")),
+                                        local_node("n2", str(tmp_path / "n2" / "*.jsonl"))], interval_s=0.5)
+    store = Store(tmp_path / "store.sqlite3")
+    collector = Collector(config, store)
+    yield tmp_path, config, store, collector
+    collector.stop()
+
+
+def counts(store, by="run"):
+    out = {}
+    for r in store.length_counts(by=by):
+        key = (r.get("node"), r["tokens"], r["finish_reason"])
+        out[key] = out.get(key, 0) + r["count"]
+    return out
+
+
+def truth(*row_lists, node=None):
+    out = {}
+    for rows in row_lists:
+        for t, f in rows:
+            out[(node, t, f)] = out.get((node, t, f), 0) + 1
+    return out
+
+
+def test_poll_once_counts_every_line_exactly(run):
+    tmp, config, store, collector = run
+    results = collector.poll_once()
+    assert all(isinstance(r, dict) for r in results.values())
+    assert counts(store) == truth(truth_rows(600, 1), truth_rows(400, 2))
+    assert counts(store, "node") == {**truth(truth_rows(600, 1), node="n1"), **truth(truth_rows(400, 2), node="n2")}
+
+
+def test_growth_half_written_line_and_restart_never_double_count(run):
+    tmp, config, store, collector = run
+    collector.poll_once()
+    shard = tmp / "n1" / "a.jsonl"
+    extra = [(4096, "length"), (77, "stop")]
+    write_shard(shard, extra, mode="a")
+    half = chat_line(123, "stop")
+    with open(shard, "a") as f:
+        f.write(half[:30])  # the writer is mid-line
+    collector.poll_once()
+    expected = truth(truth_rows(600, 1), truth_rows(400, 2), extra)
+    assert counts(store) == expected
+    with open(shard, "a") as f:
+        f.write(half[30:])
+    # A dashboard restart: a fresh collector resumes from the stored offsets.
+    collector.stop()
+    again = Collector(config, store)
+    try:
+        again.poll_once()
+    finally:
+        again.stop()
+    expected[(None, 123, "stop")] = expected.get((None, 123, "stop"), 0) + 1
+    assert counts(store) == expected
+
+
+def test_a_failing_node_does_not_stop_the_others(tmp_path):
+    (tmp_path / "ok").mkdir()
+    write_shard(tmp_path / "ok" / "a.jsonl", truth_rows(50, 3))
+    config = RunConfig(name="t", nodes=[
+        local_node("good", str(tmp_path / "ok" / "*.jsonl")),
+        NodeConfig(name="bad", host="local", shards=["/nonexistent/*.jsonl"], python="/nonexistent/python3"),
+    ])
+    store = Store(tmp_path / "s.sqlite3")
+    collector = Collector(config, store)
+    try:
+        results = collector.poll_once()
+    finally:
+        collector.stop()
+    assert isinstance(results["good"], dict) and isinstance(results["bad"], Exception)
+    nodes = {n["name"]: n for n in store.nodes()}
+    assert nodes["good"]["last_ok_unix"] is not None and nodes["good"]["lines"] == 50
+    assert nodes["bad"]["last_ok_unix"] is None and nodes["bad"]["last_error"]
+
+
+def test_background_threads_poll_and_refresh_wakes_them(run):
+    tmp, config, store, collector = run
+    collector.start()
+    deadline = time.time() + 20
+    while time.time() < deadline and sum(counts(store).values()) < 1000:
+        time.sleep(0.1)
+    assert sum(counts(store).values()) == 1000
+    write_shard(tmp / "n2" / "a.jsonl", [(5, "stop")], mode="a")
+    collector.request_refresh()
+    while time.time() < deadline and sum(counts(store).values()) < 1001:
+        time.sleep(0.05)
+    assert sum(counts(store).values()) == 1001
+
+
+def test_uniform_sample_across_nodes_and_coalescing(run):
+    tmp, config, store, collector = run
+    collector.poll_once()
+    samples, population, errors = collector.sample_now(200, seed=7)
+    assert errors == {} and population == 1000 and len(samples) == 200
+    by_node = sum(s["node"] == "n1" for s in samples)
+    assert 90 <= by_node <= 150  # n1 holds 60% of the lines
+    truncated, _, _ = collector.sample_now(40, finish_reason="length", seed=8)
+    assert truncated and all(s["finish_reason"] == "length" for s in truncated)
+    # Two tabs clicking Re-sample at once: one batch.
+    batches = []
+    threads = [threading.Thread(target=lambda: batches.append(collector.request_sample(30))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(batches)) == 1
+    deadline = time.time() + 20
+    while store.latest_sample_batch() is None and time.time() < deadline:
+        time.sleep(0.05)
+    batch = store.latest_sample_batch()
+    assert batch["batch"] == batches[0] and len(batch["samples"]) == 30

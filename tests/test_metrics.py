@@ -1,0 +1,79 @@
+"""Tests for runhealth.metrics on hand-written SGLang / vLLM /metrics fixtures."""
+
+from pathlib import Path
+
+import pytest
+
+from runhealth.metrics import MAX_TEXT_BYTES, parse_server_metrics
+
+FIXTURES = Path(__file__).parent / "fixtures" / "metrics"
+
+
+def load(name):
+    return (FIXTURES / name).read_text()
+
+
+def test_sglang_fixture():
+    out = parse_server_metrics(load("sglang.txt"))
+    assert out["error"] is None and out["server"] == "sglang"
+    assert out["values"] == {
+        "sglang:gen_throughput": 5231.42,
+        "sglang:num_running_reqs": 212.0,
+        "sglang:num_queue_reqs": 37.0,
+        "sglang:token_usage": 0.87,
+        "sglang:generation_tokens_total": 1906712843.0,
+        "sglang:spec_accept_length": 2.71,
+    }
+
+
+def test_vllm_fixture_sums_engines_and_breaks_out_finish_reasons():
+    out = parse_server_metrics(load("vllm.txt"))
+    values = out["values"]
+    assert out["error"] is None and out["server"] == "vllm"
+    # prometheus_client names the counter family "vllm:generation_tokens"; the sample keeps _total.
+    assert values["vllm:generation_tokens_total"] == 9.5e8 + 9.25e8
+    assert values["vllm:num_requests_running"] == 356.0
+    assert values["vllm:num_requests_waiting"] == 21.0
+    assert values["vllm:kv_cache_usage_perc"] == pytest.approx(0.90)  # averaged, not summed
+    assert values['vllm:request_success_total{finished_reason="length"}'] == 81100.0
+    assert values['vllm:request_success_total{finished_reason="stop"}'] == 358500.0
+    assert values['vllm:request_success_total{finished_reason="abort"}'] == 15.0
+    assert not any("bucket" in k or "created" in k or "prompt" in k for k in values)
+
+
+def test_older_vllm_cache_metric_and_missing_reasons():
+    values = parse_server_metrics(load("vllm_v0_old.txt"))["values"]
+    assert values["vllm:kv_cache_usage_perc"] == 0.41
+    assert values['vllm:request_success_total{finished_reason="length"}'] == 0.0
+    assert values['vllm:request_success_total{finished_reason="stop"}'] == 900.0
+
+
+def test_bytes_input_and_untyped_lines():
+    text = b'vllm:num_requests_running{model_name="m"} 3\nvllm:num_requests_running{model_name="n"} 4\n'
+    out = parse_server_metrics(text)
+    assert out["values"] == {"vllm:num_requests_running": 7.0} and out["server"] == "vllm"
+
+
+@pytest.mark.parametrize("text", [
+    'vllm:num_requests_running{model_name="m" 3\n',
+    "this is not prometheus text\n",
+    "# TYPE x counter\nx_total{a=\"b\"} notanumber\n",
+    '# TYPE\n',
+    "\x00\xff" * 100,
+])
+def test_malformed_text_gives_an_error_not_an_exception(text):
+    out = parse_server_metrics(text)
+    assert out["values"] == {} and isinstance(out["error"], str) and out["error"]
+
+
+def test_huge_text_is_refused_before_parsing():
+    huge = "sglang:num_running_reqs 1\n" * (MAX_TEXT_BYTES // 25 + 10)
+    out = parse_server_metrics(huge)
+    assert out["values"] == {} and "too large" in out["error"]
+
+
+def test_empty_and_none():
+    assert parse_server_metrics("") == {"values": {}, "error": None, "server": None}
+    assert parse_server_metrics(None)["error"]
+    out = parse_server_metrics("# HELP up Up.\n# TYPE up gauge\nup 1\n")
+    assert out == {"values": {}, "error": None, "server": None}

@@ -1,0 +1,183 @@
+"""Every screen under AppTest, over stores built like the collector builds them.
+
+The collector is off (RUNHEALTH_COLLECTOR=off): pages render from a store that
+tests/store_fixtures.py filled through `Store.record_poll`. Button tests swap in a recording
+collector through `components.context.get_runtime`, the one seam between pages and nodes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import store_fixtures
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from components import context
+from components.page import ERROR_PREFIX
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = ["app.py", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "pages").glob("*.py"))]
+SCENARIOS = ["healthy", "ceiling_18", "node_down", "empty"]
+TIMEOUT_S = 30
+
+
+@pytest.fixture(autouse=True)
+def _clear_streamlit_caches():
+    # st.cache_data / st.cache_resource live in the process and leak between AppTests (streamlit #9139).
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    yield
+    st.cache_data.clear()
+    st.cache_resource.clear()
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory) -> dict[str, Path]:
+    """One config per scenario, built once per module (building a store takes ~1 s)."""
+    out = {}
+    for name in [*SCENARIOS]:
+        tmp = tmp_path_factory.mktemp(name)
+        store, config = store_fixtures.make_store(tmp, name)
+        store.close()
+        out[name] = config
+    return out
+
+
+class RecordingCollector:
+    """Stands in for the collector at the network boundary: records what pages ask for."""
+
+    def __init__(self, store):
+        self.store = store
+        self.calls: list[tuple] = []
+
+    def request_refresh(self) -> None:
+        self.calls.append(("refresh",))
+
+    def request_sample(self, n: int, finish_reason: str | None = None) -> int:
+        self.calls.append(("sample", n, finish_reason))
+        return self.store.new_sample_batch(n)
+
+    def sample_now(self, n, finish_reason=None, full_text=False):
+        self.calls.append(("sample_now", n, finish_reason, full_text))
+        return [{"path": "/data/out/a.jsonl", "line_no": 3, "prompt": "Prove it.", "text": "Proof: ..."}], 1, {}
+
+
+def run_page(path: str, config: Path, monkeypatch) -> AppTest:
+    monkeypatch.setenv("RUNHEALTH_CONFIG", str(config))
+    monkeypatch.setenv("RUNHEALTH_COLLECTOR", "off")
+    at = AppTest.from_file(str(ROOT / path), default_timeout=TIMEOUT_S)
+    at.run()
+    return at
+
+
+def texts(at: AppTest) -> str:
+    """Everything a user can read on the page, as one string."""
+    parts = []
+    for kind in ("markdown", "caption", "text", "code", "error", "warning", "info", "success", "title", "header",
+                 "subheader", "metric"):
+        for el in getattr(at, kind):
+            parts.append(str(getattr(el, "value", "")) + " " + str(getattr(el, "label", "")))
+    for df in at.dataframe:
+        parts.append(df.value.to_string())
+    return "\n".join(parts)
+
+
+def assert_clean(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    broken = [e.value for e in at.error if ERROR_PREFIX in e.value]
+    assert not broken, broken
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("page", PAGES)
+def test_page_renders_without_exception(page, scenario, stores, monkeypatch):
+    at = run_page(page, stores[scenario], monkeypatch)
+    assert_clean(at)
+    assert store_fixtures.RUN_NAME in texts(at)
+
+
+def test_overview_shows_the_ceiling_incident(stores, monkeypatch):
+    at = run_page("app.py", stores["ceiling_18"], monkeypatch)
+    assert_clean(at)
+    page = texts(at)
+    assert "18.0%" in page and "4,096" in page
+    assert any("stop at the 4,096-token ceiling" in e.value for e in at.error), [e.value for e in at.error]
+
+
+def test_overview_healthy_run_has_no_truncation_alert(stores, monkeypatch):
+    at = run_page("app.py", stores["healthy"], monkeypatch)
+    assert_clean(at)
+    alerts = [e.value for e in [*at.error, *at.warning]]
+    assert not any("ceiling" in a for a in alerts), alerts
+    assert "1.0%" in texts(at)
+
+
+def test_overview_names_the_down_node_and_why(stores, monkeypatch):
+    at = run_page("app.py", stores["node_down"], monkeypatch)
+    assert_clean(at)
+    alerts = " ".join(e.value for e in [*at.error, *at.warning])
+    assert "node-3" in alerts and "connection refused" in alerts
+    assert "node-2 stale" in alerts
+    assert "/data/extra/\\*.jsonl" in alerts
+
+
+def test_empty_store_says_why(stores, monkeypatch):
+    for page in PAGES:
+        at = run_page(page, stores["empty"], monkeypatch)
+        assert_clean(at)
+        page_text = texts(at).lower()
+        assert "waiting for first poll" in page_text or "no completions" in page_text, page
+
+
+def test_lengths_page_numbers(stores, monkeypatch):
+    at = run_page("pages/1_Output_lengths.py", stores["ceiling_18"], monkeypatch)
+    assert_clean(at)
+    page = texts(at)
+    assert "18.0%" in page and "4,096" in page
+    assert "extrapolation" in page.lower()
+    assert at.number_input(key="lengths_whatif_limit").value == 8192
+
+
+def test_samples_page_shows_hostile_text_literally(stores, monkeypatch):
+    at = run_page("pages/3_Samples.py", stores["ceiling_18"], monkeypatch)
+    assert_clean(at)
+    pick = at.selectbox(key="samples_pick_select")
+    pick.select_index(next(i for i, o in enumerate(pick.options) if "node-3" in o and ":12 " in o)).run()
+    assert_clean(at)
+    code = " ".join(c.value for c in at.code)
+    assert "<script>alert('pwned')</script>" in code
+    assert "[link](javascript:alert(1))" in code
+    # Nowhere rendered as markdown/HTML.
+    assert not any("<script>" in m.value for m in at.markdown)
+
+
+def _with_recording_collector(monkeypatch, config: Path) -> RecordingCollector:
+    monkeypatch.setenv("RUNHEALTH_CONFIG", str(config))
+    monkeypatch.setenv("RUNHEALTH_COLLECTOR", "off")
+    runtime = context.build_runtime()
+    runtime.collector = RecordingCollector(runtime.store)
+    monkeypatch.setattr(context, "get_runtime", lambda: runtime)
+    return runtime.collector
+
+
+def test_refresh_button_wakes_the_collector(stores, monkeypatch):
+    collector = _with_recording_collector(monkeypatch, stores["healthy"])
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT_S).run()
+    at.button(key="overview_refresh_button").click().run()
+    assert_clean(at)
+    assert ("refresh",) in collector.calls
+
+
+def test_resample_button_requests_a_sample_and_says_sampling(stores, monkeypatch):
+    collector = _with_recording_collector(monkeypatch, stores["healthy"])
+    at = AppTest.from_file(str(ROOT / "pages/3_Samples.py"), default_timeout=TIMEOUT_S).run()
+    at.number_input(key="samples_n_input").set_value(25)
+    at.button(key="samples_resample_button").click().run()
+    assert_clean(at)
+    assert ("sample", 25, None) in collector.calls
+    assert "sampling" in texts(at).lower()
+    # A second click (another tab) while one is pending must not crash.
+    at.button(key="samples_resample_button").click().run()
+    assert_clean(at)

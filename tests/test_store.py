@@ -1,0 +1,130 @@
+"""The history store: polls fold in atomically, resets never double, a kill -9 corrupts nothing."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+from runhealth.store import Store
+
+
+def reply(files, *, pending=0, time_unix=1000.0, gpus=None):
+    return {"schema_version": 1, "ok": True, "time_unix": time_unix, "agent_ms": 1.0, "hostname": "h",
+            "loadavg": [0, 0, 0], "gpus": gpus or {"source": None, "error": "no GPU telemetry: test", "devices": []},
+            "shards": {"matched": len(files), "unmatched_globs": [], "pending_bytes": pending, "files": files},
+            "disk": {}, "metrics": {}}
+
+
+def entry(offset, counts, *, inode=1, reset=False, malformed=0, offset_from=0):
+    tokens = sum(t * n for t, _, _, n in counts)
+    return {"inode": inode, "size": offset, "offset_from": offset_from, "offset": offset, "reset": reset,
+            "lines": sum(c[3] for c in counts) + malformed, "malformed": malformed, "tokens": tokens,
+            "counts": counts, "error": None}
+
+
+def run_counts(store):
+    return {(r["tokens"], r["finish_reason"], r["estimated"]): r["count"] for r in store.length_counts()}
+
+
+def test_counts_accumulate_and_offsets_resume(tmp_path):
+    store = Store(tmp_path / "s.sqlite3")
+    store.record_poll("n1", reply({"/a": entry(100, [[4096, "length", 0, 2], [10, "stop", 0, 1]])}), 1.0, 5.0)
+    store.record_poll("n1", reply({"/a": entry(150, [[4096, "length", 0, 1], [12, None, 0, 1]], offset_from=100)}),
+                      2.0, 5.0)
+    assert run_counts(store) == {(4096, "length", 0): 3, (10, "stop", 0): 1, (12, None, 0): 1}
+    assert store.shard_state("n1") == {"/a": {"inode": 1, "offset": 150}}
+    polls = store.polls()
+    assert [p["completions"] for p in polls] == [3, 2]
+    assert [p["length_stops"] for p in polls] == [2, 1]
+    assert [p["backfill"] for p in polls] == [1, 0]  # the first poll of a node is catch-up, not throughput
+
+
+def test_reset_drops_the_old_counts_of_that_shard_only(tmp_path):
+    store = Store(tmp_path / "s.sqlite3")
+    store.record_poll("n1", reply({"/a": entry(100, [[5, "stop", 0, 4]]), "/b": entry(10, [[7, "stop", 0, 1]])}),
+                      1.0, 1.0)
+    store.record_poll("n1", reply({"/a": entry(20, [[9, "stop", 0, 1]], inode=2, reset=True)}), 2.0, 1.0)
+    assert run_counts(store) == {(9, "stop", 0): 1, (7, "stop", 0): 1}
+    shard = {s["path"]: s for s in store.shards()}
+    assert shard["/a"]["lines"] == 1 and shard["/a"]["resets"] == 1 and shard["/a"]["inode"] == 2
+    assert store.polls()[-1]["backfill"] == 1
+
+
+def test_groupings_and_node_status(tmp_path):
+    store = Store(tmp_path / "s.sqlite3")
+    store.register_node("n1", {"name": "n1", "passphrase_set": True})
+    store.record_poll("n1", reply({"/a": entry(10, [[5, "stop", 0, 2]])}, time_unix=103.0), 100.0, 3.0)
+    store.record_poll("n2", reply({"/b": entry(10, [[5, "stop", 0, 1]])}), 100.0, 3.0)
+    store.record_failure("n2", "connection refused by 127.0.0.3:22", 200.0)
+    by_node = {(r["node"], r["tokens"]): r["count"] for r in store.length_counts(by="node")}
+    assert by_node == {("n1", 5): 2, ("n2", 5): 1}
+    assert len(store.length_counts(by="shard")) == 2
+    nodes = {n["name"]: n for n in store.nodes()}
+    assert nodes["n1"]["skew_s"] == 3.0 and nodes["n1"]["config"] == {"name": "n1", "passphrase_set": True}
+    assert nodes["n2"]["last_error"] == "connection refused by 127.0.0.3:22"
+    assert nodes["n2"]["last_ok_unix"] == 100.0 and nodes["n2"]["failing_since_unix"] == 200.0
+    assert store.last_collection_unix() == 100.0
+
+
+def test_gpu_series_is_downsampled_in_sql(tmp_path):
+    store = Store(tmp_path / "s.sqlite3")
+    gpus = {"source": "nvml", "error": None, "devices": [
+        {"index": i, "name": "H200", "uuid": f"GPU-{i}", "util_pct": 90, "mem_used_mib": 1, "mem_total_mib": 2,
+         "power_w": 600, "power_limit_w": 700, "temp_c": 60, "sm_clock_mhz": 1900, "throttle_reasons": [],
+         "processes": [], "error": None} for i in range(2)]}
+    for t in range(500):
+        store.record_poll("n1", reply({}, gpus=gpus), float(t), 1.0)
+    series = store.gpu_series(max_points=50)
+    assert 2 * 45 <= len(series) <= 2 * 50
+    assert {r["gpu"] for r in series} == {0, 1} and all(r["util_pct"] == 90 for r in series)
+    assert len(store.gpu_latest()) == 2
+
+
+def test_sample_batches(tmp_path):
+    store = Store(tmp_path / "s.sqlite3")
+    batch = store.new_sample_batch(3, 1.0)
+    assert store.pending_sample_batch()["batch"] == batch and store.latest_sample_batch() is None
+    store.finish_sample_batch(batch, [{"node": "n1", "path": "/a", "line_no": 1, "tokens": 4096,
+                                       "finish_reason": "length", "text_tail": "<script>x</script>"}], 10, {}, 2.0)
+    latest = store.latest_sample_batch()
+    assert latest["population"] == 10 and latest["samples"][0]["text_tail"] == "<script>x</script>"
+    assert store.pending_sample_batch() is None
+
+
+def test_history_survives_a_restart(tmp_path):
+    Store(tmp_path / "s.sqlite3").record_poll("n1", reply({"/a": entry(10, [[5, "stop", 0, 2]])}), 1.0, 1.0)
+    again = Store(tmp_path / "s.sqlite3")
+    assert again.shard_state("n1") == {"/a": {"inode": 1, "offset": 10}}
+    assert run_counts(again) == {(5, "stop", 0): 2}
+
+
+WRITER = textwrap.dedent("""
+    import sys
+    from runhealth.store import Store
+    store = Store(sys.argv[1])
+    i = 0
+    while True:
+        i += 1
+        files = {"/a": {"inode": 1, "size": i, "offset": i, "reset": False, "malformed": 0, "tokens": 0,
+                        "counts": [[1, "stop", 0, 1]], "error": None}}
+        store.record_poll("n1", {"time_unix": 0, "shards": {"files": files}}, float(i), 1.0)
+        if i == 50:
+            print("ready", flush=True)
+""")
+
+
+def test_kill_9_mid_write_leaves_counts_consistent_with_offsets(tmp_path):
+    """Every committed poll moved the offset by exactly one line and added one count."""
+    path = tmp_path / "s.sqlite3"
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE,
+                            cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert proc.stdout.readline().strip() == b"ready"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    store = Store(path)
+    offset = store.shard_state("n1")["/a"]["offset"]
+    assert offset >= 50
+    assert run_counts(store) == {(1, "stop", 0): offset}
+    assert len(store.polls()) == offset
+    assert store._db().execute("PRAGMA integrity_check").fetchone()[0] == "ok"
