@@ -216,3 +216,50 @@ def gpu_processes(gpus: pd.DataFrame) -> pd.DataFrame:
     rows = [{"GPU": g["label"], "pid": p.get("pid"), "process": p.get("name"), "mem GiB": (p.get("mem_used_mib") or 0) / 1024}
             for _, g in gpus.iterrows() for p in g["processes"]]
     return pd.DataFrame(rows, columns=["GPU", "pid", "process", "mem GiB"])
+
+
+_SECRET_WORDS = ("passphrase", "password", "secret", "private_key", "token")
+
+
+def safe_config(config: dict[str, Any] | None) -> dict[str, Any]:
+    """A node's effective config for display: secret values never shown, only whether they are set."""
+    out = {}
+    for key, value in (config or {}).items():
+        if any(w in key.lower() for w in _SECRET_WORDS):
+            if key.endswith("_set"):
+                out[key.removesuffix("_set")] = "set" if value else "not set"
+            continue
+        out[key] = value
+    return out
+
+
+def node_details(node: dict[str, Any], now: float) -> pd.DataFrame:
+    """Every status field of one node, in words."""
+    def when(ts):
+        return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(ts))} ({loaders.fmt_age(now - ts)} ago)" if ts else "never"
+
+    skew = node.get("skew_s")
+    disk = "; ".join(f"{p}: {loaders.fmt_bytes(d.get('free_bytes'))} free of {loaders.fmt_bytes(d.get('total_bytes'))}"
+                     for p, d in (node.get("disk") or {}).items()) or "N/A"
+    gpu_src = (node.get("gpu_source") or "none") + (" (simulated)" if node.get("gpu_simulated") else "")
+    rows = [
+        ("last success", when(node.get("last_ok_unix"))),
+        ("last attempt", when(node.get("last_attempt_unix"))),
+        ("last error", f"{node['last_error']} — {when(node.get('last_error_unix'))}" if node.get("last_error") else "none"),
+        ("failing since", when(node.get("failing_since_unix")) if node.get("failing_since_unix") else "not failing"),
+        ("SSH round-trip", f"{node['rtt_ms']:.0f} ms" if node.get("rtt_ms") is not None else "N/A"),
+        ("agent time", f"{node['agent_ms']:.1f} ms" if node.get("agent_ms") is not None else "N/A"),
+        ("clock skew (node − dashboard)", f"{skew:+.2f} s" if skew is not None else "N/A"),
+        ("hostname", node.get("hostname") or "N/A"),
+        ("load average", ", ".join(f"{x:.2f}" for x in node.get("loadavg") or []) or "N/A"),
+        ("GPUs found", f"{node.get('gpus_found') or 0} via {gpu_src}"),
+        ("GPU telemetry error", node.get("gpu_error") or "none"),
+        ("shards matched", str(node.get("shards_matched") or 0)),
+        ("indexed", f"{loaders.fmt_bytes(node.get('bytes_indexed'))} of {loaders.fmt_bytes(node.get('bytes_total'))}"
+                    + (f" ({loaders.fmt_bytes(node['pending_bytes'])} still to scan)" if node.get("pending_bytes") else "")),
+        ("lines counted", f"{node.get('lines') or 0:,}"),
+        ("malformed lines", f"{node.get('malformed') or 0:,}"),
+        ("unmatched globs", ", ".join(node.get("unmatched_globs") or []) or "none"),
+        ("disk", disk),
+    ]
+    return pd.DataFrame(rows, columns=["field", "value"])

@@ -37,20 +37,25 @@ class Runtime:
 
 def build_runtime() -> Runtime:
     """Load the config (or the demo), open the store and start collecting."""
+    collect = os.environ.get(COLLECTOR_ENV, "on").lower() not in ("off", "0", "false", "no")
+    simulator = None
     try:
         path = find_config_path()
-        config = load_config(path) if path else demo.demo_config()
+        if path is not None:
+            config = load_config(path)
+        else:
+            if collect:
+                simulator = demo.Simulator()
+                if not simulator.start():  # another dashboard process already simulates
+                    simulator = None
+            config = demo.demo_config(metrics_port=simulator.metrics_port if simulator else None)
         store = Store(config.resolved_store_path())
     except RunhealthError as exc:
         return Runtime(config=None, store=None, config_error=str(exc))
-    runtime = Runtime(config=config, store=store, demo=config.demo)
-    if os.environ.get(COLLECTOR_ENV, "on").lower() in ("off", "0", "false", "no"):
-        return runtime
-    if config.demo:
-        runtime.simulator = demo.Simulator()
-        runtime.simulator.start()
-    runtime.collector = Collector(config, store)
-    runtime.collector.start()
+    runtime = Runtime(config=config, store=store, demo=config.demo, simulator=simulator)
+    if collect:
+        runtime.collector = Collector(config, store)
+        runtime.collector.start()
     return runtime
 
 

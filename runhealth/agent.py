@@ -55,7 +55,7 @@ class _State:
 
     def __init__(self):
         self.index = {}  # (path, inode) -> [array('Q') of complete-line starts, indexed_to]
-        self.templates = {}  # (path, inode) -> [templates list, builds left]
+        self.templates = {}  # (path, inode) -> [strict plans, tolerant plans, builds left]
         self.rr_cursor = 0  # round-robin start so no shard starves under a small budget
         self.nvml = None
         self.nvml_error = None
@@ -66,7 +66,7 @@ class _State:
         return self.index.setdefault((path, inode), [array.array("Q"), 0])
 
     def file_templates(self, path, inode):
-        return self.templates.setdefault((path, inode), [[], MAX_TEMPLATE_BUILDS])
+        return self.templates.setdefault((path, inode), [[], [], MAX_TEMPLATE_BUILDS])
 
 
 STATE = _State()
@@ -138,12 +138,18 @@ def _load_line(raw):
 
 # ---------------------------------------------------------------------------- templates
 _TOKEN_RE = re.compile(
-    rb'[ \t\r]*(?:("(?:[^"\\]|\\.)*")|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)'
+    rb'([ \t\r]*)(?:("(?:[^"\\]|\\.)*")|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)'
     rb'|(true|false|null)|([{}\[\]:,]))'
 )
 _WS = rb"[ \t\r]*"
 _STR = rb'"[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)*"'
-_SCALAR = rb"(?:" + _STR + rb"|-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|true|false|null)"
+_NUM = rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+_LIT = rb"true|false|null"
+_SCALARS = {  # any JSON scalar; the type seen in the template's line is tried first (speed only)
+    "s": b"(?:" + _STR + b"|" + _NUM + b"|" + _LIT + b")",
+    "n": b"(?:" + _NUM + b"|" + _STR + b"|" + _LIT + b")",
+    "l": b"(?:" + _LIT + b"|" + _STR + b"|" + _NUM + b")",
+}
 _FR = rb'(?:"(?P<fr>[^"\\\x00-\x1f]*)"|null)'
 _CT = rb"(?P<ct>0|[1-9][0-9]*)"
 
@@ -153,7 +159,12 @@ class _TemplateError(Exception):
 
 
 class _Builder:
-    """Walks one line's tokens and emits regex segments separated by string holes."""
+    """Walks one line's tokens and emits regex pieces, split into segments at string holes.
+
+    A piece is (whitespace seen before the token, pattern). The strict variant keeps that
+    whitespace literally (fast, the usual case: one writer, one style); the tolerant variant
+    accepts any JSON whitespace there.
+    """
 
     def __init__(self, raw, fr_path, ct_path):
         self.tokens = [m.groups() for m in _TOKEN_RE.finditer(raw)]
@@ -161,7 +172,7 @@ class _Builder:
             raise _TemplateError("too many tokens")
         self.i = 0
         self.fr_path, self.ct_path = fr_path, ct_path
-        self.segments, self.cur = [], [_WS]
+        self.segments, self.cur = [], []
 
     def next(self):
         if self.i >= len(self.tokens):
@@ -169,59 +180,69 @@ class _Builder:
         self.i += 1
         return self.tokens[self.i - 1]
 
-    def emit(self, part):
-        self.cur.append(part + _WS)
+    def emit(self, tok, pattern):
+        self.cur.append((tok[0], pattern))
 
     def value(self, path):
-        s, num, lit, punct = self.next()
-        if punct == b"{":
-            return self.container(path, b"}")
-        if punct == b"[":
-            return self.container(path, b"]")
+        tok = self.next()
+        ws, s, num, lit, punct = tok
+        if punct in (b"{", b"["):
+            return self.container(tok, path)
         if path == self.ct_path:
-            if num is None or not num.lstrip(b"-").isdigit() or num.startswith(b"-"):
+            if num is None or not num.isdigit():
                 raise _TemplateError("completion_tokens is not a count")
-            return self.emit(_CT)
+            return self.emit(tok, _CT)
         if path == self.fr_path:
             if s is None and lit != b"null":  # json.loads would give None, a template could not
                 raise _TemplateError("finish_reason is not a string")
-            return self.emit(_FR)
+            return self.emit(tok, _FR)
         if s is not None and (len(s) > 64 or (path and path[-1] in HOLE_KEYS)):
-            self.cur.append(b'"')  # the hole starts just after this opening quote
-            self.segments.append(b"".join(self.cur))
-            self.cur = [_WS]
+            self.emit(tok, b'"')  # the hole starts just after this opening quote
+            self.segments.append(self.cur)
+            self.cur = []
             return None
         if punct is not None:
             raise _TemplateError("unexpected %r" % punct)
-        return self.emit(_SCALAR)
+        return self.emit(tok, _SCALARS["s" if s else "n" if num else "l"])
 
-    def container(self, path, close):
-        self.emit(re.escape(b"{" if close == b"}" else b"["))
+    def container(self, tok, path):
+        close = b"}" if tok[4] == b"{" else b"]"
+        self.emit(tok, re.escape(tok[4]))
         keys, k = set(), 0
         while True:
-            tok = self.tokens[self.i] if self.i < len(self.tokens) else (None, None, None, None)
-            if tok[3] == close:
-                self.i += 1
-                return self.emit(re.escape(close))
+            if self.i < len(self.tokens) and self.tokens[self.i][4] == close:
+                return self.emit(self.next(), re.escape(close))
             if k:
-                if self.next()[3] != b",":
+                comma = self.next()
+                if comma[4] != b",":
                     raise _TemplateError("expected ,")
-                self.emit(b",")
+                self.emit(comma, b",")
             if close == b"}":
-                key = self.next()[0]
-                name = json.loads(key.decode("utf-8")) if key else None
-                if name is None or name in keys or self.next()[3] != b":":
+                key, colon = self.next(), self.next()
+                name = json.loads(key[1].decode("utf-8")) if key[1] else None
+                if name is None or name in keys or colon[4] != b":":
                     raise _TemplateError("bad or duplicate key")
                 keys.add(name)
-                self.emit(re.escape(key) + _WS + b":")
+                self.emit(key, re.escape(key[1]))
+                self.emit(colon, b":")
                 self.value(path + (name,))
             else:
                 self.value(path + (k,))
             k += 1
 
+    def compile(self, strict):
+        """Compiled segments; the last one must reach the end of the line."""
+        out = []
+        for seg in self.segments + [self.cur + [(b"", _WS + rb"\Z")]]:
+            parts = ((re.escape(ws) if strict else _WS) + pat for ws, pat in seg)
+            rx = re.compile(b"".join(parts), re.DOTALL)
+            groups = ("ct" in rx.groupindex) | ("fr" in rx.groupindex) << 1
+            out.append((rx.match, groups, len(out) < len(self.segments)))
+        return out
+
 
 def _build_template(raw, obj):
-    """Regex segments for lines shaped like `raw`, or None when no template applies."""
+    """(strict, tolerant) regex segment lists for lines shaped like `raw`, or None."""
     fr_path, ct_path, _ = _locate(obj)
     if not isinstance(_get(obj, ct_path), int) or len(raw) > TEMPLATE_MAX_LINE_BYTES:
         return None
@@ -232,8 +253,7 @@ def _build_template(raw, obj):
             raise _TemplateError("trailing tokens")
     except (_TemplateError, ValueError, RecursionError):
         return None
-    b.cur.append(rb"\Z")
-    return [re.compile(seg, re.DOTALL) for seg in b.segments + [b"".join(b.cur)]]
+    return b.compile(True), b.compile(False)
 
 
 def _skip_string(buf, pos, end):
@@ -250,23 +270,23 @@ def _skip_string(buf, pos, end):
         pos = q + 1
 
 
-def _match_template(segments, buf, pos, end):
-    """(ct_bytes, fr_bytes) when the line buf[pos:end] matches, else None."""
+def _match_template(plan, buf, pos, end):
+    """(ct_bytes, fr_bytes) when the line buf[pos:end] matches the template plan, else None."""
     ct = fr = None
-    last = len(segments) - 1
-    for k, seg in enumerate(segments):
-        m = seg.match(buf, pos, end)
+    for match, groups, hole in plan:
+        m = match(buf, pos, end)
         if m is None:
             return None
-        gi = seg.groupindex
-        if "ct" in gi:
-            ct = m.group("ct")
-        if "fr" in gi:
-            fr = m.group("fr")
+        if groups:
+            if groups & 1:
+                ct = m.group("ct")
+            if groups & 2:
+                fr = m.group("fr")
         pos = m.end()
-        if k < last:
-            pos = _skip_string(buf, pos, end)
-            if pos < 0:
+        if hole:
+            q = buf.find(b'"', pos, end)
+            pos = q + 1 if q > 0 and buf[q - 1] != 92 else _skip_string(buf, pos, end)
+            if pos <= 0:
                 return None
     return ct, fr
 
@@ -290,22 +310,35 @@ class _Tally:
 
 def _learn(tmpl_state, raw, obj):
     """Try to add a template built from a line json.loads just parsed."""
-    tmpl_state[1] -= 1
-    segments = _build_template(raw, obj)
-    if segments is not None and _match_template(segments, raw, 0, len(raw)) is not None:
-        tmpl_state[0].append(segments)
-        del tmpl_state[0][:-MAX_TEMPLATES]
+    tmpl_state[2] -= 1
+    plans = _build_template(raw, obj)
+    if plans is not None and _match_template(plans[1], raw, 0, len(raw)) is not None:
+        for plans_list, plan in zip(tmpl_state, plans):
+            plans_list.append(plan)
+            del plans_list[:-MAX_TEMPLATES]
+
+
+def _match_any(tmpl_state, buf, pos, end):
+    """Strict plans first (the usual case), then the whitespace-tolerant ones."""
+    for plan in tmpl_state[0]:
+        hit = _match_template(plan, buf, pos, end)
+        if hit is not None:
+            return hit
+    for plan in tmpl_state[1]:
+        hit = _match_template(plan, buf, pos, end)
+        if hit is not None:
+            return hit
+    return None
 
 
 def _scan_chunk(buf, end, tally, tmpl_state, overrides, starts, base):
     """Count the complete lines buf[:end] (end is just past a newline)."""
-    learn = overrides == (None, None)
-    templates = tmpl_state[0] if learn else []
-    if not buf.isascii():
+    learn = overrides == (None, None)  # overrides force json.loads on every line
+    if learn and not buf.isascii():
         try:
             buf[:end].decode("utf-8")
         except UnicodeDecodeError:
-            templates, learn = [], False  # json.loads path checks every line's UTF-8
+            learn = False  # json.loads path checks every line's UTF-8
     find, fast, slow = buf.find, tally.fast, tally.slow
     pos = 0
     while pos < end:
@@ -313,11 +346,9 @@ def _scan_chunk(buf, end, tally, tmpl_state, overrides, starts, base):
         if starts is not None:
             starts.append(base + pos)
         tally.lines += 1
-        for segments in templates:
-            hit = _match_template(segments, buf, pos, nl)
-            if hit is not None:
-                fast[hit] = fast.get(hit, 0) + 1
-                break
+        hit = _match_any(tmpl_state, buf, pos, nl) if learn else None
+        if hit is not None:
+            fast[hit] = fast.get(hit, 0) + 1
         else:
             raw = buf[pos:nl]
             obj = _load_line(raw)
@@ -326,9 +357,8 @@ def _scan_chunk(buf, end, tally, tmpl_state, overrides, starts, base):
             else:
                 key = _count_key(obj, overrides)
                 slow[key] = slow.get(key, 0) + 1
-                if learn and tmpl_state[1] > 0 and key[2] == 0:
+                if learn and tmpl_state[2] > 0 and key[2] == 0:
                     _learn(tmpl_state, raw, obj)
-                    templates = tmpl_state[0]
         pos = nl + 1
 
 

@@ -11,6 +11,7 @@ telemetry is simulated (the agent's `gpu = "demo"` mode), and every page says DE
 from __future__ import annotations
 
 import fcntl
+import http.server
 import json
 import math
 import os
@@ -35,15 +36,20 @@ _SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "ta", "ve", "zo", "pri", "sta", "qua
 _CONNECTIVES = ["so", "then", "therefore", "but", "because", "which means", "and", "hence", "now", "first"]
 
 
-def demo_config(base: Path | None = None) -> RunConfig:
-    """The built-in demo run: two local nodes (4 + 3 simulated GPUs) over the simulator's shards."""
+def demo_config(base: Path | None = None, metrics_port: int | None = None) -> RunConfig:
+    """The built-in demo run: two local nodes (4 + 3 simulated GPUs) over the simulator's shards.
+
+    With `metrics_port`, node 1 reads an SGLang-style and node 2 a vLLM-style /metrics page
+    served by the simulator, so the server-metrics path is exercised too.
+    """
     base = base or cache_dir() / "demo"
     shard_dir = base / "shards"
+    urls = {i: [f"http://127.0.0.1:{metrics_port}/node{i}/metrics"] if metrics_port else [] for i in (1, 2)}
     nodes = [
         NodeConfig(name="demo-node-1", host="local", shards=[str(shard_dir / "node1-*.jsonl")],
-                   python=sys.executable, gpu="demo", demo_gpus=4),
+                   python=sys.executable, gpu="demo", demo_gpus=4, metrics_urls=urls[1]),
         NodeConfig(name="demo-node-2", host="local", shards=[str(shard_dir / "node2-*.jsonl")],
-                   python=sys.executable, gpu="demo", demo_gpus=3),
+                   python=sys.executable, gpu="demo", demo_gpus=3, metrics_urls=urls[2]),
     ]
     return RunConfig(name="demo-run", nodes=nodes, target_completions=902087, interval_s=5.0,
                      store_path=str(base / "demo.sqlite3"), source="<built-in demo>", demo=True)
@@ -59,7 +65,14 @@ class Simulator:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock_file = None
+        self._server: http.server.ThreadingHTTPServer | None = None
         self._counter = 0
+        self.metrics_port: int | None = None
+        # Per simulated node: tokens generated and requests finished, by finish reason.
+        self.tokens_total = {1: 0, 2: 0}
+        self.finished = {1: {"stop": 0, "length": 0}, 2: {"stop": 0, "length": 0}}
+        self.rate_tok_s = {1: TOKENS_PER_S_PER_WORKER * 4, 2: TOKENS_PER_S_PER_WORKER * 3}
+        self._last_tokens = {1: 0, 2: 0}
         self._pool: list[str] = []
 
     def start(self) -> bool:
@@ -72,6 +85,7 @@ class Simulator:
             return False
         if not any(self.shard_dir.glob("*.jsonl")):
             self.write_backlog(BACKLOG_COMPLETIONS)
+        self._serve_metrics()
         self._thread = threading.Thread(target=self._run, name="runhealth-demo-sim", daemon=True)
         self._thread.start()
         return True
@@ -80,6 +94,63 @@ class Simulator:
         self._stop.set()
         if self._thread:
             self._thread.join(timeout=5)
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def _serve_metrics(self) -> None:
+        simulator = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - http.server's naming
+                node = {"/node1/metrics": 1, "/node2/metrics": 2}.get(self.path)
+                if node is None:
+                    self.send_error(404)
+                    return
+                body = simulator.metrics_text(node).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):  # keep the dashboard's log quiet
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.metrics_port = self._server.server_address[1]
+        threading.Thread(target=self._server.serve_forever, name="runhealth-demo-metrics", daemon=True).start()
+
+    def metrics_text(self, node: int) -> str:
+        """Node 1 speaks SGLang's metric names, node 2 vLLM's."""
+        label = 'model_name="Qwen3.6-27B"'
+        if node == 1:
+            return (
+                "# HELP sglang:gen_throughput The generation throughput (token/s).\n"
+                "# TYPE sglang:gen_throughput gauge\n"
+                f"sglang:gen_throughput{{{label}}} {self.rate_tok_s[1]:.1f}\n"
+                "# TYPE sglang:num_running_reqs gauge\n"
+                f"sglang:num_running_reqs{{{label}}} {40 * 4}\n"
+                "# TYPE sglang:num_queue_reqs gauge\n"
+                f"sglang:num_queue_reqs{{{label}}} 12\n"
+                "# TYPE sglang:token_usage gauge\n"
+                f"sglang:token_usage{{{label}}} 0.87\n"
+                "# TYPE sglang:generation_tokens_total counter\n"
+                f"sglang:generation_tokens_total{{{label}}} {self.tokens_total[1]}\n"
+            )
+        done = self.finished[2]
+        return (
+            "# TYPE vllm:num_requests_running gauge\n"
+            f"vllm:num_requests_running{{{label}}} {40 * 3}\n"
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            f"vllm:num_requests_waiting{{{label}}} 7\n"
+            "# TYPE vllm:kv_cache_usage_perc gauge\n"
+            f"vllm:kv_cache_usage_perc{{{label}}} 0.91\n"
+            "# TYPE vllm:generation_tokens_total counter\n"
+            f"vllm:generation_tokens_total{{{label}}} {self.tokens_total[2]}\n"
+            "# TYPE vllm:request_success_total counter\n"
+            + "".join(f'vllm:request_success_total{{finished_reason="{r}",{label}}} {n}\n' for r, n in done.items())
+        )
 
     def shard_path(self, worker: int) -> Path:
         node = 1 if worker < 4 else 2
@@ -100,14 +171,22 @@ class Simulator:
         while not self._stop.wait(0.5):
             now = time.monotonic()
             elapsed, last = now - last, now
+            written = {1: 0, 2: 0}
             for worker in range(WORKERS):
                 n = _poisson(self.rng, rate_per_worker * elapsed)
                 if n:
+                    node = 1 if worker < 4 else 2
+                    lines = [self.completion_line(node) for _ in range(n)]
                     with open(self.shard_path(worker), "a", encoding="utf-8") as f:
-                        f.writelines(self.completion_line() for _ in range(n))
+                        f.writelines(lines)
+            for node in (1, 2):
+                written[node] = self.tokens_total[node] - self._last_tokens[node]
+                self._last_tokens[node] = self.tokens_total[node]
+                # An SGLang-style smoothed gauge over roughly the last 10 s.
+                self.rate_tok_s[node] += 0.05 * (written[node] / max(elapsed, 1e-3) - self.rate_tok_s[node])
 
-    def completion_line(self) -> str:
-        """One JSONL line as a generation script would write it."""
+    def completion_line(self, node: int | None = None) -> str:
+        """One JSONL line as a generation script would write it (counted for node's metrics)."""
         self._counter += 1
         rng = self.rng
         if rng.random() < 0.0005:
@@ -119,6 +198,9 @@ class Simulator:
         elif rng.random() < 0.003:
             finish = "length"  # the prompt filled the context window before the ceiling
         looping = finish == "length" and tokens == CEILING and rng.random() < LOOP_SHARE_OF_TRUNCATED
+        if node is not None:
+            self.tokens_total[node] += tokens
+            self.finished[node][finish] += 1
         reasoning = self.text(tokens * 3 // 4, looping)
         answer = "" if finish == "length" else self.text(tokens // 4, False)
         record = {

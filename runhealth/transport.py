@@ -138,8 +138,10 @@ class Transport:
             session = self._start()
             self._session = session
             session.send_program(self._program or program_frame(), self.command_timeout_s)
-        except RunhealthError as exc:
+        except BaseException as exc:
             self._drop_session()
+            if not isinstance(exc, RunhealthError):
+                raise
             self._failures += 1
             delay_s = min(BACKOFF_MAX_S, 2.0 ** (self._failures - 1))
             self._retry_at = time.monotonic() + delay_s
@@ -555,8 +557,8 @@ class SSHTransport(Transport):
         policy = _AcceptNewHostKey if self.node.accept_new_host_key else _RejectUnknownHostKey
         client.set_missing_host_key_policy(policy(self.name, known_hosts))
         key_file = next((f for f in hop.identity_files if os.path.exists(f)), None)
-        if key_file is None and self.node.identity_file in hop.identity_files and \
-                hop.identity_files:
+        explicit = self.node.identity_file and os.path.expanduser(self.node.identity_file)
+        if key_file is None and explicit and hop.identity_files == [explicit]:
             raise AuthError(f"identity file not found: {hop.identity_files[0]}")
         pkey = self._load_key(key_file) if key_file else None
         timeout_s = self.connect_timeout_s

@@ -21,6 +21,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from runhealth import loops
 from runhealth.store import Store
 
 CEILING = 4096
@@ -124,15 +125,18 @@ def add_samples(store: Store, ceiling: int = CEILING, now: float | None = None) 
     now = now or time.time()
     batch = store.new_sample_batch(8, now - 30)
     loop = "The answer is 42. " * 200
+    rng = random.Random(7)
+    words = ["lemma", "bound", "integral", "prime", "graph", "vertex", "thus", "sum", "odd", "field", "ring", "map"]
     samples = []
     for k in range(8):
         truncated = k < 4
-        text = loop if k in (0, 1) else (SCRIPT_TEXT if k == 2 else f"Step {k}: a long careful derivation " * 40)
+        prose = " ".join(rng.choice(words) + str(rng.randint(0, 999)) for _ in range(400))
+        text = loop if k in (0, 1) else (SCRIPT_TEXT if k == 2 else prose)
         samples.append({"node": f"node-{1 + k % 4}", "path": f"/data/out/shard-{1 + k % 4:02d}-0.jsonl",
                         "line_no": 10 + k, "offset": 1000 * k, "tokens": ceiling if truncated else 700 + k,
                         "estimated": 0, "finish_reason": "length" if truncated else "stop",
                         "prompt_head": f"Solve problem #{k}: ...", "text_head": text[:400], "text_tail": text[-4000:],
-                        "text_chars": len(text), "is_loop": int(k in (0, 1))})
+                        "text_chars": len(text), "is_loop": int(loops.loop_score(text)["is_loop"])})
     store.finish_sample_batch(batch, samples, population=12_000, errors={}, ts_unix=now - 20)
     return batch
 

@@ -1,0 +1,120 @@
+"""A planted secret never leaks: not in logs, exceptions, the store, or what pages render.
+
+The node's client key is encrypted with a planted passphrase that reaches runhealth only
+through `.streamlit/secrets.toml`; afterwards everything runhealth wrote or said is searched
+for the passphrase and for the private key's contents.
+"""
+
+import logging
+import sys
+from pathlib import Path
+
+from conftest import SECRET_PASSPHRASE
+from shardgen import truth_rows, write_shard
+
+from runhealth.collector import Collector
+from runhealth.config import load_config
+from runhealth.errors import AuthError
+from runhealth.store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def key_material(key_path: Path) -> list[str]:
+    """Distinctive chunks of the private key file's body."""
+    body = "".join(line for line in key_path.read_text().splitlines() if "PRIVATE KEY" not in line)
+    return [body[i:i + 24] for i in range(0, len(body) - 24, 97)]
+
+
+def write_config(tmp_path, node, key, passphrase):
+    shards = tmp_path / "shards"
+    shards.mkdir(exist_ok=True)
+    write_shard(shards / "a.jsonl", truth_rows(50, 1))
+    config = tmp_path / "runhealth.toml"
+    config.write_text(f"""
+[run]
+name = "secret-test"
+store_path = "{tmp_path / 'store.sqlite3'}"
+
+[[nodes]]
+name = "enc"
+host = "{node.ip}"
+port = {node.port}
+identity_file = "{key}"
+known_hosts = "{node.known_hosts}"
+shards = ["{shards}/*.jsonl"]
+python = "{sys.executable}"
+gpu = "off"
+connect_timeout_s = 5
+""")
+    secrets = tmp_path / "secrets.toml"
+    secrets.write_text(f'[nodes.enc]\npassphrase = "{passphrase}"\n')
+    return config, secrets
+
+
+def everything_written(tmp_path: Path) -> str:
+    return "".join(p.read_bytes().decode("latin-1") for p in tmp_path.glob("store.sqlite3*"))
+
+
+def assert_clean(text: str, key: Path) -> None:
+    assert SECRET_PASSPHRASE not in text
+    for chunk in key_material(key):
+        assert chunk not in text
+
+
+def test_passphrase_from_secrets_unlocks_the_key_and_never_leaks(tmp_path, sshd_node, ssh_encrypted_key, caplog):
+    caplog.set_level(logging.DEBUG)
+    node = sshd_node("127.0.0.31")
+    config_path, secrets = write_config(tmp_path, node, ssh_encrypted_key, SECRET_PASSPHRASE)
+    config = load_config(config_path, secrets_path=secrets)
+    store = Store(config.resolved_store_path())
+    collector = Collector(config, store)
+    try:
+        results = collector.poll_once()
+    finally:
+        collector.stop()
+    assert isinstance(results["enc"], dict), results["enc"]
+    assert store.nodes()[0]["lines"] == 50
+    store.close()
+    assert_clean(everything_written(tmp_path) + caplog.text + repr(config), ssh_encrypted_key)
+
+
+def test_wrong_passphrase_is_an_auth_error_that_quotes_no_secret(tmp_path, sshd_node, ssh_encrypted_key, caplog):
+    caplog.set_level(logging.DEBUG)
+    node = sshd_node("127.0.0.32")
+    wrong = SECRET_PASSPHRASE + "-wrong"
+    config_path, secrets = write_config(tmp_path, node, ssh_encrypted_key, wrong)
+    config = load_config(config_path, secrets_path=secrets)
+    store = Store(config.resolved_store_path())
+    collector = Collector(config, store)
+    try:
+        results = collector.poll_once()
+    finally:
+        collector.stop()
+    assert isinstance(results["enc"], AuthError)
+    shown = str(results["enc"]) + store.nodes()[0]["last_error"]
+    store.close()
+    text = shown + everything_written(tmp_path) + caplog.text
+    assert wrong not in text
+    assert_clean(text, ssh_encrypted_key)
+
+
+def test_nodes_page_shows_no_secret(tmp_path, sshd_node, ssh_encrypted_key, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    node = sshd_node("127.0.0.33")
+    config_path, secrets = write_config(tmp_path, node, ssh_encrypted_key, SECRET_PASSPHRASE)
+    config = load_config(config_path, secrets_path=secrets)
+    store = Store(config.resolved_store_path())
+    collector = Collector(config, store)
+    try:
+        collector.poll_once()
+    finally:
+        collector.stop()
+    monkeypatch.setenv("RUNHEALTH_CONFIG", str(config_path))
+    monkeypatch.setenv("RUNHEALTH_COLLECTOR", "off")
+    at = AppTest.from_file(str(ROOT / "pages" / "4_Nodes.py"), default_timeout=30).run()
+    assert not at.exception
+    rendered = repr(at._tree)
+    assert "secret-test" in rendered  # the page did render this run
+    assert_clean(rendered, ssh_encrypted_key)
