@@ -1,0 +1,83 @@
+"""Page render time on a big store: 24 h of 10 s GPU samples for 64 GPUs and ~1M completions.
+
+Measures each page's server-side render (Streamlit `AppTest` run time, caches cleared before
+every run, so this is the cold cost a new viewer pays) and, as the baseline measured in the
+same run, what a dashboard that skips SQL aggregation pays: read every raw GPU row into pandas
+and hand it to plotly. Prints a table with the ratio, and the process RSS. Not a pass/fail test.
+
+    python bench/pages.py [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+import pandas as pd  # noqa: E402
+import plotly.express as px  # noqa: E402
+import streamlit as st  # noqa: E402
+from store_fixtures import make_store  # noqa: E402
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+PAGES = ["app.py", "pages/1_Output_lengths.py", "pages/2_GPUs.py", "pages/3_Samples.py", "pages/4_Nodes.py"]
+
+
+def render_s(page: str) -> float:
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    start = time.perf_counter()
+    at = AppTest.from_file(str(ROOT / page), default_timeout=120).run()
+    elapsed = time.perf_counter() - start
+    if at.exception:
+        raise SystemExit(f"{page} raised: {at.exception[0].message}")
+    return elapsed
+
+
+def baseline_raw_gpu_s(db_path: Path) -> float:
+    """The naive way: every raw row into pandas, one plotly trace per GPU, serialised."""
+    start = time.perf_counter()
+    with sqlite3.connect(db_path) as db:
+        df = pd.read_sql_query("SELECT * FROM gpu_samples", db)
+    df["gpu_key"] = df["node"] + "/" + df["gpu"].astype(str)
+    px.line(df, x="ts_unix", y="util_pct", color="gpu_key").to_json()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="runhealth-bench-") as tmp:
+        t0 = time.perf_counter()
+        store, config_path = make_store(Path(tmp), "big")
+        db_path = store.path
+        with sqlite3.connect(db_path) as db:
+            gpu_rows = db.execute("SELECT COUNT(*) FROM gpu_samples").fetchone()[0]
+            completions = db.execute("SELECT SUM(count) FROM length_counts").fetchone()[0]
+        print(f"store: {gpu_rows:,} GPU samples, {completions:,} completions, "
+              f"{db_path.stat().st_size / 1e6:.0f} MB (built in {time.perf_counter() - t0:.0f} s)")
+        os.environ["RUNHEALTH_CONFIG"] = str(config_path)
+        os.environ["RUNHEALTH_COLLECTOR"] = "off"
+        baseline = statistics.median(baseline_raw_gpu_s(db_path) for _ in range(args.runs))
+        print(f"\n{'page':<28}{'median s':>10}{'max s':>10}{'vs raw-rows baseline':>24}")
+        for page in PAGES:
+            times = [render_s(page) for _ in range(args.runs)]
+            print(f"{page:<28}{statistics.median(times):>10.3f}{max(times):>10.3f}"
+                  f"{baseline / statistics.median(times):>23.1f}x")
+        print(f"{'baseline: raw GPU rows -> plotly':<28}{baseline:>10.3f}")
+        rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"\npeak RSS of this process (store + all pages rendered): {rss_mb:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
