@@ -19,8 +19,10 @@ PREFIX = "overview"
 HEAT_COLUMNS = ["label", "util_pct", "power_pct", "mem_pct"]
 
 
-def make_heatstrip_figure(gpus: pd.DataFrame):
-    return figures.make_gpu_heatstrip_figure(gpus[HEAT_COLUMNS])
+def make_heatstrip_figure(gpus: pd.DataFrame, now: float, stale_after: float):
+    """GPUs whose last reading is older than stale_after are marked: old numbers must not look live."""
+    old = (now - gpus["ts_unix"]) > stale_after
+    return figures.make_gpu_heatstrip_figure(gpus[HEAT_COLUMNS].assign(label=gpus["label"].where(~old, gpus["label"] + " (old)")))
 
 
 def render_live(rt) -> None:
@@ -33,8 +35,7 @@ def render_live(rt) -> None:
     last = loaders.load_last_collection(rt.store)
     cards.render_alerts(loaders.run_alerts(summary, nodes, now, cfg.stale_after, cfg.truncation_warn_fraction,
                                            cfg.truncation_alert_fraction, last))
-    n_gpus = len(gpus) or sum(n.get("gpus_found") or 0 for n in nodes)
-    tiles = cards.overview_tiles(summary, thr, nodes, n_gpus, cfg.target_completions, last, cfg, now)
+    tiles = cards.overview_tiles(summary, thr, nodes, gpus, cfg.target_completions, last, cfg, now)
     cards.render_tiles(tiles[:3])
     cards.render_tiles(tiles[3:])
     if cfg.target_completions:
@@ -50,17 +51,18 @@ def render_live(rt) -> None:
             if gpus["util_pct"].lt(10).any():
                 idle = ", ".join(gpus.loc[gpus["util_pct"] < 10, "label"])
                 st.warning(cards.md_escape(f"Idle GPUs (<10% util): {idle}"))
-            st.plotly_chart(make_heatstrip_figure(gpus), key=f"{PREFIX}_heatstrip_chart")
+            st.plotly_chart(make_heatstrip_figure(gpus, now, cfg.stale_after), key=f"{PREFIX}_heatstrip_chart")
             if rt.demo or any(n.get("gpu_simulated") for n in nodes):
                 st.caption("GPU telemetry is simulated (demo).")
     with right:
-        cards.render_node_table(nodes, cfg.stale_after)
+        cards.render_node_table(nodes, cfg.stale_after, compact=True)
         series = thr["series"]
         if len(series) >= 2:
             st.plotly_chart(figures.make_throughput_figure(series), key=f"{PREFIX}_throughput_chart")
 
 
 rt = page.setup("Overview", PREFIX)
+st.markdown(page.BIG_ALERTS_CSS, unsafe_allow_html=True)
 if rt.demo:
     st.markdown(f'<div class="rh-demo">{page.DEMO_TEXT}</div>', unsafe_allow_html=True)
 st.title(f"{rt.config.name}")

@@ -30,7 +30,8 @@ import sshd as sshd_lib  # noqa: E402
 
 from runhealth.config import NodeConfig  # noqa: E402
 from runhealth.protocol import AgentSession, launch_argv, program_frame  # noqa: E402
-from runhealth.transport import SSHTransport, _ChannelStream, fan_out  # noqa: E402
+from runhealth.ssh import SSHTransport, _ChannelStream  # noqa: E402
+from runhealth.transport import fan_out  # noqa: E402
 
 
 def start_nodes(count: int, workdir: Path) -> tuple[list[sshd_lib.Sshd], Path, Path]:
@@ -60,6 +61,7 @@ def one_shot(transport: SSHTransport, request: dict, timeout_s: float = 30.0) ->
     session.send_program(transport._program or program_frame(), timeout_s)
     reply = session.request(request, timeout_s)
     channel.shutdown_write()
+    channel.settimeout(timeout_s)
     # drain both streams before the exit status (paramiko #448)
     while channel.recv(65536) or channel.recv_stderr(65536):
         pass

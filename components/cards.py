@@ -18,7 +18,9 @@ import streamlit as st
 
 from components import loaders
 
-STATE_BADGE = {"up": "🟢 up", "stale": "🟠 stale", "down": "🔴 down", "pending": "⚪ pending"}
+STATE_BADGE = {"up": "UP", "stale": "STALE", "down": "DOWN", "pending": "PENDING"}
+STATE_COLOUR = {"UP": "#1B5E20", "STALE": "#8A5A00", "DOWN": "#8B1A1A", "PENDING": "#3A3F4B"}
+STATE_MD = {"up": ":green[UP]", "stale": ":orange[STALE]", "down": ":red[DOWN]", "pending": ":gray[PENDING]"}
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>#|~$])")
 
 
@@ -33,7 +35,7 @@ def tile(label: str, value: str, sub: str = "", level: str = "ok") -> dict[str, 
 
 def render_tiles(tiles: list[dict[str, str]]) -> None:
     """A row of big-number tiles (readable across a room); level ok / warn / alert / muted."""
-    for col, t in zip(st.columns(len(tiles)), tiles):
+    for col, t in zip(st.columns(len(tiles)), tiles, strict=False):
         col.markdown(
             f'<div class="rh-tile {html.escape(t["level"])}"><div class="rh-label">{html.escape(t["label"])}</div>'
             f'<div class="rh-value">{html.escape(t["value"])}</div><div class="rh-sub">{html.escape(t["sub"])}</div></div>',
@@ -52,15 +54,15 @@ def render_alerts(alerts: list[tuple[str, str]]) -> None:
 
 def truncation_tile(summary: dict, warn: float, alert: float) -> dict[str, str]:
     if not summary["completions"]:
-        return tile("Truncated at ceiling", "—", "no completions counted yet", "muted")
+        return tile("Truncated", "—", "no completions counted yet", "muted")
     if not summary["ceiling"]:
-        return tile("Truncated at ceiling", "none", "no max_tokens ceiling found in the data", "ok")
+        return tile("Truncated", "none", "no max_tokens ceiling found in the data", "ok")
     frac = summary["at_ceiling_fraction"]
     lo, hi = summary.get("at_ceiling_interval") or (frac, frac)
     level = "alert" if frac >= alert else "warn" if frac >= warn else "ok"
     src = "exact" if summary["length_source"] == "completion_tokens" else "chars/4 estimate"
-    return tile(f"Truncated at {summary['ceiling']:,}", f"{frac:.1%}",
-                f"95% CI {lo:.1%}–{hi:.1%} · {src} · {summary['at_ceiling']:,} of {summary['length_count']:,}", level)
+    return tile("Truncated", f"{frac:.1%}", f"at the {summary['ceiling']:,} ceiling · 95% CI {lo:.1%}–{hi:.1%} · {src} · "
+                f"{summary['at_ceiling']:,} of {summary['length_count']:,}", level)
 
 
 def node_table(nodes: list[dict[str, Any]], stale_after: float, now: float | None = None) -> pd.DataFrame:
@@ -77,11 +79,16 @@ def node_table(nodes: list[dict[str, Any]], stale_after: float, now: float | Non
     return pd.DataFrame(rows)
 
 
-def render_node_table(nodes: list[dict[str, Any]], stale_after: float) -> None:
+def render_node_table(nodes: list[dict[str, Any]], stale_after: float, compact: bool = False) -> None:
     if not nodes:
         st.info("No nodes configured.")
         return
-    st.dataframe(node_table(nodes, stale_after), hide_index=True, width="stretch")
+    table = node_table(nodes, stale_after)
+    if compact:
+        table = table[["node", "status", "last seen", "GPUs", "disk free", "SSH RTT ms"]]
+    styled = table.style.map(lambda v: f"background-color: {STATE_COLOUR.get(v, '')}; color: white; font-weight: bold"
+                             if v in STATE_COLOUR else "", subset=["status"]).format(precision=1, subset=["SSH RTT ms"])
+    st.dataframe(styled, hide_index=True, width="stretch")
 
 
 def render_indexing(nodes: list[dict[str, Any]]) -> None:
@@ -110,7 +117,7 @@ def render_sample(sample: dict[str, Any]) -> None:
 def render_node_card(node: dict[str, Any], stale_after: float, now: float) -> None:
     state, why = loaders.node_status(node, now, stale_after)
     with st.container(border=True):
-        st.markdown(f"#### {STATE_BADGE[state]} {md_escape(node['name'])}")
+        st.markdown(f"#### {STATE_MD[state]} {md_escape(node['name'])}")
         st.text(why)
         if node.get("last_error"):
             when = loaders.fmt_age(now - node["last_error_unix"]) if node.get("last_error_unix") else "?"
@@ -123,7 +130,7 @@ def render_node_card(node: dict[str, Any], stale_after: float, now: float) -> No
             st.text(f"Server metrics {url}: {err}")
 
 
-def overview_tiles(summary: dict, thr: dict, nodes: list[dict], n_gpus: int, target: int | None,
+def overview_tiles(summary: dict, thr: dict, nodes: list[dict], gpus: pd.DataFrame, target: int | None,
                    last: float | None, cfg: Any, now: float) -> list[dict[str, str]]:
     """The six standup tiles: done, throughput, ETA, truncation, nodes, data age."""
     from runhealth import rates
@@ -134,7 +141,10 @@ def overview_tiles(summary: dict, thr: dict, nodes: list[dict], n_gpus: int, tar
     share = rates.progress(done, target) if target else None
     done_sub = f"of {target:,} target ({share:.1%})" if share is not None else "no target_completions set"
     server = thr.get("server_tokens_per_s")
+    n_gpus = len(gpus) or sum(n.get("gpus_found") or 0 for n in nodes)
+    tpj = rates.tokens_per_joule(tps, float(gpus["power_w"].sum()) if len(gpus) else None)
     tps_sub = (f"{loaders.fmt_rate(tps / n_gpus)} per GPU · " if tps and n_gpus else "") + (
+        f"{tpj:.1f} tok/J · " if tpj else "") + (
         f"server says {loaders.fmt_rate(server)}" if server is not None else "no server metrics")
     eta = rates.eta_seconds(done, target, cps) if target and cps else None
     states = [loaders.node_status(n, now, cfg.stale_after)[0] for n in nodes]

@@ -39,7 +39,8 @@ def make_length_histogram_figure(df: pd.DataFrame, ceiling: int | None, at_ceili
     centre = df["bin_start"] + width / 2
     fig = go.Figure()
     fig.add_bar(x=centre, y=df["stop"], width=width, name="stop", marker_color=STOP_COLOUR)
-    fig.add_bar(x=centre, y=df["other"], width=width, name="other / unknown", marker_color=OTHER_COLOUR)
+    if df["other"].sum() > 0:
+        fig.add_bar(x=centre, y=df["other"], width=width, name="other (incl. length below the ceiling)", marker_color=OTHER_COLOUR)
     spike = df[df["at_ceiling"] > 0]
     if len(spike):
         # An exact ceiling bin can be 1 token wide on a 4096-token axis: give it a visible width.
@@ -57,7 +58,7 @@ def make_length_histogram_figure(df: pd.DataFrame, ceiling: int | None, at_ceili
                 font=dict(size=FONT_SIZE + 2, color=CEILING_COLOUR), arrowcolor=CEILING_COLOUR,
                 showarrow=True, bgcolor="rgba(0,0,0,0.6)",
             )
-    fig.update_xaxes(title_text="completion tokens")
+    fig.update_xaxes(title_text="completion tokens", range=[0, float(df["bin_end"].max()) * 1.03])
     fig.update_yaxes(title_text="completions")
     return _layout(fig, "Output length distribution")
 
@@ -80,9 +81,9 @@ def make_truncation_by_group_figure(df: pd.DataFrame, warn: float, alert: float)
     `df` columns: group, fraction, lo, hi, ceiling, drift (bool: this group's ceiling differs).
     """
     colours = [ALERT_COLOUR if d else (ALERT_COLOUR if f >= alert else CEILING_COLOUR if f >= warn else STOP_COLOUR)
-               for f, d in zip(df["fraction"], df["drift"])]
+               for f, d in zip(df["fraction"], df["drift"], strict=False)]
     labels = [f"{f:.1%}" + (f" · ceiling {int(c):,} differs" if d else "")
-              for f, c, d in zip(df["fraction"], df["ceiling"].fillna(0), df["drift"])]
+              for f, c, d in zip(df["fraction"], df["ceiling"].fillna(0), df["drift"], strict=False)]
     fig = go.Figure(go.Bar(
         x=df["group"], y=df["fraction"], marker_color=colours, text=labels, textposition="outside",
         error_y=dict(type="data", symmetric=False, array=df["hi"] - df["fraction"],
@@ -124,7 +125,10 @@ def make_gpu_heatstrip_figure(df: pd.DataFrame) -> go.Figure:
         texttemplate="%{text}", colorscale="Viridis", xgap=2, ygap=2,
         colorbar=dict(title="%", thickness=12), hovertemplate="%{x} %{y}: %{text}<extra></extra>",
     ))
-    fig.update_xaxes(tickangle=-60 if len(df) > 16 else 0, type="category")
+    # "node/gpu" on two lines keeps long node names from overlapping.
+    labels = df["label"].tolist()
+    fig.update_xaxes(type="category", tickvals=labels, tickangle=-60 if len(df) > 16 else 0,
+                     ticktext=[lbl if len(df) > 16 else lbl.replace("/", "<br>GPU ", 1) for lbl in labels])
     fig.update_layout(yaxis_autorange="reversed")
     return _layout(fig, "GPUs now", height=260)
 
@@ -139,7 +143,9 @@ def make_gpu_timeseries_figure(df: pd.DataFrame, value: str, title: str, unit: s
         fig.add_hline(y=float(df[limit_col].max()), line_dash="dash", line_color=ALERT_COLOUR,
                       annotation_text=f"limit {df[limit_col].max():.0f} {unit}")
     fig.update_yaxes(title_text=unit, rangemode="tozero")
-    return _layout(fig, title, height=320)
+    fig = _layout(fig, title, height=320)
+    fig.update_layout(showlegend=len(fig.data) <= 8)  # dozens of GPUs: hover names them instead
+    return fig
 
 
 def make_throughput_figure(df: pd.DataFrame) -> go.Figure:

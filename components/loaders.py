@@ -116,7 +116,7 @@ def load_throughput(store: Store, interval_s: float) -> dict[str, Any]:
             server = (server or 0.0) + float(sum(node_rates))
     series = pd.DataFrame(store.polls_by_bucket(max(interval_s * 3, 30), since_unix=now - 3600),
                           columns=["bucket_unix", "completions", "tokens", "length_stops", "malformed", "backfill"])
-    series = series[series["backfill"] == 0]
+    series = series[series["backfill"] == 0].iloc[:-1]  # the last bucket is still filling
     series = series.assign(tokens_per_s=series["tokens"] / max(interval_s * 3, 30))
     return {"shard": shard, "server_tokens_per_s": server, "series": series}
 

@@ -18,6 +18,7 @@ from components import cards, context, loaders
 
 CSS = """
 <style>
+[data-testid="stMainBlockContainer"] {padding-top: 2.2rem}
 .rh-tile {border-radius: 10px; padding: 12px 18px; background: #1C2029; border-left: 10px solid #4C9AFF;
           margin-bottom: 8px; min-height: 150px}
 .rh-tile.warn {border-left-color: #FFB000; background: #3A2E0F}
@@ -31,6 +32,13 @@ CSS = """
 .rh-demo {background: #5B3FD0; color: #fff; padding: 8px 16px; border-radius: 8px; font-size: 1.2rem;
           font-weight: 600; margin-bottom: 8px}
 .rh-age-old {color: #FF6B6B; font-weight: 700}
+</style>
+"""
+# The standup screen is read from across the room: bigger alert sentences there.
+BIG_ALERTS_CSS = """
+<style>
+[data-testid="stMainBlockContainer"] {padding-top: 2.2rem}
+[data-testid="stAlertContainer"] p {font-size: 1.45rem; font-weight: 600}
 </style>
 """
 ERROR_PREFIX = "Could not draw this part of the page"

@@ -29,7 +29,7 @@ def render_now(gpus, nodes) -> None:
     flagged = table[table["state"] != "ok"]
     if len(flagged):
         st.warning(cards.md_escape(f"{len(flagged)} GPU(s) need a look: " + ", ".join(
-            f"{g} ({s.removeprefix('⚠ ')})" for g, s in zip(flagged["GPU"], flagged["state"]))))
+            f"{g} ({s.removeprefix('⚠ ')})" for g, s in zip(flagged["GPU"], flagged["state"], strict=False))))
     st.plotly_chart(figures.make_gpu_heatstrip_figure(gpus[["label", "util_pct", "power_pct", "mem_pct"]]),
                     key=f"{PREFIX}_heatstrip_chart")
     st.dataframe(table, hide_index=True, width="stretch", column_config={

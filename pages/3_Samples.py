@@ -60,7 +60,7 @@ def render_rates(samples: list[dict], batch: int, ceiling: int | None) -> None:
     examples = [("A truncated loop", [s for s in cut if s.get("is_loop")]),
                 ("A truncated completion that is not a loop", [s for s in cut if not s.get("is_loop")])]
     cols = st.columns(2)
-    for col, (title, found) in zip(cols, examples):
+    for col, (title, found) in zip(cols, examples, strict=False):
         with col, st.expander(title, expanded=False):
             if found:
                 cards.render_sample(found[0])
@@ -98,6 +98,8 @@ table = [{"node": s["node"], "shard": (s["path"] or "").rsplit("/", 1)[-1], "lin
           "finish reason": s["finish_reason"], "loop?": "loop" if s.get("is_loop") else ""} for s in shown]
 st.dataframe(table, hide_index=True, width="stretch", height=300)
 if shown:
-    pick = st.selectbox("Read one", range(len(shown)), format_func=lambda i: label(shown[i]), key=f"{PREFIX}_pick_select")
+    first_cut = next((i for i, s in enumerate(shown) if s["finish_reason"] == "length"), 0)
+    pick = st.selectbox("Read one", range(len(shown)), index=first_cut, format_func=lambda i: label(shown[i]),
+                        key=f"{PREFIX}_pick_select")
     cards.render_sample(shown[pick])
 page.download_csv(pd.DataFrame(table), "samples.csv", PREFIX)

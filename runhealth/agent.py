@@ -11,7 +11,9 @@ In-process callers (the dashboard, tests) use handle(), scan_file() and read_gpu
 Shard scanning is the hot path. Per shard the agent learns *templates* from lines it parsed
 with json.loads: the line's JSON skeleton as a regex (keys and structure literal, scalars
 generic, finish_reason / completion_tokens captured) with long text strings left as holes that
-are skipped with bytes.find instead of being decoded. A line that matches a template has the
+are skipped, not decoded: bytes.find for the closing quote, or one C-level regex scan past
+escaped quotes. Unlike a bare search for the key bytes, a template also proves the key sits at
+the right path (a lone nested "finish_reason" cannot pass for the real one). A line that matches a template has the
 same key structure as the line the template came from, so its counts equal json.loads' counts;
 any other line (other schema, escapes in finish_reason, no completion_tokens, overrides set)
 takes the json.loads path. Limitation: hole contents are not validated, so a line whose text
@@ -43,7 +45,6 @@ MAX_TEMPLATES = 6  # SGLang finish_reason objects differ by type, so allow a few
 MAX_TEMPLATE_BUILDS = 24  # per shard: a shard of odd lines must not rebuild forever
 TEMPLATE_MAX_LINE_BYTES = 1 << 20
 TEMPLATE_MAX_TOKENS = 400  # logprobs-heavy lines: templates would be huge, use json.loads
-SHORT_LINE_BYTES = 600  # below this mean line length json.loads is as fast as a template
 METRICS_MAX_BYTES = 8 << 20
 FULL_TEXT_MAX_CHARS = 1 << 20
 TEXT_KEYS = ("text", "completion", "output", "response")
@@ -56,6 +57,7 @@ class _State:
     def __init__(self):
         self.index = {}  # (path, inode) -> [array('Q') of complete-line starts, indexed_to]
         self.templates = {}  # (path, inode) -> [strict plans, tolerant plans, builds left]
+        self.inode_of = {}  # path -> inode last seen
         self.rr_cursor = 0  # round-robin start so no shard starves under a small budget
         self.nvml = None
         self.nvml_error = None
@@ -63,10 +65,20 @@ class _State:
         self.line_stats = {"template": 0, "json": 0}
 
     def file_index(self, path, inode):
+        self._forget_rotated(path, inode)
         return self.index.setdefault((path, inode), [array.array("Q"), 0])
 
     def file_templates(self, path, inode):
+        self._forget_rotated(path, inode)
         return self.templates.setdefault((path, inode), [[], [], MAX_TEMPLATE_BUILDS])
+
+    def _forget_rotated(self, path, inode):
+        """Drop what belonged to an earlier file at this path, so memory tracks live shards."""
+        old = self.inode_of.get(path)
+        if old != inode:
+            self.index.pop((path, old), None)
+            self.templates.pop((path, old), None)
+            self.inode_of[path] = inode
 
 
 STATE = _State()
@@ -284,11 +296,26 @@ def _match_template(plan, buf, pos, end):
                 fr = m.group("fr")
         pos = m.end()
         if hole:
-            q = buf.find(b'"', pos, end)
-            pos = q + 1 if q > 0 and buf[q - 1] != 92 else _skip_string(buf, pos, end)
-            if pos <= 0:
+            pos = _hole_end(buf, pos, end)
+            if pos < 0:
                 return None
     return ct, fr
+
+
+# A quote not preceded by exactly one backslash: unescaped, or after a run of 2+ (ambiguous).
+_QUOTE_RE = re.compile(rb'"(?<![^\\]\\")')
+
+
+def _hole_end(buf, pos, end):
+    """Offset just past the closing quote of the string whose body starts at pos, or -1."""
+    q = buf.find(b'"', pos, end)
+    if q >= 0 and buf[q - 1] != 92:
+        return q + 1  # the usual case: no escaped quote before the end
+    m = _QUOTE_RE.search(buf, pos, end)  # skips every \" in one C-level scan
+    if m is None:
+        return -1
+    q = m.start()
+    return q + 1 if buf[q - 1] != 92 else _skip_string(buf, pos, end)
 
 
 # ---------------------------------------------------------------------------- shard scanning
@@ -304,7 +331,7 @@ class _Tally:
             key = (int(ct), None if fr is None else fr.decode("utf-8"), 0)
             merged[key] = merged.get(key, 0) + n
         rows = [[t, fr, est, n] for (t, fr, est), n in merged.items()]
-        rows.sort(key=lambda r: (r[0], r[1] or "", r[2]))
+        rows.sort(key=lambda r: (r[0], r[1] is not None, r[1] or "", r[2]))  # None before ""
         return rows
 
 
@@ -318,13 +345,8 @@ def _learn(tmpl_state, raw, obj):
             del plans_list[:-MAX_TEMPLATES]
 
 
-def _match_any(tmpl_state, buf, pos, end):
-    """Strict plans first (the usual case), then the whitespace-tolerant ones."""
-    for plan in tmpl_state[0]:
-        hit = _match_template(plan, buf, pos, end)
-        if hit is not None:
-            return hit
-    for plan in tmpl_state[1]:
+def _match_any(plans, buf, pos, end):
+    for plan in plans:
         hit = _match_template(plan, buf, pos, end)
         if hit is not None:
             return hit
@@ -336,54 +358,81 @@ def _scan_chunk(buf, end, tally, tmpl_state, overrides, starts, base):
     learn = overrides == (None, None)  # overrides force json.loads on every line
     if learn and not buf.isascii():
         try:
-            buf[:end].decode("utf-8")
+            str(memoryview(buf)[:end], "utf-8")
         except UnicodeDecodeError:
             learn = False  # json.loads path checks every line's UTF-8
-    find, fast, slow = buf.find, tally.fast, tally.slow
-    pos = 0
+    find, fast, strict = buf.find, tally.fast, tmpl_state[0]
+    append = starts.append if starts is not None else None
+    pos = lines = 0
     while pos < end:
         nl = find(b"\n", pos, end)
-        if starts is not None:
-            starts.append(base + pos)
-        tally.lines += 1
-        hit = _match_any(tmpl_state, buf, pos, nl) if learn else None
+        lines += 1
+        if append is not None:
+            append(base + pos)
+        hit = None
+        if learn:
+            for plan in strict:
+                hit = _match_template(plan, buf, pos, nl)
+                if hit is not None:
+                    break
+            else:
+                hit = _match_any(tmpl_state[1], buf, pos, nl)
         if hit is not None:
             fast[hit] = fast.get(hit, 0) + 1
         else:
-            raw = buf[pos:nl]
-            obj = _load_line(raw)
-            if obj is None:
-                tally.malformed += 1
-            else:
-                key = _count_key(obj, overrides)
-                slow[key] = slow.get(key, 0) + 1
-                if learn and tmpl_state[2] > 0 and key[2] == 0:
-                    _learn(tmpl_state, raw, obj)
+            _count_slow(buf[pos:nl], tally, tmpl_state, overrides, learn)
         pos = nl + 1
+    tally.lines += lines
 
 
-def _read_lines(f, pos, size, want):
-    """Read from pos at least one complete line (when there is one) and about `want` bytes.
+def _count_slow(raw, tally, tmpl_state, overrides, learn):
+    """The json.loads path for one line; may learn a template from it."""
+    obj = _load_line(raw)
+    if obj is None:
+        tally.malformed += 1
+        return
+    key = _count_key(obj, overrides)
+    tally.slow[key] = tally.slow.get(key, 0) + 1
+    if learn and tmpl_state[2] > 0 and key[2] == 0:
+        _learn(tmpl_state, bytes(raw), obj)
 
-    Returns (buf, end) with buf[:end] ending in a newline; end == 0 when only a half-written
-    line remains. Reads past `want` only to finish a line longer than the budget.
-    """
-    f.seek(pos)
-    buf = f.read(max(1, min(want, size - pos, CHUNK_BYTES)))
-    end = buf.rfind(b"\n") + 1
-    if end or pos + len(buf) >= size:
-        return buf, end
-    grow = bytearray(buf)  # one line longer than the chunk: keep reading until it ends
-    while pos + len(grow) < size:
-        more = f.read(min(CHUNK_BYTES, size - pos - len(grow)))
-        if not more:
-            break
-        cut = more.find(b"\n")
-        if cut >= 0:
-            grow += more[: cut + 1]
-            return bytes(grow), len(grow)
-        grow += more
-    return b"", 0
+
+class _Reader:
+    """Reads runs of complete lines; full-size chunks reuse one buffer (no page-fault churn)."""
+
+    def __init__(self, f, size, cap_bytes):
+        self.f, self.size = f, size
+        self.buf = bytearray(max(1, min(CHUNK_BYTES, cap_bytes)))
+
+    def lines(self, pos, want):
+        """(buf, end): buf[:end] are complete lines from pos, about `want` bytes of them.
+
+        end == 0 when only a half-written line remains. Reads past `want` only to finish a
+        line longer than the budget or the chunk.
+        """
+        n = max(1, min(want, self.size - pos, CHUNK_BYTES))
+        self.f.seek(pos)
+        if n == len(self.buf):
+            got = self.f.readinto(self.buf)
+            buf = self.buf if got == n else bytes(self.buf[:got])  # shrank while we read
+        else:
+            buf = self.f.read(n)
+        end = buf.rfind(b"\n") + 1
+        if end or pos + len(buf) >= self.size:
+            return buf, end
+        return self._long_line(pos, bytearray(buf))
+
+    def _long_line(self, pos, grow):
+        while pos + len(grow) < self.size:
+            more = self.f.read(min(CHUNK_BYTES, self.size - pos - len(grow)))
+            if not more:
+                break
+            cut = more.find(b"\n")
+            if cut >= 0:
+                grow += more[: cut + 1]
+                return grow, len(grow)
+            grow += more
+        return b"", 0
 
 
 def _overrides(paths):
@@ -427,8 +476,9 @@ def _scan_open_file(f, path, entry, budget_bytes, overrides):
         idx[0], idx[1] = array.array("Q"), 0
     tmpl_state = STATE.file_templates(path, st.st_ino)
     tally, pos, stop = _Tally(), start, start + max(0, int(budget_bytes))
+    reader = _Reader(f, size, min(size, stop) - start)
     while pos < size and pos < stop:
-        buf, end = _read_lines(f, pos, size, stop - pos)
+        buf, end = reader.lines(pos, stop - pos)
         if end == 0:
             break  # a half-written last line stays for the next poll
         starts = idx[0] if idx[1] == pos else None  # extend the index only when contiguous
@@ -475,7 +525,7 @@ def _plan_budget(needs, budget_bytes):
 def _poll_shards(req):
     files, unmatched = expand_globs(req.get("globs") or [])
     state = req.get("state") or {}
-    budget = int(req.get("budget_bytes", 256 << 20))
+    budget = 256 << 20 if req.get("budget_bytes") is None else int(req["budget_bytes"])
     needs = {}
     for p in files:
         prev = state.get(p) or {}
@@ -556,9 +606,9 @@ def _op_hello(req):
 # ---------------------------------------------------------------------------- sampling
 def _extend_index(f, idx, size):
     """Append the starts of complete lines after idx[1] with a fast newline split pass."""
-    pos = idx[1]
+    pos, reader = idx[1], _Reader(f, size, size - idx[1])
     while pos < size:
-        buf, end = _read_lines(f, pos, size, CHUNK_BYTES)
+        buf, end = reader.lines(pos, CHUNK_BYTES)
         if end == 0:
             break
         parts = buf[:end].split(b"\n")
@@ -642,7 +692,7 @@ def _draw(tables, req, overrides, unmatched):
     """Uniform draws among complete lines, without replacement, optional finish_reason filter."""
     cum = list(itertools.accumulate(t[3] for t in tables))
     population = cum[-1] if cum else 0
-    rng, n, want = random.Random(req.get("seed")), int(req.get("n", 50)), req.get("finish_reason")
+    rng, n, want = random.Random(req.get("seed")), min(int(req.get("n", 50)), 10000), req.get("finish_reason")
     cap = max(1000, 200 * n) if want is not None else 4 * n + 100
     chosen, samples, attempts = set(), [], 0
     while len(samples) < n and attempts < cap and len(chosen) < population:

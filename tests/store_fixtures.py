@@ -8,8 +8,9 @@ stores, not against hand-made rows. Scenarios are named after the situation they
 - `ceiling_18`: the founding incident: exactly 18% stop at max_tokens=4096 (P90 = P99 = 4096).
 - `node_down`: node-3 refused connections for 10 minutes, node-2 is stale (timeouts), node-4 has
   a glob that matches no file.
+- `drift`: node-4 runs with max_tokens=2048 while the rest use 4096 (ceiling drift).
 - `empty`: nodes registered, nothing polled yet ("waiting for first poll").
-- `big`: 24 h of 10 s GPU samples for 64 GPUs and ~1M completions (for the page-speed bench).
+- `big`: 24 h of 10 s GPU samples for 64 GPUs and ~1.5M completions, 18.2% at the ceiling (page-speed bench).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def lengths(rng: random.Random, n: int, trunc_frac: float, ceiling: int = CEILIN
     at_ceiling = round(n * trunc_frac)
     c: Counter = Counter()
     c[(ceiling, "length")] += at_ceiling
-    for i in range(n - at_ceiling):
+    for _i in range(n - at_ceiling):
         if rng.random() < 0.01:
             c[(rng.randint(ceiling // 2, ceiling - 1), "length")] += 1
         else:
@@ -81,7 +82,8 @@ def poll_reply(node_ts: float, devices: list[dict], files: dict[str, dict], *, u
 
 def build_run(store: Store, *, now: float, trunc_frac: float, nodes: int = 4, gpus: int = 8, polls: int = 30,
               per_shard: int = 50, interval_s: float = 10, down: dict[str, float] | None = None,
-              unmatched: dict[str, list[str]] | None = None, seed: int = 0) -> None:
+              unmatched: dict[str, list[str]] | None = None, ceilings: dict[str, int] | None = None,
+              seed: int = 0) -> None:
     """`polls` polls per node ending at `now`; `down` maps node -> seconds since its last success."""
     rng = random.Random(seed)
     down = down or {}
@@ -100,7 +102,7 @@ def build_run(store: Store, *, now: float, trunc_frac: float, nodes: int = 4, gp
             for s in range(2):
                 path = f"/data/out/shard-{i:02d}-{s}.jsonl"
                 st = state.setdefault((node, path), {"inode": 1000 * i + s, "offset": 0})
-                counts = lengths(rng, per_shard, trunc_frac)
+                counts = lengths(rng, per_shard, trunc_frac, (ceilings or {}).get(node, CEILING))
                 tokens = sum(t * k for t, _, _, k in counts)
                 start, st["offset"] = st["offset"], st["offset"] + tokens * 4 + per_shard * 600
                 files[path] = {"inode": st["inode"], "size": st["offset"], "offset_from": start, "offset": st["offset"],
@@ -155,11 +157,13 @@ def make_store(tmp: Path, scenario: str, now: float | None = None) -> tuple[Stor
     elif scenario == "node_down":
         build_run(store, now=now, trunc_frac=0.01, per_shard=100, down={"node-3": 600, "node-2": 60},
                   unmatched={"node-4": ["/data/extra/*.jsonl"]}, polls=80)
+    elif scenario == "drift":  # node-4 was launched with max_tokens=2048 by mistake
+        build_run(store, now=now, trunc_frac=0.18, ceilings={"node-4": 2048})
     elif scenario == "empty":
         for i in range(1, 5):
             store.register_node(f"node-{i}", {"name": f"node-{i}", "host": "local", "shards": ["/data/out/*.jsonl"]})
     elif scenario == "big":
-        build_run(store, now=now, trunc_frac=0.18, nodes=8, gpus=8, polls=8640, per_shard=8)
+        build_run(store, now=now, trunc_frac=0.18, nodes=8, gpus=8, polls=8640, per_shard=11)
     else:
         raise ValueError(f"unknown scenario {scenario!r}")
     return store, write_config(tmp, store_path)

@@ -122,14 +122,16 @@ def test_uniform_sample_across_nodes_and_coalescing(run):
     assert 90 <= by_node <= 150  # n1 holds 60% of the lines
     truncated, _, _ = collector.sample_now(40, finish_reason="length", seed=8)
     assert truncated and all(s["finish_reason"] == "length" for s in truncated)
-    # Two tabs clicking Re-sample at once: one batch.
+    # Two tabs clicking Re-sample while a sample is in flight: one batch. Holding a node's
+    # agent lock keeps the first sample in flight, so the test does not depend on timing.
     batches = []
-    threads = [threading.Thread(target=lambda: batches.append(collector.request_sample(30))) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(set(batches)) == 1
+    with collector.pollers["n1"].lock:
+        threads = [threading.Thread(target=lambda: batches.append(collector.request_sample(30))) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert len(batches) == 2 and len(set(batches)) == 1
     deadline = time.time() + 20
     while store.latest_sample_batch() is None and time.time() < deadline:
         time.sleep(0.05)

@@ -37,7 +37,7 @@ def _clear_streamlit_caches():
 def stores(tmp_path_factory) -> dict[str, Path]:
     """One config per scenario, built once per module (building a store takes ~1 s)."""
     out = {}
-    for name in [*SCENARIOS]:
+    for name in [*SCENARIOS, "drift"]:
         tmp = tmp_path_factory.mktemp(name)
         store, config = store_fixtures.make_store(tmp, name)
         store.close()
@@ -181,3 +181,30 @@ def test_resample_button_requests_a_sample_and_says_sampling(stores, monkeypatch
     # A second click (another tab) while one is pending must not crash.
     at.button(key="samples_resample_button").click().run()
     assert_clean(at)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_config_error_names_the_field_and_stops(page, tmp_path, monkeypatch):
+    bad = tmp_path / "runhealth.toml"
+    bad.write_text('[run]\nname = "r"\ninterval_s = "ten"\n\n[[nodes]]\nname = "n1"\nhost = "local"\n'
+                   'shards = ["/data/*.jsonl"]\n', encoding="utf-8")
+    at = run_page(page, bad, monkeypatch)
+    assert not at.exception
+    assert any("interval_s" in e.value for e in at.error), [e.value for e in at.error]
+
+
+def test_lengths_page_flags_ceiling_drift(stores, monkeypatch):
+    at = run_page("pages/1_Output_lengths.py", stores["drift"], monkeypatch)
+    assert_clean(at)
+    warnings = [w.value for w in at.warning]
+    assert any("node-4 stops at 2,048" in w for w in warnings), warnings
+
+
+def test_continuation_batch_only_on_click(stores, monkeypatch):
+    collector = _with_recording_collector(monkeypatch, stores["ceiling_18"])
+    at = AppTest.from_file(str(ROOT / "pages/1_Output_lengths.py"), default_timeout=TIMEOUT_S).run()
+    assert not [c for c in collector.calls if c[0] == "sample_now"]
+    at.button(key="lengths_continuation_button").click().run()
+    assert_clean(at)
+    assert ("sample_now", 300, "length", True) in collector.calls
+    assert at.session_state["lengths_continuation"][1] == 1  # one JSONL request built

@@ -62,6 +62,14 @@ def assert_clean(text: str, key: Path) -> None:
         assert chunk not in text
 
 
+def rendered_text(node) -> str:
+    """Every element's full protobuf text (values, labels, JSON, dataframes), recursively."""
+    parts = [str(getattr(node, "proto", ""))]
+    for child in getattr(node, "children", {}).values():
+        parts.append(rendered_text(child))
+    return "\n".join(parts)
+
+
 def test_passphrase_from_secrets_unlocks_the_key_and_never_leaks(tmp_path, sshd_node, ssh_encrypted_key, caplog):
     caplog.set_level(logging.DEBUG)
     node = sshd_node("127.0.0.31")
@@ -115,6 +123,7 @@ def test_nodes_page_shows_no_secret(tmp_path, sshd_node, ssh_encrypted_key, monk
     monkeypatch.setenv("RUNHEALTH_COLLECTOR", "off")
     at = AppTest.from_file(str(ROOT / "pages" / "4_Nodes.py"), default_timeout=30).run()
     assert not at.exception
-    rendered = repr(at._tree)
+    rendered = rendered_text(at._tree)
     assert "secret-test" in rendered  # the page did render this run
+    assert str(ssh_encrypted_key) in rendered  # ...and its effective config, key path included
     assert_clean(rendered, ssh_encrypted_key)

@@ -7,6 +7,7 @@ stuck on a dead NFS mount, hostile shard paths, an agent printing garbage.
 
 from __future__ import annotations
 
+import getpass
 import json
 import logging
 import os
@@ -29,7 +30,8 @@ from runhealth.errors import (
     TransportError,
 )
 from runhealth.protocol import BOOTSTRAP, encode_frame, launch_argv, program_frame
-from runhealth.transport import LocalTransport, SSHTransport, fan_out, make_transport
+from runhealth.ssh import SSHTransport
+from runhealth.transport import LocalTransport, fan_out, make_transport
 
 pytestmark = pytest.mark.ssh
 
@@ -145,13 +147,13 @@ def test_node_down_fails_alone_and_backs_off(sshd_node, three_nodes, transports)
     group = {n.node_config().name: transports(SSHTransport(n.node_config(), program=STANDIN))
              for n in [*three_nodes[:2], doomed]}
     results = fan_out(group, lambda name: {"op": "hello"}, timeout_s=10)
-    assert results["node-2"]["ok"] and results["node-3"]["ok"]
-    assert isinstance(results["node-5"], ConnectError)
+    assert not isinstance(results["node-2"], Exception), results
+    assert not isinstance(results["node-3"], Exception), results
+    assert isinstance(results["node-5"], ConnectError), results
     assert str(results["node-5"]) == f"connection refused by 127.0.0.5:{doomed.port}"
-    started = time.monotonic()
-    with pytest.raises(ConnectError, match="next reconnect attempt in"):
+    # raised from the backoff, without a new connection attempt
+    with pytest.raises(ConnectError, match=r"refused by .* \(next reconnect attempt in 1 s\)"):
         group["node-5"].request({"op": "hello"})
-    assert time.monotonic() - started < 0.5  # raised from the backoff, no new connect
 
 
 def test_nothing_listening_is_connection_refused(transports, node):
@@ -259,7 +261,7 @@ def test_agent_stuck_on_dead_mount_times_out_and_next_request_restarts(node, tra
     started = time.monotonic()
     with pytest.raises(CommandTimeout, match="did not answer 'sleep' within 1 s"):
         transport.request({"op": "sleep", "seconds": 3}, timeout_s=1)
-    assert 1 <= time.monotonic() - started < 2.5
+    assert 1 <= time.monotonic() - started < 3
     assert not transport.connected
     assert transport.request({"op": "hello"}, timeout_s=5)["pid"] != old_pid
     # Not orphaned: sshd kills it on our "signal" request (refused for root logins, as in
@@ -335,7 +337,7 @@ def _write_ssh_config(path: Path, text: str) -> str:
     return str(path)
 
 
-def test_ssh_config_alias_and_proxy_jump(sshd_node, node, tmp_path, transports):
+def test_ssh_config_alias_proxy_jump_and_proxy_command(sshd_node, node, tmp_path, transports):
     jump = sshd_node("127.0.0.8")
     both = tmp_path / "known_hosts"
     both.write_text(node.known_hosts.read_text() + jump.known_hosts.read_text())
@@ -354,12 +356,17 @@ Host gpu-behind-bastion
     Port {node.port}
     IdentityFile {key}
     ProxyJump bastion
+Host gpu-via-proxycommand
+    HostName {node.ip}
+    Port {node.port}
+    IdentityFile {key}
+    ProxyCommand ssh -q -i {key} -o BatchMode=yes -o UserKnownHostsFile={both} -p {jump.port} -W %h:%p {getpass.getuser()}@{jump.ip}
 Host gpu-behind-dead-bastion
     HostName {node.ip}
     Port {node.port}
     ProxyJump root@127.0.0.9:{sshd_lib.free_port("127.0.0.9")}
 """)
-    for alias in ("gpu-direct", "gpu-behind-bastion"):
+    for alias in ("gpu-direct", "gpu-behind-bastion", "gpu-via-proxycommand"):
         cfg = node.node_config(name=alias, host=alias, port=None, identity_file=None,
                                known_hosts=str(both))
         transport = transports(SSHTransport(cfg, ssh_config_path=config, program=STANDIN))
@@ -382,8 +389,8 @@ def test_local_transport_echo_timeout_and_restart(transports):
     old_pid = transport.pid
     started = time.monotonic()
     with pytest.raises(CommandTimeout):
-        transport.request({"op": "sleep", "seconds": 30}, timeout_s=0.5)
-    assert time.monotonic() - started < 1.5
+        transport.request({"op": "sleep", "seconds": 4}, timeout_s=0.5)
+    assert time.monotonic() - started < 2.5
     with pytest.raises(ProcessLookupError):
         os.kill(old_pid, 0)  # killed, not leaked
     assert transport.request({"op": "hello"}, timeout_s=5)["pid"] != old_pid
@@ -407,8 +414,8 @@ def test_fan_out_bounds_a_slow_host_by_its_own_timeout(three_nodes, transports):
              for n in three_nodes}
     fan_out(group, lambda name: {"op": "hello"})  # connect first, so only the stall is timed
     started = time.monotonic()
-    results = fan_out(group, lambda name: {"op": "sleep", "seconds": 30} if name == "node-3"
+    results = fan_out(group, lambda name: {"op": "sleep", "seconds": 4} if name == "node-3"
                       else {"op": "hello"}, timeout_s=1)
-    assert time.monotonic() - started < 2.5
+    assert time.monotonic() - started < 3.5  # the stalled node costs its timeout, no more
     assert isinstance(results["node-3"], CommandTimeout)
     assert results["node-2"]["ok"] and results["node-4"]["ok"]

@@ -1,0 +1,42 @@
+"""Nodes: is every node reachable, reading its shards and its GPUs? If not, why, in plain words.
+
+Status rule: pending = never polled; up = a successful poll within stale_after; stale = the
+last success is older than that; down = never reached (and failing), or no success for
+5 x stale_after. The effective configuration shown is the secret-free public view.
+"""
+
+from __future__ import annotations
+
+import time
+
+import streamlit as st
+
+from components import cards, loaders, page
+
+PREFIX = "nodes"
+
+
+def render_node(node: dict, now: float) -> None:
+    cards.render_node_card(node, rt.config.stale_after, now)
+    left, right = st.columns([3, 2])
+    left.dataframe(cards.node_details(node, now), hide_index=True, width="stretch", height=35 * 18)
+    with right:
+        st.caption("Effective configuration (secrets never shown)")
+        st.json(cards.safe_config(node.get("config")), expanded=True)
+
+
+rt = page.setup("Nodes", PREFIX)
+st.title("Nodes")
+now = time.time()
+nodes = loaders.load_nodes(rt.store)
+st.caption(f"up = polled within {loaders.fmt_age(rt.config.stale_after)}; stale = older; down = never reached, "
+           f"or nothing for {loaders.fmt_age(loaders.DOWN_AFTER_STALE * rt.config.stale_after)}; "
+           "pending = waiting for first poll.")
+if not nodes:
+    st.info("No nodes registered yet: waiting for first poll (is the collector running?).")
+    st.stop()
+cards.render_indexing(nodes)
+cards.render_node_table(nodes, rt.config.stale_after)
+for node in nodes:
+    page.guarded(render_node)(node, now)
+page.download_csv(cards.node_table(nodes, rt.config.stale_after, now), "nodes.csv", PREFIX)

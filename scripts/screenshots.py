@@ -1,0 +1,50 @@
+"""Regenerate docs/overview.png and docs/lengths.png from the demo, at 1600x1000.
+
+    python scripts/screenshots.py [--settle-s 75]
+
+Starts the demo app and Chromium exactly as tests/test_browser.py does (same helpers), waits
+until the Overview shows real truncation and throughput numbers, lets the demo run a little
+longer so the throughput chart has history, then captures both screens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+import test_browser as tb  # noqa: E402  (the browser test's helpers are the single source)
+from playwright.sync_api import sync_playwright  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--settle-s", type=float, default=75, help="demo run time before capturing (chart history)")
+    args = parser.parse_args()
+    docs = ROOT / "docs"
+    docs.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="runhealth-shots-") as tmp, tb.streamlit_server(Path(tmp)) as url, \
+            sync_playwright() as p:
+        browser = tb.launch_chromium(p)
+        page = browser.new_page(viewport=tb.VIEWPORT)
+        tb.wait_for_demo_data(page, url)
+        page.wait_for_timeout(int(args.settle_s * 1000))
+        tb.open_page(page, url, "overview")
+        tb.tile_value(page, "Tokens / s")
+        page.wait_for_timeout(1500)
+        page.screenshot(path=str(docs / "overview.png"))
+        tb.open_page(page, url, "lengths")
+        tb.tile_value(page, r"^Truncated$")
+        page.wait_for_timeout(1500)
+        page.screenshot(path=str(docs / "lengths.png"))
+        browser.close()
+    print(f"wrote {docs / 'overview.png'} and {docs / 'lengths.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,167 @@
+"""The demo dashboard in a real headless Chromium (Playwright), as a person at standup sees it.
+
+A session fixture starts `streamlit run app.py` with no config (the built-in demo, its data
+isolated under a temporary XDG_CACHE_HOME), logging to a file rather than a pipe (a full pipe
+would stall the server), and polls /_stcore/health; if it never gets healthy the log is
+dumped into the failure. Chromium is the system one: never `playwright install`. The helpers
+here are reused by scripts/screenshots.py to regenerate docs/overview.png and docs/lengths.png.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "tests" / "artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+PAGES = {"overview": "", "lengths": "Output_lengths", "gpus": "GPUs", "samples": "Samples", "nodes": "Nodes"}
+VIEWPORT = {"width": 1600, "height": 1000}
+
+pytestmark = pytest.mark.browser
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def streamlit_server(workdir: Path, startup_s: float = 60):
+    """Run the demo app; yields its base URL. The server log is dumped if it does not start."""
+    port, log_path = free_port(), workdir / "streamlit.log"
+    env = {k: v for k, v in os.environ.items() if k not in ("RUNHEALTH_CONFIG", "RUNHEALTH_COLLECTOR")}
+    env.update(XDG_CACHE_HOME=str(workdir / "cache"), PYTHONUNBUFFERED="1")
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+                                 "--server.headless", "true"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + startup_s
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"streamlit did not start (exit {proc.poll()}); log:\n{log_path.read_text(errors='replace')}")
+            time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def launch_chromium(playwright):
+    if not Path(CHROMIUM).exists():
+        pytest.fail("install chromium: apt-get install -y chromium")
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+
+def open_page(page, url: str, name: str, timeout_ms: int = 60_000) -> None:
+    """Go to a screen and wait until it has drawn: app container up, skeletons gone, title shown."""
+    page.goto(f"{url}/{PAGES[name]}", wait_until="domcontentloaded")
+    page.wait_for_selector('[data-testid="stAppViewContainer"]', timeout=timeout_ms)
+    page.wait_for_selector("h1", timeout=timeout_ms)
+    page.wait_for_function("document.querySelectorAll('[data-testid=\"stSkeleton\"]').length === 0", timeout=timeout_ms)
+
+
+def tile_value(page, label_regex: str, timeout_ms: int = 90_000, ready=lambda v: v not in ("—", "")) -> str:
+    """The big number of the tile whose label matches, once it holds a real value."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    loc = page.locator(".rh-tile", has=page.locator(".rh-label", has_text=re.compile(label_regex))).locator(".rh-value")
+    value = ""
+    while time.monotonic() < deadline:
+        if loc.count():
+            value = loc.first.inner_text().strip()
+            if ready(value):
+                return value
+        page.wait_for_timeout(1000)
+    raise AssertionError(f"tile {label_regex!r} never got a value (last: {value!r})")
+
+
+def tall_screenshot(page, path: Path, height: int = 3600) -> None:
+    """Streamlit scrolls inside its own container, so full_page misses the bottom: grow the viewport."""
+    page.set_viewport_size({"width": VIEWPORT["width"], "height": height})
+    page.wait_for_timeout(2500)
+    page.screenshot(path=str(path))
+    page.set_viewport_size(VIEWPORT)
+
+
+def parse_number(text: str) -> float:
+    m = re.search(r"([\d,.]+)\s*([KM]?)", text)
+    assert m, text
+    return float(m.group(1).replace(",", "")) * {"": 1, "K": 1e3, "M": 1e6}[m.group(2)]
+
+
+def wait_for_demo_data(page, url: str) -> tuple[str, str]:
+    """Open the Overview and wait until truncation and throughput have real numbers."""
+    open_page(page, url, "overview")
+    trunc = tile_value(page, r"^Truncated$")
+    tps = tile_value(page, "Tokens / s")
+    return trunc, tps
+
+
+@pytest.fixture(scope="session")
+def server_url():
+    with tempfile.TemporaryDirectory(prefix="runhealth-browser-") as tmp, streamlit_server(Path(tmp)) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def browser_page():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = launch_chromium(p)
+        page = browser.new_page(viewport=VIEWPORT)
+        yield page
+        browser.close()
+
+
+def test_every_screen_shows_sane_numbers(server_url, browser_page):
+    page = browser_page
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    trunc, tps = wait_for_demo_data(page, server_url)
+    assert 5.0 <= parse_number(trunc) <= 40.0, trunc
+    assert parse_number(tps) > 0, tps
+    assert page.get_by_text("DEMO — simulated run").count() >= 1
+    page.screenshot(path=str(ARTIFACTS / "overview.png"))
+    for name, expect in [("lengths", "What if max_tokens were raised?"), ("gpus", "simulated"), ("nodes", "demo-node-1")]:
+        open_page(page, server_url, name)
+        page.get_by_text(expect).first.wait_for(timeout=60_000)
+        assert page.locator('[data-testid="stException"]').count() == 0, name
+        tall_screenshot(page, ARTIFACTS / f"{name}.png")
+    open_page(page, server_url, "lengths")
+    assert parse_number(tile_value(page, r"^Truncated$")) > 5.0
+
+
+def test_resample_shows_samples(server_url, browser_page):
+    page = browser_page
+    wait_for_demo_data(page, server_url)
+    open_page(page, server_url, "samples")
+    page.get_by_role("button", name="Re-sample").click()
+    page.get_by_text(re.compile(r"Batch \d+: \d+ of")).first.wait_for(timeout=90_000)
+    page.locator('[data-testid="stDataFrame"]').first.wait_for(timeout=30_000)
+    page.get_by_text("Sampling…").first.wait_for(state="detached", timeout=30_000)
+    page.get_by_text("Truncated only").first.wait_for(timeout=30_000)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    tall_screenshot(page, ARTIFACTS / "samples.png")

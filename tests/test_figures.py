@@ -1,0 +1,106 @@
+"""The pure figure builders: what a viewer must see is really in the figure.
+
+Builders get non-empty frames only (pages say why when there is nothing to draw), so these
+tests feed them the smallest realistic frames and inspect the plotly objects, no browser.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from components import figures
+
+
+def ceiling_bins() -> pd.DataFrame:
+    # The founding incident in miniature: a spread of stops and a one-token ceiling bin.
+    return pd.DataFrame({"bin_start": [0, 1000, 2000, 3000, 4096], "bin_end": [1000, 2000, 3000, 4096, 4097],
+                         "stop": [300, 250, 120, 150, 0], "at_ceiling": [0, 0, 0, 0, 180], "other": [0, 0, 0, 0, 0]})
+
+
+def shapes_at(fig: go.Figure, x: float) -> list:
+    return [s for s in fig.layout.shapes if s.x0 == x and s.x1 == x]
+
+
+def test_histogram_draws_the_ceiling_line_and_annotates_the_share():
+    fig = figures.make_length_histogram_figure(ceiling_bins(), 4096, 0.18)
+    assert shapes_at(fig, 4096), "no vertical line at the ceiling"
+    texts = [a.text for a in fig.layout.annotations]
+    assert any("18.0%" in t and "4,096" in t for t in texts), texts
+    assert fig.layout.template.layout.paper_bgcolor is not None  # dark template applied
+
+
+def test_histogram_spike_is_highlighted_and_visible():
+    fig = figures.make_length_histogram_figure(ceiling_bins(), 4096, 0.18)
+    spike = [t for t in fig.data if t.name == "stopped at the ceiling"]
+    assert len(spike) == 1
+    assert spike[0].marker.color == figures.CEILING_COLOUR
+    assert list(spike[0].y) == [180]
+    # A 1-token bin on a ~4k axis would be invisible: it gets at least 1/80 of the span.
+    assert spike[0].width[0] >= 4097 / 80
+    assert all(t.marker.color != figures.CEILING_COLOUR for t in fig.data if t is not spike[0])
+
+
+def test_histogram_without_ceiling_has_no_line():
+    bins = ceiling_bins().assign(at_ceiling=0)
+    fig = figures.make_length_histogram_figure(bins, None, None)
+    assert not fig.layout.shapes and not fig.layout.annotations
+
+
+def test_cdf_marks_the_ceiling():
+    df = pd.DataFrame({"tokens": [10, 2000, 4095, 4096], "cum_fraction": [0.1, 0.6, 0.82, 1.0]})
+    fig = figures.make_cdf_figure(df, 4096)
+    assert shapes_at(fig, 4096)
+    assert fig.layout.yaxis.tickformat == ".0%"
+
+
+def test_truncation_by_group_makes_the_drifting_group_stand_out():
+    df = pd.DataFrame({"group": ["node-1", "node-2", "node-3"], "fraction": [0.01, 0.012, 0.011],
+                       "lo": [0.005, 0.006, 0.005], "hi": [0.02, 0.02, 0.02], "ceiling": [4096, 4096, 2048],
+                       "drift": [False, False, True]})
+    fig = figures.make_truncation_by_group_figure(df, warn=0.02, alert=0.05)
+    colours = list(fig.data[0].marker.color)
+    assert colours[2] == figures.ALERT_COLOUR and colours[0] != figures.ALERT_COLOUR
+    assert "2,048" in fig.data[0].text[2]
+
+
+def test_gpu_heatstrip_has_one_column_per_gpu_and_three_rows():
+    labels = [f"node-{n}/{g}" for n in range(1, 9) for g in range(8)]
+    df = pd.DataFrame({"label": labels, "util_pct": [95.0] * 64, "power_pct": [90.0] * 64, "mem_pct": [None] * 64})
+    fig = figures.make_gpu_heatstrip_figure(df)
+    heat = fig.data[0]
+    assert len(heat.z) == 3 and all(len(row) == 64 for row in heat.z)
+    assert list(heat.x) == labels
+    assert heat.text[2][0] == "N/A"  # unsupported metric shows N/A, not 0
+
+
+def test_gpu_timeseries_draws_one_line_per_gpu_and_the_power_limit():
+    df = pd.DataFrame({"ts_unix": [0, 10, 0, 10], "label": ["a/0", "a/0", "a/1", "a/1"],
+                       "power_w": [600, 650, 610, 640], "power_limit_w": [700] * 4})
+    fig = figures.make_gpu_timeseries_figure(df, "power_w", "Power", "W", "power_limit_w")
+    assert len(fig.data) == 2
+    assert any(s.y0 == 700 for s in fig.layout.shapes)
+
+
+def test_truncation_over_time_greys_the_backfill_bucket():
+    df = pd.DataFrame({"bucket_unix": [0, 30, 60], "completions": [5000, 100, 100],
+                       "length_stops": [900, 18, 20], "backfill": [1, 0, 0]})
+    fig = figures.make_truncation_over_time_figure(df, 0.02, 0.05)
+    assert list(fig.data[0].marker.color) == [figures.BACKFILL_COLOUR, figures.STOP_COLOUR, figures.STOP_COLOUR]
+    assert abs(fig.data[0].y[1] - 0.18) < 1e-9
+
+
+def test_whatif_figure_shows_band_interval_and_both_limits():
+    df = pd.DataFrame({"limit": [5120, 8192, 12288], "fraction": [0.15, 0.12, 0.09], "lo": [0.14, 0.1, 0.07],
+                       "hi": [0.16, 0.14, 0.11], "band_lo": [0.13, 0.1, 0.06], "band_hi": [0.17, 0.15, 0.12]})
+    fig = figures.make_whatif_figure(df, ceiling=4096, chosen=8192, hard_hi=0.18)
+    names = {t.name for t in fig.data}
+    assert {"95% interval", "spread across tail models", "projected share still truncated"} <= names
+    assert shapes_at(fig, 4096) and shapes_at(fig, 8192)
+    assert "extrapolation" in fig.layout.title.text
+
+
+def test_throughput_figure():
+    df = pd.DataFrame({"bucket_unix": [0, 30, 60], "tokens_per_s": [24000.0, 25000.0, 24500.0]})
+    fig = figures.make_throughput_figure(df)
+    assert list(fig.data[0].y) == [24000.0, 25000.0, 24500.0]

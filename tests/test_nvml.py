@@ -1,0 +1,154 @@
+"""The agent's GPU layer against a pynvml stand-in (tests/fake_pynvml.py) and nvidia-smi text.
+
+Real-GPU verification is still pending: these tests pin the layer to pynvml's documented
+names, constants and error classes and to nvidia-smi's CSV output, not to a live driver.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import fake_pynvml
+import pytest
+
+from runhealth import agent
+
+HERE = Path(__file__).parent
+# design.md section 1, verbatim: the one-liner the dashboard runs on the node.
+BOOTSTRAP = ("import sys,json;i=sys.stdin.buffer;n=int(i.readline());p=json.loads(i.read(n));"
+             "g={'__name__':'runhealth_agent','__modules__':p.get('modules',{})};"
+             "exec(compile(p['main'],'runhealth_agent','exec'),g)")
+GPU = dict(fake_pynvml.H200)
+
+
+@pytest.fixture
+def nvml(monkeypatch):
+    """A fresh agent state with the stand-in installed as `pynvml`."""
+    monkeypatch.setattr(agent, "STATE", agent._State())
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml)
+    fake_pynvml.configure([dict(GPU, uuid="GPU-0"), dict(GPU, uuid="GPU-1", util=12)])
+    return fake_pynvml
+
+
+def test_two_healthy_gpus(nvml):
+    gpus = agent.read_gpus("auto")
+    assert (gpus["source"], gpus["error"], gpus["simulated"]) == ("nvml", None, False)
+    first, second = gpus["devices"]
+    assert first == {"index": 0, "name": "NVIDIA H200", "uuid": "GPU-0", "util_pct": 97,
+                     "mem_used_mib": 120000, "mem_total_mib": 143771, "power_w": 650.21,
+                     "power_limit_w": 700.0, "temp_c": 61, "sm_clock_mhz": 1980,
+                     "throttle_reasons": ["sw_power_cap"],
+                     "processes": [{"pid": 4321, "name": agent._proc_name(4321), "mem_used_mib": 119000}],
+                     "error": None}
+    assert second["util_pct"] == 12 and second["uuid"] == "GPU-1"
+
+
+def test_nvml_is_initialised_once_per_process(nvml):
+    for _ in range(3):
+        agent.read_gpus("auto")
+    assert nvml.init_calls == 1
+
+
+def test_power_reading_not_supported_is_none(nvml):
+    nvml.configure([dict(GPU, uuid="GPU-0", power_mw=nvml.NOT_SUPPORTED)])
+    (dev,) = agent.read_gpus("auto")["devices"]
+    assert dev["power_w"] is None and dev["power_limit_w"] == 700.0 and dev["error"] is None
+
+
+def test_old_driver_missing_functions_gives_none_fields(nvml, monkeypatch):
+    # The driver lacks the newer "event reasons" symbol and the process query ...
+    nvml.configure([dict(GPU, uuid="GPU-0")], missing={"nvmlDeviceGetCurrentClocksEventReasons",
+                                                       "nvmlDeviceGetComputeRunningProcesses"})
+    # ... and this pynvml is so old it has no temperature function at all.
+    monkeypatch.delattr(nvml, "nvmlDeviceGetTemperature")
+    (dev,) = agent.read_gpus("auto")["devices"]
+    assert dev["throttle_reasons"] == ["sw_power_cap"]  # fell back to the older name
+    assert dev["processes"] is None and dev["temp_c"] is None and dev["error"] is None
+    assert set(agent.STATE.nvml_missing) == {"nvmlDeviceGetCurrentClocksEventReasons",
+                                             "nvmlDeviceGetComputeRunningProcesses",
+                                             "nvmlDeviceGetTemperature"}
+    agent.read_gpus("auto")
+    assert len(agent.STATE.nvml_missing) == 3  # noted once, not once per poll
+
+
+def test_one_gpu_lost_the_other_still_reports(nvml):
+    nvml.configure([dict(GPU, uuid="GPU-0", lost=True), dict(GPU, uuid="GPU-1")])
+    lost, ok = agent.read_gpus("auto")["devices"]
+    assert lost == {"index": 0, "error": "GPU is lost"}
+    assert ok["uuid"] == "GPU-1" and ok["error"] is None
+
+
+def test_gpu_lost_in_the_middle_of_a_query(nvml):
+    nvml.configure([dict(GPU, uuid="GPU-0", temp=nvml.LOST), dict(GPU, uuid="GPU-1")])
+    lost, ok = agent.read_gpus("auto")["devices"]
+    assert lost == {"index": 0, "error": "GPU is lost"} and ok["temp_c"] == 61
+
+
+def test_error_classes_mirror_pynvml():
+    err = fake_pynvml.NVMLError(fake_pynvml.NVML_ERROR_NOT_SUPPORTED)
+    assert type(err) is fake_pynvml.NVMLError_NotSupported and str(err) == "Not Supported"
+    assert isinstance(fake_pynvml.NVMLError_GpuIsLost(), fake_pynvml.NVMLError)
+    real = pytest.importorskip("pynvml")  # nvidia-ml-py is in requirements-dev.txt
+    for name in ("NVMLError_NotSupported", "NVMLError_FunctionNotFound", "NVMLError_GpuIsLost",
+                 "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetComputeRunningProcesses",
+                 "nvmlClocksThrottleReasonSwPowerCap", "NVML_TEMPERATURE_GPU", "NVML_CLOCK_SM"):
+        assert hasattr(real, name) and hasattr(fake_pynvml, name), name
+    assert real.NVML_ERROR_GPU_IS_LOST == fake_pynvml.NVML_ERROR_GPU_IS_LOST
+
+
+# ---------------------------------------------------------------------------- nvidia-smi
+SMI_OUTPUT = """\
+0, NVIDIA H200, GPU-5b3c8d2e-1f4a-4b6c-9d8e-7f6a5b4c3d2e, 97, 120315, 143771, 651.37, 700.00, 61, 1980
+1, NVIDIA H200, GPU-0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d, 0, 1, 143771, [N/A], [N/A], 34, 345
+2, NVIDIA GeForce GTX 1080 Ti, GPU-9f8e7d6c-5b4a-3928-1706-f5e4d3c2b1a0, [Not Supported], 523, 11264, [Not Supported], [Not Supported], 45, 1733
+"""
+
+
+def test_nvidia_smi_csv_parsing():
+    h200, idle, old = agent.parse_smi_csv(SMI_OUTPUT)
+    assert h200 == {"index": 0, "name": "NVIDIA H200", "uuid": "GPU-5b3c8d2e-1f4a-4b6c-9d8e-7f6a5b4c3d2e",
+                    "util_pct": 97, "mem_used_mib": 120315, "mem_total_mib": 143771,
+                    "power_w": 651.37, "power_limit_w": 700.0, "temp_c": 61, "sm_clock_mhz": 1980,
+                    "throttle_reasons": None, "processes": None, "error": None}
+    assert idle["power_w"] is None and idle["power_limit_w"] is None and idle["util_pct"] == 0
+    assert old["util_pct"] is None and old["power_w"] is None and old["name"] == "NVIDIA GeForce GTX 1080 Ti"
+
+
+def _no_pynvml(monkeypatch):
+    monkeypatch.setattr(agent, "STATE", agent._State())
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` raises ImportError
+
+
+def test_falls_back_to_nvidia_smi(monkeypatch, tmp_path):
+    _no_pynvml(monkeypatch)
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\ncat <<'EOF'\n" + SMI_OUTPUT + "EOF\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    gpus = agent.read_gpus("auto")
+    assert gpus["source"] == "nvidia-smi" and len(gpus["devices"]) == 3 and gpus["error"] is None
+
+
+def test_no_telemetry_says_why(monkeypatch, tmp_path):
+    _no_pynvml(monkeypatch)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    gpus = agent.read_gpus("auto")
+    assert gpus["source"] is None and gpus["devices"] == []
+    assert gpus["error"].startswith("no GPU telemetry: NVML: ") and "nvidia-smi" in gpus["error"]
+
+
+def test_bootstrap_registers_the_shipped_pynvml_lazily():
+    """Through the real bootstrap with -I -S (no site-packages): pynvml comes from __modules__."""
+    program = json.dumps({"main": (HERE.parent / "runhealth" / "agent.py").read_text(),
+                          "modules": {"pynvml": (HERE / "fake_pynvml.py").read_text()}}).encode()
+    poll = json.dumps({"op": "poll", "shards": {"globs": []}, "gpu": "auto"}).encode()
+    stdin = b"%d\n%s%d\n%s" % (len(program), program, len(poll), poll)
+    done = subprocess.run([sys.executable, "-I", "-S", "-u", "-c", BOOTSTRAP], input=stdin,
+                          capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    header, body = done.stdout.split(b"\n", 1)
+    reply = json.loads(body[: int(header)])
+    assert reply["gpus"]["source"] == "nvml" and [d["uuid"] for d in reply["gpus"]["devices"]] == ["GPU-aaaa", "GPU-bbbb"]

@@ -1,0 +1,220 @@
+"""Property test: the scanner's fast (template) path counts exactly what json.loads counts.
+
+Each example builds one shard: lines of one schema and one writer style (separators, key order,
+ensure_ascii), values drawn adversarially (text holding `"finish_reason": "length"`, escaped
+quotes, backslash runs, unicode, nested objects carrying the same keys), plus a few lines of
+other shapes and some truncated lines. The reference below is a plain json.loads per line,
+written from design.md independently of runhealth/agent.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import zlib
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from runhealth import agent
+
+# ---------------------------------------------------------------------------- reference
+TEXT_KEYS = ("text", "completion", "output", "response")
+
+
+def _completion_fields(obj):
+    """(finish_reason value, completion_tokens value, [text parts]) per design.md."""
+    rec = obj
+    resp = obj.get("response")
+    if isinstance(resp, dict) and isinstance(resp.get("body"), dict):
+        rec = resp["body"]
+    choices = rec.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        c0 = choices[0]
+        usage = rec.get("usage")
+        ct = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        msg = c0.get("message")
+        if isinstance(msg, dict):
+            why = msg.get("reasoning_content")
+            why = why if isinstance(why, str) else msg.get("reasoning")
+            texts = [why, msg.get("content")]
+        else:
+            texts = [c0.get("text")]
+        return c0.get("finish_reason"), ct, texts
+    meta = rec.get("meta_info")
+    if isinstance(meta, dict):
+        fr = meta.get("finish_reason")
+        fr = fr.get("type") if isinstance(fr, dict) else fr
+        return fr, meta.get("completion_tokens"), [rec.get("text")]
+    usage = rec.get("usage")
+    if isinstance(usage, dict) and "completion_tokens" in usage:
+        ct = usage["completion_tokens"]
+    else:
+        ct = rec.get("completion_tokens")
+    text = next((rec[k] for k in TEXT_KEYS if isinstance(rec.get(k), str)), None)
+    return rec.get("finish_reason"), ct, [text]
+
+
+def reference_counts(data: bytes):
+    """(lines, malformed, counts rows) from json.loads on every complete line."""
+    counts, lines, malformed = {}, 0, 0
+    for raw in data.split(b"\n")[:-1]:
+        lines += 1
+        try:
+            obj = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError):
+            obj = None
+        if not isinstance(obj, dict):
+            malformed += 1
+            continue
+        fr, ct, texts = _completion_fields(obj)
+        fr = fr if isinstance(fr, str) else None
+        if isinstance(ct, int) and not isinstance(ct, bool) and ct >= 0:
+            key = (ct, fr, 0)
+        else:
+            key = (math.ceil(sum(len(t) for t in texts if isinstance(t, str)) / 4), fr, 1)
+        counts[key] = counts.get(key, 0) + 1
+    return lines, malformed, _rows(counts)
+
+
+def _rows(counts):
+    return sorted(([*k, n] for k, n in counts.items()), key=lambda r: (r[0], r[1] is not None, r[1] or "", r[2]))
+
+
+# ---------------------------------------------------------------------------- generators
+FRAGMENTS = ['"finish_reason": "length"', '"completion_tokens": 7', '\\"', "\\", "\\\\", '"',
+             "{", "}", "[", "]", ":", ",", "\n", "\t", "é", "中文", "\U0001f600", "\ud800",
+             '{"type": "length"}', '"meta_info": {', '"choices": [{', "null", "\\u0041"]
+texts = st.lists(st.one_of(st.text(max_size=8), st.sampled_from(FRAGMENTS)), max_size=6).map("".join)
+reasons = st.one_of(st.sampled_from(["stop", "length", "abort", "tool_calls"]), st.none(),
+                    texts, st.integers(0, 3))
+tokens = st.one_of(st.integers(0, 1 << 40), st.none(), st.just(-3), st.just(4.0), st.booleans())
+nested = st.fixed_dictionaries({"finish_reason": reasons, "completion_tokens": tokens,
+                                "text": texts, "meta_info": st.fixed_dictionaries({"finish_reason": reasons})})
+STYLES = [(",", ":"), (", ", ": "), (" ,  ", " : "), (",\t", ":\t")]
+SCHEMAS = ["flat", "flat_usage", "chat", "completion", "batch", "sglang"]
+
+
+def build(schema, v, shape):
+    """One record of `schema` from drawn values v; shape decides which optional keys exist."""
+    fr, ct, text = v["fr"], v["ct"], v["text"]
+    if schema in ("flat", "flat_usage"):
+        rec = {"prompt": v["prompt"], "text": text, "finish_reason": fr}
+        if schema == "flat_usage":
+            rec["usage"] = {"prompt_tokens": 5, "completion_tokens": ct}
+        else:
+            rec["completion_tokens"] = ct
+    elif schema in ("chat", "batch"):
+        msg = {"role": "assistant", "content": text}
+        if shape["reasoning"]:
+            msg["reasoning_content"] = v["prompt"]
+        rec = {"id": "chatcmpl-x", "object": "chat.completion",
+               "choices": [{"index": 0, "message": msg, "finish_reason": fr}],
+               "usage": {"prompt_tokens": 3, "completion_tokens": ct}}
+        if schema == "batch":
+            rec = {"id": "b1", "custom_id": v["prompt"][:5], "response": {"status_code": 200, "body": rec}}
+    elif schema == "completion":
+        rec = {"choices": [{"text": text, "index": 0, "finish_reason": fr}], "usage": {"completion_tokens": ct}}
+    else:
+        finish = {"type": fr, "length": 5} if shape["fr_object"] else fr
+        rec = {"text": text, "meta_info": {"id": "q", "finish_reason": finish, "completion_tokens": ct}}
+    if shape["nested"] is not None:  # a nested object carrying the same keys
+        rec["extra"] = shape["nested"]
+    for key in shape["drop"]:
+        _drop(rec, key)
+    return rec
+
+
+def _drop(obj, key):
+    if isinstance(obj, dict):
+        obj.pop(key, None)
+        for child in obj.values():
+            _drop(child, key)
+    elif isinstance(obj, list):
+        for child in obj:
+            _drop(child, key)
+
+
+def ordered(obj, salt):
+    """Same key order for every line of a shard (a writer's habit), shuffled per shard."""
+    if isinstance(obj, dict):
+        keys = sorted(obj, key=lambda k: zlib.crc32((salt + k).encode("utf-8", "surrogatepass")))
+        return {k: ordered(obj[k], salt) for k in keys}
+    if isinstance(obj, list):
+        return [ordered(x, salt) for x in obj]
+    return obj
+
+
+def dumps(rec, shape):
+    text = json.dumps(ordered(rec, shape["salt"]), separators=shape["style"], ensure_ascii=shape["ascii"])
+    return text.encode("utf-8", "surrogatepass") + b"\n"  # lone surrogates -> invalid UTF-8
+
+
+values = st.fixed_dictionaries({"fr": reasons, "ct": tokens, "text": texts, "prompt": texts})
+shapes = st.fixed_dictionaries({
+    "style": st.sampled_from(STYLES), "ascii": st.booleans(), "salt": st.text(max_size=3),
+    "nested": st.one_of(st.none(), nested), "reasoning": st.booleans(), "fr_object": st.booleans(),
+    "drop": st.lists(st.sampled_from(["finish_reason", "completion_tokens", "usage", "text"]), max_size=1),
+})
+
+
+# ---------------------------------------------------------------------------- the property
+def scan_all(path, budget):
+    totals, offset, inode, lines, malformed = {}, 0, None, 0, 0
+    while True:
+        e = agent.scan_file(path, inode, offset, budget)
+        assert e["error"] is None
+        for t, fr, est, n in e["counts"]:
+            totals[(t, fr, est)] = totals.get((t, fr, est), 0) + n
+        lines, malformed = lines + e["lines"], malformed + e["malformed"]
+        offset, inode = e["offset"], e["inode"]
+        if e["pending_bytes"] == 0:
+            return lines, malformed, _rows(totals)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_fast_path_counts_equal_json_loads(data):
+    schema = data.draw(st.sampled_from(SCHEMAS))
+    shape = data.draw(shapes)
+    body = b""
+    for _ in range(data.draw(st.integers(1, 12))):
+        rec = build(schema, data.draw(values), shape)
+        line = dumps(rec, shape)
+        roll = data.draw(st.integers(0, 19))
+        if roll == 0:  # another writer's shape in the same shard
+            line = dumps(build(data.draw(st.sampled_from(SCHEMAS)), data.draw(values), data.draw(shapes)), shape)
+        elif roll == 1:  # a writer died mid-line
+            line = line[: data.draw(st.integers(0, max(0, len(line) - 2)))] + b"\n"
+        body += line
+    fd, path = tempfile.mkstemp(suffix=".jsonl")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(body)
+        expected = reference_counts(body)
+        assert scan_all(path, 1 << 30) == expected
+        assert scan_all(path, data.draw(st.integers(1, 4096))) == expected  # budget-split polls
+    finally:
+        os.unlink(path)
+
+
+def test_the_property_exercises_the_template_path():
+    """Guard against a vacuous pass: adversarial but same-shaped lines go through templates."""
+    before = agent.STATE.line_stats["template"]
+    nest = {"finish_reason": "length", "completion_tokens": 1, "text": "", "meta_info": {"finish_reason": "x"}}
+    shape = {"style": (", ", ": "), "ascii": False, "salt": "s", "nested": nest, "reasoning": True,
+             "fr_object": True, "drop": []}
+    vals = [{"fr": fr, "ct": i, "text": 'a \\" "finish_reason": "length" \\\\' * (i % 5) + "é",
+             "prompt": "p\\\\"} for i, fr in enumerate(["stop", "length"] * 50)]
+    for schema in SCHEMAS:
+        body = b"".join(dumps(build(schema, v, shape), shape) for v in vals)
+        fd, path = tempfile.mkstemp(suffix=".jsonl")
+        with os.fdopen(fd, "wb") as f:
+            f.write(body)
+        try:
+            assert scan_all(path, 1 << 30) == reference_counts(body)
+        finally:
+            os.unlink(path)
+    assert agent.STATE.line_stats["template"] - before >= 5 * 95
