@@ -160,6 +160,9 @@ def whatif_curve(hist: stats.LengthHist, hist_key: str, ceiling: int, chosen: in
     rows = []
     for limit in limits:
         r = load_whatif(hist, hist_key, ceiling, limit, loop_fraction, bootstrap=30)
+        if not rows:  # anchor the curve at today's observed share at the ceiling
+            now = r["current_truncated_fraction"]
+            rows.append({"limit": ceiling, "fraction": now, "lo": now, "hi": now, "band_lo": now, "band_hi": now})
         if r["truncated_fraction"] is None:
             continue
         band = list(r["band"].values()) or [r["truncated_fraction"]]

@@ -916,7 +916,7 @@ def _demo_devices(count):
     devices = []
     for i in range(count):
         wave = 0.5 + 0.5 * math.sin(t / 9.0 + i * 0.9)
-        power_w = round(800.0 + 190.0 * wave + 10.0 * math.sin(t / 2.3 + i), 1)
+        power_w = round(805.0 + 180.0 * wave + 5.0 * math.sin(t / 2.3 + i), 1)  # 800-990 W
         mem_used_mib = int(174080 + 2048 * math.sin(t / 31.0 + i))
         devices.append({"index": i, "name": "NVIDIA B200", "uuid": "GPU-demo-0000-0000-%04d" % i,
                         "util_pct": int(90 + 9 * wave), "mem_used_mib": mem_used_mib,

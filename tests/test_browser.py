@@ -145,7 +145,7 @@ def test_every_screen_shows_sane_numbers(server_url, browser_page):
     assert parse_number(tps) > 0, tps
     assert page.get_by_text("DEMO — simulated run").count() >= 1
     page.screenshot(path=str(ARTIFACTS / "overview.png"))
-    for name, expect in [("lengths", "What if max_tokens were raised?"), ("gpus", "simulated"), ("nodes", "demo-node-1")]:
+    for name, expect in [("lengths", "What if max_tokens were raised?"), ("gpus", "simulated"), ("nodes", "Effective configuration (secrets never shown)")]:
         open_page(page, server_url, name)
         page.get_by_text(expect).first.wait_for(timeout=60_000)
         assert page.locator('[data-testid="stException"]').count() == 0, name
