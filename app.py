@@ -59,6 +59,8 @@ def render_live(rt) -> None:
         series = thr["series"]
         if len(series) >= 2:
             st.plotly_chart(figures.make_throughput_figure(series), key=f"{PREFIX}_throughput_chart")
+        else:
+            st.caption("The throughput chart appears once a few minutes of polls are in (the first scan is not counted).")
 
 
 rt = page.setup("Overview", PREFIX)

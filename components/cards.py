@@ -146,7 +146,7 @@ def overview_tiles(summary: dict, thr: dict, nodes: list[dict], gpus: pd.DataFra
     tps_sub = (f"{loaders.fmt_rate(tps / n_gpus)} per GPU · " if tps and n_gpus else "") + (
         f"{tpj:.1f} tok/J · " if tpj else "") + (
         f"server says {loaders.fmt_rate(server)}" if server is not None else "no server metrics")
-    eta = rates.eta_seconds(done, target, cps) if target and cps else None
+    eta = rates.eta_seconds(done, target, cps) if target else None
     states = [loaders.node_status(n, now, cfg.stale_after)[0] for n in nodes]
     up, stale, down = states.count("up"), states.count("stale"), states.count("down")
     free = [d.get("free_bytes") for n in nodes for d in (n.get("disk") or {}).values() if d.get("free_bytes")]
@@ -155,8 +155,9 @@ def overview_tiles(summary: dict, thr: dict, nodes: list[dict], gpus: pd.DataFra
         tile("Completions", f"{done:,}", done_sub, "ok" if done else "muted"),
         tile("Tokens / s", loaders.fmt_rate(tps) if tps is not None else "—", tps_sub if tps is not None
              else "waiting for two polls", "ok" if tps else "muted"),
-        tile("ETA", loaders.fmt_age(eta) if eta is not None else "—",
-             f"at {cps:,.1f} completions/s" if cps else "needs a target and a rate", "ok" if eta else "muted"),
+        tile("ETA", "done" if eta == 0 else loaders.fmt_age(eta) if eta is not None else "—",
+             "target reached" if eta == 0 else f"at {cps:,.1f} completions/s" if cps else "needs a target and a rate",
+             "muted" if eta is None else "ok"),
         truncation_tile(summary, cfg.truncation_warn_fraction, cfg.truncation_alert_fraction),
         tile("Nodes up", f"{up} / {len(nodes)}", f"{stale} stale · {down} down"
              + (f" · disk free ≥ {loaders.fmt_bytes(min(free))}" if free else ""),
@@ -206,7 +207,7 @@ def gpu_table(gpus: pd.DataFrame) -> pd.DataFrame:
     flags = []
     for _, g in gpus.iterrows():
         notes = []
-        if g.get("error"):
+        if isinstance(g.get("error"), str) and g["error"]:  # pandas makes a missing error NaN
             notes.append(f"error: {g['error']}")
         if pd.notna(g["util_pct"]) and g["util_pct"] < 10:
             notes.append("idle")

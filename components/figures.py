@@ -153,7 +153,7 @@ def make_throughput_figure(df: pd.DataFrame) -> go.Figure:
     fig = go.Figure(go.Scatter(x=pd.to_datetime(df["bucket_unix"], unit="s"), y=df["tokens_per_s"],
                                mode="lines", fill="tozeroy", line=dict(color=STOP_COLOUR, width=3)))
     fig.update_yaxes(title_text="tokens/s", rangemode="tozero")
-    return _layout(fig, "Throughput (from shard growth)", height=260)
+    return _layout(fig, "Throughput (from shard growth)", height=230)
 
 
 def make_whatif_figure(df: pd.DataFrame, ceiling: int, chosen: int, hard_hi: float | None = None) -> go.Figure:

@@ -80,5 +80,6 @@ procs = cards.gpu_processes(gpus)
 if procs.empty:
     st.info("No process holds GPU memory (or the driver does not report processes).")
 else:
-    st.dataframe(procs, hide_index=True, width="stretch")
+    st.dataframe(procs, hide_index=True, width="stretch",
+                 column_config={"mem GiB": st.column_config.NumberColumn(format="%.1f")})
 page.download_csv(cards.gpu_table(gpus), "gpus.csv", PREFIX)

@@ -23,7 +23,7 @@ from playwright.sync_api import sync_playwright  # noqa: E402
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--settle-s", type=float, default=75, help="demo run time before capturing (chart history)")
+    parser.add_argument("--settle-s", type=float, default=150, help="demo run time before capturing (chart history)")
     args = parser.parse_args()
     docs = ROOT / "docs"
     docs.mkdir(exist_ok=True)

@@ -7,7 +7,7 @@ stores, not against hand-made rows. Scenarios are named after the situation they
 - `healthy`: 4 nodes x 8 H200s, 1% of completions at the 4096-token ceiling.
 - `ceiling_18`: the founding incident: exactly 18% stop at max_tokens=4096 (P90 = P99 = 4096).
 - `node_down`: node-3 refused connections for 10 minutes, node-2 is stale (timeouts), node-4 has
-  a glob that matches no file.
+  a glob that matches no file and a lost GPU.
 - `drift`: node-4 runs with max_tokens=2048 while the rest use 4096 (ceiling drift).
 - `empty`: nodes registered, nothing polled yet ("waiting for first poll").
 - `big`: 24 h of 10 s GPU samples for 64 GPUs and ~1.5M completions, 18.2% at the ceiling (page-speed bench).
@@ -83,7 +83,7 @@ def poll_reply(node_ts: float, devices: list[dict], files: dict[str, dict], *, u
 def build_run(store: Store, *, now: float, trunc_frac: float, nodes: int = 4, gpus: int = 8, polls: int = 30,
               per_shard: int = 50, interval_s: float = 10, down: dict[str, float] | None = None,
               unmatched: dict[str, list[str]] | None = None, ceilings: dict[str, int] | None = None,
-              seed: int = 0) -> None:
+              lost_gpu: str | None = None, seed: int = 0) -> None:
     """`polls` polls per node ending at `now`; `down` maps node -> seconds since its last success."""
     rng = random.Random(seed)
     down = down or {}
@@ -112,6 +112,10 @@ def build_run(store: Store, *, now: float, trunc_frac: float, nodes: int = 4, gp
             if i == 2:  # one idle and one power-throttled GPU, as on a real node
                 devices[5] = gpu_device(5, 3.0, power_w=90.0)
                 devices[6] = gpu_device(6, 88.0, power_w=699.0, throttle=("sw_power_cap",), temp_c=84)
+            if node == lost_gpu:  # gpustat's "GPU is lost": an error entry, no numbers
+                devices[3] = {"index": 3, "name": None, "uuid": None, "error": "GPU is lost",
+                              **dict.fromkeys(("util_pct", "mem_used_mib", "mem_total_mib", "power_w", "power_limit_w",
+                                               "temp_c", "sm_clock_mhz")), "throttle_reasons": [], "processes": []}
             reply = poll_reply(ts + 0.4, devices, files, unmatched=(unmatched or {}).get(node))
             store.record_poll(node, reply, ts, rtt_ms=12.5)
             made = sum(f["tokens"] for f in files.values())
@@ -156,7 +160,7 @@ def make_store(tmp: Path, scenario: str, now: float | None = None) -> tuple[Stor
         add_samples(store, now=now)
     elif scenario == "node_down":
         build_run(store, now=now, trunc_frac=0.01, per_shard=100, down={"node-3": 600, "node-2": 60},
-                  unmatched={"node-4": ["/data/extra/*.jsonl"]}, polls=80)
+                  unmatched={"node-4": ["/data/extra/*.jsonl"]}, lost_gpu="node-4", polls=80)
     elif scenario == "drift":  # node-4 was launched with max_tokens=2048 by mistake
         build_run(store, now=now, trunc_frac=0.18, ceilings={"node-4": 2048})
     elif scenario == "empty":

@@ -208,3 +208,25 @@ def test_continuation_batch_only_on_click(stores, monkeypatch):
     assert_clean(at)
     assert ("sample_now", 300, "length", True) in collector.calls
     assert at.session_state["lengths_continuation"][1] == 1  # one JSONL request built
+
+
+def test_gpus_page_flags_the_lost_gpu_only(stores, monkeypatch):
+    at = run_page("pages/2_GPUs.py", stores["node_down"], monkeypatch)
+    assert_clean(at)
+    flagged = " ".join(w.value for w in at.warning)
+    assert "node-4/3 (error: GPU is lost)" in flagged, flagged
+    assert "node-1/0" not in flagged
+    assert "node-2/5 (idle)" in flagged and "sw\\_power\\_cap" in flagged
+
+
+def test_nodes_page_never_shows_a_secret_value(tmp_path, monkeypatch):
+    # Even if a secret slipped into the stored config, the Nodes page shows only whether it is set.
+    store, config = store_fixtures.make_store(tmp_path, "empty")
+    store.register_node("node-1", {"name": "node-1", "host": "local", "passphrase": "hunter2-planted",
+                                   "password_set": True, "private_key": "-----BEGIN planted"})
+    store.close()
+    at = run_page("pages/4_Nodes.py", config, monkeypatch)
+    assert_clean(at)
+    shown = texts(at) + " ".join(str(j.value) for j in at.json)
+    assert "hunter2-planted" not in shown and "BEGIN planted" not in shown
+    assert "not set" in shown or "set" in shown
