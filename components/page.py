@@ -13,6 +13,7 @@ import time
 
 import pandas as pd
 import streamlit as st
+from streamlit.errors import StreamlitAPIException
 
 from components import cards, context, loaders
 
@@ -42,6 +43,13 @@ BIG_ALERTS_CSS = """
 </style>
 """
 ERROR_PREFIX = "Could not draw this part of the page"
+# Our own navigation (the built-in one is off in config.toml): it would list the Overview,
+# whose script must be app.py, as "app".
+NAV = [("app.py", "Overview", ":material/monitor_heart:"),
+       ("pages/1_Output_lengths.py", "Output lengths", ":material/straighten:"),
+       ("pages/2_GPUs.py", "GPUs", ":material/memory:"),
+       ("pages/3_Samples.py", "Samples", ":material/search:"),
+       ("pages/4_Nodes.py", "Nodes", ":material/dns:")]
 DEMO_TEXT = "DEMO — simulated run; add runhealth.toml to monitor real nodes"
 
 
@@ -56,6 +64,7 @@ def setup(title: str, prefix: str) -> context.Runtime:
         st.stop()
     _check_access(rt.config.allowed_users)
     with st.sidebar:
+        _navigation()
         st.markdown(f"### {rt.config.name}")
         if rt.demo:
             st.markdown('<div class="rh-demo">DEMO</div>', unsafe_allow_html=True)
@@ -66,6 +75,16 @@ def setup(title: str, prefix: str) -> context.Runtime:
             loaders.clear_all()
             st.rerun()
     return rt
+
+
+def _navigation() -> None:
+    try:
+        for script, label, icon in NAV:
+            st.page_link(script, label=label, icon=icon)
+    except StreamlitAPIException:
+        # A page run on its own (AppTest of one file) has no app.py entrypoint to link from.
+        return
+    st.divider()
 
 
 def guarded(fn):
@@ -114,9 +133,10 @@ def _check_access(allowed_users: list[str]) -> None:
     except Exception:  # no secrets file at all
         auth_configured = False
     if not auth_configured:
-        st.sidebar.warning("allowed_users is set but no [auth] section is in .streamlit/secrets.toml: "
-                           "access is not restricted.")
-        return
+        # Fail closed: an allow-list nobody can be checked against must not mean "everyone".
+        st.error("This run sets allowed_users, but no [auth] section is configured in "
+                 ".streamlit/secrets.toml, so no one can sign in: refusing to show the run.")
+        st.stop()
     if not st.user.is_logged_in:
         st.info("This run's dashboard is restricted. Sign in to continue.")
         st.button("Log in", on_click=st.login, key="page_login_button")

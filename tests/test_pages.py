@@ -230,3 +230,14 @@ def test_nodes_page_never_shows_a_secret_value(tmp_path, monkeypatch):
     shown = texts(at) + " ".join(str(j.value) for j in at.json)
     assert "hunter2-planted" not in shown and "BEGIN planted" not in shown
     assert "not set" in shown or "set" in shown
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_allow_list_without_auth_fails_closed(path, stores, tmp_path, monkeypatch):
+    """allowed_users with no way to sign in must hide the run, not silently show it to everyone."""
+    config = tmp_path / "runhealth.toml"
+    config.write_text(stores["ceiling_18"].read_text().replace("[run]\n", '[run]\nallowed_users = ["a@example.com"]\n'))
+    at = run_page(path, config, monkeypatch)
+    assert not at.exception
+    assert any("refusing to show the run" in e.value for e in at.error)
+    assert "4,096" not in texts(at) and "18." not in texts(at)
