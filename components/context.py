@@ -33,6 +33,7 @@ class Runtime:
     demo: bool = False
     config_error: str | None = None
     simulator: demo.Simulator | None = None
+    notice: str | None = None  # why this process is not collecting, when it is not
 
 
 def build_runtime() -> Runtime:
@@ -54,8 +55,12 @@ def build_runtime() -> Runtime:
         return Runtime(config=None, store=None, config_error=str(exc))
     runtime = Runtime(config=config, store=store, demo=config.demo, simulator=simulator)
     if collect:
-        runtime.collector = Collector(config, store)
-        runtime.collector.start()
+        collector = Collector(config, store)
+        try:
+            collector.start()
+            runtime.collector = collector
+        except RunhealthError as exc:
+            runtime.notice = str(exc)
     return runtime
 
 

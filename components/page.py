@@ -66,6 +66,8 @@ def setup(title: str, prefix: str) -> context.Runtime:
     with st.sidebar:
         _navigation()
         st.markdown(f"### {rt.config.name}")
+        if rt.notice:
+            st.info(rt.notice)
         if rt.demo:
             st.markdown('<div class="rh-demo">DEMO</div>', unsafe_allow_html=True)
         st.fragment(run_every=5)(freshness)(rt, compact=True)

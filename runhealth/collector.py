@@ -9,6 +9,7 @@ that node's last error while its counts and offsets stay put. Pages only ever ca
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import random
 import threading
@@ -19,6 +20,7 @@ from typing import Any
 
 from runhealth import loops, metrics
 from runhealth.config import NodeConfig, RunConfig
+from runhealth.errors import StoreError
 from runhealth.store import Store
 from runhealth.transport import make_transport
 
@@ -132,18 +134,39 @@ class Collector:
         self._stop = threading.Event()
         self._sample_lock = threading.Lock()
         self._sampling: int | None = None
+        self._lock_file = None
         store.set_meta("run", _run_meta(config))
         for node in config.nodes:
             store.register_node(node.name, node.public_dict())
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
+        """Start one poller thread per node.
+
+        Raises:
+            StoreError: another process is already collecting into this store (two
+                collectors would poll every node twice for nothing).
+        """
+        self._claim_store()
         for poller in self.pollers.values():
             if poller.thread is None:
                 poller.thread = threading.Thread(target=poller.run, args=(self._stop,),
                                                  name=f"runhealth-poll-{poller.node.name}", daemon=True)
                 poller.thread.start()
         threading.Thread(target=self._housekeeping, name="runhealth-prune", daemon=True).start()
+
+    def _claim_store(self) -> None:
+        if self._lock_file is not None:
+            return
+        path = f"{self.store.path}.collector.lock"
+        lock_file = open(path, "w")  # noqa: SIM115 - held for the collector's life
+        try:
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock_file.close()
+            raise StoreError(f"another runhealth process is already collecting into {self.store.path};"
+                             " this one only displays what that one collects") from None
+        self._lock_file = lock_file
 
     def stop(self) -> None:
         self._stop.set()
@@ -153,6 +176,9 @@ class Collector:
             if poller.thread is not None:
                 poller.thread.join(timeout=poller.node.command_timeout_s + 1)
             poller.close()
+        if self._lock_file is not None:
+            self._lock_file.close()  # releases the flock
+            self._lock_file = None
 
     @property
     def running(self) -> bool:

@@ -10,6 +10,7 @@ Aggregation and downsampling happen in SQL; reads return plain lists of dicts.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -20,6 +21,7 @@ from typing import Any
 from runhealth.errors import StoreError
 
 SCHEMA_VERSION = 1
+log = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -153,10 +155,14 @@ class Store:
         files = shards.get("files") or {}
         with self._tx() as db:
             first_poll = db.execute("SELECT COUNT(*) FROM shards WHERE node = ?", (node,)).fetchone()[0] == 0
+            prev = db.execute("SELECT pending_bytes FROM nodes WHERE name = ?", (node,)).fetchone()
+            catching_up = bool(prev and prev[0])  # the previous poll left bytes for this one
             delta = {"completions": 0, "tokens": 0, "length_stops": 0, "malformed": 0, "resets": 0}
             for path, entry in files.items():
                 _apply_shard(db, node, path, entry, ts_unix, delta)
-            backfill = first_poll or delta["resets"] > 0 or (shards.get("pending_bytes") or 0) > 0
+            # Catch-up work (first index, rescans, a backlog split over polls) is not throughput.
+            backfill = (first_poll or catching_up or delta["resets"] > 0
+                        or (shards.get("pending_bytes") or 0) > 0)
             db.execute(
                 "INSERT INTO polls VALUES (?,?,?,?,?,?,?,?,?)",
                 (ts_unix, node, reply.get("time_unix"), delta["completions"], delta["tokens"],
@@ -329,6 +335,13 @@ def _where(since_unix: float | None, node: str | None) -> tuple[str, tuple]:
 def _apply_shard(db: sqlite3.Connection, node: str, path: str, entry: dict, ts_unix: float, delta: dict) -> None:
     """Fold one file's scan result into the shard row and its length counts."""
     old = db.execute("SELECT offset FROM shards WHERE node = ? AND path = ?", (node, path)).fetchone()
+    stored_offset = old[0] if old is not None else 0
+    if not entry.get("reset") and entry.get("offset_from", stored_offset) != stored_offset:
+        # The scan did not start where our counts end (a stale or duplicate reply, e.g. from a
+        # second collector on the same store): applying it would double or skip lines.
+        log.warning("%s:%s: ignored a scan from offset %s; counted up to %s", node, path,
+                    entry.get("offset_from"), stored_offset)
+        return
     if entry.get("reset") and old is not None:
         # Rotated or truncated: forget what this shard counted before, then count it afresh.
         db.execute("DELETE FROM length_counts WHERE node = ? AND path = ?", (node, path))

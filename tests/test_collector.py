@@ -9,6 +9,7 @@ from shardgen import chat_line, truth_rows, write_shard
 
 from runhealth.collector import Collector
 from runhealth.config import NodeConfig, RunConfig
+from runhealth.errors import StoreError
 from runhealth.store import Store
 
 
@@ -137,3 +138,14 @@ def test_uniform_sample_across_nodes_and_coalescing(run):
         time.sleep(0.05)
     batch = store.latest_sample_batch()
     assert batch["batch"] == batches[0] and len(batch["samples"]) == 30
+
+
+def test_a_second_collector_on_the_same_store_refuses_to_start(run):
+    tmp, config, store, collector = run
+    collector.start()
+    second = Collector(config, Store(store.path))
+    with pytest.raises(StoreError, match="already collecting"):
+        second.start()
+    collector.stop()
+    second.start()  # the lock goes with the first collector
+    second.stop()

@@ -128,3 +128,21 @@ def test_kill_9_mid_write_leaves_counts_consistent_with_offsets(tmp_path):
     assert run_counts(store) == {(1, "stop", 0): offset}
     assert len(store.polls()) == offset
     assert store._db().execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_a_reply_that_does_not_continue_from_the_stored_offset_is_ignored(tmp_path):
+    """Two collectors on one store (or a replayed reply) must not double-count a shard."""
+    store = Store(tmp_path / "s.sqlite3")
+    first = reply({"/a": entry(100, [[5, "stop", 0, 4]])})
+    store.record_poll("n1", first, 1.0, 1.0)
+    store.record_poll("n1", first, 2.0, 1.0)  # the same scan from offset 0, delivered twice
+    assert run_counts(store) == {(5, "stop", 0): 4}
+    assert store.polls()[-1]["completions"] == 0
+
+
+def test_the_poll_that_finishes_a_backlog_is_not_throughput(tmp_path):
+    store = Store(tmp_path / "s.sqlite3")
+    store.record_poll("n1", reply({"/a": entry(100, [[5, "stop", 0, 4]])}, pending=900), 1.0, 1.0)
+    store.record_poll("n1", reply({"/a": entry(1000, [[5, "stop", 0, 40]], offset_from=100)}), 1.1, 1.0)
+    store.record_poll("n1", reply({"/a": entry(1010, [[5, "stop", 0, 1]], offset_from=1000)}), 6.0, 1.0)
+    assert [p["backfill"] for p in store.polls()] == [1, 1, 0]
