@@ -63,20 +63,30 @@ def load_run_lengths(store: Store, ceiling: int | None) -> dict[str, Any]:
 
 @_cache(ttl=5, max_entries=8)
 def load_group_lengths(store: Store, by: str, ceiling: int | None) -> pd.DataFrame:
-    """Share at the ceiling per node or shard, with Wilson interval and ceiling drift."""
+    """Share at the ceiling per node or shard, with Wilson interval and ceiling drift.
+
+    Only the length-stop rows come out of SQL (totals are summed there): a group's ceiling
+    and its mass at the ceiling depend on nothing else.
+    """
+    def name(r: dict) -> str:
+        return r["node"] if by == "node" else f"{r['node']}:{r['path']}"
+
     groups: dict[str, stats.LengthHist] = {}
-    for r in store.length_counts(by=by):
-        name = r["node"] if by == "node" else f"{r['node']}:{r['path']}"
-        groups.setdefault(name, stats.LengthHist()).add(r["tokens"], r["finish_reason"], r["estimated"], r["count"])
+    for r in store.length_counts(by=by, finish_reason="length"):
+        groups.setdefault(name(r), stats.LengthHist()).add(r["tokens"], r["finish_reason"], r["estimated"], r["count"])
     drift = stats.ceiling_drift(groups)
     out = []
-    for name, hist in sorted(groups.items()):
-        s = stats.summarize(hist, ceiling=ceiling)
-        lo, hi = stats.wilson_interval(s["at_ceiling"], s["length_count"])
+    for t in store.group_totals(by):
+        group = name(t)
+        hist = groups.get(group, stats.LengthHist())
         own = stats.detect_ceiling(hist)
-        out.append({"group": name, "completions": s["completions"], "at_ceiling": s["at_ceiling"],
-                    "fraction": s["at_ceiling_fraction"], "lo": lo, "hi": hi,
-                    "ceiling": own if own is not None else s["ceiling"], "drift": name in drift})
+        limit = ceiling or own
+        at = sum(n for tok, _, est, n in hist.rows() if not est and limit is not None and tok >= limit)
+        denominator = t["exact"] or t["completions"]
+        lo, hi = stats.wilson_interval(at, denominator)
+        out.append({"group": group, "completions": t["completions"], "at_ceiling": at,
+                    "fraction": at / denominator if denominator else 0.0, "lo": lo, "hi": hi,
+                    "ceiling": own if own is not None else ceiling, "drift": group in drift})
     return pd.DataFrame(out, columns=["group", "completions", "at_ceiling", "fraction", "lo", "hi", "ceiling", "drift"])
 
 
@@ -156,10 +166,12 @@ def load_whatif(_hist: stats.LengthHist, hist_key: str, ceiling: int, new_limit:
 def whatif_curve(hist: stats.LengthHist, hist_key: str, ceiling: int, chosen: int,
                  loop_fraction: float) -> pd.DataFrame:
     """Projected share still truncated at a few limits between the ceiling and 4x it."""
-    limits = sorted({int(ceiling * f) for f in (1.25, 1.5, 2, 2.5, 3, 4)} | {chosen})
+    limits = sorted({int(ceiling * f) for f in (1.5, 2, 3, 4)} | {chosen})
     rows = []
     for limit in limits:
-        r = load_whatif(hist, hist_key, ceiling, limit, loop_fraction, bootstrap=30)
+        # The band across models dominates the interval (the bootstrap moves it < 1%), so the
+        # curve's points skip the bootstrap; the chosen limit's own numbers keep it.
+        r = load_whatif(hist, hist_key, ceiling, limit, loop_fraction, bootstrap=0)
         if not rows:  # anchor the curve at today's observed share at the ceiling
             now = r["current_truncated_fraction"]
             rows.append({"limit": ceiling, "fraction": now, "lo": now, "hi": now, "band_lo": now, "band_hi": now})

@@ -43,6 +43,12 @@ CREATE TABLE IF NOT EXISTS length_counts (
     node TEXT NOT NULL, path TEXT NOT NULL, tokens INTEGER NOT NULL,
     finish_reason TEXT NOT NULL, estimated INTEGER NOT NULL, count INTEGER NOT NULL,
     PRIMARY KEY (node, path, tokens, finish_reason, estimated));
+-- The same counts summed per node, kept up to date with length_counts in the same
+-- transaction, so run- and node-level views read a few thousand rows, not every shard's.
+CREATE TABLE IF NOT EXISTS node_length_counts (
+    node TEXT NOT NULL, tokens INTEGER NOT NULL, finish_reason TEXT NOT NULL,
+    estimated INTEGER NOT NULL, count INTEGER NOT NULL,
+    PRIMARY KEY (node, tokens, finish_reason, estimated));
 CREATE TABLE IF NOT EXISTS polls (
     ts_unix REAL NOT NULL, node TEXT NOT NULL, node_ts_unix REAL, completions INTEGER,
     tokens INTEGER, length_stops INTEGER, malformed INTEGER, backfill INTEGER, rtt_ms REAL);
@@ -86,6 +92,11 @@ class Store:
                 self._db().executescript(_SCHEMA)  # runs in its own transaction
             with self._tx() as db:
                 db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                if db.execute("SELECT NOT EXISTS (SELECT 1 FROM node_length_counts)"
+                              " AND EXISTS (SELECT 1 FROM length_counts)").fetchone()[0]:
+                    # A store written before node_length_counts existed: build it once.
+                    db.execute("INSERT INTO node_length_counts SELECT node, tokens, finish_reason, estimated,"
+                               " SUM(count) FROM length_counts GROUP BY node, tokens, finish_reason, estimated")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open history store {self.path}: {exc}") from None
 
@@ -238,19 +249,32 @@ class Store:
         sql = "SELECT * FROM shards" + (" WHERE node = ?" if node else "") + " ORDER BY node, path"
         return self._rows(sql, (node,) if node else ())
 
-    def length_counts(self, by: str = "run") -> list[dict[str, Any]]:
+    def length_counts(self, by: str = "run", finish_reason: str | None = None) -> list[dict[str, Any]]:
         """Completions counted by exact length and finish reason, grouped by run, node or shard.
 
-        Rows: {[node], [path], tokens, finish_reason (None if absent), estimated, count}.
+        Rows: {[node], [path], tokens, finish_reason (None if absent), estimated, count};
+        `finish_reason` keeps only that reason's rows (e.g. "length": the few that matter for
+        ceilings, instead of every length of every shard).
         """
         keys = {"run": "", "node": "node, ", "shard": "node, path, "}[by]
+        table = "length_counts" if by == "shard" else "node_length_counts"
+        where, params = (" WHERE finish_reason = ?", (finish_reason,)) if finish_reason else ("", ())
         rows = self._rows(
-            f"SELECT {keys}tokens, finish_reason, estimated, SUM(count) AS count FROM length_counts"
-            f" GROUP BY {keys}tokens, finish_reason, estimated"
+            f"SELECT {keys}tokens, finish_reason, estimated, SUM(count) AS count FROM {table}{where}"
+            f" GROUP BY {keys}tokens, finish_reason, estimated", params
         )
         for r in rows:
             r["finish_reason"] = r["finish_reason"] or None
         return rows
+
+    def group_totals(self, by: str) -> list[dict[str, Any]]:
+        """Per node or shard: completions counted, and how many of them have exact token counts."""
+        keys = {"node": "node", "shard": "node, path"}[by]
+        table = "length_counts" if by == "shard" else "node_length_counts"
+        return self._rows(
+            f"SELECT {keys}, SUM(count) AS completions, SUM(CASE WHEN estimated = 0 THEN count ELSE 0 END)"
+            f" AS exact FROM {table} GROUP BY {keys} ORDER BY {keys}"
+        )
 
     def polls(self, since_unix: float | None = None, node: str | None = None) -> list[dict[str, Any]]:
         where, params = _where(since_unix, node)
@@ -344,6 +368,14 @@ def _apply_shard(db: sqlite3.Connection, node: str, path: str, entry: dict, ts_u
         return
     if entry.get("reset") and old is not None:
         # Rotated or truncated: forget what this shard counted before, then count it afresh.
+        db.execute(
+            "UPDATE node_length_counts SET count = count - (SELECT l.count FROM length_counts l WHERE l.node = ?"
+            " AND l.path = ? AND l.tokens = node_length_counts.tokens AND l.finish_reason ="
+            " node_length_counts.finish_reason AND l.estimated = node_length_counts.estimated)"
+            " WHERE node = ? AND EXISTS (SELECT 1 FROM length_counts l WHERE l.node = ? AND l.path = ?"
+            " AND l.tokens = node_length_counts.tokens AND l.finish_reason = node_length_counts.finish_reason"
+            " AND l.estimated = node_length_counts.estimated)", (node, path, node, node, path))
+        db.execute("DELETE FROM node_length_counts WHERE node = ? AND count <= 0", (node,))
         db.execute("DELETE FROM length_counts WHERE node = ? AND path = ?", (node, path))
         db.execute("UPDATE shards SET lines = 0, malformed = 0, tokens = 0, resets = resets + 1"
                    " WHERE node = ? AND path = ?", (node, path))
@@ -351,11 +383,13 @@ def _apply_shard(db: sqlite3.Connection, node: str, path: str, entry: dict, ts_u
     db.execute("INSERT OR IGNORE INTO shards (node, path) VALUES (?, ?)", (node, path))
     counts = entry.get("counts") or []
     completions = sum(int(c[3]) for c in counts)
+    rows = [(node, path, int(t), f or "", int(e), int(n)) for t, f, e, n in counts]
     db.executemany(
         "INSERT INTO length_counts VALUES (?,?,?,?,?,?) ON CONFLICT (node, path, tokens, finish_reason, estimated)"
-        " DO UPDATE SET count = count + excluded.count",
-        [(node, path, int(t), f or "", int(e), int(n)) for t, f, e, n in counts],
-    )
+        " DO UPDATE SET count = count + excluded.count", rows)
+    db.executemany(
+        "INSERT INTO node_length_counts VALUES (?,?,?,?,?) ON CONFLICT (node, tokens, finish_reason, estimated)"
+        " DO UPDATE SET count = count + excluded.count", [(r[0], *r[2:]) for r in rows])
     db.execute(
         "UPDATE shards SET inode = ?, offset = ?, size = ?, lines = lines + ?, malformed = malformed + ?,"
         " tokens = tokens + ?, error = ?, updated_unix = ? WHERE node = ? AND path = ?",

@@ -6,6 +6,7 @@ rotated or truncated shard, a writer that died mid-line, hostile file names, a 5
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -14,9 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from runhealth import agent
+from runhealth import agent, protocol
 
 AGENT_PATH = Path(agent.__file__)
+# The agent is three modules shipped together; BOOTSTRAP registers these under these names.
+PARTS = {"runhealth_agent_scan": AGENT_PATH.with_name("agent_scan.py"),
+         "runhealth_agent_gpu": AGENT_PATH.with_name("agent_gpu.py")}
 BIG = 1 << 40  # "no budget limit" for a test-sized shard
 
 
@@ -342,8 +346,10 @@ def read_reply(stream):
 
 def test_serve_loop_over_a_real_subprocess(tmp_path):
     path = write(tmp_path / "a.jsonl", [chat("stop", 5)] * 4)
+    # -I keeps the script's folder off sys.path and cwd is elsewhere: agent.py must find
+    # agent_scan.py / agent_gpu.py beside itself.
     proc = subprocess.Popen([sys.executable, "-I", "-S", str(AGENT_PATH)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
     try:
         proc.stdin.write(frame({"op": "hello"}) + frame(b"{not json") + frame({"op": "launch"}))
         proc.stdin.write(frame({"op": "poll", "shards": {"globs": [path]}, "gpu": "demo", "demo_gpus": 7}))
@@ -372,7 +378,8 @@ def test_demo_gpus_are_plausible_b200_readings():
 STDLIB_PROBE = """
 import json, sys
 src = open(sys.argv[1]).read()
-g = {"__name__": "probe"}
+parts = json.loads(sys.argv[3])
+g = {"__name__": "probe", "__modules__": {name: open(path).read() for name, path in parts.items()}}
 exec(compile(src, "agent", "exec"), g)
 g["handle"]({"op": "poll", "shards": {"globs": [sys.argv[2]]}, "gpu": "auto",
              "metrics_urls": ["http://127.0.0.1:9/m"], "metrics_timeout_s": 0.2})
@@ -383,14 +390,42 @@ print(json.dumps(sorted(sys.modules)))
 
 def test_agent_imports_only_the_standard_library(tmp_path):
     path = write(tmp_path / "a.jsonl", [chat("stop", 5)] * 4)
-    out = subprocess.run([sys.executable, "-I", "-S", "-c", STDLIB_PROBE, str(AGENT_PATH), path],
+    parts = json.dumps({name: str(p) for name, p in PARTS.items()})
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", STDLIB_PROBE, str(AGENT_PATH), path, parts],
                          capture_output=True, timeout=60, check=True)
     mods = {m.split(".")[0] for m in json.loads(out.stdout)}
-    third_party = mods - set(sys.stdlib_module_names) - set(sys.builtin_module_names) - {"__main__"}
+    assert set(PARTS) <= mods  # all three modules ran, so their imports are in the check
+    ours = set(PARTS) | {"__main__"}
+    third_party = mods - set(sys.stdlib_module_names) - set(sys.builtin_module_names) - ours
     assert not third_party, third_party
 
 
-def test_agent_source_parses_as_python_3_8():
+@pytest.mark.parametrize("path", [AGENT_PATH, *PARTS.values()], ids=lambda p: p.name)
+def test_agent_source_parses_as_python_3_8(path):
     import ast
 
-    ast.parse(AGENT_PATH.read_text(), feature_version=(3, 8))
+    ast.parse(path.read_text(), feature_version=(3, 8))
+
+
+# ---------------------------------------------------------------------------- shipping to a node
+def test_program_frame_ships_the_agent_and_its_two_modules():
+    header, body = protocol.program_frame().split(b"\n", 1)
+    program = json.loads(body)
+    assert int(header) == len(body) and program["main"] == AGENT_PATH.read_text()
+    for name, path in PARTS.items():
+        assert program["modules"][name] == path.read_text(), name
+
+
+def test_bootstrap_runs_the_shipped_agent_without_the_runhealth_package(tmp_path):
+    """The node's view: only python3, no runhealth installed, sources arrive in the first frame."""
+    path = write(tmp_path / "a.jsonl", [chat("stop", 5)] * 3 + [sglang("length", 9)])
+    stdin = (protocol.program_frame() + frame({"op": "hello"})
+             + frame({"op": "poll", "shards": {"globs": [path]}, "gpu": "off"}))
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", protocol.BOOTSTRAP], input=stdin,
+                          capture_output=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    replies = io.BytesIO(done.stdout)
+    hello, polled = read_reply(replies), read_reply(replies)
+    assert hello["ok"] and hello["agent_version"] == agent.AGENT_VERSION
+    assert polled["ok"] and polled["shards"]["files"][path]["counts"] == [[5, "stop", 0, 3], [9, "length", 0, 1]]
+    assert polled["gpus"]["source"] is None and polled["gpus"]["reason"]

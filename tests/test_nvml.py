@@ -14,7 +14,7 @@ from pathlib import Path
 import fake_pynvml
 import pytest
 
-from runhealth import agent
+from runhealth import agent, agent_gpu
 
 HERE = Path(__file__).parent
 # design.md section 1, verbatim: the one-liner the dashboard runs on the node.
@@ -26,8 +26,8 @@ GPU = dict(fake_pynvml.H200)
 
 @pytest.fixture
 def nvml(monkeypatch):
-    """A fresh agent state with the stand-in installed as `pynvml`."""
-    monkeypatch.setattr(agent, "STATE", agent._State())
+    """A fresh NVML state with the stand-in installed as `pynvml`."""
+    monkeypatch.setattr(agent_gpu, "NVML", agent_gpu._Nvml())
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml)
     fake_pynvml.configure([dict(GPU, uuid="GPU-0"), dict(GPU, uuid="GPU-1", util=12)])
     return fake_pynvml
@@ -41,7 +41,7 @@ def test_two_healthy_gpus(nvml):
                      "mem_used_mib": 120000, "mem_total_mib": 143771, "power_w": 650.21,
                      "power_limit_w": 700.0, "temp_c": 61, "sm_clock_mhz": 1980,
                      "throttle_reasons": ["sw_power_cap"],
-                     "processes": [{"pid": 4321, "name": agent._proc_name(4321), "mem_used_mib": 119000}],
+                     "processes": [{"pid": 4321, "name": agent_gpu._proc_name(4321), "mem_used_mib": 119000}],
                      "error": None}
     assert second["util_pct"] == 12 and second["uuid"] == "GPU-1"
 
@@ -67,11 +67,11 @@ def test_old_driver_missing_functions_gives_none_fields(nvml, monkeypatch):
     (dev,) = agent.read_gpus("auto")["devices"]
     assert dev["throttle_reasons"] == ["sw_power_cap"]  # fell back to the older name
     assert dev["processes"] is None and dev["temp_c"] is None and dev["error"] is None
-    assert set(agent.STATE.nvml_missing) == {"nvmlDeviceGetCurrentClocksEventReasons",
+    assert set(agent_gpu.NVML.missing) == {"nvmlDeviceGetCurrentClocksEventReasons",
                                              "nvmlDeviceGetComputeRunningProcesses",
                                              "nvmlDeviceGetTemperature"}
     agent.read_gpus("auto")
-    assert len(agent.STATE.nvml_missing) == 3  # noted once, not once per poll
+    assert len(agent_gpu.NVML.missing) == 3  # noted once, not once per poll
 
 
 def test_one_gpu_lost_the_other_still_reports(nvml):
@@ -118,7 +118,7 @@ def test_nvidia_smi_csv_parsing():
 
 
 def _no_pynvml(monkeypatch):
-    monkeypatch.setattr(agent, "STATE", agent._State())
+    monkeypatch.setattr(agent_gpu, "NVML", agent_gpu._Nvml())
     monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` raises ImportError
 
 
@@ -142,8 +142,11 @@ def test_no_telemetry_says_why(monkeypatch, tmp_path):
 
 def test_bootstrap_registers_the_shipped_pynvml_lazily():
     """Through the real bootstrap with -I -S (no site-packages): pynvml comes from __modules__."""
-    program = json.dumps({"main": (HERE.parent / "runhealth" / "agent.py").read_text(),
-                          "modules": {"pynvml": (HERE / "fake_pynvml.py").read_text()}}).encode()
+    src = HERE.parent / "runhealth"
+    program = json.dumps({"main": (src / "agent.py").read_text(),
+                          "modules": {"runhealth_agent_scan": (src / "agent_scan.py").read_text(),
+                                      "runhealth_agent_gpu": (src / "agent_gpu.py").read_text(),
+                                      "pynvml": (HERE / "fake_pynvml.py").read_text()}}).encode()
     poll = json.dumps({"op": "poll", "shards": {"globs": []}, "gpu": "auto"}).encode()
     stdin = b"%d\n%s%d\n%s" % (len(program), program, len(poll), poll)
     done = subprocess.run([sys.executable, "-I", "-S", "-u", "-c", BOOTSTRAP], input=stdin,

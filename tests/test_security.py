@@ -70,18 +70,24 @@ def rendered_text(node) -> str:
     return "\n".join(parts)
 
 
-def test_passphrase_from_secrets_unlocks_the_key_and_never_leaks(tmp_path, sshd_node, ssh_encrypted_key, caplog):
-    caplog.set_level(logging.DEBUG)
-    node = sshd_node("127.0.0.31")
-    config_path, secrets = write_config(tmp_path, node, ssh_encrypted_key, SECRET_PASSPHRASE)
+def collect_once(tmp_path, node, key, passphrase):
+    """Write the config and secrets, poll the node once; returns (config path, config, store, result)."""
+    config_path, secrets = write_config(tmp_path, node, key, passphrase)
     config = load_config(config_path, secrets_path=secrets)
     store = Store(config.resolved_store_path())
     collector = Collector(config, store)
     try:
-        results = collector.poll_once()
+        result = collector.poll_once()["enc"]
     finally:
         collector.stop()
-    assert isinstance(results["enc"], dict), results["enc"]
+    return config_path, config, store, result
+
+
+def test_passphrase_from_secrets_unlocks_the_key_and_never_leaks(tmp_path, sshd_node, ssh_encrypted_key, caplog):
+    caplog.set_level(logging.DEBUG)
+    node = sshd_node("127.0.0.31")
+    _, config, store, result = collect_once(tmp_path, node, ssh_encrypted_key, SECRET_PASSPHRASE)
+    assert isinstance(result, dict), result
     assert store.nodes()[0]["lines"] == 50
     store.close()
     assert_clean(everything_written(tmp_path) + caplog.text + repr(config), ssh_encrypted_key)
@@ -91,16 +97,9 @@ def test_wrong_passphrase_is_an_auth_error_that_quotes_no_secret(tmp_path, sshd_
     caplog.set_level(logging.DEBUG)
     node = sshd_node("127.0.0.32")
     wrong = SECRET_PASSPHRASE + "-wrong"
-    config_path, secrets = write_config(tmp_path, node, ssh_encrypted_key, wrong)
-    config = load_config(config_path, secrets_path=secrets)
-    store = Store(config.resolved_store_path())
-    collector = Collector(config, store)
-    try:
-        results = collector.poll_once()
-    finally:
-        collector.stop()
-    assert isinstance(results["enc"], AuthError)
-    shown = str(results["enc"]) + store.nodes()[0]["last_error"]
+    _, _, store, result = collect_once(tmp_path, node, ssh_encrypted_key, wrong)
+    assert isinstance(result, AuthError)
+    shown = str(result) + store.nodes()[0]["last_error"]
     store.close()
     text = shown + everything_written(tmp_path) + caplog.text
     assert wrong not in text
@@ -111,14 +110,8 @@ def test_nodes_page_shows_no_secret(tmp_path, sshd_node, ssh_encrypted_key, monk
     from streamlit.testing.v1 import AppTest
 
     node = sshd_node("127.0.0.33")
-    config_path, secrets = write_config(tmp_path, node, ssh_encrypted_key, SECRET_PASSPHRASE)
-    config = load_config(config_path, secrets_path=secrets)
-    store = Store(config.resolved_store_path())
-    collector = Collector(config, store)
-    try:
-        collector.poll_once()
-    finally:
-        collector.stop()
+    config_path, _, _, result = collect_once(tmp_path, node, ssh_encrypted_key, SECRET_PASSPHRASE)
+    assert isinstance(result, dict), result
     monkeypatch.setenv("RUNHEALTH_CONFIG", str(config_path))
     monkeypatch.setenv("RUNHEALTH_COLLECTOR", "off")
     at = AppTest.from_file(str(ROOT / "pages" / "4_Nodes.py"), default_timeout=30).run()

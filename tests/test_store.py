@@ -146,3 +146,24 @@ def test_the_poll_that_finishes_a_backlog_is_not_throughput(tmp_path):
     store.record_poll("n1", reply({"/a": entry(1000, [[5, "stop", 0, 40]], offset_from=100)}), 1.1, 1.0)
     store.record_poll("n1", reply({"/a": entry(1010, [[5, "stop", 0, 1]], offset_from=1000)}), 6.0, 1.0)
     assert [p["backfill"] for p in store.polls()] == [1, 1, 0]
+
+
+def test_node_aggregates_always_equal_the_sum_of_their_shards(tmp_path):
+    """node_length_counts is maintained incrementally, resets included: it must never drift."""
+    store = Store(tmp_path / "s.sqlite3")
+    store.record_poll("n1", reply({"/a": entry(100, [[5, "stop", 0, 4], [9, "length", 0, 1]]),
+                                   "/b": entry(50, [[5, "stop", 0, 2]])}), 1.0, 1.0)
+    store.record_poll("n1", reply({"/a": entry(30, [[5, "stop", 0, 1]], inode=2, reset=True)}), 2.0, 1.0)
+    store.record_poll("n1", reply({"/b": entry(80, [[7, None, 1, 3]], offset_from=50)}), 3.0, 1.0)
+
+    def by_key(rows):
+        out = {}
+        for r in rows:
+            key = (r["node"], r["tokens"], r["finish_reason"], r["estimated"])
+            out[key] = out.get(key, 0) + r["count"]
+        return out
+
+    assert by_key(store.length_counts(by="node")) == by_key(store.length_counts(by="shard")) == {
+        ("n1", 5, "stop", 0): 3, ("n1", 7, None, 1): 3}
+    totals = store.group_totals("node")
+    assert totals == [{"node": "n1", "completions": 6, "exact": 3}]

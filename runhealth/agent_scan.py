@@ -1,0 +1,468 @@
+"""runhealth node agent, shard scanning: counts finished generations per (tokens, finish_reason).
+
+Part of the node agent (with agent.py and agent_gpu.py, shipped together): it runs on the GPU
+node, imports only the standard library, keeps Python 3.8-compatible syntax and is read-only
+there (shards are opened "rb", nothing is written). It holds the field rules that say where a
+record keeps finish_reason, completion_tokens and its text; the template engine; and
+scan_file(), which counts the complete lines of one shard from an offset within a byte budget,
+with its per-shard template memory kept here.
+"""
+from __future__ import annotations
+
+import array
+import json
+import os
+import re
+
+CHUNK_BYTES = 16 << 20  # large reads amortise syscalls; memory stays flat in file size
+MAX_TEMPLATES = 6  # SGLang finish_reason objects differ by type, so allow a few shapes
+MAX_TEMPLATE_BUILDS = 24  # per shard: a shard of odd lines must not rebuild forever
+TEMPLATE_MAX_LINE_BYTES = 1 << 20
+TEMPLATE_MAX_TOKENS = 400  # logprobs-heavy lines: templates would be huge, use json.loads
+TEXT_KEYS = ("text", "completion", "output", "response")
+HOLE_KEYS = frozenset(("content", "reasoning_content", "reasoning", "prompt", "input") + TEXT_KEYS)
+
+
+class PerFile:
+    """Memory per shard keyed by (path, inode); a rotated path forgets its earlier file's entry."""
+
+    def __init__(self, new):
+        self.new = new  # makes the entry for a file not seen before
+        self.entries = {}  # (path, inode) -> entry
+        self.inode_of = {}  # path -> inode last seen
+
+    def get(self, path, inode):
+        old = self.inode_of.get(path)
+        if old != inode:  # so memory tracks live shards
+            self.entries.pop((path, old), None)
+            self.inode_of[path] = inode
+        return self.entries.setdefault((path, inode), self.new())
+
+
+TEMPLATES = PerFile(lambda: [[], [], MAX_TEMPLATE_BUILDS])  # [strict plans, tolerant plans, builds left]
+LINE_STATS = {"template": 0, "json": 0}  # lines counted by each path, process-wide
+
+
+# ---------------------------------------------------------------------------- field rules
+def _get(obj, path):
+    """Follow a key/index path through dicts and lists; None when any step is missing."""
+    for part in path:
+        if isinstance(obj, dict):
+            obj = obj.get(part)
+        elif isinstance(obj, list) and isinstance(part, int) and -len(obj) <= part < len(obj):
+            obj = obj[part]
+        else:
+            return None
+    return obj
+
+
+def _parse_path(dotted):
+    """"choices.0.finish_reason" -> ("choices", 0, "finish_reason")."""
+    return tuple(int(p) if p.lstrip("-").isdigit() else p for p in dotted.split("."))
+
+
+def _locate(obj):
+    """Paths of (finish_reason, completion_tokens, [completion text parts]) for one record."""
+    body = _get(obj, ("response", "body"))
+    root = ("response", "body") if isinstance(obj.get("response"), dict) and isinstance(body, dict) else ()
+    rec = body if root else obj
+    choices = rec.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        c0 = root + ("choices", 0)
+        if isinstance(choices[0].get("message"), dict):
+            msg = choices[0]["message"]
+            why = "reasoning_content" if isinstance(msg.get("reasoning_content"), str) else "reasoning"
+            texts = [c0 + ("message", why), c0 + ("message", "content")]
+        else:
+            texts = [c0 + ("text",)]
+        return c0 + ("finish_reason",), root + ("usage", "completion_tokens"), texts
+    meta = rec.get("meta_info")
+    if isinstance(meta, dict):
+        fr = ("meta_info", "finish_reason")
+        fr = fr + ("type",) if isinstance(meta.get("finish_reason"), dict) else fr
+        return fr, ("meta_info", "completion_tokens"), [("text",)]
+    usage = rec.get("usage")
+    ct = ("usage", "completion_tokens") if isinstance(usage, dict) and "completion_tokens" in usage else ("completion_tokens",)
+    text = next((k for k in TEXT_KEYS if isinstance(rec.get(k), str)), "text")
+    return ("finish_reason",), ct, [(text,)]
+
+
+def _count_key(obj, overrides):
+    """(tokens, finish_reason, estimated) of one parsed record, the reference semantics."""
+    fr_path, ct_path, texts = _locate(obj)
+    fr = _get(obj, overrides[0] or fr_path)
+    ct = _get(obj, overrides[1] or ct_path)
+    if isinstance(ct, int) and not isinstance(ct, bool) and ct >= 0:
+        return ct, fr if isinstance(fr, str) else None, 0
+    chars = sum(len(t) for t in (_get(obj, p) for p in texts) if isinstance(t, str))
+    return -(-chars // 4), fr if isinstance(fr, str) else None, 1
+
+
+def _load_line(raw):
+    """json.loads one line (strict UTF-8); None when it is not a JSON object."""
+    try:
+        obj = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+# ---------------------------------------------------------------------------- templates
+# Shard scanning is the hot path. Per shard the scanner learns *templates* from lines it parsed
+# with json.loads: the line's JSON skeleton as a regex (keys and structure literal, scalars
+# generic, finish_reason / completion_tokens captured) with long text strings left as holes that
+# are skipped, not decoded: bytes.find for the closing quote, or one C-level regex scan past
+# escaped quotes. Unlike a bare search for the key bytes, a template also proves the key sits at
+# the right path (a lone nested "finish_reason" cannot pass for the real one). A line that
+# matches a template has the same key structure as the line the template came from, so its
+# counts equal json.loads' counts; any other line (other schema, escapes in finish_reason, no
+# completion_tokens, overrides set) takes the json.loads path. Limitation: hole contents are not
+# validated, so a line whose text holds raw control characters or bad escapes (never written by
+# json.dumps, serde or Go) counts as valid here while json.loads would call it malformed.
+_TOKEN_RE = re.compile(
+    rb'([ \t\r]*)(?:("(?:[^"\\]|\\.)*")|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)'
+    rb'|(true|false|null)|([{}\[\]:,]))'
+)
+_WS = rb"[ \t\r]*"
+_STR = rb'"[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)*"'
+_NUM = rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+_LIT = rb"true|false|null"
+_SCALARS = {  # any JSON scalar; the type seen in the template's line is tried first (speed only)
+    "s": b"(?:" + _STR + b"|" + _NUM + b"|" + _LIT + b")",
+    "n": b"(?:" + _NUM + b"|" + _STR + b"|" + _LIT + b")",
+    "l": b"(?:" + _LIT + b"|" + _STR + b"|" + _NUM + b")",
+}
+_FR = rb'(?:"(?P<fr>[^"\\\x00-\x1f]*)"|null)'
+_CT = rb"(?P<ct>0|[1-9][0-9]*)"
+
+
+class _TemplateError(Exception):
+    """The line cannot be turned into a template (too big, duplicate keys, odd token)."""
+
+
+class _Builder:
+    """Walks one line's tokens and emits regex pieces, split into segments at string holes.
+
+    A piece is (whitespace seen before the token, pattern). The strict variant keeps that
+    whitespace literally (fast, the usual case: one writer, one style); the tolerant variant
+    accepts any JSON whitespace there.
+    """
+
+    def __init__(self, raw, fr_path, ct_path):
+        self.tokens = [m.groups() for m in _TOKEN_RE.finditer(raw)]
+        if len(self.tokens) > TEMPLATE_MAX_TOKENS:
+            raise _TemplateError("too many tokens")
+        self.i = 0
+        self.fr_path, self.ct_path = fr_path, ct_path
+        self.segments, self.cur = [], []
+
+    def next(self):
+        if self.i >= len(self.tokens):
+            raise _TemplateError("truncated")
+        self.i += 1
+        return self.tokens[self.i - 1]
+
+    def emit(self, tok, pattern):
+        self.cur.append((tok[0], pattern))
+
+    def value(self, path):
+        tok = self.next()
+        ws, s, num, lit, punct = tok
+        if punct in (b"{", b"["):
+            return self.container(tok, path)
+        if path == self.ct_path:
+            if num is None or not num.isdigit():
+                raise _TemplateError("completion_tokens is not a count")
+            return self.emit(tok, _CT)
+        if path == self.fr_path:
+            if s is None and lit != b"null":  # json.loads would give None, a template could not
+                raise _TemplateError("finish_reason is not a string")
+            return self.emit(tok, _FR)
+        if s is not None and (len(s) > 64 or (path and path[-1] in HOLE_KEYS)):
+            self.emit(tok, b'"')  # the hole starts just after this opening quote
+            self.segments.append(self.cur)
+            self.cur = []
+            return None
+        if punct is not None:
+            raise _TemplateError("unexpected %r" % punct)
+        return self.emit(tok, _SCALARS["s" if s else "n" if num else "l"])
+
+    def container(self, tok, path):
+        close = b"}" if tok[4] == b"{" else b"]"
+        self.emit(tok, re.escape(tok[4]))
+        keys, k = set(), 0
+        while True:
+            if self.i < len(self.tokens) and self.tokens[self.i][4] == close:
+                return self.emit(self.next(), re.escape(close))
+            if k:
+                comma = self.next()
+                if comma[4] != b",":
+                    raise _TemplateError("expected ,")
+                self.emit(comma, b",")
+            if close == b"}":
+                key, colon = self.next(), self.next()
+                name = json.loads(key[1].decode("utf-8")) if key[1] else None
+                if name is None or name in keys or colon[4] != b":":
+                    raise _TemplateError("bad or duplicate key")
+                keys.add(name)
+                self.emit(key, re.escape(key[1]))
+                self.emit(colon, b":")
+                self.value(path + (name,))
+            else:
+                self.value(path + (k,))
+            k += 1
+
+    def compile(self, strict):
+        """Compiled segments; the last one must reach the end of the line."""
+        out = []
+        for seg in self.segments + [self.cur + [(b"", _WS + rb"\Z")]]:
+            parts = ((re.escape(ws) if strict else _WS) + pat for ws, pat in seg)
+            rx = re.compile(b"".join(parts), re.DOTALL)
+            groups = ("ct" in rx.groupindex) | ("fr" in rx.groupindex) << 1
+            out.append((rx.match, groups, len(out) < len(self.segments)))
+        return out
+
+
+def _build_template(raw, obj):
+    """(strict, tolerant) regex segment lists for lines shaped like `raw`, or None."""
+    fr_path, ct_path, _ = _locate(obj)
+    if not isinstance(_get(obj, ct_path), int) or len(raw) > TEMPLATE_MAX_LINE_BYTES:
+        return None
+    try:
+        b = _Builder(raw, fr_path, ct_path)
+        b.value(())
+        if b.i != len(b.tokens):
+            raise _TemplateError("trailing tokens")
+    except (_TemplateError, ValueError, RecursionError):
+        return None
+    return b.compile(True), b.compile(False)
+
+
+def _skip_string(buf, pos, end):
+    """Offset just past the closing quote of the JSON string whose body starts at pos."""
+    while True:
+        q = buf.find(b'"', pos, end)
+        if q < 0 or buf[q - 1] != 92:  # 92 is the backslash
+            return q + 1 if q >= 0 else -1
+        b = q - 1
+        while buf[b] == 92:
+            b -= 1
+        if (q - 1 - b) % 2 == 0:  # an even run of backslashes escapes itself, not the quote
+            return q + 1
+        pos = q + 1
+
+
+def _match_template(plan, buf, pos, end):
+    """(ct_bytes, fr_bytes) when the line buf[pos:end] matches the template plan, else None."""
+    ct = fr = None
+    for match, groups, hole in plan:
+        m = match(buf, pos, end)
+        if m is None:
+            return None
+        if groups:
+            if groups & 1:
+                ct = m.group("ct")
+            if groups & 2:
+                fr = m.group("fr")
+        pos = m.end()
+        if hole:
+            pos = _hole_end(buf, pos, end)
+            if pos < 0:
+                return None
+    return ct, fr
+
+
+# A quote not preceded by exactly one backslash: unescaped, or after a run of 2+ (ambiguous).
+_QUOTE_RE = re.compile(rb'"(?<![^\\]\\")')
+
+
+def _hole_end(buf, pos, end):
+    """Offset just past the closing quote of the string whose body starts at pos, or -1."""
+    q = buf.find(b'"', pos, end)
+    if q >= 0 and buf[q - 1] != 92:
+        return q + 1  # the usual case: no escaped quote before the end
+    m = _QUOTE_RE.search(buf, pos, end)  # skips every \" in one C-level scan
+    if m is None:
+        return -1
+    q = m.start()
+    return q + 1 if buf[q - 1] != 92 else _skip_string(buf, pos, end)
+
+
+# ---------------------------------------------------------------------------- shard scanning
+class _Tally:
+    """Counts of one scan: template hits keyed by raw bytes, json.loads hits by value."""
+
+    def __init__(self):
+        self.fast, self.slow, self.malformed, self.lines = {}, {}, 0, 0
+
+    def rows(self):
+        merged = dict(self.slow)
+        for (ct, fr), n in self.fast.items():
+            key = (int(ct), None if fr is None else fr.decode("utf-8"), 0)
+            merged[key] = merged.get(key, 0) + n
+        rows = [[t, fr, est, n] for (t, fr, est), n in merged.items()]
+        rows.sort(key=lambda r: (r[0], r[1] is not None, r[1] or "", r[2]))  # None before ""
+        return rows
+
+
+def _learn(tmpl_state, raw, obj):
+    """Try to add a template built from a line json.loads just parsed."""
+    tmpl_state[2] -= 1
+    plans = _build_template(raw, obj)
+    if plans is not None and _match_template(plans[1], raw, 0, len(raw)) is not None:
+        for plans_list, plan in zip(tmpl_state, plans):
+            plans_list.append(plan)
+            del plans_list[:-MAX_TEMPLATES]
+
+
+def _match_any(plans, buf, pos, end):
+    for plan in plans:
+        hit = _match_template(plan, buf, pos, end)
+        if hit is not None:
+            return hit
+    return None
+
+
+def _scan_chunk(buf, end, tally, tmpl_state, overrides, starts, base):
+    """Count the complete lines buf[:end] (end is just past a newline)."""
+    learn = overrides == (None, None)  # overrides force json.loads on every line
+    if learn and not buf.isascii():
+        try:
+            str(memoryview(buf)[:end], "utf-8")
+        except UnicodeDecodeError:
+            learn = False  # json.loads path checks every line's UTF-8
+    find, fast, strict = buf.find, tally.fast, tmpl_state[0]
+    append = starts.append if starts is not None else None
+    pos = lines = 0
+    while pos < end:
+        nl = find(b"\n", pos, end)
+        lines += 1
+        if append is not None:
+            append(base + pos)
+        hit = None
+        if learn:
+            for plan in strict:
+                hit = _match_template(plan, buf, pos, nl)
+                if hit is not None:
+                    break
+            else:
+                hit = _match_any(tmpl_state[1], buf, pos, nl)
+        if hit is not None:
+            fast[hit] = fast.get(hit, 0) + 1
+        else:
+            _count_slow(buf[pos:nl], tally, tmpl_state, overrides, learn)
+        pos = nl + 1
+    tally.lines += lines
+
+
+def _count_slow(raw, tally, tmpl_state, overrides, learn):
+    """The json.loads path for one line; may learn a template from it."""
+    obj = _load_line(raw)
+    if obj is None:
+        tally.malformed += 1
+        return
+    key = _count_key(obj, overrides)
+    tally.slow[key] = tally.slow.get(key, 0) + 1
+    if learn and tmpl_state[2] > 0 and key[2] == 0:
+        _learn(tmpl_state, bytes(raw), obj)
+
+
+class _Reader:
+    """Reads runs of complete lines; full-size chunks reuse one buffer (no page-fault churn)."""
+
+    def __init__(self, f, size, cap_bytes):
+        self.f, self.size = f, size
+        self.buf = bytearray(max(1, min(CHUNK_BYTES, cap_bytes)))
+
+    def lines(self, pos, want):
+        """(buf, end): buf[:end] are complete lines from pos, about `want` bytes of them.
+
+        end == 0 when only a half-written line remains. Reads past `want` only to finish a
+        line longer than the budget or the chunk.
+        """
+        n = max(1, min(want, self.size - pos, CHUNK_BYTES))
+        self.f.seek(pos)
+        if n == len(self.buf):
+            got = self.f.readinto(self.buf)
+            buf = self.buf if got == n else bytes(self.buf[:got])  # shrank while we read
+        else:
+            buf = self.f.read(n)
+        end = buf.rfind(b"\n") + 1
+        if end or pos + len(buf) >= self.size:
+            return buf, end
+        return self._long_line(pos, bytearray(buf))
+
+    def _long_line(self, pos, grow):
+        while pos + len(grow) < self.size:
+            more = self.f.read(min(CHUNK_BYTES, self.size - pos - len(grow)))
+            if not more:
+                break
+            cut = more.find(b"\n")
+            if cut >= 0:
+                grow += more[: cut + 1]
+                return grow, len(grow)
+            grow += more
+        return b"", 0
+
+
+def _overrides(paths):
+    paths = paths or {}
+    fr, ct = paths.get("finish_reason_path"), paths.get("completion_tokens_path")
+    return (_parse_path(fr) if fr else None, _parse_path(ct) if ct else None)
+
+
+def scan_file(path, inode, offset, budget_bytes, paths=None, line_index=None):
+    """Count the complete lines of one shard from (inode, offset), about budget_bytes of them.
+
+    Args:
+        path: shard path (a literal string; never passed to a shell).
+        inode: inode the caller last saw, or None for a shard not scanned before.
+        offset: byte offset just after the last line the caller counted (0 if new).
+        budget_bytes: bytes to scan at most in this call (a longer single line is still read).
+        paths: optional {"finish_reason_path": "a.b.0", "completion_tokens_path": ...}.
+        line_index: optional callable (path, inode) -> [array('Q') of line starts, indexed_to];
+            the starts of the lines counted here are appended when they continue that index
+            (the agent's sampling op reuses it). None keeps no index.
+
+    Returns:
+        The per-file entry of the poll reply (design.md section 1) plus "pending_bytes".
+    """
+    entry = {"inode": inode, "size": None, "offset_from": offset or 0, "offset": offset or 0,
+             "reset": False, "lines": 0, "malformed": 0, "tokens": 0, "counts": [],
+             "error": None, "pending_bytes": 0}
+    try:
+        with open(path, "rb", buffering=0) as f:
+            _scan_open_file(f, path, entry, budget_bytes, _overrides(paths), line_index)
+    except (OSError, ValueError) as exc:
+        entry["error"] = "%s: %s" % (type(exc).__name__, exc)
+    return entry
+
+
+def _scan_open_file(f, path, entry, budget_bytes, overrides, line_index):
+    st = os.fstat(f.fileno())
+    start, size = entry["offset"], st.st_size
+    if (entry["inode"] is not None and st.st_ino != entry["inode"]) or size < start:
+        start, entry["reset"] = 0, True  # rotated or truncated: the caller drops old counts
+    entry.update(inode=st.st_ino, size=size, offset_from=start, offset=start)
+    idx = line_index(path, st.st_ino) if line_index else [None, -1]  # -1: never contiguous
+    if start == 0 and idx[1] > 0:
+        idx[0], idx[1] = array.array("Q"), 0
+    tmpl_state = TEMPLATES.get(path, st.st_ino)
+    tally, pos, stop = _Tally(), start, start + max(0, int(budget_bytes))
+    reader = _Reader(f, size, min(size, stop) - start)
+    while pos < size and pos < stop:
+        buf, end = reader.lines(pos, stop - pos)
+        if end == 0:
+            break  # a half-written last line stays for the next poll
+        starts = idx[0] if idx[1] == pos else None  # extend the index only when contiguous
+        _scan_chunk(buf, end, tally, tmpl_state, overrides, starts, pos)
+        pos += end
+        if starts is not None:
+            idx[1] = pos
+    LINE_STATS["template"] += sum(tally.fast.values())
+    LINE_STATS["json"] += tally.lines - sum(tally.fast.values())
+    rows = tally.rows()
+    entry.update(offset=pos, lines=tally.lines, malformed=tally.malformed, counts=rows,
+                 tokens=sum(r[0] * r[3] for r in rows),
+                 pending_bytes=size - pos if pos >= stop and pos < size else 0)
+
