@@ -163,23 +163,19 @@ def load_whatif(_hist: stats.LengthHist, hist_key: str, ceiling: int, new_limit:
     return whatif.what_if(_hist, ceiling, new_limit, loop_fraction=loop_fraction, bootstrap=bootstrap)
 
 
-def whatif_curve(hist: stats.LengthHist, hist_key: str, ceiling: int, chosen: int,
+@_cache(ttl=60, max_entries=8)
+def whatif_curve(_hist: stats.LengthHist, hist_key: str, ceiling: int, chosen: int,
                  loop_fraction: float) -> pd.DataFrame:
-    """Projected share still truncated at a few limits between the ceiling and 4x it."""
-    limits = sorted({int(ceiling * f) for f in (1.5, 2, 3, 4)} | {chosen})
-    rows = []
-    for limit in limits:
-        # The band across models dominates the interval (the bootstrap moves it < 1%), so the
-        # curve's points skip the bootstrap; the chosen limit's own numbers keep it.
-        r = load_whatif(hist, hist_key, ceiling, limit, loop_fraction, bootstrap=0)
-        if not rows:  # anchor the curve at today's observed share at the ceiling
-            now = r["current_truncated_fraction"]
-            rows.append({"limit": ceiling, "fraction": now, "lo": now, "hi": now, "band_lo": now, "band_hi": now})
-        if r["truncated_fraction"] is None:
-            continue
-        band = list(r["band"].values()) or [r["truncated_fraction"]]
-        rows.append({"limit": limit, "fraction": r["truncated_fraction"], "lo": r["interval"][0],
-                     "hi": r["interval"][1], "band_lo": min(band), "band_hi": max(band)})
+    """Projected share still truncated at a few limits between the ceiling and 4x it (one fit)."""
+    limits = sorted({int(ceiling * f) for f in (1.25, 1.5, 2, 2.5, 3, 4)} | {chosen})
+    now = sum(n for t, f, est, n in _hist.rows() if f == "length" and t >= ceiling and not est)
+    now /= max(1, sum(n for _t, _f, est, n in _hist.rows() if not est))
+    rows = [{"limit": ceiling, "fraction": now, "lo": now, "hi": now, "band_lo": now, "band_hi": now}]
+    for point in whatif.what_if_curve(_hist, ceiling, limits, loop_fraction=loop_fraction):
+        band = list(point["band"].values())
+        lo, hi = min(band), min(now, max(band))
+        rows.append({"limit": point["limit"], "fraction": point["truncated_fraction"], "lo": lo, "hi": hi,
+                     "band_lo": lo, "band_hi": hi})
     return pd.DataFrame(rows, columns=["limit", "fraction", "lo", "hi", "band_lo", "band_hi"])
 
 

@@ -368,18 +368,26 @@ def what_if(hist: LengthHist, ceiling: int | None, new_limit: int, *, loop_fract
     return _fill_estimates(result, rows, tail, ceiling, new_limit, lf, bootstrap, seed)
 
 
-def _fill_estimates(result, rows, tail, ceiling, new_limit, lf, reps, seed):
-    share, extra, params = _tail_estimate(tail, ceiling, new_limit, lf)
-    band = {DEFAULT_MODEL: (share, extra)}
-    loopers = lf * tail.n_ceil
-    total, n_ceil = tail.total, tail.n_ceil
-    band[EXP_MODEL] = _combine(exp_ratio(rows, ceiling, loopers), total, n_ceil, lf, ceiling,
-                               new_limit)
+def _fit_models(rows, tail, ceiling, lf):
+    """Fit every model once: name -> tail ratio R(t), and the default model's parameters.
+
+    The fits do not depend on the proposed limit, so one fit serves every limit asked about.
+    """
+    params = fit_tail(tail, ceiling, tail.n_ceil * (1 - lf))
+    models = {DEFAULT_MODEL: _ln_ratio(params[0], math.exp(params[1]), ceiling),
+              EXP_MODEL: exp_ratio(rows, ceiling, lf * tail.n_ceil)}
     full = build_cells(rows, ceiling)
-    fits = fit_full(full, ceiling, n_ceil * (1 - lf)) if full.ev else {}
+    fits = fit_full(full, ceiling, tail.n_ceil * (1 - lf)) if full.ev else {}
     if fits:
         family = min(fits, key=lambda f: fits[f][0])
-        band[f"{family} (AIC)"] = _combine(fits[family][1], total, n_ceil, lf, ceiling, new_limit)
+        models[f"{family} (AIC)"] = fits[family][1]
+    return models, params
+
+
+def _fill_estimates(result, rows, tail, ceiling, new_limit, lf, reps, seed):
+    models, params = _fit_models(rows, tail, ceiling, lf)
+    band = {name: _combine(ratio, tail.total, tail.n_ceil, lf, ceiling, new_limit) for name, ratio in models.items()}
+    share, extra = band[DEFAULT_MODEL]
     shares, extras = _bootstrap(tail, ceiling, new_limit, lf, params, reps, seed)
     s_lo, s_hi = _envelope([v[0] for v in band.values()], share, shares)
     e_lo, e_hi = _envelope([v[1] for v in band.values()], extra, extras)
@@ -391,6 +399,30 @@ def _fill_estimates(result, rows, tail, ceiling, new_limit, lf, reps, seed):
         band={k: v[0] for k, v in band.items()},
         extra_tokens_band={k: v[1] for k, v in band.items()}, bootstrap_reps=len(shares))
     return result
+
+
+def what_if_curve(hist: LengthHist, ceiling: int, limits: list[int], *, loop_fraction: float = 0.0) -> list[dict]:
+    """The default estimate and the band across models at several limits, from one set of fits.
+
+    Returns:
+        One ``{"limit", "truncated_fraction", "band": {method: share}}`` per limit above the
+        ceiling (no bootstrap: the band dominates the interval); empty when the tail cannot
+        be modelled (see `what_if` for why).
+    """
+    lf = min(1.0, max(0.0, float(loop_fraction or 0.0)))
+    rows, n_total, n_ceil = _censored_rows(hist, ceiling)
+    if n_total == 0 or n_ceil == 0:
+        return []
+    median = percentile_nearest_rank([(t, n) for t, _c, n in rows], 50)
+    tail = build_cells(rows, ceiling, math.log(max(median, 0.5)), ev_bins=32, cens_bins=8)
+    if median >= ceiling or sum(e[0] for e in tail.ev) < MIN_TAIL_EVENTS:
+        return []
+    models, _params = _fit_models(rows, tail, ceiling, lf)
+    out = []
+    for limit in sorted(x for x in limits if x > ceiling):
+        band = {name: _combine(ratio, tail.total, n_ceil, lf, ceiling, limit)[0] for name, ratio in models.items()}
+        out.append({"limit": limit, "truncated_fraction": band[DEFAULT_MODEL], "band": band})
+    return out
 
 
 def _envelope(band_values: list[float], point: float, boot: list[float]) -> tuple[float, float]:
