@@ -61,7 +61,10 @@ def page_growth(hours: list[float], tmp: Path) -> None:
 
     import streamlit as st
     from store_fixtures import build_run, write_config
+    from streamlit.logger import set_log_level
     from streamlit.testing.v1 import AppTest
+
+    set_log_level("error")  # AppTest outside a server warns on every run
 
     from runhealth.store import Store
 

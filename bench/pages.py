@@ -27,7 +27,10 @@ import pandas as pd  # noqa: E402
 import plotly.express as px  # noqa: E402
 import streamlit as st  # noqa: E402
 from store_fixtures import make_store  # noqa: E402
+from streamlit.logger import set_log_level  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
+
+set_log_level("error")  # AppTest outside a server warns on every run
 
 PAGES = ["app.py", "pages/1_Output_lengths.py", "pages/2_GPUs.py", "pages/3_Samples.py", "pages/4_Nodes.py"]
 

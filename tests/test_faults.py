@@ -8,12 +8,13 @@ import dataclasses
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 
 import pytest
 import sshd as sshd_lib
-from shardgen import truth_rows, write_shard
+from shardgen import chat_line, truth_rows, write_shard
 
 from runhealth.collector import Collector
 from runhealth.config import RunConfig
@@ -182,3 +183,33 @@ def test_thousands_of_shards_are_all_counted(tmp_path):
 
     hist, malformed, unmatched = scan_paths([str(folder / "*.jsonl")])
     assert hist.total == 4000 and malformed == 0 and unmatched == []
+
+
+def test_shards_appended_to_while_polls_run_are_counted_exactly(tmp_path):
+    """A writer flushing half-lines while the collector polls: no line lost, none doubled."""
+    from runhealth.config import NodeConfig
+
+    folder = tmp_path / "live"
+    folder.mkdir()
+    rows = truth_rows(3000, 77)
+    config = RunConfig(name="live", interval_s=0.5, nodes=[NodeConfig(
+        name="live", host="local", shards=[str(folder / "*.jsonl")], gpu="off", python=sys.executable)])
+    store = Store(tmp_path / "s.sqlite3")
+    collector = Collector(config, store)
+    collector.start()
+    try:
+        with open(folder / "out.jsonl", "w") as f:
+            for i, (tokens, finish) in enumerate(rows):
+                line = chat_line(tokens, finish)
+                f.write(line[: len(line) // 2])
+                f.flush()  # a poll may see this half line: it must wait for the rest
+                f.write(line[len(line) // 2:])
+                if i % 50 == 0:
+                    f.flush()
+                    collector.request_refresh()
+                    time.sleep(0.01)
+        assert wait_for(lambda: run_totals(store) == expected_totals({"live": rows}), timeout_s=30)
+        assert len(store.polls()) > 5  # the polls really did interleave with the writes
+        assert store.nodes()[0]["malformed"] == 0
+    finally:
+        collector.stop()

@@ -120,3 +120,11 @@ def test_nodes_page_shows_no_secret(tmp_path, sshd_node, ssh_encrypted_key, monk
     assert "secret-test" in rendered  # the page did render this run
     assert str(ssh_encrypted_key) in rendered  # ...and its effective config, key path included
     assert_clean(rendered, ssh_encrypted_key)
+
+
+def test_the_dashboard_binds_to_localhost_by_default():
+    import tomllib
+
+    config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
+    assert config["server"]["address"] == "127.0.0.1"
+    assert config["browser"]["gatherUsageStats"] is False
