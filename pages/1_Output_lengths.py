@@ -121,9 +121,11 @@ if len(data["bins"]):
 st.dataframe(cards.finish_reason_table(summary), hide_index=True)
 page.guarded(render_groups)(summary["ceiling"])
 over_time = loaders.load_truncation_over_time(rt.store, rt.config.interval_s)
-if over_time["completions"].sum() > 0:
+if (over_time["completions"] > 0).sum() >= 2:
     st.plotly_chart(figures.make_truncation_over_time_figure(over_time, rt.config.truncation_warn_fraction,
                                                              rt.config.truncation_alert_fraction), key=f"{PREFIX}_time_chart")
+else:
+    st.caption("Truncation over time appears once there are two time buckets with new completions.")
 if summary["ceiling"]:
     page.guarded(render_whatif)(data, loaders.load_throughput(rt.store, rt.config.interval_s))
 else:
