@@ -127,16 +127,16 @@ def test_a_node_that_never_answers_does_not_delay_the_others(fleet):
     accepted = []
     threading.Thread(target=lambda: accepted.append(listener.accept()), daemon=True).start()
     stalled = dataclasses.replace(nodes[0][1], name="stalled", host="127.0.0.24",
-                                  port=listener.getsockname()[1], connect_timeout_s=3.0)
+                                  port=listener.getsockname()[1], connect_timeout_s=8.0)
     config.nodes.append(stalled)
     collector = Collector(config, store)
     collector.start()
     try:
         started = time.monotonic()
         assert wait_for(lambda: run_totals(store) == expected_totals(rows), timeout_s=20)
-        # The healthy nodes were fully counted well before the stalled one's 3 s timeout.
-        assert time.monotonic() - started < 3.0
-        assert wait_for(lambda: {n["name"]: n for n in store.nodes()}["stalled"]["last_error"], timeout_s=15)
+        # The healthy nodes were fully counted well before the stalled one's 8 s timeout.
+        assert time.monotonic() - started < 6.0
+        assert wait_for(lambda: {n["name"]: n for n in store.nodes()}["stalled"]["last_error"], timeout_s=30)
         message = {n["name"]: n for n in store.nodes()}["stalled"]["last_error"]
         assert "banner" in message.lower() or "timed out" in message.lower() or "timeout" in message.lower()
     finally:

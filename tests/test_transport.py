@@ -151,8 +151,12 @@ def test_node_down_fails_alone_and_backs_off(sshd_node, three_nodes, transports)
     assert not isinstance(results["node-3"], Exception), results
     assert isinstance(results["node-5"], ConnectError), results
     assert str(results["node-5"]) == f"connection refused by 127.0.0.5:{doomed.port}"
-    # raised from the backoff, without a new connection attempt
-    with pytest.raises(ConnectError, match=r"refused by .* \(next reconnect attempt in 1 s\)"):
+    # A fresh attempt (Refresh now skips the backoff) fails again and doubles the backoff to 2 s;
+    # the request right after it is answered from the backoff, without a new connection attempt.
+    group["node-5"].retry_now()
+    with pytest.raises(ConnectError, match=r"^connection refused by [0-9.:]+$"):
+        group["node-5"].request({"op": "hello"})
+    with pytest.raises(ConnectError, match=r"refused by .* \(next reconnect attempt in [12] s\)"):
         group["node-5"].request({"op": "hello"})
 
 
