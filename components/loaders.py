@@ -179,6 +179,25 @@ def whatif_curve(_hist: stats.LengthHist, hist_key: str, ceiling: int, chosen: i
     return pd.DataFrame(rows, columns=["limit", "fraction", "lo", "hi", "band_lo", "band_hi"])
 
 
+@_cache()
+def load_server_metrics(store: Store) -> pd.DataFrame:
+    """The latest value of each SGLang / vLLM metric per node (rows: metric, columns: node)."""
+    rows = store.metric_latest()
+    if not rows:
+        return pd.DataFrame()
+    return pd.DataFrame(rows).pivot(index="name", columns="node", values="value")
+
+
+def server_length_share(metrics: pd.DataFrame) -> tuple[float, float] | None:
+    """vLLM's own count: (share of finished requests stopped by length, requests), all nodes."""
+    names = {r: f'vllm:request_success_total{{finished_reason="{r}"}}' for r in ("stop", "length", "abort")}
+    if metrics.empty or names["length"] not in metrics.index:
+        return None
+    counts = {r: float(metrics.loc[n].sum()) if n in metrics.index else 0.0 for r, n in names.items()}
+    total = sum(counts.values())
+    return (counts["length"] / total, total) if total else None
+
+
 # -- pure helpers -----------------------------------------------------------------------------
 def node_status(node: dict[str, Any], now: float, stale_after: float) -> tuple[str, str]:
     """(state, one-line reason). The rule, also shown on the Nodes page:

@@ -119,6 +119,11 @@ if len(data["bins"]):
                       key=f"{PREFIX}_hist_chart")
     right.plotly_chart(figures.make_cdf_figure(data["cdf"], summary["ceiling"]), key=f"{PREFIX}_cdf_chart")
 st.dataframe(cards.finish_reason_table(summary), hide_index=True)
+server = loaders.server_length_share(loaders.load_server_metrics(rt.store))
+if server is not None:
+    st.caption(f"vLLM's own counter (request_success_total, since each server started): {server[0]:.1%} of "
+               f"{server[1]:,.0f} finished requests stopped by length; from the shards: "
+               f"{summary['finish_reasons'].get('length', 0) / summary['completions']:.1%}.")
 page.guarded(render_groups)(summary["ceiling"])
 over_time = loaders.load_truncation_over_time(rt.store, rt.config.interval_s)
 if (over_time["completions"] > 0).sum() >= 2:

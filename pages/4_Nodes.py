@@ -39,4 +39,8 @@ cards.render_indexing(nodes)
 cards.render_node_table(nodes, rt.config.stale_after)
 for node in nodes:
     page.guarded(render_node)(node, now)
+server = loaders.load_server_metrics(rt.store)
+if not server.empty:
+    st.subheader("Inference servers (latest /metrics values)")
+    st.dataframe(server, width="stretch")
 page.download_csv(cards.node_table(nodes, rt.config.stale_after, now), "nodes.csv", PREFIX)

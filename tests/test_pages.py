@@ -241,3 +241,17 @@ def test_allow_list_without_auth_fails_closed(path, stores, tmp_path, monkeypatc
     assert not at.exception
     assert any("refusing to show the run" in e.value for e in at.error)
     assert "4,096" not in texts(at) and "18." not in texts(at)
+
+
+def test_vllm_own_truncation_count_shows_beside_the_shard_count(tmp_path, monkeypatch):
+    store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
+    store.record_metrics("node-1", {'vllm:request_success_total{finished_reason="stop"}': 800.0,
+                                    'vllm:request_success_total{finished_reason="length"}': 200.0,
+                                    "vllm:kv_cache_usage_perc": 0.91}, ts_unix=store.last_collection_unix())
+    store.close()
+    at = run_page("pages/1_Output_lengths.py", config, monkeypatch)
+    assert_clean(at)
+    assert "20.0% of 1,000 finished requests stopped by length" in texts(at)
+    at = run_page("pages/4_Nodes.py", config, monkeypatch)
+    assert_clean(at)
+    assert "Inference servers" in texts(at) and "vllm:kv_cache_usage_perc" in texts(at)
