@@ -77,10 +77,10 @@ def page_growth(hours: list[float], tmp: Path) -> None:
         os.environ["RUNHEALTH_COLLECTOR"] = "off"
         times = []
         if first is None:  # the very first render pays the imports: not a page cost
-            AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
             for name in list(logging.root.manager.loggerDict):  # AppTest's per-run warnings are noise here
                 if name.startswith("streamlit"):
                     logging.getLogger(name).setLevel(logging.ERROR)
+            AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
         for page in ("app.py", "pages/2_GPUs.py"):
             st.cache_data.clear()
             st.cache_resource.clear()
