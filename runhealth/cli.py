@@ -68,15 +68,13 @@ def cmd_poll(args: argparse.Namespace) -> int:
     config = load_config(path)
     with tempfile.TemporaryDirectory(prefix="runhealth-poll-") as tmp:
         store = Store(f"{tmp}/poll.sqlite3")
-        collector = Collector(config, store)
 
         def progress(node: str, pending: int) -> None:
             if pending:
                 print(f"{node}: {pending / 1e9:.2f} GB left to index", file=sys.stderr)
 
-        results = collector.poll_once(progress)
-        for poller in collector.pollers.values():
-            poller.close()
+        with Collector(config, store) as collector:
+            results = collector.poll_once(progress)
         report = poll_report(config, store, results)
         store.close()
     print(json.dumps(report, indent=2) if args.json else format_poll(report))

@@ -180,6 +180,12 @@ class Collector:
             self._lock_file.close()  # releases the flock
             self._lock_file = None
 
+    def __enter__(self) -> Collector:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
     @property
     def running(self) -> bool:
         return any(p.thread is not None and p.thread.is_alive() for p in self.pollers.values())

@@ -72,11 +72,8 @@ def test_growth_half_written_line_and_restart_never_double_count(run):
         f.write(half[30:])
     # A dashboard restart: a fresh collector resumes from the stored offsets.
     collector.stop()
-    again = Collector(config, store)
-    try:
+    with Collector(config, store) as again:
         again.poll_once()
-    finally:
-        again.stop()
     expected[(None, 123, "stop")] = expected.get((None, 123, "stop"), 0) + 1
     assert counts(store) == expected
 
@@ -89,11 +86,8 @@ def test_a_failing_node_does_not_stop_the_others(tmp_path):
         NodeConfig(name="bad", host="local", shards=["/nonexistent/*.jsonl"], python="/nonexistent/python3"),
     ])
     store = Store(tmp_path / "s.sqlite3")
-    collector = Collector(config, store)
-    try:
+    with Collector(config, store) as collector:
         results = collector.poll_once()
-    finally:
-        collector.stop()
     assert isinstance(results["good"], dict) and isinstance(results["bad"], Exception)
     nodes = {n["name"]: n for n in store.nodes()}
     assert nodes["good"]["last_ok_unix"] is not None and nodes["good"]["lines"] == 50

@@ -55,11 +55,10 @@ def test_demo_config_is_valid_and_collects_through_the_real_agent(tmp_path):
     sim = Simulator(tmp_path, seed=4)
     assert sim.start()
     store = Store(config.resolved_store_path())
-    collector = Collector(config, store)
     try:
-        results = collector.poll_once()
+        with Collector(config, store) as collector:
+            results = collector.poll_once()
     finally:
-        collector.stop()
         sim.stop()
     assert all(isinstance(r, dict) for r in results.values()), results
     nodes = {n["name"]: n for n in store.nodes()}

@@ -158,11 +158,8 @@ def test_each_connection_failure_reads_differently(tmp_path, sshd_node):
                             connect_timeout_s=3.0)
     config = RunConfig(name="errors", nodes=[unknown_key, refused, dns, auth])
     store = Store(tmp_path / "s.sqlite3")
-    collector = Collector(config, store)
-    try:
+    with Collector(config, store) as collector:
         results = collector.poll_once()
-    finally:
-        collector.stop()
     errors = {n["name"]: n["last_error"] for n in store.nodes()}
     assert all(isinstance(r, Exception) for r in results.values())
     assert "not in known_hosts" in errors["unknown-key"] or "unknown" in errors["unknown-key"].lower()

@@ -75,11 +75,8 @@ def collect_once(tmp_path, node, key, passphrase):
     config_path, secrets = write_config(tmp_path, node, key, passphrase)
     config = load_config(config_path, secrets_path=secrets)
     store = Store(config.resolved_store_path())
-    collector = Collector(config, store)
-    try:
+    with Collector(config, store) as collector:
         result = collector.poll_once()["enc"]
-    finally:
-        collector.stop()
     return config_path, config, store, result
 
 
