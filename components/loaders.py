@@ -180,6 +180,14 @@ def whatif_curve(_hist: stats.LengthHist, hist_key: str, ceiling: int, chosen: i
 
 
 @_cache()
+def load_shards(store: Store) -> pd.DataFrame:
+    """Every shard of every node: how far it is indexed, what it held, and its read error if any."""
+    rows = store.shards()
+    columns = ["node", "path", "size", "offset", "lines", "malformed", "resets", "error"]
+    return pd.DataFrame(rows, columns=[*columns, "inode", "tokens", "updated_unix"])[columns]
+
+
+@_cache()
 def load_server_metrics(store: Store) -> pd.DataFrame:
     """The latest value of each SGLang / vLLM metric per node (rows: metric, columns: node)."""
     rows = store.metric_latest()
@@ -258,6 +266,8 @@ def run_alerts(summary: dict | None, nodes: list[dict], now: float, stale_after:
             out.append(("error" if state == "down" else "warning", f"{n['name']} {why}"))
         for glob in n.get("unmatched_globs") or []:
             out.append(("warning", f"No shard matched {glob} on {n['name']}."))
+        if n.get("shard_errors"):
+            out.append(("warning", f"{n['name']}: {n['shard_errors']} shard(s) cannot be read (see Nodes)."))
     if summary and summary["completions"] and summary["ceiling"]:
         frac = summary["at_ceiling_fraction"]
         if frac >= warn:

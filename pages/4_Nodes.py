@@ -16,13 +16,21 @@ from components import cards, loaders, page
 PREFIX = "nodes"
 
 
-def render_node(node: dict, now: float) -> None:
+def render_node(node: dict, now: float, shards) -> None:
     cards.render_node_card(node, rt.config.stale_after, now)
     left, right = st.columns([3, 2])
     left.dataframe(cards.node_details(node, now), hide_index=True, width="stretch", height=35 * 18)
     with right:
         st.caption("Effective configuration (secrets never shown)")
         st.json(cards.safe_config(node.get("config")), expanded=True)
+    mine = shards[shards["node"] == node["name"]].drop(columns="node")
+    broken = mine[mine["error"].notna()]
+    for _, row in broken.iterrows():
+        st.error(cards.md_escape(f"{node['name']}: cannot read {row['path']}: {row['error']}"))
+    if not mine.empty:
+        with st.expander(f"{len(mine)} shard(s) on {node['name']}", expanded=not broken.empty):
+            st.dataframe(mine.assign(size=mine["size"].map(loaders.fmt_bytes), offset=mine["offset"].map(loaders.fmt_bytes))
+                         .rename(columns={"offset": "indexed"}), hide_index=True, width="stretch")
 
 
 rt = page.setup("Nodes", PREFIX)
@@ -37,8 +45,9 @@ if not nodes:
     st.stop()
 cards.render_indexing(nodes)
 cards.render_node_table(nodes, rt.config.stale_after)
+shards = loaders.load_shards(rt.store)
 for node in nodes:
-    page.guarded(render_node)(node, now)
+    page.guarded(render_node)(node, now, shards)
 server = loaders.load_server_metrics(rt.store)
 if not server.empty:
     st.subheader("Inference servers (latest /metrics values)")

@@ -238,10 +238,11 @@ class Store:
                 r[key] = json.loads(r[key]) if r[key] else None
         totals = {r["node"]: r for r in self._rows(
             "SELECT node, COUNT(*) AS shards, SUM(offset) AS bytes_indexed, SUM(size) AS bytes_total,"
-            " SUM(lines) AS lines, SUM(malformed) AS malformed FROM shards GROUP BY node")}
+            " SUM(lines) AS lines, SUM(malformed) AS malformed, SUM(error IS NOT NULL) AS shard_errors"
+            " FROM shards GROUP BY node")}
         for r in rows:
             t = totals.get(r["name"], {})
-            for key in ("shards", "bytes_indexed", "bytes_total", "lines", "malformed"):
+            for key in ("shards", "bytes_indexed", "bytes_total", "lines", "malformed", "shard_errors"):
                 r[key] = t.get(key) or 0
         return rows
 

@@ -255,3 +255,20 @@ def test_vllm_own_truncation_count_shows_beside_the_shard_count(tmp_path, monkey
     at = run_page("pages/4_Nodes.py", config, monkeypatch)
     assert_clean(at)
     assert "Inference servers" in texts(at) and "vllm:kv_cache_usage_perc" in texts(at)
+
+
+def test_an_unreadable_shard_is_named_on_the_nodes_page(tmp_path, monkeypatch):
+    store, config = store_fixtures.make_store(tmp_path, "healthy")
+    bad = {"inode": 7, "size": 0, "offset_from": 0, "offset": 0, "reset": False, "lines": 0, "malformed": 0,
+           "tokens": 0, "counts": [], "error": "PermissionError: [Errno 13] Permission denied"}
+    store.record_poll("node-2", store_fixtures.poll_reply(store.last_collection_unix(), [],
+                                                          {"/data/out/locked.jsonl": bad}),
+                      store.last_collection_unix() + 1, rtt_ms=5.0)
+    store.close()
+    at = run_page("pages/4_Nodes.py", config, monkeypatch)
+    assert_clean(at)
+    errors = [e.value for e in at.error]
+    assert any("node-2: cannot read /data/out/locked.jsonl: PermissionError" in e for e in errors), errors
+    assert "shard-01-0.jsonl" in texts(at)  # the healthy shards are listed too
+    at = run_page("app.py", config, monkeypatch)
+    assert "node-2: 1 shard(s) cannot be read (see Nodes)." in texts(at)
