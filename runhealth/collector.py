@@ -135,6 +135,7 @@ class Collector:
         self._sample_lock = threading.Lock()
         self._sampling: int | None = None
         self._lock_file = None
+        self._housekeeper: threading.Thread | None = None
         store.set_meta("run", _run_meta(config))
         for node in config.nodes:
             store.register_node(node.name, node.public_dict())
@@ -153,7 +154,9 @@ class Collector:
                 poller.thread = threading.Thread(target=poller.run, args=(self._stop,),
                                                  name=f"runhealth-poll-{poller.node.name}", daemon=True)
                 poller.thread.start()
-        threading.Thread(target=self._housekeeping, name="runhealth-prune", daemon=True).start()
+        if self._housekeeper is None:  # start() is idempotent: one pruning thread per collector
+            self._housekeeper = threading.Thread(target=self._housekeeping, name="runhealth-prune", daemon=True)
+            self._housekeeper.start()
 
     def _claim_store(self) -> None:
         if self._lock_file is not None:

@@ -143,3 +143,11 @@ def test_a_second_collector_on_the_same_store_refuses_to_start(run):
     collector.stop()
     second.start()  # the lock goes with the first collector
     second.stop()
+
+
+def test_start_is_idempotent(run):
+    tmp, config, store, collector = run
+    collector.start()
+    threads = {t.ident for t in threading.enumerate() if t.name.startswith("runhealth-")}
+    collector.start()
+    assert {t.ident for t in threading.enumerate() if t.name.startswith("runhealth-")} == threads
