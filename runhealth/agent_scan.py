@@ -13,6 +13,7 @@ import array
 import json
 import os
 import re
+import sys
 
 CHUNK_BYTES = 16 << 20  # large reads amortise syscalls; memory stays flat in file size
 MAX_TEMPLATES = 6  # SGLang finish_reason objects differ by type, so allow a few shapes
@@ -132,6 +133,12 @@ _SCALARS = {  # any JSON scalar; the type seen in the template's line is tried f
     "n": b"(?:" + _NUM + b"|" + _STR + b"|" + _LIT + b")",
     "l": b"(?:" + _LIT + b"|" + _STR + b"|" + _NUM + b")",
 }
+_P = b"+" if sys.version_info >= (3, 11) else b""  # possessive: no backtracking (3.11+)
+_ONLY = {  # a strict template accepts only the type seen; other types take the tolerant one
+    "s": _STR.replace(b"]*", b"]*" + _P).replace(b")*", b")*" + _P),
+    "n": _NUM,
+    "l": b"(?:" + _LIT + b")",
+}
 _FR = rb'(?:"(?P<fr>[^"\\\x00-\x1f]*)"|null)'
 _CT = rb"(?P<ct>0|[1-9][0-9]*)"
 
@@ -162,8 +169,9 @@ class _Builder:
         self.i += 1
         return self.tokens[self.i - 1]
 
-    def emit(self, tok, pattern):
-        self.cur.append((tok[0], pattern))
+    def emit(self, tok, pattern, lit=None, tolerant=None):
+        """Add a piece: `lit` is its literal bytes (None for scalars); `tolerant` its loose pattern."""
+        self.cur.append((tok[0], pattern, tolerant or pattern, lit))
 
     def value(self, path):
         tok = self.next()
@@ -179,47 +187,65 @@ class _Builder:
                 raise _TemplateError("finish_reason is not a string")
             return self.emit(tok, _FR)
         if s is not None and (len(s) > 64 or (path and path[-1] in HOLE_KEYS)):
-            self.emit(tok, b'"')  # the hole starts just after this opening quote
+            self.emit(tok, b'"', b'"')  # the hole starts just after this opening quote
             self.segments.append(self.cur)
             self.cur = []
             return None
         if punct is not None:
             raise _TemplateError("unexpected %r" % punct)
-        return self.emit(tok, _SCALARS["s" if s else "n" if num else "l"])
+        kind = "s" if s else "n" if num else "l"
+        return self.emit(tok, _ONLY[kind], tolerant=_SCALARS[kind])
 
     def container(self, tok, path):
         close = b"}" if tok[4] == b"{" else b"]"
-        self.emit(tok, re.escape(tok[4]))
+        self.emit(tok, re.escape(tok[4]), tok[4])
         keys, k = set(), 0
         while True:
             if self.i < len(self.tokens) and self.tokens[self.i][4] == close:
-                return self.emit(self.next(), re.escape(close))
+                return self.emit(self.next(), re.escape(close), close)
             if k:
                 comma = self.next()
                 if comma[4] != b",":
                     raise _TemplateError("expected ,")
-                self.emit(comma, b",")
+                self.emit(comma, b",", b",")
             if close == b"}":
                 key, colon = self.next(), self.next()
                 name = json.loads(key[1].decode("utf-8")) if key[1] else None
                 if name is None or name in keys or colon[4] != b":":
                     raise _TemplateError("bad or duplicate key")
                 keys.add(name)
-                self.emit(key, re.escape(key[1]))
-                self.emit(colon, b":")
+                self.emit(key, re.escape(key[1]), key[1])
+                self.emit(colon, b":", b":")
                 self.value(path + (name,))
             else:
                 self.value(path + (k,))
             k += 1
 
     def compile(self, strict):
-        """Compiled segments; the last one must reach the end of the line."""
+        """Compiled segments (match, groups, hole, lead, backward); the last reaches the line end.
+
+        In the strict variant a segment that follows a hole starts with literal bytes (the
+        hole's closing quote, then keys and punctuation up to the first scalar): that `lead` is
+        checked with startswith or, for the last hole, found with one bytes.rfind from the
+        line's end, and the segment's regex starts after it. The tolerant variant (any
+        whitespace) matches every piece by regex.
+        """
+        segs = self.segments + [self.cur + [(b"", _WS + rb"\Z", _WS + rb"\Z", None)]]
+        leads = [None] * len(segs)
+        if strict:
+            for i, seg in enumerate(segs):
+                n = next((j for j, piece in enumerate(seg) if piece[3] is None), len(seg))
+                leads[i] = (b'"' if i else b"") + b"".join(ws + lit for ws, _, _, lit in seg[:n])
+                if i:
+                    segs[i] = seg[n:]
         out = []
-        for seg in self.segments + [self.cur + [(b"", _WS + rb"\Z")]]:
-            parts = ((re.escape(ws) if strict else _WS) + pat for ws, pat in seg)
+        for i, seg in enumerate(segs):
+            parts = (re.escape(ws) + pat if strict else _WS + loose for ws, pat, loose, _ in seg)
             rx = re.compile(b"".join(parts), re.DOTALL)
             groups = ("ct" in rx.groupindex) | ("fr" in rx.groupindex) << 1
-            out.append((rx.match, groups, len(out) < len(self.segments)))
+            hole = i < len(self.segments)
+            lead = leads[i + 1] if hole and strict else None
+            out.append((rx.match, groups, hole, lead, hole and i == len(self.segments) - 1))
         return out
 
 
@@ -255,7 +281,7 @@ def _skip_string(buf, pos, end):
 def _match_template(plan, buf, pos, end):
     """(ct_bytes, fr_bytes) when the line buf[pos:end] matches the template plan, else None."""
     ct = fr = None
-    for match, groups, hole in plan:
+    for match, groups, hole, lead, backward in plan:  # the hot loop: calls kept inline
         m = match(buf, pos, end)
         if m is None:
             return None
@@ -264,11 +290,19 @@ def _match_template(plan, buf, pos, end):
                 ct = m.group("ct")
             if groups & 2:
                 fr = m.group("fr")
-        pos = m.end()
         if hole:
-            pos = _hole_end(buf, pos, end)
-            if pos < 0:
-                return None
+            pos = m.end()
+            if backward and lead is not None:  # last hole: its end found from the line's end
+                q = buf.rfind(lead, pos, end)
+                # exact only if no quote inside could have closed the string first
+                if q < 0 or ((buf[q - 1] == 92 or buf.find(b'"', pos, q) >= 0)
+                             and _hole_end(buf, pos, end) != q + 1):
+                    return None
+            else:
+                q = _hole_end(buf, pos, end) - 1
+                if q < 0 or (lead is not None and not buf.startswith(lead, q)):
+                    return None
+            pos = q + (1 if lead is None else len(lead))
     return ct, fr
 
 

@@ -177,6 +177,32 @@ def test_malformed_blank_and_non_objects(tmp_path):
     assert entry["counts"] == [[4, "stop", 0, 3]]
 
 
+@pytest.mark.parametrize("where", ["in the text", "in the reasoning", "after the text", "in the head"])
+def test_writer_restart_runs_a_record_into_a_torn_line(tmp_path, where):
+    """A writer killed mid-line, restarted in append mode: the next record follows the torn one.
+
+    The fast path (templates already learned from the good lines) must call it malformed, as
+    json.loads does, wherever the cut falls, even though the line ends like a valid record.
+    """
+    text = 'code {"a": 1} and "quotes" ' * 200
+    good = [json.dumps(chat("stop" if i % 3 else "length", i + 1, text, reasoning="why " * 300)).encode()
+            for i in range(40)]
+    victim = good[0]
+    cut = {"in the text": victim.find(b"and") + 2000, "in the reasoning": victim.find(b"why") + 50,
+           "after the text": victim.find(b'"logprobs"') + 3, "in the head": 30}[where]
+    torn = victim[:cut] + good[1]
+    before = agent.STATE.line_stats["template"]
+    entry = scan(write(tmp_path / "a.jsonl", [g + b"\n" for g in good[:20]] + [torn + b"\n"]
+                       + [g + b"\n" for g in good[20:]]))
+    assert (entry["lines"], entry["malformed"]) == (41, 1)
+    want = {}
+    for i in range(40):
+        key = (i + 1, "stop" if i % 3 else "length")
+        want[key] = want.get(key, 0) + 1
+    assert {(t, fr): n for t, fr, _, n in entry["counts"]} == want
+    assert agent.STATE.line_stats["template"] - before >= 38  # the good lines took the fast path
+
+
 def test_invalid_utf8_is_malformed(tmp_path):
     good = json.dumps(flat("stop", 4, "caf\u00e9")).encode() + b"\n"
     lines = [good, good.replace(b"\\u00e9", b"\xe9"), good.replace(b"\\u00e9", "\u00e9".encode()),
