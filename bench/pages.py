@@ -5,7 +5,9 @@ every run, so this is the cold cost a new viewer pays) and, as the baseline meas
 same run, what a dashboard that skips SQL aggregation pays: read every raw GPU row into pandas
 and hand it to plotly. Prints a table with the ratio, and the process RSS. Not a pass/fail test.
 
-    python bench/pages.py [--runs 3]
+    python bench/pages.py [--runs 3] [--pages app.py,pages/1_Output_lengths.py] [--keep DIR]
+
+--keep DIR builds the store in DIR once and reuses it on later runs (it takes minutes to build).
 """
 
 from __future__ import annotations
@@ -64,14 +66,20 @@ def baseline_raw_gpu_s(db_path: Path) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--pages", default=",".join(PAGES), help="comma-separated page files")
+    parser.add_argument("--keep", type=Path, help="build the store here once and reuse it")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="runhealth-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="runhealth-bench-") as scratch:
+        tmp = args.keep or Path(scratch)
+        db_path, config_path = tmp / "x.sqlite3", tmp / "runhealth.toml"
         t0 = time.perf_counter()
-        # Built in a child process, so this process's RSS is that of a dashboard reading a store.
-        subprocess.run([sys.executable, "-c", "import sys; sys.path[:0] = sys.argv[1:3];"
-                        " from store_fixtures import make_store; from pathlib import Path;"
-                        " make_store(Path(sys.argv[3]), 'big')", str(ROOT), str(ROOT / "tests"), tmp], check=True)
-        db_path, config_path = Path(tmp) / "x.sqlite3", Path(tmp) / "runhealth.toml"
+        if not (db_path.exists() and config_path.exists()):
+            # Built in a child process, so this process's RSS is that of a dashboard reading a store.
+            tmp.mkdir(parents=True, exist_ok=True)
+            subprocess.run([sys.executable, "-c", "import sys; sys.path[:0] = sys.argv[1:3];"
+                            " from store_fixtures import make_store; from pathlib import Path;"
+                            " make_store(Path(sys.argv[3]), 'big')", str(ROOT), str(ROOT / "tests"), str(tmp)],
+                           check=True)
         with sqlite3.connect(db_path) as db:
             gpu_rows = db.execute("SELECT COUNT(*) FROM gpu_samples").fetchone()[0]
             completions = db.execute("SELECT SUM(count) FROM length_counts").fetchone()[0]
@@ -81,7 +89,7 @@ def main() -> None:
         os.environ["RUNHEALTH_COLLECTOR"] = "off"
         quiet_streamlit()
         render_s(PAGES[0])  # first run pays the imports; not a page cost
-        times = {page: [render_s(page) for _ in range(args.runs)] for page in PAGES}
+        times = {page: [render_s(page) for _ in range(args.runs)] for page in args.pages.split(",")}
         rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         baseline = statistics.median(baseline_raw_gpu_s(db_path) for _ in range(args.runs))
         print(f"\n{'page':<28}{'median s':>10}{'max s':>10}{'vs raw-rows baseline':>24}")

@@ -12,9 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
-# The template object, resolved once: naming it by string makes plotly rebuild and validate it
-# for every figure (~30 ms each, a sizeable part of a page render).
-TEMPLATE = pio.templates["plotly_dark"]
+DARK = "plotly_dark"
 STOP_COLOUR = "#4C9AFF"
 CEILING_COLOUR = "#FFB000"  # the highlight of the ceiling spike
 ALERT_COLOUR = "#FF4B4B"
@@ -23,14 +21,51 @@ BACKFILL_COLOUR = "#555A63"
 FONT_SIZE = 16
 
 
+def _figure(*data) -> go.Figure:
+    """A new Figure in plotly's dark template.
+
+    plotly copies its default template into a new Figure without validating it again (0.5 ms);
+    setting a template on a figure validates it (20-30 ms a figure, five on a page). Streamlit
+    makes its own template the default when its plotly module loads, so ours is re-asserted
+    here (setting it costs ~18 ms: only when it changed). Every figure of the dashboard is
+    built in this module.
+    """
+    if pio.templates.default != DARK:
+        pio.templates.default = DARK
+    return go.Figure(list(data))
+
+
 def _layout(fig: go.Figure, title: str, height: int = 380) -> go.Figure:
     fig.update_layout(
-        template=TEMPLATE, title=dict(text=title, font=dict(size=FONT_SIZE + 4)), height=height,
+        title=dict(text=title, font=dict(size=FONT_SIZE + 4)), height=height,
         font=dict(size=FONT_SIZE), margin=dict(l=60, r=30, t=60, b=50),
         legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
         paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
     )
     return fig
+
+
+# plotly's add_vline / add_hline look the subplot up on every call (6-10 ms each, up to three a
+# figure); these add the same shape and annotation directly (tests/test_figures.py compares).
+_VLINE_TEXT = {"top right": (1, "top", "left"), "top left": (1, "top", "right"),
+               "bottom right": (0, "bottom", "left")}
+
+
+def _vline(fig: go.Figure, x: float, text: str | None = None, position: str = "top right", **line) -> None:
+    """A vertical rule at data x across the plot; `line` holds shape line keys (dash, color, width)."""
+    fig.add_shape(type="line", x0=x, x1=x, xref="x", y0=0, y1=1, yref="y domain", line=line)
+    if text is not None:
+        y, yanchor, xanchor = _VLINE_TEXT[position]
+        fig.add_annotation(text=text, showarrow=False, x=x, xref="x", xanchor=xanchor, y=y, yref="y domain",
+                           yanchor=yanchor)
+
+
+def _hline(fig: go.Figure, y: float, text: str | None = None, **line) -> None:
+    """A horizontal rule at data y across the plot, its label at the top right (plotly's default)."""
+    fig.add_shape(type="line", x0=0, x1=1, xref="x domain", y0=y, y1=y, yref="y", line=line)
+    if text is not None:
+        fig.add_annotation(text=text, showarrow=False, x=1, xref="x domain", xanchor="right", y=y, yref="y",
+                           yanchor="bottom")
 
 
 def make_length_histogram_figure(df: pd.DataFrame, ceiling: int | None, at_ceiling_fraction: float | None) -> go.Figure:
@@ -40,7 +75,7 @@ def make_length_histogram_figure(df: pd.DataFrame, ceiling: int | None, at_ceili
     """
     width = (df["bin_end"] - df["bin_start"]).clip(lower=1)
     centre = df["bin_start"] + width / 2
-    fig = go.Figure()
+    fig = _figure()
     fig.add_bar(x=centre, y=df["stop"], width=width, name="stop", marker_color=STOP_COLOUR)
     if df["other"].sum() > 0:
         fig.add_bar(x=centre, y=df["other"], width=width, name="other (incl. length below the ceiling)", marker_color=OTHER_COLOUR)
@@ -53,7 +88,7 @@ def make_length_histogram_figure(df: pd.DataFrame, ceiling: int | None, at_ceili
                     name="stopped at the ceiling", marker_color=CEILING_COLOUR)
     fig.update_layout(barmode="stack", bargap=0)
     if ceiling:
-        fig.add_vline(x=ceiling, line_dash="dash", line_color=CEILING_COLOUR, line_width=2)
+        _vline(fig, ceiling, dash="dash", color=CEILING_COLOUR, width=2)
         if at_ceiling_fraction is not None and len(spike):
             fig.add_annotation(
                 x=ceiling, y=float(spike["at_ceiling"].max()), xanchor="right", ax=-80, ay=-10,
@@ -68,11 +103,10 @@ def make_length_histogram_figure(df: pd.DataFrame, ceiling: int | None, at_ceili
 
 def make_cdf_figure(df: pd.DataFrame, ceiling: int | None = None) -> go.Figure:
     """Cumulative share of completions by length. `df` columns: tokens, cum_fraction."""
-    fig = go.Figure(go.Scatter(x=df["tokens"], y=df["cum_fraction"], mode="lines", line_shape="hv",
+    fig = _figure(go.Scatter(x=df["tokens"], y=df["cum_fraction"], mode="lines", line_shape="hv",
                                line=dict(color=STOP_COLOUR, width=3), name="share ≤ length"))
     if ceiling:
-        fig.add_vline(x=ceiling, line_dash="dash", line_color=CEILING_COLOUR, line_width=2,
-                      annotation_text=f"ceiling {ceiling:,}", annotation_position="top left")
+        _vline(fig, ceiling, f"ceiling {ceiling:,}", "top left", dash="dash", color=CEILING_COLOUR, width=2)
     fig.update_xaxes(title_text="completion tokens")
     fig.update_yaxes(title_text="share of completions ≤ length", tickformat=".0%", range=[0, 1.02])
     return _layout(fig, "Cumulative distribution")
@@ -87,13 +121,13 @@ def make_truncation_by_group_figure(df: pd.DataFrame, warn: float, alert: float)
                for f, d in zip(df["fraction"], df["drift"], strict=False)]
     labels = [f"{f:.1%}" + (f" · ceiling {int(c):,} differs" if d else "")
               for f, c, d in zip(df["fraction"], df["ceiling"].fillna(0), df["drift"], strict=False)]
-    fig = go.Figure(go.Bar(
+    fig = _figure(go.Bar(
         x=df["group"], y=df["fraction"], marker_color=colours, text=labels, textposition="outside",
         error_y=dict(type="data", symmetric=False, array=df["hi"] - df["fraction"],
                      arrayminus=df["fraction"] - df["lo"], color="#CCCCCC"),
     ))
-    fig.add_hline(y=warn, line_dash="dot", line_color=CEILING_COLOUR, annotation_text="warn")
-    fig.add_hline(y=alert, line_dash="dot", line_color=ALERT_COLOUR, annotation_text="alert")
+    _hline(fig, warn, "warn", dash="dot", color=CEILING_COLOUR)
+    _hline(fig, alert, "alert", dash="dot", color=ALERT_COLOUR)
     fig.update_yaxes(title_text="share at the ceiling", tickformat=".0%", rangemode="tozero")
     return _layout(fig, "Truncation by group", height=360)
 
@@ -107,10 +141,10 @@ def make_truncation_over_time_figure(df: pd.DataFrame, warn: float, alert: float
     t = pd.to_datetime(df["bucket_unix"], unit="s")
     frac = df["length_stops"] / df["completions"].where(df["completions"] > 0)
     colours = [BACKFILL_COLOUR if b else STOP_COLOUR for b in df["backfill"]]
-    fig = go.Figure(go.Bar(x=t, y=frac, marker_color=colours, name="finished by length",
+    fig = _figure(go.Bar(x=t, y=frac, marker_color=colours, name="finished by length",
                            customdata=df["completions"], hovertemplate="%{y:.1%} of %{customdata} new<extra></extra>"))
-    fig.add_hline(y=warn, line_dash="dot", line_color=CEILING_COLOUR, annotation_text="warn")
-    fig.add_hline(y=alert, line_dash="dot", line_color=ALERT_COLOUR, annotation_text="alert")
+    _hline(fig, warn, "warn", dash="dot", color=CEILING_COLOUR)
+    _hline(fig, alert, "alert", dash="dot", color=ALERT_COLOUR)
     fig.update_yaxes(title_text="share finished by length", tickformat=".0%", rangemode="tozero")
     return _layout(fig, "Truncation over time (grey = first scan)", height=320)
 
@@ -123,7 +157,7 @@ def make_gpu_heatstrip_figure(df: pd.DataFrame) -> go.Figure:
     rows = [("util %", "util_pct"), ("power %", "power_pct"), ("mem %", "mem_pct")]
     z = [df[col].tolist() for _, col in rows]
     text = [["N/A" if pd.isna(v) else f"{v:.0f}" for v in r] for r in z]
-    fig = go.Figure(go.Heatmap(
+    fig = _figure(go.Heatmap(
         z=z, x=df["label"].tolist(), y=[name for name, _ in rows], zmin=0, zmax=100, text=text,
         texttemplate="%{text}", colorscale="Viridis", xgap=2, ygap=2,
         colorbar=dict(title="%", thickness=12), hovertemplate="%{x} %{y}: %{text}<extra></extra>",
@@ -139,12 +173,12 @@ def make_gpu_heatstrip_figure(df: pd.DataFrame) -> go.Figure:
 def make_gpu_timeseries_figure(df: pd.DataFrame, value: str, title: str, unit: str,
                                limit_col: str | None = None) -> go.Figure:
     """One line per GPU over time. `df` columns: ts_unix, label, `value` [, `limit_col`]."""
-    fig = go.Figure()
+    fig = _figure()
     for label, g in df.groupby("label", sort=True):
         fig.add_scatter(x=pd.to_datetime(g["ts_unix"], unit="s"), y=g[value], mode="lines", name=str(label))
     if limit_col and limit_col in df and df[limit_col].notna().any():
-        fig.add_hline(y=float(df[limit_col].max()), line_dash="dash", line_color=ALERT_COLOUR,
-                      annotation_text=f"limit {df[limit_col].max():.0f} {unit}")
+        _hline(fig, float(df[limit_col].max()), f"limit {df[limit_col].max():.0f} {unit}", dash="dash",
+               color=ALERT_COLOUR)
     fig.update_yaxes(title_text=unit, rangemode="tozero")
     fig = _layout(fig, title, height=320)
     fig.update_layout(showlegend=len(fig.data) <= 8)  # dozens of GPUs: hover names them instead
@@ -153,7 +187,7 @@ def make_gpu_timeseries_figure(df: pd.DataFrame, value: str, title: str, unit: s
 
 def make_throughput_figure(df: pd.DataFrame) -> go.Figure:
     """Output tokens per second over time. `df` columns: bucket_unix, tokens_per_s."""
-    fig = go.Figure(go.Scatter(x=pd.to_datetime(df["bucket_unix"], unit="s"), y=df["tokens_per_s"],
+    fig = _figure(go.Scatter(x=pd.to_datetime(df["bucket_unix"], unit="s"), y=df["tokens_per_s"],
                                mode="lines", fill="tozeroy", line=dict(color=STOP_COLOUR, width=3)))
     fig.update_yaxes(title_text="tokens/s", rangemode="tozero")
     return _layout(fig, "Throughput (from shard growth)", height=230)
@@ -164,7 +198,7 @@ def make_whatif_figure(df: pd.DataFrame, ceiling: int, chosen: int, hard_hi: flo
 
     `df` columns: limit, fraction, lo, hi, band_lo, band_hi (one row per candidate limit).
     """
-    fig = go.Figure()
+    fig = _figure()
     fig.add_scatter(x=df["limit"], y=df["band_hi"], mode="lines", line=dict(width=0), showlegend=False)
     fig.add_scatter(x=df["limit"], y=df["band_lo"], mode="lines", line=dict(width=0), fill="tonexty",
                     fillcolor="rgba(138,143,152,0.25)", name="spread across tail models")
@@ -173,11 +207,10 @@ def make_whatif_figure(df: pd.DataFrame, ceiling: int, chosen: int, hard_hi: flo
                     fillcolor="rgba(76,154,255,0.3)", name="95% interval")
     fig.add_scatter(x=df["limit"], y=df["fraction"], mode="lines+markers", line=dict(color=STOP_COLOUR, width=3),
                     name="projected share still truncated")
-    fig.add_vline(x=ceiling, line_dash="dash", line_color=CEILING_COLOUR, annotation_text=f"now {ceiling:,}")
-    fig.add_vline(x=chosen, line_dash="dot", line_color="#FFFFFF", annotation_text=f"new {chosen:,}",
-                  annotation_position="bottom right")
+    _vline(fig, ceiling, f"now {ceiling:,}", dash="dash", color=CEILING_COLOUR)
+    _vline(fig, chosen, f"new {chosen:,}", "bottom right", dash="dot", color="#FFFFFF")
     if hard_hi is not None:
-        fig.add_hline(y=hard_hi, line_dash="dot", line_color=OTHER_COLOUR, annotation_text="today's share (upper bound)")
+        _hline(fig, hard_hi, "today's share (upper bound)", dash="dot", color=OTHER_COLOUR)
     fig.update_xaxes(title_text="max_tokens")
     fig.update_yaxes(title_text="share still stopped at the limit", tickformat=".0%", rangemode="tozero")
     return _layout(fig, "What if max_tokens were raised? (extrapolation)", height=360)

@@ -156,22 +156,25 @@ def load_samples(store: Store) -> dict[str, Any]:
     return {"latest": store.latest_sample_batch(), "pending": store.pending_sample_batch()}
 
 
+def whatif_curve_limits(ceiling: int, chosen: int) -> tuple[int, ...]:
+    """The limits the what-if chart shows: a few between the ceiling and 4x it, and the chosen one."""
+    return tuple(sorted({int(ceiling * f) for f in (1.25, 1.5, 2, 2.5, 3, 4)} | {chosen}))
+
+
 @st.cache_data(ttl=60, max_entries=32, show_spinner=False)
 def load_whatif(_hist: stats.LengthHist, hist_key: str, ceiling: int, new_limit: int, loop_fraction: float,
                 bootstrap: int = 200) -> dict[str, Any]:
-    """`what_if` is a model fit: cached per (run size, limit) for a minute."""
-    return whatif.what_if(_hist, ceiling, new_limit, loop_fraction=loop_fraction, bootstrap=bootstrap)
+    """`what_if` is a model fit: cached per (run size, limit) for a minute; the chart's curve
+    comes from the same fits."""
+    return whatif.what_if(_hist, ceiling, new_limit, loop_fraction=loop_fraction, bootstrap=bootstrap,
+                          curve_limits=whatif_curve_limits(ceiling, new_limit))
 
 
-@_cache(ttl=60, max_entries=8)
-def whatif_curve(_hist: stats.LengthHist, hist_key: str, ceiling: int, chosen: int,
-                 loop_fraction: float) -> pd.DataFrame:
-    """Projected share still truncated at a few limits between the ceiling and 4x it (one fit)."""
-    limits = sorted({int(ceiling * f) for f in (1.25, 1.5, 2, 2.5, 3, 4)} | {chosen})
-    now = sum(n for t, f, est, n in _hist.rows() if f == "length" and t >= ceiling and not est)
-    now /= max(1, sum(n for _t, _f, est, n in _hist.rows() if not est))
-    rows = [{"limit": ceiling, "fraction": now, "lo": now, "hi": now, "band_lo": now, "band_hi": now}]
-    for point in whatif.what_if_curve(_hist, ceiling, limits, loop_fraction=loop_fraction):
+def whatif_curve(result: dict[str, Any]) -> pd.DataFrame:
+    """Projected share still truncated against the limit, starting at today's share at the ceiling."""
+    now = result["current_truncated_fraction"]
+    rows = [{"limit": result["ceiling"], "fraction": now, "lo": now, "hi": now, "band_lo": now, "band_hi": now}]
+    for point in result["curve"]:
         band = list(point["band"].values())
         lo, hi = min(band), min(now, max(band))
         rows.append({"limit": point["limit"], "fraction": point["truncated_fraction"], "lo": lo, "hi": hi,

@@ -80,8 +80,8 @@ def render_whatif(data: dict, thr: dict) -> None:
     band = " · ".join(f"{m} {v:.1%}" for m, v in r["band"].items())
     st.caption(f"This is an extrapolation: nobody has seen lengths above {ceiling:,}. {r['note']} "
                f"Methods: {band or 'n/a'}. Hard bounds: {r['hard_bounds'][0]:.1%}–{r['hard_bounds'][1]:.1%}. {lf_text}.")
-    curve = loaders.whatif_curve(hist, key, ceiling, limit, lf)
-    if len(curve) >= 2:
+    curve = loaders.whatif_curve(r)
+    if len(curve) > 1:
         st.plotly_chart(figures.make_whatif_figure(curve, ceiling, limit, r["hard_bounds"][1]), key=f"{PREFIX}_whatif_chart")
     render_continuation(limit, ceiling)
 

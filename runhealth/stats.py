@@ -32,6 +32,10 @@ class LengthHist:
 
     def __init__(self) -> None:
         self._counts: Counter = Counter()
+        self._sorted: list[tuple] | None = None  # rows() memo: summaries call it a dozen times
+
+    def __getstate__(self) -> dict:
+        return {"_counts": self._counts, "_sorted": None}  # caches pickle the counts, not the memo
 
     @classmethod
     def from_rows(cls, rows: Iterable[Sequence]) -> LengthHist:
@@ -46,6 +50,7 @@ class LengthHist:
         """Add ``count`` completions of length ``tokens`` (zero/negative counts are ignored)."""
         if count > 0:
             self._counts[(int(tokens), finish_reason, 1 if estimated else 0)] += int(count)
+            self._sorted = None
 
     def merge(self, other: LengthHist) -> LengthHist:
         """Return a new histogram holding the counts of both."""
@@ -60,8 +65,10 @@ class LengthHist:
 
     def rows(self) -> list[tuple]:
         """Rows ``(tokens, finish_reason, estimated, count)`` sorted by tokens."""
-        items = sorted(self._counts.items(), key=lambda kv: (kv[0][0], str(kv[0][1]), kv[0][2]))
-        return [(t, fr, est, n) for (t, fr, est), n in items]
+        if self._sorted is None:
+            items = sorted(self._counts.items(), key=lambda kv: (kv[0][0], str(kv[0][1]), kv[0][2]))
+            self._sorted = [(t, fr, est, n) for (t, fr, est), n in items]
+        return list(self._sorted)
 
     def _filtered(self, estimated: int) -> LengthHist:
         out = LengthHist()

@@ -49,6 +49,17 @@ CREATE TABLE IF NOT EXISTS node_length_counts (
     node TEXT NOT NULL, tokens INTEGER NOT NULL, finish_reason TEXT NOT NULL,
     estimated INTEGER NOT NULL, count INTEGER NOT NULL,
     PRIMARY KEY (node, tokens, finish_reason, estimated));
+-- Covering indexes for the page reads: the run's counts grouped by length without a sort, the
+-- few length-stop rows (ceilings per node or shard) without scanning every length, and the
+-- per-group totals.
+CREATE INDEX IF NOT EXISTS node_length_counts_by_tokens
+    ON node_length_counts (tokens, finish_reason, estimated, count);
+CREATE INDEX IF NOT EXISTS node_length_counts_by_reason
+    ON node_length_counts (finish_reason, node, tokens, estimated, count);
+CREATE INDEX IF NOT EXISTS length_counts_by_reason
+    ON length_counts (finish_reason, node, path, tokens, estimated, count);
+CREATE INDEX IF NOT EXISTS node_length_counts_totals ON node_length_counts (node, estimated, count);
+CREATE INDEX IF NOT EXISTS length_counts_totals ON length_counts (node, path, estimated, count);
 CREATE TABLE IF NOT EXISTS polls (
     ts_unix REAL NOT NULL, node TEXT NOT NULL, node_ts_unix REAL, completions INTEGER,
     tokens INTEGER, length_stops INTEGER, malformed INTEGER, backfill INTEGER, rtt_ms REAL);
@@ -66,6 +77,11 @@ CREATE TABLE IF NOT EXISTS gpu_latest (
 CREATE TABLE IF NOT EXISTS metric_samples (
     ts_unix REAL NOT NULL, node TEXT NOT NULL, name TEXT NOT NULL, value REAL);
 CREATE INDEX IF NOT EXISTS metric_samples_ts ON metric_samples (ts_unix);
+-- The newest value of each metric per node, upserted with every sample (pages read this, not
+-- a GROUP BY over a day of samples).
+CREATE TABLE IF NOT EXISTS metric_latest (
+    node TEXT NOT NULL, name TEXT NOT NULL, value REAL, ts_unix REAL NOT NULL,
+    PRIMARY KEY (node, name));
 CREATE TABLE IF NOT EXISTS sample_batches (
     batch INTEGER PRIMARY KEY AUTOINCREMENT, requested_unix REAL, done_unix REAL,
     requested_n INTEGER, population INTEGER, errors TEXT);
@@ -97,6 +113,11 @@ class Store:
                     # A store written before node_length_counts existed: build it once.
                     db.execute("INSERT INTO node_length_counts SELECT node, tokens, finish_reason, estimated,"
                                " SUM(count) FROM length_counts GROUP BY node, tokens, finish_reason, estimated")
+                if db.execute("SELECT NOT EXISTS (SELECT 1 FROM metric_latest)"
+                              " AND EXISTS (SELECT 1 FROM metric_samples)").fetchone()[0]:
+                    # A store written before metric_latest existed (SQLite's bare-column MAX rule).
+                    db.execute("INSERT INTO metric_latest SELECT node, name, value, MAX(ts_unix)"
+                               " FROM metric_samples GROUP BY node, name")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open history store {self.path}: {exc}") from None
 
@@ -184,10 +205,13 @@ class Store:
         return delta
 
     def record_metrics(self, node: str, values: dict[str, float], ts_unix: float) -> None:
+        rows = [(ts_unix, node, name, value) for name, value in values.items() if value is not None]
         with self._tx() as db:
+            db.executemany("INSERT INTO metric_samples VALUES (?,?,?,?)", rows)
             db.executemany(
-                "INSERT INTO metric_samples VALUES (?,?,?,?)",
-                [(ts_unix, node, name, value) for name, value in values.items() if value is not None],
+                "INSERT INTO metric_latest VALUES (?,?,?,?) ON CONFLICT (node, name) DO UPDATE SET"
+                " value = excluded.value, ts_unix = excluded.ts_unix WHERE excluded.ts_unix >= ts_unix",
+                [(node, name, value, ts) for ts, node, name, value in rows],
             )
 
     def record_failure(self, node: str, error: str, ts_unix: float) -> None:
@@ -257,13 +281,15 @@ class Store:
         `finish_reason` keeps only that reason's rows (e.g. "length": the few that matter for
         ceilings, instead of every length of every shard).
         """
-        keys = {"run": "", "node": "node, ", "shard": "node, path, "}[by]
         table = "length_counts" if by == "shard" else "node_length_counts"
         where, params = (" WHERE finish_reason = ?", (finish_reason,)) if finish_reason else ("", ())
-        rows = self._rows(
-            f"SELECT {keys}tokens, finish_reason, estimated, SUM(count) AS count FROM {table}{where}"
-            f" GROUP BY {keys}tokens, finish_reason, estimated", params
-        )
+        if by == "run":
+            sql = (f"SELECT tokens, finish_reason, estimated, SUM(count) AS count FROM {table}{where}"
+                   " GROUP BY tokens, finish_reason, estimated")
+        else:  # one row per key already: the table's primary key
+            keys = "node, " if by == "node" else "node, path, "
+            sql = f"SELECT {keys}tokens, finish_reason, estimated, count FROM {table}{where}"
+        rows = self._rows(sql, params)
         for r in rows:
             r["finish_reason"] = r["finish_reason"] or None
         return rows
@@ -314,11 +340,7 @@ class Store:
         )
 
     def metric_latest(self) -> list[dict[str, Any]]:
-        return self._rows(
-            "SELECT m.node, m.name, m.value, m.ts_unix FROM metric_samples m JOIN"
-            " (SELECT node, name, MAX(ts_unix) AS ts FROM metric_samples GROUP BY node, name) l"
-            " ON m.node = l.node AND m.name = l.name AND m.ts_unix = l.ts ORDER BY m.node, m.name"
-        )
+        return self._rows("SELECT node, name, value, ts_unix FROM metric_latest ORDER BY node, name")
 
     def metric_series(self, name: str, since_unix: float | None = None) -> list[dict[str, Any]]:
         where, params = _where(since_unix, None)

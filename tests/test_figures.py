@@ -104,3 +104,34 @@ def test_throughput_figure():
     df = pd.DataFrame({"bucket_unix": [0, 30, 60], "tokens_per_s": [24000.0, 25000.0, 24500.0]})
     fig = figures.make_throughput_figure(df)
     assert list(fig.data[0].y) == [24000.0, 25000.0, 24500.0]
+
+
+def test_rules_are_the_shapes_and_labels_plotlys_add_vline_and_add_hline_make():
+    """_vline/_hline skip plotly's slow subplot lookup; what they add must be identical."""
+    def base():
+        return go.Figure(go.Scatter(x=[1, 2], y=[1, 2]))
+
+    for position in ("top right", "top left", "bottom right"):
+        ours, theirs = base(), base()
+        figures._vline(ours, 5, "a", position, dash="dot", color="#FFFFFF", width=2)
+        theirs.add_vline(x=5, line_dash="dot", line_color="#FFFFFF", line_width=2, annotation_text="a",
+                         annotation_position=position)
+        assert ours.to_dict() == theirs.to_dict(), position
+    ours, theirs = base(), base()
+    figures._vline(ours, 7, dash="dash")
+    theirs.add_vline(x=7, line_dash="dash")
+    assert ours.to_dict() == theirs.to_dict()
+    ours, theirs = base(), base()
+    figures._hline(ours, 0.3, "warn", dash="dot", color="#FFB000")
+    theirs.add_hline(y=0.3, line_dash="dot", line_color="#FFB000", annotation_text="warn")
+    assert ours.to_dict() == theirs.to_dict()
+
+
+def test_every_figure_is_in_the_dark_template():
+    import plotly.io as pio
+    import streamlit.elements.plotly_chart  # noqa: F401  (loading it makes "streamlit" plotly's default)
+
+    pio.templates.default = "streamlit"
+    fig = figures.make_length_histogram_figure(ceiling_bins(), 4096, 0.18)
+    assert fig.layout.template.layout.paper_bgcolor == "rgb(17,17,17)"  # plotly_dark's
+    assert fig.layout.paper_bgcolor == "rgba(0,0,0,0)"  # ours on top, transparent for the app theme

@@ -167,3 +167,18 @@ def test_node_aggregates_always_equal_the_sum_of_their_shards(tmp_path):
         ("n1", 5, "stop", 0): 3, ("n1", 7, None, 1): 3}
     totals = store.group_totals("node")
     assert totals == [{"node": "n1", "completions": 6, "exact": 3}]
+
+
+def test_metric_latest_is_the_newest_sample_and_is_built_for_older_stores(tmp_path):
+    store = Store(tmp_path / "h.sqlite3")
+    store.record_metrics("n1", {"vllm:x": 1.0, "vllm:y": 5.0}, 100.0)
+    store.record_metrics("n1", {"vllm:x": 2.0}, 200.0)
+    store.record_metrics("n1", {"vllm:x": 9.0}, 150.0)  # arrives late: older than what is shown
+    store.record_metrics("n2", {"vllm:x": 3.0, "vllm:skip": None}, 120.0)
+    latest = [(m["node"], m["name"], m["value"], m["ts_unix"]) for m in store.metric_latest()]
+    assert latest == [("n1", "vllm:x", 2.0, 200.0), ("n1", "vllm:y", 5.0, 100.0), ("n2", "vllm:x", 3.0, 120.0)]
+    # A store from before the metric_latest table: rebuilt from the samples when opened.
+    store._db().execute("DELETE FROM metric_latest")
+    store.close()
+    assert [(m["node"], m["name"], m["value"]) for m in Store(tmp_path / "h.sqlite3").metric_latest()] == [
+        ("n1", "vllm:x", 2.0), ("n1", "vllm:y", 5.0), ("n2", "vllm:x", 3.0)]

@@ -10,7 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runhealth.stats import LengthHist
-from runhealth.whatif import continuation_requests, eta_change, log_gamma_sf, log_norm_sf, nelder_mead, what_if
+from runhealth.whatif import (
+    continuation_requests,
+    eta_change,
+    log_gamma_sf,
+    log_norm_sf,
+    nelder_mead,
+    what_if,
+    what_if_curve,
+)
 
 C, C2 = 4096, 8192
 
@@ -105,6 +113,20 @@ def test_result_keys_and_determinism():
     assert "continuation batch" in first["note"]
     assert (first["limit"], first["ceiling"]) == (C2, C)
     json.dumps(first)
+
+
+def test_the_curve_comes_from_the_same_fits_as_the_point_estimate():
+    hist = censored_run(TRUTHS["log-normal"][0], n=3000, seed=5)
+    limits = (5120, 6144, C2, 16384, 2048)  # 2048 is below the ceiling: not on the curve
+    result = what_if(hist, C, C2, bootstrap=10, curve_limits=limits)
+    assert result["curve"] == what_if_curve(hist, C, list(limits))
+    assert [p["limit"] for p in result["curve"]] == [5120, 6144, C2, 16384]
+    at_chosen = next(p for p in result["curve"] if p["limit"] == C2)
+    assert at_chosen["truncated_fraction"] == result["truncated_fraction"]
+    assert at_chosen["band"] == result["band"]
+    shares = [p["truncated_fraction"] for p in result["curve"]]
+    assert shares == sorted(shares, reverse=True)  # a higher limit never cuts more
+    assert what_if(hist, C, C2, bootstrap=0)["curve"] == []
 
 
 def test_loops_stay_truncated_at_any_limit():
