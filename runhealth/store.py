@@ -49,15 +49,12 @@ CREATE TABLE IF NOT EXISTS node_length_counts (
     node TEXT NOT NULL, tokens INTEGER NOT NULL, finish_reason TEXT NOT NULL,
     estimated INTEGER NOT NULL, count INTEGER NOT NULL,
     PRIMARY KEY (node, tokens, finish_reason, estimated));
--- Covering indexes for the page reads: the run's counts grouped by length without a sort, the
--- few length-stop rows (ceilings per node or shard) without scanning every length, and the
--- per-group totals.
+-- Covering indexes for the page reads: the run's counts grouped by length without a sort, and
+-- the per-group totals (on a 1.5M-completion store: 55 -> 19 ms, 33 -> 11 ms, 124 -> 23 ms).
+-- They hold `count`, so each poll's count upserts update them too (about 2x the write time);
+-- an index for the length-stop rows saved nothing measurable and is left out.
 CREATE INDEX IF NOT EXISTS node_length_counts_by_tokens
     ON node_length_counts (tokens, finish_reason, estimated, count);
-CREATE INDEX IF NOT EXISTS node_length_counts_by_reason
-    ON node_length_counts (finish_reason, node, tokens, estimated, count);
-CREATE INDEX IF NOT EXISTS length_counts_by_reason
-    ON length_counts (finish_reason, node, path, tokens, estimated, count);
 CREATE INDEX IF NOT EXISTS node_length_counts_totals ON node_length_counts (node, estimated, count);
 CREATE INDEX IF NOT EXISTS length_counts_totals ON length_counts (node, path, estimated, count);
 CREATE TABLE IF NOT EXISTS polls (
@@ -250,7 +247,8 @@ class Store:
         """Drop time series older than `keep_s` (counts and offsets are never pruned)."""
         cutoff = (now_unix or time.time()) - keep_s
         with self._tx() as db:
-            for table in ("gpu_samples", "metric_samples"):
+            # metric_latest too: a metric (or node) that stopped reporting leaves with its samples.
+            for table in ("gpu_samples", "metric_samples", "metric_latest"):
                 db.execute(f"DELETE FROM {table} WHERE ts_unix < ?", (cutoff,))
 
     # -- reads (pages) ---------------------------------------------------------------------

@@ -182,3 +182,12 @@ def test_metric_latest_is_the_newest_sample_and_is_built_for_older_stores(tmp_pa
     store.close()
     assert [(m["node"], m["name"], m["value"]) for m in Store(tmp_path / "h.sqlite3").metric_latest()] == [
         ("n1", "vllm:x", 2.0), ("n1", "vllm:y", 5.0), ("n2", "vllm:x", 3.0)]
+
+
+def test_pruning_drops_latest_metrics_that_stopped_reporting(tmp_path):
+    store = Store(tmp_path / "h.sqlite3")
+    store.record_metrics("gone", {"vllm:x": 1.0}, 100.0)
+    store.record_metrics("n1", {"vllm:x": 2.0, "vllm:y": 4.0}, 100.0)
+    store.record_metrics("n1", {"vllm:x": 3.0}, 500.0)
+    store.prune(keep_s=200, now_unix=600.0)
+    assert [(m["node"], m["name"], m["value"]) for m in store.metric_latest()] == [("n1", "vllm:x", 3.0)]
