@@ -95,8 +95,9 @@ _GPU_FIELDS = ("util_pct", "mem_used_mib", "mem_total_mib", "power_w", "power_li
 class Store:
     """SQLite-backed history. Safe to share between threads (one connection per thread)."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, busy_timeout_s: float = 30.0):
         self.path = Path(path)
+        self.busy_timeout_s = busy_timeout_s  # how long a write waits for another process's lock
         self._local = threading.local()
         self._write_lock = threading.Lock()
         try:
@@ -122,7 +123,7 @@ class Store:
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
         if db is None:
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            db = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
             db.row_factory = sqlite3.Row
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
@@ -135,8 +136,14 @@ class Store:
 
         def __enter__(self) -> sqlite3.Connection:
             self.store._write_lock.acquire()
-            self.db = self.store._db()
-            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                self.db = self.store._db()
+                self.db.execute("BEGIN IMMEDIATE")
+            except BaseException:
+                # BEGIN failed (busy past the timeout, I/O error): no transaction to end, but the
+                # lock must go, or every later write in this process waits forever.
+                self.store._write_lock.release()
+                raise
             return self.db
 
         def __exit__(self, exc_type, exc, tb) -> None:
