@@ -270,6 +270,7 @@ def node_details(node: dict[str, Any], now: float) -> pd.DataFrame:
                     + (f" ({loaders.fmt_bytes(node['pending_bytes'])} still to scan)" if node.get("pending_bytes") else "")),
         ("lines counted", f"{node.get('lines') or 0:,}"),
         ("malformed lines", f"{node.get('malformed') or 0:,}"),
+        ("blank lines (skipped, not malformed)", f"{node.get('blank_lines') or 0:,}"),
         ("unmatched globs", ", ".join(node.get("unmatched_globs") or []) or "none"),
         ("disk", disk),
     ]

@@ -186,7 +186,7 @@ def whatif_curve(result: dict[str, Any]) -> pd.DataFrame:
 def load_shards(store: Store) -> pd.DataFrame:
     """Every shard of every node: how far it is indexed, what it held, and its read error if any."""
     rows = store.shards()
-    columns = ["node", "path", "size", "offset", "lines", "malformed", "resets", "error"]
+    columns = ["node", "path", "size", "offset", "lines", "malformed", "blank_lines", "resets", "error"]
     return pd.DataFrame(rows, columns=[*columns, "inode", "tokens", "updated_unix"])[columns]
 
 

@@ -238,10 +238,11 @@ def _sample_line(f, path, line_no, start, stop, req, overrides):
     out = {"path": path, "line_no": line_no, "offset": start, "tokens": None, "estimated": None,
            "finish_reason": None, "prompt_head": None, "text_head": "", "text_tail": "",
            "text_chars": 0, "prompt": None, "text": None, "error": None}
-    if obj is None:
-        out["error"] = "malformed line (not a JSON object)"
+    key = None if obj is None else _scan._count_key(obj, overrides)
+    if key is None:
+        out["error"] = "malformed line (not a JSON object, or an invalid token count)"
         return out
-    out["tokens"], out["finish_reason"], out["estimated"] = _scan._count_key(obj, overrides)
+    out["tokens"], out["finish_reason"], out["estimated"] = key
     text, prompt = "\n\n".join(_text_parts(obj)), _prompt_text(obj)
     head, tail = int(req.get("head_chars", 400)), int(req.get("tail_chars", 4000))
     out.update(text_head=text[:head], text_tail=text[-tail:] if tail else "",

@@ -20,6 +20,10 @@ MAX_TEMPLATES = 6  # SGLang finish_reason objects differ by type, so allow a few
 MAX_TEMPLATE_BUILDS = 24  # per shard: a shard of odd lines must not rebuild forever
 TEMPLATE_MAX_LINE_BYTES = 1 << 20
 TEMPLATE_MAX_TOKENS = 400  # logprobs-heavy lines: templates would be huge, use json.loads
+# No completion has 10^12 tokens; under this bound even 8M such lines sum within SQLite's
+# signed 64-bit INTEGER, so the store can always add up what the scanner counted.
+MAX_COUNT = 1 << 40
+JSON_SPACE = b" \t\r"  # a line holding only these is blank (jq and pandas skip it), not malformed
 TEXT_KEYS = ("text", "completion", "output", "response")
 HOLE_KEYS = frozenset(("content", "reasoning_content", "reasoning", "prompt", "input") + TEXT_KEYS)
 
@@ -88,13 +92,28 @@ def _locate(obj):
     return ("finish_reason",), ct, [(text,)]
 
 
+def valid_count(ct):
+    """The one rule for a token count: an int (not bool, not float) from 0 to MAX_COUNT.
+
+    Every path (json.loads, templates, sampling) calls this, so one absurd number is one
+    malformed line, never a poll the store cannot apply.
+    """
+    return type(ct) is int and 0 <= ct <= MAX_COUNT
+
+
 def _count_key(obj, overrides):
-    """(tokens, finish_reason, estimated) of one parsed record, the reference semantics."""
+    """(tokens, finish_reason, estimated) of one parsed record, the reference semantics.
+
+    None when the record holds a token count that is not a valid count (the line is malformed);
+    a record with no count at all gets the chars/4 estimate.
+    """
     fr_path, ct_path, texts = _locate(obj)
     fr = _get(obj, overrides[0] or fr_path)
     ct = _get(obj, overrides[1] or ct_path)
-    if isinstance(ct, int) and not isinstance(ct, bool) and ct >= 0:
+    if valid_count(ct):
         return ct, fr if isinstance(fr, str) else None, 0
+    if ct is not None:
+        return None
     chars = sum(len(t) for t in (_get(obj, p) for p in texts) if isinstance(t, str))
     return -(-chars // 4), fr if isinstance(fr, str) else None, 1
 
@@ -327,11 +346,14 @@ class _Tally:
     """Counts of one scan: template hits keyed by raw bytes, json.loads hits by value."""
 
     def __init__(self):
-        self.fast, self.slow, self.malformed, self.lines = {}, {}, 0, 0
+        self.fast, self.slow, self.malformed, self.lines, self.blank = {}, {}, 0, 0, 0
 
     def rows(self):
         merged = dict(self.slow)
         for (ct, fr), n in self.fast.items():
+            if not valid_count(int(ct)):  # a template's digits can exceed the 64-bit range
+                self.malformed += n
+                continue
             key = (int(ct), None if fr is None else fr.decode("utf-8"), 0)
             merged[key] = merged.get(key, 0) + n
         rows = [[t, fr, est, n] for (t, fr, est), n in merged.items()]
@@ -392,10 +414,13 @@ def _scan_chunk(buf, end, tally, tmpl_state, overrides, starts, base):
 def _count_slow(raw, tally, tmpl_state, overrides, learn):
     """The json.loads path for one line; may learn a template from it."""
     obj = _load_line(raw)
-    if obj is None:
-        tally.malformed += 1
+    key = None if obj is None else _count_key(obj, overrides)
+    if key is None:  # the one place a line is called blank or malformed
+        if raw.strip(JSON_SPACE):
+            tally.malformed += 1
+        else:
+            tally.blank += 1
         return
-    key = _count_key(obj, overrides)
     tally.slow[key] = tally.slow.get(key, 0) + 1
     if learn and tmpl_state[2] > 0 and key[2] == 0:
         _learn(tmpl_state, bytes(raw), obj)
@@ -462,7 +487,7 @@ def scan_file(path, inode, offset, budget_bytes, paths=None, line_index=None):
         The per-file entry of the poll reply (design.md section 1) plus "pending_bytes".
     """
     entry = {"inode": inode, "size": None, "offset_from": offset or 0, "offset": offset or 0,
-             "reset": False, "lines": 0, "malformed": 0, "tokens": 0, "counts": [],
+             "reset": False, "lines": 0, "malformed": 0, "blank_lines": 0, "tokens": 0, "counts": [],
              "error": None, "pending_bytes": 0}
     try:
         with open(path, "rb", buffering=0) as f:
@@ -496,7 +521,7 @@ def _scan_open_file(f, path, entry, budget_bytes, overrides, line_index):
     LINE_STATS["template"] += sum(tally.fast.values())
     LINE_STATS["json"] += tally.lines - sum(tally.fast.values())
     rows = tally.rows()
-    entry.update(offset=pos, lines=tally.lines, malformed=tally.malformed, counts=rows,
+    entry.update(offset=pos, lines=tally.lines, malformed=tally.malformed, blank_lines=tally.blank, counts=rows,
                  tokens=sum(r[0] * r[3] for r in rows),
                  pending_bytes=size - pos if pos >= stop and pos < size else 0)
 

@@ -37,6 +37,7 @@ CREATE TABLE IF NOT EXISTS shards (
     size INTEGER NOT NULL DEFAULT 0, lines INTEGER NOT NULL DEFAULT 0,
     malformed INTEGER NOT NULL DEFAULT 0, tokens INTEGER NOT NULL DEFAULT 0,
     resets INTEGER NOT NULL DEFAULT 0, error TEXT, updated_unix REAL,
+    blank_lines INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (node, path));
 -- finish_reason '' stands for "absent" so the primary key can be upserted.
 CREATE TABLE IF NOT EXISTS length_counts (
@@ -104,6 +105,7 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self._write_lock:
                 self._db().executescript(_SCHEMA)  # runs in its own transaction
+                _add_missing_columns(self._db())
             with self._tx() as db:
                 db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
                 if db.execute("SELECT NOT EXISTS (SELECT 1 FROM node_length_counts)"
@@ -267,11 +269,12 @@ class Store:
                 r[key] = json.loads(r[key]) if r[key] else None
         totals = {r["node"]: r for r in self._rows(
             "SELECT node, COUNT(*) AS shards, SUM(offset) AS bytes_indexed, SUM(size) AS bytes_total,"
-            " SUM(lines) AS lines, SUM(malformed) AS malformed, SUM(error IS NOT NULL) AS shard_errors"
+            " SUM(lines) AS lines, SUM(malformed) AS malformed, SUM(blank_lines) AS blank_lines,"
+            " SUM(error IS NOT NULL) AS shard_errors"
             " FROM shards GROUP BY node")}
         for r in rows:
             t = totals.get(r["name"], {})
-            for key in ("shards", "bytes_indexed", "bytes_total", "lines", "malformed", "shard_errors"):
+            for key in ("shards", "bytes_indexed", "bytes_total", "lines", "malformed", "blank_lines", "shard_errors"):
                 r[key] = t.get(key) or 0
         return rows
 
@@ -373,6 +376,16 @@ class Store:
         return row[0]
 
 
+# Columns added after the first release: (table, column, declaration) for older stores.
+_ADDED_COLUMNS = (("shards", "blank_lines", "INTEGER NOT NULL DEFAULT 0"),)
+
+
+def _add_missing_columns(db: sqlite3.Connection) -> None:
+    for table, column, decl in _ADDED_COLUMNS:
+        if column not in {r[1] for r in db.execute(f"PRAGMA table_info({table})")}:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+
+
 def _where(since_unix: float | None, node: str | None) -> tuple[str, tuple]:
     clauses, params = [], []
     if since_unix is not None:
@@ -405,7 +418,7 @@ def _apply_shard(db: sqlite3.Connection, node: str, path: str, entry: dict, ts_u
             " AND l.estimated = node_length_counts.estimated)", (node, path, node, node, path))
         db.execute("DELETE FROM node_length_counts WHERE node = ? AND count <= 0", (node,))
         db.execute("DELETE FROM length_counts WHERE node = ? AND path = ?", (node, path))
-        db.execute("UPDATE shards SET lines = 0, malformed = 0, tokens = 0, resets = resets + 1"
+        db.execute("UPDATE shards SET lines = 0, malformed = 0, blank_lines = 0, tokens = 0, resets = resets + 1"
                    " WHERE node = ? AND path = ?", (node, path))
         delta["resets"] += 1
     db.execute("INSERT OR IGNORE INTO shards (node, path) VALUES (?, ?)", (node, path))
@@ -420,9 +433,10 @@ def _apply_shard(db: sqlite3.Connection, node: str, path: str, entry: dict, ts_u
         " DO UPDATE SET count = count + excluded.count", [(r[0], *r[2:]) for r in rows])
     db.execute(
         "UPDATE shards SET inode = ?, offset = ?, size = ?, lines = lines + ?, malformed = malformed + ?,"
-        " tokens = tokens + ?, error = ?, updated_unix = ? WHERE node = ? AND path = ?",
+        " blank_lines = blank_lines + ?, tokens = tokens + ?, error = ?, updated_unix = ? WHERE node = ? AND path = ?",
         (entry.get("inode"), entry.get("offset", 0), entry.get("size", 0), completions,
-         entry.get("malformed", 0), entry.get("tokens", 0), entry.get("error"), ts_unix, node, path),
+         entry.get("malformed", 0), entry.get("blank_lines") or 0, entry.get("tokens", 0), entry.get("error"),
+         ts_unix, node, path),
     )
     delta["completions"] += completions
     delta["tokens"] += int(entry.get("tokens") or 0)

@@ -173,7 +173,7 @@ def test_malformed_blank_and_non_objects(tmp_path):
              good[:-2] + b"\n",  # lost its closing brace
              b"\x00\x00\x00" + good, good]  # a crash left a hole of zeros
     entry = scan(write(tmp_path / "a.jsonl", lines))
-    assert (entry["lines"], entry["malformed"]) == (10, 7)
+    assert (entry["lines"], entry["malformed"], entry["blank_lines"]) == (10, 6, 1)
     assert entry["counts"] == [[4, "stop", 0, 3]]
 
 

@@ -60,3 +60,49 @@ def test_a_write_that_times_out_on_a_busy_store_does_not_block_later_writes(tmp_
     threading.Thread(target=later_write, daemon=True).start()
     assert done.wait(5), "the write lock leaked: a later write never ran"
     assert store.nodes()[0]["last_error"] == "second"
+
+
+# ---------------------------------------------------------------------------- 3 and 9: line rules
+def chat(tokens, finish="stop") -> bytes:
+    rec = {"id": "x", "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello there " * 8},
+                                   "finish_reason": finish}], "usage": {"prompt_tokens": 3, "completion_tokens": 7}}
+    line = json.dumps(rec).replace('"completion_tokens": 7', f'"completion_tokens": {tokens}')
+    return line.encode() + b"\n"
+
+
+def local_collector(tmp_path, shard_glob, **node):
+    from runhealth.collector import Collector
+    from runhealth.config import NodeConfig, RunConfig
+
+    config = RunConfig(name="hostile", interval_s=0.3, nodes=[NodeConfig(
+        name="n1", host="local", shards=[shard_glob], gpu="off", python=sys.executable, **node)])
+    store = Store(tmp_path / "s.sqlite3")
+    return Collector(config, store), store
+
+
+@pytest.mark.parametrize("bad", ["99999999999999999999999", "9223372036854775807", "1099511627777", "-5", "12.0", "1e3", "true",
+                                 '"12"'])
+def test_an_absurd_token_count_is_one_malformed_line_not_a_failed_node(tmp_path, bad):
+    shard = tmp_path / "out.jsonl"
+    # good lines first so the template path is learned, then the bad one, then more good ones
+    shard.write_bytes(chat(5) * 30 + chat(bad) + chat(6, "length") * 10 + chat(1 << 40))
+    collector, store = local_collector(tmp_path, str(tmp_path / "*.jsonl"))
+    with collector:
+        results = collector.poll_once()
+    assert not isinstance(results["n1"], Exception), results["n1"]
+    node = store.nodes()[0]
+    assert node["last_error"] is None and node["last_ok_unix"] is not None
+    assert node["malformed"] == 1
+    counts = {(r["tokens"], r["finish_reason"]): r["count"] for r in store.length_counts()}
+    assert counts == {(5, "stop"): 30, (6, "length"): 10, (1 << 40, "stop"): 1}
+
+
+def test_blank_lines_are_counted_apart_from_malformed_ones(tmp_path):
+    from runhealth.agent_scan import scan_file
+
+    lines = [chat(5)] * 3 + [b"\n", b"   \n", b"\t\r\n"] + [b"{not json\n"] * 7 + [b" \n", b"\n"] + [chat(8)]
+    shard = tmp_path / "a.jsonl"
+    shard.write_bytes(b"".join(lines))
+    entry = scan_file(str(shard), None, 0, 1 << 20)
+    assert (entry["malformed"], entry["blank_lines"], entry["lines"]) == (7, 5, 16)
+    assert entry["counts"] == [[5, "stop", 0, 3], [8, "stop", 0, 1]]

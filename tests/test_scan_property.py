@@ -62,6 +62,8 @@ def reference_counts(data: bytes):
     counts, lines, malformed = {}, 0, 0
     for raw in data.split(b"\n")[:-1]:
         lines += 1
+        if not raw.strip(b" \t\r"):  # blank: skipped by jq and pandas, counted apart
+            continue
         try:
             obj = json.loads(raw.decode("utf-8"))
         except (ValueError, RecursionError):
@@ -71,8 +73,11 @@ def reference_counts(data: bytes):
             continue
         fr, ct, texts = _completion_fields(obj)
         fr = fr if isinstance(fr, str) else None
-        if isinstance(ct, int) and not isinstance(ct, bool) and ct >= 0:
+        if type(ct) is int and 0 <= ct <= 1 << 40:
             key = (ct, fr, 0)
+        elif ct is not None:  # a count that is negative, huge, a float or a bool: malformed
+            malformed += 1
+            continue
         else:
             key = (math.ceil(sum(len(t) for t in texts if isinstance(t, str)) / 4), fr, 1)
         counts[key] = counts.get(key, 0) + 1
@@ -90,7 +95,8 @@ FRAGMENTS = ['"finish_reason": "length"', '"completion_tokens": 7', '\\"', "\\",
 texts = st.lists(st.one_of(st.text(max_size=8), st.sampled_from(FRAGMENTS)), max_size=6).map("".join)
 reasons = st.one_of(st.sampled_from(["stop", "length", "abort", "tool_calls"]), st.none(),
                     texts, st.integers(0, 3))
-tokens = st.one_of(st.integers(0, 1 << 40), st.none(), st.just(-3), st.just(4.0), st.booleans())
+tokens = st.one_of(st.integers(0, 1 << 40), st.none(), st.just(-3), st.just(4.0), st.booleans(),
+                 st.just((1 << 40) + 1), st.just(1 << 63), st.just(10 ** 23))
 nested = st.fixed_dictionaries({"finish_reason": reasons, "completion_tokens": tokens,
                                 "text": texts, "meta_info": st.fixed_dictionaries({"finish_reason": reasons})})
 STYLES = [(",", ":"), (", ", ": "), (" ,  ", " : "), (",\t", ":\t")]
