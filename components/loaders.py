@@ -263,6 +263,8 @@ def run_alerts(summary: dict | None, nodes: list[dict], now: float, stale_after:
     out: list[tuple[str, str]] = []
     if last_collection is not None and now - last_collection > stale_after:
         out.append(("error", f"No successful collection for {fmt_age(now - last_collection)}: these numbers are old."))
+    for message in sorted({n["store_error"] for n in nodes if n.get("store_error")}):
+        out.append(("error", f"{message} — new data is not being saved (see Nodes)."))
     for n in nodes:
         state, why = node_status(n, now, stale_after)
         if state in ("down", "stale"):

@@ -89,10 +89,15 @@ class NodePoller:
             raise
         # The reply describes the node at about the middle of the round trip.
         ts_unix = sent + rtt_ms / 2000
-        self.store.record_poll(self.node.name, reply, ts_unix, rtt_ms)
-        values = merge_metrics(reply)
-        if values:
-            self.store.record_metrics(self.node.name, values, ts_unix)
+        try:
+            self.store.record_poll(self.node.name, reply, ts_unix, rtt_ms)
+            values = merge_metrics(reply)
+            if values:
+                self.store.record_metrics(self.node.name, values, ts_unix)
+        except Exception as exc:  # disk full, lock, overflow: the node's error, on screen
+            message = self.store.note_write_failure(self.node.name, exc, self.clock())
+            log.warning("node %s: %s (%s)", self.node.name, message, _plain(exc))
+            raise StoreError(message) from None
         return reply
 
     def poll_until_indexed(self, stop: threading.Event | None = None,

@@ -101,6 +101,9 @@ class Store:
         self.busy_timeout_s = busy_timeout_s  # how long a write waits for another process's lock
         self._local = threading.local()
         self._write_lock = threading.Lock()
+        # node -> (message, first_unix, last_unix) while polls cannot be written; in memory, since
+        # the store itself may be what fails (disk full), and merged into nodes().
+        self.write_failures: dict[str, tuple[str, float, float]] = {}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self._write_lock:
@@ -150,7 +153,13 @@ class Store:
 
         def __exit__(self, exc_type, exc, tb) -> None:
             try:
-                self.db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+                if exc_type is None:
+                    self.db.execute("COMMIT")
+                elif self.db.in_transaction:  # SQLite may have rolled back already (disk full)
+                    try:
+                        self.db.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        log.debug("rollback failed", exc_info=True)  # the first error is the one to report
             finally:
                 self.store._write_lock.release()
 
@@ -208,6 +217,7 @@ class Store:
             )
             _write_gpus(db, node, reply.get("gpus") or {}, ts_unix)
             _write_node_ok(db, node, reply, ts_unix, rtt_ms)
+        self.write_failures.pop(node, None)  # written again: the store is healthy for this node
         return delta
 
     def record_metrics(self, node: str, values: dict[str, float], ts_unix: float) -> None:
@@ -229,6 +239,17 @@ class Store:
                 " failing_since_unix = COALESCE(failing_since_unix, ?) WHERE name = ?",
                 (error, ts_unix, ts_unix, ts_unix, node),
             )
+
+    def note_write_failure(self, node: str, exc: BaseException, ts_unix: float) -> str:
+        """Remember that `node`'s poll could not be written; returns the plain message."""
+        message = write_error_text(exc)
+        first = self.write_failures.get(node, (None, ts_unix))[1]
+        self.write_failures[node] = (message, first, ts_unix)
+        try:  # kept in the file too when the failure allows (a viewer process reads it there)
+            self.record_failure(node, message, ts_unix)
+        except Exception:
+            log.debug("could not record the write failure either", exc_info=True)
+        return message
 
     def new_sample_batch(self, requested_n: int, ts_unix: float | None = None) -> int:
         with self._tx() as db:
@@ -273,6 +294,10 @@ class Store:
             " SUM(error IS NOT NULL) AS shard_errors"
             " FROM shards GROUP BY node")}
         for r in rows:
+            failure = self.write_failures.get(r["name"])
+            if failure is not None:
+                r.update(last_error=failure[0], last_error_unix=failure[2], store_error=failure[0],
+                         failing_since_unix=r.get("failing_since_unix") or failure[1])
             t = totals.get(r["name"], {})
             for key in ("shards", "bytes_indexed", "bytes_total", "lines", "malformed", "blank_lines", "shard_errors"):
                 r[key] = t.get(key) or 0
@@ -384,6 +409,18 @@ def _add_missing_columns(db: sqlite3.Connection) -> None:
     for table, column, decl in _ADDED_COLUMNS:
         if column not in {r[1] for r in db.execute(f"PRAGMA table_info({table})")}:
             db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+
+
+def write_error_text(exc: BaseException) -> str:
+    """"cannot write the history store: <cause>", the cause in plain words."""
+    text = str(exc)
+    causes = (("disk is full", "disk full"), ("disk I/O error", "disk I/O error"),
+              ("database is locked", "locked by another process (sqlite3 shell, backup, VACUUM?)"),
+              ("readonly", "the file is read-only"), ("integer overflow", "a count too large for SQLite"),
+              ("too large to convert", "a count too large for SQLite"),
+              ("malformed", "the file is corrupt"), ("no such table", "the file was replaced or emptied"))
+    cause = next((plain for key, plain in causes if key in text), f"{type(exc).__name__}: {text}")
+    return f"cannot write the history store: {cause}"
 
 
 def _where(since_unix: float | None, node: str | None) -> tuple[str, tuple]:

@@ -106,3 +106,56 @@ def test_blank_lines_are_counted_apart_from_malformed_ones(tmp_path):
     entry = scan_file(str(shard), None, 0, 1 << 20)
     assert (entry["malformed"], entry["blank_lines"], entry["lines"]) == (7, 5, 16)
     assert entry["counts"] == [[5, "stop", 0, 3], [8, "stop", 0, 1]]
+
+
+# ---------------------------------------------------------------------------- 4: store write failures
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MB tmpfs: a real filesystem that really fills up (root, as the test runner is)."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def fill(path) -> None:
+    with open(path, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+
+
+def test_a_full_disk_under_the_store_is_the_nodes_error_and_an_alert_then_recovers(tmp_path, small_disk):
+    from components import loaders
+    from runhealth.collector import Collector
+    from runhealth.config import NodeConfig, RunConfig
+
+    shard = tmp_path / "out.jsonl"
+    shard.write_bytes(chat(5) * 20)
+    config = RunConfig(name="full", interval_s=0.3, nodes=[NodeConfig(
+        name="n1", host="local", shards=[str(shard)], gpu="off", python=sys.executable)])
+    store = Store(small_disk / "s.sqlite3", busy_timeout_s=1)
+    with Collector(config, store) as collector:
+        assert not isinstance(collector.poll_once()["n1"], Exception)
+        fill(small_disk / "filler")
+        with open(shard, "ab") as f:  # many new lengths: the poll must write many new rows
+            f.write(b"".join(chat(k) for k in range(100, 3000)))
+        result = collector.poll_once()["n1"]
+        assert isinstance(result, Exception) and str(result) == "cannot write the history store: disk full"
+        node = store.nodes()[0]
+        assert node["last_error"] == "cannot write the history store: disk full"
+        state, why = loaders.node_status(node, time.time() + 60, stale_after=30)
+        assert state == "stale" and "disk full" in why
+        alerts = loaders.run_alerts(None, store.nodes(), time.time(), 30, 0.02, 0.05, time.time())
+        assert ("error", "cannot write the history store: disk full — new data is not being saved (see Nodes).") in alerts
+        (small_disk / "filler").unlink()  # space returns: the next poll writes everything
+        assert not isinstance(collector.poll_once()["n1"], Exception)
+    node = store.nodes()[0]
+    assert "store_error" not in node and node["failing_since_unix"] is None
+    assert sum(r["count"] for r in store.length_counts()) == 20 + 2900
