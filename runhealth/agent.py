@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import array
 import bisect
+import collections
+import fnmatch
 import glob
 import importlib
 import itertools
@@ -21,6 +23,7 @@ import json
 import os
 import random
 import socket
+import stat as _stat
 import sys
 import time
 import types
@@ -81,14 +84,86 @@ def scan_file(path, inode, offset, budget_bytes, paths=None):
 
 # ---------------------------------------------------------------------------- globs and poll
 def expand_globs(globs):
-    """(sorted regular files matched by any glob, globs that matched nothing)."""
-    files, unmatched = set(), []
+    """(sorted regular files matched by any glob, globs that matched nothing).
+
+    A file is listed once however many paths reach it (symlinks, overlapping globs): files are
+    keyed by (st_dev, st_ino), and of several paths the one through no symlink is kept.
+    """
+    by_id, unmatched = {}, []
     for pattern in globs:
-        hits = [p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p)]
-        files.update(hits)
+        hits = 0
+        for p in _glob_files(pattern):
+            try:
+                st = os.stat(p)
+            except OSError:
+                continue
+            if not _stat.S_ISREG(st.st_mode):
+                continue
+            hits += 1
+            key, old = (st.st_dev, st.st_ino), by_id.get((st.st_dev, st.st_ino))
+            if old is None or _path_rank(p) < _path_rank(old):
+                by_id[key] = p
         if not hits:
             unmatched.append(pattern)
-    return sorted(files), unmatched
+    return sorted(by_id.values()), unmatched
+
+
+def _path_rank(path):
+    """Prefer the real path (no symlink in it), then the shorter, then the first in order."""
+    return (os.path.realpath(path) != os.path.abspath(path), len(path), path)
+
+
+def _glob_files(pattern):
+    """Paths matching `pattern`; `**` (any depth, hidden names excluded as glob does) walks the
+    tree once, following directory symlinks but entering no directory (st_dev, st_ino) twice,
+    so a link back to an ancestor ends instead of looping. Directories reached without a
+    symlink are walked before linked ones, so a file's real path is the one found."""
+    if "**" not in pattern:
+        return glob.glob(pattern)
+    parts = pattern.split(os.sep)
+    k = next(i for i, c in enumerate(parts) if glob.has_magic(c))
+    base = os.sep.join(parts[:k]) or (os.sep if k else "")
+    rest, out, seen = parts[k:], [], set()
+    hidden_ok = any(c.startswith(".") for c in rest)
+    real, linked = collections.deque([(base or os.curdir, [])]), collections.deque()
+    while real or linked:
+        folder, names = (real or linked).popleft()
+        try:
+            st = os.stat(folder)
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for e in entries:
+            if e.name.startswith(".") and not hidden_ok:
+                continue
+            try:
+                is_dir = e.is_dir()
+            except OSError:
+                continue
+            if is_dir:
+                (linked if e.is_symlink() else real).append((e.path, names + [e.name]))
+            elif _glob_match(names + [e.name], rest):
+                out.append(e.path if base else os.path.join(*names, e.name))
+    return out
+
+
+def _glob_match(names, pats):
+    """Path components against pattern components; "**" takes zero or more non-hidden ones."""
+    if not pats:
+        return not names
+    if pats[0] == "**":
+        for i in range(len(names) + 1):
+            if _glob_match(names[i:], pats[1:]):
+                return True
+            if i < len(names) and names[i].startswith("."):
+                return False
+        return False
+    if not names or (names[0].startswith(".") and not pats[0].startswith(".")):
+        return False
+    return fnmatch.fnmatchcase(names[0], pats[0]) and _glob_match(names[1:], pats[1:])
 
 
 def _plan_budget(needs, budget_bytes):

@@ -159,3 +159,37 @@ def test_a_full_disk_under_the_store_is_the_nodes_error_and_an_alert_then_recove
     node = store.nodes()[0]
     assert "store_error" not in node and node["failing_since_unix"] is None
     assert sum(r["count"] for r in store.length_counts()) == 20 + 2900
+
+
+# ---------------------------------------------------------------------------- 5: aliases and loops
+def scan_cli(*globs, timeout=60):
+    proc = subprocess.run([sys.executable, "-m", "runhealth", "scan", "--json", *globs], capture_output=True,
+                          text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_a_shard_reached_through_a_symlink_loop_is_counted_once(tmp_path):
+    loop = tmp_path / "loop"
+    (loop / "a").mkdir(parents=True)
+    (loop / "b").mkdir()
+    (loop / "out.jsonl").write_bytes(chat(5) * 10)
+    (loop / "a" / "back").symlink_to(loop)
+    (loop / "b" / "back").symlink_to("../..")  # two loops: 2^40 paths for a naive walk
+    assert scan_cli(str(loop / "**" / "*.jsonl"), timeout=30)["completions"] == 10
+
+
+def test_alias_paths_and_overlapping_globs_count_a_file_once(tmp_path, monkeypatch):
+    from runhealth.agent import expand_globs
+
+    data = tmp_path / "data"
+    (data / "run3").mkdir(parents=True)
+    (data / "run3" / "out.jsonl").write_bytes(chat(5) * 10)
+    (data / "latest").symlink_to("run3")
+    (data / "run3" / "hard.jsonl").hardlink_to(data / "run3" / "out.jsonl")
+    globs = [str(data / "**"), str(data / "latest" / "*.jsonl"), str(data / "run3" / "*.jsonl")]
+    assert scan_cli(*globs)["completions"] == 10
+    files, unmatched = expand_globs(globs)
+    assert files == [str(data / "run3" / "out.jsonl")] and unmatched == []  # no symlink, shortest
+    monkeypatch.chdir(tmp_path)
+    assert expand_globs(["**/*.jsonl", "nothing/**"]) == (["data/run3/out.jsonl"], ["nothing/**"])
