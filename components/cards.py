@@ -120,14 +120,22 @@ def render_node_card(node: dict[str, Any], stale_after: float, now: float) -> No
         st.markdown(f"#### {STATE_MD[state]} {md_escape(node['name'])}")
         st.text(why)
         if node.get("last_error"):
-            when = loaders.fmt_age(now - node["last_error_unix"]) if node.get("last_error_unix") else "?"
-            st.text(f"Last error ({when} ago): {node['last_error']}")
+            st.text(last_error_line(node, now))
         for glob in node.get("unmatched_globs") or []:
             st.text(f"No shard matched {glob} on {node['name']}")
         if node.get("gpu_error"):
             st.text(f"GPU telemetry error: {node['gpu_error']}")
         for url, err in (node.get("metrics_errors") or {}).items():
             st.text(f"Server metrics {url}: {err}")
+
+
+def last_error_line(node: dict[str, Any], now: float) -> str:
+    """The last error with its age, and whether a successful poll came after it (then it is history)."""
+    err_at, ok_at = node.get("last_error_unix"), node.get("last_ok_unix")
+    when = f"{loaders.fmt_age(now - err_at)} ago" if err_at else "time unknown"
+    resolved = err_at is not None and ok_at is not None and ok_at > err_at
+    return (f"Last error ({when}; resolved — polled fine {loaders.fmt_age(now - ok_at)} ago): " if resolved
+            else f"Last error ({when}): ") + str(node["last_error"])
 
 
 def overview_tiles(summary: dict, thr: dict, nodes: list[dict], gpus: pd.DataFrame, target: int | None,
@@ -256,7 +264,7 @@ def node_details(node: dict[str, Any], now: float) -> pd.DataFrame:
     rows = [
         ("last success", when(node.get("last_ok_unix"))),
         ("last attempt", when(node.get("last_attempt_unix"))),
-        ("last error", f"{node['last_error']} — {when(node.get('last_error_unix'))}" if node.get("last_error") else "none"),
+        ("last error", last_error_line(node, now) if node.get("last_error") else "none"),
         ("failing since", when(node.get("failing_since_unix")) if node.get("failing_since_unix") else "not failing"),
         ("SSH round-trip", f"{node['rtt_ms']:.0f} ms" if node.get("rtt_ms") is not None else "N/A"),
         ("agent time", f"{node['agent_ms']:.1f} ms" if node.get("agent_ms") is not None else "N/A"),

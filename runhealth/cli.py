@@ -18,6 +18,7 @@ from runhealth.collector import Collector
 from runhealth.config import find_config_path, load_config
 from runhealth.errors import RunhealthError
 from runhealth.store import Store
+from runhealth.textsafe import escape
 
 
 def scan_paths(patterns: list[str]) -> tuple[stats.LengthHist, int, list[str]]:
@@ -37,7 +38,7 @@ def scan_paths(patterns: list[str]) -> tuple[stats.LengthHist, int, list[str]]:
         unmatched = shards.get("unmatched_globs") or []
         for path, entry in shards["files"].items():
             if entry.get("error"):
-                print(f"warning: {path}: {entry['error']}", file=sys.stderr)
+                print(f"warning: {escape(path)}: {escape(entry['error'])}", file=sys.stderr)
             for tokens, finish, estimated, count in entry.get("counts") or []:
                 hist.add(tokens, finish, estimated, count)
             malformed += int(entry.get("malformed") or 0)
@@ -49,7 +50,7 @@ def scan_paths(patterns: list[str]) -> tuple[stats.LengthHist, int, list[str]]:
 def cmd_scan(args: argparse.Namespace) -> int:
     hist, malformed, unmatched = scan_paths(args.paths)
     for pattern in unmatched:
-        print(f"warning: nothing matched {pattern}", file=sys.stderr)
+        print(f"warning: nothing matched {escape(pattern)}", file=sys.stderr)
     summary = stats.summarize(hist, ceiling=args.ceiling, unparseable=malformed)
     if args.whatif:
         if summary["ceiling"] is None:
@@ -76,6 +77,9 @@ def cmd_poll(args: argparse.Namespace) -> int:
         with Collector(config, store) as collector:
             results = collector.poll_once(progress)
         report = poll_report(config, store, results)
+        for node in store.nodes():  # as scan does: a glob that matched nothing is worth a line
+            for pattern in node.get("unmatched_globs") or []:
+                print(f"warning: nothing matched {escape(pattern)} on {escape(node['name'])}", file=sys.stderr)
         store.close()
     print(json.dumps(report, indent=2) if args.json else format_poll(report))
     return 0 if all(n["ok"] for n in report["nodes"]) else 1
@@ -106,7 +110,7 @@ def format_summary(s: dict[str, Any]) -> str:
     lines = [f"completions: {s['completions']:,}  (malformed lines: {s['unparseable']:,})"]
     if s["completions"]:
         lines.append(f"tokens: mean {t['mean']:.0f}  p50 {t['p50']}  p90 {t['p90']}  p99 {t['p99']}  max {t['max']}")
-    lines.append("finish reasons: " + ", ".join(f"{k} {v:,}" for k, v in s["finish_reasons"].items()))
+    lines.append("finish reasons: " + ", ".join(f"{escape(k)} {v:,}" for k, v in s["finish_reasons"].items()))
     if s["ceiling"] is not None:
         lines.append(f"ceiling: {s['ceiling']} ({s['ceiling_source']}); at the ceiling: {s['at_ceiling']:,}"
                      f" ({100 * s['at_ceiling_fraction']:.1f}%), length stops below it: {s['length_below_ceiling']:,}")
@@ -123,8 +127,8 @@ def format_summary(s: dict[str, Any]) -> str:
 def format_poll(report: dict[str, Any]) -> str:
     out = []
     for n in report["nodes"]:
-        status = "ok" if n["ok"] else f"FAILED: {n['error']}"
-        out.append(f"== {n['name']}: {status}; {len(n['gpus'])} GPUs")
+        status = "ok" if n["ok"] else f"FAILED: {escape(n['error'])}"
+        out.append(f"== {escape(n['name'])}: {status}; {len(n['gpus'])} GPUs")
         out.append("   " + format_summary(n["lengths"]).replace("\n", "\n   "))
     out.append("== all nodes")
     out.append(format_summary(report["lengths"]))
@@ -152,5 +156,5 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except RunhealthError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {escape(exc)}", file=sys.stderr)
         return 2

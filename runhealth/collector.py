@@ -10,7 +10,6 @@ that node's last error while its counts and offsets stay put. Pages only ever ca
 from __future__ import annotations
 
 import fcntl
-import logging
 import random
 import threading
 import time
@@ -18,13 +17,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from runhealth import loops, metrics
+from runhealth import loops, metrics, textsafe
 from runhealth.config import NodeConfig, RunConfig
 from runhealth.errors import StoreError
 from runhealth.store import Store
 from runhealth.transport import make_transport
 
-log = logging.getLogger(__name__)
+log = textsafe.get_logger(__name__)
 
 SCAN_BUDGET_BYTES = 256 * 1024 * 1024  # per poll call: a 10 GB shard is indexed over ~40 calls
 GPU_HISTORY_KEEP_S = 14 * 24 * 3600

@@ -21,6 +21,7 @@ from typing import Any
 
 import paramiko
 
+from runhealth import textsafe
 from runhealth.errors import (
     AuthError,
     ConfigError,
@@ -32,9 +33,43 @@ from runhealth.errors import (
 from runhealth.protocol import AgentSession, launch_argv
 from runhealth.transport import _POLL_SLICE_S, Transport, _Tail, sanitize
 
-log = logging.getLogger(__name__)
+log = textsafe.get_logger(__name__)
 
 _SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
+_TRACEBACK_HEADS = ("Traceback (most recent call last)", "During handling of the above exception",
+                    "The above exception was the direct cause")
+
+
+class _ParamikoToOurs(logging.Handler):
+    """paramiko's log, one line per event on our logger.
+
+    paramiko logs a failed handshake (a silent node, every poll) as "Exception (client): ..."
+    followed by the full traceback, one record per line; without a handler of ours those reach
+    stderr through logging's last resort. The traceback lines are dropped here: blank or
+    indented ones, their headers, and the exception line that follows an indented one.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self._state = threading.local()  # per transport thread: was the last line indented?
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        after_indent = getattr(self._state, "indented", False)
+        self._state.indented = text[:1].isspace()
+        if not text.strip() or self._state.indented or after_indent or text.startswith(_TRACEBACK_HEADS):
+            return
+        log.warning("%s: %s", record.name, text)
+
+
+def _route_paramiko_logs() -> None:
+    plog = logging.getLogger("paramiko")
+    if not any(isinstance(h, _ParamikoToOurs) for h in plog.handlers):
+        plog.addHandler(_ParamikoToOurs())
+        plog.propagate = False
+
+
+_route_paramiko_logs()
 
 
 

@@ -10,7 +10,6 @@ Aggregation and downsampling happen in SQL; reads return plain lists of dicts.
 from __future__ import annotations
 
 import json
-import logging
 import sqlite3
 import threading
 import time
@@ -18,10 +17,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from runhealth import textsafe
 from runhealth.errors import StoreError
 
 SCHEMA_VERSION = 1
-log = logging.getLogger(__name__)
+log = textsafe.get_logger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -10,7 +10,6 @@ one host never fails the group.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import selectors
@@ -22,13 +21,14 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from runhealth import textsafe
 from runhealth.errors import (
     RunhealthError,
     TransportError,
 )
 from runhealth.protocol import AgentSession, launch_argv, program_frame
 
-log = logging.getLogger(__name__)
+log = textsafe.get_logger(__name__)
 
 BACKOFF_MAX_S = 60.0
 _STDERR_KEEP_BYTES = 64 * 1024

@@ -193,3 +193,83 @@ def test_alias_paths_and_overlapping_globs_count_a_file_once(tmp_path, monkeypat
     assert files == [str(data / "run3" / "out.jsonl")] and unmatched == []  # no symlink, shortest
     monkeypatch.chdir(tmp_path)
     assert expand_globs(["**/*.jsonl", "nothing/**"]) == (["data/run3/out.jsonl"], ["nothing/**"])
+
+
+# ---------------------------------------------------------------------------- 7: terminal escapes
+TITLE = "\x1b]0;PWNED\x07"
+
+
+def test_terminal_escapes_in_shard_data_never_reach_the_terminal(tmp_path):
+    shard = tmp_path / "out.jsonl"
+    shard.write_bytes(chat(5) * 3 + chat(6, TITLE) * 2)
+    proc = subprocess.run([sys.executable, "-m", "runhealth", "scan", str(tmp_path / "*.jsonl"),
+                           str(tmp_path / f"{TITLE}*.jsonl")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout + proc.stderr and "\x07" not in proc.stdout + proc.stderr
+    assert "\\x1b]0;PWNED\\x07 2" in proc.stdout  # kept, visibly
+    assert "nothing matched" in proc.stderr and "\\x1b]0;PWNED" in proc.stderr
+
+
+def test_log_lines_escape_remote_text(tmp_path, caplog):
+    """A store warning that names a shard path holding an escape sequence (a real file name)."""
+    store = Store(tmp_path / "s.sqlite3")
+    path = str(tmp_path / f"{TITLE}.jsonl")
+    entry = {"inode": 1, "size": 10, "offset_from": 0, "offset": 10, "reset": False, "counts": [[5, "stop", 0, 1]]}
+    store.record_poll("n1", {"shards": {"files": {path: entry}}}, time.time(), 1.0)
+    with caplog.at_level("WARNING", logger="runhealth"):
+        store.record_poll("n1", {"shards": {"files": {path: dict(entry, offset_from=3)}}}, time.time(), 1.0)
+    [record] = [r for r in caplog.records if "ignored a scan" in r.getMessage()]
+    assert "\x1b" not in record.getMessage() and "\\x1b]0;PWNED\\x07" in record.getMessage()
+
+
+# ---------------------------------------------------------------------------- 8: stale errors, paramiko noise
+def test_a_recovered_node_reads_healthy_with_its_last_error_as_history(tmp_path, monkeypatch):
+    import store_fixtures
+    from test_pages import assert_clean, run_page, texts
+
+    store, config = store_fixtures.make_store(tmp_path, "healthy")
+    last = store.last_collection_unix()
+    store.record_failure("node-1", "connection refused", last - 20)
+    store.record_poll("node-1", store_fixtures.poll_reply(last, [], {}), last, rtt_ms=5.0)
+    store.close()
+    monkeypatch.setattr(time, "time", lambda: last + 5)
+    at = run_page("pages/4_Nodes.py", config, monkeypatch)
+    assert_clean(at)
+    shown = texts(at)
+    assert "Last error (25 s ago; resolved — polled fine 5 s ago): connection refused" in shown
+    assert "DOWN" not in shown and "STALE" not in shown
+
+
+def test_a_silent_node_costs_one_log_line_not_a_traceback(tmp_path):
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.31", 0))
+    listener.listen(8)
+    accepted = []
+    threading.Thread(target=lambda: accepted.append(listener.accept()), daemon=True).start()
+    (tmp_path / "known_hosts").write_text("")
+    (tmp_path / "cfg.toml").write_text(
+        f'[run]\nname = "x"\n[[nodes]]\nname = "silent"\nhost = "127.0.0.31"\nport = {listener.getsockname()[1]}\n'
+        f'known_hosts = "{tmp_path / "known_hosts"}"\nshards = ["/x/*.jsonl"]\ngpu = "off"\nconnect_timeout_s = 1\n')
+    try:
+        proc = subprocess.run([sys.executable, "-m", "runhealth", "poll", "--config", str(tmp_path / "cfg.toml")],
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        listener.close()
+        for conn, _ in accepted:
+            conn.close()
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr and "  File " not in proc.stderr, proc.stderr
+    assert proc.stderr.count("Error reading SSH protocol banner") == 1, proc.stderr
+
+
+# ---------------------------------------------------------------------------- also: unmatched globs in poll
+def test_poll_warns_about_a_glob_that_matches_nothing(tmp_path):
+    (tmp_path / "cfg.toml").write_text(
+        f'[run]\nname = "x"\n[[nodes]]\nname = "n1"\nhost = "local"\npython = "{sys.executable}"\n'
+        f'shards = ["{tmp_path}/nothing-here/*.jsonl"]\ngpu = "off"\n')
+    proc = subprocess.run([sys.executable, "-m", "runhealth", "poll", "--config", str(tmp_path / "cfg.toml")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert f"warning: nothing matched {tmp_path}/nothing-here/*.jsonl on n1" in proc.stderr
