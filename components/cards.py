@@ -102,6 +102,13 @@ def render_indexing(nodes: list[dict[str, Any]]) -> None:
                     text=f"First scan still indexing: indexed {done / 1e9:.2f} of {total / 1e9:.2f} GB — numbers will grow")
 
 
+def render_store_incident(store: Any) -> None:
+    """Say so when the history store file was deleted, truncated or replaced under this dashboard."""
+    incident = store.check_file()  # page reads are cached: look at the file itself
+    if incident is not None and time.time() - incident[1] < 24 * 3600:
+        st.warning(md_escape(incident[0]))
+
+
 def render_sample(sample: dict[str, Any]) -> None:
     """One sample: where it came from, its prompt head and the END of its text, all literal."""
     est = " (chars/4 estimate)" if sample.get("estimated") else ""

@@ -70,7 +70,7 @@ def setup(title: str, prefix: str) -> context.Runtime:
             st.info(rt.notice)
         if rt.demo:
             st.markdown('<div class="rh-demo">DEMO</div>', unsafe_allow_html=True)
-        st.fragment(run_every=5)(freshness)(rt, compact=True)
+        st.fragment(run_every=5)(guarded(freshness))(rt, compact=True)
         if st.button("Refresh now", key=f"{prefix}_refresh_button", disabled=rt.collector is None,
                      help="Poll every node now" if rt.collector else "The collector is off in this process"):
             rt.collector.request_refresh()
@@ -104,6 +104,7 @@ def guarded(fn):
 
 def freshness(rt: context.Runtime, compact: bool = False) -> None:
     """When the last successful collection happened; red once it is older than stale_after."""
+    cards.render_store_incident(rt.store)
     last = loaders.load_last_collection(rt.store)
     if last is None:
         st.markdown("**Waiting for first poll** — no node has answered yet.")

@@ -9,7 +9,9 @@ Aggregation and downsampling happen in SQL; reads return plain lists of dicts.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -104,36 +106,90 @@ class Store:
         # node -> (message, first_unix, last_unix) while polls cannot be written; in memory, since
         # the store itself may be what fails (disk full), and merged into nodes().
         self.write_failures: dict[str, tuple[str, float, float]] = {}
+        # The file under the path is watched (deleted, truncated, replaced under a running
+        # dashboard): then every thread's connection is reopened on a recreated store.
+        self._file_id: tuple[int, int] | None = None
+        self._generation = 0
+        self._recreate_lock = threading.Lock()
+        self._remembered: dict[tuple[str, str], Any] = {}  # what set_meta / register_node wrote
+        self.incident: tuple[str, float] | None = None  # (plain words, when) after a recreation
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = self._db()
             with self._write_lock:
-                self._db().executescript(_SCHEMA)  # runs in its own transaction
-                _add_missing_columns(self._db())
-            with self._tx() as db:
-                db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-                if db.execute("SELECT NOT EXISTS (SELECT 1 FROM node_length_counts)"
-                              " AND EXISTS (SELECT 1 FROM length_counts)").fetchone()[0]:
-                    # A store written before node_length_counts existed: build it once.
-                    db.execute("INSERT INTO node_length_counts SELECT node, tokens, finish_reason, estimated,"
-                               " SUM(count) FROM length_counts GROUP BY node, tokens, finish_reason, estimated")
-                if db.execute("SELECT NOT EXISTS (SELECT 1 FROM metric_latest)"
-                              " AND EXISTS (SELECT 1 FROM metric_samples)").fetchone()[0]:
-                    # A store written before metric_latest existed (SQLite's bare-column MAX rule).
-                    db.execute("INSERT INTO metric_latest SELECT node, name, value, MAX(ts_unix)"
-                               " FROM metric_samples GROUP BY node, name")
-        except sqlite3.Error as exc:
+                _create(db)
+            st = os.stat(self.path)
+            self._file_id = (st.st_dev, st.st_ino)
+        except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open history store {self.path}: {exc}") from None
 
     # -- plumbing ------------------------------------------------------------------------
-    def _db(self) -> sqlite3.Connection:
-        db = getattr(self._local, "db", None)
-        if db is None:
-            db = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
-            db.row_factory = sqlite3.Row
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            self._local.db = db
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
+        db.row_factory = sqlite3.Row
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
         return db
+
+    def _db(self) -> sqlite3.Connection:
+        if self._file_changed() is not None:
+            self._recreate()
+        db = getattr(self._local, "db", None)
+        if db is not None and getattr(self._local, "generation", 0) != self._generation:
+            db.close()  # this thread's connection still points at the old file
+            db = None
+        if db is None:
+            db = self._connect()
+            self._local.db, self._local.generation = db, self._generation
+        return db
+
+    def check_file(self) -> tuple[str, float] | None:
+        """Reopen a store deleted, truncated or replaced under us; returns `incident` (None if none)."""
+        if self._file_changed() is not None:
+            self._recreate()
+        return self.incident
+
+    def _file_changed(self) -> str | None:
+        """"deleted", "truncated" or "replaced" when the path no longer holds the file we opened."""
+        if self._file_id is None:
+            return None  # still opening
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return "deleted"
+        except OSError:
+            return None  # e.g. permissions: SQLite will say what is wrong
+        if (st.st_dev, st.st_ino) != self._file_id:
+            return "replaced"
+        return "truncated" if st.st_size == 0 else None
+
+    def _recreate(self) -> None:
+        """Open (or create) the store now under the path; counts rebuild from offset 0 by themselves."""
+        with self._recreate_lock:
+            reason = self._file_changed()
+            if reason is None:
+                return  # another thread got here first
+            if reason != "replaced":  # the old file's WAL must not be replayed into the new one
+                for suffix in ("-wal", "-shm", "") if reason == "truncated" else ("-wal", "-shm"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(f"{self.path}{suffix}")
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = self._connect()
+            _create(db)
+            for (kind, key), value in self._remembered.items():
+                db.execute(*_remembered_sql(kind, key, value))
+            st = os.stat(self.path)
+            self._file_id = (st.st_dev, st.st_ino)
+            self._generation += 1
+            old = getattr(self._local, "db", None)
+            if old is not None:
+                old.close()
+            self._local.db, self._local.generation = db, self._generation
+            when = time.strftime("%H:%M:%S", time.localtime())
+            text = (f"The history store {self.path} was {reason} at {when} while the dashboard ran; a new one is in"
+                    " use and the counts are being rebuilt from the start of every shard.")
+            self.incident = (text, time.time())
+            log.warning("%s", text)
 
     class _Tx:
         def __init__(self, store: Store):
@@ -177,6 +233,7 @@ class Store:
 
     # -- run metadata ----------------------------------------------------------------------
     def set_meta(self, key: str, value: Any) -> None:
+        self._remembered[("meta", key)] = value
         with self._tx() as db:
             db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
 
@@ -187,6 +244,7 @@ class Store:
     # -- writes (collector) ----------------------------------------------------------------
     def register_node(self, name: str, public_config: dict[str, Any]) -> None:
         """Make a node known (status "pending" until its first poll) with its safe config."""
+        self._remembered[("node", name)] = public_config
         with self._tx() as db:
             db.execute("INSERT OR IGNORE INTO nodes (name) VALUES (?)", (name,))
             db.execute("UPDATE nodes SET config = ? WHERE name = ?", (json.dumps(public_config), name))
@@ -399,6 +457,38 @@ class Store:
     def last_collection_unix(self) -> float | None:
         row = self._db().execute("SELECT MAX(last_ok_unix) FROM nodes").fetchone()
         return row[0]
+
+
+def _create(db: sqlite3.Connection) -> None:
+    """Tables, added columns and derived tables of an empty or older store (idempotent)."""
+    db.executescript(_SCHEMA)  # runs in its own transaction
+    _add_missing_columns(db)
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        if db.execute("SELECT NOT EXISTS (SELECT 1 FROM node_length_counts)"
+                      " AND EXISTS (SELECT 1 FROM length_counts)").fetchone()[0]:
+            # A store written before node_length_counts existed: build it once.
+            db.execute("INSERT INTO node_length_counts SELECT node, tokens, finish_reason, estimated,"
+                       " SUM(count) FROM length_counts GROUP BY node, tokens, finish_reason, estimated")
+        if db.execute("SELECT NOT EXISTS (SELECT 1 FROM metric_latest)"
+                      " AND EXISTS (SELECT 1 FROM metric_samples)").fetchone()[0]:
+            # A store written before metric_latest existed (SQLite's bare-column MAX rule).
+            db.execute("INSERT INTO metric_latest SELECT node, name, value, MAX(ts_unix)"
+                       " FROM metric_samples GROUP BY node, name")
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+
+
+def _remembered_sql(kind: str, key: str, value: Any) -> tuple[str, tuple]:
+    """The statement that writes a remembered set_meta / register_node again into a new store."""
+    if kind == "meta":
+        return "INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value))
+    return ("INSERT INTO nodes (name, config) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET config = excluded.config",
+            (key, json.dumps(value)))
 
 
 # Columns added after the first release: (table, column, declaration) for older stores.

@@ -273,3 +273,60 @@ def test_poll_warns_about_a_glob_that_matches_nothing(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert f"warning: nothing matched {tmp_path}/nothing-here/*.jsonl on n1" in proc.stderr
+
+
+# ---------------------------------------------------------------------------- 6: store deleted or truncated
+def read_counts_elsewhere(path) -> int | None:
+    """Completions in the store file as a separate process sees it (the file on disk is what counts)."""
+    code = ("import sqlite3, sys\n"
+            "try:\n"
+            "    db = sqlite3.connect('file:' + sys.argv[1] + '?mode=ro', uri=True)\n"
+            "    print(db.execute('SELECT SUM(count) FROM node_length_counts').fetchone()[0])\n"
+            "except sqlite3.Error:\n"
+            "    print('None')\n")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=30)
+    return None if out.stdout.strip() == "None" else int(out.stdout)
+
+
+@pytest.mark.parametrize("how", ["deleted", "truncated"])
+def test_a_store_deleted_or_truncated_under_a_running_collector_is_recreated(tmp_path, how):
+    shard = tmp_path / "out.jsonl"
+    shard.write_bytes(chat(5) * 50)
+    collector, store = local_collector(tmp_path, str(shard))
+    collector.start()
+    try:
+        assert wait_for(lambda: sum(r["count"] for r in store.length_counts()) == 50)
+        if how == "deleted":  # as `rm store.sqlite3*` would
+            for suffix in ("", "-wal", "-shm"):
+                (tmp_path / f"s.sqlite3{suffix}").unlink()
+        else:
+            with open(store.path, "r+b") as f:
+                f.truncate(0)
+        with open(shard, "ab") as f:
+            f.write(chat(6) * 7)
+        collector.request_refresh()
+        assert wait_for(lambda: read_counts_elsewhere(store.path) == 57, timeout_s=20), read_counts_elsewhere(store.path)
+        assert store.incident is not None and f"was {how}" in store.incident[0]
+        assert {n["name"] for n in store.nodes()} == {"n1"} and store.meta("run")["name"] == "hostile"
+    finally:
+        collector.stop()
+
+
+def test_the_sidebar_says_the_store_was_deleted_instead_of_a_traceback(tmp_path, monkeypatch):
+    import store_fixtures
+    import streamlit as st
+    from test_pages import run_page, texts
+
+    st.cache_resource.clear()
+    store, config = store_fixtures.make_store(tmp_path, "healthy")
+    store.close()
+    try:
+        at = run_page("pages/4_Nodes.py", config, monkeypatch)
+        assert not at.exception
+        for path in tmp_path.glob("*.sqlite3*"):
+            path.unlink()
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert "was deleted at" in texts(at)
+    finally:
+        st.cache_resource.clear()
