@@ -91,15 +91,29 @@ def render_node_table(nodes: list[dict[str, Any]], stale_after: float, compact: 
     st.dataframe(styled, hide_index=True, width="stretch")
 
 
-def render_indexing(nodes: list[dict[str, Any]]) -> None:
-    """'indexed X of Y GB' while the first scan is still catching up."""
+def indexing_progress(nodes: list[dict[str, Any]]) -> tuple[float, str] | None:
+    """(share done, sentence) while a backlog is being indexed: bytes done of total, speed, time left."""
     done = sum(n.get("bytes_indexed") or 0 for n in nodes)
     total = sum(n.get("bytes_total") or 0 for n in nodes)
     pending = sum(n.get("pending_bytes") or 0 for n in nodes)
     total = max(total, done + pending)
-    if pending > 0 or done < total:
-        st.progress(done / total if total else 0.0,
-                    text=f"First scan still indexing: indexed {done / 1e9:.2f} of {total / 1e9:.2f} GB — numbers will grow")
+    if not (pending > 0 or done < total):
+        return None
+    busy = [n for n in nodes if n.get("pending_bytes")]
+    rate = sum(n.get("index_bytes_per_s") or 0 for n in busy)
+    lefts = [n["pending_bytes"] / n["index_bytes_per_s"] for n in busy if n.get("index_bytes_per_s")]
+    speed = f" · {loaders.fmt_bytes(rate)}/s" if rate else ""
+    eta = f" · about {loaders.fmt_age(max(lefts))} left" if lefts and len(lefts) == len(busy) else ""
+    return (done / total if total else 0.0,
+            f"Indexing the backlog: {loaders.fmt_bytes(done)} of {loaders.fmt_bytes(total)}{speed}{eta}"
+            " — numbers will grow")
+
+
+def render_indexing(nodes: list[dict[str, Any]]) -> None:
+    """A progress bar while a backlog (first scan, rescan, a burst of output) is being indexed."""
+    progress = indexing_progress(nodes)
+    if progress is not None:
+        st.progress(*progress)
 
 
 def render_store_incident(store: Any) -> None:
@@ -281,8 +295,8 @@ def node_details(node: dict[str, Any], now: float) -> pd.DataFrame:
         ("GPUs found", f"{node.get('gpus_found') or 0} via {gpu_src}"),
         ("GPU telemetry error", node.get("gpu_error") or "none"),
         ("shards matched", str(node.get("shards_matched") or 0)),
-        ("indexed", f"{loaders.fmt_bytes(node.get('bytes_indexed'))} of {loaders.fmt_bytes(node.get('bytes_total'))}"
-                    + (f" ({loaders.fmt_bytes(node['pending_bytes'])} still to scan)" if node.get("pending_bytes") else "")),
+        ("indexed", (indexing_progress([node]) or (1.0, f"{loaders.fmt_bytes(node.get('bytes_indexed'))} of "
+                                                         f"{loaders.fmt_bytes(node.get('bytes_total'))}"))[1]),
         ("lines counted", f"{node.get('lines') or 0:,}"),
         ("malformed lines", f"{node.get('malformed') or 0:,}"),
         ("blank lines (skipped, not malformed)", f"{node.get('blank_lines') or 0:,}"),

@@ -77,9 +77,9 @@ class _State:
 STATE = _State()
 
 
-def scan_file(path, inode, offset, budget_bytes, paths=None):
+def scan_file(path, inode, offset, budget_bytes, paths=None, deadline=None):
     """agent_scan.scan_file, also extending the line-start index that sampling draws from."""
-    return _scan.scan_file(path, inode, offset, budget_bytes, paths, STATE.file_index)
+    return _scan.scan_file(path, inode, offset, budget_bytes, paths, STATE.file_index, deadline)
 
 
 # ---------------------------------------------------------------------------- globs and poll
@@ -186,6 +186,8 @@ def _poll_shards(req):
     files, unmatched = expand_globs(req.get("globs") or [])
     state = req.get("state") or {}
     budget = 256 << 20 if req.get("budget_bytes") is None else int(req["budget_bytes"])
+    t0 = time.monotonic()  # "budget_s": scan time limit, kept well inside the caller's timeout
+    deadline = None if req.get("budget_s") is None else t0 + float(req["budget_s"])
     needs = {}
     for p in files:
         prev = state.get(p) or {}
@@ -200,10 +202,12 @@ def _poll_shards(req):
     out = {}
     for p in files:
         prev = state.get(p) or {}
-        out[p] = scan_file(p, prev.get("inode"), int(prev.get("offset") or 0), plan.get(p, 0), req)
+        late = deadline is not None and time.monotonic() >= deadline  # then only sizes are taken
+        out[p] = scan_file(p, prev.get("inode"), int(prev.get("offset") or 0), 0 if late else plan.get(p, 0),
+                           req, deadline)
     pending = sum(e.pop("pending_bytes") for e in out.values())
     return {"matched": len(files), "unmatched_globs": unmatched, "pending_bytes": pending,
-            "files": out}, files
+            "scan_s": round(time.monotonic() - t0, 4), "files": out}, files
 
 
 def _disk(files):

@@ -14,8 +14,10 @@ import json
 import os
 import re
 import sys
+import time
 
 CHUNK_BYTES = 16 << 20  # large reads amortise syscalls; memory stays flat in file size
+FIRST_TIMED_STEP = 1 << 20  # under a deadline: the first read is small, later ones fit the speed seen
 MAX_TEMPLATES = 6  # SGLang finish_reason objects differ by type, so allow a few shapes
 MAX_TEMPLATE_BUILDS = 24  # per shard: a shard of odd lines must not rebuild forever
 TEMPLATE_MAX_LINE_BYTES = 1 << 20
@@ -470,7 +472,7 @@ def _overrides(paths):
     return (_parse_path(fr) if fr else None, _parse_path(ct) if ct else None)
 
 
-def scan_file(path, inode, offset, budget_bytes, paths=None, line_index=None):
+def scan_file(path, inode, offset, budget_bytes, paths=None, line_index=None, deadline=None):
     """Count the complete lines of one shard from (inode, offset), about budget_bytes of them.
 
     Args:
@@ -482,6 +484,9 @@ def scan_file(path, inode, offset, budget_bytes, paths=None, line_index=None):
         line_index: optional callable (path, inode) -> [array('Q') of line starts, indexed_to];
             the starts of the lines counted here are appended when they continue that index
             (the agent's sampling op reuses it). None keeps no index.
+        deadline: optional time.monotonic() value: no new read starts after it, and reads are
+            sized to the speed measured so far, so a slow disk or CPU returns partial work
+            (with pending_bytes) instead of outliving the caller's timeout.
 
     Returns:
         The per-file entry of the poll reply (design.md section 1) plus "pending_bytes".
@@ -491,13 +496,21 @@ def scan_file(path, inode, offset, budget_bytes, paths=None, line_index=None):
              "error": None, "pending_bytes": 0}
     try:
         with open(path, "rb", buffering=0) as f:
-            _scan_open_file(f, path, entry, budget_bytes, _overrides(paths), line_index)
+            _scan_open_file(f, path, entry, budget_bytes, _overrides(paths), line_index, deadline)
     except (OSError, ValueError) as exc:
         entry["error"] = "%s: %s" % (type(exc).__name__, exc)
     return entry
 
 
-def _scan_open_file(f, path, entry, budget_bytes, overrides, line_index):
+def _timed_want(want, done, t0, deadline):
+    """Bytes to read next so the scan ends near `deadline` (half the time left at the speed seen)."""
+    now = time.monotonic()
+    if done == 0 or now <= t0:
+        return min(want, FIRST_TIMED_STEP)
+    return min(want, max(64 << 10, int(done / (now - t0) * (deadline - now) / 2)))
+
+
+def _scan_open_file(f, path, entry, budget_bytes, overrides, line_index, deadline=None):
     st = os.fstat(f.fileno())
     start, size = entry["offset"], st.st_size
     if (entry["inode"] is not None and st.st_ino != entry["inode"]) or size < start:
@@ -509,8 +522,13 @@ def _scan_open_file(f, path, entry, budget_bytes, overrides, line_index):
     tmpl_state = TEMPLATES.get(path, st.st_ino)
     tally, pos, stop = _Tally(), start, start + max(0, int(budget_bytes))
     reader = _Reader(f, size, min(size, stop) - start)
+    t0, timed_out = time.monotonic(), False
     while pos < size and pos < stop:
-        buf, end = reader.lines(pos, stop - pos)
+        if deadline is not None and time.monotonic() >= deadline:
+            timed_out = True
+            break
+        want = stop - pos if deadline is None else _timed_want(stop - pos, pos - start, t0, deadline)
+        buf, end = reader.lines(pos, want)
         if end == 0:
             break  # a half-written last line stays for the next poll
         starts = idx[0] if idx[1] == pos else None  # extend the index only when contiguous
@@ -523,5 +541,5 @@ def _scan_open_file(f, path, entry, budget_bytes, overrides, line_index):
     rows = tally.rows()
     entry.update(offset=pos, lines=tally.lines, malformed=tally.malformed, blank_lines=tally.blank, counts=rows,
                  tokens=sum(r[0] * r[3] for r in rows),
-                 pending_bytes=size - pos if pos >= stop and pos < size else 0)
+                 pending_bytes=size - pos if (pos >= stop or timed_out) and pos < size else 0)
 

@@ -25,17 +25,26 @@ from runhealth.transport import make_transport
 
 log = textsafe.get_logger(__name__)
 
-SCAN_BUDGET_BYTES = 256 * 1024 * 1024  # per poll call: a 10 GB shard is indexed over ~40 calls
+SCAN_BUDGET_BYTES = 256 * 1024 * 1024  # per poll call at most: a 10 GB shard is indexed over ~40 calls
+MIN_SCAN_BUDGET_BYTES = 1 << 20
 GPU_HISTORY_KEEP_S = 14 * 24 * 3600
 _MEAN_METRICS = ("sglang:token_usage", "sglang:spec_accept_length", "vllm:kv_cache_usage_perc",
                  "vllm:gpu_cache_usage_perc")
 
 
-def poll_request(node: NodeConfig, state: dict[str, dict[str, int]]) -> dict[str, Any]:
+def scan_budget_s(node: NodeConfig) -> float:
+    """Time one poll may spend scanning: a quarter of the command timeout (at most 5 s), so the
+    reply, GPU reading and metrics fetch still fit inside it on a slow disk or a busy node."""
+    return max(0.1, min(5.0, node.command_timeout_s / 4))
+
+
+def poll_request(node: NodeConfig, state: dict[str, dict[str, int]],
+                 budget_bytes: int = SCAN_BUDGET_BYTES) -> dict[str, Any]:
     """The agent request for one poll of `node`, resuming from the stored shard offsets."""
     return {
         "op": "poll",
-        "shards": {"globs": node.shards, "state": state, "budget_bytes": SCAN_BUDGET_BYTES,
+        "shards": {"globs": node.shards, "state": state, "budget_bytes": budget_bytes,
+                   "budget_s": scan_budget_s(node),
                    "finish_reason_path": node.finish_reason_path,
                    "completion_tokens_path": node.completion_tokens_path},
         "gpu": node.gpu,
@@ -70,6 +79,16 @@ class NodePoller:
         self.lock = threading.Lock()  # one request at a time on the agent pipe
         self.wake = threading.Event()
         self.thread: threading.Thread | None = None
+        self.budget_bytes = SCAN_BUDGET_BYTES  # adapted to the scan speed this node shows
+
+    def _adapt_budget(self, shards: dict[str, Any]) -> None:
+        """Next poll's byte budget: what this node scanned per second, times the time budget."""
+        scanned = sum(max(0, int(e.get("offset") or 0) - int(e.get("offset_from") or 0))
+                      for e in (shards.get("files") or {}).values())
+        seconds = float(shards.get("scan_s") or 0)
+        if scanned > 0 and seconds > 0.01 and shards.get("pending_bytes"):
+            fit = int(scanned / seconds * scan_budget_s(self.node))
+            self.budget_bytes = max(MIN_SCAN_BUDGET_BYTES, min(SCAN_BUDGET_BYTES, fit))
 
     def request(self, obj: dict[str, Any]) -> tuple[dict[str, Any], float]:
         """Send one request; returns the reply and the round-trip time in ms."""
@@ -82,10 +101,12 @@ class NodePoller:
         """One poll: send offsets, fold the reply into the store. Raises on failure (recorded)."""
         try:
             sent = self.clock()
-            reply, rtt_ms = self.request(poll_request(self.node, self.store.shard_state(self.node.name)))
+            request = poll_request(self.node, self.store.shard_state(self.node.name), self.budget_bytes)
+            reply, rtt_ms = self.request(request)
         except Exception as exc:  # any failure is this node's problem only
             self.store.record_failure(self.node.name, _plain(exc), self.clock())
             raise
+        self._adapt_budget(reply.get("shards") or {})
         # The reply describes the node at about the middle of the round trip.
         ts_unix = sent + rtt_ms / 2000
         try:

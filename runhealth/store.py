@@ -33,7 +33,7 @@ CREATE TABLE IF NOT EXISTS nodes (
     rtt_ms REAL, agent_ms REAL, skew_s REAL, hostname TEXT, loadavg TEXT,
     gpus_found INTEGER, gpu_source TEXT, gpu_error TEXT, gpu_simulated INTEGER,
     shards_matched INTEGER, unmatched_globs TEXT, pending_bytes INTEGER,
-    disk TEXT, metrics_errors TEXT, config TEXT);
+    disk TEXT, metrics_errors TEXT, config TEXT, index_bytes_per_s REAL);
 CREATE TABLE IF NOT EXISTS shards (
     node TEXT NOT NULL, path TEXT NOT NULL, inode INTEGER, offset INTEGER NOT NULL DEFAULT 0,
     size INTEGER NOT NULL DEFAULT 0, lines INTEGER NOT NULL DEFAULT 0,
@@ -275,6 +275,10 @@ class Store:
             )
             _write_gpus(db, node, reply.get("gpus") or {}, ts_unix)
             _write_node_ok(db, node, reply, ts_unix, rtt_ms)
+            scanned = sum(max(0, int(e.get("offset") or 0) - int(e.get("offset_from") or 0)) for e in files.values())
+            if scanned and rtt_ms and (backfill or shards.get("pending_bytes")):
+                # Indexing speed as the operator lives it (bytes per second of poll round trip).
+                db.execute("UPDATE nodes SET index_bytes_per_s = ? WHERE name = ?", (scanned / (rtt_ms / 1000), node))
         self.write_failures.pop(node, None)  # written again: the store is healthy for this node
         return delta
 
@@ -492,7 +496,7 @@ def _remembered_sql(kind: str, key: str, value: Any) -> tuple[str, tuple]:
 
 
 # Columns added after the first release: (table, column, declaration) for older stores.
-_ADDED_COLUMNS = (("shards", "blank_lines", "INTEGER NOT NULL DEFAULT 0"),)
+_ADDED_COLUMNS = (("shards", "blank_lines", "INTEGER NOT NULL DEFAULT 0"), ("nodes", "index_bytes_per_s", "REAL"))
 
 
 def _add_missing_columns(db: sqlite3.Connection) -> None:

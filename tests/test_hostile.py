@@ -330,3 +330,39 @@ def test_the_sidebar_says_the_store_was_deleted_instead_of_a_traceback(tmp_path,
         assert "was deleted at" in texts(at)
     finally:
         st.cache_resource.clear()
+
+
+# ---------------------------------------------------------------------------- 2: time-bounded scans
+def slow_line(i: int) -> bytes:
+    """A logprobs-heavy line (~1 KB, too many tokens for a template): json.loads speed, ~10 MB/s."""
+    rec = {"id": i, "choices": [{"index": 0, "logprobs": {"content": [{"t": k, "lp": -0.5} for k in range(40)]},
+                                 "finish_reason": "stop"}], "usage": {"completion_tokens": 7}}
+    return json.dumps(rec).encode() + b"\n"
+
+
+def test_a_scan_longer_than_the_command_timeout_still_indexes_and_shows_progress(tmp_path):
+    from components import cards
+
+    shard = tmp_path / "big.jsonl"
+    n = 24_000  # ~25 MB: several seconds of json.loads, against a 1 s command timeout
+    shard.write_bytes(slow_line(0) * n)
+    collector, store = local_collector(tmp_path, str(shard), command_timeout_s=1.0)
+    seen_progress = []
+
+    def watch():
+        nodes = store.nodes()
+        progress = cards.indexing_progress(nodes)
+        if progress is not None and "left" in progress[1]:
+            seen_progress.append(progress)
+        return sum(r["count"] for r in store.length_counts()) == n
+
+    collector.start()
+    try:
+        assert wait_for(watch, timeout_s=60, step_s=0.02), store.nodes()[0]
+    finally:
+        collector.stop()
+    node = store.nodes()[0]
+    assert node["pending_bytes"] == 0 and node["bytes_indexed"] == shard.stat().st_size
+    assert seen_progress, "no progress with speed and time left was shown while indexing"
+    share, text = seen_progress[0]
+    assert 0 < share < 1 and "Indexing the backlog:" in text and "/s" in text
