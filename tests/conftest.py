@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import sshd as sshd_lib
+from leakcheck import pytest_sessionfinish  # noqa: F401 - fails the run if a test leaves a process
 
 from runhealth.config import NodeConfig
 

@@ -108,8 +108,9 @@ def test_sshd_killed_mid_run_then_back_loses_and_doubles_nothing(fleet, ssh_dir)
         status = {n["name"]: n for n in store.nodes()}[victim_cfg.name]
         assert status["failing_since_unix"] is not None
         # The node comes back on the same address with the same host key.
-        victim.sshd.proc = None
-        sshd_lib.Sshd(victim.ip, victim.host_key, ssh_dir / "authorized_keys", ssh_dir, port=victim.port).start()
+        # Replaces the killed one in the fixture's list, so session teardown stops it too.
+        victim.sshd = sshd_lib.Sshd(victim.ip, victim.host_key, ssh_dir / "authorized_keys", ssh_dir,
+                                    port=victim.port).start()
         rows[victim_cfg.name] += more[victim_cfg.name]
         collector.request_refresh()
         assert wait_for(lambda: run_totals(store) == expected_totals(rows), timeout_s=40)

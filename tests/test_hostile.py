@@ -366,3 +366,22 @@ def test_a_scan_longer_than_the_command_timeout_still_indexes_and_shows_progress
     assert seen_progress, "no progress with speed and time left was shown while indexing"
     share, text = seen_progress[0]
     assert 0 < share < 1 and "Indexing the backlog:" in text and "/s" in text
+
+
+# ---------------------------------------------------------------------------- also: test hygiene
+def test_the_leak_check_fails_a_run_that_leaves_a_process_behind(tmp_path):
+    (tmp_path / "test_leaky.py").write_text(
+        "import subprocess\n"
+        "def test_leaks():\n"
+        "    subprocess.Popen(['sleep', '300'], start_new_session=True)\n")
+    (tmp_path / "test_tidy.py").write_text(
+        "import subprocess\n"
+        "def test_tidy():\n"
+        "    subprocess.Popen(['sleep', '300']).kill()\n")
+    env = dict(__import__("os").environ, PYTHONPATH=str(__import__("pathlib").Path(__file__).parent))
+    run = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "leakcheck"]
+    leaky = subprocess.run([*run, "test_leaky.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert leaky.returncode == 1 and "1 passed" in leaky.stdout, leaky.stdout
+    assert "process(es) left running by the tests (now killed)" in leaky.stdout and "sleep 300" in leaky.stdout
+    tidy = subprocess.run([*run, "test_tidy.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert tidy.returncode == 0, tidy.stdout
