@@ -67,6 +67,8 @@ def _route_paramiko_logs() -> None:
     if not any(isinstance(h, _ParamikoToOurs) for h in plog.handlers):
         plog.addHandler(_ParamikoToOurs())
         plog.propagate = False
+        if plog.level == logging.NOTSET:
+            plog.setLevel(logging.WARNING)  # its DEBUG/INFO chatter is not made, then dropped
 
 
 _route_paramiko_logs()
