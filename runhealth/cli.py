@@ -21,11 +21,12 @@ from runhealth.store import Store
 from runhealth.textsafe import escape
 
 
-def scan_paths(patterns: list[str]) -> tuple[stats.LengthHist, int, list[str]]:
+def scan_paths(patterns: list[str], totals: dict[str, int] | None = None) -> tuple[stats.LengthHist, int, list[str]]:
     """Count every complete line of the local shards matching `patterns`.
 
     Returns the length histogram, the number of malformed lines, and the patterns that
-    matched nothing. Uses the node agent's own scanner, in-process.
+    matched nothing. Uses the node agent's own scanner, in-process. `totals`, when given,
+    receives "blank_lines" (whitespace-only lines: skipped, not malformed).
     """
     state: dict[str, dict[str, int]] = {}
     hist, malformed, unmatched = stats.LengthHist(), 0, None
@@ -42,16 +43,20 @@ def scan_paths(patterns: list[str]) -> tuple[stats.LengthHist, int, list[str]]:
             for tokens, finish, estimated, count in entry.get("counts") or []:
                 hist.add(tokens, finish, estimated, count)
             malformed += int(entry.get("malformed") or 0)
+            if totals is not None:
+                totals["blank_lines"] = totals.get("blank_lines", 0) + int(entry.get("blank_lines") or 0)
             state[path] = {"inode": entry.get("inode"), "offset": entry.get("offset", 0)}
         if not shards.get("pending_bytes"):
             return hist, malformed, unmatched
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
-    hist, malformed, unmatched = scan_paths(args.paths)
+    totals: dict[str, int] = {}
+    hist, malformed, unmatched = scan_paths(args.paths, totals)
     for pattern in unmatched:
         print(f"warning: nothing matched {escape(pattern)}", file=sys.stderr)
     summary = stats.summarize(hist, ceiling=args.ceiling, unparseable=malformed)
+    summary["blank_lines"] = totals.get("blank_lines", 0)
     if args.whatif:
         if summary["ceiling"] is None:
             print("error: --whatif needs a ceiling (none given and none detected)", file=sys.stderr)
@@ -107,7 +112,8 @@ def poll_report(config, store: Store, results: dict[str, Any]) -> dict[str, Any]
 
 def format_summary(s: dict[str, Any]) -> str:
     t = s["tokens"]
-    lines = [f"completions: {s['completions']:,}  (malformed lines: {s['unparseable']:,})"]
+    blank = f", blank lines skipped: {s['blank_lines']:,}" if s.get("blank_lines") else ""
+    lines = [f"completions: {s['completions']:,}  (malformed lines: {s['unparseable']:,}{blank})"]
     if s["completions"]:
         lines.append(f"tokens: mean {t['mean']:.0f}  p50 {t['p50']}  p90 {t['p90']}  p99 {t['p99']}  max {t['max']}")
     lines.append("finish reasons: " + ", ".join(f"{escape(k)} {v:,}" for k, v in s["finish_reasons"].items()))

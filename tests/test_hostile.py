@@ -106,6 +106,10 @@ def test_blank_lines_are_counted_apart_from_malformed_ones(tmp_path):
     entry = scan_file(str(shard), None, 0, 1 << 20)
     assert (entry["malformed"], entry["blank_lines"], entry["lines"]) == (7, 5, 16)
     assert entry["counts"] == [[5, "stop", 0, 3], [8, "stop", 0, 1]]
+    out = subprocess.run([sys.executable, "-m", "runhealth", "scan", str(shard)], capture_output=True, text=True,
+                         timeout=60).stdout
+    assert "completions: 4  (malformed lines: 7, blank lines skipped: 5)" in out
+    assert scan_cli(str(shard))["blank_lines"] == 5 and scan_cli(str(shard))["unparseable"] == 7
 
 
 # ---------------------------------------------------------------------------- 4: store write failures
