@@ -38,7 +38,7 @@ def poll_request(node: NodeConfig, state: dict[str, dict[str, int]]) -> dict[str
         "op": "poll",
         "shards": {"globs": node.shards, "state": state, "budget_bytes": SCAN_BUDGET_BYTES,
                    "finish_reason_path": node.finish_reason_path,
-                   "completion_tokens_path": node.completion_tokens_path},
+                   "completion_tokens_path": node.completion_tokens_path, "scan_workers": node.scan_workers},
         "gpu": node.gpu,
         "demo_gpus": node.demo_gpus,
         "metrics_urls": node.metrics_urls,

@@ -18,8 +18,9 @@ import pytest
 from runhealth import agent, protocol
 
 AGENT_PATH = Path(agent.__file__)
-# The agent is three modules shipped together; BOOTSTRAP registers these under these names.
+# The agent is four modules shipped together; BOOTSTRAP registers these under these names.
 PARTS = {"runhealth_agent_scan": AGENT_PATH.with_name("agent_scan.py"),
+         "runhealth_agent_backfill": AGENT_PATH.with_name("agent_backfill.py"),
          "runhealth_agent_gpu": AGENT_PATH.with_name("agent_gpu.py")}
 BIG = 1 << 40  # "no budget limit" for a test-sized shard
 
@@ -438,7 +439,7 @@ def test_agent_imports_only_the_standard_library(tmp_path):
                          capture_output=True, timeout=60, check=True)
     mods = {m.split(".")[0] for m in json.loads(out.stdout)}
     assert set(PARTS) <= mods  # all three modules ran, so their imports are in the check
-    ours = set(PARTS) | {"__main__"}
+    ours = set(PARTS) | {"__main__", "__mp_main__"}  # multiprocessing's alias of __main__
     third_party = mods - set(sys.stdlib_module_names) - set(sys.builtin_module_names) - ours
     assert not third_party, third_party
 
