@@ -167,6 +167,7 @@ _P = b"+" if sys.version_info >= (3, 11) else b""  # possessive: no backtracking
 _ONLY = {  # a strict template accepts only the type seen; other types take the tolerant one
     "s": _STR.replace(b"]*", b"]*" + _P).replace(b")*", b")*" + _P),
     "n": _NUM,
+    "i": b"-?(?:0|[1-9][0-9]*" + _P + b")",  # an integer was seen: fewer branches (a float goes tolerant)
     "l": b"(?:" + _LIT + b")",
 }
 _FR = rb'(?:"(?P<fr>[^"\\\x00-\x1f\x80-\xff]*)"|null)'  # ASCII only: others take json.loads
@@ -224,7 +225,8 @@ class _Builder:
         if punct is not None:
             raise _TemplateError("unexpected %r" % punct)
         kind = "s" if s else "n" if num else "l"
-        return self.emit(tok, _ONLY[kind], tolerant=_SCALARS[kind])
+        strict = "i" if kind == "n" and num.lstrip(b"-").isdigit() else kind
+        return self.emit(tok, _ONLY[strict], tolerant=_SCALARS[kind])
 
     def container(self, tok, path):
         close = b"}" if tok[4] == b"{" else b"]"
