@@ -133,13 +133,13 @@ def time_jq(path, style):
     return children_cpu() - t0
 
 
-def run_scan(path):
-    out = subprocess.run([sys.executable, "-c", SCAN_CHILD, str(ROOT), str(path)],
+def run_scan(path, root=ROOT):
+    out = subprocess.run([sys.executable, "-c", SCAN_CHILD, str(root), str(path)],
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
 
-def bench_style(tmp: Path, style: str, mb: int, repeat: int) -> dict:
+def bench_style(tmp: Path, style: str, mb: int, repeat: int, other: Path | None = None) -> dict:
     """Seconds per method for one style (best of `repeat`), all on the same warm file."""
     path = tmp / f"{style}.jsonl"
     lines = make_shard(path, mb, style)
@@ -152,20 +152,23 @@ def bench_style(tmp: Path, style: str, mb: int, repeat: int) -> dict:
     scan = min(scans, key=lambda s: s["s"])
     assert scan["lines"] == lines, (scan, lines)
     out.update(scan=scan["s"], rss_mib=scan["rss_mib"], template_lines=scan["template_lines"])
+    if other is not None:  # another checkout's scanner on the same file, e.g. before a change
+        out["other"] = min(run_scan(path, other)["s"] for _ in range(repeat))
     path.unlink()
     return out
 
 
 def print_table(rows: list[dict]) -> None:
     print(f"{'style':<13}{'MB':>5}{'KB/line':>8}{'read':>7}{'json.loads':>11}{'jq':>6}{'runhealth':>10}"
-          f"{'x json':>8}{'x jq':>6}{'RSS MiB':>8}{'template':>9}")
+          f"{'x json':>8}{'x jq':>6}{'RSS MiB':>8}{'template':>9}" + ("   other  x json" if "other" in rows[0] else ""))
     for r in rows:
         mbs = {k: r["mb"] / r[k] if r[k] else None for k in ("read", "json", "jq", "scan")}
         jq = f"{mbs['jq']:>6.0f}" if mbs["jq"] else f"{'-':>6}"
         x_jq = f"{r['jq'] / r['scan']:>6.1f}" if r["jq"] else f"{'-':>6}"
         print(f"{r['style']:<13}{r['mb']:>5.0f}{r['mb'] * 1e3 / r['lines']:>8.1f}{mbs['read']:>7.0f}"
               f"{mbs['json']:>11.0f}{jq}{mbs['scan']:>10.0f}{r['json'] / r['scan']:>8.1f}{x_jq}"
-              f"{r['rss_mib']:>8.0f}{r['template_lines'] / r['lines']:>9.0%}")
+              f"{r['rss_mib']:>8.0f}{r['template_lines'] / r['lines']:>9.0%}"
+              + (f"{r['mb'] / r['other']:>8.0f}{r['json'] / r['other']:>8.1f}" if "other" in r else ""))
 
 
 def main():
@@ -173,10 +176,12 @@ def main():
     ap.add_argument("--mb", type=int, default=128, help="MB per style")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--style", choices=STYLES + ("all",), default="all")
+    ap.add_argument("--other", type=Path, metavar="DIR",
+                    help="also time the scanner of another checkout (e.g. `git archive` of an older commit)")
     args = ap.parse_args()
     styles = STYLES if args.style == "all" else (args.style,)
     with tempfile.TemporaryDirectory(prefix="runhealth-bench-") as tmp:
-        rows = [bench_style(Path(tmp), style, args.mb, args.repeat) for style in styles]
+        rows = [bench_style(Path(tmp), style, args.mb, args.repeat, args.other) for style in styles]
     print(f"MB per CPU second (user+sys of the process doing the work: per core, robust to a busy machine), "
           f"warm page cache, best of {args.repeat}; Python "
           f"{sys.version.split()[0]}; jq {'found' if shutil.which('jq') else 'not installed (column blank)'}")

@@ -32,6 +32,7 @@ PARALLEL_MIN_BYTES = 64 << 20  # below this a poll is not a backlog: one process
 WORKER_NICE = 10  # added to the agent's niceness in every worker
 MAX_WORKERS = 8
 ALIGN_READ_BYTES = 64 << 10
+PIECE_TIMEOUT_S = 300  # a 32 MB piece takes well under a second; only a dead worker waits this long
 
 SCAN = None  # the agent_scan module; bind() sets it before any fork
 LAST_RUN = {"workers": 0, "pids": set(), "nice": set()}  # the last parallel scan, for tests
@@ -57,7 +58,7 @@ def resolve_workers(value):
 
 
 def can_fork():
-    import multiprocessing  # here, not at the top: most agents never start a worker
+    import multiprocessing
 
     return "fork" in multiprocessing.get_all_start_methods()
 
@@ -124,7 +125,7 @@ def _lower_priority():
 
 def scan_piece(piece):
     """Count the complete lines of one piece (in a worker, or in-process for tests)."""
-    path, inode, a, b, last = piece
+    path, inode, a, b, _ = piece
     before = SCAN.LINE_STATS["template"]
     entry = SCAN.scan_file(path, inode, a, b - a)
     entry["template_lines"] = SCAN.LINE_STATS["template"] - before
@@ -137,25 +138,42 @@ def _run_pieces(pieces, workers, deadline, runner):
     LAST_RUN.update(workers=0 if runner is not None else workers, pids=set(), nice=set())
     if runner is not None:  # in-process, for tests of the splitting and merging
         return [(p, runner(p)) for p in pieces]
-    import multiprocessing
+    try:
+        done = _pool_run(pieces, workers, deadline)
+    except Exception:  # no fork (limits), a worker killed (OOM): never a poll that cannot progress
+        LAST_RUN["workers"] = 0
+        return _in_process(pieces, deadline)
+    for _, e in done:
+        LAST_RUN["pids"].add(e["worker"][0])
+        LAST_RUN["nice"].add(e["worker"][1])
+    return done
+
+
+def _pool_run(pieces, workers, deadline):
+    import multiprocessing  # here, not at the top: most polls never start a worker
 
     done, inflight, queue = [], collections.deque(), collections.deque(pieces)
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(workers, initializer=_lower_priority) as pool:
+    with multiprocessing.get_context("fork").Pool(workers, initializer=_lower_priority) as pool:
         first = True
         while queue or inflight:
             while queue and len(inflight) < 2 * workers and (
                     first or deadline is None or time.monotonic() < deadline):
                 piece = queue.popleft()
                 inflight.append((piece, pool.apply_async(scan_piece, (piece,))))
-            first = False
+            first = False  # the first batch always runs, so every poll makes progress
             if not inflight:
                 break
             piece, result = inflight.popleft()
-            done.append((piece, result.get()))
-    for _, e in done:
-        LAST_RUN["pids"].add(e["worker"][0])
-        LAST_RUN["nice"].add(e["worker"][1])
+            done.append((piece, result.get(PIECE_TIMEOUT_S)))  # a killed worker's piece never returns
+    return done
+
+
+def _in_process(pieces, deadline):
+    done = []
+    for piece in pieces:
+        if done and deadline is not None and time.monotonic() >= deadline:
+            break
+        done.append((piece, scan_piece(piece)))
     return done
 
 

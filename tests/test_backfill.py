@@ -172,3 +172,22 @@ def test_the_real_bootstrap_scans_with_fork_workers(tmp_path, workers):
     assert reply["shards"]["scan_workers"] == (workers if workers > 1 else 0)
     assert (entry["lines"], entry["malformed"], entry["counts"], entry["offset"]) == (2000, 0, [[4, "stop", 0, 2000]],
                                                                                         len(line) * 2000)
+
+
+def test_no_fork_falls_back_to_one_process(tmp_path, monkeypatch):
+    """fork refused (process limits) or a worker killed: the poll still progresses, same counts."""
+    import multiprocessing
+
+    def refuse(method):
+        raise OSError("fork refused")
+
+    monkeypatch.setattr(backfill, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(backfill, "PIECE_MIN_BYTES", 1)
+    monkeypatch.setattr(multiprocessing, "get_context", refuse)
+    line = json.dumps({"text": "x" * 100, "finish_reason": "stop", "completion_tokens": 2}).encode() + b"\n"
+    path = str(tmp_path / "a.jsonl")
+    with open(path, "wb") as f:
+        f.write(line * 500)
+    whole = one_process(path, 0, 1 << 30)
+    out = backfill.scan_jobs([(path, None, 0, 1 << 30)], 2, scan_one)[path]
+    assert out.pop("by_workers") and out == whole and backfill.LAST_RUN["workers"] == 0
