@@ -178,6 +178,9 @@ def _in_process(pieces, deadline):
 
 
 # ---------------------------------------------------------------------------- merging
+_NOT_SUMMED = frozenset(("inode", "size", "offset_from", "offset", "pending_bytes", "tokens", "template_lines"))
+
+
 def _merge(info, results):
     """One poll-reply entry for a shard from its pieces' entries (an exact prefix of them)."""
     entry = {"inode": info["inode"], "size": info["size"], "offset_from": info["start"],
@@ -193,8 +196,9 @@ def _merge(info, results):
             break  # the file changed under the workers: keep the exact prefix
         for t, fr, est, n in e["counts"]:
             counts[(t, fr, est)] = counts.get((t, fr, est), 0) + n
-        entry["lines"] += e["lines"]
-        entry["malformed"] += e["malformed"]
+        for key, value in e.items():  # lines, malformed and any other per-line tally scan_file keeps
+            if key not in _NOT_SUMMED and isinstance(value, int) and not isinstance(value, bool):
+                entry[key] = entry.get(key, 0) + value
         template_lines += e.get("template_lines", 0)
         pos = e["offset"]
         finished = piece[4]
