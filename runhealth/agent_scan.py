@@ -146,10 +146,11 @@ def _load_counted_line(raw):
 # completion_tokens, overrides set) takes the json.loads path.
 # The content rule (README "Exactness"): a template checks everything that decides structure
 # (keys, punctuation, where each string ends, the two fields' values; finish_reason must be
-# ASCII) but not what string values hold. Invalid UTF-8 inside any string value, and raw control
+# ASCII) but not what string values hold. Invalid UTF-8 inside a string value, and raw control
 # characters or bad escapes inside a long text string, only come from a broken writer (never
-# json.dumps, serde or Go) and leave the line's counts alone; such a line counts as valid here
-# while json.loads calls it malformed. Not decoding the text is what keeps raw UTF-8 fast.
+# json.dumps, serde or Go) and leave the line's counts alone, so such a line counts here; the
+# json.loads path counts it too, with the same content repaired (_load_counted_line), so the
+# two paths agree. Not decoding the text is what keeps raw UTF-8 fast.
 _TOKEN_RE = re.compile(
     rb'([ \t\r]*)(?:("(?:[^"\\]|\\.)*")|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)'
     rb'|(true|false|null)|([{}\[\]:,]))'
@@ -333,8 +334,8 @@ def _hole_end(buf, pos, end):
     """Offset just past the closing quote of the string whose body starts at pos, or -1.
 
     Exact on structure: a quote closes the string unless an odd run of backslashes precedes
-    it. One C-level search skips every quote behind exactly one backslash; only a quote behind
-    a run of two or more (rare: an escaped backslash) costs a look back at the run's length.
+    it. One C-level search skips every quote behind a run of 1, 3 or 5 backslashes; only a
+    quote behind two or more (rare: an escaped backslash) costs a look back at the run.
     """
     q = buf.find(b'"', pos, end)
     if q >= 0 and buf[q - 1] != 92:  # 92 is the backslash
