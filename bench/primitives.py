@@ -1,26 +1,28 @@
-"""What an exact stdlib scanner can cost: each building block's speed against json.loads.
+"""Where the scanner's time goes, per style: each step's cost per line against json.loads.
 
-    python bench/primitives.py --mb 64 --style mixed
+    python bench/primitives.py --mb 32            # every bench/scan.py style
+    python bench/primitives.py --mb 64 --style quotes
 
-Issue #6 asks for a shard scan >= 8x per-line json.loads while staying exact. This measures,
-in one run over the same bench/scan.py shard, the stdlib operations such a scanner is made of,
-as MB/s over the whole shard and as a multiple of per-line json.loads:
+For each style this writes a bench/scan.py shard, lets the scanner learn its template, then
+times in one run (CPU time, best of --repeat) the steps an exact scan of a line is made of:
 
-- what every exact scan must pay: finding newlines (memchr) and checking UTF-8 (isascii, or a
-  decode when the window is not ASCII);
-- ways to find where a long JSON string ends, i.e. its first quote not escaped by a
-  backslash: a plain memchr (right only when the string holds no quote), the C-level regex walk
-  the scanner uses (_QUOTE_RE), and the two counts that would prove "no unescaped quote";
-- the bare key search of the issue's rule (bytes.find of `"finish_reason"` across the line).
+- read: copying the shard from the page cache in CHUNK_BYTES reads (what scan_file does);
+- newline: finding each line's end (memchr);
+- skeleton: the template's regexes over the line's keys and scalars (everything but the holes);
+- hole walk: finding where each long text string ends (_hole_end: memchr when the text holds
+  no quote, else the exact C-level walk past escaped quotes) — the step that proves structure;
+- the whole scan (scan_file), and per-line json.loads, the baseline.
 
-A scanner's time per line is at least the sum of the blocks it needs, so the table shows which
-combinations can reach 8x on this machine. Not a pass/fail test.
+The rows before "scan_file" are parts of it; their sum against the scan_file row shows the
+per-line Python overhead. Also printed: the stdlib building blocks' speeds that bound any exact
+stdlib scanner (isascii, decode, the quote counts). Not a pass/fail test.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -29,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scan import make_shard  # noqa: E402
+from scan import STYLES, make_shard  # noqa: E402
 
 from runhealth import agent_scan  # noqa: E402
 
@@ -37,55 +39,106 @@ from runhealth import agent_scan  # noqa: E402
 def best(fn, repeat):
     times = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append(time.process_time() - t0)
     return min(times)
 
 
-def body_spans(buf, lines):
-    """(start, end) of each line's message content string (the long hole)."""
+def learned_plan(path):
+    """The strict template the scanner learned for this shard (scan it once)."""
+    agent_scan.TEMPLATES.entries.clear()
+    agent_scan.TEMPLATES.inode_of.clear()
+    agent_scan.scan_file(str(path), None, 0, 1 << 40)
+    state = agent_scan.TEMPLATES.get(str(path), os.stat(path).st_ino)
+    return state[0][0]
+
+
+def positions(plan, buf, spans):
+    """Per line: where each template segment's regex starts, and where each hole starts."""
+    segs, holes = [], []
+    for a, b in spans:
+        seg, starts, pos = [], [], a
+        for match, _, hole, lead, _ in plan:
+            seg.append(pos)
+            m = match(buf, pos, b)
+            if m is None or not hole:
+                break
+            starts.append(m.end())
+            q = agent_scan._hole_end(buf, m.end(), b) - 1
+            pos = q + (1 if lead is None else len(lead))
+        segs.append(seg)
+        holes.append(starts)
+    return segs, holes
+
+
+def read_all(path):
+    with open(path, "rb", buffering=0) as f:
+        buf = bytearray(agent_scan.CHUNK_BYTES)
+        while f.readinto(buf):
+            pass
+
+
+def style_rows(path, repeat):
+    buf = path.read_bytes()
+    lines = buf.split(b"\n")[:-1]
     spans, pos = [], 0
     for line in lines:
-        a = line.find(b'"content": "') + 12
-        spans.append((pos + a, pos + line.rfind(b'", "reasoning_content"')))
+        spans.append((pos, pos + len(line)))
         pos += len(line) + 1
-    return spans
+    plan = learned_plan(path)
+    segs, holes = positions(plan, buf, spans)
+    find, hole_end = buf.find, agent_scan._hole_end
+
+    def skeleton():  # every segment's regex at its known place; the holes are not walked
+        for (_, b), seg in zip(spans, segs, strict=True):
+            for (match, *_), pos in zip(plan, seg, strict=False):
+                match(buf, pos, b)
+
+    def hole_walk():
+        for (_, b), starts in zip(spans, holes, strict=True):
+            for h in starts:
+                hole_end(buf, h, b)
+
+    blocks = {
+        "read (page cache)": lambda: read_all(path),
+        "newline (memchr)": lambda: [find(b"\n", a) for a, _ in spans],
+        "skeleton regexes": skeleton,
+        "hole walk (_hole_end)": hole_walk,
+        "scan_file (all of it)": lambda: agent_scan.scan_file(str(path), None, 0, 1 << 40),
+        "json.loads per line": lambda: [json.loads(x) for x in lines],
+        "block: isascii (whole)": buf.isascii,  # stops at the first non-ASCII byte
+        "block: UTF-8 decode": lambda: buf.decode("utf-8", "surrogateescape"),
+        'block: count " and \\"': lambda: [buf.count(b'"', a, b) - buf.count(b'\\"', a, b) for a, b in spans],
+    }
+    secs = {name: best(fn, repeat) for name, fn in blocks.items()}
+    quotes = buf.count(b'"') / len(lines)
+    return {"mb": len(buf) / 1e6, "lines": len(lines), "quotes": quotes, "holes": sum(map(len, holes)) / len(lines),
+            "secs": secs}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mb", type=int, default=64)
+    ap.add_argument("--mb", type=int, default=32)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--style", choices=("mixed", "prose", "quotes"), default="mixed")
+    ap.add_argument("--style", choices=STYLES + ("all",), default="all")
     args = ap.parse_args()
+    styles = STYLES if args.style == "all" else (args.style,)
+    print(f"CPU time per line, best of {args.repeat}; Python {sys.version.split()[0]}; CHUNK_BYTES "
+          f"{agent_scan.CHUNK_BYTES >> 10} KiB")
     with tempfile.TemporaryDirectory(prefix="runhealth-bench-") as tmp:
-        path = Path(tmp) / "shard.jsonl"
-        make_shard(path, args.mb, args.style)
-        buf = path.read_bytes()
-    lines = buf.split(b"\n")[:-1]
-    spans = body_spans(buf, lines)
-    find, qre = buf.find, agent_scan._QUOTE_RE.search
-    blocks = {
-        "json.loads per line": lambda: [json.loads(x) for x in lines],
-        "newlines (memchr per line)": lambda: [find(b"\n", a) for a, _ in spans],
-        "UTF-8: isascii": buf.isascii,
-        "UTF-8: decode": lambda: buf.decode("utf-8"),
-        "string end: memchr quote": lambda: [find(b'"', a, b) for a, b in spans],
-        "string end: _QUOTE_RE walk": lambda: [qre(buf, a, b) for a, b in spans],
-        "no unescaped quote: 2 counts": lambda: [buf.count(b'"', a, b) - buf.count(b'\\"', a, b)
-                                                 for a, b in spans],
-        'key rule: find "finish_reason"': lambda: [find(b'"finish_reason"', a, b) for a, b in spans],
-    }
-    secs = {name: best(fn, args.repeat) for name, fn in blocks.items()}
-    mb, base = len(buf) / 1e6, secs["json.loads per line"]
-    quotes = buf.count(b'"') / len(lines)
-    print(f"{args.style}: {mb:.0f} MB, {len(lines)} lines, {quotes:.0f} quotes a line; "
-          f"best of {args.repeat}; Python {sys.version.split()[0]}")
-    print(f"{'block':<34}{'MB/s':>9}{'us/line':>9}{'x json.loads':>14}")
-    for name, s in secs.items():
-        print(f"{name:<34}{mb / s:>9.0f}{s / len(lines) * 1e6:>9.2f}{base / s:>14.1f}")
-    print(f"8x json.loads leaves {base / 8 / len(lines) * 1e6:.2f} us a line for everything.")
+        for style in styles:
+            path = Path(tmp) / f"{style}.jsonl"
+            make_shard(path, args.mb, style)
+            r = style_rows(path, args.repeat)
+            path.unlink()
+            n, base = r["lines"], r["secs"]["json.loads per line"]
+            print(f"\n{style}: {r['mb']:.0f} MB, {n} lines of {r['mb'] * 1e3 / n:.1f} KB, {r['quotes']:.0f} quotes "
+                  f"and {r['holes']:.0f} holes a line")
+            print(f"{'step':<26}{'us/line':>9}{'MB/s':>8}{'x json.loads':>14}")
+            for name, s in r["secs"].items():
+                print(f"{name:<26}{s / n * 1e6:>9.2f}{r['mb'] / s:>8.0f}{base / s:>14.1f}")
+            print(f"4x json.loads leaves {base / 4 / n * 1e6:.2f} us a line for everything.")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,15 @@
-"""Benchmark the agent's shard scanner against json.loads and jq on warm page cache.
+"""Benchmark the agent's shard scanner against json.loads and jq on warm page cache, every style.
 
-    python bench/scan.py --mb 256
+    python bench/scan.py --mb 128            # all styles, one table
+    python bench/scan.py --mb 256 --style utf8
 
-Writes --mb MB of ~10 KB OpenAI chat-completion lines (half plain prose, half dialogue/code
-with many escaped quotes; newlines and unicode throughout) into a temp dir, reads it once to warm the page cache, then times:
-raw reads, `for line in f: json.loads(line)`, jq extracting the two fields (if installed), and
-runhealth.agent.scan_file in a fresh subprocess (which also reports its peak RSS). Each method
-runs --repeat times; the best run counts. Goals: >= 8x json.loads, >= 20x jq.
+For each style (see make_shard: ASCII-escaped prose/quotes/mixed, raw-UTF-8 utf8/utf8-quotes,
+adversarial flat records) it writes --mb MB of ~10 KB lines into a temp dir, reads them once to
+warm the page cache, then times in the same run, as CPU time (user + system of the process that
+does the work, so the figures are per core and hold on a shared machine): raw reads, `for line in f: json.loads(line)`,
+jq extracting the two fields (if installed; not required), and runhealth.agent.scan_file in a
+fresh subprocess (which also reports its peak RSS). Each method runs --repeat times; the best
+run counts. Goals per core: >= 4x json.loads and >= 10x jq on every style. Not a pass/fail test.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import resource
 import shutil
 import subprocess
 import sys
@@ -25,37 +29,68 @@ ROOT = Path(__file__).resolve().parent.parent
 PROSE = ("the model then\nwrote über naïve 中文 tokens reasoning answer because therefore loop again "
          "length stop first we note that x + y = 3 so").split(" ")
 QUOTES = PROSE + ['said "hello"', 'print("x")', '{"a": 1}']
+# Raw-UTF-8 text as multilingual and math generations write it: CJK, accents, Cyrillic, emoji.
+UTF8 = ("模型 然后 写了 中文 推理 答案 因为 所以 über naïve café résumé привет мир ∑ √ ≤ ∞ "
+        "😀 🚀 the answer is x + y = 3 so length stop\n").split(" ")
+UTF8_QUOTES = UTF8 + ['他说 "你好"', 'print("é")', '{"a": "ü"}']
+# Text that carries the keys' own bytes (escaped in the line) and backslash runs.
+ADVERSARIAL = PROSE + ['"finish_reason": "length"', '"completion_tokens": 4096', "C:\\dir\\", "\\\"",
+                       '\\"', "中文", "😀"]
+STYLES = ("mixed", "prose", "quotes", "utf8", "utf8-quotes", "adversarial")
 
 SCAN_CHILD = """
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[1])
 from runhealth import agent
-t0 = time.perf_counter()
+t0 = time.process_time()
 e = agent.scan_file(sys.argv[2], None, 0, 1 << 62)
-dt = time.perf_counter() - t0
+dt = time.process_time() - t0
 print(json.dumps({"s": dt, "lines": e["lines"], "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "template_lines": agent.STATE.line_stats["template"]}))
 """
 
 
+def _chat(rng, lines, content, ensure_ascii):
+    ct = rng.randint(1, 4096)
+    rec = {"id": f"chatcmpl-{lines:012x}", "object": "chat.completion", "created": 1764690000 + lines,
+           "model": "Qwen/Qwen3-8B",
+           "choices": [{"index": 0, "message": {"role": "assistant", "content": content,
+                                                 "reasoning_content": None, "tool_calls": []},
+                        "logprobs": None, "finish_reason": "length" if ct == 4096 else "stop",
+                        "stop_reason": None}],
+           "usage": {"prompt_tokens": 211, "total_tokens": 211 + ct, "completion_tokens": ct}}
+    return json.dumps(rec, ensure_ascii=ensure_ascii)
+
+
+def _flat(rng, lines, content, _ensure_ascii):
+    """The adversarial style: flat records, every other line raw UTF-8, the text before the keys."""
+    ct = rng.randint(1, 4096)
+    rec = {"prompt": content[:200], "text": content, "finish_reason": "length" if ct == 4096 else "stop",
+           "completion_tokens": ct}
+    return json.dumps(rec, ensure_ascii=bool(lines % 2))
+
+
 def make_shard(path: Path, mb: int, style: str = "mixed") -> int:
-    """Write about `mb` MB of chat-completion lines; returns the line count."""
+    """Write about `mb` MB of generation lines in `style`; returns the line count.
+
+    mixed: like real completions, half prose (no quotes), half dialogue/code (~150 quotes a
+    line); prose / quotes: all one kind. Those three are json.dumps' default (ASCII, \\uXXXX
+    escapes). utf8 / utf8-quotes: the same with ensure_ascii=False (raw UTF-8: CJK, accents,
+    emoji), as most generation pipelines write. adversarial: flat records whose text holds the
+    keys' own bytes (escaped `\\"finish_reason\\": \\"length\\"`) and backslash runs, every
+    other line raw UTF-8.
+    """
     rng = random.Random(0)
-    # "mixed" is like real completions: half prose (no quotes), half dialogue/code (~150 quotes a line).
-    vocab = {"mixed": (PROSE, QUOTES), "prose": (PROSE, PROSE), "quotes": (QUOTES, QUOTES)}[style]
+    vocab = {"mixed": (PROSE, QUOTES), "prose": (PROSE, PROSE), "quotes": (QUOTES, QUOTES),
+             "utf8": (UTF8, UTF8), "utf8-quotes": (UTF8_QUOTES, UTF8_QUOTES),
+             "adversarial": (ADVERSARIAL, ADVERSARIAL)}[style]
     contents = [" ".join(rng.choice(vocab[i % 2]) for _ in range(rng.randint(1300, 1900))) for i in range(64)]
+    make = _flat if style == "adversarial" else _chat
+    ensure_ascii = not style.startswith("utf8")
     lines, written = 0, 0
     with open(path, "w", encoding="utf-8") as f:
         while written < mb * 1_000_000:
-            ct = rng.randint(1, 4096)
-            rec = {"id": f"chatcmpl-{lines:012x}", "object": "chat.completion", "created": 1764690000 + lines,
-                   "model": "Qwen/Qwen3-8B",
-                   "choices": [{"index": 0, "message": {"role": "assistant", "content": rng.choice(contents),
-                                                         "reasoning_content": None, "tool_calls": []},
-                                "logprobs": None, "finish_reason": "length" if ct == 4096 else "stop",
-                                "stop_reason": None}],
-                   "usage": {"prompt_tokens": 211, "total_tokens": 211 + ct, "completion_tokens": ct}}
-            line = json.dumps(rec) + "\n"
+            line = make(rng, lines, rng.choice(contents), ensure_ascii) + "\n"
             f.write(line)
             written += len(line.encode())
             lines += 1
@@ -67,62 +102,92 @@ def best_of(repeat, fn):
 
 
 def time_read(path):
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     with open(path, "rb", buffering=0) as f:
         while f.read(16 << 20):
             pass
-    return time.perf_counter() - t0
+    return time.process_time() - t0
 
 
 def time_json(path):
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     with open(path, "rb") as f:
         for line in f:
             json.loads(line)
-    return time.perf_counter() - t0
+    return time.process_time() - t0
 
 
-def time_jq(path):
-    t0 = time.perf_counter()
+def children_cpu():
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+JQ_FILTERS = {"adversarial": "[.finish_reason, .completion_tokens]"}
+
+
+def time_jq(path, style):
+    jq_filter = JQ_FILTERS.get(style, "[.choices[0].finish_reason, .usage.completion_tokens]")
+    t0 = children_cpu()
     with open(path, "rb") as f:
-        subprocess.run(["jq", "-c", "[.choices[0].finish_reason, .usage.completion_tokens]"],
-                       stdin=f, stdout=subprocess.DEVNULL, check=True)
-    return time.perf_counter() - t0
+        subprocess.run(["jq", "-c", jq_filter], stdin=f, stdout=subprocess.DEVNULL, check=True)
+    return children_cpu() - t0
 
 
-def run_scan(path):
-    out = subprocess.run([sys.executable, "-c", SCAN_CHILD, str(ROOT), str(path)],
+def run_scan(path, root=ROOT):
+    out = subprocess.run([sys.executable, "-c", SCAN_CHILD, str(root), str(path)],
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
 
+def bench_style(tmp: Path, style: str, mb: int, repeat: int, other: Path | None = None) -> dict:
+    """Seconds per method for one style (best of `repeat`), all on the same warm file."""
+    path = tmp / f"{style}.jsonl"
+    lines = make_shard(path, mb, style)
+    time_read(path)  # warm the page cache
+    out = {"style": style, "mb": path.stat().st_size / 1e6, "lines": lines,
+           "read": best_of(repeat, lambda: time_read(path)),
+           "json": best_of(repeat, lambda: time_json(path)),
+           "jq": best_of(max(1, repeat - 1), lambda: time_jq(path, style)) if shutil.which("jq") else None}
+    scans = [run_scan(path) for _ in range(repeat)]
+    scan = min(scans, key=lambda s: s["s"])
+    assert scan["lines"] == lines, (scan, lines)
+    out.update(scan=scan["s"], rss_mib=scan["rss_mib"], template_lines=scan["template_lines"])
+    if other is not None:  # another checkout's scanner on the same file, e.g. before a change
+        out["other"] = min(run_scan(path, other)["s"] for _ in range(repeat))
+    path.unlink()
+    return out
+
+
+def print_table(rows: list[dict]) -> None:
+    print(f"{'style':<13}{'MB':>5}{'KB/line':>8}{'read':>7}{'json.loads':>11}{'jq':>6}{'runhealth':>10}"
+          f"{'x json':>8}{'x jq':>6}{'RSS MiB':>8}{'template':>9}" + ("   other  x json" if "other" in rows[0] else ""))
+    for r in rows:
+        mbs = {k: r["mb"] / r[k] if r[k] else None for k in ("read", "json", "jq", "scan")}
+        jq = f"{mbs['jq']:>6.0f}" if mbs["jq"] else f"{'-':>6}"
+        x_jq = f"{r['jq'] / r['scan']:>6.1f}" if r["jq"] else f"{'-':>6}"
+        print(f"{r['style']:<13}{r['mb']:>5.0f}{r['mb'] * 1e3 / r['lines']:>8.1f}{mbs['read']:>7.0f}"
+              f"{mbs['json']:>11.0f}{jq}{mbs['scan']:>10.0f}{r['json'] / r['scan']:>8.1f}{x_jq}"
+              f"{r['rss_mib']:>8.0f}{r['template_lines'] / r['lines']:>9.0%}"
+              + (f"{r['mb'] / r['other']:>8.0f}{r['json'] / r['other']:>8.1f}" if "other" in r else ""))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mb", type=int, default=512)
+    ap.add_argument("--mb", type=int, default=128, help="MB per style")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--style", choices=("mixed", "prose", "quotes"), default="mixed")
+    ap.add_argument("--style", choices=STYLES + ("all",), default="all")
+    ap.add_argument("--other", type=Path, metavar="DIR",
+                    help="also time the scanner of another checkout (e.g. `git archive` of an older commit)")
     args = ap.parse_args()
+    styles = STYLES if args.style == "all" else (args.style,)
     with tempfile.TemporaryDirectory(prefix="runhealth-bench-") as tmp:
-        path = Path(tmp) / "shard.jsonl"
-        lines = make_shard(path, args.mb, args.style)
-        size_mb = path.stat().st_size / 1e6
-        time_read(path)  # warm the page cache
-        results = {"raw read": best_of(args.repeat, lambda: time_read(path)),
-                   "json.loads per line": best_of(args.repeat, lambda: time_json(path))}
-        if shutil.which("jq"):
-            results["jq"] = best_of(max(1, args.repeat - 1), lambda: time_jq(path))
-        scans = [run_scan(path) for _ in range(args.repeat)]
-        scan = min(scans, key=lambda s: s["s"])
-        assert scan["lines"] == lines, (scan, lines)
-        results["runhealth scan_file"] = scan["s"]
-        print(f"{args.style}: {size_mb:.0f} MB, {lines} lines of ~{size_mb * 1e6 / lines / 1000:.1f} KB, "
-              f"best of {args.repeat}; scan_file peak RSS {scan['rss_mib']:.0f} MiB, "
-              f"{scan['template_lines']} of {lines} lines on the template path")
-        print(f"{'method':<22}{'MB/s':>9}{'lines/s':>12}{'x json.loads':>14}{'x jq':>8}")
-        for name, secs in results.items():
-            vs_jq = f"{results['jq'] / secs:.1f}" if "jq" in results else "-"
-            print(f"{name:<22}{size_mb / secs:>9.0f}{lines / secs:>12.0f}"
-                  f"{results['json.loads per line'] / secs:>14.1f}{vs_jq:>8}")
+        rows = [bench_style(Path(tmp), style, args.mb, args.repeat, args.other) for style in styles]
+    print(f"MB per CPU second (user+sys of the process doing the work: per core, robust to a busy machine), "
+          f"warm page cache, best of {args.repeat}; Python "
+          f"{sys.version.split()[0]}; jq {'found' if shutil.which('jq') else 'not installed (column blank)'}")
+    print_table(rows)
+    print("Goals per core: >= 4x json.loads and >= 10x jq on every style. 'template': share of lines "
+          "counted on the template path (the rest went through json.loads).")
 
 
 if __name__ == "__main__":

@@ -1,13 +1,13 @@
 """runhealth node agent: serves poll / sample / hello requests over framed JSON on stdin/stdout.
 
-One program of three modules that runs on a GPU node: this one (serving, the poll op, sampling
-and the line-start index), agent_scan.py (shard scanning) and agent_gpu.py (GPU telemetry). All
-three use only the standard library, keep Python 3.8-compatible syntax and are read-only on the
+One program of four modules that runs on a GPU node: this one (serving, the poll op, sampling
+and the line-start index), agent_scan.py (shard scanning), agent_backfill.py (a backlog scanned
+by worker processes) and agent_gpu.py (GPU telemetry). All four use only the standard library, keep Python 3.8-compatible syntax and are read-only on the
 node (shards opened "rb", nothing written, no shell; the only subprocess is `nvidia-smi` started
 from an argv list). It speaks the protocol of docs/design.md section 1 and starts three ways:
 exec'd by protocol.BOOTSTRAP (`runhealth_agent`, with `__modules__` holding the sources of the
-other two modules and optionally pynvml), as `python -I -S agent.py` (`__main__`), or imported
-as `runhealth.agent`; _import_part() finds the other two modules in each case. In-process
+other modules and optionally pynvml), as `python -I -S agent.py` (`__main__`), or imported
+as `runhealth.agent`; _import_part() finds the other modules in each case. In-process
 callers (the dashboard, tests) use handle(), scan_file() and read_gpus().
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ FULL_TEXT_MAX_CHARS = 1 << 20
 
 
 def _import_part(name):
-    """The agent module `name` ("agent_scan" or "agent_gpu"), however this agent was started."""
+    """The agent module `name` ("agent_scan", "agent_gpu", ...), however this agent was started."""
     shipped = globals().get("__modules__") or {}
     source = shipped.get("runhealth_" + name)
     if source is not None:  # exec'd by BOOTSTRAP: the dashboard sent the source along
@@ -59,6 +59,8 @@ def _import_part(name):
 
 _scan = _import_part("agent_scan")
 _gpu = _import_part("agent_gpu")
+_backfill = _import_part("agent_backfill")
+_backfill.bind(_scan)
 parse_smi_csv, read_gpus = _gpu.parse_smi_csv, _gpu.read_gpus  # public names, re-exported
 
 
@@ -198,16 +200,27 @@ def _poll_shards(req):
         off = int(prev.get("offset") or 0)
         moved = prev.get("inode") not in (None, st.st_ino) or st.st_size < off
         needs[p] = st.st_size - (0 if moved else off)
+    workers = _backfill.resolve_workers(req.get("scan_workers"))
+    if _backfill.worth_parallel([(p, None, 0, n) for p, n in needs.items()], workers):
+        budget *= workers  # budget_bytes is per worker: a backlog goes `workers` times as fast
     plan = _plan_budget(needs, budget)
-    out = {}
-    for p in files:
-        prev = state.get(p) or {}
+    jobs = [(p, (state.get(p) or {}).get("inode"), int((state.get(p) or {}).get("offset") or 0),
+             plan.get(p, 0)) for p in files]
+
+    def scan_one(p, inode, offset, share):
         late = deadline is not None and time.monotonic() >= deadline  # then only sizes are taken
-        out[p] = scan_file(p, prev.get("inode"), int(prev.get("offset") or 0), 0 if late else plan.get(p, 0),
-                           req, deadline)
+        return scan_file(p, inode, offset, 0 if late else share, req, deadline)
+
+    out = _backfill.scan_jobs(jobs, workers, scan_one, deadline=deadline)
+    for p, e in out.items():
+        if e.get("by_workers") and e["reset"]:  # sampling rebuilds a reset shard's line index
+            idx = STATE.file_index(p, e["inode"])
+            idx[0], idx[1] = array.array("Q"), 0
     pending = sum(e.pop("pending_bytes") for e in out.values())
+    by_workers = [e.pop("by_workers", False) for e in out.values()]
+    used = _backfill.LAST_RUN["workers"] if any(by_workers) else 0
     return {"matched": len(files), "unmatched_globs": unmatched, "pending_bytes": pending,
-            "scan_s": round(time.monotonic() - t0, 4), "files": out}, files
+            "scan_s": round(time.monotonic() - t0, 4), "scan_workers": used, "files": out}, files
 
 
 def _disk(files):

@@ -21,18 +21,21 @@ from runhealth.store import Store
 from runhealth.textsafe import escape
 
 
-def scan_paths(patterns: list[str], totals: dict[str, int] | None = None) -> tuple[stats.LengthHist, int, list[str]]:
+def scan_paths(patterns: list[str], totals: dict[str, int] | None = None,
+               workers: int | None = None) -> tuple[stats.LengthHist, int, list[str]]:
     """Count every complete line of the local shards matching `patterns`.
 
     Returns the length histogram, the number of malformed lines, and the patterns that
-    matched nothing. Uses the node agent's own scanner, in-process. `totals`, when given,
-    receives "blank_lines" (whitespace-only lines: skipped, not malformed).
+    matched nothing. Uses the node agent's own scanner, in-process, with up to `workers`
+    worker processes for a backlog (None: a quarter of the cores, 1..8; 1: one process).
+    `totals`, when given, receives "blank_lines" (whitespace-only lines: skipped, not malformed).
     """
     state: dict[str, dict[str, int]] = {}
     hist, malformed, unmatched = stats.LengthHist(), 0, None
     while True:
         reply = agent.handle({"op": "poll", "gpu": "off", "metrics_urls": [],
-                              "shards": {"globs": patterns, "state": state, "budget_bytes": 1 << 30}})
+                              "shards": {"globs": patterns, "state": state, "budget_bytes": 1 << 30,
+                                         "scan_workers": workers}})
         if not reply.get("ok"):
             raise RunhealthError(reply.get("error") or "scan failed")
         shards = reply["shards"]
@@ -52,7 +55,7 @@ def scan_paths(patterns: list[str], totals: dict[str, int] | None = None) -> tup
 
 def cmd_scan(args: argparse.Namespace) -> int:
     totals: dict[str, int] = {}
-    hist, malformed, unmatched = scan_paths(args.paths, totals)
+    hist, malformed, unmatched = scan_paths(args.paths, totals, args.workers)
     for pattern in unmatched:
         print(f"warning: nothing matched {escape(pattern)}", file=sys.stderr)
     summary = stats.summarize(hist, ceiling=args.ceiling, unparseable=malformed)
@@ -148,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     scan.add_argument("paths", nargs="+", metavar="PATH_OR_GLOB")
     scan.add_argument("--ceiling", type=int, help="the max_tokens limit (detected when absent)")
     scan.add_argument("--whatif", type=int, metavar="LIMIT", help="project the effect of raising the limit")
+    scan.add_argument("--workers", type=int, choices=range(1, 9), metavar="N",
+                      help="worker processes for a large scan, 1-8 (default: a quarter of the cores)")
     scan.add_argument("--json", action="store_true")
     scan.set_defaults(func=cmd_scan)
     poll = sub.add_parser("poll", help="one collection over every configured node")

@@ -45,6 +45,7 @@ class NodeConfig:
     completion_tokens_path: str | None = None
     connect_timeout_s: float = 10.0
     command_timeout_s: float = 30.0
+    scan_workers: int | None = None  # None: a quarter of the node's cores, 1..8 (decided on the node)
     demo_gpus: int = 0
     # Secrets: filled from secrets.toml, never from the config file, never shown.
     passphrase: str | None = dataclasses.field(default=None, repr=False)
@@ -126,6 +127,7 @@ _NODE_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "completion_tokens_path": ((str,), False),
     "connect_timeout_s": ((int, float), False),
     "command_timeout_s": ((int, float), False),
+    "scan_workers": ((int,), False),
 }
 _SECRET_KEYS = {"passphrase", "password", "private_key"}
 
@@ -256,6 +258,8 @@ def _check_node_values(node: NodeConfig, where: str) -> None:
         raise ConfigError(f"{where}: field 'python' must be a program name or path without spaces or shell characters")
     if node.gpu not in ("auto", "off", "demo"):
         raise ConfigError(f"{where}: field 'gpu' must be one of 'auto', 'off', 'demo'")
+    if node.scan_workers is not None and not 1 <= node.scan_workers <= 8:
+        raise ConfigError(f"{where}: field 'scan_workers' must be between 1 and 8 (leave it out for a quarter of the node's cores)")
     for field in ("connect_timeout_s", "command_timeout_s"):
         if not 0 < getattr(node, field) <= 600:
             raise ConfigError(f"{where}: field {field!r} must be between 0 and 600 seconds")

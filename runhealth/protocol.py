@@ -1,8 +1,8 @@
 """Dashboard side of the agent pipe: bootstrap, framing and request/response sessions.
 
 The node runs ``python -u -c BOOTSTRAP``; the bootstrap reads one frame holding the agent's
-sources (agent.py plus agent_scan.py, agent_gpu.py and pynvml's, so a node needs only python3
-and the driver) and executes it. After that
+sources (agent.py plus agent_scan.py, agent_backfill.py, agent_gpu.py and pynvml's, so a node
+needs only python3 and the driver) and executes it. After that
 every request and reply is a frame: ASCII decimal byte length, ``\\n``, that many bytes of UTF-8
 JSON (docs/design.md section 1). `AgentSession` speaks that over any byte stream with
 deadline-aware reads, so the same code serves a local subprocess and an SSH channel.
@@ -31,7 +31,8 @@ _MAX_HEADER_BYTES = 20  # "268435456\n" is 10; anything longer is not a frame he
 _PYTHON_RE = re.compile(r"^[A-Za-z0-9_./+-]+$")
 _AGENT_PATH = Path(__file__).with_name("agent.py")
 # The agent's other modules, shipped under these names; agent.py registers them in sys.modules.
-_AGENT_PARTS = {"runhealth_agent_scan": "agent_scan.py", "runhealth_agent_gpu": "agent_gpu.py"}
+_AGENT_PARTS = {"runhealth_agent_scan": "agent_scan.py", "runhealth_agent_gpu": "agent_gpu.py",
+                "runhealth_agent_backfill": "agent_backfill.py"}
 
 
 def _agent_source(filename: str) -> str:
@@ -63,8 +64,9 @@ def _program_frame(main_source: str | None, include_pynvml: bool) -> bytes:
 def program_frame(include_pynvml: bool = True, main_source: str | None = None) -> bytes:
     """The first frame sent to BOOTSTRAP: the agent's sources and, if installed, pynvml's.
 
-    ``main`` is agent.py; ``modules`` holds agent_scan.py and agent_gpu.py (as
-    "runhealth_agent_scan" / "runhealth_agent_gpu", always: agent.py needs them) and pynvml.
+    ``main`` is agent.py; ``modules`` holds agent_scan.py, agent_backfill.py and agent_gpu.py (as
+    "runhealth_agent_scan" / "runhealth_agent_backfill" / "runhealth_agent_gpu", always: agent.py
+    needs them) and pynvml.
 
     Args:
         include_pynvml: ship the dashboard's nvidia-ml-py ``pynvml.py`` along, so a node without

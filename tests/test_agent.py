@@ -18,8 +18,9 @@ import pytest
 from runhealth import agent, protocol
 
 AGENT_PATH = Path(agent.__file__)
-# The agent is three modules shipped together; BOOTSTRAP registers these under these names.
+# The agent is four modules shipped together; BOOTSTRAP registers these under these names.
 PARTS = {"runhealth_agent_scan": AGENT_PATH.with_name("agent_scan.py"),
+         "runhealth_agent_backfill": AGENT_PATH.with_name("agent_backfill.py"),
          "runhealth_agent_gpu": AGENT_PATH.with_name("agent_gpu.py")}
 BIG = 1 << 40  # "no budget limit" for a test-sized shard
 
@@ -203,12 +204,29 @@ def test_writer_restart_runs_a_record_into_a_torn_line(tmp_path, where):
     assert agent.STATE.line_stats["template"] - before >= 38  # the good lines took the fast path
 
 
-def test_invalid_utf8_is_malformed(tmp_path):
-    good = json.dumps(flat("stop", 4, "caf\u00e9")).encode() + b"\n"
-    lines = [good, good.replace(b"\\u00e9", b"\xe9"), good.replace(b"\\u00e9", "\u00e9".encode()),
-             good.replace(b"\\u00e9", b"\xed\xa0\x80")]  # latin-1 byte, real UTF-8, surrogate
-    entry = scan(write(tmp_path / "a.jsonl", lines))
-    assert (entry["lines"], entry["malformed"], entry["counts"]) == (4, 2, [[4, "stop", 0, 2]])
+def test_content_rule_string_content_is_repaired_structure_is_not(tmp_path):
+    """README "Exactness": broken string *content* counts; broken structure never does."""
+    good = json.dumps(flat("stop", 4, "caf\u00e9 x", model="m")).encode() + b"\n"
+    content_only = [good.replace(b"\\u00e9", b"\xe9"),  # a latin-1 byte: invalid UTF-8
+                    good.replace(b"\\u00e9", b"\xed\xa0\x80"),  # an encoded surrogate
+                    good.replace(b"\\u00e9", b"\x01\t"),  # raw control characters
+                    good.replace(b"\\u00e9", b"\\q"),  # a bad escape
+                    good.replace(b'"model"', b'"mod\xe9l"'),  # invalid UTF-8 in another key
+                    good.replace(b'"m"}', b'"m\x01"}')]  # a control character in a short value
+    structural = [good.replace(b'"stop"', b'"st\xe9p"'),  # invalid UTF-8 in finish_reason
+                  good.replace(b'x", "finish', b'x" "finish'),  # a missing comma after the text
+                  good.replace(b'x", "finish', b'x\\", "finish')]  # the text's end quote escaped
+    for raw in content_only + structural:  # json.loads itself rejects each of them
+        with pytest.raises(ValueError):
+            json.loads(raw.decode("utf-8"))
+    utf8 = good.replace(b"\\u00e9", "\u00e9".encode())
+    before = agent.STATE.line_stats["template"]
+    entry = scan(write(tmp_path / "a.jsonl", [good, utf8] + content_only + structural))
+    assert (entry["lines"], entry["malformed"], entry["counts"]) == (11, 3, [[4, "stop", 0, 8]])
+    assert agent.STATE.line_stats["template"] - before >= 5  # the raw-UTF-8 text took the template
+    for raw in content_only:  # the same outcome with no template learned yet (first line)
+        alone = scan(write(tmp_path / "b.jsonl", [raw]))
+        assert (alone["lines"], alone["malformed"], alone["counts"]) == (1, 0, [[4, "stop", 0, 1]])
 
 
 def test_empty_file(tmp_path):
@@ -421,7 +439,7 @@ def test_agent_imports_only_the_standard_library(tmp_path):
                          capture_output=True, timeout=60, check=True)
     mods = {m.split(".")[0] for m in json.loads(out.stdout)}
     assert set(PARTS) <= mods  # all three modules ran, so their imports are in the check
-    ours = set(PARTS) | {"__main__"}
+    ours = set(PARTS) | {"__main__", "__mp_main__"}  # multiprocessing's alias of __main__
     third_party = mods - set(sys.stdlib_module_names) - set(sys.builtin_module_names) - ours
     assert not third_party, third_party
 

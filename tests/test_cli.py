@@ -43,6 +43,14 @@ def test_scan_json_matches_ground_truth(tmp_path):
         assert got["tokens"][f"p{q}"] == nearest_rank(tokens, q)
 
 
+def test_scan_workers_flag(tmp_path):
+    write_shard(tmp_path / "a.jsonl", truth_rows(300, 5))
+    results = [cli("scan", "--json", "--workers", n, str(tmp_path / "*.jsonl")) for n in ("1", "2")]
+    assert [r[0] for r in results] == [0, 0] and results[0][1] == results[1][1]
+    rc, _, err = cli("scan", "--workers", "9", str(tmp_path / "*.jsonl"))
+    assert rc == 2 and "--workers" in err
+
+
 def test_scan_ceiling_flag_and_whatif(tmp_path):
     write_shard(tmp_path / "a.jsonl", truth_rows(2000, 5))
     rc, out, err = cli("scan", "--json", "--ceiling", "4096", "--whatif", "8192", str(tmp_path / "a.jsonl"))

@@ -64,6 +64,9 @@ def bad(tmp_path, text):
         (('metrics_urls = ["http://127.0.0.1:30000/metrics"]', 'metrics_urls = ["file:///etc/passwd"]'),
          "field 'metrics_urls'"),
         (('name = "node-1"', 'name = "node 1"'), "field 'name'"),
+        (('python = "python3"', 'python = "python3"\nscan_workers = 0'), "field 'scan_workers' must be between 1 and 8"),
+        (('python = "python3"', 'python = "python3"\nscan_workers = 9'), "field 'scan_workers' must be between 1 and 8"),
+        (('python = "python3"', 'python = "python3"\nscan_workers = 2.5'), "field 'scan_workers' must be int"),
     ],
 )
 def test_wrong_value_names_file_node_and_field(tmp_path, change, expected):
@@ -120,3 +123,13 @@ def test_config_path_resolution(tmp_path, monkeypatch):
     monkeypatch.setenv("RUNHEALTH_CONFIG", "/elsewhere.toml")
     assert str(find_config_path()) == "/elsewhere.toml"
     assert str(find_config_path("explicit.toml")) == "explicit.toml"
+
+
+def test_scan_workers_reach_the_poll_request(tmp_path):
+    from runhealth.collector import poll_request
+
+    plain = load_config(write(tmp_path, EXAMPLE), secrets_path=tmp_path / "none.toml").nodes[0]
+    assert plain.scan_workers is None and poll_request(plain, {})["shards"]["scan_workers"] is None
+    two = load_config(write(tmp_path, EXAMPLE.replace('python = "python3"', 'python = "python3"\nscan_workers = 2')),
+                      secrets_path=tmp_path / "none.toml").nodes[0]
+    assert poll_request(two, {})["shards"]["scan_workers"] == 2

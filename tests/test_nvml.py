@@ -146,6 +146,7 @@ def test_bootstrap_registers_the_shipped_pynvml_lazily():
     program = json.dumps({"main": (src / "agent.py").read_text(),
                           "modules": {"runhealth_agent_scan": (src / "agent_scan.py").read_text(),
                                       "runhealth_agent_gpu": (src / "agent_gpu.py").read_text(),
+                                      "runhealth_agent_backfill": (src / "agent_backfill.py").read_text(),
                                       "pynvml": (HERE / "fake_pynvml.py").read_text()}}).encode()
     poll = json.dumps({"op": "poll", "shards": {"globs": []}, "gpu": "auto"}).encode()
     stdin = b"%d\n%s%d\n%s" % (len(program), program, len(poll), poll)

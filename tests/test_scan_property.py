@@ -57,22 +57,54 @@ def _completion_fields(obj):
     return rec.get("finish_reason"), ct, [text]
 
 
+def _repair_escapes(text: str) -> str:
+    """Double every backslash that starts no valid JSON escape (walked left to right)."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] != "\\":
+            out.append(text[i])
+            i += 1
+        elif text[i + 1 : i + 2] and text[i + 1] in '"\\/bfnrt':
+            out.append(text[i : i + 2])
+            i += 2
+        elif text[i + 1 : i + 2] == "u" and all(c in "0123456789abcdefABCDEF" for c in text[i + 2 : i + 6]) \
+                and len(text) >= i + 6:
+            out.append(text[i : i + 6])
+            i += 6
+        else:
+            out.append("\\\\")
+            i += 1
+    return "".join(out)
+
+
+def parse_line(raw: bytes):
+    """The README's content rule: strict json.loads, else string content repaired; None if neither."""
+    try:
+        return json.loads(raw.decode("utf-8")), False
+    except (ValueError, RecursionError):
+        pass
+    try:
+        return json.loads(_repair_escapes(raw.decode("utf-8", "surrogateescape")), strict=False), True
+    except (ValueError, RecursionError):
+        return None, True
+
+
 def reference_counts(data: bytes):
-    """(lines, malformed, counts rows) from json.loads on every complete line."""
+    """(lines, malformed, counts rows) from json.loads on every complete line (content rule)."""
     counts, lines, malformed = {}, 0, 0
     for raw in data.split(b"\n")[:-1]:
         lines += 1
         if not raw.strip(b" \t\r"):  # blank: skipped by jq and pandas, counted apart
             continue
-        try:
-            obj = json.loads(raw.decode("utf-8"))
-        except (ValueError, RecursionError):
-            obj = None
+        obj, repaired = parse_line(raw)
         if not isinstance(obj, dict):
             malformed += 1
             continue
         fr, ct, texts = _completion_fields(obj)
         fr = fr if isinstance(fr, str) else None
+        if repaired and fr is not None and any(0xDC80 <= ord(c) <= 0xDCFF for c in fr):
+            malformed += 1  # an invalid UTF-8 byte in finish_reason
+            continue
         if type(ct) is int and 0 <= ct <= 1 << 40:
             key = (ct, fr, 0)
         elif ct is not None:  # a count that is negative, huge, a float or a bool: malformed
@@ -158,6 +190,18 @@ def dumps(rec, shape):
     return text.encode("utf-8", "surrogatepass") + b"\n"  # lone surrogates -> invalid UTF-8
 
 
+BROKEN_CONTENT = [b"\xe9", b"\xff\xfe", b"\xed\xa0\x80", b"\xc3", b"\x01", b"\x1f\t", b"\\q", b"\\u12",
+                  b"\\x41\xe4\xb8"]
+
+
+def corrupt_text(line: bytes, rec, shape, junk: bytes) -> bytes:
+    """Insert `junk` just after the opening quote of the record's text (or first string) value."""
+    text = rec.get("text") if isinstance(rec.get("text"), str) else None
+    enc = json.dumps(text, ensure_ascii=shape["ascii"]).encode("utf-8", "surrogatepass") if text else b'"'
+    at = line.find(enc) + 1 if line.find(enc) > 0 else line.find(b'"') + 1
+    return line[:at] + junk + line[at:]
+
+
 values = st.fixed_dictionaries({"fr": reasons, "ct": tokens, "text": texts, "prompt": texts})
 shapes = st.fixed_dictionaries({
     "style": st.sampled_from(STYLES), "ascii": st.booleans(), "salt": st.text(max_size=3),
@@ -197,6 +241,8 @@ def test_fast_path_counts_equal_json_loads(data):
         elif roll == 2:  # a writer died mid-line and its restart appended the next record to it
             line = line[: data.draw(st.integers(0, max(0, len(line) - 2)))] + dumps(
                 build(schema, data.draw(values), shape), shape)
+        elif roll in (3, 4):  # a broken writer: bytes json.dumps never writes, inside the text
+            line = corrupt_text(line, rec, shape, data.draw(st.sampled_from(BROKEN_CONTENT)))
         body += line
     fd, path = tempfile.mkstemp(suffix=".jsonl")
     try:

@@ -1,0 +1,193 @@
+"""Parallel backfill (runhealth/agent_backfill.py): same counts as one process, real workers.
+
+The property: cutting a shard's range at any byte offsets (inside multibyte characters, inside
+torn lines, at line starts) and scanning the pieces separately gives exactly the entry one
+scan_file() call gives. The pool tests then run real "fork" workers: in this process, and in a
+real agent exec'd by protocol.BOOTSTRAP from shipped sources (code loaded with `-c`, which is
+what rules out "spawn" and "forkserver").
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_scan_property import BROKEN_CONTENT, SCHEMAS, build, corrupt_text, dumps, shapes, values
+
+from runhealth import agent, protocol
+
+backfill = agent._backfill
+scan_one = agent._scan.scan_file
+
+
+def fresh_templates():
+    agent._scan.TEMPLATES.entries.clear()  # a worker may start a piece knowing no template
+    agent._scan.TEMPLATES.inode_of.clear()
+
+
+def one_process(path, offset, budget):
+    fresh_templates()
+    return scan_one(path, None, offset, budget)
+
+
+def in_pieces(path, offset, budget, cuts, workers=2, runner=backfill.scan_piece):
+    fresh_templates()
+    out = backfill.scan_jobs([(path, None, offset, budget)], workers, scan_one, runner=runner,
+                             cuts={path: cuts})[path]
+    assert out.pop("by_workers") is True
+    return out
+
+
+@st.composite
+def shards(draw):
+    """Bytes of a shard: one schema, raw UTF-8 or not, with torn and broken-content lines."""
+    schema, shape = draw(st.sampled_from(SCHEMAS)), draw(shapes)
+    body = b""
+    for _ in range(draw(st.integers(1, 14))):
+        rec = build(schema, draw(values), shape)
+        line = dumps(rec, shape)
+        roll = draw(st.integers(0, 9))
+        if roll == 0:  # a writer died mid-line and its restart appended the next record
+            line = line[: draw(st.integers(0, len(line) - 2))] + dumps(build(schema, draw(values), shape), shape)
+        elif roll == 1:
+            line = corrupt_text(line, rec, shape, draw(st.sampled_from(BROKEN_CONTENT)))
+        elif roll == 2:  # a blank line
+            line = b"\n"
+        body += line
+    if draw(st.booleans()):  # a half-written last line
+        body += dumps(build(schema, draw(values), shape), shape)[:-3]
+    return body
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=shards(), data=st.data())
+def test_any_split_counts_exactly_what_one_process_counts(tmp_path_factory, body, data):
+    path = str(tmp_path_factory.mktemp("split") / "s.jsonl")
+    with open(path, "wb") as f:
+        f.write(body)
+    starts = [0] + [i + 1 for i, b in enumerate(body) if b == 10]
+    offset = data.draw(st.sampled_from(starts))  # resume where an earlier poll stopped
+    budget = data.draw(st.one_of(st.just(1 << 30), st.integers(0, len(body) + 2)))
+    multibyte = [i for i, b in enumerate(body) if b >= 0x80]  # cuts inside UTF-8 sequences
+    anywhere = st.integers(0, len(body) + 2)
+    cuts = data.draw(st.lists(st.one_of(anywhere, st.sampled_from(multibyte or [0]), st.sampled_from(starts)),
+                              max_size=8))
+    assert in_pieces(path, offset, budget, cuts) == one_process(path, offset, budget)
+
+
+def test_named_splits_inside_a_character_and_a_torn_line(tmp_path):
+    text = "中文 é 😀 " * 50
+    good = [json.dumps({"text": text, "finish_reason": fr, "completion_tokens": n}, ensure_ascii=False).encode() + b"\n"
+            for n, fr in [(5, "stop"), (7, "length"), (9, "stop")]]
+    torn = good[0][:300] + good[1]
+    body = good[0] + torn + good[2] + good[1][:40]
+    path = str(tmp_path / "a.jsonl")
+    with open(path, "wb") as f:
+        f.write(body)
+    inside_char = body.index("文".encode()) + 1
+    inside_torn = len(good[0]) + 200
+    whole = one_process(path, 0, 1 << 30)
+    assert (whole["lines"], whole["malformed"], whole["offset"]) == (3, 1, len(body) - 40)
+    for cuts in ([inside_char], [inside_torn], [inside_char, inside_torn, len(body) - 10], [len(good[0])]):
+        assert in_pieces(path, 0, 1 << 30, cuts) == whole, cuts
+
+
+def test_a_deadline_keeps_an_exact_prefix(tmp_path, monkeypatch):
+    line = json.dumps({"text": "x" * 200, "finish_reason": "stop", "completion_tokens": 3}).encode() + b"\n"
+    path = str(tmp_path / "a.jsonl")
+    with open(path, "wb") as f:
+        f.write(line * 1000)
+    cuts = list(range(1, len(line) * 1000, 10 * len(line)))  # 100 pieces
+    fresh_templates()
+    out = backfill.scan_jobs([(path, None, 0, 1 << 30)], 2, scan_one, deadline=time.monotonic() - 1,
+                             runner=backfill.scan_piece, cuts={path: cuts})[path]
+    assert out == dict(out, lines=1000)  # in-process runner: a deadline does not apply to it
+    monkeypatch.setattr(backfill, "PARALLEL_MIN_BYTES", 0)
+    out = backfill.scan_jobs([(path, None, 0, 1 << 30)], 2, scan_one, deadline=time.monotonic() - 1,
+                             cuts={path: cuts})[path]
+    done = out["lines"]
+    assert 0 < done < 1000 and out["offset"] == done * len(line)  # the first batch, then stop
+    assert out["pending_bytes"] == (1000 - done) * len(line)
+    assert out["counts"] == [[3, "stop", 0, done]]
+
+
+def test_real_fork_workers_at_lower_priority(tmp_path, monkeypatch):
+    monkeypatch.setattr(backfill, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(backfill, "PIECE_MIN_BYTES", 1)
+    line = json.dumps({"text": "ü" * 300, "finish_reason": "length", "completion_tokens": 8},
+                      ensure_ascii=False).encode() + b"\n"
+    path = str(tmp_path / "a.jsonl")
+    with open(path, "wb") as f:
+        f.write(line * 3000 + line[:50])
+    whole = one_process(path, 0, 1 << 30)
+    out = backfill.scan_jobs([(path, None, 0, 1 << 30)], 2, scan_one)[path]
+    assert out.pop("by_workers") and out == whole
+    assert backfill.LAST_RUN["workers"] == 2 and os.getpid() not in backfill.LAST_RUN["pids"]
+    assert backfill.LAST_RUN["nice"] == {min(19, os.nice(0) + backfill.WORKER_NICE)}
+
+
+def test_default_workers_is_a_quarter_of_the_cores_within_1_to_8():
+    assert [backfill.default_workers(c) for c in (1, 4, 7, 8, 16, 32, 64, 256)] == [1, 1, 1, 2, 4, 8, 8, 8]
+    assert backfill.resolve_workers(None) == backfill.default_workers()
+    assert backfill.resolve_workers(99) == 8 and backfill.resolve_workers(0) == 1
+
+
+def frame(obj):
+    data = json.dumps(obj).encode()
+    return b"%d\n%s" % (len(data), data)
+
+
+def read_reply(stream):
+    return json.loads(stream.read(int(stream.readline())))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_real_bootstrap_scans_with_fork_workers(tmp_path, workers):
+    """A node's view: agent exec'd from `python -c BOOTSTRAP`; worker code exists only in memory."""
+    line = json.dumps({"text": "中文 " * 100, "finish_reason": "stop", "completion_tokens": 4},
+                      ensure_ascii=False).encode() + b"\n"
+    path = str(tmp_path / "a.jsonl")
+    with open(path, "wb") as f:
+        f.write(line * 2000)
+    header, body = protocol.program_frame(include_pynvml=False).split(b"\n", 1)
+    program = json.loads(body)
+    small = program["modules"]["runhealth_agent_backfill"].replace(  # a test-sized backlog
+        "PARALLEL_MIN_BYTES = 64 << 20", "PARALLEL_MIN_BYTES = 1").replace("PIECE_MIN_BYTES = 4 << 20", "PIECE_MIN_BYTES = 1")
+    assert small != program["modules"]["runhealth_agent_backfill"]
+    program["modules"]["runhealth_agent_backfill"] = small
+    poll = {"op": "poll", "gpu": "off", "shards": {"globs": [path], "scan_workers": workers, "budget_bytes": 1 << 30}}
+    done = subprocess.run([sys.executable, "-I", "-S", "-u", "-c", protocol.BOOTSTRAP],
+                          input=frame(program) + frame(poll), capture_output=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    reply = read_reply(io.BytesIO(done.stdout))
+    assert reply["ok"], reply
+    entry = reply["shards"]["files"][path]
+    assert reply["shards"]["scan_workers"] == (workers if workers > 1 else 0)
+    assert (entry["lines"], entry["malformed"], entry["counts"], entry["offset"]) == (2000, 0, [[4, "stop", 0, 2000]],
+                                                                                        len(line) * 2000)
+
+
+def test_no_fork_falls_back_to_one_process(tmp_path, monkeypatch):
+    """fork refused (process limits) or a worker killed: the poll still progresses, same counts."""
+    import multiprocessing
+
+    def refuse(method):
+        raise OSError("fork refused")
+
+    monkeypatch.setattr(backfill, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(backfill, "PIECE_MIN_BYTES", 1)
+    monkeypatch.setattr(multiprocessing, "get_context", refuse)
+    line = json.dumps({"text": "x" * 100, "finish_reason": "stop", "completion_tokens": 2}).encode() + b"\n"
+    path = str(tmp_path / "a.jsonl")
+    with open(path, "wb") as f:
+        f.write(line * 500)
+    whole = one_process(path, 0, 1 << 30)
+    out = backfill.scan_jobs([(path, None, 0, 1 << 30)], 2, scan_one)[path]
+    assert out.pop("by_workers") and out == whole and backfill.LAST_RUN["workers"] == 0
