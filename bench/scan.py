@@ -28,10 +28,9 @@ QUOTES = PROSE + ['said "hello"', 'print("x")', '{"a": 1}']
 
 SCAN_CHILD = """
 import json, resource, sys, time
-sys.path.insert(0, sys.argv[1])
 from runhealth import agent
 t0 = time.perf_counter()
-e = agent.scan_file(sys.argv[2], None, 0, 1 << 62)
+e = agent.scan_file(sys.argv[1], None, 0, 1 << 62)
 dt = time.perf_counter() - t0
 print(json.dumps({"s": dt, "lines": e["lines"], "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "template_lines": agent.STATE.line_stats["template"]}))
@@ -91,7 +90,7 @@ def time_jq(path):
 
 
 def run_scan(path):
-    out = subprocess.run([sys.executable, "-c", SCAN_CHILD, str(ROOT), str(path)],
+    out = subprocess.run([sys.executable, "-c", SCAN_CHILD, str(path)],
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 

@@ -60,7 +60,8 @@ def setup(title: str, prefix: str) -> context.Runtime:
     rt = context.get_runtime()
     if rt.config_error or rt.config is None or rt.store is None:
         st.error(f"runhealth cannot start: {rt.config_error or 'no run configured'}")
-        st.info("Fix the field named above in runhealth.toml (or RUNHEALTH_CONFIG) and reload the page.")
+        st.info(f"Fix the field named above in {cards.md_escape(rt.config_path or 'the config file')} and reload the page:"
+                " the dashboard reloads the file when it changes, no restart needed.")
         st.stop()
     _check_access(rt.config.allowed_users)
     with st.sidebar:
@@ -70,6 +71,8 @@ def setup(title: str, prefix: str) -> context.Runtime:
             st.info(rt.notice)
         if rt.demo:
             st.markdown('<div class="rh-demo">DEMO</div>', unsafe_allow_html=True)
+        st.caption(cards.md_escape(f"Config: {rt.config_path}" if rt.config_path
+                                   else "Config: none found (--config, RUNHEALTH_CONFIG, ./runhealth.toml)"))
         st.fragment(run_every=5)(freshness)(rt, compact=True)
         if st.button("Refresh now", key=f"{prefix}_refresh_button", disabled=rt.collector is None,
                      help="Poll every node now" if rt.collector else "The collector is off in this process"):
