@@ -45,7 +45,8 @@ def streamlit_options(folder: Path) -> list[str]:
 def dashboard_command(config: Path | None, port: int, address: str, collect: bool) -> tuple[list[str], dict[str, str]]:
     """argv and environment for `streamlit run` (the config passed on as an absolute path)."""
     folder = app_dir()
-    argv = [sys.executable, "-m", "streamlit", "run", str(folder / "app.py"), *streamlit_options(folder),
+    # -P: the caller's working directory stays off sys.path (a stray ./timeit.py must not shadow the stdlib).
+    argv = [sys.executable, "-P", "-m", "streamlit", "run", str(folder / "app.py"), *streamlit_options(folder),
             "--server.port", str(port), "--server.address", address]
     env = dict(os.environ)
     if config is not None:
