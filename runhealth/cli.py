@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from runhealth import __version__, agent, launch, stats, whatif
+from runhealth import __version__, agent, launch, service, stats, whatif
 from runhealth.collector import Collector
 from runhealth.config import find_config_path, load_config
 from runhealth.errors import RunhealthError
@@ -159,21 +159,10 @@ def cmd_collect(args: argparse.Namespace) -> int:
     if path is None:
         print(NO_CONFIG, file=sys.stderr)
         return 2
-    config = load_config(path)
-    store = Store(config.resolved_store_path())
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    try:
-        with Collector(config, store) as collector:
-            collector.start()
-            print(f"collecting {len(config.nodes)} node(s) of {config.name} every {config.interval_s:g} s"
-                  f" into {store.path} (config {Path(path).absolute()}); stop with SIGTERM or Ctrl-C",
-                  file=sys.stderr, flush=True)
-            while not stop.wait(1.0):
-                pass
-    finally:
-        store.close()
+    service.run_collector(Path(path), stop)
     print("collector stopped", file=sys.stderr)
     return 0
 

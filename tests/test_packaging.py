@@ -87,30 +87,43 @@ def test_dashboard_refuses_a_missing_config(tmp_path, capsys):
     assert "config file not found" in capsys.readouterr().err
 
 
-def write_local_config(tmp_path: Path, rows: int) -> Path:
-    shards = tmp_path / "shards"
-    shards.mkdir()
-    write_shard(shards / "a.jsonl", truth_rows(rows, 5))
+def write_local_config(tmp_path: Path, rows: int, extra_node: bool = False) -> Path:
+    text = f'[run]\nname = "svc"\ninterval_s = 0.5\nstore_path = "{tmp_path / "svc.sqlite3"}"\n'
+    for name, n, seed in [("n1", rows, 5)] + ([("n2", 100, 6)] if extra_node else []):
+        shards = tmp_path / name
+        if not shards.exists():
+            shards.mkdir()
+            write_shard(shards / "a.jsonl", truth_rows(n, seed))
+        text += (f'[[nodes]]\nname = "{name}"\nhost = "local"\nshards = ["{shards}/*.jsonl"]\n'
+                 f'gpu = "off"\npython = "{sys.executable}"\n')
     config = tmp_path / "run.toml"
-    config.write_text(f'[run]\nname = "svc"\ninterval_s = 0.5\nstore_path = "{tmp_path / "svc.sqlite3"}"\n'
-                      f'[[nodes]]\nname = "n1"\nhost = "local"\nshards = ["{shards}/*.jsonl"]\n'
-                      f'gpu = "off"\npython = "{sys.executable}"\n')
+    stamp = config.stat().st_mtime_ns + 10**9 if config.exists() else None
+    config.write_text(text)
+    if stamp:
+        os.utime(config, ns=(stamp, stamp))
     return config
+
+
+def start_collect(config: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "runhealth", "collect", "--config", str(config)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_count(proc: subprocess.Popen, store_path: Path, want: int) -> None:
+    counted, deadline = 0, time.monotonic() + 30
+    while counted < want and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.3)
+        if store_path.exists():
+            counted = stored_count(store_path)
+    assert counted == want, proc.stderr.read() if proc.poll() is not None else f"store holds {counted}"
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_collect_runs_headless_and_stops_cleanly(tmp_path, sig):
-    config = write_local_config(tmp_path, 300)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "runhealth", "collect", "--config", str(config)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_collect(write_local_config(tmp_path, 300))
     try:
-        counted, deadline = 0, time.monotonic() + 30
-        while counted < 300 and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.3)
-            if (tmp_path / "svc.sqlite3").exists():
-                counted = stored_count(tmp_path / "svc.sqlite3")
-        assert counted == 300, proc.stderr.read() if proc.poll() is not None else "store never filled"
+        wait_for_count(proc, tmp_path / "svc.sqlite3", 300)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=20)
     finally:
@@ -121,6 +134,27 @@ def test_collect_runs_headless_and_stops_cleanly(tmp_path, sig):
     with open(tmp_path / "svc.sqlite3.collector.lock", "w") as lock:  # released: a new collector may start
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     assert stored_count(tmp_path / "svc.sqlite3") == 300
+
+
+def test_collect_follows_config_changes(tmp_path):
+    config = write_local_config(tmp_path, 300)
+    proc = start_collect(config)
+    try:
+        wait_for_count(proc, tmp_path / "svc.sqlite3", 300)
+        text = config.read_text()
+        config.write_text(text.replace("interval_s = 0.5", "interval_s = 0"))  # broken: keeps collecting
+        time.sleep(2.5)
+        assert proc.poll() is None
+        write_local_config(tmp_path, 300, extra_node=True)
+        wait_for_count(proc, tmp_path / "svc.sqlite3", 400)
+        proc.terminate()
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "does not load, still collecting with the previous one" in err and "interval_s" in err
+    assert "config changed: restarting the collector" in err and "collecting 2 node(s) of svc" in err
 
 
 def stored_count(path: Path) -> int:
