@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from shardgen import truth_rows, write_shard
-from test_browser import free_port, launch_chromium, open_page
+from test_browser import CHROMIUM, CHROMIUM_ARGS, free_port
 
 import runhealth
 
@@ -29,6 +29,19 @@ BASE_PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.e
 GENERIC_NAMES = {"app", "app.py", "pages", "components", "bench", "tests", "scripts"}
 
 pytestmark = pytest.mark.install
+# In a process of its own: test_browser's session may hold this process's sync Playwright open.
+SEES_DEMO = """
+import json, sys
+from playwright.sync_api import sync_playwright
+url, chromium, args = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+with sync_playwright() as p:
+    browser = p.chromium.launch(executable_path=chromium, args=args)
+    page = browser.new_page()
+    page.goto(url, wait_until="domcontentloaded")
+    page.get_by_text("DEMO — simulated run").first.wait_for(timeout=60_000)
+    browser.close()
+print("saw DEMO")
+"""
 
 
 def run(argv, **kw) -> subprocess.CompletedProcess:
@@ -84,8 +97,6 @@ def test_runhealth_scan_from_any_directory(installed):
 
 
 def test_runhealth_dashboard_serves_the_demo(installed):
-    from playwright.sync_api import sync_playwright
-
     bin_dir, scratch, env = installed
     port = free_port()
     env = {**env, "HOME": str(scratch), "XDG_CACHE_HOME": str(scratch / "cache")}
@@ -104,12 +115,9 @@ def test_runhealth_dashboard_serves_the_demo(installed):
                 pass
             assert proc.poll() is None and time.monotonic() < deadline, (scratch / "dashboard.log").read_text()
             time.sleep(0.3)
-        with sync_playwright() as p:
-            browser = launch_chromium(p)
-            page = browser.new_page()
-            open_page(page, url, "overview")
-            page.get_by_text("DEMO — simulated run").first.wait_for(timeout=30_000)
-            browser.close()
+        assert Path(CHROMIUM).exists(), "install chromium: apt-get install -y chromium"
+        seen = run([sys.executable, "-c", SEES_DEMO, url, CHROMIUM, json.dumps(CHROMIUM_ARGS)], timeout=120)
+        assert seen.stdout.strip() == "saw DEMO"
     finally:
         proc.terminate()
         proc.wait(timeout=20)
