@@ -42,6 +42,7 @@ class Runtime:
     notice: str | None = None  # why this process is not collecting, when it is not
     config_path: Path | None = None  # the file loaded, absolute; None: the built-in demo
     signature: tuple | None = None  # config_signature() when built: a change means rebuild
+    follows_file: bool = False  # held by get_runtime(), which rebuilds it when the file changes
 
 
 def collecting() -> bool:
@@ -125,5 +126,18 @@ def get_runtime() -> Runtime:
             new = build_runtime_for(path, previous=old)
             if old is not None and old.simulator is not None and old.simulator is not new.simulator:
                 old.simulator.stop()  # the demo is no longer shown
+            new.follows_file = True
             holder.runtime = new
         return holder.runtime
+
+
+def is_stale(rt: Runtime) -> bool:
+    """True when `rt` follows the config file and the file changed since it was built.
+
+    The sidebar's timed fragment asks this, so a screen nobody reloads (the standup wall) still
+    switches to an edited config within seconds: it then reruns the whole page.
+    """
+    if not rt.follows_file:
+        return False
+    path = _config_path()
+    return rt.config_path != path or rt.signature != config_signature(path)

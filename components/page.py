@@ -62,6 +62,7 @@ def setup(title: str, prefix: str) -> context.Runtime:
         st.error(f"runhealth cannot start: {rt.config_error or 'no run configured'}")
         st.info(f"Fix the field named above in {cards.md_escape(rt.config_path or 'the config file')} and reload the page:"
                 " the dashboard reloads the file when it changes, no restart needed.")
+        st.fragment(run_every=5)(_rerun_when_stale)(rt)  # an open error page clears by itself
         st.stop()
     _check_access(rt.config.allowed_users)
     with st.sidebar:
@@ -105,8 +106,14 @@ def guarded(fn):
     return wrapper
 
 
+def _rerun_when_stale(rt: context.Runtime) -> None:
+    if context.is_stale(rt):  # the config file changed: a full rerun rebuilds the runtime
+        st.rerun()
+
+
 def freshness(rt: context.Runtime, compact: bool = False) -> None:
     """When the last successful collection happened; red once it is older than stale_after."""
+    _rerun_when_stale(rt)
     last = loaders.load_last_collection(rt.store)
     if last is None:
         st.markdown("**Waiting for first poll** — no node has answered yet.")

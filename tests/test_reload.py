@@ -102,3 +102,16 @@ def test_a_config_created_later_replaces_the_demo(tmp_path, monkeypatch):
     real = context.get_runtime()
     assert not real.demo and real.config.name == "reload-run"
     assert real.config_path == tmp_path / "runhealth.toml"
+
+
+def test_is_stale_only_for_the_runtime_that_follows_the_file(tmp_path, monkeypatch):
+    path = tmp_path / "runhealth.toml"
+    write(path, config_text(tmp_path))
+    monkeypatch.setenv("RUNHEALTH_CONFIG", str(path))
+    monkeypatch.setenv("RUNHEALTH_COLLECTOR", "off")
+    held, loose = context.get_runtime(), context.build_runtime()
+    assert not context.is_stale(held) and not context.is_stale(loose)
+    write(path, config_text(tmp_path, interval="20"))
+    assert context.is_stale(held)  # the sidebar's fragment then reruns the page
+    assert not context.is_stale(loose)  # a runtime a test built by hand never triggers reruns
+    assert not context.is_stale(context.get_runtime())
