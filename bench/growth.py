@@ -17,15 +17,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
+from scan import make_shard, run_scan, time_read
 
-from scan import make_shard, run_scan, time_read  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 BLOCK_MB = 64
 

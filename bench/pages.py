@@ -24,13 +24,12 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+import pandas as pd
+import plotly.express as px
+import streamlit as st
+from streamlit.testing.v1 import AppTest
 
-import pandas as pd  # noqa: E402
-import plotly.express as px  # noqa: E402
-import streamlit as st  # noqa: E402
-from streamlit.testing.v1 import AppTest  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 PAGES = ["app.py", "pages/1_Output_lengths.py", "pages/2_GPUs.py", "pages/3_Samples.py", "pages/4_Nodes.py"]
 
@@ -76,9 +75,9 @@ def main() -> None:
         if not (db_path.exists() and config_path.exists()):
             # Built in a child process, so this process's RSS is that of a dashboard reading a store.
             tmp.mkdir(parents=True, exist_ok=True)
-            subprocess.run([sys.executable, "-c", "import sys; sys.path[:0] = sys.argv[1:3];"
+            subprocess.run([sys.executable, "-c", "import sys;"
                             " from store_fixtures import make_store; from pathlib import Path;"
-                            " make_store(Path(sys.argv[3]), 'big')", str(ROOT), str(ROOT / "tests"), str(tmp)],
+                            " make_store(Path(sys.argv[1]), 'big')", str(tmp)],
                            check=True)
         with sqlite3.connect(db_path) as db:
             gpu_rows = db.execute("SELECT COUNT(*) FROM gpu_samples").fetchone()[0]

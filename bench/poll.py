@@ -23,15 +23,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import sshd as sshd_lib
+
+from runhealth.config import NodeConfig
+from runhealth.protocol import AgentSession, launch_argv, program_frame
+from runhealth.ssh import SSHTransport, _ChannelStream
+from runhealth.transport import fan_out
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-
-import sshd as sshd_lib  # noqa: E402
-
-from runhealth.config import NodeConfig  # noqa: E402
-from runhealth.protocol import AgentSession, launch_argv, program_frame  # noqa: E402
-from runhealth.ssh import SSHTransport, _ChannelStream  # noqa: E402
-from runhealth.transport import fan_out  # noqa: E402
 
 
 def start_nodes(count: int, workdir: Path) -> tuple[list[sshd_lib.Sshd], Path, Path]:

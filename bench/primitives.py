@@ -28,12 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from scan import STYLES, make_shard
 
-from scan import STYLES, make_shard  # noqa: E402
-
-from runhealth import agent_scan  # noqa: E402
+from runhealth import agent_scan
 
 
 def best(fn, repeat):

@@ -38,6 +38,7 @@ ADVERSARIAL = PROSE + ['"finish_reason": "length"', '"completion_tokens": 4096',
                        '\\"', "中文", "😀"]
 STYLES = ("mixed", "prose", "quotes", "utf8", "utf8-quotes", "adversarial")
 
+# argv[1] is the code root to time (this checkout, or --other DIR: an older scanner, same run)
 SCAN_CHILD = """
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[1])

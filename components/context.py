@@ -1,16 +1,22 @@
 """The dashboard process's one runtime: config, store, collector (and the demo simulator).
 
-`get_runtime()` is cached with `st.cache_resource`, so however many browser tabs are open the
-process holds one store and one collector, and pages never talk to nodes themselves. With no
-config file it serves the built-in demo run through the same collector and agent a real run
-uses. `RUNHEALTH_COLLECTOR=off` renders from the store alone (tests; a read-only viewer next
-to another process that collects).
+`get_runtime()` keeps one runtime per process in an `st.cache_resource` holder, so however
+many browser tabs are open the process holds one store and one collector, and pages never talk
+to nodes themselves. With no config file it serves the built-in demo run through the same
+collector and agent a real run uses. `RUNHEALTH_COLLECTOR=off` (`runhealth dashboard
+--no-collect`) renders from the store alone: tests, or a viewer next to `runhealth collect`.
+
+Every page run compares the config file's (path, mtime, size) with the runtime's: when the file
+changed, was created or was fixed, the runtime is rebuilt (collector restarted with the new
+nodes, the store kept when its path is unchanged), so no change to the config needs a restart.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import threading
+from pathlib import Path
 
 import streamlit as st
 
@@ -34,26 +40,52 @@ class Runtime:
     config_error: str | None = None
     simulator: demo.Simulator | None = None
     notice: str | None = None  # why this process is not collecting, when it is not
+    config_path: Path | None = None  # the file loaded, absolute; None: the built-in demo
+    signature: tuple | None = None  # config_signature() when built: a change means rebuild
+    follows_file: bool = False  # held by get_runtime(), which rebuilds it when the file changes
+
+
+def collecting() -> bool:
+    return os.environ.get(COLLECTOR_ENV, "on").lower() not in ("off", "0", "false", "no")
+
+
+def config_signature(path: Path | None) -> tuple | None:
+    """What identifies one version of the config file: path, mtime and size (None: demo)."""
+    if path is None:
+        return None
+    try:
+        info = path.stat()
+    except OSError:
+        return (str(path), None, None)
+    return (str(path), info.st_mtime_ns, info.st_size)
 
 
 def build_runtime() -> Runtime:
-    """Load the config (or the demo), open the store and start collecting."""
-    collect = os.environ.get(COLLECTOR_ENV, "on").lower() not in ("off", "0", "false", "no")
-    simulator = None
+    """A runtime for the config found now (see `runhealth.config.find_config_path`)."""
+    return build_runtime_for(_config_path())
+
+
+def build_runtime_for(path: Path | None, previous: Runtime | None = None) -> Runtime:
+    """Load `path` (None: the demo), open the store (or keep `previous`'s) and start collecting."""
+    collect, simulator = collecting(), None
     try:
-        path = find_config_path()
         if path is not None:
             config = load_config(path)
         else:
-            if collect:
+            simulator = previous.simulator if previous and previous.demo else None
+            if collect and simulator is None:
                 simulator = demo.Simulator()
                 if not simulator.start():  # another dashboard process already simulates
                     simulator = None
             config = demo.demo_config(metrics_port=simulator.metrics_port if simulator else None)
-        store = Store(config.resolved_store_path())
+        keep = previous is not None and previous.store is not None and \
+            previous.store.path == config.resolved_store_path()
+        store = previous.store if keep else Store(config.resolved_store_path())
     except RunhealthError as exc:
-        return Runtime(config=None, store=None, config_error=str(exc))
-    runtime = Runtime(config=config, store=store, demo=config.demo, simulator=simulator)
+        return Runtime(config=None, store=None, config_error=str(exc), config_path=path,
+                       signature=config_signature(path))
+    runtime = Runtime(config=config, store=store, demo=config.demo, simulator=simulator, config_path=path,
+                      signature=config_signature(path))
     if collect:
         collector = Collector(config, store)
         try:
@@ -64,6 +96,48 @@ def build_runtime() -> Runtime:
     return runtime
 
 
+def _config_path() -> Path | None:
+    path = find_config_path()
+    return path.expanduser().absolute() if path is not None else None
+
+
+class _Holder:
+    """The process's current runtime, swapped under a lock when the config file changes."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.runtime: Runtime | None = None
+
+
 @st.cache_resource(show_spinner=False, max_entries=1)
+def _holder() -> _Holder:
+    return _Holder()
+
+
 def get_runtime() -> Runtime:
-    return build_runtime()
+    """The runtime for the config as it is on disk now (rebuilt when the file changed)."""
+    holder = _holder()
+    path = _config_path()
+    with holder.lock:
+        old = holder.runtime
+        if old is None or old.config_path != path or old.signature != config_signature(path):
+            if old is not None and old.collector is not None:
+                old.collector.stop()  # releases the store's collector lock for the new collector
+            new = build_runtime_for(path, previous=old)
+            if old is not None and old.simulator is not None and old.simulator is not new.simulator:
+                old.simulator.stop()  # the demo is no longer shown
+            new.follows_file = True
+            holder.runtime = new
+        return holder.runtime
+
+
+def is_stale(rt: Runtime) -> bool:
+    """True when `rt` follows the config file and the file changed since it was built.
+
+    The sidebar's timed fragment asks this, so a screen nobody reloads (the standup wall) still
+    switches to an edited config within seconds: it then reruns the whole page.
+    """
+    if not rt.follows_file:
+        return False
+    path = _config_path()
+    return rt.config_path != path or rt.signature != config_signature(path)

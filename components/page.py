@@ -60,7 +60,9 @@ def setup(title: str, prefix: str) -> context.Runtime:
     rt = context.get_runtime()
     if rt.config_error or rt.config is None or rt.store is None:
         st.error(f"runhealth cannot start: {rt.config_error or 'no run configured'}")
-        st.info("Fix the field named above in runhealth.toml (or RUNHEALTH_CONFIG) and reload the page.")
+        st.info(f"Fix the field named above in {cards.md_escape(rt.config_path or 'the config file')} and reload the page:"
+                " the dashboard reloads the file when it changes, no restart needed.")
+        st.fragment(run_every=5)(_rerun_when_stale)(rt)  # an open error page clears by itself
         st.stop()
     _check_access(rt.config.allowed_users)
     with st.sidebar:
@@ -70,6 +72,8 @@ def setup(title: str, prefix: str) -> context.Runtime:
             st.info(rt.notice)
         if rt.demo:
             st.markdown('<div class="rh-demo">DEMO</div>', unsafe_allow_html=True)
+        st.caption(cards.md_escape(f"Config: {rt.config_path}" if rt.config_path
+                                   else "Config: none found (--config, RUNHEALTH_CONFIG, ./runhealth.toml)"))
         st.fragment(run_every=5)(guarded(freshness))(rt, compact=True)
         if st.button("Refresh now", key=f"{prefix}_refresh_button", disabled=rt.collector is None,
                      help="Poll every node now" if rt.collector else "The collector is off in this process"):
@@ -102,9 +106,15 @@ def guarded(fn):
     return wrapper
 
 
+def _rerun_when_stale(rt: context.Runtime) -> None:
+    if context.is_stale(rt):  # the config file changed: a full rerun rebuilds the runtime
+        st.rerun()
+
+
 def freshness(rt: context.Runtime, compact: bool = False) -> None:
     """When the last successful collection happened; red once it is older than stale_after."""
     cards.render_store_incident(rt.store)
+    _rerun_when_stale(rt)
     last = loaders.load_last_collection(rt.store)
     if last is None:
         st.markdown("**Waiting for first poll** — no node has answered yet.")

@@ -1,24 +1,34 @@
-"""Command-line interface: `python -m runhealth scan|poll`.
+"""Command-line interface: `runhealth dashboard|collect|scan|poll` (also `python -m runhealth`).
 
-`scan` answers "what's the max completion length, and are we maxing out?" for local shard
-files with no dashboard at all; `poll` runs one full collection over every configured node.
-Both print a human summary, or with `--json` the objects the tests and benchmarks rely on.
+`dashboard` serves the Streamlit app; `collect` runs the collector alone, headless, for a
+service next to read-only dashboards; `scan` answers "what's the max completion length, and
+are we maxing out?" for local shard files with no dashboard at all; `poll` runs one full
+collection over every configured node. `scan` and `poll` print a human summary, or with
+`--json` the objects the tests and benchmarks rely on. Each subcommand is one `add_*` parser
+function and one `cmd_*` function.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 import tempfile
+import threading
+from pathlib import Path
 from typing import Any
 
-from runhealth import agent, stats, whatif
+from runhealth import __version__, agent, launch, service, stats, whatif
 from runhealth.collector import Collector
 from runhealth.config import find_config_path, load_config
 from runhealth.errors import RunhealthError
 from runhealth.store import Store
 from runhealth.textsafe import escape
+
+NO_CONFIG = "error: no config: pass --config, set RUNHEALTH_CONFIG, or create runhealth.toml"
+CONFIG_HELP = "config file (default: $RUNHEALTH_CONFIG, else ./runhealth.toml)"
 
 
 def scan_paths(patterns: list[str], totals: dict[str, int] | None = None,
@@ -72,7 +82,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
 def cmd_poll(args: argparse.Namespace) -> int:
     path = find_config_path(args.config)
     if path is None:
-        print("error: no config: pass --config, set RUNHEALTH_CONFIG, or create runhealth.toml", file=sys.stderr)
+        print(NO_CONFIG, file=sys.stderr)
         return 2
     config = load_config(path)
     with tempfile.TemporaryDirectory(prefix="runhealth-poll-") as tmp:
@@ -144,9 +154,49 @@ def format_poll(report: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m runhealth", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    path = find_config_path(args.config)
+    if path is not None and not path.expanduser().is_file():
+        print(f"error: {path}: config file not found", file=sys.stderr)
+        return 2
+    argv, env = launch.dashboard_command(path, args.port, args.address, collect=not args.no_collect)
+    where = f"config {path.expanduser().absolute()}" if path else "no config found: the demo run"
+    print(f"runhealth dashboard on http://{args.address}:{args.port} ({where})", file=sys.stderr)
+    sys.stderr.flush()
+    os.execve(sys.executable, argv, env)  # streamlit takes over this process (and its signals)
+    return 0  # not reached
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    path = find_config_path(args.config)
+    if path is None:
+        print(NO_CONFIG, file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    service.run_collector(Path(path), stop)
+    print("collector stopped", file=sys.stderr)
+    return 0
+
+
+def add_dashboard(sub) -> None:
+    p = sub.add_parser("dashboard", help="serve the dashboard (the demo run when no config is found)")
+    p.add_argument("--config", help=CONFIG_HELP)
+    p.add_argument("--port", type=int, default=8501)
+    p.add_argument("--address", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
+    p.add_argument("--no-collect", action="store_true",
+                   help="only read the store (another process, e.g. `runhealth collect`, collects)")
+    p.set_defaults(func=cmd_dashboard)
+
+
+def add_collect(sub) -> None:
+    p = sub.add_parser("collect", help="run the collector alone, headless, until SIGTERM/SIGINT")
+    p.add_argument("--config", help=CONFIG_HELP)
+    p.set_defaults(func=cmd_collect)
+
+
+def add_scan(sub) -> None:
     scan = sub.add_parser("scan", help="length summary of local JSONL shards")
     scan.add_argument("paths", nargs="+", metavar="PATH_OR_GLOB")
     scan.add_argument("--ceiling", type=int, help="the max_tokens limit (detected when absent)")
@@ -155,10 +205,21 @@ def build_parser() -> argparse.ArgumentParser:
                       help="worker processes for a large scan, 1-8 (default: a quarter of the cores)")
     scan.add_argument("--json", action="store_true")
     scan.set_defaults(func=cmd_scan)
+
+
+def add_poll(sub) -> None:
     poll = sub.add_parser("poll", help="one collection over every configured node")
-    poll.add_argument("--config", help="config file (default: $RUNHEALTH_CONFIG or ./runhealth.toml)")
+    poll.add_argument("--config", help=CONFIG_HELP)
     poll.add_argument("--json", action="store_true")
     poll.set_defaults(func=cmd_poll)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="runhealth", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"runhealth {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in (add_dashboard, add_collect, add_scan, add_poll):
+        add(sub)
     return parser
 
 

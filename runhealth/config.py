@@ -1,7 +1,7 @@
 """Configuration: one TOML file describing the run and its nodes.
 
-The file is `runhealth.toml` in the working directory, or the path in `RUNHEALTH_CONFIG`, or
-`--config`. Every value is checked here, once, so the rest of the code can trust it; a wrong
+The file is `--config`, else the path in `RUNHEALTH_CONFIG`, else `runhealth.toml` in the
+working directory (see `find_config_path`). Every value is checked here, once, so the rest of the code can trust it; a wrong
 value fails fast with a message naming the file, the node and the field. Secrets
 (passphrases, passwords) never live in this file: they come from `.streamlit/secrets.toml`
 (`[nodes.<name>] passphrase = "..."`) or from ssh-agent, and `NodeConfig.public_dict()` is

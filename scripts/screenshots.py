@@ -10,15 +10,13 @@ longer so the throughput chart has history, then captures both screens.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+import test_browser as tb  # the browser test's helpers are the single source
+from playwright.sync_api import sync_playwright
 
-import test_browser as tb  # noqa: E402  (the browser test's helpers are the single source)
-from playwright.sync_api import sync_playwright  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> int:

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Start the dashboard on http://127.0.0.1:8501 — the built-in demo run when no runhealth.toml
-# (or RUNHEALTH_CONFIG) is configured. Installs the Python requirements on first use.
+# Start the dashboard on http://127.0.0.1:8501: `runhealth dashboard` from the project's .venv
+# (made and filled on first use). Config lookup happens in the directory you run this from:
+# --config, then $RUNHEALTH_CONFIG, then ./runhealth.toml; none -> the built-in demo run.
+#   ./scripts/start.sh [--config F] [--port N] [--address A] [--no-collect]
 set -euo pipefail
-cd "$(dirname "$0")/.."
-if ! python3 -c "import streamlit, paramiko, plotly, pandas, prometheus_client, pynvml" 2>/dev/null; then
-  python3 -m pip install -q -r requirements.txt
-fi
-exec python3 -m streamlit run app.py "$@"
+source "$(dirname "$0")/venv.sh"
+ensure_venv base
+exec "$VENV/bin/runhealth" dashboard "$@"

@@ -1,25 +1,25 @@
 #!/usr/bin/env bash
 # Run every test suite on a fresh machine: installs what the tests need (Debian's
-# openssh-server and chromium, the Python requirements), lints, then runs pytest.
-# Fails when a test fails, when a required suite is missing, or when anything was skipped.
+# openssh-server, chromium and prometheus; the project with its dev extra into .venv), lints,
+# then runs pytest. Fails when a test fails, when a required suite is missing, or when
+# anything was skipped.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/venv.sh"
+cd "$REPO"
 
 missing=()
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
+{ [ -x /usr/bin/prometheus ] && [ -x /usr/bin/promtool ]; } || missing+=(prometheus)
 if [ ${#missing[@]} -gt 0 ]; then
-  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  echo "installing ${missing[*]} (apt-get)" >&2
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+  apt_install "${missing[@]}"
 fi
-python3 -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+ensure_venv dev
 
-python3 -m ruff check .
+"$VENV_PY" -m ruff check .
 mkdir -p tests/artifacts
 set +e
-python3 -m pytest --junitxml=tests/artifacts/junit.xml "$@"
+"$VENV_PY" -m pytest --junitxml=tests/artifacts/junit.xml "$@"
 rc=$?
 set -e
 if [ $rc -eq 5 ]; then
@@ -29,5 +29,5 @@ fi
 [ $rc -eq 0 ] || exit $rc
 # With no arguments this is the full run: every suite must have run, none skipped.
 if [ $# -eq 0 ]; then
-  python3 scripts/check_suites.py tests/artifacts/junit.xml
+  "$VENV_PY" scripts/check_suites.py tests/artifacts/junit.xml
 fi

@@ -1,4 +1,12 @@
-"""Shared fixtures: real OpenSSH sshd processes on loopback (never mocked).
+"""Shared fixtures: a hermetic environment, and real OpenSSH sshd processes on loopback.
+
+Every test session runs hermetic (`hermetic_environment`, autouse): HOME, the XDG folders and
+the working directory are fresh temporary folders and RUNHEALTH_CONFIG, RUNHEALTH_COLLECTOR and
+the ssh-agent variables are removed, so no test reads the user's runhealth.toml (in the
+checkout or anywhere), ~/.ssh/config, ~/.streamlit or .streamlit/secrets.toml
+(tests/test_hermetic.py proves it with a poisoned copy of the checkout).
+
+The sshd fixtures are never mocked.
 
 The chain follows ansible/pylibssh's tests/conftest.py: session temp dir -> client keys ->
 authorized_keys -> `sshd_node` factory (host key + sshd on 127.0.0.x + known_hosts). A missing
@@ -12,6 +20,7 @@ sshd fails the test with how to install it; it never skips.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from pathlib import Path
 
@@ -23,6 +32,26 @@ from runhealth.config import NodeConfig
 
 # A planted secret: tests assert it never shows up in exceptions or logs.
 SECRET_PASSPHRASE = "planted-Secret-passphrase-7f3a"
+
+
+HERMETIC_UNSET = ("RUNHEALTH_CONFIG", "RUNHEALTH_COLLECTOR", "SSH_AUTH_SOCK", "SSH_AGENT_PID",
+                  "STREAMLIT_CONFIG", "XDG_CONFIG_HOME", "XDG_DATA_HOME")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def hermetic_environment(tmp_path_factory):
+    """A fresh HOME, cache and working directory for the whole session; no runhealth variables."""
+    home = tmp_path_factory.mktemp("home")
+    workdir = tmp_path_factory.mktemp("cwd")
+    with pytest.MonkeyPatch.context() as mp:
+        for name in HERMETIC_UNSET:
+            mp.delenv(name, raising=False)
+        for name in [n for n in os.environ if n.startswith(("RUNHEALTH_", "STREAMLIT_"))]:
+            mp.delenv(name)
+        mp.setenv("HOME", str(home))
+        mp.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+        mp.chdir(workdir)
+        yield workdir
 
 
 @dataclasses.dataclass

@@ -1,6 +1,6 @@
 """The demo dashboard in a real headless Chromium (Playwright), as a person at standup sees it.
 
-A session fixture starts `streamlit run app.py` with no config (the built-in demo, its data
+A session fixture starts `runhealth dashboard` (`streamlit run app.py` underneath) with no config (the built-in demo, its data
 isolated under a temporary XDG_CACHE_HOME), logging to a file rather than a pipe (a full pipe
 would stall the server), and polls /_stcore/health; if it never gets healthy the log is
 dumped into the failure. Chromium is the system one: never `playwright install`. The helpers
@@ -44,10 +44,12 @@ def streamlit_server(workdir: Path, startup_s: float = 60):
     """Run the demo app; yields its base URL. The server log is dumped if it does not start."""
     port, log_path = free_port(), workdir / "streamlit.log"
     env = {k: v for k, v in os.environ.items() if k not in ("RUNHEALTH_CONFIG", "RUNHEALTH_COLLECTOR")}
-    env.update(XDG_CACHE_HOME=str(workdir / "cache"), PYTHONUNBUFFERED="1")
+    # PYTHONPATH: `runhealth` importable even where the checkout is not installed.
+    env.update(XDG_CACHE_HOME=str(workdir / "cache"), PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-                                 "--server.headless", "true"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        # What a user runs, from a folder with no runhealth.toml in it: the demo.
+        proc = subprocess.Popen([sys.executable, "-m", "runhealth", "dashboard", "--port", str(port)],
+                                cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + startup_s

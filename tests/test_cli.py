@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,9 +12,11 @@ from shardgen import truth_rows, write_shard
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def cli(*args, cwd=ROOT):
+def cli(*args, cwd=None):
+    """`python -m runhealth ...` from the session's scratch folder (not the checkout)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # importable even where the checkout is not installed
     proc = subprocess.run([sys.executable, "-m", "runhealth", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=120)
+                          timeout=120, env=env)
     return proc.returncode, proc.stdout, proc.stderr
 
 

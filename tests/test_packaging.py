@@ -1,0 +1,165 @@
+"""The package and its command: one dependency list, one version, `runhealth dashboard|collect`.
+
+The wheel itself is built and installed in tests/test_install.py; these are the fast checks:
+requirements files equal to pyproject's lists, the launcher's streamlit command, and the
+headless collector run as a real process that stops cleanly on SIGTERM and SIGINT.
+"""
+
+import fcntl
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+from shardgen import truth_rows, write_shard
+
+import runhealth
+from runhealth import cli, launch
+from runhealth.store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def requirement_lines(path: Path) -> list[str]:
+    lines = [line.split("#")[0].strip() for line in path.read_text().splitlines()]
+    return [line.replace(" ", "") for line in lines if line and not line.startswith("-r")]
+
+
+def test_requirements_files_equal_pyproject():
+    project = PYPROJECT["project"]
+    assert requirement_lines(ROOT / "requirements.txt") == project["dependencies"]
+    assert requirement_lines(ROOT / "requirements-dev.txt") == project["optional-dependencies"]["dev"]
+
+
+def test_one_version_source():
+    project = PYPROJECT["project"]
+    assert "version" not in project and "version" in project["dynamic"]
+    assert PYPROJECT["tool"]["hatch"]["version"]["path"] == "runhealth/__init__.py"
+    assert re.fullmatch(r"\d+\.\d+\.\d+", runhealth.__version__)
+    assert project["scripts"]["runhealth"] == "runhealth.cli:main"
+
+
+def test_pytest_has_no_pythonpath_hack():
+    assert "pythonpath" not in PYPROJECT["tool"]["pytest"]["ini_options"]
+
+
+def test_app_dir_in_a_checkout_is_the_repository():
+    assert launch.app_dir() == ROOT
+
+
+def test_streamlit_options_come_from_the_apps_config(tmp_path):
+    (tmp_path / ".streamlit").mkdir()
+    (tmp_path / ".streamlit" / "config.toml").write_text(
+        '[server]\naddress = "0.0.0.0"\nheadless = true\n[client]\ntoolbarMode = "minimal"\n')
+    assert launch.streamlit_options(tmp_path) == ["--server.headless", "true", "--client.toolbarMode", "minimal"]
+
+
+def test_dashboard_command(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv, env = launch.dashboard_command(Path("cfg.toml"), 8611, "127.0.0.1", collect=False)
+    assert argv[:6] == [sys.executable, "-P", "-m", "streamlit", "run", str(ROOT / "app.py")]
+    assert argv[-4:] == ["--server.port", "8611", "--server.address", "127.0.0.1"]
+    assert "--client.showSidebarNavigation" in argv and argv.count("--server.address") == 1
+    assert env["RUNHEALTH_CONFIG"] == str(tmp_path / "cfg.toml")  # absolute: streamlit may chdir
+    assert env["RUNHEALTH_COLLECTOR"] == "off"
+    _, env = launch.dashboard_command(None, 8611, "127.0.0.1", collect=True)
+    assert "RUNHEALTH_CONFIG" not in env and "RUNHEALTH_COLLECTOR" not in env
+
+
+def test_parser_has_every_subcommand_and_flag():
+    parser = cli.build_parser()
+    args = parser.parse_args(["dashboard", "--config", "x.toml", "--port", "9000", "--address", "0.0.0.0",
+                              "--no-collect"])
+    assert (args.config, args.port, args.address, args.no_collect) == ("x.toml", 9000, "0.0.0.0", True)
+    args = parser.parse_args(["dashboard"])
+    assert (args.port, args.address, args.no_collect) == (8501, "127.0.0.1", False)
+    assert parser.parse_args(["collect", "--config", "c.toml"]).func is cli.cmd_collect
+
+
+def test_dashboard_refuses_a_missing_config(tmp_path, capsys):
+    assert cli.main(["dashboard", "--config", str(tmp_path / "nope.toml")]) == 2
+    assert "config file not found" in capsys.readouterr().err
+
+
+def write_local_config(tmp_path: Path, rows: int, extra_node: bool = False) -> Path:
+    text = f'[run]\nname = "svc"\ninterval_s = 0.5\nstore_path = "{tmp_path / "svc.sqlite3"}"\n'
+    for name, n, seed in [("n1", rows, 5)] + ([("n2", 100, 6)] if extra_node else []):
+        shards = tmp_path / name
+        if not shards.exists():
+            shards.mkdir()
+            write_shard(shards / "a.jsonl", truth_rows(n, seed))
+        text += (f'[[nodes]]\nname = "{name}"\nhost = "local"\nshards = ["{shards}/*.jsonl"]\n'
+                 f'gpu = "off"\npython = "{sys.executable}"\n')
+    config = tmp_path / "run.toml"
+    stamp = config.stat().st_mtime_ns + 10**9 if config.exists() else None
+    config.write_text(text)
+    if stamp:
+        os.utime(config, ns=(stamp, stamp))
+    return config
+
+
+def start_collect(config: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "runhealth", "collect", "--config", str(config)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_count(proc: subprocess.Popen, store_path: Path, want: int) -> None:
+    counted, deadline = 0, time.monotonic() + 30
+    while counted < want and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.3)
+        if store_path.exists():
+            counted = stored_count(store_path)
+    assert counted == want, proc.stderr.read() if proc.poll() is not None else f"store holds {counted}"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_collect_runs_headless_and_stops_cleanly(tmp_path, sig):
+    proc = start_collect(write_local_config(tmp_path, 300))
+    try:
+        wait_for_count(proc, tmp_path / "svc.sqlite3", 300)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "collecting 1 node(s) of svc" in err and err.rstrip().endswith("collector stopped")
+    with open(tmp_path / "svc.sqlite3.collector.lock", "w") as lock:  # released: a new collector may start
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    assert stored_count(tmp_path / "svc.sqlite3") == 300
+
+
+def test_collect_follows_config_changes(tmp_path):
+    config = write_local_config(tmp_path, 300)
+    proc = start_collect(config)
+    try:
+        wait_for_count(proc, tmp_path / "svc.sqlite3", 300)
+        text = config.read_text()
+        config.write_text(text.replace("interval_s = 0.5", "interval_s = 0"))  # broken: keeps collecting
+        time.sleep(2.5)
+        assert proc.poll() is None
+        write_local_config(tmp_path, 300, extra_node=True)
+        wait_for_count(proc, tmp_path / "svc.sqlite3", 400)
+        proc.terminate()
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "does not load, still collecting with the previous one" in err and "interval_s" in err
+    assert "config changed: restarting the collector" in err and "collecting 2 node(s) of svc" in err
+
+
+def stored_count(path: Path) -> int:
+    store = Store(path)
+    try:
+        return sum(r["count"] for r in store.length_counts())
+    finally:
+        store.close()
