@@ -10,12 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runhealth.stats import LengthHist
+from runhealth.numeric import log_gamma_sf, log_norm_sf, nelder_mead
 from runhealth.whatif import (
     continuation_requests,
     eta_change,
-    log_gamma_sf,
-    log_norm_sf,
-    nelder_mead,
     what_if,
     what_if_curve,
 )
@@ -91,9 +89,11 @@ def test_recovers_the_true_share_and_extra_tokens(family, seed):
     # The default estimate itself: within 35% of the true extra tokens per completion.
     assert abs(result["extra_tokens_per_completion"] - extra_truth) < 0.35 * extra_truth
     assert 0.0 <= lo and hi <= result["current_truncated_fraction"]
-    assert result["model"] == "tail log-normal"
-    assert set(result["band"]) >= {"tail log-normal", "exponential tail"}
+    # Never fewer than three members; the headline is one of them and says why.
+    assert set(result["band"]) >= {"tail log-normal", "exponential tail", "log-normal mixture"}
     assert any(k.endswith("(AIC)") for k in result["band"])
+    assert result["model"] in result["band"] and "back-test" in result["model_reason"]
+    assert result["backtest"]["checks"][0]["cut"] == C // 2
 
 
 def test_context_window_stops_do_not_break_the_fit():
@@ -119,11 +119,12 @@ def test_the_curve_comes_from_the_same_fits_as_the_point_estimate():
     hist = censored_run(TRUTHS["log-normal"][0], n=3000, seed=5)
     limits = (5120, 6144, C2, 16384, 2048)  # 2048 is below the ceiling: not on the curve
     result = what_if(hist, C, C2, bootstrap=10, curve_limits=limits)
-    assert result["curve"] == what_if_curve(hist, C, list(limits))
+    assert result["curve"] == what_if_curve(hist, C, list(limits), new_limit=C2)
     assert [p["limit"] for p in result["curve"]] == [5120, 6144, C2, 16384]
     at_chosen = next(p for p in result["curve"] if p["limit"] == C2)
     assert at_chosen["truncated_fraction"] == result["truncated_fraction"]
     assert at_chosen["band"] == result["band"]
+    assert at_chosen["interval"][0] <= at_chosen["truncated_fraction"] <= at_chosen["interval"][1]
     shares = [p["truncated_fraction"] for p in result["curve"]]
     assert shares == sorted(shares, reverse=True)  # a higher limit never cuts more
     assert what_if(hist, C, C2, bootstrap=0)["curve"] == []
