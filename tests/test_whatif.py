@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runhealth.stats import LengthHist
 from runhealth.numeric import log_gamma_sf, log_norm_sf, nelder_mead
+from runhealth.stats import LengthHist
 from runhealth.whatif import (
     continuation_requests,
     eta_change,
