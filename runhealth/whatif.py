@@ -157,12 +157,17 @@ def backtest_errors(checks: list[dict], ratio: float, key: str = "") -> dict[str
     return errors
 
 
-def choose_headline(models, errors: dict[str, float]) -> tuple[str, str]:
-    """The model with the smallest back-test error (ties: PREFERENCE order), and why."""
+def choose_headline(models, errors: dict[str, float], checks: list[dict] = ()) -> tuple[str, str]:
+    """The model with the smallest back-test error (ties: PREFERENCE order), and why.
+
+    Only models checked at every cut compete: one left out of the longest extrapolation (the
+    tail log-normal when that cut lies below the median) would win on its shorter check alone.
+    """
     order = [m for m in PREFERENCE if m in models] + [m for m in models if m not in PREFERENCE]
-    if not errors:
+    checked = [m for m in order if m in errors and all(m in c["predicted"] for c in checks)]
+    if not checked:
         return DEFAULT_MODEL, "no back-test possible (too few completions below the lower cut): the tail log-normal"
-    best = min(order, key=lambda m: (round(errors.get(m, math.inf), 6), order.index(m)))
+    best = min(checked, key=lambda m: (round(errors[m], 6), order.index(m)))
     return best, f"smallest back-test error ({math.expm1(errors[best]):.0%} off, scaled to this limit)"
 
 
@@ -304,7 +309,7 @@ def _analyse(rows, ceiling: int, new_limit: int, loops: dict) -> dict | None:
     aic = [m[:-len(" (AIC)")] for m in models if m.endswith(" (AIC)")]
     checks = backtest(rows, ceiling, max(new_limit, ceiling + 1), lf, aic)
     errors, errors_extra = backtest_errors(checks, ratio), backtest_errors(checks, ratio, "_extra")
-    head, reason = choose_headline(models, errors)
+    head, reason = choose_headline(models, errors, checks)
     return {"ceiling": ceiling, "tail": tail, "models": models, "params": params, "lf": lf,
             "lf_range": loops["interval"], "ratio": ratio, "checks": checks, "errors": errors,
             "errors_extra": errors_extra, "head": head, "reason": reason}
@@ -388,18 +393,25 @@ def what_if_curve(hist: LengthHist, ceiling: int, limits: list[int], *, new_limi
 
 
 def eta_change(remaining_completions: int, tokens_per_s: float | None, mean_tokens_now: float,
-               extra_tokens_per_completion: float) -> dict:
+               extra_tokens_per_completion: float, extra_tokens_interval: list[float] | None = None) -> dict:
     """Time to finish the run now and with the extra tokens per completion.
 
+    The change is linear in the extra tokens, so its interval is the extra tokens' calibrated
+    interval scaled (the throughput is taken as known; it is measured, not modelled).
+
     Returns:
-        ``{"eta_s_now", "eta_s_new", "delta_s"}`` in seconds (None without a throughput).
+        ``{"eta_s_now", "eta_s_new", "delta_s", "delta_s_interval"}`` in seconds (None without
+        a throughput).
     """
     if not tokens_per_s or tokens_per_s <= 0 or mean_tokens_now is None:
-        return {"eta_s_now": None, "eta_s_new": None, "delta_s": None}
+        return {"eta_s_now": None, "eta_s_new": None, "delta_s": None, "delta_s_interval": None}
     remaining = max(0, remaining_completions)
+    extra = extra_tokens_per_completion or 0.0
     now = remaining * mean_tokens_now / tokens_per_s
-    new = remaining * (mean_tokens_now + (extra_tokens_per_completion or 0.0)) / tokens_per_s
-    return {"eta_s_now": now, "eta_s_new": new, "delta_s": new - now}
+    new = remaining * (mean_tokens_now + extra) / tokens_per_s
+    lo, hi = extra_tokens_interval or (extra, extra)
+    return {"eta_s_now": now, "eta_s_new": new, "delta_s": new - now,
+            "delta_s_interval": [remaining * lo / tokens_per_s, remaining * hi / tokens_per_s]}
 
 
 def _messages(prompt) -> list[dict]:

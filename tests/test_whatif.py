@@ -199,7 +199,8 @@ def test_special_functions_and_optimiser():
 
 def test_eta_change():
     eta = eta_change(1000, 500.0, 2000.0, 250.0)
-    assert eta == {"eta_s_now": 4000.0, "eta_s_new": 4500.0, "delta_s": 500.0}
+    assert eta == {"eta_s_now": 4000.0, "eta_s_new": 4500.0, "delta_s": 500.0, "delta_s_interval": [500.0, 500.0]}
+    assert eta_change(1000, 500.0, 2000.0, 250.0, [100.0, 400.0])["delta_s_interval"] == [200.0, 800.0]
     assert eta_change(1000, None, 2000.0, 250.0)["delta_s"] is None
 
 
