@@ -445,3 +445,21 @@ def continuation_requests(samples: list[dict], new_limit: int, ceiling: int,
         lines.append({"custom_id": f"{sample.get('path')}:{sample.get('line_no')}",
                       "method": "POST", "url": "/v1/chat/completions", "body": body})
     return lines
+
+
+def forecast_outcome(forecast: dict, hist: LengthHist) -> dict | None:
+    """How a what-if forecast did, given a later run's lengths at the forecast's limit.
+
+    Returns:
+        ``{"limit", "forecast", "interval", "observed", "covered", "error"}`` (shares of all
+        completions), or None when the later run has no completions or the forecast no estimate.
+    """
+    if forecast.get("truncated_fraction") is None:
+        return None
+    rows, n_total, n_ceil = _censored_rows(hist, forecast["limit"])
+    if n_total == 0:
+        return None
+    observed = n_ceil / n_total
+    lo, hi = forecast["interval"]
+    return {"limit": forecast["limit"], "forecast": forecast["truncated_fraction"], "interval": [lo, hi],
+            "observed": observed, "covered": lo <= observed <= hi, "error": forecast["truncated_fraction"] - observed}

@@ -6,13 +6,15 @@ A smaller, deterministic slice of bench/whatif.py: the shapes that broke the old
 """
 
 import math
+import random
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from whatif_family import SHAPES, case
 
-from runhealth.whatif import MIN_LOOP_SAMPLES, loop_share, what_if, wilson
+from runhealth.stats import LengthHist
+from runhealth.whatif import MIN_LOOP_SAMPLES, forecast_outcome, loop_share, what_if, wilson
 
 SLICE = [("bimodal", 0.05), ("bimodal", 0.15), ("reasoning mixture", 0.15), ("bimodal narrow upper", 0.15),
          ("log-normal wide", 0.15), ("Pareto tail", 0.05), ("gamma", 0.40), ("log-logistic", 0.15)]
@@ -105,3 +107,19 @@ def test_point_estimate_lies_inside_its_interval(k, extra):
     lo, hi = wilson(k, n)
     assert lo <= (k / n if n else 0.0) <= hi and 0.0 <= lo <= hi <= 1.0
     assert loop_share(0.0, (k, n))["used"] is (n >= MIN_LOOP_SAMPLES)
+
+
+def test_a_forecast_can_be_checked_against_the_later_run():
+    c = case("bimodal", 0.15, n=4000, seed=9)
+    forecast = what_if(c["hist"], c["ceiling"], c["limit"], bootstrap=0)
+    draw, _sf = SHAPES["bimodal"]
+    rng, later = random.Random(10), LengthHist()  # the next run, with max_tokens at the new limit
+    for _ in range(4000):
+        t = max(1, math.ceil(draw(rng)))
+        later.add(min(t, c["limit"]), "length" if t >= c["limit"] else "stop")
+    out = forecast_outcome(forecast, later)
+    assert out["observed"] == sum(n for t, fr, _e, n in later.rows() if fr == "length") / 4000
+    assert out["limit"] == c["limit"] and out["covered"] == (out["interval"][0] <= out["observed"] <= out["interval"][1])
+    assert out["covered"]  # the interval held on this draw (and abs(error) is the miss)
+    assert math.isclose(out["error"], forecast["truncated_fraction"] - out["observed"])
+    assert forecast_outcome({"truncated_fraction": None}, later) is None
