@@ -261,38 +261,44 @@ def _censored_moments(mu: float, s: float, y: float) -> tuple[float, float, floa
 
 def _mixture_step(cells: Cells, n_ceil: float, log_c: float, p):
     """One EM step on the log lengths; returns ``(new params, log-likelihood at p)``."""
-    w, comps = p[0], (p[1:3], p[3:5])
-    acc = [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]  # per component: weight, sum y, sum y^2
+    w, mu1, s1, mu2, s2 = p
+    # Component 2's log density minus component 1's, as a quadratic in y (one exp per bin).
+    c0 = math.log1p(-w) - math.log(w) - math.log(s2 / s1) - 0.5 * ((mu2 / s2) ** 2 - (mu1 / s1) ** 2)
+    c1, c2 = mu2 / s2 ** 2 - mu1 / s1 ** 2, -0.5 / s2 ** 2 + 0.5 / s1 ** 2
+    base = math.log(w) - math.log(s1) - 0.5 * _LOG_2PI
+    a0 = a1 = a2 = b0 = b1 = b2 = 0.0  # per component: weight, sum y, sum y^2
     loglik = 0.0
-    lw = (math.log(w), math.log1p(-w))
     for n, s_y, s_y2, _t in cells.ev:
         y = s_y / n
-        logs = [lw[j] - math.log(c[1]) - 0.5 * ((y - c[0]) / c[1]) ** 2 for j, c in enumerate(comps)]
-        top = max(logs)
-        tot = math.exp(logs[0] - top) + math.exp(logs[1] - top)
-        loglik += n * (top + math.log(tot))
-        for j in (0, 1):
-            r = math.exp(logs[j] - top) / tot
-            acc[j][0] += r * n
-            acc[j][1] += r * s_y
-            acc[j][2] += r * s_y2
+        d = c0 + y * (c1 + y * c2)
+        r1 = 1.0 / (1.0 + math.exp(d)) if d < 700 else 0.0
+        loglik += n * (base - 0.5 * ((y - mu1) / s1) ** 2 + (math.log1p(math.exp(d)) if d < 30 else d))
+        a0 += r1 * n
+        a1 += r1 * s_y
+        a2 += r1 * s_y2
+        b0 += (1 - r1) * n
+        b1 += (1 - r1) * s_y
+        b2 += (1 - r1) * s_y2
+    lw = (math.log(w), math.log1p(-w))
     for n, y in [*cells.cens, (n_ceil, log_c)]:
         if n <= 0:
             continue
-        mom = [_censored_moments(c[0], c[1], y) for c in comps]
-        logs = [lw[j] + mom[j][0] for j in (0, 1)]
-        top = max(logs)
-        tot = math.exp(logs[0] - top) + math.exp(logs[1] - top)
+        m1, m2 = _censored_moments(mu1, s1, y), _censored_moments(mu2, s2, y)
+        l1, l2 = lw[0] + m1[0], lw[1] + m2[0]
+        top = max(l1, l2)
+        tot = math.exp(l1 - top) + math.exp(l2 - top)
         loglik += n * (top + math.log(tot))
-        for j in (0, 1):
-            r = n * math.exp(logs[j] - top) / tot
-            acc[j][0] += r
-            acc[j][1] += r * mom[j][1]
-            acc[j][2] += r * mom[j][2]
-    new = [min(0.995, max(0.005, acc[0][0] / (acc[0][0] + acc[1][0])))]
-    for j in (0, 1):
-        m = acc[j][1] / max(acc[j][0], 1e-12)
-        new += [m, max(0.05, math.sqrt(max(acc[j][2] / max(acc[j][0], 1e-12) - m * m, 0.0)))]
+        r1 = n * math.exp(l1 - top) / tot
+        a0 += r1
+        a1 += r1 * m1[1]
+        a2 += r1 * m1[2]
+        b0 += n - r1
+        b1 += (n - r1) * m2[1]
+        b2 += (n - r1) * m2[2]
+    new = [min(0.995, max(0.005, a0 / (a0 + b0)))]
+    for k0, k1, k2 in ((a0, a1, a2), (b0, b1, b2)):
+        m = k1 / max(k0, 1e-12)
+        new += [m, max(0.05, math.sqrt(max(k2 / max(k0, 1e-12) - m * m, 0.0)))]
     return new, loglik
 
 
