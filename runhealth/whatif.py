@@ -340,7 +340,8 @@ def what_if(hist: LengthHist, ceiling: int | None, new_limit: int, *, loop_fract
             given it replaces ``loop_fraction`` and its uncertainty enters the interval.
         bootstrap: multinomial bootstrap replicates of the tail log-normal (0 to skip).
         seed: bootstrap seed (results are deterministic).
-        curve_limits: limits to also evaluate from the same fits, as ``result["curve"]``.
+        curve_limits: limits to also evaluate from the same fits, as ``result["curve"]`` (the
+            bootstrap's relative spread at ``new_limit`` is applied to each).
 
     Returns:
         The what-if dict (keys documented in docs/design.md); degenerate data give the hard
@@ -370,7 +371,7 @@ def what_if(hist: LengthHist, ceiling: int | None, new_limit: int, *, loop_fract
     boot, reps = _bootstrap(fit, new_limit, bootstrap, seed) if bootstrap > 0 else ((1.0, 1.0), 0)
     result.update(at_limit(fit, new_limit, boot), model=fit["head"], model_reason=fit["reason"],
                   backtest=_backtest_summary(fit), bootstrap_reps=reps,
-                  curve=[at_limit(fit, x) for x in sorted(set(curve_limits)) if x > ceiling])
+                  curve=[at_limit(fit, x, boot) for x in sorted(set(curve_limits)) if x > ceiling])
     return result
 
 
