@@ -184,7 +184,9 @@ def test_runs_fast_on_eight_thousand_distinct_lengths():
     result = what_if(hist, 8192, 16384, bootstrap=200)
     elapsed_s = time.perf_counter() - start
     assert result["bootstrap_reps"] == 200
-    assert elapsed_s < 2.0, elapsed_s  # budget 1 s on page render; slack for shared CI cores
+    # Budget ~1 s on page render (cached for a minute); the back-test refits every model at two
+    # lower cuts, ~1.6x the cost before #19 (measured interleaved); slack for shared CI cores.
+    assert elapsed_s < 3.0, elapsed_s
 
 
 def test_special_functions_and_optimiser():
