@@ -234,7 +234,9 @@ def test_continuation_requests_build_a_batch():
        st.integers(C + 1, 3 * C), st.floats(0.0, 1.0))
 def test_never_raises_and_stays_within_hard_bounds(rows, new_limit, loop_fraction):
     hist = LengthHist.from_rows([(min(t, C), fr, 0, n) for t, fr, n in rows])
-    result = what_if(hist, C, new_limit, loop_fraction=loop_fraction, bootstrap=10)
+    # Half the examples pass a loop sample instead (k of n, from the float), as the page does.
+    sample = (int(loop_fraction * 30), 30) if loop_fraction > 0.5 else None
+    result = what_if(hist, C, new_limit, loop_fraction=loop_fraction, loop_sample=sample, bootstrap=10)
     lo, hi = result["interval"]
     assert 0.0 <= lo <= hi <= result["current_truncated_fraction"] + 1e-12
     if result["truncated_fraction"] is not None:
