@@ -125,7 +125,7 @@ def backtest(rows, ceiling: int, new_limit: int, lf: float, families=None) -> li
         if not 2 <= cut < ceiling:
             continue
         # Everything at or above the cut is one censored row (fewer rows to bin).
-        cut_rows = [r for r in rows if r[0] < cut] + [(cut, True, sum(n for t, _c, n in rows if t >= cut))]
+        cut_rows = [row for row in rows if row[0] < cut] + [(cut, True, sum(n for t, _c, n in rows if t >= cut))]
         n_cut = sum(n for t, cz, n in cut_rows if cz and t >= cut)
         below = sum(n for t, cz, n in cut_rows if not cz)
         if n_cut <= loopers or below < MIN_TAIL_EVENTS:
