@@ -34,6 +34,12 @@ def model_line(r: dict[str, Any]) -> str:
     return f"Headline: {r['model']}, {r['model_reason']}. Models: {band}."
 
 
+def interval_note(r: dict[str, Any]) -> str:
+    """" incl. loops 0–100%" when the interval spans an unknown loop share (for the tile)."""
+    loops = r.get("loops") or {}
+    return " incl. loops 0–100%" if loops.get("sampled") is not None and not loops.get("used") else ""
+
+
 def loops_line(r: dict[str, Any]) -> str:
     """The loop share used, with its n and interval, or how many samples it still needs."""
     loops = r.get("loops") or {}
@@ -41,7 +47,8 @@ def loops_line(r: dict[str, Any]) -> str:
         return f"Loop share {r['loop_fraction']:.0%} (given)."
     k, n = loops["loops"], loops["sampled"]
     if not loops["used"]:
-        return (f"Repetition loops: {k} of {n} sampled truncated completions; the estimate needs "
+        seen = f"{k} of {n} sampled truncated completions" if n else "no truncated completion sampled yet"
+        return (f"Repetition loops: {seen}; the estimate needs "
                 f"{MIN_LOOP_SAMPLES} (sample {loops['needed']} more on the Samples page), so it assumes none and "
                 f"the interval spans loops 0–100% (up to today's {r['current_truncated_fraction']:.1%}).")
     lo, hi = loops["interval"]

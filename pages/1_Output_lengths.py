@@ -59,7 +59,7 @@ def render_whatif(data: dict, thr: dict) -> None:
     cfg_warn, cfg_alert = rt.config.truncation_warn_fraction, rt.config.truncation_alert_fraction
     cards.render_tiles([
         cards.tile(f"Still truncated at {limit:,}", f"{frac:.1%}" if frac is not None else "?",
-                   f"95% {lo:.1%}–{hi:.1%} · now {r['current_truncated_fraction']:.1%}",
+                   f"95% {lo:.1%}–{hi:.1%}{whatif_view.interval_note(r)} · now {r['current_truncated_fraction']:.1%}",
                    "alert" if (frac or 0) >= cfg_alert else "warn" if (frac or 0) >= cfg_warn else "ok"),
         cards.tile("Extra tokens / completion", f"{r['extra_tokens_per_completion']:+,.0f}"
                    if r["extra_tokens_per_completion"] is not None else "?",

@@ -143,7 +143,7 @@ def test_lengths_page_numbers(stores, monkeypatch):
     assert re.search(r"Checked on this run: cut at [\d,]+, this method would have said [\d.]+% above 4,096; "
                      r"the truth is 18\.0%", page), page
     assert "Headline: " in page and "back-test" in page
-    assert "sampled truncated completions" in page
+    assert "sampled truncated completions" in page or "no truncated completion sampled yet" in page
 
 
 def test_samples_page_shows_hostile_text_literally(stores, monkeypatch):
