@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 
 from runhealth.numeric import integrate, multinomial
 from runhealth.stats import LENGTH, LengthHist, detect_ceiling, length_source, percentile_nearest_rank
@@ -64,6 +65,8 @@ _Z95 = 1.959964
 def _tail_cells(rows, ceiling: int) -> Cells | None:
     """The upper half of the data, or None when too few completions finished below the ceiling."""
     median = percentile_nearest_rank([(t, n) for t, _c, n in rows], 50)
+    if median is None:
+        return None
     tail = build_cells(rows, ceiling, math.log(max(median, 0.5)), ev_bins=32, cens_bins=8)
     if median >= ceiling or sum(e[0] for e in tail.ev) < MIN_TAIL_EVENTS:
         return None
@@ -158,7 +161,7 @@ def backtest_errors(checks: list[dict], ratio: float, key: str = "") -> dict[str
     return errors
 
 
-def choose_headline(models, errors: dict[str, float], checks: list[dict] = ()) -> tuple[str, str]:
+def choose_headline(models, errors: dict[str, float], checks: Sequence[dict] = ()) -> tuple[str, str]:
     """The model with the smallest back-test error (ties: PREFERENCE order), and why.
 
     Only models checked at every cut compete: one left out of the longest extrapolation (the
