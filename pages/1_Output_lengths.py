@@ -12,21 +12,11 @@ import time
 
 import streamlit as st
 
-from components import cards, figures, loaders, page
+from components import cards, figures, loaders, page, whatif_view
 from runhealth import whatif
 
 PREFIX = "lengths"
 CONTINUATION_N = 300
-
-
-def loop_fraction(store) -> tuple[float, str]:
-    """Share of sampled truncated completions that are loops (they never finish at any limit)."""
-    batch = loaders.load_samples(store)["latest"]
-    cut = [s for s in (batch or {}).get("samples", []) if s.get("finish_reason") == "length"]
-    if not cut:
-        return 0.0, "no truncated samples yet: assumes none are repetition loops (take a sample on the Samples page)"
-    share = sum(bool(s.get("is_loop")) for s in cut) / len(cut)
-    return share, f"{share:.0%} of {len(cut)} sampled truncated completions are loops: they stay cut at any limit"
 
 
 def render_summary(s: dict) -> None:
@@ -59,27 +49,30 @@ def render_whatif(data: dict, thr: dict) -> None:
     st.subheader("What if max_tokens were raised?")
     limit = int(st.number_input("New max_tokens", min_value=1, max_value=16 * ceiling, value=2 * ceiling, step=256,
                                 key=f"{PREFIX}_whatif_limit"))
-    lf, lf_text = loop_fraction(rt.store)
-    key = f"{rt.store.path}:{hist.total}"
-    r = loaders.load_whatif(hist, key, ceiling, limit, lf)
+    sample = whatif_view.loop_sample(loaders.load_samples(rt.store)["latest"])
+    r = loaders.load_whatif(hist, f"{rt.store.path}:{hist.total}", ceiling, limit, sample)
     tps = (thr["shard"] or {}).get("total_tokens_per_s")
     remaining = (rt.config.target_completions or s["completions"]) - s["completions"]
-    eta = whatif.eta_change(remaining, tps, s["tokens"]["mean"] or 0, r["extra_tokens_per_completion"] or 0)
+    eta = whatif.eta_change(remaining, tps, s["tokens"]["mean"] or 0, r["extra_tokens_per_completion"] or 0,
+                            r["extra_tokens_interval"])
     frac, (lo, hi) = r["truncated_fraction"], r["interval"]
     cfg_warn, cfg_alert = rt.config.truncation_warn_fraction, rt.config.truncation_alert_fraction
     cards.render_tiles([
         cards.tile(f"Still truncated at {limit:,}", f"{frac:.1%}" if frac is not None else "?",
-                   f"95% {lo:.1%}–{hi:.1%} · now {r['current_truncated_fraction']:.1%}",
+                   f"95% {lo:.1%}–{hi:.1%}{whatif_view.interval_note(r)} · now {r['current_truncated_fraction']:.1%}",
                    "alert" if (frac or 0) >= cfg_alert else "warn" if (frac or 0) >= cfg_warn else "ok"),
         cards.tile("Extra tokens / completion", f"{r['extra_tokens_per_completion']:+,.0f}"
                    if r["extra_tokens_per_completion"] is not None else "?",
                    "{:,.0f}–{:,.0f}".format(*r["extra_tokens_interval"])),
         cards.tile("ETA change", f"{eta['delta_s'] / 3600:+.1f} h" if eta["delta_s"] is not None else "—",
-                   "at current throughput" if eta["delta_s"] is not None else "needs throughput and a target"),
+                   "{:+.1f}–{:+.1f} h at current throughput".format(*(x / 3600 for x in eta["delta_s_interval"]))
+                   if eta["delta_s"] is not None else "needs throughput and a target"),
     ])
-    band = " · ".join(f"{m} {v:.1%}" for m, v in r["band"].items())
+    if r["band"]:
+        st.markdown(whatif_view.backtest_line(r))
     st.caption(f"This is an extrapolation: nobody has seen lengths above {ceiling:,}. {r['note']} "
-               f"Methods: {band or 'n/a'}. Hard bounds: {r['hard_bounds'][0]:.1%}–{r['hard_bounds'][1]:.1%}. {lf_text}.")
+               f"{whatif_view.model_line(r) if r['band'] else ''} Hard bounds: {r['hard_bounds'][0]:.1%}–"
+               f"{r['hard_bounds'][1]:.1%}. {whatif_view.loops_line(r)}")
     curve = loaders.whatif_curve(r)
     if len(curve) > 1:
         st.plotly_chart(figures.make_whatif_figure(curve, ceiling, limit, r["hard_bounds"][1]), key=f"{PREFIX}_whatif_chart")

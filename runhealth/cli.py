@@ -136,11 +136,27 @@ def format_summary(s: dict[str, Any]) -> str:
     else:
         lines.append("ceiling: none detected (no pile-up of finish_reason=length)")
     if s.get("whatif"):
-        w = s["whatif"]
-        lines.append(f"what-if limit {w['limit']}: {100 * w['truncated_fraction']:.1f}% still truncated"
-                     f" (interval {100 * w['interval'][0]:.1f}-{100 * w['interval'][1]:.1f}%, {w['model']});"
-                     f" +{w['extra_tokens_per_completion']:.0f} tokens per completion — extrapolation")
+        lines.extend(format_whatif(s["whatif"]))
     return "\n".join(lines)
+
+
+def format_whatif(w: dict[str, Any]) -> list[str]:
+    """The what-if in words: estimate and interval, the headline model, the back-test check."""
+    if w["truncated_fraction"] is None:
+        return [f"what-if limit {w['limit']}: between {100 * w['interval'][0]:.1f}% and {100 * w['interval'][1]:.1f}%"
+                f" still truncated (hard bounds only) — {w['note']}"]
+    out = [f"what-if limit {w['limit']}: {100 * w['truncated_fraction']:.1f}% still truncated"
+           f" (95% {100 * w['interval'][0]:.1f}-{100 * w['interval'][1]:.1f}%, {w['model']});"
+           f" {w['extra_tokens_per_completion']:+.0f} tokens per completion"
+           f" ({w['extra_tokens_interval'][0]:.0f}-{w['extra_tokens_interval'][1]:.0f}) — extrapolation"]
+    checks = [c for c in ((w.get("backtest") or {}).get("checks") or []) if c.get("predicted") is not None]
+    if checks:
+        c = checks[0]
+        out.append(f"  checked on this run: cut at {c['cut']}, it would have said {100 * c['predicted']:.1f}%"
+                   f" above {c['limit']}; the truth is {100 * c['truth']:.1f}%")
+    elif w.get("model_reason"):
+        out.append(f"  {w['model_reason']}")
+    return out
 
 
 def format_poll(report: dict[str, Any]) -> str:

@@ -1,269 +1,104 @@
-"""What raising max_tokens would buy: censored-tail extrapolation from a length count table.
+"""What raising max_tokens would buy: censored-tail extrapolation, back-tested on the run's own data.
 
 Completions that stopped with ``finish_reason == "length"`` are right-censored: their natural
 length is at least where they stopped (the ceiling C, or the context window below it).  For a
 proposed limit C2 > C we estimate S(C2), the share of all completions that would still be cut
-off, and the extra tokens per completion, ``integral_C^C2 S(t) dt``.  The default model is a
-log-normal fitted by maximum likelihood to the upper half of the data only (left-truncated at
-the median, right-censored), because the family that fits the bulk is not the one that fits the
-tail; an exponential tail (constant hazard, from S(0.75 C) / S(C)) and the best-AIC full-data
-censored fit (log-normal, gamma, Weibull) give a band, and a multinomial bootstrap of the count
-table gives sampling error.  Every model is anchored at the observed share S(C): it only
-supplies the conditional ratio R(t) = S(t | T >= C), and S(C2) = S(C) * R(C2).
+off, and the extra tokens per completion, ``integral_C^C2 S(t) dt``.  Every model (tailfit.py:
+a log-normal fitted to the upper half only, an exponential tail, the best-AIC full-data family,
+a two-component log-normal mixture) supplies only the conditional ratio R(t) = S(t | T >= C);
+all are anchored at the observed share S(C), so S(C2) = S(C) * R(C2).
 
-Repetition loops never stop, so a share ``lf`` of the truncated completions (measured by
-loops.py on a sample) stays truncated at any limit.  With pi = lf * S(C) loopers (natural length
-infinite) and the rest following F, S_adj(C2) = pi + S(C) (1 - lf) R_F(C2), where F is fitted
-with the loopers removed from the censored count; they also generate every extra token:
-extra = pi (C2 - C) + S(C) (1 - lf) integral R_F.  Pure Python: Nelder-Mead and the special
-functions are hand-written because this runs on page render.
+No model is trusted on its own word.  The back-test censors the observed lengths again at a
+lower cut c = C / r (and C / sqrt(r)), with r = C2 / C the asked ratio, fits every model on
+that, and compares each prediction of the share above C with the exact, observed one.  The
+model with the smallest error (scaled to the asked ratio in log distance) is the headline;
+models within ADMIT of it form the interval's envelope, and each end is widened by the
+headline's own back-test error and by a multinomial bootstrap of the count table (the tail
+log-normal's relative spread).  The extra tokens get the same calibration, checked against the
+exactly known tokens between c and C.  When no cut can be back-tested, the envelope of every
+model is the interval, and the result says so.
+
+Repetition loops never stop, so a share ``lf`` of the truncated completions stays truncated at
+any limit: S_adj(C2) = pi + S(C) (1 - lf) R_F(C2) with pi = lf * S(C), F fitted with the loopers
+removed from the censored count; they also generate every extra token.  A sampled loop share
+(``loop_sample=(loops, sampled)``) enters with its Wilson interval, and both ends of the
+interval are taken at the loop share's ends (the estimate rises with lf); below
+MIN_LOOP_SAMPLES sampled truncated completions it does not move the estimate, and the interval
+spans loops 0-100%.
 """
 
 from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 
-from runhealth.numeric import integrate, log_gamma_sf, log_norm_sf, multinomial, nelder_mead
+from runhealth.numeric import integrate, multinomial
 from runhealth.stats import LENGTH, LengthHist, detect_ceiling, length_source, percentile_nearest_rank
+from runhealth.tailfit import Cells, build_cells, coarsened, exp_ratio, fit_full, fit_mixture, fit_tail, ln_ratio
 
 NOTE = ("Extrapolation beyond the observed ceiling: the tail above it was never seen, so this is "
         "a model estimate; measure with a continuation batch for an exact answer.")
 DEFAULT_MODEL = "tail log-normal"
 EXP_MODEL = "exponential tail"
+MIX_MODEL = "log-normal mixture"
+# Order of preference when back-test errors tie (or no back-test is possible).
+PREFERENCE = (DEFAULT_MODEL, MIX_MODEL, EXP_MODEL)
 MIN_TAIL_EVENTS = 10
+MIN_LOOP_SAMPLES = 20
+# Models whose back-test error is within a factor 1.5 of the best stay in the interval's envelope.
+ADMIT = math.log(1.5)
+# The back-test's error understates the error one step further out (the tail above C is
+# lighter or heavier than the stretch below it in ways the lower cut cannot show): measured on
+# the generated family of tests/whatif_family.py (bench/whatif.py), the real error was up to
+# about twice the back-test's, so the interval is widened by CALIBRATION times it.
+CALIBRATION = (3.0, 1.5)
 # Bootstrap refits start at the full-data optimum and only need the spread of the estimate:
 # stopping at a relative NLL change of 1e-8 (0.01 nats at a million completions, far below the
 # ~0.5 nats of one standard error) halves their evaluations and moves the interval by < 1e-4.
 BOOTSTRAP_TOL = 1e-8
-_LOG_2PI = math.log(2 * math.pi)
-_BIG = 1e300
+_Z95 = 1.959964
 
 
-# ---------------------------------------------------------------- count-table fits
+# ---------------------------------------------------------------- fits at one ceiling
 
-class Cells:
-    """A count table compressed for fitting: log-binned events, censor points, the ceiling.
+def _tail_cells(rows, ceiling: int) -> Cells | None:
+    """The upper half of the data, or None when too few completions finished below the ceiling."""
+    median = percentile_nearest_rank([(t, n) for t, _c, n in rows], 50)
+    if median is None:
+        return None
+    tail = build_cells(rows, ceiling, math.log(max(median, 0.5)), ev_bins=32, cens_bins=8)
+    if median >= ceiling or sum(e[0] for e in tail.ev) < MIN_TAIL_EVENTS:
+        return None
+    return tail
 
-    ``ev`` rows are ``[n, sum_y, sum_y2, sum_t]`` with ``y = log(tokens)``; ``cens`` rows are
-    ``[n, y]`` (length stops below the ceiling); ``n_ceil`` length stops at the ceiling;
-    ``n_other`` completions below the left-truncation point ``log_m`` (not used by the fit).
+
+def _fit_models(rows, tail: Cells | None, ceiling: int, lf: float, families=None):
+    """Fit every model once: name -> tail ratio R(t), and the tail log-normal's parameters.
+
+    The fits do not depend on the proposed limit, so one fit serves every limit asked about.
+    ``families`` restricts the AIC candidates (the back-test refits the one the data chose);
+    without ``tail`` (a back-test cut below the median) the tail log-normal is left out.
     """
+    full = build_cells(rows, ceiling)
+    n_cut = full.n_ceil
+    n_fit = n_cut * (1 - lf)
+    models, params = {}, None
+    if tail is not None:
+        params = fit_tail(tail, ceiling, n_fit)
+        models[DEFAULT_MODEL] = ln_ratio(params[0], math.exp(params[1]), ceiling)
+    models[EXP_MODEL] = exp_ratio(rows, ceiling, lf * n_cut)
+    fits = fit_full(full, ceiling, n_fit, families) if full.ev else {}
+    if fits:
+        family = min(fits, key=lambda f: fits[f][0])
+        models[f"{family} (AIC)"] = fits[family][1]
+    # 256 log bins suit the two-parameter fits; EM steps cost per bin, and 64 bins (about a
+    # twentieth of a log unit each on a typical run) are far finer than either mode's width.
+    mix = fit_mixture(coarsened(full, 4), ceiling, n_fit)
+    if mix is not None:
+        models[MIX_MODEL] = mix[0]
+    return models, params
 
-    def __init__(self, ev, cens, n_ceil, n_other, log_m):
-        self.ev, self.cens, self.n_ceil, self.n_other, self.log_m = ev, cens, n_ceil, n_other, log_m
-
-    @property
-    def total(self) -> float:
-        return self.n_other + self.n_ceil + sum(e[0] for e in self.ev) + sum(c[0] for c in self.cens)
-
-    def counts(self) -> list[float]:
-        return [self.n_other] + [e[0] for e in self.ev] + [c[0] for c in self.cens] + [self.n_ceil]
-
-    def resampled(self, counts: list[int]) -> Cells:
-        """Same bins with new counts (bin sums scaled: each bin keeps its mean)."""
-        k = len(self.ev)
-        ev = [[m, *(s * m / e[0] for s in e[1:])] for e, m in zip(self.ev, counts[1:k + 1], strict=True)]
-        cens = [[m, c[1]] for c, m in zip(self.cens, counts[k + 1:-1], strict=True)]
-        return Cells(ev, cens, counts[-1], counts[0], self.log_m)
-
-    def event_sums(self) -> tuple[float, float, float, float]:
-        return tuple(sum(e[i] for e in self.ev) for i in range(4))
-
-
-def _log_bins(items, lo, hi, nbins):
-    """Group ``(y, n)`` items into ``nbins`` equal bins of ``[lo, hi]``; returns bin index map."""
-    width = max((hi - lo) / nbins, 1e-12)
-    return [min(nbins - 1, max(0, int((y - lo) / width))) for y, _n in items]
-
-
-def build_cells(rows, ceiling, log_m=None, ev_bins=256, cens_bins=16) -> Cells:
-    """Compress rows ``(tokens, censored, n)``; only tokens >= exp(log_m) enter the fit."""
-    m = math.exp(log_m) if log_m is not None else -1.0
-    events = [(math.log(max(t, 0.5)), t, n) for t, cz, n in rows if not cz and t >= m]
-    cens = [(math.log(max(t, 0.5)), n) for t, cz, n in rows if cz and m <= t < ceiling]
-    n_ceil = sum(n for t, cz, n in rows if cz and t >= ceiling)
-    used = sum(n for _y, _t, n in events) + sum(n for _y, n in cens) + n_ceil
-    n_other = sum(n for _t, _c, n in rows) - used
-    ev_out = _bin_events(events, ev_bins)
-    cens_out = _bin_cens(cens, cens_bins)
-    return Cells(ev_out, cens_out, n_ceil, n_other, log_m)
-
-
-def _bin_events(events, nbins):
-    if not events:
-        return []
-    ys = [y for y, _t, _n in events]
-    idx = _log_bins([(y, n) for y, _t, n in events], min(ys), max(ys), nbins)
-    bins = [[0.0, 0.0, 0.0, 0.0] for _ in range(nbins)]
-    for (y, t, n), i in zip(events, idx, strict=True):
-        b = bins[i]
-        b[0] += n
-        b[1] += n * y
-        b[2] += n * y * y
-        b[3] += n * t
-    return [b for b in bins if b[0] > 0]
-
-
-def _bin_cens(cens, nbins):
-    if not cens:
-        return []
-    ys = [y for y, _n in cens]
-    idx = _log_bins(cens, min(ys), max(ys), nbins)
-    bins = [[0.0, 0.0] for _ in range(nbins)]
-    for (y, n), i in zip(cens, idx, strict=True):
-        bins[i][0] += n
-        bins[i][1] += n * y
-    return [[n, sy / n] for n, sy in bins if n > 0]
-
-
-# ---------------------------------------------------------------- likelihoods and tail ratios
-
-def _ln_nll(cells: Cells, log_c: float, n_ceil: float):
-    n_e, s_y, s_y2, _s_t = cells.event_sums()
-    n_fit = n_e + n_ceil + sum(c[0] for c in cells.cens)
-
-    def nll(p):
-        mu, log_s = p
-        if not -8.0 < log_s < 4.0 or not -50.0 < mu < 60.0:
-            return _BIG
-        s = math.exp(log_s)
-        ll = -n_e * (log_s + 0.5 * _LOG_2PI) - (s_y2 - 2 * mu * s_y + mu * mu * n_e) / (2 * s * s)
-        ll -= s_y  # Jacobian dy/dt, so the likelihood is a density in tokens (AIC-comparable)
-        ll += n_ceil * log_norm_sf((log_c - mu) / s)
-        ll += sum(n * log_norm_sf((y - mu) / s) for n, y in cells.cens)
-        if cells.log_m is not None:
-            ll -= n_fit * log_norm_sf((cells.log_m - mu) / s)
-        return -ll
-    return nll
-
-
-def _gamma_nll(cells: Cells, ceiling: float, n_ceil: float):
-    n_e, s_y, _s_y2, s_t = cells.event_sums()
-
-    def nll(p):
-        log_a, log_th = p
-        if not -6.0 < log_a < 8.0 or not -10.0 < log_th < 30.0:
-            return _BIG
-        a, th = math.exp(log_a), math.exp(log_th)
-        ll = (a - 1) * s_y - s_t / th - n_e * (a * log_th + math.lgamma(a))
-        ll += n_ceil * log_gamma_sf(a, ceiling / th)
-        ll += sum(n * log_gamma_sf(a, math.exp(y) / th) for n, y in cells.cens)
-        return -ll
-    return nll
-
-
-def _weibull_nll(cells: Cells, log_c: float, n_ceil: float):
-    n_e, s_y, _s_y2, _s_t = cells.event_sums()
-    bins = [(e[0], e[1] / e[0]) for e in cells.ev]
-
-    def nll(p):
-        log_k, log_l = p
-        if not -6.0 < log_k < 5.0 or not -10.0 < log_l < 30.0:
-            return _BIG
-        k = math.exp(log_k)
-        ll = n_e * (log_k - k * log_l) + (k - 1) * s_y
-        try:
-            ll -= sum(n * math.exp(k * (y - log_l)) for n, y in bins)
-            ll -= sum(n * math.exp(k * (y - log_l)) for n, y in cells.cens)
-            ll -= n_ceil * math.exp(k * (log_c - log_l))
-        except OverflowError:
-            return _BIG
-        return -ll
-    return nll
-
-
-def _softplus(x: float) -> float:
-    return max(x, 0.0) + math.log1p(math.exp(-abs(x)))
-
-
-def _loglogistic_nll(cells: Cells, log_c: float, n_ceil: float):
-    n_e, s_y, _s_y2, _s_t = cells.event_sums()
-    bins = [(e[0], e[1] / e[0]) for e in cells.ev]
-
-    def nll(p):
-        log_b, log_a = p
-        if not -6.0 < log_b < 5.0 or not -10.0 < log_a < 30.0:
-            return _BIG
-        b = math.exp(log_b)
-        ll = n_e * (log_b - b * log_a) + (b - 1) * s_y
-        ll -= 2 * sum(n * _softplus(b * (y - log_a)) for n, y in bins)
-        ll -= sum(n * _softplus(b * (y - log_a)) for n, y in cells.cens)
-        ll -= n_ceil * _softplus(b * (log_c - log_a))
-        return -ll
-    return nll
-
-
-def _loglogistic_ratio(b, log_a, ceiling):
-    base = _softplus(b * (math.log(ceiling) - log_a))
-    return lambda t: math.exp(min(0.0, base - _softplus(b * (math.log(t) - log_a))))
-
-
-def _ln_ratio(mu, s, ceiling):
-    base = log_norm_sf((math.log(ceiling) - mu) / s)
-    return lambda t: math.exp(min(0.0, log_norm_sf((math.log(t) - mu) / s) - base))
-
-
-def _gamma_ratio(a, th, ceiling):
-    base = log_gamma_sf(a, ceiling / th)
-    return lambda t: math.exp(min(0.0, log_gamma_sf(a, t / th) - base))
-
-
-def _weibull_ratio(k, lam, ceiling):
-    base = (ceiling / lam) ** k
-    return lambda t: math.exp(min(0.0, base - (t / lam) ** k))
-
-
-def _moment_start(cells: Cells) -> tuple[float, float]:
-    n_e, s_y, s_y2, _s_t = cells.event_sums()
-    mean = s_y / n_e
-    return mean, math.sqrt(max(s_y2 / n_e - mean * mean, 1e-4))
-
-
-def fit_full(cells: Cells, ceiling: int, n_ceil: float) -> dict:
-    """Censored MLE of log-normal, gamma, Weibull, log-logistic: ``{family: (aic, ratio)}``."""
-    log_c = math.log(ceiling)
-    mean_y, sd_y = _moment_start(cells)
-    mean_t = cells.event_sums()[3] / cells.event_sums()[0]
-    s = max(math.log(mean_t) - mean_y, 1e-3)
-    shape = (3 - s + math.sqrt((s - 3) ** 2 + 24 * s)) / (12 * s)
-    k0 = math.pi / (sd_y * math.sqrt(6))
-    fits = {}
-    for family, nll, start, make in (
-            ("log-normal", _ln_nll(cells, log_c, n_ceil), [mean_y, math.log(sd_y)],
-             lambda p: _ln_ratio(p[0], math.exp(p[1]), ceiling)),
-            ("gamma", _gamma_nll(cells, ceiling, n_ceil), [math.log(shape), math.log(mean_t / shape)],
-             lambda p: _gamma_ratio(math.exp(p[0]), math.exp(p[1]), ceiling)),
-            ("Weibull", _weibull_nll(cells, log_c, n_ceil), [math.log(k0), mean_y + 0.5772 / k0],
-             lambda p: _weibull_ratio(math.exp(p[0]), math.exp(p[1]), ceiling)),
-            ("log-logistic", _loglogistic_nll(cells, log_c, n_ceil),
-             [math.log(math.pi / (sd_y * math.sqrt(3))), mean_y],
-             lambda p: _loglogistic_ratio(math.exp(p[0]), p[1], ceiling))):
-        p, value = nelder_mead(nll, start)
-        if value < _BIG:
-            fits[family] = (2 * 2 + 2 * value, make(p))
-    return fits
-
-
-def fit_tail(cells: Cells, ceiling: int, n_ceil: float, start=None, step=0.3, tol=1e-10):
-    """Left-truncated, right-censored log-normal MLE; returns ``(mu, log_sigma)``."""
-    nll = _ln_nll(cells, math.log(ceiling), n_ceil)
-    if start is None:
-        mean, sd = _moment_start(cells)
-        start = [mean, math.log(sd)]
-    p, _value = nelder_mead(nll, start, step=step, tol=tol)
-    return p
-
-
-def exp_ratio(rows, ceiling: int, loopers: float):
-    """Constant-hazard tail with the rate from S(0.75 C) / S(C) (loopers removed)."""
-    at_c = sum(n for t, cz, n in rows if cz and t >= ceiling) - loopers
-    above = sum(n for t, _cz, n in rows if t >= 0.75 * ceiling) - loopers
-    rate = math.log(above / at_c) / (0.25 * ceiling) if at_c > 0 and above > at_c else 0.0
-    return lambda t: math.exp(-rate * (t - ceiling))
-
-
-# ---------------------------------------------------------------- estimates and bootstrap
 
 def _combine(ratio, cells_total, n_ceil, lf, ceiling, new_limit):
     """Anchor a tail ratio at the observed share; loopers stay truncated (module docstring)."""
@@ -274,29 +109,136 @@ def _combine(ratio, cells_total, n_ceil, lf, ceiling, new_limit):
     return share, extra
 
 
+# ---------------------------------------------------------------- back-test on the run's own data
+
+def backtest(rows, ceiling: int, new_limit: int, lf: float, families=None) -> list[dict]:
+    """Censor the observed lengths at c = C / r and C / sqrt(r), predict the share above C.
+
+    Returns:
+        One check per cut that has a modellable tail: ``{"cut", "limit" (= C), "ratio",
+        "truth", "truth_extra", "predicted": {model: share}, "predicted_extra": {model:
+        tokens}}``; truth is exact (every length below C was observed).
+    """
+    n_total = sum(n for _t, _c, n in rows)
+    n_ceil = sum(n for t, cz, n in rows if cz and t >= ceiling)
+    r = new_limit / ceiling
+    loopers, checks = lf * n_ceil, []
+    for rho in sorted({r, math.sqrt(r)}, reverse=True):
+        cut = int(ceiling / rho)
+        if not 2 <= cut < ceiling:
+            continue
+        # Everything at or above the cut is one censored row (fewer rows to bin).
+        cut_rows = [row for row in rows if row[0] < cut] + [(cut, True, sum(n for t, _c, n in rows if t >= cut))]
+        n_cut = sum(n for t, cz, n in cut_rows if cz and t >= cut)
+        below = sum(n for t, cz, n in cut_rows if not cz)
+        if n_cut <= loopers or below < MIN_TAIL_EVENTS:
+            continue
+        # A cut below the median leaves no upper half for the tail log-normal: the other models
+        # are still checked (it then cannot be the headline; see choose_headline).
+        lf_cut = loopers / n_cut
+        models, _params = _fit_models(cut_rows, _tail_cells(cut_rows, cut), cut, lf_cut, families)
+        pred = {m: _combine(ratio, n_total, n_cut, lf_cut, cut, ceiling) for m, ratio in models.items()}
+        checks.append({"cut": cut, "limit": ceiling, "ratio": ceiling / cut, "truth": n_ceil / n_total,
+                       "truth_extra": sum(n * (min(t, ceiling) - min(t, cut)) for t, _c, n in rows) / n_total,
+                       "predicted": {m: v[0] for m, v in pred.items()},
+                       "predicted_extra": {m: v[1] for m, v in pred.items()}})
+    return checks
+
+
+def backtest_errors(checks: list[dict], ratio: float, key: str = "") -> dict[str, float]:
+    """Each model's worst |log(predicted / truth)| over the checks, scaled to the asked ratio.
+
+    A check at ratio rho is scaled by log(ratio) / log(rho): the error of an extrapolation is
+    taken to grow with its distance in log tokens.  ``key`` "" for shares, "_extra" for tokens.
+    """
+    errors: dict[str, float] = {}
+    for check in checks:
+        scale = math.log(ratio) / math.log(check["ratio"]) if check["ratio"] > 1 else 1.0
+        truth = check["truth" + key]
+        for model, pred in check["predicted" + key].items():
+            err = abs(math.log(pred / truth)) * scale if pred > 0 and truth > 0 else math.inf
+            errors[model] = max(errors.get(model, 0.0), err)
+    return errors
+
+
+def choose_headline(models, errors: dict[str, float], checks: Sequence[dict] = ()) -> tuple[str, str]:
+    """The model with the smallest back-test error (ties: PREFERENCE order), and why.
+
+    Only models checked at every cut compete: one left out of the longest extrapolation (the
+    tail log-normal when that cut lies below the median) would win on its shorter check alone.
+    """
+    order = [m for m in PREFERENCE if m in models] + [m for m in models if m not in PREFERENCE]
+    checked = [m for m in order if m in errors and all(m in c["predicted"] for c in checks)]
+    if not checked:
+        return DEFAULT_MODEL, "no back-test possible (too few completions below the lower cut): the tail log-normal"
+    best = min(checked, key=lambda m: (round(errors[m], 6), order.index(m)))
+    return best, f"smallest back-test error ({math.expm1(errors[best]):.0%} off, scaled to this limit)"
+
+
+# ---------------------------------------------------------------- calibrated intervals
+
+def _envelope(values: dict[str, float], head: str, errors: dict[str, float], boot: tuple[float, float],
+              fixed: float) -> tuple[float, float]:
+    """Admitted models' range, widened by the headline's back-test error and the bootstrap.
+
+    ``fixed`` is the loopers' part, which no model changes; only the rest is widened.
+    """
+    err = errors.get(head, 0.0) if errors else 0.0
+    admitted = [m for m in values if not errors or errors.get(m, math.inf) <= errors[head] + ADMIT] or [head]
+    lo, hi = min(values[m] for m in admitted), max(values[m] for m in admitted)
+    lo = fixed + max(0.0, lo - fixed) * boot[0] * math.exp(-CALIBRATION[0] * err)
+    hi = fixed + max(0.0, hi - fixed) * boot[1] * math.exp(CALIBRATION[1] * err)
+    return lo, hi
+
+
+def at_limit(fit: dict, limit: int, boot=(1.0, 1.0)) -> dict:
+    """Headline, calibrated interval and band at ``limit`` from one set of fits (``fit`` as
+    built by `_analyse`); both interval ends are taken at the loop share's ends."""
+    ceiling, tail, models, head = fit["ceiling"], fit["tail"], fit["models"], fit["head"]
+    scale = math.log(limit / ceiling) / math.log(fit["ratio"]) if fit["ratio"] > 1 else 1.0
+    err_s = {m: e * scale for m, e in fit["errors"].items()}
+    err_e = {m: e * scale for m, e in fit["errors_extra"].items()}
+    s_c = tail.n_ceil / tail.total
+    ends = {}
+    for lf in sorted({fit["lf"], *fit["lf_range"]}):
+        band = {m: _combine(ratio, tail.total, tail.n_ceil, lf, ceiling, limit) for m, ratio in models.items()}
+        ends[lf] = band, _envelope({m: v[0] for m, v in band.items()}, head, err_s, boot, lf * s_c), \
+            _envelope({m: v[1] for m, v in band.items()}, head, err_e, boot, lf * s_c * (limit - ceiling))
+    band = ends[fit["lf"]][0]
+    share, extra = band[head]
+    lo_lf, hi_lf = fit["lf_range"]
+    return {"limit": limit, "truncated_fraction": share, "extra_tokens_per_completion": extra,
+            "interval": [max(0.0, min(share, ends[lo_lf][1][0])), min(s_c, max(share, ends[hi_lf][1][1]))],
+            "extra_tokens_interval": [max(0.0, min(extra, ends[lo_lf][2][0])),
+                                      min(s_c * (limit - ceiling), max(extra, ends[hi_lf][2][1]))],
+            "band": {m: v[0] for m, v in band.items()}, "extra_tokens_band": {m: v[1] for m, v in band.items()}}
+
+
+# ---------------------------------------------------------------- bootstrap and loops
+
 def _tail_estimate(cells: Cells, ceiling, new_limit, lf, start=None, step=0.3, tol=1e-10):
-    total = cells.total
-    if total <= 0 or cells.n_ceil <= 0:
-        return 0.0, 0.0, start
-    if sum(e[0] for e in cells.ev) < 2:
-        return None, None, start
+    if sum(e[0] for e in cells.ev) < 2 or cells.n_ceil <= 0:
+        return None
     p = fit_tail(cells, ceiling, cells.n_ceil * (1 - lf), start, step, tol)
-    ratio = _ln_ratio(p[0], math.exp(p[1]), ceiling)
-    share, extra = _combine(ratio, total, cells.n_ceil, lf, ceiling, new_limit)
-    return share, extra, p
+    return _combine(ln_ratio(p[0], math.exp(p[1]), ceiling), cells.total, cells.n_ceil, lf, ceiling, new_limit)
 
 
-def _bootstrap(cells, ceiling, new_limit, lf, start, reps, seed):
+def _bootstrap(fit: dict, new_limit: int, reps: int, seed: int) -> tuple[tuple[float, float], int]:
+    """Relative 95% spread ``(lo / point, hi / point)`` of the tail log-normal's share over a
+    multinomial bootstrap of the count table; the other models are taken to share it (all are
+    anchored at the same S(C); bootstrapping each would be too slow for page render)."""
+    tail, ceiling, lf = fit["tail"], fit["ceiling"], fit["lf"]
+    point = _combine(fit["models"][DEFAULT_MODEL], tail.total, tail.n_ceil, lf, ceiling, new_limit)[0]
     rng = random.Random(seed)
-    n, weights = int(round(cells.total)), cells.counts()
-    shares, extras = [], []
+    n, weights, shares = int(round(tail.total)), tail.counts(), []
     for _ in range(reps):
-        boot = cells.resampled(multinomial(rng, n, weights))
-        share, extra, _p = _tail_estimate(boot, ceiling, new_limit, lf, list(start), step=0.1, tol=BOOTSTRAP_TOL)
-        if share is not None:
-            shares.append(share)
-            extras.append(extra)
-    return shares, extras
+        est = _tail_estimate(tail.resampled(multinomial(rng, n, weights)), ceiling, new_limit, lf,
+                             list(fit["params"]), step=0.1, tol=BOOTSTRAP_TOL)
+        if est is not None:
+            shares.append(est[0])
+    if not shares or point <= 0:
+        return (1.0, 1.0), len(shares)
+    return (min(1.0, _quantile(shares, 0.025) / point), max(1.0, _quantile(shares, 0.975) / point)), len(shares)
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -304,12 +246,40 @@ def _quantile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, max(0, int(round(q * (len(values) - 1)))))]
 
 
-def _base_result(ceiling, new_limit, s_c, lf) -> dict:
+def wilson(k: int, n: int, z: float = _Z95) -> tuple[float, float]:
+    """Wilson score interval for k successes in n trials (contains k / n; [0, 1] for n = 0)."""
+    if n <= 0:
+        return 0.0, 1.0
+    p, zz = k / n, z * z
+    mid, half = (p + zz / (2 * n)) / (1 + zz / n), z * math.sqrt(p * (1 - p) / n + zz / (4 * n * n)) / (1 + zz / n)
+    return max(0.0, min(p, mid - half)), min(1.0, max(p, mid + half))
+
+
+def loop_share(loop_fraction: float, loop_sample: tuple[int, int] | None) -> dict:
+    """The loop share used: a known fraction, or a sample's with its Wilson interval.
+
+    Below MIN_LOOP_SAMPLES sampled truncated completions the sample does not move the estimate
+    (point 0, interval 0-100%): one small re-sample cannot swing the headline past its interval.
+    """
+    if loop_sample is None:
+        lf = min(1.0, max(0.0, float(loop_fraction or 0.0)))
+        return {"point": lf, "interval": [lf, lf], "loops": None, "sampled": None, "used": True, "needed": 0}
+    k, n = int(loop_sample[0]), int(loop_sample[1])
+    if n < MIN_LOOP_SAMPLES:
+        return {"point": 0.0, "interval": [0.0, 1.0], "loops": k, "sampled": n, "used": False,
+                "needed": MIN_LOOP_SAMPLES - n}
+    return {"point": k / n, "interval": list(wilson(k, n)), "loops": k, "sampled": n, "used": True, "needed": 0}
+
+
+# ---------------------------------------------------------------- the what-if
+
+def _base_result(ceiling, new_limit, s_c, loops) -> dict:
     return {"limit": int(new_limit), "ceiling": ceiling, "truncated_fraction": None,
             "interval": [0.0, s_c], "extra_tokens_per_completion": None,
             "extra_tokens_interval": [0.0, s_c * max(0, new_limit - (ceiling or 0))],
-            "model": None, "band": {}, "extra_tokens_band": {}, "hard_bounds": [0.0, s_c],
-            "current_truncated_fraction": s_c, "loop_fraction": lf, "note": NOTE, "curve": []}
+            "model": None, "model_reason": None, "band": {}, "extra_tokens_band": {}, "hard_bounds": [0.0, s_c],
+            "current_truncated_fraction": s_c, "loop_fraction": loops["point"], "loops": loops,
+            "backtest": None, "note": NOTE, "curve": []}
 
 
 def _censored_rows(hist: LengthHist, ceiling: int):
@@ -327,140 +297,126 @@ def _lowered(result, rows, n_total, ceiling, new_limit):
     result.update(truncated_fraction=still / n_total, interval=[still / n_total] * 2,
                   extra_tokens_per_completion=-lost / n_total,
                   extra_tokens_interval=[-lost / n_total] * 2, model="empirical",
+                  model_reason="the lengths below the ceiling were observed",
                   note="Limit at or below the observed ceiling: exact from the observed lengths.")
     return result
 
 
+def _analyse(rows, ceiling: int, new_limit: int, loops: dict) -> dict | None:
+    """Fit every model, back-test them, choose the headline; None when the tail cannot be modelled."""
+    tail = _tail_cells(rows, ceiling)
+    if tail is None:
+        return None
+    lf = loops["point"]
+    models, params = _fit_models(rows, tail, ceiling, lf)
+    ratio = max(new_limit, ceiling + 1) / ceiling
+    aic = [m[:-len(" (AIC)")] for m in models if m.endswith(" (AIC)")]
+    checks = backtest(rows, ceiling, max(new_limit, ceiling + 1), lf, aic)
+    errors, errors_extra = backtest_errors(checks, ratio), backtest_errors(checks, ratio, "_extra")
+    head, reason = choose_headline(models, errors, checks)
+    return {"ceiling": ceiling, "tail": tail, "models": models, "params": params, "lf": lf,
+            "lf_range": loops["interval"], "ratio": ratio, "checks": checks, "errors": errors,
+            "errors_extra": errors_extra, "head": head, "reason": reason}
+
+
+def _backtest_summary(fit: dict) -> dict | None:
+    checks, head = fit["checks"], fit["head"]
+    if not checks:
+        return None
+    return {"checks": [{"cut": c["cut"], "limit": c["limit"], "truth": c["truth"],
+                        "predicted": c["predicted"].get(head), "truth_extra": c["truth_extra"],
+                        "predicted_extra": c["predicted_extra"].get(head), "by_model": c["predicted"]}
+                       for c in checks],
+            "errors": fit["errors"], "extra_errors": fit["errors_extra"], "model": head}
+
+
 def what_if(hist: LengthHist, ceiling: int | None, new_limit: int, *, loop_fraction: float = 0.0,
-            bootstrap: int = 200, seed: int = 0, curve_limits: tuple[int, ...] = ()) -> dict:
+            loop_sample: tuple[int, int] | None = None, bootstrap: int = 200, seed: int = 0,
+            curve_limits: tuple[int, ...] = ()) -> dict:
     """Estimate the share still truncated, and the extra tokens, if max_tokens were ``new_limit``.
 
     Args:
         hist: the run's length counts (exact rows unless all are estimated).
         ceiling: the current max_tokens; detected from the data when None.
         new_limit: the proposed max_tokens.
-        loop_fraction: share of truncated completions that are repetition loops (loops.py).
-        bootstrap: multinomial bootstrap replicates of the default method (0 to skip).
+        loop_fraction: known share of truncated completions that are repetition loops.
+        loop_sample: ``(loops, sampled)`` truncated completions from a sample (loops.py); when
+            given it replaces ``loop_fraction`` and its uncertainty enters the interval.
+        bootstrap: multinomial bootstrap replicates of the tail log-normal (0 to skip).
         seed: bootstrap seed (results are deterministic).
         curve_limits: limits to also evaluate from the same fits, as ``result["curve"]`` (the
-            points of `what_if_curve`; empty when the tail cannot be modelled).
+            bootstrap's relative spread at ``new_limit`` is applied to each).
 
     Returns:
         The what-if dict (keys documented in docs/design.md); degenerate data give the hard
         bounds and a note, never an exception.
     """
     ceiling = int(ceiling) if ceiling is not None else detect_ceiling(hist)
-    lf = min(1.0, max(0.0, float(loop_fraction or 0.0)))
+    loops = loop_share(loop_fraction, loop_sample)
     if ceiling is None:
-        result = _base_result(None, new_limit, 0.0, lf)
+        result = _base_result(None, new_limit, 0.0, loops)
         result.update(truncated_fraction=0.0, extra_tokens_per_completion=0.0,
                       note="No max_tokens ceiling detected: nothing is cut off at a limit.")
         return result
     rows, n_total, n_ceil = _censored_rows(hist, ceiling)
     s_c = n_ceil / n_total if n_total else 0.0
-    result = _base_result(ceiling, new_limit, s_c, lf)
+    result = _base_result(ceiling, new_limit, s_c, loops)
     if n_total == 0 or n_ceil == 0:
         result.update(truncated_fraction=0.0, interval=[0.0, 0.0], extra_tokens_per_completion=0.0,
                       extra_tokens_interval=[0.0, 0.0], note="No completion stopped at the ceiling.")
         return result
     if new_limit <= ceiling:
         return _lowered(result, rows, n_total, ceiling, new_limit)
-    median = percentile_nearest_rank([(t, n) for t, _c, n in rows], 50)
-    tail = build_cells(rows, ceiling, math.log(max(median, 0.5)), ev_bins=32, cens_bins=8)
-    if median >= ceiling or sum(e[0] for e in tail.ev) < MIN_TAIL_EVENTS:
+    fit = _analyse(rows, ceiling, new_limit, loops)
+    if fit is None:
         result["note"] = ("Too few completions finished below the ceiling to model the tail: "
                           "only the hard bounds are known. " + NOTE)
         return result
-    return _fill_estimates(result, rows, tail, ceiling, new_limit, lf, bootstrap, seed, curve_limits)
-
-
-def _fit_models(rows, tail, ceiling, lf):
-    """Fit every model once: name -> tail ratio R(t), and the default model's parameters.
-
-    The fits do not depend on the proposed limit, so one fit serves every limit asked about.
-    """
-    params = fit_tail(tail, ceiling, tail.n_ceil * (1 - lf))
-    models = {DEFAULT_MODEL: _ln_ratio(params[0], math.exp(params[1]), ceiling),
-              EXP_MODEL: exp_ratio(rows, ceiling, lf * tail.n_ceil)}
-    full = build_cells(rows, ceiling)
-    fits = fit_full(full, ceiling, tail.n_ceil * (1 - lf)) if full.ev else {}
-    if fits:
-        family = min(fits, key=lambda f: fits[f][0])
-        models[f"{family} (AIC)"] = fits[family][1]
-    return models, params
-
-
-def _fill_estimates(result, rows, tail, ceiling, new_limit, lf, reps, seed, curve_limits=()):
-    models, params = _fit_models(rows, tail, ceiling, lf)
-    result["curve"] = _curve(models, tail, ceiling, curve_limits, lf)
-    band = {name: _combine(ratio, tail.total, tail.n_ceil, lf, ceiling, new_limit) for name, ratio in models.items()}
-    share, extra = band[DEFAULT_MODEL]
-    shares, extras = _bootstrap(tail, ceiling, new_limit, lf, params, reps, seed)
-    s_lo, s_hi = _envelope([v[0] for v in band.values()], share, shares)
-    e_lo, e_hi = _envelope([v[1] for v in band.values()], extra, extras)
-    s_c = result["current_truncated_fraction"]
-    result.update(
-        truncated_fraction=share, extra_tokens_per_completion=extra, model=DEFAULT_MODEL,
-        interval=[max(0.0, s_lo), min(s_c, s_hi)],
-        extra_tokens_interval=[max(0.0, e_lo), min(s_c * (new_limit - ceiling), e_hi)],
-        band={k: v[0] for k, v in band.items()},
-        extra_tokens_band={k: v[1] for k, v in band.items()}, bootstrap_reps=len(shares))
+    boot, reps = _bootstrap(fit, new_limit, bootstrap, seed) if bootstrap > 0 else ((1.0, 1.0), 0)
+    result.update(at_limit(fit, new_limit, boot), model=fit["head"], model_reason=fit["reason"],
+                  backtest=_backtest_summary(fit), bootstrap_reps=reps,
+                  curve=[at_limit(fit, x, boot) for x in sorted(set(curve_limits)) if x > ceiling])
     return result
 
 
-def what_if_curve(hist: LengthHist, ceiling: int, limits: list[int], *, loop_fraction: float = 0.0) -> list[dict]:
-    """The default estimate and the band across models at several limits, from one set of fits.
+def what_if_curve(hist: LengthHist, ceiling: int, limits: list[int], *, new_limit: int | None = None,
+                  loop_fraction: float = 0.0, loop_sample: tuple[int, int] | None = None) -> list[dict]:
+    """The headline and its calibrated interval at several limits, from one set of fits.
+
+    ``new_limit`` is the limit the back-test is scaled to (default: the largest of ``limits``).
 
     Returns:
-        One ``{"limit", "truncated_fraction", "band": {method: share}}`` per limit above the
-        ceiling (no bootstrap: the band dominates the interval); empty when the tail cannot
-        be modelled (see `what_if` for why).
+        One `at_limit` dict per limit above the ceiling (no bootstrap: the curve's band comes
+        from the models and the back-test); empty when the tail cannot be modelled.
     """
-    lf = min(1.0, max(0.0, float(loop_fraction or 0.0)))
     rows, n_total, n_ceil = _censored_rows(hist, ceiling)
-    if n_total == 0 or n_ceil == 0:
+    above = sorted(set(x for x in limits if x > ceiling))
+    if n_total == 0 or n_ceil == 0 or not above:
         return []
-    median = percentile_nearest_rank([(t, n) for t, _c, n in rows], 50)
-    tail = build_cells(rows, ceiling, math.log(max(median, 0.5)), ev_bins=32, cens_bins=8)
-    if median >= ceiling or sum(e[0] for e in tail.ev) < MIN_TAIL_EVENTS:
-        return []
-    models, _params = _fit_models(rows, tail, ceiling, lf)
-    return _curve(models, tail, ceiling, limits, lf)
-
-
-def _curve(models, tail: Cells, ceiling: int, limits, lf: float) -> list[dict]:
-    out = []
-    for limit in sorted(x for x in limits if x > ceiling):
-        band = {name: _combine(ratio, tail.total, tail.n_ceil, lf, ceiling, limit)[0] for name, ratio in models.items()}
-        out.append({"limit": limit, "truncated_fraction": band[DEFAULT_MODEL], "band": band})
-    return out
-
-
-def _envelope(band_values: list[float], point: float, boot: list[float]) -> tuple[float, float]:
-    """Band across methods, each end widened by the default's relative bootstrap spread.
-
-    The other methods were not bootstrapped (too slow for page render); their sampling error
-    is taken to be the default's in relative terms (all share the anchor S(C)).
-    """
-    lo, hi = min(band_values), max(band_values)
-    if not boot or point <= 0:
-        return lo, hi
-    return lo * min(1.0, _quantile(boot, 0.025) / point), hi * max(1.0, _quantile(boot, 0.975) / point)
+    fit = _analyse(rows, ceiling, new_limit or above[-1], loop_share(loop_fraction, loop_sample))
+    return [at_limit(fit, x) for x in above] if fit else []
 
 
 def eta_change(remaining_completions: int, tokens_per_s: float | None, mean_tokens_now: float,
-               extra_tokens_per_completion: float) -> dict:
+               extra_tokens_per_completion: float, extra_tokens_interval: list[float] | None = None) -> dict:
     """Time to finish the run now and with the extra tokens per completion.
 
+    The change is linear in the extra tokens, so its interval is the extra tokens' calibrated
+    interval scaled (the throughput is taken as known; it is measured, not modelled).
+
     Returns:
-        ``{"eta_s_now", "eta_s_new", "delta_s"}`` in seconds (None without a throughput).
+        ``{"eta_s_now", "eta_s_new", "delta_s", "delta_s_interval"}`` in seconds (None without
+        a throughput).
     """
     if not tokens_per_s or tokens_per_s <= 0 or mean_tokens_now is None:
-        return {"eta_s_now": None, "eta_s_new": None, "delta_s": None}
+        return {"eta_s_now": None, "eta_s_new": None, "delta_s": None, "delta_s_interval": None}
     remaining = max(0, remaining_completions)
+    extra = extra_tokens_per_completion or 0.0
     now = remaining * mean_tokens_now / tokens_per_s
-    new = remaining * (mean_tokens_now + (extra_tokens_per_completion or 0.0)) / tokens_per_s
-    return {"eta_s_now": now, "eta_s_new": new, "delta_s": new - now}
+    new = remaining * (mean_tokens_now + extra) / tokens_per_s
+    lo, hi = extra_tokens_interval or (extra, extra)
+    return {"eta_s_now": now, "eta_s_new": new, "delta_s": new - now,
+            "delta_s_interval": [remaining * lo / tokens_per_s, remaining * hi / tokens_per_s]}
 
 
 def _messages(prompt) -> list[dict]:
@@ -494,3 +450,21 @@ def continuation_requests(samples: list[dict], new_limit: int, ceiling: int,
         lines.append({"custom_id": f"{sample.get('path')}:{sample.get('line_no')}",
                       "method": "POST", "url": "/v1/chat/completions", "body": body})
     return lines
+
+
+def forecast_outcome(forecast: dict, hist: LengthHist) -> dict | None:
+    """How a what-if forecast did, given a later run's lengths at the forecast's limit.
+
+    Returns:
+        ``{"limit", "forecast", "interval", "observed", "covered", "error"}`` (shares of all
+        completions), or None when the later run has no completions or the forecast no estimate.
+    """
+    if forecast.get("truncated_fraction") is None:
+        return None
+    rows, n_total, n_ceil = _censored_rows(hist, forecast["limit"])
+    if n_total == 0:
+        return None
+    observed = n_ceil / n_total
+    lo, hi = forecast["interval"]
+    return {"limit": forecast["limit"], "forecast": forecast["truncated_fraction"], "interval": [lo, hi],
+            "observed": observed, "covered": lo <= observed <= hi, "error": forecast["truncated_fraction"] - observed}

@@ -10,7 +10,8 @@ import xml.etree.ElementTree as ET
 REQUIRED_SUITES = [
     "tests.test_config", "tests.test_store", "tests.test_collector", "tests.test_cli",
     "tests.test_agent", "tests.test_scan_property", "tests.test_backfill", "tests.test_nvml",
-    "tests.test_stats", "tests.test_whatif", "tests.test_loops", "tests.test_rates", "tests.test_metrics",
+    "tests.test_stats", "tests.test_whatif", "tests.test_whatif_family", "tests.test_whatif_view",
+    "tests.test_loops", "tests.test_rates", "tests.test_metrics", "tests.test_hostile",
     "tests.test_transport", "tests.test_figures", "tests.test_pages", "tests.test_browser",
     "tests.test_faults", "tests.test_security", "tests.test_demo",
     "tests.test_packaging", "tests.test_reload", "tests.test_hermetic", "tests.test_install",

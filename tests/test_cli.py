@@ -65,6 +65,13 @@ def test_scan_ceiling_flag_and_whatif(tmp_path):
     lo, hi = w["interval"]
     assert 0 <= lo <= w["truncated_fraction"] <= hi <= got["at_ceiling_fraction"] + 1e-9
     assert w["extra_tokens_per_completion"] > 0
+    # Added by #19: the back-test and why the headline model was chosen.
+    assert w["model"] in w["band"] and len(w["band"]) >= 3 and w["model_reason"]
+    check = w["backtest"]["checks"][0]
+    assert check["cut"] == 2048 and check["limit"] == 4096
+    assert math.isclose(check["truth"], got["at_ceiling_fraction"])
+    rc, out, err = cli("scan", "--ceiling", "4096", "--whatif", "8192", str(tmp_path / "a.jsonl"))
+    assert rc == 0 and "checked on this run: cut at " in out and "the truth is 16.7%" in out, out + err
 
 
 def test_scan_human_output_and_nothing_matched(tmp_path):

@@ -7,6 +7,7 @@ collector through `components.context.get_runtime`, the one seam between pages a
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -138,6 +139,11 @@ def test_lengths_page_numbers(stores, monkeypatch):
     assert "18.0%" in page and "4,096" in page
     assert "extrapolation" in page.lower()
     assert at.number_input(key="lengths_whatif_limit").value == 8192
+    # #19: the back-test line, which model the headline uses and why; #15: the loop share's n.
+    assert re.search(r"Checked on this run: cut at [\d,]+, this method would have said [\d.]+% above 4,096; "
+                     r"the truth is 18\.0%", page), page
+    assert "Headline: " in page and "back-test" in page
+    assert "sampled truncated completions" in page or "no truncated completion sampled yet" in page
 
 
 def test_samples_page_shows_hostile_text_literally(stores, monkeypatch):

@@ -1,0 +1,56 @@
+"""Words for the what-if on the Output lengths page: the back-test line, the headline model and
+why, and the loop share with its n.  Plain functions of the `whatif.what_if` result (no
+Streamlit calls), so they are tested directly and the page only places them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runhealth.whatif import MIN_LOOP_SAMPLES
+
+
+def loop_sample(batch: dict[str, Any] | None) -> tuple[int, int]:
+    """``(loops, sampled)`` among the truncated completions of the latest sample batch."""
+    cut = [s for s in (batch or {}).get("samples", []) if s.get("finish_reason") == "length"]
+    return sum(bool(s.get("is_loop")) for s in cut), len(cut)
+
+
+def backtest_line(r: dict[str, Any]) -> str:
+    """"Checked on this run: cut at 2,048, this method would have said 29% above 4,096; the truth is 19%."."""
+    checks = [c for c in ((r.get("backtest") or {}).get("checks") or []) if c.get("predicted") is not None]
+    if not checks:
+        return ("Not checked on this run: too few completions finished below a lower cut to back-test the "
+                "extrapolation, so the interval is the spread across all models.")
+    c = checks[0]
+    return (f"Checked on this run: cut at {c['cut']:,}, this method would have said {c['predicted']:.1%} above "
+            f"{c['limit']:,}; the truth is {c['truth']:.1%} ({c['predicted_extra']:,.0f} vs {c['truth_extra']:,.0f} "
+            "extra tokens per completion).")
+
+
+def model_line(r: dict[str, Any]) -> str:
+    """Which model the headline uses and why, and every member's value."""
+    band = " · ".join(f"{m} {v:.1%}" for m, v in r["band"].items())
+    return f"Headline: {r['model']}, {r['model_reason']}. Models: {band}."
+
+
+def interval_note(r: dict[str, Any]) -> str:
+    """" incl. loops 0–100%" when the interval spans an unknown loop share (for the tile)."""
+    loops = r.get("loops") or {}
+    return " incl. loops 0–100%" if loops.get("sampled") is not None and not loops.get("used") else ""
+
+
+def loops_line(r: dict[str, Any]) -> str:
+    """The loop share used, with its n and interval, or how many samples it still needs."""
+    loops = r.get("loops") or {}
+    if loops.get("sampled") is None:
+        return f"Loop share {r['loop_fraction']:.0%} (given)."
+    k, n = loops["loops"], loops["sampled"]
+    if not loops["used"]:
+        seen = f"{k} of {n} sampled truncated completions" if n else "no truncated completion sampled yet"
+        return (f"Repetition loops: {seen}; the estimate needs "
+                f"{MIN_LOOP_SAMPLES} (sample {loops['needed']} more on the Samples page), so it assumes none and "
+                f"the interval spans loops 0–100% (up to today's {r['current_truncated_fraction']:.1%}).")
+    lo, hi = loops["interval"]
+    return (f"Repetition loops: {k} of {n} sampled truncated completions ({k / n:.0%}, 95% {lo:.0%}–{hi:.0%}); "
+            "loops stay cut at any limit, and the interval carries this share's uncertainty.")
