@@ -9,7 +9,6 @@ status, alerts, formatting) are what the pages and cards use to turn that data i
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
@@ -17,11 +16,11 @@ import pandas as pd
 import streamlit as st
 
 from runhealth import stats, whatif
+from runhealth.alerts import DOWN_AFTER_STALE, fmt_age, node_status  # noqa: F401 - one definition, re-exported
 from runhealth.store import Store
 
 TTL_S = 3
 _HASH = {Store: lambda s: str(s.path)}
-DOWN_AFTER_STALE = 5  # a node is "down" once it has failed for 5 x stale_after
 THROUGHPUT_WINDOW_S = 300
 SERVER_GAUGES = ("sglang:gen_throughput",)
 SERVER_COUNTERS = ("vllm:generation_tokens_total",)
@@ -210,37 +209,6 @@ def server_length_share(metrics: pd.DataFrame) -> tuple[float, float] | None:
 
 
 # -- pure helpers -----------------------------------------------------------------------------
-def node_status(node: dict[str, Any], now: float, stale_after: float) -> tuple[str, str]:
-    """(state, one-line reason). The rule, also shown on the Nodes page:
-
-    pending = never polled; up = last success within stale_after; down = never succeeded but
-    failing, or no success for 5 x stale_after; stale = in between.
-    """
-    last_ok, err = node.get("last_ok_unix"), node.get("last_error")
-    failing = node.get("failing_since_unix") is not None
-    if last_ok is None:
-        return ("down", f"never reached: {err}") if err else ("pending", "waiting for first poll")
-    age = now - last_ok
-    if age <= stale_after:
-        return "up", f"last poll {fmt_age(age)} ago"
-    why = f": {err}" if failing and err else ""
-    state = "down" if age > DOWN_AFTER_STALE * stale_after else "stale"
-    return state, f"{state} for {fmt_age(age)}{why}"
-
-
-def fmt_age(seconds: float | None) -> str:
-    if seconds is None or math.isnan(seconds):
-        return "N/A"
-    seconds = max(0.0, seconds)
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 2 * 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
-
-
 def fmt_bytes(n: float | None) -> str:
     if n is None:
         return "N/A"
