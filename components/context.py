@@ -18,6 +18,7 @@ from runhealth import demo
 from runhealth.collector import Collector
 from runhealth.config import RunConfig, find_config_path, load_config
 from runhealth.errors import RunhealthError
+from runhealth.outbound import Outbound, start_outbound
 from runhealth.store import Store
 
 COLLECTOR_ENV = "RUNHEALTH_COLLECTOR"
@@ -34,6 +35,7 @@ class Runtime:
     config_error: str | None = None
     simulator: demo.Simulator | None = None
     notice: str | None = None  # why this process is not collecting, when it is not
+    outbound: Outbound | None = None  # /metrics and webhooks, served by the process that collects
 
 
 def build_runtime() -> Runtime:
@@ -59,6 +61,7 @@ def build_runtime() -> Runtime:
         try:
             collector.start()
             runtime.collector = collector
+            runtime.outbound = start_outbound(config, store)
         except RunhealthError as exc:
             runtime.notice = str(exc)
     return runtime

@@ -12,6 +12,7 @@ import time
 import streamlit as st
 
 from components import cards, loaders, page
+from components.outbound import render_outbound
 
 PREFIX = "nodes"
 
@@ -52,4 +53,5 @@ server = loaders.load_server_metrics(rt.store)
 if not server.empty:
     st.subheader("Inference servers (latest /metrics values)")
     st.dataframe(server, width="stretch")
+page.guarded(render_outbound)(rt)
 page.download_csv(cards.node_table(nodes, rt.config.stale_after, now), "nodes.csv", PREFIX)

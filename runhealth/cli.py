@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import tempfile
+import threading
 from typing import Any
 
 from runhealth import agent, stats, whatif
 from runhealth.collector import Collector
 from runhealth.config import find_config_path, load_config
 from runhealth.errors import RunhealthError
+from runhealth.outbound import start_outbound
 from runhealth.store import Store
 
 
@@ -131,6 +134,41 @@ def format_poll(report: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def cmd_collect(args: argparse.Namespace) -> int:
+    """Collect into the run's store until SIGTERM/SIGINT, serving /metrics and webhooks if set."""
+    path = find_config_path(args.config)
+    if path is None:
+        print("error: no config: pass --config, set RUNHEALTH_CONFIG, or create runhealth.toml", file=sys.stderr)
+        return 2
+    config = load_config(path)
+    store = Store(config.resolved_store_path())
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    with Collector(config, store) as collector:
+        collector.start()
+        outbound = start_outbound(config, store, args.metrics_port, args.metrics_address)
+        where = f"; /metrics on {outbound.metrics_url}" if outbound.metrics_url else ""
+        print(f"collecting {len(config.nodes)} node(s) of {config.name} every {config.interval_s:g} s"
+              f" into {store.path}{where}", file=sys.stderr, flush=True)
+        try:
+            while not stop.wait(1.0):
+                pass
+        finally:
+            outbound.stop()
+    store.close()
+    return 0
+
+
+def add_collect(sub) -> None:
+    p = sub.add_parser("collect", help="run the collector alone, headless, until SIGTERM/SIGINT")
+    p.add_argument("--config", help="config file (default: $RUNHEALTH_CONFIG or ./runhealth.toml)")
+    p.add_argument("--metrics-port", type=int, metavar="N", help="serve Prometheus /metrics on this port")
+    p.add_argument("--metrics-address", metavar="ADDR",
+                   help="address for /metrics (default: [run] metrics_address, else 127.0.0.1)")
+    p.set_defaults(func=cmd_collect)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m runhealth", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -144,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     poll.add_argument("--config", help="config file (default: $RUNHEALTH_CONFIG or ./runhealth.toml)")
     poll.add_argument("--json", action="store_true")
     poll.set_defaults(func=cmd_poll)
+    add_collect(sub)
     return parser
 
 

@@ -206,3 +206,27 @@ def test_delivery_status_keeps_only_the_redacted_target(tmp_path):
     assert rows == [{"target": "https://hooks.example.com/…", "delivered": 0, "failed": 1,
                      "last_ok_unix": None, "last_failure_unix": rows[0]["last_failure_unix"], "last_error": "HTTP 500"}]
     assert Path(store.path).read_bytes().find(SECRET.encode()) == -1
+
+
+def test_nodes_page_shows_webhook_failures_without_the_url(tmp_path, monkeypatch):
+    import streamlit as st
+
+    from tests.store_fixtures import make_store
+    from tests.test_pages import assert_clean, run_page, texts
+
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    store, config = make_store(tmp_path, "empty")
+    notify.ensure_schema(store)
+    event = notify.Event("start", _alert(), 0, 1)
+    notify.record_delivery(store, f"https://ok.example.com/{SECRET}", event, True, 1, None, time.time() - 120)
+    notify.record_delivery(store, f"https://hooks.example.com/{SECRET}", event, False, 5, "HTTP 500", time.time() - 60)
+    store.close()
+    at = run_page("pages/4_Nodes.py", config, monkeypatch)
+    assert_clean(at)
+    shown = texts(at)
+    assert any("Webhook https://hooks.example.com/…: last delivery failed" in e.value and "HTTP 500" in e.value
+               for e in at.error), [e.value for e in at.error]
+    assert "https://ok.example.com/…" in shown and SECRET not in shown
+    st.cache_data.clear()
+    st.cache_resource.clear()
