@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 missing=()
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
+[ -x /usr/bin/prometheus ] && [ -x /usr/bin/promtool ] || missing+=(prometheus)  # the real-Prometheus test
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   echo "installing ${missing[*]} (apt-get)" >&2
