@@ -1,7 +1,8 @@
-"""The background collector: one per dashboard process, one thread per node.
+"""The background collector: one per dashboard process, polling nodes on a bounded pool.
 
-Each node has its own poller thread, its own persistent agent connection and its own
-schedule, so a slow or dead node never delays the others and never blocks a page. Every
+Each node has its own persistent agent connection and its own schedule; polls run on at
+most 32 worker threads (`runhealth.scheduler`), so a slow or dead node never delays the
+others, never blocks a page, and 512 nodes do not need 512 threads. Every
 successful poll is folded into the `Store` in one transaction; a failed one is recorded as
 that node's last error while its counts and offsets stay put. Pages only ever call
 `request_refresh()` and `request_sample()`, which wake the threads and return at once.
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from runhealth import loops, metrics
+from runhealth import loops, metrics, scheduler
 from runhealth.config import NodeConfig, RunConfig
 from runhealth.errors import StoreError
 from runhealth.store import Store
@@ -59,7 +60,7 @@ def merge_metrics(reply: dict[str, Any]) -> dict[str, float]:
 
 
 class NodePoller:
-    """Polls one node on its own thread; owns that node's transport."""
+    """Polls one node when the scheduler says so; owns that node's transport."""
 
     def __init__(self, node: NodeConfig, store: Store, interval_s: float, transport=None,
                  clock: Callable[[], float] = time.time):
@@ -69,8 +70,6 @@ class NodePoller:
         self.transport = transport if transport is not None else make_transport(node)
         self.clock = clock
         self.lock = threading.Lock()  # one request at a time on the agent pipe
-        self.wake = threading.Event()
-        self.thread: threading.Thread | None = None
 
     def request(self, obj: dict[str, Any]) -> tuple[dict[str, Any], float]:
         """Send one request; returns the reply and the round-trip time in ms."""
@@ -106,15 +105,6 @@ class NodePoller:
             if pending <= 0 or (stop is not None and stop.is_set()):
                 return reply
 
-    def run(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            try:
-                self.poll_until_indexed(stop)
-            except Exception as exc:
-                log.info("node %s: poll failed: %s", self.node.name, _plain(exc))
-            self.wake.wait(self.interval_s)
-            self.wake.clear()
-
     def close(self) -> None:
         with self.lock:
             self.transport.close()
@@ -142,18 +132,16 @@ class Collector:
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
-        """Start one poller thread per node.
+        """Start polling every node on the bounded pool (first polls staggered).
 
         Raises:
             StoreError: another process is already collecting into this store (two
                 collectors would poll every node twice for nothing).
         """
         self._claim_store()
-        for poller in self.pollers.values():
-            if poller.thread is None:
-                poller.thread = threading.Thread(target=poller.run, args=(self._stop,),
-                                                 name=f"runhealth-poll-{poller.node.name}", daemon=True)
-                poller.thread.start()
+        if getattr(self, "_scheduler", None) is None:
+            self._scheduler = scheduler.PollScheduler(list(self.pollers), self._poll_node, self.config.interval_s)
+            self._scheduler.start()
         if self._housekeeper is None:  # start() is idempotent: one pruning thread per collector
             self._housekeeper = threading.Thread(target=self._housekeeping, name="runhealth-prune", daemon=True)
             self._housekeeper.start()
@@ -173,11 +161,10 @@ class Collector:
 
     def stop(self) -> None:
         self._stop.set()
+        pool = getattr(self, "_scheduler", None)
+        if pool is not None:
+            pool.stop(timeout_s=max(n.command_timeout_s for n in self.config.nodes) + 1)
         for poller in self.pollers.values():
-            poller.wake.set()
-        for poller in self.pollers.values():
-            if poller.thread is not None:
-                poller.thread.join(timeout=poller.node.command_timeout_s + 1)
             poller.close()
         if self._lock_file is not None:
             self._lock_file.close()  # releases the flock
@@ -191,7 +178,13 @@ class Collector:
 
     @property
     def running(self) -> bool:
-        return any(p.thread is not None and p.thread.is_alive() for p in self.pollers.values())
+        pool = getattr(self, "_scheduler", None)
+        return pool is not None and pool.running and not self._stop.is_set()
+
+    def _poll_node(self, name: str) -> None:
+        """One scheduled turn of a node: poll it (until indexed); failures are recorded by poll()."""
+        if not self._stop.is_set():
+            self.pollers[name].poll_until_indexed(self._stop)
 
     def _housekeeping(self) -> None:
         while not self._stop.wait(3600):
@@ -204,7 +197,9 @@ class Collector:
             retry_now = getattr(poller.transport, "retry_now", None)
             if retry_now is not None:
                 retry_now()
-            poller.wake.set()
+        pool = getattr(self, "_scheduler", None)
+        if pool is not None:
+            pool.wake_all()
 
     def request_sample(self, n: int, finish_reason: str | None = None) -> int:
         """Start a fresh uniform sample of `n` completions in the background; returns its batch.
@@ -257,7 +252,7 @@ class Collector:
             except Exception as exc:
                 results[name] = exc
 
-        with ThreadPoolExecutor(max_workers=max(1, len(shares))) as pool:
+        with ThreadPoolExecutor(max_workers=scheduler.pool_size(len(shares))) as pool:
             list(pool.map(one, [s for s, k in shares.items() if k > 0]))
         samples, errors, population = [], {}, 0
         for name, result in results.items():
@@ -278,7 +273,7 @@ class Collector:
             except Exception as exc:
                 results[poller.node.name] = exc
 
-        with ThreadPoolExecutor(max_workers=max(1, len(self.pollers))) as pool:
+        with ThreadPoolExecutor(max_workers=scheduler.pool_size(len(self.pollers))) as pool:
             list(pool.map(one, self.pollers.values()))
         return results
 
