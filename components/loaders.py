@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from runhealth import stats, whatif
+from runhealth import rollup, stats, whatif
 from runhealth.alerts import DOWN_AFTER_STALE, fmt_age, node_status  # noqa: F401 - one definition, re-exported
 from runhealth.store import Store
 
@@ -92,10 +92,10 @@ def load_group_lengths(store: Store, by: str, ceiling: int | None) -> pd.DataFra
 @_cache(ttl=5, max_entries=8)
 def load_truncation_over_time(store: Store, interval_s: float) -> pd.DataFrame:
     """Poll deltas per hour, or per a few polls while the run is short."""
-    polls = store.polls_by_bucket(3600)
+    polls = rollup.poll_history(store, 3600)  # raw and rolled-up deltas: the whole run
     span = (polls[-1]["bucket_unix"] - polls[0]["bucket_unix"]) if polls else 0
     if span < 6 * 3600:
-        polls = store.polls_by_bucket(max(interval_s * 3, 30))
+        polls = rollup.poll_history(store, max(interval_s * 3, 30))
     return pd.DataFrame(polls, columns=["bucket_unix", "completions", "tokens", "length_stops", "malformed", "backfill"])
 
 
@@ -143,7 +143,7 @@ def load_gpu_latest(store: Store) -> pd.DataFrame:
 
 @_cache(ttl=5, max_entries=8)
 def load_gpu_series(store: Store, since_unix: float | None, max_points: int = 400) -> pd.DataFrame:
-    df = pd.DataFrame(store.gpu_series(since_unix=since_unix, max_points=max_points))
+    df = pd.DataFrame(rollup.gpu_history(store, since_unix=since_unix, max_points=max_points))
     if not df.empty:
         df["label"] = df["node"] + "/" + df["gpu"].astype(str)
         df["mem_used_gib"] = df["mem_used_mib"] / 1024

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from runhealth import loops, metrics, scheduler
+from runhealth import loops, metrics, rollup, scheduler
 from runhealth.config import NodeConfig, RunConfig
 from runhealth.errors import StoreError
 from runhealth.store import Store
@@ -189,6 +189,10 @@ class Collector:
     def _housekeeping(self) -> None:
         while not self._stop.wait(3600):
             self.store.prune(GPU_HISTORY_KEEP_S)
+            try:  # raw rows older than the raw window become 1-min, later 10-min rows
+                rollup.rollup(self.store, raw_keep_s=self.config.raw_keep_h * 3600)
+            except Exception as exc:  # a failed fold loses nothing: raw rows stay until the next hour
+                log.warning("history rollup failed: %s", exc)
 
     # -- what pages call -------------------------------------------------------------------
     def request_refresh(self) -> None:

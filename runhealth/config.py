@@ -79,6 +79,7 @@ class RunConfig:
     allowed_users: list[str] = dataclasses.field(default_factory=list)
     metrics_port: int | None = None  # serve Prometheus /metrics from the collecting process
     metrics_address: str = "127.0.0.1"
+    raw_keep_h: float = 24.0  # raw 10 s history kept this long, then rolled up (runhealth.rollup)
     source: str = "<built-in>"
     demo: bool = False
 
@@ -113,6 +114,7 @@ _RUN_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "allowed_users": ((list,), False),
     "metrics_port": ((int,), False),
     "metrics_address": ((str,), False),
+    "raw_keep_h": ((int, float), False),
 }
 _NODE_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "name": ((str,), True),
@@ -246,6 +248,8 @@ def _check_run_values(config: RunConfig, where: str) -> None:
         raise ConfigError(f"{where}: [run] field 'metrics_port' must be between 1 and 65535")
     if not config.metrics_address or any(c.isspace() for c in config.metrics_address):
         raise ConfigError(f"{where}: [run] field 'metrics_address' must be an IP address or host name")
+    if not 1 <= config.raw_keep_h <= 24 * 14:
+        raise ConfigError(f"{where}: [run] field 'raw_keep_h' must be between 1 and 336 hours")
     if not all(isinstance(u, str) for u in config.allowed_users):
         raise ConfigError(f"{where}: [run] field 'allowed_users' must be a list of strings")
 
