@@ -73,12 +73,12 @@ def main() -> None:
         raw = series_bytes(store) / args.days
         raw_gpu = sum(b for n, b in table_bytes(store).items() if n.startswith("gpu_samples")) / args.days / 8
         start = time.perf_counter()
-        rollup.rollup(store, now=now, raw_keep_s=0, fine_keep_s=30 * DAY)
+        rollup.rollup(store, now=now, raw_keep_s=0, fine_keep_s=30 * DAY, pause_s=0.0)
         fold_s = time.perf_counter() - start
-        chunks = args.days * DAY / 600
+        chunks = args.days * DAY / rollup.CHUNK_S
         fine = series_bytes(store) / args.days
         fine_gpu = table_bytes(store).get("gpu_rollup", 0) / args.days / 8
-        rollup.rollup(store, now=now, raw_keep_s=0, fine_keep_s=0)
+        rollup.rollup(store, now=now, raw_keep_s=0, fine_keep_s=0, pause_s=0.0)
         coarse = series_bytes(store) / args.days
         coarse_gpu = table_bytes(store).get("gpu_rollup", 0) / args.days / 8
     kib = 1024
@@ -95,7 +95,7 @@ def main() -> None:
         print(f"| {days} d | {raw * days / 2**20:,.0f} MiB | {policy / 2**20:,.1f} MiB |"
               f" {512 * raw * days / 2**30:,.1f} GiB | {512 * policy / 2**30:,.1f} GiB |")
     per_chunk = fold_s / chunks
-    print(f"\nfold raw -> 1 min: {1000 * per_chunk:.1f} ms per node per 10-min chunk;"
+    print(f"\nfold raw -> 1 min: {1000 * per_chunk:.1f} ms per node per {rollup.CHUNK_S:.0f} s chunk;"
           f" at 512 nodes ~{512 * per_chunk:.1f} s of write lock per chunk (pollers wait that long once per chunk)")
 
 

@@ -20,6 +20,8 @@ from typing import Any
 from runhealth.store import Store
 
 RAW_KEEP_S = 24 * 3600.0
+CHUNK_S = 120.0  # data folded per transaction: at 512 nodes about 2 s of write lock (bench/history.py)
+PAUSE_S = 0.05  # between chunks, so pollers waiting on the write lock get their turn
 FINE_KEEP_S = 7 * 24 * 3600.0
 TIERS = (60, 600)
 _GPU = ("util_pct", "mem_used_mib", "mem_total_mib", "power_w", "power_limit_w", "temp_c", "sm_clock_mhz")
@@ -28,12 +30,13 @@ _POLL = ("completions", "tokens", "length_stops", "malformed")
 _SCHEMA = [
     "CREATE TABLE IF NOT EXISTS gpu_rollup (res_s INTEGER NOT NULL, bucket_unix REAL NOT NULL, node TEXT NOT NULL,"
     " gpu INTEGER NOT NULL, n INTEGER NOT NULL, " + ", ".join(f"{f} REAL" for f in _GPU) + ", throttled INTEGER,"
-    " PRIMARY KEY (res_s, bucket_unix, node, gpu))",
+    " PRIMARY KEY (res_s, bucket_unix, node, gpu)) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS poll_rollup (res_s INTEGER NOT NULL, bucket_unix REAL NOT NULL, node TEXT NOT NULL,"
     " polls INTEGER NOT NULL, " + ", ".join(f"{f} INTEGER" for f in _POLL) + ", backfill INTEGER,"
-    " PRIMARY KEY (res_s, bucket_unix, node))",
+    " PRIMARY KEY (res_s, bucket_unix, node)) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS metric_rollup (res_s INTEGER NOT NULL, bucket_unix REAL NOT NULL, node TEXT NOT NULL,"
-    " name TEXT NOT NULL, n INTEGER NOT NULL, value REAL, value_max REAL, PRIMARY KEY (res_s, bucket_unix, node, name))",
+    " name TEXT NOT NULL, n INTEGER NOT NULL, value REAL, value_max REAL, PRIMARY KEY (res_s, bucket_unix, node, name))"
+    " WITHOUT ROWID",
 ]
 
 
@@ -94,11 +97,11 @@ def _fold_metrics(db, src: str, res: int, cutoff: float, src_res: int | None) ->
 
 
 def rollup(store: Store, now: float | None = None, raw_keep_s: float = RAW_KEEP_S,
-           fine_keep_s: float = FINE_KEEP_S, chunk_s: float = 600.0) -> None:
+           fine_keep_s: float = FINE_KEEP_S, chunk_s: float = CHUNK_S, pause_s: float = PAUSE_S) -> None:
     """Fold raw rows older than `raw_keep_s` into 1-min rows, 1-min rows older than `fine_keep_s` into 10-min.
 
-    Work is done `chunk_s` (10 min) of data per transaction, releasing the store's write lock
-    (which the pollers wait on) in between; bench/history.py measures how long each chunk holds it.
+    Work is done `chunk_s` of data per transaction, releasing the store's write lock (which the
+    pollers wait on) in between; bench/history.py measures how long each chunk holds it.
     """
     now = time.time() if now is None else now
     ensure_schema(store)
@@ -107,24 +110,26 @@ def rollup(store: Store, now: float | None = None, raw_keep_s: float = RAW_KEEP_
     oldest = store._db().execute("SELECT MIN(t) FROM (SELECT MIN(ts_unix) AS t FROM gpu_samples UNION ALL"
                                  " SELECT MIN(ts_unix) FROM polls UNION ALL SELECT MIN(ts_unix) FROM metric_samples)"
                                  ).fetchone()[0]
-    for cut in _steps(oldest, raw_cut, chunk_s):
+    for cut in _steps(oldest, raw_cut, chunk_s, TIERS[0]):
+        time.sleep(pause_s)
         with store._tx() as db:
             _fold_gpu(db, "gpu_samples", TIERS[0], cut, None)
             _fold_polls(db, "polls", TIERS[0], cut, None)
             _fold_metrics(db, "metric_samples", TIERS[0], cut, None)
     oldest = store._db().execute("SELECT MIN(bucket_unix) FROM gpu_rollup WHERE res_s = ?", (TIERS[0],)).fetchone()[0]
-    for cut in _steps(oldest, fine_cut, chunk_s):
+    for cut in _steps(oldest, fine_cut, chunk_s * TIERS[1] / TIERS[0], TIERS[1]):
+        time.sleep(pause_s)
         with store._tx() as db:
             _fold_gpu(db, "gpu_rollup", TIERS[1], cut, TIERS[0])
             _fold_polls(db, "poll_rollup", TIERS[1], cut, TIERS[0])
             _fold_metrics(db, "metric_rollup", TIERS[1], cut, TIERS[0])
 
 
-def _steps(oldest: float | None, cutoff: float, chunk_s: float) -> list[float]:
-    """Cutoffs from just past `oldest` up to `cutoff`, `chunk_s` apart (multiples of the 10-min tier)."""
+def _steps(oldest: float | None, cutoff: float, chunk_s: float, tier: int) -> list[float]:
+    """Cutoffs from just past `oldest` up to `cutoff`, `chunk_s` apart (whole buckets of `tier`)."""
     if oldest is None or oldest >= cutoff:
         return []
-    step = max(TIERS[1], chunk_s // TIERS[1] * TIERS[1])
+    step = max(tier, chunk_s // tier * tier)
     first = (oldest // step + 1) * step
     return [*_frange(first, cutoff, step), cutoff]
 

@@ -11,6 +11,7 @@ from runhealth.store import Store
 
 DAY = 86400.0
 NOW = 1_800_000_000.0  # a multiple of 600: bucket edges are easy to reason about
+FAST = {"chunk_s": 6 * 3600, "pause_s": 0.0}  # the default 2-min chunks work the same, 180x the transactions
 
 
 def _fill(store: Store, days: float = 9, step: float = 30.0, nodes: int = 2, gpus: int = 2, seed: int = 1) -> None:
@@ -58,7 +59,7 @@ def test_fold_keeps_every_count_and_every_mean(tmp_path):
     store = Store(tmp_path / "s.sqlite3")
     _fill(store)
     before, mean_before = _totals(store), _gpu_mean(store, "node-1", 1)
-    rollup.rollup(store, now=NOW)
+    rollup.rollup(store, now=NOW, **FAST)
     assert _totals(store) == before
     mean, n = _gpu_mean(store, "node-1", 1)
     assert n == mean_before[1] and mean == pytest.approx(mean_before[0], rel=1e-12)
@@ -76,14 +77,14 @@ def test_fold_keeps_every_count_and_every_mean(tmp_path):
 def test_rollup_is_idempotent_and_merges_late_rows(tmp_path):
     store = Store(tmp_path / "s.sqlite3")
     _fill(store, days=3)
-    rollup.rollup(store, now=NOW)
+    rollup.rollup(store, now=NOW, **FAST)
     snapshot = store._rows("SELECT * FROM gpu_rollup ORDER BY res_s, bucket_unix, node, gpu")
-    rollup.rollup(store, now=NOW)
+    rollup.rollup(store, now=NOW, **FAST)
     assert store._rows("SELECT * FROM gpu_rollup ORDER BY res_s, bucket_unix, node, gpu") == snapshot
     before = _totals(store)
     late_t = NOW - 2 * DAY + 15  # inside a bucket already rolled up
     store.record_poll("node-0", {"time_unix": late_t, "shards": {"files": {}}, "gpus": {}}, late_t, 5.0)
-    rollup.rollup(store, now=NOW)
+    rollup.rollup(store, now=NOW, **FAST)
     after = _totals(store)
     assert after["polls"] == before["polls"] + 1 and after["c"] == before["c"]
 
@@ -92,7 +93,7 @@ def test_history_reads_span_the_whole_run_at_bounded_size(tmp_path):
     store = Store(tmp_path / "s.sqlite3")
     _fill(store, days=9, step=60)
     whole_raw = store.gpu_series(max_points=100)
-    rollup.rollup(store, now=NOW)
+    rollup.rollup(store, now=NOW, **FAST)
     series = rollup.gpu_history(store, max_points=100)
     per_gpu = [r for r in series if r["node"] == "node-0" and r["gpu"] == 0]
     assert 90 <= len(per_gpu) <= 100
