@@ -61,7 +61,7 @@ class StoreMetrics:
             yield from self._lengths(run, meta)
             yield from self._nodes(run, meta, now)
             yield from self._gpus(run)
-        except Exception:  # a scrape must never take the collecting process down
+        except Exception:  # logged; this scrape fails (HTTP 500), the collector goes on
             log.exception("metrics: reading the store failed")
             raise
 

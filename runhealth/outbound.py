@@ -57,6 +57,9 @@ def start_outbound(config: RunConfig, store: Store, metrics_port: int | None = N
     except ConfigError as exc:
         urls = []
         out.notices.append(f"alert webhooks off: {exc}")
+    if urls and config.demo:  # made-up alerts must not page anyone
+        urls = []
+        out.notices.append("alert webhooks off: this is the demo run")
     if urls:
         out.notifier = notify.Notifier(store, urls, interval_s=config.interval_s)
         out.notifier.start()

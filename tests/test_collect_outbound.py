@@ -100,3 +100,13 @@ def test_metrics_port_from_config_and_port_in_use_is_a_notice(tmp_path):
         assert second.metrics_server is None and "not served" in second.notices[0]
     finally:
         first.stop()
+
+
+def test_the_demo_run_never_sends_webhooks(tmp_path):
+    from runhealth.outbound import start_outbound
+    from runhealth.store import Store
+
+    config = parse_config({"run": {"name": "r"}, "nodes": [{"name": "n", "host": "local", "shards": ["/x"]}]})
+    config.demo = True
+    out = start_outbound(config, Store(tmp_path / "s.sqlite3"), webhook_urls=[f"http://127.0.0.1:9/{SECRET}"])
+    assert out.notifier is None and out.notices == ["alert webhooks off: this is the demo run"]
