@@ -43,6 +43,7 @@ class PollScheduler:
         self._heap = [(now + i / connects_per_s, name) for i, name in enumerate(names)]
         heapq.heapify(self._heap)
         self._busy: set[str] = set()
+        self._rewake: set[str] = set()  # woken while being polled: poll again right after
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="runhealth-poll")
@@ -63,11 +64,12 @@ class PollScheduler:
         return self._thread.is_alive()
 
     def wake_all(self) -> None:
-        """Make every node due now (a page's "Refresh now"); nodes being polled keep their turn."""
+        """Make every node due now (a page's "Refresh now"); a node being polled goes again right after."""
         now = self.clock()
         with self._cond:
             self._heap = [(min(due, now), name) for due, name in self._heap]
             heapq.heapify(self._heap)
+            self._rewake |= self._busy
             self._cond.notify_all()
 
     def _dispatch(self) -> None:
@@ -97,5 +99,7 @@ class PollScheduler:
         finally:
             with self._cond:
                 self._busy.discard(name)
-                heapq.heappush(self._heap, (max(started + self.interval_s, self.clock()), name))
+                due = self.clock() if name in self._rewake else max(started + self.interval_s, self.clock())
+                self._rewake.discard(name)
+                heapq.heappush(self._heap, (due, name))
                 self._cond.notify_all()

@@ -89,3 +89,23 @@ def test_wake_all_polls_everyone_now_and_failures_do_not_lose_a_node():
     finally:
         sched.stop()
     assert pool_size(512) == 32 and pool_size(3) == 3 and pool_size(0) == 1
+
+
+def test_a_wake_during_a_poll_polls_that_node_again_right_after():
+    release = threading.Event()
+    calls: list[float] = []
+
+    def poll(name):
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            release.wait(10)
+
+    sched = PollScheduler(["a"], poll, interval_s=3600, max_workers=1, connects_per_s=1000)
+    sched.start()
+    try:
+        _wait(lambda: len(calls) == 1)
+        sched.wake_all()  # "Refresh now" while the first poll is still running
+        release.set()
+        _wait(lambda: len(calls) == 2)
+    finally:
+        sched.stop()
