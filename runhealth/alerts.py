@@ -81,7 +81,7 @@ def stalled_nodes(store: Store, now: float, interval_s: float) -> dict[str, floa
 class Alert:
     """One condition that holds now. `key` identifies it across evaluations."""
 
-    name: str  # truncation_high, node_down, node_stale, node_stalled, gpu_throttled, gpu_hot, collection_stale
+    name: str  # truncation_high, node_down/stale/stalled, gpu_throttled/hot, collection_stale, store_write_failure
     severity: str  # "critical" | "warning"
     run: str
     summary: str  # one sentence for people
@@ -118,6 +118,10 @@ def _node_alerts(store: Store, run: str, now: float, stale_after: float, interva
     for n in store.nodes():
         state, why = node_status(n, now, stale_after)
         age = now - n["last_ok_unix"] if n.get("last_ok_unix") else None
+        if n.get("store_error"):  # set by the store when this node's poll could not be written (#12)
+            out.append(Alert("store_write_failure", "critical", run,
+                             f"{n['name']}: its poll could not be written to the history store: {n['store_error']}",
+                             node=n["name"]))
         if state == "up":
             up.add(n["name"])
         elif state in ("down", "stale"):

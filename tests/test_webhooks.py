@@ -230,3 +230,15 @@ def test_nodes_page_shows_webhook_failures_without_the_url(tmp_path, monkeypatch
     assert "https://ok.example.com/…" in shown and SECRET not in shown
     st.cache_data.clear()
     st.cache_resource.clear()
+
+
+def test_a_store_write_failure_is_an_alert(tmp_path):
+    """The store marks a node whose poll it could not write (`store_error`, #12); that is an alert."""
+    class FailingStore(Store):
+        def nodes(self):
+            return [dict(n, store_error="the disk holding the history store is full") for n in super().nodes()]
+
+    store = FailingStore(tmp_path / "s.sqlite3")
+    store.register_node("node-1", {"name": "node-1"})
+    got = [a for a in alerts.evaluate(store) if a.name == "store_write_failure"]
+    assert [(a.node, a.severity) for a in got] == [("node-1", "critical")] and "disk" in got[0].summary
