@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from runhealth import rollup, stats, whatif
+from runhealth import lengthtime, rollup, stats, whatif
 from runhealth.alerts import DOWN_AFTER_STALE, fmt_age, node_status  # noqa: F401 - one definition, re-exported
 from runhealth.store import Store
 
@@ -33,7 +33,7 @@ def _cache(ttl: float = TTL_S, max_entries: int = 16):
 def clear_all() -> None:
     """Drop every cached read (after "Refresh now")."""
     for fn in (load_nodes, load_run_lengths, load_group_lengths, load_truncation_over_time, load_throughput,
-               load_gpu_latest, load_gpu_series, load_samples, load_last_collection):
+               load_gpu_latest, load_gpu_series, load_samples, load_last_collection, load_lengths_over_time):
         fn.clear()
 
 
@@ -97,6 +97,13 @@ def load_truncation_over_time(store: Store, interval_s: float) -> pd.DataFrame:
     if span < 6 * 3600:
         polls = rollup.poll_history(store, max(interval_s * 3, 30))
     return pd.DataFrame(polls, columns=["bucket_unix", "completions", "tokens", "length_stops", "malformed", "backfill"])
+
+
+@_cache(ttl=30, max_entries=8)
+def load_lengths_over_time(store: Store, ceiling: int | None) -> pd.DataFrame:
+    """Per hour of the run: length percentiles (log-bin edges) and the exact share at the ceiling."""
+    return pd.DataFrame(lengthtime.hourly(store, ceiling), columns=[
+        "bucket_unix", "completions", "at_ceiling", "backfill", "at_ceiling_fraction", "p50", "p90", "p99"])
 
 
 @_cache(ttl=TTL_S, max_entries=8)

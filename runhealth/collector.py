@@ -19,7 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from runhealth import loops, metrics, rollup, scheduler
+from runhealth import lengthtime, loops, metrics, rollup, scheduler
 from runhealth.config import NodeConfig, RunConfig
 from runhealth.errors import StoreError
 from runhealth.store import Store
@@ -89,6 +89,7 @@ class NodePoller:
         # The reply describes the node at about the middle of the round trip.
         ts_unix = sent + rtt_ms / 2000
         self.store.record_poll(self.node.name, reply, ts_unix, rtt_ms)
+        lengthtime.record(self.store, self.node.name, reply, ts_unix)  # lengths per hour, whole run
         values = merge_metrics(reply)
         if values:
             self.store.record_metrics(self.node.name, values, ts_unix)
