@@ -34,7 +34,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from prometheus_client import generate_latest  # noqa: E402
 
-from runhealth import exporter  # noqa: E402
+from runhealth import exporter, lengthtime  # noqa: E402
 from runhealth.collector import Collector  # noqa: E402
 from runhealth.config import parse_config  # noqa: E402
 from runhealth.store import Store  # noqa: E402
@@ -100,8 +100,10 @@ def serial_write_s(store: Store, config, sims: dict) -> tuple[float, float]:
         sims[node.name].rtt_s = 0.0
         replies.append((node.name, sims[node.name].request({"shards": {"state": store.shard_state(node.name)}})))
     wall, cpu = time.perf_counter(), time.process_time()
-    for name, reply in replies:
-        store.record_poll(name, reply, time.time(), 1.0)
+    for name, reply in replies:  # the collector's two writes per poll: counts etc., then lengths per hour
+        now = time.time()
+        store.record_poll(name, reply, now, 1.0)
+        lengthtime.record(store, name, reply, now)
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
