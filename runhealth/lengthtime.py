@@ -5,8 +5,8 @@ are also added to one row per (hour, length, finish by length or not, estimated,
 lengths of completions that stopped by length are kept exactly (they are few distinct values,
 and the share at the ceiling must be exact), other lengths are binned on a log scale with 16
 bins per doubling (a bin is at most 4.4% wide). So percentiles over time are bin upper edges,
-at most 4.4% above the exact value, while the share at the ceiling is exact. A year of hours
-is a few hundred thousand rows at most, whatever the fleet size. Counts from first scans and
+at most 4.4% above the exact value, while the share at the ceiling is exact. An hour
+holds at most ~200 rows (about 5,000 a day), whatever the fleet size. Counts from first scans and
 catch-up polls (`backfill`) are kept apart: they were written before the hour they land in.
 """
 
