@@ -24,6 +24,7 @@ from runhealth import demo
 from runhealth.collector import Collector
 from runhealth.config import RunConfig, find_config_path, load_config
 from runhealth.errors import RunhealthError
+from runhealth.outbound import Outbound, start_outbound
 from runhealth.store import Store
 
 COLLECTOR_ENV = "RUNHEALTH_COLLECTOR"
@@ -43,6 +44,7 @@ class Runtime:
     config_path: Path | None = None  # the file loaded, absolute; None: the built-in demo
     signature: tuple | None = None  # config_signature() when built: a change means rebuild
     follows_file: bool = False  # held by get_runtime(), which rebuilds it when the file changes
+    outbound: Outbound | None = None  # /metrics and webhooks, served by the process that collects
 
 
 def collecting() -> bool:
@@ -91,6 +93,7 @@ def build_runtime_for(path: Path | None, previous: Runtime | None = None) -> Run
         try:
             collector.start()
             runtime.collector = collector
+            runtime.outbound = start_outbound(config, store)
         except RunhealthError as exc:
             runtime.notice = str(exc)
     return runtime
@@ -121,6 +124,8 @@ def get_runtime() -> Runtime:
     with holder.lock:
         old = holder.runtime
         if old is None or old.config_path != path or old.signature != config_signature(path):
+            if old is not None and old.outbound is not None:
+                old.outbound.stop()  # frees the /metrics port and ends its webhook senders
             if old is not None and old.collector is not None:
                 old.collector.stop()  # releases the store's collector lock for the new collector
             new = build_runtime_for(path, previous=old)

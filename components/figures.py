@@ -149,6 +149,25 @@ def make_truncation_over_time_figure(df: pd.DataFrame, warn: float, alert: float
     return _layout(fig, "Truncation over time (grey = first scan)", height=320)
 
 
+def make_lengths_over_time_figure(df: pd.DataFrame, ceiling: int | None) -> go.Figure:
+    """Per hour: p50 / p90 / p99 completion length (left axis) and the share at the ceiling (bars, right).
+
+    `df` columns: bucket_unix, p50, p90, p99, at_ceiling_fraction, completions, backfill.
+    """
+    t = pd.to_datetime(df["bucket_unix"], unit="s")
+    colours = [BACKFILL_COLOUR if b else CEILING_COLOUR for b in df["backfill"]]
+    fig = _figure(go.Bar(x=t, y=df["at_ceiling_fraction"], marker_color=colours, opacity=0.45, yaxis="y2",
+                         name="share at ceiling", customdata=df["completions"],
+                         hovertemplate="%{y:.1%} of %{customdata} at the ceiling<extra></extra>"))
+    for name, dash in (("p50", "solid"), ("p90", "dash"), ("p99", "dot")):
+        fig.add_scatter(x=t, y=df[name], mode="lines+markers", name=name, line=dict(color=STOP_COLOUR, dash=dash))
+    if ceiling:
+        _hline(fig, ceiling, f"ceiling {ceiling:,}", dash="dot", color=ALERT_COLOUR)
+    fig.update_yaxes(title_text="tokens", rangemode="tozero")
+    fig.update_layout(yaxis2=dict(overlaying="y", side="right", tickformat=".0%", rangemode="tozero", showgrid=False))
+    return _layout(fig, "Lengths per hour, whole run (grey bars = first scan)", height=340)
+
+
 def make_gpu_heatstrip_figure(df: pd.DataFrame) -> go.Figure:
     """One column per GPU, rows utilization / power % of limit / memory %.
 

@@ -9,19 +9,18 @@ status, alerts, formatting) are what the pages and cards use to turn that data i
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
 import pandas as pd
 import streamlit as st
 
-from runhealth import stats, whatif
+from runhealth import lengthtime, rollup, stats, whatif
+from runhealth.alerts import DOWN_AFTER_STALE, fmt_age, node_status  # noqa: F401 - one definition, re-exported
 from runhealth.store import Store
 
 TTL_S = 3
 _HASH = {Store: lambda s: str(s.path)}
-DOWN_AFTER_STALE = 5  # a node is "down" once it has failed for 5 x stale_after
 THROUGHPUT_WINDOW_S = 300
 SERVER_GAUGES = ("sglang:gen_throughput",)
 SERVER_COUNTERS = ("vllm:generation_tokens_total",)
@@ -34,7 +33,7 @@ def _cache(ttl: float = TTL_S, max_entries: int = 16):
 def clear_all() -> None:
     """Drop every cached read (after "Refresh now")."""
     for fn in (load_nodes, load_run_lengths, load_group_lengths, load_truncation_over_time, load_throughput,
-               load_gpu_latest, load_gpu_series, load_samples, load_last_collection):
+               load_gpu_latest, load_gpu_series, load_samples, load_last_collection, load_lengths_over_time):
         fn.clear()
 
 
@@ -93,11 +92,18 @@ def load_group_lengths(store: Store, by: str, ceiling: int | None) -> pd.DataFra
 @_cache(ttl=5, max_entries=8)
 def load_truncation_over_time(store: Store, interval_s: float) -> pd.DataFrame:
     """Poll deltas per hour, or per a few polls while the run is short."""
-    polls = store.polls_by_bucket(3600)
+    polls = rollup.poll_history(store, 3600)  # raw and rolled-up deltas: the whole run
     span = (polls[-1]["bucket_unix"] - polls[0]["bucket_unix"]) if polls else 0
     if span < 6 * 3600:
-        polls = store.polls_by_bucket(max(interval_s * 3, 30))
+        polls = rollup.poll_history(store, max(interval_s * 3, 30))
     return pd.DataFrame(polls, columns=["bucket_unix", "completions", "tokens", "length_stops", "malformed", "backfill"])
+
+
+@_cache(ttl=30, max_entries=8)
+def load_lengths_over_time(store: Store, ceiling: int | None) -> pd.DataFrame:
+    """Per hour of the run: length percentiles (log-bin edges) and the exact share at the ceiling."""
+    return pd.DataFrame(lengthtime.hourly(store, ceiling), columns=[
+        "bucket_unix", "completions", "at_ceiling", "backfill", "at_ceiling_fraction", "p50", "p90", "p99"])
 
 
 @_cache(ttl=TTL_S, max_entries=8)
@@ -144,7 +150,7 @@ def load_gpu_latest(store: Store) -> pd.DataFrame:
 
 @_cache(ttl=5, max_entries=8)
 def load_gpu_series(store: Store, since_unix: float | None, max_points: int = 400) -> pd.DataFrame:
-    df = pd.DataFrame(store.gpu_series(since_unix=since_unix, max_points=max_points))
+    df = pd.DataFrame(rollup.gpu_history(store, since_unix=since_unix, max_points=max_points))
     if not df.empty:
         df["label"] = df["node"] + "/" + df["gpu"].astype(str)
         df["mem_used_gib"] = df["mem_used_mib"] / 1024
@@ -210,37 +216,6 @@ def server_length_share(metrics: pd.DataFrame) -> tuple[float, float] | None:
 
 
 # -- pure helpers -----------------------------------------------------------------------------
-def node_status(node: dict[str, Any], now: float, stale_after: float) -> tuple[str, str]:
-    """(state, one-line reason). The rule, also shown on the Nodes page:
-
-    pending = never polled; up = last success within stale_after; down = never succeeded but
-    failing, or no success for 5 x stale_after; stale = in between.
-    """
-    last_ok, err = node.get("last_ok_unix"), node.get("last_error")
-    failing = node.get("failing_since_unix") is not None
-    if last_ok is None:
-        return ("down", f"never reached: {err}") if err else ("pending", "waiting for first poll")
-    age = now - last_ok
-    if age <= stale_after:
-        return "up", f"last poll {fmt_age(age)} ago"
-    why = f": {err}" if failing and err else ""
-    state = "down" if age > DOWN_AFTER_STALE * stale_after else "stale"
-    return state, f"{state} for {fmt_age(age)}{why}"
-
-
-def fmt_age(seconds: float | None) -> str:
-    if seconds is None or math.isnan(seconds):
-        return "N/A"
-    seconds = max(0.0, seconds)
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 2 * 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
-
-
 def fmt_bytes(n: float | None) -> str:
     if n is None:
         return "N/A"

@@ -12,8 +12,10 @@ import time
 import streamlit as st
 
 from components import cards, loaders, page
+from components.outbound import render_outbound
 
 PREFIX = "nodes"
+MAX_NODE_CARDS = 32
 
 
 def render_node(node: dict, now: float, shards) -> None:
@@ -46,10 +48,19 @@ if not nodes:
 cards.render_indexing(nodes)
 cards.render_node_table(nodes, rt.config.stale_after)
 shards = loaders.load_shards(rt.store)
-for node in nodes:
+shown = nodes
+if len(nodes) > MAX_NODE_CARDS:  # 512 cards took 16 s to render (bench/fleet.py): problems first, then picks
+    troubled = [n for n in nodes if loaders.node_status(n, now, rt.config.stale_after)[0] != "up"]
+    picked = st.multiselect("Show details for", [n["name"] for n in nodes], key=f"{PREFIX}_node_select",
+                            placeholder="nodes that are not up are shown below")
+    shown = troubled[:MAX_NODE_CARDS] + [n for n in nodes if n["name"] in picked and n not in troubled]
+    st.caption(f"{len(nodes):,} nodes: details below for the {len(troubled):,} not up"
+               f"{f' (first {MAX_NODE_CARDS})' if len(troubled) > MAX_NODE_CARDS else ''} and the ones picked.")
+for node in shown:
     page.guarded(render_node)(node, now, shards)
 server = loaders.load_server_metrics(rt.store)
 if not server.empty:
     st.subheader("Inference servers (latest /metrics values)")
     st.dataframe(server, width="stretch")
+page.guarded(render_outbound)(rt)
 page.download_csv(cards.node_table(nodes, rt.config.stale_after, now), "nodes.csv", PREFIX)

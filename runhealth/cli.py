@@ -191,7 +191,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    service.run_collector(Path(path), stop)
+    service.run_collector(Path(path), stop, args.metrics_port, args.metrics_address)
     print("collector stopped", file=sys.stderr)
     return 0
 
@@ -209,6 +209,9 @@ def add_dashboard(sub) -> None:
 def add_collect(sub) -> None:
     p = sub.add_parser("collect", help="run the collector alone, headless, until SIGTERM/SIGINT")
     p.add_argument("--config", help=CONFIG_HELP)
+    p.add_argument("--metrics-port", type=int, metavar="N", help="serve Prometheus /metrics on this port")
+    p.add_argument("--metrics-address", metavar="ADDR",
+                   help="address for /metrics (default: [run] metrics_address, else 127.0.0.1)")
     p.set_defaults(func=cmd_collect)
 
 

@@ -1,7 +1,8 @@
-"""The background collector: one per dashboard process, one thread per node.
+"""The background collector: one per dashboard process, polling nodes on a bounded pool.
 
-Each node has its own poller thread, its own persistent agent connection and its own
-schedule, so a slow or dead node never delays the others and never blocks a page. Every
+Each node has its own persistent agent connection and its own schedule; polls run on at
+most 32 worker threads (`runhealth.scheduler`), so a slow or dead node never delays the
+others, never blocks a page, and 512 nodes do not need 512 threads. Every
 successful poll is folded into the `Store` in one transaction; a failed one is recorded as
 that node's last error while its counts and offsets stay put. Pages only ever call
 `request_refresh()` and `request_sample()`, which wake the threads and return at once.
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from runhealth import loops, metrics, textsafe
+from runhealth import lengthtime, loops, metrics, rollup, scheduler, textsafe
 from runhealth.config import NodeConfig, RunConfig
 from runhealth.errors import StoreError
 from runhealth.store import Store
@@ -67,7 +68,7 @@ def merge_metrics(reply: dict[str, Any]) -> dict[str, float]:
 
 
 class NodePoller:
-    """Polls one node on its own thread; owns that node's transport."""
+    """Polls one node when the scheduler says so; owns that node's transport."""
 
     def __init__(self, node: NodeConfig, store: Store, interval_s: float, transport=None,
                  clock: Callable[[], float] = time.time):
@@ -77,8 +78,6 @@ class NodePoller:
         self.transport = transport if transport is not None else make_transport(node)
         self.clock = clock
         self.lock = threading.Lock()  # one request at a time on the agent pipe
-        self.wake = threading.Event()
-        self.thread: threading.Thread | None = None
         self.budget_bytes = SCAN_BUDGET_BYTES  # adapted to the scan speed this node shows
 
     def _adapt_budget(self, shards: dict[str, Any]) -> None:
@@ -111,6 +110,7 @@ class NodePoller:
         ts_unix = sent + rtt_ms / 2000
         try:
             self.store.record_poll(self.node.name, reply, ts_unix, rtt_ms)
+            lengthtime.record(self.store, self.node.name, reply, ts_unix)  # lengths per hour, whole run
             values = merge_metrics(reply)
             if values:
                 self.store.record_metrics(self.node.name, values, ts_unix)
@@ -130,15 +130,6 @@ class NodePoller:
                 progress(self.node.name, pending)
             if pending <= 0 or (stop is not None and stop.is_set()):
                 return reply
-
-    def run(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            try:
-                self.poll_until_indexed(stop)
-            except Exception as exc:
-                log.info("node %s: poll failed: %s", self.node.name, _plain(exc))
-            self.wake.wait(self.interval_s)
-            self.wake.clear()
 
     def close(self) -> None:
         with self.lock:
@@ -167,18 +158,16 @@ class Collector:
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
-        """Start one poller thread per node.
+        """Start polling every node on the bounded pool (first polls staggered).
 
         Raises:
             StoreError: another process is already collecting into this store (two
                 collectors would poll every node twice for nothing).
         """
         self._claim_store()
-        for poller in self.pollers.values():
-            if poller.thread is None:
-                poller.thread = threading.Thread(target=poller.run, args=(self._stop,),
-                                                 name=f"runhealth-poll-{poller.node.name}", daemon=True)
-                poller.thread.start()
+        if getattr(self, "_scheduler", None) is None:
+            self._scheduler = scheduler.PollScheduler(list(self.pollers), self._poll_node, self.config.interval_s)
+            self._scheduler.start()
         if self._housekeeper is None:  # start() is idempotent: one pruning thread per collector
             self._housekeeper = threading.Thread(target=self._housekeeping, name="runhealth-prune", daemon=True)
             self._housekeeper.start()
@@ -198,11 +187,10 @@ class Collector:
 
     def stop(self) -> None:
         self._stop.set()
+        pool = getattr(self, "_scheduler", None)
+        if pool is not None:
+            pool.stop(timeout_s=max(n.command_timeout_s for n in self.config.nodes) + 1)
         for poller in self.pollers.values():
-            poller.wake.set()
-        for poller in self.pollers.values():
-            if poller.thread is not None:
-                poller.thread.join(timeout=poller.node.command_timeout_s + 1)
             poller.close()
         if self._lock_file is not None:
             self._lock_file.close()  # releases the flock
@@ -216,11 +204,21 @@ class Collector:
 
     @property
     def running(self) -> bool:
-        return any(p.thread is not None and p.thread.is_alive() for p in self.pollers.values())
+        pool = getattr(self, "_scheduler", None)
+        return pool is not None and pool.running and not self._stop.is_set()
+
+    def _poll_node(self, name: str) -> None:
+        """One scheduled turn of a node: poll it (until indexed); failures are recorded by poll()."""
+        if not self._stop.is_set():
+            self.pollers[name].poll_until_indexed(self._stop)
 
     def _housekeeping(self) -> None:
         while not self._stop.wait(3600):
             self.store.prune(GPU_HISTORY_KEEP_S)
+            try:  # raw rows older than the raw window become 1-min, later 10-min rows
+                rollup.rollup(self.store, raw_keep_s=self.config.raw_keep_h * 3600)
+            except Exception as exc:  # a failed fold loses nothing: raw rows stay until the next hour
+                log.warning("history rollup failed: %s", exc)
 
     # -- what pages call -------------------------------------------------------------------
     def request_refresh(self) -> None:
@@ -229,7 +227,9 @@ class Collector:
             retry_now = getattr(poller.transport, "retry_now", None)
             if retry_now is not None:
                 retry_now()
-            poller.wake.set()
+        pool = getattr(self, "_scheduler", None)
+        if pool is not None:
+            pool.wake_all()
 
     def request_sample(self, n: int, finish_reason: str | None = None) -> int:
         """Start a fresh uniform sample of `n` completions in the background; returns its batch.
@@ -282,7 +282,7 @@ class Collector:
             except Exception as exc:
                 results[name] = exc
 
-        with ThreadPoolExecutor(max_workers=max(1, len(shares))) as pool:
+        with ThreadPoolExecutor(max_workers=scheduler.pool_size(len(shares))) as pool:
             list(pool.map(one, [s for s, k in shares.items() if k > 0]))
         samples, errors, population = [], {}, 0
         for name, result in results.items():
@@ -303,7 +303,7 @@ class Collector:
             except Exception as exc:
                 results[poller.node.name] = exc
 
-        with ThreadPoolExecutor(max_workers=max(1, len(self.pollers))) as pool:
+        with ThreadPoolExecutor(max_workers=scheduler.pool_size(len(self.pollers))) as pool:
             list(pool.map(one, self.pollers.values()))
         return results
 

@@ -78,6 +78,9 @@ class RunConfig:
     truncation_alert_fraction: float = 0.05
     stale_after_s: float | None = None
     allowed_users: list[str] = dataclasses.field(default_factory=list)
+    metrics_port: int | None = None  # serve Prometheus /metrics from the collecting process
+    metrics_address: str = "127.0.0.1"
+    raw_keep_h: float = 24.0  # raw 10 s history kept this long, then rolled up (runhealth.rollup)
     source: str = "<built-in>"
     demo: bool = False
 
@@ -110,6 +113,9 @@ _RUN_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "truncation_alert_fraction": ((int, float), False),
     "stale_after_s": ((int, float), False),
     "allowed_users": ((list,), False),
+    "metrics_port": ((int,), False),
+    "metrics_address": ((str,), False),
+    "raw_keep_h": ((int, float), False),
 }
 _NODE_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "name": ((str,), True),
@@ -166,6 +172,9 @@ def load_config(path: str | os.PathLike, secrets_path: Path | None = None) -> Ru
 
 def parse_config(raw: dict[str, Any], source: str = "<config>") -> RunConfig:
     """Validate an already-parsed TOML document (see `load_config`)."""
+    if "alerts" in raw:  # webhook URLs are credentials: never in the (shareable) config file
+        raise ConfigError(f"{source}: [alerts] must not be in the config file; put webhook_urls in "
+                          f"{SECRETS_PATH} under [alerts] or in RUNHEALTH_WEBHOOK_URLS")
     _check_keys(raw, {"run", "nodes"}, source)
     run = raw.get("run")
     if not isinstance(run, dict):
@@ -237,6 +246,12 @@ def _check_run_values(config: RunConfig, where: str) -> None:
     for field in ("truncation_warn_fraction", "truncation_alert_fraction"):
         if not 0 <= getattr(config, field) <= 1:
             raise ConfigError(f"{where}: [run] field {field!r} must be a fraction between 0 and 1")
+    if config.metrics_port is not None and not 0 < config.metrics_port < 65536:
+        raise ConfigError(f"{where}: [run] field 'metrics_port' must be between 1 and 65535")
+    if not config.metrics_address or any(c.isspace() for c in config.metrics_address):
+        raise ConfigError(f"{where}: [run] field 'metrics_address' must be an IP address or host name")
+    if not 1 <= config.raw_keep_h <= 24 * 14:
+        raise ConfigError(f"{where}: [run] field 'raw_keep_h' must be between 1 and 336 hours")
     if not all(isinstance(u, str) for u in config.allowed_users):
         raise ConfigError(f"{where}: [run] field 'allowed_users' must be a list of strings")
 

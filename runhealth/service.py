@@ -15,6 +15,7 @@ from pathlib import Path
 from runhealth.collector import Collector
 from runhealth.config import RunConfig, load_config
 from runhealth.errors import RunhealthError
+from runhealth.outbound import Outbound, start_outbound
 from runhealth.store import Store
 
 CHECK_EVERY_S = 1.0
@@ -32,7 +33,8 @@ def _log(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def _start(config: RunConfig, store: Store | None) -> tuple[Collector, Store]:
+def _start(config: RunConfig, store: Store | None, metrics_port: int | None = None,
+           metrics_address: str | None = None) -> tuple[Collector, Store, Outbound]:
     path = config.resolved_store_path()
     if store is None or store.path != path:
         if store is not None:
@@ -40,16 +42,24 @@ def _start(config: RunConfig, store: Store | None) -> tuple[Collector, Store]:
         store = Store(path)
     collector = Collector(config, store)
     collector.start()
+    outbound = start_outbound(config, store, metrics_port, metrics_address)
+    where = f"; /metrics on {outbound.metrics_url}" if outbound.metrics_url else ""
     _log(f"collecting {len(config.nodes)} node(s) of {config.name} every {config.interval_s:g} s into {store.path}"
-         f" (config {config.source}); stop with SIGTERM or Ctrl-C")
-    return collector, store
+         f" (config {config.source}){where}; stop with SIGTERM or Ctrl-C")
+    for notice in outbound.notices:
+        _log(notice)
+    return collector, store, outbound
 
 
-def run_collector(path: Path, stop: threading.Event) -> None:
-    """Collect until `stop` is set; raises RunhealthError when the first config cannot start."""
+def run_collector(path: Path, stop: threading.Event, metrics_port: int | None = None,
+                  metrics_address: str | None = None) -> None:
+    """Collect until `stop` is set; raises RunhealthError when the first config cannot start.
+
+    `metrics_port`/`metrics_address` (the command line) win over `[run] metrics_port`/`_address`.
+    """
     path = path.expanduser().absolute()
     seen = file_signature(path)
-    collector, store = _start(load_config(path), None)
+    collector, store, outbound = _start(load_config(path), None, metrics_port, metrics_address)
     try:
         while not stop.wait(CHECK_EVERY_S):
             now = file_signature(path)
@@ -61,9 +71,11 @@ def run_collector(path: Path, stop: threading.Event) -> None:
             except RunhealthError as exc:
                 _log(f"config changed but does not load, still collecting with the previous one: {exc}")
                 continue
+            outbound.stop()  # frees the /metrics port for the restarted exporter
             collector.stop()
             _log("config changed: restarting the collector")
-            collector, store = _start(config, store)
+            collector, store, outbound = _start(config, store, metrics_port, metrics_address)
     finally:
+        outbound.stop()
         collector.stop()
         store.close()

@@ -15,6 +15,8 @@ REQUIRED_SUITES = [
     "tests.test_transport", "tests.test_figures", "tests.test_pages", "tests.test_browser",
     "tests.test_faults", "tests.test_security", "tests.test_demo",
     "tests.test_packaging", "tests.test_reload", "tests.test_hermetic", "tests.test_install",
+    "tests.test_prometheus", "tests.test_webhooks", "tests.test_collect_outbound", "tests.test_scheduler",
+    "tests.test_rollup", "tests.test_fleet_pages", "tests.test_lengthtime",
 ]
 
 

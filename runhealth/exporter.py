@@ -1,0 +1,215 @@
+"""Prometheus exposition of the run, read from the history store at scrape time.
+
+`StoreMetrics` is a prometheus_client custom collector: each scrape runs a few aggregate
+queries over the store (counts per node and finish reason, bucketed lengths, the latest GPU
+rows) and yields metric families, so the exported figures are the dashboard's figures by
+construction and nothing is kept twice in memory. Names follow the Prometheus conventions:
+base units, `_total` counters, `_ratio` for 0-1 values. `serve()` starts the HTTP endpoint
+(`/metrics`) on 127.0.0.1 unless told otherwise; it is read-only and holds no secrets.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+from runhealth import alerts, rates, stats
+from runhealth.store import Store
+
+log = logging.getLogger(__name__)
+
+RATE_WINDOW_S = 60.0
+# Throttle reasons exported, each 0 or 1 per GPU, so "not throttled" is a zero, not a missing
+# series. The benign ones the agent also reports (gpu_idle, sync_boost, the clock settings) are
+# left out: they would add 4 series per GPU (about 16,000 at 512 nodes) and no alert uses them.
+THROTTLE_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
+                    "hw_power_brake_slowdown")
+# Bucket bounds as fractions of the ceiling; ceiling - 1 and the ceiling itself are added, so
+# "share >= ceiling" is 1 - bucket{le=ceiling-1} / count in PromQL.
+_CEILING_FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 3 / 8, 1 / 2, 5 / 8, 3 / 4, 7 / 8, 15 / 16)
+_NO_CEILING_BOUNDS = tuple(float(2**k) for k in range(6, 18))  # 64 .. 131072 tokens
+
+
+def length_buckets(ceiling: int | None) -> list[float]:
+    """Finite histogram upper bounds: fractions of the ceiling, ceiling - 1 and the ceiling exactly."""
+    if not ceiling:
+        return list(_NO_CEILING_BOUNDS)
+    bounds = {float(max(1, round(ceiling * f))) for f in _CEILING_FRACTIONS} | {float(ceiling - 1), float(ceiling)}
+    return sorted(b for b in bounds if b > 0)
+
+
+class StoreMetrics:
+    """A custom collector: `collect()` reads the store on every scrape."""
+
+    def __init__(self, store: Store, clock: Callable[[], float] = time.time):
+        self.store = store
+        self.clock = clock
+
+    def describe(self) -> list[Metric]:
+        return []  # names depend on the store's contents; registering must not query it
+
+    def collect(self) -> Iterator[Metric]:
+        now = self.clock()
+        meta = self.store.meta("run") or {}
+        run = str(meta.get("name") or "run")
+        try:
+            yield from self._lengths(run, meta)
+            yield from self._nodes(run, meta, now)
+            yield from self._gpus(run)
+        except Exception:  # logged; this scrape fails (HTTP 500), the collector goes on
+            log.exception("metrics: reading the store failed")
+            raise
+
+    # -- completions and lengths ---------------------------------------------------------
+    def _lengths(self, run: str, meta: dict[str, Any]) -> Iterator[Metric]:
+        completions = CounterMetricFamily("runhealth_completions", "Completions counted in the shards, exactly.",
+                                          labels=["run", "node", "finish_reason"])
+        for r in self.store._rows("SELECT node, finish_reason, SUM(count) AS n FROM node_length_counts"
+                                  " GROUP BY node, finish_reason ORDER BY node, finish_reason"):
+            completions.add_metric([run, r["node"], r["finish_reason"] or stats.MISSING], r["n"])
+        yield completions
+        ceiling, estimated = self._ceiling(meta)
+        if ceiling is not None:
+            yield _gauge("runhealth_ceiling_tokens", "The max_tokens ceiling (configured, else detected).", run, ceiling)
+        hist = HistogramMetricFamily(
+            "runhealth_completion_length_tokens",
+            "Completion lengths in tokens (exact completion_tokens; chars/4 estimates only if no exact ones).",
+            labels=["run", "node"])
+        bounds = length_buckets(ceiling)
+        at_ceiling = CounterMetricFamily("runhealth_completions_at_ceiling",
+                                         "Completions stopped by length at or above the ceiling.", labels=["run", "node"])
+        total_len = total_at = 0
+        for node, count, token_sum, cumulative, at in self._bucket_rows(bounds, ceiling, estimated):
+            buckets = [(_le(b), c) for b, c in zip(bounds, cumulative, strict=True)] + [("+Inf", count)]
+            hist.add_metric([run, node], buckets, token_sum)
+            if ceiling is not None:
+                at_ceiling.add_metric([run, node], at)
+            total_len, total_at = total_len + count, total_at + at
+        yield hist
+        if ceiling is not None:
+            yield at_ceiling
+            ratio = GaugeMetricFamily("runhealth_truncated_ratio",
+                                      "Share of completions (with known length) stopped at the ceiling.", labels=["run"])
+            ratio.add_metric([run], total_at / total_len if total_len else 0.0)
+            yield ratio
+
+    def _ceiling(self, meta: dict[str, Any]) -> tuple[int | None, int]:
+        """(ceiling, the `estimated` flag of the rows length statistics use), as stats.summarize decides."""
+        exact = self.store._rows("SELECT EXISTS (SELECT 1 FROM node_length_counts WHERE estimated = 0) AS e")[0]["e"]
+        estimated = 0 if exact or not self.store._rows("SELECT 1 FROM node_length_counts LIMIT 1") else 1
+        if meta.get("max_output_tokens"):
+            return int(meta["max_output_tokens"]), estimated
+        rows = self.store.length_counts(by="run", finish_reason=stats.LENGTH)
+        hist = stats.LengthHist.from_rows((r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in rows)
+        return stats.detect_ceiling(hist), estimated
+
+    def _bucket_rows(self, bounds: list[float], ceiling: int | None, estimated: int) -> Iterator[tuple]:
+        """Per node: (node, count, token sum, cumulative counts per bound, count at the ceiling), in SQL."""
+        cols = "".join(f", SUM(CASE WHEN tokens <= {int(b)} THEN count ELSE 0 END)" for b in bounds)
+        at = (f", SUM(CASE WHEN finish_reason = 'length' AND tokens >= {int(ceiling)} THEN count ELSE 0 END)"
+              if ceiling is not None else ", 0")
+        sql = (f"SELECT node, SUM(count), SUM(tokens * count){cols}{at} FROM node_length_counts"
+               " WHERE estimated = ? GROUP BY node ORDER BY node")
+        for row in self.store._db().execute(sql, (estimated,)):
+            yield row[0], row[1], row[2], list(row[3:-1]), row[-1]
+
+    # -- nodes and the run ---------------------------------------------------------------
+    def _nodes(self, run: str, meta: dict[str, Any], now: float) -> Iterator[Metric]:
+        interval = float(meta.get("interval_s") or 10.0)
+        stale_after = float(meta.get("stale_after_s") or max(3 * interval, 30.0))
+        up = GaugeMetricFamily("runhealth_node_up", "1 if the node's last poll succeeded within stale_after.",
+                               labels=["run", "node"])
+        age = GaugeMetricFamily("runhealth_last_poll_age_seconds", "Seconds since the node's last successful poll.",
+                                labels=["run", "node"])
+        stalled = GaugeMetricFamily("runhealth_stalled", "1 if the node is reachable but added no completion "
+                                    f"for {alerts.stall_after_s(interval):.0f} s.", labels=["run", "node"])
+        tps = GaugeMetricFamily("runhealth_generation_tokens_per_second",
+                                f"Generated tokens per second over the last {RATE_WINDOW_S:.0f} s (shard growth).",
+                                labels=["run", "node"])
+        stalls = alerts.stalled_nodes(self.store, now, interval)
+        nodes = self.store.nodes()
+        for n in nodes:
+            state, _why = alerts.node_status(n, now, stale_after)
+            up.add_metric([run, n["name"]], 1.0 if state == "up" else 0.0)
+            if n.get("last_ok_unix") is not None:
+                age.add_metric([run, n["name"]], max(0.0, now - n["last_ok_unix"]))
+            stalled.add_metric([run, n["name"]], 1.0 if state == "up" and n["name"] in stalls else 0.0)
+        for node, rate in self._token_rates(now).items():
+            tps.add_metric([run, node], rate)
+        yield from (up, age, stalled, tps)
+        done = sum(n["lines"] for n in nodes)
+        progress = rates.progress(done, meta.get("target_completions"))
+        if progress is not None:
+            yield _gauge("runhealth_progress_ratio", "Completions counted / target_completions.", run, progress)
+
+    def _token_rates(self, now: float) -> dict[str, float]:
+        """Per node, tokens/s over its last minute of polls; none for a node not polled in that minute."""
+        by_node: dict[str, list] = {}
+        recent = set()
+        for p in self.store.polls(since_unix=now - 2 * RATE_WINDOW_S):
+            by_node.setdefault(p["node"], []).append(
+                (p["node_ts_unix"] or p["ts_unix"], p["completions"] or 0, p["tokens"] or 0, bool(p["backfill"])))
+            if p["ts_unix"] >= now - RATE_WINDOW_S:
+                recent.add(p["node"])
+        out = {}
+        for node in recent:
+            _cps, tokens_per_s = rates.windowed_rate(by_node[node], RATE_WINDOW_S)
+            if tokens_per_s is not None:
+                out[node] = tokens_per_s
+        return out
+
+    # -- GPUs ----------------------------------------------------------------------------
+    def _gpus(self, run: str) -> Iterator[Metric]:
+        labels = ["run", "node", "gpu", "uuid"]
+        fields = (  # (metric, help, store column, scale)
+            ("runhealth_gpu_utilization_ratio", "GPU utilization (NVML), 0-1.", "util_pct", 0.01),
+            ("runhealth_gpu_power_watts", "GPU power draw.", "power_w", 1.0),
+            ("runhealth_gpu_power_limit_watts", "GPU power limit.", "power_limit_w", 1.0),
+            ("runhealth_gpu_memory_used_bytes", "GPU memory used.", "mem_used_mib", 1024.0 * 1024.0),
+            ("runhealth_gpu_memory_total_bytes", "GPU memory total.", "mem_total_mib", 1024.0 * 1024.0),
+            ("runhealth_gpu_temperature_celsius", "GPU core temperature.", "temp_c", 1.0),
+        )
+        families = {name: GaugeMetricFamily(name, help_, labels=labels) for name, help_, _c, _s in fields}
+        throttled = GaugeMetricFamily("runhealth_gpu_throttled", "1 while the clock event reason is active.",
+                                      labels=[*labels, "reason"])
+        for g in self.store.gpu_latest():
+            if g.get("error"):
+                continue
+            values = [run, g["node"], str(g["gpu"]), g.get("uuid") or ""]
+            for name, _h, column, scale in fields:
+                if g.get(column) is not None:
+                    families[name].add_metric(values, float(g[column]) * scale)
+            active = set(g["throttle_reasons"])
+            for reason in THROTTLE_REASONS:
+                throttled.add_metric([*values, reason], 1.0 if reason in active else 0.0)
+        yield from families.values()
+        yield throttled
+
+
+def _le(bound: float) -> str:
+    return str(int(bound)) + ".0"
+
+
+def _gauge(name: str, help_: str, run: str, value: float) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, help_, labels=["run"])
+    family.add_metric([run], value)
+    return family
+
+
+def registry_for(store: Store, clock: Callable[[], float] = time.time) -> CollectorRegistry:
+    """A registry holding only the run's metrics (no process or Python GC series)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StoreMetrics(store, clock))
+    return registry
+
+
+def serve(store: Store, port: int, address: str = "127.0.0.1") -> Any:
+    """Serve `/metrics` on `address:port` from a daemon thread; returns the server (call `.shutdown()`)."""
+    server, _thread = start_http_server(port, addr=address, registry=registry_for(store))
+    log.info("serving Prometheus metrics on http://%s:%d/metrics", address, server.server_port)
+    return server

@@ -1,0 +1,69 @@
+"""What the collecting process sends out besides the store: Prometheus /metrics and alert webhooks.
+
+`start_outbound()` is called once by whichever process collects (`runhealth collect`, or the
+dashboard's runtime when it collects). Neither part can stop collection: a port already in
+use or a bad webhook setting becomes a notice, and the collector goes on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from runhealth import exporter, notify
+from runhealth.config import RunConfig
+from runhealth.errors import ConfigError
+from runhealth.store import Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Outbound:
+    metrics_server: Any = None
+    notifier: notify.Notifier | None = None
+    notices: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def metrics_url(self) -> str | None:
+        if self.metrics_server is None:
+            return None
+        host, port = self.metrics_server.server_address[:2]
+        return f"http://{host}:{port}/metrics"
+
+    def stop(self) -> None:
+        if self.notifier is not None:
+            self.notifier.stop()
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()
+            self.metrics_server.server_close()
+
+
+def start_outbound(config: RunConfig, store: Store, metrics_port: int | None = None,
+                   metrics_address: str | None = None, webhook_urls: list[str] | None = None) -> Outbound:
+    """Serve /metrics when a port is set (argument, else `[run] metrics_port`) and start the
+    webhook notifier when URLs are configured (secrets.toml or RUNHEALTH_WEBHOOK_URLS)."""
+    out = Outbound()
+    port = metrics_port if metrics_port is not None else config.metrics_port
+    address = metrics_address or config.metrics_address
+    if port is not None:
+        try:
+            out.metrics_server = exporter.serve(store, port, address)
+        except OSError as exc:
+            out.notices.append(f"Prometheus /metrics not served on {address}:{port}: {exc.strerror or exc}")
+    try:
+        urls = notify.load_urls() if webhook_urls is None else webhook_urls
+    except ConfigError as exc:
+        urls = []
+        out.notices.append(f"alert webhooks off: {exc}")
+    if urls and config.demo:  # made-up alerts must not page anyone
+        urls = []
+        out.notices.append("alert webhooks off: this is the demo run")
+    if urls:
+        out.notifier = notify.Notifier(store, urls, interval_s=config.interval_s)
+        out.notifier.start()
+        log.info("alert webhooks: %s", ", ".join(notify.redact(u) for u in urls))
+    for notice in out.notices:
+        log.warning("%s", notice)
+    return out

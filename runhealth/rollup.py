@@ -1,0 +1,179 @@
+"""Whole-run history at a bounded cost: raw samples for a window, then 1-minute and 10-minute rollups.
+
+A generation run lasts days to weeks. Raw 10 s rows (GPU samples, poll deltas, server metrics)
+are kept for `raw_keep_s` (default 24 h); older ones are folded into 1-minute rows, and 1-minute
+rows older than `fine_keep_s` (default 7 days) into 10-minute rows, kept for the rest of the run.
+Each fold runs in one transaction (insert the buckets, delete what they summarise), so a reader
+sees either the raw rows or their rollup, never both or neither. Cutoffs are aligned to whole
+buckets, so a bucket is only ever built from complete data; rows that arrive late for a bucket
+already rolled up are merged into it (weighted means, sums, maxima).
+
+The reads (`gpu_history`, `poll_history`) union raw and rolled-up rows in SQL and bucket them to
+the width the chart asks for, so every chart can span the whole run.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from runhealth.store import Store
+
+RAW_KEEP_S = 24 * 3600.0
+CHUNK_S = 120.0  # data folded per transaction: at 512 nodes about 2 s of write lock (bench/history.py)
+PAUSE_S = 0.05  # between chunks, so pollers waiting on the write lock get their turn
+FINE_KEEP_S = 7 * 24 * 3600.0
+TIERS = (60, 600)
+_GPU = ("util_pct", "mem_used_mib", "mem_total_mib", "power_w", "power_limit_w", "temp_c", "sm_clock_mhz")
+_POLL = ("completions", "tokens", "length_stops", "malformed")
+
+_SCHEMA = [
+    "CREATE TABLE IF NOT EXISTS gpu_rollup (res_s INTEGER NOT NULL, bucket_unix REAL NOT NULL, node TEXT NOT NULL,"
+    " gpu INTEGER NOT NULL, n INTEGER NOT NULL, " + ", ".join(f"{f} REAL" for f in _GPU) + ", throttled INTEGER,"
+    " PRIMARY KEY (res_s, bucket_unix, node, gpu)) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS poll_rollup (res_s INTEGER NOT NULL, bucket_unix REAL NOT NULL, node TEXT NOT NULL,"
+    " polls INTEGER NOT NULL, " + ", ".join(f"{f} INTEGER" for f in _POLL) + ", backfill INTEGER,"
+    " PRIMARY KEY (res_s, bucket_unix, node)) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS metric_rollup (res_s INTEGER NOT NULL, bucket_unix REAL NOT NULL, node TEXT NOT NULL,"
+    " name TEXT NOT NULL, n INTEGER NOT NULL, value REAL, value_max REAL, PRIMARY KEY (res_s, bucket_unix, node, name))"
+    " WITHOUT ROWID",
+]
+
+
+def ensure_schema(store: Store) -> None:
+    with store._tx() as db:  # these tables belong to this module; the store only hosts them
+        for sql in _SCHEMA:
+            db.execute(sql)
+
+
+def _mean_merge(col: str) -> str:
+    """ON CONFLICT: the weighted mean of the stored and the new bucket (NULLs ignored)."""
+    return (f"{col} = CASE WHEN {col} IS NULL THEN excluded.{col} WHEN excluded.{col} IS NULL THEN {col}"
+            f" ELSE ({col} * n + excluded.{col} * excluded.n) / (n + excluded.n) END")
+
+
+def _fold_gpu(db, src: str, res: int, cutoff: float, src_res: int | None) -> None:
+    where = "ts_unix < ?" if src_res is None else "res_s = ? AND bucket_unix < ?"
+    ts = "ts_unix" if src_res is None else "bucket_unix"
+    weight = "1" if src_res is None else "n"
+    means = ", ".join(f"SUM({f} * {weight}) / NULLIF(SUM(CASE WHEN {f} IS NULL THEN 0 ELSE {weight} END), 0)"
+                      for f in _GPU)
+    params = (cutoff,) if src_res is None else (src_res, cutoff)
+    db.execute(
+        f"INSERT INTO gpu_rollup SELECT {res}, CAST({ts} / {res} AS INTEGER) * {res}, node, gpu, SUM({weight}),"
+        f" {means}, MAX(throttled) FROM {src} WHERE {where} GROUP BY 2, node, gpu"
+        " ON CONFLICT (res_s, bucket_unix, node, gpu) DO UPDATE SET "
+        + ", ".join(_mean_merge(f) for f in _GPU) + ", throttled = MAX(throttled, excluded.throttled),"
+        " n = n + excluded.n", params)
+    db.execute(f"DELETE FROM {src} WHERE {where}", params)
+
+
+def _fold_polls(db, src: str, res: int, cutoff: float, src_res: int | None) -> None:
+    where = "ts_unix < ?" if src_res is None else "res_s = ? AND bucket_unix < ?"
+    ts = "ts_unix" if src_res is None else "bucket_unix"
+    polls = "COUNT(*)" if src_res is None else "SUM(polls)"
+    params = (cutoff,) if src_res is None else (src_res, cutoff)
+    sums = ", ".join(f"SUM({f})" for f in _POLL)
+    db.execute(
+        f"INSERT INTO poll_rollup SELECT {res}, CAST({ts} / {res} AS INTEGER) * {res}, node, {polls}, {sums},"
+        f" MAX(backfill) FROM {src} WHERE {where} GROUP BY 2, node"
+        " ON CONFLICT (res_s, bucket_unix, node) DO UPDATE SET polls = polls + excluded.polls, "
+        + ", ".join(f"{f} = {f} + excluded.{f}" for f in _POLL) + ", backfill = MAX(backfill, excluded.backfill)",
+        params)
+    db.execute(f"DELETE FROM {src} WHERE {where}", params)
+
+
+def _fold_metrics(db, src: str, res: int, cutoff: float, src_res: int | None) -> None:
+    where = "ts_unix < ?" if src_res is None else "res_s = ? AND bucket_unix < ?"
+    ts = "ts_unix" if src_res is None else "bucket_unix"
+    weight, top = ("1", "value") if src_res is None else ("n", "value_max")
+    params = (cutoff,) if src_res is None else (src_res, cutoff)
+    db.execute(
+        f"INSERT INTO metric_rollup SELECT {res}, CAST({ts} / {res} AS INTEGER) * {res}, node, name, SUM({weight}),"
+        f" SUM(value * {weight}) / SUM({weight}), MAX({top}) FROM {src} WHERE {where} GROUP BY 2, node, name"
+        " ON CONFLICT (res_s, bucket_unix, node, name) DO UPDATE SET " + _mean_merge("value")
+        + ", value_max = MAX(value_max, excluded.value_max), n = n + excluded.n", params)
+    db.execute(f"DELETE FROM {src} WHERE {where}", params)
+
+
+def rollup(store: Store, now: float | None = None, raw_keep_s: float = RAW_KEEP_S,
+           fine_keep_s: float = FINE_KEEP_S, chunk_s: float = CHUNK_S, pause_s: float = PAUSE_S) -> None:
+    """Fold raw rows older than `raw_keep_s` into 1-min rows, 1-min rows older than `fine_keep_s` into 10-min.
+
+    Work is done `chunk_s` of data per transaction, releasing the store's write lock (which the
+    pollers wait on) in between; bench/history.py measures how long each chunk holds it.
+    """
+    now = time.time() if now is None else now
+    ensure_schema(store)
+    raw_cut = (now - raw_keep_s) // TIERS[0] * TIERS[0]
+    fine_cut = (now - fine_keep_s) // TIERS[1] * TIERS[1]
+    oldest = store._db().execute("SELECT MIN(t) FROM (SELECT MIN(ts_unix) AS t FROM gpu_samples UNION ALL"
+                                 " SELECT MIN(ts_unix) FROM polls UNION ALL SELECT MIN(ts_unix) FROM metric_samples)"
+                                 ).fetchone()[0]
+    for cut in _steps(oldest, raw_cut, chunk_s, TIERS[0]):
+        time.sleep(pause_s)
+        with store._tx() as db:
+            _fold_gpu(db, "gpu_samples", TIERS[0], cut, None)
+            _fold_polls(db, "polls", TIERS[0], cut, None)
+            _fold_metrics(db, "metric_samples", TIERS[0], cut, None)
+    oldest = store._db().execute("SELECT MIN(bucket_unix) FROM gpu_rollup WHERE res_s = ?", (TIERS[0],)).fetchone()[0]
+    for cut in _steps(oldest, fine_cut, chunk_s * TIERS[1] / TIERS[0], TIERS[1]):
+        time.sleep(pause_s)
+        with store._tx() as db:
+            _fold_gpu(db, "gpu_rollup", TIERS[1], cut, TIERS[0])
+            _fold_polls(db, "poll_rollup", TIERS[1], cut, TIERS[0])
+            _fold_metrics(db, "metric_rollup", TIERS[1], cut, TIERS[0])
+
+
+def _steps(oldest: float | None, cutoff: float, chunk_s: float, tier: int) -> list[float]:
+    """Cutoffs from just past `oldest` up to `cutoff`, `chunk_s` apart (whole buckets of `tier`)."""
+    if oldest is None or oldest >= cutoff:
+        return []
+    step = max(tier, chunk_s // tier * tier)
+    first = (oldest // step + 1) * step
+    return [*_frange(first, cutoff, step), cutoff]
+
+
+def _frange(start: float, stop: float, step: float) -> list[float]:
+    out = []
+    while start < stop:
+        out.append(start)
+        start += step
+    return out
+
+
+def _has_rollups(store: Store) -> bool:
+    return bool(store._rows("SELECT 1 FROM sqlite_master WHERE name = 'gpu_rollup'"))
+
+
+def gpu_history(store: Store, since_unix: float | None = None, max_points: int = 400) -> list[dict[str, Any]]:
+    """Like `Store.gpu_series`, over raw and rolled-up rows: the whole run in <= max_points per GPU."""
+    if not _has_rollups(store):
+        return store.gpu_series(since_unix=since_unix, max_points=max_points)
+    since = -1e18 if since_unix is None else since_unix
+    rows = ("SELECT ts_unix, node, gpu, 1 AS n, " + ", ".join(_GPU) + ", throttled FROM gpu_samples WHERE ts_unix >= ?"
+            " UNION ALL SELECT bucket_unix, node, gpu, n, " + ", ".join(_GPU) + ", throttled FROM gpu_rollup"
+            " WHERE bucket_unix >= ?")
+    span = store._db().execute(f"SELECT MIN(ts_unix), MAX(ts_unix) FROM ({rows})", (since, since)).fetchone()
+    if span[0] is None:
+        return []
+    width = max((span[1] - span[0]) / max(max_points - 1, 1), 1e-9)
+    means = ", ".join(f"SUM({f} * n) / NULLIF(SUM(CASE WHEN {f} IS NULL THEN 0 ELSE n END), 0) AS {f}" for f in _GPU)
+    return store._rows(
+        f"SELECT node, gpu, MIN(ts_unix) AS ts_unix, {means}, MAX(throttled) AS throttled FROM ({rows})"
+        " GROUP BY node, gpu, CAST((ts_unix - ?) / ? AS INTEGER) ORDER BY node, gpu, ts_unix",
+        (since, since, span[0], width))
+
+
+def poll_history(store: Store, bucket_s: float, since_unix: float | None = None) -> list[dict[str, Any]]:
+    """Like `Store.polls_by_bucket`, over raw and rolled-up poll deltas (buckets >= the rollup's width)."""
+    if not _has_rollups(store):
+        return store.polls_by_bucket(bucket_s, since_unix=since_unix)
+    since = -1e18 if since_unix is None else since_unix
+    cols = ", ".join(_POLL)
+    rows = (f"SELECT ts_unix, {cols}, backfill FROM polls WHERE ts_unix >= ?"
+            f" UNION ALL SELECT bucket_unix, {cols}, backfill FROM poll_rollup WHERE bucket_unix >= ?")
+    sums = ", ".join(f"SUM({f}) AS {f}" for f in _POLL)
+    return store._rows(
+        f"SELECT CAST(ts_unix / ? AS INTEGER) * ? AS bucket_unix, {sums}, MAX(backfill) AS backfill"
+        f" FROM ({rows}) GROUP BY 1 ORDER BY 1", (bucket_s, bucket_s, since, since))

@@ -1,0 +1,112 @@
+"""`runhealth collect` end to end: a real collector process serving /metrics on loopback and
+sending an alert webhook to a real local receiver, stopped by SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+from shardgen import truth_rows, write_shard
+
+from runhealth.config import parse_config
+from tests.test_prometheus import _free_port
+from tests.test_webhooks import SECRET, Receiver
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _config(tmp_path: Path, port: int | None = None) -> Path:
+    write_shard(tmp_path / "a.jsonl", truth_rows(250, 7))
+    config = tmp_path / "runhealth.toml"
+    config.write_text(f"""
+[run]
+name = "collect-test"
+store_path = "{tmp_path / 'store.sqlite3'}"
+interval_s = 1
+{f"metrics_port = {port}" if port else ""}
+
+[[nodes]]
+name = "localhost"
+host = "local"
+shards = ["{tmp_path / '*.jsonl'}"]
+python = "{sys.executable}"
+gpu = "off"
+
+[[nodes]]
+name = "down"
+host = "127.0.0.1"
+port = 1
+shards = ["/x/*.jsonl"]
+connect_timeout_s = 2
+""")
+    return config
+
+
+def _scrape(url: str) -> dict[tuple, float]:
+    text = urllib.request.urlopen(url, timeout=5).read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def test_collect_serves_metrics_and_sends_webhooks_until_sigterm(tmp_path):
+    port = _free_port()
+    receiver = Receiver(200)
+    env = {**os.environ, "RUNHEALTH_WEBHOOK_URLS": receiver.url(), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "runhealth", "collect", "--config", str(_config(tmp_path)),
+                             "--metrics-port", str(port)], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, got = time.time() + 60, {}
+        while time.time() < deadline:
+            try:
+                got = _scrape(f"http://127.0.0.1:{port}/metrics")
+            except OSError:
+                got = {}
+            done = sum(v for (name, _l), v in got.items() if name == "runhealth_completions_total")
+            if done == 250 and any(p["node"] == "down" for p in receiver.posts):
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.3)
+        assert done == 250, got
+        up = {dict(labels)["node"]: v for (name, labels), v in got.items() if name == "runhealth_node_up"}
+        assert up == {"localhost": 1.0, "down": 0.0}
+        alert = next(p for p in receiver.posts if p["node"] == "down")
+        assert alert["alert"] == "node_down" and alert["run"] == "collect-test" and not alert["resolved"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=30)
+        receiver.close()
+    assert proc.returncode == 0, err
+    assert f"/metrics on http://127.0.0.1:{port}/metrics" in err and SECRET not in err
+
+
+def test_metrics_port_from_config_and_port_in_use_is_a_notice(tmp_path):
+    from runhealth.outbound import start_outbound
+    from runhealth.store import Store
+
+    config = parse_config({"run": {"name": "r", "metrics_port": _free_port()},
+                           "nodes": [{"name": "n", "host": "local", "shards": ["/x"]}]})
+    store = Store(tmp_path / "s.sqlite3")
+    first = start_outbound(config, store, webhook_urls=[])
+    try:
+        assert first.metrics_url == f"http://127.0.0.1:{config.metrics_port}/metrics" and not first.notices
+        second = start_outbound(config, store, webhook_urls=[])  # the same port again: refused, not fatal
+        assert second.metrics_server is None and "not served" in second.notices[0]
+    finally:
+        first.stop()
+
+
+def test_the_demo_run_never_sends_webhooks(tmp_path):
+    from runhealth.outbound import start_outbound
+    from runhealth.store import Store
+
+    config = parse_config({"run": {"name": "r"}, "nodes": [{"name": "n", "host": "local", "shards": ["/x"]}]})
+    config.demo = True
+    out = start_outbound(config, Store(tmp_path / "s.sqlite3"), webhook_urls=[f"http://127.0.0.1:9/{SECRET}"])
+    assert out.notifier is None and out.notices == ["alert webhooks off: this is the demo run"]

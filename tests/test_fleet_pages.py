@@ -1,0 +1,42 @@
+"""Pages at fleet size: the GPUs charts fold thousands of GPUs into min/mean/max, the Nodes page
+details only the nodes that need a look (and the ones picked)."""
+
+from __future__ import annotations
+
+import time
+
+import streamlit as st
+from store_fixtures import build_run, write_config
+
+from runhealth.store import Store
+from tests.test_pages import assert_clean, run_page, texts
+
+
+def test_gpus_and_nodes_pages_at_40_nodes(tmp_path, monkeypatch):
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    store = Store(tmp_path / "x.sqlite3")
+    build_run(store, now=time.time(), trunc_frac=0.01, nodes=40, polls=3, per_shard=5, down={"node-7": 600})
+    store.close()
+    config = write_config(tmp_path, tmp_path / "x.sqlite3", nodes=40)
+    at = run_page("pages/2_GPUs.py", config, monkeypatch)
+    assert_clean(at)
+    assert "312 GPUs: min, mean and max over all of them" in texts(at)
+    names = {trace.name for chart in at.get("plotly_chart") for trace in _traces(chart)}
+    assert {"min", "mean", "max"} <= names and "node-1/0" not in names
+    st.cache_data.clear()
+    at = run_page("pages/4_Nodes.py", config, monkeypatch)
+    assert_clean(at)
+    page = texts(at)
+    assert "40 nodes: details below for the 1 not up" in page
+    cards = [m.value for m in at.markdown if m.value.startswith("#### ")]
+    assert len(cards) == 1 and "node-7" in cards[0], cards  # the one failing node's card, no others
+    st.cache_data.clear()
+    st.cache_resource.clear()
+
+
+def _traces(chart):
+    import json
+
+    spec = json.loads(chart.proto.spec)
+    return [type("T", (), {"name": d.get("name")}) for d in spec.get("data", [])]
