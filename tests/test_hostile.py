@@ -115,12 +115,12 @@ def test_blank_lines_are_counted_apart_from_malformed_ones(tmp_path):
 # ---------------------------------------------------------------------------- 4: store write failures
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 2 MB tmpfs: a real filesystem that really fills up (root, as the test runner is)."""
+    """An 8 MB tmpfs: a real filesystem that really fills up (root, as the test runner is)."""
     mnt = tmp_path / "small"
     mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], capture_output=True, text=True)
     if done.returncode:  # fail, never skip: the disk-full scenario is part of the fault suite
-        pytest.fail(f"this test mounts a 2 MB tmpfs and needs root: {done.stderr.strip()}")
+        pytest.fail(f"this test mounts an 8 MB tmpfs and needs root: {done.stderr.strip()}")
     try:
         yield mnt
     finally:
@@ -128,11 +128,11 @@ def small_disk(tmp_path):
 
 
 def fill(path) -> None:
-    with open(path, "wb") as f:
+    # Unbuffered: a buffered file would raise ENOSPC again from close() with its unwritten tail.
+    with open(path, "wb", buffering=0) as f:
         try:
             while True:
                 f.write(b"\0" * 65536)
-                f.flush()
         except OSError:
             pass
 
