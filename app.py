@@ -1,8 +1,8 @@
 """Overview: the standup screen. Is the run healthy, fast AND producing good data?
 
 Run it with `streamlit run app.py` (no runhealth.toml: the built-in demo). Everything below
-the title refreshes itself every collection interval inside one fragment, so the screen on
-the wall stays current without a full-page rerun. Node states: up = polled within
+the title refreshes itself every collection interval inside one fragment (page.live), so the
+screen on the wall stays current without a full-page rerun; `?kiosk=1` is the wall-screen mode. Node states: up = polled within
 stale_after; stale = older; down = never reached, or nothing for 5 x stale_after.
 """
 
@@ -31,11 +31,15 @@ def render_live(rt) -> None:
     nodes = loaders.load_nodes(rt.store)
     summary = loaders.load_run_lengths(rt.store, cfg.max_output_tokens)["summary"]
     thr = loaders.load_throughput(rt.store, cfg.interval_s)
+    health = loaders.load_health(rt.store)
     gpus = loaders.load_gpu_latest(rt.store)
     last = loaders.load_last_collection(rt.store)
-    cards.render_alerts(loaders.run_alerts(summary, nodes, now, cfg.stale_after, cfg.truncation_warn_fraction,
-                                           cfg.truncation_alert_fraction, last))
-    tiles = cards.overview_tiles(summary, thr, nodes, gpus, cfg.target_completions, last, cfg, now)
+    reached = bool(cfg.target_completions) and summary["completions"] >= cfg.target_completions
+    alerts = loaders.run_alerts(summary, nodes, now, cfg.stale_after, cfg.truncation_warn_fraction,
+                                cfg.truncation_alert_fraction, last)
+    alerts += loaders.health_alerts(health, nodes, cfg.stale_after, cfg.stall_after, reached)
+    cards.render_alerts(sorted(alerts, key=lambda a: a[0] != "error"))
+    tiles = cards.overview_tiles(summary, thr, nodes, gpus, cfg.target_completions, last, cfg, now, health)
     cards.render_tiles(tiles[:3])
     cards.render_tiles(tiles[3:])
     if cfg.target_completions:
@@ -55,7 +59,7 @@ def render_live(rt) -> None:
             if rt.demo or any(n.get("gpu_simulated") for n in nodes):
                 st.caption("GPU telemetry is simulated (demo).")
     with right:
-        cards.render_node_table(nodes, cfg.stale_after, compact=True)
+        cards.render_node_table(nodes, cfg.stale_after, compact=True, per_node=health["per_node"])
         series = thr["series"]
         if len(series) >= 2:
             st.plotly_chart(figures.make_throughput_figure(series), key=f"{PREFIX}_throughput_chart")
@@ -68,5 +72,5 @@ st.markdown(page.BIG_ALERTS_CSS, unsafe_allow_html=True)
 if rt.demo:
     st.markdown(f'<div class="rh-demo">{page.DEMO_TEXT}</div>', unsafe_allow_html=True)
 st.title(f"{rt.config.name}")
-st.fragment(run_every=max(rt.config.interval_s, 2.0))(page.guarded(render_live))(rt)
+page.live(rt, render_live, rt)
 page.download_csv(cards.node_table(loaders.load_nodes(rt.store), rt.config.stale_after), "nodes.csv", PREFIX)

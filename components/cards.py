@@ -21,6 +21,7 @@ from components import loaders
 STATE_BADGE = {"up": "UP", "stale": "STALE", "down": "DOWN", "pending": "PENDING"}
 STATE_COLOUR = {"UP": "#1B5E20", "STALE": "#8A5A00", "DOWN": "#8B1A1A", "PENDING": "#3A3F4B"}
 STATE_MD = {"up": ":green[UP]", "stale": ":orange[STALE]", "down": ":red[DOWN]", "pending": ":gray[PENDING]"}
+MIN_SAMPLE_N = 20  # below this many samples a share is shown, never coloured as an alarm
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>#|~$])")
 
 
@@ -45,7 +46,7 @@ def render_tiles(tiles: list[dict[str, str]]) -> None:
 
 def render_alerts(alerts: list[tuple[str, str]]) -> None:
     if not alerts:
-        st.success("All nodes reporting, truncation below the warning threshold.")
+        st.success("All nodes reporting and writing, truncation below the warning threshold.")
     for level, text in alerts[:8]:
         (st.error if level == "error" else st.warning)(md_escape(text))
     if len(alerts) > 8:
@@ -65,7 +66,10 @@ def truncation_tile(summary: dict, warn: float, alert: float) -> dict[str, str]:
                 f"{summary['at_ceiling']:,} of {summary['length_count']:,}", level)
 
 
-def node_table(nodes: list[dict[str, Any]], stale_after: float, now: float | None = None) -> pd.DataFrame:
+def node_table(nodes: list[dict[str, Any]], stale_after: float, now: float | None = None,
+               per_node: dict[str, Any] | None = None) -> pd.DataFrame:
+    """One row per node; with `per_node` (load_health's NodeRate map) its tok/s over the last
+    minute and when its shards last grew."""
     now = now or time.time()
     rows = []
     for n in nodes:
@@ -76,16 +80,23 @@ def node_table(nodes: list[dict[str, Any]], stale_after: float, now: float | Non
                      "GPUs": n.get("gpus_found"), "shards": n.get("shards_matched"),
                      "disk free": loaders.fmt_bytes(min(free)) if free else "N/A",
                      "SSH RTT ms": n.get("rtt_ms")})
+        if per_node is not None:
+            r = per_node.get(n["name"])
+            rows[-1]["tok/s (1 min)"] = loaders.fmt_rate(r.tokens_per_s_1m) if r and r.tokens_per_s_1m is not None else "N/A"
+            grown = r.last_growth_unix if r else None
+            rows[-1]["last new"] = f"{loaders.fmt_age(now - grown)} ago" if grown else "N/A"
     return pd.DataFrame(rows)
 
 
-def render_node_table(nodes: list[dict[str, Any]], stale_after: float, compact: bool = False) -> None:
+def render_node_table(nodes: list[dict[str, Any]], stale_after: float, compact: bool = False,
+                      per_node: dict[str, Any] | None = None) -> None:
     if not nodes:
         st.info("No nodes configured.")
         return
-    table = node_table(nodes, stale_after)
+    table = node_table(nodes, stale_after, per_node=per_node)
     if compact:
-        table = table[["node", "status", "last seen", "GPUs", "disk free", "SSH RTT ms"]]
+        extra = ["tok/s (1 min)", "last new"] if per_node is not None else ["GPUs"]
+        table = table[["node", "status", "last seen", *extra, "disk free", "SSH RTT ms"]]
     styled = table.style.map(lambda v: f"background-color: {STATE_COLOUR.get(v, '')}; color: white; font-weight: bold"
                              if v in STATE_COLOUR else "", subset=["status"]).format(precision=1, subset=["SSH RTT ms"])
     st.dataframe(styled, hide_index=True, width="stretch")
@@ -131,21 +142,24 @@ def render_node_card(node: dict[str, Any], stale_after: float, now: float) -> No
 
 
 def overview_tiles(summary: dict, thr: dict, nodes: list[dict], gpus: pd.DataFrame, target: int | None,
-                   last: float | None, cfg: Any, now: float) -> list[dict[str, str]]:
-    """The six standup tiles: done, throughput, ETA, truncation, nodes, data age."""
+                   last: float | None, cfg: Any, now: float, health: dict | None = None) -> list[dict[str, str]]:
+    """The six standup tiles: done, throughput (last minute, 15-min average beside it), ETA (from
+    the 15-min average, stated), truncation, nodes, data age."""
     from runhealth import rates
 
     done = summary["completions"]
-    tps = thr["shard"].get("total_tokens_per_s") if thr["shard"] else None
-    cps = thr["shard"].get("total_completions_per_s") if thr["shard"] else None
+    health = health or {}
+    tps, tps_15 = health.get("tokens_per_s_1m"), health.get("tokens_per_s_15m")
+    cps = health.get("completions_per_s_15m")
     share = rates.progress(done, target) if target else None
     done_sub = f"of {target:,} target ({share:.1%})" if share is not None else "no target_completions set"
     server = thr.get("server_tokens_per_s")
     n_gpus = len(gpus) or sum(n.get("gpus_found") or 0 for n in nodes)
     tpj = rates.tokens_per_joule(tps, float(gpus["power_w"].sum()) if len(gpus) else None)
-    tps_sub = (f"{loaders.fmt_rate(tps / n_gpus)} per GPU · " if tps and n_gpus else "") + (
-        f"{tpj:.1f} tok/J · " if tpj else "") + (
-        f"server says {loaders.fmt_rate(server)}" if server is not None else "no server metrics")
+    tps_sub = (f"15-min avg {loaders.fmt_rate(tps_15)}" if tps_15 is not None else "15-min avg —") + (
+        f" · {loaders.fmt_rate(tps / n_gpus)} per GPU" if tps and n_gpus else "") + (
+        f" · {tpj:.1f} tok/J" if tpj else "") + (
+        f" · server says {loaders.fmt_rate(server)}" if server is not None else "")
     eta = rates.eta_seconds(done, target, cps) if target else None
     states = [loaders.node_status(n, now, cfg.stale_after)[0] for n in nodes]
     up, stale, down = states.count("up"), states.count("stale"), states.count("down")
@@ -153,11 +167,11 @@ def overview_tiles(summary: dict, thr: dict, nodes: list[dict], gpus: pd.DataFra
     age = now - last if last is not None else None
     return [
         tile("Completions", f"{done:,}", done_sub, "ok" if done else "muted"),
-        tile("Tokens / s", loaders.fmt_rate(tps) if tps is not None else "—", tps_sub if tps is not None
-             else "waiting for two polls", "ok" if tps else "muted"),
+        tile("Tokens / s · last 1 min", loaders.fmt_rate(tps) if tps is not None else "—", tps_sub if tps is not None
+             else "waiting for two polls", "ok" if tps else "warn" if tps == 0 else "muted"),
         tile("ETA", "done" if eta == 0 else loaders.fmt_age(eta) if eta is not None else "—",
-             "target reached" if eta == 0 else f"at {cps:,.1f} completions/s" if cps else "needs a target and a rate",
-             "muted" if eta is None else "ok"),
+             "target reached" if eta == 0 else f"at the 15-min average, {cps:,.1f} completions/s" if cps
+             else "needs a target and a rate", "muted" if eta is None else "ok"),
         truncation_tile(summary, cfg.truncation_warn_fraction, cfg.truncation_alert_fraction),
         tile("Nodes up", f"{up} / {len(nodes)}", f"{stale} stale · {down} down"
              + (f" · disk free ≥ {loaders.fmt_bytes(min(free))}" if free else ""),

@@ -133,20 +133,26 @@ def make_truncation_by_group_figure(df: pd.DataFrame, warn: float, alert: float)
 
 
 def make_truncation_over_time_figure(df: pd.DataFrame, warn: float, alert: float) -> go.Figure:
-    """Share of new completions that finished by length, per time bucket.
+    """Share of new completions truncated (length stop at the ceiling) per time bucket, with
+    length stops below the ceiling (context window) stacked above under their own name.
 
-    `df` columns: bucket_unix, completions, length_stops, backfill (first scan buckets are grey:
-    they hold everything written before monitoring began, not that bucket's output).
+    `df` columns: bucket_unix, completions, at_ceiling, below_ceiling, unsplit, backfill (first
+    scan buckets are grey: they hold everything written before monitoring began).
     """
     t = pd.to_datetime(df["bucket_unix"], unit="s")
-    frac = df["length_stops"] / df["completions"].where(df["completions"] > 0)
-    colours = [BACKFILL_COLOUR if b else STOP_COLOUR for b in df["backfill"]]
-    fig = _figure(go.Bar(x=t, y=frac, marker_color=colours, name="finished by length",
-                           customdata=df["completions"], hovertemplate="%{y:.1%} of %{customdata} new<extra></extra>"))
+    n = df["completions"].where(df["completions"] > 0)
+    colours = [BACKFILL_COLOUR if b else CEILING_COLOUR for b in df["backfill"]]
+    fig = _figure(go.Bar(x=t, y=df["at_ceiling"] / n, marker_color=colours, name="truncated (at the ceiling)",
+                         customdata=df["completions"], hovertemplate="truncated %{y:.1%} of %{customdata} new<extra></extra>"))
+    fig.add_bar(x=t, y=df["below_ceiling"] / n, marker_color=OTHER_COLOUR, name="length stop below the ceiling",
+                customdata=df["completions"], hovertemplate="below the ceiling %{y:.1%} of %{customdata} new<extra></extra>")
+    if df["unsplit"].sum() > 0:
+        fig.add_bar(x=t, y=df["unsplit"] / n, marker_color="#5A5F6A", name="length stop, length unknown (estimate)")
+    fig.update_layout(barmode="stack")
     _hline(fig, warn, "warn", dash="dot", color=CEILING_COLOUR)
     _hline(fig, alert, "alert", dash="dot", color=ALERT_COLOUR)
-    fig.update_yaxes(title_text="share finished by length", tickformat=".0%", rangemode="tozero")
-    return _layout(fig, "Truncation over time (grey = first scan)", height=320)
+    fig.update_yaxes(title_text="share of new completions", tickformat=".0%", rangemode="tozero")
+    return _layout(fig, "Truncated over time (grey = first scan)", height=320)
 
 
 def make_gpu_heatstrip_figure(df: pd.DataFrame) -> go.Figure:

@@ -23,6 +23,7 @@ TTL_S = 3
 _HASH = {Store: lambda s: str(s.path)}
 DOWN_AFTER_STALE = 5  # a node is "down" once it has failed for 5 x stale_after
 THROUGHPUT_WINDOW_S = 300
+HEALTH_LOOKBACK_S = 3600  # the hour the rate-drop median is taken over
 SERVER_GAUGES = ("sglang:gen_throughput",)
 SERVER_COUNTERS = ("vllm:generation_tokens_total",)
 
@@ -34,7 +35,7 @@ def _cache(ttl: float = TTL_S, max_entries: int = 16):
 def clear_all() -> None:
     """Drop every cached read (after "Refresh now")."""
     for fn in (load_nodes, load_run_lengths, load_group_lengths, load_truncation_over_time, load_throughput,
-               load_gpu_latest, load_gpu_series, load_samples, load_last_collection):
+               load_health, load_gpu_latest, load_gpu_series, load_samples, load_last_collection):
         fn.clear()
 
 
@@ -91,13 +92,21 @@ def load_group_lengths(store: Store, by: str, ceiling: int | None) -> pd.DataFra
 
 
 @_cache(ttl=5, max_entries=8)
-def load_truncation_over_time(store: Store, interval_s: float) -> pd.DataFrame:
-    """Poll deltas per hour, or per a few polls while the run is short."""
-    polls = store.polls_by_bucket(3600)
+def load_truncation_over_time(store: Store, interval_s: float, ceiling: int | None = None) -> pd.DataFrame:
+    """Poll deltas per hour, or per a few polls while the run is short, with the length stops
+    split at the ceiling: at_ceiling (truncated) and below_ceiling (context window)."""
+    bucket_s: float = 3600
+    polls = store.polls_by_bucket(bucket_s)
     span = (polls[-1]["bucket_unix"] - polls[0]["bucket_unix"]) if polls else 0
     if span < 6 * 3600:
-        polls = store.polls_by_bucket(max(interval_s * 3, 30))
-    return pd.DataFrame(polls, columns=["bucket_unix", "completions", "tokens", "length_stops", "malformed", "backfill"])
+        bucket_s = max(interval_s * 3, 30)
+        polls = store.polls_by_bucket(bucket_s)
+    df = pd.DataFrame(polls, columns=["bucket_unix", "completions", "tokens", "length_stops", "malformed", "backfill"])
+    split = pd.DataFrame(store.length_stops_by_bucket(bucket_s, ceiling),
+                         columns=["bucket_unix", "at_ceiling", "below_ceiling"])
+    df = df.merge(split, on="bucket_unix", how="left").fillna({"at_ceiling": 0, "below_ceiling": 0})
+    # Estimated-length stops (and polls stored before the split existed) cannot be placed.
+    return df.assign(unsplit=(df["length_stops"] - df["at_ceiling"] - df["below_ceiling"]).clip(lower=0))
 
 
 @_cache(ttl=TTL_S, max_entries=8)
@@ -129,6 +138,28 @@ def load_throughput(store: Store, interval_s: float) -> dict[str, Any]:
     series = series[series["backfill"] == 0].iloc[:-1]  # the last bucket is still filling
     series = series.assign(tokens_per_s=series["tokens"] / max(interval_s * 3, 30))
     return {"shard": shard, "server_tokens_per_s": server, "series": series}
+
+
+@_cache(ttl=TTL_S, max_entries=8)
+def load_health(store: Store) -> dict[str, Any]:
+    """Throughput over the last minute and 15 minutes, per node and run-wide, when each node's
+    shards last grew, and the last hour's per-minute rates (runhealth.health)."""
+    from runhealth import health
+
+    now = time.time()
+    rows: dict[str, list] = {}
+    for p in store.polls(since_unix=now - HEALTH_LOOKBACK_S):
+        rows.setdefault(p["node"], []).append((p["ts_unix"], p["node_ts_unix"], p["completions"], p["tokens"],
+                                               p["backfill"]))
+    out = health.run_rates(rows, now)
+    if any(r.last_growth_unix is None for r in out["per_node"].values()):
+        # Stalled for longer than the lookback: when did it last grow? (one scan, only then)
+        for node, ts in store.last_growth_unix().items():
+            if node in out["per_node"] and out["per_node"][node].last_growth_unix is None:
+                out["per_node"][node].last_growth_unix = ts
+    minute = health.minute_rates(store.polls_by_bucket(60, since_unix=now - HEALTH_LOOKBACK_S))
+    out.update(now=now, minute_tps=minute, drop_median=health.rate_drop(out["tokens_per_s_1m"], minute))
+    return out
 
 
 @_cache()
@@ -197,6 +228,36 @@ def load_server_metrics(store: Store) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame()
     return pd.DataFrame(rows).pivot(index="name", columns="node", values="value")
+
+
+def fmt_clock(ts: float) -> str:
+    """A wall-clock time for "since when" sentences (the dashboard host's time zone)."""
+    return time.strftime("%H:%M:%S", time.localtime(ts))
+
+
+def health_alerts(health: dict[str, Any], nodes: list[dict], stale_after: float, stall_after: float,
+                  target_reached: bool = False) -> list[tuple[str, str]]:
+    """Stall and rate-drop alerts: the run, then each node that stopped while others write."""
+    from runhealth import health as core
+
+    if target_reached:
+        return []
+    now = health["now"]
+    live = {n["name"] for n in nodes if node_status(n, now, stale_after)[0] == "up"}
+    found = core.stalls(health["per_node"], now, stall_after, live)
+    out: list[tuple[str, str]] = []
+    if found["run"] is not None:
+        since = found["run"]
+        out.append(("error", f"Run stalled: no new completions from any node since {fmt_clock(since)} "
+                             f"({fmt_age(now - since)}; alert after {fmt_age(stall_after)})."))
+    else:
+        for node, since in sorted(found["nodes"].items()):
+            out.append(("warning", f"{node}: no new completions for {fmt_age(now - since)} "
+                                   f"(since {fmt_clock(since)}) while other nodes write."))
+        if health.get("drop_median") is not None:
+            out.append(("warning", f"Throughput dropped: {fmt_rate(health['tokens_per_s_1m'])} tok/s over the last "
+                                   f"minute, below half the last hour's median ({fmt_rate(health['drop_median'])} tok/s)."))
+    return out
 
 
 def server_length_share(metrics: pd.DataFrame) -> tuple[float, float] | None:

@@ -8,7 +8,6 @@ what-if is a model extrapolation beyond the ceiling and says so.
 from __future__ import annotations
 
 import json
-import time
 
 import streamlit as st
 
@@ -17,6 +16,7 @@ from runhealth import whatif
 
 PREFIX = "lengths"
 CONTINUATION_N = 300
+WHATIF_REFRESH_S = 60  # the fit (with its bootstrap) is too heavy to redo every poll
 
 
 def loop_fraction(store) -> tuple[float, str]:
@@ -103,37 +103,57 @@ def render_continuation(limit: int, ceiling: int) -> None:
         st.caption("Set the model name in each body, run the batch, and compare lengths with the new limit.")
 
 
+def render_server_note(summary: dict) -> None:
+    """Length stops below the ceiling, and the server's own counter, each under its own name."""
+    below, n = summary["length_below_ceiling"], summary["length_count"] or 1
+    if summary["ceiling"]:
+        st.caption(f"Not counted as truncated: {below:,} length stops below the {summary['ceiling']:,} ceiling "
+                   f"(context window) — {below / n:.1%} of {summary['length_count']:,} completions.")
+    server = loaders.server_length_share(loaders.load_server_metrics(rt.store))
+    if server is not None:
+        st.caption(f"The server's own count (vLLM request_success_total, since each server started, context-window "
+                   f"stops included): {server[0]:.1%} of {server[1]:,.0f} finished requests stopped by length.")
+
+
+def render_page() -> None:
+    nodes = loaders.load_nodes(rt.store)
+    cards.render_indexing(nodes)
+    data = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)
+    summary = data["summary"]
+    if not summary["completions"]:
+        cards.render_nothing_yet(nodes)
+        return
+    render_summary(summary)
+    left, right = st.columns(2)
+    if len(data["bins"]):
+        left.plotly_chart(figures.make_length_histogram_figure(data["bins"], summary["ceiling"],
+                                                               summary["at_ceiling_fraction"]), key=f"{PREFIX}_hist_chart")
+        right.plotly_chart(figures.make_cdf_figure(data["cdf"], summary["ceiling"]), key=f"{PREFIX}_cdf_chart")
+    st.dataframe(cards.finish_reason_table(summary), hide_index=True)
+    render_server_note(summary)
+    page.guarded(render_groups)(summary["ceiling"])
+    over_time = loaders.load_truncation_over_time(rt.store, rt.config.interval_s, summary["ceiling"])
+    if (over_time["completions"] > 0).sum() >= 2:
+        st.plotly_chart(figures.make_truncation_over_time_figure(over_time, rt.config.truncation_warn_fraction,
+                                                                 rt.config.truncation_alert_fraction), key=f"{PREFIX}_time_chart")
+    else:
+        st.caption("Truncation over time appears once there are two time buckets with new completions.")
+
+
+def render_whatif_live() -> None:
+    data = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)
+    if not data["summary"]["completions"]:
+        return
+    if data["summary"]["ceiling"]:
+        page.guarded(render_whatif)(data, loaders.load_throughput(rt.store, rt.config.interval_s))
+        st.caption(f"The what-if is refitted every {WHATIF_REFRESH_S} s (a model fit, not a count).")
+    else:
+        st.info("No max_tokens ceiling found in the data (none configured, no pile-up detected): nothing is cut at a limit.")
+
+
 rt = page.setup("Output lengths", PREFIX)
 st.title("Output lengths")
-nodes = loaders.load_nodes(rt.store)
-cards.render_indexing(nodes)
-data = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)
-summary = data["summary"]
-if not summary["completions"]:
-    cards.render_nothing_yet(nodes)
-    st.stop()
-page.guarded(render_summary)(summary)
-left, right = st.columns(2)
-if len(data["bins"]):
-    left.plotly_chart(figures.make_length_histogram_figure(data["bins"], summary["ceiling"], summary["at_ceiling_fraction"]),
-                      key=f"{PREFIX}_hist_chart")
-    right.plotly_chart(figures.make_cdf_figure(data["cdf"], summary["ceiling"]), key=f"{PREFIX}_cdf_chart")
-st.dataframe(cards.finish_reason_table(summary), hide_index=True)
-server = loaders.server_length_share(loaders.load_server_metrics(rt.store))
-if server is not None:
-    st.caption(f"vLLM's own counter (request_success_total, since each server started): {server[0]:.1%} of "
-               f"{server[1]:,.0f} finished requests stopped by length; from the shards: "
-               f"{summary['finish_reasons'].get('length', 0) / summary['completions']:.1%}.")
-page.guarded(render_groups)(summary["ceiling"])
-over_time = loaders.load_truncation_over_time(rt.store, rt.config.interval_s)
-if (over_time["completions"] > 0).sum() >= 2:
-    st.plotly_chart(figures.make_truncation_over_time_figure(over_time, rt.config.truncation_warn_fraction,
-                                                             rt.config.truncation_alert_fraction), key=f"{PREFIX}_time_chart")
-else:
-    st.caption("Truncation over time appears once there are two time buckets with new completions.")
-if summary["ceiling"]:
-    page.guarded(render_whatif)(data, loaders.load_throughput(rt.store, rt.config.interval_s))
-else:
-    st.info("No max_tokens ceiling found in the data (none configured, no pile-up detected): nothing is cut at a limit.")
-page.download_csv(data["bins"], "length_histogram.csv", PREFIX)
-st.caption(f"Page drawn {time.strftime('%H:%M:%S')}.")
+page.live(rt, render_page)
+st.fragment(run_every=WHATIF_REFRESH_S)(render_whatif_live)()
+# Sidebar widgets cannot live in a fragment: the download holds the histogram as of page load.
+page.download_csv(loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["bins"], "length_histogram.csv", PREFIX)

@@ -33,23 +33,27 @@ def render_node(node: dict, now: float, shards) -> None:
                          .rename(columns={"offset": "indexed"}), hide_index=True, width="stretch")
 
 
+def render_page() -> None:
+    now = time.time()
+    nodes = loaders.load_nodes(rt.store)
+    if not nodes:
+        st.info("No nodes registered yet: waiting for first poll (is the collector running?).")
+        return
+    cards.render_indexing(nodes)
+    cards.render_node_table(nodes, rt.config.stale_after, per_node=loaders.load_health(rt.store)["per_node"])
+    shards = loaders.load_shards(rt.store)
+    for node in nodes:
+        page.guarded(render_node)(node, now, shards)
+    server = loaders.load_server_metrics(rt.store)
+    if not server.empty:
+        st.subheader("Inference servers (latest /metrics values)")
+        st.dataframe(server, width="stretch")
+
+
 rt = page.setup("Nodes", PREFIX)
 st.title("Nodes")
-now = time.time()
-nodes = loaders.load_nodes(rt.store)
 st.caption(f"up = polled within {loaders.fmt_age(rt.config.stale_after)}; stale = older; down = never reached, "
            f"or nothing for {loaders.fmt_age(loaders.DOWN_AFTER_STALE * rt.config.stale_after)}; "
            "pending = waiting for first poll.")
-if not nodes:
-    st.info("No nodes registered yet: waiting for first poll (is the collector running?).")
-    st.stop()
-cards.render_indexing(nodes)
-cards.render_node_table(nodes, rt.config.stale_after)
-shards = loaders.load_shards(rt.store)
-for node in nodes:
-    page.guarded(render_node)(node, now, shards)
-server = loaders.load_server_metrics(rt.store)
-if not server.empty:
-    st.subheader("Inference servers (latest /metrics values)")
-    st.dataframe(server, width="stretch")
-page.download_csv(cards.node_table(nodes, rt.config.stale_after, now), "nodes.csv", PREFIX)
+page.live(rt, render_page)
+page.download_csv(cards.node_table(loaders.load_nodes(rt.store), rt.config.stale_after), "nodes.csv", PREFIX)

@@ -82,12 +82,15 @@ def test_gpu_timeseries_draws_one_line_per_gpu_and_the_power_limit():
     assert any(s.y0 == 700 for s in fig.layout.shapes)
 
 
-def test_truncation_over_time_greys_the_backfill_bucket():
-    df = pd.DataFrame({"bucket_unix": [0, 30, 60], "completions": [5000, 100, 100],
-                       "length_stops": [900, 18, 20], "backfill": [1, 0, 0]})
+def test_truncation_over_time_greys_the_backfill_bucket_and_keeps_context_stops_apart():
+    df = pd.DataFrame({"bucket_unix": [0, 30, 60], "completions": [5000, 100, 100], "at_ceiling": [880, 16, 20],
+                       "below_ceiling": [20, 2, 0], "unsplit": [0, 0, 0], "backfill": [1, 0, 0]})
     fig = figures.make_truncation_over_time_figure(df, 0.02, 0.05)
-    assert list(fig.data[0].marker.color) == [figures.BACKFILL_COLOUR, figures.STOP_COLOUR, figures.STOP_COLOUR]
-    assert abs(fig.data[0].y[1] - 0.18) < 1e-9
+    assert list(fig.data[0].marker.color) == [figures.BACKFILL_COLOUR, figures.CEILING_COLOUR, figures.CEILING_COLOUR]
+    assert fig.data[0].name == "truncated (at the ceiling)"
+    assert abs(fig.data[0].y[1] - 0.16) < 1e-9  # truncated = at the ceiling only
+    assert fig.data[1].name == "length stop below the ceiling" and abs(fig.data[1].y[1] - 0.02) < 1e-9
+    assert len(fig.data) == 2  # no "unknown" trace when every stop has an exact length
 
 
 def test_whatif_figure_shows_band_interval_and_both_limits():
