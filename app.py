@@ -35,11 +35,13 @@ def render_live(rt) -> None:
     gpus = loaders.load_gpu_latest(rt.store)
     last = loaders.load_last_collection(rt.store)
     reached = bool(cfg.target_completions) and summary["completions"] >= cfg.target_completions
-    alerts = loaders.run_alerts(summary, nodes, now, cfg.stale_after, cfg.truncation_warn_fraction,
-                                cfg.truncation_alert_fraction, last)
-    alerts += loaders.health_alerts(health, nodes, cfg.stale_after, cfg.stall_after, reached)
-    cards.render_alerts(sorted(alerts, key=lambda a: a[0] != "error"))
+    stalled = loaders.health_alerts(health, nodes, cfg.stale_after, cfg.stall_after, reached)
+    alerts = stalled + loaders.run_alerts(summary, nodes, now, cfg.stale_after, cfg.truncation_warn_fraction,
+                                          cfg.truncation_alert_fraction, last)
+    cards.render_alerts(sorted(alerts, key=lambda a: a[0] != "error"))  # stable: a stall leads
     tiles = cards.overview_tiles(summary, thr, nodes, gpus, cfg.target_completions, last, cfg, now, health)
+    if any(level == "error" for level, _ in stalled):  # a rate over the last minute still shows the past
+        tiles[1] = {**tiles[1], "level": "alert", "sub": "run stalled: no new completions · " + tiles[1]["sub"]}
     cards.render_tiles(tiles[:3])
     cards.render_tiles(tiles[3:])
     if cfg.target_completions:

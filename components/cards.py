@@ -170,8 +170,9 @@ def overview_tiles(summary: dict, thr: dict, nodes: list[dict], gpus: pd.DataFra
         tile("Tokens / s · last 1 min", loaders.fmt_rate(tps) if tps is not None else "—", tps_sub if tps is not None
              else "waiting for two polls", "ok" if tps else "warn" if tps == 0 else "muted"),
         tile("ETA", "done" if eta == 0 else loaders.fmt_age(eta) if eta is not None else "—",
-             "target reached" if eta == 0 else f"at the 15-min average, {cps:,.1f} completions/s" if cps
-             else "needs a target and a rate", "muted" if eta is None else "ok"),
+             "target reached" if eta == 0 else "needs target_completions in the config" if not target
+             else f"at the 15-min average, {cps:,.1f} completions/s" if cps else "needs a rate",
+             "muted" if eta is None else "ok"),
         truncation_tile(summary, cfg.truncation_warn_fraction, cfg.truncation_alert_fraction),
         tile("Nodes up", f"{up} / {len(nodes)}", f"{stale} stale · {down} down"
              + (f" · disk free ≥ {loaders.fmt_bytes(min(free))}" if free else ""),

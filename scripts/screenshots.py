@@ -1,4 +1,4 @@
-"""Regenerate docs/overview.png and docs/lengths.png from the demo, at 1600x1000.
+"""Regenerate docs/overview.png, docs/lengths.png (1600x1000) and docs/kiosk.png (1920x1080) from the demo.
 
     python scripts/screenshots.py [--settle-s 75]
 
@@ -41,8 +41,13 @@ def main() -> int:
         tb.tile_value(page, r"^Truncated$")
         page.wait_for_timeout(1500)
         page.screenshot(path=str(docs / "lengths.png"))
+        kiosk = browser.new_page(viewport={"width": 1920, "height": 1080})
+        kiosk.goto(f"{url}/?kiosk=1&rotate=0", wait_until="domcontentloaded")
+        tb.tile_value(kiosk, "Tokens / s")
+        kiosk.wait_for_timeout(2500)
+        kiosk.screenshot(path=str(docs / "kiosk.png"))
         browser.close()
-    print(f"wrote {docs / 'overview.png'} and {docs / 'lengths.png'}")
+    print(f"wrote {docs / 'overview.png'}, {docs / 'lengths.png'} and {docs / 'kiosk.png'}")
     return 0
 
 

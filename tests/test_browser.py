@@ -40,11 +40,12 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def streamlit_server(workdir: Path, startup_s: float = 60):
-    """Run the demo app; yields its base URL. The server log is dumped if it does not start."""
+def streamlit_server(workdir: Path, startup_s: float = 60, extra_env: dict[str, str] | None = None):
+    """Run the demo app (or, with RUNHEALTH_CONFIG in `extra_env`, that run); yields its base
+    URL. The server log is dumped if it does not start."""
     port, log_path = free_port(), workdir / "streamlit.log"
     env = {k: v for k, v in os.environ.items() if k not in ("RUNHEALTH_CONFIG", "RUNHEALTH_COLLECTOR")}
-    env.update(XDG_CACHE_HOME=str(workdir / "cache"), PYTHONUNBUFFERED="1")
+    env.update(XDG_CACHE_HOME=str(workdir / "cache"), PYTHONUNBUFFERED="1", **(extra_env or {}))
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
                                  "--server.headless", "true"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
