@@ -54,12 +54,11 @@ def render_live(rt) -> None:
             st.info("No GPU telemetry yet: " + ("waiting for first poll" if last is None
                                                  else "no node reported a GPU (see the Nodes page)"))
         else:
-            if gpus["util_pct"].lt(10).any():
-                idle = ", ".join(gpus.loc[gpus["util_pct"] < 10, "label"])
-                st.warning(cards.md_escape(f"Idle GPUs (<10% util): {idle}"))
             st.plotly_chart(make_heatstrip_figure(gpus, now, cfg.stale_after), key=f"{PREFIX}_heatstrip_chart")
             if rt.demo or any(n.get("gpu_simulated") for n in nodes):
                 st.caption("GPU telemetry is simulated (demo).")
+        problems = loaders.load_problems(rt.store, bool(health.get("tokens_per_s_1m")))
+        cards.render_problems(problems["gpu"] + problems["host"])
     with right:
         cards.render_node_table(nodes, cfg.stale_after, compact=True, per_node=health["per_node"])
         series = thr["series"]

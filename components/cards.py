@@ -53,6 +53,16 @@ def render_alerts(alerts: list[tuple[str, str]]) -> None:
         st.caption(f"… and {len(alerts) - 8} more on the Nodes page.")
 
 
+def render_problems(problems: list[tuple[str, str]], title: str = "GPUs and hosts") -> None:
+    """GPU and host problems named in words (errors, warnings, then information)."""
+    if not problems:
+        return
+    st.markdown(f"**{html.escape(title)}**")
+    show = {"error": st.error, "warning": st.warning, "info": st.info}
+    for level, text in problems:
+        show.get(level, st.info)(md_escape(text))
+
+
 def truncation_tile(summary: dict, warn: float, alert: float) -> dict[str, str]:
     if not summary["completions"]:
         return tile("Truncated", "—", "no completions counted yet", "muted")
@@ -259,7 +269,20 @@ def safe_config(config: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-def node_details(node: dict[str, Any], now: float) -> pd.DataFrame:
+def host_memory(host: dict[str, Any] | None) -> tuple[str, str]:
+    """("RAM 61% used of 2.0 TiB", "swap 0% of 8.0 GiB") from the agent's /proc reading."""
+    def used(total, left):
+        if not total or left is None:
+            return "N/A"
+        return f"{1 - left / total:.0%} used of {total / 2**30:,.1f} GiB"
+
+    host = host or {}
+    return (used(host.get("mem_total_bytes"), host.get("mem_available_bytes")),
+            used(host.get("swap_total_bytes"), host.get("swap_free_bytes")) if host.get("swap_total_bytes")
+            else "no swap" if "swap_total_bytes" in host else "N/A")
+
+
+def node_details(node: dict[str, Any], now: float, host: dict[str, Any] | None = None) -> pd.DataFrame:
     """Every status field of one node, in words."""
     def when(ts):
         return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(ts))} ({loaders.fmt_age(now - ts)} ago)" if ts else "never"
@@ -278,6 +301,9 @@ def node_details(node: dict[str, Any], now: float) -> pd.DataFrame:
         ("clock skew (node − dashboard)", f"{skew:+.2f} s" if skew is not None else "N/A"),
         ("hostname", node.get("hostname") or "N/A"),
         ("load average", ", ".join(f"{x:.2f}" for x in node.get("loadavg") or []) or "N/A"),
+        ("CPUs", str((host or {}).get("cpus") or "N/A")),
+        ("RAM", host_memory(host)[0]),
+        ("swap", host_memory(host)[1]),
         ("GPUs found", f"{node.get('gpus_found') or 0} via {gpu_src}"),
         ("GPU telemetry error", node.get("gpu_error") or "none"),
         ("shards matched", str(node.get("shards_matched") or 0)),

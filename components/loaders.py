@@ -35,7 +35,7 @@ def _cache(ttl: float = TTL_S, max_entries: int = 16):
 def clear_all() -> None:
     """Drop every cached read (after "Refresh now")."""
     for fn in (load_nodes, load_run_lengths, load_group_lengths, load_truncation_over_time, load_throughput,
-               load_health, load_gpu_latest, load_gpu_series, load_samples, load_last_collection):
+               load_health, load_problems, load_hosts, load_gpu_latest, load_gpu_series, load_samples, load_last_collection):
         fn.clear()
 
 
@@ -160,6 +160,31 @@ def load_health(store: Store) -> dict[str, Any]:
     minute = health.minute_rates(store.polls_by_bucket(60, since_unix=now - HEALTH_LOOKBACK_S))
     out.update(now=now, minute_tps=minute, drop_median=health.rate_drop(out["tokens_per_s_1m"], minute))
     return out
+
+
+XID_WINDOW_S = 3600  # an XID stays on the Overview for an hour after it was seen
+
+
+@_cache(ttl=TTL_S, max_entries=8)
+def load_problems(store: Store, run_writing: bool) -> dict[str, list[tuple[str, str]]]:
+    """GPU and host problems in words (runhealth.health): errors, XIDs, ECC, rows, throttling,
+    heat, idle-while-writing, power cap (information), RAM, swap and CPU load."""
+    from runhealth import health
+
+    gpus = load_gpu_latest(store)
+    rows = gpus.to_dict("records") if len(gpus) else []
+    for r in rows:  # pandas turns a missing error into NaN
+        r["error"] = r["error"] if isinstance(r.get("error"), str) and r["error"] else None
+    found = {(h["node"], h["gpu"]): h["health"] for h in store.gpu_health()}
+    xids = store.gpu_events(time.time() - XID_WINDOW_S)
+    loads = {n["name"]: n.get("loadavg") for n in store.nodes()}
+    return {"gpu": health.gpu_problems(rows, found, xids, run_writing),
+            "host": health.host_problems(store.host_latest(), loads)}
+
+
+@_cache()
+def load_hosts(store: Store) -> dict[str, dict[str, Any]]:
+    return store.host_latest()
 
 
 @_cache()

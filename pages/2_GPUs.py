@@ -78,6 +78,8 @@ def render_page(window: str, picked: list[str]) -> None:
         return
     if rt.demo or any(n.get("gpu_simulated") for n in nodes):
         st.info("GPU telemetry on this page is simulated (demo mode): the numbers are made up.")
+    writing = bool(loaders.load_health(rt.store).get("tokens_per_s_1m"))
+    cards.render_problems(loaders.load_problems(rt.store, writing)["gpu"], "Problems")
     render_now(gpus, nodes)
     labels = gpus.loc[gpus["node"].isin(picked or gpus["node"].unique()), "label"].tolist()
     render_series(window, labels)

@@ -19,7 +19,8 @@ PREFIX = "nodes"
 def render_node(node: dict, now: float, shards) -> None:
     cards.render_node_card(node, rt.config.stale_after, now)
     left, right = st.columns([3, 2])
-    left.dataframe(cards.node_details(node, now), hide_index=True, width="stretch", height=35 * 18)
+    details = cards.node_details(node, now, loaders.load_hosts(rt.store).get(node["name"]))
+    left.dataframe(details, hide_index=True, width="stretch", height=35 * (len(details) + 1) + 3)
     with right:
         st.caption("Effective configuration (secrets never shown)")
         st.json(cards.safe_config(node.get("config")), expanded=True)
@@ -40,6 +41,7 @@ def render_page() -> None:
         st.info("No nodes registered yet: waiting for first poll (is the collector running?).")
         return
     cards.render_indexing(nodes)
+    cards.render_problems(loaders.load_problems(rt.store, True)["host"], "Hosts")
     cards.render_node_table(nodes, rt.config.stale_after, per_node=loaders.load_health(rt.store)["per_node"])
     shards = loaders.load_shards(rt.store)
     for node in nodes:

@@ -170,13 +170,30 @@ def _fetch_metrics(urls, timeout_s):
     return out
 
 
+def read_host(meminfo="/proc/meminfo"):
+    """CPUs and RAM / swap in bytes from /proc/meminfo (MemAvailable, as `free` shows it);
+    a field the kernel does not report is left out."""
+    out = {"cpus": os.cpu_count()}
+    keys = {"MemTotal": "mem_total_bytes", "MemAvailable": "mem_available_bytes",
+            "SwapTotal": "swap_total_bytes", "SwapFree": "swap_free_bytes"}
+    try:
+        with open(meminfo, "rb") as f:
+            for line in f.read().decode("ascii", "replace").splitlines():
+                name, _, rest = line.partition(":")
+                if name in keys and rest.split():
+                    out[keys[name]] = int(rest.split()[0]) * 1024  # the kernel writes kB
+    except (OSError, ValueError):
+        pass
+    return out
+
+
 def _op_poll(req):
     shards, files = _poll_shards(req.get("shards") or {})
     try:
         load = list(os.getloadavg())
     except (AttributeError, OSError):
         load = None
-    return {"hostname": socket.gethostname(), "loadavg": load,
+    return {"hostname": socket.gethostname(), "loadavg": load, "host": read_host(),
             "gpus": read_gpus(req.get("gpu", "auto"), int(req.get("demo_gpus", 8))),
             "shards": shards, "disk": _disk(files),
             "metrics": _fetch_metrics(req.get("metrics_urls") or [],

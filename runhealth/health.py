@@ -121,3 +121,79 @@ def rate_drop(current_tps: float | None, minute_tps: list[float]) -> float | Non
         return None
     median = statistics.median(minute_tps)
     return median if median > 0 and current_tps < DROP_FRACTION * median else None
+
+
+# -- GPUs and hosts, in words -------------------------------------------------------------
+HOT_C = 85  # sustained above this, datacenter GPUs start thermal slowdown
+IDLE_PCT = 10
+HW_THROTTLE = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
+RAM_USED_WARN = 0.92
+SWAP_USED_WARN = 0.10
+LOAD_PER_CPU_WARN = 1.5
+XID_MEANING = {13: "graphics engine exception", 31: "memory page fault", 43: "GPU stopped processing",
+               45: "preemptive cleanup", 48: "double-bit ECC error", 61: "internal micro-controller error",
+               62: "internal micro-controller halt", 63: "ECC page retirement / row remap",
+               64: "ECC page retirement / row remap failure", 74: "NVLink error", 79: "GPU has fallen off the bus",
+               92: "high single-bit ECC rate", 94: "contained ECC error", 95: "uncontained ECC error"}
+
+
+def _group(level: str, what: str, labels: list[str]) -> list[tuple[str, str]]:
+    if not labels:
+        return []
+    shown = ", ".join(labels[:8]) + (f" and {len(labels) - 8} more" if len(labels) > 8 else "")
+    return [(level, f"{what}: {shown}")]
+
+
+def gpu_problems(gpus: list[dict[str, Any]], health: dict[tuple, dict], xids: list[dict[str, Any]],
+                 run_writing: bool) -> list[tuple[str, str]]:
+    """GPU problems as sentences, one per kind, most serious first: [(level, text)].
+
+    Args:
+        gpus: latest rows (node, gpu, label, util_pct, temp_c, throttle_reasons, error).
+        health: (node, gpu) -> the agent's health dict (keys absent where unsupported).
+        xids: XID events (node, gpu, xid, ts_unix) in the window the caller chose.
+        run_writing: the run produced tokens in the last minute (idle GPUs matter then).
+    """
+    out = _group("error", "GPU errors", [f"{g['label']} ({g['error']})" for g in gpus if g.get("error")])
+    for e in xids:
+        meaning = XID_MEANING.get(e["xid"], "see NVIDIA's XID catalogue")
+        out.append(("error", f"XID {e['xid']} on {e['node']}/{e['gpu']} ({meaning})"))
+    h = {k: v for k, v in health.items() if v}
+    out += _group("error", "Uncorrected ECC errors since the driver loaded",
+                  [f"{n}/{i} ({v['ecc_uncorrected_volatile']})" for (n, i), v in h.items()
+                   if (v.get("ecc_uncorrected_volatile") or 0) > 0])
+    out += _group("error", "Row remapping failed (the GPU needs service)",
+                  [f"{n}/{i}" for (n, i), v in h.items() if v.get("row_remap_failure")])
+    out += _group("warning", "Memory rows waiting to be remapped or retired (takes effect at the next GPU reset)",
+                  [f"{n}/{i}" for (n, i), v in h.items() if v.get("remapped_rows_pending") or v.get("retired_pages_pending")])
+    ok = [g for g in gpus if not g.get("error")]
+    out += _group("warning", "Throttled by hardware (slower clocks)",
+                  [f"{g['label']} ({', '.join(r for r in g['throttle_reasons'] if r in HW_THROTTLE)})" for g in ok
+                   if any(r in HW_THROTTLE for r in g.get("throttle_reasons") or [])])
+    out += _group("warning", f"Hot (≥ {HOT_C} °C)", [f"{g['label']} ({g['temp_c']:.0f} °C)" for g in ok
+                                                     if g.get("temp_c") is not None and g["temp_c"] >= HOT_C])
+    if run_writing:
+        out += _group("warning", f"Idle while the run writes (< {IDLE_PCT}% util)",
+                      [f"{g['label']} ({g['util_pct']:.0f}%)" for g in ok
+                       if g.get("util_pct") is not None and g["util_pct"] < IDLE_PCT])
+    out += _group("info", "At the power cap (sw_power_cap: normal under full load)",
+                  [g["label"] for g in ok if "sw_power_cap" in (g.get("throttle_reasons") or [])])
+    out += _group("info", "PCIe replays since the driver loaded",
+                  [f"{n}/{i} ({v['pcie_replay']:,})" for (n, i), v in h.items() if (v.get("pcie_replay") or 0) > 0])
+    return out
+
+
+def host_problems(hosts: dict[str, dict[str, Any]], loadavg: dict[str, list[float] | None]) -> list[tuple[str, str]]:
+    """RAM nearly full, swap in use, CPU load above the cores: [(level, text)] per node."""
+    out = []
+    for node, h in sorted(hosts.items()):
+        total, avail = h.get("mem_total_bytes"), h.get("mem_available_bytes")
+        if total and avail is not None and 1 - avail / total >= RAM_USED_WARN:
+            out.append(("warning", f"{node}: RAM {1 - avail / total:.0%} used ({avail / 2**30:.1f} GiB available)"))
+        swap, free = h.get("swap_total_bytes"), h.get("swap_free_bytes")
+        if swap and free is not None and 1 - free / swap >= SWAP_USED_WARN:
+            out.append(("warning", f"{node}: swap {1 - free / swap:.0%} used (the host is short of memory)"))
+        load, cpus = (loadavg.get(node) or [None])[0], h.get("cpus")
+        if load is not None and cpus and load / cpus >= LOAD_PER_CPU_WARN:
+            out.append(("warning", f"{node}: CPU load {load:.1f} on {cpus} CPUs"))
+    return out

@@ -76,6 +76,14 @@ CREATE TABLE IF NOT EXISTS gpu_latest (
     util_pct REAL, mem_used_mib REAL, mem_total_mib REAL, power_w REAL, power_limit_w REAL,
     temp_c REAL, sm_clock_mhz REAL, throttle_reasons TEXT, processes TEXT, error TEXT,
     PRIMARY KEY (node, gpu));
+-- What predicts a GPU falling out (ECC, retired/remapped rows, PCIe replays: the agent's
+-- "health" dict, unsupported keys absent), the latest per GPU; XID events as they came.
+CREATE TABLE IF NOT EXISTS gpu_health (
+    node TEXT NOT NULL, gpu INTEGER NOT NULL, ts_unix REAL, health TEXT, PRIMARY KEY (node, gpu));
+CREATE TABLE IF NOT EXISTS gpu_events (ts_unix REAL NOT NULL, node TEXT NOT NULL, gpu INTEGER, xid INTEGER);
+CREATE INDEX IF NOT EXISTS gpu_events_ts ON gpu_events (ts_unix);
+-- Host CPUs, RAM and swap per node (the agent's "host" dict from /proc), the latest reading.
+CREATE TABLE IF NOT EXISTS host_latest (node TEXT PRIMARY KEY, ts_unix REAL, host TEXT);
 CREATE TABLE IF NOT EXISTS metric_samples (
     ts_unix REAL NOT NULL, node TEXT NOT NULL, name TEXT NOT NULL, value REAL);
 CREATE INDEX IF NOT EXISTS metric_samples_ts ON metric_samples (ts_unix);
@@ -206,6 +214,7 @@ class Store:
                  delta["length_stops"], delta["malformed"], int(backfill), rtt_ms),
             )
             _write_gpus(db, node, reply.get("gpus") or {}, ts_unix)
+            _write_health(db, node, reply, ts_unix)
             _write_node_ok(db, node, reply, ts_unix, rtt_ms)
         return delta
 
@@ -337,6 +346,21 @@ class Store:
             (bucket_s, bucket_s, limit, limit, *params),
         )
 
+    def gpu_health(self) -> list[dict[str, Any]]:
+        """Latest health readings per GPU (the agent's dict, decoded)."""
+        rows = self._rows("SELECT * FROM gpu_health ORDER BY node, gpu")
+        for r in rows:
+            r["health"] = json.loads(r["health"]) if r["health"] else {}
+        return rows
+
+    def gpu_events(self, since_unix: float) -> list[dict[str, Any]]:
+        return self._rows("SELECT * FROM gpu_events WHERE ts_unix >= ? ORDER BY ts_unix", (since_unix,))
+
+    def host_latest(self) -> dict[str, dict[str, Any]]:
+        """Per node, its latest host reading (cpus, RAM and swap bytes) with ts_unix."""
+        return {r["node"]: {**json.loads(r["host"]), "ts_unix": r["ts_unix"]}
+                for r in self._rows("SELECT * FROM host_latest")}
+
     def last_growth_unix(self) -> dict[str, float]:
         """Per node, the last poll (dashboard clock) that brought new completions, over all history."""
         rows = self._rows("SELECT node, MAX(ts_unix) AS ts FROM polls WHERE completions > 0 GROUP BY node")
@@ -452,6 +476,20 @@ def _apply_shard(db: sqlite3.Connection, node: str, path: str, entry: dict, ts_u
     for t, f, e, n in counts:
         if f == "length" and not int(e):
             stops[int(t)] = stops.get(int(t), 0) + int(n)
+
+
+def _write_health(db: sqlite3.Connection, node: str, reply: dict, ts_unix: float) -> None:
+    """GPU health, XID events and host memory of one poll (absent in older agents' replies)."""
+    db.execute("DELETE FROM gpu_health WHERE node = ?", (node,))
+    for d in (reply.get("gpus") or {}).get("devices") or []:
+        health = dict(d.get("health") or {})
+        for xid in health.pop("xid", None) or []:
+            db.execute("INSERT INTO gpu_events VALUES (?,?,?,?)", (ts_unix, node, d.get("index"), int(xid)))
+        if health:
+            db.execute("INSERT OR REPLACE INTO gpu_health VALUES (?,?,?,?)",
+                       (node, d.get("index"), ts_unix, json.dumps(health)))
+    if reply.get("host"):
+        db.execute("INSERT OR REPLACE INTO host_latest VALUES (?,?,?)", (node, ts_unix, json.dumps(reply["host"])))
 
 
 def _write_gpus(db: sqlite3.Connection, node: str, gpus: dict, ts_unix: float) -> None:

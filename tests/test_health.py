@@ -85,3 +85,45 @@ def test_stall_after_default_and_override():
     assert cfg.stall_after == 120.0
     assert RunConfig(name="r", nodes=[], interval_s=60).stall_after == 180.0
     assert RunConfig(name="r", nodes=[], stall_after_s=30).stall_after == 30.0
+
+
+def gpu(label, util=95.0, temp=60.0, throttle=(), error=None):
+    node, index = label.split("/")
+    return {"node": node, "gpu": int(index), "label": label, "util_pct": util, "temp_c": temp,
+            "throttle_reasons": list(throttle), "error": error}
+
+
+def test_gpu_problems_are_named_in_words_most_serious_first():
+    gpus = [gpu("n1/0"), gpu("n1/1", throttle=("hw_thermal_slowdown",), temp=91),
+            gpu("n1/2", util=3), gpu("n1/3", throttle=("sw_power_cap",)), gpu("n2/0", error="GPU is lost")]
+    found = {("n1", 0): {"ecc_uncorrected_volatile": 2, "pcie_replay": 12}, ("n1", 2): {"remapped_rows_pending": True}}
+    xids = [{"node": "n1", "gpu": 0, "xid": 79, "ts_unix": NOW}]
+    out = health.gpu_problems(gpus, found, xids, run_writing=True)
+    levels = [level for level, _ in out]
+    assert levels == sorted(levels, key=["error", "warning", "info"].index)
+    text = "\n".join(t for _, t in out)
+    assert "GPU errors: n2/0 (GPU is lost)" in text
+    assert "XID 79 on n1/0 (GPU has fallen off the bus)" in text
+    assert "Uncorrected ECC errors since the driver loaded: n1/0 (2)" in text
+    assert "waiting to be remapped or retired" in text and "n1/2" in text
+    assert "Throttled by hardware (slower clocks): n1/1 (hw_thermal_slowdown)" in text
+    assert "Hot (≥ 85 °C): n1/1 (91 °C)" in text
+    assert "Idle while the run writes (< 10% util): n1/2 (3%)" in text
+    assert ("info", "At the power cap (sw_power_cap: normal under full load): n1/3") in out
+    assert ("info", "PCIe replays since the driver loaded: n1/0 (12)") in out
+
+
+def test_idle_gpus_are_no_problem_when_the_run_is_not_writing_and_healthy_is_silent():
+    assert health.gpu_problems([gpu("n1/0", util=0)], {}, [], run_writing=False) == []
+    assert health.gpu_problems([gpu("n1/0")], {("n1", 0): {"ecc_uncorrected_volatile": 0}}, [], True) == []
+
+
+def test_host_problems_ram_swap_and_load():
+    gib = 2**30
+    hosts = {"n1": {"cpus": 8, "mem_total_bytes": 100 * gib, "mem_available_bytes": 5 * gib,
+                    "swap_total_bytes": 8 * gib, "swap_free_bytes": 4 * gib},
+             "n2": {"cpus": 64, "mem_total_bytes": 100 * gib, "mem_available_bytes": 60 * gib, "swap_total_bytes": 0}}
+    out = health.host_problems(hosts, {"n1": [16.0, 10.0, 9.0], "n2": [3.0, 3.0, 3.0]})
+    assert out == [("warning", "n1: RAM 95% used (5.0 GiB available)"),
+                   ("warning", "n1: swap 50% used (the host is short of memory)"),
+                   ("warning", "n1: CPU load 16.0 on 8 CPUs")]

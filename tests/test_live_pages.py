@@ -146,3 +146,30 @@ def test_kiosk_rotation_order():
     assert page_mod.next_kiosk_page("nodes", True) == "overview"
     assert page_mod.next_kiosk_page("nodes", False) == "overview"
     assert page_mod.next_kiosk_page("samples", False) == "overview"
+
+
+def test_gpu_and_host_problems_are_named_on_overview_gpus_and_nodes(tmp_path, monkeypatch):
+    store, config = store_fixtures.make_store(tmp_path, "healthy")
+    ts = store.last_collection_unix() + 1
+    devices = [store_fixtures.gpu_device(g, 95.0) for g in range(8)]
+    devices[0]["health"] = {"ecc_uncorrected_volatile": 3, "pcie_replay": 0, "xid": [79]}
+    devices[1] = store_fixtures.gpu_device(1, 90.0, throttle=("hw_thermal_slowdown",), temp_c=92)
+    reply = store_fixtures.poll_reply(ts, devices, {})
+    reply["host"] = {"cpus": 64, "mem_total_bytes": 2 * 2**40, "mem_available_bytes": 2**36,
+                     "swap_total_bytes": 2**33, "swap_free_bytes": 2**31}
+    store.record_poll("node-1", reply, ts, rtt_ms=5.0)
+    store.close()
+    at = run_page("app.py", config, monkeypatch)
+    assert_clean(at)
+    errors, warnings = [e.value for e in at.error], [w.value for w in at.warning]
+    assert any("XID 79 on node-1/0 (GPU has fallen off the bus)" in e for e in errors), errors
+    assert any("Uncorrected ECC errors" in e and "node-1/0 (3)" in e for e in errors), errors
+    assert any("Throttled by hardware" in w and "node-1/1" in w for w in warnings), warnings
+    assert any("node-1: swap 75% used" in w for w in warnings), warnings
+    at = run_page("pages/2_GPUs.py", config, monkeypatch)
+    assert_clean(at)
+    assert any("XID 79 on node-1/0" in e.value for e in at.error)
+    at = run_page("pages/4_Nodes.py", config, monkeypatch)
+    assert_clean(at)
+    assert any("node-1: swap 75% used" in w.value for w in at.warning)
+    assert "97% used of 2,048.0 GiB" in texts(at)
