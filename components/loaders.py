@@ -10,6 +10,7 @@ status, alerts, formatting) are what the pages and cards use to turn that data i
 from __future__ import annotations
 
 import math
+import os
 import time
 from typing import Any
 
@@ -205,6 +206,38 @@ def load_gpu_series(store: Store, since_unix: float | None, max_points: int = 40
         df["label"] = df["node"] + "/" + df["gpu"].astype(str)
         df["mem_used_gib"] = df["mem_used_mib"] / 1024
     return df
+
+
+def short_group_labels(df: pd.DataFrame, top_n: int = 25) -> pd.DataFrame:
+    """Groups with short labels (the common prefix removed; `group` keeps the full name) and, when
+    there are more than top_n, the top_n by truncation plus one row summing the rest."""
+    if df.empty:
+        return df.assign(label=[])
+    names = df["group"].tolist()
+    cut = len(os.path.commonprefix(names)) if len(names) > 1 else 0
+    cut = names[0].rfind("/", 0, cut) + 1 if "/" in names[0][:cut] else cut  # keep whole path parts
+    out = df.assign(label=[n[cut:] or n for n in names]).sort_values("fraction", ascending=False, kind="stable")
+    if len(out) <= top_n:
+        return out
+    top, rest = out.iloc[:top_n], out.iloc[top_n:]
+    n, at = int(rest["completions"].sum()), int(rest["at_ceiling"].sum())
+    lo, hi = stats.wilson_interval(at, n)
+    other = {"group": f"{len(rest):,} other groups", "label": f"{len(rest):,} others", "completions": n,
+             "at_ceiling": at, "fraction": at / n if n else 0.0, "lo": lo, "hi": hi, "ceiling": None, "drift": False}
+    return pd.concat([top, pd.DataFrame([other])], ignore_index=True)
+
+
+def gpu_bands(df: pd.DataFrame, value: str, points: int = 240) -> pd.DataFrame:
+    """Per node and time step: median, min and max of `value` across the node's GPUs."""
+    if df.empty:
+        return pd.DataFrame(columns=["node", "t_unix", "median", "min", "max", "gpus"])
+    span = float(df["ts_unix"].max() - df["ts_unix"].min()) or 1.0
+    step = max(span / points, 1.0)
+    t = (df["ts_unix"] // step) * step
+    g = df.assign(t_unix=t).groupby(["node", "t_unix"])[value]
+    out = g.agg(["median", "min", "max"]).join(df.assign(t_unix=t).groupby(["node", "t_unix"])["gpu"].nunique()
+                                                .rename("gpus"))
+    return out.reset_index()
 
 
 @_cache(ttl=2, max_entries=4)

@@ -47,10 +47,15 @@ def render_groups(ceiling) -> None:
         st.warning(cards.md_escape(f"Ceiling drift: {g['group']} stops at {int(g['ceiling']):,} tokens, unlike the rest of the run."))
     if len(df):
         left, right = st.columns([3, 2])
-        left.plotly_chart(figures.make_truncation_by_group_figure(df, rt.config.truncation_warn_fraction,
+        shown = loaders.short_group_labels(df)
+        if len(shown) < len(df):
+            left.caption(f"The {len(shown) - 1} {by}s with the highest truncation; the other "
+                         f"{len(df) - len(shown) + 1:,} summed in one bar. Hover a bar for its full name.")
+        left.plotly_chart(figures.make_truncation_by_group_figure(shown, rt.config.truncation_warn_fraction,
                                                                   rt.config.truncation_alert_fraction), key=f"{PREFIX}_group_chart")
-        right.dataframe(df.drop(columns=["lo", "hi"]), hide_index=True, column_config={
-            "fraction": st.column_config.NumberColumn("at ceiling", format="percent")}, width="stretch")
+        right.dataframe(df.drop(columns=["lo", "hi"]).sort_values("fraction", ascending=False), hide_index=True,
+                        column_config={"fraction": st.column_config.NumberColumn("at ceiling", format="percent"),
+                                       "group": st.column_config.TextColumn(by, width="large")}, width="stretch")
 
 
 def render_whatif(data: dict, thr: dict) -> None:

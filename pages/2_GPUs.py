@@ -16,6 +16,7 @@ from components import cards, figures, loaders, page
 
 PREFIX = "gpus"
 WINDOWS_S = {"15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "whole run": None}
+PER_GPU_LINES_UP_TO = 8  # more GPUs than this: per-node bands, not one line per GPU
 SERIES = [  # (column, title, unit, limit column)
     ("util_pct", "Utilization", "%", None),
     ("power_w", "Power", "W", "power_limit_w"),
@@ -48,9 +49,17 @@ def render_series(window: str, labels: list[str]) -> None:
         st.info(f"No GPU samples in the last {window}.")
         return
     cols = st.columns(2)
+    bands = df["label"].nunique() > PER_GPU_LINES_UP_TO
     for i, (col, title, unit, limit) in enumerate(SERIES):
-        cols[i % 2].plotly_chart(figures.make_gpu_timeseries_figure(df, col, title, unit, limit),
-                                 key=f"{PREFIX}_{col}_chart")
+        if bands:
+            lim = float(df[limit].max()) if limit and df[limit].notna().any() else None
+            fig = figures.make_gpu_band_figure(loaders.gpu_bands(df, col), title, unit, lim,
+                                               (0, 100) if unit == "%" else None, show_legend=i == 0)
+        else:
+            fig = figures.make_gpu_timeseries_figure(df, col, title, unit, limit)
+            if unit == "%":
+                fig.update_yaxes(range=[0, 100])
+        cols[i % 2].plotly_chart(fig, key=f"{PREFIX}_{col}_chart")
 
 
 def render_processes(gpus) -> None:
