@@ -8,6 +8,8 @@ blue = normal stops, amber = at the ceiling / warning, red = alert or a drifting
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -191,6 +193,7 @@ def make_gpu_grid_figure(df: pd.DataFrame) -> go.Figure:
     parts = df["label"].str.rsplit("/", n=1, expand=True)
     grid = df.assign(node=parts[0], gpu=parts[1].astype(int))
     util = grid.pivot(index="node", columns="gpu", values="util_pct")
+    util = util.reindex(natural_order(util.index))
     power = grid.pivot(index="node", columns="gpu", values="power_pct").reindex_like(util)
     mem = grid.pivot(index="node", columns="gpu", values="mem_pct").reindex_like(util)
     text = [[("N/A" if pd.isna(u) else f"{u:.0f}") for u in row] for row in util.to_numpy()]
@@ -224,13 +227,18 @@ def make_gpu_timeseries_figure(df: pd.DataFrame, value: str, title: str, unit: s
     return fig
 
 
+def natural_order(names) -> list[str]:
+    """node-2 before node-10 (people number their nodes)."""
+    return sorted(names, key=lambda n: [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", str(n))])
+
+
 NODE_PALETTE = ["#4C9AFF", "#FFB000", "#3DD68C", "#FF6B6B", "#B48CFF", "#4DD0E1", "#FF8A3D", "#C0CA33",
                 "#F06292", "#8D99AE"]
 
 
 def node_colour(nodes: list[str], node: str) -> str:
     """The same colour for a node on every chart (the shared legend)."""
-    return NODE_PALETTE[sorted(nodes).index(node) % len(NODE_PALETTE)]
+    return NODE_PALETTE[natural_order(nodes).index(node) % len(NODE_PALETTE)]
 
 
 def _rgba(hex_colour: str, alpha: float) -> str:
@@ -245,6 +253,7 @@ def make_gpu_node_heatmap_figure(bands: pd.DataFrame, title: str, unit: str,
                                  z_range: tuple[float, float] | None = None) -> go.Figure:
     """Fleet scale: one row per node, time across, colour = the median of its GPUs (hover: min-max)."""
     med = bands.pivot(index="node", columns="t_unix", values="median")
+    med = med.reindex(natural_order(med.index))
     lo = bands.pivot(index="node", columns="t_unix", values="min").reindex_like(med)
     hi = bands.pivot(index="node", columns="t_unix", values="max").reindex_like(med)
     custom = [[f"min {a:.0f} · max {b:.0f}" if pd.notna(a) else "no data" for a, b in zip(ra, rb, strict=False)]

@@ -47,8 +47,31 @@ def main() -> int:
         kiosk.wait_for_timeout(2500)
         kiosk.screenshot(path=str(docs / "kiosk.png"))
         browser.close()
-    print(f"wrote {docs / 'overview.png'}, {docs / 'lengths.png'} and {docs / 'kiosk.png'}")
+    fleet_gpus(docs)
+    print(f"wrote {docs / 'overview.png'}, {docs / 'lengths.png'}, {docs / 'kiosk.png'} and {docs / 'fleet_gpus.png'}")
     return 0
+
+
+def fleet_gpus(docs: Path) -> None:
+    """The GPUs page of a 64-node x 8-GPU run (an hour of 30 s polls, built like tests build stores)."""
+    import time
+
+    import store_fixtures
+
+    with tempfile.TemporaryDirectory(prefix="runhealth-fleet-") as tmp:
+        store, config = store_fixtures.make_store(Path(tmp), "empty")
+        store_fixtures.build_run(store, now=time.time(), trunc_frac=0.18, nodes=64, gpus=8, polls=120, per_shard=4,
+                                 interval_s=30)
+        store.close()
+        config = store_fixtures.write_config(Path(tmp), Path(tmp) / "x.sqlite3", nodes=64, interval_s=120)
+        env = {"RUNHEALTH_CONFIG": str(config), "RUNHEALTH_COLLECTOR": "off"}
+        with tb.streamlit_server(Path(tmp), extra_env=env) as url, sync_playwright() as p:
+            browser = tb.launch_chromium(p)
+            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            tb.open_page(page, url, "gpus")
+            page.get_by_text("median of each node").first.wait_for(timeout=120_000)
+            tb.tall_screenshot(page, docs / "fleet_gpus.png", height=2200)
+            browser.close()
 
 
 if __name__ == "__main__":
