@@ -74,4 +74,6 @@ if rt.demo:
     st.markdown(f'<div class="rh-demo">{page.DEMO_TEXT}</div>', unsafe_allow_html=True)
 st.title(f"{rt.config.name}")
 page.live(rt, render_live, rt)
-page.download_csv(cards.node_table(loaders.load_nodes(rt.store), rt.config.stale_after), "nodes.csv", PREFIX)
+page.download_headline(rt, PREFIX)
+page.download_csv(cards.node_table(loaders.load_nodes(rt.store), rt.config.stale_after), "nodes.csv", PREFIX,
+                  label="Download node table (CSV)")

@@ -193,6 +193,36 @@ def overview_tiles(summary: dict, thr: dict, nodes: list[dict], gpus: pd.DataFra
     ]
 
 
+def headline(summary: dict, health: dict, nodes: list[dict], cfg: Any, now: float,
+             last: float | None) -> dict[str, Any]:
+    """The standup figures as one flat record (the Overview's download), rounded for people."""
+    from runhealth import rates
+
+    lo, hi = summary.get("at_ceiling_interval") or (None, None)
+    cps = health.get("completions_per_s_15m")
+    eta = rates.eta_seconds(summary["completions"], cfg.target_completions, cps) if cfg.target_completions else None
+    states = [loaders.node_status(n, now, cfg.stale_after)[0] for n in nodes]
+
+    def r(x, nd=1):
+        return None if x is None else round(float(x), nd)
+
+    return {
+        "run": cfg.name, "numbers_as_of": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last)) if last else None,
+        "completions": summary["completions"], "target_completions": cfg.target_completions,
+        "ceiling_tokens": summary["ceiling"],
+        "truncated_pct": r(100 * summary["at_ceiling_fraction"], 2) if summary["completions"] else None,
+        "truncated_pct_95ci_low": r(100 * lo, 2) if lo is not None and summary["completions"] else None,
+        "truncated_pct_95ci_high": r(100 * hi, 2) if hi is not None and summary["completions"] else None,
+        "truncated_count": summary["at_ceiling"], "truncated_of": summary["length_count"],
+        "length_stops_below_ceiling": summary["length_below_ceiling"],
+        "tokens_per_s_last_1_min": r(health.get("tokens_per_s_1m"), 0),
+        "tokens_per_s_15_min_avg": r(health.get("tokens_per_s_15m"), 0),
+        "eta_hours_at_15_min_avg": r(eta / 3600, 2) if eta is not None else None,
+        "nodes_up": states.count("up"), "nodes_stale": states.count("stale"), "nodes_down": states.count("down"),
+        "nodes": len(nodes),
+    }
+
+
 def why_empty(nodes: list[dict[str, Any]], what: str = "completions") -> str:
     """One sentence saying why there is nothing to show yet."""
     if not nodes:
@@ -225,6 +255,21 @@ def finish_reason_table(summary: dict) -> pd.DataFrame:
             rows.append(("length — estimated lengths (not split)", rest))
     total = summary["completions"] or 1
     return pd.DataFrame([{"finish reason": r, "completions": n, "share": f"{n / total:.2%}"} for r, n in rows])
+
+
+EXPORT_TAIL_CHARS = 1000  # of each completion's end in the Samples CSV (where truncated ones were cut)
+
+
+def samples_export(samples: list[dict[str, Any]]) -> pd.DataFrame:
+    """The Samples CSV: where each sample came from AND what it says (prompt head, text head, the
+    last EXPORT_TAIL_CHARS characters). A CSV is data, never rendered: no escaping needed here."""
+    return pd.DataFrame([{
+        "node": s.get("node"), "path": s.get("path"), "line": s.get("line_no"), "tokens": s.get("tokens"),
+        "estimated": bool(s.get("estimated")), "finish reason": s.get("finish_reason"), "loop": bool(s.get("is_loop")),
+        "text chars": s.get("text_chars"), "prompt head": s.get("prompt_head"), "text head": s.get("text_head"),
+        "text tail": (s.get("text_tail") or "")[-EXPORT_TAIL_CHARS:]} for s in samples],
+        columns=["node", "path", "line", "tokens", "estimated", "finish reason", "loop", "text chars", "prompt head",
+                 "text head", "text tail"])
 
 
 def gpu_table(gpus: pd.DataFrame) -> pd.DataFrame:

@@ -236,6 +236,21 @@ def download_csv(df: pd.DataFrame, filename: str, prefix: str, label: str = "Dow
                            key=f"{prefix}_csv_download", disabled=df.empty)
 
 
+def download_headline(rt: context.Runtime, prefix: str) -> None:
+    """The Overview's headline figures as JSON and CSV (one row), in the sidebar, as of page load."""
+    import json
+
+    now = time.time()
+    summary = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["summary"]
+    record = cards.headline(summary, loaders.load_health(rt.store), loaders.load_nodes(rt.store), rt.config, now,
+                            loaders.load_last_collection(rt.store))
+    with st.sidebar:
+        st.download_button("Download headline figures (JSON)", json.dumps(record, indent=2).encode("utf-8"),
+                           file_name="headline.json", mime="application/json", key=f"{prefix}_headline_json")
+        st.download_button("Download headline figures (CSV)", pd.DataFrame([record]).to_csv(index=False).encode("utf-8"),
+                           file_name="headline.csv", mime="text/csv", key=f"{prefix}_headline_csv")
+
+
 def _check_access(allowed_users: list[str]) -> None:
     """Enforce `allowed_users` when Streamlit authentication is configured ([auth] in secrets)."""
     if not allowed_users:

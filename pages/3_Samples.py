@@ -7,7 +7,6 @@ markdown or HTML, so whatever a completion contains is shown literally.
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
 from components import cards, loaders, page
@@ -107,4 +106,4 @@ if shown:
     pick = st.selectbox("Read one", range(len(shown)), index=first_cut, format_func=lambda i: label(shown[i]),
                         key=f"{PREFIX}_pick_select")
     cards.render_sample(shown[pick])
-page.download_csv(pd.DataFrame(table), "samples.csv", PREFIX)
+page.download_csv(cards.samples_export(shown), "samples.csv", PREFIX)
