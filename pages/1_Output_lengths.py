@@ -11,8 +11,8 @@ import json
 
 import streamlit as st
 
-from components import cards, figures, loaders, page
-from runhealth import whatif
+from components import cards, figures, jobs, loaders, page
+from runhealth import continuation, whatif
 
 PREFIX = "lengths"
 CONTINUATION_N = 300
@@ -91,21 +91,39 @@ def render_whatif(data: dict, thr: dict) -> None:
     render_continuation(limit, ceiling)
 
 
+def continuation_job(collector, config, limit: int, ceiling: int) -> dict:
+    """Runs in the background: sample truncated completions with full text, build the batch."""
+    samples, _pop, errors = collector.sample_now(n=CONTINUATION_N, finish_reason="length", full_text=True)
+    built = continuation.build(samples, limit, ceiling, config.continuation_model,
+                               {n.name: n.prompt_path for n in config.nodes})
+    return {"body": "".join(json.dumps(q) + "\n" for q in built["lines"]), "n": len(built["lines"]),
+            "sampled": len(samples), "errors": errors, "problems": built["problems"], "limit": limit}
+
+
 def render_continuation(limit: int, ceiling: int) -> None:
     """A JSONL of continuation requests to measure the answer instead of modelling it."""
+    key = f"{PREFIX}_continuation_job"
     if st.button(f"Prepare continuation batch ({CONTINUATION_N} truncated samples)", key=f"{PREFIX}_continuation_button",
-                 disabled=rt.collector is None or limit <= ceiling):
-        with st.spinner("Sampling truncated completions from the nodes…"):
-            samples, _pop, errors = rt.collector.sample_now(n=CONTINUATION_N, finish_reason="length", full_text=True)
-        reqs = whatif.continuation_requests(samples, limit, ceiling, model="")
-        st.session_state[f"{PREFIX}_continuation"] = ("".join(json.dumps(q) + "\n" for q in reqs), len(reqs), errors)
-    if f"{PREFIX}_continuation" in st.session_state:
-        body, n, errors = st.session_state[f"{PREFIX}_continuation"]
-        st.download_button(f"Download {n} continuation requests (JSONL)", body, file_name="continuation.jsonl",
-                           key=f"{PREFIX}_continuation_download", disabled=n == 0)
-        for node, err in errors.items():
-            st.warning(cards.md_escape(f"{node}: {err}"))
-        st.caption("Set the model name in each body, run the batch, and compare lengths with the new limit.")
+                 disabled=rt.collector is None or limit <= ceiling or jobs.running(key)):
+        jobs.start(key, continuation_job, rt.collector, rt.config, limit, ceiling)
+    st.fragment(run_every=1 if jobs.running(key) else None)(render_continuation_result)(key)
+
+
+def render_continuation_result(key: str) -> None:
+    state, result, elapsed = jobs.status(key)
+    if state == "running":
+        st.info(f"Sampling {CONTINUATION_N} truncated completions with their full text from every node… "
+                f"({elapsed:.0f} s; the page stays usable)")
+    elif state == "failed":
+        st.error(cards.md_escape(f"The continuation batch failed: {result}"))
+    elif state == "done":
+        st.download_button(f"Download {result['n']} continuation requests to {result['limit']:,} tokens (JSONL)",
+                           result["body"], file_name="continuation.jsonl", key=f"{PREFIX}_continuation_download",
+                           disabled=result["n"] == 0)
+        for text in [*(f"{node}: {err}" for node, err in result["errors"].items()), *result["problems"]]:
+            st.warning(cards.md_escape(text))
+        st.caption(f"{result['n']} of {result['sampled']} sampled truncated completions; custom_id is node:path:line. "
+                   "Run the batch and compare lengths with the new limit.")
 
 
 def render_server_note(summary: dict) -> None:

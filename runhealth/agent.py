@@ -231,6 +231,16 @@ def _message_text(msg):
     return content if isinstance(content, str) else None
 
 
+def _prompt_at(obj, dotted):
+    """The prompt at a configured dotted path: a string, or a list of chat messages."""
+    found = _scan._get(obj, _scan._parse_path(dotted))
+    if isinstance(found, str):
+        return found
+    if isinstance(found, list) and all(isinstance(m, dict) and "role" in m for m in found):
+        return found
+    return None
+
+
 def _prompt_text(obj):
     """Prompt of a record: "prompt", last user message of "messages", or the same in "request"."""
     for holder in (obj, obj.get("request"), obj.get("body")):
@@ -259,13 +269,17 @@ def _sample_line(f, path, line_no, start, stop, req, overrides):
         out["error"] = "malformed line (not a JSON object)"
         return out
     out["tokens"], out["finish_reason"], out["estimated"] = _scan._count_key(obj, overrides)
-    text, prompt = "\n\n".join(_text_parts(obj)), _prompt_text(obj)
+    text = "\n\n".join(_text_parts(obj))
+    full = _prompt_at(obj, req["prompt_path"]) if req.get("prompt_path") else _prompt_text(obj)
+    # A message list (prompt_path to "request.messages") is kept whole for continuations.
+    prompt = full if not isinstance(full, list) else (
+        [_message_text(m) for m in full if m.get("role") == "user"] or [None])[-1]
     head, tail = int(req.get("head_chars", 400)), int(req.get("tail_chars", 4000))
     out.update(text_head=text[:head], text_tail=text[-tail:] if tail else "",
                text_chars=len(text), prompt_head=None if prompt is None else prompt[:head])
     if req.get("full_text"):
         out.update(text=text[:FULL_TEXT_MAX_CHARS],
-                   prompt=None if prompt is None else prompt[:FULL_TEXT_MAX_CHARS])
+                   prompt=full if isinstance(full, list) else None if full is None else full[:FULL_TEXT_MAX_CHARS])
     return out
 
 

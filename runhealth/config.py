@@ -43,6 +43,7 @@ class NodeConfig:
     gpu: str = "auto"
     finish_reason_path: str | None = None
     completion_tokens_path: str | None = None
+    prompt_path: str | None = None  # where the prompt lives in a line (dotted), for continuation batches
     connect_timeout_s: float = 10.0
     command_timeout_s: float = 30.0
     demo_gpus: int = 0
@@ -78,6 +79,7 @@ class RunConfig:
     stale_after_s: float | None = None
     stall_after_s: float | None = None  # default max(3 x interval_s, 120 s): see runhealth.health
     kiosk_rotate_s: float = 20.0
+    continuation_model: str | None = None  # the model name continuation batch requests ask for
     allowed_users: list[str] = dataclasses.field(default_factory=list)
     source: str = "<built-in>"
     demo: bool = False
@@ -117,6 +119,7 @@ _RUN_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "stale_after_s": ((int, float), False),
     "stall_after_s": ((int, float), False),
     "kiosk_rotate_s": ((int, float), False),
+    "continuation_model": ((str,), False),
     "allowed_users": ((list,), False),
 }
 _NODE_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
@@ -133,6 +136,7 @@ _NODE_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "gpu": ((str,), False),
     "finish_reason_path": ((str,), False),
     "completion_tokens_path": ((str,), False),
+    "prompt_path": ((str,), False),
     "connect_timeout_s": ((int, float), False),
     "command_timeout_s": ((int, float), False),
 }
