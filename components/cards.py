@@ -247,7 +247,7 @@ def finish_reason_table(summary: dict) -> pd.DataFrame:
     rows = [(r, n) for r, n in sorted(reasons.items(), key=lambda kv: -kv[1])]
     ceiling = summary["ceiling"]
     if length:
-        rows.append((f"length — at the ceiling ({ceiling:,})" if ceiling else "length — at the ceiling",
+        rows.append((f"length at the ceiling ({ceiling:,}) = truncated" if ceiling else "length at the ceiling = truncated",
                      summary["at_ceiling"]))
         rows.append(("length — below the ceiling (context window)", summary["length_below_ceiling"]))
         rest = length - summary["at_ceiling"] - summary["length_below_ceiling"]

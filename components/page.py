@@ -59,14 +59,15 @@ h1 {font-size: 3rem !important}
 .rh-asof {font-size: 1.5rem}
 [data-testid="stAlertContainer"] p {font-size: 1.7rem; font-weight: 600}
 [data-testid="stCaptionContainer"] {font-size: 1.3rem}
+[data-testid="stProgress"] p {font-size: 1.3rem}
 </style>
 """
-# ?theme=light: a light page for projectors (tiles and page; the charts follow Streamlit's theme).
+# ?theme=light: light page, tiles and alerts for projectors. Charts (plotly's dark template on a
+# transparent background) and tables (drawn on a canvas) keep their dark styling.
 LIGHT_CSS = """
 <style>
 [data-testid="stApp"], [data-testid="stSidebar"] {background: #FFFFFF; color: #111418}
-[data-testid="stApp"] p, [data-testid="stApp"] h1, [data-testid="stApp"] h2, [data-testid="stApp"] h3,
-[data-testid="stApp"] span, [data-testid="stApp"] label {color: #111418}
+[data-testid="stApp"] h1, [data-testid="stApp"] h2, [data-testid="stApp"] h3, .rh-asof {color: #111418 !important}
 .rh-tile {background: #EEF1F5}
 .rh-tile.warn {background: #FFF1CC}
 .rh-tile.alert {background: #FFE0E0}
@@ -74,6 +75,15 @@ LIGHT_CSS = """
 .rh-value {color: #000000}
 .rh-tile.warn .rh-value {color: #8A5A00}
 .rh-tile.alert .rh-value {color: #B00020}
+[data-testid="stAlertContainer"]:has([data-testid="stAlertContentError"]) {background: #FDE2E2}
+[data-testid="stAlertContainer"]:has([data-testid="stAlertContentError"]) p {color: #7A0010}
+[data-testid="stAlertContainer"]:has([data-testid="stAlertContentWarning"]) {background: #FFF3CD}
+[data-testid="stAlertContainer"]:has([data-testid="stAlertContentWarning"]) p {color: #5C4200}
+[data-testid="stAlertContainer"]:has([data-testid="stAlertContentInfo"]) {background: #E3EEFF}
+[data-testid="stAlertContainer"]:has([data-testid="stAlertContentInfo"]) p {color: #0B3A75}
+[data-testid="stAlertContainer"]:has([data-testid="stAlertContentSuccess"]) {background: #E2F5E9}
+[data-testid="stAlertContainer"]:has([data-testid="stAlertContentSuccess"]) p {color: #0F5130}
+[data-testid="stCaptionContainer"], [data-testid="stProgress"] p {color: #30343C}
 </style>
 """
 # Prefix -> script, in kiosk rotation order (Nodes joins only while a node is down).

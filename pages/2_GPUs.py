@@ -53,8 +53,8 @@ def render_series(window: str, labels: list[str]) -> None:
     for i, (col, title, unit, limit) in enumerate(SERIES):
         if bands:
             lim = float(df[limit].max()) if limit and df[limit].notna().any() else None
-            fig = figures.make_gpu_band_figure(loaders.gpu_bands(df, col), title, unit, lim,
-                                               (0, 100) if unit == "%" else None, show_legend=i == 0)
+            scale = (0, 100) if unit == "%" else (0, lim) if lim else None  # fixed: colours mean the same each refresh
+            fig = figures.make_gpu_band_figure(loaders.gpu_bands(df, col), title, unit, lim, scale, show_legend=i == 0)
         else:
             fig = figures.make_gpu_timeseries_figure(df, col, title, unit, limit)
             if unit == "%":

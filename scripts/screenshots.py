@@ -41,15 +41,23 @@ def main() -> int:
         tb.tile_value(page, r"^Truncated$")
         page.wait_for_timeout(1500)
         page.screenshot(path=str(docs / "lengths.png"))
-        kiosk = browser.new_page(viewport={"width": 1920, "height": 1080})
-        kiosk.goto(f"{url}/?kiosk=1&rotate=0", wait_until="domcontentloaded")
-        tb.tile_value(kiosk, "Tokens / s")
-        kiosk.wait_for_timeout(2500)
-        kiosk.screenshot(path=str(docs / "kiosk.png"))
+        kiosk_shot(browser, url, docs)
         browser.close()
     fleet_gpus(docs)
     print(f"wrote {docs / 'overview.png'}, {docs / 'lengths.png'}, {docs / 'kiosk.png'} and {docs / 'fleet_gpus.png'}")
     return 0
+
+
+def kiosk_shot(browser, url: str, docs: Path) -> None:
+    """The Overview in kiosk mode at 1920x1080, once its charts have drawn."""
+    kiosk = browser.new_page(viewport={"width": 1920, "height": 1080})
+    kiosk.goto(f"{url}/?kiosk=1&rotate=0", wait_until="domcontentloaded")
+    tb.tile_value(kiosk, "Tokens / s")
+    kiosk.wait_for_selector(".js-plotly-plot", timeout=60_000)
+    kiosk.wait_for_function("document.querySelectorAll('[data-testid=\"stSkeleton\"]').length === 0", timeout=60_000)
+    kiosk.wait_for_timeout(3000)
+    kiosk.screenshot(path=str(docs / "kiosk.png"))
+    kiosk.close()
 
 
 def fleet_gpus(docs: Path) -> None:
@@ -70,7 +78,8 @@ def fleet_gpus(docs: Path) -> None:
             page = browser.new_page(viewport={"width": 1600, "height": 1000})
             tb.open_page(page, url, "gpus")
             page.get_by_text("median of each node").first.wait_for(timeout=120_000)
-            tb.tall_screenshot(page, docs / "fleet_gpus.png", height=2200)
+            page.wait_for_timeout(5000)  # let the sidebar and the last charts settle
+            tb.tall_screenshot(page, docs / "fleet_gpus.png", height=3000)
             browser.close()
 
 
