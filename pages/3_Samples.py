@@ -91,7 +91,8 @@ for node, err in (latest.get("errors") or {}).items():
 samples = latest["samples"]
 ceiling = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["summary"]["ceiling"]
 drawn = latest.get("done_unix")
-st.caption(f"Batch {latest['batch']}" + (f", drawn at {loaders.fmt_clock(drawn)}" if drawn else "") + f": {len(samples)} of {latest['population'] or 0:,} completions, drawn uniformly.")
+st.caption(f"Batch {latest['batch']}: {len(samples)} of {latest['population'] or 0:,} completions, drawn uniformly"
+           + (f" at {loaders.fmt_clock(drawn)}." if drawn else "."))
 if not samples:
     st.info("The last sample came back empty (see the errors above, or the shards hold no complete lines).")
     st.stop()
