@@ -28,7 +28,7 @@ def start(key: str, fn, *args: Any) -> None:
 
 def running(key: str) -> bool:
     job = st.session_state.get(key)
-    return bool(job) and not job["future"].done()
+    return job is not None and not job["future"].done()
 
 
 def status(key: str) -> tuple[str, Any, float]:

@@ -55,7 +55,7 @@ def node_rate(rows: list[tuple], now: float) -> NodeRate:
     return NodeRate(tps_1m, tps_15m, cps_15m, grown[-1] if grown else None, rows[0][0])
 
 
-def window_rate(points: list[tuple], end_t: float, window_s: float) -> tuple[float | None, float | None]:
+def window_rate(points: list, end_t: float, window_s: float) -> tuple[float | None, float | None]:
     """Mean (completions/s, tokens/s) over the spans inside [end_t - window_s, end_t].
 
     A span straddling the start counts pro rata; the time after the last poll is not counted
@@ -193,7 +193,8 @@ def host_problems(hosts: dict[str, dict[str, Any]], loadavg: dict[str, list[floa
         swap, free = h.get("swap_total_bytes"), h.get("swap_free_bytes")
         if swap and free is not None and 1 - free / swap >= SWAP_USED_WARN:
             out.append(("warning", f"{node}: swap {1 - free / swap:.0%} used (the host is short of memory)"))
-        load, cpus = (loadavg.get(node) or [None])[0], h.get("cpus")
+        loads, cpus = loadavg.get(node) or [], h.get("cpus")
+        load = loads[0] if loads else None
         if load is not None and cpus and load / cpus >= LOAD_PER_CPU_WARN:
             out.append(("warning", f"{node}: CPU load {load:.1f} on {cpus} CPUs"))
     return out

@@ -13,6 +13,7 @@ REQUIRED_SUITES = [
     "tests.test_stats", "tests.test_whatif", "tests.test_loops", "tests.test_rates", "tests.test_metrics",
     "tests.test_transport", "tests.test_figures", "tests.test_pages", "tests.test_browser",
     "tests.test_faults", "tests.test_security", "tests.test_demo",
+    "tests.test_health", "tests.test_live_pages", "tests.test_browser_live", "tests.test_continuation",
 ]
 
 
