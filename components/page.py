@@ -62,8 +62,8 @@ h1 {font-size: 3rem !important}
 [data-testid="stProgress"] p {font-size: 1.3rem}
 </style>
 """
-# ?theme=light: light page, tiles and alerts for projectors. Charts (plotly's dark template on a
-# transparent background) and tables (drawn on a canvas) keep their dark styling.
+# ?theme=light: light page, tiles and alerts for projectors. Chart text is darkened; tables (drawn
+# on a canvas) keep their dark styling.
 LIGHT_CSS = """
 <style>
 [data-testid="stApp"], [data-testid="stSidebar"] {background: #FFFFFF; color: #111418}
@@ -84,6 +84,7 @@ LIGHT_CSS = """
 [data-testid="stAlertContainer"]:has([data-testid="stAlertContentSuccess"]) {background: #E2F5E9}
 [data-testid="stAlertContainer"]:has([data-testid="stAlertContentSuccess"]) p {color: #0F5130}
 [data-testid="stCaptionContainer"], [data-testid="stProgress"] p {color: #30343C}
+[data-testid="stApp"] .js-plotly-plot text {fill: #1A1D23 !important}
 </style>
 """
 # Prefix -> script, in kiosk rotation order (Nodes joins only while a node is down).
