@@ -178,8 +178,14 @@ def load_problems(store: Store, run_writing: bool) -> dict[str, list[tuple[str, 
         r["error"] = r["error"] if isinstance(r.get("error"), str) and r["error"] else None
     found = {(h["node"], h["gpu"]): h["health"] for h in store.gpu_health()}
     xids = store.gpu_events(time.time() - XID_WINDOW_S)
-    loads = {n["name"]: n.get("loadavg") for n in store.nodes()}
-    return {"gpu": health.gpu_problems(rows, found, xids, run_writing),
+    nodes = store.nodes()
+    loads = {n["name"]: n.get("loadavg") for n in nodes}
+    now_gpus: dict[str, set[int]] = {}
+    for r in rows:
+        now_gpus.setdefault(r["node"], set()).add(int(r["gpu"]))
+    live = {n["name"] for n in nodes if n.get("last_ok_unix") and not n.get("failing_since_unix")}
+    missing = health.missing_gpus(store.gpus_seen(time.time() - XID_WINDOW_S), now_gpus, live)
+    return {"gpu": missing + health.gpu_problems(rows, found, xids, run_writing),
             "host": health.host_problems(store.host_latest(), loads)}
 
 

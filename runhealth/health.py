@@ -183,6 +183,17 @@ def gpu_problems(gpus: list[dict[str, Any]], health: dict[tuple, dict], xids: li
     return out
 
 
+def missing_gpus(seen: dict[str, set[int]], now_gpus: dict[str, set[int]], live: set[str]) -> list[tuple[str, str]]:
+    """GPUs that reported within the last hour but are absent from a live node's latest poll."""
+    out = []
+    for node in sorted(live):
+        gone = sorted(seen.get(node, set()) - now_gpus.get(node, set()))
+        if gone:
+            out.append(("error", f"{node}: GPU {', '.join(map(str, gone))} missing from the latest poll "
+                                 f"({len(now_gpus.get(node, set()))} of {len(seen[node] | now_gpus.get(node, set()))} reporting)"))
+    return out
+
+
 def host_problems(hosts: dict[str, dict[str, Any]], loadavg: dict[str, list[float] | None]) -> list[tuple[str, str]]:
     """RAM nearly full, swap in use, CPU load above the cores: [(level, text)] per node."""
     out = []

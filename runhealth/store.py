@@ -353,6 +353,13 @@ class Store:
             r["health"] = json.loads(r["health"]) if r["health"] else {}
         return rows
 
+    def gpus_seen(self, since_unix: float) -> dict[str, set[int]]:
+        """Per node, the GPU indexes that reported readings since `since_unix` (uses the ts index)."""
+        out: dict[str, set[int]] = {}
+        for r in self._rows("SELECT DISTINCT node, gpu FROM gpu_samples WHERE ts_unix >= ?", (since_unix,)):
+            out.setdefault(r["node"], set()).add(r["gpu"])
+        return out
+
     def gpu_events(self, since_unix: float) -> list[dict[str, Any]]:
         return self._rows("SELECT * FROM gpu_events WHERE ts_unix >= ? ORDER BY ts_unix", (since_unix,))
 

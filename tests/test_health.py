@@ -127,3 +127,11 @@ def test_host_problems_ram_swap_and_load():
     assert out == [("warning", "n1: RAM 95% used (5.0 GiB available)"),
                    ("warning", "n1: swap 50% used (the host is short of memory)"),
                    ("warning", "n1: CPU load 16.0 on 8 CPUs")]
+
+
+def test_a_gpu_that_stopped_reporting_is_named_missing():
+    seen = {"n1": {0, 1, 2, 3}, "n2": {0, 1}}
+    now = {"n1": {0, 1, 3}, "n2": {0, 1}}
+    assert health.missing_gpus(seen, now, live={"n1", "n2"}) == [
+        ("error", "n1: GPU 2 missing from the latest poll (3 of 4 reporting)")]
+    assert health.missing_gpus(seen, now, live={"n2"}) == []  # a down node is reported as down

@@ -154,7 +154,7 @@ def test_gpu_and_host_problems_are_named_on_overview_gpus_and_nodes(tmp_path, mo
     devices = [store_fixtures.gpu_device(g, 95.0) for g in range(8)]
     devices[0]["health"] = {"ecc_uncorrected_volatile": 3, "pcie_replay": 0, "xid": [79]}
     devices[1] = store_fixtures.gpu_device(1, 90.0, throttle=("hw_thermal_slowdown",), temp_c=92)
-    reply = store_fixtures.poll_reply(ts, devices, {})
+    reply = store_fixtures.poll_reply(ts, devices[:7], {})  # GPU 7 fell out of this poll
     reply["host"] = {"cpus": 64, "mem_total_bytes": 2 * 2**40, "mem_available_bytes": 2**36,
                      "swap_total_bytes": 2**33, "swap_free_bytes": 2**31}
     store.record_poll("node-1", reply, ts, rtt_ms=5.0)
@@ -166,6 +166,7 @@ def test_gpu_and_host_problems_are_named_on_overview_gpus_and_nodes(tmp_path, mo
     assert any("Uncorrected ECC errors" in e and "node-1/0 (3)" in e for e in errors), errors
     assert any("Throttled by hardware" in w and "node-1/1" in w for w in warnings), warnings
     assert any("node-1: swap 75% used" in w for w in warnings), warnings
+    assert "node-1: GPU 7 missing from the latest poll (7 of 8 reporting)" in errors, errors
     at = run_page("pages/2_GPUs.py", config, monkeypatch)
     assert_clean(at)
     assert any("XID 79 on node-1/0" in e.value for e in at.error)
