@@ -14,15 +14,19 @@ import pandas as pd
 import streamlit as st
 
 from components import cards, figures, loaders, page
+from runhealth.health import HW_THROTTLE
 
 PREFIX = "overview"
 HEAT_COLUMNS = ["label", "util_pct", "power_pct", "mem_pct"]
 
 
 def make_heatstrip_figure(gpus: pd.DataFrame, now: float, stale_after: float):
-    """GPUs whose last reading is older than stale_after are marked: old numbers must not look live."""
+    """GPUs whose last reading is older than stale_after are marked: old numbers must not look live;
+    so are hardware-throttled ones, which the colour scale would otherwise show as busy and well."""
     old = (now - gpus["ts_unix"]) > stale_after
-    return figures.make_gpu_heatstrip_figure(gpus[HEAT_COLUMNS].assign(label=gpus["label"].where(~old, gpus["label"] + " (old)")))
+    slow = gpus["throttle_reasons"].map(lambda r: any(x in HW_THROTTLE for x in r or []))
+    label = gpus["label"].where(~slow, gpus["label"] + " ⚠ throttled").where(~old, gpus["label"] + " (old)")
+    return figures.make_gpu_heatstrip_figure(gpus[HEAT_COLUMNS].assign(label=label))
 
 
 def render_live(rt) -> None:

@@ -7,6 +7,7 @@ a stall is polls that keep answering while the shards stop growing.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
@@ -203,3 +204,17 @@ def test_samples_download_carries_the_text(tmp_path):
     assert loop["text tail"].endswith("The answer is 42. ") and len(loop["text tail"]) == cards.EXPORT_TAIL_CHARS
     assert loop["text head"].startswith("The answer is 42.") and loop["prompt head"].startswith("Solve problem")
     assert df["path"].str.startswith("/data/out/").all()
+
+
+def test_overview_heatstrip_marks_a_hardware_throttled_gpu(tmp_path, monkeypatch):
+    store, config = store_fixtures.make_store(tmp_path, "healthy")
+    ts = store.last_collection_unix() + 1
+    devices = [store_fixtures.gpu_device(g, 95.0) for g in range(8)]
+    devices[1] = store_fixtures.gpu_device(1, 90.0, throttle=("hw_power_brake_slowdown",))
+    store.record_poll("node-1", store_fixtures.poll_reply(ts, devices, {}), ts, rtt_ms=5.0)
+    store.close()
+    at = run_page("app.py", config, monkeypatch)
+    assert_clean(at)
+    chart = next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if "GPUs now" in c.proto.spec)
+    labels = chart["data"][0]["x"]
+    assert "node-1/1 ⚠ throttled" in labels and "node-1/0" in labels
