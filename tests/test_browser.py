@@ -15,7 +15,6 @@ import re
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -119,23 +118,6 @@ def wait_for_demo_data(page, url: str) -> tuple[str, str]:
     trunc = tile_value(page, r"^Truncated$")
     tps = tile_value(page, "Tokens / s")
     return trunc, tps
-
-
-@pytest.fixture(scope="session")
-def server_url():
-    with tempfile.TemporaryDirectory(prefix="runhealth-browser-") as tmp, streamlit_server(Path(tmp)) as url:
-        yield url
-
-
-@pytest.fixture(scope="session")
-def browser_page():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = launch_chromium(p)
-        page = browser.new_page(viewport=VIEWPORT)
-        yield page
-        browser.close()
 
 
 def test_every_screen_shows_sane_numbers(server_url, browser_page):

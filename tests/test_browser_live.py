@@ -15,16 +15,7 @@ from pathlib import Path
 
 import pytest
 import shardgen
-from test_browser import (  # noqa: F401 - server_url and browser_page are fixtures
-    ARTIFACTS,
-    browser_page,
-    open_page,
-    parse_number,
-    server_url,
-    streamlit_server,
-    tile_value,
-    wait_for_demo_data,
-)
+from test_browser import ARTIFACTS, open_page, parse_number, streamlit_server, tile_value, wait_for_demo_data
 
 pytestmark = pytest.mark.browser
 DEMO_INTERVAL_S = 5.0
@@ -46,7 +37,7 @@ def wait_until_changed(read, before: str, timeout_s: float) -> str:
     return now
 
 
-def test_every_page_refreshes_by_itself(server_url, browser_page):  # noqa: F811
+def test_every_page_refreshes_by_itself(server_url, browser_page):
     """Left open for two collection intervals, every page's numbers move as the demo writes."""
     page = browser_page
     wait_for_demo_data(page, server_url)
@@ -65,7 +56,7 @@ def test_every_page_refreshes_by_itself(server_url, browser_page):  # noqa: F811
         assert page.locator('[data-testid="stException"]').count() == 0, name
 
 
-def test_kiosk_mode_at_1920x1080(server_url, browser_page):  # noqa: F811
+def test_kiosk_mode_at_1920x1080(server_url, browser_page):
     """No sidebar, no chrome, sub-lines >= 20 px; screenshotted for a person to look at."""
     page = browser_page.context.browser.new_page(viewport={"width": 1920, "height": 1080})
     try:
@@ -108,7 +99,7 @@ class ShardWriter:
         self._thread.join(timeout=5)
 
 
-def test_stopping_the_writer_raises_no_new_completions(browser_page):  # noqa: F811
+def test_stopping_the_writer_raises_no_new_completions(browser_page):
     with tempfile.TemporaryDirectory(prefix="runhealth-stall-") as tmp:
         tmp_path = Path(tmp)
         writer = ShardWriter(tmp_path / "out-0.jsonl")
