@@ -1,8 +1,8 @@
 """Overview: the standup screen. Is the run healthy, fast AND producing good data?
 
 Run it with `streamlit run app.py` (no runhealth.toml: the built-in demo). Everything below
-the title refreshes itself every collection interval inside one fragment, so the screen on
-the wall stays current without a full-page rerun. Node states: up = polled within
+the title refreshes itself every collection interval inside one fragment (page.live), so the
+screen on the wall stays current without a full-page rerun; `?kiosk=1` is the wall-screen mode. Node states: up = polled within
 stale_after; stale = older; down = never reached, or nothing for 5 x stale_after.
 """
 
@@ -14,15 +14,19 @@ import pandas as pd
 import streamlit as st
 
 from components import cards, figures, loaders, page
+from runhealth.health import HW_THROTTLE
 
 PREFIX = "overview"
 HEAT_COLUMNS = ["label", "util_pct", "power_pct", "mem_pct"]
 
 
 def make_heatstrip_figure(gpus: pd.DataFrame, now: float, stale_after: float):
-    """GPUs whose last reading is older than stale_after are marked: old numbers must not look live."""
+    """GPUs whose last reading is older than stale_after are marked: old numbers must not look live;
+    so are hardware-throttled ones, which the colour scale would otherwise show as busy and well."""
     old = (now - gpus["ts_unix"]) > stale_after
-    return figures.make_gpu_heatstrip_figure(gpus[HEAT_COLUMNS].assign(label=gpus["label"].where(~old, gpus["label"] + " (old)")))
+    slow = gpus["throttle_reasons"].map(lambda r: any(x in HW_THROTTLE for x in r or []))
+    label = gpus["label"].where(~slow, gpus["label"] + " ⚠ throttled").where(~old, gpus["label"] + " (old)")
+    return figures.make_gpu_heatstrip_figure(gpus[HEAT_COLUMNS].assign(label=label))
 
 
 def render_live(rt) -> None:
@@ -31,11 +35,17 @@ def render_live(rt) -> None:
     nodes = loaders.load_nodes(rt.store)
     summary = loaders.load_run_lengths(rt.store, cfg.max_output_tokens)["summary"]
     thr = loaders.load_throughput(rt.store, cfg.interval_s)
+    health = loaders.load_health(rt.store)
     gpus = loaders.load_gpu_latest(rt.store)
     last = loaders.load_last_collection(rt.store)
-    cards.render_alerts(loaders.run_alerts(summary, nodes, now, cfg.stale_after, cfg.truncation_warn_fraction,
-                                           cfg.truncation_alert_fraction, last))
-    tiles = cards.overview_tiles(summary, thr, nodes, gpus, cfg.target_completions, last, cfg, now)
+    reached = bool(cfg.target_completions) and summary["completions"] >= cfg.target_completions
+    stalled = loaders.health_alerts(health, nodes, cfg.stale_after, cfg.stall_after, reached)
+    alerts = stalled + loaders.run_alerts(summary, nodes, now, cfg.stale_after, cfg.truncation_warn_fraction,
+                                          cfg.truncation_alert_fraction, last)
+    cards.render_alerts(sorted(alerts, key=lambda a: a[0] != "error"))  # stable: a stall leads
+    tiles = cards.overview_tiles(summary, thr, nodes, gpus, cfg.target_completions, last, cfg, now, health)
+    if any(level == "error" for level, _ in stalled):  # a rate over the last minute still shows the past
+        tiles[1] = {**tiles[1], "level": "alert", "sub": "run stalled: no new completions · " + tiles[1]["sub"]}
     cards.render_tiles(tiles[:3])
     cards.render_tiles(tiles[3:])
     if cfg.target_completions:
@@ -48,14 +58,13 @@ def render_live(rt) -> None:
             st.info("No GPU telemetry yet: " + ("waiting for first poll" if last is None
                                                  else "no node reported a GPU (see the Nodes page)"))
         else:
-            if gpus["util_pct"].lt(10).any():
-                idle = ", ".join(gpus.loc[gpus["util_pct"] < 10, "label"])
-                st.warning(cards.md_escape(f"Idle GPUs (<10% util): {idle}"))
             st.plotly_chart(make_heatstrip_figure(gpus, now, cfg.stale_after), key=f"{PREFIX}_heatstrip_chart")
             if rt.demo or any(n.get("gpu_simulated") for n in nodes):
                 st.caption("GPU telemetry is simulated (demo).")
+        problems = loaders.load_problems(rt.store, bool(health.get("tokens_per_s_1m")))
+        cards.render_problems(problems["gpu"] + problems["host"])
     with right:
-        cards.render_node_table(nodes, cfg.stale_after, compact=True)
+        cards.render_node_table(nodes, cfg.stale_after, compact=True, per_node=health["per_node"])
         series = thr["series"]
         if len(series) >= 2:
             st.plotly_chart(figures.make_throughput_figure(series), key=f"{PREFIX}_throughput_chart")
@@ -68,5 +77,7 @@ st.markdown(page.BIG_ALERTS_CSS, unsafe_allow_html=True)
 if rt.demo:
     st.markdown(f'<div class="rh-demo">{page.DEMO_TEXT}</div>', unsafe_allow_html=True)
 st.title(f"{rt.config.name}")
-st.fragment(run_every=max(rt.config.interval_s, 2.0))(page.guarded(render_live))(rt)
-page.download_csv(cards.node_table(loaders.load_nodes(rt.store), rt.config.stale_after), "nodes.csv", PREFIX)
+page.live(rt, render_live, rt)
+page.download_headline(rt, PREFIX)
+page.download_csv(cards.node_table(loaders.load_nodes(rt.store), rt.config.stale_after), "nodes.csv", PREFIX,
+                  label="Download node table (CSV)")

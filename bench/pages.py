@@ -5,7 +5,9 @@ every run, so this is the cold cost a new viewer pays) and, as the baseline meas
 same run, what a dashboard that skips SQL aggregation pays: read every raw GPU row into pandas
 and hand it to plotly. Prints a table with the ratio, and the process RSS. Not a pass/fail test.
 
-    python bench/pages.py [--runs 3] [--pages app.py,pages/1_Output_lengths.py] [--keep DIR]
+    python bench/pages.py [--runs 3] [--pages app.py,pages/1_Output_lengths.py] [--keep DIR] [--scenario fleet]
+
+--scenario fleet: 64 nodes x 8 GPUs (512), 6 h of 30 s polls, instead of the default "big".
 
 --keep DIR builds the store in DIR once and reuses it on later runs (it takes minutes to build).
 """
@@ -67,6 +69,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--pages", default=",".join(PAGES), help="comma-separated page files")
     parser.add_argument("--keep", type=Path, help="build the store here once and reuse it")
+    parser.add_argument("--scenario", default="big", choices=["big", "fleet"],
+                        help="big: 8 nodes x 8 GPUs, 24 h; fleet: 64 nodes x 8 GPUs, 6 h")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="runhealth-bench-") as scratch:
         tmp = args.keep or Path(scratch)
@@ -77,7 +81,7 @@ def main() -> None:
             tmp.mkdir(parents=True, exist_ok=True)
             subprocess.run([sys.executable, "-c", "import sys;"
                             " from store_fixtures import make_store; from pathlib import Path;"
-                            " make_store(Path(sys.argv[1]), 'big')", str(tmp)],
+                            " make_store(Path(sys.argv[1]), sys.argv[2])", str(tmp), args.scenario],
                            check=True)
         with sqlite3.connect(db_path) as db:
             gpu_rows = db.execute("SELECT COUNT(*) FROM gpu_samples").fetchone()[0]

@@ -21,6 +21,7 @@ from components import loaders
 STATE_BADGE = {"up": "UP", "stale": "STALE", "down": "DOWN", "pending": "PENDING"}
 STATE_COLOUR = {"UP": "#1B5E20", "STALE": "#8A5A00", "DOWN": "#8B1A1A", "PENDING": "#3A3F4B"}
 STATE_MD = {"up": ":green[UP]", "stale": ":orange[STALE]", "down": ":red[DOWN]", "pending": ":gray[PENDING]"}
+MIN_SAMPLE_N = 20  # below this many samples a share is shown, never coloured as an alarm
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>#|~$])")
 
 
@@ -45,11 +46,21 @@ def render_tiles(tiles: list[dict[str, str]]) -> None:
 
 def render_alerts(alerts: list[tuple[str, str]]) -> None:
     if not alerts:
-        st.success("All nodes reporting, truncation below the warning threshold.")
+        st.success("All nodes reporting and writing, truncation below the warning threshold.")
     for level, text in alerts[:8]:
         (st.error if level == "error" else st.warning)(md_escape(text))
     if len(alerts) > 8:
         st.caption(f"… and {len(alerts) - 8} more on the Nodes page.")
+
+
+def render_problems(problems: list[tuple[str, str]], title: str = "GPUs and hosts") -> None:
+    """GPU and host problems named in words (errors, warnings, then information)."""
+    if not problems:
+        return
+    st.markdown(f"**{html.escape(title)}**")
+    show = {"error": st.error, "warning": st.warning, "info": st.info}
+    for level, text in problems:
+        show.get(level, st.info)(md_escape(text))
 
 
 def truncation_tile(summary: dict, warn: float, alert: float) -> dict[str, str]:
@@ -65,7 +76,10 @@ def truncation_tile(summary: dict, warn: float, alert: float) -> dict[str, str]:
                 f"{summary['at_ceiling']:,} of {summary['length_count']:,}", level)
 
 
-def node_table(nodes: list[dict[str, Any]], stale_after: float, now: float | None = None) -> pd.DataFrame:
+def node_table(nodes: list[dict[str, Any]], stale_after: float, now: float | None = None,
+               per_node: dict[str, Any] | None = None) -> pd.DataFrame:
+    """One row per node; with `per_node` (load_health's NodeRate map) its tok/s over the last
+    minute and when its shards last grew."""
     now = now or time.time()
     rows = []
     for n in nodes:
@@ -76,16 +90,23 @@ def node_table(nodes: list[dict[str, Any]], stale_after: float, now: float | Non
                      "GPUs": n.get("gpus_found"), "shards": n.get("shards_matched"),
                      "disk free": loaders.fmt_bytes(min(free)) if free else "N/A",
                      "SSH RTT ms": n.get("rtt_ms")})
+        if per_node is not None:
+            r = per_node.get(n["name"])
+            rows[-1]["tok/s (1 min)"] = loaders.fmt_rate(r.tokens_per_s_1m) if r and r.tokens_per_s_1m is not None else "N/A"
+            grown = r.last_growth_unix if r else None
+            rows[-1]["last new"] = f"{loaders.fmt_age(now - grown)} ago" if grown else "N/A"
     return pd.DataFrame(rows)
 
 
-def render_node_table(nodes: list[dict[str, Any]], stale_after: float, compact: bool = False) -> None:
+def render_node_table(nodes: list[dict[str, Any]], stale_after: float, compact: bool = False,
+                      per_node: dict[str, Any] | None = None) -> None:
     if not nodes:
         st.info("No nodes configured.")
         return
-    table = node_table(nodes, stale_after)
+    table = node_table(nodes, stale_after, per_node=per_node)
     if compact:
-        table = table[["node", "status", "last seen", "GPUs", "disk free", "SSH RTT ms"]]
+        extra = ["tok/s (1 min)", "last new"] if per_node is not None else ["GPUs"]
+        table = table[["node", "status", "last seen", *extra, "disk free", "SSH RTT ms"]]
     styled = table.style.map(lambda v: f"background-color: {STATE_COLOUR.get(v, '')}; color: white; font-weight: bold"
                              if v in STATE_COLOUR else "", subset=["status"]).format(precision=1, subset=["SSH RTT ms"])
     st.dataframe(styled, hide_index=True, width="stretch")
@@ -160,21 +181,24 @@ def last_error_line(node: dict[str, Any], now: float) -> str:
 
 
 def overview_tiles(summary: dict, thr: dict, nodes: list[dict], gpus: pd.DataFrame, target: int | None,
-                   last: float | None, cfg: Any, now: float) -> list[dict[str, str]]:
-    """The six standup tiles: done, throughput, ETA, truncation, nodes, data age."""
+                   last: float | None, cfg: Any, now: float, health: dict | None = None) -> list[dict[str, str]]:
+    """The six standup tiles: done, throughput (last minute, 15-min average beside it), ETA (from
+    the 15-min average, stated), truncation, nodes, data age."""
     from runhealth import rates
 
     done = summary["completions"]
-    tps = thr["shard"].get("total_tokens_per_s") if thr["shard"] else None
-    cps = thr["shard"].get("total_completions_per_s") if thr["shard"] else None
+    health = health or {}
+    tps, tps_15 = health.get("tokens_per_s_1m"), health.get("tokens_per_s_15m")
+    cps = health.get("completions_per_s_15m")
     share = rates.progress(done, target) if target else None
     done_sub = f"of {target:,} target ({share:.1%})" if share is not None else "no target_completions set"
     server = thr.get("server_tokens_per_s")
     n_gpus = len(gpus) or sum(n.get("gpus_found") or 0 for n in nodes)
     tpj = rates.tokens_per_joule(tps, float(gpus["power_w"].sum()) if len(gpus) else None)
-    tps_sub = (f"{loaders.fmt_rate(tps / n_gpus)} per GPU · " if tps and n_gpus else "") + (
-        f"{tpj:.1f} tok/J · " if tpj else "") + (
-        f"server says {loaders.fmt_rate(server)}" if server is not None else "no server metrics")
+    tps_sub = (f"15-min avg {loaders.fmt_rate(tps_15)}" if tps_15 is not None else "15-min avg —") + (
+        f" · {loaders.fmt_rate(tps / n_gpus)} per GPU" if tps and n_gpus else "") + (
+        f" · {tpj:.1f} tok/J" if tpj else "") + (
+        f" · server says {loaders.fmt_rate(server)}" if server is not None else "")
     eta = rates.eta_seconds(done, target, cps) if target else None
     states = [loaders.node_status(n, now, cfg.stale_after)[0] for n in nodes]
     up, stale, down = states.count("up"), states.count("stale"), states.count("down")
@@ -182,10 +206,11 @@ def overview_tiles(summary: dict, thr: dict, nodes: list[dict], gpus: pd.DataFra
     age = now - last if last is not None else None
     return [
         tile("Completions", f"{done:,}", done_sub, "ok" if done else "muted"),
-        tile("Tokens / s", loaders.fmt_rate(tps) if tps is not None else "—", tps_sub if tps is not None
-             else "waiting for two polls", "ok" if tps else "muted"),
+        tile("Tokens / s · last 1 min", loaders.fmt_rate(tps) if tps is not None else "—", tps_sub if tps is not None
+             else "waiting for two polls", "ok" if tps else "warn" if tps == 0 else "muted"),
         tile("ETA", "done" if eta == 0 else loaders.fmt_age(eta) if eta is not None else "—",
-             "target reached" if eta == 0 else f"at {cps:,.1f} completions/s" if cps else "needs a target and a rate",
+             "target reached" if eta == 0 else "needs target_completions in the config" if not target
+             else f"at the 15-min average, {cps:,.1f} completions/s" if cps else "needs a rate",
              "muted" if eta is None else "ok"),
         truncation_tile(summary, cfg.truncation_warn_fraction, cfg.truncation_alert_fraction),
         tile("Nodes up", f"{up} / {len(nodes)}", f"{stale} stale · {down} down"
@@ -195,6 +220,36 @@ def overview_tiles(summary: dict, thr: dict, nodes: list[dict], gpus: pd.DataFra
              "waiting for first poll" if age is None else f"stale after {loaders.fmt_age(cfg.stale_after)}",
              "muted" if age is None else "alert" if age > cfg.stale_after else "ok"),
     ]
+
+
+def headline(summary: dict, health: dict, nodes: list[dict], cfg: Any, now: float,
+             last: float | None) -> dict[str, Any]:
+    """The standup figures as one flat record (the Overview's download), rounded for people."""
+    from runhealth import rates
+
+    lo, hi = summary.get("at_ceiling_interval") or (None, None)
+    cps = health.get("completions_per_s_15m")
+    eta = rates.eta_seconds(summary["completions"], cfg.target_completions, cps) if cfg.target_completions else None
+    states = [loaders.node_status(n, now, cfg.stale_after)[0] for n in nodes]
+
+    def r(x, nd=1):
+        return None if x is None else round(float(x), nd)
+
+    return {
+        "run": cfg.name, "numbers_as_of": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last)) if last else None,
+        "completions": summary["completions"], "target_completions": cfg.target_completions,
+        "ceiling_tokens": summary["ceiling"],
+        "truncated_pct": r(100 * summary["at_ceiling_fraction"], 2) if summary["completions"] else None,
+        "truncated_pct_95ci_low": r(100 * lo, 2) if lo is not None and summary["completions"] else None,
+        "truncated_pct_95ci_high": r(100 * hi, 2) if hi is not None and summary["completions"] else None,
+        "truncated_count": summary["at_ceiling"], "truncated_of": summary["length_count"],
+        "length_stops_below_ceiling": summary["length_below_ceiling"],
+        "tokens_per_s_last_1_min": r(health.get("tokens_per_s_1m"), 0),
+        "tokens_per_s_15_min_avg": r(health.get("tokens_per_s_15m"), 0),
+        "eta_hours_at_15_min_avg": r(eta / 3600, 2) if eta is not None else None,
+        "nodes_up": states.count("up"), "nodes_stale": states.count("stale"), "nodes_down": states.count("down"),
+        "nodes": len(nodes),
+    }
 
 
 def why_empty(nodes: list[dict[str, Any]], what: str = "completions") -> str:
@@ -221,7 +276,7 @@ def finish_reason_table(summary: dict) -> pd.DataFrame:
     rows = [(r, n) for r, n in sorted(reasons.items(), key=lambda kv: -kv[1])]
     ceiling = summary["ceiling"]
     if length:
-        rows.append((f"length — at the ceiling ({ceiling:,})" if ceiling else "length — at the ceiling",
+        rows.append((f"length at the ceiling ({ceiling:,}) = truncated" if ceiling else "length at the ceiling = truncated",
                      summary["at_ceiling"]))
         rows.append(("length — below the ceiling (context window)", summary["length_below_ceiling"]))
         rest = length - summary["at_ceiling"] - summary["length_below_ceiling"]
@@ -229,6 +284,21 @@ def finish_reason_table(summary: dict) -> pd.DataFrame:
             rows.append(("length — estimated lengths (not split)", rest))
     total = summary["completions"] or 1
     return pd.DataFrame([{"finish reason": r, "completions": n, "share": f"{n / total:.2%}"} for r, n in rows])
+
+
+EXPORT_TAIL_CHARS = 1000  # of each completion's end in the Samples CSV (where truncated ones were cut)
+
+
+def samples_export(samples: list[dict[str, Any]]) -> pd.DataFrame:
+    """The Samples CSV: where each sample came from AND what it says (prompt head, text head, the
+    last EXPORT_TAIL_CHARS characters). A CSV is data, never rendered: no escaping needed here."""
+    return pd.DataFrame([{
+        "node": s.get("node"), "path": s.get("path"), "line": s.get("line_no"), "tokens": s.get("tokens"),
+        "estimated": bool(s.get("estimated")), "finish reason": s.get("finish_reason"), "loop": bool(s.get("is_loop")),
+        "text chars": s.get("text_chars"), "prompt head": s.get("prompt_head"), "text head": s.get("text_head"),
+        "text tail": (s.get("text_tail") or "")[-EXPORT_TAIL_CHARS:]} for s in samples],
+        columns=["node", "path", "line", "tokens", "estimated", "finish reason", "loop", "text chars", "prompt head",
+                 "text head", "text tail"])
 
 
 def gpu_table(gpus: pd.DataFrame) -> pd.DataFrame:
@@ -273,7 +343,20 @@ def safe_config(config: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-def node_details(node: dict[str, Any], now: float) -> pd.DataFrame:
+def host_memory(host: dict[str, Any] | None) -> tuple[str, str]:
+    """("RAM 61% used of 2.0 TiB", "swap 0% of 8.0 GiB") from the agent's /proc reading."""
+    def used(total, left):
+        if not total or left is None:
+            return "N/A"
+        return f"{1 - left / total:.0%} used of {total / 2**30:,.1f} GiB"
+
+    host = host or {}
+    return (used(host.get("mem_total_bytes"), host.get("mem_available_bytes")),
+            used(host.get("swap_total_bytes"), host.get("swap_free_bytes")) if host.get("swap_total_bytes")
+            else "no swap" if "swap_total_bytes" in host else "N/A")
+
+
+def node_details(node: dict[str, Any], now: float, host: dict[str, Any] | None = None) -> pd.DataFrame:
     """Every status field of one node, in words."""
     def when(ts):
         return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(ts))} ({loaders.fmt_age(now - ts)} ago)" if ts else "never"
@@ -292,6 +375,9 @@ def node_details(node: dict[str, Any], now: float) -> pd.DataFrame:
         ("clock skew (node − dashboard)", f"{skew:+.2f} s" if skew is not None else "N/A"),
         ("hostname", node.get("hostname") or "N/A"),
         ("load average", ", ".join(f"{x:.2f}" for x in node.get("loadavg") or []) or "N/A"),
+        ("CPUs", str((host or {}).get("cpus") or "N/A")),
+        ("RAM", host_memory(host)[0]),
+        ("swap", host_memory(host)[1]),
         ("GPUs found", f"{node.get('gpus_found') or 0} via {gpu_src}"),
         ("GPU telemetry error", node.get("gpu_error") or "none"),
         ("shards matched", str(node.get("shards_matched") or 0)),

@@ -8,6 +8,8 @@ blue = normal stops, amber = at the ceiling / warning, red = alert or a drifting
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -121,32 +123,42 @@ def make_truncation_by_group_figure(df: pd.DataFrame, warn: float, alert: float)
                for f, d in zip(df["fraction"], df["drift"], strict=False)]
     labels = [f"{f:.1%}" + (f" · ceiling {int(c):,} differs" if d else "")
               for f, c, d in zip(df["fraction"], df["ceiling"].fillna(0), df["drift"], strict=False)]
+    short = df["label"] if "label" in df else df["group"]  # short labels; the full name on hover
     fig = _figure(go.Bar(
-        x=df["group"], y=df["fraction"], marker_color=colours, text=labels, textposition="outside",
+        x=short, y=df["fraction"], marker_color=colours, text=labels, textposition="outside",
+        customdata=df[["group"]].assign(n=df.get("completions", 0)),
+        hovertemplate="%{customdata[0]}<br>%{y:.1%} of %{customdata[1]:,}<extra></extra>",
         error_y=dict(type="data", symmetric=False, array=df["hi"] - df["fraction"],
                      arrayminus=df["fraction"] - df["lo"], color="#CCCCCC"),
     ))
     _hline(fig, warn, "warn", dash="dot", color=CEILING_COLOUR)
     _hline(fig, alert, "alert", dash="dot", color=ALERT_COLOUR)
     fig.update_yaxes(title_text="share at the ceiling", tickformat=".0%", rangemode="tozero")
+    fig.update_xaxes(type="category", tickangle=0 if len(df) <= 8 else -35)
     return _layout(fig, "Truncation by group", height=360)
 
 
 def make_truncation_over_time_figure(df: pd.DataFrame, warn: float, alert: float) -> go.Figure:
-    """Share of new completions that finished by length, per time bucket.
+    """Share of new completions truncated (length stop at the ceiling) per time bucket, with
+    length stops below the ceiling (context window) stacked above under their own name.
 
-    `df` columns: bucket_unix, completions, length_stops, backfill (first scan buckets are grey:
-    they hold everything written before monitoring began, not that bucket's output).
+    `df` columns: bucket_unix, completions, at_ceiling, below_ceiling, unsplit, backfill (first
+    scan buckets are grey: they hold everything written before monitoring began).
     """
     t = pd.to_datetime(df["bucket_unix"], unit="s")
-    frac = df["length_stops"] / df["completions"].where(df["completions"] > 0)
-    colours = [BACKFILL_COLOUR if b else STOP_COLOUR for b in df["backfill"]]
-    fig = _figure(go.Bar(x=t, y=frac, marker_color=colours, name="finished by length",
-                           customdata=df["completions"], hovertemplate="%{y:.1%} of %{customdata} new<extra></extra>"))
+    n = df["completions"].where(df["completions"] > 0)
+    colours = [BACKFILL_COLOUR if b else CEILING_COLOUR for b in df["backfill"]]
+    fig = _figure(go.Bar(x=t, y=df["at_ceiling"] / n, marker_color=colours, name="truncated (at the ceiling)",
+                         customdata=df["completions"], hovertemplate="truncated %{y:.1%} of %{customdata} new<extra></extra>"))
+    fig.add_bar(x=t, y=df["below_ceiling"] / n, marker_color=OTHER_COLOUR, name="length stop below the ceiling",
+                customdata=df["completions"], hovertemplate="below the ceiling %{y:.1%} of %{customdata} new<extra></extra>")
+    if df["unsplit"].sum() > 0:
+        fig.add_bar(x=t, y=df["unsplit"] / n, marker_color="#5A5F6A", name="length stop, length unknown (estimate)")
+    fig.update_layout(barmode="stack")
     _hline(fig, warn, "warn", dash="dot", color=CEILING_COLOUR)
     _hline(fig, alert, "alert", dash="dot", color=ALERT_COLOUR)
-    fig.update_yaxes(title_text="share finished by length", tickformat=".0%", rangemode="tozero")
-    return _layout(fig, "Truncation over time (grey = first scan)", height=320)
+    fig.update_yaxes(title_text="share of new completions", tickformat=".0%", rangemode="tozero")
+    return _layout(fig, "Truncated over time (grey = first scan)", height=320)
 
 
 def make_lengths_over_time_figure(df: pd.DataFrame, ceiling: int | None) -> go.Figure:
@@ -173,6 +185,8 @@ def make_gpu_heatstrip_figure(df: pd.DataFrame) -> go.Figure:
 
     `df` columns: label (e.g. "node-1/0"), util_pct, power_pct, mem_pct (None = N/A).
     """
+    if len(df) > HEATSTRIP_MAX_GPUS:
+        return make_gpu_grid_figure(df)
     rows = [("util %", "util_pct"), ("power %", "power_pct"), ("mem %", "mem_pct")]
     z = [df[col].tolist() for _, col in rows]
     text = [["N/A" if pd.isna(v) else f"{v:.0f}" for v in r] for r in z]
@@ -189,6 +203,34 @@ def make_gpu_heatstrip_figure(df: pd.DataFrame) -> go.Figure:
     return _layout(fig, "GPUs now", height=260)
 
 
+HEATSTRIP_MAX_GPUS = 64
+
+
+def make_gpu_grid_figure(df: pd.DataFrame) -> go.Figure:
+    """A fleet at a glance: one row per node, one cell per GPU, coloured by utilization
+    (hover: power and memory). `df` columns: label ("node/gpu"), util_pct, power_pct, mem_pct."""
+    parts = df["label"].str.rsplit("/", n=1, expand=True)
+    grid = df.assign(node=parts[0], gpu=parts[1].astype(int))
+    util = grid.pivot(index="node", columns="gpu", values="util_pct")
+    util = util.reindex(natural_order(util.index))
+    power = grid.pivot(index="node", columns="gpu", values="power_pct").reindex_like(util)
+    mem = grid.pivot(index="node", columns="gpu", values="mem_pct").reindex_like(util)
+    text = [[("N/A" if pd.isna(u) else f"{u:.0f}") for u in row] for row in util.to_numpy()]
+    def pct(v) -> str:
+        return "N/A" if v is None or pd.isna(v) else f"{v:.0f}%"
+
+    hover = [[f"util {pct(u)} · power {pct(p)} · mem {pct(m)}" for u, p, m in zip(ur, pr, mr, strict=False)]
+             for ur, pr, mr in zip(util.to_numpy(), power.to_numpy(), mem.to_numpy(), strict=False)]
+    fig = _figure(go.Heatmap(z=util.to_numpy(), x=[f"GPU {g}" for g in util.columns], y=list(util.index),
+                             zmin=0, zmax=100, colorscale="Viridis", xgap=1, ygap=1, text=text,
+                             texttemplate="%{text}" if util.size <= 600 else None, customdata=hover,
+                             colorbar=dict(title="util %", thickness=12),
+                             hovertemplate="%{y} %{x}: %{customdata}<extra></extra>"))
+    fig.update_layout(yaxis_autorange="reversed")
+    return _layout(fig, f"GPUs now: utilization, {len(df)} GPUs on {util.shape[0]} nodes",
+                   height=min(1400, 120 + 18 * util.shape[0]))
+
+
 def make_gpu_timeseries_figure(df: pd.DataFrame, value: str, title: str, unit: str,
                                limit_col: str | None = None) -> go.Figure:
     """One line per GPU over time. `df` columns: ts_unix, label, `value` [, `limit_col`]."""
@@ -202,6 +244,77 @@ def make_gpu_timeseries_figure(df: pd.DataFrame, value: str, title: str, unit: s
     fig = _layout(fig, title, height=320)
     fig.update_layout(showlegend=len(fig.data) <= 8)  # dozens of GPUs: hover names them instead
     return fig
+
+
+def natural_order(names) -> list[str]:
+    """node-2 before node-10 (people number their nodes)."""
+    return sorted(names, key=lambda n: [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", str(n))])
+
+
+NODE_PALETTE = ["#4C9AFF", "#FFB000", "#3DD68C", "#FF6B6B", "#B48CFF", "#4DD0E1", "#FF8A3D", "#C0CA33",
+                "#F06292", "#8D99AE"]
+
+
+def node_colour(nodes: list[str], node: str) -> str:
+    """The same colour for a node on every chart (the shared legend)."""
+    return NODE_PALETTE[natural_order(nodes).index(node) % len(NODE_PALETTE)]
+
+
+def _rgba(hex_colour: str, alpha: float) -> str:
+    r, g, b = (int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+BAND_MAX_NODES = 12  # more nodes than this: a node x time heatmap (bands would cover each other)
+
+
+def make_gpu_node_heatmap_figure(bands: pd.DataFrame, title: str, unit: str,
+                                 z_range: tuple[float, float] | None = None) -> go.Figure:
+    """Fleet scale: one row per node, time across, colour = the median of its GPUs (hover: min-max)."""
+    med = bands.pivot(index="node", columns="t_unix", values="median")
+    med = med.reindex(natural_order(med.index))
+    lo = bands.pivot(index="node", columns="t_unix", values="min").reindex_like(med)
+    hi = bands.pivot(index="node", columns="t_unix", values="max").reindex_like(med)
+    custom = [[f"min {a:.0f} · max {b:.0f}" if pd.notna(a) else "no data" for a, b in zip(ra, rb, strict=False)]
+              for ra, rb in zip(lo.to_numpy(), hi.to_numpy(), strict=False)]
+    heat = go.Heatmap(z=med.to_numpy(), x=pd.to_datetime(med.columns, unit="s"), y=list(med.index), customdata=custom,
+                      colorscale="Viridis", colorbar=dict(title=unit, thickness=12),
+                      hovertemplate="%{y} %{x}: median %{z:.0f} " + unit + " (%{customdata})<extra></extra>")
+    if z_range is not None:
+        heat.update(zmin=z_range[0], zmax=z_range[1])
+    fig = _figure(heat)
+    fig.update_layout(yaxis_autorange="reversed")
+    return _layout(fig, f"{title} · median of each node's GPUs ({len(med)} nodes)",
+                   height=min(1000, 140 + 12 * len(med)))
+
+
+def make_gpu_band_figure(bands: pd.DataFrame, title: str, unit: str, limit: float | None = None,
+                         y_range: tuple[float, float] | None = None, show_legend: bool = True) -> go.Figure:
+    """Per node: the median across its GPUs as a line, min-max as a shaded band.
+
+    Readable at fleet scale (64 nodes x 8 GPUs is 64 lines, not 512). `bands` columns: node,
+    t_unix, median, min, max, gpus. The legend names nodes in one colour across charts.
+    """
+    nodes = sorted(bands["node"].unique())
+    if len(nodes) > BAND_MAX_NODES:
+        return make_gpu_node_heatmap_figure(bands, title, unit, y_range)
+    fig = _figure()
+    for node, g in bands.groupby("node", sort=True):
+        colour, t = node_colour(nodes, node), pd.to_datetime(g["t_unix"], unit="s")
+        fig.add_scatter(x=t, y=g["max"], mode="lines", line=dict(width=0), legendgroup=node, showlegend=False,
+                        hoverinfo="skip")
+        fig.add_scatter(x=t, y=g["min"], mode="lines", line=dict(width=0), fill="tonexty", legendgroup=node,
+                        fillcolor=_rgba(colour, 0.18), showlegend=False, hoverinfo="skip")
+        fig.add_scatter(x=t, y=g["median"], mode="lines", line=dict(color=colour, width=2), name=str(node),
+                        legendgroup=node, showlegend=show_legend, customdata=g[["min", "max", "gpus"]],
+                        hovertemplate=f"{node}: median %{{y:.0f}} {unit} (min %{{customdata[0]:.0f}}, max "
+                                      f"%{{customdata[1]:.0f}}, %{{customdata[2]}} GPUs)<extra></extra>")
+    if limit is not None:
+        _hline(fig, limit, f"limit {limit:.0f} {unit}", dash="dash", color=ALERT_COLOUR)
+    if y_range is not None:
+        fig.update_yaxes(range=list(y_range))
+    fig.update_yaxes(title_text=unit, rangemode="tozero")
+    return _layout(fig, title + " · median per node, band = min–max of its GPUs", height=340)
 
 
 def make_throughput_figure(df: pd.DataFrame) -> go.Figure:

@@ -9,6 +9,7 @@ status, alerts, formatting) are what the pages and cards use to turn that data i
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -22,6 +23,7 @@ from runhealth.store import Store
 TTL_S = 3
 _HASH = {Store: lambda s: str(s.path)}
 THROUGHPUT_WINDOW_S = 300
+HEALTH_LOOKBACK_S = 3600  # the hour the rate-drop median is taken over
 SERVER_GAUGES = ("sglang:gen_throughput",)
 SERVER_COUNTERS = ("vllm:generation_tokens_total",)
 
@@ -33,7 +35,8 @@ def _cache(ttl: float = TTL_S, max_entries: int = 16):
 def clear_all() -> None:
     """Drop every cached read (after "Refresh now")."""
     for fn in (load_nodes, load_run_lengths, load_group_lengths, load_truncation_over_time, load_throughput,
-               load_gpu_latest, load_gpu_series, load_samples, load_last_collection, load_lengths_over_time):
+               load_health, load_problems, load_hosts, load_gpu_latest, load_gpu_series, load_samples,
+               load_last_collection, load_lengths_over_time):
         fn.clear()
 
 
@@ -90,13 +93,21 @@ def load_group_lengths(store: Store, by: str, ceiling: int | None) -> pd.DataFra
 
 
 @_cache(ttl=5, max_entries=8)
-def load_truncation_over_time(store: Store, interval_s: float) -> pd.DataFrame:
-    """Poll deltas per hour, or per a few polls while the run is short."""
-    polls = rollup.poll_history(store, 3600)  # raw and rolled-up deltas: the whole run
+def load_truncation_over_time(store: Store, interval_s: float, ceiling: int | None = None) -> pd.DataFrame:
+    """Poll deltas per hour, or per a few polls while the run is short, with the length stops
+    split at the ceiling: at_ceiling (truncated) and below_ceiling (context window)."""
+    bucket_s: float = 3600
+    polls = rollup.poll_history(store, bucket_s)  # raw and rolled-up deltas: the whole run
     span = (polls[-1]["bucket_unix"] - polls[0]["bucket_unix"]) if polls else 0
     if span < 6 * 3600:
-        polls = rollup.poll_history(store, max(interval_s * 3, 30))
-    return pd.DataFrame(polls, columns=["bucket_unix", "completions", "tokens", "length_stops", "malformed", "backfill"])
+        bucket_s = max(interval_s * 3, 30)
+        polls = rollup.poll_history(store, bucket_s)  # raw and rolled-up deltas: the whole run
+    df = pd.DataFrame(polls, columns=["bucket_unix", "completions", "tokens", "length_stops", "malformed", "backfill"])
+    split = pd.DataFrame(store.length_stops_by_bucket(bucket_s, ceiling),
+                         columns=["bucket_unix", "at_ceiling", "below_ceiling"])
+    df = df.merge(split, on="bucket_unix", how="left").fillna({"at_ceiling": 0, "below_ceiling": 0})
+    # Estimated-length stops (and polls stored before the split existed) cannot be placed.
+    return df.assign(unsplit=(df["length_stops"] - df["at_ceiling"] - df["below_ceiling"]).clip(lower=0))
 
 
 @_cache(ttl=30, max_entries=8)
@@ -137,6 +148,59 @@ def load_throughput(store: Store, interval_s: float) -> dict[str, Any]:
     return {"shard": shard, "server_tokens_per_s": server, "series": series}
 
 
+@_cache(ttl=TTL_S, max_entries=8)
+def load_health(store: Store) -> dict[str, Any]:
+    """Throughput over the last minute and 15 minutes, per node and run-wide, when each node's
+    shards last grew, and the last hour's per-minute rates (runhealth.health)."""
+    from runhealth import health
+
+    now = time.time()
+    rows: dict[str, list] = {}
+    for p in store.polls(since_unix=now - HEALTH_LOOKBACK_S):
+        rows.setdefault(p["node"], []).append((p["ts_unix"], p["node_ts_unix"], p["completions"], p["tokens"],
+                                               p["backfill"]))
+    out = health.run_rates(rows, now)
+    if any(r.last_growth_unix is None for r in out["per_node"].values()):
+        # Stalled for longer than the lookback: when did it last grow? (one scan, only then)
+        for node, ts in store.last_growth_unix().items():
+            if node in out["per_node"] and out["per_node"][node].last_growth_unix is None:
+                out["per_node"][node].last_growth_unix = ts
+    minute = health.minute_rates(store.polls_by_bucket(60, since_unix=now - HEALTH_LOOKBACK_S))
+    out.update(now=now, minute_tps=minute, drop_median=health.rate_drop(out["tokens_per_s_1m"], minute))
+    return out
+
+
+XID_WINDOW_S = 3600  # an XID stays on the Overview for an hour after it was seen
+
+
+@_cache(ttl=TTL_S, max_entries=8)
+def load_problems(store: Store, run_writing: bool) -> dict[str, list[tuple[str, str]]]:
+    """GPU and host problems in words (runhealth.health): errors, XIDs, ECC, rows, throttling,
+    heat, idle-while-writing, power cap (information), RAM, swap and CPU load."""
+    from runhealth import health
+
+    gpus = load_gpu_latest(store)
+    rows = gpus.to_dict("records") if len(gpus) else []
+    for r in rows:  # pandas turns a missing error into NaN
+        r["error"] = r["error"] if isinstance(r.get("error"), str) and r["error"] else None
+    found = {(h["node"], h["gpu"]): h["health"] for h in store.gpu_health()}
+    xids = store.gpu_events(time.time() - XID_WINDOW_S)
+    nodes = store.nodes()
+    loads = {n["name"]: n.get("loadavg") for n in nodes}
+    now_gpus: dict[str, set[int]] = {}
+    for r in rows:
+        now_gpus.setdefault(r["node"], set()).add(int(r["gpu"]))
+    live = {n["name"] for n in nodes if n.get("last_ok_unix") and not n.get("failing_since_unix")}
+    missing = health.missing_gpus(store.gpus_seen(time.time() - XID_WINDOW_S), now_gpus, live)
+    return {"gpu": missing + health.gpu_problems(rows, found, xids, run_writing),
+            "host": health.host_problems(store.host_latest(), loads)}
+
+
+@_cache()
+def load_hosts(store: Store) -> dict[str, dict[str, Any]]:
+    return store.host_latest()
+
+
 @_cache()
 def load_gpu_latest(store: Store) -> pd.DataFrame:
     df = pd.DataFrame(store.gpu_latest())
@@ -155,6 +219,38 @@ def load_gpu_series(store: Store, since_unix: float | None, max_points: int = 40
         df["label"] = df["node"] + "/" + df["gpu"].astype(str)
         df["mem_used_gib"] = df["mem_used_mib"] / 1024
     return df
+
+
+def short_group_labels(df: pd.DataFrame, top_n: int = 25) -> pd.DataFrame:
+    """Groups with short labels (the common prefix removed; `group` keeps the full name) and, when
+    there are more than top_n, the top_n by truncation plus one row summing the rest."""
+    if df.empty:
+        return df.assign(label=[])
+    names = df["group"].tolist()
+    cut = len(os.path.commonprefix(names)) if len(names) > 1 else 0
+    cut = names[0].rfind("/", 0, cut) + 1 if "/" in names[0][:cut] else cut  # keep whole path parts
+    out = df.assign(label=[n[cut:] or n for n in names]).sort_values("fraction", ascending=False, kind="stable")
+    if len(out) <= top_n:
+        return out
+    top, rest = out.iloc[:top_n], out.iloc[top_n:]
+    n, at = int(rest["completions"].sum()), int(rest["at_ceiling"].sum())
+    lo, hi = stats.wilson_interval(at, n)
+    other = {"group": f"{len(rest):,} other groups", "label": f"{len(rest):,} others", "completions": n,
+             "at_ceiling": at, "fraction": at / n if n else 0.0, "lo": lo, "hi": hi, "ceiling": None, "drift": False}
+    return pd.concat([top, pd.DataFrame([other])], ignore_index=True)
+
+
+def gpu_bands(df: pd.DataFrame, value: str, points: int = 240) -> pd.DataFrame:
+    """Per node and time step: median, min and max of `value` across the node's GPUs."""
+    if df.empty:
+        return pd.DataFrame(columns=["node", "t_unix", "median", "min", "max", "gpus"])
+    span = float(df["ts_unix"].max() - df["ts_unix"].min()) or 1.0
+    step = max(span / points, 1.0)
+    t = (df["ts_unix"] // step) * step
+    g = df.assign(t_unix=t).groupby(["node", "t_unix"])[value]
+    out = g.agg(["median", "min", "max"]).join(df.assign(t_unix=t).groupby(["node", "t_unix"])["gpu"].nunique()
+                                                .rename("gpus"))
+    return out.reset_index()
 
 
 @_cache(ttl=2, max_entries=4)
@@ -203,6 +299,36 @@ def load_server_metrics(store: Store) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame()
     return pd.DataFrame(rows).pivot(index="name", columns="node", values="value")
+
+
+def fmt_clock(ts: float) -> str:
+    """A wall-clock time for "since when" sentences (the dashboard host's time zone)."""
+    return time.strftime("%H:%M:%S", time.localtime(ts))
+
+
+def health_alerts(health: dict[str, Any], nodes: list[dict], stale_after: float, stall_after: float,
+                  target_reached: bool = False) -> list[tuple[str, str]]:
+    """Stall and rate-drop alerts: the run, then each node that stopped while others write."""
+    from runhealth import health as core
+
+    if target_reached:
+        return []
+    now = health["now"]
+    live = {n["name"] for n in nodes if node_status(n, now, stale_after)[0] == "up"}
+    found = core.stalls(health["per_node"], now, stall_after, live)
+    out: list[tuple[str, str]] = []
+    if found["run"] is not None:
+        since = found["run"]
+        out.append(("error", f"Run stalled: no new completions from any node since {fmt_clock(since)} "
+                             f"({fmt_age(now - since)}; alert after {fmt_age(stall_after)})."))
+    else:
+        for node, since in sorted(found["nodes"].items()):
+            out.append(("warning", f"{node}: no new completions for {fmt_age(now - since)} "
+                                   f"(since {fmt_clock(since)}) while other nodes write."))
+        if health.get("drop_median") is not None:
+            out.append(("warning", f"Throughput dropped: {fmt_rate(health['tokens_per_s_1m'])} tok/s over the last "
+                                   f"minute, below half the last hour's median ({fmt_rate(health['drop_median'])} tok/s)."))
+    return out
 
 
 def server_length_share(metrics: pd.DataFrame) -> tuple[float, float] | None:

@@ -9,6 +9,7 @@ is older than stale_after: a frozen screen must never look healthy) and "Refresh
 from __future__ import annotations
 
 import functools
+import html
 import time
 
 import pandas as pd
@@ -42,6 +43,54 @@ BIG_ALERTS_CSS = """
 [data-testid="stAlertContainer"] p {font-size: 1.45rem; font-weight: 600}
 </style>
 """
+# Kiosk mode (?kiosk=1) for a wall screen: no sidebar, no Streamlit chrome, type readable from
+# across a room at 1920x1080 (tile sub-lines 1.6rem = 25.6 px).
+KIOSK_CSS = """
+<style>
+[data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"], [data-testid="stExpandSidebarButton"],
+header[data-testid="stHeader"], [data-testid="stToolbar"], [data-testid="stDecoration"],
+[data-testid="stStatusWidget"] {display: none !important}
+[data-testid="stMainBlockContainer"] {padding: 1.2rem 2rem 1rem 2rem; max-width: 100%}
+h1 {font-size: 3rem !important}
+.rh-tile {min-height: 190px}
+.rh-label {font-size: 1.6rem}
+.rh-value {font-size: 4.4rem}
+.rh-sub {font-size: 1.6rem; line-height: 1.3}
+.rh-asof {font-size: 1.5rem}
+[data-testid="stAlertContainer"] p {font-size: 1.7rem; font-weight: 600}
+[data-testid="stCaptionContainer"] {font-size: 1.3rem}
+[data-testid="stProgress"] p {font-size: 1.3rem}
+</style>
+"""
+# ?theme=light: light page, tiles and alerts for projectors. Chart text is darkened; tables (drawn
+# on a canvas) keep their dark styling.
+LIGHT_CSS = """
+<style>
+[data-testid="stApp"], [data-testid="stSidebar"] {background: #FFFFFF; color: #111418}
+[data-testid="stApp"] h1, [data-testid="stApp"] h2, [data-testid="stApp"] h3, .rh-asof {color: #111418 !important}
+.rh-tile {background: #EEF1F5}
+.rh-tile.warn {background: #FFF1CC}
+.rh-tile.alert {background: #FFE0E0}
+.rh-label, .rh-sub {color: #30343C}
+.rh-value {color: #000000}
+.rh-tile.warn .rh-value {color: #8A5A00}
+.rh-tile.alert .rh-value {color: #B00020}
+[data-testid="stAlertContainer"]:has([data-testid="stAlertContentError"]) {background: #FDE2E2}
+[data-testid="stAlertContainer"]:has([data-testid="stAlertContentError"]) p {color: #7A0010}
+[data-testid="stAlertContainer"]:has([data-testid="stAlertContentWarning"]) {background: #FFF3CD}
+[data-testid="stAlertContainer"]:has([data-testid="stAlertContentWarning"]) p {color: #5C4200}
+[data-testid="stAlertContainer"]:has([data-testid="stAlertContentInfo"]) {background: #E3EEFF}
+[data-testid="stAlertContainer"]:has([data-testid="stAlertContentInfo"]) p {color: #0B3A75}
+[data-testid="stAlertContainer"]:has([data-testid="stAlertContentSuccess"]) {background: #E2F5E9}
+[data-testid="stAlertContainer"]:has([data-testid="stAlertContentSuccess"]) p {color: #0F5130}
+[data-testid="stCaptionContainer"], [data-testid="stProgress"] p {color: #30343C}
+[data-testid="stApp"] .js-plotly-plot text {fill: #1A1D23 !important}
+</style>
+"""
+# Prefix -> script, in kiosk rotation order (Nodes joins only while a node is down).
+SCRIPTS = {"overview": "app.py", "lengths": "pages/1_Output_lengths.py", "gpus": "pages/2_GPUs.py",
+           "samples": "pages/3_Samples.py", "nodes": "pages/4_Nodes.py"}
+KIOSK_ROTATION = ("overview", "lengths", "gpus")
 ERROR_PREFIX = "Could not draw this part of the page"
 # Our own navigation (the built-in one is off in config.toml): it would list the Overview,
 # whose script must be app.py, as "app".
@@ -65,6 +114,13 @@ def setup(title: str, prefix: str) -> context.Runtime:
         st.fragment(run_every=5)(_rerun_when_stale)(rt)  # an open error page clears by itself
         st.stop()
     _check_access(rt.config.allowed_users)
+    if query_flag("theme", "light"):
+        st.markdown(LIGHT_CSS, unsafe_allow_html=True)
+    if kiosk():
+        st.markdown(KIOSK_CSS, unsafe_allow_html=True)
+        rotate_s = kiosk_rotate_s(rt.config.kiosk_rotate_s)
+        if rotate_s:
+            st.fragment(run_every=rotate_s)(_kiosk_rotate)(rt, prefix, rotate_s)
     with st.sidebar:
         _navigation()
         st.markdown(f"### {rt.config.name}")
@@ -81,6 +137,71 @@ def setup(title: str, prefix: str) -> context.Runtime:
             loaders.clear_all()
             st.rerun()
     return rt
+
+
+def query_flag(name: str, value: str = "1") -> bool:
+    return str(st.query_params.get(name, "")).lower() == value
+
+
+def kiosk() -> bool:
+    """?kiosk=1: the wall-screen mode."""
+    return query_flag("kiosk")
+
+
+def kiosk_rotate_s(default_s: float) -> float:
+    """Seconds per page in kiosk mode: ?rotate=N overrides [run] kiosk_rotate_s; 0 pins the page."""
+    try:
+        return max(0.0, float(st.query_params.get("rotate", default_s)))
+    except ValueError:
+        return default_s
+
+
+def next_kiosk_page(current: str, node_down: bool) -> str:
+    """Overview -> Output lengths -> GPUs (-> Nodes while a node is down) -> Overview; a page
+    outside the rotation (Samples) goes back to the Overview."""
+    order = [*KIOSK_ROTATION, "nodes"] if node_down else list(KIOSK_ROTATION)
+    if current not in order:
+        return order[0]
+    return order[(order.index(current) + 1) % len(order)]
+
+
+def _kiosk_rotate(rt: context.Runtime, prefix: str, rotate_s: float) -> None:
+    """Runs every rotate_s: the first run notes when this page was shown, a later one moves on."""
+    shown = st.session_state.get("kiosk_shown")
+    now = time.time()
+    if not shown or shown[0] != prefix:
+        st.session_state["kiosk_shown"] = (prefix, now)
+        return
+    if now - shown[1] < rotate_s - 1.0:
+        return
+    down = any(loaders.node_status(n, now, rt.config.stale_after)[0] == "down" for n in loaders.load_nodes(rt.store))
+    st.session_state["kiosk_shown"] = None
+    st.switch_page(SCRIPTS[next_kiosk_page(prefix, down)], query_params=dict(st.query_params))
+
+
+def live(rt: context.Runtime, fn, *args) -> None:
+    """Draw `fn(*args)` in a fragment that redraws itself every collection interval, in place
+    (no flicker, widgets inside keep their state), under a line saying when its numbers are from."""
+    def body(*a):
+        data_header(rt)
+        guarded(fn)(*a)
+
+    st.fragment(run_every=max(rt.config.interval_s, 2.0))(body)(*args)
+
+
+def data_header(rt: context.Runtime) -> None:
+    """"Numbers as of HH:MM:SS"; a red sentence once the last collection is older than stale_after."""
+    last = loaders.load_last_collection(rt.store)
+    if last is None:
+        st.caption("Waiting for the first poll: no numbers yet.")
+        return
+    age = time.time() - last
+    text = f"Numbers as of {loaders.fmt_clock(last)} ({loaders.fmt_age(age)} ago)"
+    if age > rt.config.stale_after:
+        st.error(f"⚠ {text}: older than {loaders.fmt_age(rt.config.stale_after)}, these numbers are stale.")
+    else:
+        st.markdown(f'<div class="rh-asof" style="color:#9AA0AA">{html.escape(text)} · refreshed every '
+                    f"{loaders.fmt_age(max(rt.config.interval_s, 2.0))}</div>", unsafe_allow_html=True)
 
 
 def _navigation() -> None:
@@ -135,6 +256,21 @@ def download_csv(df: pd.DataFrame, filename: str, prefix: str, label: str = "Dow
     with st.sidebar:
         st.download_button(label, df.to_csv(index=False).encode("utf-8"), file_name=filename, mime="text/csv",
                            key=f"{prefix}_csv_download", disabled=df.empty)
+
+
+def download_headline(rt: context.Runtime, prefix: str) -> None:
+    """The Overview's headline figures as JSON and CSV (one row), in the sidebar, as of page load."""
+    import json
+
+    now = time.time()
+    summary = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["summary"]
+    record = cards.headline(summary, loaders.load_health(rt.store), loaders.load_nodes(rt.store), rt.config, now,
+                            loaders.load_last_collection(rt.store))
+    with st.sidebar:
+        st.download_button("Download headline figures (JSON)", json.dumps(record, indent=2).encode("utf-8"),
+                           file_name="headline.json", mime="application/json", key=f"{prefix}_headline_json")
+        st.download_button("Download headline figures (CSV)", pd.DataFrame([record]).to_csv(index=False).encode("utf-8"),
+                           file_name="headline.csv", mime="text/csv", key=f"{prefix}_headline_csv")
 
 
 def _check_access(allowed_users: list[str]) -> None:

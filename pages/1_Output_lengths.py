@@ -8,15 +8,15 @@ what-if is a model extrapolation beyond the ceiling and says so.
 from __future__ import annotations
 
 import json
-import time
 
 import streamlit as st
 
-from components import cards, figures, loaders, page, whatif_view
-from runhealth import whatif
+from components import cards, figures, jobs, loaders, page, whatif_view
+from runhealth import continuation, whatif
 
 PREFIX = "lengths"
 CONTINUATION_N = 300
+WHATIF_REFRESH_S = 60  # the fit (with its bootstrap) is too heavy to redo every poll
 
 
 def render_summary(s: dict) -> None:
@@ -37,10 +37,15 @@ def render_groups(ceiling) -> None:
         st.warning(cards.md_escape(f"Ceiling drift: {g['group']} stops at {int(g['ceiling']):,} tokens, unlike the rest of the run."))
     if len(df):
         left, right = st.columns([3, 2])
-        left.plotly_chart(figures.make_truncation_by_group_figure(df, rt.config.truncation_warn_fraction,
+        shown = loaders.short_group_labels(df)
+        if len(shown) < len(df):
+            left.caption(f"The {len(shown) - 1} {by}s with the highest truncation; the other "
+                         f"{len(df) - len(shown) + 1:,} summed in one bar. Hover a bar for its full name.")
+        left.plotly_chart(figures.make_truncation_by_group_figure(shown, rt.config.truncation_warn_fraction,
                                                                   rt.config.truncation_alert_fraction), key=f"{PREFIX}_group_chart")
-        right.dataframe(df.drop(columns=["lo", "hi"]), hide_index=True, column_config={
-            "fraction": st.column_config.NumberColumn("at ceiling", format="percent")}, width="stretch")
+        right.dataframe(df.drop(columns=["lo", "hi"]).sort_values("fraction", ascending=False), hide_index=True,
+                        column_config={"fraction": st.column_config.NumberColumn("at ceiling", format="percent"),
+                                       "group": st.column_config.TextColumn(by, width="large")}, width="stretch")
 
 
 def render_whatif(data: dict, thr: dict) -> None:
@@ -79,59 +84,97 @@ def render_whatif(data: dict, thr: dict) -> None:
     render_continuation(limit, ceiling)
 
 
+def continuation_job(collector, config, limit: int, ceiling: int) -> dict:
+    """Runs in the background: sample truncated completions with full text, build the batch."""
+    samples, _pop, errors = collector.sample_now(n=CONTINUATION_N, finish_reason="length", full_text=True)
+    built = continuation.build(samples, limit, ceiling, config.continuation_model,
+                               {n.name: n.prompt_path for n in config.nodes})
+    return {"body": "".join(json.dumps(q) + "\n" for q in built["lines"]), "n": len(built["lines"]),
+            "sampled": len(samples), "errors": errors, "problems": built["problems"], "limit": limit}
+
+
 def render_continuation(limit: int, ceiling: int) -> None:
     """A JSONL of continuation requests to measure the answer instead of modelling it."""
+    key = f"{PREFIX}_continuation_job"
     if st.button(f"Prepare continuation batch ({CONTINUATION_N} truncated samples)", key=f"{PREFIX}_continuation_button",
-                 disabled=rt.collector is None or limit <= ceiling):
-        with st.spinner("Sampling truncated completions from the nodes…"):
-            samples, _pop, errors = rt.collector.sample_now(n=CONTINUATION_N, finish_reason="length", full_text=True)
-        reqs = whatif.continuation_requests(samples, limit, ceiling, model="")
-        st.session_state[f"{PREFIX}_continuation"] = ("".join(json.dumps(q) + "\n" for q in reqs), len(reqs), errors)
-    if f"{PREFIX}_continuation" in st.session_state:
-        body, n, errors = st.session_state[f"{PREFIX}_continuation"]
-        st.download_button(f"Download {n} continuation requests (JSONL)", body, file_name="continuation.jsonl",
-                           key=f"{PREFIX}_continuation_download", disabled=n == 0)
-        for node, err in errors.items():
-            st.warning(cards.md_escape(f"{node}: {err}"))
-        st.caption("Set the model name in each body, run the batch, and compare lengths with the new limit.")
+                 disabled=rt.collector is None or limit <= ceiling or jobs.running(key)):
+        jobs.start(key, continuation_job, rt.collector, rt.config, limit, ceiling)
+    st.fragment(run_every=1 if jobs.running(key) else None)(render_continuation_result)(key)
+
+
+def render_continuation_result(key: str) -> None:
+    state, result, elapsed = jobs.status(key)
+    if state == "running":
+        st.info(f"Sampling {CONTINUATION_N} truncated completions with their full text from every node… "
+                f"({elapsed:.0f} s; the page stays usable)")
+    elif state == "failed":
+        st.error(cards.md_escape(f"The continuation batch failed: {result}"))
+    elif state == "done":
+        st.download_button(f"Download {result['n']} continuation requests to {result['limit']:,} tokens (JSONL)",
+                           result["body"], file_name="continuation.jsonl", key=f"{PREFIX}_continuation_download",
+                           disabled=result["n"] == 0)
+        for text in [*(f"{node}: {err}" for node, err in result["errors"].items()), *result["problems"]]:
+            st.warning(cards.md_escape(text))
+        st.caption(f"{result['n']} of {result['sampled']} sampled truncated completions; custom_id is node:path:line. "
+                   "Run the batch and compare lengths with the new limit.")
+
+
+def render_server_note(summary: dict) -> None:
+    """Length stops below the ceiling, and the server's own counter, each under its own name."""
+    below, n = summary["length_below_ceiling"], summary["length_count"] or 1
+    if summary["ceiling"]:
+        st.caption(f"Not counted as truncated: {below:,} length stops below the {summary['ceiling']:,} ceiling "
+                   f"(context window) — {below / n:.1%} of {summary['length_count']:,} completions.")
+    server = loaders.server_length_share(loaders.load_server_metrics(rt.store))
+    if server is not None:
+        st.caption(f"The server's own count (vLLM request_success_total, since each server started, context-window "
+                   f"stops included): {server[0]:.1%} of {server[1]:,.0f} finished requests stopped by length.")
+
+
+def render_page() -> None:
+    nodes = loaders.load_nodes(rt.store)
+    cards.render_indexing(nodes)
+    data = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)
+    summary = data["summary"]
+    if not summary["completions"]:
+        cards.render_nothing_yet(nodes)
+        return
+    render_summary(summary)
+    left, right = st.columns(2)
+    if len(data["bins"]):
+        left.plotly_chart(figures.make_length_histogram_figure(data["bins"], summary["ceiling"],
+                                                               summary["at_ceiling_fraction"]), key=f"{PREFIX}_hist_chart")
+        right.plotly_chart(figures.make_cdf_figure(data["cdf"], summary["ceiling"]), key=f"{PREFIX}_cdf_chart")
+    st.dataframe(cards.finish_reason_table(summary), hide_index=True)
+    render_server_note(summary)
+    page.guarded(render_groups)(summary["ceiling"])
+    over_time = loaders.load_truncation_over_time(rt.store, rt.config.interval_s, summary["ceiling"])
+    if (over_time["completions"] > 0).sum() >= 2:
+        st.plotly_chart(figures.make_truncation_over_time_figure(over_time, rt.config.truncation_warn_fraction,
+                                                                 rt.config.truncation_alert_fraction), key=f"{PREFIX}_time_chart")
+    else:
+        st.caption("Truncation over time appears once there are two time buckets with new completions.")
+    hourly = loaders.load_lengths_over_time(rt.store, summary["ceiling"])
+    if len(hourly) >= 2:
+        st.plotly_chart(figures.make_lengths_over_time_figure(hourly, summary["ceiling"]), key=f"{PREFIX}_hourly_chart")
+        st.caption("Per hour of the whole run, by when the collector counted them. Percentiles are the upper edges"
+                   " of log bins (at most 4.4% above the exact value); the share at the ceiling is exact.")
+
+
+def render_whatif_live() -> None:
+    data = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)
+    if not data["summary"]["completions"]:
+        return
+    if data["summary"]["ceiling"]:
+        page.guarded(render_whatif)(data, loaders.load_throughput(rt.store, rt.config.interval_s))
+        st.caption(f"The what-if is refitted every {WHATIF_REFRESH_S} s (a model fit, not a count).")
+    else:
+        st.info("No max_tokens ceiling found in the data (none configured, no pile-up detected): nothing is cut at a limit.")
 
 
 rt = page.setup("Output lengths", PREFIX)
 st.title("Output lengths")
-nodes = loaders.load_nodes(rt.store)
-cards.render_indexing(nodes)
-data = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)
-summary = data["summary"]
-if not summary["completions"]:
-    cards.render_nothing_yet(nodes)
-    st.stop()
-page.guarded(render_summary)(summary)
-left, right = st.columns(2)
-if len(data["bins"]):
-    left.plotly_chart(figures.make_length_histogram_figure(data["bins"], summary["ceiling"], summary["at_ceiling_fraction"]),
-                      key=f"{PREFIX}_hist_chart")
-    right.plotly_chart(figures.make_cdf_figure(data["cdf"], summary["ceiling"]), key=f"{PREFIX}_cdf_chart")
-st.dataframe(cards.finish_reason_table(summary), hide_index=True)
-server = loaders.server_length_share(loaders.load_server_metrics(rt.store))
-if server is not None:
-    st.caption(f"vLLM's own counter (request_success_total, since each server started): {server[0]:.1%} of "
-               f"{server[1]:,.0f} finished requests stopped by length; from the shards: "
-               f"{summary['finish_reasons'].get('length', 0) / summary['completions']:.1%}.")
-page.guarded(render_groups)(summary["ceiling"])
-over_time = loaders.load_truncation_over_time(rt.store, rt.config.interval_s)
-if (over_time["completions"] > 0).sum() >= 2:
-    st.plotly_chart(figures.make_truncation_over_time_figure(over_time, rt.config.truncation_warn_fraction,
-                                                             rt.config.truncation_alert_fraction), key=f"{PREFIX}_time_chart")
-else:
-    st.caption("Truncation over time appears once there are two time buckets with new completions.")
-hourly = loaders.load_lengths_over_time(rt.store, summary["ceiling"])
-if len(hourly) >= 2:
-    st.plotly_chart(figures.make_lengths_over_time_figure(hourly, summary["ceiling"]), key=f"{PREFIX}_hourly_chart")
-    st.caption("Per hour of the whole run, by when the collector counted them. Percentiles are the upper edges"
-               " of log bins (at most 4.4% above the exact value); the share at the ceiling is exact.")
-if summary["ceiling"]:
-    page.guarded(render_whatif)(data, loaders.load_throughput(rt.store, rt.config.interval_s))
-else:
-    st.info("No max_tokens ceiling found in the data (none configured, no pile-up detected): nothing is cut at a limit.")
-page.download_csv(data["bins"], "length_histogram.csv", PREFIX)
-st.caption(f"Page drawn {time.strftime('%H:%M:%S')}.")
+page.live(rt, render_page)
+st.fragment(run_every=WHATIF_REFRESH_S)(render_whatif_live)()
+# Sidebar widgets cannot live in a fragment: the download holds the histogram as of page load.
+page.download_csv(loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["bins"], "length_histogram.csv", PREFIX)

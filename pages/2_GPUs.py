@@ -17,6 +17,7 @@ from components import cards, figures, loaders, page
 PREFIX = "gpus"
 MAX_GPU_LINES = 64  # beyond this, the charts draw one line per node
 WINDOWS_S = {"15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "whole run": None}
+PER_GPU_LINES_UP_TO = 8  # more GPUs than this: per-node bands, not one line per GPU
 SERIES = [  # (column, title, unit, limit column)
     ("util_pct", "Utilization", "%", None),
     ("power_w", "Power", "W", "power_limit_w"),
@@ -65,39 +66,59 @@ def render_series(window: str, labels: list[str]) -> None:
                    f" pick nodes above (up to {MAX_GPU_LINES} GPUs) to see each GPU.")
         df = fleet_bands(df)
     cols = st.columns(2)
+    bands = df["label"].nunique() > PER_GPU_LINES_UP_TO
     for i, (col, title, unit, limit) in enumerate(SERIES):
-        cols[i % 2].plotly_chart(figures.make_gpu_timeseries_figure(df, col, title, unit, limit),
-                                 key=f"{PREFIX}_{col}_chart")
+        if bands:
+            lim = float(df[limit].max()) if limit and df[limit].notna().any() else None
+            scale = (0, 100) if unit == "%" else (0, lim) if lim else None  # fixed: colours mean the same each refresh
+            fig = figures.make_gpu_band_figure(loaders.gpu_bands(df, col), title, unit, lim, scale, show_legend=i == 0)
+        else:
+            fig = figures.make_gpu_timeseries_figure(df, col, title, unit, limit)
+            if unit == "%":
+                fig.update_yaxes(range=[0, 100])
+        cols[i % 2].plotly_chart(fig, key=f"{PREFIX}_{col}_chart")
+
+
+def render_processes(gpus) -> None:
+    st.subheader("Processes holding GPU memory")
+    procs = cards.gpu_processes(gpus)
+    if procs.empty:
+        st.info("No process holds GPU memory (or the driver does not report processes).")
+    else:
+        st.dataframe(procs, hide_index=True, width="stretch",
+                     column_config={"mem GiB": st.column_config.NumberColumn(format="%.1f")})
+
+
+def render_page(window: str, picked: list[str]) -> None:
+    nodes = loaders.load_nodes(rt.store)
+    for n in nodes:
+        if n.get("gpu_error"):
+            st.warning(cards.md_escape(f"{n['name']}: GPU telemetry error ({n.get('gpu_source') or 'no source'}): {n['gpu_error']}"))
+    gpus = loaders.load_gpu_latest(rt.store)
+    if gpus.empty:
+        if all(n.get("last_ok_unix") is None for n in nodes):
+            cards.render_nothing_yet(nodes, "GPU telemetry")
+        else:
+            st.info("No node reported a GPU (gpu = \"off\", or neither NVML nor nvidia-smi works there): "
+                    "see each node's GPU source on the Nodes page.")
+        return
+    if rt.demo or any(n.get("gpu_simulated") for n in nodes):
+        st.info("GPU telemetry on this page is simulated (demo mode): the numbers are made up.")
+    writing = bool(loaders.load_health(rt.store).get("tokens_per_s_1m"))
+    cards.render_problems(loaders.load_problems(rt.store, writing)["gpu"], "Problems")
+    render_now(gpus, nodes)
+    labels = gpus.loc[gpus["node"].isin(picked or gpus["node"].unique()), "label"].tolist()
+    render_series(window, labels)
+    render_processes(gpus)
 
 
 rt = page.setup("GPUs", PREFIX)
 st.title("GPUs")
-nodes = loaders.load_nodes(rt.store)
-for n in nodes:
-    if n.get("gpu_error"):
-        st.warning(cards.md_escape(f"{n['name']}: GPU telemetry error ({n.get('gpu_source') or 'no source'}): {n['gpu_error']}"))
-gpus = loaders.load_gpu_latest(rt.store)
-if gpus.empty:
-    if all(n.get("last_ok_unix") is None for n in nodes):
-        cards.render_nothing_yet(nodes, "GPU telemetry")
-    else:
-        st.info("No node reported a GPU (gpu = \"off\", or neither NVML nor nvidia-smi works there): "
-                "see each node's GPU source on the Nodes page.")
-    st.stop()
-if rt.demo or any(n.get("gpu_simulated") for n in nodes):
-    st.info("GPU telemetry on this page is simulated (demo mode): the numbers are made up.")
-page.guarded(render_now)(gpus, nodes)
+# The controls stay outside the live fragment: a refresh never resets what the viewer picked.
 c1, c2 = st.columns([1, 3])
 window = c1.selectbox("Window", list(WINDOWS_S), index=1, key=f"{PREFIX}_window_select")
-picked = c2.multiselect("Nodes", sorted(gpus["node"].unique()), key=f"{PREFIX}_node_select",
+picked = c2.multiselect("Nodes", sorted(n["name"] for n in loaders.load_nodes(rt.store)), key=f"{PREFIX}_node_select",
                         placeholder="all nodes")
-labels = gpus.loc[gpus["node"].isin(picked or gpus["node"].unique()), "label"].tolist()
-page.guarded(render_series)(window, labels)
-st.subheader("Processes holding GPU memory")
-procs = cards.gpu_processes(gpus)
-if procs.empty:
-    st.info("No process holds GPU memory (or the driver does not report processes).")
-else:
-    st.dataframe(procs, hide_index=True, width="stretch",
-                 column_config={"mem GiB": st.column_config.NumberColumn(format="%.1f")})
-page.download_csv(cards.gpu_table(gpus), "gpus.csv", PREFIX)
+page.live(rt, render_page, window, picked)
+gpus_now = loaders.load_gpu_latest(rt.store)
+page.download_csv(cards.gpu_table(gpus_now) if len(gpus_now) else pd.DataFrame(), "gpus.csv", PREFIX)

@@ -7,7 +7,6 @@ markdown or HTML, so whatever a completion contains is shown literally.
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
 from components import cards, loaders, page
@@ -46,15 +45,19 @@ def render_rates(samples: list[dict], batch: int, ceiling: int | None) -> None:
     if ceiling and not filtered:
         k = sum(s["finish_reason"] == "length" and (s["tokens"] or 0) >= ceiling for s in samples)
         lo, hi = stats.wilson_interval(k, len(samples))
-        tiles.append(cards.tile("Sampled at ceiling", f"{k / len(samples):.1%}", f"95% {lo:.1%}–{hi:.1%} · {k} of {len(samples)}"))
-        tiles.append(cards.tile("Exact (all completions)", f"{summary['at_ceiling_fraction']:.1%}",
-                                f"{summary['at_ceiling']:,} of {summary['length_count']:,} · exact"))
+        tiles.append(cards.tile("Truncated · this sample", f"{k / len(samples):.1%}",
+                                f"n = {len(samples)} · 95% {lo:.1%}–{hi:.1%} · {k} at the {ceiling:,} ceiling"))
+        tiles.append(cards.tile("Truncated · all completions", f"{summary['at_ceiling_fraction']:.1%}",
+                                f"{summary['at_ceiling']:,} of {summary['length_count']:,} · exact count"))
     cut = [s for s in samples if s["finish_reason"] == "length"]
     share = loops.loop_share([s["text_tail"] or "" for s in cut])
     if share["n"]:
         lo, hi = share["interval"]
+        few = share["n"] < cards.MIN_SAMPLE_N  # a share from a handful of samples is no alarm
         tiles.append(cards.tile("Truncated that loop", f"{share['fraction']:.0%}",
-                                f"95% {lo:.0%}–{hi:.0%} · {share['loops']} of {share['n']} truncated samples", "warn"))
+                                f"n = {share['n']} · 95% {lo:.0%}–{hi:.0%} · {share['loops']} loops"
+                                + (f" · too few to judge (n < {cards.MIN_SAMPLE_N})" if few else ""),
+                                "muted" if few else "warn" if share["fraction"] >= 0.1 else "ok"))
     if tiles:
         cards.render_tiles(tiles)
     examples = [("A truncated loop", [s for s in cut if s.get("is_loop")]),
@@ -87,11 +90,13 @@ for node, err in (latest.get("errors") or {}).items():
     st.warning(cards.md_escape(f"{node}: could not sample: {err}"))
 samples = latest["samples"]
 ceiling = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["summary"]["ceiling"]
-st.caption(f"Batch {latest['batch']}: {len(samples)} of {latest['population'] or 0:,} completions, drawn uniformly.")
+drawn = latest.get("done_unix")
+st.caption(f"Batch {latest['batch']}: {len(samples)} of {latest['population'] or 0:,} completions, drawn uniformly"
+           + (f" at {loaders.fmt_clock(drawn)}." if drawn else "."))
 if not samples:
     st.info("The last sample came back empty (see the errors above, or the shards hold no complete lines).")
     st.stop()
-page.guarded(render_rates)(samples, latest["batch"], ceiling)
+page.live(rt, render_rates, samples, latest["batch"], ceiling)
 only_cut = st.toggle("Truncated only", key=f"{PREFIX}_truncated_only")
 shown = [s for s in samples if s["finish_reason"] == "length"] if only_cut else samples
 table = [{"node": s["node"], "shard": (s["path"] or "").rsplit("/", 1)[-1], "line": s["line_no"], "tokens": s["tokens"],
@@ -102,4 +107,4 @@ if shown:
     pick = st.selectbox("Read one", range(len(shown)), index=first_cut, format_func=lambda i: label(shown[i]),
                         key=f"{PREFIX}_pick_select")
     cards.render_sample(shown[pick])
-page.download_csv(pd.DataFrame(table), "samples.csv", PREFIX)
+page.download_csv(cards.samples_export(shown), "samples.csv", PREFIX)

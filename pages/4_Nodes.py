@@ -21,7 +21,8 @@ MAX_NODE_CARDS = 32
 def render_node(node: dict, now: float, shards) -> None:
     cards.render_node_card(node, rt.config.stale_after, now)
     left, right = st.columns([3, 2])
-    left.dataframe(cards.node_details(node, now), hide_index=True, width="stretch", height=35 * 18)
+    details = cards.node_details(node, now, loaders.load_hosts(rt.store).get(node["name"]))
+    left.dataframe(details, hide_index=True, width="stretch", height=35 * (len(details) + 1) + 3)
     with right:
         st.caption("Effective configuration (secrets never shown)")
         st.json(cards.safe_config(node.get("config")), expanded=True)
@@ -35,32 +36,42 @@ def render_node(node: dict, now: float, shards) -> None:
                          .rename(columns={"offset": "indexed"}), hide_index=True, width="stretch")
 
 
-rt = page.setup("Nodes", PREFIX)
-st.title("Nodes")
-now = time.time()
-nodes = loaders.load_nodes(rt.store)
-st.caption(f"up = polled within {loaders.fmt_age(rt.config.stale_after)}; stale = older; down = never reached, "
-           f"or nothing for {loaders.fmt_age(loaders.DOWN_AFTER_STALE * rt.config.stale_after)}; "
-           "pending = waiting for first poll.")
-if not nodes:
-    st.info("No nodes registered yet: waiting for first poll (is the collector running?).")
-    st.stop()
-cards.render_indexing(nodes)
-cards.render_node_table(nodes, rt.config.stale_after)
-shards = loaders.load_shards(rt.store)
-shown = nodes
-if len(nodes) > MAX_NODE_CARDS:  # 512 cards took 16 s to render (bench/fleet.py): problems first, then picks
+def render_page() -> None:
+    now = time.time()
+    nodes = loaders.load_nodes(rt.store)
+    if not nodes:
+        st.info("No nodes registered yet: waiting for first poll (is the collector running?).")
+        return
+    cards.render_indexing(nodes)
+    cards.render_problems(loaders.load_problems(rt.store, True)["host"], "Hosts")
+    cards.render_node_table(nodes, rt.config.stale_after, per_node=loaders.load_health(rt.store)["per_node"])
+    shards = loaders.load_shards(rt.store)
+    for node in shown_nodes(nodes, now):
+        page.guarded(render_node)(node, now, shards)
+    server = loaders.load_server_metrics(rt.store)
+    if not server.empty:
+        st.subheader("Inference servers (latest /metrics values)")
+        st.dataframe(server, width="stretch")
+    page.guarded(render_outbound)(rt)
+
+
+def shown_nodes(nodes: list[dict], now: float) -> list[dict]:
+    """Every node's card, or past MAX_NODE_CARDS (512 cards took 16 s, bench/fleet.py): the
+    nodes that are not up, then the ones picked."""
+    if len(nodes) <= MAX_NODE_CARDS:
+        return nodes
     troubled = [n for n in nodes if loaders.node_status(n, now, rt.config.stale_after)[0] != "up"]
     picked = st.multiselect("Show details for", [n["name"] for n in nodes], key=f"{PREFIX}_node_select",
                             placeholder="nodes that are not up are shown below")
-    shown = troubled[:MAX_NODE_CARDS] + [n for n in nodes if n["name"] in picked and n not in troubled]
     st.caption(f"{len(nodes):,} nodes: details below for the {len(troubled):,} not up"
                f"{f' (first {MAX_NODE_CARDS})' if len(troubled) > MAX_NODE_CARDS else ''} and the ones picked.")
-for node in shown:
-    page.guarded(render_node)(node, now, shards)
-server = loaders.load_server_metrics(rt.store)
-if not server.empty:
-    st.subheader("Inference servers (latest /metrics values)")
-    st.dataframe(server, width="stretch")
-page.guarded(render_outbound)(rt)
-page.download_csv(cards.node_table(nodes, rt.config.stale_after, now), "nodes.csv", PREFIX)
+    return troubled[:MAX_NODE_CARDS] + [n for n in nodes if n["name"] in picked and n not in troubled]
+
+
+rt = page.setup("Nodes", PREFIX)
+st.title("Nodes")
+st.caption(f"up = polled within {loaders.fmt_age(rt.config.stale_after)}; stale = older; down = never reached, "
+           f"or nothing for {loaders.fmt_age(loaders.DOWN_AFTER_STALE * rt.config.stale_after)}; "
+           "pending = waiting for first poll.")
+page.live(rt, render_page)
+page.download_csv(cards.node_table(loaders.load_nodes(rt.store), rt.config.stale_after), "nodes.csv", PREFIX)

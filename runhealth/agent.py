@@ -262,13 +262,30 @@ def _fetch_metrics(urls, timeout_s):
     return out
 
 
+def read_host(meminfo="/proc/meminfo"):
+    """CPUs and RAM / swap in bytes from /proc/meminfo (MemAvailable, as `free` shows it);
+    a field the kernel does not report is left out."""
+    out = {"cpus": os.cpu_count()}
+    keys = {"MemTotal": "mem_total_bytes", "MemAvailable": "mem_available_bytes",
+            "SwapTotal": "swap_total_bytes", "SwapFree": "swap_free_bytes"}
+    try:
+        with open(meminfo, "rb") as f:
+            for line in f.read().decode("ascii", "replace").splitlines():
+                name, _, rest = line.partition(":")
+                if name in keys and rest.split():
+                    out[keys[name]] = int(rest.split()[0]) * 1024  # the kernel writes kB
+    except (OSError, ValueError):
+        pass
+    return out
+
+
 def _op_poll(req):
     shards, files = _poll_shards(req.get("shards") or {})
     try:
         load = list(os.getloadavg())
     except (AttributeError, OSError):
         load = None
-    return {"hostname": socket.gethostname(), "loadavg": load,
+    return {"hostname": socket.gethostname(), "loadavg": load, "host": read_host(),
             "gpus": read_gpus(req.get("gpu", "auto"), int(req.get("demo_gpus", 8))),
             "shards": shards, "disk": _disk(files),
             "metrics": _fetch_metrics(req.get("metrics_urls") or [],
@@ -306,6 +323,16 @@ def _message_text(msg):
     return content if isinstance(content, str) else None
 
 
+def _prompt_at(obj, dotted):
+    """The prompt at a configured dotted path: a string, or a list of chat messages."""
+    found = _scan._get(obj, _scan._parse_path(dotted))
+    if isinstance(found, str):
+        return found
+    if isinstance(found, list) and all(isinstance(m, dict) and "role" in m for m in found):
+        return found
+    return None
+
+
 def _prompt_text(obj):
     """Prompt of a record: "prompt", last user message of "messages", or the same in "request"."""
     for holder in (obj, obj.get("request"), obj.get("body")):
@@ -335,13 +362,17 @@ def _sample_line(f, path, line_no, start, stop, req, overrides):
         out["error"] = "malformed line (not a JSON object, or an invalid token count)"
         return out
     out["tokens"], out["finish_reason"], out["estimated"] = key
-    text, prompt = "\n\n".join(_text_parts(obj)), _prompt_text(obj)
+    text = "\n\n".join(_text_parts(obj))
+    full = _prompt_at(obj, req["prompt_path"]) if req.get("prompt_path") else _prompt_text(obj)
+    # A message list (prompt_path to "request.messages") is kept whole for continuations.
+    prompt = full if not isinstance(full, list) else (
+        [_message_text(m) for m in full if m.get("role") == "user"] or [None])[-1]
     head, tail = int(req.get("head_chars", 400)), int(req.get("tail_chars", 4000))
     out.update(text_head=text[:head], text_tail=text[-tail:] if tail else "",
                text_chars=len(text), prompt_head=None if prompt is None else prompt[:head])
     if req.get("full_text"):
         out.update(text=text[:FULL_TEXT_MAX_CHARS],
-                   prompt=None if prompt is None else prompt[:FULL_TEXT_MAX_CHARS])
+                   prompt=full if isinstance(full, list) else None if full is None else full[:FULL_TEXT_MAX_CHARS])
     return out
 
 

@@ -19,12 +19,14 @@ import types
 
 
 class _Nvml:
-    """NVML state of this process: the initialised pynvml module, why not, functions it lacks."""
+    """NVML state of this process: the initialised pynvml module, why not, functions it lacks,
+    and the XID event set (kept open between polls so no event is lost in between)."""
 
     def __init__(self):
         self.module = None
         self.error = None
         self.missing = []  # NVML functions this driver lacks, noted once each
+        self.events = None  # nvmlEventSet_t, or False once it cannot be had
 
 
 NVML = _Nvml()
@@ -164,26 +166,107 @@ def _proc_name(pid):
         return None  # another PID namespace (containers): NVML sees it, /proc does not
 
 
-def _nvml_device(i):
+def _ecc_uncorrected(h, counter):
+    """nvidia-smi ecc.errors.uncorrected.{volatile,aggregate}.total; counter is
+    NVML_VOLATILE_ECC (since the driver loaded) or NVML_AGGREGATE_ECC (lifetime)."""
+    nv = NVML.module
+    return _nv("nvmlDeviceGetTotalEccErrors", h, getattr(nv, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1),
+               getattr(nv, counter, 0 if counter == "NVML_VOLATILE_ECC" else 1))
+
+
+def _retired_pages_pending(h):
+    """nvidia-smi retired_pages.pending (pre-Ampere): a reset is needed to retire them."""
+    state = _nv("nvmlDeviceGetRetiredPagesPendingStatus", h)
+    return None if state is None else bool(state)
+
+
+def _remapped_rows(h):
+    """nvidia-smi remapped_rows.{pending,failure} (Ampere and later)."""
+    rows = _nv("nvmlDeviceGetRemappedRows", h)
+    if rows is None:
+        return None, None
+    _corr, _unc, pending, failure = rows
+    return bool(pending), bool(failure)
+
+
+def _pcie_replay(h):
+    """nvidia-smi pcie.replay_counter (link-level retries; climbing = a failing link)."""
+    return _nv("nvmlDeviceGetPcieReplayCounter", h)
+
+
+def _health(h):
+    """What predicts a GPU falling out of a long run; an unsupported reading is left out."""
+    pending, failure = _remapped_rows(h)
+    found = {"ecc_uncorrected_volatile": _ecc_uncorrected(h, "NVML_VOLATILE_ECC"),
+             "ecc_uncorrected_aggregate": _ecc_uncorrected(h, "NVML_AGGREGATE_ECC"),
+             "retired_pages_pending": _retired_pages_pending(h), "remapped_rows_pending": pending,
+             "row_remap_failure": failure, "pcie_replay": _pcie_replay(h)}
+    return {k: v for k, v in found.items() if v is not None}
+
+
+def _xid_events(handles):
+    """{gpu index: [XID, ...]} since the last poll, drained from the event set kept open.
+
+    The set is created on the first poll (events before that are not seen); a driver
+    without event support leaves it False and XIDs absent (None)."""
+    nv = NVML.module
+    if NVML.events is None:
+        NVML.events = _nv("nvmlEventSetCreate") or False
+        kind = getattr(nv, "nvmlEventTypeXidCriticalError", 0x8)
+        for h in handles.values():
+            if NVML.events and h is not None:
+                _nv("nvmlDeviceRegisterEvents", h, kind, NVML.events)
+    if not NVML.events:
+        return None
+    found = {}
+    timeout = getattr(nv, "NVMLError_Timeout", None)
+    for _ in range(256):  # bounded: a storm of events must not stall the poll
+        try:
+            event = nv.nvmlEventSetWait_v2(NVML.events, 0)
+        except Exception as exc:
+            if timeout is None or not isinstance(exc, timeout):
+                _note_missing("nvmlEventSetWait_v2")
+            break
+        found.setdefault(_nv("nvmlDeviceGetIndex", event.device), []).append(int(event.eventData))
+    return found
+
+
+def _nvml_device(i, h=None):
     """One GPU's readings; a GPU that errors (e.g. fell off the bus) becomes an error entry."""
     try:
-        h = NVML.module.nvmlDeviceGetHandleByIndex(i)
+        h = h if h is not None else NVML.module.nvmlDeviceGetHandleByIndex(i)
         used, total = _mem_mib(h)
         return {"index": i, "name": _text(_nv("nvmlDeviceGetName", h)),
                 "uuid": _text(_nv("nvmlDeviceGetUUID", h)), "util_pct": _util_pct(h),
                 "mem_used_mib": used, "mem_total_mib": total, "power_w": _power_w(h),
                 "power_limit_w": _power_limit_w(h), "temp_c": _temp_c(h),
                 "sm_clock_mhz": _sm_clock_mhz(h), "throttle_reasons": _throttle_reasons(h),
-                "processes": _processes(h), "error": None}
+                "processes": _processes(h), "health": _health(h), "error": None}
     except Exception as exc:
         return {"index": i, "error": str(exc) or type(exc).__name__}
+
+
+def _handle(i):
+    try:
+        return NVML.module.nvmlDeviceGetHandleByIndex(i)
+    except Exception:
+        return None  # _nvml_device turns it into the GPU's error entry
 
 
 def _nvml_devices():
     nv = _nvml()
     if nv is None:
         return None
-    return [_nvml_device(i) for i in range(nv.nvmlDeviceGetCount())]
+    handles = {i: _handle(i) for i in range(nv.nvmlDeviceGetCount())}
+    devices = [_nvml_device(i, h) for i, h in handles.items()]
+    try:
+        xids = _xid_events(handles)
+    except Exception:
+        xids = None  # events are a bonus: never lose the readings for them
+    for d in devices:
+        if xids is not None and "health" in d:
+            d["health"]["xid"] = xids.get(d["index"], [])
+    return devices
 
 
 # ---------------------------------------------------------------------------- GPUs: other sources

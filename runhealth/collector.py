@@ -274,9 +274,11 @@ class Collector:
         results: dict[str, Any] = {}
 
         def one(name: str) -> None:
-            req = {"op": "sample", "globs": self.pollers[name].node.shards, "n": shares[name],
+            node = self.pollers[name].node
+            req = {"op": "sample", "globs": node.shards, "n": shares[name],
                    "seed": rng.randrange(2**31), "finish_reason": finish_reason, "full_text": full_text,
-                   "head_chars": 400, "tail_chars": 4000}
+                   "head_chars": 400, "tail_chars": 4000, "prompt_path": node.prompt_path,
+                   "finish_reason_path": node.finish_reason_path, "completion_tokens_path": node.completion_tokens_path}
             try:
                 results[name] = self.pollers[name].request(req)[0]
             except Exception as exc:

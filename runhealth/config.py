@@ -43,6 +43,7 @@ class NodeConfig:
     gpu: str = "auto"
     finish_reason_path: str | None = None
     completion_tokens_path: str | None = None
+    prompt_path: str | None = None  # where the prompt lives in a line (dotted), for continuation batches
     connect_timeout_s: float = 10.0
     command_timeout_s: float = 30.0
     scan_workers: int | None = None  # None: a quarter of the node's cores, 1..8 (decided on the node)
@@ -77,6 +78,9 @@ class RunConfig:
     truncation_warn_fraction: float = 0.02
     truncation_alert_fraction: float = 0.05
     stale_after_s: float | None = None
+    stall_after_s: float | None = None  # default max(3 x interval_s, 120 s): see runhealth.health
+    kiosk_rotate_s: float = 20.0
+    continuation_model: str | None = None  # the model name continuation batch requests ask for
     allowed_users: list[str] = dataclasses.field(default_factory=list)
     metrics_port: int | None = None  # serve Prometheus /metrics from the collecting process
     metrics_address: str = "127.0.0.1"
@@ -88,6 +92,11 @@ class RunConfig:
     def stale_after(self) -> float:
         """Seconds without a successful poll before a node counts as stale."""
         return self.stale_after_s if self.stale_after_s else max(3 * self.interval_s, 30.0)
+
+    @property
+    def stall_after(self) -> float:
+        """Seconds without new completions before the Overview calls the run (or a node) stalled."""
+        return self.stall_after_s if self.stall_after_s else max(3 * self.interval_s, 120.0)
 
     def resolved_store_path(self) -> Path:
         if self.store_path:
@@ -112,6 +121,9 @@ _RUN_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "truncation_warn_fraction": ((int, float), False),
     "truncation_alert_fraction": ((int, float), False),
     "stale_after_s": ((int, float), False),
+    "stall_after_s": ((int, float), False),
+    "kiosk_rotate_s": ((int, float), False),
+    "continuation_model": ((str,), False),
     "allowed_users": ((list,), False),
     "metrics_port": ((int,), False),
     "metrics_address": ((str,), False),
@@ -131,6 +143,7 @@ _NODE_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "gpu": ((str,), False),
     "finish_reason_path": ((str,), False),
     "completion_tokens_path": ((str,), False),
+    "prompt_path": ((str,), False),
     "connect_timeout_s": ((int, float), False),
     "command_timeout_s": ((int, float), False),
     "scan_workers": ((int,), False),
@@ -243,6 +256,10 @@ def _check_run_values(config: RunConfig, where: str) -> None:
             raise ConfigError(f"{where}: [run] field {field!r} must be positive")
     if not 0.5 <= config.interval_s <= 3600:
         raise ConfigError(f"{where}: [run] field 'interval_s' must be between 0.5 and 3600")
+    for field in ("stall_after_s", "kiosk_rotate_s"):
+        value = getattr(config, field)
+        if value is not None and not 1 <= value <= 86400:
+            raise ConfigError(f"{where}: [run] field {field!r} must be between 1 and 86400 seconds")
     for field in ("truncation_warn_fraction", "truncation_alert_fraction"):
         if not 0 <= getattr(config, field) <= 1:
             raise ConfigError(f"{where}: [run] field {field!r} must be a fraction between 0 and 1")

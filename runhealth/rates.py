@@ -18,7 +18,7 @@ from itertools import pairwise
 Point = Sequence  # (t_unix_node_clock, delta_count, delta_tokens, backfill)
 
 
-def _intervals(points: list[Point]) -> list[tuple[float, float, float, float]]:
+def valid_spans(points: list[Point]) -> list[tuple[float, float, float, float]]:
     """Valid ``(t_start, t_end, delta_count, delta_tokens)`` spans between consecutive polls.
 
     A span ending in a backfill poll is dropped; so is one whose clock went backwards or
@@ -42,7 +42,7 @@ def ewma_rate(points: list[Point], half_life_s: float = 60.0):
     Returns:
         ``(completions_per_s, tokens_per_s)``, or ``(None, None)`` without a valid span.
     """
-    spans = _intervals(points)
+    spans = valid_spans(points)
     if not spans:
         return None, None
     t_last = spans[-1][1]
@@ -65,7 +65,7 @@ def windowed_rate(points: list[Point], window_s: float):
     Returns:
         ``(completions_per_s, tokens_per_s)``, or ``(None, None)`` without a valid span.
     """
-    spans = _intervals(points)
+    spans = valid_spans(points)
     if not spans:
         return None, None
     start = spans[-1][1] - window_s

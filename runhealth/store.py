@@ -64,6 +64,11 @@ CREATE TABLE IF NOT EXISTS polls (
     ts_unix REAL NOT NULL, node TEXT NOT NULL, node_ts_unix REAL, completions INTEGER,
     tokens INTEGER, length_stops INTEGER, malformed INTEGER, backfill INTEGER, rtt_ms REAL);
 CREATE INDEX IF NOT EXISTS polls_ts ON polls (ts_unix);
+-- Each poll's length stops by token count, so "truncated" over time can be split at whatever
+-- ceiling the run has (it is only known, or detected, at read time) from context-window stops.
+CREATE TABLE IF NOT EXISTS poll_length_stops (
+    ts_unix REAL NOT NULL, node TEXT NOT NULL, tokens INTEGER NOT NULL, count INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS poll_length_stops_ts ON poll_length_stops (ts_unix);
 CREATE TABLE IF NOT EXISTS gpu_samples (
     ts_unix REAL NOT NULL, node TEXT NOT NULL, gpu INTEGER NOT NULL, util_pct REAL,
     mem_used_mib REAL, mem_total_mib REAL, power_w REAL, power_limit_w REAL, temp_c REAL,
@@ -74,6 +79,14 @@ CREATE TABLE IF NOT EXISTS gpu_latest (
     util_pct REAL, mem_used_mib REAL, mem_total_mib REAL, power_w REAL, power_limit_w REAL,
     temp_c REAL, sm_clock_mhz REAL, throttle_reasons TEXT, processes TEXT, error TEXT,
     PRIMARY KEY (node, gpu));
+-- What predicts a GPU falling out (ECC, retired/remapped rows, PCIe replays: the agent's
+-- "health" dict, unsupported keys absent), the latest per GPU; XID events as they came.
+CREATE TABLE IF NOT EXISTS gpu_health (
+    node TEXT NOT NULL, gpu INTEGER NOT NULL, ts_unix REAL, health TEXT, PRIMARY KEY (node, gpu));
+CREATE TABLE IF NOT EXISTS gpu_events (ts_unix REAL NOT NULL, node TEXT NOT NULL, gpu INTEGER, xid INTEGER);
+CREATE INDEX IF NOT EXISTS gpu_events_ts ON gpu_events (ts_unix);
+-- Host CPUs, RAM and swap per node (the agent's "host" dict from /proc), the latest reading.
+CREATE TABLE IF NOT EXISTS host_latest (node TEXT PRIMARY KEY, ts_unix REAL, host TEXT);
 CREATE TABLE IF NOT EXISTS metric_samples (
     ts_unix REAL NOT NULL, node TEXT NOT NULL, name TEXT NOT NULL, value REAL);
 CREATE INDEX IF NOT EXISTS metric_samples_ts ON metric_samples (ts_unix);
@@ -263,8 +276,11 @@ class Store:
             prev = db.execute("SELECT pending_bytes FROM nodes WHERE name = ?", (node,)).fetchone()
             catching_up = bool(prev and prev[0])  # the previous poll left bytes for this one
             delta = {"completions": 0, "tokens": 0, "length_stops": 0, "malformed": 0, "resets": 0}
+            stops: dict[int, int] = {}
             for path, entry in files.items():
-                _apply_shard(db, node, path, entry, ts_unix, delta)
+                _apply_shard(db, node, path, entry, ts_unix, delta, stops)
+            db.executemany("INSERT INTO poll_length_stops VALUES (?,?,?,?)",
+                           [(ts_unix, node, t, n) for t, n in stops.items()])
             # Catch-up work (first index, rescans, a backlog split over polls) is not throughput.
             backfill = (first_poll or catching_up or delta["resets"] > 0
                         or (shards.get("pending_bytes") or 0) > 0)
@@ -274,6 +290,7 @@ class Store:
                  delta["length_stops"], delta["malformed"], int(backfill), rtt_ms),
             )
             _write_gpus(db, node, reply.get("gpus") or {}, ts_unix)
+            _write_health(db, node, reply, ts_unix)
             _write_node_ok(db, node, reply, ts_unix, rtt_ms)
             scanned = sum(max(0, int(e.get("offset") or 0) - int(e.get("offset_from") or 0)) for e in files.values())
             if scanned and rtt_ms and (backfill or shards.get("pending_bytes")):
@@ -412,6 +429,47 @@ class Store:
             (bucket_s, bucket_s, *params),
         )
 
+    def length_stops_by_bucket(self, bucket_s: float, ceiling: int | None,
+                               since_unix: float | None = None) -> list[dict[str, Any]]:
+        """Exact-length stops per time bucket, split at `ceiling`: at_ceiling (tokens >= ceiling)
+        and below_ceiling (context window and other limits below it)."""
+        where, params = _where(since_unix, None)
+        limit = ceiling if ceiling is not None else 1 << 62
+        return self._rows(
+            f"SELECT CAST(ts_unix / ? AS INTEGER) * ? AS bucket_unix,"
+            f" SUM(CASE WHEN tokens >= ? THEN count ELSE 0 END) AS at_ceiling,"
+            f" SUM(CASE WHEN tokens < ? THEN count ELSE 0 END) AS below_ceiling"
+            f" FROM poll_length_stops{where} GROUP BY 1 ORDER BY 1",
+            (bucket_s, bucket_s, limit, limit, *params),
+        )
+
+    def gpu_health(self) -> list[dict[str, Any]]:
+        """Latest health readings per GPU (the agent's dict, decoded)."""
+        rows = self._rows("SELECT * FROM gpu_health ORDER BY node, gpu")
+        for r in rows:
+            r["health"] = json.loads(r["health"]) if r["health"] else {}
+        return rows
+
+    def gpus_seen(self, since_unix: float) -> dict[str, set[int]]:
+        """Per node, the GPU indexes that reported readings since `since_unix` (uses the ts index)."""
+        out: dict[str, set[int]] = {}
+        for r in self._rows("SELECT DISTINCT node, gpu FROM gpu_samples WHERE ts_unix >= ?", (since_unix,)):
+            out.setdefault(r["node"], set()).add(r["gpu"])
+        return out
+
+    def gpu_events(self, since_unix: float) -> list[dict[str, Any]]:
+        return self._rows("SELECT * FROM gpu_events WHERE ts_unix >= ? ORDER BY ts_unix", (since_unix,))
+
+    def host_latest(self) -> dict[str, dict[str, Any]]:
+        """Per node, its latest host reading (cpus, RAM and swap bytes) with ts_unix."""
+        return {r["node"]: {**json.loads(r["host"]), "ts_unix": r["ts_unix"]}
+                for r in self._rows("SELECT * FROM host_latest")}
+
+    def last_growth_unix(self) -> dict[str, float]:
+        """Per node, the last poll (dashboard clock) that brought new completions, over all history."""
+        rows = self._rows("SELECT node, MAX(ts_unix) AS ts FROM polls WHERE completions > 0 GROUP BY node")
+        return {r["node"]: r["ts"] for r in rows}
+
     def gpu_latest(self) -> list[dict[str, Any]]:
         rows = self._rows("SELECT * FROM gpu_latest ORDER BY node, gpu")
         for r in rows:
@@ -528,7 +586,8 @@ def _where(since_unix: float | None, node: str | None) -> tuple[str, tuple]:
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), tuple(params)
 
 
-def _apply_shard(db: sqlite3.Connection, node: str, path: str, entry: dict, ts_unix: float, delta: dict) -> None:
+def _apply_shard(db: sqlite3.Connection, node: str, path: str, entry: dict, ts_unix: float, delta: dict,
+                 stops: dict[int, int]) -> None:
     """Fold one file's scan result into the shard row and its length counts."""
     old = db.execute("SELECT offset FROM shards WHERE node = ? AND path = ?", (node, path)).fetchone()
     stored_offset = old[0] if old is not None else 0
@@ -573,6 +632,23 @@ def _apply_shard(db: sqlite3.Connection, node: str, path: str, entry: dict, ts_u
     delta["tokens"] += int(entry.get("tokens") or 0)
     delta["malformed"] += int(entry.get("malformed") or 0)
     delta["length_stops"] += sum(int(c[3]) for c in counts if c[1] == "length")
+    for t, f, e, n in counts:
+        if f == "length" and not int(e):
+            stops[int(t)] = stops.get(int(t), 0) + int(n)
+
+
+def _write_health(db: sqlite3.Connection, node: str, reply: dict, ts_unix: float) -> None:
+    """GPU health, XID events and host memory of one poll (absent in older agents' replies)."""
+    db.execute("DELETE FROM gpu_health WHERE node = ?", (node,))
+    for d in (reply.get("gpus") or {}).get("devices") or []:
+        health = dict(d.get("health") or {})
+        for xid in health.pop("xid", None) or []:
+            db.execute("INSERT INTO gpu_events VALUES (?,?,?,?)", (ts_unix, node, d.get("index"), int(xid)))
+        if health:
+            db.execute("INSERT OR REPLACE INTO gpu_health VALUES (?,?,?,?)",
+                       (node, d.get("index"), ts_unix, json.dumps(health)))
+    if reply.get("host"):
+        db.execute("INSERT OR REPLACE INTO host_latest VALUES (?,?,?)", (node, ts_unix, json.dumps(reply["host"])))
 
 
 def _write_gpus(db: sqlite3.Connection, node: str, gpus: dict, ts_unix: float) -> None:

@@ -1,4 +1,4 @@
-"""Regenerate docs/overview.png and docs/lengths.png from the demo, at 1600x1000.
+"""Regenerate docs/overview.png, docs/lengths.png (1600x1000) and docs/kiosk.png (1920x1080) from the demo.
 
     python scripts/screenshots.py [--settle-s 75]
 
@@ -39,9 +39,46 @@ def main() -> int:
         tb.tile_value(page, r"^Truncated$")
         page.wait_for_timeout(1500)
         page.screenshot(path=str(docs / "lengths.png"))
+        kiosk_shot(browser, url, docs)
         browser.close()
-    print(f"wrote {docs / 'overview.png'} and {docs / 'lengths.png'}")
+    fleet_gpus(docs)
+    print(f"wrote {docs / 'overview.png'}, {docs / 'lengths.png'}, {docs / 'kiosk.png'} and {docs / 'fleet_gpus.png'}")
     return 0
+
+
+def kiosk_shot(browser, url: str, docs: Path) -> None:
+    """The Overview in kiosk mode at 1920x1080, once its charts have drawn."""
+    kiosk = browser.new_page(viewport={"width": 1920, "height": 1080})
+    kiosk.goto(f"{url}/?kiosk=1&rotate=0", wait_until="domcontentloaded")
+    tb.tile_value(kiosk, "Tokens / s")
+    kiosk.wait_for_selector(".js-plotly-plot", timeout=60_000)
+    kiosk.wait_for_function("document.querySelectorAll('[data-testid=\"stSkeleton\"]').length === 0", timeout=60_000)
+    kiosk.wait_for_timeout(3000)
+    kiosk.screenshot(path=str(docs / "kiosk.png"))
+    kiosk.close()
+
+
+def fleet_gpus(docs: Path) -> None:
+    """The GPUs page of a 64-node x 8-GPU run (an hour of 30 s polls, built like tests build stores)."""
+    import time
+
+    import store_fixtures
+
+    with tempfile.TemporaryDirectory(prefix="runhealth-fleet-") as tmp:
+        store, config = store_fixtures.make_store(Path(tmp), "empty")
+        store_fixtures.build_run(store, now=time.time(), trunc_frac=0.18, nodes=64, gpus=8, polls=120, per_shard=4,
+                                 interval_s=30)
+        store.close()
+        config = store_fixtures.write_config(Path(tmp), Path(tmp) / "x.sqlite3", nodes=64, interval_s=120)
+        env = {"RUNHEALTH_CONFIG": str(config), "RUNHEALTH_COLLECTOR": "off"}
+        with tb.streamlit_server(Path(tmp), extra_env=env) as url, sync_playwright() as p:
+            browser = tb.launch_chromium(p)
+            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            tb.open_page(page, url, "gpus")
+            page.get_by_text("median of each node").first.wait_for(timeout=120_000)
+            page.wait_for_timeout(5000)  # let the sidebar and the last charts settle
+            tb.tall_screenshot(page, docs / "fleet_gpus.png", height=3000)
+            browser.close()
 
 
 if __name__ == "__main__":

@@ -148,3 +148,28 @@ def sshd_node(request, ssh_dir, ssh_client_key, ssh_authorized_keys):
             text = node.sshd.log_text().strip()
             if text and reporter:
                 reporter.write_line(f"--- sshd {node.ip}:{node.port} log ---\n{text}")
+
+
+# -- the demo dashboard and one Chromium, shared by every browser test module -------------------
+# Session fixtures live here, not in a test module: a fixture imported into a second module is a
+# second fixture, and a second sync_playwright() in one process fails.
+@pytest.fixture(scope="session")
+def server_url():
+    import tempfile
+
+    import test_browser as tb
+
+    with tempfile.TemporaryDirectory(prefix="runhealth-browser-") as tmp, tb.streamlit_server(Path(tmp)) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def browser_page():
+    import test_browser as tb
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = tb.launch_chromium(p)
+        page = browser.new_page(viewport=tb.VIEWPORT)
+        yield page
+        browser.close()

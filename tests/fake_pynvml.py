@@ -9,6 +9,8 @@ behaviours documented in pynvml.py, not a driver.
 Tests set the scenario with `configure(gpus, missing=())`: each GPU is a dict of readings; a
 reading equal to NOT_SUPPORTED or LOST raises that NVML error, `"lost": True` makes the handle
 lookup fail, and names in `missing` raise NVMLError_FunctionNotFound (an old driver).
+`raise_xid(gpu, xid)` queues a critical XID event, delivered by nvmlEventSetWait_v2 to the
+event sets the GPU is registered with (NVMLError_Timeout once none is left).
 Stdlib only: the bootstrap test ships this file as the node's pynvml source.
 """
 
@@ -22,6 +24,7 @@ NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NO_PERMISSION = 4
 NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_TIMEOUT = 10
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_GPU_IS_LOST = 15
@@ -29,6 +32,13 @@ NVML_ERROR_UNKNOWN = 999
 
 NVML_TEMPERATURE_GPU = 0
 NVML_CLOCK_SM = 1
+NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_VOLATILE_ECC = 0
+NVML_AGGREGATE_ECC = 1
+NVML_FEATURE_DISABLED = 0
+NVML_FEATURE_ENABLED = 1
+nvmlEventTypeXidCriticalError = 0x0000000000000008
 
 nvmlClocksThrottleReasonGpuIdle = 0x0000000000000001
 nvmlClocksThrottleReasonApplicationsClocksSetting = 0x0000000000000002
@@ -51,6 +61,7 @@ class NVMLError(Exception):
         NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
         NVML_ERROR_NOT_FOUND: "Not Found",
         NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
+        NVML_ERROR_TIMEOUT: "Timeout",
         NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
         NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
         NVML_ERROR_GPU_IS_LOST: "GPU is lost",
@@ -97,15 +108,26 @@ NOT_SUPPORTED = "<not supported>"
 LOST = "<gpu lost>"
 H200 = {"name": "NVIDIA H200", "util": 97, "mem_used": 120000 << 20, "mem_total": 143771 << 20,
         "power_mw": 650210, "limit_mw": 700000, "temp": 61, "sm_mhz": 1980,
-        "reasons": nvmlClocksThrottleReasonSwPowerCap, "procs": [(4321, 119000 << 20)]}
+        "reasons": nvmlClocksThrottleReasonSwPowerCap, "procs": [(4321, 119000 << 20)],
+        "ecc_volatile": 0, "ecc_aggregate": 0, "retired_pending": NOT_SUPPORTED,
+        "remapped": (0, 0, 0, 0), "pcie_replay": 0}
 _gpus = [dict(H200, uuid="GPU-aaaa"), dict(H200, uuid="GPU-bbbb", util=12)]
 _missing = set()
 init_calls = 0
 
 
+_event_sets = []  # each: {"gpus": set of indexes registered, "queue": [(index, xid)]}
+
+
 def configure(gpus, missing=()):
-    global _gpus, _missing, init_calls
-    _gpus, _missing, init_calls = [dict(g) for g in gpus], set(missing), 0
+    global _gpus, _missing, init_calls, _event_sets
+    _gpus, _missing, init_calls, _event_sets = [dict(g) for g in gpus], set(missing), 0, []
+
+
+def raise_xid(index, xid):
+    for es in _event_sets:
+        if index in es["gpus"]:
+            es["queue"].append((index, xid))
 
 
 class _Struct:
@@ -195,3 +217,53 @@ def nvmlDeviceGetComputeRunningProcesses(handle):
     procs = _read("nvmlDeviceGetComputeRunningProcesses", handle, "procs")
     return [_Struct(pid=pid, usedGpuMemory=mem, gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
             for pid, mem in procs]
+
+
+def nvmlDeviceGetIndex(handle):
+    return handle.index
+
+
+def nvmlDeviceGetTotalEccErrors(handle, errorType, counterType):
+    field = "ecc_volatile" if counterType == NVML_VOLATILE_ECC else "ecc_aggregate"
+    return _read("nvmlDeviceGetTotalEccErrors", handle, field)
+
+
+def nvmlDeviceGetRetiredPagesPendingStatus(handle):
+    return _read("nvmlDeviceGetRetiredPagesPendingStatus", handle, "retired_pending")
+
+
+def nvmlDeviceGetRemappedRows(handle):
+    return _read("nvmlDeviceGetRemappedRows", handle, "remapped")
+
+
+def nvmlDeviceGetPcieReplayCounter(handle):
+    return _read("nvmlDeviceGetPcieReplayCounter", handle, "pcie_replay")
+
+
+class c_nvmlEventSet_t:
+    def __init__(self, state):
+        self.state = state
+
+
+def nvmlEventSetCreate():
+    if "nvmlEventSetCreate" in _missing:
+        raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
+    state = {"gpus": set(), "queue": []}
+    _event_sets.append(state)
+    return c_nvmlEventSet_t(state)
+
+
+def nvmlDeviceRegisterEvents(handle, eventTypes, eventSet):
+    eventSet.state["gpus"].add(handle.index)
+
+
+def nvmlEventSetWait_v2(eventSet, timeoutms):
+    if not eventSet.state["queue"]:
+        raise NVMLError(NVML_ERROR_TIMEOUT)
+    index, xid = eventSet.state["queue"].pop(0)
+    return _Struct(device=c_nvmlDevice_t(index), eventType=nvmlEventTypeXidCriticalError, eventData=xid,
+                   gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
+
+
+def nvmlEventSetFree(eventSet):
+    _event_sets.remove(eventSet.state)

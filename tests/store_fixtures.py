@@ -166,6 +166,8 @@ def make_store(tmp: Path, scenario: str, now: float | None = None) -> tuple[Stor
     elif scenario == "empty":
         for i in range(1, 5):
             store.register_node(f"node-{i}", {"name": f"node-{i}", "host": "local", "shards": ["/data/out/*.jsonl"]})
+    elif scenario == "fleet":  # 64 nodes x 8 GPUs, 6 h of 30 s polls: the fleet-scale views
+        build_run(store, now=now, trunc_frac=0.18, nodes=64, gpus=8, polls=720, per_shard=4, interval_s=30)
     elif scenario == "big":
         build_run(store, now=now, trunc_frac=0.18, nodes=8, gpus=8, polls=8640, per_shard=11)
     else:

@@ -473,3 +473,13 @@ def test_bootstrap_runs_the_shipped_agent_without_the_runhealth_package(tmp_path
     assert hello["ok"] and hello["agent_version"] == agent.AGENT_VERSION
     assert polled["ok"] and polled["shards"]["files"][path]["counts"] == [[5, "stop", 0, 3], [9, "length", 0, 1]]
     assert polled["gpus"]["source"] is None and polled["gpus"]["reason"]
+
+
+def test_host_memory_from_proc_meminfo(tmp_path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       2097152 kB\nMemFree:  1000 kB\nMemAvailable:   1048576 kB\n"
+                       "SwapTotal:             0 kB\nSwapFree:              0 kB\n")
+    host = agent.read_host(str(meminfo))
+    assert host["mem_total_bytes"] == 2 * 2**30 and host["mem_available_bytes"] == 2**30
+    assert host["swap_total_bytes"] == 0 and host["cpus"] >= 1
+    assert agent.read_host(str(tmp_path / "absent")) == {"cpus": host["cpus"]}  # no /proc: fields absent

@@ -15,7 +15,6 @@ import re
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -40,12 +39,13 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def streamlit_server(workdir: Path, startup_s: float = 60):
-    """Run the demo app; yields its base URL. The server log is dumped if it does not start."""
+def streamlit_server(workdir: Path, startup_s: float = 60, extra_env: dict[str, str] | None = None):
+    """Run the demo app (or, with RUNHEALTH_CONFIG in `extra_env`, that run); yields its base
+    URL. The server log is dumped if it does not start."""
     port, log_path = free_port(), workdir / "streamlit.log"
     env = {k: v for k, v in os.environ.items() if k not in ("RUNHEALTH_CONFIG", "RUNHEALTH_COLLECTOR")}
     # PYTHONPATH: `runhealth` importable even where the checkout is not installed.
-    env.update(XDG_CACHE_HOME=str(workdir / "cache"), PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
+    env.update(XDG_CACHE_HOME=str(workdir / "cache"), PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT), **(extra_env or {}))
     with open(log_path, "wb") as log:
         # What a user runs, from a folder with no runhealth.toml in it: the demo.
         proc = subprocess.Popen([sys.executable, "-m", "runhealth", "dashboard", "--port", str(port)],
@@ -120,23 +120,6 @@ def wait_for_demo_data(page, url: str) -> tuple[str, str]:
     trunc = tile_value(page, r"^Truncated$")
     tps = tile_value(page, "Tokens / s")
     return trunc, tps
-
-
-@pytest.fixture(scope="session")
-def server_url():
-    with tempfile.TemporaryDirectory(prefix="runhealth-browser-") as tmp, streamlit_server(Path(tmp)) as url:
-        yield url
-
-
-@pytest.fixture(scope="session")
-def browser_page():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = launch_chromium(p)
-        page = browser.new_page(viewport=VIEWPORT)
-        yield page
-        browser.close()
 
 
 def test_every_screen_shows_sane_numbers(server_url, browser_page):

@@ -82,12 +82,15 @@ def test_gpu_timeseries_draws_one_line_per_gpu_and_the_power_limit():
     assert any(s.y0 == 700 for s in fig.layout.shapes)
 
 
-def test_truncation_over_time_greys_the_backfill_bucket():
-    df = pd.DataFrame({"bucket_unix": [0, 30, 60], "completions": [5000, 100, 100],
-                       "length_stops": [900, 18, 20], "backfill": [1, 0, 0]})
+def test_truncation_over_time_greys_the_backfill_bucket_and_keeps_context_stops_apart():
+    df = pd.DataFrame({"bucket_unix": [0, 30, 60], "completions": [5000, 100, 100], "at_ceiling": [880, 16, 20],
+                       "below_ceiling": [20, 2, 0], "unsplit": [0, 0, 0], "backfill": [1, 0, 0]})
     fig = figures.make_truncation_over_time_figure(df, 0.02, 0.05)
-    assert list(fig.data[0].marker.color) == [figures.BACKFILL_COLOUR, figures.STOP_COLOUR, figures.STOP_COLOUR]
-    assert abs(fig.data[0].y[1] - 0.18) < 1e-9
+    assert list(fig.data[0].marker.color) == [figures.BACKFILL_COLOUR, figures.CEILING_COLOUR, figures.CEILING_COLOUR]
+    assert fig.data[0].name == "truncated (at the ceiling)"
+    assert abs(fig.data[0].y[1] - 0.16) < 1e-9  # truncated = at the ceiling only
+    assert fig.data[1].name == "length stop below the ceiling" and abs(fig.data[1].y[1] - 0.02) < 1e-9
+    assert len(fig.data) == 2  # no "unknown" trace when every stop has an exact length
 
 
 def test_whatif_figure_shows_band_interval_and_both_limits():
@@ -135,3 +138,39 @@ def test_every_figure_is_in_the_dark_template():
     fig = figures.make_length_histogram_figure(ceiling_bins(), 4096, 0.18)
     assert fig.layout.template.layout.paper_bgcolor == "rgb(17,17,17)"  # plotly_dark's
     assert fig.layout.paper_bgcolor == "rgba(0,0,0,0)"  # ours on top, transparent for the app theme
+
+
+def test_fleet_views_stay_readable_at_64_nodes_by_8_gpus():
+    from components import loaders
+
+    rows = [{"node": f"node-{n:02d}", "gpu": g, "ts_unix": 1000.0 + 10 * t, "util_pct": 50.0 + g + (t % 3),
+             "power_w": 600.0} for n in range(64) for g in range(8) for t in range(30)]
+    df = pd.DataFrame(rows)
+    bands = loaders.gpu_bands(df, "util_pct")
+    one = bands[(bands["node"] == "node-00")].iloc[0]
+    assert (one["min"], one["max"], one["gpus"]) == (50.0, 57.0, 8) and one["median"] == 53.5
+    fig = figures.make_gpu_band_figure(bands, "Utilization", "%", y_range=(0, 100))
+    assert len(fig.data) == 1 and fig.data[0].z.shape == (64, 30)  # node x time, not 512 lines
+    assert (fig.data[0].zmin, fig.data[0].zmax) == (0, 100)
+    few = figures.make_gpu_band_figure(bands[bands["node"] < "node-04"], "Utilization", "%", y_range=(0, 100))
+    assert len(fig.data) == 1 and len([t for t in few.data if t.showlegend is not False]) == 4  # a band + median each
+    assert list(few.layout.yaxis.range) == [0, 100]
+    latest = pd.DataFrame({"label": [f"node-{n:02d}/{g}" for n in range(64) for g in range(8)],
+                           "util_pct": 90.0, "power_pct": 80.0, "mem_pct": 70.0})
+    grid = figures.make_gpu_heatstrip_figure(latest)
+    assert grid.data[0].z.shape == (64, 8)  # node rows x GPU columns
+
+
+def test_by_shard_labels_are_short_and_the_tail_is_summarised():
+    from components import loaders
+
+    df = pd.DataFrame({"group": [f"node-1:/data/run-7/out/shard-{i:04d}.jsonl" for i in range(1000)],
+                       "completions": 100, "at_ceiling": [i % 40 for i in range(1000)], "lo": 0.0, "hi": 0.0,
+                       "ceiling": 4096, "drift": False})
+    df["fraction"] = df["at_ceiling"] / df["completions"]
+    shown = loaders.short_group_labels(df, top_n=25)
+    assert len(shown) == 26 and shown.iloc[-1]["label"] == "975 others"
+    assert shown.iloc[0]["label"].startswith("shard-") and shown.iloc[0]["fraction"] == 0.39
+    assert shown.iloc[-1]["completions"] == 97_500  # the rest is summed, not dropped
+    fig = figures.make_truncation_by_group_figure(shown, 0.02, 0.05)
+    assert fig.data[0].customdata[0][0] == shown.iloc[0]["group"]  # full path on hover

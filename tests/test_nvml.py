@@ -42,8 +42,40 @@ def test_two_healthy_gpus(nvml):
                      "power_limit_w": 700.0, "temp_c": 61, "sm_clock_mhz": 1980,
                      "throttle_reasons": ["sw_power_cap"],
                      "processes": [{"pid": 4321, "name": agent_gpu._proc_name(4321), "mem_used_mib": 119000}],
+                     "health": {"ecc_uncorrected_volatile": 0, "ecc_uncorrected_aggregate": 0,
+                                "remapped_rows_pending": False, "row_remap_failure": False, "pcie_replay": 0,
+                                "xid": []},
                      "error": None}
     assert second["util_pct"] == 12 and second["uuid"] == "GPU-1"
+
+
+def test_what_predicts_a_gpu_falling_out_is_read_and_unsupported_is_absent(nvml):
+    """A100/H100-class GPU with uncorrected ECC errors and a pending row remap; a consumer GPU
+    with no ECC, no remapping and no PCIe counter: those keys are simply absent."""
+    nvml.configure([dict(GPU, uuid="GPU-0", ecc_volatile=2, ecc_aggregate=5, remapped=(0, 1, 1, 0), pcie_replay=37),
+                    dict(GPU, uuid="GPU-1", ecc_volatile=nvml.NOT_SUPPORTED, ecc_aggregate=nvml.NOT_SUPPORTED,
+                         remapped=nvml.NOT_SUPPORTED, pcie_replay=nvml.NOT_SUPPORTED, retired_pending=1)])
+    first, second = agent.read_gpus("auto")["devices"]
+    assert first["health"] == {"ecc_uncorrected_volatile": 2, "ecc_uncorrected_aggregate": 5,
+                               "remapped_rows_pending": True, "row_remap_failure": False, "pcie_replay": 37, "xid": []}
+    assert second["health"] == {"retired_pages_pending": True, "xid": []}
+
+
+def test_xid_events_since_the_last_poll_from_the_set_kept_open(nvml):
+    agent.read_gpus("auto")  # the first poll opens the event set and registers each GPU
+    nvml.raise_xid(1, 79)  # "GPU has fallen off the bus"
+    nvml.raise_xid(1, 48)  # double-bit ECC error
+    first, second = agent.read_gpus("auto")["devices"]
+    assert second["health"]["xid"] == [79, 48] and first["health"]["xid"] == []
+    assert agent.read_gpus("auto")["devices"][1]["health"]["xid"] == []  # drained: reported once
+    assert len(nvml._event_sets) == 1  # kept open, not one set per poll
+
+
+def test_a_driver_without_events_leaves_xid_absent(nvml):
+    nvml.configure([dict(GPU, uuid="GPU-0")], missing={"nvmlEventSetCreate"})
+    (dev,) = agent.read_gpus("auto")["devices"]
+    assert "xid" not in dev["health"] and dev["error"] is None
+    assert "nvmlEventSetCreate" in agent_gpu.NVML.missing
 
 
 def test_nvml_is_initialised_once_per_process(nvml):

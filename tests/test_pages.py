@@ -8,6 +8,7 @@ collector through `components.context.get_runtime`, the one seam between pages a
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -62,7 +63,8 @@ class RecordingCollector:
 
     def sample_now(self, n, finish_reason=None, full_text=False):
         self.calls.append(("sample_now", n, finish_reason, full_text))
-        return [{"path": "/data/out/a.jsonl", "line_no": 3, "prompt": "Prove it.", "text": "Proof: ..."}], 1, {}
+        return [{"node": "node-1", "path": "/data/out/a.jsonl", "line_no": 3, "prompt": "Prove it.",
+                 "text": "Proof: ..."}], 1, {}
 
 
 def run_page(path: str, config: Path, monkeypatch) -> AppTest:
@@ -212,8 +214,14 @@ def test_continuation_batch_only_on_click(stores, monkeypatch):
     assert not [c for c in collector.calls if c[0] == "sample_now"]
     at.button(key="lengths_continuation_button").click().run()
     assert_clean(at)
+    for _ in range(50):  # the batch is built in the background, never inside a render
+        if at.session_state["lengths_continuation_job"]["future"].done():
+            break
+        time.sleep(0.1)
+    at.run()
     assert ("sample_now", 300, "length", True) in collector.calls
-    assert at.session_state["lengths_continuation"][1] == 1  # one JSONL request built
+    result = at.session_state["lengths_continuation_job"]["future"].result()
+    assert result["n"] == 1 and '"custom_id": "node-1:/data/out/a.jsonl:3"' in result["body"]
 
 
 def test_gpus_page_flags_the_lost_gpu_only(stores, monkeypatch):

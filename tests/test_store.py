@@ -40,6 +40,18 @@ def test_counts_accumulate_and_offsets_resume(tmp_path):
     assert [p["backfill"] for p in polls] == [1, 0]  # the first poll of a node is catch-up, not throughput
 
 
+def test_length_stops_over_time_split_at_the_ceiling_known_at_read_time(tmp_path):
+    store = Store(tmp_path / "s.sqlite3")
+    store.record_poll("n1", reply({"/a": entry(100, [[4096, "length", 0, 2], [3000, "length", 0, 1]])}), 10.0, 5.0)
+    store.record_poll("n1", reply({"/a": entry(150, [[4096, "length", 0, 1], [900, "length", 1, 4]],
+                                               offset_from=100)}), 70.0, 5.0)
+    rows = store.length_stops_by_bucket(60, ceiling=4096)
+    assert [(r["bucket_unix"], r["at_ceiling"], r["below_ceiling"]) for r in rows] == [(0, 2, 1), (60, 1, 0)]
+    # Estimated lengths (chars/4) are left out: they cannot be placed against the ceiling.
+    assert store.length_stops_by_bucket(60, ceiling=2048)[0]["at_ceiling"] == 3
+    assert store.last_growth_unix() == {"n1": 70.0}
+
+
 def test_reset_drops_the_old_counts_of_that_shard_only(tmp_path):
     store = Store(tmp_path / "s.sqlite3")
     store.record_poll("n1", reply({"/a": entry(100, [[5, "stop", 0, 4]]), "/b": entry(10, [[7, "stop", 0, 1]])}),

@@ -1,0 +1,211 @@
+"""Is the run producing *now*? Rates over stated windows, stall detection and rate drops.
+
+Pure functions over poll rows (no Streamlit, no SQL), so each rule is unit-tested on its own.
+A poll row is ``(ts_unix, node_ts_unix, delta_completions, delta_tokens, backfill)``: the
+dashboard's clock says *when we saw it* (stalls are reported in the viewer's time), the node's
+clock gives the rate (as in runhealth.rates, skew cancels out).
+
+Definitions used on screen:
+- "Tokens/s (last 1 min)": each node's mean rate over the last 60 s of its own clock, ending
+  at *now* (the node's clock estimated from its latest poll), summed over nodes. A node with
+  no poll in the window adds nothing: its absence shows on the Nodes tile, not as a made-up rate.
+- "15-min average": the same with a 900 s window. ETA uses it (stated on the tile).
+- Stalled: a node whose shards have not grown for ``stall_after_s`` (the run: no node grew).
+  The first poll (the index of what was already there) counts as growth at the moment we saw it.
+- Rate drop: the last minute's rate below half the median per-minute rate of the last hour.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from typing import Any
+
+from runhealth import rates
+
+SHORT_WINDOW_S = 60.0
+LONG_WINDOW_S = 900.0
+DROP_FRACTION = 0.5
+MIN_MINUTES_FOR_MEDIAN = 10  # a median over fewer minutes is noise, not a baseline
+
+
+@dataclasses.dataclass
+class NodeRate:
+    """One node's throughput and when its shards last grew (dashboard clock)."""
+
+    tokens_per_s_1m: float | None
+    tokens_per_s_15m: float | None
+    completions_per_s_15m: float | None
+    last_growth_unix: float | None
+    first_seen_unix: float | None
+
+
+def node_rate(rows: list[tuple], now: float) -> NodeRate:
+    """Rates and last growth of one node from its poll rows (any order)."""
+    rows = sorted(rows, key=lambda r: r[0])
+    if not rows:
+        return NodeRate(None, None, None, None, None)
+    latest = rows[-1]
+    skew = (latest[1] - latest[0]) if latest[1] is not None else 0.0
+    node_now = now + skew
+    points = [(r[1] if r[1] is not None else r[0], r[2] or 0, r[3] or 0, bool(r[4])) for r in rows]
+    _, tps_1m = window_rate(points, node_now, SHORT_WINDOW_S)
+    cps_15m, tps_15m = window_rate(points, node_now, LONG_WINDOW_S)
+    grown = [r[0] for r in rows if (r[2] or 0) > 0]
+    return NodeRate(tps_1m, tps_15m, cps_15m, grown[-1] if grown else None, rows[0][0])
+
+
+def window_rate(points: list, end_t: float, window_s: float) -> tuple[float | None, float | None]:
+    """Mean (completions/s, tokens/s) over the spans inside [end_t - window_s, end_t].
+
+    A span straddling the start counts pro rata; the time after the last poll is not counted
+    (it is unknown, not zero). (None, None) when no span reaches into the window.
+    """
+    start = end_t - window_s
+    dur = count = tokens = 0.0
+    for t0, t1, d_count, d_tokens in rates.valid_spans(points):
+        if t1 <= start:
+            continue
+        share = (t1 - max(t0, start)) / (t1 - t0)
+        dur += t1 - max(t0, start)
+        count += share * d_count
+        tokens += share * d_tokens
+    if dur <= 0:
+        return None, None
+    return count / dur, tokens / dur
+
+
+def run_rates(rows_by_node: dict[str, list[tuple]], now: float) -> dict[str, Any]:
+    """Per-node NodeRate and run totals: tokens/s over 1 min and 15 min, completions/s over 15 min."""
+    per_node = {name: node_rate(rows, now) for name, rows in rows_by_node.items()}
+
+    def total(attr: str) -> float | None:
+        known = [getattr(r, attr) for r in per_node.values() if getattr(r, attr) is not None]
+        return float(sum(known)) if known else None
+
+    return {"per_node": per_node, "tokens_per_s_1m": total("tokens_per_s_1m"),
+            "tokens_per_s_15m": total("tokens_per_s_15m"), "completions_per_s_15m": total("completions_per_s_15m")}
+
+
+def stalls(per_node: dict[str, NodeRate], now: float, stall_after_s: float,
+           live: set[str] | None = None) -> dict[str, Any]:
+    """Which nodes (and whether the whole run) have had no new completions for stall_after_s.
+
+    Args:
+        per_node: from run_rates.
+        live: nodes currently answering polls; a node that is down is reported as down
+            elsewhere and is left out here (its shards cannot be seen growing).
+
+    Returns:
+        ``{"run": since_unix or None, "nodes": {name: since_unix}}``. ``since`` is the last
+        time the node's shards grew (or when we first saw them, if they never did).
+    """
+    names = [n for n in per_node if live is None or n in live]
+    since = {n: per_node[n].last_growth_unix or per_node[n].first_seen_unix for n in names}
+    stalled = {n: s for n, s in since.items() if s is not None and now - s >= stall_after_s}
+    run = None
+    if names and len(stalled) == len(names):
+        run = max(stalled.values())
+    return {"run": run, "nodes": stalled}
+
+
+def minute_rates(buckets: list[dict[str, Any]], bucket_s: float = 60.0) -> list[float]:
+    """Tokens/s of each complete, non-backfill bucket (polls_by_bucket rows; the last one is
+    still filling and is dropped)."""
+    return [b["tokens"] / bucket_s for b in buckets[:-1] if not b["backfill"] and b["tokens"] is not None]
+
+
+def rate_drop(current_tps: float | None, minute_tps: list[float]) -> float | None:
+    """The last hour's median per-minute rate when `current_tps` is below half of it, else None."""
+    if current_tps is None or len(minute_tps) < MIN_MINUTES_FOR_MEDIAN:
+        return None
+    median = statistics.median(minute_tps)
+    return median if median > 0 and current_tps < DROP_FRACTION * median else None
+
+
+# -- GPUs and hosts, in words -------------------------------------------------------------
+HOT_C = 85  # sustained above this, datacenter GPUs start thermal slowdown
+IDLE_PCT = 10
+HW_THROTTLE = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
+RAM_USED_WARN = 0.92
+SWAP_USED_WARN = 0.10
+LOAD_PER_CPU_WARN = 1.5
+XID_MEANING = {13: "graphics engine exception", 31: "memory page fault", 43: "GPU stopped processing",
+               45: "preemptive cleanup", 48: "double-bit ECC error", 61: "internal micro-controller error",
+               62: "internal micro-controller halt", 63: "ECC page retirement / row remap",
+               64: "ECC page retirement / row remap failure", 74: "NVLink error", 79: "GPU has fallen off the bus",
+               92: "high single-bit ECC rate", 94: "contained ECC error", 95: "uncontained ECC error"}
+
+
+def _group(level: str, what: str, labels: list[str]) -> list[tuple[str, str]]:
+    if not labels:
+        return []
+    shown = ", ".join(labels[:8]) + (f" and {len(labels) - 8} more" if len(labels) > 8 else "")
+    return [(level, f"{what}: {shown}")]
+
+
+def gpu_problems(gpus: list[dict[str, Any]], health: dict[tuple, dict], xids: list[dict[str, Any]],
+                 run_writing: bool) -> list[tuple[str, str]]:
+    """GPU problems as sentences, one per kind, most serious first: [(level, text)].
+
+    Args:
+        gpus: latest rows (node, gpu, label, util_pct, temp_c, throttle_reasons, error).
+        health: (node, gpu) -> the agent's health dict (keys absent where unsupported).
+        xids: XID events (node, gpu, xid, ts_unix) in the window the caller chose.
+        run_writing: the run produced tokens in the last minute (idle GPUs matter then).
+    """
+    out = _group("error", "GPU errors", [f"{g['label']} ({g['error']})" for g in gpus if g.get("error")])
+    for e in xids:
+        meaning = XID_MEANING.get(e["xid"], "see NVIDIA's XID catalogue")
+        out.append(("error", f"XID {e['xid']} on {e['node']}/{e['gpu']} ({meaning})"))
+    h = {k: v for k, v in health.items() if v}
+    out += _group("error", "Uncorrected ECC errors since the driver loaded",
+                  [f"{n}/{i} ({v['ecc_uncorrected_volatile']})" for (n, i), v in h.items()
+                   if (v.get("ecc_uncorrected_volatile") or 0) > 0])
+    out += _group("error", "Row remapping failed (the GPU needs service)",
+                  [f"{n}/{i}" for (n, i), v in h.items() if v.get("row_remap_failure")])
+    out += _group("warning", "Memory rows waiting to be remapped or retired (takes effect at the next GPU reset)",
+                  [f"{n}/{i}" for (n, i), v in h.items() if v.get("remapped_rows_pending") or v.get("retired_pages_pending")])
+    ok = [g for g in gpus if not g.get("error")]
+    out += _group("warning", "Throttled by hardware (slower clocks)",
+                  [f"{g['label']} ({', '.join(r for r in g['throttle_reasons'] if r in HW_THROTTLE)})" for g in ok
+                   if any(r in HW_THROTTLE for r in g.get("throttle_reasons") or [])])
+    out += _group("warning", f"Hot (≥ {HOT_C} °C)", [f"{g['label']} ({g['temp_c']:.0f} °C)" for g in ok
+                                                     if g.get("temp_c") is not None and g["temp_c"] >= HOT_C])
+    if run_writing:
+        out += _group("warning", f"Idle while the run writes (< {IDLE_PCT}% util)",
+                      [f"{g['label']} ({g['util_pct']:.0f}%)" for g in ok
+                       if g.get("util_pct") is not None and g["util_pct"] < IDLE_PCT])
+    out += _group("info", "At the power cap (sw_power_cap: normal under full load)",
+                  [g["label"] for g in ok if "sw_power_cap" in (g.get("throttle_reasons") or [])])
+    out += _group("info", "PCIe replays since the driver loaded",
+                  [f"{n}/{i} ({v['pcie_replay']:,})" for (n, i), v in h.items() if (v.get("pcie_replay") or 0) > 0])
+    return out
+
+
+def missing_gpus(seen: dict[str, set[int]], now_gpus: dict[str, set[int]], live: set[str]) -> list[tuple[str, str]]:
+    """GPUs that reported within the last hour but are absent from a live node's latest poll."""
+    out = []
+    for node in sorted(live):
+        gone = sorted(seen.get(node, set()) - now_gpus.get(node, set()))
+        if gone:
+            out.append(("error", f"{node}: GPU {', '.join(map(str, gone))} missing from the latest poll "
+                                 f"({len(now_gpus.get(node, set()))} of {len(seen[node] | now_gpus.get(node, set()))} reporting)"))
+    return out
+
+
+def host_problems(hosts: dict[str, dict[str, Any]], loadavg: dict[str, list[float] | None]) -> list[tuple[str, str]]:
+    """RAM nearly full, swap in use, CPU load above the cores: [(level, text)] per node."""
+    out = []
+    for node, h in sorted(hosts.items()):
+        total, avail = h.get("mem_total_bytes"), h.get("mem_available_bytes")
+        if total and avail is not None and 1 - avail / total >= RAM_USED_WARN:
+            out.append(("warning", f"{node}: RAM {1 - avail / total:.0%} used ({avail / 2**30:.1f} GiB available)"))
+        swap, free = h.get("swap_total_bytes"), h.get("swap_free_bytes")
+        if swap and free is not None and 1 - free / swap >= SWAP_USED_WARN:
+            out.append(("warning", f"{node}: swap {1 - free / swap:.0%} used (the host is short of memory)"))
+        loads, cpus = loadavg.get(node) or [], h.get("cpus")
+        load = loads[0] if loads else None
+        if load is not None and cpus and load / cpus >= LOAD_PER_CPU_WARN:
+            out.append(("warning", f"{node}: CPU load {load:.1f} on {cpus} CPUs"))
+    return out

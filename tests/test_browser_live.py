@@ -1,0 +1,125 @@
+"""Issue #15 in real headless Chromium: pages stay live unattended, a stall is caught, kiosk mode.
+
+Reuses the demo server and page helpers of tests/test_browser.py. The stall test runs its own
+dashboard over a local shard that a thread of this test writes, and then stops writing.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import shardgen
+from test_browser import ARTIFACTS, open_page, parse_number, streamlit_server, tile_value, wait_for_demo_data
+
+pytestmark = pytest.mark.browser
+DEMO_INTERVAL_S = 5.0
+ASOF = re.compile(r"Numbers as of (\d\d:\d\d:\d\d)")
+
+
+def as_of(page) -> str:
+    """The clock of the page's 'Numbers as of HH:MM:SS' line."""
+    text = page.get_by_text(ASOF).first.inner_text(timeout=60_000)
+    return ASOF.search(text).group(1)
+
+
+def wait_until_changed(read, before: str, timeout_s: float) -> str:
+    deadline = time.monotonic() + timeout_s
+    now = read()
+    while now == before and time.monotonic() < deadline:
+        time.sleep(1.0)
+        now = read()
+    return now
+
+
+def test_every_page_refreshes_by_itself(server_url, browser_page):
+    """Left open for two collection intervals, every page's numbers move as the demo writes."""
+    page = browser_page
+    wait_for_demo_data(page, server_url)
+    checks = {"overview": r"^Completions$", "lengths": r"^Truncated$", "gpus": None, "nodes": None}
+    for name, tile in checks.items():
+        open_page(page, server_url, name)
+        first_clock = as_of(page)
+        first = page.locator(".rh-tile", has=page.locator(".rh-label", has_text=re.compile(tile))).first.inner_text() \
+            if tile else None
+        page.wait_for_timeout(int(2 * DEMO_INTERVAL_S * 1000) + 1000)
+        later_clock = wait_until_changed(lambda: as_of(page), first_clock, 2 * DEMO_INTERVAL_S)
+        assert later_clock != first_clock, f"{name}: still 'Numbers as of {first_clock}'"
+        if tile:
+            later = page.locator(".rh-tile", has=page.locator(".rh-label", has_text=re.compile(tile))).first.inner_text()
+            assert later != first, f"{name}: tile {tile} did not change: {first!r}"
+        assert page.locator('[data-testid="stException"]').count() == 0, name
+
+
+def test_kiosk_mode_at_1920x1080(server_url, browser_page):
+    """No sidebar, no chrome, sub-lines >= 20 px; screenshotted for a person to look at."""
+    page = browser_page.context.browser.new_page(viewport={"width": 1920, "height": 1080})
+    try:
+        page.goto(f"{server_url}/?kiosk=1&rotate=0", wait_until="domcontentloaded")
+        page.wait_for_selector("h1", timeout=60_000)
+        tile_value(page, "Tokens / s")
+        tile_value(page, r"^Truncated$")
+        page.wait_for_timeout(1500)
+        assert not page.locator('[data-testid="stSidebar"]').is_visible()
+        assert not page.locator('header[data-testid="stHeader"]').is_visible()
+        px = page.eval_on_selector(".rh-sub", "e => parseFloat(getComputedStyle(e).fontSize)")
+        assert px >= 20, px
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "kiosk.png"))
+        # Rotation: Overview -> Output lengths after rotate seconds, kiosk kept.
+        page.goto(f"{server_url}/?kiosk=1&rotate=4", wait_until="domcontentloaded")
+        page.wait_for_url(re.compile(r"Output_lengths.*kiosk=1"), timeout=30_000)
+        page.wait_for_url(re.compile(r"GPUs.*kiosk=1"), timeout=30_000)
+    finally:
+        page.close()
+
+
+class ShardWriter:
+    """A generation script stand-in: appends completions to one local shard until stopped."""
+
+    def __init__(self, path: Path):
+        self.path, self._stop = path, threading.Event()
+        shardgen.write_shard(path, shardgen.truth_rows(200, seed=1))
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        seed = 2
+        while not self._stop.wait(0.3):
+            shardgen.write_shard(self.path, shardgen.truth_rows(5, seed=seed), mode="a")
+            seed += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def test_stopping_the_writer_raises_no_new_completions(browser_page):
+    with tempfile.TemporaryDirectory(prefix="runhealth-stall-") as tmp:
+        tmp_path = Path(tmp)
+        writer = ShardWriter(tmp_path / "out-0.jsonl")
+        config = tmp_path / "runhealth.toml"
+        config.write_text(
+            f'[run]\nname = "stall-test"\ninterval_s = 1\nstall_after_s = 6\nstore_path = "{tmp_path / "s.sqlite3"}"\n\n'
+            f'[[nodes]]\nname = "node-1"\nhost = "local"\nshards = ["{tmp_path}/out-*.jsonl"]\n'
+            f'python = "{sys.executable}"\ngpu = "off"\n', encoding="utf-8")
+        try:
+            with streamlit_server(tmp_path, extra_env={"RUNHEALTH_CONFIG": str(config)}) as url:
+                page = browser_page.context.browser.new_page(viewport={"width": 1600, "height": 1000})
+                open_page(page, url, "overview")
+                assert parse_number(tile_value(page, "Tokens / s", ready=lambda v: v not in ("—", "", "0"))) > 0
+                assert page.get_by_text("no new completions").count() == 0
+                writer.stop()
+                stopped = time.time()
+                page.get_by_text(re.compile("no new completions from any node since")).first.wait_for(timeout=40_000)
+                waited = time.time() - stopped
+                assert waited >= 5, waited  # not before stall_after_s
+                page.screenshot(path=str(ARTIFACTS / "stall.png"))
+                page.close()
+        finally:
+            writer.stop()

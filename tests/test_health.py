@@ -1,0 +1,137 @@
+"""runhealth.health on scripted poll rows whose true rates and stall times are known."""
+
+from runhealth import health
+from runhealth.config import RunConfig
+
+NOW = 100_000.0
+
+
+def node_rows(rate_tps, *, until=NOW, since=NOW - 1800, every=10.0, skew=0.0, tokens_per_completion=1000,
+              stop_at=None):
+    """Polls every `every` s producing `rate_tps`; from `stop_at` on the deltas are zero (stalled).
+    The first poll is the backfill index of what was there before."""
+    rows, t = [(since, since + skew, 5000, 5_000_000, 1)], since + every
+    while t <= until:
+        producing = stop_at is None or t <= stop_at
+        tok = rate_tps * every if producing else 0
+        rows.append((t, t + skew, tok / tokens_per_completion, tok, 0))
+        t += every
+    return rows
+
+
+def test_last_minute_and_15_min_rates_are_exact_on_a_constant_node():
+    r = health.node_rate(node_rows(2000.0, skew=37.0), NOW)  # node clock 37 s ahead: cancels out
+    assert abs(r.tokens_per_s_1m - 2000) < 1e-6
+    assert abs(r.tokens_per_s_15m - 2000) < 1e-6
+    assert abs(r.completions_per_s_15m - 2.0) < 1e-9
+
+
+def test_the_last_minute_sees_a_stop_the_15_min_average_smooths():
+    rows = node_rows(3000.0, stop_at=NOW - 120)
+    r = health.node_rate(rows, NOW)
+    assert r.tokens_per_s_1m == 0.0  # stopped 2 min ago: the last minute says so
+    assert abs(r.tokens_per_s_15m - 3000 * 13 / 15) < 1e-6
+    assert r.last_growth_unix == NOW - 120
+
+
+def test_run_rates_sum_nodes_and_leave_out_a_node_without_polls_in_the_window():
+    rows = {"a": node_rows(1000.0), "b": node_rows(500.0), "gone": node_rows(9999.0, until=NOW - 1000)}
+    out = health.run_rates(rows, NOW)
+    assert abs(out["tokens_per_s_1m"] - 1500) < 1e-6  # "gone" last polled 1000 s ago: no made-up rate
+    assert out["per_node"]["gone"].tokens_per_s_1m is None
+
+
+def test_a_stall_of_the_whole_run_names_since_when():
+    per_node = health.run_rates({"a": node_rows(1000.0, stop_at=NOW - 400),
+                                 "b": node_rows(1000.0, stop_at=NOW - 300)}, NOW)["per_node"]
+    found = health.stalls(per_node, NOW, stall_after_s=120)
+    assert found["run"] == NOW - 300  # the run stalled when its last node stopped
+    assert found["nodes"] == {"a": NOW - 400, "b": NOW - 300}
+    assert health.stalls(per_node, NOW, stall_after_s=600)["run"] is None
+
+
+def test_one_node_stalled_while_others_write():
+    per_node = health.run_rates({"node-3": node_rows(1000.0, stop_at=NOW - 360), "node-1": node_rows(1000.0)},
+                                NOW)["per_node"]
+    found = health.stalls(per_node, NOW, stall_after_s=120)
+    assert found == {"run": None, "nodes": {"node-3": NOW - 360}}
+    # A node that is down is reported as down, not as stalled.
+    assert health.stalls(per_node, NOW, 120, live={"node-1"}) == {"run": None, "nodes": {}}
+
+
+def test_shards_that_never_grew_count_from_when_we_first_saw_them():
+    rows = {"a": node_rows(0.0, since=NOW - 200)}
+    per_node = health.run_rates(rows, NOW)["per_node"]
+    assert per_node["a"].last_growth_unix == NOW - 200  # the first index brought the backlog
+    assert health.stalls(per_node, NOW, 120)["run"] == NOW - 200
+
+
+def test_rate_drop_below_half_the_hours_median():
+    minutes = [1000.0] * 50 + [100.0] * 5
+    assert health.rate_drop(400.0, minutes) == 1000.0
+    assert health.rate_drop(600.0, minutes) is None
+    assert health.rate_drop(10.0, minutes[:5]) is None  # five minutes are no baseline
+    assert health.rate_drop(None, minutes) is None
+
+
+def test_minute_rates_drop_the_filling_bucket_and_backfill():
+    buckets = [{"tokens": 600_000, "backfill": 1}, {"tokens": 60_000, "backfill": 0},
+               {"tokens": 120_000, "backfill": 0}, {"tokens": 5, "backfill": 0}]
+    assert health.minute_rates(buckets) == [1000.0, 2000.0]
+
+
+def test_stall_after_default_and_override():
+    cfg = RunConfig(name="r", nodes=[], interval_s=10)
+    assert cfg.stall_after == 120.0
+    assert RunConfig(name="r", nodes=[], interval_s=60).stall_after == 180.0
+    assert RunConfig(name="r", nodes=[], stall_after_s=30).stall_after == 30.0
+
+
+def gpu(label, util=95.0, temp=60.0, throttle=(), error=None):
+    node, index = label.split("/")
+    return {"node": node, "gpu": int(index), "label": label, "util_pct": util, "temp_c": temp,
+            "throttle_reasons": list(throttle), "error": error}
+
+
+def test_gpu_problems_are_named_in_words_most_serious_first():
+    gpus = [gpu("n1/0"), gpu("n1/1", throttle=("hw_thermal_slowdown",), temp=91),
+            gpu("n1/2", util=3), gpu("n1/3", throttle=("sw_power_cap",)), gpu("n2/0", error="GPU is lost")]
+    found = {("n1", 0): {"ecc_uncorrected_volatile": 2, "pcie_replay": 12}, ("n1", 2): {"remapped_rows_pending": True}}
+    xids = [{"node": "n1", "gpu": 0, "xid": 79, "ts_unix": NOW}]
+    out = health.gpu_problems(gpus, found, xids, run_writing=True)
+    levels = [level for level, _ in out]
+    assert levels == sorted(levels, key=["error", "warning", "info"].index)
+    text = "\n".join(t for _, t in out)
+    assert "GPU errors: n2/0 (GPU is lost)" in text
+    assert "XID 79 on n1/0 (GPU has fallen off the bus)" in text
+    assert "Uncorrected ECC errors since the driver loaded: n1/0 (2)" in text
+    assert "waiting to be remapped or retired" in text and "n1/2" in text
+    assert "Throttled by hardware (slower clocks): n1/1 (hw_thermal_slowdown)" in text
+    assert "Hot (≥ 85 °C): n1/1 (91 °C)" in text
+    assert "Idle while the run writes (< 10% util): n1/2 (3%)" in text
+    assert ("info", "At the power cap (sw_power_cap: normal under full load): n1/3") in out
+    assert ("info", "PCIe replays since the driver loaded: n1/0 (12)") in out
+
+
+def test_idle_gpus_are_no_problem_when_the_run_is_not_writing_and_healthy_is_silent():
+    assert health.gpu_problems([gpu("n1/0", util=0)], {}, [], run_writing=False) == []
+    assert health.gpu_problems([gpu("n1/0")], {("n1", 0): {"ecc_uncorrected_volatile": 0}}, [], True) == []
+
+
+def test_host_problems_ram_swap_and_load():
+    gib = 2**30
+    hosts = {"n1": {"cpus": 8, "mem_total_bytes": 100 * gib, "mem_available_bytes": 5 * gib,
+                    "swap_total_bytes": 8 * gib, "swap_free_bytes": 4 * gib},
+             "n2": {"cpus": 64, "mem_total_bytes": 100 * gib, "mem_available_bytes": 60 * gib, "swap_total_bytes": 0}}
+    out = health.host_problems(hosts, {"n1": [16.0, 10.0, 9.0], "n2": [3.0, 3.0, 3.0]})
+    assert out == [("warning", "n1: RAM 95% used (5.0 GiB available)"),
+                   ("warning", "n1: swap 50% used (the host is short of memory)"),
+                   ("warning", "n1: CPU load 16.0 on 8 CPUs")]
+
+
+def test_a_gpu_that_stopped_reporting_is_named_missing():
+    seen = {"n1": {0, 1, 2, 3}, "n2": {0, 1}}
+    now = {"n1": {0, 1, 3}, "n2": {0, 1}}
+    assert health.missing_gpus(seen, now, live={"n1", "n2"}) == [
+        ("error", "n1: GPU 2 missing from the latest poll (3 of 4 reporting)")]
+    assert health.missing_gpus(seen, now, live={"n2"}) == []  # a down node is reported as down
