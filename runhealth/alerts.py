@@ -20,7 +20,7 @@ DOWN_AFTER_STALE = 5  # a node is "down" once it has failed for 5 x stale_after
 GPU_HOT_C = 85.0  # GPU core temperature that counts as "hot" (NVIDIA datacenter parts slow down near 90)
 # Throttle reasons that mean lost speed; gpu_idle, sync_boost and the clock settings are benign.
 HARMFUL_THROTTLE = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown", "hw_power_brake_slowdown")
-STALL_MIN_S = 300.0
+STALL_MIN_S = 120.0  # the default stall window is max(3 x interval_s, this): RunConfig.stall_after
 
 
 def fmt_age(seconds: float | None) -> str:
@@ -54,18 +54,21 @@ def node_status(node: dict[str, Any], now: float, stale_after: float) -> tuple[s
     return state, f"{state} for {fmt_age(age)}{why}"
 
 
-def stall_after_s(interval_s: float) -> float:
-    """How long an up node may add no completions before it counts as stalled."""
-    return max(STALL_MIN_S, 10 * interval_s)
+def stall_after_s(meta: dict[str, Any]) -> float:
+    """How long an up node may add no completions before it counts as stalled: the run's
+    `stall_after_s` as the collector saved it (the Overview's rule, one definition), else
+    the same default as `RunConfig.stall_after`."""
+    if meta.get("stall_after_s"):
+        return float(meta["stall_after_s"])
+    return max(STALL_MIN_S, 3 * float(meta.get("interval_s") or 10.0))
 
 
-def stalled_nodes(store: Store, now: float, interval_s: float) -> dict[str, float]:
+def stalled_nodes(store: Store, now: float, window: float) -> dict[str, float]:
     """Nodes polled throughout the last stall window that added no completion in it.
 
     Returns {node: seconds since its last new completion (or since the window's first poll)}.
     Only the last two windows of polls are read, so this stays cheap on a week-long run.
     """
-    window = stall_after_s(interval_s)
     rows = store._rows(  # the store has no public read of this shape; kept here, away from store.py
         "SELECT node, MIN(ts_unix) AS first, MAX(CASE WHEN completions > 0 THEN ts_unix END) AS last_new"
         " FROM polls WHERE ts_unix >= ? GROUP BY node", (now - 2 * window,))
@@ -106,13 +109,13 @@ def evaluate(store: Store, now: float | None = None) -> list[Alert]:
     if last is not None and now - last > stale_after:
         out.append(Alert("collection_stale", "critical", run,
                          f"No successful collection for {fmt_age(now - last)}.", value=now - last))
-    out += _node_alerts(store, run, now, stale_after, interval)
+    out += _node_alerts(store, run, now, stale_after, stall_after_s(meta))
     out += _truncation_alerts(store, meta, run)
     out += _gpu_alerts(store, run)
     return out
 
 
-def _node_alerts(store: Store, run: str, now: float, stale_after: float, interval: float) -> list[Alert]:
+def _node_alerts(store: Store, run: str, now: float, stale_after: float, stall_s: float) -> list[Alert]:
     out = []
     up = set()
     for n in store.nodes():
@@ -127,7 +130,7 @@ def _node_alerts(store: Store, run: str, now: float, stale_after: float, interva
         elif state in ("down", "stale"):
             out.append(Alert(f"node_{state}", "critical" if state == "down" else "warning", run,
                              f"{n['name']} {why}", node=n["name"], value=age))
-    for node, quiet in sorted(stalled_nodes(store, now, interval).items()):
+    for node, quiet in sorted(stalled_nodes(store, now, stall_s).items()):
         if node in up:
             out.append(Alert("node_stalled", "warning", run,
                              f"{node}: no new completion for {fmt_age(quiet)} while reachable.",

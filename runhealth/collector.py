@@ -313,6 +313,7 @@ class Collector:
 def _run_meta(config: RunConfig) -> dict[str, Any]:
     return {"name": config.name, "target_completions": config.target_completions,
             "max_output_tokens": config.max_output_tokens, "interval_s": config.interval_s,
+            "stall_after_s": config.stall_after,
             "demo": config.demo, "truncation_warn_fraction": config.truncation_warn_fraction,
             "truncation_alert_fraction": config.truncation_alert_fraction,
             "stale_after_s": config.stale_after, "nodes": [n.name for n in config.nodes]}

@@ -127,11 +127,11 @@ class StoreMetrics:
         age = GaugeMetricFamily("runhealth_last_poll_age_seconds", "Seconds since the node's last successful poll.",
                                 labels=["run", "node"])
         stalled = GaugeMetricFamily("runhealth_stalled", "1 if the node is reachable but added no completion "
-                                    f"for {alerts.stall_after_s(interval):.0f} s.", labels=["run", "node"])
+                                    f"for {alerts.stall_after_s(meta):.0f} s.", labels=["run", "node"])
         tps = GaugeMetricFamily("runhealth_generation_tokens_per_second",
                                 f"Generated tokens per second over the last {RATE_WINDOW_S:.0f} s (shard growth).",
                                 labels=["run", "node"])
-        stalls = alerts.stalled_nodes(self.store, now, interval)
+        stalls = alerts.stalled_nodes(self.store, now, alerts.stall_after_s(meta))
         nodes = self.store.nodes()
         for n in nodes:
             state, _why = alerts.node_status(n, now, stale_after)
