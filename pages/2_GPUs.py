@@ -1,7 +1,8 @@
 """GPUs: is every GPU busy, within its power limit, cool, and running the server?
 
-Per-GPU time series of utilization, power (with the limit), memory, temperature and SM clock,
-averaged in SQL into at most a few hundred points per GPU over the chosen window. Idle
+Time series of utilization, power (with the limit), memory, temperature and SM clock, averaged
+in SQL into at most a few hundred points per GPU over the chosen window: one line per GPU for a
+small run, per-node median lines with min-max bands past 8 GPUs, node x time heatmaps for a fleet. Idle
 (<10% util) and throttled GPUs are listed first; simulated telemetry (demo) is labelled.
 """
 
@@ -15,9 +16,10 @@ import streamlit as st
 from components import cards, figures, loaders, page
 
 PREFIX = "gpus"
-MAX_GPU_LINES = 64  # beyond this, the charts draw one line per node
 WINDOWS_S = {"15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "whole run": None}
-PER_GPU_LINES_UP_TO = 8  # more GPUs than this: per-node bands, not one line per GPU
+# More GPUs than this: per-node bands (a node x time heatmap past figures.BAND_MAX_NODES nodes),
+# never one plotly trace per GPU (4,096 GPUs took 45 s a chart, bench/fleet.py).
+PER_GPU_LINES_UP_TO = 8
 SERIES = [  # (column, title, unit, limit column)
     ("util_pct", "Utilization", "%", None),
     ("power_w", "Power", "W", "power_limit_w"),
@@ -41,17 +43,6 @@ def render_now(gpus, nodes) -> None:
         "power W": st.column_config.NumberColumn(format="%.0f")})
 
 
-def fleet_bands(df):
-    """All selected GPUs folded into three lines per time bucket: min, mean and max."""
-    columns = [c for c, *_ in SERIES] + ["power_limit_w"]
-    width = max((df["ts_unix"].max() - df["ts_unix"].min()) / 200, 1.0)
-    bucket = df["ts_unix"].min() + ((df["ts_unix"] - df["ts_unix"].min()) // width) * width
-    grouped = df.assign(ts_unix=bucket).groupby("ts_unix")[columns]
-    parts = [stat.reset_index().assign(label=name) for name, stat in
-             (("min", grouped.min()), ("mean", grouped.mean()), ("max", grouped.max()))]
-    return pd.concat(parts, ignore_index=True)
-
-
 def render_series(window: str, labels: list[str]) -> None:
     span = WINDOWS_S[window]
     since = (time.time() - span) // 10 * 10 if span else None
@@ -60,11 +51,6 @@ def render_series(window: str, labels: list[str]) -> None:
     if df.empty:
         st.info(f"No GPU samples in the last {window}.")
         return
-    if df["label"].nunique() > MAX_GPU_LINES:
-        # One plotly trace per GPU: 4,096 GPUs took 45 s a chart, one per node still 6 s (bench/fleet.py).
-        st.caption(f"{df['label'].nunique():,} GPUs: min, mean and max over all of them per time bucket;"
-                   f" pick nodes above (up to {MAX_GPU_LINES} GPUs) to see each GPU.")
-        df = fleet_bands(df)
     cols = st.columns(2)
     bands = df["label"].nunique() > PER_GPU_LINES_UP_TO
     for i, (col, title, unit, limit) in enumerate(SERIES):

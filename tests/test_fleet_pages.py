@@ -1,4 +1,4 @@
-"""Pages at fleet size: the GPUs charts fold thousands of GPUs into min/mean/max, the Nodes page
+"""Pages at fleet size: the GPUs charts fold each node's GPUs into one heatmap row, the Nodes page
 details only the nodes that need a look (and the ones picked)."""
 
 from __future__ import annotations
@@ -21,9 +21,13 @@ def test_gpus_and_nodes_pages_at_40_nodes(tmp_path, monkeypatch):
     config = write_config(tmp_path, tmp_path / "x.sqlite3", nodes=40)
     at = run_page("pages/2_GPUs.py", config, monkeypatch)
     assert_clean(at)
-    assert "312 GPUs: min, mean and max over all of them" in texts(at)
-    names = {trace.name for chart in at.get("plotly_chart") for trace in _traces(chart)}
-    assert {"min", "mean", "max"} <= names and "node-1/0" not in names
+    specs = [_spec(chart) for chart in at.get("plotly_chart")]
+    history = [s for s in specs if "median of each node's GPUs" in s["layout"]["title"]["text"]]
+    assert len(history) == 5, "one node x time heatmap per GPU metric"
+    # a row per node that reported GPUs in the window (node-7 has been down for 10 min)
+    assert all(s["data"][0]["type"] == "heatmap" and len(s["data"][0]["y"]) == 39 for s in history)
+    names = {d.get("name") for s in specs for d in s.get("data", [])}
+    assert "node-1/0" not in names  # never one trace per GPU at this size
     st.cache_data.clear()
     at = run_page("pages/4_Nodes.py", config, monkeypatch)
     assert_clean(at)
@@ -35,8 +39,7 @@ def test_gpus_and_nodes_pages_at_40_nodes(tmp_path, monkeypatch):
     st.cache_resource.clear()
 
 
-def _traces(chart):
+def _spec(chart):
     import json
 
-    spec = json.loads(chart.proto.spec)
-    return [type("T", (), {"name": d.get("name")}) for d in spec.get("data", [])]
+    return json.loads(chart.proto.spec)
