@@ -61,18 +61,7 @@ def window_rate(points: list, end_t: float, window_s: float) -> tuple[float | No
     A span straddling the start counts pro rata; the time after the last poll is not counted
     (it is unknown, not zero). (None, None) when no span reaches into the window.
     """
-    start = end_t - window_s
-    dur = count = tokens = 0.0
-    for t0, t1, d_count, d_tokens in rates.valid_spans(points):
-        if t1 <= start:
-            continue
-        share = (t1 - max(t0, start)) / (t1 - t0)
-        dur += t1 - max(t0, start)
-        count += share * d_count
-        tokens += share * d_tokens
-    if dur <= 0:
-        return None, None
-    return count / dur, tokens / dur
+    return rates.windowed_rate(points, window_s, end_t)
 
 
 def run_rates(rows_by_node: dict[str, list[tuple]], now: float) -> dict[str, Any]:

@@ -57,18 +57,20 @@ def ewma_rate(points: list[Point], half_life_s: float = 60.0):
     return w_count / w_dur, w_tokens / w_dur
 
 
-def windowed_rate(points: list[Point], window_s: float):
-    """Mean rates over the last ``window_s`` seconds of valid spans (node clock).
+def windowed_rate(points: list[Point], window_s: float, end_t: float | None = None):
+    """Mean rates over the ``window_s`` seconds of valid spans before ``end_t`` (node clock;
+    default: the end of the last span).
 
-    A span straddling the window start counts pro rata.
+    A span straddling the window start counts pro rata; time after the last poll is not
+    counted (it is unknown, not zero).
 
     Returns:
-        ``(completions_per_s, tokens_per_s)``, or ``(None, None)`` without a valid span.
+        ``(completions_per_s, tokens_per_s)``, or ``(None, None)`` without a span in the window.
     """
     spans = valid_spans(points)
     if not spans:
         return None, None
-    start = spans[-1][1] - window_s
+    start = (spans[-1][1] if end_t is None else end_t) - window_s
     dur = count = tokens = 0.0
     for t0, t1, d_count, d_tokens in spans:
         if t1 <= start:
