@@ -313,9 +313,10 @@ def build_parser() -> argparse.ArgumentParser:
 def split_compare(argv: list[str]) -> tuple[list[str], list[str] | None]:
     """`compare`'s B paths are everything after its `--` (argparse's own `--` handling differs
     between Python versions, so the split is made before parsing)."""
-    if "compare" not in argv or "--" not in argv[argv.index("compare"):]:
+    words = [i for i, a in enumerate(argv) if not a.startswith("-")]
+    if not words or argv[words[0]] != "compare" or "--" not in argv[words[0]:]:
         return argv, None
-    cut = argv.index("--", argv.index("compare"))
+    cut = argv.index("--", words[0])
     return argv[:cut], argv[cut + 1:]
 
 

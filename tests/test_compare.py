@@ -13,6 +13,7 @@ import sys
 import pytest
 from shardgen import chat_line, write_shard
 
+from runhealth.cli import split_compare
 from runhealth.compare import newcombe_diff, quantile_interval
 
 MU, SIGMA, N = math.log(1500), 0.9, 20000
@@ -153,3 +154,9 @@ def test_quantile_interval_brackets_the_point():
     point, lo, hi = quantile_interval(pairs, 0.5)
     assert point == 500 and lo < 500 < hi and hi - lo < 80
     assert quantile_interval([], 0.5) is None
+
+
+def test_only_the_compare_subcommand_is_split_at_its_double_dash():
+    assert split_compare(["compare", "--json", "a", "--", "b", "c"]) == (["compare", "--json", "a"], ["b", "c"])
+    assert split_compare(["scan", "compare", "--", "x"]) == (["scan", "compare", "--", "x"], None)
+    assert split_compare(["compare", "a"]) == (["compare", "a"], None)
