@@ -121,17 +121,26 @@ def format_compare(r: dict[str, Any]) -> str:
             cut = f"; {' and '.join(x.upper() for x in p['at_ceiling'])} at the ceiling: a lower bound" if p["at_ceiling"] else ""
             out.append(f"{name}: {p['a']} -> {p['b']} ({p['difference']:+d}; about {p['interval'][0]:+.0f} to"
                        f" {p['interval'][1]:+.0f}{cut})")
-    f = r["forecast"]
+    out.extend(format_forecast(r["forecast"]))
+    out.append(escape(r["forecast_note"]))
+    return "\n".join(out)
+
+
+def format_forecast(f: dict[str, Any] | None) -> list[str]:
+    """The forecast check in words (nothing when there is none: the note says why)."""
     if f is None:
-        out.append(escape(r["forecast_note"]))
-        return "\n".join(out)
+        return []
+    out = []
     verdict = "inside" if f["inside"] else "OUTSIDE"
     out.append(f"forecast check at {f['limit']:,}: A's what-if predicted {100 * f['predicted_fraction']:.1f}%"
                f" still cut (95% {100 * f['interval'][0]:.1f}-{100 * f['interval'][1]:.1f}%, {escape(f['model'])});"
                f" B measured {100 * f['measured_fraction']:.1f}% ({100 * f['measured_interval'][0]:.1f}-"
                f"{100 * f['measured_interval'][1]:.1f}%): {verdict} the predicted interval")
-    out.append(escape(r["forecast_note"]))
-    return "\n".join(out)
+    if f["predicted_extra_tokens"] is not None and f["measured_extra_tokens"] is not None:
+        lo, hi = f["predicted_extra_tokens_interval"]
+        out.append(f"  extra tokens per completion: predicted {f['predicted_extra_tokens']:+.0f} ({lo:.0f}-{hi:.0f}),"
+                   f" measured {f['measured_extra_tokens']:+.0f} (B's mean minus A's)")
+    return out
 
 
 def cmd_poll(args: argparse.Namespace) -> int:
