@@ -77,6 +77,8 @@ def test_matched_relaunch_counts_contract_and_forecast_inside(shards):
     assert f["limit"] == 8192
     assert f["measured_fraction"] == cut_count(rows["b"], 8192) / N
     assert f["inside"] is True and lo <= f["measured_fraction"] <= hi
+    assert f["measured_extra_tokens"] == pytest.approx(b["tokens"]["mean"] - a["tokens"]["mean"])
+    assert f["predicted_extra_tokens_interval"][0] <= f["measured_extra_tokens"] <= f["predicted_extra_tokens_interval"][1]
     # The truth of the generating distribution lies inside too (P(T >= 8192) of the log-normal).
     truth = 0.5 * math.erfc((math.log(8192) - MU) / (SIGMA * math.sqrt(2)))
     assert lo <= truth <= hi
