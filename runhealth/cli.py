@@ -1,9 +1,10 @@
-"""Command-line interface: `runhealth dashboard|collect|scan|poll` (also `python -m runhealth`).
+"""Command-line interface: `runhealth dashboard|collect|scan|poll|compare` (also `python -m runhealth`).
 
 `dashboard` serves the Streamlit app; `collect` runs the collector alone, headless, for a
 service next to read-only dashboards; `scan` answers "what's the max completion length, and
 are we maxing out?" for local shard files with no dashboard at all; `poll` runs one full
-collection over every configured node. `scan` and `poll` print a human summary, or with
+collection over every configured node; `compare` puts two runs' local shards side by side
+(A, then `--`, then B) and checks A's what-if forecast against B. `scan`, `poll` and `compare` print a human summary, or with
 `--json` the objects the tests and benchmarks rely on. Each subcommand is one `add_*` parser
 function and one `cmd_*` function.
 """
@@ -20,7 +21,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from runhealth import __version__, agent, launch, service, stats, whatif
+from runhealth import __version__, agent, compare, launch, service, stats, whatif
 from runhealth.collector import Collector
 from runhealth.config import find_config_path, load_config
 from runhealth.errors import RunhealthError
@@ -64,12 +65,7 @@ def scan_paths(patterns: list[str], totals: dict[str, int] | None = None,
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
-    totals: dict[str, int] = {}
-    hist, malformed, unmatched = scan_paths(args.paths, totals, args.workers)
-    for pattern in unmatched:
-        print(f"warning: nothing matched {escape(pattern)}", file=sys.stderr)
-    summary = stats.summarize(hist, ceiling=args.ceiling, unparseable=malformed)
-    summary["blank_lines"] = totals.get("blank_lines", 0)
+    hist, summary, unmatched = scan_summary(args.paths, args.ceiling, args.workers)
     if args.whatif:
         if summary["ceiling"] is None:
             print("error: --whatif needs a ceiling (none given and none detected)", file=sys.stderr)
@@ -77,6 +73,74 @@ def cmd_scan(args: argparse.Namespace) -> int:
         summary["whatif"] = whatif.what_if(hist, summary["ceiling"], args.whatif)
     print(json.dumps(summary, indent=2) if args.json else format_summary(summary))
     return 0 if summary["completions"] or not unmatched else 1
+
+
+def scan_summary(patterns: list[str], ceiling: int | None,
+                 workers: int | None) -> tuple[stats.LengthHist, dict, list[str]]:
+    """The histogram and `scan --json` object for `patterns`, and the globs that matched nothing
+    (each warned about on stderr)."""
+    totals: dict[str, int] = {}
+    hist, malformed, unmatched = scan_paths(patterns, totals, workers)
+    for pattern in unmatched:
+        print(f"warning: nothing matched {escape(pattern)}", file=sys.stderr)
+    summary = stats.summarize(hist, ceiling=ceiling, unparseable=malformed)
+    summary["blank_lines"] = totals.get("blank_lines", 0)
+    return hist, summary, unmatched
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    if not args.paths or not args.b_paths:
+        print("error: usage: runhealth compare [options] A_GLOBS... -- B_GLOBS...", file=sys.stderr)
+        return 2
+    hist_a, sum_a, _ = scan_summary(args.paths, args.ceiling_a, args.workers)
+    hist_b, sum_b, _ = scan_summary(args.b_paths, args.ceiling_b, args.workers)
+    diffs = compare.differences(hist_a, sum_a, hist_b, sum_b)
+    forecast, note = compare.forecast_check(hist_a, sum_a, hist_b, sum_b)
+    report = {"a": sum_a, "b": sum_b, "forecast": forecast, "forecast_note": note,
+              "differences": diffs, "summary": compare.headline(sum_a, sum_b, diffs)}
+    print(json.dumps(report, indent=2) if args.json else format_compare(report))
+    return 0 if sum_a["completions"] and sum_b["completions"] else 1
+
+
+def format_compare(r: dict[str, Any]) -> str:
+    """Both summaries, the differences with their intervals, and the forecast check, in words."""
+    out = ["B vs A: " + escape(r["summary"]), "== A", format_summary(r["a"]), "== B", format_summary(r["b"]),
+           "== B - A (95% intervals)"]
+    d = r["differences"]
+    share = d["truncated_fraction"]
+    out.append(f"still cut at each run's ceiling: {100 * share['difference']:+.1f} points"
+               f" ({100 * share['interval'][0]:+.1f} to {100 * share['interval'][1]:+.1f}, Newcombe)")
+    if d["mean_tokens"]:
+        m = d["mean_tokens"]
+        rel = f", {100 * m['relative']:+.0f}%" if m["relative"] is not None else ""
+        out.append(f"mean tokens per completion: {m['difference']:+.0f} ({m['interval'][0]:+.0f} to"
+                   f" {m['interval'][1]:+.0f}{rel})")
+    for name in ("p50", "p90", "p99"):
+        if d[name]:
+            p = d[name]
+            cut = f"; {' and '.join(x.upper() for x in p['at_ceiling'])} at the ceiling: a lower bound" if p["at_ceiling"] else ""
+            out.append(f"{name}: {p['a']} -> {p['b']} ({p['difference']:+d}; about {p['interval'][0]:+.0f} to"
+                       f" {p['interval'][1]:+.0f}{cut})")
+    out.extend(format_forecast(r["forecast"]))
+    out.append(escape(r["forecast_note"]))
+    return "\n".join(out)
+
+
+def format_forecast(f: dict[str, Any] | None) -> list[str]:
+    """The forecast check in words (nothing when there is none: the note says why)."""
+    if f is None:
+        return []
+    out = []
+    verdict = "inside" if f["inside"] else "OUTSIDE"
+    out.append(f"forecast check at {f['limit']:,}: A's what-if predicted {100 * f['predicted_fraction']:.1f}%"
+               f" still cut (95% {100 * f['interval'][0]:.1f}-{100 * f['interval'][1]:.1f}%, {escape(f['model'])});"
+               f" B measured {100 * f['measured_fraction']:.1f}% ({100 * f['measured_interval'][0]:.1f}-"
+               f"{100 * f['measured_interval'][1]:.1f}%): {verdict} the predicted interval")
+    if f["predicted_extra_tokens"] is not None and f["measured_extra_tokens"] is not None:
+        lo, hi = f["predicted_extra_tokens_interval"]
+        out.append(f"  extra tokens per completion: predicted {f['predicted_extra_tokens']:+.0f} ({lo:.0f}-{hi:.0f}),"
+                   f" measured {f['measured_extra_tokens']:+.0f} (B's mean minus A's)")
+    return out
 
 
 def cmd_poll(args: argparse.Namespace) -> int:
@@ -226,6 +290,19 @@ def add_scan(sub) -> None:
     scan.set_defaults(func=cmd_scan)
 
 
+def add_compare(sub) -> None:
+    p = sub.add_parser("compare", help="two runs' local shards side by side: A_GLOBS... -- B_GLOBS...",
+                       description="Compare run B with run A (local shards). Options go before the `--`;"
+                                   " everything after it is B's paths or globs.")
+    p.add_argument("paths", nargs="*", metavar="A_GLOBS")
+    p.add_argument("--ceiling-a", type=int, metavar="N", help="run A's max_tokens (detected when absent)")
+    p.add_argument("--ceiling-b", type=int, metavar="N", help="run B's max_tokens (detected when absent)")
+    p.add_argument("--workers", type=int, choices=range(1, 9), metavar="N",
+                   help="worker processes for a large scan, 1-8 (default: a quarter of the cores)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_compare, b_paths=[])
+
+
 def add_poll(sub) -> None:
     poll = sub.add_parser("poll", help="one collection over every configured node")
     poll.add_argument("--config", help=CONFIG_HELP)
@@ -237,13 +314,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="runhealth", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"runhealth {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (add_dashboard, add_collect, add_scan, add_poll):
+    for add in (add_dashboard, add_collect, add_scan, add_poll, add_compare):
         add(sub)
     return parser
 
 
+def split_compare(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """`compare`'s B paths are everything after its `--` (argparse's own `--` handling differs
+    between Python versions, so the split is made before parsing)."""
+    words = [i for i, a in enumerate(argv) if not a.startswith("-")]
+    if not words or argv[words[0]] != "compare" or "--" not in argv[words[0]:]:
+        return argv, None
+    cut = argv.index("--", words[0])
+    return argv[:cut], argv[cut + 1:]
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv, b_paths = split_compare(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
+    if b_paths is not None:
+        args.b_paths = b_paths
     try:
         return args.func(args)
     except RunhealthError as exc:
