@@ -419,39 +419,6 @@ def eta_change(remaining_completions: int, tokens_per_s: float | None, mean_toke
             "delta_s_interval": [remaining * lo / tokens_per_s, remaining * hi / tokens_per_s]}
 
 
-def _messages(prompt) -> list[dict]:
-    if isinstance(prompt, list):
-        return [dict(m) for m in prompt]
-    return [{"role": "user", "content": str(prompt)}]
-
-
-def continuation_requests(samples: list[dict], new_limit: int, ceiling: int,
-                          model: str = "") -> list[dict]:
-    """OpenAI Batch lines that continue truncated completions up to ``new_limit`` tokens.
-
-    Each body is a chat request whose last message is the partial assistant answer, with
-    ``continue_final_message=True`` and ``add_generation_prompt=False`` (vLLM / SGLang
-    continuation) and ``max_tokens = new_limit - ceiling``.  Samples without full text
-    (``prompt`` or ``text`` None) are skipped.
-
-    Returns:
-        One dict per JSONL line: ``{"custom_id": "path:line_no", "method", "url", "body"}``.
-    """
-    budget = int(new_limit) - int(ceiling)
-    if budget <= 0:
-        return []
-    lines = []
-    for sample in samples:
-        if sample.get("prompt") is None or sample.get("text") is None:
-            continue
-        messages = _messages(sample["prompt"]) + [{"role": "assistant", "content": sample["text"]}]
-        body = {"model": model, "messages": messages, "max_tokens": budget,
-                "continue_final_message": True, "add_generation_prompt": False}
-        lines.append({"custom_id": f"{sample.get('path')}:{sample.get('line_no')}",
-                      "method": "POST", "url": "/v1/chat/completions", "body": body})
-    return lines
-
-
 def forecast_outcome(forecast: dict, hist: LengthHist) -> dict | None:
     """How a what-if forecast did, given a later run's lengths at the forecast's limit.
 

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from runhealth.numeric import log_gamma_sf, log_norm_sf, nelder_mead
 from runhealth.stats import LengthHist
 from runhealth.whatif import (
-    continuation_requests,
     eta_change,
     what_if,
     what_if_curve,
@@ -206,26 +205,6 @@ def test_eta_change():
     assert eta == {"eta_s_now": 4000.0, "eta_s_new": 4500.0, "delta_s": 500.0, "delta_s_interval": [500.0, 500.0]}
     assert eta_change(1000, 500.0, 2000.0, 250.0, [100.0, 400.0])["delta_s_interval"] == [200.0, 800.0]
     assert eta_change(1000, None, 2000.0, 250.0)["delta_s"] is None
-
-
-def test_continuation_requests_build_a_batch():
-    samples = [
-        {"prompt": "Prove it.", "text": "Step 1 ...", "path": "/d/a.jsonl", "line_no": 17},
-        {"prompt": [{"role": "system", "content": "Be brief."},
-                    {"role": "user", "content": "Why?"}], "text": "Because", "path": "/d/b.jsonl",
-         "line_no": 3},
-        {"prompt": None, "text": None, "path": "/d/c.jsonl", "line_no": 1},
-    ]
-    lines = continuation_requests(samples, 8192, 4096, model="qwen")
-    assert [line["custom_id"] for line in lines] == ["/d/a.jsonl:17", "/d/b.jsonl:3"]
-    body = lines[1]["body"]
-    assert body["max_tokens"] == 4096 and body["model"] == "qwen"
-    assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
-    assert body["messages"][-1] == {"role": "assistant", "content": "Because"}
-    assert body["messages"][0]["role"] == "system"
-    assert lines[0]["url"] == "/v1/chat/completions"
-    assert all("\n" not in json.dumps(line) for line in lines)
-    assert continuation_requests(samples, 4096, 4096) == []
 
 
 @settings(max_examples=40, deadline=None)
