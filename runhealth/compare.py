@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from runhealth import whatif
+from runhealth import stats, whatif
 from runhealth.stats import LengthHist, length_source, wilson_interval
 
 Z95 = 1.959964
@@ -66,15 +66,6 @@ def mean_diff(pairs_a: list[tuple[int, int]], pairs_b: list[tuple[int, int]]) ->
             "relative": rel, "relative_interval": rel_iv}
 
 
-def _value_at_rank(pairs: list[tuple[int, int]], rank: int) -> int:
-    cumulative = 0
-    for tokens, c in pairs:
-        cumulative += c
-        if cumulative >= rank:
-            return tokens
-    return pairs[-1][0]
-
-
 def quantile_interval(pairs: list[tuple[int, int]], q: float) -> tuple[int, int, int] | None:
     """(point, lo, hi): the nearest-rank q-quantile (0 < q < 1) and its order-statistic 95% interval."""
     n = sum(c for _t, c in pairs)
@@ -82,7 +73,7 @@ def quantile_interval(pairs: list[tuple[int, int]], q: float) -> tuple[int, int,
         return None
     half = Z95 * math.sqrt(n * q * (1 - q))
     ranks = (math.ceil(q * n - 1e-9), math.floor(q * n - half), math.ceil(q * n + half) + 1)
-    point, lo, hi = (_value_at_rank(pairs, min(n, max(1, r))) for r in ranks)
+    point, lo, hi = (stats.value_at_rank(pairs, min(n, max(1, r))) for r in ranks)
     return point, lo, hi
 
 

@@ -129,7 +129,11 @@ def percentile_nearest_rank(hist_or_sorted_pairs, q: float) -> int | None:
     n_total = sum(n for _t, n in pairs)
     if n_total == 0:
         return None
-    rank = max(1, math.ceil(q / 100.0 * n_total - 1e-9))
+    return value_at_rank(pairs, max(1, math.ceil(q / 100.0 * n_total - 1e-9)))
+
+
+def value_at_rank(pairs: list[tuple[int, int]], rank: int) -> int:
+    """The length of the `rank`-th completion (1-based) in sorted (tokens, count) pairs."""
     cumulative = 0
     for tokens, n in pairs:
         cumulative += n
