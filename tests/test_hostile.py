@@ -14,19 +14,11 @@ import threading
 import time
 
 import pytest
+from test_faults import wait_for
 
 from runhealth.store import Store
 
 pytestmark = pytest.mark.faults
-
-
-def wait_for(predicate, timeout_s=30.0, step_s=0.05):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step_s)
-    return False
 
 
 def hold_write_lock(path, seconds: float) -> subprocess.Popen:

@@ -12,23 +12,12 @@ import re
 import time
 from pathlib import Path
 
-import pytest
 import store_fixtures
-import streamlit as st
 from streamlit.testing.v1 import AppTest
-from test_pages import PAGES, ROOT, TIMEOUT_S, assert_clean, run_page, texts
+from test_pages import PAGES, ROOT, TIMEOUT_S, _clear_streamlit_caches, assert_clean, run_page, texts  # noqa: F401 (autouse fixture)
 
 from components import page as page_mod
 from runhealth.store import Store
-
-
-@pytest.fixture(autouse=True)
-def _clear_streamlit_caches():
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    yield
-    st.cache_data.clear()
-    st.cache_resource.clear()
 
 
 def idle_polls(store: Store, nodes: list[str], start: float, end: float, every: float = 10.0) -> None:
