@@ -22,7 +22,7 @@ import streamlit as st
 
 from runhealth import demo
 from runhealth.collector import Collector
-from runhealth.config import RunConfig, find_config_path, load_config
+from runhealth.config import RunConfig, RunContext, find_config_path, load_config
 from runhealth.errors import RunhealthError
 from runhealth.outbound import Outbound, start_outbound
 from runhealth.store import Store
@@ -37,7 +37,8 @@ class Runtime:
     config: RunConfig | None
     store: Store | None
     collector: Collector | None = None
-    demo: bool = False
+    demo: bool = False  # context.demo, kept as its own field for the pages
+    context: RunContext = dataclasses.field(default_factory=RunContext)  # where the config came from
     config_error: str | None = None
     simulator: demo.Simulator | None = None
     notice: str | None = None  # why this process is not collecting, when it is not
@@ -72,7 +73,7 @@ def build_runtime_for(path: Path | None, previous: Runtime | None = None) -> Run
     collect, simulator = collecting(), None
     try:
         if path is not None:
-            config = load_config(path)
+            config, context = load_config(path), RunContext.for_file(path)
         else:
             simulator = previous.simulator if previous and previous.demo else None
             if collect and simulator is None:
@@ -80,20 +81,21 @@ def build_runtime_for(path: Path | None, previous: Runtime | None = None) -> Run
                 if not simulator.start():  # another dashboard process already simulates
                     simulator = None
             config = demo.demo_config(metrics_port=simulator.metrics_port if simulator else None)
+            context = demo.DEMO_CONTEXT
         keep = previous is not None and previous.store is not None and \
             previous.store.path == config.resolved_store_path()
         store = previous.store if keep else Store(config.resolved_store_path())
     except RunhealthError as exc:
         return Runtime(config=None, store=None, config_error=str(exc), config_path=path,
                        signature=config_signature(path))
-    runtime = Runtime(config=config, store=store, demo=config.demo, simulator=simulator, config_path=path,
-                      signature=config_signature(path))
+    runtime = Runtime(config=config, store=store, demo=context.demo, context=context, simulator=simulator,
+                      config_path=path, signature=config_signature(path))
     if collect:
-        collector = Collector(config, store)
+        collector = Collector(config, store, context=context)
         try:
             collector.start()
             runtime.collector = collector
-            runtime.outbound = start_outbound(config, store)
+            runtime.outbound = start_outbound(config, store, context=context)
         except RunhealthError as exc:
             runtime.notice = str(exc)
     return runtime

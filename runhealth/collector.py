@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from runhealth import lengthtime, loops, metrics, rollup, scheduler, textsafe
-from runhealth.config import NodeConfig, RunConfig
+from runhealth.config import NodeConfig, RunConfig, RunContext
 from runhealth.errors import StoreError
 from runhealth.store import Store
 from runhealth.transport import make_transport
@@ -40,8 +40,11 @@ def scan_budget_s(node: NodeConfig) -> float:
 
 
 def poll_request(node: NodeConfig, state: dict[str, dict[str, int]],
-                 budget_bytes: int = SCAN_BUDGET_BYTES) -> dict[str, Any]:
-    """The agent request for one poll of `node`, resuming from the stored shard offsets."""
+                 budget_bytes: int = SCAN_BUDGET_BYTES, demo_gpus: int = 0) -> dict[str, Any]:
+    """The agent request for one poll of `node`, resuming from the stored shard offsets.
+
+    `demo_gpus`: how many GPUs the agent simulates when the node has `gpu = "demo"` (RunContext).
+    """
     return {
         "op": "poll",
         "shards": {"globs": node.shards, "state": state, "budget_bytes": budget_bytes,
@@ -49,7 +52,7 @@ def poll_request(node: NodeConfig, state: dict[str, dict[str, int]],
                    "finish_reason_path": node.finish_reason_path,
                    "completion_tokens_path": node.completion_tokens_path, "scan_workers": node.scan_workers},
         "gpu": node.gpu,
-        "demo_gpus": node.demo_gpus,
+        "demo_gpus": demo_gpus,
         "metrics_urls": node.metrics_urls,
         "metrics_timeout_s": min(2.0, node.command_timeout_s / 4),
     }
@@ -71,8 +74,9 @@ class NodePoller:
     """Polls one node when the scheduler says so; owns that node's transport."""
 
     def __init__(self, node: NodeConfig, store: Store, interval_s: float, transport=None,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, demo_gpus: int = 0):
         self.node = node
+        self.demo_gpus = demo_gpus
         self.store = store
         self.interval_s = interval_s
         self.transport = transport if transport is not None else make_transport(node)
@@ -100,7 +104,8 @@ class NodePoller:
         """One poll: send offsets, fold the reply into the store. Raises on failure (recorded)."""
         try:
             sent = self.clock()
-            request = poll_request(self.node, self.store.shard_state(self.node.name), self.budget_bytes)
+            request = poll_request(self.node, self.store.shard_state(self.node.name), self.budget_bytes,
+                                   self.demo_gpus)
             reply, rtt_ms = self.request(request)
         except Exception as exc:  # any failure is this node's problem only
             self.store.record_failure(self.node.name, _plain(exc), self.clock())
@@ -140,19 +145,21 @@ class Collector:
     """Polls every node of a run concurrently and keeps the store up to date."""
 
     def __init__(self, config: RunConfig, store: Store, transports: dict[str, Any] | None = None,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, context: RunContext | None = None):
         self.config = config
+        self.context = context = context or RunContext()
         self.store = store
         self.clock = clock
         transports = transports or {}
-        self.pollers = {n.name: NodePoller(n, store, config.interval_s, transports.get(n.name), clock)
+        self.pollers = {n.name: NodePoller(n, store, config.interval_s, transports.get(n.name), clock,
+                                           context.demo_gpus.get(n.name, 0))
                         for n in config.nodes}
         self._stop = threading.Event()
         self._sample_lock = threading.Lock()
         self._sampling: int | None = None
         self._lock_file = None
         self._housekeeper: threading.Thread | None = None
-        store.set_meta("run", _run_meta(config))
+        store.set_meta("run", _run_meta(config, context))
         for node in config.nodes:
             store.register_node(node.name, node.public_dict())
 
@@ -310,11 +317,11 @@ class Collector:
         return results
 
 
-def _run_meta(config: RunConfig) -> dict[str, Any]:
+def _run_meta(config: RunConfig, context: RunContext) -> dict[str, Any]:
     return {"name": config.name, "target_completions": config.target_completions,
             "max_output_tokens": config.max_output_tokens, "interval_s": config.interval_s,
             "stall_after_s": config.stall_after,
-            "demo": config.demo, "truncation_warn_fraction": config.truncation_warn_fraction,
+            "demo": context.demo, "truncation_warn_fraction": config.truncation_warn_fraction,
             "truncation_alert_fraction": config.truncation_alert_fraction,
             "stale_after_s": config.stale_after, "nodes": [n.name for n in config.nodes]}
 

@@ -1,11 +1,18 @@
 """Configuration: one TOML file describing the run and its nodes.
 
 The file is `--config`, else the path in `RUNHEALTH_CONFIG`, else `runhealth.toml` in the
-working directory (see `find_config_path`). Every value is checked here, once, so the rest of the code can trust it; a wrong
-value fails fast with a message naming the file, the node and the field. Secrets
-(passphrases, passwords) never live in this file: they come from `.streamlit/secrets.toml`
-(`[nodes.<name>] passphrase = "..."`) or from ssh-agent, and `NodeConfig.public_dict()` is
-the only view of a node that pages may show.
+working directory (see `find_config_path`). Every key is declared once, below, as a dataclass
+field with a `spec(...)` (runhealth.configspec): its TOML types, its rules, its default and its
+README text. The checks, the defaults and the README's key table (`python -m runhealth.config
+--markdown`) all come from those declarations. Every value is checked here, once, so the rest of
+the code can trust it; a wrong value fails fast with a message naming the file, the node and the
+field. The loaded config is frozen.
+
+Secrets (passphrases, passwords) never live in this file: they come from `.streamlit/secrets.toml`
+(`[nodes.<name>] passphrase = "..."`) or from ssh-agent, are held as `Secret` (prints as '***')
+and `NodeConfig.public_dict()` is the only view of a node that pages may show. Facts about how a
+config is used rather than what the file says (where it came from, the demo) are a `RunContext`,
+passed alongside.
 """
 
 from __future__ import annotations
@@ -13,44 +20,102 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import sys
 import tomllib
+from collections.abc import Mapping
+from dataclasses import field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
+from runhealth.configspec import Rule as _Rule
+from runhealth.configspec import (
+    Secret,
+    between,
+    check_keys,
+    check_table,
+    markdown_table,
+    matches,
+    one_of,
+    positive,
+    spec,
+    spec_of,
+)
 from runhealth.errors import ConfigError
 
 CONFIG_ENV = "RUNHEALTH_CONFIG"
 DEFAULT_CONFIG_NAME = "runhealth.toml"
 SECRETS_PATH = Path(".streamlit") / "secrets.toml"
-_PYTHON_RE = re.compile(r"^[A-Za-z0-9_./+-]+$")
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.@:-]{1,64}$")
+_PYTHON_RE = r"^[A-Za-z0-9_./+-]+$"
+_NAME_RE = r"^[A-Za-z0-9_.@:-]{1,64}$"
+_NAME_MUST = "must be 1-64 letters, digits, '_.@:-'"
 
 
-@dataclasses.dataclass
+def _text_without_spaces(v: str) -> bool:
+    return bool(v) and not any(c.isspace() for c in v)
+
+
+@dataclasses.dataclass(frozen=True)
 class NodeConfig:
     """One node: where to reach it and what to read there."""
 
-    name: str
-    host: str
-    shards: list[str]
-    port: int | None = None
-    user: str | None = None
-    identity_file: str | None = None
-    known_hosts: str | None = None
-    accept_new_host_key: bool = False
-    metrics_urls: list[str] = dataclasses.field(default_factory=list)
-    python: str = "python3"
-    gpu: str = "auto"
-    finish_reason_path: str | None = None
-    completion_tokens_path: str | None = None
-    prompt_path: str | None = None  # where the prompt lives in a line (dotted), for continuation batches
-    connect_timeout_s: float = 10.0
-    command_timeout_s: float = 30.0
-    scan_workers: int | None = None  # None: a quarter of the node's cores, 1..8 (decided on the node)
-    demo_gpus: int = 0
+    name: str = field(metadata=spec(str, required=True, rules=[matches(_NAME_RE, _NAME_MUST)],
+                                     doc="node name (same rules as the run name), unique"))
+    host: str = field(metadata=spec(
+        str, required=True,
+        rules=[_Rule(lambda v: _text_without_spaces(v) and not v.startswith("-"),
+                     "must be a host name, address or ssh alias")],
+        doc='host name, address or `~/.ssh/config` alias; `"local"` = this machine, no SSH'))
+    shards: list[str] = field(metadata=spec(
+        list, required=True,
+        rules=[_Rule(lambda v: bool(v) and all(isinstance(s, str) and s for s in v),
+                     "must be a non-empty list of path globs"),
+               _Rule(lambda v: all(s.startswith(("/", "~")) for s in v), "must hold absolute paths (or ~/...)")],
+        doc="absolute path globs (or `~/...`), expanded on the node"))
+    port: int | None = field(default=None, metadata=spec(
+        int, rules=[between(1, 65535)], default_doc="`~/.ssh/config`, else 22", doc="SSH port"))
+    user: str | None = field(default=None, metadata=spec(
+        str, default_doc="`~/.ssh/config`, else your user name", doc="SSH user"))
+    identity_file: str | None = field(default=None, metadata=spec(
+        str, default_doc="`~/.ssh/config`, ssh-agent, default keys", doc="private key"))
+    known_hosts: str | None = field(default=None, metadata=spec(
+        str, default_doc="`~/.ssh/config`'s `UserKnownHostsFile`, else `~/.ssh/known_hosts`",
+        doc="host keys to trust"))
+    accept_new_host_key: bool = field(default=False, metadata=spec(
+        bool, doc="record an unknown host's key on first contact (a changed key is still refused)"))
+    metrics_urls: list[str] = field(default_factory=list, metadata=spec(
+        list, rules=[_Rule(lambda v: all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in v),
+                           "must be a list of http(s) URLs")],
+        doc="SGLang/vLLM Prometheus endpoints, fetched on the node"))
+    python: str = field(default="python3", metadata=spec(
+        str, rules=[matches(_PYTHON_RE, "must be a program name or path without spaces or shell characters")],
+        doc="the node's interpreter (3.8+)"))
+    gpu: str = field(default="auto", metadata=spec(
+        str, rules=[one_of("auto", "off", "demo")],
+        doc='`"auto"` (NVML, else `nvidia-smi`), `"off"`, or `"demo"` (simulated GPUs, as the built-in demo uses)'))
+    finish_reason_path: str | None = field(default=None, metadata=spec(
+        str, default_doc="detected", doc="dotted path to the finish reason, when your schema is unusual"))
+    completion_tokens_path: str | None = field(default=None, metadata=spec(
+        str, default_doc="detected", doc="dotted path to the completion token count, when your schema is unusual"))
+    prompt_path: str | None = field(default=None, metadata=spec(
+        str, default_doc="detected",
+        doc="dotted path to the prompt (e.g. `request.messages`); standard chat-completion output has none, "
+            "and continuation batches need it"))
+    connect_timeout_s: float = field(default=10.0, metadata=spec(
+        int, float, rules=[between(0, 600, "s", above=True)], doc="SSH connect timeout"))
+    command_timeout_s: float = field(default=30.0, metadata=spec(
+        int, float, rules=[between(0, 600, "s", above=True)],
+        doc="one agent request's timeout"))
+    scan_workers: int | None = field(default=None, metadata=spec(
+        int, rules=[between(1, 8, hint=" (leave it out for a quarter of the node's cores)")],
+        default_doc="a quarter of the node's cores",
+        doc="worker processes for the node's first scan of a large backlog, at lowered priority; "
+            "`1` keeps it to the agent's one process"))
     # Secrets: filled from secrets.toml, never from the config file, never shown.
-    passphrase: str | None = dataclasses.field(default=None, repr=False)
-    password: str | None = dataclasses.field(default=None, repr=False)
+    passphrase: Secret | None = field(default=None, metadata=spec(
+        str, in_file=False, secret=True, doc="the identity file's passphrase (secrets.toml)"))
+    password: Secret | None = field(default=None, metadata=spec(
+        str, in_file=False, secret=True, doc="SSH password login (secrets.toml)"))
 
     @property
     def is_local(self) -> bool:
@@ -58,35 +123,64 @@ class NodeConfig:
 
     def public_dict(self) -> dict[str, Any]:
         """The node's settings with every secret left out (safe to display or store)."""
-        out = dataclasses.asdict(self)
-        for key in ("passphrase", "password"):
-            out.pop(key)
-            out[f"{key}_set"] = getattr(self, key) is not None
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name in SECRET_FIELDS:
+                out[f"{f.name}_set"] = value is not None
+            else:
+                out[f.name] = list(value) if isinstance(value, list) else value
         return out
 
 
-@dataclasses.dataclass
-class RunConfig:
-    """The run as a whole."""
+# Node keys that hold secrets (never in the config file, never shown), plus key names refused in
+# the file because they would be secrets too. The one list: cards and the wire read it from here.
+SECRET_FIELDS = frozenset(f.name for f in dataclasses.fields(NodeConfig) if (s := spec_of(f)) and s.secret)
+SECRET_KEYS = SECRET_FIELDS | {"private_key"}
 
-    name: str
-    nodes: list[NodeConfig]
-    target_completions: int | None = None
-    max_output_tokens: int | None = None
-    interval_s: float = 10.0
-    store_path: str | None = None
-    truncation_warn_fraction: float = 0.02
-    truncation_alert_fraction: float = 0.05
-    stale_after_s: float | None = None
-    stall_after_s: float | None = None  # default max(3 x interval_s, 120 s): see runhealth.health
-    kiosk_rotate_s: float = 20.0
-    continuation_model: str | None = None  # the model name continuation batch requests ask for
-    allowed_users: list[str] = dataclasses.field(default_factory=list)
-    metrics_port: int | None = None  # serve Prometheus /metrics from the collecting process
-    metrics_address: str = "127.0.0.1"
-    raw_keep_h: float = 24.0  # raw 10 s history kept this long, then rolled up (runhealth.rollup)
-    source: str = "<built-in>"
-    demo: bool = False
+_FRACTION = _Rule(lambda v: 0 <= v <= 1, "must be a fraction between 0 and 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """The run as a whole: the file's `[run]` table and its nodes."""
+
+    name: str = field(metadata=spec(str, required=True, rules=[matches(_NAME_RE, _NAME_MUST)],
+                                     doc="run name: 1–64 letters, digits, `_.@:-`"))
+    nodes: list[NodeConfig] = field(default_factory=list)  # the [[nodes]] tables, checked apart
+    target_completions: int | None = field(default=None, metadata=spec(
+        int, rules=[positive()], doc="enables progress and ETA"))
+    max_output_tokens: int | None = field(default=None, metadata=spec(
+        int, rules=[positive()], default_doc="detected",
+        doc="the `max_tokens` ceiling (detected from a pile-up of `finish_reason=length`)"))
+    interval_s: float = field(default=10.0, metadata=spec(
+        int, float, rules=[between(0.5, 3600, "s")], doc="poll period"))
+    store_path: str | None = field(default=None, metadata=spec(
+        str, default_doc="`~/.cache/runhealth/<name>.sqlite3`", doc="history store (`$XDG_CACHE_HOME` honoured)"))
+    truncation_warn_fraction: float = field(default=0.02, metadata=spec(
+        int, float, rules=[_FRACTION], doc="share of completions at the ceiling that raises a warning"))
+    truncation_alert_fraction: float = field(default=0.05, metadata=spec(
+        int, float, rules=[_FRACTION], doc="… that raises an alert"))
+    stale_after_s: float | None = field(default=None, metadata=spec(
+        int, float, default_doc="`max(3 × interval_s, 30)`",
+        doc="seconds without a successful poll before a node or number counts as stale"))
+    stall_after_s: float | None = field(default=None, metadata=spec(
+        int, float, rules=[between(1, 86400, "s")], default_doc="`max(3 × interval_s, 120)`",
+        doc='no new completions for this long raises "no new completions" on the Overview, for the run or per node'))
+    kiosk_rotate_s: float = field(default=20.0, metadata=spec(
+        int, float, rules=[between(1, 86400, "s")], doc="seconds per page in kiosk mode (`?kiosk=1`)"))
+    continuation_model: str | None = field(default=None, metadata=spec(
+        str, doc="the model continuation requests ask for"))
+    allowed_users: list[str] = field(default_factory=list, metadata=spec(
+        list, rules=[_Rule(lambda v: all(isinstance(u, str) for u in v), "must be a list of strings")],
+        default_doc="`[]` (everyone who can reach it)", doc="e-mails allowed in, with Streamlit's OIDC login (below)"))
+    metrics_port: int | None = field(default=None, metadata=spec(
+        int, rules=[between(1, 65535)], doc="serve Prometheus `/metrics` on this port from the process that collects"))
+    metrics_address: str = field(default="127.0.0.1", metadata=spec(
+        str, rules=[_Rule(_text_without_spaces, "must be an IP address or host name")], doc="address for `/metrics`"))
+    raw_keep_h: float = field(default=24.0, metadata=spec(
+        int, float, rules=[between(1, 24 * 14, "h")],
+        doc="hours of raw 10 s history; older rows are rolled up to 1-min rows for 7 days, 10-min rows after"))
 
     @property
     def stale_after(self) -> float:
@@ -105,50 +199,31 @@ class RunConfig:
         return cache_dir() / f"{slug}.sqlite3"
 
 
+@dataclasses.dataclass(frozen=True)
+class RunContext:
+    """How a config is being used, as opposed to what its file says: decided by the caller.
+
+    `source` names where the config came from (a path, or "<built-in demo>"); `demo` marks the
+    built-in demo run (every page says DEMO, webhooks stay off); `demo_gpus` is how many GPUs
+    the agent simulates per node name when that node has `gpu = "demo"`.
+    """
+
+    source: str = "<config>"
+    demo: bool = False
+    demo_gpus: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "demo_gpus", MappingProxyType(dict(self.demo_gpus)))
+
+    @classmethod
+    def for_file(cls, path: str | os.PathLike) -> RunContext:
+        return cls(source=str(path))
+
+
 def cache_dir() -> Path:
     """The user's cache folder for runhealth (XDG_CACHE_HOME honoured)."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "runhealth"
-
-
-# field name -> (type(s), required)
-_RUN_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
-    "name": ((str,), True),
-    "target_completions": ((int,), False),
-    "max_output_tokens": ((int,), False),
-    "interval_s": ((int, float), False),
-    "store_path": ((str,), False),
-    "truncation_warn_fraction": ((int, float), False),
-    "truncation_alert_fraction": ((int, float), False),
-    "stale_after_s": ((int, float), False),
-    "stall_after_s": ((int, float), False),
-    "kiosk_rotate_s": ((int, float), False),
-    "continuation_model": ((str,), False),
-    "allowed_users": ((list,), False),
-    "metrics_port": ((int,), False),
-    "metrics_address": ((str,), False),
-    "raw_keep_h": ((int, float), False),
-}
-_NODE_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
-    "name": ((str,), True),
-    "host": ((str,), True),
-    "shards": ((list,), True),
-    "port": ((int,), False),
-    "user": ((str,), False),
-    "identity_file": ((str,), False),
-    "known_hosts": ((str,), False),
-    "accept_new_host_key": ((bool,), False),
-    "metrics_urls": ((list,), False),
-    "python": ((str,), False),
-    "gpu": ((str,), False),
-    "finish_reason_path": ((str,), False),
-    "completion_tokens_path": ((str,), False),
-    "prompt_path": ((str,), False),
-    "connect_timeout_s": ((int, float), False),
-    "command_timeout_s": ((int, float), False),
-    "scan_workers": ((int,), False),
-}
-_SECRET_KEYS = {"passphrase", "password", "private_key"}
 
 
 def find_config_path(explicit: str | os.PathLike | None = None) -> Path | None:
@@ -163,7 +238,7 @@ def find_config_path(explicit: str | os.PathLike | None = None) -> Path | None:
 
 
 def load_config(path: str | os.PathLike, secrets_path: Path | None = None) -> RunConfig:
-    """Read and validate a config file.
+    """Read and validate a config file, with its secrets filled in.
 
     Raises:
         ConfigError: the file is missing or unreadable, or a field is wrong (the message
@@ -179,20 +254,19 @@ def load_config(path: str | os.PathLike, secrets_path: Path | None = None) -> Ru
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     config = parse_config(raw, source=str(path))
-    apply_secrets(config, secrets_path if secrets_path is not None else SECRETS_PATH)
-    return config
+    return apply_secrets(config, secrets_path if secrets_path is not None else SECRETS_PATH)
 
 
 def parse_config(raw: dict[str, Any], source: str = "<config>") -> RunConfig:
-    """Validate an already-parsed TOML document (see `load_config`)."""
+    """Validate an already-parsed TOML document (see `load_config`); `source` names it in errors."""
     if "alerts" in raw:  # webhook URLs are credentials: never in the (shareable) config file
         raise ConfigError(f"{source}: [alerts] must not be in the config file; put webhook_urls in "
                           f"{SECRETS_PATH} under [alerts] or in RUNHEALTH_WEBHOOK_URLS")
-    _check_keys(raw, {"run", "nodes"}, source)
+    check_keys(raw, {"run", "nodes"}, source)
     run = raw.get("run")
     if not isinstance(run, dict):
         raise ConfigError(f"{source}: missing [run] table")
-    run_values = _check_table(run, _RUN_FIELDS, f"{source}: [run]")
+    run_values = check_table(run, RunConfig, f"{source}: [run]", f"{source}: [run]")
     nodes_raw = raw.get("nodes")
     if not isinstance(nodes_raw, list) or not nodes_raw:
         raise ConfigError(f"{source}: no [[nodes]] defined (at least one node is required)")
@@ -201,9 +275,7 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> RunConfig:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ConfigError(f"{source}: node name {dupes[0]!r} is used twice (field 'name')")
-    config = RunConfig(nodes=nodes, source=source, **run_values)
-    _check_run_values(config, source)
-    return config
+    return RunConfig(nodes=nodes, **run_values)
 
 
 def _parse_node(raw: Any, index: int, source: str) -> NodeConfig:
@@ -212,105 +284,53 @@ def _parse_node(raw: Any, index: int, source: str) -> NodeConfig:
         raise ConfigError(f"{where}: each [[nodes]] entry must be a table")
     if isinstance(raw.get("name"), str):
         where = f"{source}: node {raw['name']!r}"
-    secret = sorted(_SECRET_KEYS & set(raw))
+    secret = sorted(SECRET_KEYS & set(raw))
     if secret:
         raise ConfigError(
             f"{where}: field {secret[0]!r} must not be in the config file; put it in "
             f"{SECRETS_PATH} under [nodes.{raw.get('name', '<name>')}] or use ssh-agent"
         )
-    values = _check_table(raw, _NODE_FIELDS, where)
-    node = NodeConfig(**values)
-    _check_node_values(node, where)
-    return node
+    return NodeConfig(**check_table(raw, NodeConfig, where, f"{where}:"))
 
 
-def _check_keys(table: dict, allowed: set[str], where: str) -> None:
-    unknown = sorted(set(table) - allowed)
-    if unknown:
-        raise ConfigError(f"{where}: unknown field {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
-
-
-def _check_table(table: dict, fields: dict, where: str) -> dict[str, Any]:
-    _check_keys(table, set(fields), where)
-    out = {}
-    for key, (types, required) in fields.items():
-        if key not in table:
-            if required:
-                raise ConfigError(f"{where}: missing required field {key!r}")
-            continue
-        value = table[key]
-        # bool is an int subclass: `port = true` must not pass as a number.
-        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-            names = " or ".join(t.__name__ for t in types)
-            raise ConfigError(f"{where}: field {key!r} must be {names}, got {type(value).__name__}")
-        out[key] = value
-    return out
-
-
-def _check_run_values(config: RunConfig, where: str) -> None:
-    if not _NAME_RE.match(config.name):
-        raise ConfigError(f"{where}: [run] field 'name' must be 1-64 letters, digits, '_.@:-'")
-    for field in ("target_completions", "max_output_tokens"):
-        value = getattr(config, field)
-        if value is not None and value <= 0:
-            raise ConfigError(f"{where}: [run] field {field!r} must be positive")
-    if not 0.5 <= config.interval_s <= 3600:
-        raise ConfigError(f"{where}: [run] field 'interval_s' must be between 0.5 and 3600")
-    for field in ("stall_after_s", "kiosk_rotate_s"):
-        value = getattr(config, field)
-        if value is not None and not 1 <= value <= 86400:
-            raise ConfigError(f"{where}: [run] field {field!r} must be between 1 and 86400 seconds")
-    for field in ("truncation_warn_fraction", "truncation_alert_fraction"):
-        if not 0 <= getattr(config, field) <= 1:
-            raise ConfigError(f"{where}: [run] field {field!r} must be a fraction between 0 and 1")
-    if config.metrics_port is not None and not 0 < config.metrics_port < 65536:
-        raise ConfigError(f"{where}: [run] field 'metrics_port' must be between 1 and 65535")
-    if not config.metrics_address or any(c.isspace() for c in config.metrics_address):
-        raise ConfigError(f"{where}: [run] field 'metrics_address' must be an IP address or host name")
-    if not 1 <= config.raw_keep_h <= 24 * 14:
-        raise ConfigError(f"{where}: [run] field 'raw_keep_h' must be between 1 and 336 hours")
-    if not all(isinstance(u, str) for u in config.allowed_users):
-        raise ConfigError(f"{where}: [run] field 'allowed_users' must be a list of strings")
-
-
-def _check_node_values(node: NodeConfig, where: str) -> None:
-    if not _NAME_RE.match(node.name):
-        raise ConfigError(f"{where}: field 'name' must be 1-64 letters, digits, '_.@:-'")
-    if not node.host or any(c.isspace() for c in node.host) or node.host.startswith("-"):
-        raise ConfigError(f"{where}: field 'host' must be a host name, address or ssh alias")
-    if not node.shards or not all(isinstance(s, str) and s for s in node.shards):
-        raise ConfigError(f"{where}: field 'shards' must be a non-empty list of path globs")
-    if not all(s.startswith(("/", "~")) for s in node.shards):
-        raise ConfigError(f"{where}: field 'shards' must hold absolute paths (or ~/...)")
-    if not all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in node.metrics_urls):
-        raise ConfigError(f"{where}: field 'metrics_urls' must be a list of http(s) URLs")
-    if node.port is not None and not 0 < node.port < 65536:
-        raise ConfigError(f"{where}: field 'port' must be between 1 and 65535")
-    if not _PYTHON_RE.match(node.python):
-        raise ConfigError(f"{where}: field 'python' must be a program name or path without spaces or shell characters")
-    if node.gpu not in ("auto", "off", "demo"):
-        raise ConfigError(f"{where}: field 'gpu' must be one of 'auto', 'off', 'demo'")
-    if node.scan_workers is not None and not 1 <= node.scan_workers <= 8:
-        raise ConfigError(f"{where}: field 'scan_workers' must be between 1 and 8 (leave it out for a quarter of the node's cores)")
-    for field in ("connect_timeout_s", "command_timeout_s"):
-        if not 0 < getattr(node, field) <= 600:
-            raise ConfigError(f"{where}: field {field!r} must be between 0 and 600 seconds")
-
-
-def apply_secrets(config: RunConfig, secrets_path: Path) -> None:
-    """Fill node passphrases/passwords from Streamlit's secrets file, if it has any."""
+def apply_secrets(config: RunConfig, secrets_path: Path) -> RunConfig:
+    """`config` with node passphrases/passwords from Streamlit's secrets file, if it has any."""
     try:
         raw = tomllib.loads(Path(secrets_path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return
+        return config
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         # The exception text may quote the file's content: name the file only.
         raise ConfigError(f"{secrets_path}: cannot read secrets file ({type(exc).__name__})") from None
     per_node = raw.get("nodes", {})
     if not isinstance(per_node, dict):
-        return
+        return config
+    nodes = []
     for node in config.nodes:
         entry = per_node.get(node.name, {})
         if isinstance(entry, dict):
-            node.passphrase = entry.get("passphrase") if isinstance(entry.get("passphrase"), str) else None
-            node.password = entry.get("password") if isinstance(entry.get("password"), str) else None
+            node = dataclasses.replace(node, passphrase=_secret(entry, "passphrase"),
+                                       password=_secret(entry, "password"))
+        nodes.append(node)
+    return dataclasses.replace(config, nodes=nodes)
+
+
+def _secret(entry: dict, key: str) -> Secret | None:
+    value = entry.get(key)
+    return Secret(value) if isinstance(value, str) else None
+
+
+def reveal(secret: Secret | None) -> str | None:
+    """The secret's text, or None: for the one call that hands it to paramiko."""
+    return secret.reveal() if secret is not None else None
+
+
+def markdown() -> str:
+    """The README's two key tables, generated from the declarations above."""
+    return markdown_table(RunConfig, "`[run]` key") + "\n\n" + markdown_table(NodeConfig, "`[[nodes]]` key")
+
+
+if __name__ == "__main__":  # python -m runhealth.config --markdown
+    if sys.argv[1:] != ["--markdown"]:
+        sys.exit("usage: python -m runhealth.config --markdown   (prints the README's config key tables)")
+    print(markdown())

@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from runhealth.config import NodeConfig, RunConfig, cache_dir
+from runhealth.config import NodeConfig, RunConfig, RunContext, cache_dir
 
 CEILING = 4096
 LOG_MEDIAN = math.log(2326)  # median completion of the seed run
@@ -47,12 +47,16 @@ def demo_config(base: Path | None = None, metrics_port: int | None = None) -> Ru
     urls = {i: [f"http://127.0.0.1:{metrics_port}/node{i}/metrics"] if metrics_port else [] for i in (1, 2)}
     nodes = [
         NodeConfig(name="demo-node-1", host="local", shards=[str(shard_dir / "node1-*.jsonl")],
-                   python=sys.executable, gpu="demo", demo_gpus=4, metrics_urls=urls[1]),
+                   python=sys.executable, gpu="demo", metrics_urls=urls[1]),
         NodeConfig(name="demo-node-2", host="local", shards=[str(shard_dir / "node2-*.jsonl")],
-                   python=sys.executable, gpu="demo", demo_gpus=3, metrics_urls=urls[2]),
+                   python=sys.executable, gpu="demo", metrics_urls=urls[2]),
     ]
     return RunConfig(name="demo-run", nodes=nodes, target_completions=902087, interval_s=5.0,
-                     store_path=str(base / "demo.sqlite3"), source="<built-in demo>", demo=True)
+                     store_path=str(base / "demo.sqlite3"))
+
+
+# How the demo config is used: named as the built-in demo, 4 + 3 simulated GPUs, no webhooks.
+DEMO_CONTEXT = RunContext(source="<built-in demo>", demo=True, demo_gpus={"demo-node-1": 4, "demo-node-2": 3})
 
 
 class Simulator:

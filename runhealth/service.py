@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 from runhealth.collector import Collector
-from runhealth.config import RunConfig, load_config
+from runhealth.config import RunConfig, RunContext, load_config
 from runhealth.errors import RunhealthError
 from runhealth.outbound import Outbound, start_outbound
 from runhealth.store import Store
@@ -33,19 +33,19 @@ def _log(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def _start(config: RunConfig, store: Store | None, metrics_port: int | None = None,
+def _start(config: RunConfig, context: RunContext, store: Store | None, metrics_port: int | None = None,
            metrics_address: str | None = None) -> tuple[Collector, Store, Outbound]:
     path = config.resolved_store_path()
     if store is None or store.path != path:
         if store is not None:
             store.close()
         store = Store(path)
-    collector = Collector(config, store)
+    collector = Collector(config, store, context=context)
     collector.start()
-    outbound = start_outbound(config, store, metrics_port, metrics_address)
+    outbound = start_outbound(config, store, metrics_port, metrics_address, context=context)
     where = f"; /metrics on {outbound.metrics_url}" if outbound.metrics_url else ""
     _log(f"collecting {len(config.nodes)} node(s) of {config.name} every {config.interval_s:g} s into {store.path}"
-         f" (config {config.source}){where}; stop with SIGTERM or Ctrl-C")
+         f" (config {context.source}){where}; stop with SIGTERM or Ctrl-C")
     for notice in outbound.notices:
         _log(notice)
     return collector, store, outbound
@@ -59,7 +59,8 @@ def run_collector(path: Path, stop: threading.Event, metrics_port: int | None = 
     """
     path = path.expanduser().absolute()
     seen = file_signature(path)
-    collector, store, outbound = _start(load_config(path), None, metrics_port, metrics_address)
+    context = RunContext.for_file(path)
+    collector, store, outbound = _start(load_config(path), context, None, metrics_port, metrics_address)
     try:
         while not stop.wait(CHECK_EVERY_S):
             now = file_signature(path)
@@ -74,7 +75,7 @@ def run_collector(path: Path, stop: threading.Event, metrics_port: int | None = 
             outbound.stop()  # frees the /metrics port for the restarted exporter
             collector.stop()
             _log("config changed: restarting the collector")
-            collector, store, outbound = _start(config, store, metrics_port, metrics_address)
+            collector, store, outbound = _start(config, context, store, metrics_port, metrics_address)
     finally:
         outbound.stop()
         collector.stop()

@@ -22,6 +22,7 @@ from typing import Any
 import paramiko
 
 from runhealth import textsafe
+from runhealth.config import reveal
 from runhealth.errors import (
     AuthError,
     ConfigError,
@@ -385,7 +386,7 @@ class SSHTransport(Transport):
         try:
             self._translate(hop, lambda: client.connect(
                 hop.hostname, hop.port, username=hop.user, pkey=pkey,
-                password=self.node.password, passphrase=self.node.passphrase,
+                password=reveal(self.node.password), passphrase=reveal(self.node.passphrase),
                 # the handshake gets twice the banner's deadline, so a silent server is
                 # reported as "no banner" rather than as a vague negotiation failure
                 timeout=2 * timeout_s, banner_timeout=timeout_s, auth_timeout=timeout_s,
@@ -398,7 +399,7 @@ class SSHTransport(Transport):
         return client
 
     def _load_key(self, path: str) -> paramiko.PKey:
-        passphrase = self.node.passphrase
+        passphrase = reveal(self.node.passphrase)
         try:
             return paramiko.PKey.from_path(path, passphrase.encode() if passphrase else None)
         except OSError as exc:

@@ -14,7 +14,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 from shardgen import truth_rows, write_shard
 
-from runhealth.config import parse_config
+from runhealth.config import RunContext, parse_config
 from tests.test_prometheus import _free_port
 from tests.test_webhooks import SECRET, Receiver
 
@@ -107,6 +107,6 @@ def test_the_demo_run_never_sends_webhooks(tmp_path):
     from runhealth.store import Store
 
     config = parse_config({"run": {"name": "r"}, "nodes": [{"name": "n", "host": "local", "shards": ["/x"]}]})
-    config.demo = True
-    out = start_outbound(config, Store(tmp_path / "s.sqlite3"), webhook_urls=[f"http://127.0.0.1:9/{SECRET}"])
+    out = start_outbound(config, Store(tmp_path / "s.sqlite3"), webhook_urls=[f"http://127.0.0.1:9/{SECRET}"],
+                         context=RunContext(source="<built-in demo>", demo=True))
     assert out.notifier is None and out.notices == ["alert webhooks off: this is the demo run"]

@@ -1,10 +1,18 @@
 """Config loading: the example from the README loads; every wrong value names file, node and field."""
 
+import dataclasses
+import json
+import logging
+import pickle
+import re
 import textwrap
+from pathlib import Path
 
 import pytest
 
-from runhealth.config import find_config_path, load_config, parse_config
+from runhealth import config as config_module
+from runhealth.config import NodeConfig, RunConfig, RunContext, find_config_path, load_config, parse_config
+from runhealth.configspec import Secret, spec_of
 from runhealth.errors import ConfigError
 
 EXAMPLE = """
@@ -108,7 +116,7 @@ def test_secrets_come_from_secrets_file_and_never_show(tmp_path):
     secrets = write(tmp_path, '[nodes.node-1]\npassphrase = "hunter2-planted"\n', "secrets.toml")
     config = load_config(write(tmp_path, EXAMPLE), secrets_path=secrets)
     node = config.nodes[0]
-    assert node.passphrase == "hunter2-planted"
+    assert node.passphrase.reveal() == "hunter2-planted"  # the one way to read it
     shown = node.public_dict()
     assert shown["passphrase_set"] is True
     assert "hunter2-planted" not in repr(shown) + repr(node) + repr(config)
@@ -133,3 +141,75 @@ def test_scan_workers_reach_the_poll_request(tmp_path):
     two = load_config(write(tmp_path, EXAMPLE.replace('python = "python3"', 'python = "python3"\nscan_workers = 2')),
                       secrets_path=tmp_path / "none.toml").nodes[0]
     assert poll_request(two, {})["shards"]["scan_workers"] == 2
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_readme_key_tables_are_the_generated_ones():
+    """The README's key tables come from the declarations: regenerate with `python -m runhealth.config --markdown`."""
+    text = README.read_text(encoding="utf-8")
+    found = re.search(r"<!-- config-keys:[^\n]*-->\n(.*?)\n<!-- /config-keys -->", text, re.S)
+    assert found, "README.md lost its <!-- config-keys --> markers"
+    assert found.group(1).strip() == config_module.markdown().strip()
+
+
+def test_every_file_key_is_declared_once_with_its_text():
+    for cls in (RunConfig, NodeConfig):
+        for field in dataclasses.fields(cls):
+            s = spec_of(field)
+            if field.name == "nodes":
+                assert s is None  # [[nodes]] is checked as its own tables
+                continue
+            assert s is not None and s.doc, f"{cls.__name__}.{field.name} has no spec(...) with a doc"
+    # The unknown-field message lists exactly the declared keys: the table checked is the declared one.
+    with pytest.raises(ConfigError) as info:
+        parse_config({"run": {"name": "r", "bogus": 1}, "nodes": []})
+    allowed = info.value.args[0].split("(allowed: ")[1].rstrip(")").split(", ")
+    assert sorted(allowed) == sorted(f.name for f in dataclasses.fields(RunConfig)
+                                     if spec_of(f) is not None)
+    assert config_module.SECRET_KEYS == {"passphrase", "password", "private_key"}
+
+
+def test_the_loaded_config_is_frozen_and_runtime_facts_live_in_the_context(tmp_path):
+    config = load_config(write(tmp_path, EXAMPLE), secrets_path=tmp_path / "none.toml")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.interval_s = 1  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.nodes[0].host = "elsewhere"  # type: ignore[misc]
+    assert not hasattr(config, "source") and not hasattr(config, "demo")
+    assert not hasattr(config.nodes[0], "demo_gpus")
+    context = RunContext(source="x", demo=True, demo_gpus={"node-1": 3})
+    with pytest.raises(TypeError):
+        context.demo_gpus["node-1"] = 9  # type: ignore[index]
+    from runhealth.collector import poll_request
+
+    assert poll_request(config.nodes[0], {}, demo_gpus=context.demo_gpus["node-1"])["demo_gpus"] == 3
+
+
+def test_secrets_never_print_through_repr_str_format_logging_or_serialisation(tmp_path, caplog):
+    planted = "hunter2-planted-XYZ"
+    secrets = write(tmp_path, f'[nodes.node-1]\npassphrase = "{planted}"\npassword = "{planted}"\n',
+                    "secrets.toml")
+    config = load_config(write(tmp_path, EXAMPLE), secrets_path=secrets)
+    node = config.nodes[0]
+    assert isinstance(node.passphrase, Secret) and isinstance(node.password, Secret)
+    log = logging.getLogger("runhealth.test_secret")
+    with caplog.at_level(logging.DEBUG):
+        log.info("node %s %r config %s %r", node.passphrase, node.password, node, config)
+        log.info("plain: %s", node.passphrase, extra={"node": node})
+    shown = [repr(config), str(config), repr(node), str(node), f"{node.passphrase}", f"{node.password!r}",
+             f"{node.passphrase:>40}", "%s" % node.passphrase, str(dataclasses.asdict(node)),
+             repr(node.public_dict()), caplog.text, str([node.passphrase]), format(node.password, "s")]
+    for text in shown:
+        assert planted not in text, text
+    assert "***" in f"{node.passphrase}" and "***" in caplog.text
+    with pytest.raises(TypeError):
+        json.dumps(dataclasses.asdict(node))  # refused, not written out in the clear
+    with pytest.raises(TypeError):
+        pickle.dumps(node.passphrase)
+    with pytest.raises(AttributeError):
+        node.passphrase._value = "x"  # type: ignore[union-attr]
+    assert node.passphrase.reveal() == planted and node.password.reveal() == planted
+    assert config_module.reveal(None) is None and config_module.reveal(node.password) == planted
+    assert node.public_dict()["passphrase_set"] is True and "passphrase" not in node.public_dict()

@@ -6,7 +6,7 @@ from runhealth import loops, metrics, stats
 from runhealth.cli import scan_paths
 from runhealth.collector import Collector
 from runhealth.config import parse_config
-from runhealth.demo import Simulator, demo_config
+from runhealth.demo import DEMO_CONTEXT, Simulator, demo_config
 from runhealth.store import Store
 
 
@@ -46,17 +46,17 @@ def test_demo_metrics_pages_parse_as_sglang_and_vllm(tmp_path):
 
 def test_demo_config_is_valid_and_collects_through_the_real_agent(tmp_path):
     config = demo_config(tmp_path)
-    assert config.demo and all(n.is_local and n.gpu == "demo" for n in config.nodes)
+    assert DEMO_CONTEXT.demo and all(n.is_local and n.gpu == "demo" for n in config.nodes)
     # The same validation a user's file gets.
     raw = {"run": {"name": config.name}, "nodes": [
-        {k: v for k, v in n.public_dict().items() if not k.endswith("_set") and k != "demo_gpus" and v is not None}
+        {k: v for k, v in n.public_dict().items() if not k.endswith("_set") and v is not None}
         for n in config.nodes]}
     assert [n.name for n in parse_config(raw).nodes] == ["demo-node-1", "demo-node-2"]
     sim = Simulator(tmp_path, seed=4)
     assert sim.start()
     store = Store(config.resolved_store_path())
     try:
-        with Collector(config, store) as collector:
+        with Collector(config, store, context=DEMO_CONTEXT) as collector:
             results = collector.poll_once()
     finally:
         sim.stop()
