@@ -21,89 +21,11 @@ from typing import Any
 
 from runhealth import textsafe
 from runhealth.errors import StoreError
+from runhealth.migrations import migrate
 
-SCHEMA_VERSION = 1
 log = textsafe.get_logger(__name__)
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS nodes (
-    name TEXT PRIMARY KEY, last_ok_unix REAL, last_attempt_unix REAL,
-    last_error TEXT, last_error_unix REAL, failing_since_unix REAL,
-    rtt_ms REAL, agent_ms REAL, skew_s REAL, hostname TEXT, loadavg TEXT,
-    gpus_found INTEGER, gpu_source TEXT, gpu_error TEXT, gpu_simulated INTEGER,
-    shards_matched INTEGER, unmatched_globs TEXT, pending_bytes INTEGER,
-    disk TEXT, metrics_errors TEXT, config TEXT, index_bytes_per_s REAL);
-CREATE TABLE IF NOT EXISTS shards (
-    node TEXT NOT NULL, path TEXT NOT NULL, inode INTEGER, offset INTEGER NOT NULL DEFAULT 0,
-    size INTEGER NOT NULL DEFAULT 0, lines INTEGER NOT NULL DEFAULT 0,
-    malformed INTEGER NOT NULL DEFAULT 0, tokens INTEGER NOT NULL DEFAULT 0,
-    resets INTEGER NOT NULL DEFAULT 0, error TEXT, updated_unix REAL,
-    blank_lines INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (node, path));
--- finish_reason '' stands for "absent" so the primary key can be upserted.
-CREATE TABLE IF NOT EXISTS length_counts (
-    node TEXT NOT NULL, path TEXT NOT NULL, tokens INTEGER NOT NULL,
-    finish_reason TEXT NOT NULL, estimated INTEGER NOT NULL, count INTEGER NOT NULL,
-    PRIMARY KEY (node, path, tokens, finish_reason, estimated));
--- The same counts summed per node, kept up to date with length_counts in the same
--- transaction, so run- and node-level views read a few thousand rows, not every shard's.
-CREATE TABLE IF NOT EXISTS node_length_counts (
-    node TEXT NOT NULL, tokens INTEGER NOT NULL, finish_reason TEXT NOT NULL,
-    estimated INTEGER NOT NULL, count INTEGER NOT NULL,
-    PRIMARY KEY (node, tokens, finish_reason, estimated));
--- Covering indexes for the page reads: the run's counts grouped by length without a sort, and
--- the per-group totals (on a 1.5M-completion store: 55 -> 19 ms, 33 -> 11 ms, 124 -> 23 ms).
--- They hold `count`, so each poll's count upserts update them too (about 2x the write time);
--- an index for the length-stop rows saved nothing measurable and is left out.
-CREATE INDEX IF NOT EXISTS node_length_counts_by_tokens
-    ON node_length_counts (tokens, finish_reason, estimated, count);
-CREATE INDEX IF NOT EXISTS node_length_counts_totals ON node_length_counts (node, estimated, count);
-CREATE INDEX IF NOT EXISTS length_counts_totals ON length_counts (node, path, estimated, count);
-CREATE TABLE IF NOT EXISTS polls (
-    ts_unix REAL NOT NULL, node TEXT NOT NULL, node_ts_unix REAL, completions INTEGER,
-    tokens INTEGER, length_stops INTEGER, malformed INTEGER, backfill INTEGER, rtt_ms REAL);
-CREATE INDEX IF NOT EXISTS polls_ts ON polls (ts_unix);
--- Each poll's length stops by token count, so "truncated" over time can be split at whatever
--- ceiling the run has (it is only known, or detected, at read time) from context-window stops.
-CREATE TABLE IF NOT EXISTS poll_length_stops (
-    ts_unix REAL NOT NULL, node TEXT NOT NULL, tokens INTEGER NOT NULL, count INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS poll_length_stops_ts ON poll_length_stops (ts_unix);
-CREATE TABLE IF NOT EXISTS gpu_samples (
-    ts_unix REAL NOT NULL, node TEXT NOT NULL, gpu INTEGER NOT NULL, util_pct REAL,
-    mem_used_mib REAL, mem_total_mib REAL, power_w REAL, power_limit_w REAL, temp_c REAL,
-    sm_clock_mhz REAL, throttled INTEGER);
-CREATE INDEX IF NOT EXISTS gpu_samples_ts ON gpu_samples (ts_unix);
-CREATE TABLE IF NOT EXISTS gpu_latest (
-    node TEXT NOT NULL, gpu INTEGER NOT NULL, ts_unix REAL, name TEXT, uuid TEXT,
-    util_pct REAL, mem_used_mib REAL, mem_total_mib REAL, power_w REAL, power_limit_w REAL,
-    temp_c REAL, sm_clock_mhz REAL, throttle_reasons TEXT, processes TEXT, error TEXT,
-    PRIMARY KEY (node, gpu));
--- What predicts a GPU falling out (ECC, retired/remapped rows, PCIe replays: the agent's
--- "health" dict, unsupported keys absent), the latest per GPU; XID events as they came.
-CREATE TABLE IF NOT EXISTS gpu_health (
-    node TEXT NOT NULL, gpu INTEGER NOT NULL, ts_unix REAL, health TEXT, PRIMARY KEY (node, gpu));
-CREATE TABLE IF NOT EXISTS gpu_events (ts_unix REAL NOT NULL, node TEXT NOT NULL, gpu INTEGER, xid INTEGER);
-CREATE INDEX IF NOT EXISTS gpu_events_ts ON gpu_events (ts_unix);
--- Host CPUs, RAM and swap per node (the agent's "host" dict from /proc), the latest reading.
-CREATE TABLE IF NOT EXISTS host_latest (node TEXT PRIMARY KEY, ts_unix REAL, host TEXT);
-CREATE TABLE IF NOT EXISTS metric_samples (
-    ts_unix REAL NOT NULL, node TEXT NOT NULL, name TEXT NOT NULL, value REAL);
-CREATE INDEX IF NOT EXISTS metric_samples_ts ON metric_samples (ts_unix);
--- The newest value of each metric per node, upserted with every sample (pages read this, not
--- a GROUP BY over a day of samples).
-CREATE TABLE IF NOT EXISTS metric_latest (
-    node TEXT NOT NULL, name TEXT NOT NULL, value REAL, ts_unix REAL NOT NULL,
-    PRIMARY KEY (node, name));
-CREATE TABLE IF NOT EXISTS sample_batches (
-    batch INTEGER PRIMARY KEY AUTOINCREMENT, requested_unix REAL, done_unix REAL,
-    requested_n INTEGER, population INTEGER, errors TEXT);
-CREATE TABLE IF NOT EXISTS samples (
-    batch INTEGER NOT NULL, node TEXT, path TEXT, line_no INTEGER, offset INTEGER,
-    tokens INTEGER, estimated INTEGER, finish_reason TEXT, prompt_head TEXT, text_head TEXT,
-    text_tail TEXT, text_chars INTEGER, is_loop INTEGER);
-CREATE INDEX IF NOT EXISTS samples_batch ON samples (batch);
-"""
+
 
 _GPU_FIELDS = ("util_pct", "mem_used_mib", "mem_total_mib", "power_w", "power_limit_w", "temp_c", "sm_clock_mhz")
 
@@ -130,7 +52,7 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = self._db()
             with self._write_lock:
-                _create(db)
+                _create(db, self.path)
             st = os.stat(self.path)
             self._file_id = (st.st_dev, st.st_ino)
         except (sqlite3.Error, OSError) as exc:
@@ -188,7 +110,7 @@ class Store:
                         os.unlink(f"{self.path}{suffix}")
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = self._connect()
-            _create(db)
+            _create(db, self.path)
             for (kind, key), value in self._remembered.items():
                 db.execute(*_remembered_sql(kind, key, value))
             st = os.stat(self.path)
@@ -521,28 +443,9 @@ class Store:
         return row[0]
 
 
-def _create(db: sqlite3.Connection) -> None:
-    """Tables, added columns and derived tables of an empty or older store (idempotent)."""
-    db.executescript(_SCHEMA)  # runs in its own transaction
-    _add_missing_columns(db)
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        if db.execute("SELECT NOT EXISTS (SELECT 1 FROM node_length_counts)"
-                      " AND EXISTS (SELECT 1 FROM length_counts)").fetchone()[0]:
-            # A store written before node_length_counts existed: build it once.
-            db.execute("INSERT INTO node_length_counts SELECT node, tokens, finish_reason, estimated,"
-                       " SUM(count) FROM length_counts GROUP BY node, tokens, finish_reason, estimated")
-        if db.execute("SELECT NOT EXISTS (SELECT 1 FROM metric_latest)"
-                      " AND EXISTS (SELECT 1 FROM metric_samples)").fetchone()[0]:
-            # A store written before metric_latest existed (SQLite's bare-column MAX rule).
-            db.execute("INSERT INTO metric_latest SELECT node, name, value, MAX(ts_unix)"
-                       " FROM metric_samples GROUP BY node, name")
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        raise
+def _create(db: sqlite3.Connection, path: Path) -> None:
+    """Create a new store or upgrade an older one (runhealth.migrations; a newer one is refused)."""
+    migrate(db, path)
 
 
 def _remembered_sql(kind: str, key: str, value: Any) -> tuple[str, tuple]:
@@ -551,16 +454,6 @@ def _remembered_sql(kind: str, key: str, value: Any) -> tuple[str, tuple]:
         return "INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value))
     return ("INSERT INTO nodes (name, config) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET config = excluded.config",
             (key, json.dumps(value)))
-
-
-# Columns added after the first release: (table, column, declaration) for older stores.
-_ADDED_COLUMNS = (("shards", "blank_lines", "INTEGER NOT NULL DEFAULT 0"), ("nodes", "index_bytes_per_s", "REAL"))
-
-
-def _add_missing_columns(db: sqlite3.Connection) -> None:
-    for table, column, decl in _ADDED_COLUMNS:
-        if column not in {r[1] for r in db.execute(f"PRAGMA table_info({table})")}:
-            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
 
 
 def write_error_text(exc: BaseException) -> str:

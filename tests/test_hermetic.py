@@ -52,7 +52,7 @@ def copy_checkout(dest: Path) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", "artifacts", "*.sqlite3*")
     for name in ("runhealth", "components", "pages", "tests", ".streamlit"):
         shutil.copytree(ROOT / name, dest / name, ignore=ignore)
-    for name in ("app.py", "pyproject.toml"):
+    for name in ("app.py", "pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, dest / name)
     return dest
 

@@ -189,8 +189,10 @@ def test_metric_latest_is_the_newest_sample_and_is_built_for_older_stores(tmp_pa
     store.record_metrics("n2", {"vllm:x": 3.0, "vllm:skip": None}, 120.0)
     latest = [(m["node"], m["name"], m["value"], m["ts_unix"]) for m in store.metric_latest()]
     assert latest == [("n1", "vllm:x", 2.0, 200.0), ("n1", "vllm:y", 5.0, 100.0), ("n2", "vllm:x", 3.0, 120.0)]
-    # A store from before the metric_latest table: rebuilt from the samples when opened.
+    # A store from before the metric_latest table (so before store versions, user_version 0):
+    # rebuilt from the samples when opened (migration 1; tests/test_migrations.py has the rest).
     store._db().execute("DELETE FROM metric_latest")
+    store._db().execute("PRAGMA user_version = 0")
     store.close()
     assert [(m["node"], m["name"], m["value"]) for m in Store(tmp_path / "h.sqlite3").metric_latest()] == [
         ("n1", "vllm:x", 2.0), ("n1", "vllm:y", 5.0), ("n2", "vllm:x", 3.0)]

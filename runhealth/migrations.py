@@ -1,0 +1,200 @@
+"""Store migrations: the history store's schema version and the ordered steps that reach it.
+
+The version lives in SQLite's own header (`PRAGMA user_version`), so it is read without any
+table. `migrate()` runs when a store is opened: each step of `MIGRATIONS` newer than the file's
+version runs in its own transaction together with the version bump, so a step that fails leaves
+the store at the version it had. A store newer than this code (`user_version` above
+`STORE_VERSION`) is refused, untouched, with a message saying what to do.
+
+Version 1 is the schema as it stood when versions began. Stores from before then carry
+`user_version` 0: an empty new file, a store from an early release (missing later columns and
+derived tables), or a store that already has every version-1 table. Step 1 is written to bring
+each of these to version 1: it creates what is missing and upgrades what is old, and is a no-op
+on a store that is already complete. To change the schema, append a step (2, "what", function)
+and never edit a step that has shipped.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+from runhealth.errors import StoreError
+
+
+class Migration(NamedTuple):
+    version: int  # the user_version the store has once this step ran
+    description: str
+    apply: Callable[[sqlite3.Connection], None]  # runs inside the step's transaction
+
+
+_V1_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS nodes (
+    name TEXT PRIMARY KEY, last_ok_unix REAL, last_attempt_unix REAL,
+    last_error TEXT, last_error_unix REAL, failing_since_unix REAL,
+    rtt_ms REAL, agent_ms REAL, skew_s REAL, hostname TEXT, loadavg TEXT,
+    gpus_found INTEGER, gpu_source TEXT, gpu_error TEXT, gpu_simulated INTEGER,
+    shards_matched INTEGER, unmatched_globs TEXT, pending_bytes INTEGER,
+    disk TEXT, metrics_errors TEXT, config TEXT, index_bytes_per_s REAL);
+CREATE TABLE IF NOT EXISTS shards (
+    node TEXT NOT NULL, path TEXT NOT NULL, inode INTEGER, offset INTEGER NOT NULL DEFAULT 0,
+    size INTEGER NOT NULL DEFAULT 0, lines INTEGER NOT NULL DEFAULT 0,
+    malformed INTEGER NOT NULL DEFAULT 0, tokens INTEGER NOT NULL DEFAULT 0,
+    resets INTEGER NOT NULL DEFAULT 0, error TEXT, updated_unix REAL,
+    blank_lines INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (node, path));
+-- finish_reason '' stands for "absent" so the primary key can be upserted.
+CREATE TABLE IF NOT EXISTS length_counts (
+    node TEXT NOT NULL, path TEXT NOT NULL, tokens INTEGER NOT NULL,
+    finish_reason TEXT NOT NULL, estimated INTEGER NOT NULL, count INTEGER NOT NULL,
+    PRIMARY KEY (node, path, tokens, finish_reason, estimated));
+-- The same counts summed per node, kept up to date with length_counts in the same
+-- transaction, so run- and node-level views read a few thousand rows, not every shard's.
+CREATE TABLE IF NOT EXISTS node_length_counts (
+    node TEXT NOT NULL, tokens INTEGER NOT NULL, finish_reason TEXT NOT NULL,
+    estimated INTEGER NOT NULL, count INTEGER NOT NULL,
+    PRIMARY KEY (node, tokens, finish_reason, estimated));
+-- Covering indexes for the page reads: the run's counts grouped by length without a sort, and
+-- the per-group totals (on a 1.5M-completion store: 55 -> 19 ms, 33 -> 11 ms, 124 -> 23 ms).
+-- They hold `count`, so each poll's count upserts update them too (about 2x the write time);
+-- an index for the length-stop rows saved nothing measurable and is left out.
+CREATE INDEX IF NOT EXISTS node_length_counts_by_tokens
+    ON node_length_counts (tokens, finish_reason, estimated, count);
+CREATE INDEX IF NOT EXISTS node_length_counts_totals ON node_length_counts (node, estimated, count);
+CREATE INDEX IF NOT EXISTS length_counts_totals ON length_counts (node, path, estimated, count);
+CREATE TABLE IF NOT EXISTS polls (
+    ts_unix REAL NOT NULL, node TEXT NOT NULL, node_ts_unix REAL, completions INTEGER,
+    tokens INTEGER, length_stops INTEGER, malformed INTEGER, backfill INTEGER, rtt_ms REAL);
+CREATE INDEX IF NOT EXISTS polls_ts ON polls (ts_unix);
+-- Each poll's length stops by token count, so "truncated" over time can be split at whatever
+-- ceiling the run has (it is only known, or detected, at read time) from context-window stops.
+CREATE TABLE IF NOT EXISTS poll_length_stops (
+    ts_unix REAL NOT NULL, node TEXT NOT NULL, tokens INTEGER NOT NULL, count INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS poll_length_stops_ts ON poll_length_stops (ts_unix);
+CREATE TABLE IF NOT EXISTS gpu_samples (
+    ts_unix REAL NOT NULL, node TEXT NOT NULL, gpu INTEGER NOT NULL, util_pct REAL,
+    mem_used_mib REAL, mem_total_mib REAL, power_w REAL, power_limit_w REAL, temp_c REAL,
+    sm_clock_mhz REAL, throttled INTEGER);
+CREATE INDEX IF NOT EXISTS gpu_samples_ts ON gpu_samples (ts_unix);
+CREATE TABLE IF NOT EXISTS gpu_latest (
+    node TEXT NOT NULL, gpu INTEGER NOT NULL, ts_unix REAL, name TEXT, uuid TEXT,
+    util_pct REAL, mem_used_mib REAL, mem_total_mib REAL, power_w REAL, power_limit_w REAL,
+    temp_c REAL, sm_clock_mhz REAL, throttle_reasons TEXT, processes TEXT, error TEXT,
+    PRIMARY KEY (node, gpu));
+-- What predicts a GPU falling out (ECC, retired/remapped rows, PCIe replays: the agent's
+-- "health" dict, unsupported keys absent), the latest per GPU; XID events as they came.
+CREATE TABLE IF NOT EXISTS gpu_health (
+    node TEXT NOT NULL, gpu INTEGER NOT NULL, ts_unix REAL, health TEXT, PRIMARY KEY (node, gpu));
+CREATE TABLE IF NOT EXISTS gpu_events (ts_unix REAL NOT NULL, node TEXT NOT NULL, gpu INTEGER, xid INTEGER);
+CREATE INDEX IF NOT EXISTS gpu_events_ts ON gpu_events (ts_unix);
+-- Host CPUs, RAM and swap per node (the agent's "host" dict from /proc), the latest reading.
+CREATE TABLE IF NOT EXISTS host_latest (node TEXT PRIMARY KEY, ts_unix REAL, host TEXT);
+CREATE TABLE IF NOT EXISTS metric_samples (
+    ts_unix REAL NOT NULL, node TEXT NOT NULL, name TEXT NOT NULL, value REAL);
+CREATE INDEX IF NOT EXISTS metric_samples_ts ON metric_samples (ts_unix);
+-- The newest value of each metric per node, upserted with every sample (pages read this, not
+-- a GROUP BY over a day of samples).
+CREATE TABLE IF NOT EXISTS metric_latest (
+    node TEXT NOT NULL, name TEXT NOT NULL, value REAL, ts_unix REAL NOT NULL,
+    PRIMARY KEY (node, name));
+CREATE TABLE IF NOT EXISTS sample_batches (
+    batch INTEGER PRIMARY KEY AUTOINCREMENT, requested_unix REAL, done_unix REAL,
+    requested_n INTEGER, population INTEGER, errors TEXT);
+CREATE TABLE IF NOT EXISTS samples (
+    batch INTEGER NOT NULL, node TEXT, path TEXT, line_no INTEGER, offset INTEGER,
+    tokens INTEGER, estimated INTEGER, finish_reason TEXT, prompt_head TEXT, text_head TEXT,
+    text_tail TEXT, text_chars INTEGER, is_loop INTEGER);
+CREATE INDEX IF NOT EXISTS samples_batch ON samples (batch);
+"""
+
+# Columns added before versions began: (table, column, declaration), for stores from an early release.
+_V1_ADDED_COLUMNS = (("shards", "blank_lines", "INTEGER NOT NULL DEFAULT 0"), ("nodes", "index_bytes_per_s", "REAL"))
+
+
+def _statements(script: str) -> list[str]:
+    """`script` cut into single statements (sqlite3's executescript would commit our transaction)."""
+    out, buf = [], ""
+    for line in script.splitlines(keepends=True):
+        buf += line
+        if sqlite3.complete_statement(buf):
+            out.append(buf.strip())
+            buf = ""
+    return out
+
+
+def _to_v1(db: sqlite3.Connection) -> None:
+    """Today's tables and indexes; an early store's missing columns and derived tables."""
+    for statement in _statements(_V1_SCHEMA):
+        db.execute(statement)
+    for table, column, decl in _V1_ADDED_COLUMNS:
+        if column not in {r[1] for r in db.execute(f"PRAGMA table_info({table})")}:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+    if db.execute("SELECT NOT EXISTS (SELECT 1 FROM node_length_counts)"
+                  " AND EXISTS (SELECT 1 FROM length_counts)").fetchone()[0]:
+        # A store written before node_length_counts existed: build it once.
+        db.execute("INSERT INTO node_length_counts SELECT node, tokens, finish_reason, estimated,"
+                   " SUM(count) FROM length_counts GROUP BY node, tokens, finish_reason, estimated")
+    if db.execute("SELECT NOT EXISTS (SELECT 1 FROM metric_latest)"
+                  " AND EXISTS (SELECT 1 FROM metric_samples)").fetchone()[0]:
+        # A store written before metric_latest existed (SQLite's bare-column MAX rule).
+        db.execute("INSERT INTO metric_latest SELECT node, name, value, MAX(ts_unix)"
+                   " FROM metric_samples GROUP BY node, name")
+    # The version was once a meta row nothing read; user_version replaces it.
+    db.execute("DELETE FROM meta WHERE key = 'schema_version'")
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "the schema when versions began: all tables and indexes; an early store gains "
+                 "shards.blank_lines, nodes.index_bytes_per_s and the node_length_counts and "
+                 "metric_latest tables built from its counts and samples", _to_v1),
+)
+STORE_VERSION = MIGRATIONS[-1].version
+
+
+def store_version(db: sqlite3.Connection) -> int:
+    return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+
+def _refuse_newer(found: int, path: Path | str, ours: int) -> None:
+    if found > ours:
+        raise StoreError(
+            f"history store {path} has schema version {found}, newer than this runhealth's ({ours}): "
+            f"it was written by a newer runhealth. Upgrade runhealth, or set [run] store_path to another "
+            f"file; the store was left untouched")
+
+
+def migrate(db: sqlite3.Connection, path: Path | str,
+            migrations: Sequence[Migration] = MIGRATIONS) -> int:
+    """Bring the store open on `db` (autocommit mode) up to the newest version; returns it.
+
+    Raises:
+        StoreError: the store is newer than this code, or a step failed (the store then keeps
+            the version of the last step that succeeded).
+    """
+    ours = migrations[-1].version
+    found = store_version(db)
+    _refuse_newer(found, path, ours)
+    for step in migrations:
+        if step.version <= found:
+            continue
+        db.execute("BEGIN IMMEDIATE")  # one writer at a time: another process may be migrating too
+        try:
+            found = store_version(db)  # what it is now that we hold the lock
+            _refuse_newer(found, path, ours)
+            if step.version > found:
+                step.apply(db)
+                db.execute(f"PRAGMA user_version = {int(step.version)}")
+                found = step.version
+            db.execute("COMMIT")
+        except BaseException as exc:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(f"history store {path}: migration to version {step.version} "
+                                 f"({step.description.split(':')[0]}) failed, the store stays at version "
+                                 f"{found}: {exc}") from None
+            raise
+    return found

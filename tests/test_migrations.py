@@ -1,0 +1,143 @@
+"""Store migrations: an older store opens and upgrades, a newer one is refused, a failed step changes nothing."""
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from runhealth import migrations
+from runhealth.errors import StoreError
+from runhealth.migrations import MIGRATIONS, STORE_VERSION, Migration, migrate
+from runhealth.store import Store
+from tests.test_store import entry, reply, run_counts
+
+EARLY_SCHEMA = (Path(__file__).parent / "fixtures" / "stores" / "early_schema.sql").read_text()
+
+
+def raw(path):
+    return sqlite3.connect(path, isolation_level=None)
+
+
+def version(path):
+    with raw(path) as db:
+        return db.execute("PRAGMA user_version").fetchone()[0]
+
+
+def early_store(path):
+    """A store written by an early runhealth: its DDL, a meta schema_version row, counts and samples."""
+    db = raw(path)
+    db.executescript(EARLY_SCHEMA)
+    db.execute("INSERT INTO meta VALUES ('schema_version', '1'), ('run', '{\"name\": \"old\"}')")
+    db.execute("INSERT INTO shards (node, path, inode, offset, size, lines) VALUES ('n1', '/a', 7, 300, 300, 5)")
+    db.executemany("INSERT INTO length_counts VALUES (?, ?, ?, ?, ?, ?)",
+                   [("n1", "/a", 4096, "length", 0, 2), ("n1", "/a", 10, "stop", 0, 1),
+                    ("n1", "/b", 4096, "length", 0, 3), ("n2", "/c", 12, "", 0, 4)])
+    db.executemany("INSERT INTO metric_samples VALUES (?, ?, ?, ?)",
+                   [(100.0, "n1", "vllm:x", 1.0), (200.0, "n1", "vllm:x", 2.0), (150.0, "n1", "vllm:y", 5.0)])
+    db.close()
+    assert version(path) == 0
+
+
+def test_a_new_store_starts_at_the_newest_version(tmp_path):
+    store = Store(tmp_path / "s.sqlite3")
+    assert version(store.path) == STORE_VERSION == MIGRATIONS[-1].version
+    assert [m.version for m in MIGRATIONS] == list(range(1, len(MIGRATIONS) + 1))  # ordered, no gaps
+    assert store.meta("schema_version") is None  # the old unread meta row is gone for good
+
+
+def test_an_early_store_opens_and_is_upgraded(tmp_path):
+    path = tmp_path / "old.sqlite3"
+    early_store(path)
+    store = Store(path)
+    assert version(path) == STORE_VERSION
+    # Derived tables built from what was there; added columns present with their defaults.
+    assert run_counts(store) == {(4096, "length", 0): 5, (10, "stop", 0): 1, (12, None, 0): 4}
+    assert [(m["node"], m["name"], m["value"]) for m in store.metric_latest()] == [
+        ("n1", "vllm:x", 2.0), ("n1", "vllm:y", 5.0)]
+    with raw(path) as db:
+        assert db.execute("SELECT blank_lines FROM shards").fetchall() == [(0,)]
+        assert db.execute("SELECT COUNT(*) FROM meta WHERE key = 'schema_version'").fetchone()[0] == 0
+    assert store.meta("run") == {"name": "old"}
+    # ... and it is written to like any store, resuming from the stored offset.
+    assert store.shard_state("n1") == {"/a": {"inode": 7, "offset": 300}}
+    store.record_poll("n1", reply({"/a": entry(400, [[10, "stop", 0, 2]], inode=7, offset_from=300)}), 1.0, 1.0)
+    assert run_counts(store)[(10, "stop", 0)] == 3
+    store.close()
+    assert run_counts(Store(path))[(10, "stop", 0)] == 3  # reopening migrates nothing twice
+
+
+def test_a_store_with_todays_tables_but_no_version_is_recognised_as_version_1(tmp_path):
+    path = tmp_path / "v0.sqlite3"
+    store = Store(path)
+    store.record_poll("n1", reply({"/a": entry(100, [[4096, "length", 0, 2]])}), 1.0, 1.0)
+    store.record_metrics("n1", {"vllm:x": 1.0}, 100.0)
+    store.close()
+    with raw(path) as db:
+        db.execute("PRAGMA user_version = 0")  # what every store written before versions carries
+    store = Store(path)
+    assert version(path) == 1
+    assert run_counts(store) == {(4096, "length", 0): 2}  # node totals not built a second time
+    assert [m["value"] for m in store.metric_latest()] == [1.0]
+
+
+def test_a_newer_store_is_refused_and_not_migrated(tmp_path):
+    path = tmp_path / "new.sqlite3"
+    Store(path).close()
+    with raw(path) as db:
+        db.execute(f"PRAGMA user_version = {STORE_VERSION + 5}")
+        db.execute("CREATE TABLE from_the_future (x)")
+    with pytest.raises(StoreError) as info:
+        Store(path)
+    message = str(info.value)
+    assert str(path) in message and f"version {STORE_VERSION + 5}" in message
+    assert f"({STORE_VERSION})" in message and "Upgrade runhealth" in message and "store_path" in message
+    assert version(path) == STORE_VERSION + 5
+
+
+def test_a_failed_migration_leaves_the_store_at_its_old_version(tmp_path):
+    path = tmp_path / "s.sqlite3"
+    Store(path).close()
+
+    def broken(db):
+        db.execute("CREATE TABLE half_done (x)")
+        db.execute("ALTER TABLE shards ADD COLUMN extra INTEGER")
+        db.execute("INSERT INTO no_such_table VALUES (1)")  # fails after two changes
+
+    steps = (*MIGRATIONS, Migration(STORE_VERSION + 1, "a broken step: for the test", broken))
+    db = raw(path)
+    with pytest.raises(StoreError, match=f"migration to version {STORE_VERSION + 1}.*stays at version {STORE_VERSION}"):
+        migrate(db, path, steps)
+    assert not db.in_transaction
+    assert db.execute("PRAGMA user_version").fetchone()[0] == STORE_VERSION
+    assert db.execute("SELECT COUNT(*) FROM sqlite_master WHERE name = 'half_done'").fetchone()[0] == 0
+    assert "extra" not in {r[1] for r in db.execute("PRAGMA table_info(shards)")}
+
+    def interrupted(db):
+        db.execute("CREATE TABLE half_done (x)")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        migrate(db, path, (*MIGRATIONS, Migration(STORE_VERSION + 1, "interrupted", interrupted)))
+    assert db.execute("PRAGMA user_version").fetchone()[0] == STORE_VERSION
+    assert db.execute("SELECT COUNT(*) FROM sqlite_master WHERE name = 'half_done'").fetchone()[0] == 0
+
+
+def test_steps_run_in_order_once_each(tmp_path):
+    path = tmp_path / "s.sqlite3"
+    ran = []
+    steps = (*MIGRATIONS,
+             Migration(STORE_VERSION + 1, "two", lambda db: ran.append(2) or db.execute("CREATE TABLE t2 (x)")),
+             Migration(STORE_VERSION + 2, "three", lambda db: ran.append(3) or db.execute("ALTER TABLE t2 ADD y")))
+    db = raw(path)
+    assert migrate(db, path, steps) == STORE_VERSION + 2
+    assert migrate(db, path, steps) == STORE_VERSION + 2
+    assert ran == [2, 3]
+    assert {r[1] for r in db.execute("PRAGMA table_info(t2)")} == {"x", "y"}
+
+
+def test_the_v1_statements_are_cut_correctly():
+    # A comment in the schema holds a ';': cutting on ';' would break a statement in two.
+    statements = migrations._statements(migrations._V1_SCHEMA)
+    assert all(sqlite3.complete_statement(s) for s in statements)
+    assert sum(s.count("CREATE TABLE") for s in statements) == len(statements) - sum(
+        s.count("CREATE INDEX") for s in statements)
