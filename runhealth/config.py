@@ -117,6 +117,13 @@ class NodeConfig:
     password: Secret | None = field(default=None, metadata=spec(
         str, in_file=False, secret=True, doc="SSH password login (secrets.toml)"))
 
+    def __post_init__(self) -> None:
+        # A node built in code with a plain string (tests, tools) gets the same protection.
+        for name in ("passphrase", "password"):
+            value: object = getattr(self, name)
+            if isinstance(value, str):
+                object.__setattr__(self, name, Secret(value))
+
     @property
     def is_local(self) -> bool:
         return self.host == "local"

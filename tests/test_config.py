@@ -213,3 +213,5 @@ def test_secrets_never_print_through_repr_str_format_logging_or_serialisation(tm
     assert node.passphrase.reveal() == planted and node.password.reveal() == planted
     assert config_module.reveal(None) is None and config_module.reveal(node.password) == planted
     assert node.public_dict()["passphrase_set"] is True and "passphrase" not in node.public_dict()
+    built = NodeConfig(name="n", host="h", shards=["/x"], password=planted)  # type: ignore[arg-type]
+    assert isinstance(built.password, Secret) and planted not in repr(built)
