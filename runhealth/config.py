@@ -46,7 +46,8 @@ from runhealth.errors import ConfigError
 CONFIG_ENV = "RUNHEALTH_CONFIG"
 DEFAULT_CONFIG_NAME = "runhealth.toml"
 SECRETS_PATH = Path(".streamlit") / "secrets.toml"
-_PYTHON_RE = r"^[A-Za-z0-9_./+-]+$"
+# The node interpreter rule; protocol.py checks the launch argv against it too.
+PYTHON_RE = re.compile(r"^[A-Za-z0-9_./+-]+$")
 _NAME_RE = r"^[A-Za-z0-9_.@:-]{1,64}$"
 _NAME_MUST = "must be 1-64 letters, digits, '_.@:-'"
 
@@ -88,7 +89,7 @@ class NodeConfig:
                            "must be a list of http(s) URLs")],
         doc="SGLang/vLLM Prometheus endpoints, fetched on the node"))
     python: str = field(default="python3", metadata=spec(
-        str, rules=[matches(_PYTHON_RE, "must be a program name or path without spaces or shell characters")],
+        str, rules=[matches(PYTHON_RE, "must be a program name or path without spaces or shell characters")],
         doc="the node's interpreter (3.8+)"))
     gpu: str = field(default="auto", metadata=spec(
         str, rules=[one_of("auto", "off", "demo")],

@@ -109,7 +109,7 @@ def one_of(*choices: str) -> Rule:
     return Rule(lambda v: v in choices, "must be one of " + ", ".join(repr(c) for c in choices))
 
 
-def matches(pattern: str, must: str) -> Rule:
+def matches(pattern: str | re.Pattern[str], must: str) -> Rule:
     compiled = re.compile(pattern)
     return Rule(lambda v: bool(compiled.match(v)), must)
 
