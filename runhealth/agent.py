@@ -91,7 +91,7 @@ def expand_globs(globs):
     A file is listed once however many paths reach it (symlinks, overlapping globs): files are
     keyed by (st_dev, st_ino), and of several paths the one through no symlink is kept.
     """
-    by_id, unmatched = {}, []
+    by_id, unmatched = {}, []  # type: dict, list
     for pattern in globs:
         hits = 0
         for p in _glob_files(pattern):
@@ -127,7 +127,7 @@ def _glob_files(pattern):
     base = os.sep.join(parts[:k]) or (os.sep if k else "")
     rest, out, seen = parts[k:], [], set()
     hidden_ok = any(c.startswith(".") for c in rest)
-    real, linked = collections.deque([(base or os.curdir, [])]), collections.deque()
+    real, linked = collections.deque([(base or os.curdir, [])]), collections.deque()  # type: collections.deque, collections.deque
     while real or linked:
         folder, names = (real or linked).popleft()
         try:
@@ -225,7 +225,7 @@ def _poll_shards(req):
 
 def _disk(files):
     """statvfs of each shard folder, one entry per filesystem (st_dev)."""
-    out, seen = {}, set()
+    out, seen = {}, set()  # type: dict, set
     for folder in sorted({os.path.dirname(os.path.abspath(p)) for p in files}):
         try:
             dev = os.stat(folder).st_dev
@@ -403,7 +403,7 @@ def _draw(tables, req, overrides, unmatched):
     population = cum[-1] if cum else 0
     rng, n, want = random.Random(req.get("seed")), min(int(req.get("n", 50)), 10000), req.get("finish_reason")
     cap = max(1000, 200 * n) if want is not None else 4 * n + 100
-    chosen, samples, attempts = set(), [], 0
+    chosen, samples, attempts = set(), [], 0  # type: set, list, int
     while len(samples) < n and attempts < cap and len(chosen) < population:
         attempts += 1
         g = rng.randrange(population)
@@ -423,7 +423,7 @@ def _draw(tables, req, overrides, unmatched):
 
 
 # ---------------------------------------------------------------------------- requests and serving
-_OPS = {"hello": _op_hello, "poll": _op_poll, "sample": _op_sample}
+_OPS = {"hello": _op_hello, "poll": _op_poll, "sample": _op_sample}  # type: dict
 
 
 def handle(request):
@@ -433,7 +433,7 @@ def handle(request):
         op = _OPS.get(request.get("op")) if isinstance(request, dict) else None
         if op is None:
             raise ValueError("unknown op %r" % (request.get("op") if isinstance(request, dict) else request,))
-        reply = {"schema_version": SCHEMA_VERSION, "ok": True}
+        reply = {"schema_version": SCHEMA_VERSION, "ok": True}  # type: dict
         reply.update(op(request))
     except Exception as exc:
         return {"schema_version": SCHEMA_VERSION, "ok": False,

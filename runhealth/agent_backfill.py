@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import os
 import time
+from typing import Any
 
 PIECE_MAX_BYTES = 32 << 20  # ~50-100 ms of scanning: the deadline's granularity
 PIECE_MIN_BYTES = 4 << 20  # smaller pieces would pay more for opening and learning than they save
@@ -34,8 +35,8 @@ MAX_WORKERS = 8
 ALIGN_READ_BYTES = 64 << 10
 PIECE_TIMEOUT_S = 300  # a 32 MB piece takes well under a second; only a dead worker waits this long
 
-SCAN = None  # the agent_scan module; bind() sets it before any fork
-LAST_RUN = {"workers": 0, "pids": set(), "nice": set()}  # the last parallel scan, for tests
+SCAN: Any = None  # the agent_scan module; bind() sets it before any fork
+LAST_RUN: dict[str, Any] = {"workers": 0, "pids": set(), "nice": set()}  # the last parallel scan, for tests
 
 
 def bind(scan_module):
@@ -152,7 +153,7 @@ def _run_pieces(pieces, workers, deadline, runner):
 def _pool_run(pieces, workers, deadline):
     import multiprocessing  # here, not at the top: most polls never start a worker
 
-    done, inflight, queue = [], collections.deque(), collections.deque(pieces)
+    done, inflight, queue = [], collections.deque(), collections.deque(pieces)  # type: list, collections.deque, collections.deque
     with multiprocessing.get_context("fork").Pool(workers, initializer=_lower_priority) as pool:
         first = True
         while queue or inflight:
@@ -169,7 +170,7 @@ def _pool_run(pieces, workers, deadline):
 
 
 def _in_process(pieces, deadline):
-    done = []
+    done: list = []
     for piece in pieces:
         if done and deadline is not None and time.monotonic() >= deadline:
             break
@@ -187,7 +188,7 @@ def _merge(info, results):
              "offset": info["start"], "reset": info["reset"], "lines": 0, "malformed": 0,
              "tokens": 0, "counts": [], "error": None, "pending_bytes": 0,
              "by_workers": True}  # agent.py pops this: its line-start index was not extended
-    counts, pos, finished, template_lines = {}, info["start"], False, 0
+    counts, pos, finished, template_lines = {}, info["start"], False, 0  # type: dict, int, bool, int
     for piece, e in results:
         e.pop("worker", None)
         if e["error"] is not None or e["reset"] or e["inode"] != info["inode"] or e["offset_from"] != pos:

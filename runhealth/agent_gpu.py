@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import types
+from typing import Any
 
 
 class _Nvml:
@@ -23,7 +24,7 @@ class _Nvml:
     and the XID event set (kept open between polls so no event is lost in between)."""
 
     def __init__(self):
-        self.module = None
+        self.module: Any = None  # the pynvml module once initialised
         self.error = None
         self.missing = []  # NVML functions this driver lacks, noted once each
         self.events = None  # nvmlEventSet_t, or False once it cannot be had
@@ -218,7 +219,7 @@ def _xid_events(handles):
                 _nv("nvmlDeviceRegisterEvents", h, kind, NVML.events)
     if not NVML.events:
         return None
-    found = {}
+    found: dict = {}
     timeout = getattr(nv, "NVMLError_Timeout", None)
     for _ in range(256):  # bounded: a storm of events must not stall the poll
         try:
@@ -344,7 +345,7 @@ def read_gpus(mode, demo_gpus=8):
         {"source", "error", "simulated", "reason", "devices"}; source is None when there is
         no telemetry, with the cause in "error" (or in "reason" when it is switched off).
     """
-    out = {"source": None, "error": None, "simulated": False, "reason": None, "devices": []}
+    out: dict = {"source": None, "error": None, "simulated": False, "reason": None, "devices": []}
     if mode == "off":
         out["reason"] = 'GPU telemetry is off (gpu = "off")'
     elif mode == "demo":

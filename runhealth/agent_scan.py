@@ -85,7 +85,7 @@ def _locate(obj):
         return c0 + ("finish_reason",), root + ("usage", "completion_tokens"), texts
     meta = rec.get("meta_info")
     if isinstance(meta, dict):
-        fr = ("meta_info", "finish_reason")
+        fr = ("meta_info", "finish_reason")  # type: tuple
         fr = fr + ("type",) if isinstance(meta.get("finish_reason"), dict) else fr
         return fr, ("meta_info", "completion_tokens"), [("text",)]
     usage = rec.get("usage")
@@ -285,7 +285,7 @@ class _Builder:
         whitespace) matches every piece by regex.
         """
         segs = self.segments + [self.cur + [(b"", _WS + rb"\Z", _WS + rb"\Z", None)]]
-        leads = [None] * len(segs)
+        leads = [None] * len(segs)  # type: list
         if strict:
             for i, seg in enumerate(segs):
                 n = next((j for j, piece in enumerate(seg) if piece[3] is None), len(seg))
@@ -552,7 +552,7 @@ def _scan_open_file(f, path, entry, budget_bytes, overrides, line_index, deadlin
     if (entry["inode"] is not None and st.st_ino != entry["inode"]) or size < start:
         start, entry["reset"] = 0, True  # rotated or truncated: the caller drops old counts
     entry.update(inode=st.st_ino, size=size, offset_from=start, offset=start)
-    idx = line_index(path, st.st_ino) if line_index else [None, -1]  # -1: never contiguous
+    idx = line_index(path, st.st_ino) if line_index else [None, -1]  # type: list  # -1: never contiguous
     if start == 0 and idx[1] > 0:
         idx[0], idx[1] = array.array("Q"), 0
     tmpl_state = TEMPLATES.get(path, st.st_ino)

@@ -180,7 +180,7 @@ def poll_report(config, store: Store, results: dict[str, Any]) -> dict[str, Any]
         merged = merged.merge(by_node[node.name])
         nodes.append({
             "name": node.name, "ok": ok, "error": None if ok else str(result),
-            "gpus": (result.get("gpus") or {}).get("devices", []) if ok else [],
+            "gpus": (result.get("gpus") or {}).get("devices", []) if isinstance(result, dict) else [],
             "lengths": stats.summarize(by_node[node.name], config.max_output_tokens, malformed.get(node.name, 0)),
         })
     total_malformed = sum(malformed.values())

@@ -28,7 +28,7 @@ import tomllib
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,7 @@ KEEP_DELIVERIES = 2000
 
 
 # -- URLs ---------------------------------------------------------------------------------
-def load_urls(secrets_path: Path = SECRETS_PATH, environ: dict[str, str] | None = None) -> list[str]:
+def load_urls(secrets_path: Path = SECRETS_PATH, environ: Mapping[str, str] | None = None) -> list[str]:
     """Webhook URLs from RUNHEALTH_WEBHOOK_URLS if set, else secrets.toml [alerts] webhook_urls.
 
     Raises:

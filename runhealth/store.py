@@ -258,6 +258,7 @@ class Store:
                 "INSERT INTO sample_batches (requested_unix, requested_n) VALUES (?, ?)",
                 (ts_unix or time.time(), requested_n),
             )
+            assert cur.lastrowid is not None  # set by every INSERT
             return int(cur.lastrowid)
 
     def finish_sample_batch(self, batch: int, samples: list[dict[str, Any]], population: int,
@@ -469,7 +470,7 @@ def write_error_text(exc: BaseException) -> str:
 
 
 def _where(since_unix: float | None, node: str | None) -> tuple[str, tuple]:
-    clauses, params = [], []
+    clauses, params = [], []  # type: list[str], list[float | str]
     if since_unix is not None:
         clauses.append("ts_unix >= ?")
         params.append(since_unix)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run every test suite on a fresh machine: installs what the tests need (Debian's
-# openssh-server, chromium and prometheus; the project with its dev extra into .venv), lints,
-# then runs pytest. Fails when a test fails, when a required suite is missing, or when
+# openssh-server, chromium and prometheus; the project with its dev extra into .venv), lints
+# (ruff check, ruff format --check), type-checks (mypy, [tool.mypy] in pyproject.toml), then
+# runs pytest. Fails when a test fails, when a required suite is missing, or when
 # anything was skipped.
 set -euo pipefail
 source "$(dirname "$0")/venv.sh"
@@ -17,6 +18,8 @@ fi
 ensure_venv dev
 
 "$VENV_PY" -m ruff check .
+"$VENV_PY" -m ruff format --check .
+"$VENV_PY" -m mypy  # the files and settings come from [tool.mypy]
 mkdir -p tests/artifacts
 set +e
 "$VENV_PY" -m pytest --junitxml=tests/artifacts/junit.xml "$@"

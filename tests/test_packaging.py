@@ -45,6 +45,20 @@ def test_one_version_source():
     assert project["scripts"]["runhealth"] == "runhealth.cli:main"
 
 
+def test_changelog_keeps_the_keep_a_changelog_form():
+    """[Unreleased] first, then dated versions (newest first), the five section names only."""
+    text = (ROOT / "CHANGELOG.md").read_text()
+    versions = re.findall(r"^## (.*)$", text, flags=re.M)
+    assert versions[0] == "[Unreleased]", versions[:1]
+    dated = [re.fullmatch(r"\[(\d+\.\d+\.\d+)\] - (\d{4}-\d{2}-\d{2})", v) for v in versions[1:]]
+    assert all(dated), [v for v, m in zip(versions[1:], dated, strict=True) if not m]
+    numbers = [tuple(map(int, m.group(1).split("."))) for m in dated if m]
+    assert numbers == sorted(numbers, reverse=True) and runhealth.__version__ in [m.group(1) for m in dated if m]
+    sections = set(re.findall(r"^### (.*)$", text, flags=re.M))
+    assert sections <= {"Added", "Changed", "Deprecated", "Fixed", "Removed", "Security"}, sections
+    assert "keepachangelog.com" in text and "semver.org" in text
+
+
 def test_pytest_has_no_pythonpath_hack():
     assert "pythonpath" not in PYPROJECT["tool"]["pytest"]["ini_options"]
 
