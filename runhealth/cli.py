@@ -21,10 +21,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from runhealth import __version__, agent, compare, launch, service, stats, whatif
+from runhealth import __version__, compare, launch, service, stats, whatif
 from runhealth.collector import Collector
 from runhealth.config import find_config_path, load_config
 from runhealth.errors import RunhealthError
+from runhealth.node import agent
 from runhealth.store import Store
 from runhealth.textsafe import escape
 

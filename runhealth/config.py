@@ -22,7 +22,7 @@ from runhealth.errors import ConfigError
 CONFIG_ENV = "RUNHEALTH_CONFIG"
 DEFAULT_CONFIG_NAME = "runhealth.toml"
 SECRETS_PATH = Path(".streamlit") / "secrets.toml"
-_PYTHON_RE = re.compile(r"^[A-Za-z0-9_./+-]+$")
+PYTHON_RE = re.compile(r"^[A-Za-z0-9_./+-]+$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.@:-]{1,64}$")
 
 
@@ -148,7 +148,7 @@ _NODE_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "command_timeout_s": ((int, float), False),
     "scan_workers": ((int,), False),
 }
-_SECRET_KEYS = {"passphrase", "password", "private_key"}
+SECRET_KEYS = frozenset(("passphrase", "password", "private_key"))  # never in the config file, never shown
 
 
 def find_config_path(explicit: str | os.PathLike | None = None) -> Path | None:
@@ -212,7 +212,7 @@ def _parse_node(raw: Any, index: int, source: str) -> NodeConfig:
         raise ConfigError(f"{where}: each [[nodes]] entry must be a table")
     if isinstance(raw.get("name"), str):
         where = f"{source}: node {raw['name']!r}"
-    secret = sorted(_SECRET_KEYS & set(raw))
+    secret = sorted(SECRET_KEYS & set(raw))
     if secret:
         raise ConfigError(
             f"{where}: field {secret[0]!r} must not be in the config file; put it in "
@@ -286,7 +286,7 @@ def _check_node_values(node: NodeConfig, where: str) -> None:
         raise ConfigError(f"{where}: field 'metrics_urls' must be a list of http(s) URLs")
     if node.port is not None and not 0 < node.port < 65536:
         raise ConfigError(f"{where}: field 'port' must be between 1 and 65535")
-    if not _PYTHON_RE.match(node.python):
+    if not PYTHON_RE.match(node.python):
         raise ConfigError(f"{where}: field 'python' must be a program name or path without spaces or shell characters")
     if node.gpu not in ("auto", "off", "demo"):
         raise ConfigError(f"{where}: field 'gpu' must be one of 'auto', 'off', 'demo'")

@@ -29,13 +29,15 @@ from runhealth.errors import (
     HostKeyError,
     TransportError,
 )
-from runhealth.protocol import BOOTSTRAP, encode_frame, launch_argv, program_frame
-from runhealth.ssh import SSHTransport
-from runhealth.transport import LocalTransport, fan_out, make_transport
+from runhealth.remote import make_transport
+from runhealth.remote.base import fan_out
+from runhealth.remote.local import LocalTransport
+from runhealth.remote.protocol import BOOTSTRAP, encode_frame, launch_argv, program_frame
+from runhealth.remote.ssh import SSHTransport
 
 pytestmark = pytest.mark.ssh
 
-AGENT_PATH = Path(__file__).parent.parent / "runhealth" / "agent.py"
+AGENT_PATH = Path(__file__).parent.parent / "runhealth" / "node" / "agent.py"
 STANDIN = program_frame(main_source=(Path(__file__).parent / "standin_agent.py").read_text())
 
 
@@ -53,7 +55,7 @@ def node(sshd_node):
 @pytest.fixture
 def real_agent():
     if not AGENT_PATH.exists():
-        pytest.skip("runhealth/agent.py is not written yet")
+        pytest.skip("runhealth/node/agent.py is not written yet")
     return program_frame()
 
 
