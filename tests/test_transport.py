@@ -29,6 +29,7 @@ from runhealth.errors import (
     HostKeyError,
     TransportError,
 )
+from runhealth.node import wire
 from runhealth.remote import make_transport
 from runhealth.remote.base import fan_out
 from runhealth.remote.local import LocalTransport
@@ -85,7 +86,14 @@ def _poll_request(shard_dir: Path) -> dict:
 
 def test_frame_is_length_newline_json():
     assert encode_frame({"op": "hello"}) == b'14\n{"op":"hello"}'
-    assert encode_frame({"t": "é"}) == b'10\n{"t":"\xc3\xa9"}'
+    assert encode_frame({"t": "é"}) == b'14\n{"t":"\\u00e9"}'  # ASCII JSON, both directions (wire.py)
+
+
+def test_every_str_encodes_even_a_file_name_that_is_not_utf8():
+    """A lone surrogate (os.fsdecode of a non-UTF-8 name) travels as an escape and comes back."""
+    name = os.fsdecode(b"/data/caf\xe9.jsonl")
+    header, body = encode_frame({"globs": [name]}).split(b"\n", 1)
+    assert int(header) == len(body) and wire.decode_body(body) == {"globs": [name]}
 
 
 def test_launch_argv_is_python_and_the_constant_bootstrap():
