@@ -73,7 +73,7 @@ class CountRow(NamedTuple):
     tokens: int
     finish_reason: Optional[str]
     estimated: int
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count, as the field is named on the wire
 
 
 def count_rows(rows):

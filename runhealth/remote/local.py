@@ -23,9 +23,11 @@ class _PipeStream:
     """A subprocess's stdin/stdout as a deadline-aware `ByteStream`; stderr kept bounded."""
 
     def __init__(self, proc: subprocess.Popen):
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None  # all PIPE
         self.proc = proc
+        self._pipes = (proc.stdin, proc.stdout, proc.stderr)
         self.stderr = Tail()
-        self._in, self._out = proc.stdin.fileno(), proc.stdout.fileno()
+        self._in, self._out, self._err = proc.stdin.fileno(), proc.stdout.fileno(), proc.stderr.fileno()
         os.set_blocking(self._in, False)
         self._rsel = selectors.DefaultSelector()
         self._rsel.register(self._out, selectors.EVENT_READ)
@@ -36,7 +38,7 @@ class _PipeStream:
         self._stderr_thread.start()
 
     def _drain_stderr(self) -> None:
-        fd = self.proc.stderr.fileno()
+        fd = self._err
         try:
             for chunk in iter(lambda: os.read(fd, 65536), b""):
                 self.stderr.add(chunk)
@@ -76,7 +78,7 @@ class _PipeStream:
             self.proc.kill()
         self.proc.wait(timeout=5.0)
         self._stderr_thread.join(timeout=1.0)
-        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+        for pipe in self._pipes:
             pipe.close()
         self._rsel.close()
         self._wsel.close()

@@ -79,7 +79,7 @@ def launch_argv(python: str) -> list[str]:
     return [python, "-u", "-c", BOOTSTRAP]
 
 
-def safe_preview(data: bytes, limit: int = 200) -> str:
+def safe_preview(data: bytes | bytearray, limit: int = 200) -> str:
     """Show untrusted bytes as a printable, bounded Python literal."""
     text = repr(bytes(data[:limit]))
     return text + (" ..." if len(data) > limit else "")
