@@ -1,6 +1,6 @@
 """runhealth node agent, shard scanning: counts finished generations per (tokens, finish_reason).
 
-Part of the node agent (with agent.py and agent_gpu.py, shipped together): it runs on the GPU
+Part of the node agent (runhealth/node/, shipped together with agent.py): it runs on the GPU
 node, imports only the standard library, keeps Python 3.8-compatible syntax and is read-only
 there (shards are opened "rb", nothing is written). It holds the field rules that say where a
 record keeps finish_reason, completion_tokens and its text; the template engine; and
