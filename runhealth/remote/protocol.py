@@ -3,7 +3,8 @@
 The node runs ``python -u -c BOOTSTRAP``; the bootstrap reads one frame holding the agent's
 sources (runhealth/node/: agent.py plus scan.py, backfill.py, gpu.py, wire.py, and pynvml's, so
 a node needs only python3 and the driver) and executes it. After that every request and reply
-is a frame as runhealth/node/wire.py encodes and decodes it (docs/design.md section 1). `AgentSession` speaks that over any byte stream with
+is a frame as runhealth/node/wire.py encodes and decodes it (docs/design.md section 1).
+`AgentSession` speaks that over any byte stream with
 deadline-aware reads, so the same code serves a local subprocess and an SSH channel.
 """
 
