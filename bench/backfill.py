@@ -28,7 +28,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from scan import STYLES, make_shard, time_read  # noqa: E402
 
-from runhealth import protocol  # noqa: E402
+from runhealth.remote import protocol  # noqa: E402
 
 
 def frame(obj) -> bytes:

@@ -26,9 +26,9 @@ from pathlib import Path
 import sshd as sshd_lib
 
 from runhealth.config import NodeConfig
-from runhealth.protocol import AgentSession, launch_argv, program_frame
-from runhealth.ssh import SSHTransport, _ChannelStream
-from runhealth.transport import fan_out
+from runhealth.remote.base import fan_out
+from runhealth.remote.protocol import AgentSession, launch_argv, program_frame
+from runhealth.remote.ssh import ChannelStream, SSHTransport
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,7 +56,7 @@ def one_shot(transport: SSHTransport, request: dict, timeout_s: float = 30.0) ->
     """New exec channel + python start-up + program on an existing connection, per poll."""
     channel = transport._clients[-1].get_transport().open_session(timeout=timeout_s)
     channel.exec_command(shlex.join(launch_argv(transport.node.python)))
-    session = AgentSession(_ChannelStream(channel), transport.name)
+    session = AgentSession(ChannelStream(channel), transport.name)
     session.send_program(transport._program or program_frame(), timeout_s)
     reply = session.request(request, timeout_s)
     channel.shutdown_write()
@@ -143,7 +143,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=40, help="persistent rounds per count")
     parser.add_argument("--conn-rounds", type=int, default=3, help="new-connection rounds")
     parser.add_argument("--standin", action="store_true",
-                        help="use tests/standin_agent.py instead of runhealth/agent.py")
+                        help="use tests/standin_agent.py instead of runhealth/node/agent.py")
     parser.add_argument("--skip-conn-above", type=int, default=32,
                         help="skip the new-connection strategy above this many nodes")
     args = parser.parse_args()

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from scan import STYLES, make_shard
 
-from runhealth import agent_scan
+from runhealth.node import scan as agent_scan
 
 
 def best(fn, repeat):
@@ -62,7 +62,7 @@ def positions(plan, buf, spans):
             if m is None or not hole:
                 break
             starts.append(m.end())
-            q = agent_scan._hole_end(buf, m.end(), b) - 1
+            q = agent_scan.hole_end(buf, m.end(), b) - 1
             pos = q + (1 if lead is None else len(lead))
         segs.append(seg)
         holes.append(starts)
@@ -85,7 +85,7 @@ def style_rows(path, repeat):
         pos += len(line) + 1
     plan = learned_plan(path)
     segs, holes = positions(plan, buf, spans)
-    find, hole_end = buf.find, agent_scan._hole_end
+    find, hole_end = buf.find, agent_scan.hole_end
 
     def skeleton():  # every segment's regex at its known place; the holes are not walked
         for (_, b), seg in zip(spans, segs, strict=True):

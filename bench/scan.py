@@ -7,7 +7,7 @@ For each style (see make_shard: ASCII-escaped prose/quotes/mixed, raw-UTF-8 utf8
 adversarial flat records) it writes --mb MB of ~10 KB lines into a temp dir, reads them once to
 warm the page cache, then times in the same run, as CPU time (user + system of the process that
 does the work, so the figures are per core and hold on a shared machine): raw reads, `for line in f: json.loads(line)`,
-jq extracting the two fields (if installed; not required), and runhealth.agent.scan_file in a
+jq extracting the two fields (if installed; not required), and runhealth.node.agent.scan_file in a
 fresh subprocess (which also reports its peak RSS). Each method runs --repeat times; the best
 run counts. Goals per core: >= 4x json.loads and >= 10x jq on every style. Not a pass/fail test.
 """
@@ -42,7 +42,7 @@ STYLES = ("mixed", "prose", "quotes", "utf8", "utf8-quotes", "adversarial")
 SCAN_CHILD = """
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[1])
-from runhealth import agent
+from runhealth.node import agent
 t0 = time.process_time()
 e = agent.scan_file(sys.argv[2], None, 0, 1 << 62)
 dt = time.process_time() - t0

@@ -17,6 +17,7 @@ import pandas as pd
 import streamlit as st
 
 from components import loaders
+from runhealth.config import SECRET_KEYS
 
 STATE_BADGE = {"up": "UP", "stale": "STALE", "down": "DOWN", "pending": "PENDING"}
 STATE_COLOUR = {"UP": "#1B5E20", "STALE": "#8A5A00", "DOWN": "#8B1A1A", "PENDING": "#3A3F4B"}
@@ -328,7 +329,7 @@ def gpu_processes(gpus: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["GPU", "pid", "process", "mem GiB"])
 
 
-_SECRET_WORDS = ("passphrase", "password", "secret", "private_key", "token")
+_SECRET_WORDS = (*sorted(SECRET_KEYS), "secret", "token")  # substrings of keys never shown
 
 
 def safe_config(config: dict[str, Any] | None) -> dict[str, Any]:

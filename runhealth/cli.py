@@ -21,10 +21,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from runhealth import __version__, agent, compare, launch, service, stats, whatif
+from runhealth import __version__, compare, launch, service, stats, whatif
 from runhealth.collector import Collector
 from runhealth.config import find_config_path, load_config
 from runhealth.errors import RunhealthError
+from runhealth.node import agent
+from runhealth.node.wire import count_rows
 from runhealth.store import Store
 from runhealth.textsafe import escape
 
@@ -54,8 +56,8 @@ def scan_paths(patterns: list[str], totals: dict[str, int] | None = None,
         for path, entry in shards["files"].items():
             if entry.get("error"):
                 print(f"warning: {escape(path)}: {escape(entry['error'])}", file=sys.stderr)
-            for tokens, finish, estimated, count in entry.get("counts") or []:
-                hist.add(tokens, finish, estimated, count)
+            for row in count_rows(entry.get("counts") or []):
+                hist.add(row.tokens, row.finish_reason, row.estimated, row.count)
             malformed += int(entry.get("malformed") or 0)
             if totals is not None:
                 totals["blank_lines"] = totals.get("blank_lines", 0) + int(entry.get("blank_lines") or 0)

@@ -15,14 +15,14 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from runhealth import lengthtime, loops, metrics, rollup, scheduler, textsafe
 from runhealth.config import NodeConfig, RunConfig, RunContext
 from runhealth.errors import StoreError
+from runhealth.remote import make_transport
+from runhealth.remote.base import fan_out_calls
 from runhealth.store import Store
-from runhealth.transport import make_transport
 
 log = textsafe.get_logger(__name__)
 
@@ -278,21 +278,17 @@ class Collector:
         shares = dict.fromkeys(names, 0)
         for name in rng.choices(names, weights=[weights[x] for x in names], k=n) if names else []:
             shares[name] += 1
-        results: dict[str, Any] = {}
 
-        def one(name: str) -> None:
+        def one(name: str) -> Callable[[], dict[str, Any]]:
             node = self.pollers[name].node
             req = {"op": "sample", "globs": node.shards, "n": shares[name],
                    "seed": rng.randrange(2**31), "finish_reason": finish_reason, "full_text": full_text,
                    "head_chars": 400, "tail_chars": 4000, "prompt_path": node.prompt_path,
                    "finish_reason_path": node.finish_reason_path, "completion_tokens_path": node.completion_tokens_path}
-            try:
-                results[name] = self.pollers[name].request(req)[0]
-            except Exception as exc:
-                results[name] = exc
+            return lambda: self.pollers[name].request(req)[0]
 
-        with ThreadPoolExecutor(max_workers=scheduler.pool_size(len(shares))) as pool:
-            list(pool.map(one, [s for s, k in shares.items() if k > 0]))
+        calls = {name: one(name) for name, k in shares.items() if k > 0}  # seeds drawn in node order
+        results = fan_out_calls(calls, scheduler.pool_size(len(shares)))
         samples, errors, population = [], {}, 0
         for name, result in results.items():
             if isinstance(result, Exception):
@@ -304,17 +300,11 @@ class Collector:
 
     def poll_once(self, progress: Callable[[str, int], None] | None = None) -> dict[str, Any]:
         """One full collection over every node, concurrently: name -> reply or exception."""
-        results: dict[str, Any] = {}
+        def one(poller: NodePoller) -> Callable[[], dict[str, Any]]:
+            return lambda: poller.poll_until_indexed(progress=progress)
 
-        def one(poller: NodePoller) -> None:
-            try:
-                results[poller.node.name] = poller.poll_until_indexed(progress=progress)
-            except Exception as exc:
-                results[poller.node.name] = exc
-
-        with ThreadPoolExecutor(max_workers=scheduler.pool_size(len(self.pollers))) as pool:
-            list(pool.map(one, self.pollers.values()))
-        return results
+        calls = {name: one(poller) for name, poller in self.pollers.items()}
+        return dict(fan_out_calls(calls, scheduler.pool_size(len(self.pollers))))
 
 
 def _run_meta(config: RunConfig, context: RunContext) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import math
 from typing import Any
 
 from runhealth import stats
+from runhealth.node.wire import count_rows
 from runhealth.store import Store
 
 HOUR = 3600
@@ -41,10 +42,10 @@ def record(store: Store, node: str, reply: dict[str, Any], ts_unix: float) -> No
     """Add a poll reply's new counts to its hour (call after `Store.record_poll` applied it)."""
     rows: dict[tuple, int] = {}
     for entry in ((reply.get("shards") or {}).get("files") or {}).values():
-        for tokens, finish, estimated, count in entry.get("counts") or []:
-            by_length = int(finish == stats.LENGTH)
-            key = (int(tokens) if by_length else bin_upper(int(tokens)), by_length, int(bool(estimated)))
-            rows[key] = rows.get(key, 0) + int(count)
+        for r in count_rows(entry.get("counts") or []):
+            by_length = int(r.finish_reason == stats.LENGTH)
+            key = (int(r.tokens) if by_length else bin_upper(int(r.tokens)), by_length, int(bool(r.estimated)))
+            rows[key] = rows.get(key, 0) + int(r.count)
     if not rows:
         return
     last = store._rows("SELECT backfill FROM polls WHERE node = ? ORDER BY ts_unix DESC LIMIT 1", (node,))

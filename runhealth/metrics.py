@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-MAX_TEXT_BYTES = 8 * 1024 * 1024
+from runhealth.node.wire import METRICS_MAX_BYTES as MAX_TEXT_BYTES  # the agent fetches at most this much
 
 SUMMED = (
     "sglang:gen_throughput",

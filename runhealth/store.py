@@ -4,7 +4,8 @@ Pages never talk to nodes; they read aggregates from here, so any number of view
 SSH traffic. The database runs in WAL mode and every poll result is applied in one
 transaction (shard offsets move together with the counts they produced), so a process killed
 mid-write leaves either the old state or the new one: counts are never lost or doubled.
-Aggregation and downsampling happen in SQL; reads return plain lists of dicts.
+Aggregation and downsampling happen in SQL; reads return plain lists of dicts. What a poll
+reply means (shard updates, node status, backfill) is runhealth/ingest.py's; this module writes it.
 """
 
 from __future__ import annotations
@@ -17,11 +18,14 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from runhealth import textsafe
+from runhealth import ingest, textsafe
 from runhealth.errors import StoreError
 from runhealth.migrations import migrate
+
+from runhealth.ingest import PollRecord, ShardUpdate
+from runhealth.node.wire import PollReply
 
 log = textsafe.get_logger(__name__)
 
@@ -190,32 +194,29 @@ class Store:
         return {r["path"]: {"inode": r["inode"], "offset": r["offset"]} for r in rows}
 
     def record_poll(self, node: str, reply: dict[str, Any], ts_unix: float, rtt_ms: float | None) -> dict[str, int]:
-        """Apply one successful poll reply atomically; returns the deltas it added."""
-        shards = reply.get("shards") or {}
-        files = shards.get("files") or {}
+        """Apply one successful poll reply (a wire.PollReply) atomically; returns the deltas it added."""
+        record = ingest.read_poll(cast(PollReply, reply))
         with self._tx() as db:
             first_poll = db.execute("SELECT COUNT(*) FROM shards WHERE node = ?", (node,)).fetchone()[0] == 0
             prev = db.execute("SELECT pending_bytes FROM nodes WHERE name = ?", (node,)).fetchone()
             catching_up = bool(prev and prev[0])  # the previous poll left bytes for this one
             delta = {"completions": 0, "tokens": 0, "length_stops": 0, "malformed": 0, "resets": 0}
             stops: dict[int, int] = {}
-            for path, entry in files.items():
-                _apply_shard(db, node, path, entry, ts_unix, delta, stops)
+            for update in record.shards:
+                _apply_shard(db, node, update, ts_unix, delta, stops)
             db.executemany("INSERT INTO poll_length_stops VALUES (?,?,?,?)",
                            [(ts_unix, node, t, n) for t, n in stops.items()])
-            # Catch-up work (first index, rescans, a backlog split over polls) is not throughput.
-            backfill = (first_poll or catching_up or delta["resets"] > 0
-                        or (shards.get("pending_bytes") or 0) > 0)
+            backfill = ingest.is_backfill(first_poll, catching_up, delta["resets"], record.pending_bytes)
             db.execute(
                 "INSERT INTO polls VALUES (?,?,?,?,?,?,?,?,?)",
-                (ts_unix, node, reply.get("time_unix"), delta["completions"], delta["tokens"],
+                (ts_unix, node, record.status.node_time_unix, delta["completions"], delta["tokens"],
                  delta["length_stops"], delta["malformed"], int(backfill), rtt_ms),
             )
-            _write_gpus(db, node, reply.get("gpus") or {}, ts_unix)
-            _write_health(db, node, reply, ts_unix)
-            _write_node_ok(db, node, reply, ts_unix, rtt_ms)
-            scanned = sum(max(0, int(e.get("offset") or 0) - int(e.get("offset_from") or 0)) for e in files.values())
-            if scanned and rtt_ms and (backfill or shards.get("pending_bytes")):
+            _write_gpus(db, node, record, ts_unix)
+            _write_health(db, node, record, ts_unix)
+            _write_node_ok(db, node, record, ts_unix, rtt_ms)
+            scanned = record.scanned_bytes
+            if scanned and rtt_ms and (backfill or record.pending_bytes):
                 # Indexing speed as the operator lives it (bytes per second of poll round trip).
                 db.execute("UPDATE nodes SET index_bytes_per_s = ? WHERE name = ?", (scanned / (rtt_ms / 1000), node))
         self.write_failures.pop(node, None)  # written again: the store is healthy for this node
@@ -480,18 +481,19 @@ def _where(since_unix: float | None, node: str | None) -> tuple[str, tuple]:
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), tuple(params)
 
 
-def _apply_shard(db: sqlite3.Connection, node: str, path: str, entry: dict, ts_unix: float, delta: dict,
+def _apply_shard(db: sqlite3.Connection, node: str, update: ShardUpdate, ts_unix: float, delta: dict,
                  stops: dict[int, int]) -> None:
     """Fold one file's scan result into the shard row and its length counts."""
+    path = update.path
     old = db.execute("SELECT offset FROM shards WHERE node = ? AND path = ?", (node, path)).fetchone()
     stored_offset = old[0] if old is not None else 0
-    if not entry.get("reset") and entry.get("offset_from", stored_offset) != stored_offset:
+    if not update.reset and update.offset_from is not None and update.offset_from != stored_offset:
         # The scan did not start where our counts end (a stale or duplicate reply, e.g. from a
         # second collector on the same store): applying it would double or skip lines.
         log.warning("%s:%s: ignored a scan from offset %s; counted up to %s", node, path,
-                    entry.get("offset_from"), stored_offset)
+                    update.offset_from, stored_offset)
         return
-    if entry.get("reset") and old is not None:
+    if update.reset and old is not None:
         # Rotated or truncated: forget what this shard counted before, then count it afresh.
         db.execute(
             "UPDATE node_length_counts SET count = count - (SELECT l.count FROM length_counts l WHERE l.node = ?"
@@ -506,9 +508,8 @@ def _apply_shard(db: sqlite3.Connection, node: str, path: str, entry: dict, ts_u
                    " WHERE node = ? AND path = ?", (node, path))
         delta["resets"] += 1
     db.execute("INSERT OR IGNORE INTO shards (node, path) VALUES (?, ?)", (node, path))
-    counts = entry.get("counts") or []
-    completions = sum(int(c[3]) for c in counts)
-    rows = [(node, path, int(t), f or "", int(e), int(n)) for t, f, e, n in counts]
+    completions = update.completions
+    rows = [(node, path, r.tokens, r.finish_reason or "", r.estimated, r.count) for r in update.counts]
     db.executemany(
         "INSERT INTO length_counts VALUES (?,?,?,?,?,?) ON CONFLICT (node, path, tokens, finish_reason, estimated)"
         " DO UPDATE SET count = count + excluded.count", rows)
@@ -518,36 +519,34 @@ def _apply_shard(db: sqlite3.Connection, node: str, path: str, entry: dict, ts_u
     db.execute(
         "UPDATE shards SET inode = ?, offset = ?, size = ?, lines = lines + ?, malformed = malformed + ?,"
         " blank_lines = blank_lines + ?, tokens = tokens + ?, error = ?, updated_unix = ? WHERE node = ? AND path = ?",
-        (entry.get("inode"), entry.get("offset", 0), entry.get("size", 0), completions,
-         entry.get("malformed", 0), entry.get("blank_lines") or 0, entry.get("tokens", 0), entry.get("error"),
+        (update.inode, update.offset, update.size, completions,
+         update.malformed, update.blank_lines, update.tokens, update.error,
          ts_unix, node, path),
     )
     delta["completions"] += completions
-    delta["tokens"] += int(entry.get("tokens") or 0)
-    delta["malformed"] += int(entry.get("malformed") or 0)
-    delta["length_stops"] += sum(int(c[3]) for c in counts if c[1] == "length")
-    for t, f, e, n in counts:
-        if f == "length" and not int(e):
-            stops[int(t)] = stops.get(int(t), 0) + int(n)
+    delta["tokens"] += update.tokens
+    delta["malformed"] += update.malformed
+    delta["length_stops"] += update.length_stops
+    for t, n in update.exact_length_stops().items():
+        stops[t] = stops.get(t, 0) + n
 
 
-def _write_health(db: sqlite3.Connection, node: str, reply: dict, ts_unix: float) -> None:
+def _write_health(db: sqlite3.Connection, node: str, record: PollRecord, ts_unix: float) -> None:
     """GPU health, XID events and host memory of one poll (absent in older agents' replies)."""
     db.execute("DELETE FROM gpu_health WHERE node = ?", (node,))
-    for d in (reply.get("gpus") or {}).get("devices") or []:
-        health = dict(d.get("health") or {})
-        for xid in health.pop("xid", None) or []:
-            db.execute("INSERT INTO gpu_events VALUES (?,?,?,?)", (ts_unix, node, d.get("index"), int(xid)))
-        if health:
+    for h in record.health:
+        for xid in h.xids:
+            db.execute("INSERT INTO gpu_events VALUES (?,?,?,?)", (ts_unix, node, h.index, xid))
+        if h.health:
             db.execute("INSERT OR REPLACE INTO gpu_health VALUES (?,?,?,?)",
-                       (node, d.get("index"), ts_unix, json.dumps(health)))
-    if reply.get("host"):
-        db.execute("INSERT OR REPLACE INTO host_latest VALUES (?,?,?)", (node, ts_unix, json.dumps(reply["host"])))
+                       (node, h.index, ts_unix, json.dumps(h.health)))
+    if record.host:
+        db.execute("INSERT OR REPLACE INTO host_latest VALUES (?,?,?)", (node, ts_unix, json.dumps(record.host)))
 
 
-def _write_gpus(db: sqlite3.Connection, node: str, gpus: dict, ts_unix: float) -> None:
+def _write_gpus(db: sqlite3.Connection, node: str, record: PollRecord, ts_unix: float) -> None:
     db.execute("DELETE FROM gpu_latest WHERE node = ?", (node,))
-    for d in gpus.get("devices") or []:
+    for d in record.gpus:
         values = [d.get(f) for f in _GPU_FIELDS]
         throttled = int(bool(d.get("throttle_reasons")))
         if d.get("error") is None:
@@ -560,20 +559,19 @@ def _write_gpus(db: sqlite3.Connection, node: str, gpus: dict, ts_unix: float) -
         )
 
 
-def _write_node_ok(db: sqlite3.Connection, node: str, reply: dict, ts_unix: float, rtt_ms: float | None) -> None:
-    gpus = reply.get("gpus") or {}
-    shards = reply.get("shards") or {}
-    metrics_errors = {u: m.get("error") for u, m in (reply.get("metrics") or {}).items() if m.get("error")}
-    node_time = reply.get("time_unix")
+def _write_node_ok(db: sqlite3.Connection, node: str, record: PollRecord, ts_unix: float,
+                   rtt_ms: float | None) -> None:
+    s = record.status
+    node_time = s.node_time_unix
     db.execute("INSERT OR IGNORE INTO nodes (name) VALUES (?)", (node,))
     db.execute(
         "UPDATE nodes SET last_ok_unix = ?, last_attempt_unix = ?, failing_since_unix = NULL, rtt_ms = ?,"
         " agent_ms = ?, skew_s = ?, hostname = ?, loadavg = ?, gpus_found = ?, gpu_source = ?, gpu_error = ?,"
         " gpu_simulated = ?, shards_matched = ?, unmatched_globs = ?, pending_bytes = ?, disk = ?,"
         " metrics_errors = ? WHERE name = ?",
-        (ts_unix, ts_unix, rtt_ms, reply.get("agent_ms"),
-         (node_time - ts_unix) if node_time is not None else None, reply.get("hostname"),
-         json.dumps(reply.get("loadavg")), len(gpus.get("devices") or []), gpus.get("source"), gpus.get("error"),
-         int(bool(gpus.get("simulated"))), shards.get("matched"), json.dumps(shards.get("unmatched_globs") or []),
-         shards.get("pending_bytes") or 0, json.dumps(reply.get("disk") or {}), json.dumps(metrics_errors), node),
+        (ts_unix, ts_unix, rtt_ms, s.agent_ms,
+         (node_time - ts_unix) if node_time is not None else None, s.hostname,
+         json.dumps(s.loadavg), s.gpus_found, s.gpu_source, s.gpu_error,
+         int(s.gpu_simulated), s.shards_matched, json.dumps(s.unmatched_globs),
+         s.pending_bytes, json.dumps(s.disk), json.dumps(s.metrics_errors), node),
     )

@@ -1,4 +1,4 @@
-"""Tests of runhealth/agent.py: the shard scanner, sampling, poll replies and the serve loop.
+"""Tests of runhealth/node/agent.py: the shard scanner, sampling, poll replies and the serve loop.
 
 Scenarios are named after what happens on a real node: a shard still being written, a
 rotated or truncated shard, a writer that died mid-line, hostile file names, a 50 MB line.
@@ -15,13 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from runhealth import agent, protocol
+from runhealth.node import agent
+from runhealth.remote import protocol
 
 AGENT_PATH = Path(agent.__file__)
-# The agent is four modules shipped together; BOOTSTRAP registers these under these names.
-PARTS = {"runhealth_agent_scan": AGENT_PATH.with_name("agent_scan.py"),
-         "runhealth_agent_backfill": AGENT_PATH.with_name("agent_backfill.py"),
-         "runhealth_agent_gpu": AGENT_PATH.with_name("agent_gpu.py")}
+# The agent is five modules shipped together; BOOTSTRAP registers these under these names.
+PARTS = {"runhealth_node_wire": AGENT_PATH.with_name("wire.py"),
+         "runhealth_node_scan": AGENT_PATH.with_name("scan.py"),
+         "runhealth_node_backfill": AGENT_PATH.with_name("backfill.py"),
+         "runhealth_node_gpu": AGENT_PATH.with_name("gpu.py")}
 BIG = 1 << 40  # "no budget limit" for a test-sized shard
 
 
@@ -391,7 +393,7 @@ def read_reply(stream):
 def test_serve_loop_over_a_real_subprocess(tmp_path):
     path = write(tmp_path / "a.jsonl", [chat("stop", 5)] * 4)
     # -I keeps the script's folder off sys.path and cwd is elsewhere: agent.py must find
-    # agent_scan.py / agent_gpu.py beside itself.
+    # scan.py / gpu.py / wire.py beside itself.
     proc = subprocess.Popen([sys.executable, "-I", "-S", str(AGENT_PATH)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
     try:
@@ -438,7 +440,7 @@ def test_agent_imports_only_the_standard_library(tmp_path):
     out = subprocess.run([sys.executable, "-I", "-S", "-c", STDLIB_PROBE, str(AGENT_PATH), path, parts],
                          capture_output=True, timeout=60, check=True)
     mods = {m.split(".")[0] for m in json.loads(out.stdout)}
-    assert set(PARTS) <= mods  # all three modules ran, so their imports are in the check
+    assert set(PARTS) <= mods  # all four parts ran, so their imports are in the check
     ours = set(PARTS) | {"__main__", "__mp_main__"}  # multiprocessing's alias of __main__
     third_party = mods - set(sys.stdlib_module_names) - set(sys.builtin_module_names) - ours
     assert not third_party, third_party
@@ -452,7 +454,7 @@ def test_agent_source_parses_as_python_3_8(path):
 
 
 # ---------------------------------------------------------------------------- shipping to a node
-def test_program_frame_ships_the_agent_and_its_two_modules():
+def test_program_frame_ships_the_agent_and_its_parts():
     header, body = protocol.program_frame().split(b"\n", 1)
     program = json.loads(body)
     assert int(header) == len(body) and program["main"] == AGENT_PATH.read_text()

@@ -1,4 +1,4 @@
-"""Parallel backfill (runhealth/agent_backfill.py): same counts as one process, real workers.
+"""Parallel backfill (runhealth/node/backfill.py): same counts as one process, real workers.
 
 The property: cutting a shard's range at any byte offsets (inside multibyte characters, inside
 torn lines, at line starts) and scanning the pieces separately gives exactly the entry one
@@ -21,15 +21,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_scan_property import BROKEN_CONTENT, SCHEMAS, build, corrupt_text, dumps, shapes, values
 
-from runhealth import agent, protocol
+from runhealth.node import agent
+from runhealth.remote import protocol
 
-backfill = agent._backfill
-scan_one = agent._scan.scan_file
+backfill = agent.backfill
+scan_one = agent.scan.scan_file
 
 
 def fresh_templates():
-    agent._scan.TEMPLATES.entries.clear()  # a worker may start a piece knowing no template
-    agent._scan.TEMPLATES.inode_of.clear()
+    agent.scan.TEMPLATES.entries.clear()  # a worker may start a piece knowing no template
+    agent.scan.TEMPLATES.inode_of.clear()
 
 
 def one_process(path, offset, budget):
@@ -158,10 +159,10 @@ def test_the_real_bootstrap_scans_with_fork_workers(tmp_path, workers):
         f.write(line * 2000)
     header, body = protocol.program_frame(include_pynvml=False).split(b"\n", 1)
     program = json.loads(body)
-    small = program["modules"]["runhealth_agent_backfill"].replace(  # a test-sized backlog
+    small = program["modules"]["runhealth_node_backfill"].replace(  # a test-sized backlog
         "PARALLEL_MIN_BYTES = 64 << 20", "PARALLEL_MIN_BYTES = 1").replace("PIECE_MIN_BYTES = 4 << 20", "PIECE_MIN_BYTES = 1")
-    assert small != program["modules"]["runhealth_agent_backfill"]
-    program["modules"]["runhealth_agent_backfill"] = small
+    assert small != program["modules"]["runhealth_node_backfill"]
+    program["modules"]["runhealth_node_backfill"] = small
     poll = {"op": "poll", "gpu": "off", "shards": {"globs": [path], "scan_workers": workers, "budget_bytes": 1 << 30}}
     done = subprocess.run([sys.executable, "-I", "-S", "-u", "-c", protocol.BOOTSTRAP],
                           input=frame(program) + frame(poll), capture_output=True, timeout=60, cwd=tmp_path)

@@ -90,7 +90,7 @@ def test_an_absurd_token_count_is_one_malformed_line_not_a_failed_node(tmp_path,
 
 
 def test_blank_lines_are_counted_apart_from_malformed_ones(tmp_path):
-    from runhealth.agent_scan import scan_file
+    from runhealth.node.scan import scan_file
 
     lines = [chat(5)] * 3 + [b"\n", b"   \n", b"\t\r\n"] + [b"{not json\n"] * 7 + [b" \n", b"\n"] + [chat(8)]
     shard = tmp_path / "a.jsonl"
@@ -178,7 +178,7 @@ def test_a_shard_reached_through_a_symlink_loop_is_counted_once(tmp_path):
 
 
 def test_alias_paths_and_overlapping_globs_count_a_file_once(tmp_path, monkeypatch):
-    from runhealth.agent import expand_globs
+    from runhealth.node.agent import expand_globs
 
     data = tmp_path / "data"
     (data / "run3").mkdir(parents=True)

@@ -14,7 +14,8 @@ from pathlib import Path
 import fake_pynvml
 import pytest
 
-from runhealth import agent, agent_gpu
+from runhealth.node import agent
+from runhealth.node import gpu as agent_gpu
 
 HERE = Path(__file__).parent
 # design.md section 1, verbatim: the one-liner the dashboard runs on the node.
@@ -174,11 +175,12 @@ def test_no_telemetry_says_why(monkeypatch, tmp_path):
 
 def test_bootstrap_registers_the_shipped_pynvml_lazily():
     """Through the real bootstrap with -I -S (no site-packages): pynvml comes from __modules__."""
-    src = HERE.parent / "runhealth"
+    src = HERE.parent / "runhealth" / "node"
     program = json.dumps({"main": (src / "agent.py").read_text(),
-                          "modules": {"runhealth_agent_scan": (src / "agent_scan.py").read_text(),
-                                      "runhealth_agent_gpu": (src / "agent_gpu.py").read_text(),
-                                      "runhealth_agent_backfill": (src / "agent_backfill.py").read_text(),
+                          "modules": {"runhealth_node_scan": (src / "scan.py").read_text(),
+                                      "runhealth_node_gpu": (src / "gpu.py").read_text(),
+                                      "runhealth_node_backfill": (src / "backfill.py").read_text(),
+                                      "runhealth_node_wire": (src / "wire.py").read_text(),
                                       "pynvml": (HERE / "fake_pynvml.py").read_text()}}).encode()
     poll = json.dumps({"op": "poll", "shards": {"globs": []}, "gpu": "auto"}).encode()
     stdin = b"%d\n%s%d\n%s" % (len(program), program, len(poll), poll)

@@ -4,7 +4,7 @@ Each example builds one shard: lines of one schema and one writer style (separat
 ensure_ascii), values drawn adversarially (text holding `"finish_reason": "length"`, escaped
 quotes, backslash runs, unicode, nested objects carrying the same keys), plus a few lines of
 other shapes and some truncated lines. The reference below is a plain json.loads per line,
-written from design.md independently of runhealth/agent.py.
+written from design.md independently of runhealth/node/agent.py.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import zlib
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runhealth import agent
+from runhealth.node import agent
 
 # ---------------------------------------------------------------------------- reference
 TEXT_KEYS = ("text", "completion", "output", "response")

@@ -29,13 +29,16 @@ from runhealth.errors import (
     HostKeyError,
     TransportError,
 )
-from runhealth.protocol import BOOTSTRAP, encode_frame, launch_argv, program_frame
-from runhealth.ssh import SSHTransport
-from runhealth.transport import LocalTransport, fan_out, make_transport
+from runhealth.node import wire
+from runhealth.remote import make_transport
+from runhealth.remote.base import fan_out
+from runhealth.remote.local import LocalTransport
+from runhealth.remote.protocol import BOOTSTRAP, encode_frame, launch_argv, program_frame
+from runhealth.remote.ssh import SSHTransport
 
 pytestmark = pytest.mark.ssh
 
-AGENT_PATH = Path(__file__).parent.parent / "runhealth" / "agent.py"
+AGENT_PATH = Path(__file__).parent.parent / "runhealth" / "node" / "agent.py"
 STANDIN = program_frame(main_source=(Path(__file__).parent / "standin_agent.py").read_text())
 
 
@@ -53,7 +56,7 @@ def node(sshd_node):
 @pytest.fixture
 def real_agent():
     if not AGENT_PATH.exists():
-        pytest.skip("runhealth/agent.py is not written yet")
+        pytest.skip("runhealth/node/agent.py is not written yet")
     return program_frame()
 
 
@@ -83,7 +86,14 @@ def _poll_request(shard_dir: Path) -> dict:
 
 def test_frame_is_length_newline_json():
     assert encode_frame({"op": "hello"}) == b'14\n{"op":"hello"}'
-    assert encode_frame({"t": "é"}) == b'10\n{"t":"\xc3\xa9"}'
+    assert encode_frame({"t": "é"}) == b'14\n{"t":"\\u00e9"}'  # ASCII JSON, both directions (wire.py)
+
+
+def test_every_str_encodes_even_a_file_name_that_is_not_utf8():
+    """A lone surrogate (os.fsdecode of a non-UTF-8 name) travels as an escape and comes back."""
+    name = os.fsdecode(b"/data/caf\xe9.jsonl")
+    header, body = encode_frame({"globs": [name]}).split(b"\n", 1)
+    assert int(header) == len(body) and wire.decode_body(body) == {"globs": [name]}
 
 
 def test_launch_argv_is_python_and_the_constant_bootstrap():

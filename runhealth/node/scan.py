@@ -1,6 +1,6 @@
 """runhealth node agent, shard scanning: counts finished generations per (tokens, finish_reason).
 
-Part of the node agent (with agent.py and agent_gpu.py, shipped together): it runs on the GPU
+Part of the node agent (runhealth/node/, shipped together with agent.py): it runs on the GPU
 node, imports only the standard library, keeps Python 3.8-compatible syntax and is read-only
 there (shards are opened "rb", nothing is written). It holds the field rules that say where a
 record keeps finish_reason, completion_tokens and its text; the template engine; and
@@ -51,7 +51,7 @@ LINE_STATS = {"template": 0, "json": 0}  # lines counted by each path, process-w
 
 
 # ---------------------------------------------------------------------------- field rules
-def _get(obj, path):
+def get_at(obj, path):
     """Follow a key/index path through dicts and lists; None when any step is missing."""
     for part in path:
         if isinstance(obj, dict):
@@ -63,14 +63,14 @@ def _get(obj, path):
     return obj
 
 
-def _parse_path(dotted):
+def parse_path(dotted):
     """"choices.0.finish_reason" -> ("choices", 0, "finish_reason")."""
     return tuple(int(p) if p.lstrip("-").isdigit() else p for p in dotted.split("."))
 
 
-def _locate(obj):
+def locate(obj):
     """Paths of (finish_reason, completion_tokens, [completion text parts]) for one record."""
-    body = _get(obj, ("response", "body"))
+    body = get_at(obj, ("response", "body"))
     root = ("response", "body") if isinstance(obj.get("response"), dict) and isinstance(body, dict) else ()
     rec = body if root else obj
     choices = rec.get("choices")
@@ -103,24 +103,24 @@ def valid_count(ct):
     return type(ct) is int and 0 <= ct <= MAX_COUNT
 
 
-def _count_key(obj, overrides):
+def count_key(obj, overrides):
     """(tokens, finish_reason, estimated) of one parsed record, the reference semantics.
 
     None when the record holds a token count that is not a valid count (the line is malformed);
     a record with no count at all gets the chars/4 estimate.
     """
-    fr_path, ct_path, texts = _locate(obj)
-    fr = _get(obj, overrides[0] or fr_path)
-    ct = _get(obj, overrides[1] or ct_path)
+    fr_path, ct_path, texts = locate(obj)
+    fr = get_at(obj, overrides[0] or fr_path)
+    ct = get_at(obj, overrides[1] or ct_path)
     if valid_count(ct):
         return ct, fr if isinstance(fr, str) else None, 0
     if ct is not None:
         return None
-    chars = sum(len(t) for t in (_get(obj, p) for p in texts) if isinstance(t, str))
+    chars = sum(len(t) for t in (get_at(obj, p) for p in texts) if isinstance(t, str))
     return -(-chars // 4), fr if isinstance(fr, str) else None, 1
 
 
-def _load_line(raw):
+def load_line(raw):
     """json.loads one line (strict UTF-8); None when it is not a JSON object."""
     try:
         obj = json.loads(raw.decode("utf-8"))
@@ -143,7 +143,7 @@ def _load_counted_line(raw):
     template had been learned before it (sequential and parallel scans agree), and a template
     never accepts a line this rejects.
     """
-    obj = _load_line(raw)
+    obj = load_line(raw)
     if obj is not None:
         return obj, False
     try:
@@ -305,8 +305,8 @@ class _Builder:
 
 def _build_template(raw, obj):
     """(strict, tolerant) regex segment lists for lines shaped like `raw`, or None."""
-    fr_path, ct_path, _ = _locate(obj)
-    if not isinstance(_get(obj, ct_path), int) or len(raw) > TEMPLATE_MAX_LINE_BYTES:
+    fr_path, ct_path, _ = locate(obj)
+    if not isinstance(get_at(obj, ct_path), int) or len(raw) > TEMPLATE_MAX_LINE_BYTES:
         return None
     try:
         b = _Builder(raw, fr_path, ct_path)
@@ -336,10 +336,10 @@ def _match_template(plan, buf, pos, end):
                 q = buf.rfind(lead, pos, end)
                 # exact only if no quote inside could have closed the string first
                 if q < 0 or ((buf[q - 1] == 92 or buf.find(b'"', pos, q) >= 0)
-                             and _hole_end(buf, pos, end) != q + 1):
+                             and hole_end(buf, pos, end) != q + 1):
                     return None
             else:
-                q = _hole_end(buf, pos, end) - 1
+                q = hole_end(buf, pos, end) - 1
                 if q < 0 or (lead is not None and not buf.startswith(lead, q)):
                     return None
             pos = q + (1 if lead is None else len(lead))
@@ -347,11 +347,11 @@ def _match_template(plan, buf, pos, end):
 
 
 # A quote not preceded by a run of exactly 1, 3 or 5 backslashes (those escape it): unescaped,
-# after an even run, or after an odd run of 7+ (rare; _hole_end counts that run).
+# after an even run, or after an odd run of 7+ (rare; hole_end counts that run).
 _QUOTE_RE = re.compile(rb'"(?<![^\\]\\")(?<![^\\]\\\\\\")(?<![^\\]\\\\\\\\\\")')
 
 
-def _hole_end(buf, pos, end):
+def hole_end(buf, pos, end):
     """Offset just past the closing quote of the string whose body starts at pos, or -1.
 
     Exact on structure: a quote closes the string unless an odd run of backslashes precedes
@@ -445,7 +445,7 @@ def _scan_chunk(buf, end, tally, tmpl_state, overrides, starts, base):
 def _count_slow(raw, tally, tmpl_state, overrides, learn):
     """The json.loads path for one line; may learn a template from it."""
     obj, repaired = _load_counted_line(raw)
-    key = None if obj is None else _count_key(obj, overrides)
+    key = None if obj is None else count_key(obj, overrides)
     if key is None or (repaired and key[1] is not None and _has_placeholder(key[1])):
         # the one place a line is called blank or malformed (an invalid UTF-8 byte in
         # finish_reason is malformed too: its value is unknown)
@@ -464,7 +464,7 @@ def _has_placeholder(text):
     return any("\udc80" <= c <= "\udcff" for c in text)
 
 
-class _Reader:
+class Reader:
     """Reads runs of complete lines; full-size chunks reuse one buffer (no page-fault churn)."""
 
     def __init__(self, f, size, cap_bytes):
@@ -502,10 +502,10 @@ class _Reader:
         return b"", 0
 
 
-def _overrides(paths):
+def parse_overrides(paths):
     paths = paths or {}
     fr, ct = paths.get("finish_reason_path"), paths.get("completion_tokens_path")
-    return (_parse_path(fr) if fr else None, _parse_path(ct) if ct else None)
+    return (parse_path(fr) if fr else None, parse_path(ct) if ct else None)
 
 
 def scan_file(path, inode, offset, budget_bytes, paths=None, line_index=None, deadline=None):
@@ -532,7 +532,7 @@ def scan_file(path, inode, offset, budget_bytes, paths=None, line_index=None, de
              "error": None, "pending_bytes": 0}
     try:
         with open(path, "rb", buffering=0) as f:
-            _scan_open_file(f, path, entry, budget_bytes, _overrides(paths), line_index, deadline)
+            _scan_open_file(f, path, entry, budget_bytes, parse_overrides(paths), line_index, deadline)
     except (OSError, ValueError) as exc:
         entry["error"] = "%s: %s" % (type(exc).__name__, exc)
     return entry
@@ -557,7 +557,7 @@ def _scan_open_file(f, path, entry, budget_bytes, overrides, line_index, deadlin
         idx[0], idx[1] = array.array("Q"), 0
     tmpl_state = TEMPLATES.get(path, st.st_ino)
     tally, pos, stop = _Tally(), start, start + max(0, int(budget_bytes))
-    reader = _Reader(f, size, min(size, stop) - start)
+    reader = Reader(f, size, min(size, stop) - start)
     t0, timed_out = time.monotonic(), False
     while pos < size and pos < stop:
         if deadline is not None and time.monotonic() >= deadline:

@@ -1,10 +1,10 @@
 """Dashboard side of the agent pipe: bootstrap, framing and request/response sessions.
 
 The node runs ``python -u -c BOOTSTRAP``; the bootstrap reads one frame holding the agent's
-sources (agent.py plus agent_scan.py, agent_backfill.py, agent_gpu.py and pynvml's, so a node
-needs only python3 and the driver) and executes it. After that
-every request and reply is a frame: ASCII decimal byte length, ``\\n``, that many bytes of UTF-8
-JSON (docs/design.md section 1). `AgentSession` speaks that over any byte stream with
+sources (runhealth/node/: agent.py plus scan.py, backfill.py, gpu.py, wire.py, and pynvml's, so
+a node needs only python3 and the driver) and executes it. After that every request and reply
+is a frame as runhealth/node/wire.py encodes and decodes it (docs/design.md section 1).
+`AgentSession` speaks that over any byte stream with
 deadline-aware reads, so the same code serves a local subprocess and an SSH channel.
 """
 
@@ -12,27 +12,27 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import json
-import re
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
+from runhealth.config import PYTHON_RE
 from runhealth.errors import AgentError, CommandTimeout, ConfigError, TransportError
+from runhealth.node import wire
+from runhealth.node.wire import MAX_HEADER_BYTES, MAX_REPLY_BYTES, SCHEMA_VERSION, encode_frame
 
 BOOTSTRAP = (
     "import sys,json;i=sys.stdin.buffer;n=int(i.readline());p=json.loads(i.read(n));"
     "g={'__name__':'runhealth_agent','__modules__':p.get('modules',{})};"
     "exec(compile(p['main'],'runhealth_agent','exec'),g)"
 )
-SCHEMA_VERSION = 1
-MAX_REPLY_BYTES = 256 * 1024 * 1024
-_MAX_HEADER_BYTES = 20  # "268435456\n" is 10; anything longer is not a frame header
-_PYTHON_RE = re.compile(r"^[A-Za-z0-9_./+-]+$")
-_AGENT_PATH = Path(__file__).with_name("agent.py")
-# The agent's other modules, shipped under these names; agent.py registers them in sys.modules.
-_AGENT_PARTS = {"runhealth_agent_scan": "agent_scan.py", "runhealth_agent_gpu": "agent_gpu.py",
-                "runhealth_agent_backfill": "agent_backfill.py"}
+__all__ = ["BOOTSTRAP", "MAX_REPLY_BYTES", "SCHEMA_VERSION", "AgentSession", "ByteStream", "encode_frame",
+           "launch_argv", "program_frame", "safe_preview"]
+_NODE_DIR = Path(wire.__file__).parent
+_AGENT_PATH = _NODE_DIR / "agent.py"
+# The agent's other modules, shipped under these names (node/agent.py SHIPPED_PREFIX + part);
+# agent.py registers them in sys.modules.
+AGENT_PARTS = {"runhealth_node_" + part: part + ".py" for part in ("wire", "scan", "gpu", "backfill")}
 
 
 def _agent_source(filename: str) -> str:
@@ -43,17 +43,11 @@ def _agent_source(filename: str) -> str:
         raise TransportError(f"cannot read the agent source {path}: {exc.strerror}") from None
 
 
-def encode_frame(obj: Any) -> bytes:
-    """Encode one frame: decimal byte length, newline, compact UTF-8 JSON."""
-    body = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    return b"%d\n%s" % (len(body), body)
-
-
 @functools.lru_cache(maxsize=4)
 def _program_frame(main_source: str | None, include_pynvml: bool) -> bytes:
     if main_source is None:
         main_source = _agent_source(_AGENT_PATH.name)
-    modules = {name: _agent_source(filename) for name, filename in _AGENT_PARTS.items()}
+    modules = {name: _agent_source(filename) for name, filename in AGENT_PARTS.items()}
     if include_pynvml:
         spec = importlib.util.find_spec("pynvml")
         if spec is not None and spec.origin and spec.origin.endswith(".py"):
@@ -64,21 +58,21 @@ def _program_frame(main_source: str | None, include_pynvml: bool) -> bytes:
 def program_frame(include_pynvml: bool = True, main_source: str | None = None) -> bytes:
     """The first frame sent to BOOTSTRAP: the agent's sources and, if installed, pynvml's.
 
-    ``main`` is agent.py; ``modules`` holds agent_scan.py, agent_backfill.py and agent_gpu.py (as
-    "runhealth_agent_scan" / "runhealth_agent_backfill" / "runhealth_agent_gpu", always: agent.py
-    needs them) and pynvml.
+    ``main`` is node/agent.py; ``modules`` holds node/wire.py, scan.py, gpu.py and backfill.py
+    (as AGENT_PARTS names them, "runhealth_node_wire" etc., always: agent.py needs them) and
+    pynvml.
 
     Args:
         include_pynvml: ship the dashboard's nvidia-ml-py ``pynvml.py`` along, so a node without
             it can still read NVML (the agent imports it only if the node has none).
-        main_source: run this source instead of runhealth/agent.py (tests use stand-in agents).
+        main_source: run this source instead of runhealth/node/agent.py (tests use stand-in agents).
     """
     return _program_frame(main_source, include_pynvml)
 
 
 def launch_argv(python: str) -> list[str]:
     """The agent's argv; `python` is the only config value that ever reaches a command line."""
-    if not isinstance(python, str) or not _PYTHON_RE.match(python):
+    if not isinstance(python, str) or not PYTHON_RE.match(python):
         raise ConfigError(
             f"python = {python!r} is not a plain interpreter name or path "
             "(allowed characters: letters, digits, _ . / + -)"
@@ -86,7 +80,7 @@ def launch_argv(python: str) -> list[str]:
     return [python, "-u", "-c", BOOTSTRAP]
 
 
-def safe_preview(data: bytes, limit: int = 200) -> str:
+def safe_preview(data: bytes | bytearray, limit: int = 200) -> str:
     """Show untrusted bytes as a printable, bounded Python literal."""
     text = repr(bytes(data[:limit]))
     return text + (" ..." if len(data) > limit else "")
@@ -166,17 +160,19 @@ class AgentSession:
 
     def _read_header(self, deadline: float) -> int:
         while (newline := self._buf.find(b"\n")) < 0:
-            if len(self._buf) > _MAX_HEADER_BYTES:
+            if len(self._buf) > MAX_HEADER_BYTES:
                 break
             self._fill(deadline)
-        header = bytes(self._buf[: max(newline, 0)])
-        if newline < 0 or newline > _MAX_HEADER_BYTES or not header.isdigit():
+        try:
+            size = wire.frame_size(bytes(self._buf[:newline])) if newline >= 0 else -1
+        except ValueError:
+            size = -1
+        if size < 0:
             self.broken = True
             raise AgentError(
                 f"agent on {self.name} sent garbage instead of a reply: {safe_preview(self._buf)}"
             )
         del self._buf[: newline + 1]
-        size = int(header)
         if size > self.max_reply_bytes:
             self.broken = True
             raise AgentError(
@@ -193,8 +189,8 @@ class AgentSession:
 
     def _check_reply(self, body: bytes) -> dict:
         try:
-            reply = json.loads(body)
-        except ValueError:
+            reply = wire.decode_body(body)
+        except ValueError:  # UnicodeDecodeError included
             reply = None
         if not isinstance(reply, dict):
             raise AgentError(

@@ -1,14 +1,16 @@
 """runhealth node agent: serves poll / sample / hello requests over framed JSON on stdin/stdout.
 
-One program of four modules that runs on a GPU node: this one (serving, the poll op, sampling
-and the line-start index), agent_scan.py (shard scanning), agent_backfill.py (a backlog scanned
-by worker processes) and agent_gpu.py (GPU telemetry). All four use only the standard library, keep Python 3.8-compatible syntax and are read-only on the
-node (shards opened "rb", nothing written, no shell; the only subprocess is `nvidia-smi` started
-from an argv list). It speaks the protocol of docs/design.md section 1 and starts three ways:
-exec'd by protocol.BOOTSTRAP (`runhealth_agent`, with `__modules__` holding the sources of the
-other modules and optionally pynvml), as `python -I -S agent.py` (`__main__`), or imported
-as `runhealth.agent`; _import_part() finds the other modules in each case. In-process
-callers (the dashboard, tests) use handle(), scan_file() and read_gpus().
+One program of five modules that runs on a GPU node, the package runhealth/node/: this one
+(serving, the poll op, sampling and the line-start index), scan.py (shard scanning),
+backfill.py (a backlog scanned by worker processes), gpu.py (GPU telemetry) and wire.py (the
+request/reply shapes, SCHEMA_VERSION, size caps and framing). All five use only the standard
+library, keep Python 3.8-compatible syntax and are read-only on the node (shards opened "rb",
+nothing written, no shell; the only subprocess is `nvidia-smi` started from an argv list). It
+speaks the protocol of runhealth/node/wire.py (docs/design.md section 1) and starts three ways:
+exec'd by remote/protocol.BOOTSTRAP (`runhealth_agent`, with `__modules__` holding the sources
+of the other modules and optionally pynvml), as `python -I -S agent.py` (`__main__`), or
+imported as `runhealth.node.agent`; import_part() finds the other modules in each case.
+In-process callers (the dashboard, tests) use handle(), scan_file() and read_gpus().
 """
 from __future__ import annotations
 
@@ -19,7 +21,6 @@ import fnmatch
 import glob
 import importlib
 import itertools
-import json
 import os
 import random
 import socket
@@ -29,24 +30,22 @@ import time
 import types
 
 AGENT_VERSION = "1"
-SCHEMA_VERSION = 1
 MIN_SHARE_BYTES = 1 << 20  # smallest per-shard slice of the poll budget
-METRICS_MAX_BYTES = 8 << 20
-FULL_TEXT_MAX_CHARS = 1 << 20
+SHIPPED_PREFIX = "runhealth_node_"  # a part's name in the bootstrap's __modules__: + "scan" etc.
 
 
-def _import_part(name):
-    """The agent module `name` ("agent_scan", "agent_gpu", ...), however this agent was started."""
+def import_part(name):
+    """The node module `name` ("scan", "gpu", "backfill", "wire"), however this agent was started."""
     shipped = globals().get("__modules__") or {}
-    source = shipped.get("runhealth_" + name)
+    source = shipped.get(SHIPPED_PREFIX + name)
     if source is not None:  # exec'd by BOOTSTRAP: the dashboard sent the source along
-        mod = types.ModuleType("runhealth_" + name)
-        mod.__modules__ = shipped  # agent_gpu registers the shipped pynvml from it when needed
+        mod = types.ModuleType(SHIPPED_PREFIX + name)
+        mod.__modules__ = shipped  # gpu.py registers the shipped pynvml from it when needed
         sys.modules[mod.__name__] = mod
         exec(compile(source, mod.__name__ + ".py", "exec"), mod.__dict__)
         return mod
     package = globals().get("__package__")
-    if package:  # imported as runhealth.agent
+    if package:  # imported as runhealth.node.agent
         return importlib.import_module(package + "." + name)
     path = globals().get("__file__")
     if not path:
@@ -57,20 +56,23 @@ def _import_part(name):
     return importlib.import_module(name)
 
 
-_scan = _import_part("agent_scan")
-_gpu = _import_part("agent_gpu")
-_backfill = _import_part("agent_backfill")
-_backfill.bind(_scan)
-parse_smi_csv, read_gpus = _gpu.parse_smi_csv, _gpu.read_gpus  # public names, re-exported
+wire = import_part("wire")
+scan = import_part("scan")
+gpu = import_part("gpu")
+backfill = import_part("backfill")
+backfill.bind(scan)
+SCHEMA_VERSION, METRICS_MAX_BYTES = wire.SCHEMA_VERSION, wire.METRICS_MAX_BYTES
+FULL_TEXT_MAX_CHARS = wire.FULL_TEXT_MAX_CHARS
+parse_smi_csv, read_gpus = gpu.parse_smi_csv, gpu.read_gpus  # public names, re-exported
 
 
 class _State:
     """Process-wide memory of the serving side: line-start indexes per (path, inode), poll cursor."""
 
     def __init__(self):
-        self.index = _scan.PerFile(lambda: [array.array("Q"), 0])  # [complete-line starts, indexed_to]
+        self.index = scan.PerFile(lambda: [array.array("Q"), 0])  # [complete-line starts, indexed_to]
         self.rr_cursor = 0  # round-robin start so no shard starves under a small budget
-        self.line_stats = _scan.LINE_STATS  # lines counted by templates vs json.loads
+        self.line_stats = scan.LINE_STATS  # lines counted by templates vs json.loads
 
     def file_index(self, path, inode):
         return self.index.get(path, inode)
@@ -80,8 +82,8 @@ STATE = _State()
 
 
 def scan_file(path, inode, offset, budget_bytes, paths=None, deadline=None):
-    """agent_scan.scan_file, also extending the line-start index that sampling draws from."""
-    return _scan.scan_file(path, inode, offset, budget_bytes, paths, STATE.file_index, deadline)
+    """scan.scan_file, also extending the line-start index that sampling draws from."""
+    return scan.scan_file(path, inode, offset, budget_bytes, paths, STATE.file_index, deadline)
 
 
 # ---------------------------------------------------------------------------- globs and poll
@@ -187,7 +189,7 @@ def _plan_budget(needs, budget_bytes):
 def _poll_shards(req):
     files, unmatched = expand_globs(req.get("globs") or [])
     state = req.get("state") or {}
-    budget = 256 << 20 if req.get("budget_bytes") is None else int(req["budget_bytes"])
+    budget = wire.DEFAULT_BUDGET_BYTES if req.get("budget_bytes") is None else int(req["budget_bytes"])
     t0 = time.monotonic()  # "budget_s": scan time limit, kept well inside the caller's timeout
     deadline = None if req.get("budget_s") is None else t0 + float(req["budget_s"])
     needs = {}
@@ -200,8 +202,8 @@ def _poll_shards(req):
         off = int(prev.get("offset") or 0)
         moved = prev.get("inode") not in (None, st.st_ino) or st.st_size < off
         needs[p] = st.st_size - (0 if moved else off)
-    workers = _backfill.resolve_workers(req.get("scan_workers"))
-    if _backfill.worth_parallel([(p, None, 0, n) for p, n in needs.items()], workers):
+    workers = backfill.resolve_workers(req.get("scan_workers"))
+    if backfill.worth_parallel([(p, None, 0, n) for p, n in needs.items()], workers):
         budget *= workers  # budget_bytes is per worker: a backlog goes `workers` times as fast
     plan = _plan_budget(needs, budget)
     jobs = [(p, (state.get(p) or {}).get("inode"), int((state.get(p) or {}).get("offset") or 0),
@@ -211,14 +213,14 @@ def _poll_shards(req):
         late = deadline is not None and time.monotonic() >= deadline  # then only sizes are taken
         return scan_file(p, inode, offset, 0 if late else share, req, deadline)
 
-    out = _backfill.scan_jobs(jobs, workers, scan_one, deadline=deadline)
+    out = backfill.scan_jobs(jobs, workers, scan_one, deadline=deadline)
     for p, e in out.items():
         if e.get("by_workers") and e["reset"]:  # sampling rebuilds a reset shard's line index
             idx = STATE.file_index(p, e["inode"])
             idx[0], idx[1] = array.array("Q"), 0
     pending = sum(e.pop("pending_bytes") for e in out.values())
     by_workers = [e.pop("by_workers", False) for e in out.values()]
-    used = _backfill.LAST_RUN["workers"] if any(by_workers) else 0
+    used = backfill.LAST_RUN["workers"] if any(by_workers) else 0
     return {"matched": len(files), "unmatched_globs": unmatched, "pending_bytes": pending,
             "scan_s": round(time.monotonic() - t0, 4), "scan_workers": used, "files": out}, files
 
@@ -300,9 +302,9 @@ def _op_hello(req):
 # ---------------------------------------------------------------------------- sampling
 def _extend_index(f, idx, size):
     """Append the starts of complete lines after idx[1] with a fast newline split pass."""
-    pos, reader = idx[1], _scan._Reader(f, size, size - idx[1])
+    pos, reader = idx[1], scan.Reader(f, size, size - idx[1])
     while pos < size:
-        buf, end = reader.lines(pos, _scan.CHUNK_BYTES)
+        buf, end = reader.lines(pos, scan.CHUNK_BYTES)
         if end == 0:
             break
         parts = buf[:end].split(b"\n")
@@ -313,7 +315,7 @@ def _extend_index(f, idx, size):
 
 
 def _text_parts(obj):
-    return [t for t in (_scan._get(obj, p) for p in _scan._locate(obj)[2]) if isinstance(t, str)]
+    return [t for t in (scan.get_at(obj, p) for p in scan.locate(obj)[2]) if isinstance(t, str)]
 
 
 def _message_text(msg):
@@ -325,7 +327,7 @@ def _message_text(msg):
 
 def _prompt_at(obj, dotted):
     """The prompt at a configured dotted path: a string, or a list of chat messages."""
-    found = _scan._get(obj, _scan._parse_path(dotted))
+    found = scan.get_at(obj, scan.parse_path(dotted))
     if isinstance(found, str):
         return found
     if isinstance(found, list) and all(isinstance(m, dict) and "role" in m for m in found):
@@ -353,11 +355,11 @@ def _prompt_text(obj):
 def _sample_line(f, path, line_no, start, stop, req, overrides):
     """One sample dict for the line f[start:stop] (line_no counts from 1)."""
     f.seek(start)
-    obj = _scan._load_line(f.read(stop - start).rstrip(b"\n"))
+    obj = scan.load_line(f.read(stop - start).rstrip(b"\n"))
     out = {"path": path, "line_no": line_no, "offset": start, "tokens": None, "estimated": None,
            "finish_reason": None, "prompt_head": None, "text_head": "", "text_tail": "",
            "text_chars": 0, "prompt": None, "text": None, "error": None}
-    key = None if obj is None else _scan._count_key(obj, overrides)
+    key = None if obj is None else scan.count_key(obj, overrides)
     if key is None:
         out["error"] = "malformed line (not a JSON object, or an invalid token count)"
         return out
@@ -378,7 +380,7 @@ def _sample_line(f, path, line_no, start, stop, req, overrides):
 
 def _op_sample(req):
     files, unmatched = expand_globs(req.get("globs") or [])  # only files the globs match
-    overrides, handles, tables = _scan._overrides(req), {}, []
+    overrides, handles, tables = scan.parse_overrides(req), {}, []
     try:
         for p in files:
             try:
@@ -401,7 +403,7 @@ def _draw(tables, req, overrides, unmatched):
     """Uniform draws among complete lines, without replacement, optional finish_reason filter."""
     cum = list(itertools.accumulate(t[3] for t in tables))
     population = cum[-1] if cum else 0
-    rng, n, want = random.Random(req.get("seed")), min(int(req.get("n", 50)), 10000), req.get("finish_reason")
+    rng, n, want = random.Random(req.get("seed")), min(int(req.get("n", 50)), wire.MAX_SAMPLE_N), req.get("finish_reason")
     cap = max(1000, 200 * n) if want is not None else 4 * n + 100
     chosen, samples, attempts = set(), [], 0  # type: set, list, int
     while len(samples) < n and attempts < cap and len(chosen) < population:
@@ -443,25 +445,13 @@ def handle(request):
     return reply
 
 
-def _read_frame(inp):
-    """The next request dict; None at EOF; raises ValueError for a bad frame."""
-    header = inp.readline()
-    if not header:
-        return None
-    n = int(header.strip())
-    body = inp.read(n)
-    if len(body) != n:
-        return None  # the pipe closed mid-frame: treat as EOF
-    return json.loads(body.decode("utf-8"))
-
-
 def _write_frame(out, reply):
     try:
-        data = json.dumps(reply, separators=(",", ":")).encode("utf-8")
+        data = wire.encode_frame(reply)
     except (TypeError, ValueError) as exc:
-        data = json.dumps({"schema_version": SCHEMA_VERSION, "ok": False,
-                           "error": "reply is not JSON: %s" % exc}).encode("utf-8")
-    out.write(b"%d\n" % len(data) + data)
+        data = wire.encode_frame({"schema_version": SCHEMA_VERSION, "ok": False,
+                                  "error": "reply is not JSON: %s" % exc})
+    out.write(data)
     out.flush()
 
 
@@ -469,7 +459,7 @@ def serve(inp, out):
     """Serve frames until EOF; a bad request gets an ok:false reply and serving goes on."""
     while True:
         try:
-            request = _read_frame(inp)
+            request = wire.read_frame(inp)
         except (ValueError, UnicodeDecodeError) as exc:
             request = {"op": None, "_error": "bad frame: %s" % exc}
         if request is None:

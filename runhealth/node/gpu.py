@@ -1,6 +1,6 @@
 """runhealth node agent, GPU telemetry: NVML through pynvml, else nvidia-smi, or demo readings.
 
-Part of the node agent (with agent.py and agent_scan.py, shipped together): it runs on the GPU
+Part of the node agent (runhealth/node/, shipped together with agent.py): it runs on the GPU
 node, imports only the standard library (pynvml is the node's own, or the dashboard's copy that
 the bootstrap handed over in ``__modules__``, registered only when the node has none), keeps
 Python 3.8-compatible syntax and is read-only there: its only subprocess is `nvidia-smi` from an
@@ -50,7 +50,7 @@ def _import_pynvml():
     agent.py gives this module the bootstrap's ``__modules__`` when it registers it.
     """
     try:
-        import pynvml
+        import pynvml  # type: ignore[import-untyped]  # no stubs; the node may have none at all
         return pynvml
     except ImportError:
         source = globals().get("__modules__", {}).get("pynvml")

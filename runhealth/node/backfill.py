@@ -1,6 +1,6 @@
 """runhealth node agent, parallel backfill: a big scan split over worker processes.
 
-Part of the node agent (with agent.py, agent_scan.py and agent_gpu.py, shipped together):
+Part of the node agent (runhealth/node/, shipped together with agent.py):
 standard library only, Python 3.8-compatible syntax, read-only on the node. A node's first scan
 of a long run is the one time scanning speed is felt, so when a poll has a backlog the agent
 cuts each shard's planned byte range into line-aligned pieces and scans them in worker
@@ -14,7 +14,7 @@ Python 3.14 makes "forkserver" Linux's default, hence no reliance on the default
 single-threaded when it forks. Where "fork" does not exist the scan stays in one process.
 
 Workers run at lowered priority (os.nice) so GPU-serving processes keep their CPU. Each piece
-is a plain agent_scan.scan_file() call on a byte range that starts and ends at line starts,
+is a plain scan.scan_file() call on a byte range that starts and ends at line starts,
 and the content rule makes a line's outcome independent of which process counted it, so the
 merged result equals the one-process scan exactly (tests/test_backfill.py). The caller gives a
 byte budget per shard and an optional deadline: pieces not started by the deadline are left,
@@ -206,7 +206,7 @@ def _merge(info, results):
         if e["offset"] < piece[3] and not piece[4]:
             break  # a piece stopped short of its end (the file shrank): later pieces do not continue it
     rows = [[t, fr, est, n] for (t, fr, est), n in counts.items()]
-    rows.sort(key=lambda r: (r[0], r[1] is not None, r[1] or "", r[2]))  # as agent_scan's _Tally
+    rows.sort(key=lambda r: (r[0], r[1] is not None, r[1] or "", r[2]))  # as scan.py's _Tally
     size = max(info["size"], pos)
     budget_hit = pos >= info["budget_stop"] or not finished
     entry.update(offset=pos, counts=rows, tokens=sum(r[0] * r[3] for r in rows),

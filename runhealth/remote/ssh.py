@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import paramiko
+import paramiko  # type: ignore[import-untyped]  # no stubs in the dependency list
 
 from runhealth import textsafe
 from runhealth.config import reveal
@@ -31,8 +31,8 @@ from runhealth.errors import (
     RunhealthError,
     TransportError,
 )
-from runhealth.protocol import AgentSession, launch_argv
-from runhealth.transport import _POLL_SLICE_S, Transport, _Tail, sanitize
+from runhealth.remote.base import POLL_SLICE_S, Tail, Transport, sanitize
+from runhealth.remote.protocol import AgentSession, launch_argv
 
 log = textsafe.get_logger(__name__)
 
@@ -76,7 +76,7 @@ _route_paramiko_logs()
 
 
 
-class _ChannelStream:
+class ChannelStream:
     """An SSH exec channel as a deadline-aware `ByteStream`; stderr drained, kept bounded.
 
     Reads wake every quarter second to drain stderr: stdout and stderr share the channel's
@@ -85,7 +85,7 @@ class _ChannelStream:
 
     def __init__(self, channel: paramiko.Channel):
         self.channel = channel
-        self.stderr = _Tail()
+        self.stderr = Tail()
 
     def _drain_stderr(self) -> None:
         while self.channel.recv_stderr_ready():
@@ -96,7 +96,7 @@ class _ChannelStream:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise TimeoutError
-        self.channel.settimeout(min(remaining, _POLL_SLICE_S))
+        self.channel.settimeout(min(remaining, POLL_SLICE_S))
 
     def write(self, data: bytes, deadline: float) -> None:
         view = memoryview(data)
@@ -239,7 +239,7 @@ class SSHTransport(Transport):
             IdentityFile, ProxyCommand, ProxyJump, UserKnownHostsFile are honoured; node
             fields win). Jump hosts use their own IdentityFile, else the node's.
         ssh_config_path: the ssh config to read instead of ~/.ssh/config.
-        program: the program frame to send instead of runhealth/agent.py's (tests).
+        program: the program frame to send instead of runhealth/node/agent.py's (tests).
     """
 
     def __init__(self, node: Any, ssh_config_path: str | None = None,
@@ -249,7 +249,7 @@ class SSHTransport(Transport):
         self.command = shlex.join(launch_argv(node.python))
         self._ssh_config_path = ssh_config_path or os.path.expanduser("~/.ssh/config")
         self._clients: list[paramiko.SSHClient] = []  # jump hosts first, the node last
-        self._stream: _ChannelStream | None = None
+        self._stream: ChannelStream | None = None
 
     @property
     def channel(self) -> paramiko.Channel | None:
@@ -280,7 +280,7 @@ class SSHTransport(Transport):
             channel.close()
             raise TransportError(f"{self.name}: cannot start the agent: "
                                  f"{sanitize(str(exc), 200)}") from None
-        self._stream = _ChannelStream(channel)
+        self._stream = ChannelStream(channel)
         return AgentSession(self._stream, self.name)
 
     def _stop_agent(self) -> None:

@@ -1,0 +1,155 @@
+"""What a poll reply means: the agent's `PollReply` (runhealth/node/wire.py) read into the
+typed records the store writes.
+
+store.py persists and this module interprets: which shard updates a reply holds and what they
+add (completions, tokens, exact-length stops), the node's status fields, the GPU readings and
+their health/XID part, and the rule for when a poll is backfill rather than throughput. It
+touches no database, so every rule here is testable on a reply dict alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from runhealth.node.wire import CountRow, DiskEntry, GpuDevice, HostInfo, PollReply, ShardEntry, count_rows
+from runhealth.stats import LENGTH
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardUpdate:
+    """One shard's scan result in a poll reply.
+
+    offset_from is None when the reply does not say where the scan started (then it is taken
+    to continue the stored counts); the store applies an update only when it continues them
+    or is a reset (docs/design.md section 2).
+    """
+
+    path: str
+    reset: bool
+    offset_from: int | None
+    inode: int | None
+    offset: int
+    size: int | None
+    malformed: int
+    blank_lines: int
+    tokens: int
+    error: str | None
+    counts: tuple[CountRow, ...]
+
+    @property
+    def completions(self) -> int:
+        return sum(r.count for r in self.counts)
+
+    @property
+    def length_stops(self) -> int:
+        """Completions that stopped at the token limit (estimated token counts included)."""
+        return sum(r.count for r in self.counts if r.finish_reason == LENGTH)
+
+    def exact_length_stops(self) -> dict[int, int]:
+        """Token count -> `length` stops with an exact (not estimated) token count."""
+        out: dict[int, int] = {}
+        for r in self.counts:
+            if r.finish_reason == LENGTH and not r.estimated:
+                out[r.tokens] = out.get(r.tokens, 0) + r.count
+        return out
+
+
+def shard_update(path: str, entry: ShardEntry) -> ShardUpdate:
+    """A reply's file entry as a ShardUpdate (count fields as integers, as the store adds them)."""
+    return ShardUpdate(
+        path=path, reset=bool(entry.get("reset")), offset_from=entry.get("offset_from"),
+        inode=entry.get("inode"), offset=entry.get("offset", 0), size=entry.get("size", 0),
+        malformed=int(entry.get("malformed") or 0), blank_lines=int(entry.get("blank_lines") or 0),
+        tokens=int(entry.get("tokens") or 0), error=entry.get("error"),
+        counts=tuple(CountRow(int(r.tokens), r.finish_reason, int(r.estimated), int(r.count))
+                     for r in count_rows(entry.get("counts") or [])))
+
+
+def scanned_bytes(entry: ShardEntry) -> int:
+    """Bytes the agent read for this shard in this poll."""
+    return max(0, int(entry.get("offset") or 0) - int(entry.get("offset_from") or 0))
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuHealthRow:
+    """One GPU's health readings (without XIDs) and the critical XIDs since the last poll."""
+
+    index: int | None
+    health: dict[str, Any]
+    xids: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeStatus:
+    """The node-level fields of a successful poll, as the node's status row holds them."""
+
+    agent_ms: float | None
+    node_time_unix: float | None
+    hostname: str | None
+    loadavg: list[float] | None
+    gpus_found: int
+    gpu_source: str | None
+    gpu_error: str | None
+    gpu_simulated: bool
+    shards_matched: int | None
+    unmatched_globs: list[str]
+    pending_bytes: int
+    disk: dict[str, DiskEntry]
+    metrics_errors: dict[str, str]  # URL -> why its /metrics could not be read
+
+
+@dataclasses.dataclass(frozen=True)
+class PollRecord:
+    """Everything the store writes for one successful poll reply."""
+
+    shards: tuple[ShardUpdate, ...]
+    gpus: tuple[GpuDevice, ...]
+    health: tuple[GpuHealthRow, ...]
+    host: HostInfo | None
+    status: NodeStatus
+    scanned_bytes: int  # over every file entry, for the node's indexing speed
+
+    @property
+    def pending_bytes(self) -> int:
+        return self.status.pending_bytes
+
+
+def read_poll(reply: PollReply) -> PollRecord:
+    """Interpret one ok poll reply (a missing part reads as empty, as older agents send)."""
+    shards, gpus = reply.get("shards"), reply.get("gpus")
+    files: dict[str, ShardEntry] = (shards.get("files") if shards else None) or {}
+    devices = tuple((gpus.get("devices") if gpus else None) or [])
+    return PollRecord(
+        shards=tuple(shard_update(path, entry) for path, entry in files.items()),
+        gpus=devices, health=tuple(_health_rows(devices)), host=reply.get("host") or None,
+        status=_node_status(reply), scanned_bytes=sum(scanned_bytes(e) for e in files.values()))
+
+
+def _health_rows(devices: tuple[GpuDevice, ...]) -> list[GpuHealthRow]:
+    rows = []
+    for d in devices:
+        health: dict[str, Any] = dict(d.get("health") or {})
+        xids = tuple(int(x) for x in health.pop("xid", None) or [])
+        rows.append(GpuHealthRow(d.get("index"), health, xids))
+    return rows
+
+
+def _node_status(reply: PollReply) -> NodeStatus:
+    gpus: Mapping[str, Any] = reply.get("gpus") or {}  # older agents may leave a part out
+    shards: Mapping[str, Any] = reply.get("shards") or {}
+    return NodeStatus(
+        agent_ms=reply.get("agent_ms"), node_time_unix=reply.get("time_unix"), hostname=reply.get("hostname"),
+        loadavg=reply.get("loadavg"), gpus_found=len(gpus.get("devices") or []), gpu_source=gpus.get("source"),
+        gpu_error=gpus.get("error"), gpu_simulated=bool(gpus.get("simulated")),
+        shards_matched=shards.get("matched"), unmatched_globs=shards.get("unmatched_globs") or [],
+        pending_bytes=shards.get("pending_bytes") or 0, disk=reply.get("disk") or {},
+        metrics_errors={u: e for u, m in (reply.get("metrics") or {}).items() for e in [m.get("error")] if e})
+
+
+def is_backfill(first_poll: bool, catching_up: bool, resets: int, pending_bytes: int) -> bool:
+    """Catch-up work (first index, rescans, a backlog split over polls) is not throughput: a
+    poll is backfill when it is the node's first, follows one that left bytes (`catching_up`),
+    rescanned a shard, or itself leaves bytes unscanned."""
+    return first_poll or catching_up or resets > 0 or pending_bytes > 0

@@ -1,0 +1,261 @@
+"""runhealth wire contract: the shapes of every request and reply between dashboard and agent.
+
+The one place the agent protocol is declared (docs/design.md section 1 explains it and points
+here). Shipped to the node as one more part of the agent, so it is standard library only, keeps
+Python 3.8 syntax and holds no behaviour beyond framing: the agent (node/agent.py), the
+dashboard side of the pipe (remote/protocol.py), the collector and the reply reader
+(runhealth/ingest.py) import the same names, so a renamed field is a type error, not a grep.
+
+Why no ``from __future__ import annotations`` and only ``typing.List``/``Dict``/``Optional``:
+a TypedDict evaluates its field annotations when the class is made, and Python 3.8 has neither
+``list[int]`` nor ``X | None`` at run time.
+
+Frames: ASCII decimal byte length, ``\\n``, then that many bytes of UTF-8 JSON. Both directions
+encode with ``ensure_ascii=True`` (json's default): every Python str encodes, including the lone
+surrogates that undecodable file names (os.fsdecode's surrogateescape) and ``\\udcxx`` escapes in
+shard text become; with ``ensure_ascii=False`` those fail UTF-8 encoding and the reply is lost.
+The price is size: a non-ASCII character travels as a 6-byte escape (2x for CJK text, which only
+sample text carries; counts and paths are almost always ASCII).
+"""
+import json
+from typing import Any, Dict, List, NamedTuple, Optional, TypedDict, Union
+
+SCHEMA_VERSION = 1  # the wire's version; every reply carries it (the store has its own)
+MAX_HEADER_BYTES = 20  # "268435456\n" is 10; anything longer is not a frame header
+MAX_REPLY_BYTES = 256 << 20  # the dashboard refuses a larger reply frame
+METRICS_MAX_BYTES = 8 << 20  # one /metrics body, as fetched by the agent and parsed by metrics.py
+FULL_TEXT_MAX_CHARS = 1 << 20  # one sampled prompt or completion with full_text
+DEFAULT_BUDGET_BYTES = 256 << 20  # a poll's scan budget when the request sets none
+MAX_SAMPLE_N = 10000  # samples one request may ask for
+
+
+# ---------------------------------------------------------------------------- framing
+def encode_frame(obj):
+    # type: (Any) -> bytes
+    """One frame: decimal byte length, newline, compact ASCII JSON (see the module docstring)."""
+    body = json.dumps(obj, separators=(",", ":")).encode("ascii")
+    return b"%d\n%s" % (len(body), body)
+
+
+def frame_size(header):
+    # type: (bytes) -> int
+    """The body size a header line announces (without its newline); ValueError when it is not
+    a plain decimal number of at most MAX_HEADER_BYTES digits."""
+    if not header.isdigit() or len(header) > MAX_HEADER_BYTES:
+        raise ValueError("not a frame header: %r" % (header[:MAX_HEADER_BYTES],))
+    return int(header)
+
+
+def decode_body(body):
+    # type: (bytes) -> Any
+    """The JSON value of a frame body (ValueError / UnicodeDecodeError when it is not one)."""
+    return json.loads(body.decode("utf-8"))
+
+
+def read_frame(inp):
+    # type: (Any) -> Any
+    """The next frame's value from a blocking binary stream; None at EOF or a pipe closed
+    mid-frame; ValueError for a bad header or body."""
+    header = inp.readline()
+    if not header:
+        return None
+    n = frame_size(header.strip())
+    body = inp.read(n)
+    if len(body) != n:
+        return None  # the pipe closed mid-frame: treat as EOF
+    return decode_body(body)
+
+
+# ---------------------------------------------------------------------------- shared rows
+class CountRow(NamedTuple):
+    """One counted (tokens, finish_reason, estimated) bucket; JSON is the positional list
+    ``[tokens, finish_reason, estimated, count]``. ``estimated`` 1: tokens = ceil(chars / 4)."""
+    tokens: int
+    finish_reason: Optional[str]
+    estimated: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count, as the field is named on the wire
+
+
+def count_rows(rows):
+    # type: (Any) -> List[CountRow]
+    """Wire rows (lists) as CountRows; raises ValueError/TypeError for a row of another shape."""
+    return [CountRow(*row) for row in rows]
+
+
+# ---------------------------------------------------------------------------- requests
+class ShardCursor(TypedDict):
+    inode: Optional[int]
+    offset: int
+
+
+class ShardRequest(TypedDict, total=False):
+    globs: List[str]
+    state: Dict[str, ShardCursor]  # path -> where the last poll stopped
+    budget_bytes: Optional[int]  # per worker when the poll is a parallel backfill
+    budget_s: Optional[float]
+    scan_workers: Optional[int]  # None: a quarter of the node's cores, 1..8
+    finish_reason_path: Optional[str]
+    completion_tokens_path: Optional[str]
+
+
+class PollRequest(TypedDict, total=False):
+    op: str  # "poll"
+    shards: ShardRequest
+    gpu: str  # "auto", "off", "demo"
+    demo_gpus: int  # how many simulated GPUs gpu = "demo" reports
+    metrics_urls: List[str]
+    metrics_timeout_s: float
+
+
+class SampleRequest(TypedDict, total=False):
+    op: str  # "sample"
+    globs: List[str]
+    n: int  # at most MAX_SAMPLE_N
+    seed: Optional[int]
+    finish_reason: Optional[str]  # draw only among lines with this finish reason
+    full_text: bool  # also return prompt/text whole (FULL_TEXT_MAX_CHARS each)
+    head_chars: int
+    tail_chars: int
+    prompt_path: Optional[str]
+    finish_reason_path: Optional[str]
+    completion_tokens_path: Optional[str]
+
+
+class HelloRequest(TypedDict):
+    op: str  # "hello"
+
+
+Request = Union[HelloRequest, PollRequest, SampleRequest]
+
+
+# ---------------------------------------------------------------------------- replies
+class ReplyBase(TypedDict, total=False):
+    schema_version: int  # SCHEMA_VERSION
+    ok: bool
+    error: str  # only when ok is false
+    time_unix: float  # the node's clock when the reply was made
+    agent_ms: float
+
+
+class HelloReply(ReplyBase, total=False):
+    agent_version: str
+    python: str
+    hostname: str
+    pid: int
+
+
+class ShardEntry(TypedDict, total=False):
+    inode: Optional[int]
+    size: Optional[int]
+    offset_from: int  # the offset this scan continued from (0 after a reset)
+    offset: int  # just after the last complete line counted
+    reset: bool  # inode changed or file shrank: drop the shard's old counts first
+    lines: int
+    malformed: int
+    blank_lines: int
+    tokens: int
+    counts: List[CountRow]
+    error: Optional[str]
+
+
+class ShardsReply(TypedDict):
+    matched: int
+    unmatched_globs: List[str]
+    pending_bytes: int  # left to scan because of budget_bytes / budget_s
+    scan_s: float
+    scan_workers: int  # worker processes this poll used (0: in the agent's process)
+    files: Dict[str, ShardEntry]
+
+
+class GpuProcess(TypedDict):
+    pid: int
+    name: Optional[str]
+    mem_used_mib: Optional[int]
+
+
+class GpuHealth(TypedDict, total=False):  # NVML only; keys the GPU does not support are absent
+    ecc_uncorrected_volatile: int
+    ecc_uncorrected_aggregate: int
+    retired_pages_pending: bool
+    remapped_rows_pending: bool
+    row_remap_failure: bool
+    pcie_replay: int
+    xid: List[int]  # critical XIDs since the last poll; absent without driver events
+
+
+class GpuDevice(TypedDict, total=False):  # a GPU that errors has only index and error
+    index: int
+    name: Optional[str]
+    uuid: Optional[str]
+    util_pct: Optional[float]
+    mem_used_mib: Optional[int]
+    mem_total_mib: Optional[int]
+    power_w: Optional[float]
+    power_limit_w: Optional[float]
+    temp_c: Optional[float]
+    sm_clock_mhz: Optional[float]
+    throttle_reasons: Optional[List[str]]
+    processes: Optional[List[GpuProcess]]
+    health: GpuHealth
+    error: Optional[str]
+
+
+class GpusReply(TypedDict):
+    source: Optional[str]  # "nvml", "nvidia-smi", "demo", or None: no telemetry
+    error: Optional[str]
+    simulated: bool
+    reason: Optional[str]  # why there is no telemetry when it is switched off
+    devices: List[GpuDevice]
+
+
+class DiskEntry(TypedDict):
+    free_bytes: Optional[int]
+    total_bytes: Optional[int]
+    error: Optional[str]
+
+
+class HostInfo(TypedDict, total=False):  # fields the kernel does not report are absent
+    cpus: Optional[int]
+    mem_total_bytes: int
+    mem_available_bytes: int
+    swap_total_bytes: int
+    swap_free_bytes: int
+
+
+class MetricsEntry(TypedDict):
+    text: Optional[str]  # at most METRICS_MAX_BYTES
+    error: Optional[str]
+
+
+class PollReply(ReplyBase, total=False):
+    hostname: str
+    loadavg: Optional[List[float]]
+    host: HostInfo
+    gpus: GpusReply
+    shards: ShardsReply
+    disk: Dict[str, DiskEntry]  # one shard folder per filesystem
+    metrics: Dict[str, MetricsEntry]  # by URL
+
+
+class SampleRow(TypedDict, total=False):
+    path: str
+    line_no: int  # from 1
+    offset: int
+    tokens: Optional[int]
+    estimated: Optional[int]
+    finish_reason: Optional[str]
+    prompt_head: Optional[str]
+    text_head: str
+    text_tail: str
+    text_chars: int
+    prompt: Union[None, str, List[Dict[str, Any]]]  # full_text only; a message list kept whole
+    text: Optional[str]  # full_text only
+    error: Optional[str]  # a malformed line drawn
+    node: str  # added by the collector, not the agent
+
+
+class SampleReply(ReplyBase, total=False):
+    population: int  # complete lines the draw was among
+    attempts: int  # draws made (rejection sampling for finish_reason)
+    unmatched_globs: List[str]
+    samples: List[SampleRow]
