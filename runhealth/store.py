@@ -22,9 +22,8 @@ from typing import Any, cast
 
 from runhealth import ingest, textsafe
 from runhealth.errors import StoreError
-from runhealth.migrations import migrate
-
 from runhealth.ingest import PollRecord, ShardUpdate
+from runhealth.migrations import migrate
 from runhealth.node.wire import PollReply
 
 log = textsafe.get_logger(__name__)
