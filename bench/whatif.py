@@ -25,21 +25,29 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from whatif_family import SHAPES, SHARES, case  # noqa: E402
 
-from runhealth import whatif  # noqa: E402
+from runhealth.analysis import whatif  # noqa: E402
 
 
 def load_baseline(ref: str):
     """The what-if module as it was at ``ref`` (None when git cannot show it)."""
-    try:
-        src = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:runhealth/whatif.py"], check=True,
-                             capture_output=True, text=True).stdout
-    except (OSError, subprocess.CalledProcessError):
+    src = None
+    for rel in ("runhealth/analysis/whatif.py", "runhealth/whatif.py"):  # moved into analysis/ (#14)
+        try:
+            src = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:{rel}"], check=True,
+                                 capture_output=True, text=True).stdout
+            break
+        except (OSError, subprocess.CalledProcessError):
+            continue
+    if src is None:
         return None
     path = Path(tempfile.mkdtemp()) / "whatif_baseline.py"
     path.write_text(src)
     spec = importlib.util.spec_from_file_location("whatif_baseline", path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except ImportError:  # a ref from before the analysis/ package imports modules that moved
+        return None
     return module
 
 

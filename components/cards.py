@@ -184,7 +184,7 @@ def overview_tiles(summary: dict, thr: dict, nodes: list[dict], gpus: pd.DataFra
                    last: float | None, cfg: Any, now: float, health: dict | None = None) -> list[dict[str, str]]:
     """The six standup tiles: done, throughput (last minute, 15-min average beside it), ETA (from
     the 15-min average, stated), truncation, nodes, data age."""
-    from runhealth import rates
+    from runhealth.analysis import rates
 
     done = summary["completions"]
     health = health or {}
@@ -225,7 +225,7 @@ def overview_tiles(summary: dict, thr: dict, nodes: list[dict], gpus: pd.DataFra
 def headline(summary: dict, health: dict, nodes: list[dict], cfg: Any, now: float,
              last: float | None) -> dict[str, Any]:
     """The standup figures as one flat record (the Overview's download), rounded for people."""
-    from runhealth import rates
+    from runhealth.analysis import rates
 
     lo, hi = summary.get("at_ceiling_interval") or (None, None)
     cps = health.get("completions_per_s_15m")

@@ -16,8 +16,9 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from runhealth import lengthtime, rollup, stats, whatif
+from runhealth import rollup
 from runhealth.alerts import DOWN_AFTER_STALE, fmt_age, node_status  # noqa: F401 - one definition, re-exported
+from runhealth.analysis import lengthtime, stats, whatif
 from runhealth.store import Store
 
 TTL_S = 3
@@ -120,7 +121,7 @@ def load_lengths_over_time(store: Store, ceiling: int | None) -> pd.DataFrame:
 @_cache(ttl=TTL_S, max_entries=8)
 def load_throughput(store: Store, interval_s: float) -> dict[str, Any]:
     """Throughput from shard growth (rates.run_throughput) and from the servers' own metrics."""
-    from runhealth import rates
+    from runhealth.analysis import rates
 
     now = time.time()
     by_node: dict[str, list] = {}

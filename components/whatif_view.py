@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runhealth.whatif import MIN_LOOP_SAMPLES
+from runhealth.analysis.whatif import MIN_LOOP_SAMPLES
 
 
 def loop_sample(batch: dict[str, Any] | None) -> tuple[int, int]:

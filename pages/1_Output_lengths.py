@@ -12,7 +12,7 @@ import json
 import streamlit as st
 
 from components import cards, figures, jobs, loaders, page, whatif_view
-from runhealth import continuation, whatif
+from runhealth.analysis import continuation, whatif
 
 PREFIX = "lengths"
 CONTINUATION_N = 300

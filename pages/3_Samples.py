@@ -10,7 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from components import cards, loaders, page
-from runhealth import loops, stats
+from runhealth.analysis import loops, stats
 
 PREFIX = "samples"
 REASONS = {"all completions": None, "truncated only (finish_reason = length)": "length"}

@@ -13,7 +13,7 @@ import math
 import time
 from typing import Any
 
-from runhealth import stats
+from runhealth.analysis import stats
 from runhealth.store import Store
 
 DOWN_AFTER_STALE = 5  # a node is "down" once it has failed for 5 x stale_after

@@ -21,7 +21,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from runhealth import __version__, agent, compare, launch, service, stats, whatif
+from runhealth import __version__, agent, launch, service
+from runhealth.analysis import compare, stats, whatif
 from runhealth.collector import Collector
 from runhealth.config import find_config_path, load_config
 from runhealth.errors import RunhealthError

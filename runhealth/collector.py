@@ -18,7 +18,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from runhealth import lengthtime, loops, metrics, rollup, scheduler, textsafe
+from runhealth import rollup, scheduler, textsafe
+from runhealth.analysis import lengthtime, loops, servermetrics
 from runhealth.config import NodeConfig, RunConfig
 from runhealth.errors import StoreError
 from runhealth.store import Store
@@ -61,7 +62,7 @@ def merge_metrics(reply: dict[str, Any]) -> dict[str, float]:
     for entry in (reply.get("metrics") or {}).values():
         if entry.get("text") is None:
             continue
-        parsed = metrics.parse_server_metrics(entry["text"])
+        parsed = servermetrics.parse_server_metrics(entry["text"])
         for name, value in parsed["values"].items():
             per_name.setdefault(name, []).append(value)
     return {n: (sum(v) / len(v) if n in _MEAN_METRICS else sum(v)) for n, v in per_name.items()}

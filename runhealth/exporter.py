@@ -18,7 +18,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from runhealth import alerts, rates, stats
+from runhealth import alerts
+from runhealth.analysis import rates, stats
 from runhealth.store import Store
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 Pure functions over poll rows (no Streamlit, no SQL), so each rule is unit-tested on its own.
 A poll row is ``(ts_unix, node_ts_unix, delta_completions, delta_tokens, backfill)``: the
 dashboard's clock says *when we saw it* (stalls are reported in the viewer's time), the node's
-clock gives the rate (as in runhealth.rates, skew cancels out).
+clock gives the rate (as in runhealth.analysis.rates, skew cancels out).
 
 Definitions used on screen:
 - "Tokens/s (last 1 min)": each node's mean rate over the last 60 s of its own clock, ending
@@ -21,7 +21,7 @@ import dataclasses
 import statistics
 from typing import Any
 
-from runhealth import rates
+from runhealth.analysis import rates
 
 SHORT_WINDOW_S = 60.0
 LONG_WINDOW_S = 900.0

@@ -3,7 +3,8 @@ a missing prompt named, custom_id unique across nodes, the model from the config
 
 import json
 
-from runhealth import agent, continuation
+from runhealth import agent
+from runhealth.analysis import continuation
 
 
 def sample(node, path="/data/out/s.jsonl", line=3, prompt="Prove it.", text="Proof: so"):

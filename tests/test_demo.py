@@ -2,7 +2,7 @@
 
 import urllib.request
 
-from runhealth import loops, metrics, stats
+from runhealth.analysis import loops, servermetrics, stats
 from runhealth.cli import scan_paths
 from runhealth.collector import Collector
 from runhealth.config import parse_config
@@ -39,7 +39,7 @@ def test_demo_metrics_pages_parse_as_sglang_and_vllm(tmp_path):
                  for i in (1, 2)}
     finally:
         sim.stop()
-    sglang, vllm = metrics.parse_server_metrics(texts[1]), metrics.parse_server_metrics(texts[2])
+    sglang, vllm = servermetrics.parse_server_metrics(texts[1]), servermetrics.parse_server_metrics(texts[2])
     assert sglang["server"] == "sglang" and sglang["values"]["sglang:gen_throughput"] > 0
     assert vllm["server"] == "vllm" and 'vllm:request_success_total{finished_reason="length"}' in vllm["values"]
 

@@ -1,10 +1,10 @@
-"""Tests for runhealth.metrics on hand-written SGLang / vLLM /metrics fixtures."""
+"""Tests for runhealth.analysis.servermetrics on hand-written SGLang / vLLM /metrics fixtures."""
 
 from pathlib import Path
 
 import pytest
 
-from runhealth.metrics import MAX_TEXT_BYTES, parse_server_metrics
+from runhealth.analysis.servermetrics import MAX_TEXT_BYTES, parse_server_metrics
 
 FIXTURES = Path(__file__).parent / "fixtures" / "metrics"
 

@@ -1,4 +1,4 @@
-"""Tests for runhealth.stats against independent computations on expanded, sorted lists."""
+"""Tests for runhealth.analysis.stats against independent computations on expanded, sorted lists."""
 
 import math
 import random
@@ -7,7 +7,7 @@ from itertools import pairwise
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runhealth.stats import (
+from runhealth.analysis.stats import (
     LengthHist,
     cdf_points,
     ceiling_drift,

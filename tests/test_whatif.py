@@ -1,4 +1,4 @@
-"""Tests for runhealth.whatif on simulated censored runs whose truth is known analytically."""
+"""Tests for runhealth.analysis.whatif on simulated censored runs whose truth is known analytically."""
 
 import json
 import math
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runhealth.numeric import log_gamma_sf, log_norm_sf, nelder_mead
-from runhealth.stats import LengthHist
-from runhealth.whatif import (
+from runhealth.analysis.numeric import log_gamma_sf, log_norm_sf, nelder_mead
+from runhealth.analysis.stats import LengthHist
+from runhealth.analysis.whatif import (
     eta_change,
     what_if,
     what_if_curve,

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from whatif_family import SHAPES, case
 
-from runhealth.stats import LengthHist
-from runhealth.whatif import MIN_LOOP_SAMPLES, forecast_outcome, loop_share, what_if, wilson
+from runhealth.analysis.stats import LengthHist
+from runhealth.analysis.whatif import MIN_LOOP_SAMPLES, forecast_outcome, loop_share, what_if, wilson
 
 SLICE = [("bimodal", 0.05), ("bimodal", 0.15), ("reasoning mixture", 0.15), ("bimodal narrow upper", 0.15),
          ("log-normal wide", 0.15), ("Pareto tail", 0.05), ("gamma", 0.40), ("log-logistic", 0.15)]

@@ -3,7 +3,7 @@
 from whatif_family import case
 
 from components import whatif_view
-from runhealth.whatif import MIN_LOOP_SAMPLES, what_if
+from runhealth.analysis.whatif import MIN_LOOP_SAMPLES, what_if
 
 
 def _result(**kw):

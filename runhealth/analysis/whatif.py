@@ -33,9 +33,18 @@ import math
 import random
 from collections.abc import Sequence
 
-from runhealth.numeric import integrate, multinomial
-from runhealth.stats import LENGTH, LengthHist, detect_ceiling, length_source, percentile_nearest_rank
-from runhealth.tailfit import Cells, build_cells, coarsened, exp_ratio, fit_full, fit_mixture, fit_tail, ln_ratio
+from runhealth.analysis.numeric import integrate, multinomial
+from runhealth.analysis.stats import LENGTH, LengthHist, detect_ceiling, length_source, percentile_nearest_rank
+from runhealth.analysis.tailfit import (
+    Cells,
+    build_cells,
+    coarsened,
+    exp_ratio,
+    fit_full,
+    fit_mixture,
+    fit_tail,
+    ln_ratio,
+)
 
 NOTE = ("Extrapolation beyond the observed ceiling: the tail above it was never seen, so this is "
         "a model estimate; measure with a continuation batch for an exact answer.")

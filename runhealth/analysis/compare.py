@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import math
 
-from runhealth import stats, whatif
-from runhealth.stats import LengthHist, length_source, wilson_interval
+from runhealth.analysis import stats, whatif
+from runhealth.analysis.stats import LengthHist, length_source, wilson_interval
 
 Z95 = 1.959964
 SAME_PROMPTS = ("The forecast assumes B's prompts come from the same distribution as A's; "
