@@ -17,8 +17,8 @@ import pandas as pd
 import streamlit as st
 
 from runhealth import rollup
-from runhealth.alerts import DOWN_AFTER_STALE, fmt_age, node_status  # noqa: F401 - one definition, re-exported
 from runhealth.analysis import lengthtime, stats, whatif
+from runhealth.health import DOWN_AFTER_STALE, fmt_age, node_status, stale_after_s  # noqa: F401 - one definition, re-exported
 from runhealth.store import Store
 
 TTL_S = 3
@@ -101,7 +101,7 @@ def load_truncation_over_time(store: Store, interval_s: float, ceiling: int | No
     polls = rollup.poll_history(store, bucket_s)  # raw and rolled-up deltas: the whole run
     span = (polls[-1]["bucket_unix"] - polls[0]["bucket_unix"]) if polls else 0
     if span < 6 * 3600:
-        bucket_s = max(interval_s * 3, 30)
+        bucket_s = stale_after_s(interval_s)  # a few polls
         polls = rollup.poll_history(store, bucket_s)  # raw and rolled-up deltas: the whole run
     df = pd.DataFrame(polls, columns=["bucket_unix", "completions", "tokens", "length_stops", "malformed", "backfill"])
     split = pd.DataFrame(store.length_stops_by_bucket(bucket_s, ceiling),
@@ -130,7 +130,7 @@ def load_throughput(store: Store, interval_s: float) -> dict[str, Any]:
             (p["node_ts_unix"] or p["ts_unix"], p["completions"] or 0, p["tokens"] or 0, bool(p["backfill"])))
     shard = rates.run_throughput(by_node, window_s=THROUGHPUT_WINDOW_S)
     server = None
-    fresh = now - max(3 * interval_s, 30)
+    fresh = now - stale_after_s(interval_s)
     gauges = [m["value"] for m in store.metric_latest() if m["name"] in SERVER_GAUGES and m["ts_unix"] >= fresh]
     if gauges:
         server = float(sum(gauges))
@@ -142,10 +142,11 @@ def load_throughput(store: Store, interval_s: float) -> dict[str, Any]:
         node_rates = [r for r in node_rates if r is not None]
         if node_rates:
             server = (server or 0.0) + float(sum(node_rates))
-    series = pd.DataFrame(store.polls_by_bucket(max(interval_s * 3, 30), since_unix=now - 3600),
+    bucket_s = stale_after_s(interval_s)  # a few polls
+    series = pd.DataFrame(store.polls_by_bucket(bucket_s, since_unix=now - 3600),
                           columns=["bucket_unix", "completions", "tokens", "length_stops", "malformed", "backfill"])
     series = series[series["backfill"] == 0].iloc[:-1]  # the last bucket is still filling
-    series = series.assign(tokens_per_s=series["tokens"] / max(interval_s * 3, 30))
+    series = series.assign(tokens_per_s=series["tokens"] / bucket_s)
     return {"shard": shard, "server_tokens_per_s": server, "series": series}
 
 

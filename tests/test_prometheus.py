@@ -18,7 +18,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from runhealth import alerts, exporter
+from runhealth import exporter, health
 from runhealth.store import Store
 from tests.store_fixtures import CEILING, RUN_NAME, make_store
 
@@ -47,7 +47,7 @@ def _samples(store: Store, now: float) -> dict[str, list]:
 def test_exposition_equals_the_dashboard_figures(tmp_path):
     now = time.time()
     store = _store(tmp_path, now=now)
-    summary = alerts.run_summary(store, CEILING)
+    summary = health.run_summary(store, CEILING)
     got = _samples(store, now)
     assert sum(s.value for s in got["runhealth_completions_total"]) == summary["completions"]
     by_reason: dict[str, float] = {}
@@ -107,7 +107,7 @@ def test_stall_is_exported_and_alerted(tmp_path):
     stalled = {s.labels["node"]: s.value for s in _samples(store, now)["runhealth_stalled"]}
     assert stalled["node-1"] == 1.0
     assert stalled["node-2"] == 0.0  # not polled lately: down, not stalled
-    names = {(a.name, a.node) for a in alerts.evaluate(store, now)}
+    names = {(a.name, a.node) for a in health.evaluate(store, now)}
     assert ("node_stalled", "node-1") in names and ("node_down", "node-2") in names
 
 
@@ -201,7 +201,7 @@ def _value(result: list[dict]) -> float:
 
 def test_real_prometheus_answers_equal_the_store(prometheus):
     query, store, _now = prometheus
-    summary = alerts.run_summary(store, CEILING)
+    summary = health.run_summary(store, CEILING)
     assert _value(query("sum(runhealth_completions_total)")) == summary["completions"]
     per_node = {r["metric"]["node"]: float(r["value"][1]) for r in query("sum by (node) (runhealth_completions_total)")}
     assert per_node == {t["node"]: t["completions"] for t in store.group_totals("node")}
