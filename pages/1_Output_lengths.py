@@ -12,7 +12,8 @@ import json
 import streamlit as st
 
 from components import cards, figures, jobs, loaders, page, whatif_view
-from runhealth.analysis import continuation, whatif
+from runhealth.analysis import continuation
+from runhealth.analysis.eta import eta_change
 
 PREFIX = "lengths"
 CONTINUATION_N = 300
@@ -58,8 +59,8 @@ def render_whatif(data: dict, thr: dict) -> None:
     r = loaders.load_whatif(hist, f"{rt.store.path}:{hist.total}", ceiling, limit, sample)
     tps = (thr["shard"] or {}).get("total_tokens_per_s")
     remaining = (rt.config.target_completions or s["completions"]) - s["completions"]
-    eta = whatif.eta_change(remaining, tps, s["tokens"]["mean"] or 0, r["extra_tokens_per_completion"] or 0,
-                            r["extra_tokens_interval"])
+    eta = eta_change(remaining, tps, s["tokens"]["mean"] or 0, r["extra_tokens_per_completion"] or 0,
+                   r["extra_tokens_interval"])
     frac, (lo, hi) = r["truncated_fraction"], r["interval"]
     cfg_warn, cfg_alert = rt.config.truncation_warn_fraction, rt.config.truncation_alert_fraction
     cards.render_tiles([

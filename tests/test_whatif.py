@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from runhealth.analysis.eta import eta_change
 from runhealth.analysis.numeric import log_gamma_sf, log_norm_sf, nelder_mead
 from runhealth.analysis.stats import LengthHist
 from runhealth.analysis.whatif import (
-    eta_change,
     what_if,
     what_if_curve,
 )
