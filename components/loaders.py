@@ -360,7 +360,7 @@ def fmt_rate(x: float | None) -> str:
     return f"{x / 1000:,.1f}K" if x >= 10_000 else f"{x:,.0f}"
 
 
-def run_alerts(summary: dict | None, nodes: list[dict], now: float, stale_after: float, warn: float,
+def run_alerts(summary: stats.Summary | None, nodes: list[dict], now: float, stale_after: float, warn: float,
                alert: float, last_collection: float | None) -> list[tuple[str, str]]:
     """One-sentence alerts, most serious first: [(level "error"|"warning", text)]."""
     out: list[tuple[str, str]] = []
@@ -376,10 +376,10 @@ def run_alerts(summary: dict | None, nodes: list[dict], now: float, stale_after:
             out.append(("warning", f"No shard matched {glob} on {n['name']}."))
         if n.get("shard_errors"):
             out.append(("warning", f"{n['name']}: {n['shard_errors']} shard(s) cannot be read (see Nodes)."))
-    if summary and summary["completions"] and summary["ceiling"]:
-        frac = summary["at_ceiling_fraction"]
+    if summary and summary.completions and summary.ceiling_tokens:
+        frac = summary.at_ceiling_fraction
         if frac >= warn:
             out.append(("error" if frac >= alert else "warning",
-                        f"{frac:.1%} of completions stop at the {summary['ceiling']:,}-token ceiling."))
+                        f"{frac:.1%} of completions stop at the {summary.ceiling_tokens:,}-token ceiling."))
     out.sort(key=lambda a: a[0] != "error")
     return out

@@ -262,12 +262,12 @@ def _truncation_alerts(store: Store, meta: dict, run: str) -> list[Alert]:
     if threshold is None:
         return []
     summary = run_summary(store, meta.get("max_output_tokens"))
-    frac = summary["at_ceiling_fraction"]
-    if not summary["completions"] or not summary["ceiling"] or frac < threshold:
+    frac = summary.at_ceiling_fraction
+    if not summary.completions or not summary.ceiling_tokens or frac < threshold:
         return []
     return [Alert("truncation_high", "critical", run,
-                  f"{frac:.1%} of completions stop at the {summary['ceiling']:,}-token ceiling"
-                  f" (alert at {threshold:.1%}; n={summary['length_count']:,}).", value=frac)]
+                  f"{frac:.1%} of completions stop at the {summary.ceiling_tokens:,}-token ceiling"
+                  f" (alert at {threshold:.1%}; n={summary.length_count:,}).", value=frac)]
 
 
 def _gpu_alerts(store: Store, run: str) -> list[Alert]:
@@ -285,7 +285,7 @@ def _gpu_alerts(store: Store, run: str) -> list[Alert]:
     return out
 
 
-def run_summary(store: Store, ceiling: int | None) -> dict[str, Any]:
+def run_summary(store: Store, ceiling: int | None) -> stats.Summary:
     """The run's length summary, exactly as the Overview computes it."""
     rows = store.length_counts(by="run")
     hist = stats.LengthHist.from_rows((r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in rows)
