@@ -55,6 +55,7 @@ def run_one(module, c, reps):
     t0 = time.perf_counter()
     r = module.what_if(c["hist"], c["ceiling"], c["limit"], bootstrap=reps)
     elapsed = time.perf_counter() - t0
+    r = r if isinstance(r, dict) else r.to_json()  # a baseline from before WhatIf returns the dict itself
     est, (lo, hi) = r["truncated_fraction"], r["interval"]
     return {"est": est, "lo": lo, "hi": hi, "covered": est is not None and lo <= c["share"] <= hi,
             "close": est is not None and abs(est - c["share"]) <= max(0.015, 0.4 * c["share"]),

@@ -267,19 +267,19 @@ def whatif_curve_limits(ceiling: int, chosen: int) -> tuple[int, ...]:
 
 @st.cache_data(ttl=60, max_entries=32, show_spinner=False)
 def load_whatif(_hist: stats.LengthHist, hist_key: str, ceiling: int, new_limit: int,
-                loop_sample: tuple[int, int] | None, bootstrap: int = 200) -> dict[str, Any]:
+                loop_sample: tuple[int, int] | None, bootstrap: int = 200) -> whatif.WhatIf:
     """`what_if` is a model fit and a back-test: cached per (run size, limit, loop sample) for a
     minute; the chart's curve comes from the same fits."""
     return whatif.what_if(_hist, ceiling, new_limit, loop_sample=loop_sample, bootstrap=bootstrap,
                           curve_limits=whatif_curve_limits(ceiling, new_limit))
 
 
-def whatif_curve(result: dict[str, Any]) -> pd.DataFrame:
+def whatif_curve(result: whatif.WhatIf) -> pd.DataFrame:
     """Projected share still truncated against the limit, starting at today's share at the ceiling:
     the calibrated interval (lo, hi) and the spread across the models (band_lo, band_hi)."""
-    now = result["current_truncated_fraction"]
-    rows = [{"limit": result["ceiling"], "fraction": now, "lo": now, "hi": now, "band_lo": now, "band_hi": now}]
-    for point in result["curve"]:
+    now = result.current_truncated_fraction
+    rows = [{"limit": result.ceiling_tokens, "fraction": now, "lo": now, "hi": now, "band_lo": now, "band_hi": now}]
+    for point in result.curve:
         band = list(point["band"].values())
         rows.append({"limit": point["limit"], "fraction": point["truncated_fraction"], "lo": point["interval"][0],
                      "hi": point["interval"][1], "band_lo": min(band), "band_hi": min(now, max(band))})

@@ -60,29 +60,29 @@ def render_whatif(data: dict, thr: dict) -> None:
     r = loaders.load_whatif(hist, f"{rt.store.path}:{hist.total}", ceiling, limit, sample)
     tps = (thr["shard"] or {}).get("total_tokens_per_s")
     remaining = (rt.config.target_completions or s.completions) - s.completions
-    eta = eta_change(remaining, tps, s.tokens.mean or 0, r["extra_tokens_per_completion"] or 0,
-                   r["extra_tokens_interval"])
-    frac, (lo, hi) = r["truncated_fraction"], r["interval"]
+    eta = eta_change(remaining, tps, s.tokens.mean or 0, r.extra_tokens_per_completion or 0,
+                   r.extra_tokens_interval)
+    frac, (lo, hi) = r.truncated_fraction, r.interval
     cfg_warn, cfg_alert = rt.config.truncation_warn_fraction, rt.config.truncation_alert_fraction
     cards.render_tiles([
         cards.tile(f"Still truncated at {limit:,}", f"{frac:.1%}" if frac is not None else "?",
-                   f"95% {lo:.1%}–{hi:.1%}{whatif_view.interval_note(r)} · now {r['current_truncated_fraction']:.1%}",
+                   f"95% {lo:.1%}–{hi:.1%}{whatif_view.interval_note(r)} · now {r.current_truncated_fraction:.1%}",
                    "alert" if (frac or 0) >= cfg_alert else "warn" if (frac or 0) >= cfg_warn else "ok"),
-        cards.tile("Extra tokens / completion", f"{r['extra_tokens_per_completion']:+,.0f}"
-                   if r["extra_tokens_per_completion"] is not None else "?",
-                   "{:,.0f}–{:,.0f}".format(*r["extra_tokens_interval"])),
+        cards.tile("Extra tokens / completion", f"{r.extra_tokens_per_completion:+,.0f}"
+                   if r.extra_tokens_per_completion is not None else "?",
+                   "{:,.0f}–{:,.0f}".format(*r.extra_tokens_interval)),
         cards.tile("ETA change", f"{eta['delta_s'] / 3600:+.1f} h" if eta["delta_s"] is not None else "—",
                    "{:+.1f}–{:+.1f} h at current throughput".format(*(x / 3600 for x in eta["delta_s_interval"]))
                    if eta["delta_s"] is not None else "needs throughput and a target"),
     ])
-    if r["band"]:
+    if r.band:
         st.markdown(whatif_view.backtest_line(r))
-    st.caption(f"This is an extrapolation: nobody has seen lengths above {ceiling:,}. {r['note']} "
-               f"{whatif_view.model_line(r) if r['band'] else ''} Hard bounds: {r['hard_bounds'][0]:.1%}–"
-               f"{r['hard_bounds'][1]:.1%}. {whatif_view.loops_line(r)}")
+    st.caption(f"This is an extrapolation: nobody has seen lengths above {ceiling:,}. {r.note} "
+               f"{whatif_view.model_line(r) if r.band else ''} Hard bounds: {r.hard_bounds[0]:.1%}–"
+               f"{r.hard_bounds[1]:.1%}. {whatif_view.loops_line(r)}")
     curve = loaders.whatif_curve(r)
     if len(curve) > 1:
-        st.plotly_chart(figures.make_whatif_figure(curve, ceiling, limit, r["hard_bounds"][1]), key=f"{PREFIX}_whatif_chart")
+        st.plotly_chart(figures.make_whatif_figure(curve, ceiling, limit, r.hard_bounds[1]), key=f"{PREFIX}_whatif_chart")
     render_continuation(limit, ceiling)
 
 

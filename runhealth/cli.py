@@ -71,7 +71,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
         if summary.ceiling_tokens is None:
             print("error: --whatif needs a ceiling (none given and none detected)", file=sys.stderr)
             return 2
-        report["whatif"] = whatif.what_if(hist, summary.ceiling_tokens, args.whatif)
+        report["whatif"] = whatif.what_if(hist, summary.ceiling_tokens, args.whatif).to_json()
     print(json.dumps(report, indent=2) if args.json else format_summary(report))
     return 0 if summary.completions or not unmatched else 1
 

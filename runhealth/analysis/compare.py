@@ -122,14 +122,14 @@ def forecast_check(hist_a: LengthHist, sum_a: Summary, hist_b: LengthHist, sum_b
     w = whatif.what_if(hist_a, c_a, c_b, bootstrap=bootstrap)
     outcome = whatif.forecast_outcome(w, hist_b)
     if outcome is None:
-        return None, f"no forecast check: {w['note']}"
+        return None, f"no forecast check: {w.note}"
     mean_a, mean_b = sum_a.tokens.mean, sum_b.tokens.mean
     mean = mean_b - mean_a if sum_a.length_count and mean_a is not None and mean_b is not None else None
     return {"limit": int(c_b), "predicted_fraction": outcome["forecast"], "interval": outcome["interval"],
             "measured_fraction": outcome["observed"], "inside": bool(outcome["covered"]),
             "measured_interval": list(wilson_interval(sum_b.at_ceiling, sum_b.length_count)),
-            "model": w["model"], "predicted_extra_tokens": w["extra_tokens_per_completion"],
-            "predicted_extra_tokens_interval": w["extra_tokens_interval"],
+            "model": w.model, "predicted_extra_tokens": w.extra_tokens_per_completion,
+            "predicted_extra_tokens_interval": w.extra_tokens_interval,
             "measured_extra_tokens": mean, "assumes_same_prompts": True}, SAME_PROMPTS
 
 
