@@ -38,7 +38,7 @@ def render_live(rt) -> None:
     health = loaders.load_health(rt.store)
     gpus = loaders.load_gpu_latest(rt.store)
     last = loaders.load_last_collection(rt.store)
-    reached = bool(cfg.target_completions) and summary["completions"] >= cfg.target_completions
+    reached = bool(cfg.target_completions) and summary.completions >= cfg.target_completions
     stalled = loaders.health_alerts(health, nodes, cfg.stale_after, cfg.stall_after, reached)
     alerts = stalled + loaders.run_alerts(summary, nodes, now, cfg.stale_after, cfg.truncation_warn_fraction,
                                           cfg.truncation_alert_fraction, last)
@@ -49,8 +49,8 @@ def render_live(rt) -> None:
     cards.render_tiles(tiles[:3])
     cards.render_tiles(tiles[3:])
     if cfg.target_completions:
-        share = min(1.0, summary["completions"] / cfg.target_completions)
-        st.progress(share, text=f"{summary['completions']:,} of {cfg.target_completions:,} completions")
+        share = min(1.0, summary.completions / cfg.target_completions)
+        st.progress(share, text=f"{summary.completions:,} of {cfg.target_completions:,} completions")
     cards.render_indexing(nodes)
     left, right = st.columns([3, 2])
     with left:

@@ -34,7 +34,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from prometheus_client import generate_latest  # noqa: E402
 
-from runhealth import exporter, lengthtime  # noqa: E402
+from runhealth import exporter  # noqa: E402
+from runhealth.analysis import lengthtime  # noqa: E402
 from runhealth.collector import Collector  # noqa: E402
 from runhealth.config import parse_config  # noqa: E402
 from runhealth.store import Store  # noqa: E402

@@ -25,21 +25,29 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from whatif_family import SHAPES, SHARES, case  # noqa: E402
 
-from runhealth import whatif  # noqa: E402
+from runhealth.analysis import whatif  # noqa: E402
 
 
 def load_baseline(ref: str):
     """The what-if module as it was at ``ref`` (None when git cannot show it)."""
-    try:
-        src = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:runhealth/whatif.py"], check=True,
-                             capture_output=True, text=True).stdout
-    except (OSError, subprocess.CalledProcessError):
+    src = None
+    for rel in ("runhealth/analysis/whatif.py", "runhealth/whatif.py"):  # moved into analysis/ (#14)
+        try:
+            src = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:{rel}"], check=True,
+                                 capture_output=True, text=True).stdout
+            break
+        except (OSError, subprocess.CalledProcessError):
+            continue
+    if src is None:
         return None
     path = Path(tempfile.mkdtemp()) / "whatif_baseline.py"
     path.write_text(src)
     spec = importlib.util.spec_from_file_location("whatif_baseline", path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except ImportError:  # a ref from before the analysis/ package imports modules that moved
+        return None
     return module
 
 
@@ -47,6 +55,7 @@ def run_one(module, c, reps):
     t0 = time.perf_counter()
     r = module.what_if(c["hist"], c["ceiling"], c["limit"], bootstrap=reps)
     elapsed = time.perf_counter() - t0
+    r = r if isinstance(r, dict) else r.to_json()  # a baseline from before WhatIf returns the dict itself
     est, (lo, hi) = r["truncated_fraction"], r["interval"]
     return {"est": est, "lo": lo, "hi": hi, "covered": est is not None and lo <= c["share"] <= hi,
             "close": est is not None and abs(est - c["share"]) <= max(0.015, 0.4 * c["share"]),

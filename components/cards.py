@@ -17,6 +17,7 @@ import pandas as pd
 import streamlit as st
 
 from components import loaders
+from runhealth.analysis.stats import Summary
 from runhealth.config import SECRET_KEYS
 
 STATE_BADGE = {"up": "UP", "stale": "STALE", "down": "DOWN", "pending": "PENDING"}
@@ -64,17 +65,17 @@ def render_problems(problems: list[tuple[str, str]], title: str = "GPUs and host
         show.get(level, st.info)(md_escape(text))
 
 
-def truncation_tile(summary: dict, warn: float, alert: float) -> dict[str, str]:
-    if not summary["completions"]:
+def truncation_tile(summary: Summary, warn: float, alert: float) -> dict[str, str]:
+    if not summary.completions:
         return tile("Truncated", "—", "no completions counted yet", "muted")
-    if not summary["ceiling"]:
+    if not summary.ceiling_tokens:
         return tile("Truncated", "none", "no max_tokens ceiling found in the data", "ok")
-    frac = summary["at_ceiling_fraction"]
-    lo, hi = summary.get("at_ceiling_interval") or (frac, frac)
+    frac = summary.at_ceiling_fraction
+    lo, hi = summary.at_ceiling_interval
     level = "alert" if frac >= alert else "warn" if frac >= warn else "ok"
-    src = "exact" if summary["length_source"] == "completion_tokens" else "chars/4 estimate"
-    return tile("Truncated", f"{frac:.1%}", f"at the {summary['ceiling']:,} ceiling · 95% CI {lo:.1%}–{hi:.1%} · {src} · "
-                f"{summary['at_ceiling']:,} of {summary['length_count']:,}", level)
+    src = "exact" if summary.length_source == "completion_tokens" else "chars/4 estimate"
+    return tile("Truncated", f"{frac:.1%}", f"at the {summary.ceiling_tokens:,} ceiling · 95% CI {lo:.1%}–{hi:.1%} · {src} · "
+                f"{summary.at_ceiling:,} of {summary.length_count:,}", level)
 
 
 def node_table(nodes: list[dict[str, Any]], stale_after: float, now: float | None = None,
@@ -181,13 +182,13 @@ def last_error_line(node: dict[str, Any], now: float) -> str:
             else f"Last error ({when}): ") + str(node["last_error"])
 
 
-def overview_tiles(summary: dict, thr: dict, nodes: list[dict], gpus: pd.DataFrame, target: int | None,
+def overview_tiles(summary: Summary, thr: dict, nodes: list[dict], gpus: pd.DataFrame, target: int | None,
                    last: float | None, cfg: Any, now: float, health: dict | None = None) -> list[dict[str, str]]:
     """The six standup tiles: done, throughput (last minute, 15-min average beside it), ETA (from
     the 15-min average, stated), truncation, nodes, data age."""
-    from runhealth import rates
+    from runhealth.analysis import rates
 
-    done = summary["completions"]
+    done = summary.completions
     health = health or {}
     tps, tps_15 = health.get("tokens_per_s_1m"), health.get("tokens_per_s_15m")
     cps = health.get("completions_per_s_15m")
@@ -223,14 +224,14 @@ def overview_tiles(summary: dict, thr: dict, nodes: list[dict], gpus: pd.DataFra
     ]
 
 
-def headline(summary: dict, health: dict, nodes: list[dict], cfg: Any, now: float,
+def headline(summary: Summary, health: dict, nodes: list[dict], cfg: Any, now: float,
              last: float | None) -> dict[str, Any]:
     """The standup figures as one flat record (the Overview's download), rounded for people."""
-    from runhealth import rates
+    from runhealth.analysis import rates
 
-    lo, hi = summary.get("at_ceiling_interval") or (None, None)
+    lo, hi = summary.at_ceiling_interval
     cps = health.get("completions_per_s_15m")
-    eta = rates.eta_seconds(summary["completions"], cfg.target_completions, cps) if cfg.target_completions else None
+    eta = rates.eta_seconds(summary.completions, cfg.target_completions, cps) if cfg.target_completions else None
     states = [loaders.node_status(n, now, cfg.stale_after)[0] for n in nodes]
 
     def r(x, nd=1):
@@ -238,13 +239,13 @@ def headline(summary: dict, health: dict, nodes: list[dict], cfg: Any, now: floa
 
     return {
         "run": cfg.name, "numbers_as_of": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last)) if last else None,
-        "completions": summary["completions"], "target_completions": cfg.target_completions,
-        "ceiling_tokens": summary["ceiling"],
-        "truncated_pct": r(100 * summary["at_ceiling_fraction"], 2) if summary["completions"] else None,
-        "truncated_pct_95ci_low": r(100 * lo, 2) if lo is not None and summary["completions"] else None,
-        "truncated_pct_95ci_high": r(100 * hi, 2) if hi is not None and summary["completions"] else None,
-        "truncated_count": summary["at_ceiling"], "truncated_of": summary["length_count"],
-        "length_stops_below_ceiling": summary["length_below_ceiling"],
+        "completions": summary.completions, "target_completions": cfg.target_completions,
+        "ceiling_tokens": summary.ceiling_tokens,
+        "truncated_pct": r(100 * summary.at_ceiling_fraction, 2) if summary.completions else None,
+        "truncated_pct_95ci_low": r(100 * lo, 2) if lo is not None and summary.completions else None,
+        "truncated_pct_95ci_high": r(100 * hi, 2) if hi is not None and summary.completions else None,
+        "truncated_count": summary.at_ceiling, "truncated_of": summary.length_count,
+        "length_stops_below_ceiling": summary.length_below_ceiling,
         "tokens_per_s_last_1_min": r(health.get("tokens_per_s_1m"), 0),
         "tokens_per_s_15_min_avg": r(health.get("tokens_per_s_15m"), 0),
         "eta_hours_at_15_min_avg": r(eta / 3600, 2) if eta is not None else None,
@@ -270,20 +271,20 @@ def render_nothing_yet(nodes: list[dict[str, Any]], what: str = "completions") -
     st.info(md_escape(why_empty(nodes, what)))
 
 
-def finish_reason_table(summary: dict) -> pd.DataFrame:
+def finish_reason_table(summary: Summary) -> pd.DataFrame:
     """Finish reasons, with "length" split into at-the-ceiling and below-it (context window)."""
-    reasons = dict(summary["finish_reasons"])
+    reasons = dict(summary.finish_reasons)
     length = reasons.pop("length", 0)
     rows = [(r, n) for r, n in sorted(reasons.items(), key=lambda kv: -kv[1])]
-    ceiling = summary["ceiling"]
+    ceiling = summary.ceiling_tokens
     if length:
         rows.append((f"length at the ceiling ({ceiling:,}) = truncated" if ceiling else "length at the ceiling = truncated",
-                     summary["at_ceiling"]))
-        rows.append(("length — below the ceiling (context window)", summary["length_below_ceiling"]))
-        rest = length - summary["at_ceiling"] - summary["length_below_ceiling"]
+                     summary.at_ceiling))
+        rows.append(("length — below the ceiling (context window)", summary.length_below_ceiling))
+        rest = length - summary.at_ceiling - summary.length_below_ceiling
         if rest:
             rows.append(("length — estimated lengths (not split)", rest))
-    total = summary["completions"] or 1
+    total = summary.completions or 1
     return pd.DataFrame([{"finish reason": r, "completions": n, "share": f"{n / total:.2%}"} for r, n in rows])
 
 

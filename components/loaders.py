@@ -16,8 +16,9 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from runhealth import lengthtime, rollup, stats, whatif
-from runhealth.alerts import DOWN_AFTER_STALE, fmt_age, node_status  # noqa: F401 - one definition, re-exported
+from runhealth import rollup
+from runhealth.analysis import lengthtime, stats, whatif
+from runhealth.health import DOWN_AFTER_STALE, fmt_age, node_status, stale_after_s  # noqa: F401 - one definition, re-exported
 from runhealth.store import Store
 
 TTL_S = 3
@@ -100,7 +101,7 @@ def load_truncation_over_time(store: Store, interval_s: float, ceiling: int | No
     polls = rollup.poll_history(store, bucket_s)  # raw and rolled-up deltas: the whole run
     span = (polls[-1]["bucket_unix"] - polls[0]["bucket_unix"]) if polls else 0
     if span < 6 * 3600:
-        bucket_s = max(interval_s * 3, 30)
+        bucket_s = stale_after_s(interval_s)  # a few polls
         polls = rollup.poll_history(store, bucket_s)  # raw and rolled-up deltas: the whole run
     df = pd.DataFrame(polls, columns=["bucket_unix", "completions", "tokens", "length_stops", "malformed", "backfill"])
     split = pd.DataFrame(store.length_stops_by_bucket(bucket_s, ceiling),
@@ -120,7 +121,7 @@ def load_lengths_over_time(store: Store, ceiling: int | None) -> pd.DataFrame:
 @_cache(ttl=TTL_S, max_entries=8)
 def load_throughput(store: Store, interval_s: float) -> dict[str, Any]:
     """Throughput from shard growth (rates.run_throughput) and from the servers' own metrics."""
-    from runhealth import rates
+    from runhealth.analysis import rates
 
     now = time.time()
     by_node: dict[str, list] = {}
@@ -129,7 +130,7 @@ def load_throughput(store: Store, interval_s: float) -> dict[str, Any]:
             (p["node_ts_unix"] or p["ts_unix"], p["completions"] or 0, p["tokens"] or 0, bool(p["backfill"])))
     shard = rates.run_throughput(by_node, window_s=THROUGHPUT_WINDOW_S)
     server = None
-    fresh = now - max(3 * interval_s, 30)
+    fresh = now - stale_after_s(interval_s)
     gauges = [m["value"] for m in store.metric_latest() if m["name"] in SERVER_GAUGES and m["ts_unix"] >= fresh]
     if gauges:
         server = float(sum(gauges))
@@ -141,10 +142,11 @@ def load_throughput(store: Store, interval_s: float) -> dict[str, Any]:
         node_rates = [r for r in node_rates if r is not None]
         if node_rates:
             server = (server or 0.0) + float(sum(node_rates))
-    series = pd.DataFrame(store.polls_by_bucket(max(interval_s * 3, 30), since_unix=now - 3600),
+    bucket_s = stale_after_s(interval_s)  # a few polls
+    series = pd.DataFrame(store.polls_by_bucket(bucket_s, since_unix=now - 3600),
                           columns=["bucket_unix", "completions", "tokens", "length_stops", "malformed", "backfill"])
     series = series[series["backfill"] == 0].iloc[:-1]  # the last bucket is still filling
-    series = series.assign(tokens_per_s=series["tokens"] / max(interval_s * 3, 30))
+    series = series.assign(tokens_per_s=series["tokens"] / bucket_s)
     return {"shard": shard, "server_tokens_per_s": server, "series": series}
 
 
@@ -265,19 +267,19 @@ def whatif_curve_limits(ceiling: int, chosen: int) -> tuple[int, ...]:
 
 @st.cache_data(ttl=60, max_entries=32, show_spinner=False)
 def load_whatif(_hist: stats.LengthHist, hist_key: str, ceiling: int, new_limit: int,
-                loop_sample: tuple[int, int] | None, bootstrap: int = 200) -> dict[str, Any]:
+                loop_sample: tuple[int, int] | None, bootstrap: int = 200) -> whatif.WhatIf:
     """`what_if` is a model fit and a back-test: cached per (run size, limit, loop sample) for a
     minute; the chart's curve comes from the same fits."""
     return whatif.what_if(_hist, ceiling, new_limit, loop_sample=loop_sample, bootstrap=bootstrap,
                           curve_limits=whatif_curve_limits(ceiling, new_limit))
 
 
-def whatif_curve(result: dict[str, Any]) -> pd.DataFrame:
+def whatif_curve(result: whatif.WhatIf) -> pd.DataFrame:
     """Projected share still truncated against the limit, starting at today's share at the ceiling:
     the calibrated interval (lo, hi) and the spread across the models (band_lo, band_hi)."""
-    now = result["current_truncated_fraction"]
-    rows = [{"limit": result["ceiling"], "fraction": now, "lo": now, "hi": now, "band_lo": now, "band_hi": now}]
-    for point in result["curve"]:
+    now = result.current_truncated_fraction
+    rows = [{"limit": result.ceiling_tokens, "fraction": now, "lo": now, "hi": now, "band_lo": now, "band_hi": now}]
+    for point in result.curve:
         band = list(point["band"].values())
         rows.append({"limit": point["limit"], "fraction": point["truncated_fraction"], "lo": point["interval"][0],
                      "hi": point["interval"][1], "band_lo": min(band), "band_hi": min(now, max(band))})
@@ -358,7 +360,7 @@ def fmt_rate(x: float | None) -> str:
     return f"{x / 1000:,.1f}K" if x >= 10_000 else f"{x:,.0f}"
 
 
-def run_alerts(summary: dict | None, nodes: list[dict], now: float, stale_after: float, warn: float,
+def run_alerts(summary: stats.Summary | None, nodes: list[dict], now: float, stale_after: float, warn: float,
                alert: float, last_collection: float | None) -> list[tuple[str, str]]:
     """One-sentence alerts, most serious first: [(level "error"|"warning", text)]."""
     out: list[tuple[str, str]] = []
@@ -374,10 +376,10 @@ def run_alerts(summary: dict | None, nodes: list[dict], now: float, stale_after:
             out.append(("warning", f"No shard matched {glob} on {n['name']}."))
         if n.get("shard_errors"):
             out.append(("warning", f"{n['name']}: {n['shard_errors']} shard(s) cannot be read (see Nodes)."))
-    if summary and summary["completions"] and summary["ceiling"]:
-        frac = summary["at_ceiling_fraction"]
+    if summary and summary.completions and summary.ceiling_tokens:
+        frac = summary.at_ceiling_fraction
         if frac >= warn:
             out.append(("error" if frac >= alert else "warning",
-                        f"{frac:.1%} of completions stop at the {summary['ceiling']:,}-token ceiling."))
+                        f"{frac:.1%} of completions stop at the {summary.ceiling_tokens:,}-token ceiling."))
     out.sort(key=lambda a: a[0] != "error")
     return out

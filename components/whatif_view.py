@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runhealth.whatif import MIN_LOOP_SAMPLES
+from runhealth.analysis.whatif import MIN_LOOP_SAMPLES, WhatIf
 
 
 def loop_sample(batch: dict[str, Any] | None) -> tuple[int, int]:
@@ -16,9 +16,9 @@ def loop_sample(batch: dict[str, Any] | None) -> tuple[int, int]:
     return sum(bool(s.get("is_loop")) for s in cut), len(cut)
 
 
-def backtest_line(r: dict[str, Any]) -> str:
+def backtest_line(r: WhatIf) -> str:
     """"Checked on this run: cut at 2,048, this method would have said 29% above 4,096; the truth is 19%."."""
-    checks = [c for c in ((r.get("backtest") or {}).get("checks") or []) if c.get("predicted") is not None]
+    checks = [c for c in ((r.backtest or {}).get("checks") or []) if c.get("predicted") is not None]
     if not checks:
         return ("Not checked on this run: too few completions finished below a lower cut to back-test the "
                 "extrapolation, so the interval is the spread across all models.")
@@ -28,29 +28,29 @@ def backtest_line(r: dict[str, Any]) -> str:
             "extra tokens per completion).")
 
 
-def model_line(r: dict[str, Any]) -> str:
+def model_line(r: WhatIf) -> str:
     """Which model the headline uses and why, and every member's value."""
-    band = " · ".join(f"{m} {v:.1%}" for m, v in r["band"].items())
-    return f"Headline: {r['model']}, {r['model_reason']}. Models: {band}."
+    band = " · ".join(f"{m} {v:.1%}" for m, v in r.band.items())
+    return f"Headline: {r.model}, {r.model_reason}. Models: {band}."
 
 
-def interval_note(r: dict[str, Any]) -> str:
+def interval_note(r: WhatIf) -> str:
     """" incl. loops 0–100%" when the interval spans an unknown loop share (for the tile)."""
-    loops = r.get("loops") or {}
+    loops = r.loops or {}
     return " incl. loops 0–100%" if loops.get("sampled") is not None and not loops.get("used") else ""
 
 
-def loops_line(r: dict[str, Any]) -> str:
+def loops_line(r: WhatIf) -> str:
     """The loop share used, with its n and interval, or how many samples it still needs."""
-    loops = r.get("loops") or {}
+    loops = r.loops or {}
     if loops.get("sampled") is None:
-        return f"Loop share {r['loop_fraction']:.0%} (given)."
+        return f"Loop share {r.loop_fraction:.0%} (given)."
     k, n = loops["loops"], loops["sampled"]
     if not loops["used"]:
         seen = f"{k} of {n} sampled truncated completions" if n else "no truncated completion sampled yet"
         return (f"Repetition loops: {seen}; the estimate needs "
                 f"{MIN_LOOP_SAMPLES} (sample {loops['needed']} more on the Samples page), so it assumes none and "
-                f"the interval spans loops 0–100% (up to today's {r['current_truncated_fraction']:.1%}).")
+                f"the interval spans loops 0–100% (up to today's {r.current_truncated_fraction:.1%}).")
     lo, hi = loops["interval"]
     return (f"Repetition loops: {k} of {n} sampled truncated completions ({k / n:.0%}, 95% {lo:.0%}–{hi:.0%}); "
             "loops stay cut at any limit, and the interval carries this share's uncertainty.")

@@ -12,22 +12,24 @@ import json
 import streamlit as st
 
 from components import cards, figures, jobs, loaders, page, whatif_view
-from runhealth import continuation, whatif
+from runhealth.analysis import continuation
+from runhealth.analysis.eta import eta_change
+from runhealth.analysis.stats import Summary
 
 PREFIX = "lengths"
 CONTINUATION_N = 300
 WHATIF_REFRESH_S = 60  # the fit (with its bootstrap) is too heavy to redo every poll
 
 
-def render_summary(s: dict) -> None:
-    tok, est = s["tokens"], "" if s["length_source"] == "completion_tokens" else " (chars/4 estimate)"
+def render_summary(s: Summary) -> None:
+    tok, est = s.tokens, "" if s.length_source == "completion_tokens" else " (chars/4 estimate)"
     cards.render_tiles([cards.truncation_tile(s, rt.config.truncation_warn_fraction, rt.config.truncation_alert_fraction),
-                        *[cards.tile(k.upper(), f"{tok[k]:,}" if tok[k] is not None else "—", f"tokens{est}")
-                          for k in ("p50", "p90", "p99")],
-                        cards.tile("Mean / max", f"{tok['mean']:,.0f}", f"max {tok['max']:,} tokens{est}")])
-    if s["estimated_count"]:
+                        *[cards.tile(k, f"{v:,}" if v is not None else "—", f"tokens{est}")
+                          for k, v in (("P50", tok.p50), ("P90", tok.p90), ("P99", tok.p99))],
+                        cards.tile("Mean / max", f"{tok.mean:,.0f}", f"max {tok.max:,} tokens{est}")])
+    if s.estimated_count:
         use = "are shown alone" if est else "are left out of the length statistics (still counted in finish reasons)"
-        st.warning(f"{s['estimated_count']:,} completions have no completion_tokens: their lengths are chars/4 estimates and {use}.")
+        st.warning(f"{s.estimated_count:,} completions have no completion_tokens: their lengths are chars/4 estimates and {use}.")
 
 
 def render_groups(ceiling) -> None:
@@ -50,37 +52,37 @@ def render_groups(ceiling) -> None:
 
 def render_whatif(data: dict, thr: dict) -> None:
     s, hist = data["summary"], data["hist"]
-    ceiling = s["ceiling"]
+    ceiling = s.ceiling_tokens
     st.subheader("What if max_tokens were raised?")
     limit = int(st.number_input("New max_tokens", min_value=1, max_value=16 * ceiling, value=2 * ceiling, step=256,
                                 key=f"{PREFIX}_whatif_limit"))
     sample = whatif_view.loop_sample(loaders.load_samples(rt.store)["latest"])
     r = loaders.load_whatif(hist, f"{rt.store.path}:{hist.total}", ceiling, limit, sample)
     tps = (thr["shard"] or {}).get("total_tokens_per_s")
-    remaining = (rt.config.target_completions or s["completions"]) - s["completions"]
-    eta = whatif.eta_change(remaining, tps, s["tokens"]["mean"] or 0, r["extra_tokens_per_completion"] or 0,
-                            r["extra_tokens_interval"])
-    frac, (lo, hi) = r["truncated_fraction"], r["interval"]
+    remaining = (rt.config.target_completions or s.completions) - s.completions
+    eta = eta_change(remaining, tps, s.tokens.mean or 0, r.extra_tokens_per_completion or 0,
+                   r.extra_tokens_interval)
+    frac, (lo, hi) = r.truncated_fraction, r.interval
     cfg_warn, cfg_alert = rt.config.truncation_warn_fraction, rt.config.truncation_alert_fraction
     cards.render_tiles([
         cards.tile(f"Still truncated at {limit:,}", f"{frac:.1%}" if frac is not None else "?",
-                   f"95% {lo:.1%}–{hi:.1%}{whatif_view.interval_note(r)} · now {r['current_truncated_fraction']:.1%}",
+                   f"95% {lo:.1%}–{hi:.1%}{whatif_view.interval_note(r)} · now {r.current_truncated_fraction:.1%}",
                    "alert" if (frac or 0) >= cfg_alert else "warn" if (frac or 0) >= cfg_warn else "ok"),
-        cards.tile("Extra tokens / completion", f"{r['extra_tokens_per_completion']:+,.0f}"
-                   if r["extra_tokens_per_completion"] is not None else "?",
-                   "{:,.0f}–{:,.0f}".format(*r["extra_tokens_interval"])),
+        cards.tile("Extra tokens / completion", f"{r.extra_tokens_per_completion:+,.0f}"
+                   if r.extra_tokens_per_completion is not None else "?",
+                   "{:,.0f}–{:,.0f}".format(*r.extra_tokens_interval)),
         cards.tile("ETA change", f"{eta['delta_s'] / 3600:+.1f} h" if eta["delta_s"] is not None else "—",
                    "{:+.1f}–{:+.1f} h at current throughput".format(*(x / 3600 for x in eta["delta_s_interval"]))
                    if eta["delta_s"] is not None else "needs throughput and a target"),
     ])
-    if r["band"]:
+    if r.band:
         st.markdown(whatif_view.backtest_line(r))
-    st.caption(f"This is an extrapolation: nobody has seen lengths above {ceiling:,}. {r['note']} "
-               f"{whatif_view.model_line(r) if r['band'] else ''} Hard bounds: {r['hard_bounds'][0]:.1%}–"
-               f"{r['hard_bounds'][1]:.1%}. {whatif_view.loops_line(r)}")
+    st.caption(f"This is an extrapolation: nobody has seen lengths above {ceiling:,}. {r.note} "
+               f"{whatif_view.model_line(r) if r.band else ''} Hard bounds: {r.hard_bounds[0]:.1%}–"
+               f"{r.hard_bounds[1]:.1%}. {whatif_view.loops_line(r)}")
     curve = loaders.whatif_curve(r)
     if len(curve) > 1:
-        st.plotly_chart(figures.make_whatif_figure(curve, ceiling, limit, r["hard_bounds"][1]), key=f"{PREFIX}_whatif_chart")
+        st.plotly_chart(figures.make_whatif_figure(curve, ceiling, limit, r.hard_bounds[1]), key=f"{PREFIX}_whatif_chart")
     render_continuation(limit, ceiling)
 
 
@@ -119,12 +121,12 @@ def render_continuation_result(key: str) -> None:
                    "Run the batch and compare lengths with the new limit.")
 
 
-def render_server_note(summary: dict) -> None:
+def render_server_note(summary: Summary) -> None:
     """Length stops below the ceiling, and the server's own counter, each under its own name."""
-    below, n = summary["length_below_ceiling"], summary["length_count"] or 1
-    if summary["ceiling"]:
-        st.caption(f"Not counted as truncated: {below:,} length stops below the {summary['ceiling']:,} ceiling "
-                   f"(context window) — {below / n:.1%} of {summary['length_count']:,} completions.")
+    below, n = summary.length_below_ceiling, summary.length_count or 1
+    if summary.ceiling_tokens:
+        st.caption(f"Not counted as truncated: {below:,} length stops below the {summary.ceiling_tokens:,} ceiling "
+                   f"(context window) — {below / n:.1%} of {summary.length_count:,} completions.")
     server = loaders.server_length_share(loaders.load_server_metrics(rt.store))
     if server is not None:
         st.caption(f"The server's own count (vLLM request_success_total, since each server started, context-window "
@@ -136,36 +138,36 @@ def render_page() -> None:
     cards.render_indexing(nodes)
     data = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)
     summary = data["summary"]
-    if not summary["completions"]:
+    if not summary.completions:
         cards.render_nothing_yet(nodes)
         return
     render_summary(summary)
     left, right = st.columns(2)
     if len(data["bins"]):
-        left.plotly_chart(figures.make_length_histogram_figure(data["bins"], summary["ceiling"],
-                                                               summary["at_ceiling_fraction"]), key=f"{PREFIX}_hist_chart")
-        right.plotly_chart(figures.make_cdf_figure(data["cdf"], summary["ceiling"]), key=f"{PREFIX}_cdf_chart")
+        left.plotly_chart(figures.make_length_histogram_figure(data["bins"], summary.ceiling_tokens,
+                                                               summary.at_ceiling_fraction), key=f"{PREFIX}_hist_chart")
+        right.plotly_chart(figures.make_cdf_figure(data["cdf"], summary.ceiling_tokens), key=f"{PREFIX}_cdf_chart")
     st.dataframe(cards.finish_reason_table(summary), hide_index=True)
     render_server_note(summary)
-    page.guarded(render_groups)(summary["ceiling"])
-    over_time = loaders.load_truncation_over_time(rt.store, rt.config.interval_s, summary["ceiling"])
+    page.guarded(render_groups)(summary.ceiling_tokens)
+    over_time = loaders.load_truncation_over_time(rt.store, rt.config.interval_s, summary.ceiling_tokens)
     if (over_time["completions"] > 0).sum() >= 2:
         st.plotly_chart(figures.make_truncation_over_time_figure(over_time, rt.config.truncation_warn_fraction,
                                                                  rt.config.truncation_alert_fraction), key=f"{PREFIX}_time_chart")
     else:
         st.caption("Truncation over time appears once there are two time buckets with new completions.")
-    hourly = loaders.load_lengths_over_time(rt.store, summary["ceiling"])
+    hourly = loaders.load_lengths_over_time(rt.store, summary.ceiling_tokens)
     if len(hourly) >= 2:
-        st.plotly_chart(figures.make_lengths_over_time_figure(hourly, summary["ceiling"]), key=f"{PREFIX}_hourly_chart")
+        st.plotly_chart(figures.make_lengths_over_time_figure(hourly, summary.ceiling_tokens), key=f"{PREFIX}_hourly_chart")
         st.caption("Per hour of the whole run, by when the collector counted them. Percentiles are the upper edges"
                    " of log bins (at most 4.4% above the exact value); the share at the ceiling is exact.")
 
 
 def render_whatif_live() -> None:
     data = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)
-    if not data["summary"]["completions"]:
+    if not data["summary"].completions:
         return
-    if data["summary"]["ceiling"]:
+    if data["summary"].ceiling_tokens:
         page.guarded(render_whatif)(data, loaders.load_throughput(rt.store, rt.config.interval_s))
         st.caption(f"The what-if is refitted every {WHATIF_REFRESH_S} s (a model fit, not a count).")
     else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from components import cards, loaders, page
-from runhealth import loops, stats
+from runhealth.analysis import loops, stats
 
 PREFIX = "samples"
 REASONS = {"all completions": None, "truncated only (finish_reason = length)": "length"}
@@ -47,8 +47,8 @@ def render_rates(samples: list[dict], batch: int, ceiling: int | None) -> None:
         lo, hi = stats.wilson_interval(k, len(samples))
         tiles.append(cards.tile("Truncated · this sample", f"{k / len(samples):.1%}",
                                 f"n = {len(samples)} · 95% {lo:.1%}–{hi:.1%} · {k} at the {ceiling:,} ceiling"))
-        tiles.append(cards.tile("Truncated · all completions", f"{summary['at_ceiling_fraction']:.1%}",
-                                f"{summary['at_ceiling']:,} of {summary['length_count']:,} · exact count"))
+        tiles.append(cards.tile("Truncated · all completions", f"{summary.at_ceiling_fraction:.1%}",
+                                f"{summary.at_ceiling:,} of {summary.length_count:,} · exact count"))
     cut = [s for s in samples if s["finish_reason"] == "length"]
     share = loops.loop_share([s["text_tail"] or "" for s in cut])
     if share["n"]:
@@ -89,7 +89,7 @@ if not latest:
 for node, err in (latest.get("errors") or {}).items():
     st.warning(cards.md_escape(f"{node}: could not sample: {err}"))
 samples = latest["samples"]
-ceiling = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["summary"]["ceiling"]
+ceiling = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["summary"].ceiling_tokens
 drawn = latest.get("done_unix")
 st.caption(f"Batch {latest['batch']}: {len(samples)} of {latest['population'] or 0:,} completions, drawn uniformly"
            + (f" at {loaders.fmt_clock(drawn)}." if drawn else "."))

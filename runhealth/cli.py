@@ -21,7 +21,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from runhealth import __version__, compare, launch, service, stats, whatif
+from runhealth import __version__, launch, service
+from runhealth.analysis import compare, stats, whatif
 from runhealth.collector import Collector
 from runhealth.config import find_config_path, load_config
 from runhealth.errors import RunhealthError
@@ -67,41 +68,42 @@ def scan_paths(patterns: list[str], totals: dict[str, int] | None = None,
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
-    hist, summary, unmatched = scan_summary(args.paths, args.ceiling, args.workers)
+    hist, summary, report, unmatched = scan_summary(args.paths, args.ceiling, args.workers)
     if args.whatif:
-        if summary["ceiling"] is None:
+        if summary.ceiling_tokens is None:
             print("error: --whatif needs a ceiling (none given and none detected)", file=sys.stderr)
             return 2
-        summary["whatif"] = whatif.what_if(hist, summary["ceiling"], args.whatif)
-    print(json.dumps(summary, indent=2) if args.json else format_summary(summary))
-    return 0 if summary["completions"] or not unmatched else 1
+        report["whatif"] = whatif.what_if(hist, summary.ceiling_tokens, args.whatif).to_json()
+    print(json.dumps(report, indent=2) if args.json else format_summary(report))
+    return 0 if summary.completions or not unmatched else 1
 
 
 def scan_summary(patterns: list[str], ceiling: int | None,
-                 workers: int | None) -> tuple[stats.LengthHist, dict, list[str]]:
-    """The histogram and `scan --json` object for `patterns`, and the globs that matched nothing
-    (each warned about on stderr)."""
+                 workers: int | None) -> tuple[stats.LengthHist, stats.Summary, dict[str, Any], list[str]]:
+    """The histogram, summary and `scan --json` object (the summary's JSON plus ``blank_lines``)
+    for `patterns`, and the globs that matched nothing (each warned about on stderr)."""
     totals: dict[str, int] = {}
     hist, malformed, unmatched = scan_paths(patterns, totals, workers)
     for pattern in unmatched:
         print(f"warning: nothing matched {escape(pattern)}", file=sys.stderr)
     summary = stats.summarize(hist, ceiling=ceiling, unparseable=malformed)
-    summary["blank_lines"] = totals.get("blank_lines", 0)
-    return hist, summary, unmatched
+    report = summary.to_json()
+    report["blank_lines"] = totals.get("blank_lines", 0)
+    return hist, summary, report, unmatched
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     if not args.paths or not args.b_paths:
         print("error: usage: runhealth compare [options] A_GLOBS... -- B_GLOBS...", file=sys.stderr)
         return 2
-    hist_a, sum_a, _ = scan_summary(args.paths, args.ceiling_a, args.workers)
-    hist_b, sum_b, _ = scan_summary(args.b_paths, args.ceiling_b, args.workers)
+    hist_a, sum_a, json_a, _ = scan_summary(args.paths, args.ceiling_a, args.workers)
+    hist_b, sum_b, json_b, _ = scan_summary(args.b_paths, args.ceiling_b, args.workers)
     diffs = compare.differences(hist_a, sum_a, hist_b, sum_b)
     forecast, note = compare.forecast_check(hist_a, sum_a, hist_b, sum_b)
-    report = {"a": sum_a, "b": sum_b, "forecast": forecast, "forecast_note": note,
+    report = {"a": json_a, "b": json_b, "forecast": forecast, "forecast_note": note,
               "differences": diffs, "summary": compare.headline(sum_a, sum_b, diffs)}
     print(json.dumps(report, indent=2) if args.json else format_compare(report))
-    return 0 if sum_a["completions"] and sum_b["completions"] else 1
+    return 0 if sum_a.completions and sum_b.completions else 1
 
 
 def format_compare(r: dict[str, Any]) -> str:
@@ -183,13 +185,15 @@ def poll_report(config, store: Store, results: dict[str, Any]) -> dict[str, Any]
         nodes.append({
             "name": node.name, "ok": ok, "error": None if ok else str(result),
             "gpus": (result.get("gpus") or {}).get("devices", []) if isinstance(result, dict) else [],
-            "lengths": stats.summarize(by_node[node.name], config.max_output_tokens, malformed.get(node.name, 0)),
+            "lengths": stats.summarize(by_node[node.name], config.max_output_tokens,
+                                       malformed.get(node.name, 0)).to_json(),
         })
     total_malformed = sum(malformed.values())
-    return {"nodes": nodes, "lengths": stats.summarize(merged, config.max_output_tokens, total_malformed)}
+    return {"nodes": nodes, "lengths": stats.summarize(merged, config.max_output_tokens, total_malformed).to_json()}
 
 
 def format_summary(s: dict[str, Any]) -> str:
+    """A `scan --json` object (`Summary.to_json()` and what the CLI adds) in words."""
     t = s["tokens"]
     blank = f", blank lines skipped: {s['blank_lines']:,}" if s.get("blank_lines") else ""
     lines = [f"completions: {s['completions']:,}  (malformed lines: {s['unparseable']:,}{blank})"]

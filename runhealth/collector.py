@@ -11,15 +11,17 @@ that node's last error while its counts and offsets stay put. Pages only ever ca
 from __future__ import annotations
 
 import fcntl
-import random
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TextIO
 
-from runhealth import lengthtime, loops, metrics, rollup, scheduler, textsafe
+from runhealth import rollup, sampling, scheduler, textsafe
+from runhealth.analysis import lengthtime
+from runhealth.analysis.servermetrics import merge_endpoints as merge_metrics
 from runhealth.config import NodeConfig, RunConfig, RunContext
 from runhealth.errors import StoreError
+from runhealth.errors import one_line as _plain
 from runhealth.remote import make_transport
 from runhealth.remote.base import fan_out_calls
 from runhealth.store import Store
@@ -29,8 +31,6 @@ log = textsafe.get_logger(__name__)
 SCAN_BUDGET_BYTES = 256 * 1024 * 1024  # per poll call at most: a 10 GB shard is indexed over ~40 calls
 MIN_SCAN_BUDGET_BYTES = 1 << 20
 GPU_HISTORY_KEEP_S = 14 * 24 * 3600
-_MEAN_METRICS = ("sglang:token_usage", "sglang:spec_accept_length", "vllm:kv_cache_usage_perc",
-                 "vllm:gpu_cache_usage_perc")
 
 
 def scan_budget_s(node: NodeConfig) -> float:
@@ -56,18 +56,6 @@ def poll_request(node: NodeConfig, state: dict[str, dict[str, int]],
         "metrics_urls": node.metrics_urls,
         "metrics_timeout_s": min(2.0, node.command_timeout_s / 4),
     }
-
-
-def merge_metrics(reply: dict[str, Any]) -> dict[str, float]:
-    """Server metrics of every endpoint on a node: summed, except ratios, which are averaged."""
-    per_name: dict[str, list[float]] = {}
-    for entry in (reply.get("metrics") or {}).values():
-        if entry.get("text") is None:
-            continue
-        parsed = metrics.parse_server_metrics(entry["text"])
-        for name, value in parsed["values"].items():
-            per_name.setdefault(name, []).append(value)
-    return {n: (sum(v) / len(v) if n in _MEAN_METRICS else sum(v)) for n, v in per_name.items()}
 
 
 class NodePoller:
@@ -157,7 +145,7 @@ class Collector:
         self._stop = threading.Event()
         self._sample_lock = threading.Lock()
         self._sampling: int | None = None
-        self._lock_file = None
+        self._lock_file: TextIO | None = None
         self._housekeeper: threading.Thread | None = None
         store.set_meta("run", _run_meta(config, context))
         for node in config.nodes:
@@ -256,8 +244,7 @@ class Collector:
     def _sample_batch(self, batch: int, n: int, finish_reason: str | None) -> None:
         try:
             samples, population, errors = self.sample_now(n, finish_reason)
-            for s in samples:
-                s["is_loop"] = int(loops.loop_score(s.get("text_tail") or "")["is_loop"])
+            sampling.score_loops(samples)
             self.store.finish_sample_batch(batch, samples, population, errors, self.clock())
         except Exception as exc:
             self.store.finish_sample_batch(batch, [], 0, {"*": _plain(exc)}, self.clock())
@@ -272,31 +259,9 @@ class Collector:
         Lines are split between nodes in proportion to the lines each has counted, then each
         node draws its share uniformly among its own complete lines.
         """
-        rng = random.Random(seed)
         weights = {r["name"]: r["lines"] + r["malformed"] for r in self.store.nodes() if r["name"] in self.pollers}
-        names = [name for name, w in weights.items() if w > 0]
-        shares = dict.fromkeys(names, 0)
-        for name in rng.choices(names, weights=[weights[x] for x in names], k=n) if names else []:
-            shares[name] += 1
-
-        def one(name: str) -> Callable[[], dict[str, Any]]:
-            node = self.pollers[name].node
-            req = {"op": "sample", "globs": node.shards, "n": shares[name],
-                   "seed": rng.randrange(2**31), "finish_reason": finish_reason, "full_text": full_text,
-                   "head_chars": 400, "tail_chars": 4000, "prompt_path": node.prompt_path,
-                   "finish_reason_path": node.finish_reason_path, "completion_tokens_path": node.completion_tokens_path}
-            return lambda: self.pollers[name].request(req)[0]
-
-        calls = {name: one(name) for name, k in shares.items() if k > 0}  # seeds drawn in node order
-        results = fan_out_calls(calls, scheduler.pool_size(len(shares)))
-        samples, errors, population = [], {}, 0
-        for name, result in results.items():
-            if isinstance(result, Exception):
-                errors[name] = _plain(result)
-                continue
-            population += int(result.get("population") or 0)
-            samples.extend(dict(s, node=name) for s in result.get("samples") or [])
-        return samples, population, errors
+        return sampling.draw({name: p.node for name, p in self.pollers.items()}, weights,
+                             lambda name, req: self.pollers[name].request(req)[0], n, finish_reason, full_text, seed)
 
     def poll_once(self, progress: Callable[[str, int], None] | None = None) -> dict[str, Any]:
         """One full collection over every node, concurrently: name -> reply or exception."""
@@ -314,9 +279,3 @@ def _run_meta(config: RunConfig, context: RunContext) -> dict[str, Any]:
             "demo": context.demo, "truncation_warn_fraction": config.truncation_warn_fraction,
             "truncation_alert_fraction": config.truncation_alert_fraction,
             "stale_after_s": config.stale_after, "nodes": [n.name for n in config.nodes]}
-
-
-def _plain(exc: BaseException) -> str:
-    """A one-line, user-facing description of a failure."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return text[:500]

@@ -193,7 +193,9 @@ class RunConfig:
     @property
     def stale_after(self) -> float:
         """Seconds without a successful poll before a node counts as stale."""
-        return self.stale_after_s if self.stale_after_s else max(3 * self.interval_s, 30.0)
+        from runhealth.health import stale_after_s  # the one rule; imported here, config loads first
+
+        return stale_after_s(self.interval_s, self.stale_after_s)
 
     @property
     def stall_after(self) -> float:

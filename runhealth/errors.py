@@ -44,6 +44,12 @@ class StoreError(RunhealthError):
     """The history store could not be read or written."""
 
 
+def one_line(exc: BaseException) -> str:
+    """A one-line, user-facing description of a failure (its first line, at most 500 characters)."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text[:500]
+
+
 __all__ = [
     "AgentError",
     "AuthError",
@@ -54,4 +60,5 @@ __all__ = [
     "RunhealthError",
     "StoreError",
     "TransportError",
+    "one_line",
 ]

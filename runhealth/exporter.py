@@ -18,7 +18,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from runhealth import alerts, rates, stats
+from runhealth import health
+from runhealth.analysis import rates, stats
 from runhealth.store import Store
 
 log = logging.getLogger(__name__)
@@ -120,21 +121,20 @@ class StoreMetrics:
 
     # -- nodes and the run ---------------------------------------------------------------
     def _nodes(self, run: str, meta: dict[str, Any], now: float) -> Iterator[Metric]:
-        interval = float(meta.get("interval_s") or 10.0)
-        stale_after = float(meta.get("stale_after_s") or max(3 * interval, 30.0))
+        stale_after = health.stale_after_s(float(meta.get("interval_s") or 10.0), meta.get("stale_after_s"))
         up = GaugeMetricFamily("runhealth_node_up", "1 if the node's last poll succeeded within stale_after.",
                                labels=["run", "node"])
         age = GaugeMetricFamily("runhealth_last_poll_age_seconds", "Seconds since the node's last successful poll.",
                                 labels=["run", "node"])
         stalled = GaugeMetricFamily("runhealth_stalled", "1 if the node is reachable but added no completion "
-                                    f"for {alerts.stall_after_s(meta):.0f} s.", labels=["run", "node"])
+                                    f"for {health.stall_after_s(meta):.0f} s.", labels=["run", "node"])
         tps = GaugeMetricFamily("runhealth_generation_tokens_per_second",
                                 f"Generated tokens per second over the last {RATE_WINDOW_S:.0f} s (shard growth).",
                                 labels=["run", "node"])
-        stalls = alerts.stalled_nodes(self.store, now, alerts.stall_after_s(meta))
+        stalls = health.stalled_nodes(self.store, now, health.stall_after_s(meta))
         nodes = self.store.nodes()
         for n in nodes:
-            state, _why = alerts.node_status(n, now, stale_after)
+            state, _why = health.node_status(n, now, stale_after)
             up.add_metric([run, n["name"]], 1.0 if state == "up" else 0.0)
             if n.get("last_ok_unix") is not None:
                 age.add_metric([run, n["name"]], max(0.0, now - n["last_ok_unix"]))

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from runhealth.node.wire import CountRow, DiskEntry, GpuDevice, HostInfo, PollReply, ShardEntry, count_rows
-from runhealth.stats import LENGTH
+from runhealth.analysis.stats import LENGTH
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Alert webhooks: one message when an alert starts, one when it resolves, sent off-thread.
 
-`AlertTracker` (pure) diffs successive `runhealth.alerts.evaluate()` answers into events:
+`AlertTracker` (pure) diffs successive `runhealth.health.evaluate()` answers into events:
 "start" when an alert appears, "resolve" once it has been absent for `clear_s` (hysteresis: a
 node that flaps for a few seconds is one alert, not ten), "repeat" every `renotify_s` while it
 holds (default 1 h). `Notifier` runs the tracker on its own thread and hands messages to a
@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from runhealth import alerts
+from runhealth import health
 from runhealth.config import SECRETS_PATH
 from runhealth.errors import ConfigError
 from runhealth.store import Store
@@ -93,7 +93,7 @@ def is_slack(url: str) -> bool:
 @dataclasses.dataclass(frozen=True)
 class Event:
     kind: str  # "start" | "repeat" | "resolve"
-    alert: alerts.Alert
+    alert: health.Alert
     since: float  # when the alert started (unix)
     at: float
 
@@ -115,7 +115,7 @@ class Event:
 
 @dataclasses.dataclass
 class _Held:
-    alert: alerts.Alert
+    alert: health.Alert
     since: float
     last_seen: float
     last_sent: float
@@ -129,7 +129,7 @@ class AlertTracker:
         self.clear_s = clear_s
         self.held: dict[tuple, _Held] = {}
 
-    def update(self, current: list[alerts.Alert], now: float) -> list[Event]:
+    def update(self, current: list[health.Alert], now: float) -> list[Event]:
         events = []
         for a in current:
             held = self.held.get(a.key)
@@ -197,7 +197,7 @@ class Notifier:
     def __init__(self, store: Store, urls: list[str], interval_s: float = 10.0, *,
                  tracker: AlertTracker | None = None, retries: int = RETRIES, backoff_s: float = 2.0,
                  timeout_s: float = 5.0, clock: Callable[[], float] = time.time,
-                 evaluate: Callable[[Store, float], list[alerts.Alert]] = alerts.evaluate):
+                 evaluate: Callable[[Store, float], list[health.Alert]] = health.evaluate):
         self.store, self.urls, self.interval_s = store, list(urls), interval_s
         self.tracker = tracker or AlertTracker()
         self.retries, self.backoff_s, self.timeout_s = retries, backoff_s, timeout_s

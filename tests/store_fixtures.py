@@ -22,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from runhealth import loops
+from runhealth.analysis import loops
 from runhealth.store import Store
 
 CEILING = 4096

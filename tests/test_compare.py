@@ -13,8 +13,8 @@ import sys
 import pytest
 from shardgen import chat_line, write_shard
 
+from runhealth.analysis.compare import newcombe_diff, quantile_interval
 from runhealth.cli import split_compare
-from runhealth.compare import newcombe_diff, quantile_interval
 
 MU, SIGMA, N = math.log(1500), 0.9, 20000
 FORECAST_KEYS = {"limit": int, "predicted_fraction": float, "measured_fraction": float, "inside": bool}

@@ -3,7 +3,7 @@ a missing prompt named, custom_id unique across nodes, the model from the config
 
 import json
 
-from runhealth import continuation
+from runhealth.analysis import continuation
 from runhealth.node import agent
 
 

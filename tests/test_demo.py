@@ -2,7 +2,7 @@
 
 import urllib.request
 
-from runhealth import loops, metrics, stats
+from runhealth.analysis import loops, servermetrics, stats
 from runhealth.cli import scan_paths
 from runhealth.collector import Collector
 from runhealth.config import parse_config
@@ -16,11 +16,11 @@ def test_demo_shards_match_the_seed_story(tmp_path):
     sim.write_backlog(6000)
     hist, malformed, unmatched = scan_paths([str(sim.shard_dir / "*.jsonl")])
     summary = stats.summarize(hist, unparseable=malformed)
-    assert unmatched == [] and summary["completions"] + malformed == 6000
-    assert summary["ceiling"] == 4096 and summary["ceiling_source"] == "detected"
-    assert 0.15 <= summary["at_ceiling_fraction"] <= 0.21  # the seed run: 18%
-    assert 2200 <= summary["tokens"]["mean"] <= 2700 and summary["tokens"]["p90"] == 4096
-    assert summary["length_below_ceiling"] > 0  # a few context-window stops, counted apart
+    assert unmatched == [] and summary.completions + malformed == 6000
+    assert summary.ceiling_tokens == 4096 and summary.ceiling_source == "detected"
+    assert 0.15 <= summary.at_ceiling_fraction <= 0.21  # the seed run: 18%
+    assert 2200 <= summary.tokens.mean <= 2700 and summary.tokens.p90 == 4096
+    assert summary.length_below_ceiling > 0  # a few context-window stops, counted apart
 
 
 def test_demo_loops_are_found_by_the_loop_detector(tmp_path):
@@ -39,7 +39,7 @@ def test_demo_metrics_pages_parse_as_sglang_and_vllm(tmp_path):
                  for i in (1, 2)}
     finally:
         sim.stop()
-    sglang, vllm = metrics.parse_server_metrics(texts[1]), metrics.parse_server_metrics(texts[2])
+    sglang, vllm = servermetrics.parse_server_metrics(texts[1]), servermetrics.parse_server_metrics(texts[2])
     assert sglang["server"] == "sglang" and sglang["values"]["sglang:gen_throughput"] > 0
     assert vllm["server"] == "vllm" and 'vllm:request_success_total{finished_reason="length"}' in vllm["values"]
 

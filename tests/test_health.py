@@ -87,6 +87,17 @@ def test_stall_after_default_and_override():
     assert RunConfig(name="r", nodes=[], stall_after_s=30).stall_after == 30.0
 
 
+def test_one_stale_rule_for_config_exporter_and_alerts():
+    """Three poll intervals, at least 30 s, unless configured; RunConfig reads the same function."""
+    assert health.stale_after_s(2) == 30.0
+    assert health.stale_after_s(10) == 30.0
+    assert health.stale_after_s(60) == 180.0
+    assert health.stale_after_s(60, 45) == 45.0
+    assert health.stale_after_s(60, None) == 180.0
+    assert RunConfig(name="r", nodes=[], interval_s=60).stale_after == 180.0
+    assert RunConfig(name="r", nodes=[], interval_s=60, stale_after_s=45).stale_after == 45.0
+
+
 def gpu(label, util=95.0, temp=60.0, throttle=(), error=None):
     node, index = label.split("/")
     return {"node": node, "gpu": int(index), "label": label, "util_pct": util, "temp_c": temp,

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from shardgen import truth_rows, write_shard
 
-from runhealth import lengthtime, stats
+from runhealth.analysis import lengthtime, stats
 from runhealth.collector import Collector
 from runhealth.config import NodeConfig, RunConfig
 from runhealth.store import Store

@@ -175,7 +175,7 @@ def test_headline_export_carries_the_standup_figures(tmp_path):
     summary = loaders.load_run_lengths(store, cfg.max_output_tokens)["summary"]
     record = cards.headline(summary, loaders.load_health(store), store.nodes(), cfg, time.time(),
                             store.last_collection_unix())
-    assert record["completions"] == summary["completions"] > 0
+    assert record["completions"] == summary.completions > 0
     assert record["truncated_pct"] == 18.0 and record["truncated_pct_95ci_low"] < 18.0 < record["truncated_pct_95ci_high"]
     assert record["tokens_per_s_last_1_min"] > 0 and record["tokens_per_s_15_min_avg"] > 0
     assert record["eta_hours_at_15_min_avg"] is not None and (record["nodes_up"], record["nodes"]) == (4, 4)

@@ -1,8 +1,8 @@
-"""Tests for runhealth.loops: synthetic loops vs long varied reasoning text."""
+"""Tests for runhealth.analysis.loops: synthetic loops vs long varied reasoning text."""
 
 import random
 
-from runhealth.loops import find_period, loop_score, loop_share
+from runhealth.analysis.loops import find_period, loop_score, loop_share
 
 _SYLLABLES = ["ka", "lo", "mi", "ter", "an", "zu", "pre", "dis", "on", "ve", "rat", "sol",
               "qui", "bre", "ment", "ax", "ol", "ur", "fin", "gra", "ho", "ly", "tion", "es"]

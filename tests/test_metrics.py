@@ -1,10 +1,10 @@
-"""Tests for runhealth.metrics on hand-written SGLang / vLLM /metrics fixtures."""
+"""Tests for runhealth.analysis.servermetrics on hand-written SGLang / vLLM /metrics fixtures."""
 
 from pathlib import Path
 
 import pytest
 
-from runhealth.metrics import MAX_TEXT_BYTES, parse_server_metrics
+from runhealth.analysis.servermetrics import MAX_TEXT_BYTES, merge_endpoints, parse_server_metrics
 
 FIXTURES = Path(__file__).parent / "fixtures" / "metrics"
 
@@ -77,3 +77,15 @@ def test_empty_and_none():
     assert parse_server_metrics(None)["error"]
     out = parse_server_metrics("# HELP up Up.\n# TYPE up gauge\nup 1\n")
     assert out == {"values": {}, "error": None, "server": None}
+
+
+def test_two_endpoints_on_one_node_sum_counts_and_average_ratios():
+    sglang = load("sglang.txt")
+    reply = {"metrics": {"http://a/metrics": {"text": sglang}, "http://b/metrics": {"text": sglang},
+                         "http://c/metrics": {"text": None, "error": "connection refused"}}}
+    merged = merge_endpoints(reply)
+    assert merged["sglang:num_running_reqs"] == 2 * 212.0
+    assert merged["sglang:generation_tokens_total"] == 2 * 1906712843.0
+    assert merged["sglang:token_usage"] == pytest.approx(0.87)  # a ratio: averaged, not summed
+    assert merged["sglang:spec_accept_length"] == pytest.approx(2.71)
+    assert merge_endpoints({"metrics": None}) == {} and merge_endpoints({}) == {}

@@ -18,7 +18,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from runhealth import alerts, exporter
+from runhealth import exporter, health
 from runhealth.store import Store
 from tests.store_fixtures import CEILING, RUN_NAME, make_store
 
@@ -47,16 +47,16 @@ def _samples(store: Store, now: float) -> dict[str, list]:
 def test_exposition_equals_the_dashboard_figures(tmp_path):
     now = time.time()
     store = _store(tmp_path, now=now)
-    summary = alerts.run_summary(store, CEILING)
+    summary = health.run_summary(store, CEILING)
     got = _samples(store, now)
-    assert sum(s.value for s in got["runhealth_completions_total"]) == summary["completions"]
+    assert sum(s.value for s in got["runhealth_completions_total"]) == summary.completions
     by_reason: dict[str, float] = {}
     for s in got["runhealth_completions_total"]:
         by_reason[s.labels["finish_reason"]] = by_reason.get(s.labels["finish_reason"], 0) + s.value
-    assert by_reason == summary["finish_reasons"]
-    assert sum(s.value for s in got["runhealth_completions_at_ceiling_total"]) == summary["at_ceiling"]
-    assert got["runhealth_truncated_ratio"][0].value == pytest.approx(summary["at_ceiling_fraction"], abs=1e-12)
-    assert sum(s.value for s in got["runhealth_completion_length_tokens_sum"]) == summary["tokens_total"]
+    assert by_reason == summary.finish_reasons
+    assert sum(s.value for s in got["runhealth_completions_at_ceiling_total"]) == summary.at_ceiling
+    assert got["runhealth_truncated_ratio"][0].value == pytest.approx(summary.at_ceiling_fraction, abs=1e-12)
+    assert sum(s.value for s in got["runhealth_completion_length_tokens_sum"]) == summary.tokens_total
     done = sum(n["lines"] for n in store.nodes())
     assert got["runhealth_progress_ratio"][0].value == pytest.approx(done / 80_000)
 
@@ -107,7 +107,7 @@ def test_stall_is_exported_and_alerted(tmp_path):
     stalled = {s.labels["node"]: s.value for s in _samples(store, now)["runhealth_stalled"]}
     assert stalled["node-1"] == 1.0
     assert stalled["node-2"] == 0.0  # not polled lately: down, not stalled
-    names = {(a.name, a.node) for a in alerts.evaluate(store, now)}
+    names = {(a.name, a.node) for a in health.evaluate(store, now)}
     assert ("node_stalled", "node-1") in names and ("node_down", "node-2") in names
 
 
@@ -201,20 +201,20 @@ def _value(result: list[dict]) -> float:
 
 def test_real_prometheus_answers_equal_the_store(prometheus):
     query, store, _now = prometheus
-    summary = alerts.run_summary(store, CEILING)
-    assert _value(query("sum(runhealth_completions_total)")) == summary["completions"]
+    summary = health.run_summary(store, CEILING)
+    assert _value(query("sum(runhealth_completions_total)")) == summary.completions
     per_node = {r["metric"]["node"]: float(r["value"][1]) for r in query("sum by (node) (runhealth_completions_total)")}
     assert per_node == {t["node"]: t["completions"] for t in store.group_totals("node")}
-    assert _value(query('sum(runhealth_completions_total{finish_reason="length"})')) == summary["finish_reasons"]["length"]
-    assert _value(query("runhealth_truncated_ratio")) == pytest.approx(summary["at_ceiling_fraction"], rel=1e-12)
+    assert _value(query('sum(runhealth_completions_total{finish_reason="length"})')) == summary.finish_reasons["length"]
+    assert _value(query("runhealth_truncated_ratio")) == pytest.approx(summary.at_ceiling_fraction, rel=1e-12)
     share = query(f'1 - sum(runhealth_completion_length_tokens_bucket{{le="{CEILING - 1}.0"}})'
                   " / sum(runhealth_completion_length_tokens_count)")
-    assert _value(share) == pytest.approx(summary["at_ceiling"] / summary["length_count"], rel=1e-12)
+    assert _value(share) == pytest.approx(summary.at_ceiling / summary.length_count, rel=1e-12)
     # histogram_quantile interpolates inside a bucket: the exact p90 must lie in the bucket it returns.
     p90 = _value(query("histogram_quantile(0.9, sum by (le) (runhealth_completion_length_tokens_bucket))"))
     bounds = [0.0, *exporter.length_buckets(CEILING)]
     lo, hi = next((a, b) for a, b in zip(bounds, bounds[1:], strict=False) if a < p90 <= b)
-    assert lo < summary["tokens"]["p90"] <= hi
+    assert lo < summary.tokens.p90 <= hi
     assert _value(query("count(runhealth_gpu_utilization_ratio)")) == len([g for g in store.gpu_latest()
                                                                           if g["util_pct"] is not None])
     assert _value(query("sum(runhealth_node_up)")) == 2

@@ -1,11 +1,11 @@
-"""Tests for runhealth.rates on scripted poll sequences whose true rates are known."""
+"""Tests for runhealth.analysis.rates on scripted poll sequences whose true rates are known."""
 
 import math
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runhealth.rates import (
+from runhealth.analysis.rates import (
     counter_rate,
     eta_seconds,
     ewma_rate,

@@ -1,4 +1,4 @@
-"""Tests for runhealth.stats against independent computations on expanded, sorted lists."""
+"""Tests for runhealth.analysis.stats against independent computations on expanded, sorted lists."""
 
 import math
 import random
@@ -7,8 +7,9 @@ from itertools import pairwise
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runhealth.stats import (
+from runhealth.analysis.stats import (
     LengthHist,
+    TokenStats,
     cdf_points,
     ceiling_drift,
     detect_ceiling,
@@ -48,53 +49,54 @@ def test_summarize_matches_an_independent_computation():
     rows = simulated_run(1)
     summary = summarize(hist_of(rows), ceiling=4096, unparseable=4)
     lengths = sorted(t for t, _fr in rows)
-    assert summary["completions"] == len(rows)
-    assert summary["unparseable"] == 4
-    assert summary["finish_reasons"] == {
+    assert summary.completions == len(rows)
+    assert summary.unparseable == 4
+    assert summary.finish_reasons == {
         "stop": sum(fr == "stop" for _t, fr in rows),
         "length": sum(fr == "length" for _t, fr in rows),
         "missing": sum(fr is None for _t, fr in rows)}
     at_ceiling = sum(fr == "length" and t >= 4096 for t, fr in rows)
-    assert summary["at_ceiling"] == at_ceiling
-    assert summary["at_ceiling_fraction"] == at_ceiling / len(rows)
-    assert summary["length_below_ceiling"] == 30
-    assert summary["tokens_total"] == sum(lengths)
-    assert math.isclose(summary["tokens"]["mean"], sum(lengths) / len(lengths))
+    assert summary.at_ceiling == at_ceiling
+    assert summary.at_ceiling_fraction == at_ceiling / len(rows)
+    assert summary.length_below_ceiling == 30
+    assert summary.tokens_total == sum(lengths)
+    assert math.isclose(summary.tokens.mean, sum(lengths) / len(lengths))
     for key, q in (("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99)):
-        assert summary["tokens"][key] == reference_percentile(lengths, q)
-    assert summary["tokens"]["max"] == lengths[-1]
-    assert (summary["ceiling"], summary["ceiling_source"]) == (4096, "given")
-    assert summary["length_source"] == "completion_tokens"
-    assert summary["estimated_count"] == 0 and summary["exact"] is True
+        assert getattr(summary.tokens, key) == reference_percentile(lengths, q)
+    assert summary.tokens.max == lengths[-1]
+    assert (summary.ceiling_tokens, summary.ceiling_source) == (4096, "given")
+    assert summary.length_source == "completion_tokens"
+    assert summary.estimated_count == 0 and summary.exact is True
 
 
 def test_the_founding_incident_p90_equals_p99_equals_the_ceiling():
     rows = [(4096, "length")] * 18 + [(1000 + i, "stop") for i in range(82)]
     summary = summarize(hist_of(rows))
-    assert summary["tokens"]["p90"] == summary["tokens"]["p99"] == 4096
-    assert (summary["ceiling"], summary["ceiling_source"]) == (4096, "detected")
-    assert summary["at_ceiling_fraction"] == 0.18
+    assert summary.tokens.p90 == summary.tokens.p99 == 4096
+    assert (summary.ceiling_tokens, summary.ceiling_source) == (4096, "detected")
+    assert summary.at_ceiling_fraction == 0.18
 
 
 def test_estimated_lengths_are_kept_apart():
     hist = hist_of([(100, "stop"), (200, "stop")]).merge(hist_of([(9000, "stop")] * 3, 1))
     summary = summarize(hist)
-    assert summary["completions"] == 5
-    assert summary["estimated_count"] == 3
-    assert summary["tokens"]["max"] == 200
-    assert summary["tokens_total"] == 300
-    assert summary["length_source"] == "completion_tokens"
+    assert summary.completions == 5
+    assert summary.estimated_count == 3
+    assert summary.tokens.max == 200
+    assert summary.tokens_total == 300
+    assert summary.length_source == "completion_tokens"
     only_estimates = summarize(hist.estimated_only())
-    assert only_estimates["length_source"] == "chars/4 estimate"
-    assert only_estimates["tokens"]["p50"] == 9000
+    assert only_estimates.length_source == "chars/4 estimate"
+    assert only_estimates.tokens.p50 == 9000
 
 
 def test_empty_histogram_gives_zeros_not_exceptions():
     summary = summarize(LengthHist())
-    assert summary["completions"] == 0 and summary["at_ceiling_fraction"] == 0.0
-    assert summary["tokens"] == {"mean": None, "p50": None, "p90": None, "p95": None,
-                                 "p99": None, "max": None}
-    assert summary["ceiling"] is None and summary["ceiling_source"] is None
+    assert summary.completions == 0 and summary.at_ceiling_fraction == 0.0
+    assert summary.tokens == TokenStats(mean=None, p50=None, p90=None, p95=None, p99=None, max=None)
+    assert summary.to_json()["tokens"] == {"mean": None, "p50": None, "p90": None, "p95": None,
+                                           "p99": None, "max": None}
+    assert summary.ceiling_tokens is None and summary.ceiling_source is None
     assert histogram(LengthHist()) == [] and cdf_points(LengthHist()) == []
     assert percentile_nearest_rank(LengthHist(), 50) is None
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from runhealth import alerts, notify
+from runhealth import health, notify
 from runhealth.config import parse_config
 from runhealth.errors import ConfigError
 from runhealth.store import Store
@@ -60,8 +60,8 @@ def _down_url() -> str:
         return f"http://127.0.0.1:{s.getsockname()[1]}/hooks/{SECRET}"
 
 
-def _alert(name: str = "node_down", node: str | None = "node-3", value: float = 1.0) -> alerts.Alert:
-    return alerts.Alert(name, "critical", RUN_NAME, f"{node} down", node=node, value=value)
+def _alert(name: str = "node_down", node: str | None = "node-3", value: float = 1.0) -> health.Alert:
+    return health.Alert(name, "critical", RUN_NAME, f"{node} down", node=node, value=value)
 
 
 def test_tracker_starts_once_repeats_hourly_and_resolves_after_the_clear_time():
@@ -240,5 +240,5 @@ def test_a_store_write_failure_is_an_alert(tmp_path):
 
     store = FailingStore(tmp_path / "s.sqlite3")
     store.register_node("node-1", {"name": "node-1"})
-    got = [a for a in alerts.evaluate(store) if a.name == "store_write_failure"]
+    got = [a for a in health.evaluate(store) if a.name == "store_write_failure"]
     assert [(a.node, a.severity) for a in got] == [("node-1", "critical")] and "disk" in got[0].summary

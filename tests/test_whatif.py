@@ -1,4 +1,4 @@
-"""Tests for runhealth.whatif on simulated censored runs whose truth is known analytically."""
+"""Tests for runhealth.analysis.whatif on simulated censored runs whose truth is known analytically."""
 
 import json
 import math
@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runhealth.numeric import log_gamma_sf, log_norm_sf, nelder_mead
-from runhealth.stats import LengthHist
-from runhealth.whatif import (
-    eta_change,
+from runhealth.analysis.eta import eta_change
+from runhealth.analysis.numeric import log_gamma_sf, log_norm_sf, nelder_mead
+from runhealth.analysis.stats import LengthHist
+from runhealth.analysis.whatif import (
     what_if,
     what_if_curve,
 )
@@ -80,25 +80,25 @@ def test_recovers_the_true_share_and_extra_tokens(family, seed):
     draw, survival = TRUTHS[family]
     result = what_if(censored_run(draw, seed=seed), C, C2)
     truth, extra_truth = survival(C2), integral(survival, C, C2)
-    lo, hi = result["interval"]
+    lo, hi = result.interval
     assert lo <= truth <= hi, (family, truth, result)
-    assert lo <= result["truncated_fraction"] <= hi
-    e_lo, e_hi = result["extra_tokens_interval"]
+    assert lo <= result.truncated_fraction <= hi
+    e_lo, e_hi = result.extra_tokens_interval
     assert e_lo <= extra_truth <= e_hi, (family, extra_truth, result)
     # The default estimate itself: within 35% of the true extra tokens per completion.
-    assert abs(result["extra_tokens_per_completion"] - extra_truth) < 0.35 * extra_truth
-    assert 0.0 <= lo and hi <= result["current_truncated_fraction"]
+    assert abs(result.extra_tokens_per_completion - extra_truth) < 0.35 * extra_truth
+    assert 0.0 <= lo and hi <= result.current_truncated_fraction
     # Never fewer than three members; the headline is one of them and says why.
-    assert set(result["band"]) >= {"tail log-normal", "exponential tail", "log-normal mixture"}
-    assert any(k.endswith("(AIC)") for k in result["band"])
-    assert result["model"] in result["band"] and "back-test" in result["model_reason"]
-    assert result["backtest"]["checks"][0]["cut"] == C // 2
+    assert set(result.band) >= {"tail log-normal", "exponential tail", "log-normal mixture"}
+    assert any(k.endswith("(AIC)") for k in result.band)
+    assert result.model in result.band and "back-test" in result.model_reason
+    assert result.backtest["checks"][0]["cut"] == C // 2
 
 
 def test_context_window_stops_do_not_break_the_fit():
     draw, survival = TRUTHS["log-normal"]
     result = what_if(censored_run(draw, seed=3, context_share=0.03), C, C2)
-    assert result["interval"][0] <= survival(C2) <= result["interval"][1]
+    assert result.interval[0] <= survival(C2) <= result.interval[1]
 
 
 def test_result_keys_and_determinism():
@@ -107,11 +107,11 @@ def test_result_keys_and_determinism():
     assert first == second
     assert {"limit", "ceiling", "truncated_fraction", "interval", "extra_tokens_per_completion",
             "extra_tokens_interval", "model", "band", "hard_bounds",
-            "current_truncated_fraction", "loop_fraction", "note"} <= set(first)
-    assert first["hard_bounds"] == [0.0, first["current_truncated_fraction"]]
-    assert "continuation batch" in first["note"]
-    assert (first["limit"], first["ceiling"]) == (C2, C)
-    json.dumps(first)
+            "current_truncated_fraction", "loop_fraction", "note"} <= set(first.to_json())
+    assert first.hard_bounds == [0.0, first.current_truncated_fraction]
+    assert "continuation batch" in first.note
+    assert (first.limit_tokens, first.ceiling_tokens) == (C2, C)
+    json.dumps(first.to_json())
 
 
 def test_the_curve_comes_from_the_same_fits_as_the_point_estimate():
@@ -119,37 +119,37 @@ def test_the_curve_comes_from_the_same_fits_as_the_point_estimate():
     limits = (5120, 6144, C2, 16384, 2048)  # 2048 is below the ceiling: not on the curve
     result = what_if(hist, C, C2, bootstrap=10, curve_limits=limits)
     plain = what_if_curve(hist, C, list(limits), new_limit=C2)
-    assert [(p["limit"], p["truncated_fraction"], p["band"]) for p in result["curve"]] == \
+    assert [(p["limit"], p["truncated_fraction"], p["band"]) for p in result.curve] == \
         [(p["limit"], p["truncated_fraction"], p["band"]) for p in plain]
-    assert [p["limit"] for p in result["curve"]] == [5120, 6144, C2, 16384]
-    at_chosen = next(p for p in result["curve"] if p["limit"] == C2)
-    assert at_chosen["truncated_fraction"] == result["truncated_fraction"]
-    assert at_chosen["band"] == result["band"]
-    assert at_chosen["interval"] == result["interval"]  # the chart's interval is the tile's
-    shares = [p["truncated_fraction"] for p in result["curve"]]
+    assert [p["limit"] for p in result.curve] == [5120, 6144, C2, 16384]
+    at_chosen = next(p for p in result.curve if p["limit"] == C2)
+    assert at_chosen["truncated_fraction"] == result.truncated_fraction
+    assert at_chosen["band"] == result.band
+    assert at_chosen["interval"] == result.interval  # the chart's interval is the tile's
+    shares = [p["truncated_fraction"] for p in result.curve]
     assert shares == sorted(shares, reverse=True)  # a higher limit never cuts more
-    assert what_if(hist, C, C2, bootstrap=0)["curve"] == []
+    assert what_if(hist, C, C2, bootstrap=0).curve == []
 
 
 def test_loops_stay_truncated_at_any_limit():
     hist = censored_run(TRUTHS["log-normal"][0], seed=5)
-    s_c = what_if(hist, C, C2, bootstrap=0)["current_truncated_fraction"]
+    s_c = what_if(hist, C, C2, bootstrap=0).current_truncated_fraction
     all_loops = what_if(hist, C, C2, loop_fraction=1.0, bootstrap=20)
-    assert math.isclose(all_loops["truncated_fraction"], s_c)
-    assert math.isclose(all_loops["extra_tokens_per_completion"], s_c * (C2 - C))
+    assert math.isclose(all_loops.truncated_fraction, s_c)
+    assert math.isclose(all_loops.extra_tokens_per_completion, s_c * (C2 - C))
     half = what_if(hist, C, C2, loop_fraction=0.5, bootstrap=20)
     none = what_if(hist, C, C2, loop_fraction=0.0, bootstrap=20)
-    assert 0.5 * s_c <= half["truncated_fraction"] <= s_c
-    assert half["truncated_fraction"] > none["truncated_fraction"]
+    assert 0.5 * s_c <= half.truncated_fraction <= s_c
+    assert half.truncated_fraction > none.truncated_fraction
 
 
 def test_no_truncation_gives_zero_with_a_note():
     hist = LengthHist.from_rows([(t, "stop", 0, 3) for t in range(100, 3000, 7)])
     result = what_if(hist, C, C2)
-    assert result["truncated_fraction"] == 0.0 and result["extra_tokens_per_completion"] == 0.0
-    assert result["interval"] == [0.0, 0.0] and result["note"]
-    assert what_if(LengthHist(), C, C2)["truncated_fraction"] == 0.0
-    assert what_if(hist, None, C2)["truncated_fraction"] == 0.0
+    assert result.truncated_fraction == 0.0 and result.extra_tokens_per_completion == 0.0
+    assert result.interval == [0.0, 0.0] and result.note
+    assert what_if(LengthHist(), C, C2).truncated_fraction == 0.0
+    assert what_if(hist, None, C2).truncated_fraction == 0.0
 
 
 @pytest.mark.parametrize("rows", [
@@ -159,17 +159,17 @@ def test_no_truncation_gives_zero_with_a_note():
 ])
 def test_degenerate_data_give_hard_bounds_and_a_note(rows):
     result = what_if(LengthHist.from_rows(rows), C, C2)
-    s_c = result["current_truncated_fraction"]
-    assert result["truncated_fraction"] is None
-    assert result["interval"] == [0.0, s_c] == result["hard_bounds"]
-    assert "hard bounds" in result["note"]
+    s_c = result.current_truncated_fraction
+    assert result.truncated_fraction is None
+    assert result.interval == [0.0, s_c] == result.hard_bounds
+    assert "hard bounds" in result.note
 
 
 def test_lowering_the_limit_is_exact_from_observed_lengths():
     hist = LengthHist.from_rows([(1000, "stop", 0, 6), (3000, "stop", 0, 2), (C, "length", 0, 2)])
     result = what_if(hist, C, 2000)
-    assert result["truncated_fraction"] == 0.4 and result["model"] == "empirical"
-    assert result["extra_tokens_per_completion"] == -(2 * 1000 + 2 * 2096) / 10
+    assert result.truncated_fraction == 0.4 and result.model == "empirical"
+    assert result.extra_tokens_per_completion == -(2 * 1000 + 2 * 2096) / 10
 
 
 def test_runs_fast_on_eight_thousand_distinct_lengths():
@@ -182,7 +182,7 @@ def test_runs_fast_on_eight_thousand_distinct_lengths():
     start = time.perf_counter()
     result = what_if(hist, 8192, 16384, bootstrap=200)
     elapsed_s = time.perf_counter() - start
-    assert result["bootstrap_reps"] == 200
+    assert result.bootstrap_reps == 200
     # Budget ~1 s on page render (cached for a minute); the back-test refits every model at two
     # lower cuts, ~1.6x the cost before #19 (measured interleaved); slack for shared CI cores.
     assert elapsed_s < 3.0, elapsed_s
@@ -216,7 +216,18 @@ def test_never_raises_and_stays_within_hard_bounds(rows, new_limit, loop_fractio
     # Half the examples pass a loop sample instead (k of n, from the float), as the page does.
     sample = (int(loop_fraction * 30), 30) if loop_fraction > 0.5 else None
     result = what_if(hist, C, new_limit, loop_fraction=loop_fraction, loop_sample=sample, bootstrap=10)
-    lo, hi = result["interval"]
-    assert 0.0 <= lo <= hi <= result["current_truncated_fraction"] + 1e-12
-    if result["truncated_fraction"] is not None:
-        assert lo - 1e-12 <= result["truncated_fraction"] <= hi + 1e-12
+    lo, hi = result.interval
+    assert 0.0 <= lo <= hi <= result.current_truncated_fraction + 1e-12
+    if result.truncated_fraction is not None:
+        assert lo - 1e-12 <= result.truncated_fraction <= hi + 1e-12
+
+
+def test_typed_result_gives_the_old_json_key_for_key():
+    hist = censored_run(TRUTHS["log-normal"][0], n=3000, seed=5)
+    modelled = what_if(hist, C, C2, bootstrap=5).to_json()
+    assert list(modelled) == ["limit", "ceiling", "truncated_fraction", "interval", "extra_tokens_per_completion",
+                              "extra_tokens_interval", "model", "model_reason", "band", "extra_tokens_band",
+                              "hard_bounds", "current_truncated_fraction", "loop_fraction", "loops", "backtest",
+                              "note", "curve", "bootstrap_reps"]
+    assert (modelled["limit"], modelled["ceiling"]) == (C2, C) and 0 < modelled["bootstrap_reps"] <= 5
+    assert "bootstrap_reps" not in what_if(LengthHist(), C, C2).to_json()  # no model fitted, no key

@@ -1,9 +1,11 @@
 """The what-if's words on the Output lengths page (components/whatif_view.py)."""
 
+import dataclasses
+
 from whatif_family import case
 
 from components import whatif_view
-from runhealth.whatif import MIN_LOOP_SAMPLES, what_if
+from runhealth.analysis.whatif import MIN_LOOP_SAMPLES, what_if
 
 
 def _result(**kw):
@@ -21,10 +23,10 @@ def test_loop_sample_counts_only_truncated_samples():
 def test_lines_name_the_check_the_model_and_the_loop_n():
     r = _result(loop_sample=(2, 2))
     line = whatif_view.backtest_line(r)
-    check = next(c for c in r["backtest"]["checks"] if c["predicted"] is not None)
+    check = next(c for c in r.backtest["checks"] if c["predicted"] is not None)
     assert line.startswith(f"Checked on this run: cut at {check['cut']:,}, this method would have said "
                            f"{check['predicted']:.1%} above {check['limit']:,}; the truth is {check['truth']:.1%}")
-    assert whatif_view.model_line(r).startswith(f"Headline: {r['model']}, smallest back-test error")
+    assert whatif_view.model_line(r).startswith(f"Headline: {r.model}, smallest back-test error")
     loops = whatif_view.loops_line(r)
     assert "2 of 2 sampled" in loops and f"sample {MIN_LOOP_SAMPLES - 2} more" in loops and "0–100%" in loops
     assert whatif_view.interval_note(r) == " incl. loops 0–100%"
@@ -35,6 +37,5 @@ def test_lines_name_the_check_the_model_and_the_loop_n():
 
 
 def test_without_a_backtest_the_line_says_so():
-    r = _result()
-    r["backtest"] = None
+    r = dataclasses.replace(_result(), backtest=None)
     assert whatif_view.backtest_line(r).startswith("Not checked on this run")

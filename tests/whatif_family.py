@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import random
 
-from runhealth.stats import LengthHist
+from runhealth.analysis.stats import LengthHist
 
 
 def _ln_sf(median, sigma):

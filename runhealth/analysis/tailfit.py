@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from runhealth.numeric import log_gamma_sf, log_norm_sf, nelder_mead
+from runhealth.analysis.numeric import log_gamma_sf, log_norm_sf, nelder_mead
 
 _LOG_2PI = math.log(2 * math.pi)
 _BIG = 1e300

@@ -29,13 +29,24 @@ spans loops 0-100%.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Sequence
+from typing import Any
 
-from runhealth.numeric import integrate, multinomial
-from runhealth.stats import LENGTH, LengthHist, detect_ceiling, length_source, percentile_nearest_rank
-from runhealth.tailfit import Cells, build_cells, coarsened, exp_ratio, fit_full, fit_mixture, fit_tail, ln_ratio
+from runhealth.analysis.numeric import integrate, multinomial
+from runhealth.analysis.stats import LENGTH, LengthHist, detect_ceiling, length_source, percentile_nearest_rank
+from runhealth.analysis.tailfit import (
+    Cells,
+    build_cells,
+    coarsened,
+    exp_ratio,
+    fit_full,
+    fit_mixture,
+    fit_tail,
+    ln_ratio,
+)
 
 NOTE = ("Extrapolation beyond the observed ceiling: the tail above it was never seen, so this is "
         "a model estimate; measure with a continuation batch for an exact answer.")
@@ -58,6 +69,53 @@ CALIBRATION = (3.0, 1.5)
 # ~0.5 nats of one standard error) halves their evaluations and moves the interval by < 1e-4.
 BOOTSTRAP_TOL = 1e-8
 _Z95 = 1.959964
+
+
+
+
+@dataclasses.dataclass(frozen=True)
+class WhatIf:
+    """What raising max_tokens from ``ceiling_tokens`` to ``limit_tokens`` would buy: `what_if`'s answer.
+
+    Shares are fractions of all completions; extra tokens are per completion. The nested parts
+    stay plain dicts (they go to JSON as they are): ``loops`` is `loop_share`'s answer,
+    ``backtest`` the checks behind the headline, ``curve`` one `at_limit` dict per curve limit.
+    `to_json()` gives the object ``runhealth scan --whatif --json`` prints (keys ``limit`` and
+    ``ceiling`` for the two token fields, ``bootstrap_reps`` only when a model was fitted).
+    """
+
+    limit_tokens: int  # the proposed max_tokens
+    ceiling_tokens: int | None  # the current ceiling, given or detected; None when there is none
+    truncated_fraction: float | None  # headline share still cut at the limit; None: hard bounds only
+    interval: list[float]  # calibrated 95% interval [lo, hi] of truncated_fraction
+    extra_tokens_per_completion: float | None  # headline extra tokens per completion (negative below C)
+    extra_tokens_interval: list[float]  # its calibrated interval [lo, hi]
+    model: str | None  # the headline model ("empirical" at or below the ceiling)
+    model_reason: str | None  # why that model, in words
+    band: dict[str, float]  # model -> its share still cut at the limit
+    extra_tokens_band: dict[str, float]  # model -> its extra tokens per completion
+    hard_bounds: list[float]  # [0, today's share at the ceiling]: known without any model
+    current_truncated_fraction: float  # today's share at the ceiling
+    loop_fraction: float  # the loop share used (point)
+    loops: dict[str, Any]  # `loop_share`: point, interval, loops, sampled, used, needed
+    backtest: dict[str, Any] | None  # the back-test's checks and errors; None when none was possible
+    note: str  # what kind of answer this is, for people
+    curve: list[dict[str, Any]]  # `at_limit` per curve limit (same fits)
+    bootstrap_reps: int | None = None  # bootstrap replicates that converged; None when no model was fitted
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object, key for key as `what_if` returned it before it was typed."""
+        out = dataclasses.asdict(self)
+        reps = out.pop("bootstrap_reps")
+        out = {"limit": out.pop("limit_tokens"), "ceiling": out.pop("ceiling_tokens"), **out}
+        if reps is not None:
+            out["bootstrap_reps"] = reps
+        return out
+
+
+def _typed(result: dict[str, Any]) -> WhatIf:
+    fields = dict(result)
+    return WhatIf(limit_tokens=fields.pop("limit"), ceiling_tokens=fields.pop("ceiling"), **fields)
 
 
 # ---------------------------------------------------------------- fits at one ceiling
@@ -332,7 +390,7 @@ def _backtest_summary(fit: dict) -> dict | None:
 
 def what_if(hist: LengthHist, ceiling: int | None, new_limit: int, *, loop_fraction: float = 0.0,
             loop_sample: tuple[int, int] | None = None, bootstrap: int = 200, seed: int = 0,
-            curve_limits: tuple[int, ...] = ()) -> dict:
+            curve_limits: tuple[int, ...] = ()) -> WhatIf:
     """Estimate the share still truncated, and the extra tokens, if max_tokens were ``new_limit``.
 
     Args:
@@ -348,8 +406,7 @@ def what_if(hist: LengthHist, ceiling: int | None, new_limit: int, *, loop_fract
             bootstrap's relative spread at ``new_limit`` is applied to each).
 
     Returns:
-        The what-if dict (keys documented in docs/design.md); degenerate data give the hard
-        bounds and a note, never an exception.
+        The `WhatIf`; degenerate data give the hard bounds and a note, never an exception.
     """
     ceiling = int(ceiling) if ceiling is not None else detect_ceiling(hist)
     loops = loop_share(loop_fraction, loop_sample)
@@ -357,26 +414,26 @@ def what_if(hist: LengthHist, ceiling: int | None, new_limit: int, *, loop_fract
         result = _base_result(None, new_limit, 0.0, loops)
         result.update(truncated_fraction=0.0, extra_tokens_per_completion=0.0,
                       note="No max_tokens ceiling detected: nothing is cut off at a limit.")
-        return result
+        return _typed(result)
     rows, n_total, n_ceil = _censored_rows(hist, ceiling)
     s_c = n_ceil / n_total if n_total else 0.0
     result = _base_result(ceiling, new_limit, s_c, loops)
     if n_total == 0 or n_ceil == 0:
         result.update(truncated_fraction=0.0, interval=[0.0, 0.0], extra_tokens_per_completion=0.0,
                       extra_tokens_interval=[0.0, 0.0], note="No completion stopped at the ceiling.")
-        return result
+        return _typed(result)
     if new_limit <= ceiling:
-        return _lowered(result, rows, n_total, ceiling, new_limit)
+        return _typed(_lowered(result, rows, n_total, ceiling, new_limit))
     fit = _analyse(rows, ceiling, new_limit, loops)
     if fit is None:
         result["note"] = ("Too few completions finished below the ceiling to model the tail: "
                           "only the hard bounds are known. " + NOTE)
-        return result
+        return _typed(result)
     boot, reps = _bootstrap(fit, new_limit, bootstrap, seed) if bootstrap > 0 else ((1.0, 1.0), 0)
     result.update(at_limit(fit, new_limit, boot), model=fit["head"], model_reason=fit["reason"],
                   backtest=_backtest_summary(fit), bootstrap_reps=reps,
                   curve=[at_limit(fit, x, boot) for x in sorted(set(curve_limits)) if x > ceiling])
-    return result
+    return _typed(result)
 
 
 def what_if_curve(hist: LengthHist, ceiling: int, limits: list[int], *, new_limit: int | None = None,
@@ -397,41 +454,19 @@ def what_if_curve(hist: LengthHist, ceiling: int, limits: list[int], *, new_limi
     return [at_limit(fit, x) for x in above] if fit else []
 
 
-def eta_change(remaining_completions: int, tokens_per_s: float | None, mean_tokens_now: float,
-               extra_tokens_per_completion: float, extra_tokens_interval: list[float] | None = None) -> dict:
-    """Time to finish the run now and with the extra tokens per completion.
-
-    The change is linear in the extra tokens, so its interval is the extra tokens' calibrated
-    interval scaled (the throughput is taken as known; it is measured, not modelled).
-
-    Returns:
-        ``{"eta_s_now", "eta_s_new", "delta_s", "delta_s_interval"}`` in seconds (None without
-        a throughput).
-    """
-    if not tokens_per_s or tokens_per_s <= 0 or mean_tokens_now is None:
-        return {"eta_s_now": None, "eta_s_new": None, "delta_s": None, "delta_s_interval": None}
-    remaining = max(0, remaining_completions)
-    extra = extra_tokens_per_completion or 0.0
-    now = remaining * mean_tokens_now / tokens_per_s
-    new = remaining * (mean_tokens_now + extra) / tokens_per_s
-    lo, hi = extra_tokens_interval or (extra, extra)
-    return {"eta_s_now": now, "eta_s_new": new, "delta_s": new - now,
-            "delta_s_interval": [remaining * lo / tokens_per_s, remaining * hi / tokens_per_s]}
-
-
-def forecast_outcome(forecast: dict, hist: LengthHist) -> dict | None:
+def forecast_outcome(forecast: WhatIf, hist: LengthHist) -> dict | None:
     """How a what-if forecast did, given a later run's lengths at the forecast's limit.
 
     Returns:
         ``{"limit", "forecast", "interval", "observed", "covered", "error"}`` (shares of all
         completions), or None when the later run has no completions or the forecast no estimate.
     """
-    if forecast.get("truncated_fraction") is None:
+    if forecast.truncated_fraction is None:
         return None
-    rows, n_total, n_ceil = _censored_rows(hist, forecast["limit"])
+    rows, n_total, n_ceil = _censored_rows(hist, forecast.limit_tokens)
     if n_total == 0:
         return None
     observed = n_ceil / n_total
-    lo, hi = forecast["interval"]
-    return {"limit": forecast["limit"], "forecast": forecast["truncated_fraction"], "interval": [lo, hi],
-            "observed": observed, "covered": lo <= observed <= hi, "error": forecast["truncated_fraction"] - observed}
+    lo, hi = forecast.interval
+    return {"limit": forecast.limit_tokens, "forecast": forecast.truncated_fraction, "interval": [lo, hi],
+            "observed": observed, "covered": lo <= observed <= hi, "error": forecast.truncated_fraction - observed}

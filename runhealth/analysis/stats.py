@@ -11,9 +11,11 @@ this runs in the dashboard process on small aggregated data.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 LENGTH = "length"
 MISSING = "missing"
@@ -194,18 +196,65 @@ def _resolve_ceiling(hist: LengthHist, ceiling: int | None) -> tuple[int | None,
     return detected, ("detected" if detected is not None else None)
 
 
-def _token_stats(used: LengthHist) -> tuple[dict, int]:
+@dataclasses.dataclass(frozen=True)
+class TokenStats:
+    """Completion lengths in tokens over the rows a summary uses (None when there are none)."""
+
+    mean: float | None
+    p50: int | None  # nearest-rank percentiles
+    p90: int | None
+    p95: int | None
+    p99: int | None
+    max: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    """A run's (or a node's) completions in numbers: what `summarize` returns.
+
+    Counts are completions; ``tokens`` and ``tokens_total`` are in tokens. `to_json()` gives
+    the ``scan --json`` object (its keys predate this class: ``ceiling`` is ``ceiling_tokens``).
+    """
+
+    completions: int  # every completion counted, any finish reason
+    unparseable: int  # malformed lines reported by the agent
+    finish_reasons: dict[str, int]  # finish_reason -> completions ("missing" when absent)
+    ceiling_tokens: int | None  # the max_tokens ceiling: given, or detected from a pile-up
+    ceiling_source: str | None  # "given" | "detected" | None
+    at_ceiling: int  # completions stopped by length at or above the ceiling (truncated)
+    at_ceiling_fraction: float  # at_ceiling / length_count
+    at_ceiling_interval: tuple[float, float]  # its 95% Wilson interval
+    length_below_ceiling: int  # length stops below the ceiling (context window)
+    tokens: TokenStats
+    tokens_total: int  # tokens over the rows used for lengths
+    length_count: int  # completions whose lengths the statistics use
+    estimated_count: int  # completions left out because their length is a chars/4 estimate
+    length_source: str  # "completion_tokens" | "chars/4 estimate"
+    exact: bool = True  # statistics are exact over the counts (never sampled)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object ``runhealth scan --json`` prints, key for key as before."""
+        out = dataclasses.asdict(self)
+        out["ceiling"] = out.pop("ceiling_tokens")
+        return {key: out[key] for key in _JSON_KEYS}
+
+
+_JSON_KEYS = ("completions", "unparseable", "finish_reasons", "ceiling", "ceiling_source", "at_ceiling",
+              "at_ceiling_fraction", "at_ceiling_interval", "length_below_ceiling", "tokens", "tokens_total",
+              "length_count", "estimated_count", "length_source", "exact")
+
+
+def _token_stats(used: LengthHist) -> tuple[TokenStats, int]:
     pairs = used.length_pairs()
     n_total = sum(n for _t, n in pairs)
     tokens_total = sum(t * n for t, n in pairs)
-    stats = {"mean": (tokens_total / n_total) if n_total else None}
-    for name, q in (("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99)):
-        stats[name] = percentile_nearest_rank(pairs, q)
-    stats["max"] = pairs[-1][0] if pairs else None
+    p50, p90, p95, p99 = (percentile_nearest_rank(pairs, q) for q in (50, 90, 95, 99))
+    stats = TokenStats(mean=(tokens_total / n_total) if n_total else None, p50=p50, p90=p90, p95=p95, p99=p99,
+                       max=pairs[-1][0] if pairs else None)
     return stats, tokens_total
 
 
-def summarize(hist: LengthHist, ceiling: int | None = None, unparseable: int = 0) -> dict:
+def summarize(hist: LengthHist, ceiling: int | None = None, unparseable: int = 0) -> Summary:
     """Summarise a run's completions.
 
     ``completions`` and ``finish_reasons`` count every completion.  Length statistics
@@ -219,7 +268,7 @@ def summarize(hist: LengthHist, ceiling: int | None = None, unparseable: int = 0
         unparseable: malformed lines reported by the agent (passed through).
 
     Returns:
-        The summary dict (see module docs); never raises on an empty histogram.
+        The `Summary`; never raises on an empty histogram.
     """
     used, estimated_count, source = length_source(hist)
     ceil_tokens, ceil_source = _resolve_ceiling(hist, ceiling)
@@ -235,23 +284,23 @@ def summarize(hist: LengthHist, ceiling: int | None = None, unparseable: int = 0
                 below += n
     token_stats, tokens_total = _token_stats(used)
     length_count = used.total
-    return {
-        "completions": hist.total,
-        "unparseable": int(unparseable),
-        "finish_reasons": dict(reasons),
-        "ceiling": ceil_tokens,
-        "ceiling_source": ceil_source,
-        "at_ceiling": at_ceiling,
-        "at_ceiling_fraction": (at_ceiling / length_count) if length_count else 0.0,
-        "at_ceiling_interval": wilson_interval(at_ceiling, length_count),
-        "length_below_ceiling": below,
-        "tokens": token_stats,
-        "tokens_total": tokens_total,
-        "length_count": length_count,
-        "estimated_count": estimated_count,
-        "length_source": source,
-        "exact": True,
-    }
+    return Summary(
+        completions=hist.total,
+        unparseable=int(unparseable),
+        finish_reasons=dict(reasons),
+        ceiling_tokens=ceil_tokens,
+        ceiling_source=ceil_source,
+        at_ceiling=at_ceiling,
+        at_ceiling_fraction=(at_ceiling / length_count) if length_count else 0.0,
+        at_ceiling_interval=wilson_interval(at_ceiling, length_count),
+        length_below_ceiling=below,
+        tokens=token_stats,
+        tokens_total=tokens_total,
+        length_count=length_count,
+        estimated_count=estimated_count,
+        length_source=source,
+        exact=True,
+    )
 
 
 def ceiling_drift(groups: dict[str, LengthHist]) -> dict[str, int]:

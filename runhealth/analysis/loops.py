@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import zlib
 
-from runhealth.stats import wilson_interval
+from runhealth.analysis.stats import wilson_interval
 
 NGRAM = 4
 # Varied prose compresses to ~0.35-0.5 of its size with zlib and repeats few 4-grams.  A tail

@@ -97,3 +97,16 @@ def parse_server_metrics(text) -> dict:
     if "vllm:gpu_cache_usage_perc" in values:
         values.setdefault("vllm:kv_cache_usage_perc", values["vllm:gpu_cache_usage_perc"])
     return _result(values, None, server)
+
+
+def merge_endpoints(reply: dict) -> dict[str, float]:
+    """Server metrics of every endpoint on a node (a poll reply's ``metrics``): summed, except
+    the ratios in AVERAGED, which are averaged over the endpoints that report them."""
+    per_name: dict[str, list[float]] = {}
+    for entry in (reply.get("metrics") or {}).values():
+        if entry.get("text") is None:
+            continue
+        parsed = parse_server_metrics(entry["text"])
+        for name, value in parsed["values"].items():
+            per_name.setdefault(name, []).append(value)
+    return {n: (sum(v) / len(v) if n in AVERAGED else sum(v)) for n, v in per_name.items()}

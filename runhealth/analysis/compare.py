@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import math
 
-from runhealth import stats, whatif
-from runhealth.stats import LengthHist, length_source, wilson_interval
+from runhealth.analysis import stats, whatif
+from runhealth.analysis.stats import LengthHist, Summary, length_source, wilson_interval
 
 Z95 = 1.959964
 SAME_PROMPTS = ("The forecast assumes B's prompts come from the same distribution as A's; "
@@ -94,18 +94,18 @@ def percentile_diff(pairs_a, pairs_b, q: float, ceilings=(None, None)) -> dict |
     return {"a": a[0], "b": b[0], "difference": d, "interval": [lo, hi], "at_ceiling": cut}
 
 
-def differences(hist_a: LengthHist, sum_a: dict, hist_b: LengthHist, sum_b: dict) -> dict:
+def differences(hist_a: LengthHist, sum_a: Summary, hist_b: LengthHist, sum_b: Summary) -> dict:
     """B - A for the truncated share (each at its own ceiling), mean, median, P90 and P99."""
     pairs_a, pairs_b = length_source(hist_a)[0].length_pairs(), length_source(hist_b)[0].length_pairs()
-    out = {"truncated_fraction": newcombe_diff(sum_a["at_ceiling"], sum_a["length_count"],
-                                               sum_b["at_ceiling"], sum_b["length_count"]),
+    out = {"truncated_fraction": newcombe_diff(sum_a.at_ceiling, sum_a.length_count,
+                                               sum_b.at_ceiling, sum_b.length_count),
            "mean_tokens": mean_diff(pairs_a, pairs_b)}
     for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
-        out[name] = percentile_diff(pairs_a, pairs_b, q, (sum_a["ceiling"], sum_b["ceiling"]))
+        out[name] = percentile_diff(pairs_a, pairs_b, q, (sum_a.ceiling_tokens, sum_b.ceiling_tokens))
     return out
 
 
-def forecast_check(hist_a: LengthHist, sum_a: dict, hist_b: LengthHist, sum_b: dict,
+def forecast_check(hist_a: LengthHist, sum_a: Summary, hist_b: LengthHist, sum_b: Summary,
                    bootstrap: int = 200) -> tuple[dict | None, str]:
     """A's what-if at B's ceiling against B's measured share still cut there.
 
@@ -114,7 +114,7 @@ def forecast_check(hist_a: LengthHist, sum_a: dict, hist_b: LengthHist, sum_b: d
         A's, either is unknown, or A's tail cannot be modelled.  ``inside`` is the measured
         share (a point) within the predicted interval; B's own sampling interval is given too.
     """
-    c_a, c_b = sum_a["ceiling"], sum_b["ceiling"]
+    c_a, c_b = sum_a.ceiling_tokens, sum_b.ceiling_tokens
     if c_a is None or c_b is None:
         return None, "no forecast check: a run's ceiling is unknown (pass --ceiling-a / --ceiling-b)"
     if c_b <= c_a:
@@ -122,20 +122,21 @@ def forecast_check(hist_a: LengthHist, sum_a: dict, hist_b: LengthHist, sum_b: d
     w = whatif.what_if(hist_a, c_a, c_b, bootstrap=bootstrap)
     outcome = whatif.forecast_outcome(w, hist_b)
     if outcome is None:
-        return None, f"no forecast check: {w['note']}"
-    mean = sum_b["tokens"]["mean"] - sum_a["tokens"]["mean"] if sum_a["length_count"] else None
+        return None, f"no forecast check: {w.note}"
+    mean_a, mean_b = sum_a.tokens.mean, sum_b.tokens.mean
+    mean = mean_b - mean_a if sum_a.length_count and mean_a is not None and mean_b is not None else None
     return {"limit": int(c_b), "predicted_fraction": outcome["forecast"], "interval": outcome["interval"],
             "measured_fraction": outcome["observed"], "inside": bool(outcome["covered"]),
-            "measured_interval": list(wilson_interval(sum_b["at_ceiling"], sum_b["length_count"])),
-            "model": w["model"], "predicted_extra_tokens": w["extra_tokens_per_completion"],
-            "predicted_extra_tokens_interval": w["extra_tokens_interval"],
+            "measured_interval": list(wilson_interval(sum_b.at_ceiling, sum_b.length_count)),
+            "model": w.model, "predicted_extra_tokens": w.extra_tokens_per_completion,
+            "predicted_extra_tokens_interval": w.extra_tokens_interval,
             "measured_extra_tokens": mean, "assumes_same_prompts": True}, SAME_PROMPTS
 
 
-def headline(sum_a: dict, sum_b: dict, diffs: dict) -> str:
+def headline(sum_a: Summary, sum_b: Summary, diffs: dict) -> str:
     """The "B vs A" sentence, e.g. "At 8,192: 2.4% still cut (was 18.0% at 4,096); completions 31% longer"."""
-    def at(s: dict) -> str:
-        return f"at {s['ceiling']:,}" if s["ceiling"] is not None else "with no ceiling detected"
+    def at(s: Summary) -> str:
+        return f"at {s.ceiling_tokens:,}" if s.ceiling_tokens is not None else "with no ceiling detected"
 
     share = diffs["truncated_fraction"]
     first = (f"{at(sum_b)[0].upper()}{at(sum_b)[1:]}: {100 * share['b']:.1f}% still cut"

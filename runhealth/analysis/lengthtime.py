@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from runhealth import stats
+from runhealth.analysis import stats
 from runhealth.node.wire import count_rows
 from runhealth.store import Store
 
