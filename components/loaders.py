@@ -9,6 +9,7 @@ status, alerts, formatting) are what the pages and cards use to turn that data i
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from typing import Any
@@ -263,11 +264,23 @@ def whatif_curve_limits(ceiling: int, chosen: int) -> tuple[int, ...]:
     return tuple(sorted({int(ceiling * f) for f in (1.25, 1.5, 2, 2.5, 3, 4)} | {chosen}))
 
 
+def hist_key(hist: stats.LengthHist) -> str:
+    """A digest of the histogram's content (every (tokens, finish_reason, estimated, count) row):
+    the what-if's cache key. Its total alone is not enough: two runs, or one run before and after
+    its lengths moved, can hold the same number of completions."""
+    return hashlib.blake2b(repr(hist.rows()).encode(), digest_size=16).hexdigest()
+
+
+def load_whatif(hist: stats.LengthHist, ceiling: int, new_limit: int, loop_sample: tuple[int, int] | None,
+                bootstrap: int = 200) -> dict[str, Any]:
+    """`what_if` is a model fit and a back-test: cached per (histogram content, limit, loop sample)
+    for a minute; the chart's curve comes from the same fits."""
+    return _load_whatif(hist, hist_key(hist), ceiling, new_limit, loop_sample, bootstrap)
+
+
 @st.cache_data(ttl=60, max_entries=32, show_spinner=False)
-def load_whatif(_hist: stats.LengthHist, hist_key: str, ceiling: int, new_limit: int,
-                loop_sample: tuple[int, int] | None, bootstrap: int = 200) -> dict[str, Any]:
-    """`what_if` is a model fit and a back-test: cached per (run size, limit, loop sample) for a
-    minute; the chart's curve comes from the same fits."""
+def _load_whatif(_hist: stats.LengthHist, content_key: str, ceiling: int, new_limit: int,
+                 loop_sample: tuple[int, int] | None, bootstrap: int) -> dict[str, Any]:
     return whatif.what_if(_hist, ceiling, new_limit, loop_sample=loop_sample, bootstrap=bootstrap,
                           curve_limits=whatif_curve_limits(ceiling, new_limit))
 

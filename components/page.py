@@ -1,9 +1,10 @@
-"""Page setup shared by every screen: layout, runtime, access check and the sidebar.
+"""The frame every screen shares: layout, access check, kiosk mode and the sidebar.
 
-`setup()` is the first call of every page. It stops the page with a plain `st.error` when the
-config is wrong (the message names file, node and field), applies the optional allow-list, and
-draws the sidebar every screen shares: run name, DEMO badge, how old the data is (red once it
-is older than stale_after: a frozen screen must never look healthy) and "Refresh now".
+app.py calls `setup()` after `st.navigation` and before the chosen page's `render(rt)`. It
+stops the page with a plain `st.error` when the config is wrong (the message names file, node
+and field), applies the optional allow-list, and draws the sidebar every screen shares under
+Streamlit's navigation: run name, DEMO badge, how old the data is (red once it is older than
+stale_after: a frozen screen must never look healthy) and "Refresh now".
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 
 import pandas as pd
 import streamlit as st
-from streamlit.errors import StreamlitAPIException
+from streamlit.navigation.page import StreamlitPage
 
 from components import cards, context, loaders
 
@@ -87,26 +88,16 @@ LIGHT_CSS = """
 [data-testid="stApp"] .js-plotly-plot text {fill: #1A1D23 !important}
 </style>
 """
-# Prefix -> script, in kiosk rotation order (Nodes joins only while a node is down).
-SCRIPTS = {"overview": "app.py", "lengths": "pages/1_Output_lengths.py", "gpus": "pages/2_GPUs.py",
-           "samples": "pages/3_Samples.py", "nodes": "pages/4_Nodes.py"}
-KIOSK_ROTATION = ("overview", "lengths", "gpus")
+KIOSK_ROTATION = ("overview", "lengths", "gpus")  # Nodes joins only while a node is down
 ERROR_PREFIX = "Could not draw this part of the page"
-# Our own navigation (the built-in one is off in config.toml): it would list the Overview,
-# whose script must be app.py, as "app".
-NAV = [("app.py", "Overview", ":material/monitor_heart:"),
-       ("pages/1_Output_lengths.py", "Output lengths", ":material/straighten:"),
-       ("pages/2_GPUs.py", "GPUs", ":material/memory:"),
-       ("pages/3_Samples.py", "Samples", ":material/search:"),
-       ("pages/4_Nodes.py", "Nodes", ":material/dns:")]
 DEMO_TEXT = "DEMO — simulated run; add runhealth.toml to monitor real nodes"
 
 
-def setup(title: str, prefix: str) -> context.Runtime:
-    """Configure the page and return the runtime; stops the page on a config or access error."""
+def setup(rt: context.Runtime, title: str, prefix: str, pages: dict[str, StreamlitPage]) -> None:
+    """Configure the page for screen `prefix` (`pages`: every screen by prefix, for the kiosk
+    rotation); stops the page on a config or access error."""
     st.set_page_config(page_title=f"{title} · runhealth", page_icon="🩺", layout="wide")
     st.markdown(CSS, unsafe_allow_html=True)
-    rt = context.get_runtime()
     if rt.config_error or rt.config is None or rt.store is None:
         st.error(f"runhealth cannot start: {rt.config_error or 'no run configured'}")
         st.info(f"Fix the field named above in {cards.md_escape(rt.config_path or 'the config file')} and reload the page:"
@@ -120,9 +111,8 @@ def setup(title: str, prefix: str) -> context.Runtime:
         st.markdown(KIOSK_CSS, unsafe_allow_html=True)
         rotate_s = kiosk_rotate_s(rt.config.kiosk_rotate_s)
         if rotate_s:
-            st.fragment(run_every=rotate_s)(_kiosk_rotate)(rt, prefix, rotate_s)
+            st.fragment(run_every=rotate_s)(_kiosk_rotate)(rt, prefix, rotate_s, pages)
     with st.sidebar:
-        _navigation()
         st.markdown(f"### {rt.config.name}")
         if rt.notice:
             st.info(rt.notice)
@@ -136,7 +126,6 @@ def setup(title: str, prefix: str) -> context.Runtime:
             rt.collector.request_refresh()
             loaders.clear_all()
             st.rerun()
-    return rt
 
 
 def query_flag(name: str, value: str = "1") -> bool:
@@ -165,7 +154,7 @@ def next_kiosk_page(current: str, node_down: bool) -> str:
     return order[(order.index(current) + 1) % len(order)]
 
 
-def _kiosk_rotate(rt: context.Runtime, prefix: str, rotate_s: float) -> None:
+def _kiosk_rotate(rt: context.Runtime, prefix: str, rotate_s: float, pages: dict[str, StreamlitPage]) -> None:
     """Runs every rotate_s: the first run notes when this page was shown, a later one moves on."""
     shown = st.session_state.get("kiosk_shown")
     now = time.time()
@@ -176,7 +165,7 @@ def _kiosk_rotate(rt: context.Runtime, prefix: str, rotate_s: float) -> None:
         return
     down = any(loaders.node_status(n, now, rt.config.stale_after)[0] == "down" for n in loaders.load_nodes(rt.store))
     st.session_state["kiosk_shown"] = None
-    st.switch_page(SCRIPTS[next_kiosk_page(prefix, down)], query_params=dict(st.query_params))
+    st.switch_page(pages[next_kiosk_page(prefix, down)], query_params=dict(st.query_params))
 
 
 def live(rt: context.Runtime, fn, *args) -> None:
@@ -202,16 +191,6 @@ def data_header(rt: context.Runtime) -> None:
     else:
         st.markdown(f'<div class="rh-asof" style="color:#9AA0AA">{html.escape(text)} · refreshed every '
                     f"{loaders.fmt_age(max(rt.config.interval_s, 2.0))}</div>", unsafe_allow_html=True)
-
-
-def _navigation() -> None:
-    try:
-        for script, label, icon in NAV:
-            st.page_link(script, label=label, icon=icon)
-    except StreamlitAPIException:
-        # A page run on its own (AppTest of one file) has no app.py entrypoint to link from.
-        return
-    st.divider()
 
 
 def guarded(fn):

@@ -14,8 +14,10 @@ import pandas as pd
 import streamlit as st
 
 from components import cards, figures, loaders, page
+from components.context import Runtime
 
 PREFIX = "gpus"
+TITLE, ICON, URL_PATH = "GPUs", ":material/memory:", "GPUs"
 WINDOWS_S = {"15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "whole run": None}
 # More GPUs than this: per-node bands (a node x time heatmap past figures.BAND_MAX_NODES nodes),
 # never one plotly trace per GPU (4,096 GPUs took 45 s a chart, bench/fleet.py).
@@ -43,7 +45,7 @@ def render_now(gpus, nodes) -> None:
         "power W": st.column_config.NumberColumn(format="%.0f")})
 
 
-def render_series(window: str, labels: list[str]) -> None:
+def render_series(rt: Runtime, window: str, labels: list[str]) -> None:
     span = WINDOWS_S[window]
     since = (time.time() - span) // 10 * 10 if span else None
     df = loaders.load_gpu_series(rt.store, since)
@@ -75,7 +77,7 @@ def render_processes(gpus) -> None:
                      column_config={"mem GiB": st.column_config.NumberColumn(format="%.1f")})
 
 
-def render_page(window: str, picked: list[str]) -> None:
+def render_page(rt: Runtime, window: str, picked: list[str]) -> None:
     nodes = loaders.load_nodes(rt.store)
     for n in nodes:
         if n.get("gpu_error"):
@@ -94,17 +96,18 @@ def render_page(window: str, picked: list[str]) -> None:
     cards.render_problems(loaders.load_problems(rt.store, writing)["gpu"], "Problems")
     render_now(gpus, nodes)
     labels = gpus.loc[gpus["node"].isin(picked or gpus["node"].unique()), "label"].tolist()
-    render_series(window, labels)
+    render_series(rt, window, labels)
     render_processes(gpus)
 
 
-rt = page.setup("GPUs", PREFIX)
-st.title("GPUs")
-# The controls stay outside the live fragment: a refresh never resets what the viewer picked.
-c1, c2 = st.columns([1, 3])
-window = c1.selectbox("Window", list(WINDOWS_S), index=1, key=f"{PREFIX}_window_select")
-picked = c2.multiselect("Nodes", sorted(n["name"] for n in loaders.load_nodes(rt.store)), key=f"{PREFIX}_node_select",
-                        placeholder="all nodes")
-page.live(rt, render_page, window, picked)
-gpus_now = loaders.load_gpu_latest(rt.store)
-page.download_csv(cards.gpu_table(gpus_now) if len(gpus_now) else pd.DataFrame(), "gpus.csv", PREFIX)
+def render(rt: Runtime) -> None:
+    """The GPUs page for runtime `rt` (app.py has drawn the shared frame)."""
+    st.title("GPUs")
+    # The controls stay outside the live fragment: a refresh never resets what the viewer picked.
+    c1, c2 = st.columns([1, 3])
+    window = c1.selectbox("Window", list(WINDOWS_S), index=1, key=f"{PREFIX}_window_select")
+    picked = c2.multiselect("Nodes", sorted(n["name"] for n in loaders.load_nodes(rt.store)),
+                            key=f"{PREFIX}_node_select", placeholder="all nodes")
+    page.live(rt, render_page, rt, window, picked)
+    gpus_now = loaders.load_gpu_latest(rt.store)
+    page.download_csv(cards.gpu_table(gpus_now) if len(gpus_now) else pd.DataFrame(), "gpus.csv", PREFIX)

@@ -12,13 +12,15 @@ import time
 import streamlit as st
 
 from components import cards, loaders, page
+from components.context import Runtime
 from components.outbound import render_outbound
 
 PREFIX = "nodes"
+TITLE, ICON, URL_PATH = "Nodes", ":material/dns:", "Nodes"
 MAX_NODE_CARDS = 32
 
 
-def render_node(node: dict, now: float, shards) -> None:
+def render_node(rt: Runtime, node: dict, now: float, shards) -> None:
     cards.render_node_card(node, rt.config.stale_after, now)
     left, right = st.columns([3, 2])
     details = cards.node_details(node, now, loaders.load_hosts(rt.store).get(node["name"]))
@@ -36,7 +38,7 @@ def render_node(node: dict, now: float, shards) -> None:
                          .rename(columns={"offset": "indexed"}), hide_index=True, width="stretch")
 
 
-def render_page() -> None:
+def render_page(rt: Runtime) -> None:
     now = time.time()
     nodes = loaders.load_nodes(rt.store)
     if not nodes:
@@ -46,8 +48,8 @@ def render_page() -> None:
     cards.render_problems(loaders.load_problems(rt.store, True)["host"], "Hosts")
     cards.render_node_table(nodes, rt.config.stale_after, per_node=loaders.load_health(rt.store)["per_node"])
     shards = loaders.load_shards(rt.store)
-    for node in shown_nodes(nodes, now):
-        page.guarded(render_node)(node, now, shards)
+    for node in shown_nodes(rt, nodes, now):
+        page.guarded(render_node)(rt, node, now, shards)
     server = loaders.load_server_metrics(rt.store)
     if not server.empty:
         st.subheader("Inference servers (latest /metrics values)")
@@ -55,7 +57,7 @@ def render_page() -> None:
     page.guarded(render_outbound)(rt)
 
 
-def shown_nodes(nodes: list[dict], now: float) -> list[dict]:
+def shown_nodes(rt: Runtime, nodes: list[dict], now: float) -> list[dict]:
     """Every node's card, or past MAX_NODE_CARDS (512 cards took 16 s, bench/fleet.py): the
     nodes that are not up, then the ones picked."""
     if len(nodes) <= MAX_NODE_CARDS:
@@ -68,10 +70,11 @@ def shown_nodes(nodes: list[dict], now: float) -> list[dict]:
     return troubled[:MAX_NODE_CARDS] + [n for n in nodes if n["name"] in picked and n not in troubled]
 
 
-rt = page.setup("Nodes", PREFIX)
-st.title("Nodes")
-st.caption(f"up = polled within {loaders.fmt_age(rt.config.stale_after)}; stale = older; down = never reached, "
-           f"or nothing for {loaders.fmt_age(loaders.DOWN_AFTER_STALE * rt.config.stale_after)}; "
-           "pending = waiting for first poll.")
-page.live(rt, render_page)
-page.download_csv(cards.node_table(loaders.load_nodes(rt.store), rt.config.stale_after), "nodes.csv", PREFIX)
+def render(rt: Runtime) -> None:
+    """The Nodes page for runtime `rt` (app.py has drawn the shared frame)."""
+    st.title("Nodes")
+    st.caption(f"up = polled within {loaders.fmt_age(rt.config.stale_after)}; stale = older; down = never reached, "
+               f"or nothing for {loaders.fmt_age(loaders.DOWN_AFTER_STALE * rt.config.stale_after)}; "
+               "pending = waiting for first poll.")
+    page.live(rt, render_page, rt)
+    page.download_csv(cards.node_table(loaders.load_nodes(rt.store), rt.config.stale_after), "nodes.csv", PREFIX)

@@ -1,7 +1,6 @@
 """Overview: the standup screen. Is the run healthy, fast AND producing good data?
 
-Run it with `streamlit run app.py` (no runhealth.toml: the built-in demo). Everything below
-the title refreshes itself every collection interval inside one fragment (page.live), so the
+The screen at the root URL (app.py routes here). Everything below the title refreshes itself every collection interval inside one fragment (page.live), so the
 screen on the wall stays current without a full-page rerun; `?kiosk=1` is the wall-screen mode. Node states: up = polled within
 stale_after; stale = older; down = never reached, or nothing for 5 x stale_after.
 """
@@ -14,9 +13,11 @@ import pandas as pd
 import streamlit as st
 
 from components import cards, figures, loaders, page
+from components.context import Runtime
 from runhealth.health import HW_THROTTLE
 
 PREFIX = "overview"
+TITLE, ICON, URL_PATH = "Overview", ":material/monitor_heart:", "Overview"  # served at / (the default page)
 HEAT_COLUMNS = ["label", "util_pct", "power_pct", "mem_pct"]
 
 
@@ -29,7 +30,7 @@ def make_heatstrip_figure(gpus: pd.DataFrame, now: float, stale_after: float):
     return figures.make_gpu_heatstrip_figure(gpus[HEAT_COLUMNS].assign(label=label))
 
 
-def render_live(rt) -> None:
+def render_live(rt: Runtime) -> None:
     """The live tiles; one fragment so a refresh redraws in place, no flicker of the page."""
     cfg, now = rt.config, time.time()
     nodes = loaders.load_nodes(rt.store)
@@ -72,12 +73,13 @@ def render_live(rt) -> None:
             st.caption("The throughput chart appears once a few minutes of polls are in (the first scan is not counted).")
 
 
-rt = page.setup("Overview", PREFIX)
-st.markdown(page.BIG_ALERTS_CSS, unsafe_allow_html=True)
-if rt.demo:
-    st.markdown(f'<div class="rh-demo">{page.DEMO_TEXT}</div>', unsafe_allow_html=True)
-st.title(f"{rt.config.name}")
-page.live(rt, render_live, rt)
-page.download_headline(rt, PREFIX)
-page.download_csv(cards.node_table(loaders.load_nodes(rt.store), rt.config.stale_after), "nodes.csv", PREFIX,
-                  label="Download node table (CSV)")
+def render(rt: Runtime) -> None:
+    """The Overview for runtime `rt` (app.py has drawn the shared frame)."""
+    st.markdown(page.BIG_ALERTS_CSS, unsafe_allow_html=True)
+    if rt.demo:
+        st.markdown(f'<div class="rh-demo">{page.DEMO_TEXT}</div>', unsafe_allow_html=True)
+    st.title(f"{rt.config.name}")
+    page.live(rt, render_live, rt)
+    page.download_headline(rt, PREFIX)
+    page.download_csv(cards.node_table(loaders.load_nodes(rt.store), rt.config.stale_after), "nodes.csv", PREFIX,
+                      label="Download node table (CSV)")

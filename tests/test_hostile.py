@@ -231,7 +231,7 @@ def test_a_recovered_node_reads_healthy_with_its_last_error_as_history(tmp_path,
     store.record_poll("node-1", store_fixtures.poll_reply(last, [], {}), last, rtt_ms=5.0)
     store.close()
     monkeypatch.setattr(time, "time", lambda: last + 5)
-    at = run_page("pages/4_Nodes.py", config, monkeypatch)
+    at = run_page("nodes", config, monkeypatch)
     assert_clean(at)
     shown = texts(at)
     assert "Last error (25 s ago; resolved — polled fine 5 s ago): connection refused" in shown
@@ -319,7 +319,7 @@ def test_the_sidebar_says_the_store_was_deleted_instead_of_a_traceback(tmp_path,
     store, config = store_fixtures.make_store(tmp_path, "healthy")
     store.close()
     try:
-        at = run_page("pages/4_Nodes.py", config, monkeypatch)
+        at = run_page("nodes", config, monkeypatch)
         assert not at.exception
         for path in tmp_path.glob("*.sqlite3*"):
             path.unlink()
