@@ -21,7 +21,6 @@ from test_pages import PAGES, ROOT, TIMEOUT_S, RecordingCollector, _clear_stream
 from components import loaders
 from runhealth import stats
 
-
 GATE = threading.Event()  # holds GatedCollector.sample_now until the test opens it
 
 
