@@ -17,7 +17,9 @@ import pandas as pd
 import streamlit as st
 from streamlit.navigation.page import StreamlitPage
 
-from components import cards, context, loaders
+from components import cards, context, loaders, tables
+from components.format import fmt_clock, md_escape
+from runhealth.alerts import fmt_age, node_status
 
 CSS = """
 <style>
@@ -100,7 +102,7 @@ def setup(rt: context.Runtime, title: str, prefix: str, pages: dict[str, Streaml
     st.markdown(CSS, unsafe_allow_html=True)
     if rt.config_error or rt.config is None or rt.store is None:
         st.error(f"runhealth cannot start: {rt.config_error or 'no run configured'}")
-        st.info(f"Fix the field named above in {cards.md_escape(rt.config_path or 'the config file')} and reload the page:"
+        st.info(f"Fix the field named above in {md_escape(rt.config_path or 'the config file')} and reload the page:"
                 " the dashboard reloads the file when it changes, no restart needed.")
         st.fragment(run_every=5)(_rerun_when_stale)(rt)  # an open error page clears by itself
         st.stop()
@@ -118,7 +120,7 @@ def setup(rt: context.Runtime, title: str, prefix: str, pages: dict[str, Streaml
             st.info(rt.notice)
         if rt.demo:
             st.markdown('<div class="rh-demo">DEMO</div>', unsafe_allow_html=True)
-        st.caption(cards.md_escape(f"Config: {rt.config_path}" if rt.config_path
+        st.caption(md_escape(f"Config: {rt.config_path}" if rt.config_path
                                    else "Config: none found (--config, RUNHEALTH_CONFIG, ./runhealth.toml)"))
         st.fragment(run_every=5)(guarded(freshness))(rt, compact=True)
         if st.button("Refresh now", key=f"{prefix}_refresh_button", disabled=rt.collector is None,
@@ -163,7 +165,7 @@ def _kiosk_rotate(rt: context.Runtime, prefix: str, rotate_s: float, pages: dict
         return
     if now - shown[1] < rotate_s - 1.0:
         return
-    down = any(loaders.node_status(n, now, rt.config.stale_after)[0] == "down" for n in loaders.load_nodes(rt.store))
+    down = any(node_status(n, now, rt.config.stale_after)[0] == "down" for n in loaders.load_nodes(rt.store))
     st.session_state["kiosk_shown"] = None
     st.switch_page(pages[next_kiosk_page(prefix, down)], query_params=dict(st.query_params))
 
@@ -185,12 +187,12 @@ def data_header(rt: context.Runtime) -> None:
         st.caption("Waiting for the first poll: no numbers yet.")
         return
     age = time.time() - last
-    text = f"Numbers as of {loaders.fmt_clock(last)} ({loaders.fmt_age(age)} ago)"
+    text = f"Numbers as of {fmt_clock(last)} ({fmt_age(age)} ago)"
     if age > rt.config.stale_after:
-        st.error(f"⚠ {text}: older than {loaders.fmt_age(rt.config.stale_after)}, these numbers are stale.")
+        st.error(f"⚠ {text}: older than {fmt_age(rt.config.stale_after)}, these numbers are stale.")
     else:
         st.markdown(f'<div class="rh-asof" style="color:#9AA0AA">{html.escape(text)} · refreshed every '
-                    f"{loaders.fmt_age(max(rt.config.interval_s, 2.0))}</div>", unsafe_allow_html=True)
+                    f"{fmt_age(max(rt.config.interval_s, 2.0))}</div>", unsafe_allow_html=True)
 
 
 def guarded(fn):
@@ -201,7 +203,7 @@ def guarded(fn):
         try:
             return fn(*args, **kwargs)
         except Exception as exc:
-            st.error(cards.md_escape(f"{ERROR_PREFIX}: {type(exc).__name__}: {str(exc)[:300]}"))
+            st.error(md_escape(f"{ERROR_PREFIX}: {type(exc).__name__}: {str(exc)[:300]}"))
 
     return wrapper
 
@@ -221,7 +223,7 @@ def freshness(rt: context.Runtime, compact: bool = False) -> None:
         return
     age = time.time() - last
     clock = time.strftime("%H:%M:%S", time.localtime(last))
-    text = f"Last collection {clock} ({loaders.fmt_age(age)} ago)"
+    text = f"Last collection {clock} ({fmt_age(age)} ago)"
     if age > rt.config.stale_after:
         st.markdown(f'<span class="rh-age-old">⚠ {text} — data is stale</span>', unsafe_allow_html=True)
     elif compact:
@@ -243,7 +245,7 @@ def download_headline(rt: context.Runtime, prefix: str) -> None:
 
     now = time.time()
     summary = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["summary"]
-    record = cards.headline(summary, loaders.load_health(rt.store), loaders.load_nodes(rt.store), rt.config, now,
+    record = tables.headline(summary, loaders.load_health(rt.store), loaders.load_nodes(rt.store), rt.config, now,
                             loaders.load_last_collection(rt.store))
     with st.sidebar:
         st.download_button("Download headline figures (JSON)", json.dumps(record, indent=2).encode("utf-8"),

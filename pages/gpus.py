@@ -13,8 +13,9 @@ import time
 import pandas as pd
 import streamlit as st
 
-from components import cards, figures, loaders, page
+from components import cards, figures, loaders, page, tables
 from components.context import Runtime
+from components.format import md_escape
 
 PREFIX = "gpus"
 TITLE, ICON, URL_PATH = "GPUs", ":material/memory:", "GPUs"
@@ -32,10 +33,10 @@ SERIES = [  # (column, title, unit, limit column)
 
 
 def render_now(gpus, nodes) -> None:
-    table = cards.gpu_table(gpus)
+    table = tables.gpu_table(gpus)
     flagged = table[table["state"] != "ok"]
     if len(flagged):
-        st.warning(cards.md_escape(f"{len(flagged)} GPU(s) need a look: " + ", ".join(
+        st.warning(md_escape(f"{len(flagged)} GPU(s) need a look: " + ", ".join(
             f"{g} ({s.removeprefix('⚠ ')})" for g, s in zip(flagged["GPU"], flagged["state"], strict=False))))
     st.plotly_chart(figures.make_gpu_heatstrip_figure(gpus[["label", "util_pct", "power_pct", "mem_pct"]]),
                     key=f"{PREFIX}_heatstrip_chart")
@@ -59,7 +60,7 @@ def render_series(rt: Runtime, window: str, labels: list[str]) -> None:
         if bands:
             lim = float(df[limit].max()) if limit and df[limit].notna().any() else None
             scale = (0, 100) if unit == "%" else (0, lim) if lim else None  # fixed: colours mean the same each refresh
-            fig = figures.make_gpu_band_figure(loaders.gpu_bands(df, col), title, unit, lim, scale, show_legend=i == 0)
+            fig = figures.make_gpu_band_figure(tables.gpu_bands(df, col), title, unit, lim, scale, show_legend=i == 0)
         else:
             fig = figures.make_gpu_timeseries_figure(df, col, title, unit, limit)
             if unit == "%":
@@ -69,7 +70,7 @@ def render_series(rt: Runtime, window: str, labels: list[str]) -> None:
 
 def render_processes(gpus) -> None:
     st.subheader("Processes holding GPU memory")
-    procs = cards.gpu_processes(gpus)
+    procs = tables.gpu_processes(gpus)
     if procs.empty:
         st.info("No process holds GPU memory (or the driver does not report processes).")
     else:
@@ -81,7 +82,7 @@ def render_page(rt: Runtime, window: str, picked: list[str]) -> None:
     nodes = loaders.load_nodes(rt.store)
     for n in nodes:
         if n.get("gpu_error"):
-            st.warning(cards.md_escape(f"{n['name']}: GPU telemetry error ({n.get('gpu_source') or 'no source'}): {n['gpu_error']}"))
+            st.warning(md_escape(f"{n['name']}: GPU telemetry error ({n.get('gpu_source') or 'no source'}): {n['gpu_error']}"))
     gpus = loaders.load_gpu_latest(rt.store)
     if gpus.empty:
         if all(n.get("last_ok_unix") is None for n in nodes):
@@ -110,4 +111,4 @@ def render(rt: Runtime) -> None:
                             key=f"{PREFIX}_node_select", placeholder="all nodes")
     page.live(rt, render_page, rt, window, picked)
     gpus_now = loaders.load_gpu_latest(rt.store)
-    page.download_csv(cards.gpu_table(gpus_now) if len(gpus_now) else pd.DataFrame(), "gpus.csv", PREFIX)
+    page.download_csv(tables.gpu_table(gpus_now) if len(gpus_now) else pd.DataFrame(), "gpus.csv", PREFIX)

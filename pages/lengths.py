@@ -11,8 +11,9 @@ import json
 
 import streamlit as st
 
-from components import cards, figures, jobs, loaders, page, whatif_view
+from components import cards, figures, jobs, loaders, page, tables, whatif_view
 from components.context import Runtime
+from components.format import md_escape
 from runhealth import continuation, whatif
 from runhealth.health import level
 
@@ -37,10 +38,10 @@ def render_groups(rt: Runtime, ceiling) -> None:
     by = st.radio("Truncation by", ["node", "shard"], horizontal=True, key=f"{PREFIX}_group_radio")
     df = loaders.load_group_lengths(rt.store, by, ceiling)
     for _, g in df[df["drift"]].iterrows():
-        st.warning(cards.md_escape(f"Ceiling drift: {g['group']} stops at {int(g['ceiling']):,} tokens, unlike the rest of the run."))
+        st.warning(md_escape(f"Ceiling drift: {g['group']} stops at {int(g['ceiling']):,} tokens, unlike the rest of the run."))
     if len(df):
         left, right = st.columns([3, 2])
-        shown = loaders.short_group_labels(df)
+        shown = tables.short_group_labels(df)
         if len(shown) < len(df):
             left.caption(f"The {len(shown) - 1} {by}s with the highest truncation; the other "
                          f"{len(df) - len(shown) + 1:,} summed in one bar. Hover a bar for its full name.")
@@ -81,7 +82,7 @@ def render_whatif(rt: Runtime, data: dict, thr: dict) -> None:
     st.caption(f"This is an extrapolation: nobody has seen lengths above {ceiling:,}. {r['note']} "
                f"{whatif_view.model_line(r) if r['band'] else ''} Hard bounds: {r['hard_bounds'][0]:.1%}–"
                f"{r['hard_bounds'][1]:.1%}. {whatif_view.loops_line(r)}")
-    curve = loaders.whatif_curve(r)
+    curve = tables.whatif_curve(r)
     if len(curve) > 1:
         st.plotly_chart(figures.make_whatif_figure(curve, ceiling, limit, r["hard_bounds"][1]), key=f"{PREFIX}_whatif_chart")
     render_continuation(rt, limit, ceiling)
@@ -111,13 +112,13 @@ def render_continuation_result(key: str) -> None:
         st.info(f"Sampling {CONTINUATION_N} truncated completions with their full text from every node… "
                 f"({elapsed:.0f} s; the page stays usable)")
     elif state == "failed":
-        st.error(cards.md_escape(f"The continuation batch failed: {result}"))
+        st.error(md_escape(f"The continuation batch failed: {result}"))
     elif state == "done":
         st.download_button(f"Download {result['n']} continuation requests to {result['limit']:,} tokens (JSONL)",
                            result["body"], file_name="continuation.jsonl", key=f"{PREFIX}_continuation_download",
                            disabled=result["n"] == 0)
         for text in [*(f"{node}: {err}" for node, err in result["errors"].items()), *result["problems"]]:
-            st.warning(cards.md_escape(text))
+            st.warning(md_escape(text))
         st.caption(f"{result['n']} of {result['sampled']} sampled truncated completions; custom_id is node:path:line. "
                    "Run the batch and compare lengths with the new limit.")
 
@@ -128,7 +129,7 @@ def render_server_note(rt: Runtime, summary: dict) -> None:
     if summary["ceiling"]:
         st.caption(f"Not counted as truncated: {below:,} length stops below the {summary['ceiling']:,} ceiling "
                    f"(context window) — {below / n:.1%} of {summary['length_count']:,} completions.")
-    server = loaders.server_length_share(loaders.load_server_metrics(rt.store))
+    server = tables.server_length_share(loaders.load_server_metrics(rt.store))
     if server is not None:
         st.caption(f"The server's own count (vLLM request_success_total, since each server started, context-window "
                    f"stops included): {server[0]:.1%} of {server[1]:,.0f} finished requests stopped by length.")
@@ -148,7 +149,7 @@ def render_page(rt: Runtime) -> None:
         left.plotly_chart(figures.make_length_histogram_figure(data["bins"], summary["ceiling"],
                                                                summary["at_ceiling_fraction"]), key=f"{PREFIX}_hist_chart")
         right.plotly_chart(figures.make_cdf_figure(data["cdf"], summary["ceiling"]), key=f"{PREFIX}_cdf_chart")
-    st.dataframe(cards.finish_reason_table(summary), hide_index=True)
+    st.dataframe(tables.finish_reason_table(summary), hide_index=True)
     render_server_note(rt, summary)
     page.guarded(render_groups)(rt, summary["ceiling"])
     over_time = loaders.load_truncation_over_time(rt.store, rt.config.interval_s, summary["ceiling"])

@@ -11,9 +11,12 @@ import time
 
 import streamlit as st
 
-from components import cards, loaders, page
+from components import cards, loaders, page, tables
 from components.context import Runtime
+from components.format import fmt_bytes, md_escape
 from components.outbound import render_outbound
+from runhealth import derived
+from runhealth.alerts import DOWN_AFTER_STALE, fmt_age, node_status
 
 PREFIX = "nodes"
 TITLE, ICON, URL_PATH = "Nodes", ":material/dns:", "Nodes"
@@ -23,18 +26,18 @@ MAX_NODE_CARDS = 32
 def render_node(rt: Runtime, node: dict, now: float, shards) -> None:
     cards.render_node_card(node, rt.config.stale_after, now)
     left, right = st.columns([3, 2])
-    details = cards.node_details(node, now, loaders.load_hosts(rt.store).get(node["name"]))
+    details = tables.node_details(node, now, loaders.load_hosts(rt.store).get(node["name"]))
     left.dataframe(details, hide_index=True, width="stretch", height=35 * (len(details) + 1) + 3)
     with right:
         st.caption("Effective configuration (secrets never shown)")
-        st.json(cards.safe_config(node.get("config")), expanded=True)
+        st.json(derived.public_config(node.get("config")), expanded=True)
     mine = shards[shards["node"] == node["name"]].drop(columns="node")
     broken = mine[mine["error"].notna()]
     for _, row in broken.iterrows():
-        st.error(cards.md_escape(f"{node['name']}: cannot read {row['path']}: {row['error']}"))
+        st.error(md_escape(f"{node['name']}: cannot read {row['path']}: {row['error']}"))
     if not mine.empty:
         with st.expander(f"{len(mine)} shard(s) on {node['name']}", expanded=not broken.empty):
-            st.dataframe(mine.assign(size=mine["size"].map(loaders.fmt_bytes), offset=mine["offset"].map(loaders.fmt_bytes))
+            st.dataframe(mine.assign(size=mine["size"].map(fmt_bytes), offset=mine["offset"].map(fmt_bytes))
                          .rename(columns={"offset": "indexed"}), hide_index=True, width="stretch")
 
 
@@ -62,7 +65,7 @@ def shown_nodes(rt: Runtime, nodes: list[dict], now: float) -> list[dict]:
     nodes that are not up, then the ones picked."""
     if len(nodes) <= MAX_NODE_CARDS:
         return nodes
-    troubled = [n for n in nodes if loaders.node_status(n, now, rt.config.stale_after)[0] != "up"]
+    troubled = [n for n in nodes if node_status(n, now, rt.config.stale_after)[0] != "up"]
     picked = st.multiselect("Show details for", [n["name"] for n in nodes], key=f"{PREFIX}_node_select",
                             placeholder="nodes that are not up are shown below")
     st.caption(f"{len(nodes):,} nodes: details below for the {len(troubled):,} not up"
@@ -73,8 +76,8 @@ def shown_nodes(rt: Runtime, nodes: list[dict], now: float) -> list[dict]:
 def render(rt: Runtime) -> None:
     """The Nodes page for runtime `rt` (app.py has drawn the shared frame)."""
     st.title("Nodes")
-    st.caption(f"up = polled within {loaders.fmt_age(rt.config.stale_after)}; stale = older; down = never reached, "
-               f"or nothing for {loaders.fmt_age(loaders.DOWN_AFTER_STALE * rt.config.stale_after)}; "
+    st.caption(f"up = polled within {fmt_age(rt.config.stale_after)}; stale = older; down = never reached, "
+               f"or nothing for {fmt_age(DOWN_AFTER_STALE * rt.config.stale_after)}; "
                "pending = waiting for first poll.")
     page.live(rt, render_page, rt)
-    page.download_csv(cards.node_table(loaders.load_nodes(rt.store), rt.config.stale_after), "nodes.csv", PREFIX)
+    page.download_csv(tables.node_table(loaders.load_nodes(rt.store), rt.config.stale_after), "nodes.csv", PREFIX)

@@ -12,7 +12,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-from components import cards, figures, loaders, page
+from components import alerts, cards, figures, loaders, page, tables
 from components.context import Runtime
 from runhealth.health import HW_THROTTLE
 
@@ -40,10 +40,10 @@ def render_live(rt: Runtime) -> None:
     gpus = loaders.load_gpu_latest(rt.store)
     last = loaders.load_last_collection(rt.store)
     reached = bool(cfg.target_completions) and summary["completions"] >= cfg.target_completions
-    stalled = loaders.health_alerts(health, nodes, cfg.stale_after, cfg.stall_after, reached)
-    alerts = stalled + loaders.run_alerts(summary, nodes, now, cfg.stale_after, cfg.truncation_warn_fraction,
-                                          cfg.truncation_alert_fraction, last)
-    cards.render_alerts(sorted(alerts, key=lambda a: a[0] != "error"))  # stable: a stall leads
+    stalled = alerts.health_alerts(health, nodes, cfg.stale_after, cfg.stall_after, reached)
+    found = stalled + alerts.run_alerts(summary, nodes, now, cfg.stale_after, cfg.truncation_warn_fraction,
+                                         cfg.truncation_alert_fraction, last)
+    cards.render_alerts(sorted(found, key=lambda a: a[0] != "error"))  # stable: a stall leads
     tiles = cards.overview_tiles(summary, thr, nodes, gpus, cfg.target_completions, last, cfg, now, health)
     if any(level == "error" for level, _ in stalled):  # a rate over the last minute still shows the past
         tiles[1] = {**tiles[1], "level": "alert", "sub": "run stalled: no new completions · " + tiles[1]["sub"]}
@@ -81,5 +81,5 @@ def render(rt: Runtime) -> None:
     st.title(f"{rt.config.name}")
     page.live(rt, render_live, rt)
     page.download_headline(rt, PREFIX)
-    page.download_csv(cards.node_table(loaders.load_nodes(rt.store), rt.config.stale_after), "nodes.csv", PREFIX,
+    page.download_csv(tables.node_table(loaders.load_nodes(rt.store), rt.config.stale_after), "nodes.csv", PREFIX,
                       label="Download node table (CSV)")

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from components import cards, loaders, page
+from components import cards, loaders, page, tables
 from components.context import Runtime
+from components.format import fmt_clock, md_escape
 from runhealth import loops, stats
 
 PREFIX = "samples"
@@ -90,12 +91,12 @@ def render(rt: Runtime) -> None:
                 if rt.collector else "No sample yet, and the collector is off in this process.")
         return
     for node, err in (latest.get("errors") or {}).items():
-        st.warning(cards.md_escape(f"{node}: could not sample: {err}"))
+        st.warning(md_escape(f"{node}: could not sample: {err}"))
     samples = latest["samples"]
     ceiling = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["summary"]["ceiling"]
     drawn = latest.get("done_unix")
     st.caption(f"Batch {latest['batch']}: {len(samples)} of {latest['population'] or 0:,} completions, drawn uniformly"
-               + (f" at {loaders.fmt_clock(drawn)}." if drawn else "."))
+               + (f" at {fmt_clock(drawn)}." if drawn else "."))
     if not samples:
         st.info("The last sample came back empty (see the errors above, or the shards hold no complete lines).")
         return
@@ -116,4 +117,4 @@ def render_table(samples: list[dict]) -> None:
         pick = st.selectbox("Read one", range(len(shown)), index=first_cut, format_func=lambda i: label(shown[i]),
                             key=f"{PREFIX}_pick_select")
         cards.render_sample(shown[pick])
-    page.download_csv(cards.samples_export(shown), "samples.csv", PREFIX)
+    page.download_csv(tables.samples_export(shown), "samples.csv", PREFIX)

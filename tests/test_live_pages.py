@@ -167,13 +167,13 @@ def test_gpu_and_host_problems_are_named_on_overview_gpus_and_nodes(tmp_path, mo
 
 
 def test_headline_export_carries_the_standup_figures(tmp_path):
-    from components import cards, loaders
+    from components import loaders, tables
     from runhealth.config import load_config
 
     store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
     cfg = load_config(config)
     summary = loaders.load_run_lengths(store, cfg.max_output_tokens)["summary"]
-    record = cards.headline(summary, loaders.load_health(store), store.nodes(), cfg, time.time(),
+    record = tables.headline(summary, loaders.load_health(store), store.nodes(), cfg, time.time(),
                             store.last_collection_unix())
     assert record["completions"] == summary["completions"] > 0
     assert record["truncated_pct"] == 18.0 and record["truncated_pct_95ci_low"] < 18.0 < record["truncated_pct_95ci_high"]
@@ -183,14 +183,14 @@ def test_headline_export_carries_the_standup_figures(tmp_path):
 
 
 def test_samples_download_carries_the_text(tmp_path):
-    from components import cards
+    from components import tables
 
     store, _config = store_fixtures.make_store(tmp_path, "ceiling_18")
     samples = store.latest_sample_batch()["samples"]
-    df = cards.samples_export(samples)
+    df = tables.samples_export(samples)
     assert len(df) == len(samples) == 8
     loop = df[df["loop"]].iloc[0]
-    assert loop["text tail"].endswith("The answer is 42. ") and len(loop["text tail"]) == cards.EXPORT_TAIL_CHARS
+    assert loop["text tail"].endswith("The answer is 42. ") and len(loop["text tail"]) == tables.EXPORT_TAIL_CHARS
     assert loop["text head"].startswith("The answer is 42.") and loop["prompt head"].startswith("Solve problem")
     assert df["path"].str.startswith("/data/out/").all()
 
