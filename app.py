@@ -11,6 +11,7 @@ auto-discovery off, so the modules in pages/ are only ever run through this rout
 from __future__ import annotations
 
 import functools
+from types import ModuleType
 
 import streamlit as st
 
@@ -28,12 +29,16 @@ def main(start: str = overview.PREFIX) -> None:
     through the same router by naming it).
     """
     rt = context.get_runtime()
-    pages = {mod.PREFIX: st.Page(functools.partial(mod.render, rt), title=mod.TITLE, icon=mod.ICON,
+    pages = {mod.PREFIX: st.Page(functools.partial(_show, mod, rt), title=mod.TITLE, icon=mod.ICON,
                                  url_path=mod.URL_PATH, default=mod.PREFIX == start) for mod in SCREENS}
     current = st.navigation(list(pages.values()))
     prefix = next((p for p, pg in pages.items() if pg.url_path == current.url_path), start)
     page.setup(rt, current.title, prefix, pages)  # stops here on a config or access error
     current.run()
+
+
+def _show(screen: ModuleType, rt: context.Runtime) -> None:
+    screen.render(context.ready(rt))  # setup() has stopped the run when the config did not load
 
 
 if __name__ == "__main__":  # `streamlit run app.py` runs this file as __main__

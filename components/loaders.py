@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -21,7 +22,7 @@ from runhealth import lengthtime, rollup, stats, whatif
 from runhealth.store import Store
 
 TTL_S = 3
-_HASH = {Store: lambda s: str(s.path)}
+_HASH: dict[str | type[Any], Callable[[Any], Any]] = {Store: lambda s: str(s.path)}
 THROUGHPUT_WINDOW_S = 300
 HEALTH_LOOKBACK_S = 3600  # the hour the rate-drop median is taken over
 SERVER_GAUGES = ("sglang:gen_throughput",)
@@ -137,8 +138,7 @@ def load_throughput(store: Store, interval_s: float) -> dict[str, Any]:
         per_node: dict[str, list] = {}
         for m in store.metric_series(name, since_unix=now - THROUGHPUT_WINDOW_S):
             per_node.setdefault(m["node"], []).append((m["ts_unix"], m["value"]))
-        node_rates = [rates.counter_rate(s) for s in per_node.values()]
-        node_rates = [r for r in node_rates if r is not None]
+        node_rates = [r for r in (rates.counter_rate(s) for s in per_node.values()) if r is not None]
         if node_rates:
             server = (server or 0.0) + float(sum(node_rates))
     series = pd.DataFrame(store.polls_by_bucket(max(interval_s * 3, 30), since_unix=now - 3600),

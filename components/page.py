@@ -102,20 +102,21 @@ def setup(rt: context.Runtime, title: str, prefix: str, pages: dict[str, Streaml
     st.markdown(CSS, unsafe_allow_html=True)
     if rt.config_error or rt.config is None or rt.store is None:
         st.error(f"runhealth cannot start: {rt.config_error or 'no run configured'}")
-        st.info(f"Fix the field named above in {md_escape(rt.config_path or 'the config file')} and reload the page:"
+        st.info(f"Fix the field named above in {md_escape(str(rt.config_path or 'the config file'))} and reload the page:"
                 " the dashboard reloads the file when it changes, no restart needed.")
         st.fragment(run_every=5)(_rerun_when_stale)(rt)  # an open error page clears by itself
         st.stop()
-    _check_access(rt.config.allowed_users)
+    view = context.ready(rt)
+    _check_access(view.config.allowed_users)
     if query_flag("theme", "light"):
         st.markdown(LIGHT_CSS, unsafe_allow_html=True)
     if kiosk():
         st.markdown(KIOSK_CSS, unsafe_allow_html=True)
-        rotate_s = kiosk_rotate_s(rt.config.kiosk_rotate_s)
+        rotate_s = kiosk_rotate_s(view.config.kiosk_rotate_s)
         if rotate_s:
-            st.fragment(run_every=rotate_s)(_kiosk_rotate)(rt, prefix, rotate_s, pages)
+            st.fragment(run_every=rotate_s)(_kiosk_rotate)(view, prefix, rotate_s, pages)
     with st.sidebar:
-        st.markdown(f"### {rt.config.name}")
+        st.markdown(f"### {view.config.name}")
         if rt.notice:
             st.info(rt.notice)
         if rt.demo:
@@ -123,9 +124,11 @@ def setup(rt: context.Runtime, title: str, prefix: str, pages: dict[str, Streaml
         st.caption(md_escape(f"Config: {rt.config_path}" if rt.config_path
                                    else "Config: none found (--config, RUNHEALTH_CONFIG, ./runhealth.toml)"))
         st.fragment(run_every=5)(guarded(freshness))(rt, compact=True)
-        if st.button("Refresh now", key=f"{prefix}_refresh_button", disabled=rt.collector is None,
-                     help="Poll every node now" if rt.collector else "The collector is off in this process"):
-            rt.collector.request_refresh()
+        collector = rt.collector
+        if st.button("Refresh now", key=f"{prefix}_refresh_button", disabled=collector is None,
+                     help="Poll every node now" if collector else "The collector is off in this process") \
+                and collector is not None:
+            collector.request_refresh()
             loaders.clear_all()
             st.rerun()
 
@@ -156,7 +159,7 @@ def next_kiosk_page(current: str, node_down: bool) -> str:
     return order[(order.index(current) + 1) % len(order)]
 
 
-def _kiosk_rotate(rt: context.Runtime, prefix: str, rotate_s: float, pages: dict[str, StreamlitPage]) -> None:
+def _kiosk_rotate(rt: context.PageRuntime, prefix: str, rotate_s: float, pages: dict[str, StreamlitPage]) -> None:
     """Runs every rotate_s: the first run notes when this page was shown, a later one moves on."""
     shown = st.session_state.get("kiosk_shown")
     now = time.time()
@@ -170,7 +173,7 @@ def _kiosk_rotate(rt: context.Runtime, prefix: str, rotate_s: float, pages: dict
     st.switch_page(pages[next_kiosk_page(prefix, down)], query_params=dict(st.query_params))
 
 
-def live(rt: context.Runtime, fn, *args) -> None:
+def live(rt: context.PageRuntime, fn, *args) -> None:
     """Draw `fn(*args)` in a fragment that redraws itself every collection interval, in place
     (no flicker, widgets inside keep their state), under a line saying when its numbers are from."""
     def body(*a):
@@ -180,7 +183,7 @@ def live(rt: context.Runtime, fn, *args) -> None:
     st.fragment(run_every=max(rt.config.interval_s, 2.0))(body)(*args)
 
 
-def data_header(rt: context.Runtime) -> None:
+def data_header(rt: context.PageRuntime) -> None:
     """"Numbers as of HH:MM:SS"; a red sentence once the last collection is older than stale_after."""
     last = loaders.load_last_collection(rt.store)
     if last is None:
@@ -215,16 +218,17 @@ def _rerun_when_stale(rt: context.Runtime) -> None:
 
 def freshness(rt: context.Runtime, compact: bool = False) -> None:
     """When the last successful collection happened; red once it is older than stale_after."""
-    cards.render_store_incident(rt.store)
     _rerun_when_stale(rt)
-    last = loaders.load_last_collection(rt.store)
+    view = context.ready(rt)
+    cards.render_store_incident(view.store)
+    last = loaders.load_last_collection(view.store)
     if last is None:
         st.markdown("**Waiting for first poll** — no node has answered yet.")
         return
     age = time.time() - last
     clock = time.strftime("%H:%M:%S", time.localtime(last))
     text = f"Last collection {clock} ({fmt_age(age)} ago)"
-    if age > rt.config.stale_after:
+    if age > view.config.stale_after:
         st.markdown(f'<span class="rh-age-old">⚠ {text} — data is stale</span>', unsafe_allow_html=True)
     elif compact:
         st.caption(text)
@@ -239,7 +243,7 @@ def download_csv(df: pd.DataFrame, filename: str, prefix: str, label: str = "Dow
                            key=f"{prefix}_csv_download", disabled=df.empty)
 
 
-def download_headline(rt: context.Runtime, prefix: str) -> None:
+def download_headline(rt: context.PageRuntime, prefix: str) -> None:
     """The Overview's headline figures as JSON and CSV (one row), in the sidebar, as of page load."""
     import json
 

@@ -118,9 +118,9 @@ def last_error_line(node: dict[str, Any], now: float) -> str:
     """The last error with its age, and whether a successful poll came after it (then it is history)."""
     err_at, ok_at = node.get("last_error_unix"), node.get("last_ok_unix")
     when = f"{fmt_age(now - err_at)} ago" if err_at else "time unknown"
-    resolved = err_at is not None and ok_at is not None and ok_at > err_at
-    return (f"Last error ({when}; resolved — polled fine {fmt_age(now - ok_at)} ago): " if resolved
-            else f"Last error ({when}): ") + str(node["last_error"])
+    if err_at is not None and ok_at is not None and ok_at > err_at:
+        return f"Last error ({when}; resolved — polled fine {fmt_age(now - ok_at)} ago): " + str(node["last_error"])
+    return f"Last error ({when}): " + str(node["last_error"])
 
 
 def why_empty(nodes: list[dict[str, Any]], what: str = "completions") -> str:

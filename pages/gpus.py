@@ -14,7 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from components import cards, figures, loaders, page, tables
-from components.context import Runtime
+from components.context import PageRuntime
 from components.format import md_escape
 
 PREFIX = "gpus"
@@ -46,7 +46,7 @@ def render_now(gpus, nodes) -> None:
         "power W": st.column_config.NumberColumn(format="%.0f")})
 
 
-def render_series(rt: Runtime, window: str, labels: list[str]) -> None:
+def render_series(rt: PageRuntime, window: str, labels: list[str]) -> None:
     span = WINDOWS_S[window]
     since = (time.time() - span) // 10 * 10 if span else None
     df = loaders.load_gpu_series(rt.store, since)
@@ -78,7 +78,7 @@ def render_processes(gpus) -> None:
                      column_config={"mem GiB": st.column_config.NumberColumn(format="%.1f")})
 
 
-def render_page(rt: Runtime, window: str, picked: list[str]) -> None:
+def render_page(rt: PageRuntime, window: str, picked: list[str]) -> None:
     nodes = loaders.load_nodes(rt.store)
     for n in nodes:
         if n.get("gpu_error"):
@@ -101,7 +101,7 @@ def render_page(rt: Runtime, window: str, picked: list[str]) -> None:
     render_processes(gpus)
 
 
-def render(rt: Runtime) -> None:
+def render(rt: PageRuntime) -> None:
     """The GPUs page for runtime `rt` (app.py has drawn the shared frame)."""
     st.title("GPUs")
     # The controls stay outside the live fragment: a refresh never resets what the viewer picked.

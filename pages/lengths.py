@@ -12,7 +12,7 @@ import json
 import streamlit as st
 
 from components import cards, figures, jobs, loaders, page, tables, whatif_view
-from components.context import Runtime
+from components.context import PageRuntime
 from components.format import md_escape
 from runhealth import continuation, whatif
 from runhealth.health import level
@@ -23,7 +23,7 @@ CONTINUATION_N = 300
 WHATIF_REFRESH_S = 60  # the fit (with its bootstrap) is too heavy to redo every poll
 
 
-def render_summary(rt: Runtime, s: dict) -> None:
+def render_summary(rt: PageRuntime, s: dict) -> None:
     tok, est = s["tokens"], "" if s["length_source"] == "completion_tokens" else " (chars/4 estimate)"
     cards.render_tiles([cards.truncation_tile(s, rt.config.truncation_warn_fraction, rt.config.truncation_alert_fraction),
                         *[cards.tile(k.upper(), f"{tok[k]:,}" if tok[k] is not None else "—", f"tokens{est}")
@@ -34,7 +34,7 @@ def render_summary(rt: Runtime, s: dict) -> None:
         st.warning(f"{s['estimated_count']:,} completions have no completion_tokens: their lengths are chars/4 estimates and {use}.")
 
 
-def render_groups(rt: Runtime, ceiling) -> None:
+def render_groups(rt: PageRuntime, ceiling) -> None:
     by = st.radio("Truncation by", ["node", "shard"], horizontal=True, key=f"{PREFIX}_group_radio")
     df = loaders.load_group_lengths(rt.store, by, ceiling)
     for _, g in df[df["drift"]].iterrows():
@@ -52,7 +52,7 @@ def render_groups(rt: Runtime, ceiling) -> None:
                                        "group": st.column_config.TextColumn(by, width="large")}, width="stretch")
 
 
-def render_whatif(rt: Runtime, data: dict, thr: dict) -> None:
+def render_whatif(rt: PageRuntime, data: dict, thr: dict) -> None:
     s, hist = data["summary"], data["hist"]
     ceiling = s["ceiling"]
     st.subheader("What if max_tokens were raised?")
@@ -97,7 +97,7 @@ def continuation_job(collector, config, limit: int, ceiling: int) -> dict:
             "sampled": len(samples), "errors": errors, "problems": built["problems"], "limit": limit}
 
 
-def render_continuation(rt: Runtime, limit: int, ceiling: int) -> None:
+def render_continuation(rt: PageRuntime, limit: int, ceiling: int) -> None:
     """A JSONL of continuation requests to measure the answer instead of modelling it."""
     key = f"{PREFIX}_continuation_job"
     if st.button(f"Prepare continuation batch ({CONTINUATION_N} truncated samples)", key=f"{PREFIX}_continuation_button",
@@ -123,7 +123,7 @@ def render_continuation_result(key: str) -> None:
                    "Run the batch and compare lengths with the new limit.")
 
 
-def render_server_note(rt: Runtime, summary: dict) -> None:
+def render_server_note(rt: PageRuntime, summary: dict) -> None:
     """Length stops below the ceiling, and the server's own counter, each under its own name."""
     below, n = summary["length_below_ceiling"], summary["length_count"] or 1
     if summary["ceiling"]:
@@ -135,7 +135,7 @@ def render_server_note(rt: Runtime, summary: dict) -> None:
                    f"stops included): {server[0]:.1%} of {server[1]:,.0f} finished requests stopped by length.")
 
 
-def render_page(rt: Runtime) -> None:
+def render_page(rt: PageRuntime) -> None:
     nodes = loaders.load_nodes(rt.store)
     cards.render_indexing(nodes)
     data = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)
@@ -165,7 +165,7 @@ def render_page(rt: Runtime) -> None:
                    " of log bins (at most 4.4% above the exact value); the share at the ceiling is exact.")
 
 
-def render_whatif_live(rt: Runtime) -> None:
+def render_whatif_live(rt: PageRuntime) -> None:
     data = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)
     if not data["summary"]["completions"]:
         return
@@ -176,7 +176,7 @@ def render_whatif_live(rt: Runtime) -> None:
         st.info("No max_tokens ceiling found in the data (none configured, no pile-up detected): nothing is cut at a limit.")
 
 
-def render(rt: Runtime) -> None:
+def render(rt: PageRuntime) -> None:
     """The Output lengths page for runtime `rt` (app.py has drawn the shared frame)."""
     st.title("Output lengths")
     page.live(rt, render_page, rt)

@@ -12,7 +12,7 @@ import time
 import streamlit as st
 
 from components import cards, loaders, page, tables
-from components.context import Runtime
+from components.context import PageRuntime
 from components.format import fmt_bytes, md_escape
 from components.outbound import render_outbound
 from runhealth import derived
@@ -23,7 +23,7 @@ TITLE, ICON, URL_PATH = "Nodes", ":material/dns:", "Nodes"
 MAX_NODE_CARDS = 32
 
 
-def render_node(rt: Runtime, node: dict, now: float, shards) -> None:
+def render_node(rt: PageRuntime, node: dict, now: float, shards) -> None:
     cards.render_node_card(node, rt.config.stale_after, now)
     left, right = st.columns([3, 2])
     details = tables.node_details(node, now, loaders.load_hosts(rt.store).get(node["name"]))
@@ -41,7 +41,7 @@ def render_node(rt: Runtime, node: dict, now: float, shards) -> None:
                          .rename(columns={"offset": "indexed"}), hide_index=True, width="stretch")
 
 
-def render_page(rt: Runtime) -> None:
+def render_page(rt: PageRuntime) -> None:
     now = time.time()
     nodes = loaders.load_nodes(rt.store)
     if not nodes:
@@ -60,7 +60,7 @@ def render_page(rt: Runtime) -> None:
     page.guarded(render_outbound)(rt)
 
 
-def shown_nodes(rt: Runtime, nodes: list[dict], now: float) -> list[dict]:
+def shown_nodes(rt: PageRuntime, nodes: list[dict], now: float) -> list[dict]:
     """Every node's card, or past MAX_NODE_CARDS (512 cards took 16 s, bench/fleet.py): the
     nodes that are not up, then the ones picked."""
     if len(nodes) <= MAX_NODE_CARDS:
@@ -73,7 +73,7 @@ def shown_nodes(rt: Runtime, nodes: list[dict], now: float) -> list[dict]:
     return troubled[:MAX_NODE_CARDS] + [n for n in nodes if n["name"] in picked and n not in troubled]
 
 
-def render(rt: Runtime) -> None:
+def render(rt: PageRuntime) -> None:
     """The Nodes page for runtime `rt` (app.py has drawn the shared frame)."""
     st.title("Nodes")
     st.caption(f"up = polled within {fmt_age(rt.config.stale_after)}; stale = older; down = never reached, "

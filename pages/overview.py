@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from components import alerts, cards, figures, loaders, page, tables
-from components.context import Runtime
+from components.context import PageRuntime
 from runhealth.health import HW_THROTTLE
 
 PREFIX = "overview"
@@ -30,7 +30,7 @@ def make_heatstrip_figure(gpus: pd.DataFrame, now: float, stale_after: float):
     return figures.make_gpu_heatstrip_figure(gpus[HEAT_COLUMNS].assign(label=label))
 
 
-def render_live(rt: Runtime) -> None:
+def render_live(rt: PageRuntime) -> None:
     """The live tiles; one fragment so a refresh redraws in place, no flicker of the page."""
     cfg, now = rt.config, time.time()
     nodes = loaders.load_nodes(rt.store)
@@ -73,7 +73,7 @@ def render_live(rt: Runtime) -> None:
             st.caption("The throughput chart appears once a few minutes of polls are in (the first scan is not counted).")
 
 
-def render(rt: Runtime) -> None:
+def render(rt: PageRuntime) -> None:
     """The Overview for runtime `rt` (app.py has drawn the shared frame)."""
     st.markdown(page.BIG_ALERTS_CSS, unsafe_allow_html=True)
     if rt.demo:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from components import cards, loaders, page, tables
-from components.context import Runtime
+from components.context import PageRuntime
 from components.format import fmt_clock, md_escape
 from runhealth import loops, stats
 
@@ -19,19 +19,21 @@ TITLE, ICON, URL_PATH = "Samples", ":material/search:", "Samples"
 REASONS = {"all completions": None, "truncated only (finish_reason = length)": "length"}
 
 
-def render_controls(rt: Runtime) -> None:
+def render_controls(rt: PageRuntime) -> None:
     c1, c2, c3 = st.columns([1, 2, 2], vertical_alignment="bottom")
     n = int(c1.number_input("Sample size", min_value=1, max_value=2000, value=50, key=f"{PREFIX}_n_input"))
     reason = REASONS[c2.selectbox("Draw from", list(REASONS), key=f"{PREFIX}_reason_select")]
-    if c3.button("Re-sample", key=f"{PREFIX}_resample_button", type="primary", disabled=rt.collector is None,
-                 help="Draw a fresh uniform sample from every node's shards" if rt.collector else "The collector is off"):
-        batch = rt.collector.request_sample(n, reason)
+    collector = rt.collector
+    if c3.button("Re-sample", key=f"{PREFIX}_resample_button", type="primary", disabled=collector is None,
+                 help="Draw a fresh uniform sample from every node's shards" if collector else "The collector is off") \
+            and collector is not None:
+        batch = collector.request_sample(n, reason)
         st.session_state.setdefault(f"{PREFIX}_filters", {})[batch] = reason
         st.session_state[f"{PREFIX}_waiting"] = batch
         loaders.load_samples.clear()
 
 
-def render_pending(rt: Runtime) -> None:
+def render_pending(rt: PageRuntime) -> None:
     """'sampling…' until the batch lands; then one full rerun to show it."""
     got = loaders.load_samples(rt.store)
     if got["pending"]:
@@ -40,7 +42,7 @@ def render_pending(rt: Runtime) -> None:
         st.rerun(scope="app")
 
 
-def render_rates(rt: Runtime, samples: list[dict], batch: int, ceiling: int | None) -> None:
+def render_rates(rt: PageRuntime, samples: list[dict], batch: int, ceiling: int | None) -> None:
     summary = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["summary"]
     filtered = st.session_state.get(f"{PREFIX}_filters", {}).get(batch) == "length" or all(
         s["finish_reason"] == "length" for s in samples)
@@ -79,7 +81,7 @@ def label(s: dict) -> str:
     return f"{s['node']} · {(s['path'] or '').rsplit('/', 1)[-1]}:{s['line_no']} · {s['tokens']} tok · {s['finish_reason']}{loop}"
 
 
-def render(rt: Runtime) -> None:
+def render(rt: PageRuntime) -> None:
     """The Samples page for runtime `rt` (app.py has drawn the shared frame)."""
     st.title("Samples")
     page.guarded(render_controls)(rt)
