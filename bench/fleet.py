@@ -143,7 +143,7 @@ def measure(n: int, args, tmp: Path) -> dict:
 
 def render_pages(store_path: Path, config) -> dict[str, float]:
     import streamlit as st
-    from streamlit.testing.v1 import AppTest
+    from apppage import open_page
 
     for name in list(logging.root.manager.loggerDict):
         if name.startswith("streamlit"):
@@ -155,11 +155,11 @@ def render_pages(store_path: Path, config) -> dict[str, float]:
     toml.write_text("\n".join(lines) + "\n")
     os.environ.update(RUNHEALTH_CONFIG=str(toml), RUNHEALTH_COLLECTOR="off")
     out = {}
-    for page in ("app.py", "pages/2_GPUs.py", "pages/4_Nodes.py"):
+    for page in ("overview", "gpus", "nodes"):
         st.cache_data.clear()
         st.cache_resource.clear()
         start = time.perf_counter()
-        at = AppTest.from_file(str(ROOT / page), default_timeout=600).run()
+        at = open_page(page, timeout=600).run()
         out[page] = time.perf_counter() - start
         assert not at.exception, [e.value for e in at.exception]
     return out

@@ -58,6 +58,7 @@ def scan_growth(sizes_gb: list[float], tmp: Path) -> None:
 
 def page_growth(hours: list[float], tmp: Path) -> None:
     import streamlit as st
+    from apppage import open_page
     from store_fixtures import build_run, write_config
     from streamlit.testing.v1 import AppTest
 
@@ -79,11 +80,11 @@ def page_growth(hours: list[float], tmp: Path) -> None:
                 if name.startswith("streamlit"):
                     logging.getLogger(name).setLevel(logging.ERROR)
             AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
-        for page in ("app.py", "pages/2_GPUs.py"):
+        for page in ("overview", "gpus"):
             st.cache_data.clear()
             st.cache_resource.clear()
             start = time.perf_counter()
-            at = AppTest.from_file(str(ROOT / page), default_timeout=120).run()
+            at = open_page(page, timeout=120).run()
             times.append(time.perf_counter() - start)
             assert not at.exception, at.exception
         first = first or times[0]

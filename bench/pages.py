@@ -5,7 +5,7 @@ every run, so this is the cold cost a new viewer pays) and, as the baseline meas
 same run, what a dashboard that skips SQL aggregation pays: read every raw GPU row into pandas
 and hand it to plotly. Prints a table with the ratio, and the process RSS. Not a pass/fail test.
 
-    python bench/pages.py [--runs 3] [--pages app.py,pages/1_Output_lengths.py] [--keep DIR] [--scenario fleet]
+    python bench/pages.py [--runs 3] [--pages overview,lengths] [--keep DIR] [--scenario fleet]
 
 --scenario fleet: 64 nodes x 8 GPUs (512), 6 h of 30 s polls, instead of the default "big".
 
@@ -29,11 +29,11 @@ from pathlib import Path
 import pandas as pd
 import plotly.express as px
 import streamlit as st
-from streamlit.testing.v1 import AppTest
+from apppage import SCREENS, open_page
 
 ROOT = Path(__file__).resolve().parent.parent
 
-PAGES = ["app.py", "pages/1_Output_lengths.py", "pages/2_GPUs.py", "pages/3_Samples.py", "pages/4_Nodes.py"]
+PAGES = SCREENS
 
 
 def quiet_streamlit() -> None:
@@ -47,7 +47,7 @@ def render_s(page: str) -> float:
     st.cache_data.clear()
     st.cache_resource.clear()
     start = time.perf_counter()
-    at = AppTest.from_file(str(ROOT / page), default_timeout=120).run()
+    at = open_page(page, timeout=120).run()
     elapsed = time.perf_counter() - start
     if at.exception:
         raise SystemExit(f"{page} raised: {at.exception[0].message}")
@@ -67,7 +67,7 @@ def baseline_raw_gpu_s(db_path: Path) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--pages", default=",".join(PAGES), help="comma-separated page files")
+    parser.add_argument("--pages", default=",".join(PAGES), help="comma-separated screens (pages/<name>.py)")
     parser.add_argument("--keep", type=Path, help="build the store here once and reuse it")
     parser.add_argument("--scenario", default="big", choices=["big", "fleet"],
                         help="big: 8 nodes x 8 GPUs, 24 h; fleet: 64 nodes x 8 GPUs, 6 h")

@@ -17,12 +17,14 @@ import dataclasses
 import os
 import threading
 from pathlib import Path
+from typing import Protocol, cast
 
 import streamlit as st
 
 from runhealth import demo
 from runhealth.collector import Collector
 from runhealth.config import RunConfig, RunContext, find_config_path, load_config
+from runhealth.demo import Simulator
 from runhealth.errors import RunhealthError
 from runhealth.outbound import Outbound, start_outbound
 from runhealth.store import Store
@@ -40,12 +42,35 @@ class Runtime:
     demo: bool = False  # context.demo, kept as its own field for the pages
     context: RunContext = dataclasses.field(default_factory=RunContext)  # where the config came from
     config_error: str | None = None
-    simulator: demo.Simulator | None = None
+    simulator: Simulator | None = None
     notice: str | None = None  # why this process is not collecting, when it is not
     config_path: Path | None = None  # the file loaded, absolute; None: the built-in demo
     signature: tuple | None = None  # config_signature() when built: a change means rebuild
     follows_file: bool = False  # held by get_runtime(), which rebuilds it when the file changes
     outbound: Outbound | None = None  # /metrics and webhooks, served by the process that collects
+
+
+class PageRuntime(Protocol):
+    """What a page's render(rt) reads: a runtime whose config loaded (app.py stops before any
+    page when it did not), so config and store are never None here."""
+
+    @property
+    def config(self) -> RunConfig: ...
+    @property
+    def store(self) -> Store: ...
+    @property
+    def collector(self) -> Collector | None: ...
+    @property
+    def demo(self) -> bool: ...
+    @property
+    def outbound(self) -> Outbound | None: ...
+
+
+def ready(rt: Runtime) -> PageRuntime:
+    """`rt` as a page sees it; only for a runtime whose config loaded (page.setup checked)."""
+    if rt.config is None or rt.store is None:
+        raise ValueError(f"no run to show: {rt.config_error or 'no run configured'}")
+    return cast(PageRuntime, rt)
 
 
 def collecting() -> bool:
@@ -82,9 +107,9 @@ def build_runtime_for(path: Path | None, previous: Runtime | None = None) -> Run
                     simulator = None
             config = demo.demo_config(metrics_port=simulator.metrics_port if simulator else None)
             context = demo.DEMO_CONTEXT
-        keep = previous is not None and previous.store is not None and \
-            previous.store.path == config.resolved_store_path()
-        store = previous.store if keep else Store(config.resolved_store_path())
+        kept = previous.store if previous is not None else None
+        store = kept if kept is not None and kept.path == config.resolved_store_path() else \
+            Store(config.resolved_store_path())
     except RunhealthError as exc:
         return Runtime(config=None, store=None, config_error=str(exc), config_path=path,
                        signature=config_signature(path))
@@ -125,17 +150,18 @@ def get_runtime() -> Runtime:
     path = _config_path()
     with holder.lock:
         old = holder.runtime
-        if old is None or old.config_path != path or old.signature != config_signature(path):
-            if old is not None and old.outbound is not None:
-                old.outbound.stop()  # frees the /metrics port and ends its webhook senders
-            if old is not None and old.collector is not None:
-                old.collector.stop()  # releases the store's collector lock for the new collector
-            new = build_runtime_for(path, previous=old)
-            if old is not None and old.simulator is not None and old.simulator is not new.simulator:
-                old.simulator.stop()  # the demo is no longer shown
-            new.follows_file = True
-            holder.runtime = new
-        return holder.runtime
+        if old is not None and old.config_path == path and old.signature == config_signature(path):
+            return old
+        if old is not None and old.outbound is not None:
+            old.outbound.stop()  # frees the /metrics port and ends its webhook senders
+        if old is not None and old.collector is not None:
+            old.collector.stop()  # releases the store's collector lock for the new collector
+        new = build_runtime_for(path, previous=old)
+        if old is not None and old.simulator is not None and old.simulator is not new.simulator:
+            old.simulator.stop()  # the demo is no longer shown
+        new.follows_file = True
+        holder.runtime = new
+        return new
 
 
 def is_stale(rt: Runtime) -> bool:

@@ -14,6 +14,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from runhealth.health import level
+
 DARK = "plotly_dark"
 STOP_COLOUR = "#4C9AFF"
 CEILING_COLOUR = "#FFB000"  # the highlight of the ceiling spike
@@ -119,7 +121,8 @@ def make_truncation_by_group_figure(df: pd.DataFrame, warn: float, alert: float)
 
     `df` columns: group, fraction, lo, hi, ceiling, drift (bool: this group's ceiling differs).
     """
-    colours = [ALERT_COLOUR if d else (ALERT_COLOUR if f >= alert else CEILING_COLOUR if f >= warn else STOP_COLOUR)
+    by_level = {"alert": ALERT_COLOUR, "warn": CEILING_COLOUR, "ok": STOP_COLOUR}
+    colours = [ALERT_COLOUR if d else by_level[level(f, warn, alert)]
                for f, d in zip(df["fraction"], df["drift"], strict=False)]
     labels = [f"{f:.1%}" + (f" · ceiling {int(c):,} differs" if d else "")
               for f, c, d in zip(df["fraction"], df["ceiling"].fillna(0), df["drift"], strict=False)]

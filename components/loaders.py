@@ -3,14 +3,16 @@
 Each `load_*` is an `st.cache_data` function with a short ttl (the collector writes every few
 seconds) and a `max_entries` bound; the store itself aggregates in SQL, so what comes back is
 small (count tables, bucketed series), never raw rows. The Store argument is hashed by its
-path, so two stores never share a cache entry. The pure helpers below the loaders (node
-status, alerts, formatting) are what the pages and cards use to turn that data into words.
+path, so two stores never share a cache entry. This module holds only cached reads: shaping
+lives in components/tables.py, words in components/format.py and components/alerts.py, rules
+in the core (runhealth.alerts, runhealth.health).
 """
 
 from __future__ import annotations
 
-import os
+import hashlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -18,11 +20,11 @@ import streamlit as st
 
 from runhealth import rollup
 from runhealth.analysis import lengthtime, stats, whatif
-from runhealth.health import DOWN_AFTER_STALE, fmt_age, node_status, stale_after_s  # noqa: F401 - one definition, re-exported
+from runhealth.health import stale_after_s
 from runhealth.store import Store
 
 TTL_S = 3
-_HASH = {Store: lambda s: str(s.path)}
+_HASH: dict[str | type[Any], Callable[[Any], Any]] = {Store: lambda s: str(s.path)}
 THROUGHPUT_WINDOW_S = 300
 HEALTH_LOOKBACK_S = 3600  # the hour the rate-drop median is taken over
 SERVER_GAUGES = ("sglang:gen_throughput",)
@@ -138,8 +140,7 @@ def load_throughput(store: Store, interval_s: float) -> dict[str, Any]:
         per_node: dict[str, list] = {}
         for m in store.metric_series(name, since_unix=now - THROUGHPUT_WINDOW_S):
             per_node.setdefault(m["node"], []).append((m["ts_unix"], m["value"]))
-        node_rates = [rates.counter_rate(s) for s in per_node.values()]
-        node_rates = [r for r in node_rates if r is not None]
+        node_rates = [r for r in (rates.counter_rate(s) for s in per_node.values()) if r is not None]
         if node_rates:
             server = (server or 0.0) + float(sum(node_rates))
     bucket_s = stale_after_s(interval_s)  # a few polls
@@ -223,38 +224,6 @@ def load_gpu_series(store: Store, since_unix: float | None, max_points: int = 40
     return df
 
 
-def short_group_labels(df: pd.DataFrame, top_n: int = 25) -> pd.DataFrame:
-    """Groups with short labels (the common prefix removed; `group` keeps the full name) and, when
-    there are more than top_n, the top_n by truncation plus one row summing the rest."""
-    if df.empty:
-        return df.assign(label=[])
-    names = df["group"].tolist()
-    cut = len(os.path.commonprefix(names)) if len(names) > 1 else 0
-    cut = names[0].rfind("/", 0, cut) + 1 if "/" in names[0][:cut] else cut  # keep whole path parts
-    out = df.assign(label=[n[cut:] or n for n in names]).sort_values("fraction", ascending=False, kind="stable")
-    if len(out) <= top_n:
-        return out
-    top, rest = out.iloc[:top_n], out.iloc[top_n:]
-    n, at = int(rest["completions"].sum()), int(rest["at_ceiling"].sum())
-    lo, hi = stats.wilson_interval(at, n)
-    other = {"group": f"{len(rest):,} other groups", "label": f"{len(rest):,} others", "completions": n,
-             "at_ceiling": at, "fraction": at / n if n else 0.0, "lo": lo, "hi": hi, "ceiling": None, "drift": False}
-    return pd.concat([top, pd.DataFrame([other])], ignore_index=True)
-
-
-def gpu_bands(df: pd.DataFrame, value: str, points: int = 240) -> pd.DataFrame:
-    """Per node and time step: median, min and max of `value` across the node's GPUs."""
-    if df.empty:
-        return pd.DataFrame(columns=["node", "t_unix", "median", "min", "max", "gpus"])
-    span = float(df["ts_unix"].max() - df["ts_unix"].min()) or 1.0
-    step = max(span / points, 1.0)
-    t = (df["ts_unix"] // step) * step
-    g = df.assign(t_unix=t).groupby(["node", "t_unix"])[value]
-    out = g.agg(["median", "min", "max"]).join(df.assign(t_unix=t).groupby(["node", "t_unix"])["gpu"].nunique()
-                                                .rename("gpus"))
-    return out.reset_index()
-
-
 @_cache(ttl=2, max_entries=4)
 def load_samples(store: Store) -> dict[str, Any]:
     return {"latest": store.latest_sample_batch(), "pending": store.pending_sample_batch()}
@@ -265,25 +234,25 @@ def whatif_curve_limits(ceiling: int, chosen: int) -> tuple[int, ...]:
     return tuple(sorted({int(ceiling * f) for f in (1.25, 1.5, 2, 2.5, 3, 4)} | {chosen}))
 
 
+def hist_key(hist: stats.LengthHist) -> str:
+    """A digest of the histogram's content (every (tokens, finish_reason, estimated, count) row):
+    the what-if's cache key. Its total alone is not enough: two runs, or one run before and after
+    its lengths moved, can hold the same number of completions."""
+    return hashlib.blake2b(repr(hist.rows()).encode(), digest_size=16).hexdigest()
+
+
+def load_whatif(hist: stats.LengthHist, ceiling: int, new_limit: int, loop_sample: tuple[int, int] | None,
+                bootstrap: int = 200) -> whatif.WhatIf:
+    """`what_if` is a model fit and a back-test: cached per (histogram content, limit, loop sample)
+    for a minute; the chart's curve comes from the same fits."""
+    return _load_whatif(hist, hist_key(hist), ceiling, new_limit, loop_sample, bootstrap)
+
+
 @st.cache_data(ttl=60, max_entries=32, show_spinner=False)
-def load_whatif(_hist: stats.LengthHist, hist_key: str, ceiling: int, new_limit: int,
-                loop_sample: tuple[int, int] | None, bootstrap: int = 200) -> whatif.WhatIf:
-    """`what_if` is a model fit and a back-test: cached per (run size, limit, loop sample) for a
-    minute; the chart's curve comes from the same fits."""
+def _load_whatif(_hist: stats.LengthHist, content_key: str, ceiling: int, new_limit: int,
+                 loop_sample: tuple[int, int] | None, bootstrap: int) -> whatif.WhatIf:
     return whatif.what_if(_hist, ceiling, new_limit, loop_sample=loop_sample, bootstrap=bootstrap,
                           curve_limits=whatif_curve_limits(ceiling, new_limit))
-
-
-def whatif_curve(result: whatif.WhatIf) -> pd.DataFrame:
-    """Projected share still truncated against the limit, starting at today's share at the ceiling:
-    the calibrated interval (lo, hi) and the spread across the models (band_lo, band_hi)."""
-    now = result.current_truncated_fraction
-    rows = [{"limit": result.ceiling_tokens, "fraction": now, "lo": now, "hi": now, "band_lo": now, "band_hi": now}]
-    for point in result.curve:
-        band = list(point["band"].values())
-        rows.append({"limit": point["limit"], "fraction": point["truncated_fraction"], "lo": point["interval"][0],
-                     "hi": point["interval"][1], "band_lo": min(band), "band_hi": min(now, max(band))})
-    return pd.DataFrame(rows, columns=["limit", "fraction", "lo", "hi", "band_lo", "band_hi"])
 
 
 @_cache()
@@ -303,83 +272,5 @@ def load_server_metrics(store: Store) -> pd.DataFrame:
     return pd.DataFrame(rows).pivot(index="name", columns="node", values="value")
 
 
-def fmt_clock(ts: float) -> str:
-    """A wall-clock time for "since when" sentences (the dashboard host's time zone)."""
-    return time.strftime("%H:%M:%S", time.localtime(ts))
 
 
-def health_alerts(health: dict[str, Any], nodes: list[dict], stale_after: float, stall_after: float,
-                  target_reached: bool = False) -> list[tuple[str, str]]:
-    """Stall and rate-drop alerts: the run, then each node that stopped while others write."""
-    from runhealth import health as core
-
-    if target_reached:
-        return []
-    now = health["now"]
-    live = {n["name"] for n in nodes if node_status(n, now, stale_after)[0] == "up"}
-    found = core.stalls(health["per_node"], now, stall_after, live)
-    out: list[tuple[str, str]] = []
-    if found["run"] is not None:
-        since = found["run"]
-        out.append(("error", f"Run stalled: no new completions from any node since {fmt_clock(since)} "
-                             f"({fmt_age(now - since)}; alert after {fmt_age(stall_after)})."))
-    else:
-        for node, since in sorted(found["nodes"].items()):
-            out.append(("warning", f"{node}: no new completions for {fmt_age(now - since)} "
-                                   f"(since {fmt_clock(since)}) while other nodes write."))
-        if health.get("drop_median") is not None:
-            out.append(("warning", f"Throughput dropped: {fmt_rate(health['tokens_per_s_1m'])} tok/s over the last "
-                                   f"minute, below half the last hour's median ({fmt_rate(health['drop_median'])} tok/s)."))
-    return out
-
-
-def server_length_share(metrics: pd.DataFrame) -> tuple[float, float] | None:
-    """vLLM's own count: (share of finished requests stopped by length, requests), all nodes."""
-    names = {r: f'vllm:request_success_total{{finished_reason="{r}"}}' for r in ("stop", "length", "abort")}
-    if metrics.empty or names["length"] not in metrics.index:
-        return None
-    counts = {r: float(metrics.loc[n].sum()) if n in metrics.index else 0.0 for r, n in names.items()}
-    total = sum(counts.values())
-    return (counts["length"] / total, total) if total else None
-
-
-# -- pure helpers -----------------------------------------------------------------------------
-def fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "N/A"
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
-
-
-def fmt_rate(x: float | None) -> str:
-    if x is None:
-        return "N/A"
-    return f"{x / 1000:,.1f}K" if x >= 10_000 else f"{x:,.0f}"
-
-
-def run_alerts(summary: stats.Summary | None, nodes: list[dict], now: float, stale_after: float, warn: float,
-               alert: float, last_collection: float | None) -> list[tuple[str, str]]:
-    """One-sentence alerts, most serious first: [(level "error"|"warning", text)]."""
-    out: list[tuple[str, str]] = []
-    if last_collection is not None and now - last_collection > stale_after:
-        out.append(("error", f"No successful collection for {fmt_age(now - last_collection)}: these numbers are old."))
-    for message in sorted({n["store_error"] for n in nodes if n.get("store_error")}):
-        out.append(("error", f"{message} — new data is not being saved (see Nodes)."))
-    for n in nodes:
-        state, why = node_status(n, now, stale_after)
-        if state in ("down", "stale"):
-            out.append(("error" if state == "down" else "warning", f"{n['name']} {why}"))
-        for glob in n.get("unmatched_globs") or []:
-            out.append(("warning", f"No shard matched {glob} on {n['name']}."))
-        if n.get("shard_errors"):
-            out.append(("warning", f"{n['name']}: {n['shard_errors']} shard(s) cannot be read (see Nodes)."))
-    if summary and summary.completions and summary.ceiling_tokens:
-        frac = summary.at_ceiling_fraction
-        if frac >= warn:
-            out.append(("error" if frac >= alert else "warning",
-                        f"{frac:.1%} of completions stop at the {summary.ceiling_tokens:,}-token ceiling."))
-    out.sort(key=lambda a: a[0] != "error")
-    return out

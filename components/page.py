@@ -1,9 +1,10 @@
-"""Page setup shared by every screen: layout, runtime, access check and the sidebar.
+"""The frame every screen shares: layout, access check, kiosk mode and the sidebar.
 
-`setup()` is the first call of every page. It stops the page with a plain `st.error` when the
-config is wrong (the message names file, node and field), applies the optional allow-list, and
-draws the sidebar every screen shares: run name, DEMO badge, how old the data is (red once it
-is older than stale_after: a frozen screen must never look healthy) and "Refresh now".
+app.py calls `setup()` after `st.navigation` and before the chosen page's `render(rt)`. It
+stops the page with a plain `st.error` when the config is wrong (the message names file, node
+and field), applies the optional allow-list, and draws the sidebar every screen shares under
+Streamlit's navigation: run name, DEMO badge, how old the data is (red once it is older than
+stale_after: a frozen screen must never look healthy) and "Refresh now".
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import time
 
 import pandas as pd
 import streamlit as st
-from streamlit.errors import StreamlitAPIException
+from streamlit.navigation.page import StreamlitPage
 
-from components import cards, context, loaders
+from components import cards, context, loaders, tables
+from components.format import fmt_clock, md_escape
+from runhealth.health import fmt_age, node_status
 
 CSS = """
 <style>
@@ -87,56 +90,47 @@ LIGHT_CSS = """
 [data-testid="stApp"] .js-plotly-plot text {fill: #1A1D23 !important}
 </style>
 """
-# Prefix -> script, in kiosk rotation order (Nodes joins only while a node is down).
-SCRIPTS = {"overview": "app.py", "lengths": "pages/1_Output_lengths.py", "gpus": "pages/2_GPUs.py",
-           "samples": "pages/3_Samples.py", "nodes": "pages/4_Nodes.py"}
-KIOSK_ROTATION = ("overview", "lengths", "gpus")
+KIOSK_ROTATION = ("overview", "lengths", "gpus")  # Nodes joins only while a node is down
 ERROR_PREFIX = "Could not draw this part of the page"
-# Our own navigation (the built-in one is off in config.toml): it would list the Overview,
-# whose script must be app.py, as "app".
-NAV = [("app.py", "Overview", ":material/monitor_heart:"),
-       ("pages/1_Output_lengths.py", "Output lengths", ":material/straighten:"),
-       ("pages/2_GPUs.py", "GPUs", ":material/memory:"),
-       ("pages/3_Samples.py", "Samples", ":material/search:"),
-       ("pages/4_Nodes.py", "Nodes", ":material/dns:")]
 DEMO_TEXT = "DEMO — simulated run; add runhealth.toml to monitor real nodes"
 
 
-def setup(title: str, prefix: str) -> context.Runtime:
-    """Configure the page and return the runtime; stops the page on a config or access error."""
+def setup(rt: context.Runtime, title: str, prefix: str, pages: dict[str, StreamlitPage]) -> None:
+    """Configure the page for screen `prefix` (`pages`: every screen by prefix, for the kiosk
+    rotation); stops the page on a config or access error."""
     st.set_page_config(page_title=f"{title} · runhealth", page_icon="🩺", layout="wide")
     st.markdown(CSS, unsafe_allow_html=True)
-    rt = context.get_runtime()
     if rt.config_error or rt.config is None or rt.store is None:
         st.error(f"runhealth cannot start: {rt.config_error or 'no run configured'}")
-        st.info(f"Fix the field named above in {cards.md_escape(rt.config_path or 'the config file')} and reload the page:"
+        st.info(f"Fix the field named above in {md_escape(str(rt.config_path or 'the config file'))} and reload the page:"
                 " the dashboard reloads the file when it changes, no restart needed.")
         st.fragment(run_every=5)(_rerun_when_stale)(rt)  # an open error page clears by itself
         st.stop()
-    _check_access(rt.config.allowed_users)
+    view = context.ready(rt)
+    _check_access(view.config.allowed_users)
     if query_flag("theme", "light"):
         st.markdown(LIGHT_CSS, unsafe_allow_html=True)
     if kiosk():
         st.markdown(KIOSK_CSS, unsafe_allow_html=True)
-        rotate_s = kiosk_rotate_s(rt.config.kiosk_rotate_s)
+        rotate_s = kiosk_rotate_s(view.config.kiosk_rotate_s)
         if rotate_s:
-            st.fragment(run_every=rotate_s)(_kiosk_rotate)(rt, prefix, rotate_s)
+            st.fragment(run_every=rotate_s)(_kiosk_rotate)(view, prefix, rotate_s, pages)
     with st.sidebar:
-        _navigation()
-        st.markdown(f"### {rt.config.name}")
+        st.markdown(f"### {view.config.name}")
         if rt.notice:
             st.info(rt.notice)
         if rt.demo:
             st.markdown('<div class="rh-demo">DEMO</div>', unsafe_allow_html=True)
-        st.caption(cards.md_escape(f"Config: {rt.config_path}" if rt.config_path
+        st.caption(md_escape(f"Config: {rt.config_path}" if rt.config_path
                                    else "Config: none found (--config, RUNHEALTH_CONFIG, ./runhealth.toml)"))
         st.fragment(run_every=5)(guarded(freshness))(rt, compact=True)
-        if st.button("Refresh now", key=f"{prefix}_refresh_button", disabled=rt.collector is None,
-                     help="Poll every node now" if rt.collector else "The collector is off in this process"):
-            rt.collector.request_refresh()
+        collector = rt.collector
+        if st.button("Refresh now", key=f"{prefix}_refresh_button", disabled=collector is None,
+                     help="Poll every node now" if collector else "The collector is off in this process") \
+                and collector is not None:
+            collector.request_refresh()
             loaders.clear_all()
             st.rerun()
-    return rt
 
 
 def query_flag(name: str, value: str = "1") -> bool:
@@ -165,7 +159,7 @@ def next_kiosk_page(current: str, node_down: bool) -> str:
     return order[(order.index(current) + 1) % len(order)]
 
 
-def _kiosk_rotate(rt: context.Runtime, prefix: str, rotate_s: float) -> None:
+def _kiosk_rotate(rt: context.PageRuntime, prefix: str, rotate_s: float, pages: dict[str, StreamlitPage]) -> None:
     """Runs every rotate_s: the first run notes when this page was shown, a later one moves on."""
     shown = st.session_state.get("kiosk_shown")
     now = time.time()
@@ -174,12 +168,12 @@ def _kiosk_rotate(rt: context.Runtime, prefix: str, rotate_s: float) -> None:
         return
     if now - shown[1] < rotate_s - 1.0:
         return
-    down = any(loaders.node_status(n, now, rt.config.stale_after)[0] == "down" for n in loaders.load_nodes(rt.store))
+    down = any(node_status(n, now, rt.config.stale_after)[0] == "down" for n in loaders.load_nodes(rt.store))
     st.session_state["kiosk_shown"] = None
-    st.switch_page(SCRIPTS[next_kiosk_page(prefix, down)], query_params=dict(st.query_params))
+    st.switch_page(pages[next_kiosk_page(prefix, down)], query_params=dict(st.query_params))
 
 
-def live(rt: context.Runtime, fn, *args) -> None:
+def live(rt: context.PageRuntime, fn, *args) -> None:
     """Draw `fn(*args)` in a fragment that redraws itself every collection interval, in place
     (no flicker, widgets inside keep their state), under a line saying when its numbers are from."""
     def body(*a):
@@ -189,29 +183,19 @@ def live(rt: context.Runtime, fn, *args) -> None:
     st.fragment(run_every=max(rt.config.interval_s, 2.0))(body)(*args)
 
 
-def data_header(rt: context.Runtime) -> None:
+def data_header(rt: context.PageRuntime) -> None:
     """"Numbers as of HH:MM:SS"; a red sentence once the last collection is older than stale_after."""
     last = loaders.load_last_collection(rt.store)
     if last is None:
         st.caption("Waiting for the first poll: no numbers yet.")
         return
     age = time.time() - last
-    text = f"Numbers as of {loaders.fmt_clock(last)} ({loaders.fmt_age(age)} ago)"
+    text = f"Numbers as of {fmt_clock(last)} ({fmt_age(age)} ago)"
     if age > rt.config.stale_after:
-        st.error(f"⚠ {text}: older than {loaders.fmt_age(rt.config.stale_after)}, these numbers are stale.")
+        st.error(f"⚠ {text}: older than {fmt_age(rt.config.stale_after)}, these numbers are stale.")
     else:
         st.markdown(f'<div class="rh-asof" style="color:#9AA0AA">{html.escape(text)} · refreshed every '
-                    f"{loaders.fmt_age(max(rt.config.interval_s, 2.0))}</div>", unsafe_allow_html=True)
-
-
-def _navigation() -> None:
-    try:
-        for script, label, icon in NAV:
-            st.page_link(script, label=label, icon=icon)
-    except StreamlitAPIException:
-        # A page run on its own (AppTest of one file) has no app.py entrypoint to link from.
-        return
-    st.divider()
+                    f"{fmt_age(max(rt.config.interval_s, 2.0))}</div>", unsafe_allow_html=True)
 
 
 def guarded(fn):
@@ -222,7 +206,7 @@ def guarded(fn):
         try:
             return fn(*args, **kwargs)
         except Exception as exc:
-            st.error(cards.md_escape(f"{ERROR_PREFIX}: {type(exc).__name__}: {str(exc)[:300]}"))
+            st.error(md_escape(f"{ERROR_PREFIX}: {type(exc).__name__}: {str(exc)[:300]}"))
 
     return wrapper
 
@@ -234,16 +218,17 @@ def _rerun_when_stale(rt: context.Runtime) -> None:
 
 def freshness(rt: context.Runtime, compact: bool = False) -> None:
     """When the last successful collection happened; red once it is older than stale_after."""
-    cards.render_store_incident(rt.store)
     _rerun_when_stale(rt)
-    last = loaders.load_last_collection(rt.store)
+    view = context.ready(rt)
+    cards.render_store_incident(view.store)
+    last = loaders.load_last_collection(view.store)
     if last is None:
         st.markdown("**Waiting for first poll** — no node has answered yet.")
         return
     age = time.time() - last
     clock = time.strftime("%H:%M:%S", time.localtime(last))
-    text = f"Last collection {clock} ({loaders.fmt_age(age)} ago)"
-    if age > rt.config.stale_after:
+    text = f"Last collection {clock} ({fmt_age(age)} ago)"
+    if age > view.config.stale_after:
         st.markdown(f'<span class="rh-age-old">⚠ {text} — data is stale</span>', unsafe_allow_html=True)
     elif compact:
         st.caption(text)
@@ -258,13 +243,13 @@ def download_csv(df: pd.DataFrame, filename: str, prefix: str, label: str = "Dow
                            key=f"{prefix}_csv_download", disabled=df.empty)
 
 
-def download_headline(rt: context.Runtime, prefix: str) -> None:
+def download_headline(rt: context.PageRuntime, prefix: str) -> None:
     """The Overview's headline figures as JSON and CSV (one row), in the sidebar, as of page load."""
     import json
 
     now = time.time()
     summary = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["summary"]
-    record = cards.headline(summary, loaders.load_health(rt.store), loaders.load_nodes(rt.store), rt.config, now,
+    record = tables.headline(summary, loaders.load_health(rt.store), loaders.load_nodes(rt.store), rt.config, now,
                             loaders.load_last_collection(rt.store))
     with st.sidebar:
         st.download_button("Download headline figures (JSON)", json.dumps(record, indent=2).encode("utf-8"),

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TextIO
 
 from runhealth.config import NodeConfig, RunConfig, RunContext, cache_dir
 
@@ -68,7 +69,7 @@ class Simulator:
         self.speedup = speedup
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._lock_file = None
+        self._lock_file: TextIO | None = None
         self._server: http.server.ThreadingHTTPServer | None = None
         self._counter = 0
         self.metrics_port: int | None = None
@@ -161,7 +162,7 @@ class Simulator:
         return self.shard_dir / f"node{node}-gpu{worker}.jsonl"
 
     def write_backlog(self, n: int) -> None:
-        per_worker = [[] for _ in range(WORKERS)]
+        per_worker: list[list[str]] = [[] for _ in range(WORKERS)]
         for _ in range(n):
             per_worker[self.rng.randrange(WORKERS)].append(self.completion_line())
         for worker, lines in enumerate(per_worker):

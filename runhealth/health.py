@@ -29,7 +29,7 @@ import dataclasses
 import math
 import statistics
 import time
-from typing import Any
+from typing import Any, Literal
 
 from runhealth.analysis import rates, stats
 from runhealth.store import Store
@@ -379,3 +379,22 @@ def host_problems(hosts: dict[str, dict[str, Any]], loadavg: dict[str, list[floa
         if load is not None and cpus and load / cpus >= LOAD_PER_CPU_WARN:
             out.append(("warning", f"{node}: CPU load {load:.1f} on {cpus} CPUs"))
     return out
+
+
+# -- one ok / warn / alert rule -----------------------------------------------------------------
+Level = Literal["ok", "warn", "alert"]
+
+
+def level(value: float | None, warn_at: float, alert_at: float) -> Level:
+    """The one threshold rule for a "higher is worse" number: "alert" at or above `alert_at`,
+    "warn" at or above `warn_at`, else "ok" (a missing value is "ok": nothing to alarm on).
+
+    Tiles (components/cards.py), the what-if tile (pages/lengths.py) and the per-group bar
+    colours (components/figures.py) all ask this, so a share exactly at a threshold is the same
+    colour everywhere.
+    """
+    if value is None:
+        return "ok"
+    if value >= alert_at:
+        return "alert"
+    return "warn" if value >= warn_at else "ok"

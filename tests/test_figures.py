@@ -141,12 +141,12 @@ def test_every_figure_is_in_the_dark_template():
 
 
 def test_fleet_views_stay_readable_at_64_nodes_by_8_gpus():
-    from components import loaders
+    from components import tables
 
     rows = [{"node": f"node-{n:02d}", "gpu": g, "ts_unix": 1000.0 + 10 * t, "util_pct": 50.0 + g + (t % 3),
              "power_w": 600.0} for n in range(64) for g in range(8) for t in range(30)]
     df = pd.DataFrame(rows)
-    bands = loaders.gpu_bands(df, "util_pct")
+    bands = tables.gpu_bands(df, "util_pct")
     one = bands[(bands["node"] == "node-00")].iloc[0]
     assert (one["min"], one["max"], one["gpus"]) == (50.0, 57.0, 8) and one["median"] == 53.5
     fig = figures.make_gpu_band_figure(bands, "Utilization", "%", y_range=(0, 100))
@@ -162,13 +162,13 @@ def test_fleet_views_stay_readable_at_64_nodes_by_8_gpus():
 
 
 def test_by_shard_labels_are_short_and_the_tail_is_summarised():
-    from components import loaders
+    from components import tables
 
     df = pd.DataFrame({"group": [f"node-1:/data/run-7/out/shard-{i:04d}.jsonl" for i in range(1000)],
                        "completions": 100, "at_ceiling": [i % 40 for i in range(1000)], "lo": 0.0, "hi": 0.0,
                        "ceiling": 4096, "drift": False})
     df["fraction"] = df["at_ceiling"] / df["completions"]
-    shown = loaders.short_group_labels(df, top_n=25)
+    shown = tables.short_group_labels(df, top_n=25)
     assert len(shown) == 26 and shown.iloc[-1]["label"] == "975 others"
     assert shown.iloc[0]["label"].startswith("shard-") and shown.iloc[0]["fraction"] == 0.39
     assert shown.iloc[-1]["completions"] == 97_500  # the rest is summed, not dropped

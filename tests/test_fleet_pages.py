@@ -19,7 +19,7 @@ def test_gpus_and_nodes_pages_at_40_nodes(tmp_path, monkeypatch):
     build_run(store, now=time.time(), trunc_frac=0.01, nodes=40, polls=3, per_shard=5, down={"node-7": 600})
     store.close()
     config = write_config(tmp_path, tmp_path / "x.sqlite3", nodes=40)
-    at = run_page("pages/2_GPUs.py", config, monkeypatch)
+    at = run_page("gpus", config, monkeypatch)
     assert_clean(at)
     specs = [_spec(chart) for chart in at.get("plotly_chart")]
     history = [s for s in specs if "median of each node's GPUs" in s["layout"]["title"]["text"]]
@@ -29,7 +29,7 @@ def test_gpus_and_nodes_pages_at_40_nodes(tmp_path, monkeypatch):
     names = {d.get("name") for s in specs for d in s.get("data", [])}
     assert "node-1/0" not in names  # never one trace per GPU at this size
     st.cache_data.clear()
-    at = run_page("pages/4_Nodes.py", config, monkeypatch)
+    at = run_page("nodes", config, monkeypatch)
     assert_clean(at)
     page = texts(at)
     assert "40 nodes: details below for the 1 not up" in page

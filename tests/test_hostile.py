@@ -130,7 +130,8 @@ def fill(path) -> None:
 
 
 def test_a_full_disk_under_the_store_is_the_nodes_error_and_an_alert_then_recovers(tmp_path, small_disk):
-    from components import loaders
+    from components import alerts as alert_words
+    from runhealth.alerts import node_status
     from runhealth.collector import Collector
     from runhealth.config import NodeConfig, RunConfig
 
@@ -148,9 +149,9 @@ def test_a_full_disk_under_the_store_is_the_nodes_error_and_an_alert_then_recove
         assert isinstance(result, Exception) and str(result) == "cannot write the history store: disk full"
         node = store.nodes()[0]
         assert node["last_error"] == "cannot write the history store: disk full"
-        state, why = loaders.node_status(node, time.time() + 60, stale_after=30)
+        state, why = node_status(node, time.time() + 60, stale_after=30)
         assert state == "stale" and "disk full" in why
-        alerts = loaders.run_alerts(None, store.nodes(), time.time(), 30, 0.02, 0.05, time.time())
+        alerts = alert_words.run_alerts(None, store.nodes(), time.time(), 30, 0.02, 0.05, time.time())
         assert ("error", "cannot write the history store: disk full — new data is not being saved (see Nodes).") in alerts
         (small_disk / "filler").unlink()  # space returns: the next poll writes everything
         assert not isinstance(collector.poll_once()["n1"], Exception)
@@ -231,7 +232,7 @@ def test_a_recovered_node_reads_healthy_with_its_last_error_as_history(tmp_path,
     store.record_poll("node-1", store_fixtures.poll_reply(last, [], {}), last, rtt_ms=5.0)
     store.close()
     monkeypatch.setattr(time, "time", lambda: last + 5)
-    at = run_page("pages/4_Nodes.py", config, monkeypatch)
+    at = run_page("nodes", config, monkeypatch)
     assert_clean(at)
     shown = texts(at)
     assert "Last error (25 s ago; resolved — polled fine 5 s ago): connection refused" in shown
@@ -319,7 +320,7 @@ def test_the_sidebar_says_the_store_was_deleted_instead_of_a_traceback(tmp_path,
     store, config = store_fixtures.make_store(tmp_path, "healthy")
     store.close()
     try:
-        at = run_page("pages/4_Nodes.py", config, monkeypatch)
+        at = run_page("nodes", config, monkeypatch)
         assert not at.exception
         for path in tmp_path.glob("*.sqlite3*"):
             path.unlink()
@@ -339,7 +340,7 @@ def slow_line(i: int) -> bytes:
 
 
 def test_a_scan_longer_than_the_command_timeout_still_indexes_and_shows_progress(tmp_path):
-    from components import cards
+    from components import tables
 
     shard = tmp_path / "big.jsonl"
     n = 24_000  # ~25 MB: several seconds of json.loads, against a 1 s command timeout
@@ -349,7 +350,7 @@ def test_a_scan_longer_than_the_command_timeout_still_indexes_and_shows_progress
 
     def watch():
         nodes = store.nodes()
-        progress = cards.indexing_progress(nodes)
+        progress = tables.indexing_progress(nodes)
         if progress is not None and "left" in progress[1]:
             seen_progress.append(progress)
         return sum(r["count"] for r in store.length_counts()) == n

@@ -83,7 +83,7 @@ def test_output_lengths_page_draws_lengths_per_hour(tmp_path, monkeypatch):
     for k in range(3):
         lengthtime.record(store, "node-1", _reply([[700, "stop", 0, 82], [4096, "length", 0, 18]]), now - k * HOUR)
     store.close()
-    at = run_page("pages/1_Output_lengths.py", config, monkeypatch)
+    at = run_page("lengths", config, monkeypatch)
     assert_clean(at)
     assert "Per hour of the whole run" in texts(at)
     charts = [c for c in at.get("plotly_chart") if "Lengths per hour" in c.proto.spec]

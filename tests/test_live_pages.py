@@ -72,7 +72,7 @@ def test_every_page_says_so_when_its_numbers_are_stale(tmp_path, monkeypatch):
 
 def test_a_run_that_stopped_writing_raises_no_new_completions(tmp_path, monkeypatch):
     config = stalled_store(tmp_path, ["node-1", "node-2", "node-3", "node-4"])
-    at = run_page("app.py", config, monkeypatch)
+    at = run_page("overview", config, monkeypatch)
     assert_clean(at)
     errors = [e.value for e in at.error]
     assert any("no new completions from any node since" in e for e in errors), errors
@@ -81,7 +81,7 @@ def test_a_run_that_stopped_writing_raises_no_new_completions(tmp_path, monkeypa
 
 def test_one_node_that_stopped_writing_is_named_while_others_write(tmp_path, monkeypatch):
     config = stalled_store(tmp_path, ["node-3"])
-    at = run_page("app.py", config, monkeypatch)
+    at = run_page("overview", config, monkeypatch)
     assert_clean(at)
     warnings = [w.value for w in at.warning]
     assert any(re.match(r"node-3: no new completions for [67] min \(since \d\d:\d\d:\d\d\)", w) for w in warnings), warnings
@@ -94,19 +94,19 @@ def test_one_node_that_stopped_writing_is_named_while_others_write(tmp_path, mon
 def test_truncated_is_one_number_and_context_stops_have_their_own_name(tmp_path, monkeypatch):
     store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
     store.close()
-    at = run_page("pages/1_Output_lengths.py", config, monkeypatch)
+    at = run_page("lengths", config, monkeypatch)
     assert_clean(at)
     page = texts(at)
     assert "length stops below the 4,096 ceiling (context window)" in page
     assert "from the shards" not in page  # the old second "truncated" figure is gone
-    at = run_page("app.py", config, monkeypatch)
+    at = run_page("overview", config, monkeypatch)
     assert "18.0%" in texts(at)
 
 
 def test_a_loop_share_from_a_handful_of_samples_is_not_an_alarm(tmp_path, monkeypatch):
     store, config = store_fixtures.make_store(tmp_path, "ceiling_18")  # 4 truncated samples, 2 loops
     store.close()
-    at = run_page("pages/3_Samples.py", config, monkeypatch)
+    at = run_page("samples", config, monkeypatch)
     assert_clean(at)
     tile = next(m.value for m in at.markdown if "Truncated that loop" in m.value)
     assert "rh-tile muted" in tile and "n = 4" in tile and "too few to judge" in tile
@@ -124,7 +124,7 @@ def test_kiosk_mode_hides_the_chrome_and_enlarges_type(tmp_path, monkeypatch):
     at.run()
     assert_clean(at)
     assert any('[data-testid="stSidebar"]' in m.value and "display: none" in m.value for m in at.markdown)
-    at = run_page("app.py", config, monkeypatch)
+    at = run_page("overview", config, monkeypatch)
     assert not any('[data-testid="stSidebar"]' in m.value for m in at.markdown)  # only in kiosk mode
 
 
@@ -149,7 +149,7 @@ def test_gpu_and_host_problems_are_named_on_overview_gpus_and_nodes(tmp_path, mo
                      "swap_total_bytes": 2**33, "swap_free_bytes": 2**31}
     store.record_poll("node-1", reply, ts, rtt_ms=5.0)
     store.close()
-    at = run_page("app.py", config, monkeypatch)
+    at = run_page("overview", config, monkeypatch)
     assert_clean(at)
     errors, warnings = [e.value for e in at.error], [w.value for w in at.warning]
     assert any("XID 79 on node-1/0 (GPU has fallen off the bus)" in e for e in errors), errors
@@ -157,23 +157,23 @@ def test_gpu_and_host_problems_are_named_on_overview_gpus_and_nodes(tmp_path, mo
     assert any("Throttled by hardware" in w and "node-1/1" in w for w in warnings), warnings
     assert any("node-1: swap 75% used" in w for w in warnings), warnings
     assert "node-1: GPU 7 missing from the latest poll (7 of 8 reporting)" in errors, errors
-    at = run_page("pages/2_GPUs.py", config, monkeypatch)
+    at = run_page("gpus", config, monkeypatch)
     assert_clean(at)
     assert any("XID 79 on node-1/0" in e.value for e in at.error)
-    at = run_page("pages/4_Nodes.py", config, monkeypatch)
+    at = run_page("nodes", config, monkeypatch)
     assert_clean(at)
     assert any("node-1: swap 75% used" in w.value for w in at.warning)
     assert "97% used of 2,048.0 GiB" in texts(at)
 
 
 def test_headline_export_carries_the_standup_figures(tmp_path):
-    from components import cards, loaders
+    from components import loaders, tables
     from runhealth.config import load_config
 
     store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
     cfg = load_config(config)
     summary = loaders.load_run_lengths(store, cfg.max_output_tokens)["summary"]
-    record = cards.headline(summary, loaders.load_health(store), store.nodes(), cfg, time.time(),
+    record = tables.headline(summary, loaders.load_health(store), store.nodes(), cfg, time.time(),
                             store.last_collection_unix())
     assert record["completions"] == summary.completions > 0
     assert record["truncated_pct"] == 18.0 and record["truncated_pct_95ci_low"] < 18.0 < record["truncated_pct_95ci_high"]
@@ -183,14 +183,14 @@ def test_headline_export_carries_the_standup_figures(tmp_path):
 
 
 def test_samples_download_carries_the_text(tmp_path):
-    from components import cards
+    from components import tables
 
     store, _config = store_fixtures.make_store(tmp_path, "ceiling_18")
     samples = store.latest_sample_batch()["samples"]
-    df = cards.samples_export(samples)
+    df = tables.samples_export(samples)
     assert len(df) == len(samples) == 8
     loop = df[df["loop"]].iloc[0]
-    assert loop["text tail"].endswith("The answer is 42. ") and len(loop["text tail"]) == cards.EXPORT_TAIL_CHARS
+    assert loop["text tail"].endswith("The answer is 42. ") and len(loop["text tail"]) == tables.EXPORT_TAIL_CHARS
     assert loop["text head"].startswith("The answer is 42.") and loop["prompt head"].startswith("Solve problem")
     assert df["path"].str.startswith("/data/out/").all()
 
@@ -202,7 +202,7 @@ def test_overview_heatstrip_marks_a_hardware_throttled_gpu(tmp_path, monkeypatch
     devices[1] = store_fixtures.gpu_device(1, 90.0, throttle=("hw_power_brake_slowdown",))
     store.record_poll("node-1", store_fixtures.poll_reply(ts, devices, {}), ts, rtt_ms=5.0)
     store.close()
-    at = run_page("app.py", config, monkeypatch)
+    at = run_page("overview", config, monkeypatch)
     assert_clean(at)
     chart = next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if "GPUs now" in c.proto.spec)
     labels = chart["data"][0]["x"]

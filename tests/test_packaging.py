@@ -79,7 +79,7 @@ def test_dashboard_command(tmp_path, monkeypatch):
     argv, env = launch.dashboard_command(Path("cfg.toml"), 8611, "127.0.0.1", collect=False)
     assert argv[:6] == [sys.executable, "-P", "-m", "streamlit", "run", str(ROOT / "app.py")]
     assert argv[-4:] == ["--server.port", "8611", "--server.address", "127.0.0.1"]
-    assert "--client.showSidebarNavigation" in argv and argv.count("--server.address") == 1
+    assert "--client.toolbarMode" in argv and argv.count("--server.address") == 1
     assert env["RUNHEALTH_CONFIG"] == str(tmp_path / "cfg.toml")  # absolute: streamlit may chdir
     assert env["RUNHEALTH_COLLECTOR"] == "off"
     _, env = launch.dashboard_command(None, 8611, "127.0.0.1", collect=True)

@@ -20,7 +20,8 @@ from components import context
 from components.page import ERROR_PREFIX
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = ["app.py", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "pages").glob("*.py"))]
+# Every screen app.py routes to, by its PREFIX (pages/<prefix>.py).
+PAGES = ["overview", "lengths", "gpus", "samples", "nodes"]
 SCENARIOS = ["healthy", "ceiling_18", "node_down", "empty"]
 TIMEOUT_S = 30
 
@@ -67,10 +68,24 @@ class RecordingCollector:
                  "text": "Proof: ..."}], 1, {}
 
 
-def run_page(path: str, config: Path, monkeypatch) -> AppTest:
+def _app_script(start: str) -> None:
+    import app  # the repository's app.py: the same router `streamlit run app.py` runs
+
+    app.main(start)
+
+
+def open_app(page: str = "overview", timeout: float = TIMEOUT_S) -> AppTest:
+    """The whole app through its router (navigation, shared frame, sidebar), showing `page`.
+
+    AppTest.switch_page() finds st.navigation pages by script file only; ours are functions, so
+    the router is asked to show `page` first instead (what a visit to its URL does)."""
+    return AppTest.from_function(_app_script, args=(page,), default_timeout=timeout)
+
+
+def run_page(page: str, config: Path, monkeypatch) -> AppTest:
     monkeypatch.setenv("RUNHEALTH_CONFIG", str(config))
     monkeypatch.setenv("RUNHEALTH_COLLECTOR", "off")
-    at = AppTest.from_file(str(ROOT / path), default_timeout=TIMEOUT_S)
+    at = open_app(page)
     at.run()
     return at
 
@@ -102,7 +117,7 @@ def test_page_renders_without_exception(page, scenario, stores, monkeypatch):
 
 
 def test_overview_shows_the_ceiling_incident(stores, monkeypatch):
-    at = run_page("app.py", stores["ceiling_18"], monkeypatch)
+    at = run_page("overview", stores["ceiling_18"], monkeypatch)
     assert_clean(at)
     page = texts(at)
     assert "18.0%" in page and "4,096" in page
@@ -110,15 +125,19 @@ def test_overview_shows_the_ceiling_incident(stores, monkeypatch):
 
 
 def test_overview_healthy_run_has_no_truncation_alert(stores, monkeypatch):
-    at = run_page("app.py", stores["healthy"], monkeypatch)
+    at = run_page("overview", stores["healthy"], monkeypatch)
     assert_clean(at)
     alerts = [e.value for e in [*at.error, *at.warning]]
     assert not any("ceiling" in a for a in alerts), alerts
     assert "1.0%" in texts(at)
 
 
-def test_overview_names_the_down_node_and_why(stores, monkeypatch):
-    at = run_page("app.py", stores["node_down"], monkeypatch)
+def test_overview_names_the_down_node_and_why(tmp_path, monkeypatch):
+    # A fresh store: node states age with the clock, and the module's stores can be minutes old
+    # by the time this runs on a busy machine (node-2 would be "down", not "stale").
+    store, config = store_fixtures.make_store(tmp_path, "node_down")
+    store.close()
+    at = run_page("overview", config, monkeypatch)
     assert_clean(at)
     alerts = " ".join(e.value for e in [*at.error, *at.warning])
     assert "node-3" in alerts and "connection refused" in alerts
@@ -135,7 +154,7 @@ def test_empty_store_says_why(stores, monkeypatch):
 
 
 def test_lengths_page_numbers(stores, monkeypatch):
-    at = run_page("pages/1_Output_lengths.py", stores["ceiling_18"], monkeypatch)
+    at = run_page("lengths", stores["ceiling_18"], monkeypatch)
     assert_clean(at)
     page = texts(at)
     assert "18.0%" in page and "4,096" in page
@@ -149,7 +168,7 @@ def test_lengths_page_numbers(stores, monkeypatch):
 
 
 def test_samples_page_shows_hostile_text_literally(stores, monkeypatch):
-    at = run_page("pages/3_Samples.py", stores["ceiling_18"], monkeypatch)
+    at = run_page("samples", stores["ceiling_18"], monkeypatch)
     assert_clean(at)
     pick = at.selectbox(key="samples_pick_select")
     pick.select_index(next(i for i, o in enumerate(pick.options) if "node-3" in o and ":12 " in o)).run()
@@ -180,7 +199,7 @@ def test_refresh_button_wakes_the_collector(stores, monkeypatch):
 
 def test_resample_button_requests_a_sample_and_says_sampling(stores, monkeypatch):
     collector = _with_recording_collector(monkeypatch, stores["healthy"])
-    at = AppTest.from_file(str(ROOT / "pages/3_Samples.py"), default_timeout=TIMEOUT_S).run()
+    at = open_app("samples").run()
     at.number_input(key="samples_n_input").set_value(25)
     at.button(key="samples_resample_button").click().run()
     assert_clean(at)
@@ -202,7 +221,7 @@ def test_config_error_names_the_field_and_stops(page, tmp_path, monkeypatch):
 
 
 def test_lengths_page_flags_ceiling_drift(stores, monkeypatch):
-    at = run_page("pages/1_Output_lengths.py", stores["drift"], monkeypatch)
+    at = run_page("lengths", stores["drift"], monkeypatch)
     assert_clean(at)
     warnings = [w.value for w in at.warning]
     assert any("node-4 stops at 2,048" in w for w in warnings), warnings
@@ -210,7 +229,7 @@ def test_lengths_page_flags_ceiling_drift(stores, monkeypatch):
 
 def test_continuation_batch_only_on_click(stores, monkeypatch):
     collector = _with_recording_collector(monkeypatch, stores["ceiling_18"])
-    at = AppTest.from_file(str(ROOT / "pages/1_Output_lengths.py"), default_timeout=TIMEOUT_S).run()
+    at = open_app("lengths").run()
     assert not [c for c in collector.calls if c[0] == "sample_now"]
     at.button(key="lengths_continuation_button").click().run()
     assert_clean(at)
@@ -225,7 +244,7 @@ def test_continuation_batch_only_on_click(stores, monkeypatch):
 
 
 def test_gpus_page_flags_the_lost_gpu_only(stores, monkeypatch):
-    at = run_page("pages/2_GPUs.py", stores["node_down"], monkeypatch)
+    at = run_page("gpus", stores["node_down"], monkeypatch)
     assert_clean(at)
     flagged = " ".join(w.value for w in at.warning)
     assert "node-4/3 (error: GPU is lost)" in flagged, flagged
@@ -239,7 +258,7 @@ def test_nodes_page_never_shows_a_secret_value(tmp_path, monkeypatch):
     store.register_node("node-1", {"name": "node-1", "host": "local", "passphrase": "hunter2-planted",
                                    "password_set": True, "private_key": "-----BEGIN planted"})
     store.close()
-    at = run_page("pages/4_Nodes.py", config, monkeypatch)
+    at = run_page("nodes", config, monkeypatch)
     assert_clean(at)
     shown = texts(at) + " ".join(str(j.value) for j in at.json)
     assert "hunter2-planted" not in shown and "BEGIN planted" not in shown
@@ -263,10 +282,10 @@ def test_vllm_own_truncation_count_shows_beside_the_shard_count(tmp_path, monkey
                                     'vllm:request_success_total{finished_reason="length"}': 200.0,
                                     "vllm:kv_cache_usage_perc": 0.91}, ts_unix=store.last_collection_unix())
     store.close()
-    at = run_page("pages/1_Output_lengths.py", config, monkeypatch)
+    at = run_page("lengths", config, monkeypatch)
     assert_clean(at)
     assert "20.0% of 1,000 finished requests stopped by length" in texts(at)
-    at = run_page("pages/4_Nodes.py", config, monkeypatch)
+    at = run_page("nodes", config, monkeypatch)
     assert_clean(at)
     assert "Inference servers" in texts(at) and "vllm:kv_cache_usage_perc" in texts(at)
 
@@ -279,10 +298,10 @@ def test_an_unreadable_shard_is_named_on_the_nodes_page(tmp_path, monkeypatch):
                                                           {"/data/out/locked.jsonl": bad}),
                       store.last_collection_unix() + 1, rtt_ms=5.0)
     store.close()
-    at = run_page("pages/4_Nodes.py", config, monkeypatch)
+    at = run_page("nodes", config, monkeypatch)
     assert_clean(at)
     errors = [e.value for e in at.error]
     assert any("node-2: cannot read /data/out/locked.jsonl: PermissionError" in e for e in errors), errors
     assert "shard-01-0.jsonl" in texts(at)  # the healthy shards are listed too
-    at = run_page("app.py", config, monkeypatch)
+    at = run_page("overview", config, monkeypatch)
     assert "node-2: 1 shard(s) cannot be read (see Nodes)." in texts(at)

@@ -104,14 +104,14 @@ def test_wrong_passphrase_is_an_auth_error_that_quotes_no_secret(tmp_path, sshd_
 
 
 def test_nodes_page_shows_no_secret(tmp_path, sshd_node, ssh_encrypted_key, monkeypatch):
-    from streamlit.testing.v1 import AppTest
+    from test_pages import open_app
 
     node = sshd_node("127.0.0.33")
     config_path, _, _, result = collect_once(tmp_path, node, ssh_encrypted_key, SECRET_PASSPHRASE)
     assert isinstance(result, dict), result
     monkeypatch.setenv("RUNHEALTH_CONFIG", str(config_path))
     monkeypatch.setenv("RUNHEALTH_COLLECTOR", "off")
-    at = AppTest.from_file(str(ROOT / "pages" / "4_Nodes.py"), default_timeout=30).run()
+    at = open_app("nodes", timeout=30).run()
     assert not at.exception
     rendered = rendered_text(at._tree)
     assert "secret-test" in rendered  # the page did render this run

@@ -222,7 +222,7 @@ def test_nodes_page_shows_webhook_failures_without_the_url(tmp_path, monkeypatch
     notify.record_delivery(store, f"https://ok.example.com/{SECRET}", event, True, 1, None, time.time() - 120)
     notify.record_delivery(store, f"https://hooks.example.com/{SECRET}", event, False, 5, "HTTP 500", time.time() - 60)
     store.close()
-    at = run_page("pages/4_Nodes.py", config, monkeypatch)
+    at = run_page("nodes", config, monkeypatch)
     assert_clean(at)
     shown = texts(at)
     assert any("Webhook https://hooks.example.com/…: last delivery failed" in e.value and "HTTP 500" in e.value

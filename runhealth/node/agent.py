@@ -40,7 +40,7 @@ def import_part(name):
     source = shipped.get(SHIPPED_PREFIX + name)
     if source is not None:  # exec'd by BOOTSTRAP: the dashboard sent the source along
         mod = types.ModuleType(SHIPPED_PREFIX + name)
-        mod.__modules__ = shipped  # gpu.py registers the shipped pynvml from it when needed
+        mod.__dict__["__modules__"] = shipped  # gpu.py registers the shipped pynvml from it when needed
         sys.modules[mod.__name__] = mod
         exec(compile(source, mod.__name__ + ".py", "exec"), mod.__dict__)
         return mod

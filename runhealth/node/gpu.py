@@ -50,7 +50,7 @@ def _import_pynvml():
     agent.py gives this module the bootstrap's ``__modules__`` when it registers it.
     """
     try:
-        import pynvml  # type: ignore[import-untyped]  # no stubs; the node may have none at all
+        import pynvml  # no stubs; the node may have none at all
         return pynvml
     except ImportError:
         source = globals().get("__modules__", {}).get("pynvml")

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import paramiko  # type: ignore[import-untyped]  # no stubs in the dependency list
+import paramiko
 
 from runhealth import textsafe
 from runhealth.config import reveal

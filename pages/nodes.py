@@ -11,32 +11,37 @@ import time
 
 import streamlit as st
 
-from components import cards, loaders, page
+from components import cards, loaders, page, tables
+from components.context import PageRuntime
+from components.format import fmt_bytes, md_escape
 from components.outbound import render_outbound
+from runhealth import derived
+from runhealth.health import DOWN_AFTER_STALE, fmt_age, node_status
 
 PREFIX = "nodes"
+TITLE, ICON, URL_PATH = "Nodes", ":material/dns:", "Nodes"
 MAX_NODE_CARDS = 32
 
 
-def render_node(node: dict, now: float, shards) -> None:
+def render_node(rt: PageRuntime, node: dict, now: float, shards) -> None:
     cards.render_node_card(node, rt.config.stale_after, now)
     left, right = st.columns([3, 2])
-    details = cards.node_details(node, now, loaders.load_hosts(rt.store).get(node["name"]))
+    details = tables.node_details(node, now, loaders.load_hosts(rt.store).get(node["name"]))
     left.dataframe(details, hide_index=True, width="stretch", height=35 * (len(details) + 1) + 3)
     with right:
         st.caption("Effective configuration (secrets never shown)")
-        st.json(cards.safe_config(node.get("config")), expanded=True)
+        st.json(derived.public_config(node.get("config")), expanded=True)
     mine = shards[shards["node"] == node["name"]].drop(columns="node")
     broken = mine[mine["error"].notna()]
     for _, row in broken.iterrows():
-        st.error(cards.md_escape(f"{node['name']}: cannot read {row['path']}: {row['error']}"))
+        st.error(md_escape(f"{node['name']}: cannot read {row['path']}: {row['error']}"))
     if not mine.empty:
         with st.expander(f"{len(mine)} shard(s) on {node['name']}", expanded=not broken.empty):
-            st.dataframe(mine.assign(size=mine["size"].map(loaders.fmt_bytes), offset=mine["offset"].map(loaders.fmt_bytes))
+            st.dataframe(mine.assign(size=mine["size"].map(fmt_bytes), offset=mine["offset"].map(fmt_bytes))
                          .rename(columns={"offset": "indexed"}), hide_index=True, width="stretch")
 
 
-def render_page() -> None:
+def render_page(rt: PageRuntime) -> None:
     now = time.time()
     nodes = loaders.load_nodes(rt.store)
     if not nodes:
@@ -46,8 +51,8 @@ def render_page() -> None:
     cards.render_problems(loaders.load_problems(rt.store, True)["host"], "Hosts")
     cards.render_node_table(nodes, rt.config.stale_after, per_node=loaders.load_health(rt.store)["per_node"])
     shards = loaders.load_shards(rt.store)
-    for node in shown_nodes(nodes, now):
-        page.guarded(render_node)(node, now, shards)
+    for node in shown_nodes(rt, nodes, now):
+        page.guarded(render_node)(rt, node, now, shards)
     server = loaders.load_server_metrics(rt.store)
     if not server.empty:
         st.subheader("Inference servers (latest /metrics values)")
@@ -55,12 +60,12 @@ def render_page() -> None:
     page.guarded(render_outbound)(rt)
 
 
-def shown_nodes(nodes: list[dict], now: float) -> list[dict]:
+def shown_nodes(rt: PageRuntime, nodes: list[dict], now: float) -> list[dict]:
     """Every node's card, or past MAX_NODE_CARDS (512 cards took 16 s, bench/fleet.py): the
     nodes that are not up, then the ones picked."""
     if len(nodes) <= MAX_NODE_CARDS:
         return nodes
-    troubled = [n for n in nodes if loaders.node_status(n, now, rt.config.stale_after)[0] != "up"]
+    troubled = [n for n in nodes if node_status(n, now, rt.config.stale_after)[0] != "up"]
     picked = st.multiselect("Show details for", [n["name"] for n in nodes], key=f"{PREFIX}_node_select",
                             placeholder="nodes that are not up are shown below")
     st.caption(f"{len(nodes):,} nodes: details below for the {len(troubled):,} not up"
@@ -68,10 +73,11 @@ def shown_nodes(nodes: list[dict], now: float) -> list[dict]:
     return troubled[:MAX_NODE_CARDS] + [n for n in nodes if n["name"] in picked and n not in troubled]
 
 
-rt = page.setup("Nodes", PREFIX)
-st.title("Nodes")
-st.caption(f"up = polled within {loaders.fmt_age(rt.config.stale_after)}; stale = older; down = never reached, "
-           f"or nothing for {loaders.fmt_age(loaders.DOWN_AFTER_STALE * rt.config.stale_after)}; "
-           "pending = waiting for first poll.")
-page.live(rt, render_page)
-page.download_csv(cards.node_table(loaders.load_nodes(rt.store), rt.config.stale_after), "nodes.csv", PREFIX)
+def render(rt: PageRuntime) -> None:
+    """The Nodes page for runtime `rt` (app.py has drawn the shared frame)."""
+    st.title("Nodes")
+    st.caption(f"up = polled within {fmt_age(rt.config.stale_after)}; stale = older; down = never reached, "
+               f"or nothing for {fmt_age(DOWN_AFTER_STALE * rt.config.stale_after)}; "
+               "pending = waiting for first poll.")
+    page.live(rt, render_page, rt)
+    page.download_csv(tables.node_table(loaders.load_nodes(rt.store), rt.config.stale_after), "nodes.csv", PREFIX)

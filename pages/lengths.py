@@ -11,17 +11,21 @@ import json
 
 import streamlit as st
 
-from components import cards, figures, jobs, loaders, page, whatif_view
+from components import cards, figures, jobs, loaders, page, tables, whatif_view
+from components.context import PageRuntime
+from components.format import md_escape
 from runhealth.analysis import continuation
 from runhealth.analysis.eta import eta_change
 from runhealth.analysis.stats import Summary
+from runhealth.health import level
 
 PREFIX = "lengths"
+TITLE, ICON, URL_PATH = "Output lengths", ":material/straighten:", "Output_lengths"
 CONTINUATION_N = 300
 WHATIF_REFRESH_S = 60  # the fit (with its bootstrap) is too heavy to redo every poll
 
 
-def render_summary(s: Summary) -> None:
+def render_summary(rt: PageRuntime, s: Summary) -> None:
     tok, est = s.tokens, "" if s.length_source == "completion_tokens" else " (chars/4 estimate)"
     cards.render_tiles([cards.truncation_tile(s, rt.config.truncation_warn_fraction, rt.config.truncation_alert_fraction),
                         *[cards.tile(k, f"{v:,}" if v is not None else "—", f"tokens{est}")
@@ -32,14 +36,14 @@ def render_summary(s: Summary) -> None:
         st.warning(f"{s.estimated_count:,} completions have no completion_tokens: their lengths are chars/4 estimates and {use}.")
 
 
-def render_groups(ceiling) -> None:
+def render_groups(rt: PageRuntime, ceiling) -> None:
     by = st.radio("Truncation by", ["node", "shard"], horizontal=True, key=f"{PREFIX}_group_radio")
     df = loaders.load_group_lengths(rt.store, by, ceiling)
     for _, g in df[df["drift"]].iterrows():
-        st.warning(cards.md_escape(f"Ceiling drift: {g['group']} stops at {int(g['ceiling']):,} tokens, unlike the rest of the run."))
+        st.warning(md_escape(f"Ceiling drift: {g['group']} stops at {int(g['ceiling']):,} tokens, unlike the rest of the run."))
     if len(df):
         left, right = st.columns([3, 2])
-        shown = loaders.short_group_labels(df)
+        shown = tables.short_group_labels(df)
         if len(shown) < len(df):
             left.caption(f"The {len(shown) - 1} {by}s with the highest truncation; the other "
                          f"{len(df) - len(shown) + 1:,} summed in one bar. Hover a bar for its full name.")
@@ -50,24 +54,24 @@ def render_groups(ceiling) -> None:
                                        "group": st.column_config.TextColumn(by, width="large")}, width="stretch")
 
 
-def render_whatif(data: dict, thr: dict) -> None:
+def render_whatif(rt: PageRuntime, data: dict, thr: dict) -> None:
     s, hist = data["summary"], data["hist"]
     ceiling = s.ceiling_tokens
     st.subheader("What if max_tokens were raised?")
     limit = int(st.number_input("New max_tokens", min_value=1, max_value=16 * ceiling, value=2 * ceiling, step=256,
                                 key=f"{PREFIX}_whatif_limit"))
     sample = whatif_view.loop_sample(loaders.load_samples(rt.store)["latest"])
-    r = loaders.load_whatif(hist, f"{rt.store.path}:{hist.total}", ceiling, limit, sample)
+    r = loaders.load_whatif(hist, ceiling, limit, sample)
     tps = (thr["shard"] or {}).get("total_tokens_per_s")
     remaining = (rt.config.target_completions or s.completions) - s.completions
     eta = eta_change(remaining, tps, s.tokens.mean or 0, r.extra_tokens_per_completion or 0,
-                   r.extra_tokens_interval)
+                            r.extra_tokens_interval)
     frac, (lo, hi) = r.truncated_fraction, r.interval
     cfg_warn, cfg_alert = rt.config.truncation_warn_fraction, rt.config.truncation_alert_fraction
     cards.render_tiles([
         cards.tile(f"Still truncated at {limit:,}", f"{frac:.1%}" if frac is not None else "?",
                    f"95% {lo:.1%}–{hi:.1%}{whatif_view.interval_note(r)} · now {r.current_truncated_fraction:.1%}",
-                   "alert" if (frac or 0) >= cfg_alert else "warn" if (frac or 0) >= cfg_warn else "ok"),
+                   level(frac, cfg_warn, cfg_alert)),
         cards.tile("Extra tokens / completion", f"{r.extra_tokens_per_completion:+,.0f}"
                    if r.extra_tokens_per_completion is not None else "?",
                    "{:,.0f}–{:,.0f}".format(*r.extra_tokens_interval)),
@@ -80,10 +84,10 @@ def render_whatif(data: dict, thr: dict) -> None:
     st.caption(f"This is an extrapolation: nobody has seen lengths above {ceiling:,}. {r.note} "
                f"{whatif_view.model_line(r) if r.band else ''} Hard bounds: {r.hard_bounds[0]:.1%}–"
                f"{r.hard_bounds[1]:.1%}. {whatif_view.loops_line(r)}")
-    curve = loaders.whatif_curve(r)
+    curve = tables.whatif_curve(r)
     if len(curve) > 1:
         st.plotly_chart(figures.make_whatif_figure(curve, ceiling, limit, r.hard_bounds[1]), key=f"{PREFIX}_whatif_chart")
-    render_continuation(limit, ceiling)
+    render_continuation(rt, limit, ceiling)
 
 
 def continuation_job(collector, config, limit: int, ceiling: int) -> dict:
@@ -95,7 +99,7 @@ def continuation_job(collector, config, limit: int, ceiling: int) -> dict:
             "sampled": len(samples), "errors": errors, "problems": built["problems"], "limit": limit}
 
 
-def render_continuation(limit: int, ceiling: int) -> None:
+def render_continuation(rt: PageRuntime, limit: int, ceiling: int) -> None:
     """A JSONL of continuation requests to measure the answer instead of modelling it."""
     key = f"{PREFIX}_continuation_job"
     if st.button(f"Prepare continuation batch ({CONTINUATION_N} truncated samples)", key=f"{PREFIX}_continuation_button",
@@ -110,30 +114,30 @@ def render_continuation_result(key: str) -> None:
         st.info(f"Sampling {CONTINUATION_N} truncated completions with their full text from every node… "
                 f"({elapsed:.0f} s; the page stays usable)")
     elif state == "failed":
-        st.error(cards.md_escape(f"The continuation batch failed: {result}"))
+        st.error(md_escape(f"The continuation batch failed: {result}"))
     elif state == "done":
-        st.download_button(f"Download {result['n']} continuation requests to {result['limit']:,} tokens (JSONL)",
+        st.download_button(f"Download {result['n']} continuation requests to {result.limit_tokens:,} tokens (JSONL)",
                            result["body"], file_name="continuation.jsonl", key=f"{PREFIX}_continuation_download",
                            disabled=result["n"] == 0)
         for text in [*(f"{node}: {err}" for node, err in result["errors"].items()), *result["problems"]]:
-            st.warning(cards.md_escape(text))
+            st.warning(md_escape(text))
         st.caption(f"{result['n']} of {result['sampled']} sampled truncated completions; custom_id is node:path:line. "
                    "Run the batch and compare lengths with the new limit.")
 
 
-def render_server_note(summary: Summary) -> None:
+def render_server_note(rt: PageRuntime, summary: Summary) -> None:
     """Length stops below the ceiling, and the server's own counter, each under its own name."""
     below, n = summary.length_below_ceiling, summary.length_count or 1
     if summary.ceiling_tokens:
         st.caption(f"Not counted as truncated: {below:,} length stops below the {summary.ceiling_tokens:,} ceiling "
                    f"(context window) — {below / n:.1%} of {summary.length_count:,} completions.")
-    server = loaders.server_length_share(loaders.load_server_metrics(rt.store))
+    server = tables.server_length_share(loaders.load_server_metrics(rt.store))
     if server is not None:
         st.caption(f"The server's own count (vLLM request_success_total, since each server started, context-window "
                    f"stops included): {server[0]:.1%} of {server[1]:,.0f} finished requests stopped by length.")
 
 
-def render_page() -> None:
+def render_page(rt: PageRuntime) -> None:
     nodes = loaders.load_nodes(rt.store)
     cards.render_indexing(nodes)
     data = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)
@@ -141,15 +145,15 @@ def render_page() -> None:
     if not summary.completions:
         cards.render_nothing_yet(nodes)
         return
-    render_summary(summary)
+    render_summary(rt, summary)
     left, right = st.columns(2)
     if len(data["bins"]):
         left.plotly_chart(figures.make_length_histogram_figure(data["bins"], summary.ceiling_tokens,
                                                                summary.at_ceiling_fraction), key=f"{PREFIX}_hist_chart")
         right.plotly_chart(figures.make_cdf_figure(data["cdf"], summary.ceiling_tokens), key=f"{PREFIX}_cdf_chart")
-    st.dataframe(cards.finish_reason_table(summary), hide_index=True)
-    render_server_note(summary)
-    page.guarded(render_groups)(summary.ceiling_tokens)
+    st.dataframe(tables.finish_reason_table(summary), hide_index=True)
+    render_server_note(rt, summary)
+    page.guarded(render_groups)(rt, summary.ceiling_tokens)
     over_time = loaders.load_truncation_over_time(rt.store, rt.config.interval_s, summary.ceiling_tokens)
     if (over_time["completions"] > 0).sum() >= 2:
         st.plotly_chart(figures.make_truncation_over_time_figure(over_time, rt.config.truncation_warn_fraction,
@@ -163,20 +167,22 @@ def render_page() -> None:
                    " of log bins (at most 4.4% above the exact value); the share at the ceiling is exact.")
 
 
-def render_whatif_live() -> None:
+def render_whatif_live(rt: PageRuntime) -> None:
     data = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)
     if not data["summary"].completions:
         return
     if data["summary"].ceiling_tokens:
-        page.guarded(render_whatif)(data, loaders.load_throughput(rt.store, rt.config.interval_s))
+        page.guarded(render_whatif)(rt, data, loaders.load_throughput(rt.store, rt.config.interval_s))
         st.caption(f"The what-if is refitted every {WHATIF_REFRESH_S} s (a model fit, not a count).")
     else:
         st.info("No max_tokens ceiling found in the data (none configured, no pile-up detected): nothing is cut at a limit.")
 
 
-rt = page.setup("Output lengths", PREFIX)
-st.title("Output lengths")
-page.live(rt, render_page)
-st.fragment(run_every=WHATIF_REFRESH_S)(render_whatif_live)()
-# Sidebar widgets cannot live in a fragment: the download holds the histogram as of page load.
-page.download_csv(loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["bins"], "length_histogram.csv", PREFIX)
+def render(rt: PageRuntime) -> None:
+    """The Output lengths page for runtime `rt` (app.py has drawn the shared frame)."""
+    st.title("Output lengths")
+    page.live(rt, render_page, rt)
+    st.fragment(run_every=WHATIF_REFRESH_S)(render_whatif_live)(rt)
+    # Sidebar widgets cannot live in a fragment: the download holds the histogram as of page load.
+    page.download_csv(loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["bins"], "length_histogram.csv",
+                      PREFIX)

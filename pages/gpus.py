@@ -13,9 +13,12 @@ import time
 import pandas as pd
 import streamlit as st
 
-from components import cards, figures, loaders, page
+from components import cards, figures, loaders, page, tables
+from components.context import PageRuntime
+from components.format import md_escape
 
 PREFIX = "gpus"
+TITLE, ICON, URL_PATH = "GPUs", ":material/memory:", "GPUs"
 WINDOWS_S = {"15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "whole run": None}
 # More GPUs than this: per-node bands (a node x time heatmap past figures.BAND_MAX_NODES nodes),
 # never one plotly trace per GPU (4,096 GPUs took 45 s a chart, bench/fleet.py).
@@ -30,10 +33,10 @@ SERIES = [  # (column, title, unit, limit column)
 
 
 def render_now(gpus, nodes) -> None:
-    table = cards.gpu_table(gpus)
+    table = tables.gpu_table(gpus)
     flagged = table[table["state"] != "ok"]
     if len(flagged):
-        st.warning(cards.md_escape(f"{len(flagged)} GPU(s) need a look: " + ", ".join(
+        st.warning(md_escape(f"{len(flagged)} GPU(s) need a look: " + ", ".join(
             f"{g} ({s.removeprefix('⚠ ')})" for g, s in zip(flagged["GPU"], flagged["state"], strict=False))))
     st.plotly_chart(figures.make_gpu_heatstrip_figure(gpus[["label", "util_pct", "power_pct", "mem_pct"]]),
                     key=f"{PREFIX}_heatstrip_chart")
@@ -43,7 +46,7 @@ def render_now(gpus, nodes) -> None:
         "power W": st.column_config.NumberColumn(format="%.0f")})
 
 
-def render_series(window: str, labels: list[str]) -> None:
+def render_series(rt: PageRuntime, window: str, labels: list[str]) -> None:
     span = WINDOWS_S[window]
     since = (time.time() - span) // 10 * 10 if span else None
     df = loaders.load_gpu_series(rt.store, since)
@@ -57,7 +60,7 @@ def render_series(window: str, labels: list[str]) -> None:
         if bands:
             lim = float(df[limit].max()) if limit and df[limit].notna().any() else None
             scale = (0, 100) if unit == "%" else (0, lim) if lim else None  # fixed: colours mean the same each refresh
-            fig = figures.make_gpu_band_figure(loaders.gpu_bands(df, col), title, unit, lim, scale, show_legend=i == 0)
+            fig = figures.make_gpu_band_figure(tables.gpu_bands(df, col), title, unit, lim, scale, show_legend=i == 0)
         else:
             fig = figures.make_gpu_timeseries_figure(df, col, title, unit, limit)
             if unit == "%":
@@ -67,7 +70,7 @@ def render_series(window: str, labels: list[str]) -> None:
 
 def render_processes(gpus) -> None:
     st.subheader("Processes holding GPU memory")
-    procs = cards.gpu_processes(gpus)
+    procs = tables.gpu_processes(gpus)
     if procs.empty:
         st.info("No process holds GPU memory (or the driver does not report processes).")
     else:
@@ -75,11 +78,11 @@ def render_processes(gpus) -> None:
                      column_config={"mem GiB": st.column_config.NumberColumn(format="%.1f")})
 
 
-def render_page(window: str, picked: list[str]) -> None:
+def render_page(rt: PageRuntime, window: str, picked: list[str]) -> None:
     nodes = loaders.load_nodes(rt.store)
     for n in nodes:
         if n.get("gpu_error"):
-            st.warning(cards.md_escape(f"{n['name']}: GPU telemetry error ({n.get('gpu_source') or 'no source'}): {n['gpu_error']}"))
+            st.warning(md_escape(f"{n['name']}: GPU telemetry error ({n.get('gpu_source') or 'no source'}): {n['gpu_error']}"))
     gpus = loaders.load_gpu_latest(rt.store)
     if gpus.empty:
         if all(n.get("last_ok_unix") is None for n in nodes):
@@ -94,17 +97,18 @@ def render_page(window: str, picked: list[str]) -> None:
     cards.render_problems(loaders.load_problems(rt.store, writing)["gpu"], "Problems")
     render_now(gpus, nodes)
     labels = gpus.loc[gpus["node"].isin(picked or gpus["node"].unique()), "label"].tolist()
-    render_series(window, labels)
+    render_series(rt, window, labels)
     render_processes(gpus)
 
 
-rt = page.setup("GPUs", PREFIX)
-st.title("GPUs")
-# The controls stay outside the live fragment: a refresh never resets what the viewer picked.
-c1, c2 = st.columns([1, 3])
-window = c1.selectbox("Window", list(WINDOWS_S), index=1, key=f"{PREFIX}_window_select")
-picked = c2.multiselect("Nodes", sorted(n["name"] for n in loaders.load_nodes(rt.store)), key=f"{PREFIX}_node_select",
-                        placeholder="all nodes")
-page.live(rt, render_page, window, picked)
-gpus_now = loaders.load_gpu_latest(rt.store)
-page.download_csv(cards.gpu_table(gpus_now) if len(gpus_now) else pd.DataFrame(), "gpus.csv", PREFIX)
+def render(rt: PageRuntime) -> None:
+    """The GPUs page for runtime `rt` (app.py has drawn the shared frame)."""
+    st.title("GPUs")
+    # The controls stay outside the live fragment: a refresh never resets what the viewer picked.
+    c1, c2 = st.columns([1, 3])
+    window = c1.selectbox("Window", list(WINDOWS_S), index=1, key=f"{PREFIX}_window_select")
+    picked = c2.multiselect("Nodes", sorted(n["name"] for n in loaders.load_nodes(rt.store)),
+                            key=f"{PREFIX}_node_select", placeholder="all nodes")
+    page.live(rt, render_page, rt, window, picked)
+    gpus_now = loaders.load_gpu_latest(rt.store)
+    page.download_csv(tables.gpu_table(gpus_now) if len(gpus_now) else pd.DataFrame(), "gpus.csv", PREFIX)

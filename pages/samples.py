@@ -9,26 +9,31 @@ from __future__ import annotations
 
 import streamlit as st
 
-from components import cards, loaders, page
+from components import cards, loaders, page, tables
+from components.context import PageRuntime
+from components.format import fmt_clock, md_escape
 from runhealth.analysis import loops, stats
 
 PREFIX = "samples"
+TITLE, ICON, URL_PATH = "Samples", ":material/search:", "Samples"
 REASONS = {"all completions": None, "truncated only (finish_reason = length)": "length"}
 
 
-def render_controls() -> None:
+def render_controls(rt: PageRuntime) -> None:
     c1, c2, c3 = st.columns([1, 2, 2], vertical_alignment="bottom")
     n = int(c1.number_input("Sample size", min_value=1, max_value=2000, value=50, key=f"{PREFIX}_n_input"))
     reason = REASONS[c2.selectbox("Draw from", list(REASONS), key=f"{PREFIX}_reason_select")]
-    if c3.button("Re-sample", key=f"{PREFIX}_resample_button", type="primary", disabled=rt.collector is None,
-                 help="Draw a fresh uniform sample from every node's shards" if rt.collector else "The collector is off"):
-        batch = rt.collector.request_sample(n, reason)
+    collector = rt.collector
+    if c3.button("Re-sample", key=f"{PREFIX}_resample_button", type="primary", disabled=collector is None,
+                 help="Draw a fresh uniform sample from every node's shards" if collector else "The collector is off") \
+            and collector is not None:
+        batch = collector.request_sample(n, reason)
         st.session_state.setdefault(f"{PREFIX}_filters", {})[batch] = reason
         st.session_state[f"{PREFIX}_waiting"] = batch
         loaders.load_samples.clear()
 
 
-def render_pending() -> None:
+def render_pending(rt: PageRuntime) -> None:
     """'sampling…' until the batch lands; then one full rerun to show it."""
     got = loaders.load_samples(rt.store)
     if got["pending"]:
@@ -37,7 +42,7 @@ def render_pending() -> None:
         st.rerun(scope="app")
 
 
-def render_rates(samples: list[dict], batch: int, ceiling: int | None) -> None:
+def render_rates(rt: PageRuntime, samples: list[dict], batch: int, ceiling: int | None) -> None:
     summary = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["summary"]
     filtered = st.session_state.get(f"{PREFIX}_filters", {}).get(batch) == "length" or all(
         s["finish_reason"] == "length" for s in samples)
@@ -76,35 +81,42 @@ def label(s: dict) -> str:
     return f"{s['node']} · {(s['path'] or '').rsplit('/', 1)[-1]}:{s['line_no']} · {s['tokens']} tok · {s['finish_reason']}{loop}"
 
 
-rt = page.setup("Samples", PREFIX)
-st.title("Samples")
-page.guarded(render_controls)()
-waiting = st.session_state.get(f"{PREFIX}_waiting") is not None or loaders.load_samples(rt.store)["pending"]
-st.fragment(run_every=2 if waiting else None)(render_pending)()
-latest = loaders.load_samples(rt.store)["latest"]
-if not latest:
-    st.info("No sample yet: press Re-sample to draw completions uniformly from the shards."
-            if rt.collector else "No sample yet, and the collector is off in this process.")
-    st.stop()
-for node, err in (latest.get("errors") or {}).items():
-    st.warning(cards.md_escape(f"{node}: could not sample: {err}"))
-samples = latest["samples"]
-ceiling = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["summary"].ceiling_tokens
-drawn = latest.get("done_unix")
-st.caption(f"Batch {latest['batch']}: {len(samples)} of {latest['population'] or 0:,} completions, drawn uniformly"
-           + (f" at {loaders.fmt_clock(drawn)}." if drawn else "."))
-if not samples:
-    st.info("The last sample came back empty (see the errors above, or the shards hold no complete lines).")
-    st.stop()
-page.live(rt, render_rates, samples, latest["batch"], ceiling)
-only_cut = st.toggle("Truncated only", key=f"{PREFIX}_truncated_only")
-shown = [s for s in samples if s["finish_reason"] == "length"] if only_cut else samples
-table = [{"node": s["node"], "shard": (s["path"] or "").rsplit("/", 1)[-1], "line": s["line_no"], "tokens": s["tokens"],
-          "finish reason": s["finish_reason"], "loop?": "loop" if s.get("is_loop") else ""} for s in shown]
-st.dataframe(table, hide_index=True, width="stretch", height=300)
-if shown:
-    first_cut = next((i for i, s in enumerate(shown) if s["finish_reason"] == "length"), 0)
-    pick = st.selectbox("Read one", range(len(shown)), index=first_cut, format_func=lambda i: label(shown[i]),
-                        key=f"{PREFIX}_pick_select")
-    cards.render_sample(shown[pick])
-page.download_csv(cards.samples_export(shown), "samples.csv", PREFIX)
+def render(rt: PageRuntime) -> None:
+    """The Samples page for runtime `rt` (app.py has drawn the shared frame)."""
+    st.title("Samples")
+    page.guarded(render_controls)(rt)
+    waiting = st.session_state.get(f"{PREFIX}_waiting") is not None or loaders.load_samples(rt.store)["pending"]
+    st.fragment(run_every=2 if waiting else None)(render_pending)(rt)
+    latest = loaders.load_samples(rt.store)["latest"]
+    if not latest:
+        st.info("No sample yet: press Re-sample to draw completions uniformly from the shards."
+                if rt.collector else "No sample yet, and the collector is off in this process.")
+        return
+    for node, err in (latest.get("errors") or {}).items():
+        st.warning(md_escape(f"{node}: could not sample: {err}"))
+    samples = latest["samples"]
+    ceiling = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["summary"].ceiling_tokens
+    drawn = latest.get("done_unix")
+    st.caption(f"Batch {latest['batch']}: {len(samples)} of {latest['population'] or 0:,} completions, drawn uniformly"
+               + (f" at {fmt_clock(drawn)}." if drawn else "."))
+    if not samples:
+        st.info("The last sample came back empty (see the errors above, or the shards hold no complete lines).")
+        return
+    page.live(rt, render_rates, rt, samples, latest["batch"], ceiling)
+    render_table(samples)
+
+
+def render_table(samples: list[dict]) -> None:
+    """The sample as a table, one picked sample in full below it, and the CSV download."""
+    only_cut = st.toggle("Truncated only", key=f"{PREFIX}_truncated_only")
+    shown = [s for s in samples if s["finish_reason"] == "length"] if only_cut else samples
+    table = [{"node": s["node"], "shard": (s["path"] or "").rsplit("/", 1)[-1], "line": s["line_no"],
+              "tokens": s["tokens"], "finish reason": s["finish_reason"], "loop?": "loop" if s.get("is_loop") else ""}
+             for s in shown]
+    st.dataframe(table, hide_index=True, width="stretch", height=300)
+    if shown:
+        first_cut = next((i for i, s in enumerate(shown) if s["finish_reason"] == "length"), 0)
+        pick = st.selectbox("Read one", range(len(shown)), index=first_cut, format_func=lambda i: label(shown[i]),
+                            key=f"{PREFIX}_pick_select")
+        cards.render_sample(shown[pick])
+    page.download_csv(tables.samples_export(shown), "samples.csv", PREFIX)

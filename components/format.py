@@ -1,0 +1,40 @@
+"""Numbers and remote text made ready for the screen: clock times, byte sizes, rates, and
+markdown escaping for text that comes from the nodes.
+
+Ages ("3 min", "1.2 h") are `runhealth.alerts.fmt_age`: the core words node states with it, so
+there is one definition. Nothing here calls Streamlit; every function is a plain str -> str.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+
+def fmt_clock(ts: float) -> str:
+    """A wall-clock time for "since when" sentences (the dashboard host's time zone)."""
+    return time.strftime("%H:%M:%S", time.localtime(ts))
+
+
+def fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "N/A"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def fmt_rate(x: float | None) -> str:
+    if x is None:
+        return "N/A"
+    return f"{x / 1000:,.1f}K" if x >= 10_000 else f"{x:,.0f}"
+
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>#|~$])")
+
+
+def md_escape(text: str) -> str:
+    """Make remote text inert in st.markdown / st.error (no links, no formatting, no HTML)."""
+    return _MD_SPECIAL.sub(r"\\\1", str(text))

@@ -1,0 +1,273 @@
+"""Pure table and record builders: store reads in, pandas DataFrames (or flat dicts) out.
+
+No Streamlit calls, so each is tested directly; cards and pages place what they return. The
+numbers behind the Overview's headline (ETA, tokens per joule, node counts) come from
+`runhealth.derived.standup`, the same ones the tiles show.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import pandas as pd
+
+from components.format import fmt_bytes, fmt_rate
+from runhealth import derived
+from runhealth.analysis import stats
+from runhealth.analysis.stats import Summary
+from runhealth.analysis.whatif import WhatIf
+from runhealth.health import fmt_age, node_status
+
+STATE_BADGE = {"up": "UP", "stale": "STALE", "down": "DOWN", "pending": "PENDING"}
+
+
+def short_group_labels(df: pd.DataFrame, top_n: int = 25) -> pd.DataFrame:
+    """Groups with short labels (the common prefix removed; `group` keeps the full name) and, when
+    there are more than top_n, the top_n by truncation plus one row summing the rest."""
+    if df.empty:
+        return df.assign(label=[])
+    names = df["group"].tolist()
+    cut = len(os.path.commonprefix(names)) if len(names) > 1 else 0
+    cut = names[0].rfind("/", 0, cut) + 1 if "/" in names[0][:cut] else cut  # keep whole path parts
+    out = df.assign(label=[n[cut:] or n for n in names]).sort_values("fraction", ascending=False, kind="stable")
+    if len(out) <= top_n:
+        return out
+    top, rest = out.iloc[:top_n], out.iloc[top_n:]
+    n, at = int(rest["completions"].sum()), int(rest["at_ceiling"].sum())
+    lo, hi = stats.wilson_interval(at, n)
+    other = {"group": f"{len(rest):,} other groups", "label": f"{len(rest):,} others", "completions": n,
+             "at_ceiling": at, "fraction": at / n if n else 0.0, "lo": lo, "hi": hi, "ceiling": None, "drift": False}
+    return pd.concat([top, pd.DataFrame([other])], ignore_index=True)
+
+
+def gpu_bands(df: pd.DataFrame, value: str, points: int = 240) -> pd.DataFrame:
+    """Per node and time step: median, min and max of `value` across the node's GPUs."""
+    if df.empty:
+        return pd.DataFrame(columns=["node", "t_unix", "median", "min", "max", "gpus"])
+    span = float(df["ts_unix"].max() - df["ts_unix"].min()) or 1.0
+    step = max(span / points, 1.0)
+    t = (df["ts_unix"] // step) * step
+    g = df.assign(t_unix=t).groupby(["node", "t_unix"])[value]
+    out = g.agg(["median", "min", "max"]).join(df.assign(t_unix=t).groupby(["node", "t_unix"])["gpu"].nunique()
+                                                .rename("gpus"))
+    return out.reset_index()
+
+
+def whatif_curve(result: WhatIf) -> pd.DataFrame:
+    """Projected share still truncated against the limit, starting at today's share at the ceiling:
+    the calibrated interval (lo, hi) and the spread across the models (band_lo, band_hi)."""
+    now = result.current_truncated_fraction
+    rows = [{"limit": result.ceiling_tokens, "fraction": now, "lo": now, "hi": now, "band_lo": now, "band_hi": now}]
+    for point in result.curve:
+        band = list(point["band"].values())
+        rows.append({"limit": point["limit"], "fraction": point["truncated_fraction"], "lo": point["interval"][0],
+                     "hi": point["interval"][1], "band_lo": min(band), "band_hi": min(now, max(band))})
+    return pd.DataFrame(rows, columns=["limit", "fraction", "lo", "hi", "band_lo", "band_hi"])
+
+
+def server_length_share(metrics: pd.DataFrame) -> tuple[float, float] | None:
+    """vLLM's own count: (share of finished requests stopped by length, requests), all nodes."""
+    names = {r: f'vllm:request_success_total{{finished_reason="{r}"}}' for r in ("stop", "length", "abort")}
+    if metrics.empty or names["length"] not in metrics.index:
+        return None
+    counts = {r: float(metrics.loc[n].sum()) if n in metrics.index else 0.0 for r, n in names.items()}
+    total = sum(counts.values())
+    return (counts["length"] / total, total) if total else None
+
+
+def node_table(nodes: list[dict[str, Any]], stale_after: float, now: float | None = None,
+               per_node: dict[str, Any] | None = None) -> pd.DataFrame:
+    """One row per node; with `per_node` (load_health's NodeRate map) its tok/s over the last
+    minute and when its shards last grew."""
+    now = now or time.time()
+    rows = []
+    for n in nodes:
+        state, why = node_status(n, now, stale_after)
+        free = [d.get("free_bytes") for d in (n.get("disk") or {}).values() if d.get("free_bytes") is not None]
+        rows.append({"node": n["name"], "status": STATE_BADGE[state], "detail": why,
+                     "last seen": fmt_age(now - n["last_ok_unix"]) if n.get("last_ok_unix") else "never",
+                     "GPUs": n.get("gpus_found"), "shards": n.get("shards_matched"),
+                     "disk free": fmt_bytes(min(free)) if free else "N/A",
+                     "SSH RTT ms": n.get("rtt_ms")})
+        if per_node is not None:
+            r = per_node.get(n["name"])
+            rows[-1]["tok/s (1 min)"] = fmt_rate(r.tokens_per_s_1m) if r and r.tokens_per_s_1m is not None else "N/A"
+            grown = r.last_growth_unix if r else None
+            rows[-1]["last new"] = f"{fmt_age(now - grown)} ago" if grown else "N/A"
+    return pd.DataFrame(rows)
+
+
+def indexing_progress(nodes: list[dict[str, Any]]) -> tuple[float, str] | None:
+    """(share done, sentence) while a backlog is being indexed: bytes done of total, speed, time left."""
+    done = sum(n.get("bytes_indexed") or 0 for n in nodes)
+    total = sum(n.get("bytes_total") or 0 for n in nodes)
+    pending = sum(n.get("pending_bytes") or 0 for n in nodes)
+    total = max(total, done + pending)
+    if not (pending > 0 or done < total):
+        return None
+    busy = [n for n in nodes if n.get("pending_bytes")]
+    rate = sum(n.get("index_bytes_per_s") or 0 for n in busy)
+    lefts = [n["pending_bytes"] / n["index_bytes_per_s"] for n in busy if n.get("index_bytes_per_s")]
+    speed = f" · {fmt_bytes(rate)}/s" if rate else ""
+    eta = f" · about {fmt_age(max(lefts))} left" if lefts and len(lefts) == len(busy) else ""
+    return (done / total if total else 0.0,
+            f"Indexing the backlog: {fmt_bytes(done)} of {fmt_bytes(total)}{speed}{eta}"
+            " — numbers will grow")
+
+
+def last_error_line(node: dict[str, Any], now: float) -> str:
+    """The last error with its age, and whether a successful poll came after it (then it is history)."""
+    err_at, ok_at = node.get("last_error_unix"), node.get("last_ok_unix")
+    when = f"{fmt_age(now - err_at)} ago" if err_at else "time unknown"
+    if err_at is not None and ok_at is not None and ok_at > err_at:
+        return f"Last error ({when}; resolved — polled fine {fmt_age(now - ok_at)} ago): " + str(node["last_error"])
+    return f"Last error ({when}): " + str(node["last_error"])
+
+
+def why_empty(nodes: list[dict[str, Any]], what: str = "completions") -> str:
+    """One sentence saying why there is nothing to show yet."""
+    if not nodes:
+        return "No nodes configured."
+    if all(n.get("last_ok_unix") is None for n in nodes):
+        errors = [f"{n['name']}: {n['last_error']}" for n in nodes if n.get("last_error")]
+        return "Waiting for first poll" + (f" ({'; '.join(errors[:3])})" if errors else ".")
+    misses = [f"no shard matched {g} on {n['name']}" for n in nodes for g in n.get("unmatched_globs") or []]
+    if misses and not any(n.get("shards_matched") for n in nodes):
+        return "No " + what + " yet: " + "; ".join(misses[:3]) + "."
+    return f"No {what} counted yet: the shards matched hold no complete lines so far."
+
+
+def finish_reason_table(summary: Summary) -> pd.DataFrame:
+    """Finish reasons, with "length" split into at-the-ceiling and below-it (context window)."""
+    reasons = dict(summary.finish_reasons)
+    length = reasons.pop("length", 0)
+    rows = [(r, n) for r, n in sorted(reasons.items(), key=lambda kv: -kv[1])]
+    ceiling = summary.ceiling_tokens
+    if length:
+        rows.append((f"length at the ceiling ({ceiling:,}) = truncated" if ceiling else "length at the ceiling = truncated",
+                     summary.at_ceiling))
+        rows.append(("length — below the ceiling (context window)", summary.length_below_ceiling))
+        rest = length - summary.at_ceiling - summary.length_below_ceiling
+        if rest:
+            rows.append(("length — estimated lengths (not split)", rest))
+    total = summary.completions or 1
+    return pd.DataFrame([{"finish reason": r, "completions": n, "share": f"{n / total:.2%}"} for r, n in rows])
+
+
+EXPORT_TAIL_CHARS = 1000  # of each completion's end in the Samples CSV (where truncated ones were cut)
+
+
+def samples_export(samples: list[dict[str, Any]]) -> pd.DataFrame:
+    """The Samples CSV: where each sample came from AND what it says (prompt head, text head, the
+    last EXPORT_TAIL_CHARS characters). A CSV is data, never rendered: no escaping needed here."""
+    return pd.DataFrame([{
+        "node": s.get("node"), "path": s.get("path"), "line": s.get("line_no"), "tokens": s.get("tokens"),
+        "estimated": bool(s.get("estimated")), "finish reason": s.get("finish_reason"), "loop": bool(s.get("is_loop")),
+        "text chars": s.get("text_chars"), "prompt head": s.get("prompt_head"), "text head": s.get("text_head"),
+        "text tail": (s.get("text_tail") or "")[-EXPORT_TAIL_CHARS:]} for s in samples],
+        columns=["node", "path", "line", "tokens", "estimated", "finish reason", "loop", "text chars", "prompt head",
+                 "text head", "text tail"])
+
+
+def gpu_table(gpus: pd.DataFrame) -> pd.DataFrame:
+    """The GPUs now, with idle (<10% util) and throttled ones flagged first."""
+    flags = []
+    for _, g in gpus.iterrows():
+        notes = []
+        if isinstance(g.get("error"), str) and g["error"]:  # pandas makes a missing error NaN
+            notes.append(f"error: {g['error']}")
+        if pd.notna(g["util_pct"]) and g["util_pct"] < 10:
+            notes.append("idle")
+        if g["throttle_reasons"]:
+            notes.append("throttled: " + ", ".join(g["throttle_reasons"]))
+        flags.append("⚠ " + "; ".join(notes) if notes else "ok")
+    out = pd.DataFrame({
+        "GPU": gpus["label"], "model": gpus["name"], "state": flags, "util %": gpus["util_pct"],
+        "power W": gpus["power_w"], "limit W": gpus["power_limit_w"], "mem GiB": gpus["mem_used_mib"] / 1024,
+        "of GiB": gpus["mem_total_mib"] / 1024, "temp °C": gpus["temp_c"], "SM MHz": gpus["sm_clock_mhz"],
+        "processes": [len(p) for p in gpus["processes"]],
+    })
+    return out.sort_values("state", key=lambda s: s == "ok", kind="stable")
+
+
+def gpu_processes(gpus: pd.DataFrame) -> pd.DataFrame:
+    rows = [{"GPU": g["label"], "pid": p.get("pid"), "process": p.get("name"), "mem GiB": (p.get("mem_used_mib") or 0) / 1024}
+            for _, g in gpus.iterrows() for p in g["processes"]]
+    return pd.DataFrame(rows, columns=["GPU", "pid", "process", "mem GiB"])
+
+
+def host_memory(host: dict[str, Any] | None) -> tuple[str, str]:
+    """("RAM 61% used of 2.0 TiB", "swap 0% of 8.0 GiB") from the agent's /proc reading."""
+    def used(total, left):
+        if not total or left is None:
+            return "N/A"
+        return f"{1 - left / total:.0%} used of {total / 2**30:,.1f} GiB"
+
+    host = host or {}
+    return (used(host.get("mem_total_bytes"), host.get("mem_available_bytes")),
+            used(host.get("swap_total_bytes"), host.get("swap_free_bytes")) if host.get("swap_total_bytes")
+            else "no swap" if "swap_total_bytes" in host else "N/A")
+
+
+def node_details(node: dict[str, Any], now: float, host: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Every status field of one node, in words."""
+    def when(ts):
+        return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(ts))} ({fmt_age(now - ts)} ago)" if ts else "never"
+
+    skew = node.get("skew_s")
+    disk = "; ".join(f"{p}: {fmt_bytes(d.get('free_bytes'))} free of {fmt_bytes(d.get('total_bytes'))}"
+                     for p, d in (node.get("disk") or {}).items()) or "N/A"
+    gpu_src = (node.get("gpu_source") or "none") + (" (simulated)" if node.get("gpu_simulated") else "")
+    rows = [
+        ("last success", when(node.get("last_ok_unix"))),
+        ("last attempt", when(node.get("last_attempt_unix"))),
+        ("last error", last_error_line(node, now) if node.get("last_error") else "none"),
+        ("failing since", when(node.get("failing_since_unix")) if node.get("failing_since_unix") else "not failing"),
+        ("SSH round-trip", f"{node['rtt_ms']:.0f} ms" if node.get("rtt_ms") is not None else "N/A"),
+        ("agent time", f"{node['agent_ms']:.1f} ms" if node.get("agent_ms") is not None else "N/A"),
+        ("clock skew (node − dashboard)", f"{skew:+.2f} s" if skew is not None else "N/A"),
+        ("hostname", node.get("hostname") or "N/A"),
+        ("load average", ", ".join(f"{x:.2f}" for x in node.get("loadavg") or []) or "N/A"),
+        ("CPUs", str((host or {}).get("cpus") or "N/A")),
+        ("RAM", host_memory(host)[0]),
+        ("swap", host_memory(host)[1]),
+        ("GPUs found", f"{node.get('gpus_found') or 0} via {gpu_src}"),
+        ("GPU telemetry error", node.get("gpu_error") or "none"),
+        ("shards matched", str(node.get("shards_matched") or 0)),
+        ("indexed", (indexing_progress([node]) or (1.0, f"{fmt_bytes(node.get('bytes_indexed'))} of "
+                                                         f"{fmt_bytes(node.get('bytes_total'))}"))[1]),
+        ("lines counted", f"{node.get('lines') or 0:,}"),
+        ("malformed lines", f"{node.get('malformed') or 0:,}"),
+        ("blank lines (skipped, not malformed)", f"{node.get('blank_lines') or 0:,}"),
+        ("unmatched globs", ", ".join(node.get("unmatched_globs") or []) or "none"),
+        ("disk", disk),
+    ]
+    return pd.DataFrame(rows, columns=["field", "value"])
+
+
+def headline(summary: Summary, health: dict, nodes: list[dict], cfg: Any, now: float,
+             last: float | None) -> dict[str, Any]:
+    """The standup figures as one flat record (the Overview's download), rounded for people."""
+    lo, hi = summary.at_ceiling_interval
+    up = derived.standup(summary.completions, cfg.target_completions, health, nodes, 0, None, cfg.stale_after,
+                         now, last)
+
+    def r(x, nd=1):
+        return None if x is None else round(float(x), nd)
+
+    return {
+        "run": cfg.name, "numbers_as_of": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last)) if last else None,
+        "completions": summary.completions, "target_completions": cfg.target_completions,
+        "ceiling_tokens": summary.ceiling_tokens,
+        "truncated_pct": r(100 * summary.at_ceiling_fraction, 2) if summary.completions else None,
+        "truncated_pct_95ci_low": r(100 * lo, 2) if lo is not None and summary.completions else None,
+        "truncated_pct_95ci_high": r(100 * hi, 2) if hi is not None and summary.completions else None,
+        "truncated_count": summary.at_ceiling, "truncated_of": summary.length_count,
+        "length_stops_below_ceiling": summary.length_below_ceiling,
+        "tokens_per_s_last_1_min": r(health.get("tokens_per_s_1m"), 0),
+        "tokens_per_s_15_min_avg": r(health.get("tokens_per_s_15m"), 0),
+        "eta_hours_at_15_min_avg": r(up.eta_s / 3600, 2) if up.eta_s is not None else None,
+        "nodes_up": up.nodes_up, "nodes_stale": up.nodes_stale, "nodes_down": up.nodes_down, "nodes": up.nodes,
+    }

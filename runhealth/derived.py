@@ -1,0 +1,71 @@
+"""Figures derived from what the store holds, for the screens and their downloads (no Streamlit).
+
+`standup()` computes the Overview's headline numbers once (progress, the per-GPU rate, tokens
+per joule, the ETA at the 15-minute average, node counts, data age): the tiles and the headline
+download word the same record. `public_config()` is the secret-free view of a node's effective
+configuration that the Nodes page shows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from runhealth.analysis import rates
+from runhealth.health import node_status
+
+# Key fragments that mark a config value as secret: never shown, only whether it is set.
+SECRET_WORDS = ("passphrase", "password", "secret", "private_key", "token")
+
+
+@dataclasses.dataclass(frozen=True)
+class Standup:
+    """The Overview's numbers at one instant (None: not known yet)."""
+
+    completions: int
+    target: int | None
+    share_done: float | None  # completions / target
+    tokens_per_s_1m: float | None
+    tokens_per_s_15m: float | None
+    completions_per_s_15m: float | None
+    tokens_per_s_per_gpu: float | None  # last minute's rate over the GPUs reporting
+    tokens_per_joule: float | None  # last minute's rate over the GPUs' summed power draw
+    eta_s: float | None  # to the target at the 15-minute average; 0 once reached
+    nodes: int
+    nodes_up: int
+    nodes_stale: int
+    nodes_down: int
+    min_disk_free_bytes: float | None
+    data_age_s: float | None
+
+
+def standup(completions: int, target: int | None, health: dict[str, Any], nodes: list[dict[str, Any]],
+            gpus: int, power_w: float | None, stale_after: float, now: float, last: float | None) -> Standup:
+    """The headline numbers. `health` is the dashboard's rate reading (tokens_per_s_1m, ...),
+    `gpus` the GPUs reporting (else the nodes' gpus_found), `power_w` their summed draw."""
+    tps = health.get("tokens_per_s_1m")
+    cps = health.get("completions_per_s_15m")
+    states = [node_status(n, now, stale_after)[0] for n in nodes]
+    free = [d.get("free_bytes") for n in nodes for d in (n.get("disk") or {}).values() if d.get("free_bytes")]
+    return Standup(
+        completions=completions, target=target,
+        share_done=rates.progress(completions, target) if target else None,
+        tokens_per_s_1m=tps, tokens_per_s_15m=health.get("tokens_per_s_15m"), completions_per_s_15m=cps,
+        tokens_per_s_per_gpu=tps / gpus if tps and gpus else None,
+        tokens_per_joule=rates.tokens_per_joule(tps, power_w),
+        eta_s=rates.eta_seconds(completions, target, cps) if target else None,
+        nodes=len(nodes), nodes_up=states.count("up"), nodes_stale=states.count("stale"),
+        nodes_down=states.count("down"), min_disk_free_bytes=min(free) if free else None,
+        data_age_s=now - last if last is not None else None)
+
+
+def public_config(config: dict[str, Any] | None) -> dict[str, Any]:
+    """A node's effective config for display: secret values never shown, only whether they are set."""
+    out = {}
+    for key, value in (config or {}).items():
+        if any(w in key.lower() for w in SECRET_WORDS):
+            if key.endswith("_set"):
+                out[key.removesuffix("_set")] = "set" if value else "not set"
+            continue
+        out[key] = value
+    return out
