@@ -28,10 +28,7 @@ from pathlib import Path
 import pytest
 from shardgen import truth_rows, write_shard
 
-try:  # the protocol's home after the runhealth/remote/ split; runhealth/protocol.py before it
-    from runhealth.remote import protocol
-except ImportError:
-    from runhealth import protocol
+from runhealth.remote import protocol
 
 PY38_FOLDERS = ["/usr/bin", "/usr/local/bin", "/opt/python/3.8/bin"]
 TIMEOUT_S = 120

@@ -131,9 +131,9 @@ def fill(path) -> None:
 
 def test_a_full_disk_under_the_store_is_the_nodes_error_and_an_alert_then_recovers(tmp_path, small_disk):
     from components import alerts as alert_words
-    from runhealth.alerts import node_status
     from runhealth.collector import Collector
     from runhealth.config import NodeConfig, RunConfig
+    from runhealth.health import node_status
 
     shard = tmp_path / "out.jsonl"
     shard.write_bytes(chat(5) * 20)

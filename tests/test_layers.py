@@ -28,8 +28,8 @@ def lint(path: str, source: str) -> str:
 
 @pytest.mark.parametrize("source", [
     "from runhealth.store import Store\n", "from runhealth import store\n", "import runhealth.collector\n",
-    "from runhealth.collector import Collector\n", "from runhealth.remote import ssh\n", "from runhealth import ssh\n",
-    "from runhealth.transport import LocalTransport\n",
+    "from runhealth.collector import Collector\n", "from runhealth.remote import ssh\n", "from runhealth import remote\n",
+    "from runhealth.remote.base import Transport\n", "import runhealth.remote.ssh\n",
 ])
 def test_pages_may_not_reach_the_data_layer(source):
     assert "TID251" in lint("pages/planted.py", source), source
@@ -43,7 +43,7 @@ def test_the_core_may_not_import_streamlit_or_plotly(source):
 
 def test_components_may_use_the_store_and_pages_the_components():
     assert "TID251" not in lint("components/planted.py", "from runhealth.store import Store\nimport streamlit\n")
-    assert "TID251" not in lint("pages/planted.py", "from components import loaders\nfrom runhealth import stats\n")
+    assert "TID251" not in lint("pages/planted.py", "from components import loaders\nfrom runhealth.analysis import stats\n")
 
 
 def test_the_checkout_itself_keeps_the_layers():

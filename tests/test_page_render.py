@@ -19,7 +19,7 @@ from streamlit.testing.v1 import AppTest
 from test_pages import PAGES, ROOT, TIMEOUT_S, RecordingCollector, _clear_streamlit_caches, assert_clean, texts  # noqa: F401 (autouse fixture)
 
 from components import loaders
-from runhealth import stats
+from runhealth.analysis import stats
 
 GATE = threading.Event()  # holds GatedCollector.sample_now until the test opens it
 
