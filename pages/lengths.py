@@ -116,7 +116,7 @@ def render_continuation_result(key: str) -> None:
     elif state == "failed":
         st.error(md_escape(f"The continuation batch failed: {result}"))
     elif state == "done":
-        st.download_button(f"Download {result['n']} continuation requests to {result.limit_tokens:,} tokens (JSONL)",
+        st.download_button(f"Download {result['n']} continuation requests to {result['limit']:,} tokens (JSONL)",
                            result["body"], file_name="continuation.jsonl", key=f"{PREFIX}_continuation_download",
                            disabled=result["n"] == 0)
         for text in [*(f"{node}: {err}" for node, err in result["errors"].items()), *result["problems"]]:

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from components import alerts, cards, figures
+from runhealth.analysis import stats
 from runhealth.health import level
 
 WARN, ALERT = 0.02, 0.05
@@ -22,9 +23,13 @@ def test_level_boundaries_are_inclusive(value, expected):
     assert level(value, WARN, ALERT) == expected
 
 
-def summary(frac: float) -> dict:
-    return {"completions": 1000, "ceiling": 4096, "at_ceiling_fraction": frac, "at_ceiling_interval": (frac, frac),
-            "length_source": "completion_tokens", "at_ceiling": int(frac * 1000), "length_count": 1000}
+def summary(frac: float) -> stats.Summary:
+    """A real run summary: 1,000 completions, `frac` of them cut at the 4,096 ceiling."""
+    hist = stats.LengthHist()
+    cut = round(frac * 1000)
+    hist.add(4096, "length", False, cut)
+    hist.add(1000, "stop", False, 1000 - cut)
+    return stats.summarize(hist, ceiling=4096)
 
 
 @pytest.mark.parametrize("frac", [0.01, 0.02, 0.03, 0.05, 0.2])

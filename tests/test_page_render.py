@@ -134,8 +134,8 @@ def test_whatif_cache_is_keyed_by_histogram_content_not_its_total():
     assert loaders.hist_key(short) == loaders.hist_key(stats.LengthHist.from_rows(short.rows()))
     a = loaders.load_whatif(short, 4096, 8192, None, bootstrap=20)
     b = loaders.load_whatif(longer, 4096, 8192, None, bootstrap=20)
-    assert a["current_truncated_fraction"] == pytest.approx(0.3)
-    assert b["current_truncated_fraction"] == pytest.approx(0.5)
+    assert a.current_truncated_fraction == pytest.approx(0.3)
+    assert b.current_truncated_fraction == pytest.approx(0.5)
 
 
 def test_router_lists_every_page_with_its_title_and_url(ceiling_18, monkeypatch):
