@@ -20,14 +20,24 @@ from pathlib import Path
 
 import streamlit as st
 
-from runhealth import demo
+from runhealth import demo, runs
 from runhealth.collector import Collector
-from runhealth.config import RunConfig, find_config_path, load_config
+from runhealth.config import RunConfig, find_config_path
 from runhealth.errors import RunhealthError
 from runhealth.outbound import Outbound, start_outbound
 from runhealth.store import Store
 
 COLLECTOR_ENV = "RUNHEALTH_COLLECTOR"
+
+
+@dataclasses.dataclass
+class RunHandle:
+    """One run of the process: its config, its own store, its collector (None when finished)."""
+
+    config: RunConfig
+    store: Store
+    collector: Collector | None = None
+    finished: bool = False
 
 
 @dataclasses.dataclass
@@ -45,6 +55,9 @@ class Runtime:
     signature: tuple | None = None  # config_signature() when built: a change means rebuild
     follows_file: bool = False  # held by get_runtime(), which rebuilds it when the file changes
     outbound: Outbound | None = None  # /metrics and webhooks, served by the process that collects
+    # Every run (runhealth.runs); config/store/collector above are the one this page shows
+    # (components.runpicker), the first live run until a user picks another.
+    runs: list[RunHandle] = dataclasses.field(default_factory=list)
 
 
 def collecting() -> bool:
@@ -68,35 +81,56 @@ def build_runtime() -> Runtime:
 
 
 def build_runtime_for(path: Path | None, previous: Runtime | None = None) -> Runtime:
-    """Load `path` (None: the demo), open the store (or keep `previous`'s) and start collecting."""
+    """Load `path` (None: the demo), open each run's store (or keep `previous`'s) and start collecting."""
     collect, simulator = collecting(), None
     try:
         if path is not None:
-            config = load_config(path)
+            entries = runs.load_runs(path)
+            entries += runs.discover_finished(entries)
         else:
             simulator = previous.simulator if previous and previous.demo else None
             if collect and simulator is None:
-                simulator = demo.Simulator()
+                simulator = demo.live_simulator()
                 if not simulator.start():  # another dashboard process already simulates
                     simulator = None
-            config = demo.demo_config(metrics_port=simulator.metrics_port if simulator else None)
-        keep = previous is not None and previous.store is not None and \
-            previous.store.path == config.resolved_store_path()
-        store = previous.store if keep else Store(config.resolved_store_path())
+            entries = [runs.RunEntry(c, f) for c, f in demo.demo_runs(metrics_port=simulator.metrics_port
+                                                                       if simulator else None)]
+        kept = {h.store.path: h.store for h in (previous.runs if previous else [])}
+        handles = [RunHandle(e.config, kept.get(e.config.resolved_store_path()) or Store(e.config.resolved_store_path()),
+                             finished=e.finished) for e in entries]
+        if simulator is not None:  # this process writes the demo: run A's history too, once
+            for h in handles:
+                if h.finished:
+                    demo.fill_finished(h.config, h.store)
     except RunhealthError as exc:
         return Runtime(config=None, store=None, config_error=str(exc), config_path=path,
                        signature=config_signature(path))
-    runtime = Runtime(config=config, store=store, demo=config.demo, simulator=simulator, config_path=path,
-                      signature=config_signature(path))
+    shown = next((h for h in handles if not h.finished), handles[0])
+    runtime = Runtime(config=shown.config, store=shown.store, demo=shown.config.demo, simulator=simulator,
+                      config_path=path, signature=config_signature(path), runs=handles)
     if collect:
-        collector = Collector(config, store)
+        _start_collectors(runtime)
+    return runtime
+
+
+def _start_collectors(runtime: Runtime) -> None:
+    """One collector per live run; /metrics and webhooks for the first live run only."""
+    for h in runtime.runs:
+        if h.finished:
+            continue
+        collector = Collector(h.config, h.store)
         try:
             collector.start()
-            runtime.collector = collector
-            runtime.outbound = start_outbound(config, store)
+            h.collector = collector
+        except RunhealthError as exc:
+            runtime.notice = f"run {h.config.name}: {exc}"
+    shown = next((h for h in runtime.runs if h.store is runtime.store), None)
+    if shown is not None and shown.collector is not None:
+        runtime.collector = shown.collector
+        try:
+            runtime.outbound = start_outbound(shown.config, shown.store)
         except RunhealthError as exc:
             runtime.notice = str(exc)
-    return runtime
 
 
 def _config_path() -> Path | None:
@@ -126,8 +160,9 @@ def get_runtime() -> Runtime:
         if old is None or old.config_path != path or old.signature != config_signature(path):
             if old is not None and old.outbound is not None:
                 old.outbound.stop()  # frees the /metrics port and ends its webhook senders
-            if old is not None and old.collector is not None:
-                old.collector.stop()  # releases the store's collector lock for the new collector
+            for h in old.runs if old is not None else []:
+                if h.collector is not None:
+                    h.collector.stop()  # releases the store's collector lock for the new collector
             new = build_runtime_for(path, previous=old)
             if old is not None and old.simulator is not None and old.simulator is not new.simulator:
                 old.simulator.stop()  # the demo is no longer shown

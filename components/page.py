@@ -16,7 +16,7 @@ import pandas as pd
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from components import cards, context, loaders
+from components import cards, context, loaders, runpicker
 
 CSS = """
 <style>
@@ -98,7 +98,8 @@ NAV = [("app.py", "Overview", ":material/monitor_heart:"),
        ("pages/1_Output_lengths.py", "Output lengths", ":material/straighten:"),
        ("pages/2_GPUs.py", "GPUs", ":material/memory:"),
        ("pages/3_Samples.py", "Samples", ":material/search:"),
-       ("pages/4_Nodes.py", "Nodes", ":material/dns:")]
+       ("pages/4_Nodes.py", "Nodes", ":material/dns:"),
+       ("pages/compare.py", "Compare runs", ":material/compare_arrows:")]
 DEMO_TEXT = "DEMO — simulated run; add runhealth.toml to monitor real nodes"
 
 
@@ -123,6 +124,7 @@ def setup(title: str, prefix: str) -> context.Runtime:
             st.fragment(run_every=rotate_s)(_kiosk_rotate)(rt, prefix, rotate_s)
     with st.sidebar:
         _navigation()
+        rt = runpicker.select(rt, prefix)
         st.markdown(f"### {rt.config.name}")
         if rt.notice:
             st.info(rt.notice)
@@ -136,6 +138,8 @@ def setup(title: str, prefix: str) -> context.Runtime:
             rt.collector.request_refresh()
             loaders.clear_all()
             st.rerun()
+    if runpicker.shown_line(rt):  # several runs: every page says which one it shows
+        st.caption(cards.md_escape(runpicker.shown_line(rt)))
     return rt
 
 

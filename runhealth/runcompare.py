@@ -184,3 +184,23 @@ def _eta_text(r: dict) -> str:
     if r["eta_s"] is None:
         return "no target or no rate yet"
     return f"{r['eta_s'] / 3600:,.1f} h" if r["eta_s"] else "target reached"
+
+
+def overlay_bins(hist: stats.LengthHist, width: int, max_tokens: int) -> list[tuple[int, float]]:
+    """(bin_start, share of the run's completions) on fixed `width`-token bins up to `max_tokens`,
+    the same edges for every run so two runs overlay; a ceiling's pile-up lands in the bin
+    starting at it (ceilings are multiples of the width on the usual limits)."""
+    pairs = stats.length_source(hist)[0].length_pairs()
+    n = sum(c for _t, c in pairs)
+    bins = [0] * (max_tokens // width + 1)
+    for tokens, count in pairs:
+        bins[min(tokens // width, len(bins) - 1)] += count
+    return [(i * width, c / n) for i, c in enumerate(bins)] if n else []
+
+
+def overlay_width(max_tokens: int) -> int:
+    """A bin width giving about 80 bins over `max_tokens` (a power of two times 64: ceilings sit on edges)."""
+    width = 64
+    while max_tokens / width > 80:
+        width *= 2
+    return width
