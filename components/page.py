@@ -103,8 +103,9 @@ NAV = [("app.py", "Overview", ":material/monitor_heart:"),
 DEMO_TEXT = "DEMO — simulated run; add runhealth.toml to monitor real nodes"
 
 
-def setup(title: str, prefix: str) -> context.Runtime:
-    """Configure the page and return the runtime; stops the page on a config or access error."""
+def setup(title: str, prefix: str, one_run: bool = True) -> context.Runtime:
+    """Configure the page and return the runtime; stops the page on a config or access error.
+    `one_run`: the page shows the picked run (False: it shows several, as Compare does)."""
     st.set_page_config(page_title=f"{title} · runhealth", page_icon="🩺", layout="wide")
     st.markdown(CSS, unsafe_allow_html=True)
     rt = context.get_runtime()
@@ -138,7 +139,7 @@ def setup(title: str, prefix: str) -> context.Runtime:
             rt.collector.request_refresh()
             loaders.clear_all()
             st.rerun()
-    if runpicker.shown_line(rt):  # several runs: every page says which one it shows
+    if one_run and runpicker.shown_line(rt):  # several runs: every page says which one it shows
         st.caption(cards.md_escape(runpicker.shown_line(rt)))
     return rt
 

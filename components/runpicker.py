@@ -23,7 +23,7 @@ def label(handle: context.RunHandle) -> str:
 
 def select(rt: context.Runtime, prefix: str) -> context.Runtime:
     """Draw the picker (call inside the sidebar) and return the runtime for the picked run."""
-    if len(rt.runs) <= 1:
+    if len(rt.runs) <= 1 or rt.config is None:
         return rt
     names = [h.config.name for h in rt.runs]
     current = st.session_state.get(SESSION_KEY)
@@ -42,7 +42,7 @@ def view(rt: context.Runtime, handle: context.RunHandle) -> context.Runtime:
 
 def shown_line(rt: context.Runtime) -> str | None:
     """'Run: name' for the top of a page when there are several runs (None with one)."""
-    if len(rt.runs) <= 1:
+    if len(rt.runs) <= 1 or rt.config is None:
         return None
     handle = next((h for h in rt.runs if h.store is rt.store), None)
     finished = " · finished: read from its store, not polled" if handle and handle.finished else ""

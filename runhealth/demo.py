@@ -19,7 +19,9 @@ import random
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 from runhealth.collector import Collector
 from runhealth.config import NodeConfig, RunConfig, cache_dir
@@ -122,13 +124,17 @@ def fill_finished(config: RunConfig, store: Store, seed: int | None = None, end_
         for _ in range(polls):
             sim.write_backlog(step)
             for poller in collector.pollers.values():
-                poller.clock = lambda t=t: t
+                poller.clock = _fixed_clock(t)
                 poller.poll_until_indexed()
             t += span
     finally:
         for poller in collector.pollers.values():
             poller.close()
     return True
+
+
+def _fixed_clock(t: float) -> Callable[[], float]:
+    return lambda: t
 
 
 class Simulator:
@@ -143,7 +149,7 @@ class Simulator:
         self.tokens_per_s = tokens_per_s  # per worker (GPU)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._lock_file = None
+        self._lock_file: IO[str] | None = None
         self._server: http.server.ThreadingHTTPServer | None = None
         self._counter = 0
         self.metrics_port: int | None = None
@@ -240,7 +246,7 @@ class Simulator:
         return self.shard_dir / f"node{node}-gpu{worker}.jsonl"
 
     def write_backlog(self, n: int) -> None:
-        per_worker = [[] for _ in range(WORKERS)]
+        per_worker: list[list[str]] = [[] for _ in range(WORKERS)]
         for _ in range(n):
             per_worker[self.rng.randrange(WORKERS)].append(self.completion_line())
         for worker, lines in enumerate(per_worker):

@@ -155,7 +155,8 @@ def comparison_rows(a: dict[str, Any], b: dict[str, Any], cmp: dict[str, Any]) -
         p = d.get(key)
         if p:
             # A percentile at its run's ceiling is a lower bound (those completions were cut).
-            flag = f" ({' and '.join(p['at_ceiling']).upper()} at its ceiling: a lower bound)" if p["at_ceiling"] else ""
+            cut = " and ".join(x.upper() for x in p["at_ceiling"])
+            flag = f" ({cut} at the ceiling: only a lower bound there)" if cut else ""
             rows.append({"metric": f"{label} tokens", "A": f"{p['a']:,}", "B": f"{p['b']:,}",
                          "B − A": f"{p['difference']:+,}{flag}", "95% interval": fmt_interval(p["interval"]) + " (approx.)"})
     rows.extend(_rate_rows(a, b, cmp["rates"]))

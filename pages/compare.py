@@ -1,0 +1,91 @@
+"""Compare runs: two runs side by side, e.g. the 4,096 run and its 8,192 relaunch.
+
+Did the relaunch fix the truncation, how much longer are completions now, what did it cost in
+tok/s and ETA, and was the what-if's forecast right? The "B vs A" sentence on top, both length
+distributions on one axis with each ceiling marked, the side-by-side table with differences and
+95% intervals, and A's what-if at B's limit beside what B measured (runhealth.runcompare).
+
+`render(runs)` draws the page for a list of runs (components.context.RunHandle); run as a
+script (the classic pages/ mechanism) it sets the page up and passes the runtime's runs.
+"""
+
+from __future__ import annotations
+
+import time
+
+import streamlit as st
+
+from components import cards, compare_view, context, loaders, page
+from runhealth import runcompare
+from runhealth.store import Store
+
+PREFIX = "compare"
+
+
+@st.cache_data(ttl=5, max_entries=8, hash_funcs={Store: lambda s: str(s.path)}, show_spinner=False)
+def load_run_numbers(store: Store, name: str, ceiling: int | None, target: int | None, finished: bool) -> dict:
+    return runcompare.run_numbers(store, name, ceiling, target, finished)
+
+
+@st.cache_data(ttl=10, max_entries=4, show_spinner="Checking A's forecast against B…")
+def load_comparison(_a: dict, _b: dict, key: tuple) -> dict:
+    """`key` (names and as-of times) decides reuse: the numbers themselves are not hashed."""
+    return runcompare.compare_runs(_a, _b)
+
+
+def default_pair(runs: list[context.RunHandle]) -> tuple[int, int]:
+    """B: the first live run (else the first); A: of the others, the one with the lowest ceiling."""
+    b = next((i for i, h in enumerate(runs) if not h.finished), 0)
+    others = [i for i in range(len(runs)) if i != b]
+    a = min(others, key=lambda i: runs[i].config.max_output_tokens or 10 ** 9)
+    return a, b
+
+
+def pick_runs(runs: list[context.RunHandle]) -> tuple[context.RunHandle, context.RunHandle]:
+    names = [h.config.name for h in runs]
+    a0, b0 = default_pair(runs)
+    left, right = st.columns(2)
+    a = left.selectbox("Run A (before)", names, index=a0, key=f"{PREFIX}_run_a")
+    b = right.selectbox("Run B (after)", names, index=b0, key=f"{PREFIX}_run_b")
+    return runs[names.index(a)], runs[names.index(b)]
+
+
+def numbers(h: context.RunHandle) -> dict:
+    return load_run_numbers(h.store, h.config.name, h.config.max_output_tokens, h.config.target_completions,
+                            h.finished)
+
+
+def as_of(label: str, r: dict) -> str:
+    if r["as_of"] is None:
+        return f"{label}: waiting for first poll"
+    return f"{label}: numbers as of {loaders.fmt_clock(r['as_of'])} ({loaders.fmt_age(time.time() - r['as_of'])} ago)"
+
+
+def render(runs: list[context.RunHandle]) -> None:
+    """The Compare page for `runs` (at least two to compare)."""
+    st.title("Compare runs")
+    if len(runs) < 2:
+        name = runs[0].config.name if runs else "none"
+        st.info(cards.md_escape(f"Only one run ({name}): nothing to compare yet. Describe several runs with "
+                                "[[runs]] tables in the config (a finished one stays readable from its store)."))
+        return
+    ha, hb = pick_runs(runs)
+    if ha is hb:
+        st.warning("Pick two different runs.")
+        return
+    a, b = numbers(ha), numbers(hb)
+    st.caption(cards.md_escape(f"{as_of('A ' + a['name'], a)} · {as_of('B ' + b['name'], b)}"))
+    if not a["summary"]["completions"] or not b["summary"]["completions"]:
+        st.info("No completions in " + " and ".join(r["name"] for r in (a, b) if not r["summary"]["completions"])
+                + " yet: nothing to compare.")
+        return
+    cmp = load_comparison(a, b, (a["name"], a["as_of"], b["name"], b["as_of"]))
+    compare_view.render_headline(cmp)
+    st.plotly_chart(compare_view.make_overlay_figure(a, b), key=f"{PREFIX}_overlay_chart")
+    compare_view.render_table(runcompare.comparison_rows(a, b, cmp), a, b)
+    compare_view.render_forecast(cmp, a, b)
+
+
+if __name__ == "__main__":  # the classic pages/ mechanism runs this file as the page
+    rt = page.setup("Compare runs", PREFIX, one_run=False)
+    page.guarded(render)(rt.runs)
