@@ -55,10 +55,20 @@ def numbers(h: context.RunHandle) -> dict:
                             h.finished)
 
 
-def as_of(label: str, r: dict) -> str:
+def render_as_of(label: str, h: context.RunHandle, r: dict) -> None:
+    """How old each run's numbers are; a live run's in red once older than its stale_after."""
     if r["as_of"] is None:
-        return f"{label}: waiting for first poll"
-    return f"{label}: numbers as of {loaders.fmt_clock(r['as_of'])} ({loaders.fmt_age(time.time() - r['as_of'])} ago)"
+        st.caption(cards.md_escape(f"{label}: waiting for first poll"))
+        return
+    age = time.time() - r["as_of"]
+    text = f"{label}: Numbers as of {loaders.fmt_clock(r['as_of'])} ({loaders.fmt_age(age)} ago)"
+    if h.finished:
+        st.caption(cards.md_escape(f"{text} · finished, not polled any more"))
+    elif age > h.config.stale_after:
+        st.error(cards.md_escape(f"⚠ {text}: older than {loaders.fmt_age(h.config.stale_after)}, "
+                                 "these numbers are stale."))
+    else:
+        st.caption(cards.md_escape(text))
 
 
 def render(runs: list[context.RunHandle]) -> None:
@@ -74,7 +84,8 @@ def render(runs: list[context.RunHandle]) -> None:
         st.warning("Pick two different runs.")
         return
     a, b = numbers(ha), numbers(hb)
-    st.caption(cards.md_escape(f"{as_of('A ' + a['name'], a)} · {as_of('B ' + b['name'], b)}"))
+    render_as_of(f"A {a['name']}", ha, a)
+    render_as_of(f"B {b['name']}", hb, b)
     if not a["summary"]["completions"] or not b["summary"]["completions"]:
         st.info("No completions in " + " and ".join(r["name"] for r in (a, b) if not r["summary"]["completions"])
                 + " yet: nothing to compare.")
@@ -88,4 +99,6 @@ def render(runs: list[context.RunHandle]) -> None:
 
 if __name__ == "__main__":  # the classic pages/ mechanism runs this file as the page
     rt = page.setup("Compare runs", PREFIX, one_run=False)
+    if len(rt.runs) < 2:
+        page.data_header(rt)
     page.guarded(render)(rt.runs)

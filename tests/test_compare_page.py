@@ -156,7 +156,7 @@ def test_compare_page_over_the_demo(demo_cache, monkeypatch):
     a, b = numbers(demo_cache)
     assert f"A: n = {a['summary']['completions']:,} completions, B: n = {b['summary']['completions']:,}" in text
     assert "cannot be checked" in text
-    assert "numbers as of" in text
+    assert "A demo-4096: Numbers as of" in text and "finished, not polled any more" in text
     at.selectbox(key="compare_run_a").set_value("demo-8192").run()
     assert "Pick two different runs." in page_text(at)
 
