@@ -101,4 +101,6 @@ if __name__ == "__main__":  # the classic pages/ mechanism runs this file as the
     rt = page.setup("Compare runs", PREFIX, one_run=False)
     if len(rt.runs) < 2:
         page.data_header(rt)
-    page.guarded(render)(rt.runs)
+    # Redrawn in place every collection interval (at least 10 s: each redraw re-checks the forecast).
+    every = max([h.config.interval_s for h in rt.runs if not h.finished] + [10.0])
+    st.fragment(run_every=every)(page.guarded(render))(rt.runs)
