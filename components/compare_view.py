@@ -38,7 +38,7 @@ def make_overlay_figure(a: dict, b: dict) -> go.Figure:
                    dash="dash", color=CEILING_COLOUR if key == "A" else ALERT_COLOUR, width=2)
     fig.update_layout(barmode="overlay", xaxis_title="completion tokens", yaxis_title="% of run's completions",
                       yaxis2=dict(title="cumulative %", overlaying="y", side="right", range=[0, 100.5],
-                                  showgrid=False))
+                                  tickvals=[0, 25, 50, 75, 100], showgrid=False))
     _layout(fig, "Completion lengths, A and B on one axis", height=460)
     fig.update_layout(margin=dict(l=60, r=70, t=90, b=50), legend=dict(y=1.08))
     return fig
@@ -57,7 +57,8 @@ def render_table(rows: list[dict[str, str]], a: dict, b: dict) -> None:
         "Shares: Wilson 95% intervals per run, Newcombe's for the difference; mean: Welch; percentiles: "
         "order-statistic intervals (approximate). Rates are averages over each run's collected life "
         f"(A: {a['life']['spans']} poll spans, B: {b['life']['spans']}), the interval treating spans as "
-        "independent (approximate); the Overview's tok/s is the last 5 minutes instead.")
+        "independent (approximate); the Overview's tok/s is the last 5 minutes instead. ≤ / ≥: a percentile "
+        "at its run's ceiling is only a lower bound, so the difference is a bound too.")
 
 
 def render_forecast(cmp: dict, a: dict, b: dict) -> None:

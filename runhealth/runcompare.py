@@ -154,11 +154,13 @@ def comparison_rows(a: dict[str, Any], b: dict[str, Any], cmp: dict[str, Any]) -
     for key, label in (("p50", "median"), ("p90", "P90"), ("p99", "P99")):
         p = d.get(key)
         if p:
-            # A percentile at its run's ceiling is a lower bound (those completions were cut).
-            cut = " and ".join(x.upper() for x in p["at_ceiling"])
-            flag = f" ({cut} at the ceiling: only a lower bound there)" if cut else ""
+            # A percentile at its run's ceiling is only a lower bound (those completions were cut):
+            # with A's there, B - A is at most the figure; with B's there, at least.
+            bound = {("a",): "≤ ", ("b",): "≥ "}.get(tuple(p["at_ceiling"]), "")
+            both = " (both at their ceilings)" if len(p["at_ceiling"]) == 2 else ""
             rows.append({"metric": f"{label} tokens", "A": f"{p['a']:,}", "B": f"{p['b']:,}",
-                         "B − A": f"{p['difference']:+,}{flag}", "95% interval": fmt_interval(p["interval"]) + " (approx.)"})
+                         "B − A": f"{bound}{p['difference']:+,}{both}",
+                         "95% interval": fmt_interval(p["interval"]) + " (approx.)"})
     rows.extend(_rate_rows(a, b, cmp["rates"]))
     rows.append({"metric": "ETA", "A": _eta_text(a), "B": _eta_text(b), "B − A": "", "95% interval": ""})
     return rows
