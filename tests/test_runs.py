@@ -105,3 +105,42 @@ def test_a_run_removed_from_the_config_is_found_as_finished(tmp_path):
     assert found.finished and found.config.name == "gen-old" and found.config.max_output_tokens == 2048
     assert found.config.nodes == [] and found.config.store_path == str(tmp_path / "old.sqlite3")
     assert runs.discover_finished([*entries, found]) == []
+
+
+def test_collect_fills_one_store_per_live_run(tmp_path):
+    """`runhealth collect` over a [[runs]] file: a collector per live run, each into its own store."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from shardgen import truth_rows, write_shard
+
+    root = Path(__file__).resolve().parent.parent
+    text = ""
+    for name, n in (("a", 60), ("b", 40)):
+        (tmp_path / name).mkdir()
+        write_shard(tmp_path / name / "s.jsonl", truth_rows(n, 3))
+        text += (f'[[runs]]\nname = "run-{name}"\ninterval_s = 1\nstore_path = "{tmp_path / f"{name}.sqlite3"}"\n'
+                 f'[[runs.nodes]]\nname = "localhost"\nhost = "local"\nshards = ["{tmp_path / name}/*.jsonl"]\n'
+                 f'python = "{sys.executable}"\ngpu = "off"\n\n')
+    config = tmp_path / "runhealth.toml"
+    config.write_text(text + '[[runs]]\nname = "done"\nfinished = true\n', encoding="utf-8")
+    proc = subprocess.Popen([sys.executable, "-m", "runhealth", "collect", "--config", str(config)], cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(root)}, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, counts = time.time() + 60, {}
+        while time.time() < deadline and counts != {"a": 60, "b": 40}:
+            time.sleep(0.5)
+            for name in ("a", "b"):
+                if (tmp_path / f"{name}.sqlite3").exists():
+                    store = Store(tmp_path / f"{name}.sqlite3")
+                    counts[name] = sum(r["count"] for r in store.length_counts(by="run"))
+                    store.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=30)[1]
+    assert counts == {"a": 60, "b": 40}, err
+    assert proc.returncode == 0 and "of run-a every" in err and "of run-b every" in err and "done" not in err
