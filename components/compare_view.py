@@ -40,7 +40,9 @@ def make_overlay_figure(a: dict, b: dict) -> go.Figure:
                       yaxis2=dict(title="cumulative %", overlaying="y", side="right", range=[0, 100.5],
                                   tickvals=[0, 25, 50, 75, 100], showgrid=False))
     _layout(fig, "Completion lengths, A and B on one axis", height=460)
-    fig.update_layout(margin=dict(l=60, r=70, t=90, b=50), legend=dict(y=1.08))
+    # Four legend entries: under the plot, clear of the title and the ceiling labels.
+    fig.update_layout(margin=dict(l=60, r=70, t=60, b=110),
+                      legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0))
     return fig
 
 
