@@ -35,9 +35,18 @@ def select(rt: context.Runtime, prefix: str) -> context.Runtime:
     return view(rt, by_name[name])
 
 
+FINISHED_AGE_S = 10 * 365 * 86400.0
+
+
 def view(rt: context.Runtime, handle: context.RunHandle) -> context.Runtime:
-    """The runtime as one run's page sees it (the shared runtime itself is not changed)."""
-    return dataclasses.replace(rt, config=handle.config, store=handle.store, collector=handle.collector)
+    """The runtime as one run's page sees it (the shared runtime itself is not changed).
+
+    A finished run's numbers are final, not stale, and its nodes are not down, just no longer
+    polled: its pages get stale/stall thresholds no age reaches, and say "finished" instead."""
+    config = handle.config
+    if handle.finished:
+        config = dataclasses.replace(config, stale_after_s=FINISHED_AGE_S, stall_after_s=FINISHED_AGE_S)
+    return dataclasses.replace(rt, config=config, store=handle.store, collector=handle.collector)
 
 
 def shown_line(rt: context.Runtime) -> str | None:
