@@ -16,10 +16,10 @@ from types import ModuleType
 import streamlit as st
 
 from components import context, page
-from pages import gpus, lengths, nodes, overview, samples
+from pages import compare, gpus, lengths, nodes, overview, samples
 
 # In sidebar order; url paths are those the auto-discovered pages had (bookmarks keep working).
-SCREENS = (overview, lengths, gpus, samples, nodes)
+SCREENS = (overview, lengths, gpus, samples, nodes, compare)
 
 
 def main(start: str = overview.PREFIX) -> None:
@@ -29,16 +29,18 @@ def main(start: str = overview.PREFIX) -> None:
     through the same router by naming it).
     """
     rt = context.get_runtime()
-    pages = {mod.PREFIX: st.Page(functools.partial(_show, mod, rt), title=mod.TITLE, icon=mod.ICON,
+    shown: dict[str, context.Runtime] = {"rt": rt}  # the picked run's view, set by setup() below
+    pages = {mod.PREFIX: st.Page(functools.partial(_show, mod, shown), title=mod.TITLE, icon=mod.ICON,
                                  url_path=mod.URL_PATH, default=mod.PREFIX == start) for mod in SCREENS}
     current = st.navigation(list(pages.values()))
-    prefix = next((p for p, pg in pages.items() if pg.url_path == current.url_path), start)
-    page.setup(rt, current.title, prefix, pages)  # stops here on a config or access error
+    screen = next(mod for mod in SCREENS if pages[mod.PREFIX].url_path == current.url_path)
+    # Stops here on a config or access error; returns the run this session picked in the sidebar.
+    shown["rt"] = page.setup(rt, current.title, screen.PREFIX, pages, one_run=getattr(screen, "ONE_RUN", True))
     current.run()
 
 
-def _show(screen: ModuleType, rt: context.Runtime) -> None:
-    screen.render(context.ready(rt))  # setup() has stopped the run when the config did not load
+def _show(screen: ModuleType, shown: dict[str, context.Runtime]) -> None:
+    screen.render(context.ready(shown["rt"]))  # setup() has stopped the run when the config did not load
 
 
 if __name__ == "__main__":  # `streamlit run app.py` runs this file as __main__

@@ -21,15 +21,25 @@ from typing import Protocol, cast
 
 import streamlit as st
 
-from runhealth import demo
+from runhealth import demo, runs
 from runhealth.collector import Collector
-from runhealth.config import RunConfig, RunContext, find_config_path, load_config
+from runhealth.config import RunConfig, RunContext, find_config_path
 from runhealth.demo import Simulator
 from runhealth.errors import RunhealthError
 from runhealth.outbound import Outbound, start_outbound
 from runhealth.store import Store
 
 COLLECTOR_ENV = "RUNHEALTH_COLLECTOR"
+
+
+@dataclasses.dataclass
+class RunHandle:
+    """One run of the process: its config, its own store, its collector (None when finished)."""
+
+    config: RunConfig
+    store: Store
+    collector: Collector | None = None
+    finished: bool = False
 
 
 @dataclasses.dataclass
@@ -48,6 +58,9 @@ class Runtime:
     signature: tuple | None = None  # config_signature() when built: a change means rebuild
     follows_file: bool = False  # held by get_runtime(), which rebuilds it when the file changes
     outbound: Outbound | None = None  # /metrics and webhooks, served by the process that collects
+    # Every run (runhealth.runs); config/store/collector above are the one this page shows
+    # (components.runpicker), the first live run until a user picks another.
+    runs: list[RunHandle] = dataclasses.field(default_factory=list)
 
 
 class PageRuntime(Protocol):
@@ -64,6 +77,8 @@ class PageRuntime(Protocol):
     def demo(self) -> bool: ...
     @property
     def outbound(self) -> Outbound | None: ...
+    @property
+    def runs(self) -> list[RunHandle]: ...
 
 
 def ready(rt: Runtime) -> PageRuntime:
@@ -94,36 +109,58 @@ def build_runtime() -> Runtime:
 
 
 def build_runtime_for(path: Path | None, previous: Runtime | None = None) -> Runtime:
-    """Load `path` (None: the demo), open the store (or keep `previous`'s) and start collecting."""
+    """Load `path` (None: the demo), open each run's store (or keep `previous`'s) and start collecting."""
     collect, simulator = collecting(), None
     try:
         if path is not None:
-            config, context = load_config(path), RunContext.for_file(path)
+            entries = runs.load_runs(path)
+            entries += runs.discover_finished(entries)
+            context = RunContext.for_file(path)
         else:
             simulator = previous.simulator if previous and previous.demo else None
             if collect and simulator is None:
-                simulator = demo.Simulator()
+                simulator = demo.live_simulator()
                 if not simulator.start():  # another dashboard process already simulates
                     simulator = None
-            config = demo.demo_config(metrics_port=simulator.metrics_port if simulator else None)
+            entries = [runs.RunEntry(c, f) for c, f in demo.demo_runs(metrics_port=simulator.metrics_port
+                                                                       if simulator else None)]
             context = demo.DEMO_CONTEXT
-        kept = previous.store if previous is not None else None
-        store = kept if kept is not None and kept.path == config.resolved_store_path() else \
-            Store(config.resolved_store_path())
+        kept = {h.store.path: h.store for h in (previous.runs if previous else [])}
+        handles = [RunHandle(e.config, kept.get(e.config.resolved_store_path()) or Store(e.config.resolved_store_path()),
+                             finished=e.finished) for e in entries]
+        if simulator is not None:  # this process writes the demo: run A's history too, once
+            for h in handles:
+                if h.finished:
+                    demo.fill_finished(h.config, h.store)
     except RunhealthError as exc:
         return Runtime(config=None, store=None, config_error=str(exc), config_path=path,
                        signature=config_signature(path))
-    runtime = Runtime(config=config, store=store, demo=context.demo, context=context, simulator=simulator,
-                      config_path=path, signature=config_signature(path))
+    shown = next((h for h in handles if not h.finished), handles[0])
+    runtime = Runtime(config=shown.config, store=shown.store, demo=context.demo, context=context, simulator=simulator,
+                      config_path=path, signature=config_signature(path), runs=handles)
     if collect:
-        collector = Collector(config, store, context=context)
+        _start_collectors(runtime)
+    return runtime
+
+
+def _start_collectors(runtime: Runtime) -> None:
+    """One collector per live run; /metrics and webhooks for the first live run only."""
+    for h in runtime.runs:
+        if h.finished:
+            continue
+        collector = Collector(h.config, h.store, context=runtime.context)
         try:
             collector.start()
-            runtime.collector = collector
-            runtime.outbound = start_outbound(config, store, context=context)
+            h.collector = collector
+        except RunhealthError as exc:
+            runtime.notice = f"run {h.config.name}: {exc}"
+    shown = next((h for h in runtime.runs if h.store is runtime.store), None)
+    if shown is not None and shown.collector is not None:
+        runtime.collector = shown.collector
+        try:
+            runtime.outbound = start_outbound(shown.config, shown.store, context=runtime.context)
         except RunhealthError as exc:
             runtime.notice = str(exc)
-    return runtime
 
 
 def _config_path() -> Path | None:
@@ -154,8 +191,9 @@ def get_runtime() -> Runtime:
             return old
         if old is not None and old.outbound is not None:
             old.outbound.stop()  # frees the /metrics port and ends its webhook senders
-        if old is not None and old.collector is not None:
-            old.collector.stop()  # releases the store's collector lock for the new collector
+        for h in old.runs if old is not None else []:
+            if h.collector is not None:
+                h.collector.stop()  # releases the store's collector lock for the new collector
         new = build_runtime_for(path, previous=old)
         if old is not None and old.simulator is not None and old.simulator is not new.simulator:
             old.simulator.stop()  # the demo is no longer shown

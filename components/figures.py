@@ -25,7 +25,7 @@ BACKFILL_COLOUR = "#555A63"
 FONT_SIZE = 16
 
 
-def _figure(*data) -> go.Figure:
+def new_figure(*data) -> go.Figure:
     """A new Figure in plotly's dark template.
 
     plotly copies its default template into a new Figure without validating it again (0.5 ms);
@@ -39,7 +39,7 @@ def _figure(*data) -> go.Figure:
     return go.Figure(list(data))
 
 
-def _layout(fig: go.Figure, title: str, height: int = 380) -> go.Figure:
+def apply_layout(fig: go.Figure, title: str, height: int = 380) -> go.Figure:
     fig.update_layout(
         title=dict(text=title, font=dict(size=FONT_SIZE + 4)), height=height,
         font=dict(size=FONT_SIZE), margin=dict(l=60, r=30, t=60, b=50),
@@ -55,7 +55,7 @@ _VLINE_TEXT = {"top right": (1, "top", "left"), "top left": (1, "top", "right"),
                "bottom right": (0, "bottom", "left")}
 
 
-def _vline(fig: go.Figure, x: float, text: str | None = None, position: str = "top right", **line) -> None:
+def vline(fig: go.Figure, x: float, text: str | None = None, position: str = "top right", **line) -> None:
     """A vertical rule at data x across the plot; `line` holds shape line keys (dash, color, width)."""
     fig.add_shape(type="line", x0=x, x1=x, xref="x", y0=0, y1=1, yref="y domain", line=line)
     if text is not None:
@@ -64,7 +64,7 @@ def _vline(fig: go.Figure, x: float, text: str | None = None, position: str = "t
                            yanchor=yanchor)
 
 
-def _hline(fig: go.Figure, y: float, text: str | None = None, **line) -> None:
+def hline(fig: go.Figure, y: float, text: str | None = None, **line) -> None:
     """A horizontal rule at data y across the plot, its label at the top right (plotly's default)."""
     fig.add_shape(type="line", x0=0, x1=1, xref="x domain", y0=y, y1=y, yref="y", line=line)
     if text is not None:
@@ -79,7 +79,7 @@ def make_length_histogram_figure(df: pd.DataFrame, ceiling: int | None, at_ceili
     """
     width = (df["bin_end"] - df["bin_start"]).clip(lower=1)
     centre = df["bin_start"] + width / 2
-    fig = _figure()
+    fig = new_figure()
     fig.add_bar(x=centre, y=df["stop"], width=width, name="stop", marker_color=STOP_COLOUR)
     if df["other"].sum() > 0:
         fig.add_bar(x=centre, y=df["other"], width=width, name="other (incl. length below the ceiling)", marker_color=OTHER_COLOUR)
@@ -92,7 +92,7 @@ def make_length_histogram_figure(df: pd.DataFrame, ceiling: int | None, at_ceili
                     name="stopped at the ceiling", marker_color=CEILING_COLOUR)
     fig.update_layout(barmode="stack", bargap=0)
     if ceiling:
-        _vline(fig, ceiling, dash="dash", color=CEILING_COLOUR, width=2)
+        vline(fig, ceiling, dash="dash", color=CEILING_COLOUR, width=2)
         if at_ceiling_fraction is not None and len(spike):
             fig.add_annotation(
                 x=ceiling, y=float(spike["at_ceiling"].max()), xanchor="right", ax=-80, ay=-10,
@@ -102,18 +102,18 @@ def make_length_histogram_figure(df: pd.DataFrame, ceiling: int | None, at_ceili
             )
     fig.update_xaxes(title_text="completion tokens", range=[0, float(df["bin_end"].max()) * 1.03])
     fig.update_yaxes(title_text="completions")
-    return _layout(fig, "Output length distribution")
+    return apply_layout(fig, "Output length distribution")
 
 
 def make_cdf_figure(df: pd.DataFrame, ceiling: int | None = None) -> go.Figure:
     """Cumulative share of completions by length. `df` columns: tokens, cum_fraction."""
-    fig = _figure(go.Scatter(x=df["tokens"], y=df["cum_fraction"], mode="lines", line_shape="hv",
+    fig = new_figure(go.Scatter(x=df["tokens"], y=df["cum_fraction"], mode="lines", line_shape="hv",
                                line=dict(color=STOP_COLOUR, width=3), name="share ≤ length"))
     if ceiling:
-        _vline(fig, ceiling, f"ceiling {ceiling:,}", "top left", dash="dash", color=CEILING_COLOUR, width=2)
+        vline(fig, ceiling, f"ceiling {ceiling:,}", "top left", dash="dash", color=CEILING_COLOUR, width=2)
     fig.update_xaxes(title_text="completion tokens")
     fig.update_yaxes(title_text="share of completions ≤ length", tickformat=".0%", range=[0, 1.02])
-    return _layout(fig, "Cumulative distribution")
+    return apply_layout(fig, "Cumulative distribution")
 
 
 def make_truncation_by_group_figure(df: pd.DataFrame, warn: float, alert: float) -> go.Figure:
@@ -127,18 +127,18 @@ def make_truncation_by_group_figure(df: pd.DataFrame, warn: float, alert: float)
     labels = [f"{f:.1%}" + (f" · ceiling {int(c):,} differs" if d else "")
               for f, c, d in zip(df["fraction"], df["ceiling"].fillna(0), df["drift"], strict=False)]
     short = df["label"] if "label" in df else df["group"]  # short labels; the full name on hover
-    fig = _figure(go.Bar(
+    fig = new_figure(go.Bar(
         x=short, y=df["fraction"], marker_color=colours, text=labels, textposition="outside",
         customdata=df[["group"]].assign(n=df.get("completions", 0)),
         hovertemplate="%{customdata[0]}<br>%{y:.1%} of %{customdata[1]:,}<extra></extra>",
         error_y=dict(type="data", symmetric=False, array=df["hi"] - df["fraction"],
                      arrayminus=df["fraction"] - df["lo"], color="#CCCCCC"),
     ))
-    _hline(fig, warn, "warn", dash="dot", color=CEILING_COLOUR)
-    _hline(fig, alert, "alert", dash="dot", color=ALERT_COLOUR)
+    hline(fig, warn, "warn", dash="dot", color=CEILING_COLOUR)
+    hline(fig, alert, "alert", dash="dot", color=ALERT_COLOUR)
     fig.update_yaxes(title_text="share at the ceiling", tickformat=".0%", rangemode="tozero")
     fig.update_xaxes(type="category", tickangle=0 if len(df) <= 8 else -35)
-    return _layout(fig, "Truncation by group", height=360)
+    return apply_layout(fig, "Truncation by group", height=360)
 
 
 def make_truncation_over_time_figure(df: pd.DataFrame, warn: float, alert: float) -> go.Figure:
@@ -151,17 +151,17 @@ def make_truncation_over_time_figure(df: pd.DataFrame, warn: float, alert: float
     t = pd.to_datetime(df["bucket_unix"], unit="s")
     n = df["completions"].where(df["completions"] > 0)
     colours = [BACKFILL_COLOUR if b else CEILING_COLOUR for b in df["backfill"]]
-    fig = _figure(go.Bar(x=t, y=df["at_ceiling"] / n, marker_color=colours, name="truncated (at the ceiling)",
+    fig = new_figure(go.Bar(x=t, y=df["at_ceiling"] / n, marker_color=colours, name="truncated (at the ceiling)",
                          customdata=df["completions"], hovertemplate="truncated %{y:.1%} of %{customdata} new<extra></extra>"))
     fig.add_bar(x=t, y=df["below_ceiling"] / n, marker_color=OTHER_COLOUR, name="length stop below the ceiling",
                 customdata=df["completions"], hovertemplate="below the ceiling %{y:.1%} of %{customdata} new<extra></extra>")
     if df["unsplit"].sum() > 0:
         fig.add_bar(x=t, y=df["unsplit"] / n, marker_color="#5A5F6A", name="length stop, length unknown (estimate)")
     fig.update_layout(barmode="stack")
-    _hline(fig, warn, "warn", dash="dot", color=CEILING_COLOUR)
-    _hline(fig, alert, "alert", dash="dot", color=ALERT_COLOUR)
+    hline(fig, warn, "warn", dash="dot", color=CEILING_COLOUR)
+    hline(fig, alert, "alert", dash="dot", color=ALERT_COLOUR)
     fig.update_yaxes(title_text="share of new completions", tickformat=".0%", rangemode="tozero")
-    return _layout(fig, "Truncated over time (grey = first scan)", height=320)
+    return apply_layout(fig, "Truncated over time (grey = first scan)", height=320)
 
 
 def make_lengths_over_time_figure(df: pd.DataFrame, ceiling: int | None) -> go.Figure:
@@ -171,16 +171,16 @@ def make_lengths_over_time_figure(df: pd.DataFrame, ceiling: int | None) -> go.F
     """
     t = pd.to_datetime(df["bucket_unix"], unit="s")
     colours = [BACKFILL_COLOUR if b else CEILING_COLOUR for b in df["backfill"]]
-    fig = _figure(go.Bar(x=t, y=df["at_ceiling_fraction"], marker_color=colours, opacity=0.45, yaxis="y2",
+    fig = new_figure(go.Bar(x=t, y=df["at_ceiling_fraction"], marker_color=colours, opacity=0.45, yaxis="y2",
                          name="share at ceiling", customdata=df["completions"],
                          hovertemplate="%{y:.1%} of %{customdata} at the ceiling<extra></extra>"))
     for name, dash in (("p50", "solid"), ("p90", "dash"), ("p99", "dot")):
         fig.add_scatter(x=t, y=df[name], mode="lines+markers", name=name, line=dict(color=STOP_COLOUR, dash=dash))
     if ceiling:
-        _hline(fig, ceiling, f"ceiling {ceiling:,}", dash="dot", color=ALERT_COLOUR)
+        hline(fig, ceiling, f"ceiling {ceiling:,}", dash="dot", color=ALERT_COLOUR)
     fig.update_yaxes(title_text="tokens", rangemode="tozero")
     fig.update_layout(yaxis2=dict(overlaying="y", side="right", tickformat=".0%", rangemode="tozero", showgrid=False))
-    return _layout(fig, "Lengths per hour, whole run (grey bars = first scan)", height=340)
+    return apply_layout(fig, "Lengths per hour, whole run (grey bars = first scan)", height=340)
 
 
 def make_gpu_heatstrip_figure(df: pd.DataFrame) -> go.Figure:
@@ -193,7 +193,7 @@ def make_gpu_heatstrip_figure(df: pd.DataFrame) -> go.Figure:
     rows = [("util %", "util_pct"), ("power %", "power_pct"), ("mem %", "mem_pct")]
     z = [df[col].tolist() for _, col in rows]
     text = [["N/A" if pd.isna(v) else f"{v:.0f}" for v in r] for r in z]
-    fig = _figure(go.Heatmap(
+    fig = new_figure(go.Heatmap(
         z=z, x=df["label"].tolist(), y=[name for name, _ in rows], zmin=0, zmax=100, text=text,
         texttemplate="%{text}", colorscale="Viridis", xgap=2, ygap=2,
         colorbar=dict(title="%", thickness=12), hovertemplate="%{x} %{y}: %{text}<extra></extra>",
@@ -203,7 +203,7 @@ def make_gpu_heatstrip_figure(df: pd.DataFrame) -> go.Figure:
     fig.update_xaxes(type="category", tickvals=labels, tickangle=-60 if len(df) > 16 else 0,
                      ticktext=[lbl if len(df) > 16 else lbl.replace("/", "<br>GPU ", 1) for lbl in labels])
     fig.update_layout(yaxis_autorange="reversed")
-    return _layout(fig, "GPUs now", height=260)
+    return apply_layout(fig, "GPUs now", height=260)
 
 
 HEATSTRIP_MAX_GPUS = 64
@@ -224,27 +224,27 @@ def make_gpu_grid_figure(df: pd.DataFrame) -> go.Figure:
 
     hover = [[f"util {pct(u)} · power {pct(p)} · mem {pct(m)}" for u, p, m in zip(ur, pr, mr, strict=False)]
              for ur, pr, mr in zip(util.to_numpy(), power.to_numpy(), mem.to_numpy(), strict=False)]
-    fig = _figure(go.Heatmap(z=util.to_numpy(), x=[f"GPU {g}" for g in util.columns], y=list(util.index),
+    fig = new_figure(go.Heatmap(z=util.to_numpy(), x=[f"GPU {g}" for g in util.columns], y=list(util.index),
                              zmin=0, zmax=100, colorscale="Viridis", xgap=1, ygap=1, text=text,
                              texttemplate="%{text}" if util.size <= 600 else None, customdata=hover,
                              colorbar=dict(title="util %", thickness=12),
                              hovertemplate="%{y} %{x}: %{customdata}<extra></extra>"))
     fig.update_layout(yaxis_autorange="reversed")
-    return _layout(fig, f"GPUs now: utilization, {len(df)} GPUs on {util.shape[0]} nodes",
+    return apply_layout(fig, f"GPUs now: utilization, {len(df)} GPUs on {util.shape[0]} nodes",
                    height=min(1400, 120 + 18 * util.shape[0]))
 
 
 def make_gpu_timeseries_figure(df: pd.DataFrame, value: str, title: str, unit: str,
                                limit_col: str | None = None) -> go.Figure:
     """One line per GPU over time. `df` columns: ts_unix, label, `value` [, `limit_col`]."""
-    fig = _figure()
+    fig = new_figure()
     for label, g in df.groupby("label", sort=True):
         fig.add_scatter(x=pd.to_datetime(g["ts_unix"], unit="s"), y=g[value], mode="lines", name=str(label))
     if limit_col and limit_col in df and df[limit_col].notna().any():
-        _hline(fig, float(df[limit_col].max()), f"limit {df[limit_col].max():.0f} {unit}", dash="dash",
+        hline(fig, float(df[limit_col].max()), f"limit {df[limit_col].max():.0f} {unit}", dash="dash",
                color=ALERT_COLOUR)
     fig.update_yaxes(title_text=unit, rangemode="tozero")
-    fig = _layout(fig, title, height=320)
+    fig = apply_layout(fig, title, height=320)
     fig.update_layout(showlegend=len(fig.data) <= 8)  # dozens of GPUs: hover names them instead
     return fig
 
@@ -285,9 +285,9 @@ def make_gpu_node_heatmap_figure(bands: pd.DataFrame, title: str, unit: str,
                       hovertemplate="%{y} %{x}: median %{z:.0f} " + unit + " (%{customdata})<extra></extra>")
     if z_range is not None:
         heat.update(zmin=z_range[0], zmax=z_range[1])
-    fig = _figure(heat)
+    fig = new_figure(heat)
     fig.update_layout(yaxis_autorange="reversed")
-    return _layout(fig, f"{title} · median of each node's GPUs ({len(med)} nodes)",
+    return apply_layout(fig, f"{title} · median of each node's GPUs ({len(med)} nodes)",
                    height=min(1000, 140 + 12 * len(med)))
 
 
@@ -301,7 +301,7 @@ def make_gpu_band_figure(bands: pd.DataFrame, title: str, unit: str, limit: floa
     nodes = sorted(bands["node"].unique())
     if len(nodes) > BAND_MAX_NODES:
         return make_gpu_node_heatmap_figure(bands, title, unit, y_range)
-    fig = _figure()
+    fig = new_figure()
     for node, g in bands.groupby("node", sort=True):
         colour, t = node_colour(nodes, node), pd.to_datetime(g["t_unix"], unit="s")
         fig.add_scatter(x=t, y=g["max"], mode="lines", line=dict(width=0), legendgroup=node, showlegend=False,
@@ -313,19 +313,19 @@ def make_gpu_band_figure(bands: pd.DataFrame, title: str, unit: str, limit: floa
                         hovertemplate=f"{node}: median %{{y:.0f}} {unit} (min %{{customdata[0]:.0f}}, max "
                                       f"%{{customdata[1]:.0f}}, %{{customdata[2]}} GPUs)<extra></extra>")
     if limit is not None:
-        _hline(fig, limit, f"limit {limit:.0f} {unit}", dash="dash", color=ALERT_COLOUR)
+        hline(fig, limit, f"limit {limit:.0f} {unit}", dash="dash", color=ALERT_COLOUR)
     if y_range is not None:
         fig.update_yaxes(range=list(y_range))
     fig.update_yaxes(title_text=unit, rangemode="tozero")
-    return _layout(fig, title + " · median per node, band = min–max of its GPUs", height=340)
+    return apply_layout(fig, title + " · median per node, band = min–max of its GPUs", height=340)
 
 
 def make_throughput_figure(df: pd.DataFrame) -> go.Figure:
     """Output tokens per second over time. `df` columns: bucket_unix, tokens_per_s."""
-    fig = _figure(go.Scatter(x=pd.to_datetime(df["bucket_unix"], unit="s"), y=df["tokens_per_s"],
+    fig = new_figure(go.Scatter(x=pd.to_datetime(df["bucket_unix"], unit="s"), y=df["tokens_per_s"],
                                mode="lines", fill="tozeroy", line=dict(color=STOP_COLOUR, width=3)))
     fig.update_yaxes(title_text="tokens/s", rangemode="tozero")
-    return _layout(fig, "Throughput (from shard growth)", height=230)
+    return apply_layout(fig, "Throughput (from shard growth)", height=230)
 
 
 def make_whatif_figure(df: pd.DataFrame, ceiling: int, chosen: int, hard_hi: float | None = None) -> go.Figure:
@@ -333,7 +333,7 @@ def make_whatif_figure(df: pd.DataFrame, ceiling: int, chosen: int, hard_hi: flo
 
     `df` columns: limit, fraction, lo, hi, band_lo, band_hi (one row per candidate limit).
     """
-    fig = _figure()
+    fig = new_figure()
     fig.add_scatter(x=df["limit"], y=df["band_hi"], mode="lines", line=dict(width=0), showlegend=False)
     fig.add_scatter(x=df["limit"], y=df["band_lo"], mode="lines", line=dict(width=0), fill="tonexty",
                     fillcolor="rgba(138,143,152,0.25)", name="spread across tail models")
@@ -342,10 +342,10 @@ def make_whatif_figure(df: pd.DataFrame, ceiling: int, chosen: int, hard_hi: flo
                     fillcolor="rgba(76,154,255,0.3)", name="95% interval")
     fig.add_scatter(x=df["limit"], y=df["fraction"], mode="lines+markers", line=dict(color=STOP_COLOUR, width=3),
                     name="projected share still truncated")
-    _vline(fig, ceiling, f"now {ceiling:,}", dash="dash", color=CEILING_COLOUR)
-    _vline(fig, chosen, f"new {chosen:,}", "bottom right", dash="dot", color="#FFFFFF")
+    vline(fig, ceiling, f"now {ceiling:,}", dash="dash", color=CEILING_COLOUR)
+    vline(fig, chosen, f"new {chosen:,}", "bottom right", dash="dot", color="#FFFFFF")
     if hard_hi is not None:
-        _hline(fig, hard_hi, "today's share (upper bound)", dash="dot", color=OTHER_COLOUR)
+        hline(fig, hard_hi, "today's share (upper bound)", dash="dot", color=OTHER_COLOUR)
     fig.update_xaxes(title_text="max_tokens")
     fig.update_yaxes(title_text="share still stopped at the limit", tickformat=".0%", rangemode="tozero")
-    return _layout(fig, "What if max_tokens were raised? (extrapolation)", height=360)
+    return apply_layout(fig, "What if max_tokens were raised? (extrapolation)", height=360)

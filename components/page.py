@@ -17,7 +17,7 @@ import pandas as pd
 import streamlit as st
 from streamlit.navigation.page import StreamlitPage
 
-from components import cards, context, loaders, tables
+from components import cards, context, loaders, runpicker, tables
 from components.format import fmt_clock, md_escape
 from runhealth.health import fmt_age, node_status
 
@@ -95,9 +95,11 @@ ERROR_PREFIX = "Could not draw this part of the page"
 DEMO_TEXT = "DEMO — simulated run; add runhealth.toml to monitor real nodes"
 
 
-def setup(rt: context.Runtime, title: str, prefix: str, pages: dict[str, StreamlitPage]) -> None:
+def setup(rt: context.Runtime, title: str, prefix: str, pages: dict[str, StreamlitPage],
+          one_run: bool = True) -> context.Runtime:
     """Configure the page for screen `prefix` (`pages`: every screen by prefix, for the kiosk
-    rotation); stops the page on a config or access error."""
+    rotation) and return the runtime of the run it shows (the sidebar's run picker); stops the
+    page on a config or access error. `one_run`: False for a screen that shows several runs."""
     st.set_page_config(page_title=f"{title} · runhealth", page_icon="🩺", layout="wide")
     st.markdown(CSS, unsafe_allow_html=True)
     if rt.config_error or rt.config is None or rt.store is None:
@@ -116,6 +118,8 @@ def setup(rt: context.Runtime, title: str, prefix: str, pages: dict[str, Streaml
         if rotate_s:
             st.fragment(run_every=rotate_s)(_kiosk_rotate)(view, prefix, rotate_s, pages)
     with st.sidebar:
+        rt = runpicker.select(rt, prefix)
+        view = context.ready(rt)
         st.markdown(f"### {view.config.name}")
         if rt.notice:
             st.info(rt.notice)
@@ -131,6 +135,9 @@ def setup(rt: context.Runtime, title: str, prefix: str, pages: dict[str, Streaml
             collector.request_refresh()
             loaders.clear_all()
             st.rerun()
+    if one_run and runpicker.shown_line(rt):  # several runs: every page says which one it shows
+        st.caption(md_escape(runpicker.shown_line(rt) or ""))
+    return rt
 
 
 def query_flag(name: str, value: str = "1") -> bool:

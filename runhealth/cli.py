@@ -21,10 +21,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from runhealth import __version__, launch, service
+from runhealth import __version__, launch, runs, service
 from runhealth.analysis import compare, stats, whatif
 from runhealth.collector import Collector
-from runhealth.config import find_config_path, load_config
+from runhealth.config import find_config_path
 from runhealth.errors import RunhealthError
 from runhealth.node import agent
 from runhealth.node.wire import count_rows
@@ -152,7 +152,19 @@ def cmd_poll(args: argparse.Namespace) -> int:
     if path is None:
         print(NO_CONFIG, file=sys.stderr)
         return 2
-    config = load_config(path)
+    live = [e.config for e in runs.load_runs(path) if not e.finished]  # a finished run is not polled
+    reports = [poll_run(config) for config in live]
+    if len(reports) == 1:  # one run: the report as it always was
+        print(json.dumps(reports[0], indent=2) if args.json else format_poll(reports[0]))
+    elif args.json:
+        print(json.dumps({"runs": [{"name": c.name, **r} for c, r in zip(live, reports, strict=True)]}, indent=2))
+    else:
+        print("\n".join(f"#### run {escape(c.name)}\n{format_poll(r)}" for c, r in zip(live, reports, strict=True)))
+    return 0 if all(n["ok"] for r in reports for n in r["nodes"]) else 1
+
+
+def poll_run(config) -> dict[str, Any]:
+    """One run's nodes polled once into a throwaway store: the `poll --json` object for it."""
     with tempfile.TemporaryDirectory(prefix="runhealth-poll-") as tmp:
         store = Store(f"{tmp}/poll.sqlite3")
 
@@ -167,8 +179,7 @@ def cmd_poll(args: argparse.Namespace) -> int:
             for pattern in node.get("unmatched_globs") or []:
                 print(f"warning: nothing matched {escape(pattern)} on {escape(node['name'])}", file=sys.stderr)
         store.close()
-    print(json.dumps(report, indent=2) if args.json else format_poll(report))
-    return 0 if all(n["ok"] for n in report["nodes"]) else 1
+    return report
 
 
 def poll_report(config, store: Store, results: dict[str, Any]) -> dict[str, Any]:

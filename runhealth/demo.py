@@ -19,10 +19,13 @@ import random
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
+from runhealth.collector import Collector
 from runhealth.config import NodeConfig, RunConfig, RunContext, cache_dir
+from runhealth.store import Store
 
 CEILING = 4096
 LOG_MEDIAN = math.log(2326)  # median completion of the seed run
@@ -37,8 +40,26 @@ _SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "ta", "ve", "zo", "pri", "sta", "qua
 _CONNECTIVES = ["so", "then", "therefore", "but", "because", "which means", "and", "hence", "now", "first"]
 
 
-def demo_config(base: Path | None = None, metrics_port: int | None = None) -> RunConfig:
-    """The built-in demo run: two local nodes (4 + 3 simulated GPUs) over the simulator's shards.
+RUN_A, RUN_B = "demo-4096", "demo-8192"  # the seed run (finished) and its relaunch (live)
+CEILING_B = 8192
+TOKENS_PER_S_B = 3360.0  # longer completions decode a little slower: -4% tok/s per GPU
+FINISHED_COMPLETIONS = 4000  # run A as stored: polled in FINISHED_POLLS steps, the last one 10 min ago
+FINISHED_POLLS = 8
+TARGET = 902087
+
+
+def truth(ceiling: int) -> dict[str, float]:
+    """What the simulator draws, exactly: the share of true lengths at or above `ceiling` (cut
+    there) and the mean of min(length, ceiling) (context-window stops and malformed lines aside)."""
+    z = (math.log(ceiling) - LOG_MEDIAN) / LOG_SIGMA
+    above = 0.5 * math.erfc(z / math.sqrt(2))
+    below_mean = math.exp(LOG_MEDIAN + LOG_SIGMA ** 2 / 2) * 0.5 * math.erfc(-(z - LOG_SIGMA) / math.sqrt(2))
+    return {"cut_fraction": above, "mean_tokens": below_mean + ceiling * above}
+
+
+def demo_config(base: Path | None = None, metrics_port: int | None = None, *, name: str = "demo-run",
+                max_output_tokens: int | None = None) -> RunConfig:
+    """One demo run over the shards in `base`/shards: two local nodes (4 + 3 simulated GPUs).
 
     With `metrics_port`, node 1 reads an SGLang-style and node 2 a vLLM-style /metrics page
     served by the simulator, so the server-metrics path is exercised too.
@@ -52,21 +73,83 @@ def demo_config(base: Path | None = None, metrics_port: int | None = None) -> Ru
         NodeConfig(name="demo-node-2", host="local", shards=[str(shard_dir / "node2-*.jsonl")],
                    python=sys.executable, gpu="demo", metrics_urls=urls[2]),
     ]
-    return RunConfig(name="demo-run", nodes=nodes, target_completions=902087, interval_s=5.0,
-                     store_path=str(base / "demo.sqlite3"))
+    return RunConfig(name=name, nodes=nodes, target_completions=TARGET, interval_s=5.0,
+                     max_output_tokens=max_output_tokens, store_path=str(base / "demo.sqlite3"))
 
 
-# How the demo config is used: named as the built-in demo, 4 + 3 simulated GPUs, no webhooks.
+# How the demo configs are used: named as the built-in demo, 4 + 3 simulated GPUs, no webhooks.
 DEMO_CONTEXT = RunContext(source="<built-in demo>", demo=True, demo_gpus={"demo-node-1": 4, "demo-node-2": 3})
+
+
+def run_dir(name: str, base: Path | None = None) -> Path:
+    """The demo run's folder: its shards and its store (one store file per run)."""
+    return (base or cache_dir() / "demo") / "runs" / name
+
+
+def demo_runs(base: Path | None = None, metrics_port: int | None = None) -> list[tuple[RunConfig, bool]]:
+    """The built-in demo's two runs, as (config, finished): the live 8,192 relaunch first (the
+    run pages open on), then the finished 4,096 run it replaced."""
+    live = demo_config(run_dir(RUN_B, base), metrics_port, name=RUN_B, max_output_tokens=CEILING_B)
+    done = demo_config(run_dir(RUN_A, base), name=RUN_A, max_output_tokens=CEILING)
+    return [(live, False), (done, True)]
+
+
+def live_simulator(base: Path | None = None, seed: int | None = None, speedup: float = 1.0) -> Simulator:
+    """The simulator writing run B (the relaunch at 8,192)."""
+    return Simulator(run_dir(RUN_B, base), seed=seed, speedup=speedup, ceiling=CEILING_B,
+                     tokens_per_s=TOKENS_PER_S_B)
+
+
+def fill_finished(config: RunConfig, store: Store, seed: int | None = None, end_unix: float | None = None, *,
+                  ceiling: int = CEILING, tokens_per_s: float = TOKENS_PER_S_PER_WORKER,
+                  completions: int = FINISHED_COMPLETIONS, polls: int = FINISHED_POLLS,
+                  ended_s_ago: float = 600) -> bool:
+    """Write run A's shards and collect them as its live collector once did, poll by poll.
+
+    The shards are written in FINISHED_POLLS steps; after each step every node is polled
+    through the real agent, with the collector's clock set to when that step would have
+    happened at the simulator's rate (the last one `ended_s_ago` before `end_unix`), so the
+    store holds the finished run's lengths, GPUs and rate history. False when the store
+    already holds the run (nothing done).
+    """
+    if any(n.get("last_ok_unix") for n in store.nodes()):
+        return False
+    sim = Simulator(Path(config.nodes[0].shards[0]).parent.parent, seed=seed, ceiling=ceiling,
+                    tokens_per_s=tokens_per_s)
+    sim.shard_dir.mkdir(parents=True, exist_ok=True)
+    for old in sim.shard_dir.glob("*.jsonl"):  # a half-written earlier attempt
+        old.unlink()
+    step = completions // polls
+    span = step / sim.completions_per_s()
+    t = (end_unix or time.time()) - ended_s_ago - span * (polls - 1)
+    collector = Collector(config, store, context=DEMO_CONTEXT)
+    try:
+        for _ in range(polls):
+            sim.write_backlog(step)
+            for poller in collector.pollers.values():
+                poller.clock = _fixed_clock(t)
+                poller.poll_until_indexed()
+            t += span
+    finally:
+        for poller in collector.pollers.values():
+            poller.close()
+    return True
+
+
+def _fixed_clock(t: float) -> Callable[[], float]:
+    return lambda: t
 
 
 class Simulator:
     """Appends completions to the demo shards from a background thread."""
 
-    def __init__(self, base: Path | None = None, seed: int | None = None, speedup: float = 1.0):
+    def __init__(self, base: Path | None = None, seed: int | None = None, speedup: float = 1.0,
+                 ceiling: int = CEILING, tokens_per_s: float = TOKENS_PER_S_PER_WORKER):
         self.shard_dir = (base or cache_dir() / "demo") / "shards"
         self.rng = random.Random(seed)
         self.speedup = speedup
+        self.ceiling = ceiling
+        self.tokens_per_s = tokens_per_s  # per worker (GPU)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock_file: TextIO | None = None
@@ -76,7 +159,7 @@ class Simulator:
         # Per simulated node: tokens generated and requests finished, by finish reason.
         self.tokens_total = {1: 0, 2: 0}
         self.finished = {1: {"stop": 0, "length": 0}, 2: {"stop": 0, "length": 0}}
-        self.rate_tok_s = {1: TOKENS_PER_S_PER_WORKER * 4, 2: TOKENS_PER_S_PER_WORKER * 3}
+        self.rate_tok_s = {1: tokens_per_s * 4, 2: tokens_per_s * 3}
         self._last_tokens = {1: 0, 2: 0}
         self._pool: list[str] = []
 
@@ -157,6 +240,10 @@ class Simulator:
             + "".join(f'vllm:request_success_total{{finished_reason="{r}",{label}}} {n}\n' for r, n in done.items())
         )
 
+    def completions_per_s(self) -> float:
+        """Completions per second of all workers together: their tok/s over the true mean length."""
+        return WORKERS * self.tokens_per_s / truth(self.ceiling)["mean_tokens"]
+
     def shard_path(self, worker: int) -> Path:
         node = 1 if worker < 4 else 2
         return self.shard_dir / f"node{node}-gpu{worker}.jsonl"
@@ -171,7 +258,7 @@ class Simulator:
 
     def _run(self) -> None:
         # Each worker finishes a completion every mean_tokens / tok_s seconds on average.
-        rate_per_worker = TOKENS_PER_S_PER_WORKER / 2400.0 * self.speedup
+        rate_per_worker = self.completions_per_s() / WORKERS * self.speedup
         last = time.monotonic()
         while not self._stop.wait(0.5):
             now = time.monotonic()
@@ -198,11 +285,11 @@ class Simulator:
             return '{"id": "broken", "choices": [{"message": {"content": "half a rec\n'  # malformed
         true_len = int(math.exp(rng.gauss(LOG_MEDIAN, LOG_SIGMA)))
         finish, tokens = ("stop", max(true_len, 8))
-        if true_len >= CEILING:
-            finish, tokens = "length", CEILING
+        if true_len >= self.ceiling:
+            finish, tokens = "length", self.ceiling
         elif rng.random() < 0.003:
             finish = "length"  # the prompt filled the context window before the ceiling
-        looping = finish == "length" and tokens == CEILING and rng.random() < LOOP_SHARE_OF_TRUNCATED
+        looping = finish == "length" and tokens == self.ceiling and rng.random() < LOOP_SHARE_OF_TRUNCATED
         if node is not None:
             self.tokens_total[node] += tokens
             self.finished[node][finish] += 1

@@ -18,7 +18,7 @@ REQUIRED_SUITES = [
     "tests.test_prometheus", "tests.test_webhooks", "tests.test_collect_outbound", "tests.test_scheduler",
     "tests.test_rollup", "tests.test_fleet_pages", "tests.test_lengthtime",
     "tests.test_health", "tests.test_live_pages", "tests.test_browser_live", "tests.test_continuation",
-    "tests.test_compare", "tests.test_agent_py38", "tests.test_wire",
+    "tests.test_compare", "tests.test_agent_py38", "tests.test_wire", "tests.test_runs", "tests.test_compare_page",
 ]
 
 

@@ -1,6 +1,7 @@
-"""Regenerate docs/overview.png, docs/lengths.png (1600x1000) and docs/kiosk.png (1920x1080) from the demo.
+"""Regenerate docs/overview.png, docs/lengths.png (1600x1000), docs/kiosk.png (1920x1080) and
+docs/compare.png from the demo.
 
-    python scripts/screenshots.py [--settle-s 75]
+    python scripts/screenshots.py [--settle-s 75] [--only compare]
 
 Starts the demo app and Chromium exactly as tests/test_browser.py does (same helpers), waits
 until the Overview shows real truncation and throughput numbers, lets the demo run a little
@@ -22,9 +23,14 @@ ROOT = Path(__file__).resolve().parent.parent
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--settle-s", type=float, default=150, help="demo run time before capturing (chart history)")
+    parser.add_argument("--only", choices=["compare"], help="retake this screen only")
     args = parser.parse_args()
     docs = ROOT / "docs"
     docs.mkdir(exist_ok=True)
+    if args.only == "compare":
+        compare_shot(docs, args.settle_s)
+        print(f"wrote {docs / 'compare.png'}")
+        return 0
     with tempfile.TemporaryDirectory(prefix="runhealth-shots-") as tmp, tb.streamlit_server(Path(tmp)) as url, \
             sync_playwright() as p:
         browser = tb.launch_chromium(p)
@@ -41,9 +47,25 @@ def main() -> int:
         page.screenshot(path=str(docs / "lengths.png"))
         kiosk_shot(browser, url, docs)
         browser.close()
+    compare_shot(docs, args.settle_s)
     fleet_gpus(docs)
     print(f"wrote {docs / 'overview.png'}, {docs / 'lengths.png'}, {docs / 'kiosk.png'} and {docs / 'fleet_gpus.png'}")
     return 0
+
+
+def compare_shot(docs: Path, settle_s: float) -> None:
+    """The Compare page: the demo's finished 4,096 run against its live 8,192 relaunch."""
+    with tempfile.TemporaryDirectory(prefix="runhealth-shots-") as tmp, tb.streamlit_server(Path(tmp)) as url, \
+            sync_playwright() as p:
+        browser = tb.launch_chromium(p)
+        page = browser.new_page(viewport=tb.VIEWPORT)
+        tb.compare_headline(page, url)
+        page.wait_for_timeout(int(settle_s * 1000))  # B's rates over a few minutes, not the first polls
+        tb.compare_headline(page, url)
+        page.get_by_text("Forecast vs outcome").first.wait_for(timeout=60_000)
+        page.wait_for_timeout(2000)
+        tb.tall_screenshot(page, docs / "compare.png", height=1750)
+        browser.close()
 
 
 def kiosk_shot(browser, url: str, docs: Path) -> None:

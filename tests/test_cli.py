@@ -118,3 +118,29 @@ def test_poll_with_bad_config_names_the_field(tmp_path):
     config.write_text('[run]\nname = "x"\n[[nodes]]\nname = "n"\nhost = "local"\nshards = ["/a"]\nport = "22"\n')
     rc, _, err = cli("poll", "--config", str(config))
     assert rc == 2 and "field 'port' must be int" in err and str(config) in err
+
+
+def test_poll_reports_per_run_when_there_are_several(tmp_path):
+    for name, n, seed in (("a", 120, 8), ("b", 80, 9)):
+        (tmp_path / name).mkdir()
+        write_shard(tmp_path / name / "s.jsonl", truth_rows(n, seed))
+    runs = "".join(f"""
+[[runs]]
+name = "run-{name}"
+store_path = "{tmp_path / f'{name}.sqlite3'}"
+[[runs.nodes]]
+name = "localhost"
+host = "local"
+shards = ["{tmp_path / name / '*.jsonl'}"]
+python = "{sys.executable}"
+gpu = "off"
+""" for name in ("a", "b"))
+    config = tmp_path / "runhealth.toml"
+    config.write_text(runs + '\n[[runs]]\nname = "old"\nfinished = true\n')
+    rc, out, err = cli("poll", "--json", "--config", str(config))
+    assert rc == 0, err
+    got = json.loads(out)
+    assert [r["name"] for r in got["runs"]] == ["run-a", "run-b"]  # the finished run is not polled
+    assert [r["lengths"]["completions"] for r in got["runs"]] == [120, 80]
+    rc, out, _ = cli("poll", "--config", str(config))
+    assert rc == 0 and "#### run run-a" in out and "#### run run-b" in out

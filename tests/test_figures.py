@@ -116,16 +116,16 @@ def test_rules_are_the_shapes_and_labels_plotlys_add_vline_and_add_hline_make():
 
     for position in ("top right", "top left", "bottom right"):
         ours, theirs = base(), base()
-        figures._vline(ours, 5, "a", position, dash="dot", color="#FFFFFF", width=2)
+        figures.vline(ours, 5, "a", position, dash="dot", color="#FFFFFF", width=2)
         theirs.add_vline(x=5, line_dash="dot", line_color="#FFFFFF", line_width=2, annotation_text="a",
                          annotation_position=position)
         assert ours.to_dict() == theirs.to_dict(), position
     ours, theirs = base(), base()
-    figures._vline(ours, 7, dash="dash")
+    figures.vline(ours, 7, dash="dash")
     theirs.add_vline(x=7, line_dash="dash")
     assert ours.to_dict() == theirs.to_dict()
     ours, theirs = base(), base()
-    figures._hline(ours, 0.3, "warn", dash="dot", color="#FFB000")
+    figures.hline(ours, 0.3, "warn", dash="dot", color="#FFB000")
     theirs.add_hline(y=0.3, line_dash="dot", line_color="#FFB000", annotation_text="warn")
     assert ours.to_dict() == theirs.to_dict()
 

@@ -1,0 +1,58 @@
+"""The sidebar's run picker: which run this page shows, when the process holds several.
+
+`select(rt, prefix)` draws a select box of every run (live first, finished ones marked) and
+returns a per-session view of the runtime whose config, store and collector are the picked
+run's; every page reads `rt.config`/`rt.store` as before. The pick is kept in the session
+(`rh_run`), so moving between pages keeps the run. With one run nothing is drawn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import streamlit as st
+
+from components import context
+
+SESSION_KEY = "rh_run"
+
+
+def label(handle: context.RunHandle) -> str:
+    return f"{handle.config.name} (finished)" if handle.finished else handle.config.name
+
+
+def select(rt: context.Runtime, prefix: str) -> context.Runtime:
+    """Draw the picker (call inside the sidebar) and return the runtime for the picked run."""
+    if len(rt.runs) <= 1 or rt.config is None:
+        return rt
+    names = [h.config.name for h in rt.runs]
+    current = st.session_state.get(SESSION_KEY)
+    index = names.index(current) if current in names else names.index(rt.config.name)
+    by_name = {h.config.name: h for h in rt.runs}
+    name = st.selectbox("Run", names, index=index, key=f"{prefix}_run_picker",
+                        format_func=lambda n: label(by_name[n]), help="Which run the pages show")
+    st.session_state[SESSION_KEY] = name
+    return view(rt, by_name[name])
+
+
+FINISHED_AGE_S = 10 * 365 * 86400.0
+
+
+def view(rt: context.Runtime, handle: context.RunHandle) -> context.Runtime:
+    """The runtime as one run's page sees it (the shared runtime itself is not changed).
+
+    A finished run's numbers are final, not stale, and its nodes are not down, just no longer
+    polled: its pages get stale/stall thresholds no age reaches, and say "finished" instead."""
+    config = handle.config
+    if handle.finished:
+        config = dataclasses.replace(config, stale_after_s=FINISHED_AGE_S, stall_after_s=FINISHED_AGE_S)
+    return dataclasses.replace(rt, config=config, store=handle.store, collector=handle.collector)
+
+
+def shown_line(rt: context.Runtime) -> str | None:
+    """'Run: name' for the top of a page when there are several runs (None with one)."""
+    if len(rt.runs) <= 1 or rt.config is None:
+        return None
+    handle = next((h for h in rt.runs if h.store is rt.store), None)
+    finished = " · finished: read from its store, not polled" if handle and handle.finished else ""
+    return f"Run: {rt.config.name}{finished}"

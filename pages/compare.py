@@ -1,0 +1,100 @@
+"""Compare runs: two runs side by side, e.g. the 4,096 run and its 8,192 relaunch.
+
+Did the relaunch fix the truncation, how much longer are completions now, what did it cost in
+tok/s and ETA, and was the what-if's forecast right? The "B vs A" sentence on top, both length
+distributions on one axis with each ceiling marked, the side-by-side table with differences and
+95% intervals, and A's what-if at B's limit beside what B measured (runhealth.runcompare).
+
+`render(rt)` draws the page for the runtime's runs (`rt.runs`, components.context.RunHandle);
+`render_runs(runs)` for any list of them.
+"""
+
+from __future__ import annotations
+
+import time
+
+import streamlit as st
+
+from components import compare_view, context, page
+from components.compare_view import load_comparison, load_run_numbers
+from components.context import PageRuntime
+from components.format import fmt_clock, md_escape
+from runhealth import runcompare
+from runhealth.health import fmt_age
+
+PREFIX = "compare"
+TITLE, ICON, URL_PATH = "Compare runs", ":material/compare_arrows:", "Compare"
+ONE_RUN = False  # the page shows two runs: no "Run: <name>" line, no run picker effect
+
+
+def default_pair(runs: list[context.RunHandle]) -> tuple[int, int]:
+    """B: the first live run (else the first); A: of the others, the one with the lowest ceiling."""
+    b = next((i for i, h in enumerate(runs) if not h.finished), 0)
+    others = [i for i in range(len(runs)) if i != b]
+    a = min(others, key=lambda i: runs[i].config.max_output_tokens or 10 ** 9)
+    return a, b
+
+
+def pick_runs(runs: list[context.RunHandle]) -> tuple[context.RunHandle, context.RunHandle]:
+    names = [h.config.name for h in runs]
+    a0, b0 = default_pair(runs)
+    left, right = st.columns(2)
+    a = left.selectbox("Run A (before)", names, index=a0, key=f"{PREFIX}_run_a")
+    b = right.selectbox("Run B (after)", names, index=b0, key=f"{PREFIX}_run_b")
+    return runs[names.index(a)], runs[names.index(b)]
+
+
+def numbers(h: context.RunHandle) -> dict:
+    return load_run_numbers(h.store, h.config.name, h.config.max_output_tokens, h.config.target_completions,
+                            h.finished)
+
+
+def render_as_of(label: str, h: context.RunHandle, r: dict) -> None:
+    """How old each run's numbers are; a live run's in red once older than its stale_after."""
+    if r["as_of"] is None:
+        st.caption(md_escape(f"{label}: waiting for first poll"))
+        return
+    age = time.time() - r["as_of"]
+    text = f"{label}: Numbers as of {fmt_clock(r['as_of'])} ({fmt_age(age)} ago)"
+    if h.finished:
+        st.caption(md_escape(f"{text} · finished, not polled any more"))
+    elif age > h.config.stale_after:
+        st.error(md_escape(f"⚠ {text}: older than {fmt_age(h.config.stale_after)}, "
+                                 "these numbers are stale."))
+    else:
+        st.caption(md_escape(text))
+
+
+def render(rt: PageRuntime) -> None:
+    """The Compare page over every run of the runtime, redrawn in place every collection
+    interval (at least 10 s: each redraw re-checks the forecast)."""
+    st.title("Compare runs")
+    if len(rt.runs) < 2:
+        page.data_header(rt)
+    every = max([h.config.interval_s for h in rt.runs if not h.finished] + [10.0])
+    st.fragment(run_every=every)(page.guarded(render_runs))(rt.runs)
+
+
+def render_runs(runs: list[context.RunHandle]) -> None:
+    """Two of `runs` side by side (at least two to compare)."""
+    if len(runs) < 2:
+        name = runs[0].config.name if runs else "none"
+        st.info(md_escape(f"Only one run ({name}): nothing to compare yet. Describe several runs with "
+                                "[[runs]] tables in the config (a finished one stays readable from its store)."))
+        return
+    ha, hb = pick_runs(runs)
+    if ha is hb:
+        st.warning("Pick two different runs.")
+        return
+    a, b = numbers(ha), numbers(hb)
+    render_as_of(f"A {a['name']}", ha, a)
+    render_as_of(f"B {b['name']}", hb, b)
+    if not a["summary"].completions or not b["summary"].completions:
+        st.info("No completions in " + " and ".join(r["name"] for r in (a, b) if not r["summary"].completions)
+                + " yet: nothing to compare.")
+        return
+    cmp = load_comparison(a, b, (a["name"], a["as_of"], b["name"], b["as_of"]))
+    compare_view.render_headline(cmp)
+    st.plotly_chart(compare_view.make_overlay_figure(a, b), key=f"{PREFIX}_overlay_chart")
+    compare_view.render_table(runcompare.comparison_rows(a, b, cmp), a, b)
+    compare_view.render_forecast(cmp, a, b)

@@ -1,0 +1,209 @@
+"""Two stored runs side by side: the numbers the Compare page shows, without Streamlit.
+
+`run_numbers(store, ...)` reads one run's store (lengths, GPUs, poll history) into the figures
+the page compares; `compare_runs(a, b)` puts two of them side by side: the differences B - A
+with 95% intervals (runhealth.compare), the rates, A's what-if forecast checked against B, and
+the one-sentence "B vs A" headline.
+
+Rates here are averages over the run's whole collected life, not the last five minutes the
+Overview shows: a finished run has no "now". Each node's rate is a ratio estimator, the tokens
+of its non-backfill polls over the time they span (the first index of old shards is not
+throughput); the run's rate is the sum over nodes. Its interval treats the poll spans as
+independent (a 95% normal interval of the ratio estimator), which is approximate: rates drift.
+Time is the dashboard's poll clock (`ts_unix`): over a whole run a node's clock skew cancels.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from runhealth.analysis import compare, rates, stats
+from runhealth.store import Store
+
+Z95 = compare.Z95
+PROMPTS_UNCHECKED = ("Whether B's completions answer the same prompts as A's cannot be checked: the store "
+                     "keeps length counts, not prompt ids.")
+
+
+def _node_rate(spans: list[tuple[float, float, float, float]], index: int) -> tuple[float, float] | None:
+    """(rate, variance) of delta[index] / duration over one node's spans (ratio estimator)."""
+    dur = sum(t1 - t0 for t0, t1, *_ in spans)
+    if dur <= 0:
+        return None
+    rate = sum(s[index] for s in spans) / dur
+    n = len(spans)
+    if n < 2:
+        return rate, math.inf
+    resid = sum((s[index] - rate * (s[1] - s[0])) ** 2 for s in spans)
+    return rate, n / (n - 1) * resid / dur ** 2
+
+
+def life_rates(polls: list[dict[str, Any]]) -> dict[str, Any]:
+    """Tokens and completions per second over the collected life, summed over nodes, with variances."""
+    by_node: dict[str, list] = {}
+    for p in polls:
+        by_node.setdefault(p["node"], []).append(
+            (p["ts_unix"], p["completions"] or 0, p["tokens"] or 0, bool(p["backfill"])))
+    out: dict[str, Any] = {"tokens_per_s": None, "tokens_var": 0.0, "completions_per_s": None,
+                           "completions_var": 0.0, "spans": 0, "span_s": 0.0}
+    for points in by_node.values():
+        spans = rates.valid_spans(points)
+        tok, comp = _node_rate(spans, 3), _node_rate(spans, 2)
+        if tok is None or comp is None:
+            continue
+        out["tokens_per_s"] = (out["tokens_per_s"] or 0.0) + tok[0]
+        out["completions_per_s"] = (out["completions_per_s"] or 0.0) + comp[0]
+        out["tokens_var"] += tok[1]
+        out["completions_var"] += comp[1]
+        out["spans"] += len(spans)
+        out["span_s"] = max(out["span_s"], spans[-1][1] - spans[0][0])
+    return out
+
+
+def _interval(value: float | None, var: float, scale: float = 1.0) -> list[float] | None:
+    if value is None or not math.isfinite(var):
+        return None
+    half = Z95 * math.sqrt(var)
+    return [(value - half) * scale, (value + half) * scale]
+
+
+def run_numbers(store: Store, name: str, ceiling: int | None, target: int | None,
+                finished: bool) -> dict[str, Any]:
+    """One run's figures for the Compare page (see the module docstring for the rates)."""
+    rows = store.length_counts(by="run")
+    hist = stats.LengthHist.from_rows((r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in rows)
+    nodes = store.nodes()
+    summary = stats.summarize(hist, ceiling=ceiling, unparseable=sum(n["malformed"] or 0 for n in nodes))
+    gpus = sum(n["gpus_found"] or 0 for n in nodes)
+    life = life_rates(store.polls())
+    tps, cps = life["tokens_per_s"], life["completions_per_s"]
+    per_gpu = tps / gpus if tps is not None and gpus else None
+    eta = None if finished else rates.eta_seconds(summary.completions, target, cps)
+    return {"name": name, "finished": finished, "hist": hist, "summary": summary, "gpus": gpus,
+            "target": target, "as_of": store.last_collection_unix(), "life": life,
+            "tokens_per_s_per_gpu": per_gpu,
+            "tokens_per_s_per_gpu_interval": _interval(per_gpu, life["tokens_var"] / gpus ** 2) if per_gpu else None,
+            "completions_per_hour": cps * 3600 if cps is not None else None,
+            "completions_per_hour_interval": _interval(cps, life["completions_var"], 3600) if cps else None,
+            "eta_s": eta}
+
+
+def relative_change(a: float | None, var_a: float, b: float | None, var_b: float) -> dict[str, Any] | None:
+    """(b - a) / a with a delta-method 95% interval (independent a and b)."""
+    if a is None or b is None or a <= 0:
+        return None
+    rel = (b - a) / a
+    if not (math.isfinite(var_a) and math.isfinite(var_b)):
+        return {"relative": rel, "relative_interval": None}
+    se = math.sqrt(var_b + (b / a) ** 2 * var_a) / a
+    return {"relative": rel, "relative_interval": [rel - Z95 * se, rel + Z95 * se]}
+
+
+def compare_runs(a: dict[str, Any], b: dict[str, Any], bootstrap: int = 200) -> dict[str, Any]:
+    """Run B against run A: differences, rate changes, forecast check and the headline."""
+    sa, sb = a["summary"], b["summary"]
+    if not sa.completions or not sb.completions:
+        return {"differences": None, "rates": {}, "forecast": None, "prompts": PROMPTS_UNCHECKED,
+                "forecast_note": "no forecast check: a run has no completions yet",
+                "headline": f"{b['name']} vs {a['name']}: no completions to compare yet"}
+    diffs = compare.differences(a["hist"], sa, b["hist"], sb)
+    la, lb = a["life"], b["life"]
+    gpu_a, gpu_b = max(a["gpus"], 1), max(b["gpus"], 1)
+    rate_changes = {
+        "tokens_per_s_per_gpu": relative_change(a["tokens_per_s_per_gpu"], la["tokens_var"] / gpu_a ** 2,
+                                                b["tokens_per_s_per_gpu"], lb["tokens_var"] / gpu_b ** 2),
+        "completions_per_hour": relative_change(la["completions_per_s"], la["completions_var"],
+                                                lb["completions_per_s"], lb["completions_var"]),
+    }
+    forecast, note = compare.forecast_check(a["hist"], sa, b["hist"], sb, bootstrap=bootstrap)
+    return {"differences": diffs, "rates": rate_changes, "forecast": forecast, "forecast_note": note,
+            "prompts": PROMPTS_UNCHECKED, "headline": headline(sa, sb, diffs, rate_changes)}
+
+
+def headline(sum_a: stats.Summary, sum_b: stats.Summary, diffs: dict, rate_changes: dict) -> str:
+    """runhealth.compare's sentence, plus the tok/s per GPU change when both runs have a rate."""
+    text = compare.headline(sum_a, sum_b, diffs)
+    tps = rate_changes.get("tokens_per_s_per_gpu")
+    if tps is not None:
+        sign = "+" if tps["relative"] >= 0 else "−"
+        text += f"; tok/s per GPU {sign}{abs(100 * tps['relative']):.0f}%"
+    return text
+
+
+def fmt_interval(iv: list[float] | None, scale: float = 1.0, fmt: str = "{:+,.0f}") -> str:
+    return "—" if iv is None else f"{fmt.format(iv[0] * scale)} to {fmt.format(iv[1] * scale)}"
+
+
+def comparison_rows(a: dict[str, Any], b: dict[str, Any], cmp: dict[str, Any]) -> list[dict[str, str]]:
+    """The side-by-side table: metric, A, B, B - A and its 95% interval, all as display text."""
+    sa, sb, d = a["summary"], b["summary"], cmp["differences"] or {}
+    rows = []
+    share = d.get("truncated_fraction")
+    if share:
+        ia, ib = (stats.wilson_interval(s.at_ceiling, s.length_count) for s in (sa, sb))
+        rows.append({"metric": "cut at the ceiling", "A": f"{100 * share['a']:.1f}% ({100 * ia[0]:.1f}–{100 * ia[1]:.1f})",
+                     "B": f"{100 * share['b']:.1f}% ({100 * ib[0]:.1f}–{100 * ib[1]:.1f})",
+                     "B − A": f"{100 * share['difference']:+.1f} pts",
+                     "95% interval": fmt_interval(share["interval"], 100, "{:+.1f}") + " pts"})
+    mean = d.get("mean_tokens")
+    if mean:
+        rows.append({"metric": "mean tokens per completion", "A": f"{mean['a']:,.0f}", "B": f"{mean['b']:,.0f}",
+                     "B − A": f"{mean['difference']:+,.0f} ({100 * (mean['relative'] or 0):+.0f}%)",
+                     "95% interval": fmt_interval(mean["interval"])})
+    for key, label in (("p50", "median"), ("p90", "P90"), ("p99", "P99")):
+        p = d.get(key)
+        if p:
+            # A percentile at its run's ceiling is only a lower bound (those completions were cut):
+            # with A's there, B - A is at most the figure; with B's there, at least.
+            bound = {("a",): "≤ ", ("b",): "≥ "}.get(tuple(p["at_ceiling"]), "")
+            both = " (both at their ceilings)" if len(p["at_ceiling"]) == 2 else ""
+            rows.append({"metric": f"{label} tokens", "A": f"{p['a']:,}", "B": f"{p['b']:,}",
+                         "B − A": f"{bound}{p['difference']:+,}{both}",
+                         "95% interval": fmt_interval(p["interval"]) + " (approx.)"})
+    rows.extend(_rate_rows(a, b, cmp["rates"]))
+    rows.append({"metric": "ETA", "A": _eta_text(a), "B": _eta_text(b), "B − A": "", "95% interval": ""})
+    return rows
+
+
+def _rate_rows(a: dict, b: dict, changes: dict) -> list[dict[str, str]]:
+    out = []
+    for key, label, fmt in (("tokens_per_s_per_gpu", "tok/s per GPU", "{:,.0f}"),
+                            ("completions_per_hour", "completions per hour", "{:,.0f}")):
+        ch = changes.get(key)
+        cells = [fmt.format(r[key]) + (f" ({fmt.format(r[key + '_interval'][0])}–{fmt.format(r[key + '_interval'][1])})"
+                                       if r[key + "_interval"] else "") if r[key] is not None else "no rate yet"
+                 for r in (a, b)]
+        out.append({"metric": label, "A": cells[0], "B": cells[1],
+                    "B − A": f"{100 * ch['relative']:+.1f}%" if ch else "—",
+                    "95% interval": fmt_interval(ch["relative_interval"], 100, "{:+.1f}") + "%"
+                    if ch and ch["relative_interval"] else "—"})
+    return out
+
+
+def _eta_text(r: dict) -> str:
+    if r["finished"]:
+        return "finished"
+    if r["eta_s"] is None:
+        return "no target or no rate yet"
+    return f"{r['eta_s'] / 3600:,.1f} h" if r["eta_s"] else "target reached"
+
+
+def overlay_bins(hist: stats.LengthHist, width: int, max_tokens: int) -> list[tuple[int, float]]:
+    """(bin_start, share of the run's completions) on fixed `width`-token bins up to `max_tokens`,
+    the same edges for every run so two runs overlay; a ceiling's pile-up lands in the bin
+    starting at it (ceilings are multiples of the width on the usual limits)."""
+    pairs = stats.length_source(hist)[0].length_pairs()
+    n = sum(c for _t, c in pairs)
+    bins = [0] * (max_tokens // width + 1)
+    for tokens, count in pairs:
+        bins[min(tokens // width, len(bins) - 1)] += count
+    return [(i * width, c / n) for i, c in enumerate(bins)] if n else []
+
+
+def overlay_width(max_tokens: int) -> int:
+    """A bin width giving about 80 bins over `max_tokens` (a power of two times 64: ceilings sit on edges)."""
+    width = 64
+    while max_tokens / width > 80:
+        width *= 2
+    return width

@@ -1,0 +1,172 @@
+"""The Compare page and its core over the demo's two runs, checked against the simulator's truth.
+
+The demo's run A (finished, max_tokens 4,096) and run B (the 8,192 relaunch) are written by the
+simulator and collected poll by poll through the real agent (`demo.fill_finished`), as the
+dashboard does at start; the simulator draws lengths from a known log-normal, so the shares
+cut at each ceiling, the mean lengths and the tok/s per GPU it was told to produce are known
+(`demo.truth`, `demo.TOKENS_PER_S_*`), and the page's numbers are checked against them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from components import compare_view
+from runhealth import demo, runcompare
+from runhealth.store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+A_N, B_N = demo.FINISHED_COMPLETIONS, 3000
+
+
+@pytest.fixture(autouse=True)
+def _clear_streamlit_caches():
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    yield
+    st.cache_data.clear()
+    st.cache_resource.clear()
+
+
+@pytest.fixture(scope="module")
+def demo_cache(tmp_path_factory) -> Path:
+    """XDG_CACHE_HOME holding the demo's two runs, collected as the dashboard collects them."""
+    cache = tmp_path_factory.mktemp("cache")
+    base = cache / "runhealth" / "demo"
+    (live, _), (done, finished) = demo.demo_runs(base)
+    assert finished
+    assert demo.fill_finished(done, Store(done.resolved_store_path()), seed=11)
+    assert demo.fill_finished(live, Store(live.resolved_store_path()), seed=12, ceiling=demo.CEILING_B,
+                              tokens_per_s=demo.TOKENS_PER_S_B, completions=B_N, polls=6, ended_s_ago=0)
+    return cache
+
+
+def numbers(cache: Path) -> tuple[dict, dict]:
+    (live, _), (done, _) = demo.demo_runs(cache / "runhealth" / "demo")
+    a = runcompare.run_numbers(Store(done.resolved_store_path()), done.name, 4096, demo.TARGET, True)
+    b = runcompare.run_numbers(Store(live.resolved_store_path()), live.name, 8192, demo.TARGET, False)
+    return a, b
+
+
+def within(measured: float, truth: float, n: int, z: float = 4.0) -> bool:
+    """`measured` share within z binomial standard errors of the true share."""
+    return abs(measured - truth) <= z * math.sqrt(truth * (1 - truth) / n)
+
+
+def test_truth_is_the_simulators_distribution():
+    # The seed story's numbers: 18% past 4,096; the relaunch leaves ~2% past 8,192.
+    assert 0.178 < demo.truth(4096)["cut_fraction"] < 0.183
+    assert 0.019 < demo.truth(8192)["cut_fraction"] < 0.023
+    assert demo.truth(10 ** 9)["mean_tokens"] == pytest.approx(math.exp(demo.LOG_MEDIAN + demo.LOG_SIGMA ** 2 / 2))
+
+
+def test_core_numbers_match_the_simulator(demo_cache):
+    a, b = numbers(demo_cache)
+    sa, sb = a["summary"], b["summary"]
+    assert sa.ceiling_tokens == 4096 and sb.ceiling_tokens == 8192 and a["gpus"] == b["gpus"] == 7
+    assert within(sa.at_ceiling_fraction, demo.truth(4096)["cut_fraction"], sa.completions)
+    assert within(sb.at_ceiling_fraction, demo.truth(8192)["cut_fraction"], sb.completions)
+    for r, truth, tps in ((a, 4096, demo.TOKENS_PER_S_PER_WORKER), (b, 8192, demo.TOKENS_PER_S_B)):
+        assert abs(r["summary"].tokens["mean"] / demo.truth(truth)["mean_tokens"] - 1) < 0.05
+        # The history was polled at the simulator's rate: tok/s per GPU is what it was told.
+        lo, hi = r["tokens_per_s_per_gpu_interval"]
+        assert abs(r["tokens_per_s_per_gpu"] / tps - 1) < 0.06 and lo < r["tokens_per_s_per_gpu"] < hi
+    assert a["eta_s"] is None and b["eta_s"] > 0  # A finished; B has 900K completions to go
+
+
+def test_forecast_check_and_headline(demo_cache):
+    a, b = numbers(demo_cache)
+    cmp = runcompare.compare_runs(a, b)
+    f = cmp["forecast"]
+    assert f["limit"] == 8192 and f["inside"]
+    lo, hi = f["interval"]
+    assert lo <= f["measured_fraction"] <= hi and lo < demo.truth(8192)["cut_fraction"] < hi
+    assert "cannot be checked" in cmp["prompts"]
+    assert re.fullmatch(r"At 8,192: \d\.\d% still cut \(was 1\d\.\d% at 4,096\); completions \d+% longer; "
+                        r"tok/s per GPU [+−]\d+%", cmp["headline"]), cmp["headline"]
+    tps = cmp["rates"]["tokens_per_s_per_gpu"]
+    assert tps["relative_interval"][0] < tps["relative"] < tps["relative_interval"][1]
+
+
+def test_no_forecast_when_b_is_not_above_a(demo_cache):
+    a, b = numbers(demo_cache)
+    cmp = runcompare.compare_runs(b, a)
+    assert cmp["forecast"] is None and "not above" in cmp["forecast_note"]
+    assert "still cut (was" in cmp["headline"] and "shorter" in cmp["headline"]
+
+
+def test_life_rates_ratio_estimator():
+    # Two nodes, 10 s polls; the first poll of each is the backfill (not throughput).
+    polls = [{"node": n, "ts_unix": 100.0 + 10 * i, "completions": 5 * k, "tokens": 1000 * k, "backfill": i == 0}
+             for n, k in (("x", 1), ("y", 2)) for i in range(6)]
+    life = runcompare.life_rates(polls)
+    assert life["tokens_per_s"] == pytest.approx(100 + 200) and life["completions_per_s"] == pytest.approx(1.5)
+    assert life["tokens_var"] == 0 and life["spans"] == 10
+    assert runcompare.life_rates(polls[:1])["tokens_per_s"] is None  # a backfill alone is no rate
+    assert runcompare.relative_change(100.0, 4.0, 96.0, 4.0)["relative"] == pytest.approx(-0.04)
+
+
+def test_overlay_figure_marks_both_ceilings(demo_cache):
+    a, b = numbers(demo_cache)
+    fig = compare_view.make_overlay_figure(a, b)
+    assert [t.type for t in fig.data] == ["bar", "scatter", "bar", "scatter"]
+    assert {s.x0 for s in fig.layout.shapes} == {4096, 8192}
+    shares = fig.data[0].y
+    assert sum(shares) == pytest.approx(100)  # A's bars: every completion once
+    assert max(shares) == shares[4096 // runcompare.overlay_width(8192)]  # A's pile-up at its ceiling
+
+
+def page_text(at: AppTest) -> str:
+    parts = [str(getattr(e, "value", "")) + " " + str(getattr(e, "label", ""))
+             for kind in ("markdown", "caption", "subheader", "title", "info", "success", "warning", "metric")
+             for e in getattr(at, kind)]
+    return "\n".join(parts + [d.value.to_string() for d in at.dataframe])
+
+
+def run(path: str, cache: Path, monkeypatch) -> AppTest:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    monkeypatch.setenv("RUNHEALTH_COLLECTOR", "off")  # render from the stores alone
+    at = AppTest.from_file(str(ROOT / path), default_timeout=60)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_compare_page_over_the_demo(demo_cache, monkeypatch):
+    at = run("pages/compare.py", demo_cache, monkeypatch)
+    text = page_text(at)
+    assert at.selectbox(key="compare_run_a").value == "demo-4096"
+    assert at.selectbox(key="compare_run_b").value == "demo-8192"
+    headline = at.subheader[0].value
+    cut_b, cut_a = (float(x) / 100 for x in re.findall(r"(\d+\.\d)% ", headline)[:2])
+    assert within(cut_a, demo.truth(4096)["cut_fraction"], A_N) and within(cut_b, demo.truth(8192)["cut_fraction"], B_N)
+    table = at.dataframe[0].value.set_index("metric")
+    assert list(table.columns) == ["A: demo-4096", "B: demo-8192", "B − A", "95% interval"]
+    assert table.loc["ETA", "A: demo-4096"] == "finished" and table.loc["ETA", "B: demo-8192"].endswith(" h")
+    tps_b = float(table.loc["tok/s per GPU", "B: demo-8192"].split()[0].replace(",", ""))
+    assert abs(tps_b / demo.TOKENS_PER_S_B - 1) < 0.06
+    assert table.loc["P90 tokens", "B − A"].startswith("≤ +")  # A's P90 is its ceiling: a lower bound
+    assert table.loc["P99 tokens", "B − A"].endswith("(both at their ceilings)")
+    assert at.success and "falls inside the predicted interval" in at.success[0].value
+    a, b = numbers(demo_cache)
+    assert f"A: n = {a['summary'].completions:,} completions, B: n = {b['summary'].completions:,}" in text
+    assert "cannot be checked" in text
+    assert "A demo-4096: Numbers as of" in text and "finished, not polled any more" in text
+    at.selectbox(key="compare_run_a").set_value("demo-8192").run()
+    assert "Pick two different runs." in page_text(at)
+
+
+def test_run_picker_switches_every_page(demo_cache, monkeypatch):
+    at = run("pages/1_Output_lengths.py", demo_cache, monkeypatch)
+    assert "Run: demo-8192" in page_text(at) and "8,192" in page_text(at)
+    at.selectbox(key="lengths_run_picker").set_value("demo-4096").run()
+    assert not at.exception
+    text = page_text(at)
+    assert "Run: demo-4096 · finished" in text and "### demo-4096" in text
+    assert at.session_state["rh_run"] == "demo-4096"
