@@ -20,6 +20,7 @@ from streamlit.testing.v1 import AppTest
 from components import compare_view
 from runhealth import demo, runcompare
 from runhealth.store import Store
+from test_pages import open_app
 
 ROOT = Path(__file__).resolve().parent.parent
 A_N, B_N = demo.FINISHED_COMPLETIONS, 3000
@@ -73,7 +74,7 @@ def test_core_numbers_match_the_simulator(demo_cache):
     assert within(sa.at_ceiling_fraction, demo.truth(4096)["cut_fraction"], sa.completions)
     assert within(sb.at_ceiling_fraction, demo.truth(8192)["cut_fraction"], sb.completions)
     for r, truth, tps in ((a, 4096, demo.TOKENS_PER_S_PER_WORKER), (b, 8192, demo.TOKENS_PER_S_B)):
-        assert abs(r["summary"].tokens["mean"] / demo.truth(truth)["mean_tokens"] - 1) < 0.05
+        assert abs(r["summary"].tokens.mean / demo.truth(truth)["mean_tokens"] - 1) < 0.05
         # The history was polled at the simulator's rate: tok/s per GPU is what it was told.
         lo, hi = r["tokens_per_s_per_gpu_interval"]
         assert abs(r["tokens_per_s_per_gpu"] / tps - 1) < 0.06 and lo < r["tokens_per_s_per_gpu"] < hi
@@ -129,17 +130,18 @@ def page_text(at: AppTest) -> str:
     return "\n".join(parts + [d.value.to_string() for d in at.dataframe])
 
 
-def run(path: str, cache: Path, monkeypatch) -> AppTest:
+def run(page: str, cache: Path, monkeypatch) -> AppTest:
+    """The whole app through its router, showing screen `page` (see tests/test_pages.open_app)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
     monkeypatch.setenv("RUNHEALTH_COLLECTOR", "off")  # render from the stores alone
-    at = AppTest.from_file(str(ROOT / path), default_timeout=60)
+    at = open_app(page, timeout=60)
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 
 
 def test_compare_page_over_the_demo(demo_cache, monkeypatch):
-    at = run("pages/compare.py", demo_cache, monkeypatch)
+    at = run("compare", demo_cache, monkeypatch)
     text = page_text(at)
     assert at.selectbox(key="compare_run_a").value == "demo-4096"
     assert at.selectbox(key="compare_run_b").value == "demo-8192"
@@ -163,7 +165,7 @@ def test_compare_page_over_the_demo(demo_cache, monkeypatch):
 
 
 def test_run_picker_switches_every_page(demo_cache, monkeypatch):
-    at = run("pages/1_Output_lengths.py", demo_cache, monkeypatch)
+    at = run("lengths", demo_cache, monkeypatch)
     assert "Run: demo-8192" in page_text(at) and "8,192" in page_text(at)
     at.selectbox(key="lengths_run_picker").set_value("demo-4096").run()
     assert not at.exception

@@ -143,10 +143,10 @@ def test_router_lists_every_page_with_its_title_and_url(ceiling_18, monkeypatch)
     `streamlit run app.py` (AppTest of the file itself) opens the Overview."""
     import app
 
-    assert [m.PREFIX for m in app.SCREENS] == PAGES
+    assert [m.PREFIX for m in app.SCREENS] == [*PAGES, "compare"]
     assert [(m.TITLE, m.URL_PATH) for m in app.SCREENS] == [
         ("Overview", "Overview"), ("Output lengths", "Output_lengths"), ("GPUs", "GPUs"), ("Samples", "Samples"),
-        ("Nodes", "Nodes")]
+        ("Nodes", "Nodes"), ("Compare runs", "Compare")]
     monkeypatch.setenv("RUNHEALTH_CONFIG", str(ceiling_18))
     monkeypatch.setenv("RUNHEALTH_COLLECTOR", "off")
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT_S).run()
