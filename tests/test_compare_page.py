@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
+from test_pages import open_app
 
 from components import compare_view
 from runhealth import demo, runcompare
 from runhealth.store import Store
-from test_pages import open_app
 
 ROOT = Path(__file__).resolve().parent.parent
 A_N, B_N = demo.FINISHED_COMPLETIONS, 3000
