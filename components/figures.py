@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -222,8 +223,9 @@ def make_gpu_grid_figure(df: pd.DataFrame) -> go.Figure:
     hover = [[f"util {pct(u)} · power {pct(p)} · mem {pct(m)}" for u, p, m in zip(ur, pr, mr, strict=False)]
              for ur, pr, mr in zip(util.to_numpy(), power.to_numpy(), mem.to_numpy(), strict=False)]
     fig = _figure(go.Heatmap(z=util.to_numpy(), x=[f"GPU {g}" for g in util.columns], y=list(util.index),
-                             zmin=0, zmax=100, colorscale="Viridis", xgap=1, ygap=1, text=text,
-                             texttemplate="%{text}" if util.size <= 600 else None, customdata=hover,
+                             zmin=0, zmax=100, colorscale="Viridis", xgap=1, ygap=1, text=np.array(text, dtype=object),
+                             texttemplate="%{text}" if util.size <= 600 else None,
+                             customdata=np.array(hover, dtype=object),  # arrays: validated at once, not per cell
                              colorbar=dict(title="util %", thickness=12),
                              hovertemplate="%{y} %{x}: %{customdata}<extra></extra>"))
     fig.update_layout(yaxis_autorange="reversed")
@@ -275,8 +277,10 @@ def make_gpu_node_heatmap_figure(bands: pd.DataFrame, title: str, unit: str,
     med = med.reindex(natural_order(med.index))
     lo = bands.pivot(index="node", columns="t_unix", values="min").reindex_like(med)
     hi = bands.pivot(index="node", columns="t_unix", values="max").reindex_like(med)
-    custom = [[f"min {a:.0f} · max {b:.0f}" if pd.notna(a) else "no data" for a, b in zip(ra, rb, strict=False)]
-              for ra, rb in zip(lo.to_numpy(), hi.to_numpy(), strict=False)]
+    # An array, not nested lists: plotly validates a list cell by cell (0.23 s for 64 nodes x 240
+    # steps), an array at once (0.02 s).
+    custom = np.array([[f"min {a:.0f} · max {b:.0f}" if pd.notna(a) else "no data" for a, b in zip(ra, rb, strict=False)]
+                       for ra, rb in zip(lo.to_numpy(), hi.to_numpy(), strict=False)], dtype=object)
     heat = go.Heatmap(z=med.to_numpy(), x=pd.to_datetime(med.columns, unit="s"), y=list(med.index), customdata=custom,
                       colorscale="Viridis", colorbar=dict(title=unit, thickness=12),
                       hovertemplate="%{y} %{x}: median %{z:.0f} " + unit + " (%{customdata})<extra></extra>")

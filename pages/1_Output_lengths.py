@@ -11,7 +11,7 @@ import json
 
 import streamlit as st
 
-from components import cards, figures, jobs, loaders, page, whatif_view
+from components import cards, figures, jobs, loaders, page, precomputed, whatif_view
 from runhealth import continuation, whatif
 
 PREFIX = "lengths"
@@ -46,6 +46,7 @@ def render_groups(ceiling) -> None:
         right.dataframe(df.drop(columns=["lo", "hi"]).sort_values("fraction", ascending=False), hide_index=True,
                         column_config={"fraction": st.column_config.NumberColumn("at ceiling", format="percent"),
                                        "group": st.column_config.TextColumn(by, width="large")}, width="stretch")
+        st.caption(f"Truncation by {by}: {precomputed.age_text(df.attrs.get('as_of'))}.")
 
 
 def render_whatif(data: dict, thr: dict) -> None:
@@ -55,7 +56,7 @@ def render_whatif(data: dict, thr: dict) -> None:
     limit = int(st.number_input("New max_tokens", min_value=1, max_value=16 * ceiling, value=2 * ceiling, step=256,
                                 key=f"{PREFIX}_whatif_limit"))
     sample = whatif_view.loop_sample(loaders.load_samples(rt.store)["latest"])
-    r = loaders.load_whatif(hist, f"{rt.store.path}:{hist.total}", ceiling, limit, sample)
+    r = loaders.load_whatif(hist, f"{rt.store.path}:{hist.total}", ceiling, limit, sample, _store=rt.store)
     tps = (thr["shard"] or {}).get("total_tokens_per_s")
     remaining = (rt.config.target_completions or s["completions"]) - s["completions"]
     eta = whatif.eta_change(remaining, tps, s["tokens"]["mean"] or 0, r["extra_tokens_per_completion"] or 0,
@@ -75,6 +76,7 @@ def render_whatif(data: dict, thr: dict) -> None:
     ])
     if r["band"]:
         st.markdown(whatif_view.backtest_line(r))
+    st.caption(f"This what-if: {precomputed.age_text(r.get('as_of'))}.")
     st.caption(f"This is an extrapolation: nobody has seen lengths above {ceiling:,}. {r['note']} "
                f"{whatif_view.model_line(r) if r['band'] else ''} Hard bounds: {r['hard_bounds'][0]:.1%}–"
                f"{r['hard_bounds'][1]:.1%}. {whatif_view.loops_line(r)}")
@@ -146,19 +148,22 @@ def render_page() -> None:
                                                                summary["at_ceiling_fraction"]), key=f"{PREFIX}_hist_chart")
         right.plotly_chart(figures.make_cdf_figure(data["cdf"], summary["ceiling"]), key=f"{PREFIX}_cdf_chart")
     st.dataframe(cards.finish_reason_table(summary), hide_index=True)
+    st.caption(f"Length statistics: {precomputed.age_text(data.get('as_of'))}.")
     render_server_note(summary)
     page.guarded(render_groups)(summary["ceiling"])
     over_time = loaders.load_truncation_over_time(rt.store, rt.config.interval_s, summary["ceiling"])
     if (over_time["completions"] > 0).sum() >= 2:
         st.plotly_chart(figures.make_truncation_over_time_figure(over_time, rt.config.truncation_warn_fraction,
                                                                  rt.config.truncation_alert_fraction), key=f"{PREFIX}_time_chart")
+        st.caption(f"Truncation over time: {precomputed.age_text(over_time.attrs.get('as_of'))}.")
     else:
         st.caption("Truncation over time appears once there are two time buckets with new completions.")
     hourly = loaders.load_lengths_over_time(rt.store, summary["ceiling"])
     if len(hourly) >= 2:
         st.plotly_chart(figures.make_lengths_over_time_figure(hourly, summary["ceiling"]), key=f"{PREFIX}_hourly_chart")
         st.caption("Per hour of the whole run, by when the collector counted them. Percentiles are the upper edges"
-                   " of log bins (at most 4.4% above the exact value); the share at the ceiling is exact.")
+                   " of log bins (at most 4.4% above the exact value); the share at the ceiling is exact; "
+                   f"{precomputed.age_text(hourly.attrs.get('as_of'))}.")
 
 
 def render_whatif_live() -> None:

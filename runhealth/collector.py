@@ -18,7 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from runhealth import lengthtime, loops, metrics, rollup, scheduler, textsafe
+from runhealth import lengthtime, loops, metrics, pagedata, rollup, scheduler, textsafe
 from runhealth.config import NodeConfig, RunConfig
 from runhealth.errors import StoreError
 from runhealth.store import Store
@@ -152,6 +152,8 @@ class Collector:
         self._sampling: int | None = None
         self._lock_file = None
         self._housekeeper: threading.Thread | None = None
+        # What the pages show, recomputed in the background after polls (#16: pages only read).
+        self.pagedata = pagedata.Refresher(store, config.max_output_tokens, config.interval_s, clock=clock)
         store.set_meta("run", _run_meta(config))
         for node in config.nodes:
             store.register_node(node.name, node.public_dict())
@@ -211,6 +213,7 @@ class Collector:
         """One scheduled turn of a node: poll it (until indexed); failures are recorded by poll()."""
         if not self._stop.is_set():
             self.pollers[name].poll_until_indexed(self._stop)
+            self.pagedata.after_poll()  # rate-limited, in its own thread: never delays the next poll
 
     def _housekeeping(self) -> None:
         while not self._stop.wait(3600):

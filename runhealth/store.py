@@ -103,6 +103,9 @@ CREATE TABLE IF NOT EXISTS samples (
     tokens INTEGER, estimated INTEGER, finish_reason TEXT, prompt_head TEXT, text_head TEXT,
     text_tail TEXT, text_chars INTEGER, is_loop INTEGER);
 CREATE INDEX IF NOT EXISTS samples_batch ON samples (batch);
+-- Page payloads (runhealth/pagedata.py, #16): what each screen shows, computed by the collector
+-- after a poll so a page only reads one row; ts_unix = when it was computed (shown on the page).
+CREATE TABLE IF NOT EXISTS page_data (name TEXT PRIMARY KEY, ts_unix REAL NOT NULL, payload BLOB NOT NULL);
 """
 
 _GPU_FIELDS = ("util_pct", "mem_used_mib", "mem_total_mib", "power_w", "power_limit_w", "temp_c", "sm_clock_mhz")
