@@ -302,17 +302,21 @@ def make_gpu_band_figure(bands: pd.DataFrame, title: str, unit: str, limit: floa
     nodes = sorted(bands["node"].unique())
     if len(nodes) > BAND_MAX_NODES:
         return make_gpu_node_heatmap_figure(bands, title, unit, y_range)
-    fig = _figure()
+    # Traces as dicts, the figure built once: add_scatter per trace re-validates the figure each
+    # time (0.25 s for 8 nodes, five charts a page; one build: 0.03 s).
+    traces: list[dict] = []
     for node, g in bands.groupby("node", sort=True):
-        colour, t = node_colour(nodes, node), pd.to_datetime(g["t_unix"], unit="s")
-        fig.add_scatter(x=t, y=g["max"], mode="lines", line=dict(width=0), legendgroup=node, showlegend=False,
-                        hoverinfo="skip")
-        fig.add_scatter(x=t, y=g["min"], mode="lines", line=dict(width=0), fill="tonexty", legendgroup=node,
-                        fillcolor=_rgba(colour, 0.18), showlegend=False, hoverinfo="skip")
-        fig.add_scatter(x=t, y=g["median"], mode="lines", line=dict(color=colour, width=2), name=str(node),
-                        legendgroup=node, showlegend=show_legend, customdata=g[["min", "max", "gpus"]],
-                        hovertemplate=f"{node}: median %{{y:.0f}} {unit} (min %{{customdata[0]:.0f}}, max "
-                                      f"%{{customdata[1]:.0f}}, %{{customdata[2]}} GPUs)<extra></extra>")
+        colour, t = node_colour(nodes, node), pd.to_datetime(g["t_unix"], unit="s").to_numpy()
+        traces.append(dict(type="scatter", x=t, y=g["max"].to_numpy(), mode="lines", line=dict(width=0), legendgroup=node,
+                           showlegend=False, hoverinfo="skip"))
+        traces.append(dict(type="scatter", x=t, y=g["min"].to_numpy(), mode="lines", line=dict(width=0), fill="tonexty",
+                           legendgroup=node, fillcolor=_rgba(colour, 0.18), showlegend=False, hoverinfo="skip"))
+        traces.append(dict(type="scatter", x=t, y=g["median"].to_numpy(), mode="lines", line=dict(color=colour, width=2),
+                           name=str(node), legendgroup=node, showlegend=show_legend,
+                           customdata=g[["min", "max", "gpus"]].to_numpy(),
+                           hovertemplate=f"{node}: median %{{y:.0f}} {unit} (min %{{customdata[0]:.0f}}, max "
+                                         f"%{{customdata[1]:.0f}}, %{{customdata[2]}} GPUs)<extra></extra>"))
+    fig = _figure(*traces)
     if limit is not None:
         _hline(fig, limit, f"limit {limit:.0f} {unit}", dash="dash", color=ALERT_COLOUR)
     if y_range is not None:

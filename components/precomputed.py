@@ -12,14 +12,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import pandas as pd
+import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
 from runhealth import pagedata
 from runhealth.alerts import fmt_age
 from runhealth.store import Store
 
-_HASH = {Store: lambda s: str(s.path)}
+_HASH: dict[str | type[Any], Any] = {Store: lambda s: str(s.path)}
 
 
 @st.cache_data(ttl=2, max_entries=64, hash_funcs=_HASH, show_spinner=False)
