@@ -58,24 +58,25 @@ def quiet_streamlit() -> None:
             logging.getLogger(name).setLevel(logging.ERROR)
 
 
-_SCRIPT_S: list[float] = []
+_SCRIPT_S: list[tuple[float, float]] = []
 
 
 def _timed_exec(func, ctx):
-    """The page script's own run time (AppTest adds its setup around it)."""
-    start = time.perf_counter()
+    """The page script's own run: (wall s, CPU s of its thread). AppTest adds its setup around it;
+    CPU seconds stay comparable on a shared machine where wall time depends on the load."""
+    start, cpu = time.perf_counter(), time.thread_time()
     try:
         return _exec(func, ctx)
     finally:
-        _SCRIPT_S.append(time.perf_counter() - start)
+        _SCRIPT_S.append((time.perf_counter() - start, time.thread_time() - cpu))
 
 
 _exec = script_runner.exec_func_with_error_handling
 script_runner.exec_func_with_error_handling = _timed_exec
 
 
-def render_s(page: str, cold: bool = True) -> tuple[float, float]:
-    """(AppTest s, script s) of one run of `page`; cold: every cache cleared first."""
+def render_s(page: str, cold: bool = True) -> tuple[float, float, float]:
+    """(AppTest s, script s, script CPU s) of one run of `page`; cold: every cache cleared first."""
     if cold:
         st.cache_data.clear()
         st.cache_resource.clear()
@@ -85,7 +86,7 @@ def render_s(page: str, cold: bool = True) -> tuple[float, float]:
     elapsed = time.perf_counter() - start
     if at.exception:
         raise SystemExit(f"{page} raised: {at.exception[0].message}")
-    return elapsed, sum(_SCRIPT_S)
+    return elapsed, sum(w for w, _ in _SCRIPT_S), sum(c for _, c in _SCRIPT_S)
 
 
 def spread(values: list[float]) -> str:
@@ -113,15 +114,15 @@ ONE_HOUR_POLLS = {"big": 360, "fleet": 120}
 
 def set_payloads(db_path: Path, config_path: Path, present: bool) -> float:
     """Write every page payload (what the collector's Refresher does after a poll) or drop them;
-    returns the seconds the computation took."""
+    returns the CPU seconds the computation took."""
     store = Store(db_path)
-    start = time.perf_counter()
+    start = time.process_time()
     if present:
         config = load_config(config_path)
         pagedata.Refresher(store, config.max_output_tokens, config.interval_s).run_now()
     else:
         store._db().execute("DELETE FROM page_data")
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     store.close()
     return elapsed
 
@@ -131,7 +132,8 @@ def measure(pages: list[str], runs: int) -> dict[str, dict[str, list[float]]]:
     for page in pages:
         cold = [render_s(page) for _ in range(runs)]
         warm = [render_s(page, cold=False) for _ in range(runs)]
-        out[page] = {"cold_apptest": [c[0] for c in cold], "cold": [c[1] for c in cold], "warm": [w[1] for w in warm]}
+        out[page] = {"cold_apptest": [c[0] for c in cold], "cold": [c[1] for c in cold], "warm": [w[1] for w in warm],
+                     "cold_cpu": [c[2] for c in cold], "warm_cpu": [w[2] for w in warm]}
     return out
 
 
@@ -187,7 +189,13 @@ def main() -> None:
                   f"{statistics.median(b['cold']) / statistics.median(a['cold']):>13.1f}x"
                   f"{statistics.median(a['cold_apptest']):>18.3f}{baseline / statistics.median(a['cold']):>15.1f}x")
         print(f"{'baseline: raw GPU rows -> plotly':<28}{baseline:>20.3f}")
-        print(f"collector: computing every page payload once (Refresher.run_now) took {compute_s:.2f} s")
+        print("\nthe same runs in CPU s of the page script's thread (what the load does not change)")
+        print(f"{'page':<28}{'before cold':>20}{'after cold':>20}{'after warm':>20}{'before/after':>14}")
+        for page in pages:
+            b, a = before[page], after[page]
+            print(f"{page:<28}{spread(b['cold_cpu']):>20}{spread(a['cold_cpu']):>20}{spread(a['warm_cpu']):>20}"
+                  f"{statistics.median(b['cold_cpu']) / statistics.median(a['cold_cpu']):>13.1f}x")
+        print(f"collector: computing every page payload once (Refresher.run_now) took {compute_s:.2f} CPU s")
         print(f"peak RSS after rendering every page {4 * args.runs}x (before the baseline ran): {rss_mb:.0f} MB")
         if args.history:
             overview_history(tmp, args.scenario, args.runs, config_path)
@@ -203,10 +211,11 @@ def overview_history(tmp: Path, scenario: str, runs: int, full_config: Path) -> 
         set_payloads(config.parent / "x.sqlite3", config, present=True)
         os.environ["RUNHEALTH_CONFIG"] = str(config)
         render_s(PAGES[0])
-        times[label] = [render_s(PAGES[0])[1] for _ in range(runs)]
-    ratio = statistics.median(times["full"]) / statistics.median(times["1 h"])
-    print(f"\nOverview cold, script s: 1 h of history {spread(times['1 h'])}, full store {spread(times['full'])};"
-          f" full / 1 h = {ratio:.2f} (1.0 = flat)")
+        times[label] = [render_s(PAGES[0]) for _ in range(runs)]
+    for unit, k in (("script s", 1), ("script CPU s", 2)):
+        short_s, full_s = [t[k] for t in times["1 h"]], [t[k] for t in times["full"]]
+        print(f"\nOverview cold, {unit}: 1 h of history {spread(short_s)}, full store {spread(full_s)};"
+              f" full / 1 h = {statistics.median(full_s) / statistics.median(short_s):.2f} (1.0 = flat)")
 
 
 if __name__ == "__main__":
