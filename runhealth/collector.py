@@ -153,7 +153,9 @@ class Collector:
         self._lock_file = None
         self._housekeeper: threading.Thread | None = None
         # What the pages show, recomputed in the background after polls (#16: pages only read).
-        self.pagedata = pagedata.Refresher(store, config.max_output_tokens, config.interval_s, clock=clock)
+        # At most once per poll interval: the Overview's counts must move with every poll.
+        self.pagedata = pagedata.Refresher(store, config.max_output_tokens, config.interval_s,
+                                           min_interval_s=config.interval_s, clock=clock)
         store.set_meta("run", _run_meta(config))
         for node in config.nodes:
             store.register_node(node.name, node.public_dict())

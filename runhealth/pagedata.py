@@ -31,7 +31,8 @@ from runhealth.store import Store
 
 log = textsafe.get_logger(__name__)
 
-MIN_INTERVAL_S = 30.0  # one computation per this many seconds at most: it costs ~1 s of CPU on a big store
+MIN_INTERVAL_S = 30.0  # default rate limit; the collector passes its poll interval (counts must stay live)
+WHATIF_EVERY_S = 60.0  # the what-if fit (bootstrap included) is redone at most this often, as the page refits
 # The GPU page's windows (seconds; None = the whole run), the points per GPU it asks the store
 # for, and the time steps of the per-node bands it draws past PER_GPU_LINES_UP_TO GPUs.
 GPU_WINDOWS_S: dict[str, float | None] = {"15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 86400,
@@ -246,7 +247,7 @@ def gpu_windows(store: Store, now: float, due: Callable[[str], bool] = lambda na
 
 
 def compute_all(store: Store, ceiling_config: int | None, interval_s: float, now: float | None = None,
-                gpu_due: Callable[[str], bool] = lambda name: True) -> dict[str, Any]:
+                gpu_due: Callable[[str], bool] = lambda name: True, whatif_due: bool = True) -> dict[str, Any]:
     """Every payload, by name (what `Refresher` writes); GPU windows only when `gpu_due(window)`."""
     now = time.time() if now is None else now
     out: dict[str, Any] = {}
@@ -259,7 +260,7 @@ def compute_all(store: Store, ceiling_config: int | None, interval_s: float, now
                                                                               GROUP_COLUMNS)}
     out["lengths_over_time"] = {"ceiling": ceiling, "rows": lengthtime.hourly(store, ceiling)}
     out["truncation_over_time"] = truncation_over_time(store, interval_s, ceiling)
-    if ceiling and hist.total:
+    if ceiling and hist.total and whatif_due:
         out["whatif"] = whatif_default(hist, ceiling, loop_sample(store.latest_sample_batch()))
     out.update(gpu_windows(store, now, gpu_due))
     return out
@@ -277,6 +278,7 @@ class Refresher:
         self._running = False
         self._last_start: float | None = None
         self._gpu_done: dict[str, float] = {}  # window -> when last computed
+        self._whatif_done: float | None = None
         self.last_error: str | None = None
         self.runs = 0
 
@@ -297,8 +299,12 @@ class Refresher:
             last = self._gpu_done.get(window)
             return window_due(GPU_WINDOWS_S[window], None if last is None else started - last, self.min_interval_s)
 
-        payloads = compute_all(self.store, self.ceiling, self.interval_s, now=started, gpu_due=due)
+        whatif_due = self._whatif_done is None or started - self._whatif_done >= WHATIF_EVERY_S
+        payloads = compute_all(self.store, self.ceiling, self.interval_s, now=started, gpu_due=due,
+                               whatif_due=whatif_due)
         put(self.store, payloads, started)
+        if "whatif" in payloads:
+            self._whatif_done = started
         self._gpu_done.update({name[4:]: started for name in payloads if name.startswith("gpu:")})
         self.runs += 1
 
