@@ -1,6 +1,6 @@
 """The Overview's alert sentences: which core rule fired, in words, most serious first.
 
-The rules themselves live in the core (runhealth.alerts: node states; runhealth.health: stalls,
+The rules themselves live in the core (runhealth.health: node states, stalls,
 rate drops and the one ok/warn/alert `level`); these functions only word what they found, as
 (level "error" | "warning", text) pairs for `cards.render_alerts`.
 """

@@ -1,7 +1,7 @@
 """Numbers and remote text made ready for the screen: clock times, byte sizes, rates, and
 markdown escaping for text that comes from the nodes.
 
-Ages ("3 min", "1.2 h") are `runhealth.alerts.fmt_age`: the core words node states with it, so
+Ages ("3 min", "1.2 h") are `runhealth.health.fmt_age`: the core words node states with it, so
 there is one definition. Nothing here calls Streamlit; every function is a plain str -> str.
 """
 

@@ -5,12 +5,11 @@ seconds) and a `max_entries` bound; the store itself aggregates in SQL, so what 
 small (count tables, bucketed series), never raw rows. The Store argument is hashed by its
 path, so two stores never share a cache entry. This module holds only cached reads: shaping
 lives in components/tables.py, words in components/format.py and components/alerts.py, rules
-in the core (runhealth.alerts, runhealth.health).
+in the core (runhealth.health).
 """
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +17,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from runhealth import rollup
+from components import precomputed
+from runhealth import pagedata, rollup
 from runhealth.analysis import lengthtime, stats, whatif
 from runhealth.health import stale_after_s
 from runhealth.store import Store
@@ -56,68 +56,55 @@ def load_last_collection(store: Store) -> float | None:
 
 @_cache(ttl=5, max_entries=8)
 def load_run_lengths(store: Store, ceiling: int | None) -> dict[str, Any]:
-    """The run's length counts: summary, histogram bins and CDF points."""
-    rows = store.length_counts(by="run")
-    hist = stats.LengthHist.from_rows((r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in rows)
-    malformed = sum(n["malformed"] for n in store.nodes())
-    summary = stats.summarize(hist, ceiling=ceiling, unparseable=malformed)
-    bins = pd.DataFrame(stats.histogram(hist), columns=["bin_start", "bin_end", "stop", "at_ceiling", "other"])
-    cdf = pd.DataFrame(stats.cdf_points(hist), columns=["tokens", "cum_fraction"])
-    return {"hist": hist, "summary": summary, "bins": bins, "cdf": cdf}
+    """The run's length counts: summary, histogram bins and CDF points; `as_of` is when the
+    collector computed them (None: computed now, there was no precomputed copy)."""
+    got = precomputed.payload(store, "run_lengths")
+    as_of, data = got if got is not None and got[1]["ceiling"] == ceiling else (None, pagedata.run_lengths(store, ceiling))
+    hist = stats.LengthHist.from_rows(data["rows"])
+    summary = stats.summarize(hist, ceiling=ceiling, unparseable=data["malformed"])
+    bins = pd.DataFrame(data["bins"], columns=["bin_start", "bin_end", "stop", "at_ceiling", "other"])
+    cdf = pd.DataFrame(data["cdf"], columns=["tokens", "cum_fraction"])
+    return {"hist": hist, "summary": summary, "bins": bins, "cdf": cdf, "as_of": as_of}
 
 
 @_cache(ttl=5, max_entries=8)
 def load_group_lengths(store: Store, by: str, ceiling: int | None) -> pd.DataFrame:
-    """Share at the ceiling per node or shard, with Wilson interval and ceiling drift.
-
-    Only the length-stop rows come out of SQL (totals are summed there): a group's ceiling
-    and its mass at the ceiling depend on nothing else.
-    """
-    def name(r: dict) -> str:
-        return r["node"] if by == "node" else f"{r['node']}:{r['path']}"
-
-    groups: dict[str, stats.LengthHist] = {}
-    for r in store.length_counts(by=by, finish_reason="length"):
-        groups.setdefault(name(r), stats.LengthHist()).add(r["tokens"], r["finish_reason"], r["estimated"], r["count"])
-    drift = stats.ceiling_drift(groups)
-    out = []
-    for t in store.group_totals(by):
-        group = name(t)
-        hist = groups.get(group, stats.LengthHist())
-        own = stats.detect_ceiling(hist)
-        limit = ceiling or own
-        at = sum(n for tok, _, est, n in hist.rows() if not est and limit is not None and tok >= limit)
-        denominator = t["exact"] or t["completions"]
-        lo, hi = stats.wilson_interval(at, denominator)
-        out.append({"group": group, "completions": t["completions"], "at_ceiling": at,
-                    "fraction": at / denominator if denominator else 0.0, "lo": lo, "hi": hi,
-                    "ceiling": own if own is not None else ceiling, "drift": group in drift})
-    return pd.DataFrame(out, columns=["group", "completions", "at_ceiling", "fraction", "lo", "hi", "ceiling", "drift"])
+    """Share at the ceiling per node or shard, with Wilson interval and ceiling drift
+    (runhealth.pagedata.group_lengths); attrs["as_of"]: when the collector computed it."""
+    got = precomputed.payload(store, f"groups:{by}")
+    if got is not None and got[1]["ceiling"] == ceiling:
+        df = precomputed.frame(got[1]["table"])
+    else:
+        df = pd.DataFrame(pagedata.group_lengths(store, by, ceiling), columns=pagedata.GROUP_COLUMNS)
+    df.attrs["as_of"] = got[0] if got is not None and got[1]["ceiling"] == ceiling else None
+    return df
 
 
 @_cache(ttl=5, max_entries=8)
 def load_truncation_over_time(store: Store, interval_s: float, ceiling: int | None = None) -> pd.DataFrame:
     """Poll deltas per hour, or per a few polls while the run is short, with the length stops
     split at the ceiling: at_ceiling (truncated) and below_ceiling (context window)."""
-    bucket_s: float = 3600
-    polls = rollup.poll_history(store, bucket_s)  # raw and rolled-up deltas: the whole run
-    span = (polls[-1]["bucket_unix"] - polls[0]["bucket_unix"]) if polls else 0
-    if span < 6 * 3600:
-        bucket_s = stale_after_s(interval_s)  # a few polls
-        polls = rollup.poll_history(store, bucket_s)  # raw and rolled-up deltas: the whole run
-    df = pd.DataFrame(polls, columns=["bucket_unix", "completions", "tokens", "length_stops", "malformed", "backfill"])
-    split = pd.DataFrame(store.length_stops_by_bucket(bucket_s, ceiling),
-                         columns=["bucket_unix", "at_ceiling", "below_ceiling"])
+    got = precomputed.payload(store, "truncation_over_time")
+    fits = got is not None and (got[1]["interval_s"], got[1]["ceiling"]) == (interval_s, ceiling)
+    data = got[1] if got is not None and fits else pagedata.truncation_over_time(store, interval_s, ceiling)
+    df = pd.DataFrame(data["polls"], columns=["bucket_unix", "completions", "tokens", "length_stops", "malformed", "backfill"])
+    split = pd.DataFrame(data["split"], columns=["bucket_unix", "at_ceiling", "below_ceiling"])
     df = df.merge(split, on="bucket_unix", how="left").fillna({"at_ceiling": 0, "below_ceiling": 0})
     # Estimated-length stops (and polls stored before the split existed) cannot be placed.
-    return df.assign(unsplit=(df["length_stops"] - df["at_ceiling"] - df["below_ceiling"]).clip(lower=0))
+    df = df.assign(unsplit=(df["length_stops"] - df["at_ceiling"] - df["below_ceiling"]).clip(lower=0))
+    df.attrs["as_of"] = got[0] if got is not None and fits else None
+    return df
 
 
 @_cache(ttl=30, max_entries=8)
 def load_lengths_over_time(store: Store, ceiling: int | None) -> pd.DataFrame:
     """Per hour of the run: length percentiles (log-bin edges) and the exact share at the ceiling."""
-    return pd.DataFrame(lengthtime.hourly(store, ceiling), columns=[
+    got = precomputed.payload(store, "lengths_over_time")
+    fits = got is not None and got[1]["ceiling"] == ceiling
+    df = pd.DataFrame(got[1]["rows"] if got is not None and fits else lengthtime.hourly(store, ceiling), columns=[
         "bucket_unix", "completions", "at_ceiling", "backfill", "at_ceiling_fraction", "p50", "p90", "p99"])
+    df.attrs["as_of"] = got[0] if got is not None and fits else None
+    return df
 
 
 @_cache(ttl=TTL_S, max_entries=8)
@@ -229,23 +216,30 @@ def load_samples(store: Store) -> dict[str, Any]:
     return {"latest": store.latest_sample_batch(), "pending": store.pending_sample_batch()}
 
 
-def whatif_curve_limits(ceiling: int, chosen: int) -> tuple[int, ...]:
-    """The limits the what-if chart shows: a few between the ceiling and 4x it, and the chosen one."""
-    return tuple(sorted({int(ceiling * f) for f in (1.25, 1.5, 2, 2.5, 3, 4)} | {chosen}))
-
-
-def hist_key(hist: stats.LengthHist) -> str:
-    """A digest of the histogram's content (every (tokens, finish_reason, estimated, count) row):
-    the what-if's cache key. Its total alone is not enough: two runs, or one run before and after
-    its lengths moved, can hold the same number of completions."""
-    return hashlib.blake2b(repr(hist.rows()).encode(), digest_size=16).hexdigest()
+whatif_curve_limits = pagedata.whatif_limits  # one definition: the collector's default what-if uses it too
 
 
 def load_whatif(hist: stats.LengthHist, ceiling: int, new_limit: int, loop_sample: tuple[int, int] | None,
                 bootstrap: int = 200) -> whatif.WhatIf:
     """`what_if` is a model fit and a back-test: cached per (histogram content, limit, loop sample)
     for a minute; the chart's curve comes from the same fits."""
-    return _load_whatif(hist, hist_key(hist), ceiling, new_limit, loop_sample, bootstrap)
+    return _load_whatif(hist, stats.hist_digest(hist), ceiling, new_limit, loop_sample, bootstrap)
+
+
+def load_whatif_with_age(store: Store, hist: stats.LengthHist, ceiling: int, new_limit: int,
+                         loop_sample: tuple[int, int] | None) -> tuple[whatif.WhatIf, float | None]:
+    """The page's what-if and when it was computed: the collector's precomputed fit (its
+    `ts_unix`) when it is of this very histogram (content digest), limit and loop sample, else
+    `load_whatif` here and now (None)."""
+    got = precomputed.payload(store, "whatif")
+    if got is not None:
+        pre = got[1]
+        same_sample = (tuple(pre["loop_sample"]) if pre["loop_sample"] else None) == \
+            (tuple(loop_sample) if loop_sample else None)
+        if (pre["ceiling"], pre["limit"], pre.get("hist_key")) == (ceiling, new_limit, stats.hist_digest(hist)) \
+                and same_sample:
+            return whatif.WhatIf.from_json(pre["result"]), got[0]
+    return load_whatif(hist, ceiling, new_limit, loop_sample, pagedata.WHATIF_BOOTSTRAP), None
 
 
 @st.cache_data(ttl=60, max_entries=32, show_spinner=False)

@@ -13,16 +13,17 @@ import time
 import pandas as pd
 import streamlit as st
 
-from components import cards, figures, loaders, page, tables
+from components import cards, figures, loaders, page, precomputed, tables
 from components.context import PageRuntime
 from components.format import md_escape
+from runhealth import pagedata
 
 PREFIX = "gpus"
 TITLE, ICON, URL_PATH = "GPUs", ":material/memory:", "GPUs"
-WINDOWS_S = {"15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "whole run": None}
+WINDOWS_S = pagedata.GPU_WINDOWS_S  # the collector precomputes each window's series
 # More GPUs than this: per-node bands (a node x time heatmap past figures.BAND_MAX_NODES nodes),
 # never one plotly trace per GPU (4,096 GPUs took 45 s a chart, bench/fleet.py).
-PER_GPU_LINES_UP_TO = 8
+PER_GPU_LINES_UP_TO = pagedata.PER_GPU_LINES_UP_TO
 SERIES = [  # (column, title, unit, limit column)
     ("util_pct", "Utilization", "%", None),
     ("power_w", "Power", "W", "power_limit_w"),
@@ -47,20 +48,30 @@ def render_now(gpus, nodes) -> None:
 
 
 def render_series(rt: PageRuntime, window: str, labels: list[str]) -> None:
-    span = WINDOWS_S[window]
-    since = (time.time() - span) // 10 * 10 if span else None
-    df = loaders.load_gpu_series(rt.store, since)
-    df = df[df["label"].isin(labels)] if len(df) else df
+    # The collector's precomputed series (runhealth/pagedata.py); the store itself only for a
+    # choice of a few GPUs the payload has no lines for, or before the first payload.
+    pre = precomputed.gpu_window(rt.store, window, labels)
+    if pre is None:
+        span = WINDOWS_S[window]
+        df = loaders.load_gpu_series(rt.store, (time.time() - span) // 10 * 10 if span else None)
+        df = df[df["label"].isin(labels)] if len(df) else df
+    else:
+        df = pre["series"] if pre["series"] is not None else next(iter(pre["bands"].values()))
     if df.empty:
         st.info(f"No GPU samples in the last {window}.")
         return
+    st.caption(f"Series over the last {window}: {precomputed.age_text(pre['as_of'] if pre else None)}.")
     cols = st.columns(2)
-    bands = df["label"].nunique() > PER_GPU_LINES_UP_TO
+    bands = pre["bands"] is not None if pre else df["label"].nunique() > PER_GPU_LINES_UP_TO
     for i, (col, title, unit, limit) in enumerate(SERIES):
         if bands:
-            lim = float(df[limit].max()) if limit and df[limit].notna().any() else None
+            if pre:
+                lim, band = pre["limits"].get(limit) if limit else None, pre["bands"][col]
+            else:
+                lim = float(df[limit].max()) if limit and df[limit].notna().any() else None
+                band = tables.gpu_bands(df, col)
             scale = (0, 100) if unit == "%" else (0, lim) if lim else None  # fixed: colours mean the same each refresh
-            fig = figures.make_gpu_band_figure(tables.gpu_bands(df, col), title, unit, lim, scale, show_legend=i == 0)
+            fig = figures.make_gpu_band_figure(band, title, unit, lim, scale, show_legend=i == 0)
         else:
             fig = figures.make_gpu_timeseries_figure(df, col, title, unit, limit)
             if unit == "%":

@@ -11,7 +11,7 @@ import json
 
 import streamlit as st
 
-from components import cards, figures, jobs, loaders, page, tables, whatif_view
+from components import cards, figures, jobs, loaders, page, precomputed, tables, whatif_view
 from components.context import PageRuntime
 from components.format import md_escape
 from runhealth.analysis import continuation
@@ -52,6 +52,7 @@ def render_groups(rt: PageRuntime, ceiling) -> None:
         right.dataframe(df.drop(columns=["lo", "hi"]).sort_values("fraction", ascending=False), hide_index=True,
                         column_config={"fraction": st.column_config.NumberColumn("at ceiling", format="percent"),
                                        "group": st.column_config.TextColumn(by, width="large")}, width="stretch")
+        st.caption(f"Truncation by {by}: {precomputed.age_text(df.attrs.get('as_of'))}.")
 
 
 def render_whatif(rt: PageRuntime, data: dict, thr: dict) -> None:
@@ -61,7 +62,7 @@ def render_whatif(rt: PageRuntime, data: dict, thr: dict) -> None:
     limit = int(st.number_input("New max_tokens", min_value=1, max_value=16 * ceiling, value=2 * ceiling, step=256,
                                 key=f"{PREFIX}_whatif_limit"))
     sample = whatif_view.loop_sample(loaders.load_samples(rt.store)["latest"])
-    r = loaders.load_whatif(hist, ceiling, limit, sample)
+    r, as_of = loaders.load_whatif_with_age(rt.store, hist, ceiling, limit, sample)
     tps = (thr["shard"] or {}).get("total_tokens_per_s")
     remaining = (rt.config.target_completions or s.completions) - s.completions
     eta = eta_change(remaining, tps, s.tokens.mean or 0, r.extra_tokens_per_completion or 0,
@@ -81,6 +82,7 @@ def render_whatif(rt: PageRuntime, data: dict, thr: dict) -> None:
     ])
     if r.band:
         st.markdown(whatif_view.backtest_line(r))
+    st.caption(f"This what-if: {precomputed.age_text(as_of)}.")
     st.caption(f"This is an extrapolation: nobody has seen lengths above {ceiling:,}. {r.note} "
                f"{whatif_view.model_line(r) if r.band else ''} Hard bounds: {r.hard_bounds[0]:.1%}–"
                f"{r.hard_bounds[1]:.1%}. {whatif_view.loops_line(r)}")
@@ -152,19 +154,22 @@ def render_page(rt: PageRuntime) -> None:
                                                                summary.at_ceiling_fraction), key=f"{PREFIX}_hist_chart")
         right.plotly_chart(figures.make_cdf_figure(data["cdf"], summary.ceiling_tokens), key=f"{PREFIX}_cdf_chart")
     st.dataframe(tables.finish_reason_table(summary), hide_index=True)
+    st.caption(f"Length statistics: {precomputed.age_text(data.get('as_of'))}.")
     render_server_note(rt, summary)
     page.guarded(render_groups)(rt, summary.ceiling_tokens)
     over_time = loaders.load_truncation_over_time(rt.store, rt.config.interval_s, summary.ceiling_tokens)
     if (over_time["completions"] > 0).sum() >= 2:
         st.plotly_chart(figures.make_truncation_over_time_figure(over_time, rt.config.truncation_warn_fraction,
                                                                  rt.config.truncation_alert_fraction), key=f"{PREFIX}_time_chart")
+        st.caption(f"Truncation over time: {precomputed.age_text(over_time.attrs.get('as_of'))}.")
     else:
         st.caption("Truncation over time appears once there are two time buckets with new completions.")
     hourly = loaders.load_lengths_over_time(rt.store, summary.ceiling_tokens)
     if len(hourly) >= 2:
         st.plotly_chart(figures.make_lengths_over_time_figure(hourly, summary.ceiling_tokens), key=f"{PREFIX}_hourly_chart")
         st.caption("Per hour of the whole run, by when the collector counted them. Percentiles are the upper edges"
-                   " of log bins (at most 4.4% above the exact value); the share at the ceiling is exact.")
+                   " of log bins (at most 4.4% above the exact value); the share at the ceiling is exact; "
+                   f"{precomputed.age_text(hourly.attrs.get('as_of'))}.")
 
 
 def render_whatif_live(rt: PageRuntime) -> None:

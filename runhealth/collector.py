@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from runhealth import rollup, sampling, scheduler, textsafe
+from runhealth import pagedata, rollup, sampling, scheduler, textsafe
 from runhealth.analysis import lengthtime
 from runhealth.analysis.servermetrics import merge_endpoints as merge_metrics
 from runhealth.config import NodeConfig, RunConfig, RunContext
@@ -147,6 +147,10 @@ class Collector:
         self._sampling: int | None = None
         self._lock_file: TextIO | None = None
         self._housekeeper: threading.Thread | None = None
+        # What the pages show, recomputed in the background after polls (#16: pages only read).
+        # At most once per poll interval: the Overview's counts must move with every poll.
+        self.pagedata = pagedata.Refresher(store, config.max_output_tokens, config.interval_s,
+                                           min_interval_s=config.interval_s, clock=clock)
         store.set_meta("run", _run_meta(config, context))
         for node in config.nodes:
             store.register_node(node.name, node.public_dict())
@@ -206,6 +210,7 @@ class Collector:
         """One scheduled turn of a node: poll it (until indexed); failures are recorded by poll()."""
         if not self._stop.is_set():
             self.pollers[name].poll_until_indexed(self._stop)
+            self.pagedata.after_poll()  # rate-limited, in its own thread: never delays the next poll
 
     def _housekeeping(self) -> None:
         while not self._stop.wait(3600):

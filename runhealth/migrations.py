@@ -146,10 +146,18 @@ def _to_v1(db: sqlite3.Connection) -> None:
     db.execute("DELETE FROM meta WHERE key = 'schema_version'")
 
 
+def _to_v2(db: sqlite3.Connection) -> None:
+    """Page payloads (runhealth/pagedata.py, #16): what each screen shows, computed by the
+    collector after a poll so a page only reads one row; ts_unix = when it was computed."""
+    db.execute("CREATE TABLE IF NOT EXISTS page_data (name TEXT PRIMARY KEY, ts_unix REAL NOT NULL,"
+               " payload BLOB NOT NULL)")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "the schema when versions began: all tables and indexes; an early store gains "
                  "shards.blank_lines, nodes.index_bytes_per_s and the node_length_counts and "
                  "metric_latest tables built from its counts and samples", _to_v1),
+    Migration(2, "page_data: the pages' payloads precomputed by the collector (#16)", _to_v2),
 )
 STORE_VERSION = MIGRATIONS[-1].version
 

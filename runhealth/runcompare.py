@@ -2,7 +2,7 @@
 
 `run_numbers(store, ...)` reads one run's store (lengths, GPUs, poll history) into the figures
 the page compares; `compare_runs(a, b)` puts two of them side by side: the differences B - A
-with 95% intervals (runhealth.compare), the rates, A's what-if forecast checked against B, and
+with 95% intervals (runhealth.analysis.compare), the rates, A's what-if forecast checked against B, and
 the one-sentence "B vs A" headline.
 
 Rates here are averages over the run's whole collected life, not the last five minutes the
@@ -122,7 +122,7 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any], bootstrap: int = 200) -> 
 
 
 def headline(sum_a: stats.Summary, sum_b: stats.Summary, diffs: dict, rate_changes: dict) -> str:
-    """runhealth.compare's sentence, plus the tok/s per GPU change when both runs have a rate."""
+    """runhealth.analysis.compare's sentence, plus the tok/s per GPU change when both runs have a rate."""
     text = compare.headline(sum_a, sum_b, diffs)
     tps = rate_changes.get("tokens_per_s_per_gpu")
     if tps is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import hashlib
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -252,6 +253,13 @@ def _token_stats(used: LengthHist) -> tuple[TokenStats, int]:
     stats = TokenStats(mean=(tokens_total / n_total) if n_total else None, p50=p50, p90=p90, p95=p95, p99=p99,
                        max=pairs[-1][0] if pairs else None)
     return stats, tokens_total
+
+
+def hist_digest(hist: LengthHist) -> str:
+    """A digest of the histogram's content (every (tokens, finish_reason, estimated, count) row):
+    the what-if's cache key. Its total alone is not enough: two runs, or one run before and after
+    its lengths moved, can hold the same number of completions."""
+    return hashlib.blake2b(repr(hist.rows()).encode(), digest_size=16).hexdigest()
 
 
 def summarize(hist: LengthHist, ceiling: int | None = None, unparseable: int = 0) -> Summary:

@@ -103,6 +103,11 @@ class WhatIf:
     curve: list[dict[str, Any]]  # `at_limit` per curve limit (same fits)
     bootstrap_reps: int | None = None  # bootstrap replicates that converged; None when no model was fitted
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> WhatIf:
+        """The result back from its `to_json()` object (as the collector stores it for the page)."""
+        return _typed(data)
+
     def to_json(self) -> dict[str, Any]:
         """The JSON object, key for key as `what_if` returned it before it was typed."""
         out = dataclasses.asdict(self)

@@ -1,0 +1,86 @@
+"""Reads of the page payloads the collector precomputes (runhealth/pagedata.py), for the loaders.
+
+`payload(store, name)` is one indexed row read, decoded once per computation (the cache key
+holds the row's timestamp, so a new computation is picked up at the next read and the old one
+is dropped). It returns None when there is no payload yet (the first seconds after start, or a
+viewer over a store whose collector predates page data): the loader then computes on demand,
+as it always did. `render_age` says on the page when a precomputed number was computed.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from runhealth import pagedata
+from runhealth.health import fmt_age
+from runhealth.store import Store
+
+_HASH: dict[str | type[Any], Any] = {Store: lambda s: str(s.path)}
+
+
+@st.cache_data(ttl=2, max_entries=64, hash_funcs=_HASH, show_spinner=False)
+def computed_at(store: Store, name: str) -> float | None:
+    """When payload `name` was computed (None: there is none)."""
+    try:
+        row = store._db().execute("SELECT ts_unix FROM page_data WHERE name = ?", (name,)).fetchone()
+    except Exception:  # a store from before the table
+        return None
+    return float(row[0]) if row else None
+
+
+# cache_resource, not cache_data: a fleet's GPU bands are ~10^5 numbers, and cache_data would
+# unpickle a fresh copy on every read. The payload is only ever read, never changed.
+@st.cache_resource(ttl=600, max_entries=32, hash_funcs=_HASH, show_spinner=False)
+def _decoded(store: Store, name: str, ts_unix: float) -> tuple[float, Any] | None:
+    return pagedata.get(store, name)
+
+
+def payload(store: Store, name: str) -> tuple[float, Any] | None:
+    """(computed at, payload) or None; the decode is cached per computation."""
+    ts = computed_at(store, name)
+    return None if ts is None else _decoded(store, name, ts)
+
+
+def frame(table: dict[str, Any]) -> pd.DataFrame:
+    """A column-wise payload table as a DataFrame."""
+    return pd.DataFrame(table["data"], columns=table["columns"])
+
+
+def age_text(ts_unix: float | None, now: float | None = None) -> str:
+    if ts_unix is None:
+        return "computed just now for this page (no precomputed copy yet)"
+    age = max(0.0, (time.time() if now is None else now) - ts_unix)
+    return f"computed by the collector at {time.strftime('%H:%M:%S', time.localtime(ts_unix))} ({fmt_age(age)} ago)"
+
+
+def render_age(store: Store, name: str, what: str) -> None:
+    """One caption: when `what` was computed (precomputed payloads are up to a minute behind)."""
+    st.caption(f"{what}: {age_text(computed_at(store, name))}.")
+
+
+def gpu_window(store: Store, window: str, labels: list[str]) -> dict[str, Any] | None:
+    """The GPU page's series for `window` and the chosen GPUs, from the collector's payload:
+    {"as_of", "series": per-GPU rows or None, "bands": {value: per-node bands} or None,
+    "limits": {limit column: max}}. None: no payload, or the choice needs per-GPU lines the
+    payload does not hold (the page then reads the store itself)."""
+    got = payload(store, f"gpu:{window}")
+    if got is None:
+        return None
+    as_of, pre = got
+    chosen = set(labels)
+    if pre["series"] is not None:
+        df = frame(pre["series"])
+        return {"as_of": as_of, "series": df[df["label"].isin(chosen)] if len(df) else df, "bands": None, "limits": {}}
+    if sum(label in chosen for label in pre["labels"]) <= pagedata.PER_GPU_LINES_UP_TO:
+        return None
+    nodes = {label.rsplit("/", 1)[0] for label in chosen}
+    bands = {value: df[df["node"].isin(nodes)] for value, df in ((v, frame(t)) for v, t in pre["bands"].items())}
+    limits = {}
+    for limit, per_node in pre["limits"].items():
+        found = [x for node, x in per_node.items() if node in nodes and x is not None]
+        limits[limit] = max(found) if found else None
+    return {"as_of": as_of, "series": None, "bands": bands, "limits": limits}

@@ -1,0 +1,332 @@
+"""Page payloads: what the screens show, computed by the collector after a poll and stored.
+
+A page render used to aggregate the store itself: length statistics over every count row, the
+what-if fit with its bootstrap, truncation per node and per shard with intervals, GPU series
+downsampled over a day and banded per node. On the bench store (24 h x 64 GPUs, 1.5M
+completions) that was most of a second per page, and several seconds at 64 nodes x 8 GPUs.
+Now the collector calls `Refresher.after_poll()` after each poll; at most once every
+`min_interval_s`, and never twice at once, one background thread computes every payload here
+and writes it to the store's `page_data` table (name -> when computed, payload). A page reads
+one row, shows the payload's age, and computes on demand only when the row is missing (the
+first seconds after start) or was computed for other parameters.
+
+Payloads are compact JSON, zlib-compressed; tables are stored column-wise ({"columns": [...],
+"data": {column: [values]}}) so a page turns them into a DataFrame without a per-row loop.
+No pickle: a store file from elsewhere can never run code in the dashboard.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from runhealth import rollup, textsafe
+from runhealth.analysis import lengthtime, stats, whatif
+from runhealth.health import stale_after_s
+from runhealth.store import Store
+
+log = textsafe.get_logger(__name__)
+
+MIN_INTERVAL_S = 30.0  # default rate limit; the collector passes its poll interval (counts must stay live)
+WHATIF_EVERY_S = 60.0  # the what-if fit (bootstrap included) is redone at most this often, as the page refits
+# The GPU page's windows (seconds; None = the whole run), the points per GPU it asks the store
+# for, and the time steps of the per-node bands it draws past PER_GPU_LINES_UP_TO GPUs.
+GPU_WINDOWS_S: dict[str, float | None] = {"15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 86400,
+                                          "whole run": None}
+GPU_MAX_POINTS = 400
+BAND_POINTS = 240
+PER_GPU_LINES_UP_TO = 8
+GPU_VALUES = ("util_pct", "power_w", "mem_used_gib", "temp_c", "sm_clock_mhz")
+GPU_LIMITS = ("power_limit_w",)
+WHATIF_BOOTSTRAP = 200
+GROUP_COLUMNS = ["group", "completions", "at_ceiling", "fraction", "lo", "hi", "ceiling", "drift"]
+
+
+# -- storage -----------------------------------------------------------------------------------
+def encode(obj: Any) -> bytes:
+    """JSON (dataclasses as dicts, tuples as lists), compressed."""
+    def default(o: Any) -> Any:
+        if dataclasses.is_dataclass(o) and not isinstance(o, type):
+            return dataclasses.asdict(o)
+        if isinstance(o, (set, frozenset)):
+            return sorted(o)
+        raise TypeError(f"cannot store {type(o).__name__} in a page payload")
+
+    return zlib.compress(json.dumps(obj, separators=(",", ":"), default=default).encode("utf-8"), 1)
+
+
+def decode(blob: bytes) -> Any:
+    return json.loads(zlib.decompress(blob).decode("utf-8"))
+
+
+def put(store: Store, payloads: dict[str, Any], ts_unix: float) -> None:
+    """Write payloads in one transaction: a page never mixes two computations' numbers."""
+    blobs = [(name, ts_unix, encode(p)) for name, p in payloads.items()]
+    with store._tx() as db:
+        db.executemany("INSERT OR REPLACE INTO page_data (name, ts_unix, payload) VALUES (?, ?, ?)", blobs)
+
+
+def get(store: Store, name: str) -> tuple[float, Any] | None:
+    """(when it was computed, payload), or None when there is none (yet) or it cannot be read."""
+    try:
+        row = store._db().execute("SELECT ts_unix, payload FROM page_data WHERE name = ?", (name,)).fetchone()
+    except Exception as exc:  # a store from before the table: the page computes on demand
+        log.debug("page_data %s unreadable: %s", name, exc)
+        return None
+    if row is None:
+        return None
+    try:
+        return float(row[0]), decode(row[1])
+    except (ValueError, zlib.error) as exc:
+        log.warning("page payload %s is damaged (%s): computing on demand", name, exc)
+        return None
+
+
+def columns(rows: Iterable[dict[str, Any]], names: list[str]) -> dict[str, Any]:
+    """A table column-wise: what the page hands to pandas."""
+    rows = list(rows)
+    return {"columns": names, "data": {c: [r.get(c) for r in rows] for c in names}}
+
+
+# -- the payloads: each function is what the page computed before -------------------------------
+def run_lengths(store: Store, ceiling: int | None) -> dict[str, Any]:
+    """The run's length counts (rows for a LengthHist), with histogram bins and CDF points."""
+    rows = store.length_counts(by="run")
+    hist = stats.LengthHist.from_rows((r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in rows)
+    malformed = sum(n["malformed"] for n in store.nodes())
+    return {"ceiling": ceiling, "rows": [list(r) for r in hist.rows()], "malformed": malformed,
+            "bins": [list(b) for b in stats.histogram(hist)], "cdf": [list(p) for p in stats.cdf_points(hist)]}
+
+
+def group_lengths(store: Store, by: str, ceiling: int | None) -> list[dict[str, Any]]:
+    """Share at the ceiling per node or shard, with Wilson interval and ceiling drift.
+
+    Only the length-stop rows come out of SQL (totals are summed there): a group's ceiling
+    and its mass at the ceiling depend on nothing else.
+    """
+    def name(r: dict) -> str:
+        return r["node"] if by == "node" else f"{r['node']}:{r['path']}"
+
+    groups: dict[str, stats.LengthHist] = {}
+    for r in store.length_counts(by=by, finish_reason="length"):
+        groups.setdefault(name(r), stats.LengthHist()).add(r["tokens"], r["finish_reason"], r["estimated"], r["count"])
+    drift = stats.ceiling_drift(groups)
+    out = []
+    for t in store.group_totals(by):
+        group = name(t)
+        hist = groups.get(group, stats.LengthHist())
+        own = stats.detect_ceiling(hist)
+        limit = ceiling or own
+        at = sum(n for tok, _, est, n in hist.rows() if not est and limit is not None and tok >= limit)
+        denominator = t["exact"] or t["completions"]
+        lo, hi = stats.wilson_interval(at, denominator)
+        out.append({"group": group, "completions": t["completions"], "at_ceiling": at,
+                    "fraction": at / denominator if denominator else 0.0, "lo": lo, "hi": hi,
+                    "ceiling": own if own is not None else ceiling, "drift": group in drift})
+    return out
+
+
+def whatif_limits(ceiling: int, chosen: int) -> tuple[int, ...]:
+    """The limits the what-if chart shows: a few between the ceiling and 4x it, and the chosen one."""
+    return tuple(sorted({int(ceiling * f) for f in (1.25, 1.5, 2, 2.5, 3, 4)} | {chosen}))
+
+
+def whatif_default(hist: stats.LengthHist, ceiling: int, loop_sample: tuple[int, int] | None) -> dict[str, Any]:
+    """The what-if the page opens with (new limit = 2 x the ceiling), fit and back-test included."""
+    limit = 2 * ceiling
+    result = whatif.what_if(hist, ceiling, limit, loop_sample=loop_sample, bootstrap=WHATIF_BOOTSTRAP,
+                            curve_limits=whatif_limits(ceiling, limit))
+    return {"ceiling": ceiling, "limit": limit, "hist_key": stats.hist_digest(hist),
+            "loop_sample": list(loop_sample) if loop_sample else None, "result": result.to_json()}
+
+
+def loop_sample(batch: dict[str, Any] | None) -> tuple[int, int]:
+    """``(loops, sampled)`` among the truncated completions of a sample batch."""
+    cut = [s for s in (batch or {}).get("samples", []) if s.get("finish_reason") == "length"]
+    return sum(bool(s.get("is_loop")) for s in cut), len(cut)
+
+
+def truncation_over_time(store: Store, interval_s: float, ceiling: int | None) -> dict[str, Any]:
+    """Poll deltas per hour, or per a few polls while the run is short, and the length stops of
+    each bucket split at the ceiling (the page merges the two)."""
+    bucket_s: float = 3600
+    polls = rollup.poll_history(store, bucket_s)  # raw and rolled-up deltas: the whole run
+    span = (polls[-1]["bucket_unix"] - polls[0]["bucket_unix"]) if polls else 0
+    if span < 6 * 3600:
+        bucket_s = stale_after_s(interval_s)  # a few polls
+        polls = rollup.poll_history(store, bucket_s)
+    return {"interval_s": interval_s, "ceiling": ceiling, "bucket_s": bucket_s, "polls": polls,
+            "split": store.length_stops_by_bucket(bucket_s, ceiling)}
+
+
+def gpu_since(window_s: float | None, now: float) -> float | None:
+    """The window's start as the GPU page rounds it (to 10 s, so a cache key lasts 10 s)."""
+    return (now - window_s) // 10 * 10 if window_s else None
+
+
+def gpu_series(store: Store, since_unix: float | None, max_points: int = GPU_MAX_POINTS) -> list[dict[str, Any]]:
+    """Per GPU, at most max_points averaged points (raw and rolled-up rows), with label and GiB."""
+    rows = rollup.gpu_history(store, since_unix=since_unix, max_points=max_points)
+    for r in rows:
+        r["label"] = f"{r['node']}/{r['gpu']}"
+        r["mem_used_gib"] = r["mem_used_mib"] / 1024 if r["mem_used_mib"] is not None else None
+    return rows
+
+
+def gpu_bands(rows: list[dict[str, Any]], value: str, points: int = BAND_POINTS) -> list[dict[str, Any]]:
+    """Per node and time step: median, min and max of `value` across the node's GPUs (NaN-free:
+    missing readings are left out, as pandas does)."""
+    if not rows:
+        return []
+    times = [r["ts_unix"] for r in rows]
+    step = max((float(max(times) - min(times)) or 1.0) / points, 1.0)
+    cells: dict[tuple[str, float], tuple[list[float], set[int]]] = {}
+    for r in rows:
+        cell = cells.setdefault((r["node"], (r["ts_unix"] // step) * step), ([], set()))
+        if r[value] is not None:
+            cell[0].append(r[value])
+        cell[1].add(r["gpu"])
+    out = []
+    for (node, t), (values, gpus) in sorted(cells.items()):
+        out.append({"node": node, "t_unix": t, "median": statistics.median(values) if values else None,
+                    "min": min(values) if values else None, "max": max(values) if values else None,
+                    "gpus": len(gpus)})
+    return out
+
+
+def gpu_window(store: Store, window_s: float | None, now: float) -> dict[str, Any]:
+    """What the GPU page draws for one window, all nodes: the series itself for a small run,
+    per-node bands (and each limit's maximum) past PER_GPU_LINES_UP_TO GPUs."""
+    since = gpu_since(window_s, now)
+    rows = gpu_series(store, since)
+    labels = sorted({r["label"] for r in rows})
+    out: dict[str, Any] = {"since": since, "labels": labels, "series": None, "bands": None, "limits": {}}
+    if len(labels) <= PER_GPU_LINES_UP_TO:
+        out["series"] = columns(rows, list(rows[0]) if rows else [])
+        return out
+    out["bands"] = {v: columns(gpu_bands(rows, v), ["node", "t_unix", "median", "min", "max", "gpus"])
+                    for v in GPU_VALUES}
+    for limit in GPU_LIMITS:  # per node, so a page showing some nodes takes their maximum
+        per_node: dict[str, float] = {}
+        for r in rows:
+            if r[limit] is not None:
+                per_node[r["node"]] = max(per_node.get(r["node"], r[limit]), r[limit])
+        out["limits"][limit] = per_node
+    return out
+
+
+# -- the collector's side --------------------------------------------------------------------------
+def window_due(span_s: float | None, age_s: float | None, min_interval_s: float) -> bool:
+    """A GPU window is recomputed once its points could have moved: a day's window has 216 s
+    buckets, so redoing it every 30 s would cost a fleet seconds of CPU for the same picture."""
+    width = (span_s or GPU_WINDOWS_S["24 h"] or 0) / BAND_POINTS
+    return age_s is None or age_s >= max(min_interval_s, width)
+
+
+def gpu_windows(store: Store, now: float, due: Callable[[str], bool] = lambda name: True) -> dict[str, Any]:
+    """The GPU page's due windows. A window reaching back past the oldest sample (no rollups)
+    is the whole run's: computed once, stored under each such name."""
+    oldest = None if rollup._has_rollups(store) else store._db().execute(
+        "SELECT MIN(ts_unix) FROM gpu_samples").fetchone()[0]
+    out: dict[str, Any] = {}
+    whole: dict[str, Any] | None = None
+    for name, span in GPU_WINDOWS_S.items():
+        if not due(name):
+            continue
+        since = gpu_since(span, now)
+        if oldest is not None and (since is None or since <= oldest):
+            whole = whole or gpu_window(store, None, now)
+            out[f"gpu:{name}"] = {**whole, "since": since}
+        else:
+            out[f"gpu:{name}"] = gpu_window(store, span, now)
+    return out
+
+
+def compute_all(store: Store, ceiling_config: int | None, interval_s: float, now: float | None = None,
+                gpu_due: Callable[[str], bool] = lambda name: True, whatif_due: bool = True) -> dict[str, Any]:
+    """Every payload, by name (what `Refresher` writes); GPU windows only when `gpu_due(window)`."""
+    now = time.time() if now is None else now
+    out: dict[str, Any] = {}
+    lengths = run_lengths(store, ceiling_config)
+    out["run_lengths"] = lengths
+    hist = stats.LengthHist.from_rows(lengths["rows"])
+    ceiling = stats.summarize(hist, ceiling=ceiling_config, unparseable=lengths["malformed"]).ceiling_tokens
+    for by in ("node", "shard"):
+        out[f"groups:{by}"] = {"ceiling": ceiling_config, "table": columns(group_lengths(store, by, ceiling_config),
+                                                                              GROUP_COLUMNS)}
+    out["lengths_over_time"] = {"ceiling": ceiling, "rows": lengthtime.hourly(store, ceiling)}
+    out["truncation_over_time"] = truncation_over_time(store, interval_s, ceiling)
+    if ceiling and hist.total and whatif_due:
+        out["whatif"] = whatif_default(hist, ceiling, loop_sample(store.latest_sample_batch()))
+    out.update(gpu_windows(store, now, gpu_due))
+    return out
+
+
+class Refresher:
+    """Recomputes the page payloads after polls: rate-limited, one computation at a time, in a
+    background thread, so the poll loop never waits for it."""
+
+    def __init__(self, store: Store, ceiling: int | None, interval_s: float, min_interval_s: float = MIN_INTERVAL_S, clock: Callable[[], float] = time.time):
+        self.store, self.ceiling, self.interval_s = store, ceiling, interval_s
+        self.min_interval_s = min_interval_s
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._running = False
+        self._last_start: float | None = None
+        self._gpu_done: dict[str, float] = {}  # window -> when last computed
+        self._whatif_done: float | None = None
+        self.last_error: str | None = None
+        self.runs = 0
+
+    def after_poll(self) -> bool:
+        """Start a computation unless one runs or the last began under min_interval_s ago."""
+        now = self.clock()
+        with self._lock:
+            if self._running or (self._last_start is not None and now - self._last_start < self.min_interval_s):
+                return False
+            self._running, self._last_start = True, now
+        threading.Thread(target=self._run, name="runhealth-pagedata", daemon=True).start()
+        return True
+
+    def run_now(self) -> None:
+        """Compute and write every payload in this thread (tests, the bench, the first start)."""
+        started = self.clock()
+        def due(window: str) -> bool:
+            last = self._gpu_done.get(window)
+            return window_due(GPU_WINDOWS_S[window], None if last is None else started - last, self.min_interval_s)
+
+        whatif_due = self._whatif_done is None or started - self._whatif_done >= WHATIF_EVERY_S
+        payloads = compute_all(self.store, self.ceiling, self.interval_s, now=started, gpu_due=due,
+                               whatif_due=whatif_due)
+        put(self.store, payloads, started)
+        if "whatif" in payloads:
+            self._whatif_done = started
+        self._gpu_done.update({name[4:]: started for name in payloads if name.startswith("gpu:")})
+        self.runs += 1
+
+    def _run(self) -> None:
+        try:
+            self.run_now()
+            self.last_error = None
+        except Exception as exc:  # pages fall back to computing on demand; the poll loop is unaffected
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            log.warning("page data not refreshed: %s", self.last_error)
+        finally:
+            with self._lock:
+                self._running = False
+
+    def wait_idle(self, timeout_s: float = 30.0) -> bool:
+        """True once no computation runs (tests)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._running:
+                    return True
+            time.sleep(0.01)
+        return False

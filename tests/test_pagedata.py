@@ -1,0 +1,270 @@
+"""Page payloads (runhealth/pagedata.py): the collector computes what pages show, pages only read.
+
+Each payload must equal what the page computed before on the same store (the loaders' on-demand
+path is that computation, kept for a missing payload), the collector must write payloads after
+its polls without ever running two computations at once, and pages must read them, say how old
+they are, and fall back when a payload is missing, damaged or made for other parameters.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import store_fixtures
+import streamlit as st
+from shardgen import truth_rows, write_shard
+from streamlit.testing.v1 import AppTest
+
+from components import loaders, precomputed
+from runhealth import pagedata, whatif
+from runhealth.collector import Collector
+from runhealth.config import NodeConfig, RunConfig
+from runhealth.store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+CEILING = store_fixtures.CEILING
+INTERVAL_S = 10.0  # store_fixtures.write_config's interval
+
+
+@pytest.fixture(autouse=True)
+def _clear_streamlit_caches():
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    yield
+    st.cache_data.clear()
+    st.cache_resource.clear()
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory) -> dict[str, Path]:
+    out = {}
+    for name in ("healthy", "ceiling_18", "node_down", "drift", "empty"):
+        tmp = tmp_path_factory.mktemp(name)
+        store, config = store_fixtures.make_store(tmp, name)
+        store.close()
+        out[name] = config
+    return out
+
+
+def store_of(config: Path) -> Store:
+    return Store(config.parent / "x.sqlite3")
+
+
+def page_views(store: Store) -> dict:
+    """What the Output lengths page loads, through the loaders (payload or on-demand)."""
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    run = loaders.load_run_lengths(store, CEILING)
+    ceiling = run["summary"]["ceiling"]
+    return {"run": run, "node": loaders.load_group_lengths(store, "node", CEILING),
+            "shard": loaders.load_group_lengths(store, "shard", CEILING),
+            "over_time": loaders.load_truncation_over_time(store, INTERVAL_S, ceiling),
+            "hourly": loaders.load_lengths_over_time(store, ceiling)}
+
+
+def same_frame(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    a, b = a.copy(), b.copy()
+    a.attrs, b.attrs = {}, {}
+    pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True), check_dtype=False)
+
+
+@pytest.mark.parametrize("scenario", ["healthy", "ceiling_18", "node_down", "drift", "empty"])
+def test_payloads_equal_what_the_page_computed(stores, scenario):
+    store = store_of(stores[scenario])
+    store._db().execute("DELETE FROM page_data")
+    before = page_views(store)
+    assert before["run"]["as_of"] is None and before["node"].attrs["as_of"] is None
+    pagedata.Refresher(store, CEILING, INTERVAL_S).run_now()
+    after = page_views(store)
+    assert after["run"]["as_of"] is not None and after["node"].attrs["as_of"] is not None
+    assert after["run"]["summary"] == before["run"]["summary"]
+    assert after["run"]["hist"].rows() == before["run"]["hist"].rows()
+    for key in ("bins", "cdf"):
+        same_frame(after["run"][key], before["run"][key])
+    for key in ("node", "shard", "over_time", "hourly"):
+        same_frame(after[key], before[key])
+    if scenario == "drift":  # the point of the per-node table: node-4's own ceiling
+        assert after["node"].set_index("group").loc["node-4", "drift"]
+
+
+def test_whatif_payload_is_the_pages_default_fit(stores):
+    store = store_of(stores["ceiling_18"])
+    pagedata.Refresher(store, CEILING, INTERVAL_S).run_now()
+    data = loaders.load_run_lengths(store, CEILING)
+    hist, ceiling = data["hist"], data["summary"]["ceiling"]
+    sample = pagedata.loop_sample(store.latest_sample_batch())
+    read = loaders.load_whatif(hist, "k", ceiling, 2 * ceiling, sample, _store=store)
+    assert read["as_of"] is not None
+    fresh = whatif.what_if(hist, ceiling, 2 * ceiling, loop_sample=sample, bootstrap=pagedata.WHATIF_BOOTSTRAP,
+                           curve_limits=loaders.whatif_curve_limits(ceiling, 2 * ceiling))
+    assert {k: v for k, v in read.items() if k != "as_of"} == json.loads(json.dumps(fresh))
+    # Another limit, or another loop sample: computed on demand, not the stored fit.
+    assert "as_of" not in loaders.load_whatif(hist, "k", ceiling, 3 * ceiling, sample, _store=store)
+    assert "as_of" not in loaders.load_whatif(hist, "k2", ceiling, 2 * ceiling, (0, 0), _store=store)
+
+
+def test_gpu_window_bands_equal_the_pages_bands(stores):
+    store = store_of(stores["healthy"])  # 32 GPUs: per-node bands
+    payload = pagedata.gpu_window(store, None, time.time())
+    labels = payload["labels"]
+    assert len(labels) == 32 and payload["series"] is None
+    df = loaders.load_gpu_series(store, None)
+    for value in pagedata.GPU_VALUES:
+        same_frame(precomputed.frame(payload["bands"][value]), loaders.gpu_bands(df, value))
+    assert payload["limits"]["power_limit_w"] == {f"node-{i}": 700.0 for i in range(1, 5)}
+
+
+def test_gpu_window_small_run_keeps_per_gpu_series(tmp_path):
+    store = Store(tmp_path / "x.sqlite3")
+    store_fixtures.build_run(store, now=time.time(), trunc_frac=0.01, nodes=1, gpus=4, polls=5)
+    payload = pagedata.gpu_window(store, 3600, time.time())
+    assert payload["bands"] is None
+    got = precomputed.frame(payload["series"])
+    want = loaders.load_gpu_series(store, payload["since"])
+    same_frame(got[want.columns], want)
+
+
+def test_whole_run_windows_are_computed_once(stores):
+    store = store_of(stores["healthy"])  # 5 minutes of history: every window reaches past its start
+    out = pagedata.gpu_windows(store, time.time())
+    assert set(out) == {f"gpu:{w}" for w in pagedata.GPU_WINDOWS_S}
+    assert out["gpu:1 h"]["bands"] == out["gpu:whole run"]["bands"]
+    assert pagedata.gpu_windows(store, time.time(), due=lambda w: w == "15 min").keys() == {"gpu:15 min"}
+
+
+def test_window_due_scales_with_the_bucket_width():
+    assert pagedata.window_due(3600, None, 30)  # never computed
+    assert not pagedata.window_due(3600, 10, 30) and pagedata.window_due(3600, 31, 30)
+    assert not pagedata.window_due(86400, 300, 30) and pagedata.window_due(86400, 361, 30)  # 216 s buckets
+
+
+def test_damaged_or_missing_payload_falls_back(stores):
+    store = store_of(stores["ceiling_18"])
+    store._db().execute("DELETE FROM page_data")
+    assert pagedata.get(store, "run_lengths") is None
+    store._db().execute("INSERT INTO page_data VALUES ('run_lengths', ?, ?)", (time.time(), b"not zlib"))
+    assert pagedata.get(store, "run_lengths") is None
+    assert loaders.load_run_lengths(store, CEILING)["as_of"] is None  # computed on demand
+    # Computed for another max_output_tokens (the config changed): not used.
+    pagedata.put(store, {"run_lengths": pagedata.run_lengths(store, 2048)}, time.time())
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    assert loaders.load_run_lengths(store, CEILING)["as_of"] is None
+
+
+def test_refresher_is_rate_limited_and_never_runs_twice(tmp_path):
+    store = Store(tmp_path / "x.sqlite3")
+    now = [1000.0]
+    started, release = threading.Event(), threading.Event()
+    refresher = pagedata.Refresher(store, CEILING, INTERVAL_S, min_interval_s=30, clock=lambda: now[0])
+
+    def slow_run() -> None:
+        started.set()
+        release.wait(5)
+
+    refresher.run_now = slow_run  # type: ignore[method-assign]
+    assert refresher.after_poll()
+    assert started.wait(5)
+    now[0] += 10
+    assert not refresher.after_poll()  # one still runs: polls go on, nothing queues up
+    release.set()
+    assert refresher.wait_idle()
+    assert not refresher.after_poll()  # under min_interval_s since the last start
+    now[0] += 21
+    assert refresher.after_poll()
+    assert refresher.wait_idle()
+
+
+def test_a_failed_computation_is_logged_and_cleared(tmp_path):
+    store = Store(tmp_path / "x.sqlite3")
+    refresher = pagedata.Refresher(store, CEILING, INTERVAL_S, min_interval_s=0)
+    refresher.run_now = lambda: 1 / 0  # type: ignore[method-assign,assignment,return-value]
+    assert refresher.after_poll() and refresher.wait_idle()
+    assert refresher.last_error and "ZeroDivisionError" in refresher.last_error
+    assert refresher.after_poll() and refresher.wait_idle()  # the next poll tries again
+
+
+def test_collector_writes_payloads_after_polls(tmp_path):
+    """Real agents (local transport): after the first polls the store holds every payload, and
+    the lengths payload counts every completion the shards hold."""
+    for i, (n, seed) in enumerate([(600, 1), (400, 2)], start=1):
+        (tmp_path / f"n{i}").mkdir()
+        write_shard(tmp_path / f"n{i}" / "a.jsonl", truth_rows(n, seed))
+    nodes = [NodeConfig(name=f"n{i}", host="local", shards=[str(tmp_path / f"n{i}" / "*.jsonl")],
+                        python=sys.executable, gpu="off", command_timeout_s=20.0) for i in (1, 2)]
+    config = RunConfig(name="t", nodes=nodes, interval_s=0.5, max_output_tokens=4096)
+    store = Store(tmp_path / "store.sqlite3")
+    collector = Collector(config, store)
+    collector.pagedata.min_interval_s = 0.2
+    try:
+        collector.start()
+        deadline = time.time() + 30
+        total = 0
+        while time.time() < deadline and total < 1000:
+            got = pagedata.get(store, "run_lengths")
+            total = sum(r[3] for r in got[1]["rows"]) if got else 0
+            time.sleep(0.1)
+        assert total == 1000
+        names = {r[0] for r in store._db().execute("SELECT name FROM page_data")}
+        assert {"run_lengths", "groups:node", "groups:shard", "truncation_over_time", "whatif"} <= names
+        assert {f"gpu:{w}" for w in pagedata.GPU_WINDOWS_S} <= names
+    finally:
+        collector.stop()
+        collector.pagedata.wait_idle()
+
+
+def run_page(path: str, config: Path, monkeypatch) -> AppTest:
+    monkeypatch.setenv("RUNHEALTH_CONFIG", str(config))
+    monkeypatch.setenv("RUNHEALTH_COLLECTOR", "off")
+    at = AppTest.from_file(str(ROOT / path), default_timeout=30)
+    at.run()
+    assert not at.exception
+    return at
+
+
+def captions(at: AppTest) -> str:
+    return "\n".join(c.value for c in at.caption)
+
+
+def test_pages_read_the_payload_and_say_how_old_it_is(stores, monkeypatch):
+    store = store_of(stores["ceiling_18"])
+    computed = pagedata.compute_all(store, CEILING, INTERVAL_S)
+    # Marked so that only a page that reads the payload can show it.
+    computed["groups:node"]["table"]["data"]["group"][0] = "read-from-payload"
+    pagedata.put(store, computed, time.time() - 40)
+    at = run_page("pages/1_Output_lengths.py", stores["ceiling_18"], monkeypatch)
+    assert "read-from-payload" in at.dataframe[1].value["group"].tolist()
+    text = captions(at)
+    assert "Truncation by node: computed by the collector at" in text
+    assert "Length statistics: computed by the collector at" in text
+    ages = [int(a) for a in re.findall(r"collector at [\d:]+ \((\d+) s ago\)", text)]
+    assert ages and all(40 <= a < 100 for a in ages)  # the payload's age, not the page's
+    assert "This what-if: computed by the collector at" in text
+
+
+def test_pages_without_payload_compute_and_say_so(stores, monkeypatch):
+    store = store_of(stores["drift"])
+    store._db().execute("DELETE FROM page_data")
+    at = run_page("pages/1_Output_lengths.py", stores["drift"], monkeypatch)
+    assert "Truncation by node: computed just now for this page (no precomputed copy yet)" in captions(at)
+    assert any("Ceiling drift: node-4" in w.value for w in at.warning)
+
+
+def test_gpu_page_reads_the_window_payload(stores, monkeypatch):
+    store = store_of(stores["healthy"])
+    store._db().execute("DELETE FROM page_data")
+    at = run_page("pages/2_GPUs.py", stores["healthy"], monkeypatch)
+    assert "Series over the last 1 h: computed just now" in captions(at)
+    pagedata.put(store, pagedata.gpu_windows(store, time.time()), time.time() - 5)
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    at = run_page("pages/2_GPUs.py", stores["healthy"], monkeypatch)
+    assert "Series over the last 1 h: computed by the collector at" in captions(at)
+    assert len(at.get("plotly_chart")) >= 6  # the heat strip and five series
