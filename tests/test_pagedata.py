@@ -21,9 +21,11 @@ import store_fixtures
 import streamlit as st
 from shardgen import truth_rows, write_shard
 from streamlit.testing.v1 import AppTest
+from test_pages import open_app
 
-from components import loaders, precomputed
-from runhealth import pagedata, whatif
+from components import loaders, precomputed, tables
+from runhealth import pagedata
+from runhealth.analysis import stats, whatif
 from runhealth.collector import Collector
 from runhealth.config import NodeConfig, RunConfig
 from runhealth.store import Store
@@ -62,7 +64,7 @@ def page_views(store: Store) -> dict:
     st.cache_data.clear()
     st.cache_resource.clear()
     run = loaders.load_run_lengths(store, CEILING)
-    ceiling = run["summary"]["ceiling"]
+    ceiling = run["summary"].ceiling_tokens
     return {"run": run, "node": loaders.load_group_lengths(store, "node", CEILING),
             "shard": loaders.load_group_lengths(store, "shard", CEILING),
             "over_time": loaders.load_truncation_over_time(store, INTERVAL_S, ceiling),
@@ -98,16 +100,21 @@ def test_whatif_payload_is_the_pages_default_fit(stores):
     store = store_of(stores["ceiling_18"])
     pagedata.Refresher(store, CEILING, INTERVAL_S).run_now()
     data = loaders.load_run_lengths(store, CEILING)
-    hist, ceiling = data["hist"], data["summary"]["ceiling"]
+    hist, ceiling = data["hist"], data["summary"].ceiling_tokens
     sample = pagedata.loop_sample(store.latest_sample_batch())
-    read = loaders.load_whatif(hist, "k", ceiling, 2 * ceiling, sample, _store=store)
-    assert read["as_of"] is not None
+    read, as_of = loaders.load_whatif_with_age(store, hist, ceiling, 2 * ceiling, sample)
+    assert as_of is not None
     fresh = whatif.what_if(hist, ceiling, 2 * ceiling, loop_sample=sample, bootstrap=pagedata.WHATIF_BOOTSTRAP,
                            curve_limits=loaders.whatif_curve_limits(ceiling, 2 * ceiling))
-    assert {k: v for k, v in read.items() if k != "as_of"} == json.loads(json.dumps(fresh))
-    # Another limit, or another loop sample: computed on demand, not the stored fit.
-    assert "as_of" not in loaders.load_whatif(hist, "k", ceiling, 3 * ceiling, sample, _store=store)
-    assert "as_of" not in loaders.load_whatif(hist, "k2", ceiling, 2 * ceiling, (0, 0), _store=store)
+    assert read.to_json() == json.loads(json.dumps(fresh.to_json()))
+    # Another limit, another loop sample, or another histogram with the same total: computed on
+    # demand, not the stored fit.
+    assert loaders.load_whatif_with_age(store, hist, ceiling, 3 * ceiling, sample)[1] is None
+    assert loaders.load_whatif_with_age(store, hist, ceiling, 2 * ceiling, (0, 0))[1] is None
+    rows = hist.rows()
+    moved = stats.LengthHist.from_rows([(t + 1 if t < ceiling else t, r, e, n) for t, r, e, n in rows])
+    assert moved.total == hist.total
+    assert loaders.load_whatif_with_age(store, moved, ceiling, 2 * ceiling, sample)[1] is None
 
 
 def test_gpu_window_bands_equal_the_pages_bands(stores):
@@ -117,7 +124,7 @@ def test_gpu_window_bands_equal_the_pages_bands(stores):
     assert len(labels) == 32 and payload["series"] is None
     df = loaders.load_gpu_series(store, None)
     for value in pagedata.GPU_VALUES:
-        same_frame(precomputed.frame(payload["bands"][value]), loaders.gpu_bands(df, value))
+        same_frame(precomputed.frame(payload["bands"][value]), tables.gpu_bands(df, value))
     assert payload["limits"]["power_limit_w"] == {f"node-{i}": 700.0 for i in range(1, 5)}
 
 
@@ -220,10 +227,11 @@ def test_collector_writes_payloads_after_polls(tmp_path):
         collector.pagedata.wait_idle()
 
 
-def run_page(path: str, config: Path, monkeypatch) -> AppTest:
+def run_page(page: str, config: Path, monkeypatch) -> AppTest:
+    """Screen `page` through the app's router (tests/test_pages.open_app)."""
     monkeypatch.setenv("RUNHEALTH_CONFIG", str(config))
     monkeypatch.setenv("RUNHEALTH_COLLECTOR", "off")
-    at = AppTest.from_file(str(ROOT / path), default_timeout=30)
+    at = open_app(page, timeout=30)
     at.run()
     assert not at.exception
     return at
@@ -239,7 +247,7 @@ def test_pages_read_the_payload_and_say_how_old_it_is(stores, monkeypatch):
     # Marked so that only a page that reads the payload can show it.
     computed["groups:node"]["table"]["data"]["group"][0] = "read-from-payload"
     pagedata.put(store, computed, time.time() - 40)
-    at = run_page("pages/1_Output_lengths.py", stores["ceiling_18"], monkeypatch)
+    at = run_page("lengths", stores["ceiling_18"], monkeypatch)
     assert "read-from-payload" in at.dataframe[1].value["group"].tolist()
     text = captions(at)
     assert "Truncation by node: computed by the collector at" in text
@@ -252,7 +260,7 @@ def test_pages_read_the_payload_and_say_how_old_it_is(stores, monkeypatch):
 def test_pages_without_payload_compute_and_say_so(stores, monkeypatch):
     store = store_of(stores["drift"])
     store._db().execute("DELETE FROM page_data")
-    at = run_page("pages/1_Output_lengths.py", stores["drift"], monkeypatch)
+    at = run_page("lengths", stores["drift"], monkeypatch)
     assert "Truncation by node: computed just now for this page (no precomputed copy yet)" in captions(at)
     assert any("Ceiling drift: node-4" in w.value for w in at.warning)
 
@@ -260,11 +268,11 @@ def test_pages_without_payload_compute_and_say_so(stores, monkeypatch):
 def test_gpu_page_reads_the_window_payload(stores, monkeypatch):
     store = store_of(stores["healthy"])
     store._db().execute("DELETE FROM page_data")
-    at = run_page("pages/2_GPUs.py", stores["healthy"], monkeypatch)
+    at = run_page("gpus", stores["healthy"], monkeypatch)
     assert "Series over the last 1 h: computed just now" in captions(at)
     pagedata.put(store, pagedata.gpu_windows(store, time.time()), time.time() - 5)
     st.cache_data.clear()
     st.cache_resource.clear()
-    at = run_page("pages/2_GPUs.py", stores["healthy"], monkeypatch)
+    at = run_page("gpus", stores["healthy"], monkeypatch)
     assert "Series over the last 1 h: computed by the collector at" in captions(at)
     assert len(at.get("plotly_chart")) >= 6  # the heat strip and five series
