@@ -27,7 +27,7 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 PAGES = {"overview": "", "lengths": "Output_lengths", "gpus": "GPUs", "samples": "Samples", "nodes": "Nodes",
-         "compare": "compare"}
+         "compare": "Compare"}
 VIEWPORT = {"width": 1600, "height": 1000}
 
 pytestmark = pytest.mark.browser

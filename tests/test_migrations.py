@@ -75,7 +75,7 @@ def test_a_store_with_todays_tables_but_no_version_is_recognised_as_version_1(tm
     with raw(path) as db:
         db.execute("PRAGMA user_version = 0")  # what every store written before versions carries
     store = Store(path)
-    assert version(path) == 1
+    assert version(path) == STORE_VERSION  # recognised as version 1, then upgraded
     assert run_counts(store) == {(4096, "length", 0): 2}  # node totals not built a second time
     assert [m["value"] for m in store.metric_latest()] == [1.0]
 

@@ -130,8 +130,8 @@ def test_whatif_cache_is_keyed_by_histogram_content_not_its_total():
     short = stats.LengthHist.from_rows([(1000, "stop", 0, 700), (4096, "length", 0, 300)])
     longer = stats.LengthHist.from_rows([(3000, "stop", 0, 500), (4096, "length", 0, 500)])
     assert short.total == longer.total
-    assert loaders.hist_key(short) != loaders.hist_key(longer)
-    assert loaders.hist_key(short) == loaders.hist_key(stats.LengthHist.from_rows(short.rows()))
+    assert stats.hist_digest(short) != stats.hist_digest(longer)
+    assert stats.hist_digest(short) == stats.hist_digest(stats.LengthHist.from_rows(short.rows()))
     a = loaders.load_whatif(short, 4096, 8192, None, bootstrap=20)
     b = loaders.load_whatif(longer, 4096, 8192, None, bootstrap=20)
     assert a.current_truncated_fraction == pytest.approx(0.3)
