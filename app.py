@@ -30,8 +30,16 @@ def main(start: str = overview.PREFIX) -> None:
     """
     rt = context.get_runtime()
     shown: dict[str, context.Runtime] = {"rt": rt}  # the picked run's view, set by setup() below
-    pages = {mod.PREFIX: st.Page(functools.partial(_show, mod, shown), title=mod.TITLE, icon=mod.ICON,
-                                 url_path=mod.URL_PATH, default=mod.PREFIX == start) for mod in SCREENS}
+    pages = {
+        mod.PREFIX: st.Page(
+            functools.partial(_show, mod, shown),
+            title=mod.TITLE,
+            icon=mod.ICON,
+            url_path=mod.URL_PATH,
+            default=mod.PREFIX == start,
+        )
+        for mod in SCREENS
+    }
     current = st.navigation(list(pages.values()))
     screen = next(mod for mod in SCREENS if pages[mod.PREFIX].url_path == current.url_path)
     # Stops here on a config or access error; returns the run this session picked in the sidebar.

@@ -43,15 +43,23 @@ def read_reply(stream) -> dict:
 def backfill(paths: list[str], workers: int, budget: int) -> dict:
     """Index every shard with a fresh agent; seconds, CPU seconds (agent and workers), polls, lines."""
     cpu0 = _children_cpu()
-    proc = subprocess.Popen([sys.executable, "-u", "-c", protocol.BOOTSTRAP], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-c", protocol.BOOTSTRAP], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
     try:
         proc.stdin.write(protocol.program_frame(include_pynvml=False))
         state, polls, lines, used = {}, 0, 0, set()
         t0 = time.perf_counter()
         while True:
-            proc.stdin.write(frame({"op": "poll", "gpu": "off", "shards": {
-                "globs": paths, "state": state, "budget_bytes": budget, "scan_workers": workers}}))
+            proc.stdin.write(
+                frame(
+                    {
+                        "op": "poll",
+                        "gpu": "off",
+                        "shards": {"globs": paths, "state": state, "budget_bytes": budget, "scan_workers": workers},
+                    }
+                )
+            )
             proc.stdin.flush()
             reply = read_reply(proc.stdout)
             assert reply["ok"], reply
@@ -93,20 +101,30 @@ def main() -> None:
             time_read(path)
             paths.append(str(path))
         mb = sum(os.path.getsize(p) for p in paths) / 1e6
-        runs = {w: min((backfill(paths, w, args.budget_mb << 20) for _ in range(args.repeat)), key=lambda r: r["s"])
-                for w in counts}
+        runs = {
+            w: min((backfill(paths, w, args.budget_mb << 20) for _ in range(args.repeat)), key=lambda r: r["s"])
+            for w in counts
+        }
     assert len({r["lines"] for r in runs.values()}) == 1, runs
-    print(f"{args.style}: {mb:.0f} MB in {args.shards} shards, {runs[counts[0]]['lines']} lines; "
-          f"{os.cpu_count()} CPUs (load {os.getloadavg()[0]:.1f}); best of {args.repeat}; Python {sys.version.split()[0]}")
-    print(f"{'workers':>8}{'s':>8}{'MB/s':>8}{'CPU s':>8}{'MB/CPU-s':>10}{'polls':>7}{'speed-up':>10}"
-          f"{'efficiency':>12}  worker processes used")
+    print(
+        f"{args.style}: {mb:.0f} MB in {args.shards} shards, {runs[counts[0]]['lines']} lines; "
+        f"{os.cpu_count()} CPUs (load {os.getloadavg()[0]:.1f}); best of {args.repeat}; Python {sys.version.split()[0]}"
+    )
+    print(
+        f"{'workers':>8}{'s':>8}{'MB/s':>8}{'CPU s':>8}{'MB/CPU-s':>10}{'polls':>7}{'speed-up':>10}"
+        f"{'efficiency':>12}  worker processes used"
+    )
     base = runs[counts[0]]["s"] * counts[0]
     for w, r in runs.items():
         speedup = base / r["s"]
-        print(f"{w:>8}{r['s']:>8.2f}{mb / r['s']:>8.0f}{r['cpu']:>8.2f}{mb / r['cpu']:>10.0f}{r['polls']:>7}"
-              f"{speedup:>10.2f}{speedup / w:>12.0%}  {r['used']}")
-    print("speed-up: wall time against the first row; efficiency = speed-up / workers. CPU s: the agent's "
-          "and its workers' CPU time (the parallel overhead is the growth of this column).")
+        print(
+            f"{w:>8}{r['s']:>8.2f}{mb / r['s']:>8.0f}{r['cpu']:>8.2f}{mb / r['cpu']:>10.0f}{r['polls']:>7}"
+            f"{speedup:>10.2f}{speedup / w:>12.0%}  {r['used']}"
+        )
+    print(
+        "speed-up: wall time against the first row; efficiency = speed-up / workers. CPU s: the agent's "
+        "and its workers' CPU time (the parallel overhead is the growth of this column)."
+    )
 
 
 if __name__ == "__main__":

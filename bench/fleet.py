@@ -62,29 +62,66 @@ class SimNode:
                 counts[key] = counts.get(key, 0) + 1
             tokens_total = sum(t * n for (t, _f), n in counts.items())
             end = start + tokens_total * 4
-            files[path] = {"inode": self.index * 10 + s, "size": end, "offset_from": start, "offset": end,
-                           "reset": False, "lines": self.per_poll // 2, "malformed": 0, "tokens": tokens_total,
-                           "counts": [[t, f, 0, n] for (t, f), n in counts.items()], "error": None}
-        devices = [{"index": g, "name": "NVIDIA H200", "uuid": f"GPU-{self.index:04d}-{g}",
-                    "util_pct": 90 + self.rng.random() * 9, "mem_used_mib": 120_000.0, "mem_total_mib": 143_771.0,
-                    "power_w": 600 + self.rng.random() * 90, "power_limit_w": 700.0, "temp_c": 60.0,
-                    "sm_clock_mhz": 1980.0, "throttle_reasons": [], "processes": [], "error": None}
-                   for g in range(8)]
-        return {"schema_version": 1, "ok": True, "time_unix": time.time(), "agent_ms": 3.0, "hostname": "sim",
-                "loadavg": [1.0, 1.0, 1.0],
-                "gpus": {"source": "nvml", "error": None, "simulated": False, "devices": devices},
-                "shards": {"matched": 2, "unmatched_globs": [], "pending_bytes": 0, "files": files},
-                "disk": {}, "metrics": {}}
+            files[path] = {
+                "inode": self.index * 10 + s,
+                "size": end,
+                "offset_from": start,
+                "offset": end,
+                "reset": False,
+                "lines": self.per_poll // 2,
+                "malformed": 0,
+                "tokens": tokens_total,
+                "counts": [[t, f, 0, n] for (t, f), n in counts.items()],
+                "error": None,
+            }
+        devices = [
+            {
+                "index": g,
+                "name": "NVIDIA H200",
+                "uuid": f"GPU-{self.index:04d}-{g}",
+                "util_pct": 90 + self.rng.random() * 9,
+                "mem_used_mib": 120_000.0,
+                "mem_total_mib": 143_771.0,
+                "power_w": 600 + self.rng.random() * 90,
+                "power_limit_w": 700.0,
+                "temp_c": 60.0,
+                "sm_clock_mhz": 1980.0,
+                "throttle_reasons": [],
+                "processes": [],
+                "error": None,
+            }
+            for g in range(8)
+        ]
+        return {
+            "schema_version": 1,
+            "ok": True,
+            "time_unix": time.time(),
+            "agent_ms": 3.0,
+            "hostname": "sim",
+            "loadavg": [1.0, 1.0, 1.0],
+            "gpus": {"source": "nvml", "error": None, "simulated": False, "devices": devices},
+            "shards": {"matched": 2, "unmatched_globs": [], "pending_bytes": 0, "files": files},
+            "disk": {},
+            "metrics": {},
+        }
 
     def close(self) -> None:
         pass
 
 
 def fleet_config(n: int, store_path: Path, interval_s: float):
-    return parse_config({"run": {"name": "fleet", "interval_s": interval_s, "store_path": str(store_path),
-                                 "max_output_tokens": 4096, "target_completions": 10**9},
-                         "nodes": [{"name": f"node-{i:04d}", "host": "local", "shards": ["/data/out/*.jsonl"]}
-                                   for i in range(n)]})
+    return parse_config(
+        {
+            "run": {
+                "name": "fleet",
+                "interval_s": interval_s,
+                "store_path": str(store_path),
+                "max_output_tokens": 4096,
+                "target_completions": 10**9,
+            },
+            "nodes": [{"name": f"node-{i:04d}", "host": "local", "shards": ["/data/out/*.jsonl"]} for i in range(n)],
+        }
+    )
 
 
 def rss_mib() -> float:
@@ -130,8 +167,13 @@ def measure(n: int, args, tmp: Path) -> dict:
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     polls = store._rows("SELECT COUNT(*) AS n FROM polls")[0]["n"] - polls_before
     out["write_s"], out["write_cpu_s"] = serial_write_s(store, config, sims)
-    out.update(cpu_share=cpu / wall, polls=polls, cpu_ms_per_poll=1000 * cpu / max(polls, 1), rss_mib=rss_mib(),
-               store_mib=store_path.stat().st_size / 2**20)
+    out.update(
+        cpu_share=cpu / wall,
+        polls=polls,
+        cpu_ms_per_poll=1000 * cpu / max(polls, 1),
+        rss_mib=rss_mib(),
+        store_mib=store_path.stat().st_size / 2**20,
+    )
     start = time.perf_counter()
     generate_latest(exporter.registry_for(store))
     out["scrape_s"] = time.perf_counter() - start
@@ -187,25 +229,33 @@ def report(results: list[dict], args) -> None:
     base = results[0]
     base_round, base_cpu = base["round_s"] / base["nodes"], base["cpu_ms_per_poll"]
     base_write = base["write_s"] / base["nodes"]
-    print(f"simulated in-process nodes x 8 GPUs, rtt {args.rtt_ms:g} ms, interval {args.interval:g} s,"
-          f" steady window {args.steady:g} s; baseline = {base['nodes']} nodes (same run)")
-    print("| nodes | poll round (burst) | × base per node | store writes / round (CPU) | write / node | × base"
-          " | CPU ms / poll (steady) | × base | CPU share @ interval | RSS MiB | threads | /metrics scrape |")
+    print(
+        f"simulated in-process nodes x 8 GPUs, rtt {args.rtt_ms:g} ms, interval {args.interval:g} s,"
+        f" steady window {args.steady:g} s; baseline = {base['nodes']} nodes (same run)"
+    )
+    print(
+        "| nodes | poll round (burst) | × base per node | store writes / round (CPU) | write / node | × base"
+        " | CPU ms / poll (steady) | × base | CPU share @ interval | RSS MiB | threads | /metrics scrape |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         per, write = r["round_s"] / r["nodes"], r["write_s"] / r["nodes"]
-        print(f"| {r['nodes']} | {r['round_s']:.2f} s | {per / base_round:.2f} | {r['write_s']:.2f} s"
-              f" ({r['write_cpu_s']:.2f} s) | {1000 * write:.1f} ms | {write / base_write:.2f} |"
-              f" {r['cpu_ms_per_poll']:.2f} | {r['cpu_ms_per_poll'] / base_cpu:.2f} | {100 * r['cpu_share']:.0f}% |"
-              f" {r['rss_mib']:.0f} | {r['threads']} | {1000 * r['scrape_s']:.0f} ms |")
+        print(
+            f"| {r['nodes']} | {r['round_s']:.2f} s | {per / base_round:.2f} | {r['write_s']:.2f} s"
+            f" ({r['write_cpu_s']:.2f} s) | {1000 * write:.1f} ms | {write / base_write:.2f} |"
+            f" {r['cpu_ms_per_poll']:.2f} | {r['cpu_ms_per_poll'] / base_cpu:.2f} | {100 * r['cpu_share']:.0f}% |"
+            f" {r['rss_mib']:.0f} | {r['threads']} | {1000 * r['scrape_s']:.0f} ms |"
+        )
     last = results[-1]
     write_ms = 1000 * last["write_s"] / last["nodes"]
     cpu_ms = last["cpu_ms_per_poll"]
-    print(f"\ncapacity at {args.interval:g} s (from the largest run): store writes are serialised, "
-          f"{write_ms:.1f} ms wall per node -> {args.interval * 1000 / write_ms:,.0f} nodes;"
-          f" CPU {cpu_ms:.2f} ms per poll on one GIL-bound core -> {args.interval * 1000 / cpu_ms:,.0f} nodes;"
-          f" the smaller, halved for headroom: {min(args.interval * 1000 / write_ms, args.interval * 1000 / cpu_ms) / 2:,.0f}"
-          " nodes")
+    print(
+        f"\ncapacity at {args.interval:g} s (from the largest run): store writes are serialised, "
+        f"{write_ms:.1f} ms wall per node -> {args.interval * 1000 / write_ms:,.0f} nodes;"
+        f" CPU {cpu_ms:.2f} ms per poll on one GIL-bound core -> {args.interval * 1000 / cpu_ms:,.0f} nodes;"
+        f" the smaller, halved for headroom: {min(args.interval * 1000 / write_ms, args.interval * 1000 / cpu_ms) / 2:,.0f}"
+        " nodes"
+    )
     if args.pages:
         print("\n| nodes | " + " | ".join(results[0]["pages"]) + " |")
         print("|---:|" + "---:|" * len(results[0]["pages"]))

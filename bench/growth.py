@@ -51,8 +51,10 @@ def scan_growth(sizes_gb: list[float], tmp: Path) -> None:
         assert result["lines"] == lines, (result, lines)
         size_gb = path.stat().st_size / 1e9
         first = first or (result["s"], size_gb)
-        print(f"{size_gb:>9.2f}{result['s']:>9.2f}{size_gb / result['s']:>7.2f}{result['rss_mib']:>14.0f}"
-              f"{result['s'] / first[0]:>15.1f}{(result['s'] / size_gb) / (first[0] / first[1]):>17.2f}")
+        print(
+            f"{size_gb:>9.2f}{result['s']:>9.2f}{size_gb / result['s']:>7.2f}{result['rss_mib']:>14.0f}"
+            f"{result['s'] / first[0]:>15.1f}{(result['s'] / size_gb) / (first[0] / first[1]):>17.2f}"
+        )
         path.unlink()
 
 

@@ -44,8 +44,13 @@ def table_bytes(store: Store) -> dict[str, int]:
 def series_bytes(store: Store) -> int:
     """Bytes of the time-series tables and their indexes (counts and shards do not grow with time)."""
     sizes = table_bytes(store)
-    return sum(b for name, b in sizes.items() if name.startswith(SERIES) or name.startswith("sqlite_autoindex_gpu_roll")
-               or name.startswith(("sqlite_autoindex_poll_roll", "sqlite_autoindex_metric_roll")))
+    return sum(
+        b
+        for name, b in sizes.items()
+        if name.startswith(SERIES)
+        or name.startswith("sqlite_autoindex_gpu_roll")
+        or name.startswith(("sqlite_autoindex_poll_roll", "sqlite_autoindex_metric_roll"))
+    )
 
 
 def fill(store: Store, days: float, now: float) -> None:
@@ -85,18 +90,25 @@ def main() -> None:
     print(f"1 node x 8 GPUs, {args.days:g} days of 10 s polls written through Store.record_poll in {fill_s:.0f} s")
     print("| tier | per node-day (all series) | per GPU-day (GPU samples) | × raw |")
     print("|---|---:|---:|---:|")
-    for name, node_b, gpu_b in (("raw 10 s (baseline)", raw, raw_gpu), ("1-min rollup", fine, fine_gpu),
-                                ("10-min rollup", coarse, coarse_gpu)):
+    for name, node_b, gpu_b in (
+        ("raw 10 s (baseline)", raw, raw_gpu),
+        ("1-min rollup", fine, fine_gpu),
+        ("10-min rollup", coarse, coarse_gpu),
+    ):
         print(f"| {name} | {node_b / kib:,.0f} KiB | {gpu_b / kib:,.0f} KiB | {node_b / raw:.3f} |")
     print("\n| run length | raw kept (per node) | rollups (per node) | 512 nodes, raw | 512 nodes, rollups |")
     print("|---:|---:|---:|---:|---:|")
     for days in (7, 14, 30):
         policy = raw * 1 + fine * min(6, days - 1) + coarse * max(0, days - 7)
-        print(f"| {days} d | {raw * days / 2**20:,.0f} MiB | {policy / 2**20:,.1f} MiB |"
-              f" {512 * raw * days / 2**30:,.1f} GiB | {512 * policy / 2**30:,.1f} GiB |")
+        print(
+            f"| {days} d | {raw * days / 2**20:,.0f} MiB | {policy / 2**20:,.1f} MiB |"
+            f" {512 * raw * days / 2**30:,.1f} GiB | {512 * policy / 2**30:,.1f} GiB |"
+        )
     per_chunk = fold_s / chunks
-    print(f"\nfold raw -> 1 min: {1000 * per_chunk:.1f} ms per node per {rollup.CHUNK_S:.0f} s chunk;"
-          f" at 512 nodes ~{512 * per_chunk:.1f} s of write lock per chunk (pollers wait that long once per chunk)")
+    print(
+        f"\nfold raw -> 1 min: {1000 * per_chunk:.1f} ms per node per {rollup.CHUNK_S:.0f} s chunk;"
+        f" at 512 nodes ~{512 * per_chunk:.1f} s of write lock per chunk (pollers wait that long once per chunk)"
+    )
 
 
 if __name__ == "__main__":

@@ -97,18 +97,25 @@ def build(tmp: Path, scenario: str, polls: int | None = None) -> None:
     """The store, in a child process (so this process's RSS is a dashboard's); polls: a
     shorter history of the same fleet (the --history store)."""
     tmp.mkdir(parents=True, exist_ok=True)
-    code = ("import sys; from pathlib import Path; import store_fixtures as f;"
-            " tmp, scenario, polls = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]);"
-            " f.make_store(tmp, scenario) if not polls else"
-            " (f.build_run(f.Store(tmp / 'x.sqlite3'), now=__import__('time').time(), trunc_frac=0.18,"
-            " **SHAPES[scenario], polls=polls), f.write_config(tmp, tmp / 'x.sqlite3'))")
-    subprocess.run([sys.executable, "-c", f"SHAPES = {SHAPES!r}; {code}", str(tmp), scenario, str(polls or 0)],
-                   check=True, env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"})
+    code = (
+        "import sys; from pathlib import Path; import store_fixtures as f;"
+        " tmp, scenario, polls = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]);"
+        " f.make_store(tmp, scenario) if not polls else"
+        " (f.build_run(f.Store(tmp / 'x.sqlite3'), now=__import__('time').time(), trunc_frac=0.18,"
+        " **SHAPES[scenario], polls=polls), f.write_config(tmp, tmp / 'x.sqlite3'))"
+    )
+    subprocess.run(
+        [sys.executable, "-c", f"SHAPES = {SHAPES!r}; {code}", str(tmp), scenario, str(polls or 0)],
+        check=True,
+        env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"},
+    )
 
 
 # The fixture scenarios' shapes (tests/store_fixtures.py), for the 1 h store of --history.
-SHAPES = {"big": {"nodes": 8, "gpus": 8, "per_shard": 11}, "fleet": {"nodes": 64, "gpus": 8, "per_shard": 4,
-                                                                     "interval_s": 30}}
+SHAPES = {
+    "big": {"nodes": 8, "gpus": 8, "per_shard": 11},
+    "fleet": {"nodes": 64, "gpus": 8, "per_shard": 4, "interval_s": 30},
+}
 ONE_HOUR_POLLS = {"big": 360, "fleet": 120}
 
 
@@ -132,8 +139,13 @@ def measure(pages: list[str], runs: int) -> dict[str, dict[str, list[float]]]:
     for page in pages:
         cold = [render_s(page) for _ in range(runs)]
         warm = [render_s(page, cold=False) for _ in range(runs)]
-        out[page] = {"cold_apptest": [c[0] for c in cold], "cold": [c[1] for c in cold], "warm": [w[1] for w in warm],
-                     "cold_cpu": [c[2] for c in cold], "warm_cpu": [w[2] for w in warm]}
+        out[page] = {
+            "cold_apptest": [c[0] for c in cold],
+            "cold": [c[1] for c in cold],
+            "warm": [w[1] for w in warm],
+            "cold_cpu": [c[2] for c in cold],
+            "warm_cpu": [w[2] for w in warm],
+        }
     return out
 
 
@@ -152,8 +164,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--pages", default=",".join(PAGES), help="comma-separated screens (pages/<name>.py)")
     parser.add_argument("--keep", type=Path, help="build the store here once and reuse it")
-    parser.add_argument("--scenario", default="big", choices=["big", "fleet"],
-                        help="big: 8 nodes x 8 GPUs, 24 h; fleet: 64 nodes x 8 GPUs, 6 h")
+    parser.add_argument(
+        "--scenario",
+        default="big",
+        choices=["big", "fleet"],
+        help="big: 8 nodes x 8 GPUs, 24 h; fleet: 64 nodes x 8 GPUs, 6 h",
+    )
     parser.add_argument("--history", action="store_true", help="also time the Overview on a 1 h store")
     args = parser.parse_args()
     pages = args.pages.split(",")
@@ -166,9 +182,13 @@ def main() -> None:
         with sqlite3.connect(db_path) as db:
             gpu_rows = db.execute("SELECT COUNT(*) FROM gpu_samples").fetchone()[0]
             completions = db.execute("SELECT SUM(count) FROM length_counts").fetchone()[0]
-            span_h = (lambda a, b: (b - a) / 3600)(*db.execute("SELECT MIN(ts_unix), MAX(ts_unix) FROM polls").fetchone())
-        print(f"store ({args.scenario}): {gpu_rows:,} GPU samples, {completions:,} completions, {span_h:.1f} h, "
-              f"{db_path.stat().st_size / 1e6:.0f} MB (ready in {time.perf_counter() - t0:.0f} s)")
+            span_h = (lambda a, b: (b - a) / 3600)(
+                *db.execute("SELECT MIN(ts_unix), MAX(ts_unix) FROM polls").fetchone()
+            )
+        print(
+            f"store ({args.scenario}): {gpu_rows:,} GPU samples, {completions:,} completions, {span_h:.1f} h, "
+            f"{db_path.stat().st_size / 1e6:.0f} MB (ready in {time.perf_counter() - t0:.0f} s)"
+        )
         print(f"machine load (1/5/15 min): {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
         os.environ["RUNHEALTH_CONFIG"] = str(config_path)
         os.environ["RUNHEALTH_COLLECTOR"] = "off"
@@ -181,20 +201,26 @@ def main() -> None:
         rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         baseline = statistics.median(baseline_raw_gpu_s(db_path) for _ in range(args.runs))
         print(f"\nscript s, median (min-max) of {args.runs}; cold = caches cleared, warm = again with caches")
-        print(f"{'page':<28}{'before cold':>20}{'after cold':>20}{'after warm':>20}{'before/after':>14}"
-              f"{'AppTest s after':>18}{'raw-rows/after':>16}")
+        print(
+            f"{'page':<28}{'before cold':>20}{'after cold':>20}{'after warm':>20}{'before/after':>14}"
+            f"{'AppTest s after':>18}{'raw-rows/after':>16}"
+        )
         for page in pages:
             b, a = before[page], after[page]
-            print(f"{page:<28}{spread(b['cold']):>20}{spread(a['cold']):>20}{spread(a['warm']):>20}"
-                  f"{statistics.median(b['cold']) / statistics.median(a['cold']):>13.1f}x"
-                  f"{statistics.median(a['cold_apptest']):>18.3f}{baseline / statistics.median(a['cold']):>15.1f}x")
+            print(
+                f"{page:<28}{spread(b['cold']):>20}{spread(a['cold']):>20}{spread(a['warm']):>20}"
+                f"{statistics.median(b['cold']) / statistics.median(a['cold']):>13.1f}x"
+                f"{statistics.median(a['cold_apptest']):>18.3f}{baseline / statistics.median(a['cold']):>15.1f}x"
+            )
         print(f"{'baseline: raw GPU rows -> plotly':<28}{baseline:>20.3f}")
         print("\nthe same runs in CPU s of the page script's thread (what the load does not change)")
         print(f"{'page':<28}{'before cold':>20}{'after cold':>20}{'after warm':>20}{'before/after':>14}")
         for page in pages:
             b, a = before[page], after[page]
-            print(f"{page:<28}{spread(b['cold_cpu']):>20}{spread(a['cold_cpu']):>20}{spread(a['warm_cpu']):>20}"
-                  f"{statistics.median(b['cold_cpu']) / statistics.median(a['cold_cpu']):>13.1f}x")
+            print(
+                f"{page:<28}{spread(b['cold_cpu']):>20}{spread(a['cold_cpu']):>20}{spread(a['warm_cpu']):>20}"
+                f"{statistics.median(b['cold_cpu']) / statistics.median(a['cold_cpu']):>13.1f}x"
+            )
         print(f"collector: computing every page payload once (Refresher.run_now) took {compute_s:.2f} CPU s")
         print(f"peak RSS after rendering every page {4 * args.runs}x (before the baseline ran): {rss_mb:.0f} MB")
         if args.history:
@@ -214,8 +240,10 @@ def overview_history(tmp: Path, scenario: str, runs: int, full_config: Path) -> 
         times[label] = [render_s(PAGES[0]) for _ in range(runs)]
     for unit, k in (("script s", 1), ("script CPU s", 2)):
         short_s, full_s = [t[k] for t in times["1 h"]], [t[k] for t in times["full"]]
-        print(f"\nOverview cold, {unit}: 1 h of history {spread(short_s)}, full store {spread(full_s)};"
-              f" full / 1 h = {statistics.median(full_s) / statistics.median(short_s):.2f} (1.0 = flat)")
+        print(
+            f"\nOverview cold, {unit}: 1 h of history {spread(short_s)}, full store {spread(full_s)};"
+            f" full / 1 h = {statistics.median(full_s) / statistics.median(short_s):.2f} (1.0 = flat)"
+        )
 
 
 if __name__ == "__main__":

@@ -38,18 +38,25 @@ def start_nodes(count: int, workdir: Path) -> tuple[list[sshd_lib.Sshd], Path, P
     host_key = sshd_lib.keygen(workdir / "host_key")
     authorized = workdir / "authorized_keys"
     authorized.write_text(Path(f"{client_key}.pub").read_text())
-    servers = [sshd_lib.Sshd(f"127.0.0.{2 + i}", host_key, authorized, workdir).start()
-               for i in range(count)]
-    known_hosts = sshd_lib.write_known_hosts(workdir / "known_hosts",
-                                             [(s.ip, s.port, host_key) for s in servers])
+    servers = [sshd_lib.Sshd(f"127.0.0.{2 + i}", host_key, authorized, workdir).start() for i in range(count)]
+    known_hosts = sshd_lib.write_known_hosts(workdir / "known_hosts", [(s.ip, s.port, host_key) for s in servers])
     return servers, client_key, known_hosts
 
 
 def poll_request(shard_dir: Path, state: dict) -> dict:
-    return {"op": "poll", "gpu": "off", "metrics_urls": [], "metrics_timeout_s": 1.0,
-            "shards": {"globs": [str(shard_dir / "*.jsonl")], "state": state,
-                       "budget_bytes": 1 << 28, "finish_reason_path": None,
-                       "completion_tokens_path": None}}
+    return {
+        "op": "poll",
+        "gpu": "off",
+        "metrics_urls": [],
+        "metrics_timeout_s": 1.0,
+        "shards": {
+            "globs": [str(shard_dir / "*.jsonl")],
+            "state": state,
+            "budget_bytes": 1 << 28,
+            "finish_reason_path": None,
+            "completion_tokens_path": None,
+        },
+    }
 
 
 def one_shot(transport: SSHTransport, request: dict, timeout_s: float = 30.0) -> dict:
@@ -81,32 +88,44 @@ def time_rounds(rounds: int, run_round) -> list[float]:
     return times
 
 
-def bench(count: int, rounds: int, conn_rounds: int, workdir: Path,
-          program: bytes | None) -> list[tuple]:
+def bench(count: int, rounds: int, conn_rounds: int, workdir: Path, program: bytes | None) -> list[tuple]:
     servers, client_key, known_hosts = start_nodes(count, workdir)
     shard_dir = workdir / "shards"
     shard_dir.mkdir()
     (shard_dir / "a.jsonl").write_text('{"finish_reason": "stop", "completion_tokens": 7}\n' * 1000)
-    configs = {f"node-{i}": NodeConfig(name=f"node-{i}", host=s.ip, port=s.port, shards=[],
-                                       identity_file=str(client_key),
-                                       known_hosts=str(known_hosts), python=sys.executable)
-               for i, s in enumerate(servers)}
+    configs = {
+        f"node-{i}": NodeConfig(
+            name=f"node-{i}",
+            host=s.ip,
+            port=s.port,
+            shards=[],
+            identity_file=str(client_key),
+            known_hosts=str(known_hosts),
+            python=sys.executable,
+        )
+        for i, s in enumerate(servers)
+    }
     transports = {name: SSHTransport(cfg, program=program) for name, cfg in configs.items()}
     try:
         first = fan_out(transports, lambda n: poll_request(shard_dir, {}))
         bad = {k: v for k, v in first.items() if isinstance(v, Exception)}
         if bad:
             raise SystemExit(f"first poll failed: {bad}")
-        state = {path: {"inode": f["inode"], "offset": f["offset"]}
-                  for path, f in next(iter(first.values())).get("shards", {"files": {}})["files"].items()}
+        state = {
+            path: {"inode": f["inode"], "offset": f["offset"]}
+            for path, f in next(iter(first.values())).get("shards", {"files": {}})["files"].items()
+        }
         request = poll_request(shard_dir, state)
         rows = {"persistent": time_rounds(rounds, lambda: fan_out(transports, lambda n: request))}
         with ThreadPoolExecutor(max_workers=count) as pool:
+
             def exec_round():
                 futures = {n: pool.submit(one_shot, t, request) for n, t in transports.items()}
                 return {n: _result(f) for n, f in futures.items()}
+
             rows["exec/poll"] = time_rounds(max(3, rounds // 4), exec_round)
         if conn_rounds:
+
             def conn_round():
                 fresh = {n: SSHTransport(cfg, program=program) for n, cfg in configs.items()}
                 try:
@@ -114,6 +133,7 @@ def bench(count: int, rounds: int, conn_rounds: int, workdir: Path,
                 finally:
                     for t in fresh.values():
                         t.close()
+
             rows["conn/poll"] = time_rounds(conn_rounds, conn_round)
     finally:
         for t in transports.values():
@@ -121,8 +141,7 @@ def bench(count: int, rounds: int, conn_rounds: int, workdir: Path,
         for s in servers:
             s.stop()
     base = statistics.median(rows["persistent"])
-    return [(count, name, statistics.median(t), _p95(t), statistics.median(t) / base)
-            for name, t in rows.items()]
+    return [(count, name, statistics.median(t), _p95(t), statistics.median(t) / base) for name, t in rows.items()]
 
 
 def _result(future):
@@ -142,10 +161,12 @@ def main() -> None:
     parser.add_argument("--nodes", default="8", help="comma-separated node counts, e.g. 1,8,32,64")
     parser.add_argument("--rounds", type=int, default=40, help="persistent rounds per count")
     parser.add_argument("--conn-rounds", type=int, default=3, help="new-connection rounds")
-    parser.add_argument("--standin", action="store_true",
-                        help="use tests/standin_agent.py instead of runhealth/node/agent.py")
-    parser.add_argument("--skip-conn-above", type=int, default=32,
-                        help="skip the new-connection strategy above this many nodes")
+    parser.add_argument(
+        "--standin", action="store_true", help="use tests/standin_agent.py instead of runhealth/node/agent.py"
+    )
+    parser.add_argument(
+        "--skip-conn-above", type=int, default=32, help="skip the new-connection strategy above this many nodes"
+    )
     args = parser.parse_args()
     problem = sshd_lib.missing_tools()
     if problem:
@@ -158,8 +179,7 @@ def main() -> None:
         conn_rounds = args.conn_rounds if count <= args.skip_conn_above else 0
         with tempfile.TemporaryDirectory(prefix="runhealth-bench-") as tmp:
             for row in bench(count, args.rounds, conn_rounds, Path(tmp), program):
-                print(f"{row[0]:>5}  {row[1]:<11} {row[2]:>10.1f} {row[3]:>9.1f} {row[4]:>12.1f}x",
-                      flush=True)
+                print(f"{row[0]:>5}  {row[1]:<11} {row[2]:>10.1f} {row[3]:>9.1f} {row[4]:>12.1f}x", flush=True)
 
 
 if __name__ == "__main__":

@@ -110,8 +110,13 @@ def style_rows(path, repeat):
     }
     secs = {name: best(fn, repeat) for name, fn in blocks.items()}
     quotes = buf.count(b'"') / len(lines)
-    return {"mb": len(buf) / 1e6, "lines": len(lines), "quotes": quotes, "holes": sum(map(len, holes)) / len(lines),
-            "secs": secs}
+    return {
+        "mb": len(buf) / 1e6,
+        "lines": len(lines),
+        "quotes": quotes,
+        "holes": sum(map(len, holes)) / len(lines),
+        "secs": secs,
+    }
 
 
 def main():
@@ -121,8 +126,10 @@ def main():
     ap.add_argument("--style", choices=STYLES + ("all",), default="all")
     args = ap.parse_args()
     styles = STYLES if args.style == "all" else (args.style,)
-    print(f"CPU time per line, best of {args.repeat}; Python {sys.version.split()[0]}; CHUNK_BYTES "
-          f"{agent_scan.CHUNK_BYTES >> 10} KiB")
+    print(
+        f"CPU time per line, best of {args.repeat}; Python {sys.version.split()[0]}; CHUNK_BYTES "
+        f"{agent_scan.CHUNK_BYTES >> 10} KiB"
+    )
     with tempfile.TemporaryDirectory(prefix="runhealth-bench-") as tmp:
         for style in styles:
             path = Path(tmp) / f"{style}.jsonl"
@@ -130,8 +137,10 @@ def main():
             r = style_rows(path, args.repeat)
             path.unlink()
             n, base = r["lines"], r["secs"]["json.loads per line"]
-            print(f"\n{style}: {r['mb']:.0f} MB, {n} lines of {r['mb'] * 1e3 / n:.1f} KB, {r['quotes']:.0f} quotes "
-                  f"and {r['holes']:.0f} holes a line")
+            print(
+                f"\n{style}: {r['mb']:.0f} MB, {n} lines of {r['mb'] * 1e3 / n:.1f} KB, {r['quotes']:.0f} quotes "
+                f"and {r['holes']:.0f} holes a line"
+            )
             print(f"{'step':<26}{'us/line':>9}{'MB/s':>8}{'x json.loads':>14}")
             for name, s in r["secs"].items():
                 print(f"{name:<26}{s / n * 1e6:>9.2f}{r['mb'] / s:>8.0f}{base / s:>14.1f}")

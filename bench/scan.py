@@ -26,16 +26,27 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PROSE = ("the model then\nwrote über naïve 中文 tokens reasoning answer because therefore loop again "
-         "length stop first we note that x + y = 3 so").split(" ")
+PROSE = (
+    "the model then\nwrote über naïve 中文 tokens reasoning answer because therefore loop again "
+    "length stop first we note that x + y = 3 so"
+).split(" ")
 QUOTES = PROSE + ['said "hello"', 'print("x")', '{"a": 1}']
 # Raw-UTF-8 text as multilingual and math generations write it: CJK, accents, Cyrillic, emoji.
-UTF8 = ("模型 然后 写了 中文 推理 答案 因为 所以 über naïve café résumé привет мир ∑ √ ≤ ∞ "
-        "😀 🚀 the answer is x + y = 3 so length stop\n").split(" ")
+UTF8 = (
+    "模型 然后 写了 中文 推理 答案 因为 所以 über naïve café résumé привет мир ∑ √ ≤ ∞ "
+    "😀 🚀 the answer is x + y = 3 so length stop\n"
+).split(" ")
 UTF8_QUOTES = UTF8 + ['他说 "你好"', 'print("é")', '{"a": "ü"}']
 # Text that carries the keys' own bytes (escaped in the line) and backslash runs.
-ADVERSARIAL = PROSE + ['"finish_reason": "length"', '"completion_tokens": 4096', "C:\\dir\\", "\\\"",
-                       '\\"', "中文", "😀"]
+ADVERSARIAL = PROSE + [
+    '"finish_reason": "length"',
+    '"completion_tokens": 4096',
+    "C:\\dir\\",
+    '\\"',
+    '\\"',
+    "中文",
+    "😀",
+]
 STYLES = ("mixed", "prose", "quotes", "utf8", "utf8-quotes", "adversarial")
 
 # argv[1] is the code root to time (this checkout, or --other DIR: an older scanner, same run)
@@ -53,21 +64,34 @@ print(json.dumps({"s": dt, "lines": e["lines"], "rss_mib": resource.getrusage(re
 
 def _chat(rng, lines, content, ensure_ascii):
     ct = rng.randint(1, 4096)
-    rec = {"id": f"chatcmpl-{lines:012x}", "object": "chat.completion", "created": 1764690000 + lines,
-           "model": "Qwen/Qwen3-8B",
-           "choices": [{"index": 0, "message": {"role": "assistant", "content": content,
-                                                 "reasoning_content": None, "tool_calls": []},
-                        "logprobs": None, "finish_reason": "length" if ct == 4096 else "stop",
-                        "stop_reason": None}],
-           "usage": {"prompt_tokens": 211, "total_tokens": 211 + ct, "completion_tokens": ct}}
+    rec = {
+        "id": f"chatcmpl-{lines:012x}",
+        "object": "chat.completion",
+        "created": 1764690000 + lines,
+        "model": "Qwen/Qwen3-8B",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content, "reasoning_content": None, "tool_calls": []},
+                "logprobs": None,
+                "finish_reason": "length" if ct == 4096 else "stop",
+                "stop_reason": None,
+            }
+        ],
+        "usage": {"prompt_tokens": 211, "total_tokens": 211 + ct, "completion_tokens": ct},
+    }
     return json.dumps(rec, ensure_ascii=ensure_ascii)
 
 
 def _flat(rng, lines, content, _ensure_ascii):
     """The adversarial style: flat records, every other line raw UTF-8, the text before the keys."""
     ct = rng.randint(1, 4096)
-    rec = {"prompt": content[:200], "text": content, "finish_reason": "length" if ct == 4096 else "stop",
-           "completion_tokens": ct}
+    rec = {
+        "prompt": content[:200],
+        "text": content,
+        "finish_reason": "length" if ct == 4096 else "stop",
+        "completion_tokens": ct,
+    }
     return json.dumps(rec, ensure_ascii=bool(lines % 2))
 
 
@@ -82,9 +106,14 @@ def make_shard(path: Path, mb: int, style: str = "mixed") -> int:
     other line raw UTF-8.
     """
     rng = random.Random(0)
-    vocab = {"mixed": (PROSE, QUOTES), "prose": (PROSE, PROSE), "quotes": (QUOTES, QUOTES),
-             "utf8": (UTF8, UTF8), "utf8-quotes": (UTF8_QUOTES, UTF8_QUOTES),
-             "adversarial": (ADVERSARIAL, ADVERSARIAL)}[style]
+    vocab = {
+        "mixed": (PROSE, QUOTES),
+        "prose": (PROSE, PROSE),
+        "quotes": (QUOTES, QUOTES),
+        "utf8": (UTF8, UTF8),
+        "utf8-quotes": (UTF8_QUOTES, UTF8_QUOTES),
+        "adversarial": (ADVERSARIAL, ADVERSARIAL),
+    }[style]
     contents = [" ".join(rng.choice(vocab[i % 2]) for _ in range(rng.randint(1300, 1900))) for i in range(64)]
     make = _flat if style == "adversarial" else _chat
     ensure_ascii = not style.startswith("utf8")
@@ -135,8 +164,9 @@ def time_jq(path, style):
 
 
 def run_scan(path, root=ROOT):
-    out = subprocess.run([sys.executable, "-c", SCAN_CHILD, str(root), str(path)],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", SCAN_CHILD, str(root), str(path)], capture_output=True, text=True, check=True
+    )
     return json.loads(out.stdout)
 
 
@@ -145,10 +175,14 @@ def bench_style(tmp: Path, style: str, mb: int, repeat: int, other: Path | None 
     path = tmp / f"{style}.jsonl"
     lines = make_shard(path, mb, style)
     time_read(path)  # warm the page cache
-    out = {"style": style, "mb": path.stat().st_size / 1e6, "lines": lines,
-           "read": best_of(repeat, lambda: time_read(path)),
-           "json": best_of(repeat, lambda: time_json(path)),
-           "jq": best_of(max(1, repeat - 1), lambda: time_jq(path, style)) if shutil.which("jq") else None}
+    out = {
+        "style": style,
+        "mb": path.stat().st_size / 1e6,
+        "lines": lines,
+        "read": best_of(repeat, lambda: time_read(path)),
+        "json": best_of(repeat, lambda: time_json(path)),
+        "jq": best_of(max(1, repeat - 1), lambda: time_jq(path, style)) if shutil.which("jq") else None,
+    }
     scans = [run_scan(path) for _ in range(repeat)]
     scan = min(scans, key=lambda s: s["s"])
     assert scan["lines"] == lines, (scan, lines)
@@ -160,16 +194,20 @@ def bench_style(tmp: Path, style: str, mb: int, repeat: int, other: Path | None 
 
 
 def print_table(rows: list[dict]) -> None:
-    print(f"{'style':<13}{'MB':>5}{'KB/line':>8}{'read':>7}{'json.loads':>11}{'jq':>6}{'runhealth':>10}"
-          f"{'x json':>8}{'x jq':>6}{'RSS MiB':>8}{'template':>9}" + ("   other  x json" if "other" in rows[0] else ""))
+    print(
+        f"{'style':<13}{'MB':>5}{'KB/line':>8}{'read':>7}{'json.loads':>11}{'jq':>6}{'runhealth':>10}"
+        f"{'x json':>8}{'x jq':>6}{'RSS MiB':>8}{'template':>9}" + ("   other  x json" if "other" in rows[0] else "")
+    )
     for r in rows:
         mbs = {k: r["mb"] / r[k] if r[k] else None for k in ("read", "json", "jq", "scan")}
         jq = f"{mbs['jq']:>6.0f}" if mbs["jq"] else f"{'-':>6}"
         x_jq = f"{r['jq'] / r['scan']:>6.1f}" if r["jq"] else f"{'-':>6}"
-        print(f"{r['style']:<13}{r['mb']:>5.0f}{r['mb'] * 1e3 / r['lines']:>8.1f}{mbs['read']:>7.0f}"
-              f"{mbs['json']:>11.0f}{jq}{mbs['scan']:>10.0f}{r['json'] / r['scan']:>8.1f}{x_jq}"
-              f"{r['rss_mib']:>8.0f}{r['template_lines'] / r['lines']:>9.0%}"
-              + (f"{r['mb'] / r['other']:>8.0f}{r['json'] / r['other']:>8.1f}" if "other" in r else ""))
+        print(
+            f"{r['style']:<13}{r['mb']:>5.0f}{r['mb'] * 1e3 / r['lines']:>8.1f}{mbs['read']:>7.0f}"
+            f"{mbs['json']:>11.0f}{jq}{mbs['scan']:>10.0f}{r['json'] / r['scan']:>8.1f}{x_jq}"
+            f"{r['rss_mib']:>8.0f}{r['template_lines'] / r['lines']:>9.0%}"
+            + (f"{r['mb'] / r['other']:>8.0f}{r['json'] / r['other']:>8.1f}" if "other" in r else "")
+        )
 
 
 def main():
@@ -177,18 +215,26 @@ def main():
     ap.add_argument("--mb", type=int, default=128, help="MB per style")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--style", choices=STYLES + ("all",), default="all")
-    ap.add_argument("--other", type=Path, metavar="DIR",
-                    help="also time the scanner of another checkout (e.g. `git archive` of an older commit)")
+    ap.add_argument(
+        "--other",
+        type=Path,
+        metavar="DIR",
+        help="also time the scanner of another checkout (e.g. `git archive` of an older commit)",
+    )
     args = ap.parse_args()
     styles = STYLES if args.style == "all" else (args.style,)
     with tempfile.TemporaryDirectory(prefix="runhealth-bench-") as tmp:
         rows = [bench_style(Path(tmp), style, args.mb, args.repeat, args.other) for style in styles]
-    print(f"MB per CPU second (user+sys of the process doing the work: per core, robust to a busy machine), "
-          f"warm page cache, best of {args.repeat}; Python "
-          f"{sys.version.split()[0]}; jq {'found' if shutil.which('jq') else 'not installed (column blank)'}")
+    print(
+        f"MB per CPU second (user+sys of the process doing the work: per core, robust to a busy machine), "
+        f"warm page cache, best of {args.repeat}; Python "
+        f"{sys.version.split()[0]}; jq {'found' if shutil.which('jq') else 'not installed (column blank)'}"
+    )
     print_table(rows)
-    print("Goals per core: >= 4x json.loads and >= 10x jq on every style. 'template': share of lines "
-          "counted on the template path (the rest went through json.loads).")
+    print(
+        "Goals per core: >= 4x json.loads and >= 10x jq on every style. 'template': share of lines "
+        "counted on the template path (the rest went through json.loads)."
+    )
 
 
 if __name__ == "__main__":

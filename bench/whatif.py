@@ -33,8 +33,9 @@ def load_baseline(ref: str):
     src = None
     for rel in ("runhealth/analysis/whatif.py", "runhealth/whatif.py"):  # moved into analysis/ (#14)
         try:
-            src = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:{rel}"], check=True,
-                                 capture_output=True, text=True).stdout
+            src = subprocess.run(
+                ["git", "-C", str(ROOT), "show", f"{ref}:{rel}"], check=True, capture_output=True, text=True
+            ).stdout
             break
         except (OSError, subprocess.CalledProcessError):
             continue
@@ -57,11 +58,19 @@ def run_one(module, c, reps):
     elapsed = time.perf_counter() - t0
     r = r if isinstance(r, dict) else r.to_json()  # a baseline from before WhatIf returns the dict itself
     est, (lo, hi) = r["truncated_fraction"], r["interval"]
-    return {"est": est, "lo": lo, "hi": hi, "covered": est is not None and lo <= c["share"] <= hi,
-            "close": est is not None and abs(est - c["share"]) <= max(0.015, 0.4 * c["share"]),
-            "narrow": hi - lo < 0.5 * r["current_truncated_fraction"], "s": elapsed, "model": r["model"],
-            "extra": r["extra_tokens_per_completion"], "extra_iv": r["extra_tokens_interval"],
-            "bt": (r.get("backtest") or {}).get("checks", [])}
+    return {
+        "est": est,
+        "lo": lo,
+        "hi": hi,
+        "covered": est is not None and lo <= c["share"] <= hi,
+        "close": est is not None and abs(est - c["share"]) <= max(0.015, 0.4 * c["share"]),
+        "narrow": hi - lo < 0.5 * r["current_truncated_fraction"],
+        "s": elapsed,
+        "model": r["model"],
+        "extra": r["extra_tokens_per_completion"],
+        "extra_iv": r["extra_tokens_interval"],
+        "bt": (r.get("backtest") or {}).get("checks", []),
+    }
 
 
 def row(shape, share, seed, c, new, old) -> str:
@@ -70,11 +79,18 @@ def row(shape, share, seed, c, new, old) -> str:
             return "—"
         mark = "yes" if x["covered"] else "NO"
         return f"{(x['est'] or 0):6.2%} [{x['lo']:.2%}, {x['hi']:.2%}] {mark:3s} w={(x['hi'] - x['lo']):.2%}"
+
     bt = next((b for b in new["bt"] if b["predicted"] is not None), None)
-    check = f"cut {bt['cut']}: {bt['predicted']:.1%} vs {bt['truth']:.1%}" if bt and bt["predicted"] is not None else "no back-test"
+    check = (
+        f"cut {bt['cut']}: {bt['predicted']:.1%} vs {bt['truth']:.1%}"
+        if bt and bt["predicted"] is not None
+        else "no back-test"
+    )
     e_ok = new["extra_iv"][0] <= c["extra"] <= new["extra_iv"][1]
-    return (f"| {shape} | {share:.0%} | {seed} | {c['share']:.2%} | {cell(new)} | {new['model']} | "
-            f"{c['extra']:,.0f} / {new['extra'] or 0:,.0f} {'yes' if e_ok else 'NO'} | {check} | {cell(old)} |")
+    return (
+        f"| {shape} | {share:.0%} | {seed} | {c['share']:.2%} | {cell(new)} | {new['model']} | "
+        f"{c['extra']:,.0f} / {new['extra'] or 0:,.0f} {'yes' if e_ok else 'NO'} | {check} | {cell(old)} |"
+    )
 
 
 def main() -> None:
@@ -86,10 +102,14 @@ def main() -> None:
     ap.add_argument("--baseline-ref", default="71d865d")
     args = ap.parse_args()
     old_mod = load_baseline(args.baseline_ref)
-    print(f"n = {args.n:,} per case, asked at {args.ratio:g} x the ceiling, {args.bootstrap} bootstrap replicates; "
-          f"baseline: what-if at {args.baseline_ref}" + ("" if old_mod else " (not available)"))
-    print("| shape | cut share | seed | truth | estimate [95% interval] covered width | headline | "
-          "extra tokens true / est covered | back-test (headline) | baseline |")
+    print(
+        f"n = {args.n:,} per case, asked at {args.ratio:g} x the ceiling, {args.bootstrap} bootstrap replicates; "
+        f"baseline: what-if at {args.baseline_ref}" + ("" if old_mod else " (not available)")
+    )
+    print(
+        "| shape | cut share | seed | truth | estimate [95% interval] covered width | headline | "
+        "extra tokens true / est covered | back-test (headline) | baseline |"
+    )
     print("|---|---:|---:|---:|---|---|---|---|---|")
     news, olds, extras = [], [], []
     for shape in SHAPES:
@@ -110,9 +130,11 @@ def summary(news, olds, extras) -> None:
     for name, rs in (("this", news), ("baseline", [o for o in olds if o])):
         if not rs:
             continue
-        print(f"{name:9s}: covered {sum(r['covered'] for r in rs)}/{len(rs)}, point within max(1.5 pp, 40%) "
-              f"{sum(r['close'] for r in rs)}/{len(rs)}, width < half the current share "
-              f"{sum(r['narrow'] for r in rs)}/{len(rs)}, total {sum(r['s'] for r in rs):.1f} s")
+        print(
+            f"{name:9s}: covered {sum(r['covered'] for r in rs)}/{len(rs)}, point within max(1.5 pp, 40%) "
+            f"{sum(r['close'] for r in rs)}/{len(rs)}, width < half the current share "
+            f"{sum(r['narrow'] for r in rs)}/{len(rs)}, total {sum(r['s'] for r in rs):.1f} s"
+        )
     print(f"extra tokens covered {sum(extras)}/{n}")
     if all(olds):
         ratio = sum(r["s"] for r in news) / sum(o["s"] for o in olds)

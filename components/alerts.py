@@ -14,8 +14,9 @@ from runhealth.analysis.stats import Summary
 from runhealth.health import fmt_age, level, node_status
 
 
-def health_alerts(health: dict[str, Any], nodes: list[dict], stale_after: float, stall_after: float,
-                  target_reached: bool = False) -> list[tuple[str, str]]:
+def health_alerts(
+    health: dict[str, Any], nodes: list[dict], stale_after: float, stall_after: float, target_reached: bool = False
+) -> list[tuple[str, str]]:
     """Stall and rate-drop alerts: the run, then each node that stopped while others write."""
     from runhealth import health as core
 
@@ -27,20 +28,42 @@ def health_alerts(health: dict[str, Any], nodes: list[dict], stale_after: float,
     out: list[tuple[str, str]] = []
     if found["run"] is not None:
         since = found["run"]
-        out.append(("error", f"Run stalled: no new completions from any node since {fmt_clock(since)} "
-                             f"({fmt_age(now - since)}; alert after {fmt_age(stall_after)})."))
+        out.append(
+            (
+                "error",
+                f"Run stalled: no new completions from any node since {fmt_clock(since)} "
+                f"({fmt_age(now - since)}; alert after {fmt_age(stall_after)}).",
+            )
+        )
     else:
         for node, since in sorted(found["nodes"].items()):
-            out.append(("warning", f"{node}: no new completions for {fmt_age(now - since)} "
-                                   f"(since {fmt_clock(since)}) while other nodes write."))
+            out.append(
+                (
+                    "warning",
+                    f"{node}: no new completions for {fmt_age(now - since)} "
+                    f"(since {fmt_clock(since)}) while other nodes write.",
+                )
+            )
         if health.get("drop_median") is not None:
-            out.append(("warning", f"Throughput dropped: {fmt_rate(health['tokens_per_s_1m'])} tok/s over the last "
-                                   f"minute, below half the last hour's median ({fmt_rate(health['drop_median'])} tok/s)."))
+            out.append(
+                (
+                    "warning",
+                    f"Throughput dropped: {fmt_rate(health['tokens_per_s_1m'])} tok/s over the last "
+                    f"minute, below half the last hour's median ({fmt_rate(health['drop_median'])} tok/s).",
+                )
+            )
     return out
 
 
-def run_alerts(summary: Summary | None, nodes: list[dict], now: float, stale_after: float, warn: float,
-               alert: float, last_collection: float | None) -> list[tuple[str, str]]:
+def run_alerts(
+    summary: Summary | None,
+    nodes: list[dict],
+    now: float,
+    stale_after: float,
+    warn: float,
+    alert: float,
+    last_collection: float | None,
+) -> list[tuple[str, str]]:
     """One-sentence alerts, most serious first: [(level "error"|"warning", text)]."""
     out: list[tuple[str, str]] = []
     if last_collection is not None and now - last_collection > stale_after:
@@ -59,7 +82,11 @@ def run_alerts(summary: Summary | None, nodes: list[dict], now: float, stale_aft
         frac = summary.at_ceiling_fraction
         found = level(frac, warn, alert)
         if found != "ok":
-            out.append(("error" if found == "alert" else "warning",
-                        f"{frac:.1%} of completions stop at the {summary.ceiling_tokens:,}-token ceiling."))
+            out.append(
+                (
+                    "error" if found == "alert" else "warning",
+                    f"{frac:.1%} of completions stop at the {summary.ceiling_tokens:,}-token ceiling.",
+                )
+            )
     out.sort(key=lambda a: a[0] != "error")
     return out

@@ -70,12 +70,18 @@ def truncation_tile(summary: Summary, warn: float, alert: float) -> dict[str, st
     frac = summary.at_ceiling_fraction
     lo, hi = summary.at_ceiling_interval
     src = "exact" if summary.length_source == "completion_tokens" else "chars/4 estimate"
-    return tile("Truncated", f"{frac:.1%}", f"at the {summary.ceiling_tokens:,} ceiling · 95% CI {lo:.1%}–{hi:.1%} · {src} · "
-                f"{summary.at_ceiling:,} of {summary.length_count:,}", level(frac, warn, alert))
+    return tile(
+        "Truncated",
+        f"{frac:.1%}",
+        f"at the {summary.ceiling_tokens:,} ceiling · 95% CI {lo:.1%}–{hi:.1%} · {src} · "
+        f"{summary.at_ceiling:,} of {summary.length_count:,}",
+        level(frac, warn, alert),
+    )
 
 
-def render_node_table(nodes: list[dict[str, Any]], stale_after: float, compact: bool = False,
-                      per_node: dict[str, Any] | None = None) -> None:
+def render_node_table(
+    nodes: list[dict[str, Any]], stale_after: float, compact: bool = False, per_node: dict[str, Any] | None = None
+) -> None:
     if not nodes:
         st.info("No nodes configured.")
         return
@@ -83,8 +89,12 @@ def render_node_table(nodes: list[dict[str, Any]], stale_after: float, compact: 
     if compact:
         extra = ["tok/s (1 min)", "last new"] if per_node is not None else ["GPUs"]
         table = table[["node", "status", "last seen", *extra, "disk free", "SSH RTT ms"]]
-    styled = table.style.map(lambda v: f"background-color: {STATE_COLOUR.get(v, '')}; color: white; font-weight: bold"
-                             if v in STATE_COLOUR else "", subset=["status"]).format(precision=1, subset=["SSH RTT ms"])
+    styled = table.style.map(
+        lambda v: (
+            f"background-color: {STATE_COLOUR.get(v, '')}; color: white; font-weight: bold" if v in STATE_COLOUR else ""
+        ),
+        subset=["status"],
+    ).format(precision=1, subset=["SSH RTT ms"])
     st.dataframe(styled, hide_index=True, width="stretch")
 
 
@@ -105,9 +115,11 @@ def render_store_incident(store: Any) -> None:
 def render_sample(sample: dict[str, Any]) -> None:
     """One sample: where it came from, its prompt head and the END of its text, all literal."""
     est = " (chars/4 estimate)" if sample.get("estimated") else ""
-    st.text(f"{sample.get('node')} · {sample.get('path')} line {sample.get('line_no')} · "
-            f"{sample.get('tokens')} tokens{est} · finish_reason={sample.get('finish_reason')} · "
-            f"{sample.get('text_chars')} chars")
+    st.text(
+        f"{sample.get('node')} · {sample.get('path')} line {sample.get('line_no')} · "
+        f"{sample.get('tokens')} tokens{est} · finish_reason={sample.get('finish_reason')} · "
+        f"{sample.get('text_chars')} chars"
+    )
     st.caption("Prompt (start)")
     st.code(sample.get("prompt_head") or "(no prompt in this line)", language=None, wrap_lines=True)
     st.caption("Completion — last characters (where a truncated one was cut)")
@@ -129,40 +141,76 @@ def render_node_card(node: dict[str, Any], stale_after: float, now: float) -> No
             st.text(f"Server metrics {url}: {err}")
 
 
-def overview_tiles(summary: Summary, thr: dict, nodes: list[dict], gpus: pd.DataFrame, target: int | None,
-                   last: float | None, cfg: Any, now: float, health: dict | None = None) -> list[dict[str, str]]:
+def overview_tiles(
+    summary: Summary,
+    thr: dict,
+    nodes: list[dict],
+    gpus: pd.DataFrame,
+    target: int | None,
+    last: float | None,
+    cfg: Any,
+    now: float,
+    health: dict | None = None,
+) -> list[dict[str, str]]:
     """The six standup tiles: done, throughput (last minute, 15-min average beside it), ETA (from
     the 15-min average, stated), truncation, nodes, data age. The numbers: runhealth.derived.standup."""
-    n = derived.standup(summary.completions, target, health or {}, nodes,
-                        len(gpus) or sum(x.get("gpus_found") or 0 for x in nodes),
-                        float(gpus["power_w"].sum()) if len(gpus) else None, cfg.stale_after, now, last)
+    n = derived.standup(
+        summary.completions,
+        target,
+        health or {},
+        nodes,
+        len(gpus) or sum(x.get("gpus_found") or 0 for x in nodes),
+        float(gpus["power_w"].sum()) if len(gpus) else None,
+        cfg.stale_after,
+        now,
+        last,
+    )
     done, tps, eta, cps = n.completions, n.tokens_per_s_1m, n.eta_s, n.completions_per_s_15m
     done_sub = f"of {target:,} target ({n.share_done:.1%})" if n.share_done is not None else "no target_completions set"
     server = thr.get("server_tokens_per_s")
-    tps_sub = (f"15-min avg {fmt_rate(n.tokens_per_s_15m)}" if n.tokens_per_s_15m is not None else "15-min avg —") + (
-        f" · {fmt_rate(n.tokens_per_s_per_gpu)} per GPU" if n.tokens_per_s_per_gpu is not None else "") + (
-        f" · {n.tokens_per_joule:.1f} tok/J" if n.tokens_per_joule else "") + (
-        f" · server says {fmt_rate(server)}" if server is not None else "")
+    tps_sub = (
+        (f"15-min avg {fmt_rate(n.tokens_per_s_15m)}" if n.tokens_per_s_15m is not None else "15-min avg —")
+        + (f" · {fmt_rate(n.tokens_per_s_per_gpu)} per GPU" if n.tokens_per_s_per_gpu is not None else "")
+        + (f" · {n.tokens_per_joule:.1f} tok/J" if n.tokens_per_joule else "")
+        + (f" · server says {fmt_rate(server)}" if server is not None else "")
+    )
     age = n.data_age_s
     return [
         tile("Completions", f"{done:,}", done_sub, "ok" if done else "muted"),
-        tile("Tokens / s · last 1 min", fmt_rate(tps) if tps is not None else "—", tps_sub if tps is not None
-             else "waiting for two polls", "ok" if tps else "warn" if tps == 0 else "muted"),
-        tile("ETA", "done" if eta == 0 else fmt_age(eta) if eta is not None else "—",
-             "target reached" if eta == 0 else "needs target_completions in the config" if not target
-             else f"at the 15-min average, {cps:,.1f} completions/s" if cps else "needs a rate",
-             "muted" if eta is None else "ok"),
+        tile(
+            "Tokens / s · last 1 min",
+            fmt_rate(tps) if tps is not None else "—",
+            tps_sub if tps is not None else "waiting for two polls",
+            "ok" if tps else "warn" if tps == 0 else "muted",
+        ),
+        tile(
+            "ETA",
+            "done" if eta == 0 else fmt_age(eta) if eta is not None else "—",
+            "target reached"
+            if eta == 0
+            else "needs target_completions in the config"
+            if not target
+            else f"at the 15-min average, {cps:,.1f} completions/s"
+            if cps
+            else "needs a rate",
+            "muted" if eta is None else "ok",
+        ),
         truncation_tile(summary, cfg.truncation_warn_fraction, cfg.truncation_alert_fraction),
-        tile("Nodes up", f"{n.nodes_up} / {n.nodes}", f"{n.nodes_stale} stale · {n.nodes_down} down"
-             + (f" · disk free ≥ {fmt_bytes(n.min_disk_free_bytes)}" if n.min_disk_free_bytes else ""),
-             "alert" if n.nodes_down else "warn" if n.nodes_stale or not n.nodes_up else "ok"),
-        tile("Data age", fmt_age(age) if age is not None else "—",
-             "waiting for first poll" if age is None else f"stale after {fmt_age(cfg.stale_after)}",
-             "muted" if age is None else "alert" if age > cfg.stale_after else "ok"),
+        tile(
+            "Nodes up",
+            f"{n.nodes_up} / {n.nodes}",
+            f"{n.nodes_stale} stale · {n.nodes_down} down"
+            + (f" · disk free ≥ {fmt_bytes(n.min_disk_free_bytes)}" if n.min_disk_free_bytes else ""),
+            "alert" if n.nodes_down else "warn" if n.nodes_stale or not n.nodes_up else "ok",
+        ),
+        tile(
+            "Data age",
+            fmt_age(age) if age is not None else "—",
+            "waiting for first poll" if age is None else f"stale after {fmt_age(cfg.stale_after)}",
+            "muted" if age is None else "alert" if age > cfg.stale_after else "ok",
+        ),
     ]
 
 
 def render_nothing_yet(nodes: list[dict[str, Any]], what: str = "completions") -> None:
     st.info(md_escape(why_empty(nodes, what)))
-
-

@@ -42,22 +42,52 @@ def make_overlay_figure(a: dict, b: dict) -> go.Figure:
     for key, run in (("A", a), ("B", b)):
         colour, name = RUN_COLOURS[key], f"{key}: {run['name']}"
         bins = runcompare.overlay_bins(run["hist"], width, top)
-        fig.add_bar(x=[s + width / 2 for s, _ in bins], y=[100 * v for _s, v in bins], width=width,
-                    name=f"{name} (share per {width}-token bin)", marker_color=colour, opacity=0.55)
+        fig.add_bar(
+            x=[s + width / 2 for s, _ in bins],
+            y=[100 * v for _s, v in bins],
+            width=width,
+            name=f"{name} (share per {width}-token bin)",
+            marker_color=colour,
+            opacity=0.55,
+        )
         cdf = stats.cdf_points(run["hist"])
-        fig.add_scatter(x=[t for t, _ in cdf], y=[100 * f for _t, f in cdf], mode="lines", yaxis="y2",
-                        name=f"{name} (cumulative)", line=dict(color=colour, width=3))
+        fig.add_scatter(
+            x=[t for t, _ in cdf],
+            y=[100 * f for _t, f in cdf],
+            mode="lines",
+            yaxis="y2",
+            name=f"{name} (cumulative)",
+            line=dict(color=colour, width=3),
+        )
         ceiling = run["summary"].ceiling_tokens
         if ceiling is not None:
-            vline(fig, ceiling, f"{key} ceiling {ceiling:,}", "top left" if key == "A" else "top right",
-                   dash="dash", color=CEILING_COLOUR if key == "A" else ALERT_COLOUR, width=2)
-    fig.update_layout(barmode="overlay", xaxis_title="completion tokens", yaxis_title="% of run's completions",
-                      yaxis2=dict(title="cumulative %", overlaying="y", side="right", range=[0, 100.5],
-                                  tickvals=[0, 25, 50, 75, 100], showgrid=False))
+            vline(
+                fig,
+                ceiling,
+                f"{key} ceiling {ceiling:,}",
+                "top left" if key == "A" else "top right",
+                dash="dash",
+                color=CEILING_COLOUR if key == "A" else ALERT_COLOUR,
+                width=2,
+            )
+    fig.update_layout(
+        barmode="overlay",
+        xaxis_title="completion tokens",
+        yaxis_title="% of run's completions",
+        yaxis2=dict(
+            title="cumulative %",
+            overlaying="y",
+            side="right",
+            range=[0, 100.5],
+            tickvals=[0, 25, 50, 75, 100],
+            showgrid=False,
+        ),
+    )
     apply_layout(fig, "Completion lengths, A and B on one axis", height=460)
     # Four legend entries: under the plot, clear of the title and the ceiling labels.
-    fig.update_layout(margin=dict(l=60, r=70, t=60, b=110),
-                      legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0))
+    fig.update_layout(
+        margin=dict(l=60, r=70, t=60, b=110), legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0)
+    )
     return fig
 
 
@@ -75,7 +105,8 @@ def render_table(rows: list[dict[str, str]], a: dict, b: dict) -> None:
         "order-statistic intervals (approximate). Rates are averages over each run's collected life "
         f"(A: {a['life']['spans']} poll spans, B: {b['life']['spans']}), the interval treating spans as "
         "independent (approximate); the Overview's tok/s is the last 5 minutes instead. ≤ / ≥: a percentile "
-        "at its run's ceiling is only a lower bound, so the difference is a bound too.")
+        "at its run's ceiling is only a lower bound, so the difference is a bound too."
+    )
 
 
 def render_forecast(cmp: dict, a: dict, b: dict) -> None:
@@ -89,19 +120,28 @@ def render_forecast(cmp: dict, a: dict, b: dict) -> None:
     cols = st.columns(2)
     with cols[0]:
         st.markdown(cards.md_escape(f"A's what-if ({a['name']}, {f['model']}) predicted at {f['limit']:,}:"))
-        st.metric("still cut (predicted)", f"{100 * f['predicted_fraction']:.1f}%",
-                  help="the what-if's estimate from A's lengths below its ceiling")
-        st.caption(f"95% interval {100 * f['interval'][0]:.1f}–{100 * f['interval'][1]:.1f}%; extra tokens per "
-                   f"completion {f['predicted_extra_tokens']:+,.0f} ({f['predicted_extra_tokens_interval'][0]:+,.0f} to "
-                   f"{f['predicted_extra_tokens_interval'][1]:+,.0f})")
+        st.metric(
+            "still cut (predicted)",
+            f"{100 * f['predicted_fraction']:.1f}%",
+            help="the what-if's estimate from A's lengths below its ceiling",
+        )
+        st.caption(
+            f"95% interval {100 * f['interval'][0]:.1f}–{100 * f['interval'][1]:.1f}%; extra tokens per "
+            f"completion {f['predicted_extra_tokens']:+,.0f} ({f['predicted_extra_tokens_interval'][0]:+,.0f} to "
+            f"{f['predicted_extra_tokens_interval'][1]:+,.0f})"
+        )
     with cols[1]:
         st.markdown(cards.md_escape(f"B ({b['name']}) measured at {f['limit']:,}:"))
         st.metric("still cut (measured)", f"{100 * f['measured_fraction']:.1f}%")
         extra = f["measured_extra_tokens"]
-        st.caption(f"95% interval {100 * f['measured_interval'][0]:.1f}–{100 * f['measured_interval'][1]:.1f}% "
-                   f"(n = {b['summary'].length_count:,}); extra tokens per completion "
-                   + (f"{extra:+,.0f}" if extra is not None else "—"))
-    text = (f"The measurement falls {verdict} the predicted interval "
-            f"({100 * f['interval'][0]:.1f}–{100 * f['interval'][1]:.1f}%).")
+        st.caption(
+            f"95% interval {100 * f['measured_interval'][0]:.1f}–{100 * f['measured_interval'][1]:.1f}% "
+            f"(n = {b['summary'].length_count:,}); extra tokens per completion "
+            + (f"{extra:+,.0f}" if extra is not None else "—")
+        )
+    text = (
+        f"The measurement falls {verdict} the predicted interval "
+        f"({100 * f['interval'][0]:.1f}–{100 * f['interval'][1]:.1f}%)."
+    )
     (st.success if f["inside"] else st.warning)(text)
     st.caption(cards.md_escape(f"{cmp['forecast_note']} {cmp['prompts']}"))

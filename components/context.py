@@ -122,22 +122,39 @@ def build_runtime_for(path: Path | None, previous: Runtime | None = None) -> Run
                 simulator = demo.live_simulator()
                 if not simulator.start():  # another dashboard process already simulates
                     simulator = None
-            entries = [runs.RunEntry(c, f) for c, f in demo.demo_runs(metrics_port=simulator.metrics_port
-                                                                       if simulator else None)]
+            entries = [
+                runs.RunEntry(c, f)
+                for c, f in demo.demo_runs(metrics_port=simulator.metrics_port if simulator else None)
+            ]
             context = demo.DEMO_CONTEXT
         kept = {h.store.path: h.store for h in (previous.runs if previous else [])}
-        handles = [RunHandle(e.config, kept.get(e.config.resolved_store_path()) or Store(e.config.resolved_store_path()),
-                             finished=e.finished) for e in entries]
+        handles = [
+            RunHandle(
+                e.config,
+                kept.get(e.config.resolved_store_path()) or Store(e.config.resolved_store_path()),
+                finished=e.finished,
+            )
+            for e in entries
+        ]
         if simulator is not None:  # this process writes the demo: run A's history too, once
             for h in handles:
                 if h.finished:
                     demo.fill_finished(h.config, h.store)
     except RunhealthError as exc:
-        return Runtime(config=None, store=None, config_error=str(exc), config_path=path,
-                       signature=config_signature(path))
+        return Runtime(
+            config=None, store=None, config_error=str(exc), config_path=path, signature=config_signature(path)
+        )
     shown = next((h for h in handles if not h.finished), handles[0])
-    runtime = Runtime(config=shown.config, store=shown.store, demo=context.demo, context=context, simulator=simulator,
-                      config_path=path, signature=config_signature(path), runs=handles)
+    runtime = Runtime(
+        config=shown.config,
+        store=shown.store,
+        demo=context.demo,
+        context=context,
+        simulator=simulator,
+        config_path=path,
+        signature=config_signature(path),
+        runs=handles,
+    )
     if collect:
         _start_collectors(runtime)
     return runtime

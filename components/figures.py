@@ -42,18 +42,20 @@ def new_figure(*data) -> go.Figure:
 
 def apply_layout(fig: go.Figure, title: str, height: int = 380) -> go.Figure:
     fig.update_layout(
-        title=dict(text=title, font=dict(size=FONT_SIZE + 4)), height=height,
-        font=dict(size=FONT_SIZE), margin=dict(l=60, r=30, t=60, b=50),
+        title=dict(text=title, font=dict(size=FONT_SIZE + 4)),
+        height=height,
+        font=dict(size=FONT_SIZE),
+        margin=dict(l=60, r=30, t=60, b=50),
         legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
-        paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
+        paper_bgcolor="rgba(0,0,0,0)",
+        plot_bgcolor="rgba(0,0,0,0)",
     )
     return fig
 
 
 # plotly's add_vline / add_hline look the subplot up on every call (6-10 ms each, up to three a
 # figure); these add the same shape and annotation directly (tests/test_figures.py compares).
-_VLINE_TEXT = {"top right": (1, "top", "left"), "top left": (1, "top", "right"),
-               "bottom right": (0, "bottom", "left")}
+_VLINE_TEXT = {"top right": (1, "top", "left"), "top left": (1, "top", "right"), "bottom right": (0, "bottom", "left")}
 
 
 def vline(fig: go.Figure, x: float, text: str | None = None, position: str = "top right", **line) -> None:
@@ -61,16 +63,18 @@ def vline(fig: go.Figure, x: float, text: str | None = None, position: str = "to
     fig.add_shape(type="line", x0=x, x1=x, xref="x", y0=0, y1=1, yref="y domain", line=line)
     if text is not None:
         y, yanchor, xanchor = _VLINE_TEXT[position]
-        fig.add_annotation(text=text, showarrow=False, x=x, xref="x", xanchor=xanchor, y=y, yref="y domain",
-                           yanchor=yanchor)
+        fig.add_annotation(
+            text=text, showarrow=False, x=x, xref="x", xanchor=xanchor, y=y, yref="y domain", yanchor=yanchor
+        )
 
 
 def hline(fig: go.Figure, y: float, text: str | None = None, **line) -> None:
     """A horizontal rule at data y across the plot, its label at the top right (plotly's default)."""
     fig.add_shape(type="line", x0=0, x1=1, xref="x domain", y0=y, y1=y, yref="y", line=line)
     if text is not None:
-        fig.add_annotation(text=text, showarrow=False, x=1, xref="x domain", xanchor="right", y=y, yref="y",
-                           yanchor="bottom")
+        fig.add_annotation(
+            text=text, showarrow=False, x=1, xref="x domain", xanchor="right", y=y, yref="y", yanchor="bottom"
+        )
 
 
 def make_length_histogram_figure(df: pd.DataFrame, ceiling: int | None, at_ceiling_fraction: float | None) -> go.Figure:
@@ -83,23 +87,40 @@ def make_length_histogram_figure(df: pd.DataFrame, ceiling: int | None, at_ceili
     fig = new_figure()
     fig.add_bar(x=centre, y=df["stop"], width=width, name="stop", marker_color=STOP_COLOUR)
     if df["other"].sum() > 0:
-        fig.add_bar(x=centre, y=df["other"], width=width, name="other (incl. length below the ceiling)", marker_color=OTHER_COLOUR)
+        fig.add_bar(
+            x=centre,
+            y=df["other"],
+            width=width,
+            name="other (incl. length below the ceiling)",
+            marker_color=OTHER_COLOUR,
+        )
     spike = df[df["at_ceiling"] > 0]
     if len(spike):
         # An exact ceiling bin can be 1 token wide on a 4096-token axis: give it a visible width.
         span = float(df["bin_end"].max() - df["bin_start"].min()) or 1.0
         vis = (spike["bin_end"] - spike["bin_start"]).clip(lower=span / 80)
-        fig.add_bar(x=spike["bin_start"] + vis / 2, y=spike["at_ceiling"], width=vis,
-                    name="stopped at the ceiling", marker_color=CEILING_COLOUR)
+        fig.add_bar(
+            x=spike["bin_start"] + vis / 2,
+            y=spike["at_ceiling"],
+            width=vis,
+            name="stopped at the ceiling",
+            marker_color=CEILING_COLOUR,
+        )
     fig.update_layout(barmode="stack", bargap=0)
     if ceiling:
         vline(fig, ceiling, dash="dash", color=CEILING_COLOUR, width=2)
         if at_ceiling_fraction is not None and len(spike):
             fig.add_annotation(
-                x=ceiling, y=float(spike["at_ceiling"].max()), xanchor="right", ax=-80, ay=-10,
+                x=ceiling,
+                y=float(spike["at_ceiling"].max()),
+                xanchor="right",
+                ax=-80,
+                ay=-10,
                 text=f"<b>{at_ceiling_fraction:.1%} stopped at the {ceiling:,}-token ceiling</b>",
-                font=dict(size=FONT_SIZE + 2, color=CEILING_COLOUR), arrowcolor=CEILING_COLOUR,
-                showarrow=True, bgcolor="rgba(0,0,0,0.6)",
+                font=dict(size=FONT_SIZE + 2, color=CEILING_COLOUR),
+                arrowcolor=CEILING_COLOUR,
+                showarrow=True,
+                bgcolor="rgba(0,0,0,0.6)",
             )
     fig.update_xaxes(title_text="completion tokens", range=[0, float(df["bin_end"].max()) * 1.03])
     fig.update_yaxes(title_text="completions")
@@ -108,8 +129,16 @@ def make_length_histogram_figure(df: pd.DataFrame, ceiling: int | None, at_ceili
 
 def make_cdf_figure(df: pd.DataFrame, ceiling: int | None = None) -> go.Figure:
     """Cumulative share of completions by length. `df` columns: tokens, cum_fraction."""
-    fig = new_figure(go.Scatter(x=df["tokens"], y=df["cum_fraction"], mode="lines", line_shape="hv",
-                               line=dict(color=STOP_COLOUR, width=3), name="share ≤ length"))
+    fig = new_figure(
+        go.Scatter(
+            x=df["tokens"],
+            y=df["cum_fraction"],
+            mode="lines",
+            line_shape="hv",
+            line=dict(color=STOP_COLOUR, width=3),
+            name="share ≤ length",
+        )
+    )
     if ceiling:
         vline(fig, ceiling, f"ceiling {ceiling:,}", "top left", dash="dash", color=CEILING_COLOUR, width=2)
     fig.update_xaxes(title_text="completion tokens")
@@ -123,18 +152,33 @@ def make_truncation_by_group_figure(df: pd.DataFrame, warn: float, alert: float)
     `df` columns: group, fraction, lo, hi, ceiling, drift (bool: this group's ceiling differs).
     """
     by_level = {"alert": ALERT_COLOUR, "warn": CEILING_COLOUR, "ok": STOP_COLOUR}
-    colours = [ALERT_COLOUR if d else by_level[level(f, warn, alert)]
-               for f, d in zip(df["fraction"], df["drift"], strict=False)]
-    labels = [f"{f:.1%}" + (f" · ceiling {int(c):,} differs" if d else "")
-              for f, c, d in zip(df["fraction"], df["ceiling"].fillna(0), df["drift"], strict=False)]
+    colours = [
+        ALERT_COLOUR if d else by_level[level(f, warn, alert)]
+        for f, d in zip(df["fraction"], df["drift"], strict=False)
+    ]
+    labels = [
+        f"{f:.1%}" + (f" · ceiling {int(c):,} differs" if d else "")
+        for f, c, d in zip(df["fraction"], df["ceiling"].fillna(0), df["drift"], strict=False)
+    ]
     short = df["label"] if "label" in df else df["group"]  # short labels; the full name on hover
-    fig = new_figure(go.Bar(
-        x=short, y=df["fraction"], marker_color=colours, text=labels, textposition="outside",
-        customdata=df[["group"]].assign(n=df.get("completions", 0)),
-        hovertemplate="%{customdata[0]}<br>%{y:.1%} of %{customdata[1]:,}<extra></extra>",
-        error_y=dict(type="data", symmetric=False, array=df["hi"] - df["fraction"],
-                     arrayminus=df["fraction"] - df["lo"], color="#CCCCCC"),
-    ))
+    fig = new_figure(
+        go.Bar(
+            x=short,
+            y=df["fraction"],
+            marker_color=colours,
+            text=labels,
+            textposition="outside",
+            customdata=df[["group"]].assign(n=df.get("completions", 0)),
+            hovertemplate="%{customdata[0]}<br>%{y:.1%} of %{customdata[1]:,}<extra></extra>",
+            error_y=dict(
+                type="data",
+                symmetric=False,
+                array=df["hi"] - df["fraction"],
+                arrayminus=df["fraction"] - df["lo"],
+                color="#CCCCCC",
+            ),
+        )
+    )
     hline(fig, warn, "warn", dash="dot", color=CEILING_COLOUR)
     hline(fig, alert, "alert", dash="dot", color=ALERT_COLOUR)
     fig.update_yaxes(title_text="share at the ceiling", tickformat=".0%", rangemode="tozero")
@@ -152,10 +196,24 @@ def make_truncation_over_time_figure(df: pd.DataFrame, warn: float, alert: float
     t = pd.to_datetime(df["bucket_unix"], unit="s")
     n = df["completions"].where(df["completions"] > 0)
     colours = [BACKFILL_COLOUR if b else CEILING_COLOUR for b in df["backfill"]]
-    fig = new_figure(go.Bar(x=t, y=df["at_ceiling"] / n, marker_color=colours, name="truncated (at the ceiling)",
-                         customdata=df["completions"], hovertemplate="truncated %{y:.1%} of %{customdata} new<extra></extra>"))
-    fig.add_bar(x=t, y=df["below_ceiling"] / n, marker_color=OTHER_COLOUR, name="length stop below the ceiling",
-                customdata=df["completions"], hovertemplate="below the ceiling %{y:.1%} of %{customdata} new<extra></extra>")
+    fig = new_figure(
+        go.Bar(
+            x=t,
+            y=df["at_ceiling"] / n,
+            marker_color=colours,
+            name="truncated (at the ceiling)",
+            customdata=df["completions"],
+            hovertemplate="truncated %{y:.1%} of %{customdata} new<extra></extra>",
+        )
+    )
+    fig.add_bar(
+        x=t,
+        y=df["below_ceiling"] / n,
+        marker_color=OTHER_COLOUR,
+        name="length stop below the ceiling",
+        customdata=df["completions"],
+        hovertemplate="below the ceiling %{y:.1%} of %{customdata} new<extra></extra>",
+    )
     if df["unsplit"].sum() > 0:
         fig.add_bar(x=t, y=df["unsplit"] / n, marker_color="#5A5F6A", name="length stop, length unknown (estimate)")
     fig.update_layout(barmode="stack")
@@ -172,9 +230,18 @@ def make_lengths_over_time_figure(df: pd.DataFrame, ceiling: int | None) -> go.F
     """
     t = pd.to_datetime(df["bucket_unix"], unit="s")
     colours = [BACKFILL_COLOUR if b else CEILING_COLOUR for b in df["backfill"]]
-    fig = new_figure(go.Bar(x=t, y=df["at_ceiling_fraction"], marker_color=colours, opacity=0.45, yaxis="y2",
-                         name="share at ceiling", customdata=df["completions"],
-                         hovertemplate="%{y:.1%} of %{customdata} at the ceiling<extra></extra>"))
+    fig = new_figure(
+        go.Bar(
+            x=t,
+            y=df["at_ceiling_fraction"],
+            marker_color=colours,
+            opacity=0.45,
+            yaxis="y2",
+            name="share at ceiling",
+            customdata=df["completions"],
+            hovertemplate="%{y:.1%} of %{customdata} at the ceiling<extra></extra>",
+        )
+    )
     for name, dash in (("p50", "solid"), ("p90", "dash"), ("p99", "dot")):
         fig.add_scatter(x=t, y=df[name], mode="lines+markers", name=name, line=dict(color=STOP_COLOUR, dash=dash))
     if ceiling:
@@ -194,15 +261,30 @@ def make_gpu_heatstrip_figure(df: pd.DataFrame) -> go.Figure:
     rows = [("util %", "util_pct"), ("power %", "power_pct"), ("mem %", "mem_pct")]
     z = [df[col].tolist() for _, col in rows]
     text = [["N/A" if pd.isna(v) else f"{v:.0f}" for v in r] for r in z]
-    fig = new_figure(go.Heatmap(
-        z=z, x=df["label"].tolist(), y=[name for name, _ in rows], zmin=0, zmax=100, text=text,
-        texttemplate="%{text}", colorscale="Viridis", xgap=2, ygap=2,
-        colorbar=dict(title="%", thickness=12), hovertemplate="%{x} %{y}: %{text}<extra></extra>",
-    ))
+    fig = new_figure(
+        go.Heatmap(
+            z=z,
+            x=df["label"].tolist(),
+            y=[name for name, _ in rows],
+            zmin=0,
+            zmax=100,
+            text=text,
+            texttemplate="%{text}",
+            colorscale="Viridis",
+            xgap=2,
+            ygap=2,
+            colorbar=dict(title="%", thickness=12),
+            hovertemplate="%{x} %{y}: %{text}<extra></extra>",
+        )
+    )
     # "node/gpu" on two lines keeps long node names from overlapping.
     labels = df["label"].tolist()
-    fig.update_xaxes(type="category", tickvals=labels, tickangle=-60 if len(df) > 16 else 0,
-                     ticktext=[lbl if len(df) > 16 else lbl.replace("/", "<br>GPU ", 1) for lbl in labels])
+    fig.update_xaxes(
+        type="category",
+        tickvals=labels,
+        tickangle=-60 if len(df) > 16 else 0,
+        ticktext=[lbl if len(df) > 16 else lbl.replace("/", "<br>GPU ", 1) for lbl in labels],
+    )
     fig.update_layout(yaxis_autorange="reversed")
     return apply_layout(fig, "GPUs now", height=260)
 
@@ -220,31 +302,50 @@ def make_gpu_grid_figure(df: pd.DataFrame) -> go.Figure:
     power = grid.pivot(index="node", columns="gpu", values="power_pct").reindex_like(util)
     mem = grid.pivot(index="node", columns="gpu", values="mem_pct").reindex_like(util)
     text = [[("N/A" if pd.isna(u) else f"{u:.0f}") for u in row] for row in util.to_numpy()]
+
     def pct(v) -> str:
         return "N/A" if v is None or pd.isna(v) else f"{v:.0f}%"
 
-    hover = [[f"util {pct(u)} · power {pct(p)} · mem {pct(m)}" for u, p, m in zip(ur, pr, mr, strict=False)]
-             for ur, pr, mr in zip(util.to_numpy(), power.to_numpy(), mem.to_numpy(), strict=False)]
-    fig = new_figure(go.Heatmap(z=util.to_numpy(), x=[f"GPU {g}" for g in util.columns], y=list(util.index),
-                             zmin=0, zmax=100, colorscale="Viridis", xgap=1, ygap=1, text=np.array(text, dtype=object),
-                             texttemplate="%{text}" if util.size <= 600 else None,
-                             customdata=np.array(hover, dtype=object),  # arrays: validated at once, not per cell
-                             colorbar=dict(title="util %", thickness=12),
-                             hovertemplate="%{y} %{x}: %{customdata}<extra></extra>"))
+    hover = [
+        [f"util {pct(u)} · power {pct(p)} · mem {pct(m)}" for u, p, m in zip(ur, pr, mr, strict=False)]
+        for ur, pr, mr in zip(util.to_numpy(), power.to_numpy(), mem.to_numpy(), strict=False)
+    ]
+    fig = new_figure(
+        go.Heatmap(
+            z=util.to_numpy(),
+            x=[f"GPU {g}" for g in util.columns],
+            y=list(util.index),
+            zmin=0,
+            zmax=100,
+            colorscale="Viridis",
+            xgap=1,
+            ygap=1,
+            text=np.array(text, dtype=object),
+            texttemplate="%{text}" if util.size <= 600 else None,
+            customdata=np.array(hover, dtype=object),  # arrays: validated at once, not per cell
+            colorbar=dict(title="util %", thickness=12),
+            hovertemplate="%{y} %{x}: %{customdata}<extra></extra>",
+        )
+    )
     fig.update_layout(yaxis_autorange="reversed")
-    return apply_layout(fig, f"GPUs now: utilization, {len(df)} GPUs on {util.shape[0]} nodes",
-                   height=min(1400, 120 + 18 * util.shape[0]))
+    return apply_layout(
+        fig,
+        f"GPUs now: utilization, {len(df)} GPUs on {util.shape[0]} nodes",
+        height=min(1400, 120 + 18 * util.shape[0]),
+    )
 
 
-def make_gpu_timeseries_figure(df: pd.DataFrame, value: str, title: str, unit: str,
-                               limit_col: str | None = None) -> go.Figure:
+def make_gpu_timeseries_figure(
+    df: pd.DataFrame, value: str, title: str, unit: str, limit_col: str | None = None
+) -> go.Figure:
     """One line per GPU over time. `df` columns: ts_unix, label, `value` [, `limit_col`]."""
     fig = new_figure()
     for label, g in df.groupby("label", sort=True):
         fig.add_scatter(x=pd.to_datetime(g["ts_unix"], unit="s"), y=g[value], mode="lines", name=str(label))
     if limit_col and limit_col in df and df[limit_col].notna().any():
-        hline(fig, float(df[limit_col].max()), f"limit {df[limit_col].max():.0f} {unit}", dash="dash",
-               color=ALERT_COLOUR)
+        hline(
+            fig, float(df[limit_col].max()), f"limit {df[limit_col].max():.0f} {unit}", dash="dash", color=ALERT_COLOUR
+        )
     fig.update_yaxes(title_text=unit, rangemode="tozero")
     fig = apply_layout(fig, title, height=320)
     fig.update_layout(showlegend=len(fig.data) <= 8)  # dozens of GPUs: hover names them instead
@@ -256,8 +357,18 @@ def natural_order(names) -> list[str]:
     return sorted(names, key=lambda n: [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", str(n))])
 
 
-NODE_PALETTE = ["#4C9AFF", "#FFB000", "#3DD68C", "#FF6B6B", "#B48CFF", "#4DD0E1", "#FF8A3D", "#C0CA33",
-                "#F06292", "#8D99AE"]
+NODE_PALETTE = [
+    "#4C9AFF",
+    "#FFB000",
+    "#3DD68C",
+    "#FF6B6B",
+    "#B48CFF",
+    "#4DD0E1",
+    "#FF8A3D",
+    "#C0CA33",
+    "#F06292",
+    "#8D99AE",
+]
 
 
 def node_colour(nodes: list[str], node: str) -> str:
@@ -266,15 +377,16 @@ def node_colour(nodes: list[str], node: str) -> str:
 
 
 def _rgba(hex_colour: str, alpha: float) -> str:
-    r, g, b = (int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
+    r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
     return f"rgba({r},{g},{b},{alpha})"
 
 
 BAND_MAX_NODES = 12  # more nodes than this: a node x time heatmap (bands would cover each other)
 
 
-def make_gpu_node_heatmap_figure(bands: pd.DataFrame, title: str, unit: str,
-                                 z_range: tuple[float, float] | None = None) -> go.Figure:
+def make_gpu_node_heatmap_figure(
+    bands: pd.DataFrame, title: str, unit: str, z_range: tuple[float, float] | None = None
+) -> go.Figure:
     """Fleet scale: one row per node, time across, colour = the median of its GPUs (hover: min-max)."""
     med = bands.pivot(index="node", columns="t_unix", values="median")
     med = med.reindex(natural_order(med.index))
@@ -282,21 +394,39 @@ def make_gpu_node_heatmap_figure(bands: pd.DataFrame, title: str, unit: str,
     hi = bands.pivot(index="node", columns="t_unix", values="max").reindex_like(med)
     # An array, not nested lists: plotly validates a list cell by cell (0.23 s for 64 nodes x 240
     # steps), an array at once (0.02 s).
-    custom = np.array([[f"min {a:.0f} · max {b:.0f}" if pd.notna(a) else "no data" for a, b in zip(ra, rb, strict=False)]
-                       for ra, rb in zip(lo.to_numpy(), hi.to_numpy(), strict=False)], dtype=object)
-    heat = go.Heatmap(z=med.to_numpy(), x=pd.to_datetime(med.columns, unit="s"), y=list(med.index), customdata=custom,
-                      colorscale="Viridis", colorbar=dict(title=unit, thickness=12),
-                      hovertemplate="%{y} %{x}: median %{z:.0f} " + unit + " (%{customdata})<extra></extra>")
+    custom = np.array(
+        [
+            [f"min {a:.0f} · max {b:.0f}" if pd.notna(a) else "no data" for a, b in zip(ra, rb, strict=False)]
+            for ra, rb in zip(lo.to_numpy(), hi.to_numpy(), strict=False)
+        ],
+        dtype=object,
+    )
+    heat = go.Heatmap(
+        z=med.to_numpy(),
+        x=pd.to_datetime(med.columns, unit="s"),
+        y=list(med.index),
+        customdata=custom,
+        colorscale="Viridis",
+        colorbar=dict(title=unit, thickness=12),
+        hovertemplate="%{y} %{x}: median %{z:.0f} " + unit + " (%{customdata})<extra></extra>",
+    )
     if z_range is not None:
         heat.update(zmin=z_range[0], zmax=z_range[1])
     fig = new_figure(heat)
     fig.update_layout(yaxis_autorange="reversed")
-    return apply_layout(fig, f"{title} · median of each node's GPUs ({len(med)} nodes)",
-                   height=min(1000, 140 + 12 * len(med)))
+    return apply_layout(
+        fig, f"{title} · median of each node's GPUs ({len(med)} nodes)", height=min(1000, 140 + 12 * len(med))
+    )
 
 
-def make_gpu_band_figure(bands: pd.DataFrame, title: str, unit: str, limit: float | None = None,
-                         y_range: tuple[float, float] | None = None, show_legend: bool = True) -> go.Figure:
+def make_gpu_band_figure(
+    bands: pd.DataFrame,
+    title: str,
+    unit: str,
+    limit: float | None = None,
+    y_range: tuple[float, float] | None = None,
+    show_legend: bool = True,
+) -> go.Figure:
     """Per node: the median across its GPUs as a line, min-max as a shaded band.
 
     Readable at fleet scale (64 nodes x 8 GPUs is 64 lines, not 512). `bands` columns: node,
@@ -310,15 +440,47 @@ def make_gpu_band_figure(bands: pd.DataFrame, title: str, unit: str, limit: floa
     traces: list[dict] = []
     for node, g in bands.groupby("node", sort=True):
         colour, t = node_colour(nodes, node), pd.to_datetime(g["t_unix"], unit="s").to_numpy()
-        traces.append(dict(type="scatter", x=t, y=g["max"].to_numpy(), mode="lines", line=dict(width=0), legendgroup=node,
-                           showlegend=False, hoverinfo="skip"))
-        traces.append(dict(type="scatter", x=t, y=g["min"].to_numpy(), mode="lines", line=dict(width=0), fill="tonexty",
-                           legendgroup=node, fillcolor=_rgba(colour, 0.18), showlegend=False, hoverinfo="skip"))
-        traces.append(dict(type="scatter", x=t, y=g["median"].to_numpy(), mode="lines", line=dict(color=colour, width=2),
-                           name=str(node), legendgroup=node, showlegend=show_legend,
-                           customdata=g[["min", "max", "gpus"]].to_numpy(),
-                           hovertemplate=f"{node}: median %{{y:.0f}} {unit} (min %{{customdata[0]:.0f}}, max "
-                                         f"%{{customdata[1]:.0f}}, %{{customdata[2]}} GPUs)<extra></extra>"))
+        traces.append(
+            dict(
+                type="scatter",
+                x=t,
+                y=g["max"].to_numpy(),
+                mode="lines",
+                line=dict(width=0),
+                legendgroup=node,
+                showlegend=False,
+                hoverinfo="skip",
+            )
+        )
+        traces.append(
+            dict(
+                type="scatter",
+                x=t,
+                y=g["min"].to_numpy(),
+                mode="lines",
+                line=dict(width=0),
+                fill="tonexty",
+                legendgroup=node,
+                fillcolor=_rgba(colour, 0.18),
+                showlegend=False,
+                hoverinfo="skip",
+            )
+        )
+        traces.append(
+            dict(
+                type="scatter",
+                x=t,
+                y=g["median"].to_numpy(),
+                mode="lines",
+                line=dict(color=colour, width=2),
+                name=str(node),
+                legendgroup=node,
+                showlegend=show_legend,
+                customdata=g[["min", "max", "gpus"]].to_numpy(),
+                hovertemplate=f"{node}: median %{{y:.0f}} {unit} (min %{{customdata[0]:.0f}}, max "
+                f"%{{customdata[1]:.0f}}, %{{customdata[2]}} GPUs)<extra></extra>",
+            )
+        )
     fig = new_figure(*traces)
     if limit is not None:
         hline(fig, limit, f"limit {limit:.0f} {unit}", dash="dash", color=ALERT_COLOUR)
@@ -330,8 +492,15 @@ def make_gpu_band_figure(bands: pd.DataFrame, title: str, unit: str, limit: floa
 
 def make_throughput_figure(df: pd.DataFrame) -> go.Figure:
     """Output tokens per second over time. `df` columns: bucket_unix, tokens_per_s."""
-    fig = new_figure(go.Scatter(x=pd.to_datetime(df["bucket_unix"], unit="s"), y=df["tokens_per_s"],
-                               mode="lines", fill="tozeroy", line=dict(color=STOP_COLOUR, width=3)))
+    fig = new_figure(
+        go.Scatter(
+            x=pd.to_datetime(df["bucket_unix"], unit="s"),
+            y=df["tokens_per_s"],
+            mode="lines",
+            fill="tozeroy",
+            line=dict(color=STOP_COLOUR, width=3),
+        )
+    )
     fig.update_yaxes(title_text="tokens/s", rangemode="tozero")
     return apply_layout(fig, "Throughput (from shard growth)", height=230)
 
@@ -343,13 +512,32 @@ def make_whatif_figure(df: pd.DataFrame, ceiling: int, chosen: int, hard_hi: flo
     """
     fig = new_figure()
     fig.add_scatter(x=df["limit"], y=df["band_hi"], mode="lines", line=dict(width=0), showlegend=False)
-    fig.add_scatter(x=df["limit"], y=df["band_lo"], mode="lines", line=dict(width=0), fill="tonexty",
-                    fillcolor="rgba(138,143,152,0.25)", name="spread across tail models")
+    fig.add_scatter(
+        x=df["limit"],
+        y=df["band_lo"],
+        mode="lines",
+        line=dict(width=0),
+        fill="tonexty",
+        fillcolor="rgba(138,143,152,0.25)",
+        name="spread across tail models",
+    )
     fig.add_scatter(x=df["limit"], y=df["hi"], mode="lines", line=dict(width=0), showlegend=False)
-    fig.add_scatter(x=df["limit"], y=df["lo"], mode="lines", line=dict(width=0), fill="tonexty",
-                    fillcolor="rgba(76,154,255,0.3)", name="95% interval")
-    fig.add_scatter(x=df["limit"], y=df["fraction"], mode="lines+markers", line=dict(color=STOP_COLOUR, width=3),
-                    name="projected share still truncated")
+    fig.add_scatter(
+        x=df["limit"],
+        y=df["lo"],
+        mode="lines",
+        line=dict(width=0),
+        fill="tonexty",
+        fillcolor="rgba(76,154,255,0.3)",
+        name="95% interval",
+    )
+    fig.add_scatter(
+        x=df["limit"],
+        y=df["fraction"],
+        mode="lines+markers",
+        line=dict(color=STOP_COLOUR, width=3),
+        name="projected share still truncated",
+    )
     vline(fig, ceiling, f"now {ceiling:,}", dash="dash", color=CEILING_COLOUR)
     vline(fig, chosen, f"new {chosen:,}", "bottom right", dash="dot", color="#FFFFFF")
     if hard_hi is not None:

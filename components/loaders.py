@@ -37,9 +37,21 @@ def _cache(ttl: float = TTL_S, max_entries: int = 16):
 
 def clear_all() -> None:
     """Drop every cached read (after "Refresh now")."""
-    for fn in (load_nodes, load_run_lengths, load_group_lengths, load_truncation_over_time, load_throughput,
-               load_health, load_problems, load_hosts, load_gpu_latest, load_gpu_series, load_samples,
-               load_last_collection, load_lengths_over_time):
+    for fn in (
+        load_nodes,
+        load_run_lengths,
+        load_group_lengths,
+        load_truncation_over_time,
+        load_throughput,
+        load_health,
+        load_problems,
+        load_hosts,
+        load_gpu_latest,
+        load_gpu_series,
+        load_samples,
+        load_last_collection,
+        load_lengths_over_time,
+    ):
         fn.clear()
 
 
@@ -59,7 +71,9 @@ def load_run_lengths(store: Store, ceiling: int | None) -> dict[str, Any]:
     """The run's length counts: summary, histogram bins and CDF points; `as_of` is when the
     collector computed them (None: computed now, there was no precomputed copy)."""
     got = precomputed.payload(store, "run_lengths")
-    as_of, data = got if got is not None and got[1]["ceiling"] == ceiling else (None, pagedata.run_lengths(store, ceiling))
+    as_of, data = (
+        got if got is not None and got[1]["ceiling"] == ceiling else (None, pagedata.run_lengths(store, ceiling))
+    )
     hist = stats.LengthHist.from_rows(data["rows"])
     summary = stats.summarize(hist, ceiling=ceiling, unparseable=data["malformed"])
     bins = pd.DataFrame(data["bins"], columns=["bin_start", "bin_end", "stop", "at_ceiling", "other"])
@@ -87,7 +101,9 @@ def load_truncation_over_time(store: Store, interval_s: float, ceiling: int | No
     got = precomputed.payload(store, "truncation_over_time")
     fits = got is not None and (got[1]["interval_s"], got[1]["ceiling"]) == (interval_s, ceiling)
     data = got[1] if got is not None and fits else pagedata.truncation_over_time(store, interval_s, ceiling)
-    df = pd.DataFrame(data["polls"], columns=["bucket_unix", "completions", "tokens", "length_stops", "malformed", "backfill"])
+    df = pd.DataFrame(
+        data["polls"], columns=["bucket_unix", "completions", "tokens", "length_stops", "malformed", "backfill"]
+    )
     split = pd.DataFrame(data["split"], columns=["bucket_unix", "at_ceiling", "below_ceiling"])
     df = df.merge(split, on="bucket_unix", how="left").fillna({"at_ceiling": 0, "below_ceiling": 0})
     # Estimated-length stops (and polls stored before the split existed) cannot be placed.
@@ -101,8 +117,10 @@ def load_lengths_over_time(store: Store, ceiling: int | None) -> pd.DataFrame:
     """Per hour of the run: length percentiles (log-bin edges) and the exact share at the ceiling."""
     got = precomputed.payload(store, "lengths_over_time")
     fits = got is not None and got[1]["ceiling"] == ceiling
-    df = pd.DataFrame(got[1]["rows"] if got is not None and fits else lengthtime.hourly(store, ceiling), columns=[
-        "bucket_unix", "completions", "at_ceiling", "backfill", "at_ceiling_fraction", "p50", "p90", "p99"])
+    df = pd.DataFrame(
+        got[1]["rows"] if got is not None and fits else lengthtime.hourly(store, ceiling),
+        columns=["bucket_unix", "completions", "at_ceiling", "backfill", "at_ceiling_fraction", "p50", "p90", "p99"],
+    )
     df.attrs["as_of"] = got[0] if got is not None and fits else None
     return df
 
@@ -116,7 +134,8 @@ def load_throughput(store: Store, interval_s: float) -> dict[str, Any]:
     by_node: dict[str, list] = {}
     for p in store.polls(since_unix=now - 2 * THROUGHPUT_WINDOW_S):
         by_node.setdefault(p["node"], []).append(
-            (p["node_ts_unix"] or p["ts_unix"], p["completions"] or 0, p["tokens"] or 0, bool(p["backfill"])))
+            (p["node_ts_unix"] or p["ts_unix"], p["completions"] or 0, p["tokens"] or 0, bool(p["backfill"]))
+        )
     shard = rates.run_throughput(by_node, window_s=THROUGHPUT_WINDOW_S)
     server = None
     fresh = now - stale_after_s(interval_s)
@@ -131,8 +150,10 @@ def load_throughput(store: Store, interval_s: float) -> dict[str, Any]:
         if node_rates:
             server = (server or 0.0) + float(sum(node_rates))
     bucket_s = stale_after_s(interval_s)  # a few polls
-    series = pd.DataFrame(store.polls_by_bucket(bucket_s, since_unix=now - 3600),
-                          columns=["bucket_unix", "completions", "tokens", "length_stops", "malformed", "backfill"])
+    series = pd.DataFrame(
+        store.polls_by_bucket(bucket_s, since_unix=now - 3600),
+        columns=["bucket_unix", "completions", "tokens", "length_stops", "malformed", "backfill"],
+    )
     series = series[series["backfill"] == 0].iloc[:-1]  # the last bucket is still filling
     series = series.assign(tokens_per_s=series["tokens"] / bucket_s)
     return {"shard": shard, "server_tokens_per_s": server, "series": series}
@@ -147,8 +168,9 @@ def load_health(store: Store) -> dict[str, Any]:
     now = time.time()
     rows: dict[str, list] = {}
     for p in store.polls(since_unix=now - HEALTH_LOOKBACK_S):
-        rows.setdefault(p["node"], []).append((p["ts_unix"], p["node_ts_unix"], p["completions"], p["tokens"],
-                                               p["backfill"]))
+        rows.setdefault(p["node"], []).append(
+            (p["ts_unix"], p["node_ts_unix"], p["completions"], p["tokens"], p["backfill"])
+        )
     out = health.run_rates(rows, now)
     if any(r.last_growth_unix is None for r in out["per_node"].values()):
         # Stalled for longer than the lookback: when did it last grow? (one scan, only then)
@@ -182,8 +204,10 @@ def load_problems(store: Store, run_writing: bool) -> dict[str, list[tuple[str, 
         now_gpus.setdefault(r["node"], set()).add(int(r["gpu"]))
     live = {n["name"] for n in nodes if n.get("last_ok_unix") and not n.get("failing_since_unix")}
     missing = health.missing_gpus(store.gpus_seen(time.time() - XID_WINDOW_S), now_gpus, live)
-    return {"gpu": missing + health.gpu_problems(rows, found, xids, run_writing),
-            "host": health.host_problems(store.host_latest(), loads)}
+    return {
+        "gpu": missing + health.gpu_problems(rows, found, xids, run_writing),
+        "host": health.host_problems(store.host_latest(), loads),
+    }
 
 
 @_cache()
@@ -219,34 +243,52 @@ def load_samples(store: Store) -> dict[str, Any]:
 whatif_curve_limits = pagedata.whatif_limits  # one definition: the collector's default what-if uses it too
 
 
-def load_whatif(hist: stats.LengthHist, ceiling: int, new_limit: int, loop_sample: tuple[int, int] | None,
-                bootstrap: int = 200) -> whatif.WhatIf:
+def load_whatif(
+    hist: stats.LengthHist, ceiling: int, new_limit: int, loop_sample: tuple[int, int] | None, bootstrap: int = 200
+) -> whatif.WhatIf:
     """`what_if` is a model fit and a back-test: cached per (histogram content, limit, loop sample)
     for a minute; the chart's curve comes from the same fits."""
     return _load_whatif(hist, stats.hist_digest(hist), ceiling, new_limit, loop_sample, bootstrap)
 
 
-def load_whatif_with_age(store: Store, hist: stats.LengthHist, ceiling: int, new_limit: int,
-                         loop_sample: tuple[int, int] | None) -> tuple[whatif.WhatIf, float | None]:
+def load_whatif_with_age(
+    store: Store, hist: stats.LengthHist, ceiling: int, new_limit: int, loop_sample: tuple[int, int] | None
+) -> tuple[whatif.WhatIf, float | None]:
     """The page's what-if and when it was computed: the collector's precomputed fit (its
     `ts_unix`) when it is of this very histogram (content digest), limit and loop sample, else
     `load_whatif` here and now (None)."""
     got = precomputed.payload(store, "whatif")
     if got is not None:
         pre = got[1]
-        same_sample = (tuple(pre["loop_sample"]) if pre["loop_sample"] else None) == \
-            (tuple(loop_sample) if loop_sample else None)
-        if (pre["ceiling"], pre["limit"], pre.get("hist_key")) == (ceiling, new_limit, stats.hist_digest(hist)) \
-                and same_sample:
+        same_sample = (tuple(pre["loop_sample"]) if pre["loop_sample"] else None) == (
+            tuple(loop_sample) if loop_sample else None
+        )
+        if (pre["ceiling"], pre["limit"], pre.get("hist_key")) == (
+            ceiling,
+            new_limit,
+            stats.hist_digest(hist),
+        ) and same_sample:
             return whatif.WhatIf.from_json(pre["result"]), got[0]
     return load_whatif(hist, ceiling, new_limit, loop_sample, pagedata.WHATIF_BOOTSTRAP), None
 
 
 @st.cache_data(ttl=60, max_entries=32, show_spinner=False)
-def _load_whatif(_hist: stats.LengthHist, content_key: str, ceiling: int, new_limit: int,
-                 loop_sample: tuple[int, int] | None, bootstrap: int) -> whatif.WhatIf:
-    return whatif.what_if(_hist, ceiling, new_limit, loop_sample=loop_sample, bootstrap=bootstrap,
-                          curve_limits=whatif_curve_limits(ceiling, new_limit))
+def _load_whatif(
+    _hist: stats.LengthHist,
+    content_key: str,
+    ceiling: int,
+    new_limit: int,
+    loop_sample: tuple[int, int] | None,
+    bootstrap: int,
+) -> whatif.WhatIf:
+    return whatif.what_if(
+        _hist,
+        ceiling,
+        new_limit,
+        loop_sample=loop_sample,
+        bootstrap=bootstrap,
+        curve_limits=whatif_curve_limits(ceiling, new_limit),
+    )
 
 
 @_cache()
@@ -264,7 +306,3 @@ def load_server_metrics(store: Store) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame()
     return pd.DataFrame(rows).pivot(index="name", columns="node", values="value")
-
-
-
-

@@ -34,22 +34,36 @@ def render_outbound(rt) -> None:
         return
     st.subheader("Outbound: Prometheus and alert webhooks")
     if outbound is not None:
-        st.caption(f"Prometheus metrics: {outbound.metrics_url}" if outbound.metrics_url
-                   else "Prometheus metrics: off (set [run] metrics_port or --metrics-port)")
+        st.caption(
+            f"Prometheus metrics: {outbound.metrics_url}"
+            if outbound.metrics_url
+            else "Prometheus metrics: off (set [run] metrics_port or --metrics-port)"
+        )
         for notice in outbound.notices:
             st.warning(md_escape(notice))
         if outbound.notifier is None and not rows:
-            st.caption("Alert webhooks: none configured (.streamlit/secrets.toml [alerts] webhook_urls"
-                       " or RUNHEALTH_WEBHOOK_URLS)")
+            st.caption(
+                "Alert webhooks: none configured (.streamlit/secrets.toml [alerts] webhook_urls"
+                " or RUNHEALTH_WEBHOOK_URLS)"
+            )
     for r in rows:
         if r["failed"] and (r["last_ok_unix"] is None or r["last_failure_unix"] > r["last_ok_unix"]):
-            st.error(md_escape(f"Webhook {r['target']}: last delivery failed"
-                                     f" {fmt_age(now - r['last_failure_unix'])} ago: {r['last_error']}"))
+            st.error(
+                md_escape(
+                    f"Webhook {r['target']}: last delivery failed"
+                    f" {fmt_age(now - r['last_failure_unix'])} ago: {r['last_error']}"
+                )
+            )
     if rows:
         table = pd.DataFrame(rows).assign(
             last_ok=[fmt_age(now - r["last_ok_unix"]) + " ago" if r["last_ok_unix"] else "never" for r in rows],
-            last_failure=[fmt_age(now - r["last_failure_unix"]) + " ago" if r["last_failure_unix"] else "—"
-                          for r in rows])
+            last_failure=[
+                fmt_age(now - r["last_failure_unix"]) + " ago" if r["last_failure_unix"] else "—" for r in rows
+            ],
+        )
         st.caption("Webhook deliveries in the last 24 h (each message retried with backoff before it counts as failed)")
-        st.dataframe(table[["target", "delivered", "failed", "last_ok", "last_failure", "last_error"]],
-                     hide_index=True, width="stretch")
+        st.dataframe(
+            table[["target", "delivered", "failed", "last_ok", "last_failure", "last_error"]],
+            hide_index=True,
+            width="stretch",
+        )

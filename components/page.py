@@ -95,8 +95,9 @@ ERROR_PREFIX = "Could not draw this part of the page"
 DEMO_TEXT = "DEMO — simulated run; add runhealth.toml to monitor real nodes"
 
 
-def setup(rt: context.Runtime, title: str, prefix: str, pages: dict[str, StreamlitPage],
-          one_run: bool = True) -> context.Runtime:
+def setup(
+    rt: context.Runtime, title: str, prefix: str, pages: dict[str, StreamlitPage], one_run: bool = True
+) -> context.Runtime:
     """Configure the page for screen `prefix` (`pages`: every screen by prefix, for the kiosk
     rotation) and return the runtime of the run it shows (the sidebar's run picker); stops the
     page on a config or access error. `one_run`: False for a screen that shows several runs."""
@@ -104,8 +105,10 @@ def setup(rt: context.Runtime, title: str, prefix: str, pages: dict[str, Streaml
     st.markdown(CSS, unsafe_allow_html=True)
     if rt.config_error or rt.config is None or rt.store is None:
         st.error(f"runhealth cannot start: {rt.config_error or 'no run configured'}")
-        st.info(f"Fix the field named above in {md_escape(str(rt.config_path or 'the config file'))} and reload the page:"
-                " the dashboard reloads the file when it changes, no restart needed.")
+        st.info(
+            f"Fix the field named above in {md_escape(str(rt.config_path or 'the config file'))} and reload the page:"
+            " the dashboard reloads the file when it changes, no restart needed."
+        )
         st.fragment(run_every=5)(_rerun_when_stale)(rt)  # an open error page clears by itself
         st.stop()
     view = context.ready(rt)
@@ -125,13 +128,24 @@ def setup(rt: context.Runtime, title: str, prefix: str, pages: dict[str, Streaml
             st.info(rt.notice)
         if rt.demo:
             st.markdown('<div class="rh-demo">DEMO</div>', unsafe_allow_html=True)
-        st.caption(md_escape(f"Config: {rt.config_path}" if rt.config_path
-                                   else "Config: none found (--config, RUNHEALTH_CONFIG, ./runhealth.toml)"))
+        st.caption(
+            md_escape(
+                f"Config: {rt.config_path}"
+                if rt.config_path
+                else "Config: none found (--config, RUNHEALTH_CONFIG, ./runhealth.toml)"
+            )
+        )
         st.fragment(run_every=5)(guarded(freshness))(rt, compact=True)
         collector = rt.collector
-        if st.button("Refresh now", key=f"{prefix}_refresh_button", disabled=collector is None,
-                     help="Poll every node now" if collector else "The collector is off in this process") \
-                and collector is not None:
+        if (
+            st.button(
+                "Refresh now",
+                key=f"{prefix}_refresh_button",
+                disabled=collector is None,
+                help="Poll every node now" if collector else "The collector is off in this process",
+            )
+            and collector is not None
+        ):
             collector.request_refresh()
             loaders.clear_all()
             st.rerun()
@@ -183,6 +197,7 @@ def _kiosk_rotate(rt: context.PageRuntime, prefix: str, rotate_s: float, pages: 
 def live(rt: context.PageRuntime, fn, *args) -> None:
     """Draw `fn(*args)` in a fragment that redraws itself every collection interval, in place
     (no flicker, widgets inside keep their state), under a line saying when its numbers are from."""
+
     def body(*a):
         data_header(rt)
         guarded(fn)(*a)
@@ -191,7 +206,7 @@ def live(rt: context.PageRuntime, fn, *args) -> None:
 
 
 def data_header(rt: context.PageRuntime) -> None:
-    """"Numbers as of HH:MM:SS"; a red sentence once the last collection is older than stale_after."""
+    """ "Numbers as of HH:MM:SS"; a red sentence once the last collection is older than stale_after."""
     last = loaders.load_last_collection(rt.store)
     if last is None:
         st.caption("Waiting for the first poll: no numbers yet.")
@@ -201,8 +216,11 @@ def data_header(rt: context.PageRuntime) -> None:
     if age > rt.config.stale_after:
         st.error(f"⚠ {text}: older than {fmt_age(rt.config.stale_after)}, these numbers are stale.")
     else:
-        st.markdown(f'<div class="rh-asof" style="color:#9AA0AA">{html.escape(text)} · refreshed every '
-                    f"{fmt_age(max(rt.config.interval_s, 2.0))}</div>", unsafe_allow_html=True)
+        st.markdown(
+            f'<div class="rh-asof" style="color:#9AA0AA">{html.escape(text)} · refreshed every '
+            f"{fmt_age(max(rt.config.interval_s, 2.0))}</div>",
+            unsafe_allow_html=True,
+        )
 
 
 def guarded(fn):
@@ -246,8 +264,14 @@ def freshness(rt: context.Runtime, compact: bool = False) -> None:
 def download_csv(df: pd.DataFrame, filename: str, prefix: str, label: str = "Download CSV") -> None:
     """The page's data as CSV, in the sidebar."""
     with st.sidebar:
-        st.download_button(label, df.to_csv(index=False).encode("utf-8"), file_name=filename, mime="text/csv",
-                           key=f"{prefix}_csv_download", disabled=df.empty)
+        st.download_button(
+            label,
+            df.to_csv(index=False).encode("utf-8"),
+            file_name=filename,
+            mime="text/csv",
+            key=f"{prefix}_csv_download",
+            disabled=df.empty,
+        )
 
 
 def download_headline(rt: context.PageRuntime, prefix: str) -> None:
@@ -256,13 +280,29 @@ def download_headline(rt: context.PageRuntime, prefix: str) -> None:
 
     now = time.time()
     summary = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["summary"]
-    record = tables.headline(summary, loaders.load_health(rt.store), loaders.load_nodes(rt.store), rt.config, now,
-                            loaders.load_last_collection(rt.store))
+    record = tables.headline(
+        summary,
+        loaders.load_health(rt.store),
+        loaders.load_nodes(rt.store),
+        rt.config,
+        now,
+        loaders.load_last_collection(rt.store),
+    )
     with st.sidebar:
-        st.download_button("Download headline figures (JSON)", json.dumps(record, indent=2).encode("utf-8"),
-                           file_name="headline.json", mime="application/json", key=f"{prefix}_headline_json")
-        st.download_button("Download headline figures (CSV)", pd.DataFrame([record]).to_csv(index=False).encode("utf-8"),
-                           file_name="headline.csv", mime="text/csv", key=f"{prefix}_headline_csv")
+        st.download_button(
+            "Download headline figures (JSON)",
+            json.dumps(record, indent=2).encode("utf-8"),
+            file_name="headline.json",
+            mime="application/json",
+            key=f"{prefix}_headline_json",
+        )
+        st.download_button(
+            "Download headline figures (CSV)",
+            pd.DataFrame([record]).to_csv(index=False).encode("utf-8"),
+            file_name="headline.csv",
+            mime="text/csv",
+            key=f"{prefix}_headline_csv",
+        )
 
 
 def _check_access(allowed_users: list[str]) -> None:
@@ -275,8 +315,10 @@ def _check_access(allowed_users: list[str]) -> None:
         auth_configured = False
     if not auth_configured:
         # Fail closed: an allow-list nobody can be checked against must not mean "everyone".
-        st.error("This run sets allowed_users, but no [auth] section is configured in "
-                 ".streamlit/secrets.toml, so no one can sign in: refusing to show the run.")
+        st.error(
+            "This run sets allowed_users, but no [auth] section is configured in "
+            ".streamlit/secrets.toml, so no one can sign in: refusing to show the run."
+        )
         st.stop()
     if not st.user.is_logged_in:
         st.info("This run's dashboard is restricted. Sign in to continue.")

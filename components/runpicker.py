@@ -29,8 +29,14 @@ def select(rt: context.Runtime, prefix: str) -> context.Runtime:
     current = st.session_state.get(SESSION_KEY)
     index = names.index(current) if current in names else names.index(rt.config.name)
     by_name = {h.config.name: h for h in rt.runs}
-    name = st.selectbox("Run", names, index=index, key=f"{prefix}_run_picker",
-                        format_func=lambda n: label(by_name[n]), help="Which run the pages show")
+    name = st.selectbox(
+        "Run",
+        names,
+        index=index,
+        key=f"{prefix}_run_picker",
+        format_func=lambda n: label(by_name[n]),
+        help="Which run the pages show",
+    )
     st.session_state[SESSION_KEY] = name
     return view(rt, by_name[name])
 

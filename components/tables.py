@@ -37,8 +37,17 @@ def short_group_labels(df: pd.DataFrame, top_n: int = 25) -> pd.DataFrame:
     top, rest = out.iloc[:top_n], out.iloc[top_n:]
     n, at = int(rest["completions"].sum()), int(rest["at_ceiling"].sum())
     lo, hi = stats.wilson_interval(at, n)
-    other = {"group": f"{len(rest):,} other groups", "label": f"{len(rest):,} others", "completions": n,
-             "at_ceiling": at, "fraction": at / n if n else 0.0, "lo": lo, "hi": hi, "ceiling": None, "drift": False}
+    other = {
+        "group": f"{len(rest):,} other groups",
+        "label": f"{len(rest):,} others",
+        "completions": n,
+        "at_ceiling": at,
+        "fraction": at / n if n else 0.0,
+        "lo": lo,
+        "hi": hi,
+        "ceiling": None,
+        "drift": False,
+    }
     return pd.concat([top, pd.DataFrame([other])], ignore_index=True)
 
 
@@ -50,8 +59,9 @@ def gpu_bands(df: pd.DataFrame, value: str, points: int = 240) -> pd.DataFrame:
     step = max(span / points, 1.0)
     t = (df["ts_unix"] // step) * step
     g = df.assign(t_unix=t).groupby(["node", "t_unix"])[value]
-    out = g.agg(["median", "min", "max"]).join(df.assign(t_unix=t).groupby(["node", "t_unix"])["gpu"].nunique()
-                                                .rename("gpus"))
+    out = g.agg(["median", "min", "max"]).join(
+        df.assign(t_unix=t).groupby(["node", "t_unix"])["gpu"].nunique().rename("gpus")
+    )
     return out.reset_index()
 
 
@@ -62,8 +72,16 @@ def whatif_curve(result: WhatIf) -> pd.DataFrame:
     rows = [{"limit": result.ceiling_tokens, "fraction": now, "lo": now, "hi": now, "band_lo": now, "band_hi": now}]
     for point in result.curve:
         band = list(point["band"].values())
-        rows.append({"limit": point["limit"], "fraction": point["truncated_fraction"], "lo": point["interval"][0],
-                     "hi": point["interval"][1], "band_lo": min(band), "band_hi": min(now, max(band))})
+        rows.append(
+            {
+                "limit": point["limit"],
+                "fraction": point["truncated_fraction"],
+                "lo": point["interval"][0],
+                "hi": point["interval"][1],
+                "band_lo": min(band),
+                "band_hi": min(now, max(band)),
+            }
+        )
     return pd.DataFrame(rows, columns=["limit", "fraction", "lo", "hi", "band_lo", "band_hi"])
 
 
@@ -77,8 +95,9 @@ def server_length_share(metrics: pd.DataFrame) -> tuple[float, float] | None:
     return (counts["length"] / total, total) if total else None
 
 
-def node_table(nodes: list[dict[str, Any]], stale_after: float, now: float | None = None,
-               per_node: dict[str, Any] | None = None) -> pd.DataFrame:
+def node_table(
+    nodes: list[dict[str, Any]], stale_after: float, now: float | None = None, per_node: dict[str, Any] | None = None
+) -> pd.DataFrame:
     """One row per node; with `per_node` (load_health's NodeRate map) its tok/s over the last
     minute and when its shards last grew."""
     now = now or time.time()
@@ -86,11 +105,18 @@ def node_table(nodes: list[dict[str, Any]], stale_after: float, now: float | Non
     for n in nodes:
         state, why = node_status(n, now, stale_after)
         free = [d.get("free_bytes") for d in (n.get("disk") or {}).values() if d.get("free_bytes") is not None]
-        rows.append({"node": n["name"], "status": STATE_BADGE[state], "detail": why,
-                     "last seen": fmt_age(now - n["last_ok_unix"]) if n.get("last_ok_unix") else "never",
-                     "GPUs": n.get("gpus_found"), "shards": n.get("shards_matched"),
-                     "disk free": fmt_bytes(min(free)) if free else "N/A",
-                     "SSH RTT ms": n.get("rtt_ms")})
+        rows.append(
+            {
+                "node": n["name"],
+                "status": STATE_BADGE[state],
+                "detail": why,
+                "last seen": fmt_age(now - n["last_ok_unix"]) if n.get("last_ok_unix") else "never",
+                "GPUs": n.get("gpus_found"),
+                "shards": n.get("shards_matched"),
+                "disk free": fmt_bytes(min(free)) if free else "N/A",
+                "SSH RTT ms": n.get("rtt_ms"),
+            }
+        )
         if per_node is not None:
             r = per_node.get(n["name"])
             rows[-1]["tok/s (1 min)"] = fmt_rate(r.tokens_per_s_1m) if r and r.tokens_per_s_1m is not None else "N/A"
@@ -112,9 +138,10 @@ def indexing_progress(nodes: list[dict[str, Any]]) -> tuple[float, str] | None:
     lefts = [n["pending_bytes"] / n["index_bytes_per_s"] for n in busy if n.get("index_bytes_per_s")]
     speed = f" · {fmt_bytes(rate)}/s" if rate else ""
     eta = f" · about {fmt_age(max(lefts))} left" if lefts and len(lefts) == len(busy) else ""
-    return (done / total if total else 0.0,
-            f"Indexing the backlog: {fmt_bytes(done)} of {fmt_bytes(total)}{speed}{eta}"
-            " — numbers will grow")
+    return (
+        done / total if total else 0.0,
+        f"Indexing the backlog: {fmt_bytes(done)} of {fmt_bytes(total)}{speed}{eta} — numbers will grow",
+    )
 
 
 def last_error_line(node: dict[str, Any], now: float) -> str:
@@ -146,8 +173,12 @@ def finish_reason_table(summary: Summary) -> pd.DataFrame:
     rows = [(r, n) for r, n in sorted(reasons.items(), key=lambda kv: -kv[1])]
     ceiling = summary.ceiling_tokens
     if length:
-        rows.append((f"length at the ceiling ({ceiling:,}) = truncated" if ceiling else "length at the ceiling = truncated",
-                     summary.at_ceiling))
+        rows.append(
+            (
+                f"length at the ceiling ({ceiling:,}) = truncated" if ceiling else "length at the ceiling = truncated",
+                summary.at_ceiling,
+            )
+        )
         rows.append(("length — below the ceiling (context window)", summary.length_below_ceiling))
         rest = length - summary.at_ceiling - summary.length_below_ceiling
         if rest:
@@ -162,13 +193,37 @@ EXPORT_TAIL_CHARS = 1000  # of each completion's end in the Samples CSV (where t
 def samples_export(samples: list[dict[str, Any]]) -> pd.DataFrame:
     """The Samples CSV: where each sample came from AND what it says (prompt head, text head, the
     last EXPORT_TAIL_CHARS characters). A CSV is data, never rendered: no escaping needed here."""
-    return pd.DataFrame([{
-        "node": s.get("node"), "path": s.get("path"), "line": s.get("line_no"), "tokens": s.get("tokens"),
-        "estimated": bool(s.get("estimated")), "finish reason": s.get("finish_reason"), "loop": bool(s.get("is_loop")),
-        "text chars": s.get("text_chars"), "prompt head": s.get("prompt_head"), "text head": s.get("text_head"),
-        "text tail": (s.get("text_tail") or "")[-EXPORT_TAIL_CHARS:]} for s in samples],
-        columns=["node", "path", "line", "tokens", "estimated", "finish reason", "loop", "text chars", "prompt head",
-                 "text head", "text tail"])
+    return pd.DataFrame(
+        [
+            {
+                "node": s.get("node"),
+                "path": s.get("path"),
+                "line": s.get("line_no"),
+                "tokens": s.get("tokens"),
+                "estimated": bool(s.get("estimated")),
+                "finish reason": s.get("finish_reason"),
+                "loop": bool(s.get("is_loop")),
+                "text chars": s.get("text_chars"),
+                "prompt head": s.get("prompt_head"),
+                "text head": s.get("text_head"),
+                "text tail": (s.get("text_tail") or "")[-EXPORT_TAIL_CHARS:],
+            }
+            for s in samples
+        ],
+        columns=[
+            "node",
+            "path",
+            "line",
+            "tokens",
+            "estimated",
+            "finish reason",
+            "loop",
+            "text chars",
+            "prompt head",
+            "text head",
+            "text tail",
+        ],
+    )
 
 
 def gpu_table(gpus: pd.DataFrame) -> pd.DataFrame:
@@ -183,42 +238,71 @@ def gpu_table(gpus: pd.DataFrame) -> pd.DataFrame:
         if g["throttle_reasons"]:
             notes.append("throttled: " + ", ".join(g["throttle_reasons"]))
         flags.append("⚠ " + "; ".join(notes) if notes else "ok")
-    out = pd.DataFrame({
-        "GPU": gpus["label"], "model": gpus["name"], "state": flags, "util %": gpus["util_pct"],
-        "power W": gpus["power_w"], "limit W": gpus["power_limit_w"], "mem GiB": gpus["mem_used_mib"] / 1024,
-        "of GiB": gpus["mem_total_mib"] / 1024, "temp °C": gpus["temp_c"], "SM MHz": gpus["sm_clock_mhz"],
-        "processes": [len(p) for p in gpus["processes"]],
-    })
+    out = pd.DataFrame(
+        {
+            "GPU": gpus["label"],
+            "model": gpus["name"],
+            "state": flags,
+            "util %": gpus["util_pct"],
+            "power W": gpus["power_w"],
+            "limit W": gpus["power_limit_w"],
+            "mem GiB": gpus["mem_used_mib"] / 1024,
+            "of GiB": gpus["mem_total_mib"] / 1024,
+            "temp °C": gpus["temp_c"],
+            "SM MHz": gpus["sm_clock_mhz"],
+            "processes": [len(p) for p in gpus["processes"]],
+        }
+    )
     return out.sort_values("state", key=lambda s: s == "ok", kind="stable")
 
 
 def gpu_processes(gpus: pd.DataFrame) -> pd.DataFrame:
-    rows = [{"GPU": g["label"], "pid": p.get("pid"), "process": p.get("name"), "mem GiB": (p.get("mem_used_mib") or 0) / 1024}
-            for _, g in gpus.iterrows() for p in g["processes"]]
+    rows = [
+        {
+            "GPU": g["label"],
+            "pid": p.get("pid"),
+            "process": p.get("name"),
+            "mem GiB": (p.get("mem_used_mib") or 0) / 1024,
+        }
+        for _, g in gpus.iterrows()
+        for p in g["processes"]
+    ]
     return pd.DataFrame(rows, columns=["GPU", "pid", "process", "mem GiB"])
 
 
 def host_memory(host: dict[str, Any] | None) -> tuple[str, str]:
     """("RAM 61% used of 2.0 TiB", "swap 0% of 8.0 GiB") from the agent's /proc reading."""
+
     def used(total, left):
         if not total or left is None:
             return "N/A"
         return f"{1 - left / total:.0%} used of {total / 2**30:,.1f} GiB"
 
     host = host or {}
-    return (used(host.get("mem_total_bytes"), host.get("mem_available_bytes")),
-            used(host.get("swap_total_bytes"), host.get("swap_free_bytes")) if host.get("swap_total_bytes")
-            else "no swap" if "swap_total_bytes" in host else "N/A")
+    return (
+        used(host.get("mem_total_bytes"), host.get("mem_available_bytes")),
+        used(host.get("swap_total_bytes"), host.get("swap_free_bytes"))
+        if host.get("swap_total_bytes")
+        else "no swap"
+        if "swap_total_bytes" in host
+        else "N/A",
+    )
 
 
 def node_details(node: dict[str, Any], now: float, host: dict[str, Any] | None = None) -> pd.DataFrame:
     """Every status field of one node, in words."""
+
     def when(ts):
         return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(ts))} ({fmt_age(now - ts)} ago)" if ts else "never"
 
     skew = node.get("skew_s")
-    disk = "; ".join(f"{p}: {fmt_bytes(d.get('free_bytes'))} free of {fmt_bytes(d.get('total_bytes'))}"
-                     for p, d in (node.get("disk") or {}).items()) or "N/A"
+    disk = (
+        "; ".join(
+            f"{p}: {fmt_bytes(d.get('free_bytes'))} free of {fmt_bytes(d.get('total_bytes'))}"
+            for p, d in (node.get("disk") or {}).items()
+        )
+        or "N/A"
+    )
     gpu_src = (node.get("gpu_source") or "none") + (" (simulated)" if node.get("gpu_simulated") else "")
     rows = [
         ("last success", when(node.get("last_ok_unix"))),
@@ -236,8 +320,13 @@ def node_details(node: dict[str, Any], now: float, host: dict[str, Any] | None =
         ("GPUs found", f"{node.get('gpus_found') or 0} via {gpu_src}"),
         ("GPU telemetry error", node.get("gpu_error") or "none"),
         ("shards matched", str(node.get("shards_matched") or 0)),
-        ("indexed", (indexing_progress([node]) or (1.0, f"{fmt_bytes(node.get('bytes_indexed'))} of "
-                                                         f"{fmt_bytes(node.get('bytes_total'))}"))[1]),
+        (
+            "indexed",
+            (
+                indexing_progress([node])
+                or (1.0, f"{fmt_bytes(node.get('bytes_indexed'))} of {fmt_bytes(node.get('bytes_total'))}")
+            )[1],
+        ),
         ("lines counted", f"{node.get('lines') or 0:,}"),
         ("malformed lines", f"{node.get('malformed') or 0:,}"),
         ("blank lines (skipped, not malformed)", f"{node.get('blank_lines') or 0:,}"),
@@ -247,27 +336,35 @@ def node_details(node: dict[str, Any], now: float, host: dict[str, Any] | None =
     return pd.DataFrame(rows, columns=["field", "value"])
 
 
-def headline(summary: Summary, health: dict, nodes: list[dict], cfg: Any, now: float,
-             last: float | None) -> dict[str, Any]:
+def headline(
+    summary: Summary, health: dict, nodes: list[dict], cfg: Any, now: float, last: float | None
+) -> dict[str, Any]:
     """The standup figures as one flat record (the Overview's download), rounded for people."""
     lo, hi = summary.at_ceiling_interval
-    up = derived.standup(summary.completions, cfg.target_completions, health, nodes, 0, None, cfg.stale_after,
-                         now, last)
+    up = derived.standup(
+        summary.completions, cfg.target_completions, health, nodes, 0, None, cfg.stale_after, now, last
+    )
 
     def r(x, nd=1):
         return None if x is None else round(float(x), nd)
 
     return {
-        "run": cfg.name, "numbers_as_of": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last)) if last else None,
-        "completions": summary.completions, "target_completions": cfg.target_completions,
+        "run": cfg.name,
+        "numbers_as_of": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last)) if last else None,
+        "completions": summary.completions,
+        "target_completions": cfg.target_completions,
         "ceiling_tokens": summary.ceiling_tokens,
         "truncated_pct": r(100 * summary.at_ceiling_fraction, 2) if summary.completions else None,
         "truncated_pct_95ci_low": r(100 * lo, 2) if lo is not None and summary.completions else None,
         "truncated_pct_95ci_high": r(100 * hi, 2) if hi is not None and summary.completions else None,
-        "truncated_count": summary.at_ceiling, "truncated_of": summary.length_count,
+        "truncated_count": summary.at_ceiling,
+        "truncated_of": summary.length_count,
         "length_stops_below_ceiling": summary.length_below_ceiling,
         "tokens_per_s_last_1_min": r(health.get("tokens_per_s_1m"), 0),
         "tokens_per_s_15_min_avg": r(health.get("tokens_per_s_15m"), 0),
         "eta_hours_at_15_min_avg": r(up.eta_s / 3600, 2) if up.eta_s is not None else None,
-        "nodes_up": up.nodes_up, "nodes_stale": up.nodes_stale, "nodes_down": up.nodes_down, "nodes": up.nodes,
+        "nodes_up": up.nodes_up,
+        "nodes_stale": up.nodes_stale,
+        "nodes_down": up.nodes_down,
+        "nodes": up.nodes,
     }

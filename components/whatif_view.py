@@ -17,15 +17,19 @@ def loop_sample(batch: dict[str, Any] | None) -> tuple[int, int]:
 
 
 def backtest_line(r: WhatIf) -> str:
-    """"Checked on this run: cut at 2,048, this method would have said 29% above 4,096; the truth is 19%."."""
+    """ "Checked on this run: cut at 2,048, this method would have said 29% above 4,096; the truth is 19%."."""
     checks = [c for c in ((r.backtest or {}).get("checks") or []) if c.get("predicted") is not None]
     if not checks:
-        return ("Not checked on this run: too few completions finished below a lower cut to back-test the "
-                "extrapolation, so the interval is the spread across all models.")
+        return (
+            "Not checked on this run: too few completions finished below a lower cut to back-test the "
+            "extrapolation, so the interval is the spread across all models."
+        )
     c = checks[0]
-    return (f"Checked on this run: cut at {c['cut']:,}, this method would have said {c['predicted']:.1%} above "
-            f"{c['limit']:,}; the truth is {c['truth']:.1%} ({c['predicted_extra']:,.0f} vs {c['truth_extra']:,.0f} "
-            "extra tokens per completion).")
+    return (
+        f"Checked on this run: cut at {c['cut']:,}, this method would have said {c['predicted']:.1%} above "
+        f"{c['limit']:,}; the truth is {c['truth']:.1%} ({c['predicted_extra']:,.0f} vs {c['truth_extra']:,.0f} "
+        "extra tokens per completion)."
+    )
 
 
 def model_line(r: WhatIf) -> str:
@@ -35,7 +39,7 @@ def model_line(r: WhatIf) -> str:
 
 
 def interval_note(r: WhatIf) -> str:
-    """" incl. loops 0–100%" when the interval spans an unknown loop share (for the tile)."""
+    """ " incl. loops 0–100%" when the interval spans an unknown loop share (for the tile)."""
     loops = r.loops or {}
     return " incl. loops 0–100%" if loops.get("sampled") is not None and not loops.get("used") else ""
 
@@ -48,9 +52,13 @@ def loops_line(r: WhatIf) -> str:
     k, n = loops["loops"], loops["sampled"]
     if not loops["used"]:
         seen = f"{k} of {n} sampled truncated completions" if n else "no truncated completion sampled yet"
-        return (f"Repetition loops: {seen}; the estimate needs "
-                f"{MIN_LOOP_SAMPLES} (sample {loops['needed']} more on the Samples page), so it assumes none and "
-                f"the interval spans loops 0–100% (up to today's {r.current_truncated_fraction:.1%}).")
+        return (
+            f"Repetition loops: {seen}; the estimate needs "
+            f"{MIN_LOOP_SAMPLES} (sample {loops['needed']} more on the Samples page), so it assumes none and "
+            f"the interval spans loops 0–100% (up to today's {r.current_truncated_fraction:.1%})."
+        )
     lo, hi = loops["interval"]
-    return (f"Repetition loops: {k} of {n} sampled truncated completions ({k / n:.0%}, 95% {lo:.0%}–{hi:.0%}); "
-            "loops stay cut at any limit, and the interval carries this share's uncertainty.")
+    return (
+        f"Repetition loops: {k} of {n} sampled truncated completions ({k / n:.0%}, 95% {lo:.0%}–{hi:.0%}); "
+        "loops stay cut at any limit, and the interval carries this share's uncertainty."
+    )

@@ -31,7 +31,7 @@ def default_pair(runs: list[context.RunHandle]) -> tuple[int, int]:
     """B: the first live run (else the first); A: of the others, the one with the lowest ceiling."""
     b = next((i for i, h in enumerate(runs) if not h.finished), 0)
     others = [i for i in range(len(runs)) if i != b]
-    a = min(others, key=lambda i: runs[i].config.max_output_tokens or 10 ** 9)
+    a = min(others, key=lambda i: runs[i].config.max_output_tokens or 10**9)
     return a, b
 
 
@@ -45,8 +45,7 @@ def pick_runs(runs: list[context.RunHandle]) -> tuple[context.RunHandle, context
 
 
 def numbers(h: context.RunHandle) -> dict:
-    return load_run_numbers(h.store, h.config.name, h.config.max_output_tokens, h.config.target_completions,
-                            h.finished)
+    return load_run_numbers(h.store, h.config.name, h.config.max_output_tokens, h.config.target_completions, h.finished)
 
 
 def render_as_of(label: str, h: context.RunHandle, r: dict) -> None:
@@ -59,8 +58,7 @@ def render_as_of(label: str, h: context.RunHandle, r: dict) -> None:
     if h.finished:
         st.caption(md_escape(f"{text} · finished, not polled any more"))
     elif age > h.config.stale_after:
-        st.error(md_escape(f"⚠ {text}: older than {fmt_age(h.config.stale_after)}, "
-                                 "these numbers are stale."))
+        st.error(md_escape(f"⚠ {text}: older than {fmt_age(h.config.stale_after)}, these numbers are stale."))
     else:
         st.caption(md_escape(text))
 
@@ -79,8 +77,12 @@ def render_runs(runs: list[context.RunHandle]) -> None:
     """Two of `runs` side by side (at least two to compare)."""
     if len(runs) < 2:
         name = runs[0].config.name if runs else "none"
-        st.info(md_escape(f"Only one run ({name}): nothing to compare yet. Describe several runs with "
-                                "[[runs]] tables in the config (a finished one stays readable from its store)."))
+        st.info(
+            md_escape(
+                f"Only one run ({name}): nothing to compare yet. Describe several runs with "
+                "[[runs]] tables in the config (a finished one stays readable from its store)."
+            )
+        )
         return
     ha, hb = pick_runs(runs)
     if ha is hb:
@@ -90,8 +92,11 @@ def render_runs(runs: list[context.RunHandle]) -> None:
     render_as_of(f"A {a['name']}", ha, a)
     render_as_of(f"B {b['name']}", hb, b)
     if not a["summary"].completions or not b["summary"].completions:
-        st.info("No completions in " + " and ".join(r["name"] for r in (a, b) if not r["summary"].completions)
-                + " yet: nothing to compare.")
+        st.info(
+            "No completions in "
+            + " and ".join(r["name"] for r in (a, b) if not r["summary"].completions)
+            + " yet: nothing to compare."
+        )
         return
     cmp = load_comparison(a, b, (a["name"], a["as_of"], b["name"], b["as_of"]))
     compare_view.render_headline(cmp)

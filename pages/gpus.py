@@ -37,14 +37,29 @@ def render_now(gpus, nodes) -> None:
     table = tables.gpu_table(gpus)
     flagged = table[table["state"] != "ok"]
     if len(flagged):
-        st.warning(md_escape(f"{len(flagged)} GPU(s) need a look: " + ", ".join(
-            f"{g} ({s.removeprefix('⚠ ')})" for g, s in zip(flagged["GPU"], flagged["state"], strict=False))))
-    st.plotly_chart(figures.make_gpu_heatstrip_figure(gpus[["label", "util_pct", "power_pct", "mem_pct"]]),
-                    key=f"{PREFIX}_heatstrip_chart")
-    st.dataframe(table, hide_index=True, width="stretch", column_config={
-        "util %": st.column_config.ProgressColumn("util %", min_value=0, max_value=100, format="%.0f"),
-        "mem GiB": st.column_config.NumberColumn(format="%.1f"), "of GiB": st.column_config.NumberColumn(format="%.0f"),
-        "power W": st.column_config.NumberColumn(format="%.0f")})
+        st.warning(
+            md_escape(
+                f"{len(flagged)} GPU(s) need a look: "
+                + ", ".join(
+                    f"{g} ({s.removeprefix('⚠ ')})" for g, s in zip(flagged["GPU"], flagged["state"], strict=False)
+                )
+            )
+        )
+    st.plotly_chart(
+        figures.make_gpu_heatstrip_figure(gpus[["label", "util_pct", "power_pct", "mem_pct"]]),
+        key=f"{PREFIX}_heatstrip_chart",
+    )
+    st.dataframe(
+        table,
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "util %": st.column_config.ProgressColumn("util %", min_value=0, max_value=100, format="%.0f"),
+            "mem GiB": st.column_config.NumberColumn(format="%.1f"),
+            "of GiB": st.column_config.NumberColumn(format="%.0f"),
+            "power W": st.column_config.NumberColumn(format="%.0f"),
+        },
+    )
 
 
 def render_series(rt: PageRuntime, window: str, labels: list[str]) -> None:
@@ -85,22 +100,30 @@ def render_processes(gpus) -> None:
     if procs.empty:
         st.info("No process holds GPU memory (or the driver does not report processes).")
     else:
-        st.dataframe(procs, hide_index=True, width="stretch",
-                     column_config={"mem GiB": st.column_config.NumberColumn(format="%.1f")})
+        st.dataframe(
+            procs,
+            hide_index=True,
+            width="stretch",
+            column_config={"mem GiB": st.column_config.NumberColumn(format="%.1f")},
+        )
 
 
 def render_page(rt: PageRuntime, window: str, picked: list[str]) -> None:
     nodes = loaders.load_nodes(rt.store)
     for n in nodes:
         if n.get("gpu_error"):
-            st.warning(md_escape(f"{n['name']}: GPU telemetry error ({n.get('gpu_source') or 'no source'}): {n['gpu_error']}"))
+            st.warning(
+                md_escape(f"{n['name']}: GPU telemetry error ({n.get('gpu_source') or 'no source'}): {n['gpu_error']}")
+            )
     gpus = loaders.load_gpu_latest(rt.store)
     if gpus.empty:
         if all(n.get("last_ok_unix") is None for n in nodes):
             cards.render_nothing_yet(nodes, "GPU telemetry")
         else:
-            st.info("No node reported a GPU (gpu = \"off\", or neither NVML nor nvidia-smi works there): "
-                    "see each node's GPU source on the Nodes page.")
+            st.info(
+                'No node reported a GPU (gpu = "off", or neither NVML nor nvidia-smi works there): '
+                "see each node's GPU source on the Nodes page."
+            )
         return
     if rt.demo or any(n.get("gpu_simulated") for n in nodes):
         st.info("GPU telemetry on this page is simulated (demo mode): the numbers are made up.")
@@ -118,8 +141,12 @@ def render(rt: PageRuntime) -> None:
     # The controls stay outside the live fragment: a refresh never resets what the viewer picked.
     c1, c2 = st.columns([1, 3])
     window = c1.selectbox("Window", list(WINDOWS_S), index=1, key=f"{PREFIX}_window_select")
-    picked = c2.multiselect("Nodes", sorted(n["name"] for n in loaders.load_nodes(rt.store)),
-                            key=f"{PREFIX}_node_select", placeholder="all nodes")
+    picked = c2.multiselect(
+        "Nodes",
+        sorted(n["name"] for n in loaders.load_nodes(rt.store)),
+        key=f"{PREFIX}_node_select",
+        placeholder="all nodes",
+    )
     page.live(rt, render_page, rt, window, picked)
     gpus_now = loaders.load_gpu_latest(rt.store)
     page.download_csv(tables.gpu_table(gpus_now) if len(gpus_now) else pd.DataFrame(), "gpus.csv", PREFIX)

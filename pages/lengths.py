@@ -27,31 +27,53 @@ WHATIF_REFRESH_S = 60  # the fit (with its bootstrap) is too heavy to redo every
 
 def render_summary(rt: PageRuntime, s: Summary) -> None:
     tok, est = s.tokens, "" if s.length_source == "completion_tokens" else " (chars/4 estimate)"
-    cards.render_tiles([cards.truncation_tile(s, rt.config.truncation_warn_fraction, rt.config.truncation_alert_fraction),
-                        *[cards.tile(k, f"{v:,}" if v is not None else "—", f"tokens{est}")
-                          for k, v in (("P50", tok.p50), ("P90", tok.p90), ("P99", tok.p99))],
-                        cards.tile("Mean / max", f"{tok.mean:,.0f}", f"max {tok.max:,} tokens{est}")])
+    cards.render_tiles(
+        [
+            cards.truncation_tile(s, rt.config.truncation_warn_fraction, rt.config.truncation_alert_fraction),
+            *[
+                cards.tile(k, f"{v:,}" if v is not None else "—", f"tokens{est}")
+                for k, v in (("P50", tok.p50), ("P90", tok.p90), ("P99", tok.p99))
+            ],
+            cards.tile("Mean / max", f"{tok.mean:,.0f}", f"max {tok.max:,} tokens{est}"),
+        ]
+    )
     if s.estimated_count:
         use = "are shown alone" if est else "are left out of the length statistics (still counted in finish reasons)"
-        st.warning(f"{s.estimated_count:,} completions have no completion_tokens: their lengths are chars/4 estimates and {use}.")
+        st.warning(
+            f"{s.estimated_count:,} completions have no completion_tokens: their lengths are chars/4 estimates and {use}."
+        )
 
 
 def render_groups(rt: PageRuntime, ceiling) -> None:
     by = st.radio("Truncation by", ["node", "shard"], horizontal=True, key=f"{PREFIX}_group_radio")
     df = loaders.load_group_lengths(rt.store, by, ceiling)
     for _, g in df[df["drift"]].iterrows():
-        st.warning(md_escape(f"Ceiling drift: {g['group']} stops at {int(g['ceiling']):,} tokens, unlike the rest of the run."))
+        st.warning(
+            md_escape(f"Ceiling drift: {g['group']} stops at {int(g['ceiling']):,} tokens, unlike the rest of the run.")
+        )
     if len(df):
         left, right = st.columns([3, 2])
         shown = tables.short_group_labels(df)
         if len(shown) < len(df):
-            left.caption(f"The {len(shown) - 1} {by}s with the highest truncation; the other "
-                         f"{len(df) - len(shown) + 1:,} summed in one bar. Hover a bar for its full name.")
-        left.plotly_chart(figures.make_truncation_by_group_figure(shown, rt.config.truncation_warn_fraction,
-                                                                  rt.config.truncation_alert_fraction), key=f"{PREFIX}_group_chart")
-        right.dataframe(df.drop(columns=["lo", "hi"]).sort_values("fraction", ascending=False), hide_index=True,
-                        column_config={"fraction": st.column_config.NumberColumn("at ceiling", format="percent"),
-                                       "group": st.column_config.TextColumn(by, width="large")}, width="stretch")
+            left.caption(
+                f"The {len(shown) - 1} {by}s with the highest truncation; the other "
+                f"{len(df) - len(shown) + 1:,} summed in one bar. Hover a bar for its full name."
+            )
+        left.plotly_chart(
+            figures.make_truncation_by_group_figure(
+                shown, rt.config.truncation_warn_fraction, rt.config.truncation_alert_fraction
+            ),
+            key=f"{PREFIX}_group_chart",
+        )
+        right.dataframe(
+            df.drop(columns=["lo", "hi"]).sort_values("fraction", ascending=False),
+            hide_index=True,
+            column_config={
+                "fraction": st.column_config.NumberColumn("at ceiling", format="percent"),
+                "group": st.column_config.TextColumn(by, width="large"),
+            },
+            width="stretch",
+        )
         st.caption(f"Truncation by {by}: {precomputed.age_text(df.attrs.get('as_of'))}.")
 
 
@@ -59,53 +81,85 @@ def render_whatif(rt: PageRuntime, data: dict, thr: dict) -> None:
     s, hist = data["summary"], data["hist"]
     ceiling = s.ceiling_tokens
     st.subheader("What if max_tokens were raised?")
-    limit = int(st.number_input("New max_tokens", min_value=1, max_value=16 * ceiling, value=2 * ceiling, step=256,
-                                key=f"{PREFIX}_whatif_limit"))
+    limit = int(
+        st.number_input(
+            "New max_tokens",
+            min_value=1,
+            max_value=16 * ceiling,
+            value=2 * ceiling,
+            step=256,
+            key=f"{PREFIX}_whatif_limit",
+        )
+    )
     sample = whatif_view.loop_sample(loaders.load_samples(rt.store)["latest"])
     r, as_of = loaders.load_whatif_with_age(rt.store, hist, ceiling, limit, sample)
     tps = (thr["shard"] or {}).get("total_tokens_per_s")
     remaining = (rt.config.target_completions or s.completions) - s.completions
-    eta = eta_change(remaining, tps, s.tokens.mean or 0, r.extra_tokens_per_completion or 0,
-                            r.extra_tokens_interval)
+    eta = eta_change(remaining, tps, s.tokens.mean or 0, r.extra_tokens_per_completion or 0, r.extra_tokens_interval)
     frac, (lo, hi) = r.truncated_fraction, r.interval
     cfg_warn, cfg_alert = rt.config.truncation_warn_fraction, rt.config.truncation_alert_fraction
-    cards.render_tiles([
-        cards.tile(f"Still truncated at {limit:,}", f"{frac:.1%}" if frac is not None else "?",
-                   f"95% {lo:.1%}–{hi:.1%}{whatif_view.interval_note(r)} · now {r.current_truncated_fraction:.1%}",
-                   level(frac, cfg_warn, cfg_alert)),
-        cards.tile("Extra tokens / completion", f"{r.extra_tokens_per_completion:+,.0f}"
-                   if r.extra_tokens_per_completion is not None else "?",
-                   "{:,.0f}–{:,.0f}".format(*r.extra_tokens_interval)),
-        cards.tile("ETA change", f"{eta['delta_s'] / 3600:+.1f} h" if eta["delta_s"] is not None else "—",
-                   "{:+.1f}–{:+.1f} h at current throughput".format(*(x / 3600 for x in eta["delta_s_interval"]))
-                   if eta["delta_s"] is not None else "needs throughput and a target"),
-    ])
+    cards.render_tiles(
+        [
+            cards.tile(
+                f"Still truncated at {limit:,}",
+                f"{frac:.1%}" if frac is not None else "?",
+                f"95% {lo:.1%}–{hi:.1%}{whatif_view.interval_note(r)} · now {r.current_truncated_fraction:.1%}",
+                level(frac, cfg_warn, cfg_alert),
+            ),
+            cards.tile(
+                "Extra tokens / completion",
+                f"{r.extra_tokens_per_completion:+,.0f}" if r.extra_tokens_per_completion is not None else "?",
+                "{:,.0f}–{:,.0f}".format(*r.extra_tokens_interval),
+            ),
+            cards.tile(
+                "ETA change",
+                f"{eta['delta_s'] / 3600:+.1f} h" if eta["delta_s"] is not None else "—",
+                "{:+.1f}–{:+.1f} h at current throughput".format(*(x / 3600 for x in eta["delta_s_interval"]))
+                if eta["delta_s"] is not None
+                else "needs throughput and a target",
+            ),
+        ]
+    )
     if r.band:
         st.markdown(whatif_view.backtest_line(r))
     st.caption(f"This what-if: {precomputed.age_text(as_of)}.")
-    st.caption(f"This is an extrapolation: nobody has seen lengths above {ceiling:,}. {r.note} "
-               f"{whatif_view.model_line(r) if r.band else ''} Hard bounds: {r.hard_bounds[0]:.1%}–"
-               f"{r.hard_bounds[1]:.1%}. {whatif_view.loops_line(r)}")
+    st.caption(
+        f"This is an extrapolation: nobody has seen lengths above {ceiling:,}. {r.note} "
+        f"{whatif_view.model_line(r) if r.band else ''} Hard bounds: {r.hard_bounds[0]:.1%}–"
+        f"{r.hard_bounds[1]:.1%}. {whatif_view.loops_line(r)}"
+    )
     curve = tables.whatif_curve(r)
     if len(curve) > 1:
-        st.plotly_chart(figures.make_whatif_figure(curve, ceiling, limit, r.hard_bounds[1]), key=f"{PREFIX}_whatif_chart")
+        st.plotly_chart(
+            figures.make_whatif_figure(curve, ceiling, limit, r.hard_bounds[1]), key=f"{PREFIX}_whatif_chart"
+        )
     render_continuation(rt, limit, ceiling)
 
 
 def continuation_job(collector, config, limit: int, ceiling: int) -> dict:
     """Runs in the background: sample truncated completions with full text, build the batch."""
     samples, _pop, errors = collector.sample_now(n=CONTINUATION_N, finish_reason="length", full_text=True)
-    built = continuation.build(samples, limit, ceiling, config.continuation_model,
-                               {n.name: n.prompt_path for n in config.nodes})
-    return {"body": "".join(json.dumps(q) + "\n" for q in built["lines"]), "n": len(built["lines"]),
-            "sampled": len(samples), "errors": errors, "problems": built["problems"], "limit": limit}
+    built = continuation.build(
+        samples, limit, ceiling, config.continuation_model, {n.name: n.prompt_path for n in config.nodes}
+    )
+    return {
+        "body": "".join(json.dumps(q) + "\n" for q in built["lines"]),
+        "n": len(built["lines"]),
+        "sampled": len(samples),
+        "errors": errors,
+        "problems": built["problems"],
+        "limit": limit,
+    }
 
 
 def render_continuation(rt: PageRuntime, limit: int, ceiling: int) -> None:
     """A JSONL of continuation requests to measure the answer instead of modelling it."""
     key = f"{PREFIX}_continuation_job"
-    if st.button(f"Prepare continuation batch ({CONTINUATION_N} truncated samples)", key=f"{PREFIX}_continuation_button",
-                 disabled=rt.collector is None or limit <= ceiling or jobs.running(key)):
+    if st.button(
+        f"Prepare continuation batch ({CONTINUATION_N} truncated samples)",
+        key=f"{PREFIX}_continuation_button",
+        disabled=rt.collector is None or limit <= ceiling or jobs.running(key),
+    ):
         jobs.start(key, continuation_job, rt.collector, rt.config, limit, ceiling)
     st.fragment(run_every=1 if jobs.running(key) else None)(render_continuation_result)(key)
 
@@ -113,30 +167,42 @@ def render_continuation(rt: PageRuntime, limit: int, ceiling: int) -> None:
 def render_continuation_result(key: str) -> None:
     state, result, elapsed = jobs.status(key)
     if state == "running":
-        st.info(f"Sampling {CONTINUATION_N} truncated completions with their full text from every node… "
-                f"({elapsed:.0f} s; the page stays usable)")
+        st.info(
+            f"Sampling {CONTINUATION_N} truncated completions with their full text from every node… "
+            f"({elapsed:.0f} s; the page stays usable)"
+        )
     elif state == "failed":
         st.error(md_escape(f"The continuation batch failed: {result}"))
     elif state == "done":
-        st.download_button(f"Download {result['n']} continuation requests to {result['limit']:,} tokens (JSONL)",
-                           result["body"], file_name="continuation.jsonl", key=f"{PREFIX}_continuation_download",
-                           disabled=result["n"] == 0)
+        st.download_button(
+            f"Download {result['n']} continuation requests to {result['limit']:,} tokens (JSONL)",
+            result["body"],
+            file_name="continuation.jsonl",
+            key=f"{PREFIX}_continuation_download",
+            disabled=result["n"] == 0,
+        )
         for text in [*(f"{node}: {err}" for node, err in result["errors"].items()), *result["problems"]]:
             st.warning(md_escape(text))
-        st.caption(f"{result['n']} of {result['sampled']} sampled truncated completions; custom_id is node:path:line. "
-                   "Run the batch and compare lengths with the new limit.")
+        st.caption(
+            f"{result['n']} of {result['sampled']} sampled truncated completions; custom_id is node:path:line. "
+            "Run the batch and compare lengths with the new limit."
+        )
 
 
 def render_server_note(rt: PageRuntime, summary: Summary) -> None:
     """Length stops below the ceiling, and the server's own counter, each under its own name."""
     below, n = summary.length_below_ceiling, summary.length_count or 1
     if summary.ceiling_tokens:
-        st.caption(f"Not counted as truncated: {below:,} length stops below the {summary.ceiling_tokens:,} ceiling "
-                   f"(context window) — {below / n:.1%} of {summary.length_count:,} completions.")
+        st.caption(
+            f"Not counted as truncated: {below:,} length stops below the {summary.ceiling_tokens:,} ceiling "
+            f"(context window) — {below / n:.1%} of {summary.length_count:,} completions."
+        )
     server = tables.server_length_share(loaders.load_server_metrics(rt.store))
     if server is not None:
-        st.caption(f"The server's own count (vLLM request_success_total, since each server started, context-window "
-                   f"stops included): {server[0]:.1%} of {server[1]:,.0f} finished requests stopped by length.")
+        st.caption(
+            f"The server's own count (vLLM request_success_total, since each server started, context-window "
+            f"stops included): {server[0]:.1%} of {server[1]:,.0f} finished requests stopped by length."
+        )
 
 
 def render_page(rt: PageRuntime) -> None:
@@ -150,8 +216,10 @@ def render_page(rt: PageRuntime) -> None:
     render_summary(rt, summary)
     left, right = st.columns(2)
     if len(data["bins"]):
-        left.plotly_chart(figures.make_length_histogram_figure(data["bins"], summary.ceiling_tokens,
-                                                               summary.at_ceiling_fraction), key=f"{PREFIX}_hist_chart")
+        left.plotly_chart(
+            figures.make_length_histogram_figure(data["bins"], summary.ceiling_tokens, summary.at_ceiling_fraction),
+            key=f"{PREFIX}_hist_chart",
+        )
         right.plotly_chart(figures.make_cdf_figure(data["cdf"], summary.ceiling_tokens), key=f"{PREFIX}_cdf_chart")
     st.dataframe(tables.finish_reason_table(summary), hide_index=True)
     st.caption(f"Length statistics: {precomputed.age_text(data.get('as_of'))}.")
@@ -159,17 +227,25 @@ def render_page(rt: PageRuntime) -> None:
     page.guarded(render_groups)(rt, summary.ceiling_tokens)
     over_time = loaders.load_truncation_over_time(rt.store, rt.config.interval_s, summary.ceiling_tokens)
     if (over_time["completions"] > 0).sum() >= 2:
-        st.plotly_chart(figures.make_truncation_over_time_figure(over_time, rt.config.truncation_warn_fraction,
-                                                                 rt.config.truncation_alert_fraction), key=f"{PREFIX}_time_chart")
+        st.plotly_chart(
+            figures.make_truncation_over_time_figure(
+                over_time, rt.config.truncation_warn_fraction, rt.config.truncation_alert_fraction
+            ),
+            key=f"{PREFIX}_time_chart",
+        )
         st.caption(f"Truncation over time: {precomputed.age_text(over_time.attrs.get('as_of'))}.")
     else:
         st.caption("Truncation over time appears once there are two time buckets with new completions.")
     hourly = loaders.load_lengths_over_time(rt.store, summary.ceiling_tokens)
     if len(hourly) >= 2:
-        st.plotly_chart(figures.make_lengths_over_time_figure(hourly, summary.ceiling_tokens), key=f"{PREFIX}_hourly_chart")
-        st.caption("Per hour of the whole run, by when the collector counted them. Percentiles are the upper edges"
-                   " of log bins (at most 4.4% above the exact value); the share at the ceiling is exact; "
-                   f"{precomputed.age_text(hourly.attrs.get('as_of'))}.")
+        st.plotly_chart(
+            figures.make_lengths_over_time_figure(hourly, summary.ceiling_tokens), key=f"{PREFIX}_hourly_chart"
+        )
+        st.caption(
+            "Per hour of the whole run, by when the collector counted them. Percentiles are the upper edges"
+            " of log bins (at most 4.4% above the exact value); the share at the ceiling is exact; "
+            f"{precomputed.age_text(hourly.attrs.get('as_of'))}."
+        )
 
 
 def render_whatif_live(rt: PageRuntime) -> None:
@@ -180,7 +256,9 @@ def render_whatif_live(rt: PageRuntime) -> None:
         page.guarded(render_whatif)(rt, data, loaders.load_throughput(rt.store, rt.config.interval_s))
         st.caption(f"The what-if is refitted every {WHATIF_REFRESH_S} s (a model fit, not a count).")
     else:
-        st.info("No max_tokens ceiling found in the data (none configured, no pile-up detected): nothing is cut at a limit.")
+        st.info(
+            "No max_tokens ceiling found in the data (none configured, no pile-up detected): nothing is cut at a limit."
+        )
 
 
 def render(rt: PageRuntime) -> None:
@@ -189,5 +267,6 @@ def render(rt: PageRuntime) -> None:
     page.live(rt, render_page, rt)
     st.fragment(run_every=WHATIF_REFRESH_S)(render_whatif_live)(rt)
     # Sidebar widgets cannot live in a fragment: the download holds the histogram as of page load.
-    page.download_csv(loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["bins"], "length_histogram.csv",
-                      PREFIX)
+    page.download_csv(
+        loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["bins"], "length_histogram.csv", PREFIX
+    )

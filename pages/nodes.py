@@ -37,8 +37,13 @@ def render_node(rt: PageRuntime, node: dict, now: float, shards) -> None:
         st.error(md_escape(f"{node['name']}: cannot read {row['path']}: {row['error']}"))
     if not mine.empty:
         with st.expander(f"{len(mine)} shard(s) on {node['name']}", expanded=not broken.empty):
-            st.dataframe(mine.assign(size=mine["size"].map(fmt_bytes), offset=mine["offset"].map(fmt_bytes))
-                         .rename(columns={"offset": "indexed"}), hide_index=True, width="stretch")
+            st.dataframe(
+                mine.assign(size=mine["size"].map(fmt_bytes), offset=mine["offset"].map(fmt_bytes)).rename(
+                    columns={"offset": "indexed"}
+                ),
+                hide_index=True,
+                width="stretch",
+            )
 
 
 def render_page(rt: PageRuntime) -> None:
@@ -66,18 +71,26 @@ def shown_nodes(rt: PageRuntime, nodes: list[dict], now: float) -> list[dict]:
     if len(nodes) <= MAX_NODE_CARDS:
         return nodes
     troubled = [n for n in nodes if node_status(n, now, rt.config.stale_after)[0] != "up"]
-    picked = st.multiselect("Show details for", [n["name"] for n in nodes], key=f"{PREFIX}_node_select",
-                            placeholder="nodes that are not up are shown below")
-    st.caption(f"{len(nodes):,} nodes: details below for the {len(troubled):,} not up"
-               f"{f' (first {MAX_NODE_CARDS})' if len(troubled) > MAX_NODE_CARDS else ''} and the ones picked.")
+    picked = st.multiselect(
+        "Show details for",
+        [n["name"] for n in nodes],
+        key=f"{PREFIX}_node_select",
+        placeholder="nodes that are not up are shown below",
+    )
+    st.caption(
+        f"{len(nodes):,} nodes: details below for the {len(troubled):,} not up"
+        f"{f' (first {MAX_NODE_CARDS})' if len(troubled) > MAX_NODE_CARDS else ''} and the ones picked."
+    )
     return troubled[:MAX_NODE_CARDS] + [n for n in nodes if n["name"] in picked and n not in troubled]
 
 
 def render(rt: PageRuntime) -> None:
     """The Nodes page for runtime `rt` (app.py has drawn the shared frame)."""
     st.title("Nodes")
-    st.caption(f"up = polled within {fmt_age(rt.config.stale_after)}; stale = older; down = never reached, "
-               f"or nothing for {fmt_age(DOWN_AFTER_STALE * rt.config.stale_after)}; "
-               "pending = waiting for first poll.")
+    st.caption(
+        f"up = polled within {fmt_age(rt.config.stale_after)}; stale = older; down = never reached, "
+        f"or nothing for {fmt_age(DOWN_AFTER_STALE * rt.config.stale_after)}; "
+        "pending = waiting for first poll."
+    )
     page.live(rt, render_page, rt)
     page.download_csv(tables.node_table(loaders.load_nodes(rt.store), rt.config.stale_after), "nodes.csv", PREFIX)

@@ -42,8 +42,9 @@ def render_live(rt: PageRuntime) -> None:
     last = loaders.load_last_collection(rt.store)
     reached = bool(cfg.target_completions) and summary.completions >= cfg.target_completions
     stalled = alerts.health_alerts(health, nodes, cfg.stale_after, cfg.stall_after, reached)
-    found = stalled + alerts.run_alerts(summary, nodes, now, cfg.stale_after, cfg.truncation_warn_fraction,
-                                         cfg.truncation_alert_fraction, last)
+    found = stalled + alerts.run_alerts(
+        summary, nodes, now, cfg.stale_after, cfg.truncation_warn_fraction, cfg.truncation_alert_fraction, last
+    )
     cards.render_alerts(sorted(found, key=lambda a: a[0] != "error"))  # stable: a stall leads
     tiles = cards.overview_tiles(summary, thr, nodes, gpus, cfg.target_completions, last, cfg, now, health)
     if any(level == "error" for level, _ in stalled):  # a rate over the last minute still shows the past
@@ -57,8 +58,10 @@ def render_live(rt: PageRuntime) -> None:
     left, right = st.columns([3, 2])
     with left:
         if gpus.empty:
-            st.info("No GPU telemetry yet: " + ("waiting for first poll" if last is None
-                                                 else "no node reported a GPU (see the Nodes page)"))
+            st.info(
+                "No GPU telemetry yet: "
+                + ("waiting for first poll" if last is None else "no node reported a GPU (see the Nodes page)")
+            )
         else:
             st.plotly_chart(make_heatstrip_figure(gpus, now, cfg.stale_after), key=f"{PREFIX}_heatstrip_chart")
             if rt.demo or any(n.get("gpu_simulated") for n in nodes):
@@ -71,7 +74,9 @@ def render_live(rt: PageRuntime) -> None:
         if len(series) >= 2:
             st.plotly_chart(figures.make_throughput_figure(series), key=f"{PREFIX}_throughput_chart")
         else:
-            st.caption("The throughput chart appears once a few minutes of polls are in (the first scan is not counted).")
+            st.caption(
+                "The throughput chart appears once a few minutes of polls are in (the first scan is not counted)."
+            )
 
 
 def render(rt: PageRuntime) -> None:
@@ -82,5 +87,9 @@ def render(rt: PageRuntime) -> None:
     st.title(f"{rt.config.name}")
     page.live(rt, render_live, rt)
     page.download_headline(rt, PREFIX)
-    page.download_csv(tables.node_table(loaders.load_nodes(rt.store), rt.config.stale_after), "nodes.csv", PREFIX,
-                      label="Download node table (CSV)")
+    page.download_csv(
+        tables.node_table(loaders.load_nodes(rt.store), rt.config.stale_after),
+        "nodes.csv",
+        PREFIX,
+        label="Download node table (CSV)",
+    )

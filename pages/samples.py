@@ -24,9 +24,16 @@ def render_controls(rt: PageRuntime) -> None:
     n = int(c1.number_input("Sample size", min_value=1, max_value=2000, value=50, key=f"{PREFIX}_n_input"))
     reason = REASONS[c2.selectbox("Draw from", list(REASONS), key=f"{PREFIX}_reason_select")]
     collector = rt.collector
-    if c3.button("Re-sample", key=f"{PREFIX}_resample_button", type="primary", disabled=collector is None,
-                 help="Draw a fresh uniform sample from every node's shards" if collector else "The collector is off") \
-            and collector is not None:
+    if (
+        c3.button(
+            "Re-sample",
+            key=f"{PREFIX}_resample_button",
+            type="primary",
+            disabled=collector is None,
+            help="Draw a fresh uniform sample from every node's shards" if collector else "The collector is off",
+        )
+        and collector is not None
+    ):
         batch = collector.request_sample(n, reason)
         st.session_state.setdefault(f"{PREFIX}_filters", {})[batch] = reason
         st.session_state[f"{PREFIX}_waiting"] = batch
@@ -45,28 +52,46 @@ def render_pending(rt: PageRuntime) -> None:
 def render_rates(rt: PageRuntime, samples: list[dict], batch: int, ceiling: int | None) -> None:
     summary = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["summary"]
     filtered = st.session_state.get(f"{PREFIX}_filters", {}).get(batch) == "length" or all(
-        s["finish_reason"] == "length" for s in samples)
+        s["finish_reason"] == "length" for s in samples
+    )
     tiles = []
     if ceiling and not filtered:
         k = sum(s["finish_reason"] == "length" and (s["tokens"] or 0) >= ceiling for s in samples)
         lo, hi = stats.wilson_interval(k, len(samples))
-        tiles.append(cards.tile("Truncated · this sample", f"{k / len(samples):.1%}",
-                                f"n = {len(samples)} · 95% {lo:.1%}–{hi:.1%} · {k} at the {ceiling:,} ceiling"))
-        tiles.append(cards.tile("Truncated · all completions", f"{summary.at_ceiling_fraction:.1%}",
-                                f"{summary.at_ceiling:,} of {summary.length_count:,} · exact count"))
+        tiles.append(
+            cards.tile(
+                "Truncated · this sample",
+                f"{k / len(samples):.1%}",
+                f"n = {len(samples)} · 95% {lo:.1%}–{hi:.1%} · {k} at the {ceiling:,} ceiling",
+            )
+        )
+        tiles.append(
+            cards.tile(
+                "Truncated · all completions",
+                f"{summary.at_ceiling_fraction:.1%}",
+                f"{summary.at_ceiling:,} of {summary.length_count:,} · exact count",
+            )
+        )
     cut = [s for s in samples if s["finish_reason"] == "length"]
     share = loops.loop_share([s["text_tail"] or "" for s in cut])
     if share["n"]:
         lo, hi = share["interval"]
         few = share["n"] < cards.MIN_SAMPLE_N  # a share from a handful of samples is no alarm
-        tiles.append(cards.tile("Truncated that loop", f"{share['fraction']:.0%}",
-                                f"n = {share['n']} · 95% {lo:.0%}–{hi:.0%} · {share['loops']} loops"
-                                + (f" · too few to judge (n < {cards.MIN_SAMPLE_N})" if few else ""),
-                                "muted" if few else "warn" if share["fraction"] >= 0.1 else "ok"))
+        tiles.append(
+            cards.tile(
+                "Truncated that loop",
+                f"{share['fraction']:.0%}",
+                f"n = {share['n']} · 95% {lo:.0%}–{hi:.0%} · {share['loops']} loops"
+                + (f" · too few to judge (n < {cards.MIN_SAMPLE_N})" if few else ""),
+                "muted" if few else "warn" if share["fraction"] >= 0.1 else "ok",
+            )
+        )
     if tiles:
         cards.render_tiles(tiles)
-    examples = [("A truncated loop", [s for s in cut if s.get("is_loop")]),
-                ("A truncated completion that is not a loop", [s for s in cut if not s.get("is_loop")])]
+    examples = [
+        ("A truncated loop", [s for s in cut if s.get("is_loop")]),
+        ("A truncated completion that is not a loop", [s for s in cut if not s.get("is_loop")]),
+    ]
     cols = st.columns(2)
     for col, (title, found) in zip(cols, examples, strict=False):
         with col, st.expander(title, expanded=False):
@@ -89,16 +114,21 @@ def render(rt: PageRuntime) -> None:
     st.fragment(run_every=2 if waiting else None)(render_pending)(rt)
     latest = loaders.load_samples(rt.store)["latest"]
     if not latest:
-        st.info("No sample yet: press Re-sample to draw completions uniformly from the shards."
-                if rt.collector else "No sample yet, and the collector is off in this process.")
+        st.info(
+            "No sample yet: press Re-sample to draw completions uniformly from the shards."
+            if rt.collector
+            else "No sample yet, and the collector is off in this process."
+        )
         return
     for node, err in (latest.get("errors") or {}).items():
         st.warning(md_escape(f"{node}: could not sample: {err}"))
     samples = latest["samples"]
     ceiling = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["summary"].ceiling_tokens
     drawn = latest.get("done_unix")
-    st.caption(f"Batch {latest['batch']}: {len(samples)} of {latest['population'] or 0:,} completions, drawn uniformly"
-               + (f" at {fmt_clock(drawn)}." if drawn else "."))
+    st.caption(
+        f"Batch {latest['batch']}: {len(samples)} of {latest['population'] or 0:,} completions, drawn uniformly"
+        + (f" at {fmt_clock(drawn)}." if drawn else ".")
+    )
     if not samples:
         st.info("The last sample came back empty (see the errors above, or the shards hold no complete lines).")
         return
@@ -110,13 +140,26 @@ def render_table(samples: list[dict]) -> None:
     """The sample as a table, one picked sample in full below it, and the CSV download."""
     only_cut = st.toggle("Truncated only", key=f"{PREFIX}_truncated_only")
     shown = [s for s in samples if s["finish_reason"] == "length"] if only_cut else samples
-    table = [{"node": s["node"], "shard": (s["path"] or "").rsplit("/", 1)[-1], "line": s["line_no"],
-              "tokens": s["tokens"], "finish reason": s["finish_reason"], "loop?": "loop" if s.get("is_loop") else ""}
-             for s in shown]
+    table = [
+        {
+            "node": s["node"],
+            "shard": (s["path"] or "").rsplit("/", 1)[-1],
+            "line": s["line_no"],
+            "tokens": s["tokens"],
+            "finish reason": s["finish_reason"],
+            "loop?": "loop" if s.get("is_loop") else "",
+        }
+        for s in shown
+    ]
     st.dataframe(table, hide_index=True, width="stretch", height=300)
     if shown:
         first_cut = next((i for i, s in enumerate(shown) if s["finish_reason"] == "length"), 0)
-        pick = st.selectbox("Read one", range(len(shown)), index=first_cut, format_func=lambda i: label(shown[i]),
-                            key=f"{PREFIX}_pick_select")
+        pick = st.selectbox(
+            "Read one",
+            range(len(shown)),
+            index=first_cut,
+            format_func=lambda i: label(shown[i]),
+            key=f"{PREFIX}_pick_select",
+        )
         cards.render_sample(shown[pick])
     page.download_csv(tables.samples_export(shown), "samples.csv", PREFIX)

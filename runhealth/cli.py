@@ -35,8 +35,9 @@ NO_CONFIG = "error: no config: pass --config, set RUNHEALTH_CONFIG, or create ru
 CONFIG_HELP = "config file (default: $RUNHEALTH_CONFIG, else ./runhealth.toml)"
 
 
-def scan_paths(patterns: list[str], totals: dict[str, int] | None = None,
-               workers: int | None = None) -> tuple[stats.LengthHist, int, list[str]]:
+def scan_paths(
+    patterns: list[str], totals: dict[str, int] | None = None, workers: int | None = None
+) -> tuple[stats.LengthHist, int, list[str]]:
     """Count every complete line of the local shards matching `patterns`.
 
     Returns the length histogram, the number of malformed lines, and the patterns that
@@ -47,9 +48,14 @@ def scan_paths(patterns: list[str], totals: dict[str, int] | None = None,
     state: dict[str, dict[str, int]] = {}
     hist, malformed, unmatched = stats.LengthHist(), 0, None
     while True:
-        reply = agent.handle({"op": "poll", "gpu": "off", "metrics_urls": [],
-                              "shards": {"globs": patterns, "state": state, "budget_bytes": 1 << 30,
-                                         "scan_workers": workers}})
+        reply = agent.handle(
+            {
+                "op": "poll",
+                "gpu": "off",
+                "metrics_urls": [],
+                "shards": {"globs": patterns, "state": state, "budget_bytes": 1 << 30, "scan_workers": workers},
+            }
+        )
         if not reply.get("ok"):
             raise RunhealthError(reply.get("error") or "scan failed")
         shards = reply["shards"]
@@ -78,8 +84,9 @@ def cmd_scan(args: argparse.Namespace) -> int:
     return 0 if summary.completions or not unmatched else 1
 
 
-def scan_summary(patterns: list[str], ceiling: int | None,
-                 workers: int | None) -> tuple[stats.LengthHist, stats.Summary, dict[str, Any], list[str]]:
+def scan_summary(
+    patterns: list[str], ceiling: int | None, workers: int | None
+) -> tuple[stats.LengthHist, stats.Summary, dict[str, Any], list[str]]:
     """The histogram, summary and `scan --json` object (the summary's JSON plus ``blank_lines``)
     for `patterns`, and the globs that matched nothing (each warned about on stderr)."""
     totals: dict[str, int] = {}
@@ -100,31 +107,53 @@ def cmd_compare(args: argparse.Namespace) -> int:
     hist_b, sum_b, json_b, _ = scan_summary(args.b_paths, args.ceiling_b, args.workers)
     diffs = compare.differences(hist_a, sum_a, hist_b, sum_b)
     forecast, note = compare.forecast_check(hist_a, sum_a, hist_b, sum_b)
-    report = {"a": json_a, "b": json_b, "forecast": forecast, "forecast_note": note,
-              "differences": diffs, "summary": compare.headline(sum_a, sum_b, diffs)}
+    report = {
+        "a": json_a,
+        "b": json_b,
+        "forecast": forecast,
+        "forecast_note": note,
+        "differences": diffs,
+        "summary": compare.headline(sum_a, sum_b, diffs),
+    }
     print(json.dumps(report, indent=2) if args.json else format_compare(report))
     return 0 if sum_a.completions and sum_b.completions else 1
 
 
 def format_compare(r: dict[str, Any]) -> str:
     """Both summaries, the differences with their intervals, and the forecast check, in words."""
-    out = ["B vs A: " + escape(r["summary"]), "== A", format_summary(r["a"]), "== B", format_summary(r["b"]),
-           "== B - A (95% intervals)"]
+    out = [
+        "B vs A: " + escape(r["summary"]),
+        "== A",
+        format_summary(r["a"]),
+        "== B",
+        format_summary(r["b"]),
+        "== B - A (95% intervals)",
+    ]
     d = r["differences"]
     share = d["truncated_fraction"]
-    out.append(f"still cut at each run's ceiling: {100 * share['difference']:+.1f} points"
-               f" ({100 * share['interval'][0]:+.1f} to {100 * share['interval'][1]:+.1f}, Newcombe)")
+    out.append(
+        f"still cut at each run's ceiling: {100 * share['difference']:+.1f} points"
+        f" ({100 * share['interval'][0]:+.1f} to {100 * share['interval'][1]:+.1f}, Newcombe)"
+    )
     if d["mean_tokens"]:
         m = d["mean_tokens"]
         rel = f", {100 * m['relative']:+.0f}%" if m["relative"] is not None else ""
-        out.append(f"mean tokens per completion: {m['difference']:+.0f} ({m['interval'][0]:+.0f} to"
-                   f" {m['interval'][1]:+.0f}{rel})")
+        out.append(
+            f"mean tokens per completion: {m['difference']:+.0f} ({m['interval'][0]:+.0f} to"
+            f" {m['interval'][1]:+.0f}{rel})"
+        )
     for name in ("p50", "p90", "p99"):
         if d[name]:
             p = d[name]
-            cut = f"; {' and '.join(x.upper() for x in p['at_ceiling'])} at the ceiling: a lower bound" if p["at_ceiling"] else ""
-            out.append(f"{name}: {p['a']} -> {p['b']} ({p['difference']:+d}; about {p['interval'][0]:+.0f} to"
-                       f" {p['interval'][1]:+.0f}{cut})")
+            cut = (
+                f"; {' and '.join(x.upper() for x in p['at_ceiling'])} at the ceiling: a lower bound"
+                if p["at_ceiling"]
+                else ""
+            )
+            out.append(
+                f"{name}: {p['a']} -> {p['b']} ({p['difference']:+d}; about {p['interval'][0]:+.0f} to"
+                f" {p['interval'][1]:+.0f}{cut})"
+            )
     out.extend(format_forecast(r["forecast"]))
     out.append(escape(r["forecast_note"]))
     return "\n".join(out)
@@ -136,14 +165,18 @@ def format_forecast(f: dict[str, Any] | None) -> list[str]:
         return []
     out = []
     verdict = "inside" if f["inside"] else "OUTSIDE"
-    out.append(f"forecast check at {f['limit']:,}: A's what-if predicted {100 * f['predicted_fraction']:.1f}%"
-               f" still cut (95% {100 * f['interval'][0]:.1f}-{100 * f['interval'][1]:.1f}%, {escape(f['model'])});"
-               f" B measured {100 * f['measured_fraction']:.1f}% ({100 * f['measured_interval'][0]:.1f}-"
-               f"{100 * f['measured_interval'][1]:.1f}%): {verdict} the predicted interval")
+    out.append(
+        f"forecast check at {f['limit']:,}: A's what-if predicted {100 * f['predicted_fraction']:.1f}%"
+        f" still cut (95% {100 * f['interval'][0]:.1f}-{100 * f['interval'][1]:.1f}%, {escape(f['model'])});"
+        f" B measured {100 * f['measured_fraction']:.1f}% ({100 * f['measured_interval'][0]:.1f}-"
+        f"{100 * f['measured_interval'][1]:.1f}%): {verdict} the predicted interval"
+    )
     if f["predicted_extra_tokens"] is not None and f["measured_extra_tokens"] is not None:
         lo, hi = f["predicted_extra_tokens_interval"]
-        out.append(f"  extra tokens per completion: predicted {f['predicted_extra_tokens']:+.0f} ({lo:.0f}-{hi:.0f}),"
-                   f" measured {f['measured_extra_tokens']:+.0f} (B's mean minus A's)")
+        out.append(
+            f"  extra tokens per completion: predicted {f['predicted_extra_tokens']:+.0f} ({lo:.0f}-{hi:.0f}),"
+            f" measured {f['measured_extra_tokens']:+.0f} (B's mean minus A's)"
+        )
     return out
 
 
@@ -193,12 +226,17 @@ def poll_report(config, store: Store, results: dict[str, Any]) -> dict[str, Any]
         result = results.get(node.name)
         ok = isinstance(result, dict)
         merged = merged.merge(by_node[node.name])
-        nodes.append({
-            "name": node.name, "ok": ok, "error": None if ok else str(result),
-            "gpus": (result.get("gpus") or {}).get("devices", []) if isinstance(result, dict) else [],
-            "lengths": stats.summarize(by_node[node.name], config.max_output_tokens,
-                                       malformed.get(node.name, 0)).to_json(),
-        })
+        nodes.append(
+            {
+                "name": node.name,
+                "ok": ok,
+                "error": None if ok else str(result),
+                "gpus": (result.get("gpus") or {}).get("devices", []) if isinstance(result, dict) else [],
+                "lengths": stats.summarize(
+                    by_node[node.name], config.max_output_tokens, malformed.get(node.name, 0)
+                ).to_json(),
+            }
+        )
     total_malformed = sum(malformed.values())
     return {"nodes": nodes, "lengths": stats.summarize(merged, config.max_output_tokens, total_malformed).to_json()}
 
@@ -212,8 +250,10 @@ def format_summary(s: dict[str, Any]) -> str:
         lines.append(f"tokens: mean {t['mean']:.0f}  p50 {t['p50']}  p90 {t['p90']}  p99 {t['p99']}  max {t['max']}")
     lines.append("finish reasons: " + ", ".join(f"{escape(k)} {v:,}" for k, v in s["finish_reasons"].items()))
     if s["ceiling"] is not None:
-        lines.append(f"ceiling: {s['ceiling']} ({s['ceiling_source']}); at the ceiling: {s['at_ceiling']:,}"
-                     f" ({100 * s['at_ceiling_fraction']:.1f}%), length stops below it: {s['length_below_ceiling']:,}")
+        lines.append(
+            f"ceiling: {s['ceiling']} ({s['ceiling_source']}); at the ceiling: {s['at_ceiling']:,}"
+            f" ({100 * s['at_ceiling_fraction']:.1f}%), length stops below it: {s['length_below_ceiling']:,}"
+        )
     else:
         lines.append("ceiling: none detected (no pile-up of finish_reason=length)")
     if s.get("whatif"):
@@ -224,17 +264,23 @@ def format_summary(s: dict[str, Any]) -> str:
 def format_whatif(w: dict[str, Any]) -> list[str]:
     """The what-if in words: estimate and interval, the headline model, the back-test check."""
     if w["truncated_fraction"] is None:
-        return [f"what-if limit {w['limit']}: between {100 * w['interval'][0]:.1f}% and {100 * w['interval'][1]:.1f}%"
-                f" still truncated (hard bounds only) — {w['note']}"]
-    out = [f"what-if limit {w['limit']}: {100 * w['truncated_fraction']:.1f}% still truncated"
-           f" (95% {100 * w['interval'][0]:.1f}-{100 * w['interval'][1]:.1f}%, {w['model']});"
-           f" {w['extra_tokens_per_completion']:+.0f} tokens per completion"
-           f" ({w['extra_tokens_interval'][0]:.0f}-{w['extra_tokens_interval'][1]:.0f}) — extrapolation"]
+        return [
+            f"what-if limit {w['limit']}: between {100 * w['interval'][0]:.1f}% and {100 * w['interval'][1]:.1f}%"
+            f" still truncated (hard bounds only) — {w['note']}"
+        ]
+    out = [
+        f"what-if limit {w['limit']}: {100 * w['truncated_fraction']:.1f}% still truncated"
+        f" (95% {100 * w['interval'][0]:.1f}-{100 * w['interval'][1]:.1f}%, {w['model']});"
+        f" {w['extra_tokens_per_completion']:+.0f} tokens per completion"
+        f" ({w['extra_tokens_interval'][0]:.0f}-{w['extra_tokens_interval'][1]:.0f}) — extrapolation"
+    ]
     checks = [c for c in ((w.get("backtest") or {}).get("checks") or []) if c.get("predicted") is not None]
     if checks:
         c = checks[0]
-        out.append(f"  checked on this run: cut at {c['cut']}, it would have said {100 * c['predicted']:.1f}%"
-                   f" above {c['limit']}; the truth is {100 * c['truth']:.1f}%")
+        out.append(
+            f"  checked on this run: cut at {c['cut']}, it would have said {100 * c['predicted']:.1f}%"
+            f" above {c['limit']}; the truth is {100 * c['truth']:.1f}%"
+        )
     elif w.get("model_reason"):
         out.append(f"  {w['model_reason']}")
     return out
@@ -282,8 +328,11 @@ def add_dashboard(sub) -> None:
     p.add_argument("--config", help=CONFIG_HELP)
     p.add_argument("--port", type=int, default=8501)
     p.add_argument("--address", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
-    p.add_argument("--no-collect", action="store_true",
-                   help="only read the store (another process, e.g. `runhealth collect`, collects)")
+    p.add_argument(
+        "--no-collect",
+        action="store_true",
+        help="only read the store (another process, e.g. `runhealth collect`, collects)",
+    )
     p.set_defaults(func=cmd_dashboard)
 
 
@@ -291,8 +340,11 @@ def add_collect(sub) -> None:
     p = sub.add_parser("collect", help="run the collector alone, headless, until SIGTERM/SIGINT")
     p.add_argument("--config", help=CONFIG_HELP)
     p.add_argument("--metrics-port", type=int, metavar="N", help="serve Prometheus /metrics on this port")
-    p.add_argument("--metrics-address", metavar="ADDR",
-                   help="address for /metrics (default: [run] metrics_address, else 127.0.0.1)")
+    p.add_argument(
+        "--metrics-address",
+        metavar="ADDR",
+        help="address for /metrics (default: [run] metrics_address, else 127.0.0.1)",
+    )
     p.set_defaults(func=cmd_collect)
 
 
@@ -301,21 +353,34 @@ def add_scan(sub) -> None:
     scan.add_argument("paths", nargs="+", metavar="PATH_OR_GLOB")
     scan.add_argument("--ceiling", type=int, help="the max_tokens limit (detected when absent)")
     scan.add_argument("--whatif", type=int, metavar="LIMIT", help="project the effect of raising the limit")
-    scan.add_argument("--workers", type=int, choices=range(1, 9), metavar="N",
-                      help="worker processes for a large scan, 1-8 (default: a quarter of the cores)")
+    scan.add_argument(
+        "--workers",
+        type=int,
+        choices=range(1, 9),
+        metavar="N",
+        help="worker processes for a large scan, 1-8 (default: a quarter of the cores)",
+    )
     scan.add_argument("--json", action="store_true")
     scan.set_defaults(func=cmd_scan)
 
 
 def add_compare(sub) -> None:
-    p = sub.add_parser("compare", help="two runs' local shards side by side: A_GLOBS... -- B_GLOBS...",
-                       description="Compare run B with run A (local shards). Options go before the `--`;"
-                                   " everything after it is B's paths or globs.")
+    p = sub.add_parser(
+        "compare",
+        help="two runs' local shards side by side: A_GLOBS... -- B_GLOBS...",
+        description="Compare run B with run A (local shards). Options go before the `--`;"
+        " everything after it is B's paths or globs.",
+    )
     p.add_argument("paths", nargs="*", metavar="A_GLOBS")
     p.add_argument("--ceiling-a", type=int, metavar="N", help="run A's max_tokens (detected when absent)")
     p.add_argument("--ceiling-b", type=int, metavar="N", help="run B's max_tokens (detected when absent)")
-    p.add_argument("--workers", type=int, choices=range(1, 9), metavar="N",
-                   help="worker processes for a large scan, 1-8 (default: a quarter of the cores)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        choices=range(1, 9),
+        metavar="N",
+        help="worker processes for a large scan, 1-8 (default: a quarter of the cores)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_compare, b_paths=[])
 
@@ -340,10 +405,10 @@ def split_compare(argv: list[str]) -> tuple[list[str], list[str] | None]:
     """`compare`'s B paths are everything after its `--` (argparse's own `--` handling differs
     between Python versions, so the split is made before parsing)."""
     words = [i for i, a in enumerate(argv) if not a.startswith("-")]
-    if not words or argv[words[0]] != "compare" or "--" not in argv[words[0]:]:
+    if not words or argv[words[0]] != "compare" or "--" not in argv[words[0] :]:
         return argv, None
     cut = argv.index("--", words[0])
-    return argv[:cut], argv[cut + 1:]
+    return argv[:cut], argv[cut + 1 :]
 
 
 def main(argv: list[str] | None = None) -> int:

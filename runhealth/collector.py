@@ -39,18 +39,24 @@ def scan_budget_s(node: NodeConfig) -> float:
     return max(0.1, min(5.0, node.command_timeout_s / 4))
 
 
-def poll_request(node: NodeConfig, state: dict[str, dict[str, int]],
-                 budget_bytes: int = SCAN_BUDGET_BYTES, demo_gpus: int = 0) -> dict[str, Any]:
+def poll_request(
+    node: NodeConfig, state: dict[str, dict[str, int]], budget_bytes: int = SCAN_BUDGET_BYTES, demo_gpus: int = 0
+) -> dict[str, Any]:
     """The agent request for one poll of `node`, resuming from the stored shard offsets.
 
     `demo_gpus`: how many GPUs the agent simulates when the node has `gpu = "demo"` (RunContext).
     """
     return {
         "op": "poll",
-        "shards": {"globs": node.shards, "state": state, "budget_bytes": budget_bytes,
-                   "budget_s": scan_budget_s(node),
-                   "finish_reason_path": node.finish_reason_path,
-                   "completion_tokens_path": node.completion_tokens_path, "scan_workers": node.scan_workers},
+        "shards": {
+            "globs": node.shards,
+            "state": state,
+            "budget_bytes": budget_bytes,
+            "budget_s": scan_budget_s(node),
+            "finish_reason_path": node.finish_reason_path,
+            "completion_tokens_path": node.completion_tokens_path,
+            "scan_workers": node.scan_workers,
+        },
         "gpu": node.gpu,
         "demo_gpus": demo_gpus,
         "metrics_urls": node.metrics_urls,
@@ -61,8 +67,15 @@ def poll_request(node: NodeConfig, state: dict[str, dict[str, int]],
 class NodePoller:
     """Polls one node when the scheduler says so; owns that node's transport."""
 
-    def __init__(self, node: NodeConfig, store: Store, interval_s: float, transport=None,
-                 clock: Callable[[], float] = time.time, demo_gpus: int = 0):
+    def __init__(
+        self,
+        node: NodeConfig,
+        store: Store,
+        interval_s: float,
+        transport=None,
+        clock: Callable[[], float] = time.time,
+        demo_gpus: int = 0,
+    ):
         self.node = node
         self.demo_gpus = demo_gpus
         self.store = store
@@ -74,8 +87,10 @@ class NodePoller:
 
     def _adapt_budget(self, shards: dict[str, Any]) -> None:
         """Next poll's byte budget: what this node scanned per second, times the time budget."""
-        scanned = sum(max(0, int(e.get("offset") or 0) - int(e.get("offset_from") or 0))
-                      for e in (shards.get("files") or {}).values())
+        scanned = sum(
+            max(0, int(e.get("offset") or 0) - int(e.get("offset_from") or 0))
+            for e in (shards.get("files") or {}).values()
+        )
         seconds = float(shards.get("scan_s") or 0)
         if scanned > 0 and seconds > 0.01 and shards.get("pending_bytes"):
             fit = int(scanned / seconds * scan_budget_s(self.node))
@@ -92,8 +107,7 @@ class NodePoller:
         """One poll: send offsets, fold the reply into the store. Raises on failure (recorded)."""
         try:
             sent = self.clock()
-            request = poll_request(self.node, self.store.shard_state(self.node.name), self.budget_bytes,
-                                   self.demo_gpus)
+            request = poll_request(self.node, self.store.shard_state(self.node.name), self.budget_bytes, self.demo_gpus)
             reply, rtt_ms = self.request(request)
         except Exception as exc:  # any failure is this node's problem only
             self.store.record_failure(self.node.name, _plain(exc), self.clock())
@@ -113,8 +127,9 @@ class NodePoller:
             raise StoreError(message) from None
         return reply
 
-    def poll_until_indexed(self, stop: threading.Event | None = None,
-                           progress: Callable[[str, int], None] | None = None) -> dict[str, Any]:
+    def poll_until_indexed(
+        self, stop: threading.Event | None = None, progress: Callable[[str, int], None] | None = None
+    ) -> dict[str, Any]:
         """Poll repeatedly while the node still has unscanned bytes (the first full index)."""
         while True:
             reply = self.poll()
@@ -132,16 +147,25 @@ class NodePoller:
 class Collector:
     """Polls every node of a run concurrently and keeps the store up to date."""
 
-    def __init__(self, config: RunConfig, store: Store, transports: dict[str, Any] | None = None,
-                 clock: Callable[[], float] = time.time, context: RunContext | None = None):
+    def __init__(
+        self,
+        config: RunConfig,
+        store: Store,
+        transports: dict[str, Any] | None = None,
+        clock: Callable[[], float] = time.time,
+        context: RunContext | None = None,
+    ):
         self.config = config
         self.context = context = context or RunContext()
         self.store = store
         self.clock = clock
         transports = transports or {}
-        self.pollers = {n.name: NodePoller(n, store, config.interval_s, transports.get(n.name), clock,
-                                           context.demo_gpus.get(n.name, 0))
-                        for n in config.nodes}
+        self.pollers = {
+            n.name: NodePoller(
+                n, store, config.interval_s, transports.get(n.name), clock, context.demo_gpus.get(n.name, 0)
+            )
+            for n in config.nodes
+        }
         self._stop = threading.Event()
         self._sample_lock = threading.Lock()
         self._sampling: int | None = None
@@ -149,8 +173,9 @@ class Collector:
         self._housekeeper: threading.Thread | None = None
         # What the pages show, recomputed in the background after polls (#16: pages only read).
         # At most once per poll interval: the Overview's counts must move with every poll.
-        self.pagedata = pagedata.Refresher(store, config.max_output_tokens, config.interval_s,
-                                           min_interval_s=config.interval_s, clock=clock)
+        self.pagedata = pagedata.Refresher(
+            store, config.max_output_tokens, config.interval_s, min_interval_s=config.interval_s, clock=clock
+        )
         store.set_meta("run", _run_meta(config, context))
         for node in config.nodes:
             store.register_node(node.name, node.public_dict())
@@ -180,8 +205,10 @@ class Collector:
             fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             lock_file.close()
-            raise StoreError(f"another runhealth process is already collecting into {self.store.path};"
-                             " this one only displays what that one collects") from None
+            raise StoreError(
+                f"another runhealth process is already collecting into {self.store.path};"
+                " this one only displays what that one collects"
+            ) from None
         self._lock_file = lock_file
 
     def stop(self) -> None:
@@ -242,8 +269,9 @@ class Collector:
                 return self._sampling
             batch = self.store.new_sample_batch(n, self.clock())
             self._sampling = batch
-        threading.Thread(target=self._sample_batch, args=(batch, n, finish_reason),
-                         name="runhealth-sample", daemon=True).start()
+        threading.Thread(
+            target=self._sample_batch, args=(batch, n, finish_reason), name="runhealth-sample", daemon=True
+        ).start()
         return batch
 
     def _sample_batch(self, batch: int, n: int, finish_reason: str | None) -> None:
@@ -257,19 +285,28 @@ class Collector:
             with self._sample_lock:
                 self._sampling = None
 
-    def sample_now(self, n: int, finish_reason: str | None = None, full_text: bool = False,
-                   seed: int | None = None) -> tuple[list[dict], int, dict[str, str]]:
+    def sample_now(
+        self, n: int, finish_reason: str | None = None, full_text: bool = False, seed: int | None = None
+    ) -> tuple[list[dict], int, dict[str, str]]:
         """Draw `n` completions uniformly across all nodes and shards (blocking).
 
         Lines are split between nodes in proportion to the lines each has counted, then each
         node draws its share uniformly among its own complete lines.
         """
         weights = {r["name"]: r["lines"] + r["malformed"] for r in self.store.nodes() if r["name"] in self.pollers}
-        return sampling.draw({name: p.node for name, p in self.pollers.items()}, weights,
-                             lambda name, req: self.pollers[name].request(req)[0], n, finish_reason, full_text, seed)
+        return sampling.draw(
+            {name: p.node for name, p in self.pollers.items()},
+            weights,
+            lambda name, req: self.pollers[name].request(req)[0],
+            n,
+            finish_reason,
+            full_text,
+            seed,
+        )
 
     def poll_once(self, progress: Callable[[str, int], None] | None = None) -> dict[str, Any]:
         """One full collection over every node, concurrently: name -> reply or exception."""
+
         def one(poller: NodePoller) -> Callable[[], dict[str, Any]]:
             return lambda: poller.poll_until_indexed(progress=progress)
 
@@ -278,9 +315,15 @@ class Collector:
 
 
 def _run_meta(config: RunConfig, context: RunContext) -> dict[str, Any]:
-    return {"name": config.name, "target_completions": config.target_completions,
-            "max_output_tokens": config.max_output_tokens, "interval_s": config.interval_s,
-            "stall_after_s": config.stall_after,
-            "demo": context.demo, "truncation_warn_fraction": config.truncation_warn_fraction,
-            "truncation_alert_fraction": config.truncation_alert_fraction,
-            "stale_after_s": config.stale_after, "nodes": [n.name for n in config.nodes]}
+    return {
+        "name": config.name,
+        "target_completions": config.target_completions,
+        "max_output_tokens": config.max_output_tokens,
+        "interval_s": config.interval_s,
+        "stall_after_s": config.stall_after,
+        "demo": context.demo,
+        "truncation_warn_fraction": config.truncation_warn_fraction,
+        "truncation_alert_fraction": config.truncation_alert_fraction,
+        "stale_after_s": config.stale_after,
+        "nodes": [n.name for n in config.nodes],
+    }

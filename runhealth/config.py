@@ -60,63 +60,136 @@ def _text_without_spaces(v: str) -> bool:
 class NodeConfig:
     """One node: where to reach it and what to read there."""
 
-    name: str = field(metadata=spec(str, required=True, rules=[matches(_NAME_RE, _NAME_MUST)],
-                                     doc="node name (same rules as the run name), unique"))
-    host: str = field(metadata=spec(
-        str, required=True,
-        rules=[_Rule(lambda v: _text_without_spaces(v) and not v.startswith("-"),
-                     "must be a host name, address or ssh alias")],
-        doc='host name, address or `~/.ssh/config` alias; `"local"` = this machine, no SSH'))
-    shards: list[str] = field(metadata=spec(
-        list, required=True,
-        rules=[_Rule(lambda v: bool(v) and all(isinstance(s, str) and s for s in v),
-                     "must be a non-empty list of path globs"),
-               _Rule(lambda v: all(s.startswith(("/", "~")) for s in v), "must hold absolute paths (or ~/...)")],
-        doc="absolute path globs (or `~/...`), expanded on the node"))
-    port: int | None = field(default=None, metadata=spec(
-        int, rules=[between(1, 65535)], default_doc="`~/.ssh/config`, else 22", doc="SSH port"))
-    user: str | None = field(default=None, metadata=spec(
-        str, default_doc="`~/.ssh/config`, else your user name", doc="SSH user"))
-    identity_file: str | None = field(default=None, metadata=spec(
-        str, default_doc="`~/.ssh/config`, ssh-agent, default keys", doc="private key"))
-    known_hosts: str | None = field(default=None, metadata=spec(
-        str, default_doc="`~/.ssh/config`'s `UserKnownHostsFile`, else `~/.ssh/known_hosts`",
-        doc="host keys to trust"))
-    accept_new_host_key: bool = field(default=False, metadata=spec(
-        bool, doc="record an unknown host's key on first contact (a changed key is still refused)"))
-    metrics_urls: list[str] = field(default_factory=list, metadata=spec(
-        list, rules=[_Rule(lambda v: all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in v),
-                           "must be a list of http(s) URLs")],
-        doc="SGLang/vLLM Prometheus endpoints, fetched on the node"))
-    python: str = field(default="python3", metadata=spec(
-        str, rules=[matches(PYTHON_RE, "must be a program name or path without spaces or shell characters")],
-        doc="the node's interpreter (3.8+)"))
-    gpu: str = field(default="auto", metadata=spec(
-        str, rules=[one_of("auto", "off", "demo")],
-        doc='`"auto"` (NVML, else `nvidia-smi`), `"off"`, or `"demo"` (simulated GPUs, as the built-in demo uses)'))
-    finish_reason_path: str | None = field(default=None, metadata=spec(
-        str, default_doc="detected", doc="dotted path to the finish reason, when your schema is unusual"))
-    completion_tokens_path: str | None = field(default=None, metadata=spec(
-        str, default_doc="detected", doc="dotted path to the completion token count, when your schema is unusual"))
-    prompt_path: str | None = field(default=None, metadata=spec(
-        str, default_doc="detected",
-        doc="dotted path to the prompt (e.g. `request.messages`); standard chat-completion output has none, "
-            "and continuation batches need it"))
-    connect_timeout_s: float = field(default=10.0, metadata=spec(
-        int, float, rules=[between(0, 600, "s", above=True)], doc="SSH connect timeout"))
-    command_timeout_s: float = field(default=30.0, metadata=spec(
-        int, float, rules=[between(0, 600, "s", above=True)],
-        doc="one agent request's timeout"))
-    scan_workers: int | None = field(default=None, metadata=spec(
-        int, rules=[between(1, 8, hint=" (leave it out for a quarter of the node's cores)")],
-        default_doc="a quarter of the node's cores",
-        doc="worker processes for the node's first scan of a large backlog, at lowered priority; "
-            "`1` keeps it to the agent's one process"))
+    name: str = field(
+        metadata=spec(
+            str,
+            required=True,
+            rules=[matches(_NAME_RE, _NAME_MUST)],
+            doc="node name (same rules as the run name), unique",
+        )
+    )
+    host: str = field(
+        metadata=spec(
+            str,
+            required=True,
+            rules=[
+                _Rule(
+                    lambda v: _text_without_spaces(v) and not v.startswith("-"),
+                    "must be a host name, address or ssh alias",
+                )
+            ],
+            doc='host name, address or `~/.ssh/config` alias; `"local"` = this machine, no SSH',
+        )
+    )
+    shards: list[str] = field(
+        metadata=spec(
+            list,
+            required=True,
+            rules=[
+                _Rule(
+                    lambda v: bool(v) and all(isinstance(s, str) and s for s in v),
+                    "must be a non-empty list of path globs",
+                ),
+                _Rule(lambda v: all(s.startswith(("/", "~")) for s in v), "must hold absolute paths (or ~/...)"),
+            ],
+            doc="absolute path globs (or `~/...`), expanded on the node",
+        )
+    )
+    port: int | None = field(
+        default=None,
+        metadata=spec(int, rules=[between(1, 65535)], default_doc="`~/.ssh/config`, else 22", doc="SSH port"),
+    )
+    user: str | None = field(
+        default=None, metadata=spec(str, default_doc="`~/.ssh/config`, else your user name", doc="SSH user")
+    )
+    identity_file: str | None = field(
+        default=None, metadata=spec(str, default_doc="`~/.ssh/config`, ssh-agent, default keys", doc="private key")
+    )
+    known_hosts: str | None = field(
+        default=None,
+        metadata=spec(
+            str,
+            default_doc="`~/.ssh/config`'s `UserKnownHostsFile`, else `~/.ssh/known_hosts`",
+            doc="host keys to trust",
+        ),
+    )
+    accept_new_host_key: bool = field(
+        default=False,
+        metadata=spec(bool, doc="record an unknown host's key on first contact (a changed key is still refused)"),
+    )
+    metrics_urls: list[str] = field(
+        default_factory=list,
+        metadata=spec(
+            list,
+            rules=[
+                _Rule(
+                    lambda v: all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in v),
+                    "must be a list of http(s) URLs",
+                )
+            ],
+            doc="SGLang/vLLM Prometheus endpoints, fetched on the node",
+        ),
+    )
+    python: str = field(
+        default="python3",
+        metadata=spec(
+            str,
+            rules=[matches(PYTHON_RE, "must be a program name or path without spaces or shell characters")],
+            doc="the node's interpreter (3.8+)",
+        ),
+    )
+    gpu: str = field(
+        default="auto",
+        metadata=spec(
+            str,
+            rules=[one_of("auto", "off", "demo")],
+            doc='`"auto"` (NVML, else `nvidia-smi`), `"off"`, or `"demo"` (simulated GPUs, as the built-in demo uses)',
+        ),
+    )
+    finish_reason_path: str | None = field(
+        default=None,
+        metadata=spec(str, default_doc="detected", doc="dotted path to the finish reason, when your schema is unusual"),
+    )
+    completion_tokens_path: str | None = field(
+        default=None,
+        metadata=spec(
+            str, default_doc="detected", doc="dotted path to the completion token count, when your schema is unusual"
+        ),
+    )
+    prompt_path: str | None = field(
+        default=None,
+        metadata=spec(
+            str,
+            default_doc="detected",
+            doc="dotted path to the prompt (e.g. `request.messages`); standard chat-completion output has none, "
+            "and continuation batches need it",
+        ),
+    )
+    connect_timeout_s: float = field(
+        default=10.0, metadata=spec(int, float, rules=[between(0, 600, "s", above=True)], doc="SSH connect timeout")
+    )
+    command_timeout_s: float = field(
+        default=30.0,
+        metadata=spec(int, float, rules=[between(0, 600, "s", above=True)], doc="one agent request's timeout"),
+    )
+    scan_workers: int | None = field(
+        default=None,
+        metadata=spec(
+            int,
+            rules=[between(1, 8, hint=" (leave it out for a quarter of the node's cores)")],
+            default_doc="a quarter of the node's cores",
+            doc="worker processes for the node's first scan of a large backlog, at lowered priority; "
+            "`1` keeps it to the agent's one process",
+        ),
+    )
     # Secrets: filled from secrets.toml, never from the config file, never shown.
-    passphrase: Secret | None = field(default=None, metadata=spec(
-        str, in_file=False, secret=True, doc="the identity file's passphrase (secrets.toml)"))
-    password: Secret | None = field(default=None, metadata=spec(
-        str, in_file=False, secret=True, doc="SSH password login (secrets.toml)"))
+    passphrase: Secret | None = field(
+        default=None,
+        metadata=spec(str, in_file=False, secret=True, doc="the identity file's passphrase (secrets.toml)"),
+    )
+    password: Secret | None = field(
+        default=None, metadata=spec(str, in_file=False, secret=True, doc="SSH password login (secrets.toml)")
+    )
 
     def __post_init__(self) -> None:
         # A node built in code with a plain string (tests, tools) gets the same protection.
@@ -153,42 +226,98 @@ _FRACTION = _Rule(lambda v: 0 <= v <= 1, "must be a fraction between 0 and 1")
 class RunConfig:
     """The run as a whole: the file's `[run]` table and its nodes."""
 
-    name: str = field(metadata=spec(str, required=True, rules=[matches(_NAME_RE, _NAME_MUST)],
-                                     doc="run name: 1–64 letters, digits, `_.@:-`"))
+    name: str = field(
+        metadata=spec(
+            str, required=True, rules=[matches(_NAME_RE, _NAME_MUST)], doc="run name: 1–64 letters, digits, `_.@:-`"
+        )
+    )
     nodes: list[NodeConfig] = field(default_factory=list)  # the [[nodes]] tables, checked apart
-    target_completions: int | None = field(default=None, metadata=spec(
-        int, rules=[positive()], doc="enables progress and ETA"))
-    max_output_tokens: int | None = field(default=None, metadata=spec(
-        int, rules=[positive()], default_doc="detected",
-        doc="the `max_tokens` ceiling (detected from a pile-up of `finish_reason=length`)"))
-    interval_s: float = field(default=10.0, metadata=spec(
-        int, float, rules=[between(0.5, 3600, "s")], doc="poll period"))
-    store_path: str | None = field(default=None, metadata=spec(
-        str, default_doc="`~/.cache/runhealth/<name>.sqlite3`", doc="history store (`$XDG_CACHE_HOME` honoured)"))
-    truncation_warn_fraction: float = field(default=0.02, metadata=spec(
-        int, float, rules=[_FRACTION], doc="share of completions at the ceiling that raises a warning"))
-    truncation_alert_fraction: float = field(default=0.05, metadata=spec(
-        int, float, rules=[_FRACTION], doc="… that raises an alert"))
-    stale_after_s: float | None = field(default=None, metadata=spec(
-        int, float, default_doc="`max(3 × interval_s, 30)`",
-        doc="seconds without a successful poll before a node or number counts as stale"))
-    stall_after_s: float | None = field(default=None, metadata=spec(
-        int, float, rules=[between(1, 86400, "s")], default_doc="`max(3 × interval_s, 120)`",
-        doc='no new completions for this long raises "no new completions" on the Overview, for the run or per node'))
-    kiosk_rotate_s: float = field(default=20.0, metadata=spec(
-        int, float, rules=[between(1, 86400, "s")], doc="seconds per page in kiosk mode (`?kiosk=1`)"))
-    continuation_model: str | None = field(default=None, metadata=spec(
-        str, doc="the model continuation requests ask for"))
-    allowed_users: list[str] = field(default_factory=list, metadata=spec(
-        list, rules=[_Rule(lambda v: all(isinstance(u, str) for u in v), "must be a list of strings")],
-        default_doc="`[]` (everyone who can reach it)", doc="e-mails allowed in, with Streamlit's OIDC login (below)"))
-    metrics_port: int | None = field(default=None, metadata=spec(
-        int, rules=[between(1, 65535)], doc="serve Prometheus `/metrics` on this port from the process that collects"))
-    metrics_address: str = field(default="127.0.0.1", metadata=spec(
-        str, rules=[_Rule(_text_without_spaces, "must be an IP address or host name")], doc="address for `/metrics`"))
-    raw_keep_h: float = field(default=24.0, metadata=spec(
-        int, float, rules=[between(1, 24 * 14, "h")],
-        doc="hours of raw 10 s history; older rows are rolled up to 1-min rows for 7 days, 10-min rows after"))
+    target_completions: int | None = field(
+        default=None, metadata=spec(int, rules=[positive()], doc="enables progress and ETA")
+    )
+    max_output_tokens: int | None = field(
+        default=None,
+        metadata=spec(
+            int,
+            rules=[positive()],
+            default_doc="detected",
+            doc="the `max_tokens` ceiling (detected from a pile-up of `finish_reason=length`)",
+        ),
+    )
+    interval_s: float = field(
+        default=10.0, metadata=spec(int, float, rules=[between(0.5, 3600, "s")], doc="poll period")
+    )
+    store_path: str | None = field(
+        default=None,
+        metadata=spec(
+            str, default_doc="`~/.cache/runhealth/<name>.sqlite3`", doc="history store (`$XDG_CACHE_HOME` honoured)"
+        ),
+    )
+    truncation_warn_fraction: float = field(
+        default=0.02,
+        metadata=spec(int, float, rules=[_FRACTION], doc="share of completions at the ceiling that raises a warning"),
+    )
+    truncation_alert_fraction: float = field(
+        default=0.05, metadata=spec(int, float, rules=[_FRACTION], doc="… that raises an alert")
+    )
+    stale_after_s: float | None = field(
+        default=None,
+        metadata=spec(
+            int,
+            float,
+            default_doc="`max(3 × interval_s, 30)`",
+            doc="seconds without a successful poll before a node or number counts as stale",
+        ),
+    )
+    stall_after_s: float | None = field(
+        default=None,
+        metadata=spec(
+            int,
+            float,
+            rules=[between(1, 86400, "s")],
+            default_doc="`max(3 × interval_s, 120)`",
+            doc='no new completions for this long raises "no new completions" on the Overview, for the run or per node',
+        ),
+    )
+    kiosk_rotate_s: float = field(
+        default=20.0,
+        metadata=spec(int, float, rules=[between(1, 86400, "s")], doc="seconds per page in kiosk mode (`?kiosk=1`)"),
+    )
+    continuation_model: str | None = field(
+        default=None, metadata=spec(str, doc="the model continuation requests ask for")
+    )
+    allowed_users: list[str] = field(
+        default_factory=list,
+        metadata=spec(
+            list,
+            rules=[_Rule(lambda v: all(isinstance(u, str) for u in v), "must be a list of strings")],
+            default_doc="`[]` (everyone who can reach it)",
+            doc="e-mails allowed in, with Streamlit's OIDC login (below)",
+        ),
+    )
+    metrics_port: int | None = field(
+        default=None,
+        metadata=spec(
+            int,
+            rules=[between(1, 65535)],
+            doc="serve Prometheus `/metrics` on this port from the process that collects",
+        ),
+    )
+    metrics_address: str = field(
+        default="127.0.0.1",
+        metadata=spec(
+            str, rules=[_Rule(_text_without_spaces, "must be an IP address or host name")], doc="address for `/metrics`"
+        ),
+    )
+    raw_keep_h: float = field(
+        default=24.0,
+        metadata=spec(
+            int,
+            float,
+            rules=[between(1, 24 * 14, "h")],
+            doc="hours of raw 10 s history; older rows are rolled up to 1-min rows for 7 days, 10-min rows after",
+        ),
+    )
 
     @property
     def stale_after(self) -> float:
@@ -270,8 +399,10 @@ def load_config(path: str | os.PathLike, secrets_path: Path | None = None) -> Ru
 def parse_config(raw: dict[str, Any], source: str = "<config>") -> RunConfig:
     """Validate an already-parsed TOML document (see `load_config`); `source` names it in errors."""
     if "alerts" in raw:  # webhook URLs are credentials: never in the (shareable) config file
-        raise ConfigError(f"{source}: [alerts] must not be in the config file; put webhook_urls in "
-                          f"{SECRETS_PATH} under [alerts] or in RUNHEALTH_WEBHOOK_URLS")
+        raise ConfigError(
+            f"{source}: [alerts] must not be in the config file; put webhook_urls in "
+            f"{SECRETS_PATH} under [alerts] or in RUNHEALTH_WEBHOOK_URLS"
+        )
     check_keys(raw, {"run", "nodes"}, source)
     run = raw.get("run")
     if not isinstance(run, dict):
@@ -319,8 +450,9 @@ def apply_secrets(config: RunConfig, secrets_path: Path) -> RunConfig:
     for node in config.nodes:
         entry = per_node.get(node.name, {})
         if isinstance(entry, dict):
-            node = dataclasses.replace(node, passphrase=_secret(entry, "passphrase"),
-                                       password=_secret(entry, "password"))
+            node = dataclasses.replace(
+                node, passphrase=_secret(entry, "passphrase"), password=_secret(entry, "password")
+            )
         nodes.append(node)
     return dataclasses.replace(config, nodes=nodes)
 

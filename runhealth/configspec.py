@@ -114,8 +114,15 @@ def matches(pattern: str | re.Pattern[str], must: str) -> Rule:
     return Rule(lambda v: bool(compiled.match(v)), must)
 
 
-def spec(*types: type, required: bool = False, rules: Iterable[Rule] = (), doc: str = "",
-         default_doc: str | None = None, in_file: bool = True, secret: bool = False) -> dict[str, Spec]:
+def spec(
+    *types: type,
+    required: bool = False,
+    rules: Iterable[Rule] = (),
+    doc: str = "",
+    default_doc: str | None = None,
+    in_file: bool = True,
+    secret: bool = False,
+) -> dict[str, Spec]:
     """Field metadata: `dataclasses.field(default=..., metadata=spec(int, rules=[positive()], doc=...))`."""
     return {"spec": Spec(tuple(types), required, tuple(rules), doc, default_doc, in_file, secret)}
 

@@ -35,8 +35,28 @@ TOKENS_PER_S_PER_WORKER = 3500.0
 BACKLOG_COMPLETIONS = 4000  # "the run started a while ago"
 LOOP_SHARE_OF_TRUNCATED = 0.3
 
-_SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "ta", "ve", "zo", "pri", "sta", "qua", "den", "tor", "gal", "fen",
-              "bis", "mor", "cal", "tri", "pho"]
+_SYLLABLES = [
+    "ka",
+    "lo",
+    "mi",
+    "ne",
+    "ru",
+    "ta",
+    "ve",
+    "zo",
+    "pri",
+    "sta",
+    "qua",
+    "den",
+    "tor",
+    "gal",
+    "fen",
+    "bis",
+    "mor",
+    "cal",
+    "tri",
+    "pho",
+]
 _CONNECTIVES = ["so", "then", "therefore", "but", "because", "which means", "and", "hence", "now", "first"]
 
 
@@ -53,12 +73,17 @@ def truth(ceiling: int) -> dict[str, float]:
     there) and the mean of min(length, ceiling) (context-window stops and malformed lines aside)."""
     z = (math.log(ceiling) - LOG_MEDIAN) / LOG_SIGMA
     above = 0.5 * math.erfc(z / math.sqrt(2))
-    below_mean = math.exp(LOG_MEDIAN + LOG_SIGMA ** 2 / 2) * 0.5 * math.erfc(-(z - LOG_SIGMA) / math.sqrt(2))
+    below_mean = math.exp(LOG_MEDIAN + LOG_SIGMA**2 / 2) * 0.5 * math.erfc(-(z - LOG_SIGMA) / math.sqrt(2))
     return {"cut_fraction": above, "mean_tokens": below_mean + ceiling * above}
 
 
-def demo_config(base: Path | None = None, metrics_port: int | None = None, *, name: str = "demo-run",
-                max_output_tokens: int | None = None) -> RunConfig:
+def demo_config(
+    base: Path | None = None,
+    metrics_port: int | None = None,
+    *,
+    name: str = "demo-run",
+    max_output_tokens: int | None = None,
+) -> RunConfig:
     """One demo run over the shards in `base`/shards: two local nodes (4 + 3 simulated GPUs).
 
     With `metrics_port`, node 1 reads an SGLang-style and node 2 a vLLM-style /metrics page
@@ -68,13 +93,31 @@ def demo_config(base: Path | None = None, metrics_port: int | None = None, *, na
     shard_dir = base / "shards"
     urls = {i: [f"http://127.0.0.1:{metrics_port}/node{i}/metrics"] if metrics_port else [] for i in (1, 2)}
     nodes = [
-        NodeConfig(name="demo-node-1", host="local", shards=[str(shard_dir / "node1-*.jsonl")],
-                   python=sys.executable, gpu="demo", metrics_urls=urls[1]),
-        NodeConfig(name="demo-node-2", host="local", shards=[str(shard_dir / "node2-*.jsonl")],
-                   python=sys.executable, gpu="demo", metrics_urls=urls[2]),
+        NodeConfig(
+            name="demo-node-1",
+            host="local",
+            shards=[str(shard_dir / "node1-*.jsonl")],
+            python=sys.executable,
+            gpu="demo",
+            metrics_urls=urls[1],
+        ),
+        NodeConfig(
+            name="demo-node-2",
+            host="local",
+            shards=[str(shard_dir / "node2-*.jsonl")],
+            python=sys.executable,
+            gpu="demo",
+            metrics_urls=urls[2],
+        ),
     ]
-    return RunConfig(name=name, nodes=nodes, target_completions=TARGET, interval_s=5.0,
-                     max_output_tokens=max_output_tokens, store_path=str(base / "demo.sqlite3"))
+    return RunConfig(
+        name=name,
+        nodes=nodes,
+        target_completions=TARGET,
+        interval_s=5.0,
+        max_output_tokens=max_output_tokens,
+        store_path=str(base / "demo.sqlite3"),
+    )
 
 
 # How the demo configs are used: named as the built-in demo, 4 + 3 simulated GPUs, no webhooks.
@@ -96,14 +139,21 @@ def demo_runs(base: Path | None = None, metrics_port: int | None = None) -> list
 
 def live_simulator(base: Path | None = None, seed: int | None = None, speedup: float = 1.0) -> Simulator:
     """The simulator writing run B (the relaunch at 8,192)."""
-    return Simulator(run_dir(RUN_B, base), seed=seed, speedup=speedup, ceiling=CEILING_B,
-                     tokens_per_s=TOKENS_PER_S_B)
+    return Simulator(run_dir(RUN_B, base), seed=seed, speedup=speedup, ceiling=CEILING_B, tokens_per_s=TOKENS_PER_S_B)
 
 
-def fill_finished(config: RunConfig, store: Store, seed: int | None = None, end_unix: float | None = None, *,
-                  ceiling: int = CEILING, tokens_per_s: float = TOKENS_PER_S_PER_WORKER,
-                  completions: int = FINISHED_COMPLETIONS, polls: int = FINISHED_POLLS,
-                  ended_s_ago: float = 600) -> bool:
+def fill_finished(
+    config: RunConfig,
+    store: Store,
+    seed: int | None = None,
+    end_unix: float | None = None,
+    *,
+    ceiling: int = CEILING,
+    tokens_per_s: float = TOKENS_PER_S_PER_WORKER,
+    completions: int = FINISHED_COMPLETIONS,
+    polls: int = FINISHED_POLLS,
+    ended_s_ago: float = 600,
+) -> bool:
     """Write run A's shards and collect them as its live collector once did, poll by poll.
 
     The shards are written in FINISHED_POLLS steps; after each step every node is polled
@@ -114,8 +164,9 @@ def fill_finished(config: RunConfig, store: Store, seed: int | None = None, end_
     """
     if any(n.get("last_ok_unix") for n in store.nodes()):
         return False
-    sim = Simulator(Path(config.nodes[0].shards[0]).parent.parent, seed=seed, ceiling=ceiling,
-                    tokens_per_s=tokens_per_s)
+    sim = Simulator(
+        Path(config.nodes[0].shards[0]).parent.parent, seed=seed, ceiling=ceiling, tokens_per_s=tokens_per_s
+    )
     sim.shard_dir.mkdir(parents=True, exist_ok=True)
     for old in sim.shard_dir.glob("*.jsonl"):  # a half-written earlier attempt
         old.unlink()
@@ -143,8 +194,14 @@ def _fixed_clock(t: float) -> Callable[[], float]:
 class Simulator:
     """Appends completions to the demo shards from a background thread."""
 
-    def __init__(self, base: Path | None = None, seed: int | None = None, speedup: float = 1.0,
-                 ceiling: int = CEILING, tokens_per_s: float = TOKENS_PER_S_PER_WORKER):
+    def __init__(
+        self,
+        base: Path | None = None,
+        seed: int | None = None,
+        speedup: float = 1.0,
+        ceiling: int = CEILING,
+        tokens_per_s: float = TOKENS_PER_S_PER_WORKER,
+    ):
         self.shard_dir = (base or cache_dir() / "demo") / "shards"
         self.rng = random.Random(seed)
         self.speedup = speedup
@@ -300,9 +357,13 @@ class Simulator:
             "object": "chat.completion",
             "model": "Qwen3.6-27B",
             "prompt": self.text(rng.randint(20, 120), False),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": answer,
-                                                 "reasoning_content": reasoning},
-                         "finish_reason": finish}],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": answer, "reasoning_content": reasoning},
+                    "finish_reason": finish,
+                }
+            ],
             "usage": {"prompt_tokens": rng.randint(40, 900), "completion_tokens": tokens},
         }
         return json.dumps(record) + "\n"

@@ -39,8 +39,17 @@ class Standup:
     data_age_s: float | None
 
 
-def standup(completions: int, target: int | None, health: dict[str, Any], nodes: list[dict[str, Any]],
-            gpus: int, power_w: float | None, stale_after: float, now: float, last: float | None) -> Standup:
+def standup(
+    completions: int,
+    target: int | None,
+    health: dict[str, Any],
+    nodes: list[dict[str, Any]],
+    gpus: int,
+    power_w: float | None,
+    stale_after: float,
+    now: float,
+    last: float | None,
+) -> Standup:
     """The headline numbers. `health` is the dashboard's rate reading (tokens_per_s_1m, ...),
     `gpus` the GPUs reporting (else the nodes' gpus_found), `power_w` their summed draw."""
     tps = health.get("tokens_per_s_1m")
@@ -48,15 +57,22 @@ def standup(completions: int, target: int | None, health: dict[str, Any], nodes:
     states = [node_status(n, now, stale_after)[0] for n in nodes]
     free = [d.get("free_bytes") for n in nodes for d in (n.get("disk") or {}).values() if d.get("free_bytes")]
     return Standup(
-        completions=completions, target=target,
+        completions=completions,
+        target=target,
         share_done=rates.progress(completions, target) if target else None,
-        tokens_per_s_1m=tps, tokens_per_s_15m=health.get("tokens_per_s_15m"), completions_per_s_15m=cps,
+        tokens_per_s_1m=tps,
+        tokens_per_s_15m=health.get("tokens_per_s_15m"),
+        completions_per_s_15m=cps,
         tokens_per_s_per_gpu=tps / gpus if tps and gpus else None,
         tokens_per_joule=rates.tokens_per_joule(tps, power_w),
         eta_s=rates.eta_seconds(completions, target, cps) if target else None,
-        nodes=len(nodes), nodes_up=states.count("up"), nodes_stale=states.count("stale"),
-        nodes_down=states.count("down"), min_disk_free_bytes=min(free) if free else None,
-        data_age_s=now - last if last is not None else None)
+        nodes=len(nodes),
+        nodes_up=states.count("up"),
+        nodes_stale=states.count("stale"),
+        nodes_down=states.count("down"),
+        min_disk_free_bytes=min(free) if free else None,
+        data_age_s=now - last if last is not None else None,
+    )
 
 
 def public_config(config: dict[str, Any] | None) -> dict[str, Any]:

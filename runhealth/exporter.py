@@ -28,8 +28,13 @@ RATE_WINDOW_S = 60.0
 # Throttle reasons exported, each 0 or 1 per GPU, so "not throttled" is a zero, not a missing
 # series. The benign ones the agent also reports (gpu_idle, sync_boost, the clock settings) are
 # left out: they would add 4 series per GPU (about 16,000 at 512 nodes) and no alert uses them.
-THROTTLE_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
-                    "hw_power_brake_slowdown")
+THROTTLE_REASONS = (
+    "sw_power_cap",
+    "hw_slowdown",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+)
 # Bucket bounds as fractions of the ceiling; ceiling - 1 and the ceiling itself are added, so
 # "share >= ceiling" is 1 - bucket{le=ceiling-1} / count in PromQL.
 _CEILING_FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 3 / 8, 1 / 2, 5 / 8, 3 / 4, 7 / 8, 15 / 16)
@@ -68,22 +73,33 @@ class StoreMetrics:
 
     # -- completions and lengths ---------------------------------------------------------
     def _lengths(self, run: str, meta: dict[str, Any]) -> Iterator[Metric]:
-        completions = CounterMetricFamily("runhealth_completions", "Completions counted in the shards, exactly.",
-                                          labels=["run", "node", "finish_reason"])
-        for r in self.store._rows("SELECT node, finish_reason, SUM(count) AS n FROM node_length_counts"
-                                  " GROUP BY node, finish_reason ORDER BY node, finish_reason"):
+        completions = CounterMetricFamily(
+            "runhealth_completions",
+            "Completions counted in the shards, exactly.",
+            labels=["run", "node", "finish_reason"],
+        )
+        for r in self.store._rows(
+            "SELECT node, finish_reason, SUM(count) AS n FROM node_length_counts"
+            " GROUP BY node, finish_reason ORDER BY node, finish_reason"
+        ):
             completions.add_metric([run, r["node"], r["finish_reason"] or stats.MISSING], r["n"])
         yield completions
         ceiling, estimated = self._ceiling(meta)
         if ceiling is not None:
-            yield _gauge("runhealth_ceiling_tokens", "The max_tokens ceiling (configured, else detected).", run, ceiling)
+            yield _gauge(
+                "runhealth_ceiling_tokens", "The max_tokens ceiling (configured, else detected).", run, ceiling
+            )
         hist = HistogramMetricFamily(
             "runhealth_completion_length_tokens",
             "Completion lengths in tokens (exact completion_tokens; chars/4 estimates only if no exact ones).",
-            labels=["run", "node"])
+            labels=["run", "node"],
+        )
         bounds = length_buckets(ceiling)
-        at_ceiling = CounterMetricFamily("runhealth_completions_at_ceiling",
-                                         "Completions stopped by length at or above the ceiling.", labels=["run", "node"])
+        at_ceiling = CounterMetricFamily(
+            "runhealth_completions_at_ceiling",
+            "Completions stopped by length at or above the ceiling.",
+            labels=["run", "node"],
+        )
         total_len = total_at = 0
         for node, count, token_sum, cumulative, at in self._bucket_rows(bounds, ceiling, estimated):
             buckets = [(_le(b), c) for b, c in zip(bounds, cumulative, strict=True)] + [("+Inf", count)]
@@ -94,8 +110,11 @@ class StoreMetrics:
         yield hist
         if ceiling is not None:
             yield at_ceiling
-            ratio = GaugeMetricFamily("runhealth_truncated_ratio",
-                                      "Share of completions (with known length) stopped at the ceiling.", labels=["run"])
+            ratio = GaugeMetricFamily(
+                "runhealth_truncated_ratio",
+                "Share of completions (with known length) stopped at the ceiling.",
+                labels=["run"],
+            )
             ratio.add_metric([run], total_at / total_len if total_len else 0.0)
             yield ratio
 
@@ -112,25 +131,37 @@ class StoreMetrics:
     def _bucket_rows(self, bounds: list[float], ceiling: int | None, estimated: int) -> Iterator[tuple]:
         """Per node: (node, count, token sum, cumulative counts per bound, count at the ceiling), in SQL."""
         cols = "".join(f", SUM(CASE WHEN tokens <= {int(b)} THEN count ELSE 0 END)" for b in bounds)
-        at = (f", SUM(CASE WHEN finish_reason = 'length' AND tokens >= {int(ceiling)} THEN count ELSE 0 END)"
-              if ceiling is not None else ", 0")
-        sql = (f"SELECT node, SUM(count), SUM(tokens * count){cols}{at} FROM node_length_counts"
-               " WHERE estimated = ? GROUP BY node ORDER BY node")
+        at = (
+            f", SUM(CASE WHEN finish_reason = 'length' AND tokens >= {int(ceiling)} THEN count ELSE 0 END)"
+            if ceiling is not None
+            else ", 0"
+        )
+        sql = (
+            f"SELECT node, SUM(count), SUM(tokens * count){cols}{at} FROM node_length_counts"
+            " WHERE estimated = ? GROUP BY node ORDER BY node"
+        )
         for row in self.store._db().execute(sql, (estimated,)):
             yield row[0], row[1], row[2], list(row[3:-1]), row[-1]
 
     # -- nodes and the run ---------------------------------------------------------------
     def _nodes(self, run: str, meta: dict[str, Any], now: float) -> Iterator[Metric]:
         stale_after = health.stale_after_s(float(meta.get("interval_s") or 10.0), meta.get("stale_after_s"))
-        up = GaugeMetricFamily("runhealth_node_up", "1 if the node's last poll succeeded within stale_after.",
-                               labels=["run", "node"])
-        age = GaugeMetricFamily("runhealth_last_poll_age_seconds", "Seconds since the node's last successful poll.",
-                                labels=["run", "node"])
-        stalled = GaugeMetricFamily("runhealth_stalled", "1 if the node is reachable but added no completion "
-                                    f"for {health.stall_after_s(meta):.0f} s.", labels=["run", "node"])
-        tps = GaugeMetricFamily("runhealth_generation_tokens_per_second",
-                                f"Generated tokens per second over the last {RATE_WINDOW_S:.0f} s (shard growth).",
-                                labels=["run", "node"])
+        up = GaugeMetricFamily(
+            "runhealth_node_up", "1 if the node's last poll succeeded within stale_after.", labels=["run", "node"]
+        )
+        age = GaugeMetricFamily(
+            "runhealth_last_poll_age_seconds", "Seconds since the node's last successful poll.", labels=["run", "node"]
+        )
+        stalled = GaugeMetricFamily(
+            "runhealth_stalled",
+            f"1 if the node is reachable but added no completion for {health.stall_after_s(meta):.0f} s.",
+            labels=["run", "node"],
+        )
+        tps = GaugeMetricFamily(
+            "runhealth_generation_tokens_per_second",
+            f"Generated tokens per second over the last {RATE_WINDOW_S:.0f} s (shard growth).",
+            labels=["run", "node"],
+        )
         stalls = health.stalled_nodes(self.store, now, health.stall_after_s(meta))
         nodes = self.store.nodes()
         for n in nodes:
@@ -153,7 +184,8 @@ class StoreMetrics:
         recent = set()
         for p in self.store.polls(since_unix=now - 2 * RATE_WINDOW_S):
             by_node.setdefault(p["node"], []).append(
-                (p["node_ts_unix"] or p["ts_unix"], p["completions"] or 0, p["tokens"] or 0, bool(p["backfill"])))
+                (p["node_ts_unix"] or p["ts_unix"], p["completions"] or 0, p["tokens"] or 0, bool(p["backfill"]))
+            )
             if p["ts_unix"] >= now - RATE_WINDOW_S:
                 recent.add(p["node"])
         out = {}
@@ -175,8 +207,9 @@ class StoreMetrics:
             ("runhealth_gpu_temperature_celsius", "GPU core temperature.", "temp_c", 1.0),
         )
         families = {name: GaugeMetricFamily(name, help_, labels=labels) for name, help_, _c, _s in fields}
-        throttled = GaugeMetricFamily("runhealth_gpu_throttled", "1 while the clock event reason is active.",
-                                      labels=[*labels, "reason"])
+        throttled = GaugeMetricFamily(
+            "runhealth_gpu_throttled", "1 while the clock event reason is active.", labels=[*labels, "reason"]
+        )
         for g in self.store.gpu_latest():
             if g.get("error"):
                 continue

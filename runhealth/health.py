@@ -83,12 +83,17 @@ def run_rates(rows_by_node: dict[str, list[tuple]], now: float) -> dict[str, Any
         known = [getattr(r, attr) for r in per_node.values() if getattr(r, attr) is not None]
         return float(sum(known)) if known else None
 
-    return {"per_node": per_node, "tokens_per_s_1m": total("tokens_per_s_1m"),
-            "tokens_per_s_15m": total("tokens_per_s_15m"), "completions_per_s_15m": total("completions_per_s_15m")}
+    return {
+        "per_node": per_node,
+        "tokens_per_s_1m": total("tokens_per_s_1m"),
+        "tokens_per_s_15m": total("tokens_per_s_15m"),
+        "completions_per_s_15m": total("completions_per_s_15m"),
+    }
 
 
-def stalls(per_node: dict[str, NodeRate], now: float, stall_after_s: float,
-           live: set[str] | None = None) -> dict[str, Any]:
+def stalls(
+    per_node: dict[str, NodeRate], now: float, stall_after_s: float, live: set[str] | None = None
+) -> dict[str, Any]:
     """Which nodes (and whether the whole run) have had no new completions for stall_after_s.
 
     Args:
@@ -191,7 +196,9 @@ def stalled_nodes(store: Store, now: float, window: float) -> dict[str, float]:
     """
     rows = store._rows(  # the store has no public read of this shape; kept here, away from store.py
         "SELECT node, MIN(ts_unix) AS first, MAX(CASE WHEN completions > 0 THEN ts_unix END) AS last_new"
-        " FROM polls WHERE ts_unix >= ? GROUP BY node", (now - 2 * window,))
+        " FROM polls WHERE ts_unix >= ? GROUP BY node",
+        (now - 2 * window,),
+    )
     out = {}
     for r in rows:
         last = r["last_new"] if r["last_new"] is not None else r["first"]
@@ -226,8 +233,15 @@ def evaluate(store: Store, now: float | None = None) -> list[Alert]:
     out: list[Alert] = []
     last = store.last_collection_unix()
     if last is not None and now - last > stale_after:
-        out.append(Alert("collection_stale", "critical", run,
-                         f"No successful collection for {fmt_age(now - last)}.", value=now - last))
+        out.append(
+            Alert(
+                "collection_stale",
+                "critical",
+                run,
+                f"No successful collection for {fmt_age(now - last)}.",
+                value=now - last,
+            )
+        )
     out += _node_alerts(store, run, now, stale_after, stall_after_s(meta))
     out += _truncation_alerts(store, meta, run)
     out += _gpu_alerts(store, run)
@@ -241,19 +255,40 @@ def _node_alerts(store: Store, run: str, now: float, stale_after: float, stall_s
         state, why = node_status(n, now, stale_after)
         age = now - n["last_ok_unix"] if n.get("last_ok_unix") else None
         if n.get("store_error"):  # set by the store when this node's poll could not be written (#12)
-            out.append(Alert("store_write_failure", "critical", run,
-                             f"{n['name']}: its poll could not be written to the history store: {n['store_error']}",
-                             node=n["name"]))
+            out.append(
+                Alert(
+                    "store_write_failure",
+                    "critical",
+                    run,
+                    f"{n['name']}: its poll could not be written to the history store: {n['store_error']}",
+                    node=n["name"],
+                )
+            )
         if state == "up":
             up.add(n["name"])
         elif state in ("down", "stale"):
-            out.append(Alert(f"node_{state}", "critical" if state == "down" else "warning", run,
-                             f"{n['name']} {why}", node=n["name"], value=age))
+            out.append(
+                Alert(
+                    f"node_{state}",
+                    "critical" if state == "down" else "warning",
+                    run,
+                    f"{n['name']} {why}",
+                    node=n["name"],
+                    value=age,
+                )
+            )
     for node, quiet in sorted(stalled_nodes(store, now, stall_s).items()):
         if node in up:
-            out.append(Alert("node_stalled", "warning", run,
-                             f"{node}: no new completion for {fmt_age(quiet)} while reachable.",
-                             node=node, value=quiet))
+            out.append(
+                Alert(
+                    "node_stalled",
+                    "warning",
+                    run,
+                    f"{node}: no new completion for {fmt_age(quiet)} while reachable.",
+                    node=node,
+                    value=quiet,
+                )
+            )
     return out
 
 
@@ -265,9 +300,16 @@ def _truncation_alerts(store: Store, meta: dict, run: str) -> list[Alert]:
     frac = summary.at_ceiling_fraction
     if not summary.completions or not summary.ceiling_tokens or frac < threshold:
         return []
-    return [Alert("truncation_high", "critical", run,
-                  f"{frac:.1%} of completions stop at the {summary.ceiling_tokens:,}-token ceiling"
-                  f" (alert at {threshold:.1%}; n={summary.length_count:,}).", value=frac)]
+    return [
+        Alert(
+            "truncation_high",
+            "critical",
+            run,
+            f"{frac:.1%} of completions stop at the {summary.ceiling_tokens:,}-token ceiling"
+            f" (alert at {threshold:.1%}; n={summary.length_count:,}).",
+            value=frac,
+        )
+    ]
 
 
 def _gpu_alerts(store: Store, run: str) -> list[Alert]:
@@ -275,13 +317,29 @@ def _gpu_alerts(store: Store, run: str) -> list[Alert]:
     for g in store.gpu_latest():
         harmful = [r for r in g["throttle_reasons"] if r in HARMFUL_THROTTLE]
         if harmful:
-            out.append(Alert("gpu_throttled", "warning", run,
-                             f"{g['node']}/GPU {g['gpu']} throttled: {', '.join(harmful)}.",
-                             node=g["node"], gpu=g["gpu"], value=1.0))
+            out.append(
+                Alert(
+                    "gpu_throttled",
+                    "warning",
+                    run,
+                    f"{g['node']}/GPU {g['gpu']} throttled: {', '.join(harmful)}.",
+                    node=g["node"],
+                    gpu=g["gpu"],
+                    value=1.0,
+                )
+            )
         if g.get("temp_c") is not None and g["temp_c"] >= GPU_HOT_C:
-            out.append(Alert("gpu_hot", "warning", run,
-                             f"{g['node']}/GPU {g['gpu']} at {g['temp_c']:.0f} °C (hot from {GPU_HOT_C:.0f} °C).",
-                             node=g["node"], gpu=g["gpu"], value=float(g["temp_c"])))
+            out.append(
+                Alert(
+                    "gpu_hot",
+                    "warning",
+                    run,
+                    f"{g['node']}/GPU {g['gpu']} at {g['temp_c']:.0f} °C (hot from {GPU_HOT_C:.0f} °C).",
+                    node=g["node"],
+                    gpu=g["gpu"],
+                    value=float(g["temp_c"]),
+                )
+            )
     return out
 
 
@@ -300,11 +358,22 @@ HW_THROTTLE = HARMFUL_THROTTLE  # one list for the GPU page's sentence and the g
 RAM_USED_WARN = 0.92
 SWAP_USED_WARN = 0.10
 LOAD_PER_CPU_WARN = 1.5
-XID_MEANING = {13: "graphics engine exception", 31: "memory page fault", 43: "GPU stopped processing",
-               45: "preemptive cleanup", 48: "double-bit ECC error", 61: "internal micro-controller error",
-               62: "internal micro-controller halt", 63: "ECC page retirement / row remap",
-               64: "ECC page retirement / row remap failure", 74: "NVLink error", 79: "GPU has fallen off the bus",
-               92: "high single-bit ECC rate", 94: "contained ECC error", 95: "uncontained ECC error"}
+XID_MEANING = {
+    13: "graphics engine exception",
+    31: "memory page fault",
+    43: "GPU stopped processing",
+    45: "preemptive cleanup",
+    48: "double-bit ECC error",
+    61: "internal micro-controller error",
+    62: "internal micro-controller halt",
+    63: "ECC page retirement / row remap",
+    64: "ECC page retirement / row remap failure",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus",
+    92: "high single-bit ECC rate",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+}
 
 
 def _group(level: str, what: str, labels: list[str]) -> list[tuple[str, str]]:
@@ -314,8 +383,9 @@ def _group(level: str, what: str, labels: list[str]) -> list[tuple[str, str]]:
     return [(level, f"{what}: {shown}")]
 
 
-def gpu_problems(gpus: list[dict[str, Any]], health: dict[tuple, dict], xids: list[dict[str, Any]],
-                 run_writing: bool) -> list[tuple[str, str]]:
+def gpu_problems(
+    gpus: list[dict[str, Any]], health: dict[tuple, dict], xids: list[dict[str, Any]], run_writing: bool
+) -> list[tuple[str, str]]:
     """GPU problems as sentences, one per kind, most serious first: [(level, text)].
 
     Args:
@@ -329,27 +399,60 @@ def gpu_problems(gpus: list[dict[str, Any]], health: dict[tuple, dict], xids: li
         meaning = XID_MEANING.get(e["xid"], "see NVIDIA's XID catalogue")
         out.append(("error", f"XID {e['xid']} on {e['node']}/{e['gpu']} ({meaning})"))
     h = {k: v for k, v in health.items() if v}
-    out += _group("error", "Uncorrected ECC errors since the driver loaded",
-                  [f"{n}/{i} ({v['ecc_uncorrected_volatile']})" for (n, i), v in h.items()
-                   if (v.get("ecc_uncorrected_volatile") or 0) > 0])
-    out += _group("error", "Row remapping failed (the GPU needs service)",
-                  [f"{n}/{i}" for (n, i), v in h.items() if v.get("row_remap_failure")])
-    out += _group("warning", "Memory rows waiting to be remapped or retired (takes effect at the next GPU reset)",
-                  [f"{n}/{i}" for (n, i), v in h.items() if v.get("remapped_rows_pending") or v.get("retired_pages_pending")])
+    out += _group(
+        "error",
+        "Uncorrected ECC errors since the driver loaded",
+        [
+            f"{n}/{i} ({v['ecc_uncorrected_volatile']})"
+            for (n, i), v in h.items()
+            if (v.get("ecc_uncorrected_volatile") or 0) > 0
+        ],
+    )
+    out += _group(
+        "error",
+        "Row remapping failed (the GPU needs service)",
+        [f"{n}/{i}" for (n, i), v in h.items() if v.get("row_remap_failure")],
+    )
+    out += _group(
+        "warning",
+        "Memory rows waiting to be remapped or retired (takes effect at the next GPU reset)",
+        [f"{n}/{i}" for (n, i), v in h.items() if v.get("remapped_rows_pending") or v.get("retired_pages_pending")],
+    )
     ok = [g for g in gpus if not g.get("error")]
-    out += _group("warning", "Throttled by hardware (slower clocks)",
-                  [f"{g['label']} ({', '.join(r for r in g['throttle_reasons'] if r in HW_THROTTLE)})" for g in ok
-                   if any(r in HW_THROTTLE for r in g.get("throttle_reasons") or [])])
-    out += _group("warning", f"Hot (≥ {HOT_C} °C)", [f"{g['label']} ({g['temp_c']:.0f} °C)" for g in ok
-                                                     if g.get("temp_c") is not None and g["temp_c"] >= HOT_C])
+    out += _group(
+        "warning",
+        "Throttled by hardware (slower clocks)",
+        [
+            f"{g['label']} ({', '.join(r for r in g['throttle_reasons'] if r in HW_THROTTLE)})"
+            for g in ok
+            if any(r in HW_THROTTLE for r in g.get("throttle_reasons") or [])
+        ],
+    )
+    out += _group(
+        "warning",
+        f"Hot (≥ {HOT_C} °C)",
+        [f"{g['label']} ({g['temp_c']:.0f} °C)" for g in ok if g.get("temp_c") is not None and g["temp_c"] >= HOT_C],
+    )
     if run_writing:
-        out += _group("warning", f"Idle while the run writes (< {IDLE_PCT}% util)",
-                      [f"{g['label']} ({g['util_pct']:.0f}%)" for g in ok
-                       if g.get("util_pct") is not None and g["util_pct"] < IDLE_PCT])
-    out += _group("info", "At the power cap (sw_power_cap: normal under full load)",
-                  [g["label"] for g in ok if "sw_power_cap" in (g.get("throttle_reasons") or [])])
-    out += _group("info", "PCIe replays since the driver loaded",
-                  [f"{n}/{i} ({v['pcie_replay']:,})" for (n, i), v in h.items() if (v.get("pcie_replay") or 0) > 0])
+        out += _group(
+            "warning",
+            f"Idle while the run writes (< {IDLE_PCT}% util)",
+            [
+                f"{g['label']} ({g['util_pct']:.0f}%)"
+                for g in ok
+                if g.get("util_pct") is not None and g["util_pct"] < IDLE_PCT
+            ],
+        )
+    out += _group(
+        "info",
+        "At the power cap (sw_power_cap: normal under full load)",
+        [g["label"] for g in ok if "sw_power_cap" in (g.get("throttle_reasons") or [])],
+    )
+    out += _group(
+        "info",
+        "PCIe replays since the driver loaded",
+        [f"{n}/{i} ({v['pcie_replay']:,})" for (n, i), v in h.items() if (v.get("pcie_replay") or 0) > 0],
+    )
     return out
 
 
@@ -359,8 +462,13 @@ def missing_gpus(seen: dict[str, set[int]], now_gpus: dict[str, set[int]], live:
     for node in sorted(live):
         gone = sorted(seen.get(node, set()) - now_gpus.get(node, set()))
         if gone:
-            out.append(("error", f"{node}: GPU {', '.join(map(str, gone))} missing from the latest poll "
-                                 f"({len(now_gpus.get(node, set()))} of {len(seen[node] | now_gpus.get(node, set()))} reporting)"))
+            out.append(
+                (
+                    "error",
+                    f"{node}: GPU {', '.join(map(str, gone))} missing from the latest poll "
+                    f"({len(now_gpus.get(node, set()))} of {len(seen[node] | now_gpus.get(node, set()))} reporting)",
+                )
+            )
     return out
 
 

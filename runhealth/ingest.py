@@ -59,12 +59,21 @@ class ShardUpdate:
 def shard_update(path: str, entry: ShardEntry) -> ShardUpdate:
     """A reply's file entry as a ShardUpdate (count fields as integers, as the store adds them)."""
     return ShardUpdate(
-        path=path, reset=bool(entry.get("reset")), offset_from=entry.get("offset_from"),
-        inode=entry.get("inode"), offset=entry.get("offset", 0), size=entry.get("size", 0),
-        malformed=int(entry.get("malformed") or 0), blank_lines=int(entry.get("blank_lines") or 0),
-        tokens=int(entry.get("tokens") or 0), error=entry.get("error"),
-        counts=tuple(CountRow(int(r.tokens), r.finish_reason, int(r.estimated), int(r.count))
-                     for r in count_rows(entry.get("counts") or [])))
+        path=path,
+        reset=bool(entry.get("reset")),
+        offset_from=entry.get("offset_from"),
+        inode=entry.get("inode"),
+        offset=entry.get("offset", 0),
+        size=entry.get("size", 0),
+        malformed=int(entry.get("malformed") or 0),
+        blank_lines=int(entry.get("blank_lines") or 0),
+        tokens=int(entry.get("tokens") or 0),
+        error=entry.get("error"),
+        counts=tuple(
+            CountRow(int(r.tokens), r.finish_reason, int(r.estimated), int(r.count))
+            for r in count_rows(entry.get("counts") or [])
+        ),
+    )
 
 
 def scanned_bytes(entry: ShardEntry) -> int:
@@ -123,8 +132,12 @@ def read_poll(reply: PollReply) -> PollRecord:
     devices = tuple((gpus.get("devices") if gpus else None) or [])
     return PollRecord(
         shards=tuple(shard_update(path, entry) for path, entry in files.items()),
-        gpus=devices, health=tuple(_health_rows(devices)), host=reply.get("host") or None,
-        status=_node_status(reply), scanned_bytes=sum(scanned_bytes(e) for e in files.values()))
+        gpus=devices,
+        health=tuple(_health_rows(devices)),
+        host=reply.get("host") or None,
+        status=_node_status(reply),
+        scanned_bytes=sum(scanned_bytes(e) for e in files.values()),
+    )
 
 
 def _health_rows(devices: tuple[GpuDevice, ...]) -> list[GpuHealthRow]:
@@ -140,12 +153,20 @@ def _node_status(reply: PollReply) -> NodeStatus:
     gpus: Mapping[str, Any] = reply.get("gpus") or {}  # older agents may leave a part out
     shards: Mapping[str, Any] = reply.get("shards") or {}
     return NodeStatus(
-        agent_ms=reply.get("agent_ms"), node_time_unix=reply.get("time_unix"), hostname=reply.get("hostname"),
-        loadavg=reply.get("loadavg"), gpus_found=len(gpus.get("devices") or []), gpu_source=gpus.get("source"),
-        gpu_error=gpus.get("error"), gpu_simulated=bool(gpus.get("simulated")),
-        shards_matched=shards.get("matched"), unmatched_globs=shards.get("unmatched_globs") or [],
-        pending_bytes=shards.get("pending_bytes") or 0, disk=reply.get("disk") or {},
-        metrics_errors={u: e for u, m in (reply.get("metrics") or {}).items() for e in [m.get("error")] if e})
+        agent_ms=reply.get("agent_ms"),
+        node_time_unix=reply.get("time_unix"),
+        hostname=reply.get("hostname"),
+        loadavg=reply.get("loadavg"),
+        gpus_found=len(gpus.get("devices") or []),
+        gpu_source=gpus.get("source"),
+        gpu_error=gpus.get("error"),
+        gpu_simulated=bool(gpus.get("simulated")),
+        shards_matched=shards.get("matched"),
+        unmatched_globs=shards.get("unmatched_globs") or [],
+        pending_bytes=shards.get("pending_bytes") or 0,
+        disk=reply.get("disk") or {},
+        metrics_errors={u: e for u, m in (reply.get("metrics") or {}).items() for e in [m.get("error")] if e},
+    )
 
 
 def is_backfill(first_poll: bool, catching_up: bool, resets: int, pending_bytes: int) -> bool:

@@ -46,8 +46,19 @@ def dashboard_command(config: Path | None, port: int, address: str, collect: boo
     """argv and environment for `streamlit run` (the config passed on as an absolute path)."""
     folder = app_dir()
     # -P: the caller's working directory stays off sys.path (a stray ./timeit.py must not shadow the stdlib).
-    argv = [sys.executable, "-P", "-m", "streamlit", "run", str(folder / "app.py"), *streamlit_options(folder),
-            "--server.port", str(port), "--server.address", address]
+    argv = [
+        sys.executable,
+        "-P",
+        "-m",
+        "streamlit",
+        "run",
+        str(folder / "app.py"),
+        *streamlit_options(folder),
+        "--server.port",
+        str(port),
+        "--server.address",
+        address,
+    ]
     env = dict(os.environ)
     if config is not None:
         env["RUNHEALTH_CONFIG"] = str(config.expanduser().absolute())

@@ -132,16 +132,21 @@ def _to_v1(db: sqlite3.Connection) -> None:
     for table, column, decl in _V1_ADDED_COLUMNS:
         if column not in {r[1] for r in db.execute(f"PRAGMA table_info({table})")}:
             db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
-    if db.execute("SELECT NOT EXISTS (SELECT 1 FROM node_length_counts)"
-                  " AND EXISTS (SELECT 1 FROM length_counts)").fetchone()[0]:
+    if db.execute(
+        "SELECT NOT EXISTS (SELECT 1 FROM node_length_counts) AND EXISTS (SELECT 1 FROM length_counts)"
+    ).fetchone()[0]:
         # A store written before node_length_counts existed: build it once.
-        db.execute("INSERT INTO node_length_counts SELECT node, tokens, finish_reason, estimated,"
-                   " SUM(count) FROM length_counts GROUP BY node, tokens, finish_reason, estimated")
-    if db.execute("SELECT NOT EXISTS (SELECT 1 FROM metric_latest)"
-                  " AND EXISTS (SELECT 1 FROM metric_samples)").fetchone()[0]:
+        db.execute(
+            "INSERT INTO node_length_counts SELECT node, tokens, finish_reason, estimated,"
+            " SUM(count) FROM length_counts GROUP BY node, tokens, finish_reason, estimated"
+        )
+    if db.execute(
+        "SELECT NOT EXISTS (SELECT 1 FROM metric_latest) AND EXISTS (SELECT 1 FROM metric_samples)"
+    ).fetchone()[0]:
         # A store written before metric_latest existed (SQLite's bare-column MAX rule).
-        db.execute("INSERT INTO metric_latest SELECT node, name, value, MAX(ts_unix)"
-                   " FROM metric_samples GROUP BY node, name")
+        db.execute(
+            "INSERT INTO metric_latest SELECT node, name, value, MAX(ts_unix) FROM metric_samples GROUP BY node, name"
+        )
     # The version was once a meta row nothing read; user_version replaces it.
     db.execute("DELETE FROM meta WHERE key = 'schema_version'")
 
@@ -149,14 +154,19 @@ def _to_v1(db: sqlite3.Connection) -> None:
 def _to_v2(db: sqlite3.Connection) -> None:
     """Page payloads (runhealth/pagedata.py, #16): what each screen shows, computed by the
     collector after a poll so a page only reads one row; ts_unix = when it was computed."""
-    db.execute("CREATE TABLE IF NOT EXISTS page_data (name TEXT PRIMARY KEY, ts_unix REAL NOT NULL,"
-               " payload BLOB NOT NULL)")
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS page_data (name TEXT PRIMARY KEY, ts_unix REAL NOT NULL, payload BLOB NOT NULL)"
+    )
 
 
 MIGRATIONS: tuple[Migration, ...] = (
-    Migration(1, "the schema when versions began: all tables and indexes; an early store gains "
-                 "shards.blank_lines, nodes.index_bytes_per_s and the node_length_counts and "
-                 "metric_latest tables built from its counts and samples", _to_v1),
+    Migration(
+        1,
+        "the schema when versions began: all tables and indexes; an early store gains "
+        "shards.blank_lines, nodes.index_bytes_per_s and the node_length_counts and "
+        "metric_latest tables built from its counts and samples",
+        _to_v1,
+    ),
     Migration(2, "page_data: the pages' payloads precomputed by the collector (#16)", _to_v2),
 )
 STORE_VERSION = MIGRATIONS[-1].version
@@ -171,11 +181,11 @@ def _refuse_newer(found: int, path: Path | str, ours: int) -> None:
         raise StoreError(
             f"history store {path} has schema version {found}, newer than this runhealth's ({ours}): "
             f"it was written by a newer runhealth. Upgrade runhealth, or set [run] store_path to another "
-            f"file; the store was left untouched")
+            f"file; the store was left untouched"
+        )
 
 
-def migrate(db: sqlite3.Connection, path: Path | str,
-            migrations: Sequence[Migration] = MIGRATIONS) -> int:
+def migrate(db: sqlite3.Connection, path: Path | str, migrations: Sequence[Migration] = MIGRATIONS) -> int:
     """Bring the store open on `db` (autocommit mode) up to the newest version; returns it.
 
     Raises:
@@ -201,8 +211,10 @@ def migrate(db: sqlite3.Connection, path: Path | str,
             if db.in_transaction:
                 db.execute("ROLLBACK")
             if isinstance(exc, sqlite3.Error):
-                raise StoreError(f"history store {path}: migration to version {step.version} "
-                                 f"({step.description.split(':')[0]}) failed, the store stays at version "
-                                 f"{found}: {exc}") from None
+                raise StoreError(
+                    f"history store {path}: migration to version {step.version} "
+                    f"({step.description.split(':')[0]}) failed, the store stays at version "
+                    f"{found}: {exc}"
+                ) from None
             raise
     return found

@@ -44,8 +44,10 @@ RENOTIFY_S = 3600.0
 CLEAR_S = 60.0
 RETRIES = 5
 QUEUE_MAX = 1000
-_SCHEMA = ("CREATE TABLE IF NOT EXISTS webhook_deliveries (ts_unix REAL NOT NULL, target TEXT NOT NULL,"
-           " alert TEXT, node TEXT, kind TEXT, ok INTEGER NOT NULL, attempts INTEGER NOT NULL, error TEXT)")
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS webhook_deliveries (ts_unix REAL NOT NULL, target TEXT NOT NULL,"
+    " alert TEXT, node TEXT, kind TEXT, ok INTEGER NOT NULL, attempts INTEGER NOT NULL, error TEXT)"
+)
 KEEP_DELIVERIES = 2000
 
 
@@ -99,9 +101,19 @@ class Event:
 
     def generic(self) -> dict[str, Any]:
         a = self.alert
-        return {"alert": a.name, "severity": a.severity, "run": a.run, "node": a.node, "gpu": a.gpu,
-                "value": a.value, "since": self.since, "resolved": self.kind == "resolve",
-                "repeat": self.kind == "repeat", "summary": a.summary, "time": self.at}
+        return {
+            "alert": a.name,
+            "severity": a.severity,
+            "run": a.run,
+            "node": a.node,
+            "gpu": a.gpu,
+            "value": a.value,
+            "since": self.since,
+            "resolved": self.kind == "resolve",
+            "repeat": self.kind == "repeat",
+            "summary": a.summary,
+            "time": self.at,
+        }
 
     def slack(self) -> dict[str, Any]:
         a = self.alert
@@ -153,15 +165,22 @@ class AlertTracker:
 def post_json(url: str, payload: dict[str, Any], timeout_s: float = 5.0) -> None:
     """POST `payload`; raises on a network error or a non-2xx answer."""
     target = url.split("+", 1)[1] if url.startswith("slack+") else url
-    req = urllib.request.Request(target, data=json.dumps(payload).encode(), method="POST",
-                                 headers={"Content-Type": "application/json", "User-Agent": "runhealth"})
+    req = urllib.request.Request(
+        target,
+        data=json.dumps(payload).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "User-Agent": "runhealth"},
+    )
     with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # http(s) only: checked in load_urls
         resp.read(1024)
 
 
 def _plain_error(exc: BaseException, url: str) -> str:
-    text = f"HTTP {exc.code}" if isinstance(exc, urllib.error.HTTPError) else str(
-        getattr(exc, "reason", None) or exc or type(exc).__name__)
+    text = (
+        f"HTTP {exc.code}"
+        if isinstance(exc, urllib.error.HTTPError)
+        else str(getattr(exc, "reason", None) or exc or type(exc).__name__)
+    )
     return text.replace(url, redact(url))[:300]  # never echo the secret path back
 
 
@@ -170,13 +189,18 @@ def ensure_schema(store: Store) -> None:
         db.execute(_SCHEMA)
 
 
-def record_delivery(store: Store, url: str, event: Event, ok: bool, attempts: int, error: str | None,
-                    now: float) -> None:
+def record_delivery(
+    store: Store, url: str, event: Event, ok: bool, attempts: int, error: str | None, now: float
+) -> None:
     with store._tx() as db:
-        db.execute("INSERT INTO webhook_deliveries VALUES (?,?,?,?,?,?,?,?)",
-                   (now, redact(url), event.alert.name, event.alert.node, event.kind, int(ok), attempts, error))
-        db.execute("DELETE FROM webhook_deliveries WHERE rowid <= (SELECT MAX(rowid) FROM webhook_deliveries) - ?",
-                   (KEEP_DELIVERIES,))
+        db.execute(
+            "INSERT INTO webhook_deliveries VALUES (?,?,?,?,?,?,?,?)",
+            (now, redact(url), event.alert.name, event.alert.node, event.kind, int(ok), attempts, error),
+        )
+        db.execute(
+            "DELETE FROM webhook_deliveries WHERE rowid <= (SELECT MAX(rowid) FROM webhook_deliveries) - ?",
+            (KEEP_DELIVERIES,),
+        )
 
 
 def delivery_status(store: Store, since_unix: float) -> list[dict[str, Any]]:
@@ -188,16 +212,26 @@ def delivery_status(store: Store, since_unix: float) -> list[dict[str, Any]]:
         " MAX(CASE WHEN NOT ok THEN ts_unix END) AS last_failure_unix,"
         " (SELECT error FROM webhook_deliveries d2 WHERE d2.target = d.target AND NOT ok ORDER BY ts_unix DESC LIMIT 1)"
         " AS last_error FROM webhook_deliveries d WHERE ts_unix >= ? GROUP BY target ORDER BY target",
-        (since_unix,))
+        (since_unix,),
+    )
 
 
 class Notifier:
     """Evaluates alerts every `interval_s` on its own thread and delivers events on another."""
 
-    def __init__(self, store: Store, urls: list[str], interval_s: float = 10.0, *,
-                 tracker: AlertTracker | None = None, retries: int = RETRIES, backoff_s: float = 2.0,
-                 timeout_s: float = 5.0, clock: Callable[[], float] = time.time,
-                 evaluate: Callable[[Store, float], list[health.Alert]] = health.evaluate):
+    def __init__(
+        self,
+        store: Store,
+        urls: list[str],
+        interval_s: float = 10.0,
+        *,
+        tracker: AlertTracker | None = None,
+        retries: int = RETRIES,
+        backoff_s: float = 2.0,
+        timeout_s: float = 5.0,
+        clock: Callable[[], float] = time.time,
+        evaluate: Callable[[Store, float], list[health.Alert]] = health.evaluate,
+    ):
         self.store, self.urls, self.interval_s = store, list(urls), interval_s
         self.tracker = tracker or AlertTracker()
         self.retries, self.backoff_s, self.timeout_s = retries, backoff_s, timeout_s
@@ -239,8 +273,10 @@ class Notifier:
     def start(self) -> None:
         if self._threads:
             return
-        self._threads = [threading.Thread(target=self._check_loop, name="runhealth-alerts", daemon=True),
-                         threading.Thread(target=self._send_loop, name="runhealth-webhooks", daemon=True)]
+        self._threads = [
+            threading.Thread(target=self._check_loop, name="runhealth-alerts", daemon=True),
+            threading.Thread(target=self._send_loop, name="runhealth-webhooks", daemon=True),
+        ]
         for t in self._threads:
             t.start()
 

@@ -40,9 +40,14 @@ class Outbound:
             self.metrics_server.server_close()
 
 
-def start_outbound(config: RunConfig, store: Store, metrics_port: int | None = None,
-                   metrics_address: str | None = None, webhook_urls: list[str] | None = None,
-                   context: RunContext | None = None) -> Outbound:
+def start_outbound(
+    config: RunConfig,
+    store: Store,
+    metrics_port: int | None = None,
+    metrics_address: str | None = None,
+    webhook_urls: list[str] | None = None,
+    context: RunContext | None = None,
+) -> Outbound:
     """Serve /metrics when a port is set (argument, else `[run] metrics_port`) and start the
     webhook notifier when URLs are configured (secrets.toml or RUNHEALTH_WEBHOOK_URLS)."""
     out = Outbound()

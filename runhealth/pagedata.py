@@ -37,8 +37,7 @@ MIN_INTERVAL_S = 30.0  # default rate limit; the collector passes its poll inter
 WHATIF_EVERY_S = 60.0  # the what-if fit (bootstrap included) is redone at most this often, as the page refits
 # The GPU page's windows (seconds; None = the whole run), the points per GPU it asks the store
 # for, and the time steps of the per-node bands it draws past PER_GPU_LINES_UP_TO GPUs.
-GPU_WINDOWS_S: dict[str, float | None] = {"15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 86400,
-                                          "whole run": None}
+GPU_WINDOWS_S: dict[str, float | None] = {"15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "whole run": None}
 GPU_MAX_POINTS = 400
 BAND_POINTS = 240
 PER_GPU_LINES_UP_TO = 8
@@ -51,6 +50,7 @@ GROUP_COLUMNS = ["group", "completions", "at_ceiling", "fraction", "lo", "hi", "
 # -- storage -----------------------------------------------------------------------------------
 def encode(obj: Any) -> bytes:
     """JSON (dataclasses as dicts, tuples as lists), compressed."""
+
     def default(o: Any) -> Any:
         if dataclasses.is_dataclass(o) and not isinstance(o, type):
             return dataclasses.asdict(o)
@@ -100,8 +100,13 @@ def run_lengths(store: Store, ceiling: int | None) -> dict[str, Any]:
     rows = store.length_counts(by="run")
     hist = stats.LengthHist.from_rows((r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in rows)
     malformed = sum(n["malformed"] for n in store.nodes())
-    return {"ceiling": ceiling, "rows": [list(r) for r in hist.rows()], "malformed": malformed,
-            "bins": [list(b) for b in stats.histogram(hist)], "cdf": [list(p) for p in stats.cdf_points(hist)]}
+    return {
+        "ceiling": ceiling,
+        "rows": [list(r) for r in hist.rows()],
+        "malformed": malformed,
+        "bins": [list(b) for b in stats.histogram(hist)],
+        "cdf": [list(p) for p in stats.cdf_points(hist)],
+    }
 
 
 def group_lengths(store: Store, by: str, ceiling: int | None) -> list[dict[str, Any]]:
@@ -110,6 +115,7 @@ def group_lengths(store: Store, by: str, ceiling: int | None) -> list[dict[str, 
     Only the length-stop rows come out of SQL (totals are summed there): a group's ceiling
     and its mass at the ceiling depend on nothing else.
     """
+
     def name(r: dict) -> str:
         return r["node"] if by == "node" else f"{r['node']}:{r['path']}"
 
@@ -126,9 +132,18 @@ def group_lengths(store: Store, by: str, ceiling: int | None) -> list[dict[str, 
         at = sum(n for tok, _, est, n in hist.rows() if not est and limit is not None and tok >= limit)
         denominator = t["exact"] or t["completions"]
         lo, hi = stats.wilson_interval(at, denominator)
-        out.append({"group": group, "completions": t["completions"], "at_ceiling": at,
-                    "fraction": at / denominator if denominator else 0.0, "lo": lo, "hi": hi,
-                    "ceiling": own if own is not None else ceiling, "drift": group in drift})
+        out.append(
+            {
+                "group": group,
+                "completions": t["completions"],
+                "at_ceiling": at,
+                "fraction": at / denominator if denominator else 0.0,
+                "lo": lo,
+                "hi": hi,
+                "ceiling": own if own is not None else ceiling,
+                "drift": group in drift,
+            }
+        )
     return out
 
 
@@ -140,10 +155,21 @@ def whatif_limits(ceiling: int, chosen: int) -> tuple[int, ...]:
 def whatif_default(hist: stats.LengthHist, ceiling: int, loop_sample: tuple[int, int] | None) -> dict[str, Any]:
     """The what-if the page opens with (new limit = 2 x the ceiling), fit and back-test included."""
     limit = 2 * ceiling
-    result = whatif.what_if(hist, ceiling, limit, loop_sample=loop_sample, bootstrap=WHATIF_BOOTSTRAP,
-                            curve_limits=whatif_limits(ceiling, limit))
-    return {"ceiling": ceiling, "limit": limit, "hist_key": stats.hist_digest(hist),
-            "loop_sample": list(loop_sample) if loop_sample else None, "result": result.to_json()}
+    result = whatif.what_if(
+        hist,
+        ceiling,
+        limit,
+        loop_sample=loop_sample,
+        bootstrap=WHATIF_BOOTSTRAP,
+        curve_limits=whatif_limits(ceiling, limit),
+    )
+    return {
+        "ceiling": ceiling,
+        "limit": limit,
+        "hist_key": stats.hist_digest(hist),
+        "loop_sample": list(loop_sample) if loop_sample else None,
+        "result": result.to_json(),
+    }
 
 
 def loop_sample(batch: dict[str, Any] | None) -> tuple[int, int]:
@@ -161,8 +187,13 @@ def truncation_over_time(store: Store, interval_s: float, ceiling: int | None) -
     if span < 6 * 3600:
         bucket_s = stale_after_s(interval_s)  # a few polls
         polls = rollup.poll_history(store, bucket_s)
-    return {"interval_s": interval_s, "ceiling": ceiling, "bucket_s": bucket_s, "polls": polls,
-            "split": store.length_stops_by_bucket(bucket_s, ceiling)}
+    return {
+        "interval_s": interval_s,
+        "ceiling": ceiling,
+        "bucket_s": bucket_s,
+        "polls": polls,
+        "split": store.length_stops_by_bucket(bucket_s, ceiling),
+    }
 
 
 def gpu_since(window_s: float | None, now: float) -> float | None:
@@ -194,9 +225,16 @@ def gpu_bands(rows: list[dict[str, Any]], value: str, points: int = BAND_POINTS)
         cell[1].add(r["gpu"])
     out = []
     for (node, t), (values, gpus) in sorted(cells.items()):
-        out.append({"node": node, "t_unix": t, "median": statistics.median(values) if values else None,
-                    "min": min(values) if values else None, "max": max(values) if values else None,
-                    "gpus": len(gpus)})
+        out.append(
+            {
+                "node": node,
+                "t_unix": t,
+                "median": statistics.median(values) if values else None,
+                "min": min(values) if values else None,
+                "max": max(values) if values else None,
+                "gpus": len(gpus),
+            }
+        )
     return out
 
 
@@ -210,8 +248,9 @@ def gpu_window(store: Store, window_s: float | None, now: float) -> dict[str, An
     if len(labels) <= PER_GPU_LINES_UP_TO:
         out["series"] = columns(rows, list(rows[0]) if rows else [])
         return out
-    out["bands"] = {v: columns(gpu_bands(rows, v), ["node", "t_unix", "median", "min", "max", "gpus"])
-                    for v in GPU_VALUES}
+    out["bands"] = {
+        v: columns(gpu_bands(rows, v), ["node", "t_unix", "median", "min", "max", "gpus"]) for v in GPU_VALUES
+    }
     for limit in GPU_LIMITS:  # per node, so a page showing some nodes takes their maximum
         per_node: dict[str, float] = {}
         for r in rows:
@@ -232,8 +271,11 @@ def window_due(span_s: float | None, age_s: float | None, min_interval_s: float)
 def gpu_windows(store: Store, now: float, due: Callable[[str], bool] = lambda name: True) -> dict[str, Any]:
     """The GPU page's due windows. A window reaching back past the oldest sample (no rollups)
     is the whole run's: computed once, stored under each such name."""
-    oldest = None if rollup._has_rollups(store) else store._db().execute(
-        "SELECT MIN(ts_unix) FROM gpu_samples").fetchone()[0]
+    oldest = (
+        None
+        if rollup._has_rollups(store)
+        else store._db().execute("SELECT MIN(ts_unix) FROM gpu_samples").fetchone()[0]
+    )
     out: dict[str, Any] = {}
     whole: dict[str, Any] | None = None
     for name, span in GPU_WINDOWS_S.items():
@@ -248,8 +290,14 @@ def gpu_windows(store: Store, now: float, due: Callable[[str], bool] = lambda na
     return out
 
 
-def compute_all(store: Store, ceiling_config: int | None, interval_s: float, now: float | None = None,
-                gpu_due: Callable[[str], bool] = lambda name: True, whatif_due: bool = True) -> dict[str, Any]:
+def compute_all(
+    store: Store,
+    ceiling_config: int | None,
+    interval_s: float,
+    now: float | None = None,
+    gpu_due: Callable[[str], bool] = lambda name: True,
+    whatif_due: bool = True,
+) -> dict[str, Any]:
     """Every payload, by name (what `Refresher` writes); GPU windows only when `gpu_due(window)`."""
     now = time.time() if now is None else now
     out: dict[str, Any] = {}
@@ -258,8 +306,10 @@ def compute_all(store: Store, ceiling_config: int | None, interval_s: float, now
     hist = stats.LengthHist.from_rows(lengths["rows"])
     ceiling = stats.summarize(hist, ceiling=ceiling_config, unparseable=lengths["malformed"]).ceiling_tokens
     for by in ("node", "shard"):
-        out[f"groups:{by}"] = {"ceiling": ceiling_config, "table": columns(group_lengths(store, by, ceiling_config),
-                                                                              GROUP_COLUMNS)}
+        out[f"groups:{by}"] = {
+            "ceiling": ceiling_config,
+            "table": columns(group_lengths(store, by, ceiling_config), GROUP_COLUMNS),
+        }
     out["lengths_over_time"] = {"ceiling": ceiling, "rows": lengthtime.hourly(store, ceiling)}
     out["truncation_over_time"] = truncation_over_time(store, interval_s, ceiling)
     if ceiling and hist.total and whatif_due:
@@ -272,7 +322,14 @@ class Refresher:
     """Recomputes the page payloads after polls: rate-limited, one computation at a time, in a
     background thread, so the poll loop never waits for it."""
 
-    def __init__(self, store: Store, ceiling: int | None, interval_s: float, min_interval_s: float = MIN_INTERVAL_S, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        store: Store,
+        ceiling: int | None,
+        interval_s: float,
+        min_interval_s: float = MIN_INTERVAL_S,
+        clock: Callable[[], float] = time.time,
+    ):
         self.store, self.ceiling, self.interval_s = store, ceiling, interval_s
         self.min_interval_s = min_interval_s
         self.clock = clock
@@ -297,13 +354,15 @@ class Refresher:
     def run_now(self) -> None:
         """Compute and write every payload in this thread (tests, the bench, the first start)."""
         started = self.clock()
+
         def due(window: str) -> bool:
             last = self._gpu_done.get(window)
             return window_due(GPU_WINDOWS_S[window], None if last is None else started - last, self.min_interval_s)
 
         whatif_due = self._whatif_done is None or started - self._whatif_done >= WHATIF_EVERY_S
-        payloads = compute_all(self.store, self.ceiling, self.interval_s, now=started, gpu_due=due,
-                               whatif_due=whatif_due)
+        payloads = compute_all(
+            self.store, self.ceiling, self.interval_s, now=started, gpu_due=due, whatif_due=whatif_due
+        )
         put(self.store, payloads, started)
         if "whatif" in payloads:
             self._whatif_done = started

@@ -48,23 +48,29 @@ def ensure_schema(store: Store) -> None:
 
 def _mean_merge(col: str) -> str:
     """ON CONFLICT: the weighted mean of the stored and the new bucket (NULLs ignored)."""
-    return (f"{col} = CASE WHEN {col} IS NULL THEN excluded.{col} WHEN excluded.{col} IS NULL THEN {col}"
-            f" ELSE ({col} * n + excluded.{col} * excluded.n) / (n + excluded.n) END")
+    return (
+        f"{col} = CASE WHEN {col} IS NULL THEN excluded.{col} WHEN excluded.{col} IS NULL THEN {col}"
+        f" ELSE ({col} * n + excluded.{col} * excluded.n) / (n + excluded.n) END"
+    )
 
 
 def _fold_gpu(db, src: str, res: int, cutoff: float, src_res: int | None) -> None:
     where = "ts_unix < ?" if src_res is None else "res_s = ? AND bucket_unix < ?"
     ts = "ts_unix" if src_res is None else "bucket_unix"
     weight = "1" if src_res is None else "n"
-    means = ", ".join(f"SUM({f} * {weight}) / NULLIF(SUM(CASE WHEN {f} IS NULL THEN 0 ELSE {weight} END), 0)"
-                      for f in _GPU)
+    means = ", ".join(
+        f"SUM({f} * {weight}) / NULLIF(SUM(CASE WHEN {f} IS NULL THEN 0 ELSE {weight} END), 0)" for f in _GPU
+    )
     params = (cutoff,) if src_res is None else (src_res, cutoff)
     db.execute(
         f"INSERT INTO gpu_rollup SELECT {res}, CAST({ts} / {res} AS INTEGER) * {res}, node, gpu, SUM({weight}),"
         f" {means}, MAX(throttled) FROM {src} WHERE {where} GROUP BY 2, node, gpu"
         " ON CONFLICT (res_s, bucket_unix, node, gpu) DO UPDATE SET "
-        + ", ".join(_mean_merge(f) for f in _GPU) + ", throttled = MAX(throttled, excluded.throttled),"
-        " n = n + excluded.n", params)
+        + ", ".join(_mean_merge(f) for f in _GPU)
+        + ", throttled = MAX(throttled, excluded.throttled),"
+        " n = n + excluded.n",
+        params,
+    )
     db.execute(f"DELETE FROM {src} WHERE {where}", params)
 
 
@@ -78,8 +84,10 @@ def _fold_polls(db, src: str, res: int, cutoff: float, src_res: int | None) -> N
         f"INSERT INTO poll_rollup SELECT {res}, CAST({ts} / {res} AS INTEGER) * {res}, node, {polls}, {sums},"
         f" MAX(backfill) FROM {src} WHERE {where} GROUP BY 2, node"
         " ON CONFLICT (res_s, bucket_unix, node) DO UPDATE SET polls = polls + excluded.polls, "
-        + ", ".join(f"{f} = {f} + excluded.{f}" for f in _POLL) + ", backfill = MAX(backfill, excluded.backfill)",
-        params)
+        + ", ".join(f"{f} = {f} + excluded.{f}" for f in _POLL)
+        + ", backfill = MAX(backfill, excluded.backfill)",
+        params,
+    )
     db.execute(f"DELETE FROM {src} WHERE {where}", params)
 
 
@@ -91,13 +99,22 @@ def _fold_metrics(db, src: str, res: int, cutoff: float, src_res: int | None) ->
     db.execute(
         f"INSERT INTO metric_rollup SELECT {res}, CAST({ts} / {res} AS INTEGER) * {res}, node, name, SUM({weight}),"
         f" SUM(value * {weight}) / SUM({weight}), MAX({top}) FROM {src} WHERE {where} GROUP BY 2, node, name"
-        " ON CONFLICT (res_s, bucket_unix, node, name) DO UPDATE SET " + _mean_merge("value")
-        + ", value_max = MAX(value_max, excluded.value_max), n = n + excluded.n", params)
+        " ON CONFLICT (res_s, bucket_unix, node, name) DO UPDATE SET "
+        + _mean_merge("value")
+        + ", value_max = MAX(value_max, excluded.value_max), n = n + excluded.n",
+        params,
+    )
     db.execute(f"DELETE FROM {src} WHERE {where}", params)
 
 
-def rollup(store: Store, now: float | None = None, raw_keep_s: float = RAW_KEEP_S,
-           fine_keep_s: float = FINE_KEEP_S, chunk_s: float = CHUNK_S, pause_s: float = PAUSE_S) -> None:
+def rollup(
+    store: Store,
+    now: float | None = None,
+    raw_keep_s: float = RAW_KEEP_S,
+    fine_keep_s: float = FINE_KEEP_S,
+    chunk_s: float = CHUNK_S,
+    pause_s: float = PAUSE_S,
+) -> None:
     """Fold raw rows older than `raw_keep_s` into 1-min rows, 1-min rows older than `fine_keep_s` into 10-min.
 
     Work is done `chunk_s` of data per transaction, releasing the store's write lock (which the
@@ -107,9 +124,14 @@ def rollup(store: Store, now: float | None = None, raw_keep_s: float = RAW_KEEP_
     ensure_schema(store)
     raw_cut = (now - raw_keep_s) // TIERS[0] * TIERS[0]
     fine_cut = (now - fine_keep_s) // TIERS[1] * TIERS[1]
-    oldest = store._db().execute("SELECT MIN(t) FROM (SELECT MIN(ts_unix) AS t FROM gpu_samples UNION ALL"
-                                 " SELECT MIN(ts_unix) FROM polls UNION ALL SELECT MIN(ts_unix) FROM metric_samples)"
-                                 ).fetchone()[0]
+    oldest = (
+        store._db()
+        .execute(
+            "SELECT MIN(t) FROM (SELECT MIN(ts_unix) AS t FROM gpu_samples UNION ALL"
+            " SELECT MIN(ts_unix) FROM polls UNION ALL SELECT MIN(ts_unix) FROM metric_samples)"
+        )
+        .fetchone()[0]
+    )
     for cut in _steps(oldest, raw_cut, chunk_s, TIERS[0]):
         time.sleep(pause_s)
         with store._tx() as db:
@@ -151,9 +173,11 @@ def gpu_history(store: Store, since_unix: float | None = None, max_points: int =
     if not _has_rollups(store):
         return store.gpu_series(since_unix=since_unix, max_points=max_points)
     since = -1e18 if since_unix is None else since_unix
-    rows = ("SELECT ts_unix, node, gpu, 1 AS n, " + ", ".join(_GPU) + ", throttled FROM gpu_samples WHERE ts_unix >= ?"
-            " UNION ALL SELECT bucket_unix, node, gpu, n, " + ", ".join(_GPU) + ", throttled FROM gpu_rollup"
-            " WHERE bucket_unix >= ?")
+    rows = (
+        "SELECT ts_unix, node, gpu, 1 AS n, " + ", ".join(_GPU) + ", throttled FROM gpu_samples WHERE ts_unix >= ?"
+        " UNION ALL SELECT bucket_unix, node, gpu, n, " + ", ".join(_GPU) + ", throttled FROM gpu_rollup"
+        " WHERE bucket_unix >= ?"
+    )
     span = store._db().execute(f"SELECT MIN(ts_unix), MAX(ts_unix) FROM ({rows})", (since, since)).fetchone()
     if span[0] is None:
         return []
@@ -162,7 +186,8 @@ def gpu_history(store: Store, since_unix: float | None = None, max_points: int =
     return store._rows(
         f"SELECT node, gpu, MIN(ts_unix) AS ts_unix, {means}, MAX(throttled) AS throttled FROM ({rows})"
         " GROUP BY node, gpu, CAST((ts_unix - ?) / ? AS INTEGER) ORDER BY node, gpu, ts_unix",
-        (since, since, span[0], width))
+        (since, since, span[0], width),
+    )
 
 
 def poll_history(store: Store, bucket_s: float, since_unix: float | None = None) -> list[dict[str, Any]]:
@@ -171,9 +196,13 @@ def poll_history(store: Store, bucket_s: float, since_unix: float | None = None)
         return store.polls_by_bucket(bucket_s, since_unix=since_unix)
     since = -1e18 if since_unix is None else since_unix
     cols = ", ".join(_POLL)
-    rows = (f"SELECT ts_unix, {cols}, backfill FROM polls WHERE ts_unix >= ?"
-            f" UNION ALL SELECT bucket_unix, {cols}, backfill FROM poll_rollup WHERE bucket_unix >= ?")
+    rows = (
+        f"SELECT ts_unix, {cols}, backfill FROM polls WHERE ts_unix >= ?"
+        f" UNION ALL SELECT bucket_unix, {cols}, backfill FROM poll_rollup WHERE bucket_unix >= ?"
+    )
     sums = ", ".join(f"SUM({f}) AS {f}" for f in _POLL)
     return store._rows(
         f"SELECT CAST(ts_unix / ? AS INTEGER) * ? AS bucket_unix, {sums}, MAX(backfill) AS backfill"
-        f" FROM ({rows}) GROUP BY 1 ORDER BY 1", (bucket_s, bucket_s, since, since))
+        f" FROM ({rows}) GROUP BY 1 ORDER BY 1",
+        (bucket_s, bucket_s, since, since),
+    )

@@ -22,8 +22,10 @@ from runhealth.analysis import compare, rates, stats
 from runhealth.store import Store
 
 Z95 = compare.Z95
-PROMPTS_UNCHECKED = ("Whether B's completions answer the same prompts as A's cannot be checked: the store "
-                     "keeps length counts, not prompt ids.")
+PROMPTS_UNCHECKED = (
+    "Whether B's completions answer the same prompts as A's cannot be checked: the store "
+    "keeps length counts, not prompt ids."
+)
 
 
 def _node_rate(spans: list[tuple[float, float, float, float]], index: int) -> tuple[float, float] | None:
@@ -36,7 +38,7 @@ def _node_rate(spans: list[tuple[float, float, float, float]], index: int) -> tu
     if n < 2:
         return rate, math.inf
     resid = sum((s[index] - rate * (s[1] - s[0])) ** 2 for s in spans)
-    return rate, n / (n - 1) * resid / dur ** 2
+    return rate, n / (n - 1) * resid / dur**2
 
 
 def life_rates(polls: list[dict[str, Any]]) -> dict[str, Any]:
@@ -44,9 +46,16 @@ def life_rates(polls: list[dict[str, Any]]) -> dict[str, Any]:
     by_node: dict[str, list] = {}
     for p in polls:
         by_node.setdefault(p["node"], []).append(
-            (p["ts_unix"], p["completions"] or 0, p["tokens"] or 0, bool(p["backfill"])))
-    out: dict[str, Any] = {"tokens_per_s": None, "tokens_var": 0.0, "completions_per_s": None,
-                           "completions_var": 0.0, "spans": 0, "span_s": 0.0}
+            (p["ts_unix"], p["completions"] or 0, p["tokens"] or 0, bool(p["backfill"]))
+        )
+    out: dict[str, Any] = {
+        "tokens_per_s": None,
+        "tokens_var": 0.0,
+        "completions_per_s": None,
+        "completions_var": 0.0,
+        "spans": 0,
+        "span_s": 0.0,
+    }
     for points in by_node.values():
         spans = rates.valid_spans(points)
         tok, comp = _node_rate(spans, 3), _node_rate(spans, 2)
@@ -68,8 +77,7 @@ def _interval(value: float | None, var: float, scale: float = 1.0) -> list[float
     return [(value - half) * scale, (value + half) * scale]
 
 
-def run_numbers(store: Store, name: str, ceiling: int | None, target: int | None,
-                finished: bool) -> dict[str, Any]:
+def run_numbers(store: Store, name: str, ceiling: int | None, target: int | None, finished: bool) -> dict[str, Any]:
     """One run's figures for the Compare page (see the module docstring for the rates)."""
     rows = store.length_counts(by="run")
     hist = stats.LengthHist.from_rows((r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in rows)
@@ -80,13 +88,21 @@ def run_numbers(store: Store, name: str, ceiling: int | None, target: int | None
     tps, cps = life["tokens_per_s"], life["completions_per_s"]
     per_gpu = tps / gpus if tps is not None and gpus else None
     eta = None if finished else rates.eta_seconds(summary.completions, target, cps)
-    return {"name": name, "finished": finished, "hist": hist, "summary": summary, "gpus": gpus,
-            "target": target, "as_of": store.last_collection_unix(), "life": life,
-            "tokens_per_s_per_gpu": per_gpu,
-            "tokens_per_s_per_gpu_interval": _interval(per_gpu, life["tokens_var"] / gpus ** 2) if per_gpu else None,
-            "completions_per_hour": cps * 3600 if cps is not None else None,
-            "completions_per_hour_interval": _interval(cps, life["completions_var"], 3600) if cps else None,
-            "eta_s": eta}
+    return {
+        "name": name,
+        "finished": finished,
+        "hist": hist,
+        "summary": summary,
+        "gpus": gpus,
+        "target": target,
+        "as_of": store.last_collection_unix(),
+        "life": life,
+        "tokens_per_s_per_gpu": per_gpu,
+        "tokens_per_s_per_gpu_interval": _interval(per_gpu, life["tokens_var"] / gpus**2) if per_gpu else None,
+        "completions_per_hour": cps * 3600 if cps is not None else None,
+        "completions_per_hour_interval": _interval(cps, life["completions_var"], 3600) if cps else None,
+        "eta_s": eta,
+    }
 
 
 def relative_change(a: float | None, var_a: float, b: float | None, var_b: float) -> dict[str, Any] | None:
@@ -104,21 +120,37 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any], bootstrap: int = 200) -> 
     """Run B against run A: differences, rate changes, forecast check and the headline."""
     sa, sb = a["summary"], b["summary"]
     if not sa.completions or not sb.completions:
-        return {"differences": None, "rates": {}, "forecast": None, "prompts": PROMPTS_UNCHECKED,
-                "forecast_note": "no forecast check: a run has no completions yet",
-                "headline": f"{b['name']} vs {a['name']}: no completions to compare yet"}
+        return {
+            "differences": None,
+            "rates": {},
+            "forecast": None,
+            "prompts": PROMPTS_UNCHECKED,
+            "forecast_note": "no forecast check: a run has no completions yet",
+            "headline": f"{b['name']} vs {a['name']}: no completions to compare yet",
+        }
     diffs = compare.differences(a["hist"], sa, b["hist"], sb)
     la, lb = a["life"], b["life"]
     gpu_a, gpu_b = max(a["gpus"], 1), max(b["gpus"], 1)
     rate_changes = {
-        "tokens_per_s_per_gpu": relative_change(a["tokens_per_s_per_gpu"], la["tokens_var"] / gpu_a ** 2,
-                                                b["tokens_per_s_per_gpu"], lb["tokens_var"] / gpu_b ** 2),
-        "completions_per_hour": relative_change(la["completions_per_s"], la["completions_var"],
-                                                lb["completions_per_s"], lb["completions_var"]),
+        "tokens_per_s_per_gpu": relative_change(
+            a["tokens_per_s_per_gpu"],
+            la["tokens_var"] / gpu_a**2,
+            b["tokens_per_s_per_gpu"],
+            lb["tokens_var"] / gpu_b**2,
+        ),
+        "completions_per_hour": relative_change(
+            la["completions_per_s"], la["completions_var"], lb["completions_per_s"], lb["completions_var"]
+        ),
     }
     forecast, note = compare.forecast_check(a["hist"], sa, b["hist"], sb, bootstrap=bootstrap)
-    return {"differences": diffs, "rates": rate_changes, "forecast": forecast, "forecast_note": note,
-            "prompts": PROMPTS_UNCHECKED, "headline": headline(sa, sb, diffs, rate_changes)}
+    return {
+        "differences": diffs,
+        "rates": rate_changes,
+        "forecast": forecast,
+        "forecast_note": note,
+        "prompts": PROMPTS_UNCHECKED,
+        "headline": headline(sa, sb, diffs, rate_changes),
+    }
 
 
 def headline(sum_a: stats.Summary, sum_b: stats.Summary, diffs: dict, rate_changes: dict) -> str:
@@ -142,15 +174,26 @@ def comparison_rows(a: dict[str, Any], b: dict[str, Any], cmp: dict[str, Any]) -
     share = d.get("truncated_fraction")
     if share:
         ia, ib = (stats.wilson_interval(s.at_ceiling, s.length_count) for s in (sa, sb))
-        rows.append({"metric": "cut at the ceiling", "A": f"{100 * share['a']:.1f}% ({100 * ia[0]:.1f}–{100 * ia[1]:.1f})",
-                     "B": f"{100 * share['b']:.1f}% ({100 * ib[0]:.1f}–{100 * ib[1]:.1f})",
-                     "B − A": f"{100 * share['difference']:+.1f} pts",
-                     "95% interval": fmt_interval(share["interval"], 100, "{:+.1f}") + " pts"})
+        rows.append(
+            {
+                "metric": "cut at the ceiling",
+                "A": f"{100 * share['a']:.1f}% ({100 * ia[0]:.1f}–{100 * ia[1]:.1f})",
+                "B": f"{100 * share['b']:.1f}% ({100 * ib[0]:.1f}–{100 * ib[1]:.1f})",
+                "B − A": f"{100 * share['difference']:+.1f} pts",
+                "95% interval": fmt_interval(share["interval"], 100, "{:+.1f}") + " pts",
+            }
+        )
     mean = d.get("mean_tokens")
     if mean:
-        rows.append({"metric": "mean tokens per completion", "A": f"{mean['a']:,.0f}", "B": f"{mean['b']:,.0f}",
-                     "B − A": f"{mean['difference']:+,.0f} ({100 * (mean['relative'] or 0):+.0f}%)",
-                     "95% interval": fmt_interval(mean["interval"])})
+        rows.append(
+            {
+                "metric": "mean tokens per completion",
+                "A": f"{mean['a']:,.0f}",
+                "B": f"{mean['b']:,.0f}",
+                "B − A": f"{mean['difference']:+,.0f} ({100 * (mean['relative'] or 0):+.0f}%)",
+                "95% interval": fmt_interval(mean["interval"]),
+            }
+        )
     for key, label in (("p50", "median"), ("p90", "P90"), ("p99", "P99")):
         p = d.get(key)
         if p:
@@ -158,9 +201,15 @@ def comparison_rows(a: dict[str, Any], b: dict[str, Any], cmp: dict[str, Any]) -
             # with A's there, B - A is at most the figure; with B's there, at least.
             bound = {("a",): "≤ ", ("b",): "≥ "}.get(tuple(p["at_ceiling"]), "")
             both = " (both at their ceilings)" if len(p["at_ceiling"]) == 2 else ""
-            rows.append({"metric": f"{label} tokens", "A": f"{p['a']:,}", "B": f"{p['b']:,}",
-                         "B − A": f"{bound}{p['difference']:+,}{both}",
-                         "95% interval": fmt_interval(p["interval"]) + " (approx.)"})
+            rows.append(
+                {
+                    "metric": f"{label} tokens",
+                    "A": f"{p['a']:,}",
+                    "B": f"{p['b']:,}",
+                    "B − A": f"{bound}{p['difference']:+,}{both}",
+                    "95% interval": fmt_interval(p["interval"]) + " (approx.)",
+                }
+            )
     rows.extend(_rate_rows(a, b, cmp["rates"]))
     rows.append({"metric": "ETA", "A": _eta_text(a), "B": _eta_text(b), "B − A": "", "95% interval": ""})
     return rows
@@ -168,16 +217,33 @@ def comparison_rows(a: dict[str, Any], b: dict[str, Any], cmp: dict[str, Any]) -
 
 def _rate_rows(a: dict, b: dict, changes: dict) -> list[dict[str, str]]:
     out = []
-    for key, label, fmt in (("tokens_per_s_per_gpu", "tok/s per GPU", "{:,.0f}"),
-                            ("completions_per_hour", "completions per hour", "{:,.0f}")):
+    for key, label, fmt in (
+        ("tokens_per_s_per_gpu", "tok/s per GPU", "{:,.0f}"),
+        ("completions_per_hour", "completions per hour", "{:,.0f}"),
+    ):
         ch = changes.get(key)
-        cells = [fmt.format(r[key]) + (f" ({fmt.format(r[key + '_interval'][0])}–{fmt.format(r[key + '_interval'][1])})"
-                                       if r[key + "_interval"] else "") if r[key] is not None else "no rate yet"
-                 for r in (a, b)]
-        out.append({"metric": label, "A": cells[0], "B": cells[1],
-                    "B − A": f"{100 * ch['relative']:+.1f}%" if ch else "—",
-                    "95% interval": fmt_interval(ch["relative_interval"], 100, "{:+.1f}") + "%"
-                    if ch and ch["relative_interval"] else "—"})
+        cells = [
+            fmt.format(r[key])
+            + (
+                f" ({fmt.format(r[key + '_interval'][0])}–{fmt.format(r[key + '_interval'][1])})"
+                if r[key + "_interval"]
+                else ""
+            )
+            if r[key] is not None
+            else "no rate yet"
+            for r in (a, b)
+        ]
+        out.append(
+            {
+                "metric": label,
+                "A": cells[0],
+                "B": cells[1],
+                "B − A": f"{100 * ch['relative']:+.1f}%" if ch else "—",
+                "95% interval": fmt_interval(ch["relative_interval"], 100, "{:+.1f}") + "%"
+                if ch and ch["relative_interval"]
+                else "—",
+            }
+        )
     return out
 
 

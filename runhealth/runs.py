@@ -82,8 +82,10 @@ def parse_runs(raw: dict[str, Any], source: str) -> list[RunEntry]:
     """Validate a `[[runs]]` document: each run through the single-run validator."""
     other = sorted(set(raw) - {"runs"})
     if other:
-        raise ConfigError(f"{source}: [[runs]] describes every run; move {other[0]!r} into a run "
-                          "(or use [run] + [[nodes]] for a single run)")
+        raise ConfigError(
+            f"{source}: [[runs]] describes every run; move {other[0]!r} into a run "
+            "(or use [run] + [[nodes]] for a single run)"
+        )
     tables = raw["runs"]
     if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
         raise ConfigError(f"{source}: [[runs]] must be one or more tables")
@@ -116,8 +118,9 @@ def _check_unique(entries: list[RunEntry], source: str) -> None:
             raise ConfigError(f"{source}: run {name!r}: field 'name' is used by another run")
         store = str(entry.config.resolved_store_path().expanduser().absolute())
         if store in seen:
-            raise ConfigError(f"{source}: run {name!r}: field 'store_path' is run {seen[store]!r}'s store "
-                              "(each run needs its own)")
+            raise ConfigError(
+                f"{source}: run {name!r}: field 'store_path' is run {seen[store]!r}'s store (each run needs its own)"
+            )
         seen[store] = name
 
 
@@ -158,6 +161,11 @@ def _config_from_meta(meta: dict[str, Any], path: Path) -> RunConfig:
         value = meta.get(key)
         return value if isinstance(value, int | float) and not isinstance(value, bool) else None
 
-    return RunConfig(name=meta["name"], nodes=[], target_completions=num("target_completions"),
-                     max_output_tokens=num("max_output_tokens"), interval_s=num("interval_s") or 10.0,
-                     store_path=str(path))  # its file is the store found, not a config
+    return RunConfig(
+        name=meta["name"],
+        nodes=[],
+        target_completions=num("target_completions"),
+        max_output_tokens=num("max_output_tokens"),
+        interval_s=num("interval_s") or 10.0,
+        store_path=str(path),
+    )  # its file is the store found, not a config

@@ -31,23 +31,38 @@ def split_shares(weights: Mapping[str, int], n: int, rng: random.Random) -> dict
     return shares
 
 
-def sample_request(node: NodeConfig, n: int, seed: int, finish_reason: str | None,
-                   full_text: bool) -> dict[str, Any]:
+def sample_request(node: NodeConfig, n: int, seed: int, finish_reason: str | None, full_text: bool) -> dict[str, Any]:
     """The agent request drawing `n` complete lines of `node` uniformly."""
-    return {"op": "sample", "globs": node.shards, "n": n, "seed": seed, "finish_reason": finish_reason,
-            "full_text": full_text, "head_chars": HEAD_CHARS, "tail_chars": TAIL_CHARS,
-            "prompt_path": node.prompt_path, "finish_reason_path": node.finish_reason_path,
-            "completion_tokens_path": node.completion_tokens_path}
+    return {
+        "op": "sample",
+        "globs": node.shards,
+        "n": n,
+        "seed": seed,
+        "finish_reason": finish_reason,
+        "full_text": full_text,
+        "head_chars": HEAD_CHARS,
+        "tail_chars": TAIL_CHARS,
+        "prompt_path": node.prompt_path,
+        "finish_reason_path": node.finish_reason_path,
+        "completion_tokens_path": node.completion_tokens_path,
+    }
 
 
-def _call(request: Callable[[str, dict[str, Any]], dict[str, Any]], name: str,
-          req: dict[str, Any]) -> Callable[[], dict[str, Any]]:
+def _call(
+    request: Callable[[str, dict[str, Any]], dict[str, Any]], name: str, req: dict[str, Any]
+) -> Callable[[], dict[str, Any]]:
     return lambda: request(name, req)
 
 
-def draw(nodes: Mapping[str, NodeConfig], weights: Mapping[str, int],
-         request: Callable[[str, dict[str, Any]], dict[str, Any]], n: int, finish_reason: str | None = None,
-         full_text: bool = False, seed: int | None = None) -> tuple[list[dict], int, dict[str, str]]:
+def draw(
+    nodes: Mapping[str, NodeConfig],
+    weights: Mapping[str, int],
+    request: Callable[[str, dict[str, Any]], dict[str, Any]],
+    n: int,
+    finish_reason: str | None = None,
+    full_text: bool = False,
+    seed: int | None = None,
+) -> tuple[list[dict], int, dict[str, str]]:
     """Draw `n` completions uniformly across `nodes` (blocking; one request per node, concurrently).
 
     Args:
@@ -62,8 +77,11 @@ def draw(nodes: Mapping[str, NodeConfig], weights: Mapping[str, int],
     rng = random.Random(seed)
     shares = split_shares(weights, n, rng)
     # Seeds are drawn here, in node order, so a seeded draw is repeatable (not in the threads).
-    calls = {name: _call(request, name, sample_request(nodes[name], k, rng.randrange(2**31), finish_reason, full_text))
-             for name, k in shares.items() if k > 0}
+    calls = {
+        name: _call(request, name, sample_request(nodes[name], k, rng.randrange(2**31), finish_reason, full_text))
+        for name, k in shares.items()
+        if k > 0
+    }
     results = fan_out_calls(calls, scheduler.pool_size(len(shares)))
     samples: list[dict] = []
     errors: dict[str, str] = {}

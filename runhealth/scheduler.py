@@ -33,9 +33,16 @@ def pool_size(nodes: int, max_workers: int = DEFAULT_MAX_WORKERS) -> int:
 class PollScheduler:
     """Runs `poll(name)` for every name every `interval_s`, on at most `max_workers` threads."""
 
-    def __init__(self, names: list[str], poll: Callable[[str], None], interval_s: float, *,
-                 max_workers: int = DEFAULT_MAX_WORKERS, connects_per_s: float = DEFAULT_CONNECTS_PER_S,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        names: list[str],
+        poll: Callable[[str], None],
+        interval_s: float,
+        *,
+        max_workers: int = DEFAULT_MAX_WORKERS,
+        connects_per_s: float = DEFAULT_CONNECTS_PER_S,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.poll, self.interval_s, self.clock = poll, interval_s, clock
         self.max_workers = pool_size(len(names), max_workers)
         now = clock()

@@ -35,8 +35,13 @@ def _log(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def _start(configs: list[RunConfig], context: RunContext, stores: dict[Path, Store], metrics_port: int | None = None,
-           metrics_address: str | None = None) -> tuple[list[Collector], dict[Path, Store], Outbound]:
+def _start(
+    configs: list[RunConfig],
+    context: RunContext,
+    stores: dict[Path, Store],
+    metrics_port: int | None = None,
+    metrics_address: str | None = None,
+) -> tuple[list[Collector], dict[Path, Store], Outbound]:
     """A collector per live run, each into its own store (kept from `stores` when its path is
     unchanged; the stores of runs no longer configured are closed); /metrics and webhooks
     for the first run."""
@@ -51,13 +56,14 @@ def _start(configs: list[RunConfig], context: RunContext, stores: dict[Path, Sto
     for old in stores.values():
         old.close()
     first = configs[0]
-    outbound = start_outbound(first, kept[first.resolved_store_path()], metrics_port, metrics_address,
-                              context=context)
+    outbound = start_outbound(first, kept[first.resolved_store_path()], metrics_port, metrics_address, context=context)
     where = f"; /metrics on {outbound.metrics_url}" if outbound.metrics_url else ""
     for config in configs:
-        _log(f"collecting {len(config.nodes)} node(s) of {config.name} every {config.interval_s:g} s into "
-             f"{config.resolved_store_path()} (config {context.source}){where if config is first else ''}; "
-             "stop with SIGTERM or Ctrl-C")
+        _log(
+            f"collecting {len(config.nodes)} node(s) of {config.name} every {config.interval_s:g} s into "
+            f"{config.resolved_store_path()} (config {context.source}){where if config is first else ''}; "
+            "stop with SIGTERM or Ctrl-C"
+        )
     for notice in outbound.notices:
         _log(notice)
     return collectors, kept, outbound
@@ -71,8 +77,9 @@ def live_runs(path: Path) -> list[RunConfig]:
     return configs
 
 
-def run_collector(path: Path, stop: threading.Event, metrics_port: int | None = None,
-                  metrics_address: str | None = None) -> None:
+def run_collector(
+    path: Path, stop: threading.Event, metrics_port: int | None = None, metrics_address: str | None = None
+) -> None:
     """Collect until `stop` is set; raises RunhealthError when the first config cannot start.
 
     `metrics_port`/`metrics_address` (the command line) win over `[run] metrics_port`/`_address`.

@@ -29,7 +29,6 @@ from runhealth.node.wire import PollReply
 log = textsafe.get_logger(__name__)
 
 
-
 _GPU_FIELDS = ("util_pct", "mem_used_mib", "mem_total_mib", "power_w", "power_limit_w", "temp_c", "sm_clock_mhz")
 
 
@@ -88,7 +87,7 @@ class Store:
         return self.incident
 
     def _file_changed(self) -> str | None:
-        """"deleted", "truncated" or "replaced" when the path no longer holds the file we opened."""
+        """ "deleted", "truncated" or "replaced" when the path no longer holds the file we opened."""
         if self._file_id is None:
             return None  # still opening
         try:
@@ -124,8 +123,10 @@ class Store:
                 old.close()
             self._local.db, self._local.generation = db, self._generation
             when = time.strftime("%H:%M:%S", time.localtime())
-            text = (f"The history store {self.path} was {reason} at {when} while the dashboard ran; a new one is in"
-                    " use and the counts are being rebuilt from the start of every shard.")
+            text = (
+                f"The history store {self.path} was {reason} at {when} while the dashboard ran; a new one is in"
+                " use and the counts are being rebuilt from the start of every shard."
+            )
             self.incident = (text, time.time())
             log.warning("%s", text)
 
@@ -203,13 +204,23 @@ class Store:
             stops: dict[int, int] = {}
             for update in record.shards:
                 _apply_shard(db, node, update, ts_unix, delta, stops)
-            db.executemany("INSERT INTO poll_length_stops VALUES (?,?,?,?)",
-                           [(ts_unix, node, t, n) for t, n in stops.items()])
+            db.executemany(
+                "INSERT INTO poll_length_stops VALUES (?,?,?,?)", [(ts_unix, node, t, n) for t, n in stops.items()]
+            )
             backfill = ingest.is_backfill(first_poll, catching_up, delta["resets"], record.pending_bytes)
             db.execute(
                 "INSERT INTO polls VALUES (?,?,?,?,?,?,?,?,?)",
-                (ts_unix, node, record.status.node_time_unix, delta["completions"], delta["tokens"],
-                 delta["length_stops"], delta["malformed"], int(backfill), rtt_ms),
+                (
+                    ts_unix,
+                    node,
+                    record.status.node_time_unix,
+                    delta["completions"],
+                    delta["tokens"],
+                    delta["length_stops"],
+                    delta["malformed"],
+                    int(backfill),
+                    rtt_ms,
+                ),
             )
             _write_gpus(db, node, record, ts_unix)
             _write_health(db, node, record, ts_unix)
@@ -261,10 +272,28 @@ class Store:
             assert cur.lastrowid is not None  # set by every INSERT
             return int(cur.lastrowid)
 
-    def finish_sample_batch(self, batch: int, samples: list[dict[str, Any]], population: int,
-                            errors: dict[str, str], ts_unix: float | None = None) -> None:
-        cols = ("node", "path", "line_no", "offset", "tokens", "estimated", "finish_reason", "prompt_head",
-                "text_head", "text_tail", "text_chars", "is_loop")
+    def finish_sample_batch(
+        self,
+        batch: int,
+        samples: list[dict[str, Any]],
+        population: int,
+        errors: dict[str, str],
+        ts_unix: float | None = None,
+    ) -> None:
+        cols = (
+            "node",
+            "path",
+            "line_no",
+            "offset",
+            "tokens",
+            "estimated",
+            "finish_reason",
+            "prompt_head",
+            "text_head",
+            "text_tail",
+            "text_chars",
+            "is_loop",
+        )
         with self._tx() as db:
             db.executemany(
                 f"INSERT INTO samples (batch, {', '.join(cols)}) VALUES (?{', ?' * len(cols)})",
@@ -290,16 +319,24 @@ class Store:
         for r in rows:
             for key in ("loadavg", "unmatched_globs", "disk", "metrics_errors", "config"):
                 r[key] = json.loads(r[key]) if r[key] else None
-        totals = {r["node"]: r for r in self._rows(
-            "SELECT node, COUNT(*) AS shards, SUM(offset) AS bytes_indexed, SUM(size) AS bytes_total,"
-            " SUM(lines) AS lines, SUM(malformed) AS malformed, SUM(blank_lines) AS blank_lines,"
-            " SUM(error IS NOT NULL) AS shard_errors"
-            " FROM shards GROUP BY node")}
+        totals = {
+            r["node"]: r
+            for r in self._rows(
+                "SELECT node, COUNT(*) AS shards, SUM(offset) AS bytes_indexed, SUM(size) AS bytes_total,"
+                " SUM(lines) AS lines, SUM(malformed) AS malformed, SUM(blank_lines) AS blank_lines,"
+                " SUM(error IS NOT NULL) AS shard_errors"
+                " FROM shards GROUP BY node"
+            )
+        }
         for r in rows:
             failure = self.write_failures.get(r["name"])
             if failure is not None:
-                r.update(last_error=failure[0], last_error_unix=failure[2], store_error=failure[0],
-                         failing_since_unix=r.get("failing_since_unix") or failure[1])
+                r.update(
+                    last_error=failure[0],
+                    last_error_unix=failure[2],
+                    store_error=failure[0],
+                    failing_since_unix=r.get("failing_since_unix") or failure[1],
+                )
             t = totals.get(r["name"], {})
             for key in ("shards", "bytes_indexed", "bytes_total", "lines", "malformed", "blank_lines", "shard_errors"):
                 r[key] = t.get(key) or 0
@@ -319,8 +356,10 @@ class Store:
         table = "length_counts" if by == "shard" else "node_length_counts"
         where, params = (" WHERE finish_reason = ?", (finish_reason,)) if finish_reason else ("", ())
         if by == "run":
-            sql = (f"SELECT tokens, finish_reason, estimated, SUM(count) AS count FROM {table}{where}"
-                   " GROUP BY tokens, finish_reason, estimated")
+            sql = (
+                f"SELECT tokens, finish_reason, estimated, SUM(count) AS count FROM {table}{where}"
+                " GROUP BY tokens, finish_reason, estimated"
+            )
         else:  # one row per key already: the table's primary key
             keys = "node, " if by == "node" else "node, path, "
             sql = f"SELECT {keys}tokens, finish_reason, estimated, count FROM {table}{where}"
@@ -352,8 +391,9 @@ class Store:
             (bucket_s, bucket_s, *params),
         )
 
-    def length_stops_by_bucket(self, bucket_s: float, ceiling: int | None,
-                               since_unix: float | None = None) -> list[dict[str, Any]]:
+    def length_stops_by_bucket(
+        self, bucket_s: float, ceiling: int | None, since_unix: float | None = None
+    ) -> list[dict[str, Any]]:
         """Exact-length stops per time bucket, split at `ceiling`: at_ceiling (tokens >= ceiling)
         and below_ceiling (context window and other limits below it)."""
         where, params = _where(since_unix, None)
@@ -385,8 +425,10 @@ class Store:
 
     def host_latest(self) -> dict[str, dict[str, Any]]:
         """Per node, its latest host reading (cpus, RAM and swap bytes) with ts_unix."""
-        return {r["node"]: {**json.loads(r["host"]), "ts_unix": r["ts_unix"]}
-                for r in self._rows("SELECT * FROM host_latest")}
+        return {
+            r["node"]: {**json.loads(r["host"]), "ts_unix": r["ts_unix"]}
+            for r in self._rows("SELECT * FROM host_latest")
+        }
 
     def last_growth_unix(self) -> dict[str, float]:
         """Per node, the last poll (dashboard clock) that brought new completions, over all history."""
@@ -421,8 +463,7 @@ class Store:
     def metric_series(self, name: str, since_unix: float | None = None) -> list[dict[str, Any]]:
         where, params = _where(since_unix, None)
         clause = (where + " AND" if where else " WHERE") + " name = ?"
-        return self._rows(f"SELECT ts_unix, node, value FROM metric_samples{clause} ORDER BY ts_unix",
-                          (*params, name))
+        return self._rows(f"SELECT ts_unix, node, value FROM metric_samples{clause} ORDER BY ts_unix", (*params, name))
 
     def latest_sample_batch(self) -> dict[str, Any] | None:
         """The newest finished sample batch with its samples, or None."""
@@ -431,8 +472,9 @@ class Store:
             return None
         batch = rows[0]
         batch["errors"] = json.loads(batch["errors"] or "{}")
-        batch["samples"] = self._rows("SELECT * FROM samples WHERE batch = ? ORDER BY node, path, line_no",
-                                      (batch["batch"],))
+        batch["samples"] = self._rows(
+            "SELECT * FROM samples WHERE batch = ? ORDER BY node, path, line_no", (batch["batch"],)
+        )
         return batch
 
     def pending_sample_batch(self) -> dict[str, Any] | None:
@@ -453,18 +495,25 @@ def _remembered_sql(kind: str, key: str, value: Any) -> tuple[str, tuple]:
     """The statement that writes a remembered set_meta / register_node again into a new store."""
     if kind == "meta":
         return "INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value))
-    return ("INSERT INTO nodes (name, config) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET config = excluded.config",
-            (key, json.dumps(value)))
+    return (
+        "INSERT INTO nodes (name, config) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET config = excluded.config",
+        (key, json.dumps(value)),
+    )
 
 
 def write_error_text(exc: BaseException) -> str:
-    """"cannot write the history store: <cause>", the cause in plain words."""
+    """ "cannot write the history store: <cause>", the cause in plain words."""
     text = str(exc)
-    causes = (("disk is full", "disk full"), ("disk I/O error", "disk I/O error"),
-              ("database is locked", "locked by another process (sqlite3 shell, backup, VACUUM?)"),
-              ("readonly", "the file is read-only"), ("integer overflow", "a count too large for SQLite"),
-              ("too large to convert", "a count too large for SQLite"),
-              ("malformed", "the file is corrupt"), ("no such table", "the file was replaced or emptied"))
+    causes = (
+        ("disk is full", "disk full"),
+        ("disk I/O error", "disk I/O error"),
+        ("database is locked", "locked by another process (sqlite3 shell, backup, VACUUM?)"),
+        ("readonly", "the file is read-only"),
+        ("integer overflow", "a count too large for SQLite"),
+        ("too large to convert", "a count too large for SQLite"),
+        ("malformed", "the file is corrupt"),
+        ("no such table", "the file was replaced or emptied"),
+    )
     cause = next((plain for key, plain in causes if key in text), f"{type(exc).__name__}: {text}")
     return f"cannot write the history store: {cause}"
 
@@ -480,8 +529,9 @@ def _where(since_unix: float | None, node: str | None) -> tuple[str, tuple]:
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), tuple(params)
 
 
-def _apply_shard(db: sqlite3.Connection, node: str, update: ShardUpdate, ts_unix: float, delta: dict,
-                 stops: dict[int, int]) -> None:
+def _apply_shard(
+    db: sqlite3.Connection, node: str, update: ShardUpdate, ts_unix: float, delta: dict, stops: dict[int, int]
+) -> None:
     """Fold one file's scan result into the shard row and its length counts."""
     path = update.path
     old = db.execute("SELECT offset FROM shards WHERE node = ? AND path = ?", (node, path)).fetchone()
@@ -489,8 +539,9 @@ def _apply_shard(db: sqlite3.Connection, node: str, update: ShardUpdate, ts_unix
     if not update.reset and update.offset_from is not None and update.offset_from != stored_offset:
         # The scan did not start where our counts end (a stale or duplicate reply, e.g. from a
         # second collector on the same store): applying it would double or skip lines.
-        log.warning("%s:%s: ignored a scan from offset %s; counted up to %s", node, path,
-                    update.offset_from, stored_offset)
+        log.warning(
+            "%s:%s: ignored a scan from offset %s; counted up to %s", node, path, update.offset_from, stored_offset
+        )
         return
     if update.reset and old is not None:
         # Rotated or truncated: forget what this shard counted before, then count it afresh.
@@ -500,27 +551,46 @@ def _apply_shard(db: sqlite3.Connection, node: str, update: ShardUpdate, ts_unix
             " node_length_counts.finish_reason AND l.estimated = node_length_counts.estimated)"
             " WHERE node = ? AND EXISTS (SELECT 1 FROM length_counts l WHERE l.node = ? AND l.path = ?"
             " AND l.tokens = node_length_counts.tokens AND l.finish_reason = node_length_counts.finish_reason"
-            " AND l.estimated = node_length_counts.estimated)", (node, path, node, node, path))
+            " AND l.estimated = node_length_counts.estimated)",
+            (node, path, node, node, path),
+        )
         db.execute("DELETE FROM node_length_counts WHERE node = ? AND count <= 0", (node,))
         db.execute("DELETE FROM length_counts WHERE node = ? AND path = ?", (node, path))
-        db.execute("UPDATE shards SET lines = 0, malformed = 0, blank_lines = 0, tokens = 0, resets = resets + 1"
-                   " WHERE node = ? AND path = ?", (node, path))
+        db.execute(
+            "UPDATE shards SET lines = 0, malformed = 0, blank_lines = 0, tokens = 0, resets = resets + 1"
+            " WHERE node = ? AND path = ?",
+            (node, path),
+        )
         delta["resets"] += 1
     db.execute("INSERT OR IGNORE INTO shards (node, path) VALUES (?, ?)", (node, path))
     completions = update.completions
     rows = [(node, path, r.tokens, r.finish_reason or "", r.estimated, r.count) for r in update.counts]
     db.executemany(
         "INSERT INTO length_counts VALUES (?,?,?,?,?,?) ON CONFLICT (node, path, tokens, finish_reason, estimated)"
-        " DO UPDATE SET count = count + excluded.count", rows)
+        " DO UPDATE SET count = count + excluded.count",
+        rows,
+    )
     db.executemany(
         "INSERT INTO node_length_counts VALUES (?,?,?,?,?) ON CONFLICT (node, tokens, finish_reason, estimated)"
-        " DO UPDATE SET count = count + excluded.count", [(r[0], *r[2:]) for r in rows])
+        " DO UPDATE SET count = count + excluded.count",
+        [(r[0], *r[2:]) for r in rows],
+    )
     db.execute(
         "UPDATE shards SET inode = ?, offset = ?, size = ?, lines = lines + ?, malformed = malformed + ?,"
         " blank_lines = blank_lines + ?, tokens = tokens + ?, error = ?, updated_unix = ? WHERE node = ? AND path = ?",
-        (update.inode, update.offset, update.size, completions,
-         update.malformed, update.blank_lines, update.tokens, update.error,
-         ts_unix, node, path),
+        (
+            update.inode,
+            update.offset,
+            update.size,
+            completions,
+            update.malformed,
+            update.blank_lines,
+            update.tokens,
+            update.error,
+            ts_unix,
+            node,
+            path,
+        ),
     )
     delta["completions"] += completions
     delta["tokens"] += update.tokens
@@ -537,8 +607,9 @@ def _write_health(db: sqlite3.Connection, node: str, record: PollRecord, ts_unix
         for xid in h.xids:
             db.execute("INSERT INTO gpu_events VALUES (?,?,?,?)", (ts_unix, node, h.index, xid))
         if h.health:
-            db.execute("INSERT OR REPLACE INTO gpu_health VALUES (?,?,?,?)",
-                       (node, h.index, ts_unix, json.dumps(h.health)))
+            db.execute(
+                "INSERT OR REPLACE INTO gpu_health VALUES (?,?,?,?)", (node, h.index, ts_unix, json.dumps(h.health))
+            )
     if record.host:
         db.execute("INSERT OR REPLACE INTO host_latest VALUES (?,?,?)", (node, ts_unix, json.dumps(record.host)))
 
@@ -549,17 +620,27 @@ def _write_gpus(db: sqlite3.Connection, node: str, record: PollRecord, ts_unix: 
         values = [d.get(f) for f in _GPU_FIELDS]
         throttled = int(bool(d.get("throttle_reasons")))
         if d.get("error") is None:
-            db.execute("INSERT INTO gpu_samples VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                       (ts_unix, node, d.get("index"), *values, throttled))
+            db.execute(
+                "INSERT INTO gpu_samples VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (ts_unix, node, d.get("index"), *values, throttled),
+            )
         db.execute(
             "INSERT OR REPLACE INTO gpu_latest VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (node, d.get("index"), ts_unix, d.get("name"), d.get("uuid"), *values,
-             json.dumps(d.get("throttle_reasons") or []), json.dumps(d.get("processes") or []), d.get("error")),
+            (
+                node,
+                d.get("index"),
+                ts_unix,
+                d.get("name"),
+                d.get("uuid"),
+                *values,
+                json.dumps(d.get("throttle_reasons") or []),
+                json.dumps(d.get("processes") or []),
+                d.get("error"),
+            ),
         )
 
 
-def _write_node_ok(db: sqlite3.Connection, node: str, record: PollRecord, ts_unix: float,
-                   rtt_ms: float | None) -> None:
+def _write_node_ok(db: sqlite3.Connection, node: str, record: PollRecord, ts_unix: float, rtt_ms: float | None) -> None:
     s = record.status
     node_time = s.node_time_unix
     db.execute("INSERT OR IGNORE INTO nodes (name) VALUES (?)", (node,))
@@ -568,9 +649,23 @@ def _write_node_ok(db: sqlite3.Connection, node: str, record: PollRecord, ts_uni
         " agent_ms = ?, skew_s = ?, hostname = ?, loadavg = ?, gpus_found = ?, gpu_source = ?, gpu_error = ?,"
         " gpu_simulated = ?, shards_matched = ?, unmatched_globs = ?, pending_bytes = ?, disk = ?,"
         " metrics_errors = ? WHERE name = ?",
-        (ts_unix, ts_unix, rtt_ms, s.agent_ms,
-         (node_time - ts_unix) if node_time is not None else None, s.hostname,
-         json.dumps(s.loadavg), s.gpus_found, s.gpu_source, s.gpu_error,
-         int(s.gpu_simulated), s.shards_matched, json.dumps(s.unmatched_globs),
-         s.pending_bytes, json.dumps(s.disk), json.dumps(s.metrics_errors), node),
+        (
+            ts_unix,
+            ts_unix,
+            rtt_ms,
+            s.agent_ms,
+            (node_time - ts_unix) if node_time is not None else None,
+            s.hostname,
+            json.dumps(s.loadavg),
+            s.gpus_found,
+            s.gpu_source,
+            s.gpu_error,
+            int(s.gpu_simulated),
+            s.shards_matched,
+            json.dumps(s.unmatched_globs),
+            s.pending_bytes,
+            json.dumps(s.disk),
+            json.dumps(s.metrics_errors),
+            node,
+        ),
     )

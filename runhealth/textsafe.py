@@ -17,8 +17,7 @@ def escape(text: object) -> str:
     s = str(text)
     if s.isprintable():
         return s
-    return "".join(c if c.isprintable() else (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
-                   for c in s)
+    return "".join(c if c.isprintable() else (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}") for c in s)
 
 
 class EscapeFilter(logging.Filter):

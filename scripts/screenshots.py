@@ -31,8 +31,11 @@ def main() -> int:
         compare_shot(docs, args.settle_s)
         print(f"wrote {docs / 'compare.png'}")
         return 0
-    with tempfile.TemporaryDirectory(prefix="runhealth-shots-") as tmp, tb.streamlit_server(Path(tmp)) as url, \
-            sync_playwright() as p:
+    with (
+        tempfile.TemporaryDirectory(prefix="runhealth-shots-") as tmp,
+        tb.streamlit_server(Path(tmp)) as url,
+        sync_playwright() as p,
+    ):
         browser = tb.launch_chromium(p)
         page = browser.new_page(viewport=tb.VIEWPORT)
         tb.wait_for_demo_data(page, url)
@@ -55,8 +58,11 @@ def main() -> int:
 
 def compare_shot(docs: Path, settle_s: float) -> None:
     """The Compare page: the demo's finished 4,096 run against its live 8,192 relaunch."""
-    with tempfile.TemporaryDirectory(prefix="runhealth-shots-") as tmp, tb.streamlit_server(Path(tmp)) as url, \
-            sync_playwright() as p:
+    with (
+        tempfile.TemporaryDirectory(prefix="runhealth-shots-") as tmp,
+        tb.streamlit_server(Path(tmp)) as url,
+        sync_playwright() as p,
+    ):
         browser = tb.launch_chromium(p)
         page = browser.new_page(viewport=tb.VIEWPORT)
         tb.compare_headline(page, url)
@@ -88,8 +94,9 @@ def fleet_gpus(docs: Path) -> None:
 
     with tempfile.TemporaryDirectory(prefix="runhealth-fleet-") as tmp:
         store, config = store_fixtures.make_store(Path(tmp), "empty")
-        store_fixtures.build_run(store, now=time.time(), trunc_frac=0.18, nodes=64, gpus=8, polls=120, per_shard=4,
-                                 interval_s=30)
+        store_fixtures.build_run(
+            store, now=time.time(), trunc_frac=0.18, nodes=64, gpus=8, polls=120, per_shard=4, interval_s=30
+        )
         store.close()
         config = store_fixtures.write_config(Path(tmp), Path(tmp) / "x.sqlite3", nodes=64, interval_s=120)
         env = {"RUNHEALTH_CONFIG": str(config), "RUNHEALTH_COLLECTOR": "off"}

@@ -34,8 +34,15 @@ from runhealth.config import NodeConfig
 SECRET_PASSPHRASE = "planted-Secret-passphrase-7f3a"
 
 
-HERMETIC_UNSET = ("RUNHEALTH_CONFIG", "RUNHEALTH_COLLECTOR", "SSH_AUTH_SOCK", "SSH_AGENT_PID",
-                  "STREAMLIT_CONFIG", "XDG_CONFIG_HOME", "XDG_DATA_HOME")
+HERMETIC_UNSET = (
+    "RUNHEALTH_CONFIG",
+    "RUNHEALTH_COLLECTOR",
+    "SSH_AUTH_SOCK",
+    "SSH_AGENT_PID",
+    "STREAMLIT_CONFIG",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -73,10 +80,18 @@ class SshdNode:
 
     def node_config(self, **overrides) -> NodeConfig:
         """A NodeConfig for this sshd; the remote python is this interpreter (same machine)."""
-        fields = dict(name=f"node-{self.ip.rsplit('.', 1)[1]}", host=self.ip, shards=[],
-                      port=self.port, user=None, identity_file=str(self.client_key),
-                      known_hosts=str(self.known_hosts), python=sys.executable,
-                      connect_timeout_s=5.0, command_timeout_s=10.0)
+        fields = dict(
+            name=f"node-{self.ip.rsplit('.', 1)[1]}",
+            host=self.ip,
+            shards=[],
+            port=self.port,
+            user=None,
+            identity_file=str(self.client_key),
+            known_hosts=str(self.known_hosts),
+            python=sys.executable,
+            connect_timeout_s=5.0,
+            command_timeout_s=10.0,
+        )
         fields.update(overrides)
         return NodeConfig(**fields)
 
@@ -109,8 +124,7 @@ def ssh_encrypted_key(sshd_tools, ssh_dir) -> Path:
 @pytest.fixture(scope="session")
 def ssh_authorized_keys(ssh_dir, ssh_client_key, ssh_encrypted_key) -> Path:
     path = ssh_dir / "authorized_keys"
-    path.write_text("".join(Path(f"{key}.pub").read_text()
-                            for key in (ssh_client_key, ssh_encrypted_key)))
+    path.write_text("".join(Path(f"{key}.pub").read_text() for key in (ssh_client_key, ssh_encrypted_key)))
     return path
 
 
@@ -127,14 +141,12 @@ def sshd_node(request, ssh_dir, ssh_client_key, ssh_authorized_keys):
         index = len(started)
         if host_key is None:
             host_key = sshd_lib.keygen(ssh_dir / f"host_key_{index}", comment="host")
-        server = sshd_lib.Sshd(ip, host_key, ssh_authorized_keys, ssh_dir,
-                               extra_options=options)
+        server = sshd_lib.Sshd(ip, host_key, ssh_authorized_keys, ssh_dir, extra_options=options)
         try:
             server.start()
         except RuntimeError as exc:
             pytest.fail(str(exc))
-        known_hosts = sshd_lib.write_known_hosts(ssh_dir / f"known_hosts_{index}",
-                                                 [(ip, server.port, host_key)])
+        known_hosts = sshd_lib.write_known_hosts(ssh_dir / f"known_hosts_{index}", [(ip, server.port, host_key)])
         node = SshdNode(server, host_key, known_hosts, ssh_client_key)
         started.append(node)
         return node

@@ -93,6 +93,7 @@ def _extractNVMLErrorsAsClasses():
         def gen_new(val):
             def new(typ, *args):
                 return NVMLError.__new__(typ, val)
+
             return new
 
         new_error_class = type(class_name, (NVMLError,), {"__new__": gen_new(err_val)})
@@ -106,11 +107,23 @@ _extractNVMLErrorsAsClasses()
 # ---------------------------------------------------------------------------- scenario
 NOT_SUPPORTED = "<not supported>"
 LOST = "<gpu lost>"
-H200 = {"name": "NVIDIA H200", "util": 97, "mem_used": 120000 << 20, "mem_total": 143771 << 20,
-        "power_mw": 650210, "limit_mw": 700000, "temp": 61, "sm_mhz": 1980,
-        "reasons": nvmlClocksThrottleReasonSwPowerCap, "procs": [(4321, 119000 << 20)],
-        "ecc_volatile": 0, "ecc_aggregate": 0, "retired_pending": NOT_SUPPORTED,
-        "remapped": (0, 0, 0, 0), "pcie_replay": 0}
+H200 = {
+    "name": "NVIDIA H200",
+    "util": 97,
+    "mem_used": 120000 << 20,
+    "mem_total": 143771 << 20,
+    "power_mw": 650210,
+    "limit_mw": 700000,
+    "temp": 61,
+    "sm_mhz": 1980,
+    "reasons": nvmlClocksThrottleReasonSwPowerCap,
+    "procs": [(4321, 119000 << 20)],
+    "ecc_volatile": 0,
+    "ecc_aggregate": 0,
+    "retired_pending": NOT_SUPPORTED,
+    "remapped": (0, 0, 0, 0),
+    "pcie_replay": 0,
+}
 _gpus = [dict(H200, uuid="GPU-aaaa"), dict(H200, uuid="GPU-bbbb", util=12)]
 _missing = set()
 init_calls = 0
@@ -215,8 +228,10 @@ def nvmlDeviceGetCurrentClocksEventReasons(handle):
 
 def nvmlDeviceGetComputeRunningProcesses(handle):
     procs = _read("nvmlDeviceGetComputeRunningProcesses", handle, "procs")
-    return [_Struct(pid=pid, usedGpuMemory=mem, gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
-            for pid, mem in procs]
+    return [
+        _Struct(pid=pid, usedGpuMemory=mem, gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
+        for pid, mem in procs
+    ]
 
 
 def nvmlDeviceGetIndex(handle):
@@ -261,8 +276,13 @@ def nvmlEventSetWait_v2(eventSet, timeoutms):
     if not eventSet.state["queue"]:
         raise NVMLError(NVML_ERROR_TIMEOUT)
     index, xid = eventSet.state["queue"].pop(0)
-    return _Struct(device=c_nvmlDevice_t(index), eventType=nvmlEventTypeXidCriticalError, eventData=xid,
-                   gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
+    return _Struct(
+        device=c_nvmlDevice_t(index),
+        eventType=nvmlEventTypeXidCriticalError,
+        eventData=xid,
+        gpuInstanceId=0xFFFFFFFF,
+        computeInstanceId=0xFFFFFFFF,
+    )
 
 
 def nvmlEventSetFree(eventSet):

@@ -28,14 +28,16 @@ def missing_tools() -> str | None:
 
 
 def _which(name: str) -> bool:
-    return any(os.access(os.path.join(d, name), os.X_OK)
-               for d in os.environ.get("PATH", "/usr/bin").split(os.pathsep))
+    return any(os.access(os.path.join(d, name), os.X_OK) for d in os.environ.get("PATH", "/usr/bin").split(os.pathsep))
 
 
 def keygen(path: Path, passphrase: str = "", comment: str = "runhealth-test") -> Path:
     """Create an ed25519 key pair at `path` (and `path`.pub); return `path`."""
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-C", comment,
-                    "-f", str(path)], check=True, stdin=subprocess.DEVNULL)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-C", comment, "-f", str(path)],
+        check=True,
+        stdin=subprocess.DEVNULL,
+    )
     return path
 
 
@@ -58,8 +60,15 @@ def write_known_hosts(path: Path, entries: list[tuple[str, int, Path]]) -> Path:
 class Sshd:
     """One sshd on `ip`; `start()` returns once it accepts TCP and sends its banner."""
 
-    def __init__(self, ip: str, host_key: Path, authorized_keys: Path, workdir: Path,
-                 port: int | None = None, extra_options: dict[str, str] | None = None):
+    def __init__(
+        self,
+        ip: str,
+        host_key: Path,
+        authorized_keys: Path,
+        workdir: Path,
+        port: int | None = None,
+        extra_options: dict[str, str] | None = None,
+    ):
         self.ip, self.host_key, self.authorized_keys = ip, host_key, authorized_keys
         self.port = port or free_port(ip)
         self.log_path = workdir / f"sshd-{ip}-{self.port}.log"
@@ -68,11 +77,19 @@ class Sshd:
 
     def argv(self) -> list[str]:
         options = {
-            "ListenAddress": self.ip, "Port": str(self.port), "HostKey": str(self.host_key),
-            "AuthorizedKeysFile": str(self.authorized_keys), "PidFile": "none",
-            "StrictModes": "no", "UsePAM": "no", "PasswordAuthentication": "no",
-            "KbdInteractiveAuthentication": "no", "PubkeyAuthentication": "yes",
-            "LogLevel": "ERROR", "MaxStartups": "200", "MaxSessions": "50",
+            "ListenAddress": self.ip,
+            "Port": str(self.port),
+            "HostKey": str(self.host_key),
+            "AuthorizedKeysFile": str(self.authorized_keys),
+            "PidFile": "none",
+            "StrictModes": "no",
+            "UsePAM": "no",
+            "PasswordAuthentication": "no",
+            "KbdInteractiveAuthentication": "no",
+            "PubkeyAuthentication": "yes",
+            "LogLevel": "ERROR",
+            "MaxStartups": "200",
+            "MaxSessions": "50",
             "PermitRootLogin": "yes" if getpass.getuser() == "root" else "no",
             **self.extra_options,
         }
@@ -84,19 +101,18 @@ class Sshd:
     def start(self, timeout_s: float = 10.0) -> Sshd:
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # privilege-separation chroot
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"sshd on {self.ip}:{self.port} exited with status "
-                                   f"{self.proc.returncode}:\n{self.log_text()}")
+                raise RuntimeError(
+                    f"sshd on {self.ip}:{self.port} exited with status {self.proc.returncode}:\n{self.log_text()}"
+                )
             if self._banner_ok():
                 return self
             time.sleep(0.02)
         self.stop()
-        raise RuntimeError(f"sshd on {self.ip}:{self.port} sent no banner within {timeout_s} s:"
-                           f"\n{self.log_text()}")
+        raise RuntimeError(f"sshd on {self.ip}:{self.port} sent no banner within {timeout_s} s:\n{self.log_text()}")
 
     def _banner_ok(self) -> bool:
         try:

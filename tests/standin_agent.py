@@ -4,6 +4,7 @@ Ops: hello, echo (returns the request), sleep (seconds), garbage (raw non-frame 
 notjson, huge (announces an oversized frame), schema (wrong schema_version), fail (ok=false),
 stderr (writes `n` bytes to stderr first), exit (dies with status 3 after a stderr line).
 """
+
 import json
 import os
 import sys

@@ -30,11 +30,23 @@ RUN_NAME = "gen-run-42"
 SCRIPT_TEXT = "<script>alert('pwned')</script> see [link](javascript:alert(1)) **bold**"
 
 
-def write_config(tmp: Path, store_path: Path, *, nodes: int = 4, target: int = 50_000,
-                 interval_s: float = 10, max_output_tokens: int | None = CEILING) -> Path:
+def write_config(
+    tmp: Path,
+    store_path: Path,
+    *,
+    nodes: int = 4,
+    target: int = 50_000,
+    interval_s: float = 10,
+    max_output_tokens: int | None = CEILING,
+) -> Path:
     """A runhealth.toml for the scenario (local hosts; the collector stays off in tests)."""
-    lines = ["[run]", f'name = "{RUN_NAME}"', f"target_completions = {target}", f"interval_s = {interval_s}",
-             f'store_path = "{store_path}"']
+    lines = [
+        "[run]",
+        f'name = "{RUN_NAME}"',
+        f"target_completions = {target}",
+        f"interval_s = {interval_s}",
+        f'store_path = "{store_path}"',
+    ]
     if max_output_tokens:
         lines.append(f"max_output_tokens = {max_output_tokens}")
     for i in range(1, nodes + 1):
@@ -44,13 +56,32 @@ def write_config(tmp: Path, store_path: Path, *, nodes: int = 4, target: int = 5
     return path
 
 
-def gpu_device(index: int, util: float, *, power_w: float = 650.0, throttle: tuple[str, ...] = (),
-               mem_used_mib: float = 120_000, temp_c: float = 61) -> dict[str, Any]:
-    return {"index": index, "name": "NVIDIA H200", "uuid": f"GPU-{index:04d}", "util_pct": util,
-            "mem_used_mib": mem_used_mib, "mem_total_mib": 143_771, "power_w": power_w, "power_limit_w": 700.0,
-            "temp_c": temp_c, "sm_clock_mhz": 1980 if not throttle else 1410, "throttle_reasons": list(throttle),
-            "processes": [{"pid": 4100 + index, "name": "python3 -m sglang.launch_server", "mem_used_mib": mem_used_mib - 500}],
-            "error": None}
+def gpu_device(
+    index: int,
+    util: float,
+    *,
+    power_w: float = 650.0,
+    throttle: tuple[str, ...] = (),
+    mem_used_mib: float = 120_000,
+    temp_c: float = 61,
+) -> dict[str, Any]:
+    return {
+        "index": index,
+        "name": "NVIDIA H200",
+        "uuid": f"GPU-{index:04d}",
+        "util_pct": util,
+        "mem_used_mib": mem_used_mib,
+        "mem_total_mib": 143_771,
+        "power_w": power_w,
+        "power_limit_w": 700.0,
+        "temp_c": temp_c,
+        "sm_clock_mhz": 1980 if not throttle else 1410,
+        "throttle_reasons": list(throttle),
+        "processes": [
+            {"pid": 4100 + index, "name": "python3 -m sglang.launch_server", "mem_used_mib": mem_used_mib - 500}
+        ],
+        "error": None,
+    }
 
 
 def lengths(rng: random.Random, n: int, trunc_frac: float, ceiling: int = CEILING) -> list[list]:
@@ -67,30 +98,66 @@ def lengths(rng: random.Random, n: int, trunc_frac: float, ceiling: int = CEILIN
     return [[t, f, 0, k] for (t, f), k in sorted(c.items())]
 
 
-def poll_reply(node_ts: float, devices: list[dict], files: dict[str, dict], *, unmatched: list[str] | None = None,
-               pending_bytes: int = 0, simulated: bool = False, metrics: dict | None = None) -> dict[str, Any]:
+def poll_reply(
+    node_ts: float,
+    devices: list[dict],
+    files: dict[str, dict],
+    *,
+    unmatched: list[str] | None = None,
+    pending_bytes: int = 0,
+    simulated: bool = False,
+    metrics: dict | None = None,
+) -> dict[str, Any]:
     return {
-        "schema_version": 1, "ok": True, "time_unix": node_ts, "agent_ms": 3.2, "hostname": "gpu-host",
+        "schema_version": 1,
+        "ok": True,
+        "time_unix": node_ts,
+        "agent_ms": 3.2,
+        "hostname": "gpu-host",
         "loadavg": [1.0, 1.1, 1.2],
         "gpus": {"source": "demo" if simulated else "nvml", "error": None, "simulated": simulated, "devices": devices},
-        "shards": {"matched": len(files), "unmatched_globs": unmatched or [], "pending_bytes": pending_bytes,
-                   "files": files},
+        "shards": {
+            "matched": len(files),
+            "unmatched_globs": unmatched or [],
+            "pending_bytes": pending_bytes,
+            "files": files,
+        },
         "disk": {"/data/out": {"free_bytes": 2.1e12, "total_bytes": 4e12}},
         "metrics": metrics or {},
     }
 
 
-def build_run(store: Store, *, now: float, trunc_frac: float, nodes: int = 4, gpus: int = 8, polls: int = 30,
-              per_shard: int = 50, interval_s: float = 10, down: dict[str, float] | None = None,
-              unmatched: dict[str, list[str]] | None = None, ceilings: dict[str, int] | None = None,
-              lost_gpu: str | None = None, seed: int = 0) -> None:
+def build_run(
+    store: Store,
+    *,
+    now: float,
+    trunc_frac: float,
+    nodes: int = 4,
+    gpus: int = 8,
+    polls: int = 30,
+    per_shard: int = 50,
+    interval_s: float = 10,
+    down: dict[str, float] | None = None,
+    unmatched: dict[str, list[str]] | None = None,
+    ceilings: dict[str, int] | None = None,
+    lost_gpu: str | None = None,
+    seed: int = 0,
+) -> None:
     """`polls` polls per node ending at `now`; `down` maps node -> seconds since its last success."""
     rng = random.Random(seed)
     down = down or {}
     state: dict[tuple[str, str], dict] = {}
     for i in range(1, nodes + 1):
-        store.register_node(f"node-{i}", {"name": f"node-{i}", "host": "local", "shards": ["/data/out/*.jsonl"],
-                                          "passphrase_set": True, "password_set": False})
+        store.register_node(
+            f"node-{i}",
+            {
+                "name": f"node-{i}",
+                "host": "local",
+                "shards": ["/data/out/*.jsonl"],
+                "passphrase_set": True,
+                "password_set": False,
+            },
+        )
     for p in range(polls):
         ts = now - (polls - 1 - p) * interval_s - 2
         for i in range(1, nodes + 1):
@@ -105,17 +172,42 @@ def build_run(store: Store, *, now: float, trunc_frac: float, nodes: int = 4, gp
                 counts = lengths(rng, per_shard, trunc_frac, (ceilings or {}).get(node, CEILING))
                 tokens = sum(t * k for t, _, _, k in counts)
                 start, st["offset"] = st["offset"], st["offset"] + tokens * 4 + per_shard * 600
-                files[path] = {"inode": st["inode"], "size": st["offset"], "offset_from": start, "offset": st["offset"],
-                               "reset": False, "lines": per_shard, "malformed": 0, "tokens": tokens,
-                               "counts": counts, "error": None}
+                files[path] = {
+                    "inode": st["inode"],
+                    "size": st["offset"],
+                    "offset_from": start,
+                    "offset": st["offset"],
+                    "reset": False,
+                    "lines": per_shard,
+                    "malformed": 0,
+                    "tokens": tokens,
+                    "counts": counts,
+                    "error": None,
+                }
             devices = [gpu_device(g, 96 - rng.random() * 4) for g in range(gpus)]
             if i == 2:  # one idle and one power-throttled GPU, as on a real node
                 devices[5] = gpu_device(5, 3.0, power_w=90.0)
                 devices[6] = gpu_device(6, 88.0, power_w=699.0, throttle=("sw_power_cap",), temp_c=84)
             if node == lost_gpu:  # gpustat's "GPU is lost": an error entry, no numbers
-                devices[3] = {"index": 3, "name": None, "uuid": None, "error": "GPU is lost",
-                              **dict.fromkeys(("util_pct", "mem_used_mib", "mem_total_mib", "power_w", "power_limit_w",
-                                               "temp_c", "sm_clock_mhz")), "throttle_reasons": [], "processes": []}
+                devices[3] = {
+                    "index": 3,
+                    "name": None,
+                    "uuid": None,
+                    "error": "GPU is lost",
+                    **dict.fromkeys(
+                        (
+                            "util_pct",
+                            "mem_used_mib",
+                            "mem_total_mib",
+                            "power_w",
+                            "power_limit_w",
+                            "temp_c",
+                            "sm_clock_mhz",
+                        )
+                    ),
+                    "throttle_reasons": [],
+                    "processes": [],
+                }
             reply = poll_reply(ts + 0.4, devices, files, unmatched=(unmatched or {}).get(node))
             store.record_poll(node, reply, ts, rtt_ms=12.5)
             made = sum(f["tokens"] for f in files.values())
@@ -138,11 +230,22 @@ def add_samples(store: Store, ceiling: int = CEILING, now: float | None = None) 
         truncated = k < 4
         prose = " ".join(rng.choice(words) + str(rng.randint(0, 999)) for _ in range(400))
         text = loop if k in (0, 1) else (SCRIPT_TEXT if k == 2 else prose)
-        samples.append({"node": f"node-{1 + k % 4}", "path": f"/data/out/shard-{1 + k % 4:02d}-0.jsonl",
-                        "line_no": 10 + k, "offset": 1000 * k, "tokens": ceiling if truncated else 700 + k,
-                        "estimated": 0, "finish_reason": "length" if truncated else "stop",
-                        "prompt_head": f"Solve problem #{k}: ...", "text_head": text[:400], "text_tail": text[-4000:],
-                        "text_chars": len(text), "is_loop": int(loops.loop_score(text)["is_loop"])})
+        samples.append(
+            {
+                "node": f"node-{1 + k % 4}",
+                "path": f"/data/out/shard-{1 + k % 4:02d}-0.jsonl",
+                "line_no": 10 + k,
+                "offset": 1000 * k,
+                "tokens": ceiling if truncated else 700 + k,
+                "estimated": 0,
+                "finish_reason": "length" if truncated else "stop",
+                "prompt_head": f"Solve problem #{k}: ...",
+                "text_head": text[:400],
+                "text_tail": text[-4000:],
+                "text_chars": len(text),
+                "is_loop": int(loops.loop_score(text)["is_loop"]),
+            }
+        )
     store.finish_sample_batch(batch, samples, population=12_000, errors={}, ts_unix=now - 20)
     return batch
 
@@ -159,8 +262,16 @@ def make_store(tmp: Path, scenario: str, now: float | None = None) -> tuple[Stor
         build_run(store, now=now, trunc_frac=0.18)
         add_samples(store, now=now)
     elif scenario == "node_down":
-        build_run(store, now=now, trunc_frac=0.01, per_shard=100, down={"node-3": 600, "node-2": 60},
-                  unmatched={"node-4": ["/data/extra/*.jsonl"]}, lost_gpu="node-4", polls=80)
+        build_run(
+            store,
+            now=now,
+            trunc_frac=0.01,
+            per_shard=100,
+            down={"node-3": 600, "node-2": 60},
+            unmatched={"node-4": ["/data/extra/*.jsonl"]},
+            lost_gpu="node-4",
+            polls=80,
+        )
     elif scenario == "drift":  # node-4 was launched with max_tokens=2048 by mistake
         build_run(store, now=now, trunc_frac=0.18, ceilings={"node-4": 2048})
     elif scenario == "empty":

@@ -20,10 +20,12 @@ from runhealth.remote import protocol
 
 AGENT_PATH = Path(agent.__file__)
 # The agent is five modules shipped together; BOOTSTRAP registers these under these names.
-PARTS = {"runhealth_node_wire": AGENT_PATH.with_name("wire.py"),
-         "runhealth_node_scan": AGENT_PATH.with_name("scan.py"),
-         "runhealth_node_backfill": AGENT_PATH.with_name("backfill.py"),
-         "runhealth_node_gpu": AGENT_PATH.with_name("gpu.py")}
+PARTS = {
+    "runhealth_node_wire": AGENT_PATH.with_name("wire.py"),
+    "runhealth_node_scan": AGENT_PATH.with_name("scan.py"),
+    "runhealth_node_backfill": AGENT_PATH.with_name("backfill.py"),
+    "runhealth_node_gpu": AGENT_PATH.with_name("gpu.py"),
+}
 BIG = 1 << 40  # "no budget limit" for a test-sized shard
 
 
@@ -40,28 +42,47 @@ def chat(fr, ct, content="Hi there.", reasoning=None):
     msg = {"role": "assistant", "content": content}
     if reasoning is not None:
         msg["reasoning_content"] = reasoning
-    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 1764690000, "model": "m",
-            "choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": fr}],
-            "usage": {"prompt_tokens": 12, "completion_tokens": ct, "total_tokens": 12 + ct}}
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1764690000,
+        "model": "m",
+        "choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": fr}],
+        "usage": {"prompt_tokens": 12, "completion_tokens": ct, "total_tokens": 12 + ct},
+    }
 
 
 def completion(fr, ct, text="Once upon a time"):
-    return {"id": "cmpl-1", "object": "text_completion", "model": "m",
-            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": fr}],
-            "usage": {"prompt_tokens": 4, "completion_tokens": ct, "total_tokens": 4 + ct}}
+    return {
+        "id": "cmpl-1",
+        "object": "text_completion",
+        "model": "m",
+        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": fr}],
+        "usage": {"prompt_tokens": 4, "completion_tokens": ct, "total_tokens": 4 + ct},
+    }
 
 
 def batch(fr, ct, content="Batch answer"):
-    return {"id": "batch_req_1", "custom_id": "request-7",
-            "response": {"status_code": 200, "request_id": "r1", "body": chat(fr, ct, content)},
-            "error": None}
+    return {
+        "id": "batch_req_1",
+        "custom_id": "request-7",
+        "response": {"status_code": 200, "request_id": "r1", "body": chat(fr, ct, content)},
+        "error": None,
+    }
 
 
 def sglang(fr, ct, text="SGLang says hi"):
     finish = {"type": fr, "length": ct} if fr == "length" else {"type": fr, "matched": 151645}
-    return {"text": text, "meta_info": {"id": "abc", "finish_reason": finish,
-                                        "prompt_tokens": 9, "completion_tokens": ct,
-                                        "cached_tokens": 0}}
+    return {
+        "text": text,
+        "meta_info": {
+            "id": "abc",
+            "finish_reason": finish,
+            "prompt_tokens": 9,
+            "completion_tokens": ct,
+            "cached_tokens": 0,
+        },
+    }
 
 
 def write(path, records, mode="wb"):
@@ -100,8 +121,11 @@ def test_template_path_is_used_and_agrees(tmp_path):
 
 def test_keys_quoted_inside_text_do_not_count(tmp_path):
     sneaky = 'He wrote {\\"finish_reason\\": \\"length\\", "completion_tokens": 9} and \\\\"'
-    recs = [chat("stop", 7, sneaky), flat("stop", 5, '"finish_reason": "length"'),
-            sglang("stop", 3, 'meta_info": {"finish_reason": {"type": "length"}}')] * 3
+    recs = [
+        chat("stop", 7, sneaky),
+        flat("stop", 5, '"finish_reason": "length"'),
+        sglang("stop", 3, 'meta_info": {"finish_reason": {"type": "length"}}'),
+    ] * 3
     entry = scan(write(tmp_path / "a.jsonl", recs))
     assert entry["counts"] == [[3, "stop", 0, 3], [5, "stop", 0, 3], [7, "stop", 0, 3]]
 
@@ -116,9 +140,12 @@ def test_nested_finish_reason_elsewhere_is_not_the_answer(tmp_path):
 
 
 def test_missing_tokens_are_estimated_from_text(tmp_path):
-    recs = [flat("stop", None, "abcdefghi"), flat(None, None, ""),
-            chat("length", 1, "x") | {"usage": None},
-            {"choices": [{"message": {"content": "abcd", "reasoning_content": "efgh"}}]}]
+    recs = [
+        flat("stop", None, "abcdefghi"),
+        flat(None, None, ""),
+        chat("length", 1, "x") | {"usage": None},
+        {"choices": [{"message": {"content": "abcd", "reasoning_content": "efgh"}}]},
+    ]
     entry = scan(write(tmp_path / "a.jsonl", recs))
     # 9 chars -> 3 tokens; "" -> 0; "x" -> 1; 4 + 4 chars -> 2 (labelled estimated = 1)
     assert entry["counts"] == [[0, None, 1, 1], [1, "length", 1, 1], [2, None, 1, 1], [3, "stop", 1, 1]]
@@ -171,10 +198,18 @@ def test_truncated_shard_resets(tmp_path):
 # ---------------------------------------------------------------------------- bad input
 def test_malformed_blank_and_non_objects(tmp_path):
     good = json.dumps(flat("stop", 4)).encode() + b"\n"
-    lines = [good, good, b"\n", b"[1, 2]\n", b'"text"\n', b'{"finish_reason": "stop", \n',
-             good[:40] + good,  # a writer died mid-line and the next record followed
-             good[:-2] + b"\n",  # lost its closing brace
-             b"\x00\x00\x00" + good, good]  # a crash left a hole of zeros
+    lines = [
+        good,
+        good,
+        b"\n",
+        b"[1, 2]\n",
+        b'"text"\n',
+        b'{"finish_reason": "stop", \n',
+        good[:40] + good,  # a writer died mid-line and the next record followed
+        good[:-2] + b"\n",  # lost its closing brace
+        b"\x00\x00\x00" + good,
+        good,
+    ]  # a crash left a hole of zeros
     entry = scan(write(tmp_path / "a.jsonl", lines))
     assert (entry["lines"], entry["malformed"], entry["blank_lines"]) == (10, 6, 1)
     assert entry["counts"] == [[4, "stop", 0, 3]]
@@ -188,15 +223,21 @@ def test_writer_restart_runs_a_record_into_a_torn_line(tmp_path, where):
     json.loads does, wherever the cut falls, even though the line ends like a valid record.
     """
     text = 'code {"a": 1} and "quotes" ' * 200
-    good = [json.dumps(chat("stop" if i % 3 else "length", i + 1, text, reasoning="why " * 300)).encode()
-            for i in range(40)]
+    good = [
+        json.dumps(chat("stop" if i % 3 else "length", i + 1, text, reasoning="why " * 300)).encode() for i in range(40)
+    ]
     victim = good[0]
-    cut = {"in the text": victim.find(b"and") + 2000, "in the reasoning": victim.find(b"why") + 50,
-           "after the text": victim.find(b'"logprobs"') + 3, "in the head": 30}[where]
+    cut = {
+        "in the text": victim.find(b"and") + 2000,
+        "in the reasoning": victim.find(b"why") + 50,
+        "after the text": victim.find(b'"logprobs"') + 3,
+        "in the head": 30,
+    }[where]
     torn = victim[:cut] + good[1]
     before = agent.STATE.line_stats["template"]
-    entry = scan(write(tmp_path / "a.jsonl", [g + b"\n" for g in good[:20]] + [torn + b"\n"]
-                       + [g + b"\n" for g in good[20:]]))
+    entry = scan(
+        write(tmp_path / "a.jsonl", [g + b"\n" for g in good[:20]] + [torn + b"\n"] + [g + b"\n" for g in good[20:]])
+    )
     assert (entry["lines"], entry["malformed"]) == (41, 1)
     want = {}
     for i in range(40):
@@ -209,15 +250,19 @@ def test_writer_restart_runs_a_record_into_a_torn_line(tmp_path, where):
 def test_content_rule_string_content_is_repaired_structure_is_not(tmp_path):
     """README "Exactness": broken string *content* counts; broken structure never does."""
     good = json.dumps(flat("stop", 4, "caf\u00e9 x", model="m")).encode() + b"\n"
-    content_only = [good.replace(b"\\u00e9", b"\xe9"),  # a latin-1 byte: invalid UTF-8
-                    good.replace(b"\\u00e9", b"\xed\xa0\x80"),  # an encoded surrogate
-                    good.replace(b"\\u00e9", b"\x01\t"),  # raw control characters
-                    good.replace(b"\\u00e9", b"\\q"),  # a bad escape
-                    good.replace(b'"model"', b'"mod\xe9l"'),  # invalid UTF-8 in another key
-                    good.replace(b'"m"}', b'"m\x01"}')]  # a control character in a short value
-    structural = [good.replace(b'"stop"', b'"st\xe9p"'),  # invalid UTF-8 in finish_reason
-                  good.replace(b'x", "finish', b'x" "finish'),  # a missing comma after the text
-                  good.replace(b'x", "finish', b'x\\", "finish')]  # the text's end quote escaped
+    content_only = [
+        good.replace(b"\\u00e9", b"\xe9"),  # a latin-1 byte: invalid UTF-8
+        good.replace(b"\\u00e9", b"\xed\xa0\x80"),  # an encoded surrogate
+        good.replace(b"\\u00e9", b"\x01\t"),  # raw control characters
+        good.replace(b"\\u00e9", b"\\q"),  # a bad escape
+        good.replace(b'"model"', b'"mod\xe9l"'),  # invalid UTF-8 in another key
+        good.replace(b'"m"}', b'"m\x01"}'),
+    ]  # a control character in a short value
+    structural = [
+        good.replace(b'"stop"', b'"st\xe9p"'),  # invalid UTF-8 in finish_reason
+        good.replace(b'x", "finish', b'x" "finish'),  # a missing comma after the text
+        good.replace(b'x", "finish', b'x\\", "finish'),
+    ]  # the text's end quote escaped
     for raw in content_only + structural:  # json.loads itself rejects each of them
         with pytest.raises(ValueError):
             json.loads(raw.decode("utf-8"))
@@ -268,8 +313,13 @@ def test_budget_split_gives_the_same_totals(tmp_path):
 
 # ---------------------------------------------------------------------------- poll and globs
 def poll(globs, state=None, budget=BIG, **extra):
-    req = {"op": "poll", "shards": {"globs": globs, "state": state or {}, "budget_bytes": budget},
-           "gpu": "off", "metrics_urls": [], **extra}
+    req = {
+        "op": "poll",
+        "shards": {"globs": globs, "state": state or {}, "budget_bytes": budget},
+        "gpu": "off",
+        "metrics_urls": [],
+        **extra,
+    }
     reply = agent.handle(req)
     assert reply["ok"], reply
     return reply
@@ -277,11 +327,12 @@ def poll(globs, state=None, budget=BIG, **extra):
 
 def test_poll_reply_has_every_key(tmp_path):
     write(tmp_path / "a.jsonl", [flat("stop", 1)])
-    reply = poll([str(tmp_path / "*.jsonl"), str(tmp_path / "none-*.jsonl")],
-                 metrics_urls=["file:///etc/passwd", "http://127.0.0.1:9/metrics"],
-                 metrics_timeout_s=0.5)
-    for key in ("schema_version", "time_unix", "agent_ms", "hostname", "loadavg", "gpus",
-                "shards", "disk", "metrics"):
+    reply = poll(
+        [str(tmp_path / "*.jsonl"), str(tmp_path / "none-*.jsonl")],
+        metrics_urls=["file:///etc/passwd", "http://127.0.0.1:9/metrics"],
+        metrics_timeout_s=0.5,
+    )
+    for key in ("schema_version", "time_unix", "agent_ms", "hostname", "loadavg", "gpus", "shards", "disk", "metrics"):
         assert key in reply
     assert reply["shards"]["matched"] == 1
     assert reply["shards"]["unmatched_globs"] == [str(tmp_path / "none-*.jsonl")]
@@ -327,13 +378,11 @@ def test_hostile_paths_are_literal(tmp_path, monkeypatch, name):
 # ---------------------------------------------------------------------------- sampling
 def test_sampling_is_uniform_by_line_not_by_byte(tmp_path):
     # 10 lines of 100 KB and 990 lines of ~100 B: by byte, long lines would be ~91% of draws.
-    recs = [flat("length", 9, "L" * 100_000) if i % 99 == 0 else flat("stop", 1, "s")
-            for i in range(1000)]
+    recs = [flat("length", 9, "L" * 100_000) if i % 99 == 0 else flat("stop", 1, "s") for i in range(1000)]
     path = write(tmp_path / "a.jsonl", recs)
     long_hits = draws = 0
     for seed in range(10):
-        reply = agent.handle({"op": "sample", "globs": [path], "n": 200, "seed": seed,
-                              "tail_chars": 10})
+        reply = agent.handle({"op": "sample", "globs": [path], "n": 200, "seed": seed, "tail_chars": 10})
         assert reply["population"] == 1000
         draws += len(reply["samples"])
         long_hits += sum(s["finish_reason"] == "length" for s in reply["samples"])
@@ -350,13 +399,32 @@ def test_sampling_weights_shards_by_line_count(tmp_path):
 
 
 def test_sample_filter_full_text_and_fields(tmp_path):
-    recs = [{"messages": [{"role": "user", "content": "first"}, {"role": "assistant", "content": "a"},
-                          {"role": "user", "content": f"Q{i}?"}],
-             "text": f"T{i} " + "x" * 3000, "finish_reason": "length" if i % 10 == 0 else "stop",
-             "completion_tokens": i} for i in range(300)]
+    recs = [
+        {
+            "messages": [
+                {"role": "user", "content": "first"},
+                {"role": "assistant", "content": "a"},
+                {"role": "user", "content": f"Q{i}?"},
+            ],
+            "text": f"T{i} " + "x" * 3000,
+            "finish_reason": "length" if i % 10 == 0 else "stop",
+            "completion_tokens": i,
+        }
+        for i in range(300)
+    ]
     path = write(tmp_path / "a.jsonl", recs)
-    reply = agent.handle({"op": "sample", "globs": [path], "n": 5, "seed": 7, "finish_reason": "length",
-                          "head_chars": 5, "tail_chars": 3, "full_text": True})
+    reply = agent.handle(
+        {
+            "op": "sample",
+            "globs": [path],
+            "n": 5,
+            "seed": 7,
+            "finish_reason": "length",
+            "head_chars": 5,
+            "tail_chars": 3,
+            "full_text": True,
+        }
+    )
     assert len(reply["samples"]) == 5
     for s in reply["samples"]:
         i = s["line_no"] - 1
@@ -394,8 +462,13 @@ def test_serve_loop_over_a_real_subprocess(tmp_path):
     path = write(tmp_path / "a.jsonl", [chat("stop", 5)] * 4)
     # -I keeps the script's folder off sys.path and cwd is elsewhere: agent.py must find
     # scan.py / gpu.py / wire.py beside itself.
-    proc = subprocess.Popen([sys.executable, "-I", "-S", str(AGENT_PATH)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-S", str(AGENT_PATH)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+    )
     try:
         proc.stdin.write(frame({"op": "hello"}) + frame(b"{not json") + frame({"op": "launch"}))
         proc.stdin.write(frame({"op": "poll", "shards": {"globs": [path]}, "gpu": "demo", "demo_gpus": 7}))
@@ -437,8 +510,12 @@ print(json.dumps(sorted(sys.modules)))
 def test_agent_imports_only_the_standard_library(tmp_path):
     path = write(tmp_path / "a.jsonl", [chat("stop", 5)] * 4)
     parts = json.dumps({name: str(p) for name, p in PARTS.items()})
-    out = subprocess.run([sys.executable, "-I", "-S", "-c", STDLIB_PROBE, str(AGENT_PATH), path, parts],
-                         capture_output=True, timeout=60, check=True)
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", STDLIB_PROBE, str(AGENT_PATH), path, parts],
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
     mods = {m.split(".")[0] for m in json.loads(out.stdout)}
     assert set(PARTS) <= mods  # all four parts ran, so their imports are in the check
     ours = set(PARTS) | {"__main__", "__mp_main__"}  # multiprocessing's alias of __main__
@@ -465,10 +542,18 @@ def test_program_frame_ships_the_agent_and_its_parts():
 def test_bootstrap_runs_the_shipped_agent_without_the_runhealth_package(tmp_path):
     """The node's view: only python3, no runhealth installed, sources arrive in the first frame."""
     path = write(tmp_path / "a.jsonl", [chat("stop", 5)] * 3 + [sglang("length", 9)])
-    stdin = (protocol.program_frame() + frame({"op": "hello"})
-             + frame({"op": "poll", "shards": {"globs": [path]}, "gpu": "off"}))
-    done = subprocess.run([sys.executable, "-I", "-S", "-c", protocol.BOOTSTRAP], input=stdin,
-                          capture_output=True, timeout=60, cwd=tmp_path)
+    stdin = (
+        protocol.program_frame()
+        + frame({"op": "hello"})
+        + frame({"op": "poll", "shards": {"globs": [path]}, "gpu": "off"})
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", protocol.BOOTSTRAP],
+        input=stdin,
+        capture_output=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     replies = io.BytesIO(done.stdout)
     hello, polled = read_reply(replies), read_reply(replies)
@@ -479,8 +564,10 @@ def test_bootstrap_runs_the_shipped_agent_without_the_runhealth_package(tmp_path
 
 def test_host_memory_from_proc_meminfo(tmp_path):
     meminfo = tmp_path / "meminfo"
-    meminfo.write_text("MemTotal:       2097152 kB\nMemFree:  1000 kB\nMemAvailable:   1048576 kB\n"
-                       "SwapTotal:             0 kB\nSwapFree:              0 kB\n")
+    meminfo.write_text(
+        "MemTotal:       2097152 kB\nMemFree:  1000 kB\nMemAvailable:   1048576 kB\n"
+        "SwapTotal:             0 kB\nSwapFree:              0 kB\n"
+    )
     host = agent.read_host(str(meminfo))
     assert host["mem_total_bytes"] == 2 * 2**30 and host["mem_available_bytes"] == 2**30
     assert host["swap_total_bytes"] == 0 and host["cpus"] >= 1

@@ -37,8 +37,12 @@ TIMEOUT_S = 120
 def _is_python38(candidate: str) -> bool:
     """Whether `candidate` runs and is 3.8 (a pyenv shim for a version not selected exits 127)."""
     try:
-        done = subprocess.run([candidate, "-I", "-S", "-c", "import sys; print(sys.version_info[:2])"],
-                              capture_output=True, text=True, timeout=30)
+        done = subprocess.run(
+            [candidate, "-I", "-S", "-c", "import sys; print(sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0 and done.stdout.strip() == "(3, 8)"
@@ -62,13 +66,20 @@ def shipped_sources() -> dict[str, str]:
 
 
 def vermin_violations(paths: list[Path]) -> subprocess.CompletedProcess:
-    vermin = shutil.which("vermin", path=os.pathsep.join([str(Path(sys.executable).parent),
-                                                          os.environ.get("PATH", "")]))
+    vermin = shutil.which(
+        "vermin", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    )
     if vermin is None:
-        pytest.fail("neither a Python 3.8 interpreter nor vermin (the dev extra's) was found: "
-                    "the agent's 3.8 compatibility is unchecked")
-    return subprocess.run([vermin, "--target=3.8-", "--violations", "--no-tips", *map(str, paths)],
-                          capture_output=True, text=True, timeout=TIMEOUT_S)
+        pytest.fail(
+            "neither a Python 3.8 interpreter nor vermin (the dev extra's) was found: "
+            "the agent's 3.8 compatibility is unchecked"
+        )
+    return subprocess.run(
+        [vermin, "--target=3.8-", "--violations", "--no-tips", *map(str, paths)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
 
 
 def check_with_vermin(folder: Path) -> None:
@@ -88,11 +99,22 @@ def write_shards(folder: Path) -> tuple[list[str], collections.Counter]:
         rows = truth_rows(n, seed)
         write_shard(folder / f"part-{i}.jsonl", rows)
         truth.update(rows)
-    odd = [json.dumps({"text": "héllo ✓ ünïcode", "finish_reason": "stop",
-                       "usage": {"prompt_tokens": 3, "completion_tokens": 7}}),
-           "{not json at all",
-           json.dumps({"text": "sglang", "meta_info": {"finish_reason": {"type": "length", "length": 4096},
-                                                       "prompt_tokens": 9, "completion_tokens": 4096}})]
+    odd = [
+        json.dumps(
+            {"text": "héllo ✓ ünïcode", "finish_reason": "stop", "usage": {"prompt_tokens": 3, "completion_tokens": 7}}
+        ),
+        "{not json at all",
+        json.dumps(
+            {
+                "text": "sglang",
+                "meta_info": {
+                    "finish_reason": {"type": "length", "length": 4096},
+                    "prompt_tokens": 9,
+                    "completion_tokens": 4096,
+                },
+            }
+        ),
+    ]
     with open(folder / "odd.jsonl", "w", encoding="utf-8") as f:
         f.write("\n".join(odd) + "\n" + '{"text": "a writer mid-li')  # the last line is not complete yet
     truth.update([(7, "stop"), (4096, "length")])
@@ -101,9 +123,13 @@ def write_shards(folder: Path) -> tuple[list[str], collections.Counter]:
 
 def requests(globs: list[str]) -> list[dict]:
     poll = {"op": "poll", "shards": {"globs": globs, "scan_workers": 1}, "gpu": "auto"}
-    return [{"op": "hello"}, poll, {"op": "sample", "globs": globs, "n": 25, "seed": 7},
-            {"op": "sample", "globs": globs, "n": 5, "seed": 8, "finish_reason": "length"},
-            {"op": "poll", "shards": {"globs": globs}, "gpu": "demo", "demo_gpus": 3}]
+    return [
+        {"op": "hello"},
+        poll,
+        {"op": "sample", "globs": globs, "n": 25, "seed": 7},
+        {"op": "sample", "globs": globs, "n": 5, "seed": 8, "finish_reason": "length"},
+        {"op": "poll", "shards": {"globs": globs}, "gpu": "demo", "demo_gpus": 3},
+    ]
 
 
 def run_program(python: str, reqs: list[dict], cwd: Path) -> list[dict]:
@@ -146,8 +172,9 @@ def counts_of(poll: dict) -> collections.Counter:
 def test_shipped_agent_under_python_3_8_equals_this_interpreter(tmp_path):
     py38 = find_python38()
     if py38 is None:
-        warnings.warn("no Python 3.8 interpreter found: checked the shipped agent with vermin --target=3.8 only",
-                      stacklevel=1)
+        warnings.warn(
+            "no Python 3.8 interpreter found: checked the shipped agent with vermin --target=3.8 only", stacklevel=1
+        )
         check_with_vermin(tmp_path)
         return
     globs, truth = write_shards(tmp_path)

@@ -40,8 +40,7 @@ def one_process(path, offset, budget):
 
 def in_pieces(path, offset, budget, cuts, workers=2, runner=backfill.scan_piece):
     fresh_templates()
-    out = backfill.scan_jobs([(path, None, offset, budget)], workers, scan_one, runner=runner,
-                             cuts={path: cuts})[path]
+    out = backfill.scan_jobs([(path, None, offset, budget)], workers, scan_one, runner=runner, cuts={path: cuts})[path]
     assert out.pop("by_workers") is True
     return out
 
@@ -78,15 +77,18 @@ def test_any_split_counts_exactly_what_one_process_counts(tmp_path_factory, body
     budget = data.draw(st.one_of(st.just(1 << 30), st.integers(0, len(body) + 2)))
     multibyte = [i for i, b in enumerate(body) if b >= 0x80]  # cuts inside UTF-8 sequences
     anywhere = st.integers(0, len(body) + 2)
-    cuts = data.draw(st.lists(st.one_of(anywhere, st.sampled_from(multibyte or [0]), st.sampled_from(starts)),
-                              max_size=8))
+    cuts = data.draw(
+        st.lists(st.one_of(anywhere, st.sampled_from(multibyte or [0]), st.sampled_from(starts)), max_size=8)
+    )
     assert in_pieces(path, offset, budget, cuts) == one_process(path, offset, budget)
 
 
 def test_named_splits_inside_a_character_and_a_torn_line(tmp_path):
     text = "中文 é 😀 " * 50
-    good = [json.dumps({"text": text, "finish_reason": fr, "completion_tokens": n}, ensure_ascii=False).encode() + b"\n"
-            for n, fr in [(5, "stop"), (7, "length"), (9, "stop")]]
+    good = [
+        json.dumps({"text": text, "finish_reason": fr, "completion_tokens": n}, ensure_ascii=False).encode() + b"\n"
+        for n, fr in [(5, "stop"), (7, "length"), (9, "stop")]
+    ]
     torn = good[0][:300] + good[1]
     body = good[0] + torn + good[2] + good[1][:40]
     path = str(tmp_path / "a.jsonl")
@@ -107,12 +109,19 @@ def test_a_deadline_keeps_an_exact_prefix(tmp_path, monkeypatch):
         f.write(line * 1000)
     cuts = list(range(1, len(line) * 1000, 10 * len(line)))  # 100 pieces
     fresh_templates()
-    out = backfill.scan_jobs([(path, None, 0, 1 << 30)], 2, scan_one, deadline=time.monotonic() - 1,
-                             runner=backfill.scan_piece, cuts={path: cuts})[path]
+    out = backfill.scan_jobs(
+        [(path, None, 0, 1 << 30)],
+        2,
+        scan_one,
+        deadline=time.monotonic() - 1,
+        runner=backfill.scan_piece,
+        cuts={path: cuts},
+    )[path]
     assert out == dict(out, lines=1000)  # in-process runner: a deadline does not apply to it
     monkeypatch.setattr(backfill, "PARALLEL_MIN_BYTES", 0)
-    out = backfill.scan_jobs([(path, None, 0, 1 << 30)], 2, scan_one, deadline=time.monotonic() - 1,
-                             cuts={path: cuts})[path]
+    out = backfill.scan_jobs([(path, None, 0, 1 << 30)], 2, scan_one, deadline=time.monotonic() - 1, cuts={path: cuts})[
+        path
+    ]
     done = out["lines"]
     assert 0 < done < 1000 and out["offset"] == done * len(line)  # the first batch, then stop
     assert out["pending_bytes"] == (1000 - done) * len(line)
@@ -122,8 +131,10 @@ def test_a_deadline_keeps_an_exact_prefix(tmp_path, monkeypatch):
 def test_real_fork_workers_at_lower_priority(tmp_path, monkeypatch):
     monkeypatch.setattr(backfill, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(backfill, "PIECE_MIN_BYTES", 1)
-    line = json.dumps({"text": "ü" * 300, "finish_reason": "length", "completion_tokens": 8},
-                      ensure_ascii=False).encode() + b"\n"
+    line = (
+        json.dumps({"text": "ü" * 300, "finish_reason": "length", "completion_tokens": 8}, ensure_ascii=False).encode()
+        + b"\n"
+    )
     path = str(tmp_path / "a.jsonl")
     with open(path, "wb") as f:
         f.write(line * 3000 + line[:50])
@@ -152,27 +163,45 @@ def read_reply(stream):
 @pytest.mark.parametrize("workers", [1, 2])
 def test_the_real_bootstrap_scans_with_fork_workers(tmp_path, workers):
     """A node's view: agent exec'd from `python -c BOOTSTRAP`; worker code exists only in memory."""
-    line = json.dumps({"text": "中文 " * 100, "finish_reason": "stop", "completion_tokens": 4},
-                      ensure_ascii=False).encode() + b"\n"
+    line = (
+        json.dumps(
+            {"text": "中文 " * 100, "finish_reason": "stop", "completion_tokens": 4}, ensure_ascii=False
+        ).encode()
+        + b"\n"
+    )
     path = str(tmp_path / "a.jsonl")
     with open(path, "wb") as f:
         f.write(line * 2000)
     header, body = protocol.program_frame(include_pynvml=False).split(b"\n", 1)
     program = json.loads(body)
-    small = program["modules"]["runhealth_node_backfill"].replace(  # a test-sized backlog
-        "PARALLEL_MIN_BYTES = 64 << 20", "PARALLEL_MIN_BYTES = 1").replace("PIECE_MIN_BYTES = 4 << 20", "PIECE_MIN_BYTES = 1")
+    small = (
+        program["modules"]["runhealth_node_backfill"]
+        .replace(  # a test-sized backlog
+            "PARALLEL_MIN_BYTES = 64 << 20", "PARALLEL_MIN_BYTES = 1"
+        )
+        .replace("PIECE_MIN_BYTES = 4 << 20", "PIECE_MIN_BYTES = 1")
+    )
     assert small != program["modules"]["runhealth_node_backfill"]
     program["modules"]["runhealth_node_backfill"] = small
     poll = {"op": "poll", "gpu": "off", "shards": {"globs": [path], "scan_workers": workers, "budget_bytes": 1 << 30}}
-    done = subprocess.run([sys.executable, "-I", "-S", "-u", "-c", protocol.BOOTSTRAP],
-                          input=frame(program) + frame(poll), capture_output=True, timeout=60, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-u", "-c", protocol.BOOTSTRAP],
+        input=frame(program) + frame(poll),
+        capture_output=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     reply = read_reply(io.BytesIO(done.stdout))
     assert reply["ok"], reply
     entry = reply["shards"]["files"][path]
     assert reply["shards"]["scan_workers"] == (workers if workers > 1 else 0)
-    assert (entry["lines"], entry["malformed"], entry["counts"], entry["offset"]) == (2000, 0, [[4, "stop", 0, 2000]],
-                                                                                        len(line) * 2000)
+    assert (entry["lines"], entry["malformed"], entry["counts"], entry["offset"]) == (
+        2000,
+        0,
+        [[4, "stop", 0, 2000]],
+        len(line) * 2000,
+    )
 
 
 def test_no_fork_falls_back_to_one_process(tmp_path, monkeypatch):

@@ -24,10 +24,23 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "tests" / "artifacts"
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
-PAGES = {"overview": "", "lengths": "Output_lengths", "gpus": "GPUs", "samples": "Samples", "nodes": "Nodes",
-         "compare": "Compare"}
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+PAGES = {
+    "overview": "",
+    "lengths": "Output_lengths",
+    "gpus": "GPUs",
+    "samples": "Samples",
+    "nodes": "Nodes",
+    "compare": "Compare",
+}
 VIEWPORT = {"width": 1600, "height": 1000}
 
 pytestmark = pytest.mark.browser
@@ -49,8 +62,13 @@ def streamlit_server(workdir: Path, startup_s: float = 60, extra_env: dict[str, 
     env.update(XDG_CACHE_HOME=str(workdir / "cache"), PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT), **(extra_env or {}))
     with open(log_path, "wb") as log:
         # What a user runs, from a folder with no runhealth.toml in it: the demo.
-        proc = subprocess.Popen([sys.executable, "-m", "runhealth", "dashboard", "--port", str(port)],
-                                cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runhealth", "dashboard", "--port", str(port)],
+            cwd=workdir,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + startup_s
@@ -62,7 +80,9 @@ def streamlit_server(workdir: Path, startup_s: float = 60, extra_env: dict[str, 
             except OSError:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"streamlit did not start (exit {proc.poll()}); log:\n{log_path.read_text(errors='replace')}")
+                raise RuntimeError(
+                    f"streamlit did not start (exit {proc.poll()}); log:\n{log_path.read_text(errors='replace')}"
+                )
             time.sleep(0.3)
         yield url
     finally:
@@ -131,7 +151,11 @@ def test_every_screen_shows_sane_numbers(server_url, browser_page):
     assert parse_number(tps) > 0, tps
     assert page.get_by_text("DEMO — simulated run").count() >= 1
     page.screenshot(path=str(ARTIFACTS / "overview.png"))
-    for name, expect in [("lengths", "What if max_tokens were raised?"), ("gpus", "simulated"), ("nodes", "Effective configuration (secrets never shown)")]:
+    for name, expect in [
+        ("lengths", "What if max_tokens were raised?"),
+        ("gpus", "simulated"),
+        ("nodes", "Effective configuration (secrets never shown)"),
+    ]:
         open_page(page, server_url, name)
         page.get_by_text(expect).first.wait_for(timeout=60_000)
         assert page.locator('[data-testid="stException"]').count() == 0, name
@@ -158,7 +182,8 @@ def test_compare_page_shows_the_relaunch_against_the_seed_run(server_url, browse
     assert re.search(r"completions \d+% longer; tok/s per GPU [+−]\d+%", headline), headline
     page.get_by_text("Forecast vs outcome").first.wait_for(timeout=30_000)
     page.get_by_text(re.compile(r"The measurement falls (inside|outside) the predicted interval")).first.wait_for(
-        timeout=30_000)
+        timeout=30_000
+    )
     assert page.locator(".js-plotly-plot").count() >= 1 and page.locator('[data-testid="stDataFrame"]').count() == 1
     assert page.get_by_text("cannot be checked").count() >= 1
     assert page.locator('[data-testid="stException"]').count() == 0

@@ -45,13 +45,18 @@ def test_every_page_refreshes_by_itself(server_url, browser_page):
     for name, tile in checks.items():
         open_page(page, server_url, name)
         first_clock = as_of(page)
-        first = page.locator(".rh-tile", has=page.locator(".rh-label", has_text=re.compile(tile))).first.inner_text() \
-            if tile else None
+        first = (
+            page.locator(".rh-tile", has=page.locator(".rh-label", has_text=re.compile(tile))).first.inner_text()
+            if tile
+            else None
+        )
         page.wait_for_timeout(int(2 * DEMO_INTERVAL_S * 1000) + 1000)
         later_clock = wait_until_changed(lambda: as_of(page), first_clock, 2 * DEMO_INTERVAL_S)
         assert later_clock != first_clock, f"{name}: still 'Numbers as of {first_clock}'"
         if tile:
-            later = page.locator(".rh-tile", has=page.locator(".rh-label", has_text=re.compile(tile))).first.inner_text()
+            later = page.locator(
+                ".rh-tile", has=page.locator(".rh-label", has_text=re.compile(tile))
+            ).first.inner_text()
             assert later != first, f"{name}: tile {tile} did not change: {first!r}"
         assert page.locator('[data-testid="stException"]').count() == 0, name
 
@@ -107,7 +112,9 @@ def test_stopping_the_writer_raises_no_new_completions(browser_page):
         config.write_text(
             f'[run]\nname = "stall-test"\ninterval_s = 1\nstall_after_s = 6\nstore_path = "{tmp_path / "s.sqlite3"}"\n\n'
             f'[[nodes]]\nname = "node-1"\nhost = "local"\nshards = ["{tmp_path}/out-*.jsonl"]\n'
-            f'python = "{sys.executable}"\ngpu = "off"\n', encoding="utf-8")
+            f'python = "{sys.executable}"\ngpu = "off"\n',
+            encoding="utf-8",
+        )
         try:
             with streamlit_server(tmp_path, extra_env={"RUNHEALTH_CONFIG": str(config)}) as url:
                 page = browser_page.context.browser.new_page(viewport={"width": 1600, "height": 1000})

@@ -15,8 +15,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def cli(*args, cwd=None):
     """`python -m runhealth ...` from the session's scratch folder (not the checkout)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}  # importable even where the checkout is not installed
-    proc = subprocess.run([sys.executable, "-m", "runhealth", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=120, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "runhealth", *args], capture_output=True, text=True, cwd=cwd, timeout=120, env=env
+    )
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -88,12 +89,12 @@ def test_poll_reports_every_node_and_fails_when_one_is_down(tmp_path):
     config.write_text(f"""
 [run]
 name = "cli-test"
-store_path = "{tmp_path / 'ignored.sqlite3'}"
+store_path = "{tmp_path / "ignored.sqlite3"}"
 
 [[nodes]]
 name = "localhost"
 host = "local"
-shards = ["{tmp_path / '*.jsonl'}"]
+shards = ["{tmp_path / "*.jsonl"}"]
 python = "{sys.executable}"
 gpu = "off"
 
@@ -124,17 +125,20 @@ def test_poll_reports_per_run_when_there_are_several(tmp_path):
     for name, n, seed in (("a", 120, 8), ("b", 80, 9)):
         (tmp_path / name).mkdir()
         write_shard(tmp_path / name / "s.jsonl", truth_rows(n, seed))
-    runs = "".join(f"""
+    runs = "".join(
+        f"""
 [[runs]]
 name = "run-{name}"
-store_path = "{tmp_path / f'{name}.sqlite3'}"
+store_path = "{tmp_path / f"{name}.sqlite3"}"
 [[runs.nodes]]
 name = "localhost"
 host = "local"
-shards = ["{tmp_path / name / '*.jsonl'}"]
+shards = ["{tmp_path / name / "*.jsonl"}"]
 python = "{sys.executable}"
 gpu = "off"
-""" for name in ("a", "b"))
+"""
+        for name in ("a", "b")
+    )
     config = tmp_path / "runhealth.toml"
     config.write_text(runs + '\n[[runs]]\nname = "old"\nfinished = true\n')
     rc, out, err = cli("poll", "--json", "--config", str(config))

@@ -27,14 +27,14 @@ def _config(tmp_path: Path, port: int | None = None) -> Path:
     config.write_text(f"""
 [run]
 name = "collect-test"
-store_path = "{tmp_path / 'store.sqlite3'}"
+store_path = "{tmp_path / "store.sqlite3"}"
 interval_s = 1
 {f"metrics_port = {port}" if port else ""}
 
 [[nodes]]
 name = "localhost"
 host = "local"
-shards = ["{tmp_path / '*.jsonl'}"]
+shards = ["{tmp_path / "*.jsonl"}"]
 python = "{sys.executable}"
 gpu = "off"
 
@@ -50,17 +50,25 @@ connect_timeout_s = 2
 
 def _scrape(url: str) -> dict[tuple, float]:
     text = urllib.request.urlopen(url, timeout=5).read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for f in text_string_to_metric_families(text) for s in f.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
 
 
 def test_collect_serves_metrics_and_sends_webhooks_until_sigterm(tmp_path):
     port = _free_port()
     receiver = Receiver(200)
     env = {**os.environ, "RUNHEALTH_WEBHOOK_URLS": receiver.url(), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "runhealth", "collect", "--config", str(_config(tmp_path)),
-                             "--metrics-port", str(port)], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runhealth", "collect", "--config", str(_config(tmp_path)), "--metrics-port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline, got = time.time() + 60, {}
         while time.time() < deadline:
@@ -90,8 +98,12 @@ def test_metrics_port_from_config_and_port_in_use_is_a_notice(tmp_path):
     from runhealth.outbound import start_outbound
     from runhealth.store import Store
 
-    config = parse_config({"run": {"name": "r", "metrics_port": _free_port()},
-                           "nodes": [{"name": "n", "host": "local", "shards": ["/x"]}]})
+    config = parse_config(
+        {
+            "run": {"name": "r", "metrics_port": _free_port()},
+            "nodes": [{"name": "n", "host": "local", "shards": ["/x"]}],
+        }
+    )
     store = Store(tmp_path / "s.sqlite3")
     first = start_outbound(config, store, webhook_urls=[])
     try:
@@ -107,6 +119,10 @@ def test_the_demo_run_never_sends_webhooks(tmp_path):
     from runhealth.store import Store
 
     config = parse_config({"run": {"name": "r"}, "nodes": [{"name": "n", "host": "local", "shards": ["/x"]}]})
-    out = start_outbound(config, Store(tmp_path / "s.sqlite3"), webhook_urls=[f"http://127.0.0.1:9/{SECRET}"],
-                         context=RunContext(source="<built-in demo>", demo=True))
+    out = start_outbound(
+        config,
+        Store(tmp_path / "s.sqlite3"),
+        webhook_urls=[f"http://127.0.0.1:9/{SECRET}"],
+        context=RunContext(source="<built-in demo>", demo=True),
+    )
     assert out.notifier is None and out.notices == ["alert webhooks off: this is the demo run"]

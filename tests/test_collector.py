@@ -14,8 +14,9 @@ from runhealth.store import Store
 
 
 def local_node(name, shard_glob, **kw):
-    return NodeConfig(name=name, host="local", shards=[shard_glob], python=sys.executable, gpu="off",
-                      command_timeout_s=20.0, **kw)
+    return NodeConfig(
+        name=name, host="local", shards=[shard_glob], python=sys.executable, gpu="off", command_timeout_s=20.0, **kw
+    )
 
 
 @pytest.fixture
@@ -24,8 +25,11 @@ def run(tmp_path):
     for i, (n, seed) in enumerate([(600, 1), (400, 2)], start=1):
         (tmp_path / f"n{i}").mkdir()
         write_shard(tmp_path / f"n{i}" / "a.jsonl", truth_rows(n, seed))
-    config = RunConfig(name="t", nodes=[local_node("n1", str(tmp_path / "n1" / "*.jsonl")),
-                                        local_node("n2", str(tmp_path / "n2" / "*.jsonl"))], interval_s=0.5)
+    config = RunConfig(
+        name="t",
+        nodes=[local_node("n1", str(tmp_path / "n1" / "*.jsonl")), local_node("n2", str(tmp_path / "n2" / "*.jsonl"))],
+        interval_s=0.5,
+    )
     store = Store(tmp_path / "store.sqlite3")
     collector = Collector(config, store)
     yield tmp_path, config, store, collector
@@ -81,10 +85,13 @@ def test_growth_half_written_line_and_restart_never_double_count(run):
 def test_a_failing_node_does_not_stop_the_others(tmp_path):
     (tmp_path / "ok").mkdir()
     write_shard(tmp_path / "ok" / "a.jsonl", truth_rows(50, 3))
-    config = RunConfig(name="t", nodes=[
-        local_node("good", str(tmp_path / "ok" / "*.jsonl")),
-        NodeConfig(name="bad", host="local", shards=["/nonexistent/*.jsonl"], python="/nonexistent/python3"),
-    ])
+    config = RunConfig(
+        name="t",
+        nodes=[
+            local_node("good", str(tmp_path / "ok" / "*.jsonl")),
+            NodeConfig(name="bad", host="local", shards=["/nonexistent/*.jsonl"], python="/nonexistent/python3"),
+        ],
+    )
     store = Store(tmp_path / "s.sqlite3")
     with Collector(config, store) as collector:
         results = collector.poll_once()

@@ -42,11 +42,15 @@ def compare_json(a, b, *options: str) -> dict:
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory):
     d = tmp_path_factory.mktemp("compare")
-    rows = {"a": lognormal_rows(1, 4096), "b": lognormal_rows(2, 8192),
-            "c": lognormal_rows(3, 8192, mu=math.log(3000)), "a2": lognormal_rows(4, 4096)}
+    rows = {
+        "a": lognormal_rows(1, 4096),
+        "b": lognormal_rows(2, 8192),
+        "c": lognormal_rows(3, 8192, mu=math.log(3000)),
+        "a2": lognormal_rows(4, 4096),
+    }
     # A in two shards, named by a glob, as a run writes them.
     write_shard(d / "a-0.jsonl", rows["a"][: N // 2])
-    write_shard(d / "a-1.jsonl", rows["a"][N // 2:])
+    write_shard(d / "a-1.jsonl", rows["a"][N // 2 :])
     for name in ("b", "c", "a2"):
         write_shard(d / f"{name}.jsonl", rows[name])
     return d, rows
@@ -78,7 +82,9 @@ def test_matched_relaunch_counts_contract_and_forecast_inside(shards):
     assert f["measured_fraction"] == cut_count(rows["b"], 8192) / N
     assert f["inside"] is True and lo <= f["measured_fraction"] <= hi
     assert f["measured_extra_tokens"] == pytest.approx(b["tokens"]["mean"] - a["tokens"]["mean"])
-    assert f["predicted_extra_tokens_interval"][0] <= f["measured_extra_tokens"] <= f["predicted_extra_tokens_interval"][1]
+    assert (
+        f["predicted_extra_tokens_interval"][0] <= f["measured_extra_tokens"] <= f["predicted_extra_tokens_interval"][1]
+    )
     # The truth of the generating distribution lies inside too (P(T >= 8192) of the log-normal).
     truth = 0.5 * math.erfc((math.log(8192) - MU) / (SIGMA * math.sqrt(2)))
     assert lo <= truth <= hi
@@ -88,8 +94,10 @@ def test_matched_relaunch_counts_contract_and_forecast_inside(shards):
     mean = out["differences"]["mean_tokens"]
     assert mean["difference"] == pytest.approx(b["tokens"]["mean"] - a["tokens"]["mean"])
     assert 0 < mean["interval"][0] < mean["difference"] < mean["interval"][1]
-    assert out["summary"].startswith(f"At 8,192: {100 * b['at_ceiling_fraction']:.1f}% still cut"
-                                     f" (was {100 * a['at_ceiling_fraction']:.1f}% at 4,096); completions ")
+    assert out["summary"].startswith(
+        f"At 8,192: {100 * b['at_ceiling_fraction']:.1f}% still cut"
+        f" (was {100 * a['at_ceiling_fraction']:.1f}% at 4,096); completions "
+    )
     assert out["summary"].endswith(f"{100 * mean['relative']:.0f}% longer")
 
 

@@ -43,8 +43,16 @@ def demo_cache(tmp_path_factory) -> Path:
     (live, _), (done, finished) = demo.demo_runs(base)
     assert finished
     assert demo.fill_finished(done, Store(done.resolved_store_path()), seed=11)
-    assert demo.fill_finished(live, Store(live.resolved_store_path()), seed=12, ceiling=demo.CEILING_B,
-                              tokens_per_s=demo.TOKENS_PER_S_B, completions=B_N, polls=6, ended_s_ago=0)
+    assert demo.fill_finished(
+        live,
+        Store(live.resolved_store_path()),
+        seed=12,
+        ceiling=demo.CEILING_B,
+        tokens_per_s=demo.TOKENS_PER_S_B,
+        completions=B_N,
+        polls=6,
+        ended_s_ago=0,
+    )
     return cache
 
 
@@ -64,7 +72,7 @@ def test_truth_is_the_simulators_distribution():
     # The seed story's numbers: 18% past 4,096; the relaunch leaves ~2% past 8,192.
     assert 0.178 < demo.truth(4096)["cut_fraction"] < 0.183
     assert 0.019 < demo.truth(8192)["cut_fraction"] < 0.023
-    assert demo.truth(10 ** 9)["mean_tokens"] == pytest.approx(math.exp(demo.LOG_MEDIAN + demo.LOG_SIGMA ** 2 / 2))
+    assert demo.truth(10**9)["mean_tokens"] == pytest.approx(math.exp(demo.LOG_MEDIAN + demo.LOG_SIGMA**2 / 2))
 
 
 def test_core_numbers_match_the_simulator(demo_cache):
@@ -89,8 +97,11 @@ def test_forecast_check_and_headline(demo_cache):
     lo, hi = f["interval"]
     assert lo <= f["measured_fraction"] <= hi and lo < demo.truth(8192)["cut_fraction"] < hi
     assert "cannot be checked" in cmp["prompts"]
-    assert re.fullmatch(r"At 8,192: \d\.\d% still cut \(was 1\d\.\d% at 4,096\); completions \d+% longer; "
-                        r"tok/s per GPU [+−]\d+%", cmp["headline"]), cmp["headline"]
+    assert re.fullmatch(
+        r"At 8,192: \d\.\d% still cut \(was 1\d\.\d% at 4,096\); completions \d+% longer; "
+        r"tok/s per GPU [+−]\d+%",
+        cmp["headline"],
+    ), cmp["headline"]
     tps = cmp["rates"]["tokens_per_s_per_gpu"]
     assert tps["relative_interval"][0] < tps["relative"] < tps["relative_interval"][1]
 
@@ -104,8 +115,11 @@ def test_no_forecast_when_b_is_not_above_a(demo_cache):
 
 def test_life_rates_ratio_estimator():
     # Two nodes, 10 s polls; the first poll of each is the backfill (not throughput).
-    polls = [{"node": n, "ts_unix": 100.0 + 10 * i, "completions": 5 * k, "tokens": 1000 * k, "backfill": i == 0}
-             for n, k in (("x", 1), ("y", 2)) for i in range(6)]
+    polls = [
+        {"node": n, "ts_unix": 100.0 + 10 * i, "completions": 5 * k, "tokens": 1000 * k, "backfill": i == 0}
+        for n, k in (("x", 1), ("y", 2))
+        for i in range(6)
+    ]
     life = runcompare.life_rates(polls)
     assert life["tokens_per_s"] == pytest.approx(100 + 200) and life["completions_per_s"] == pytest.approx(1.5)
     assert life["tokens_var"] == 0 and life["spans"] == 10
@@ -124,9 +138,11 @@ def test_overlay_figure_marks_both_ceilings(demo_cache):
 
 
 def page_text(at: AppTest) -> str:
-    parts = [str(getattr(e, "value", "")) + " " + str(getattr(e, "label", ""))
-             for kind in ("markdown", "caption", "subheader", "title", "info", "success", "warning", "metric")
-             for e in getattr(at, kind)]
+    parts = [
+        str(getattr(e, "value", "")) + " " + str(getattr(e, "label", ""))
+        for kind in ("markdown", "caption", "subheader", "title", "info", "success", "warning", "metric")
+        for e in getattr(at, kind)
+    ]
     return "\n".join(parts + [d.value.to_string() for d in at.dataframe])
 
 

@@ -60,20 +60,28 @@ def bad(tmp_path, text):
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        (('port = 22', 'port = "22"'), "node 'node-1': field 'port' must be int, got str"),
-        (('port = 22', 'port = true'), "field 'port' must be int, got bool"),
+        (("port = 22", 'port = "22"'), "node 'node-1': field 'port' must be int, got str"),
+        (("port = 22", "port = true"), "field 'port' must be int, got bool"),
         (('python = "python3"', 'python = "python3; rm -rf /"'), "field 'python'"),
         (('python = "python3"', 'python = "$(id)"'), "field 'python'"),
         (('user = "ubuntu"', 'usr = "ubuntu"'), "node 'node-1': unknown field 'usr'"),
-        (('shards = ["/data/gen/out/*.jsonl"]', 'shards = []'), "field 'shards'"),
+        (('shards = ["/data/gen/out/*.jsonl"]', "shards = []"), "field 'shards'"),
         (('shards = ["/data/gen/out/*.jsonl"]', 'shards = ["out/*.jsonl"]'), "absolute paths"),
         (('host = "10.0.0.11"', 'host = "-oProxyCommand=x"'), "field 'host'"),
-        (('interval_s = 10', 'interval_s = 0'), "[run] field 'interval_s'"),
-        (('metrics_urls = ["http://127.0.0.1:30000/metrics"]', 'metrics_urls = ["file:///etc/passwd"]'),
-         "field 'metrics_urls'"),
+        (("interval_s = 10", "interval_s = 0"), "[run] field 'interval_s'"),
+        (
+            ('metrics_urls = ["http://127.0.0.1:30000/metrics"]', 'metrics_urls = ["file:///etc/passwd"]'),
+            "field 'metrics_urls'",
+        ),
         (('name = "node-1"', 'name = "node 1"'), "field 'name'"),
-        (('python = "python3"', 'python = "python3"\nscan_workers = 0'), "field 'scan_workers' must be between 1 and 8"),
-        (('python = "python3"', 'python = "python3"\nscan_workers = 9'), "field 'scan_workers' must be between 1 and 8"),
+        (
+            ('python = "python3"', 'python = "python3"\nscan_workers = 0'),
+            "field 'scan_workers' must be between 1 and 8",
+        ),
+        (
+            ('python = "python3"', 'python = "python3"\nscan_workers = 9'),
+            "field 'scan_workers' must be between 1 and 8",
+        ),
         (('python = "python3"', 'python = "python3"\nscan_workers = 2.5'), "field 'scan_workers' must be int"),
     ],
 )
@@ -86,7 +94,7 @@ def test_wrong_value_names_file_node_and_field(tmp_path, change, expected):
 def test_missing_required_field(tmp_path):
     assert "missing required field 'host'" in bad(tmp_path, EXAMPLE.replace('host = "10.0.0.11"', ""))
     assert "unknown field 'runn'" in bad(tmp_path, EXAMPLE.replace("[run]", "[runn]"))
-    assert "missing [run] table" in bad(tmp_path, EXAMPLE[EXAMPLE.index("[[nodes]]"):])
+    assert "missing [run] table" in bad(tmp_path, EXAMPLE[EXAMPLE.index("[[nodes]]") :])
 
 
 def test_secrets_are_refused_in_the_config_file(tmp_path):
@@ -102,7 +110,7 @@ def test_invalid_toml_and_missing_file(tmp_path):
 
 
 def test_duplicate_node_names(tmp_path):
-    node = EXAMPLE[EXAMPLE.index("[[nodes]]"):]
+    node = EXAMPLE[EXAMPLE.index("[[nodes]]") :]
     assert "node name 'node-1' is used twice" in bad(tmp_path, EXAMPLE + node)
 
 
@@ -138,8 +146,10 @@ def test_scan_workers_reach_the_poll_request(tmp_path):
 
     plain = load_config(write(tmp_path, EXAMPLE), secrets_path=tmp_path / "none.toml").nodes[0]
     assert plain.scan_workers is None and poll_request(plain, {})["shards"]["scan_workers"] is None
-    two = load_config(write(tmp_path, EXAMPLE.replace('python = "python3"', 'python = "python3"\nscan_workers = 2')),
-                      secrets_path=tmp_path / "none.toml").nodes[0]
+    two = load_config(
+        write(tmp_path, EXAMPLE.replace('python = "python3"', 'python = "python3"\nscan_workers = 2')),
+        secrets_path=tmp_path / "none.toml",
+    ).nodes[0]
     assert poll_request(two, {})["shards"]["scan_workers"] == 2
 
 
@@ -166,8 +176,7 @@ def test_every_file_key_is_declared_once_with_its_text():
     with pytest.raises(ConfigError) as info:
         parse_config({"run": {"name": "r", "bogus": 1}, "nodes": []})
     allowed = info.value.args[0].split("(allowed: ")[1].rstrip(")").split(", ")
-    assert sorted(allowed) == sorted(f.name for f in dataclasses.fields(RunConfig)
-                                     if spec_of(f) is not None)
+    assert sorted(allowed) == sorted(f.name for f in dataclasses.fields(RunConfig) if spec_of(f) is not None)
     assert config_module.SECRET_KEYS == {"passphrase", "password", "private_key"}
 
 
@@ -189,8 +198,7 @@ def test_the_loaded_config_is_frozen_and_runtime_facts_live_in_the_context(tmp_p
 
 def test_secrets_never_print_through_repr_str_format_logging_or_serialisation(tmp_path, caplog):
     planted = "hunter2-planted-XYZ"
-    secrets = write(tmp_path, f'[nodes.node-1]\npassphrase = "{planted}"\npassword = "{planted}"\n',
-                    "secrets.toml")
+    secrets = write(tmp_path, f'[nodes.node-1]\npassphrase = "{planted}"\npassword = "{planted}"\n', "secrets.toml")
     config = load_config(write(tmp_path, EXAMPLE), secrets_path=secrets)
     node = config.nodes[0]
     assert isinstance(node.passphrase, Secret) and isinstance(node.password, Secret)
@@ -198,9 +206,20 @@ def test_secrets_never_print_through_repr_str_format_logging_or_serialisation(tm
     with caplog.at_level(logging.DEBUG):
         log.info("node %s %r config %s %r", node.passphrase, node.password, node, config)
         log.info("plain: %s", node.passphrase, extra={"node": node})
-    shown = [repr(config), str(config), repr(node), str(node), f"{node.passphrase}", f"{node.password!r}",
-             f"{node.passphrase:>40}", str(dataclasses.asdict(node)),
-             repr(node.public_dict()), caplog.text, str([node.passphrase]), format(node.password, "s")]
+    shown = [
+        repr(config),
+        str(config),
+        repr(node),
+        str(node),
+        f"{node.passphrase}",
+        f"{node.password!r}",
+        f"{node.passphrase:>40}",
+        str(dataclasses.asdict(node)),
+        repr(node.public_dict()),
+        caplog.text,
+        str([node.passphrase]),
+        format(node.password, "s"),
+    ]
     for text in shown:
         assert planted not in text, text
     assert "***" in f"{node.passphrase}" and "***" in caplog.text

@@ -21,8 +21,13 @@ def test_custom_id_is_unique_across_nodes_with_the_same_paths_and_the_model_is_s
 
 
 def test_a_missing_prompt_is_named_with_the_field_to_set():
-    built = continuation.build([sample("node-1", prompt=None), sample("node-2", prompt=None)], 8192, 4096, None,
-                               {"node-1": None, "node-2": "metadata.prompt"})
+    built = continuation.build(
+        [sample("node-1", prompt=None), sample("node-2", prompt=None)],
+        8192,
+        4096,
+        None,
+        {"node-1": None, "node-2": "metadata.prompt"},
+    )
     assert built["lines"] == [] and built["missing_prompt"] == {"node-1": 1, "node-2": 1}
     text = "\n".join(built["problems"])
     assert "node-1: 1 truncated sample(s) left out: no prompt in the line" in text and "prompt_path" in text
@@ -39,12 +44,23 @@ def test_a_message_list_prompt_is_kept_whole():
 def test_agent_reads_the_prompt_at_prompt_path_from_standard_chat_output(tmp_path):
     """Standard chat-completion output has no prompt; this generator keeps it under request.messages."""
     path = tmp_path / "out.jsonl"
-    line = {"id": "c1", "object": "chat.completion", "request": {"messages": [{"role": "user", "content": "Sum 1..n"}]},
-            "choices": [{"index": 0, "finish_reason": "length", "message": {"role": "assistant", "content": "We have"}}],
-            "usage": {"completion_tokens": 4096}}
+    line = {
+        "id": "c1",
+        "object": "chat.completion",
+        "request": {"messages": [{"role": "user", "content": "Sum 1..n"}]},
+        "choices": [{"index": 0, "finish_reason": "length", "message": {"role": "assistant", "content": "We have"}}],
+        "usage": {"completion_tokens": 4096},
+    }
     plain = {k: v for k, v in line.items() if k != "request"}
     path.write_text(json.dumps(line) + "\n" + json.dumps(plain) + "\n")
-    req = {"op": "sample", "globs": [str(path)], "n": 2, "seed": 1, "full_text": True, "prompt_path": "request.messages"}
+    req = {
+        "op": "sample",
+        "globs": [str(path)],
+        "n": 2,
+        "seed": 1,
+        "full_text": True,
+        "prompt_path": "request.messages",
+    }
     got = sorted(agent.handle(req)["samples"], key=lambda s: s["line_no"])
     assert got[0]["prompt"] == [{"role": "user", "content": "Sum 1..n"}] and got[0]["prompt_head"] == "Sum 1..n"
     assert got[1]["prompt"] is None  # no prompt there: the batch names it instead of guessing

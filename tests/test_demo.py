@@ -35,8 +35,10 @@ def test_demo_metrics_pages_parse_as_sglang_and_vllm(tmp_path):
     sim = Simulator(tmp_path, seed=3)
     assert sim.start()
     try:
-        texts = {i: urllib.request.urlopen(f"http://127.0.0.1:{sim.metrics_port}/node{i}/metrics", timeout=5).read()
-                 for i in (1, 2)}
+        texts = {
+            i: urllib.request.urlopen(f"http://127.0.0.1:{sim.metrics_port}/node{i}/metrics", timeout=5).read()
+            for i in (1, 2)
+        }
     finally:
         sim.stop()
     sglang, vllm = servermetrics.parse_server_metrics(texts[1]), servermetrics.parse_server_metrics(texts[2])
@@ -48,9 +50,12 @@ def test_demo_config_is_valid_and_collects_through_the_real_agent(tmp_path):
     config = demo_config(tmp_path)
     assert DEMO_CONTEXT.demo and all(n.is_local and n.gpu == "demo" for n in config.nodes)
     # The same validation a user's file gets.
-    raw = {"run": {"name": config.name}, "nodes": [
-        {k: v for k, v in n.public_dict().items() if not k.endswith("_set") and v is not None}
-        for n in config.nodes]}
+    raw = {
+        "run": {"name": config.name},
+        "nodes": [
+            {k: v for k, v in n.public_dict().items() if not k.endswith("_set") and v is not None} for n in config.nodes
+        ],
+    }
     assert [n.name for n in parse_config(raw).nodes] == ["demo-node-1", "demo-node-2"]
     sim = Simulator(tmp_path, seed=4)
     assert sim.start()

@@ -78,8 +78,14 @@ def fleet(tmp_path, sshd_node):
         rows[name] = truth_rows(300, i)
         write_shard(folder / "out.jsonl", rows[name])
         server = sshd_node(f"127.0.0.{i}")
-        nodes.append((server, server.node_config(name=name, shards=[str(folder / "*.jsonl")], gpu="off",
-                                                 connect_timeout_s=2.0, command_timeout_s=5.0)))
+        nodes.append(
+            (
+                server,
+                server.node_config(
+                    name=name, shards=[str(folder / "*.jsonl")], gpu="off", connect_timeout_s=2.0, command_timeout_s=5.0
+                ),
+            )
+        )
     config = RunConfig(name="faults", nodes=[cfg for _, cfg in nodes], interval_s=0.5)
     store = Store(tmp_path / "store.sqlite3")
     return tmp_path, nodes, rows, config, store
@@ -101,16 +107,21 @@ def test_sshd_killed_mid_run_then_back_loses_and_doubles_nothing(fleet, ssh_dir)
         for name in rows:
             if name != victim_cfg.name:
                 rows[name] += more[name]
-        assert wait_for(lambda: {k: v for k, v in run_totals(store).items() if k[0] != victim_cfg.name}
-                        == {k: v for k, v in expected_totals(rows).items() if k[0] != victim_cfg.name})
+        assert wait_for(
+            lambda: (
+                {k: v for k, v in run_totals(store).items() if k[0] != victim_cfg.name}
+                == {k: v for k, v in expected_totals(rows).items() if k[0] != victim_cfg.name}
+            )
+        )
         status = {n["name"]: n for n in store.nodes()}[victim_cfg.name]
         assert wait_for(lambda: {n["name"]: n for n in store.nodes()}[victim_cfg.name]["last_error"])
         status = {n["name"]: n for n in store.nodes()}[victim_cfg.name]
         assert status["failing_since_unix"] is not None
         # The node comes back on the same address with the same host key.
         # Replaces the killed one in the fixture's list, so session teardown stops it too.
-        victim.sshd = sshd_lib.Sshd(victim.ip, victim.host_key, ssh_dir / "authorized_keys", ssh_dir,
-                                    port=victim.port).start()
+        victim.sshd = sshd_lib.Sshd(
+            victim.ip, victim.host_key, ssh_dir / "authorized_keys", ssh_dir, port=victim.port
+        ).start()
         rows[victim_cfg.name] += more[victim_cfg.name]
         collector.request_refresh()
         assert wait_for(lambda: run_totals(store) == expected_totals(rows), timeout_s=40)
@@ -127,8 +138,9 @@ def test_a_node_that_never_answers_does_not_delay_the_others(fleet):
     listener.listen(8)
     accepted = []
     threading.Thread(target=lambda: accepted.append(listener.accept()), daemon=True).start()
-    stalled = dataclasses.replace(nodes[0][1], name="stalled", host="127.0.0.24",
-                                  port=listener.getsockname()[1], connect_timeout_s=8.0)
+    stalled = dataclasses.replace(
+        nodes[0][1], name="stalled", host="127.0.0.24", port=listener.getsockname()[1], connect_timeout_s=8.0
+    )
     config.nodes.append(stalled)
     collector = Collector(config, store)
     collector.start()
@@ -147,16 +159,29 @@ def test_a_node_that_never_answers_does_not_delay_the_others(fleet):
 
 def test_each_connection_failure_reads_differently(tmp_path, sshd_node):
     good = sshd_node("127.0.0.25")
-    unknown_key = good.node_config(name="unknown-key", known_hosts=str(tmp_path / "empty_known_hosts"),
-                                   shards=["/x/*.jsonl"], gpu="off", connect_timeout_s=3.0)
+    unknown_key = good.node_config(
+        name="unknown-key",
+        known_hosts=str(tmp_path / "empty_known_hosts"),
+        shards=["/x/*.jsonl"],
+        gpu="off",
+        connect_timeout_s=3.0,
+    )
     (tmp_path / "empty_known_hosts").write_text("")
-    refused = good.node_config(name="refused", port=sshd_lib.free_port("127.0.0.26"), host="127.0.0.26",
-                               shards=["/x/*.jsonl"], gpu="off", connect_timeout_s=3.0)
-    dns = good.node_config(name="dns", host="no-such-host.invalid", shards=["/x/*.jsonl"], gpu="off",
-                           connect_timeout_s=3.0)
+    refused = good.node_config(
+        name="refused",
+        port=sshd_lib.free_port("127.0.0.26"),
+        host="127.0.0.26",
+        shards=["/x/*.jsonl"],
+        gpu="off",
+        connect_timeout_s=3.0,
+    )
+    dns = good.node_config(
+        name="dns", host="no-such-host.invalid", shards=["/x/*.jsonl"], gpu="off", connect_timeout_s=3.0
+    )
     other_key = sshd_lib.keygen(tmp_path / "stranger")
-    auth = good.node_config(name="auth", identity_file=str(other_key), shards=["/x/*.jsonl"], gpu="off",
-                            connect_timeout_s=3.0)
+    auth = good.node_config(
+        name="auth", identity_file=str(other_key), shards=["/x/*.jsonl"], gpu="off", connect_timeout_s=3.0
+    )
     config = RunConfig(name="errors", nodes=[unknown_key, refused, dns, auth])
     store = Store(tmp_path / "s.sqlite3")
     with Collector(config, store) as collector:
@@ -190,8 +215,13 @@ def test_shards_appended_to_while_polls_run_are_counted_exactly(tmp_path):
     folder = tmp_path / "live"
     folder.mkdir()
     rows = truth_rows(3000, 77)
-    config = RunConfig(name="live", interval_s=0.5, nodes=[NodeConfig(
-        name="live", host="local", shards=[str(folder / "*.jsonl")], gpu="off", python=sys.executable)])
+    config = RunConfig(
+        name="live",
+        interval_s=0.5,
+        nodes=[
+            NodeConfig(name="live", host="local", shards=[str(folder / "*.jsonl")], gpu="off", python=sys.executable)
+        ],
+    )
     store = Store(tmp_path / "s.sqlite3")
     collector = Collector(config, store)
     collector.start()
@@ -201,7 +231,7 @@ def test_shards_appended_to_while_polls_run_are_counted_exactly(tmp_path):
                 line = chat_line(tokens, finish)
                 f.write(line[: len(line) // 2])
                 f.flush()  # a poll may see this half line: it must wait for the rest
-                f.write(line[len(line) // 2:])
+                f.write(line[len(line) // 2 :])
                 if i % 50 == 0:
                     f.flush()
                     collector.request_refresh()

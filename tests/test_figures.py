@@ -14,8 +14,15 @@ from components import figures
 
 def ceiling_bins() -> pd.DataFrame:
     # The founding incident in miniature: a spread of stops and a one-token ceiling bin.
-    return pd.DataFrame({"bin_start": [0, 1000, 2000, 3000, 4096], "bin_end": [1000, 2000, 3000, 4096, 4097],
-                         "stop": [300, 250, 120, 150, 0], "at_ceiling": [0, 0, 0, 0, 180], "other": [0, 0, 0, 0, 0]})
+    return pd.DataFrame(
+        {
+            "bin_start": [0, 1000, 2000, 3000, 4096],
+            "bin_end": [1000, 2000, 3000, 4096, 4097],
+            "stop": [300, 250, 120, 150, 0],
+            "at_ceiling": [0, 0, 0, 0, 180],
+            "other": [0, 0, 0, 0, 0],
+        }
+    )
 
 
 def shapes_at(fig: go.Figure, x: float) -> list:
@@ -55,9 +62,16 @@ def test_cdf_marks_the_ceiling():
 
 
 def test_truncation_by_group_makes_the_drifting_group_stand_out():
-    df = pd.DataFrame({"group": ["node-1", "node-2", "node-3"], "fraction": [0.01, 0.012, 0.011],
-                       "lo": [0.005, 0.006, 0.005], "hi": [0.02, 0.02, 0.02], "ceiling": [4096, 4096, 2048],
-                       "drift": [False, False, True]})
+    df = pd.DataFrame(
+        {
+            "group": ["node-1", "node-2", "node-3"],
+            "fraction": [0.01, 0.012, 0.011],
+            "lo": [0.005, 0.006, 0.005],
+            "hi": [0.02, 0.02, 0.02],
+            "ceiling": [4096, 4096, 2048],
+            "drift": [False, False, True],
+        }
+    )
     fig = figures.make_truncation_by_group_figure(df, warn=0.02, alert=0.05)
     colours = list(fig.data[0].marker.color)
     assert colours[2] == figures.ALERT_COLOUR and colours[0] != figures.ALERT_COLOUR
@@ -75,16 +89,30 @@ def test_gpu_heatstrip_has_one_column_per_gpu_and_three_rows():
 
 
 def test_gpu_timeseries_draws_one_line_per_gpu_and_the_power_limit():
-    df = pd.DataFrame({"ts_unix": [0, 10, 0, 10], "label": ["a/0", "a/0", "a/1", "a/1"],
-                       "power_w": [600, 650, 610, 640], "power_limit_w": [700] * 4})
+    df = pd.DataFrame(
+        {
+            "ts_unix": [0, 10, 0, 10],
+            "label": ["a/0", "a/0", "a/1", "a/1"],
+            "power_w": [600, 650, 610, 640],
+            "power_limit_w": [700] * 4,
+        }
+    )
     fig = figures.make_gpu_timeseries_figure(df, "power_w", "Power", "W", "power_limit_w")
     assert len(fig.data) == 2
     assert any(s.y0 == 700 for s in fig.layout.shapes)
 
 
 def test_truncation_over_time_greys_the_backfill_bucket_and_keeps_context_stops_apart():
-    df = pd.DataFrame({"bucket_unix": [0, 30, 60], "completions": [5000, 100, 100], "at_ceiling": [880, 16, 20],
-                       "below_ceiling": [20, 2, 0], "unsplit": [0, 0, 0], "backfill": [1, 0, 0]})
+    df = pd.DataFrame(
+        {
+            "bucket_unix": [0, 30, 60],
+            "completions": [5000, 100, 100],
+            "at_ceiling": [880, 16, 20],
+            "below_ceiling": [20, 2, 0],
+            "unsplit": [0, 0, 0],
+            "backfill": [1, 0, 0],
+        }
+    )
     fig = figures.make_truncation_over_time_figure(df, 0.02, 0.05)
     assert list(fig.data[0].marker.color) == [figures.BACKFILL_COLOUR, figures.CEILING_COLOUR, figures.CEILING_COLOUR]
     assert fig.data[0].name == "truncated (at the ceiling)"
@@ -94,8 +122,16 @@ def test_truncation_over_time_greys_the_backfill_bucket_and_keeps_context_stops_
 
 
 def test_whatif_figure_shows_band_interval_and_both_limits():
-    df = pd.DataFrame({"limit": [5120, 8192, 12288], "fraction": [0.15, 0.12, 0.09], "lo": [0.14, 0.1, 0.07],
-                       "hi": [0.16, 0.14, 0.11], "band_lo": [0.13, 0.1, 0.06], "band_hi": [0.17, 0.15, 0.12]})
+    df = pd.DataFrame(
+        {
+            "limit": [5120, 8192, 12288],
+            "fraction": [0.15, 0.12, 0.09],
+            "lo": [0.14, 0.1, 0.07],
+            "hi": [0.16, 0.14, 0.11],
+            "band_lo": [0.13, 0.1, 0.06],
+            "band_hi": [0.17, 0.15, 0.12],
+        }
+    )
     fig = figures.make_whatif_figure(df, ceiling=4096, chosen=8192, hard_hi=0.18)
     names = {t.name for t in fig.data}
     assert {"95% interval", "spread across tail models", "projected share still truncated"} <= names
@@ -111,14 +147,16 @@ def test_throughput_figure():
 
 def test_rules_are_the_shapes_and_labels_plotlys_add_vline_and_add_hline_make():
     """_vline/_hline skip plotly's slow subplot lookup; what they add must be identical."""
+
     def base():
         return go.Figure(go.Scatter(x=[1, 2], y=[1, 2]))
 
     for position in ("top right", "top left", "bottom right"):
         ours, theirs = base(), base()
         figures.vline(ours, 5, "a", position, dash="dot", color="#FFFFFF", width=2)
-        theirs.add_vline(x=5, line_dash="dot", line_color="#FFFFFF", line_width=2, annotation_text="a",
-                         annotation_position=position)
+        theirs.add_vline(
+            x=5, line_dash="dot", line_color="#FFFFFF", line_width=2, annotation_text="a", annotation_position=position
+        )
         assert ours.to_dict() == theirs.to_dict(), position
     ours, theirs = base(), base()
     figures.vline(ours, 7, dash="dash")
@@ -143,8 +181,18 @@ def test_every_figure_is_in_the_dark_template():
 def test_fleet_views_stay_readable_at_64_nodes_by_8_gpus():
     from components import tables
 
-    rows = [{"node": f"node-{n:02d}", "gpu": g, "ts_unix": 1000.0 + 10 * t, "util_pct": 50.0 + g + (t % 3),
-             "power_w": 600.0} for n in range(64) for g in range(8) for t in range(30)]
+    rows = [
+        {
+            "node": f"node-{n:02d}",
+            "gpu": g,
+            "ts_unix": 1000.0 + 10 * t,
+            "util_pct": 50.0 + g + (t % 3),
+            "power_w": 600.0,
+        }
+        for n in range(64)
+        for g in range(8)
+        for t in range(30)
+    ]
     df = pd.DataFrame(rows)
     bands = tables.gpu_bands(df, "util_pct")
     one = bands[(bands["node"] == "node-00")].iloc[0]
@@ -155,8 +203,14 @@ def test_fleet_views_stay_readable_at_64_nodes_by_8_gpus():
     few = figures.make_gpu_band_figure(bands[bands["node"] < "node-04"], "Utilization", "%", y_range=(0, 100))
     assert len(fig.data) == 1 and len([t for t in few.data if t.showlegend is not False]) == 4  # a band + median each
     assert list(few.layout.yaxis.range) == [0, 100]
-    latest = pd.DataFrame({"label": [f"node-{n:02d}/{g}" for n in range(64) for g in range(8)],
-                           "util_pct": 90.0, "power_pct": 80.0, "mem_pct": 70.0})
+    latest = pd.DataFrame(
+        {
+            "label": [f"node-{n:02d}/{g}" for n in range(64) for g in range(8)],
+            "util_pct": 90.0,
+            "power_pct": 80.0,
+            "mem_pct": 70.0,
+        }
+    )
     grid = figures.make_gpu_heatstrip_figure(latest)
     assert grid.data[0].z.shape == (64, 8)  # node rows x GPU columns
 
@@ -164,9 +218,17 @@ def test_fleet_views_stay_readable_at_64_nodes_by_8_gpus():
 def test_by_shard_labels_are_short_and_the_tail_is_summarised():
     from components import tables
 
-    df = pd.DataFrame({"group": [f"node-1:/data/run-7/out/shard-{i:04d}.jsonl" for i in range(1000)],
-                       "completions": 100, "at_ceiling": [i % 40 for i in range(1000)], "lo": 0.0, "hi": 0.0,
-                       "ceiling": 4096, "drift": False})
+    df = pd.DataFrame(
+        {
+            "group": [f"node-1:/data/run-7/out/shard-{i:04d}.jsonl" for i in range(1000)],
+            "completions": 100,
+            "at_ceiling": [i % 40 for i in range(1000)],
+            "lo": 0.0,
+            "hi": 0.0,
+            "ceiling": 4096,
+            "drift": False,
+        }
+    )
     df["fraction"] = df["at_ceiling"] / df["completions"]
     shown = tables.short_group_labels(df, top_n=25)
     assert len(shown) == 26 and shown.iloc[-1]["label"] == "975 others"

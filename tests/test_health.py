@@ -6,8 +6,7 @@ from runhealth.config import RunConfig
 NOW = 100_000.0
 
 
-def node_rows(rate_tps, *, until=NOW, since=NOW - 1800, every=10.0, skew=0.0, tokens_per_completion=1000,
-              stop_at=None):
+def node_rows(rate_tps, *, until=NOW, since=NOW - 1800, every=10.0, skew=0.0, tokens_per_completion=1000, stop_at=None):
     """Polls every `every` s producing `rate_tps`; from `stop_at` on the deltas are zero (stalled).
     The first poll is the backfill index of what was there before."""
     rows, t = [(since, since + skew, 5000, 5_000_000, 1)], since + every
@@ -42,8 +41,9 @@ def test_run_rates_sum_nodes_and_leave_out_a_node_without_polls_in_the_window():
 
 
 def test_a_stall_of_the_whole_run_names_since_when():
-    per_node = health.run_rates({"a": node_rows(1000.0, stop_at=NOW - 400),
-                                 "b": node_rows(1000.0, stop_at=NOW - 300)}, NOW)["per_node"]
+    per_node = health.run_rates(
+        {"a": node_rows(1000.0, stop_at=NOW - 400), "b": node_rows(1000.0, stop_at=NOW - 300)}, NOW
+    )["per_node"]
     found = health.stalls(per_node, NOW, stall_after_s=120)
     assert found["run"] == NOW - 300  # the run stalled when its last node stopped
     assert found["nodes"] == {"a": NOW - 400, "b": NOW - 300}
@@ -51,8 +51,9 @@ def test_a_stall_of_the_whole_run_names_since_when():
 
 
 def test_one_node_stalled_while_others_write():
-    per_node = health.run_rates({"node-3": node_rows(1000.0, stop_at=NOW - 360), "node-1": node_rows(1000.0)},
-                                NOW)["per_node"]
+    per_node = health.run_rates({"node-3": node_rows(1000.0, stop_at=NOW - 360), "node-1": node_rows(1000.0)}, NOW)[
+        "per_node"
+    ]
     found = health.stalls(per_node, NOW, stall_after_s=120)
     assert found == {"run": None, "nodes": {"node-3": NOW - 360}}
     # A node that is down is reported as down, not as stalled.
@@ -75,8 +76,12 @@ def test_rate_drop_below_half_the_hours_median():
 
 
 def test_minute_rates_drop_the_filling_bucket_and_backfill():
-    buckets = [{"tokens": 600_000, "backfill": 1}, {"tokens": 60_000, "backfill": 0},
-               {"tokens": 120_000, "backfill": 0}, {"tokens": 5, "backfill": 0}]
+    buckets = [
+        {"tokens": 600_000, "backfill": 1},
+        {"tokens": 60_000, "backfill": 0},
+        {"tokens": 120_000, "backfill": 0},
+        {"tokens": 5, "backfill": 0},
+    ]
     assert health.minute_rates(buckets) == [1000.0, 2000.0]
 
 
@@ -100,13 +105,25 @@ def test_one_stale_rule_for_config_exporter_and_alerts():
 
 def gpu(label, util=95.0, temp=60.0, throttle=(), error=None):
     node, index = label.split("/")
-    return {"node": node, "gpu": int(index), "label": label, "util_pct": util, "temp_c": temp,
-            "throttle_reasons": list(throttle), "error": error}
+    return {
+        "node": node,
+        "gpu": int(index),
+        "label": label,
+        "util_pct": util,
+        "temp_c": temp,
+        "throttle_reasons": list(throttle),
+        "error": error,
+    }
 
 
 def test_gpu_problems_are_named_in_words_most_serious_first():
-    gpus = [gpu("n1/0"), gpu("n1/1", throttle=("hw_thermal_slowdown",), temp=91),
-            gpu("n1/2", util=3), gpu("n1/3", throttle=("sw_power_cap",)), gpu("n2/0", error="GPU is lost")]
+    gpus = [
+        gpu("n1/0"),
+        gpu("n1/1", throttle=("hw_thermal_slowdown",), temp=91),
+        gpu("n1/2", util=3),
+        gpu("n1/3", throttle=("sw_power_cap",)),
+        gpu("n2/0", error="GPU is lost"),
+    ]
     found = {("n1", 0): {"ecc_uncorrected_volatile": 2, "pcie_replay": 12}, ("n1", 2): {"remapped_rows_pending": True}}
     xids = [{"node": "n1", "gpu": 0, "xid": 79, "ts_unix": NOW}]
     out = health.gpu_problems(gpus, found, xids, run_writing=True)
@@ -131,18 +148,28 @@ def test_idle_gpus_are_no_problem_when_the_run_is_not_writing_and_healthy_is_sil
 
 def test_host_problems_ram_swap_and_load():
     gib = 2**30
-    hosts = {"n1": {"cpus": 8, "mem_total_bytes": 100 * gib, "mem_available_bytes": 5 * gib,
-                    "swap_total_bytes": 8 * gib, "swap_free_bytes": 4 * gib},
-             "n2": {"cpus": 64, "mem_total_bytes": 100 * gib, "mem_available_bytes": 60 * gib, "swap_total_bytes": 0}}
+    hosts = {
+        "n1": {
+            "cpus": 8,
+            "mem_total_bytes": 100 * gib,
+            "mem_available_bytes": 5 * gib,
+            "swap_total_bytes": 8 * gib,
+            "swap_free_bytes": 4 * gib,
+        },
+        "n2": {"cpus": 64, "mem_total_bytes": 100 * gib, "mem_available_bytes": 60 * gib, "swap_total_bytes": 0},
+    }
     out = health.host_problems(hosts, {"n1": [16.0, 10.0, 9.0], "n2": [3.0, 3.0, 3.0]})
-    assert out == [("warning", "n1: RAM 95% used (5.0 GiB available)"),
-                   ("warning", "n1: swap 50% used (the host is short of memory)"),
-                   ("warning", "n1: CPU load 16.0 on 8 CPUs")]
+    assert out == [
+        ("warning", "n1: RAM 95% used (5.0 GiB available)"),
+        ("warning", "n1: swap 50% used (the host is short of memory)"),
+        ("warning", "n1: CPU load 16.0 on 8 CPUs"),
+    ]
 
 
 def test_a_gpu_that_stopped_reporting_is_named_missing():
     seen = {"n1": {0, 1, 2, 3}, "n2": {0, 1}}
     now = {"n1": {0, 1, 3}, "n2": {0, 1}}
     assert health.missing_gpus(seen, now, live={"n1", "n2"}) == [
-        ("error", "n1: GPU 2 missing from the latest poll (3 of 4 reporting)")]
+        ("error", "n1: GPU 2 missing from the latest poll (3 of 4 reporting)")
+    ]
     assert health.missing_gpus(seen, now, live={"n2"}) == []  # a down node is reported as down

@@ -66,12 +66,32 @@ def test_a_poisoned_environment_changes_no_result(tmp_path):
     (home / ".ssh" / "config").write_text(f"Host *\n  HostName {POISON}.invalid\n  Port 1\n")
     (home / ".streamlit").mkdir()
     (home / ".streamlit" / "secrets.toml").write_text(POISON_SECRETS)
-    (home / ".streamlit" / "config.toml").write_text('[server]\nport = 1\n')
+    (home / ".streamlit" / "config.toml").write_text("[server]\nport = 1\n")
     (tmp_path / "env.toml").write_text(POISON_TOML)
-    env = {**os.environ, "HOME": str(home), "RUNHEALTH_CONFIG": str(tmp_path / "env.toml"),
-           "RUNHEALTH_COLLECTOR": "off", "PYTHONPATH": str(repo)}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
-                           "tests/test_hermetic.py::test_canary", "tests/test_config.py"],
-                          cwd=repo, env=env, capture_output=True, text=True, timeout=240)
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "RUNHEALTH_CONFIG": str(tmp_path / "env.toml"),
+        "RUNHEALTH_COLLECTOR": "off",
+        "PYTHONPATH": str(repo),
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-x",
+            "tests/test_hermetic.py::test_canary",
+            "tests/test_config.py",
+        ],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert " passed" in done.stdout and "skipped" not in done.stdout

@@ -23,12 +23,14 @@ pytestmark = pytest.mark.faults
 
 def hold_write_lock(path, seconds: float) -> subprocess.Popen:
     """Another process (as the sqlite3 shell or a backup would) holding the write lock."""
-    code = ("import sqlite3, sys, time\n"
-            "db = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
-            "db.execute('BEGIN IMMEDIATE')\n"
-            "print('held', flush=True)\n"
-            "time.sleep(float(sys.argv[2]))\n"
-            "db.execute('ROLLBACK')\n")
+    code = (
+        "import sqlite3, sys, time\n"
+        "db = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        "db.execute('BEGIN IMMEDIATE')\n"
+        "print('held', flush=True)\n"
+        "time.sleep(float(sys.argv[2]))\n"
+        "db.execute('ROLLBACK')\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code, str(path), str(seconds)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "held"
     return proc
@@ -56,8 +58,13 @@ def test_a_write_that_times_out_on_a_busy_store_does_not_block_later_writes(tmp_
 
 # ---------------------------------------------------------------------------- 3 and 9: line rules
 def chat(tokens, finish="stop") -> bytes:
-    rec = {"id": "x", "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello there " * 8},
-                                   "finish_reason": finish}], "usage": {"prompt_tokens": 3, "completion_tokens": 7}}
+    rec = {
+        "id": "x",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "hello there " * 8}, "finish_reason": finish}
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 7},
+    }
     line = json.dumps(rec).replace('"completion_tokens": 7', f'"completion_tokens": {tokens}')
     return line.encode() + b"\n"
 
@@ -66,14 +73,18 @@ def local_collector(tmp_path, shard_glob, **node):
     from runhealth.collector import Collector
     from runhealth.config import NodeConfig, RunConfig
 
-    config = RunConfig(name="hostile", interval_s=0.3, nodes=[NodeConfig(
-        name="n1", host="local", shards=[shard_glob], gpu="off", python=sys.executable, **node)])
+    config = RunConfig(
+        name="hostile",
+        interval_s=0.3,
+        nodes=[NodeConfig(name="n1", host="local", shards=[shard_glob], gpu="off", python=sys.executable, **node)],
+    )
     store = Store(tmp_path / "s.sqlite3")
     return Collector(config, store), store
 
 
-@pytest.mark.parametrize("bad", ["99999999999999999999999", "9223372036854775807", "1099511627777", "-5", "12.0", "1e3", "true",
-                                 '"12"'])
+@pytest.mark.parametrize(
+    "bad", ["99999999999999999999999", "9223372036854775807", "1099511627777", "-5", "12.0", "1e3", "true", '"12"']
+)
 def test_an_absurd_token_count_is_one_malformed_line_not_a_failed_node(tmp_path, bad):
     shard = tmp_path / "out.jsonl"
     # good lines first so the template path is learned, then the bad one, then more good ones
@@ -98,8 +109,9 @@ def test_blank_lines_are_counted_apart_from_malformed_ones(tmp_path):
     entry = scan_file(str(shard), None, 0, 1 << 20)
     assert (entry["malformed"], entry["blank_lines"], entry["lines"]) == (7, 5, 16)
     assert entry["counts"] == [[5, "stop", 0, 3], [8, "stop", 0, 1]]
-    out = subprocess.run([sys.executable, "-m", "runhealth", "scan", str(shard)], capture_output=True, text=True,
-                         timeout=60).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "runhealth", "scan", str(shard)], capture_output=True, text=True, timeout=60
+    ).stdout
     assert "completions: 4  (malformed lines: 7, blank lines skipped: 5)" in out
     assert scan_cli(str(shard))["blank_lines"] == 5 and scan_cli(str(shard))["unparseable"] == 7
 
@@ -137,8 +149,11 @@ def test_a_full_disk_under_the_store_is_the_nodes_error_and_an_alert_then_recove
 
     shard = tmp_path / "out.jsonl"
     shard.write_bytes(chat(5) * 20)
-    config = RunConfig(name="full", interval_s=0.3, nodes=[NodeConfig(
-        name="n1", host="local", shards=[str(shard)], gpu="off", python=sys.executable)])
+    config = RunConfig(
+        name="full",
+        interval_s=0.3,
+        nodes=[NodeConfig(name="n1", host="local", shards=[str(shard)], gpu="off", python=sys.executable)],
+    )
     store = Store(small_disk / "s.sqlite3", busy_timeout_s=1)
     with Collector(config, store) as collector:
         assert not isinstance(collector.poll_once()["n1"], Exception)
@@ -152,7 +167,10 @@ def test_a_full_disk_under_the_store_is_the_nodes_error_and_an_alert_then_recove
         state, why = node_status(node, time.time() + 60, stale_after=30)
         assert state == "stale" and "disk full" in why
         alerts = alert_words.run_alerts(None, store.nodes(), time.time(), 30, 0.02, 0.05, time.time())
-        assert ("error", "cannot write the history store: disk full — new data is not being saved (see Nodes).") in alerts
+        assert (
+            "error",
+            "cannot write the history store: disk full — new data is not being saved (see Nodes).",
+        ) in alerts
         (small_disk / "filler").unlink()  # space returns: the next poll writes everything
         assert not isinstance(collector.poll_once()["n1"], Exception)
     node = store.nodes()[0]
@@ -162,8 +180,9 @@ def test_a_full_disk_under_the_store_is_the_nodes_error_and_an_alert_then_recove
 
 # ---------------------------------------------------------------------------- 5: aliases and loops
 def scan_cli(*globs, timeout=60):
-    proc = subprocess.run([sys.executable, "-m", "runhealth", "scan", "--json", *globs], capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "runhealth", "scan", "--json", *globs], capture_output=True, text=True, timeout=timeout
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -201,8 +220,12 @@ TITLE = "\x1b]0;PWNED\x07"
 def test_terminal_escapes_in_shard_data_never_reach_the_terminal(tmp_path):
     shard = tmp_path / "out.jsonl"
     shard.write_bytes(chat(5) * 3 + chat(6, TITLE) * 2)
-    proc = subprocess.run([sys.executable, "-m", "runhealth", "scan", str(tmp_path / "*.jsonl"),
-                           str(tmp_path / f"{TITLE}*.jsonl")], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "runhealth", "scan", str(tmp_path / "*.jsonl"), str(tmp_path / f"{TITLE}*.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "\x1b" not in proc.stdout + proc.stderr and "\x07" not in proc.stdout + proc.stderr
     assert "\\x1b]0;PWNED\\x07 2" in proc.stdout  # kept, visibly
@@ -250,10 +273,15 @@ def test_a_silent_node_costs_one_log_line_not_a_traceback(tmp_path):
     (tmp_path / "known_hosts").write_text("")
     (tmp_path / "cfg.toml").write_text(
         f'[run]\nname = "x"\n[[nodes]]\nname = "silent"\nhost = "127.0.0.31"\nport = {listener.getsockname()[1]}\n'
-        f'known_hosts = "{tmp_path / "known_hosts"}"\nshards = ["/x/*.jsonl"]\ngpu = "off"\nconnect_timeout_s = 1\n')
+        f'known_hosts = "{tmp_path / "known_hosts"}"\nshards = ["/x/*.jsonl"]\ngpu = "off"\nconnect_timeout_s = 1\n'
+    )
     try:
-        proc = subprocess.run([sys.executable, "-m", "runhealth", "poll", "--config", str(tmp_path / "cfg.toml")],
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-m", "runhealth", "poll", "--config", str(tmp_path / "cfg.toml")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         listener.close()
         for conn, _ in accepted:
@@ -267,9 +295,14 @@ def test_a_silent_node_costs_one_log_line_not_a_traceback(tmp_path):
 def test_poll_warns_about_a_glob_that_matches_nothing(tmp_path):
     (tmp_path / "cfg.toml").write_text(
         f'[run]\nname = "x"\n[[nodes]]\nname = "n1"\nhost = "local"\npython = "{sys.executable}"\n'
-        f'shards = ["{tmp_path}/nothing-here/*.jsonl"]\ngpu = "off"\n')
-    proc = subprocess.run([sys.executable, "-m", "runhealth", "poll", "--config", str(tmp_path / "cfg.toml")],
-                          capture_output=True, text=True, timeout=60)
+        f'shards = ["{tmp_path}/nothing-here/*.jsonl"]\ngpu = "off"\n'
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "runhealth", "poll", "--config", str(tmp_path / "cfg.toml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"warning: nothing matched {tmp_path}/nothing-here/*.jsonl on n1" in proc.stderr
 
@@ -277,12 +310,14 @@ def test_poll_warns_about_a_glob_that_matches_nothing(tmp_path):
 # ---------------------------------------------------------------------------- 6: store deleted or truncated
 def read_counts_elsewhere(path) -> int | None:
     """Completions in the store file as a separate process sees it (the file on disk is what counts)."""
-    code = ("import sqlite3, sys\n"
-            "try:\n"
-            "    db = sqlite3.connect('file:' + sys.argv[1] + '?mode=ro', uri=True)\n"
-            "    print(db.execute('SELECT SUM(count) FROM node_length_counts').fetchone()[0])\n"
-            "except sqlite3.Error:\n"
-            "    print('None')\n")
+    code = (
+        "import sqlite3, sys\n"
+        "try:\n"
+        "    db = sqlite3.connect('file:' + sys.argv[1] + '?mode=ro', uri=True)\n"
+        "    print(db.execute('SELECT SUM(count) FROM node_length_counts').fetchone()[0])\n"
+        "except sqlite3.Error:\n"
+        "    print('None')\n"
+    )
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=30)
     return None if out.stdout.strip() == "None" else int(out.stdout)
 
@@ -304,7 +339,9 @@ def test_a_store_deleted_or_truncated_under_a_running_collector_is_recreated(tmp
         with open(shard, "ab") as f:
             f.write(chat(6) * 7)
         collector.request_refresh()
-        assert wait_for(lambda: read_counts_elsewhere(store.path) == 57, timeout_s=20), read_counts_elsewhere(store.path)
+        assert wait_for(lambda: read_counts_elsewhere(store.path) == 57, timeout_s=20), read_counts_elsewhere(
+            store.path
+        )
         assert store.incident is not None and f"was {how}" in store.incident[0]
         assert {n["name"] for n in store.nodes()} == {"n1"} and store.meta("run")["name"] == "hostile"
     finally:
@@ -334,8 +371,13 @@ def test_the_sidebar_says_the_store_was_deleted_instead_of_a_traceback(tmp_path,
 # ---------------------------------------------------------------------------- 2: time-bounded scans
 def slow_line(i: int) -> bytes:
     """A logprobs-heavy line (~1 KB, too many tokens for a template): json.loads speed, ~10 MB/s."""
-    rec = {"id": i, "choices": [{"index": 0, "logprobs": {"content": [{"t": k, "lp": -0.5} for k in range(40)]},
-                                 "finish_reason": "stop"}], "usage": {"completion_tokens": 7}}
+    rec = {
+        "id": i,
+        "choices": [
+            {"index": 0, "logprobs": {"content": [{"t": k, "lp": -0.5} for k in range(40)]}, "finish_reason": "stop"}
+        ],
+        "usage": {"completion_tokens": 7},
+    }
     return json.dumps(rec).encode() + b"\n"
 
 
@@ -370,13 +412,11 @@ def test_a_scan_longer_than_the_command_timeout_still_indexes_and_shows_progress
 # ---------------------------------------------------------------------------- also: test hygiene
 def test_the_leak_check_fails_a_run_that_leaves_a_process_behind(tmp_path):
     (tmp_path / "test_leaky.py").write_text(
-        "import subprocess\n"
-        "def test_leaks():\n"
-        "    subprocess.Popen(['sleep', '300'], start_new_session=True)\n")
+        "import subprocess\ndef test_leaks():\n    subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
+    )
     (tmp_path / "test_tidy.py").write_text(
-        "import subprocess\n"
-        "def test_tidy():\n"
-        "    subprocess.Popen(['sleep', '300']).kill()\n")
+        "import subprocess\ndef test_tidy():\n    subprocess.Popen(['sleep', '300']).kill()\n"
+    )
     env = dict(__import__("os").environ, PYTHONPATH=str(__import__("pathlib").Path(__file__).parent))
     run = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "leakcheck"]
     leaky = subprocess.run([*run, "test_leaky.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)

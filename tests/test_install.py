@@ -55,14 +55,39 @@ def installed(tmp_path_factory):
     """(venv bin folder, scratch folder, clean environment) with the wheel installed."""
     tmp = tmp_path_factory.mktemp("install")
     # hatchling comes with the dev extra: no build backend fetched, the wheel built from the checkout.
-    run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp / "dist"),
-         str(ROOT)], timeout=120)
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp / "dist"),
+            str(ROOT),
+        ],
+        timeout=120,
+    )
     wheel = next((tmp / "dist").glob("runhealth-*.whl"))
     run([BASE_PYTHON, "-m", "venv", str(tmp / "venv")], timeout=120)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
     env["PATH"] = f"{tmp / 'venv' / 'bin'}:/usr/local/bin:/usr/bin:/bin"
-    run([str(tmp / "venv" / "bin" / "python"), "-m", "pip", "install", "-q", "--no-compile",
-         "--disable-pip-version-check", str(wheel)], timeout=300, env=env)
+    run(
+        [
+            str(tmp / "venv" / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-compile",
+            "--disable-pip-version-check",
+            str(wheel),
+        ],
+        timeout=300,
+        env=env,
+    )
     scratch = tmp / "scratch"
     scratch.mkdir()
     return tmp / "venv" / "bin", scratch, env
@@ -70,8 +95,9 @@ def installed(tmp_path_factory):
 
 def test_wheel_puts_only_runhealth_in_site_packages(installed):
     bin_dir, _, env = installed
-    purelib = run([str(bin_dir / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                  env=env).stdout.strip()
+    purelib = run(
+        [str(bin_dir / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], env=env
+    ).stdout.strip()
     record = next(Path(purelib).glob("runhealth-*.dist-info")) / "RECORD"
     tops = {line.split(",")[0].split("/")[0] for line in record.read_text().splitlines()}
     # ".." holds the console script (../../../bin/runhealth).
@@ -86,10 +112,15 @@ def test_runhealth_scan_from_any_directory(installed):
     rows = truth_rows(400, 21) + truth_rows(100, 22)
     write_shard(scratch / "a.jsonl", rows[:400])
     write_shard(scratch / "b.jsonl", rows[400:])
-    assert run([str(bin_dir / "runhealth"), "--version"], cwd=scratch, env=env).stdout.strip() == \
-        f"runhealth {runhealth.__version__}"
-    got = json.loads(run([str(bin_dir / "runhealth"), "scan", "--json", str(scratch / "*.jsonl")],
-                         cwd=scratch, env=env, timeout=120).stdout)
+    assert (
+        run([str(bin_dir / "runhealth"), "--version"], cwd=scratch, env=env).stdout.strip()
+        == f"runhealth {runhealth.__version__}"
+    )
+    got = json.loads(
+        run(
+            [str(bin_dir / "runhealth"), "scan", "--json", str(scratch / "*.jsonl")], cwd=scratch, env=env, timeout=120
+        ).stdout
+    )
     length = sum(1 for t, f in rows if f == "length")
     assert got["completions"] == 500 and got["unparseable"] == 0
     assert got["finish_reasons"] == {"stop": 500 - length, "length": length}
@@ -101,8 +132,13 @@ def test_runhealth_dashboard_serves_the_demo(installed):
     port = free_port()
     env = {**env, "HOME": str(scratch), "XDG_CACHE_HOME": str(scratch / "cache")}
     with open(scratch / "dashboard.log", "wb") as log:
-        proc = subprocess.Popen([str(bin_dir / "runhealth"), "dashboard", "--port", str(port)], cwd=scratch, env=env,
-                                stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [str(bin_dir / "runhealth"), "dashboard", "--port", str(port)],
+            cwd=scratch,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60

@@ -19,18 +19,44 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def lint(path: str, source: str) -> str:
     """ruff's findings for `source` as if it were the file `path` of this checkout."""
-    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise",
-                           "--select", "TID251", "--stdin-filename", path, "-"], input=source, text=True,
-                          capture_output=True, cwd=ROOT, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ruff",
+            "check",
+            "--no-cache",
+            "--output-format",
+            "concise",
+            "--select",
+            "TID251",
+            "--stdin-filename",
+            path,
+            "-",
+        ],
+        input=source,
+        text=True,
+        capture_output=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert done.returncode in (0, 1), done.stderr
     return done.stdout
 
 
-@pytest.mark.parametrize("source", [
-    "from runhealth.store import Store\n", "from runhealth import store\n", "import runhealth.collector\n",
-    "from runhealth.collector import Collector\n", "from runhealth.remote import ssh\n", "from runhealth import remote\n",
-    "from runhealth.remote.base import Transport\n", "import runhealth.remote.ssh\n",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from runhealth.store import Store\n",
+        "from runhealth import store\n",
+        "import runhealth.collector\n",
+        "from runhealth.collector import Collector\n",
+        "from runhealth.remote import ssh\n",
+        "from runhealth import remote\n",
+        "from runhealth.remote.base import Transport\n",
+        "import runhealth.remote.ssh\n",
+    ],
+)
 def test_pages_may_not_reach_the_data_layer(source):
     assert "TID251" in lint("pages/planted.py", source), source
 
@@ -43,10 +69,17 @@ def test_the_core_may_not_import_streamlit_or_plotly(source):
 
 def test_components_may_use_the_store_and_pages_the_components():
     assert "TID251" not in lint("components/planted.py", "from runhealth.store import Store\nimport streamlit\n")
-    assert "TID251" not in lint("pages/planted.py", "from components import loaders\nfrom runhealth.analysis import stats\n")
+    assert "TID251" not in lint(
+        "pages/planted.py", "from components import loaders\nfrom runhealth.analysis import stats\n"
+    )
 
 
 def test_the_checkout_itself_keeps_the_layers():
-    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--select", "TID251", "."],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "--select", "TID251", "."],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr

@@ -40,8 +40,18 @@ def test_binned_percentiles_are_within_one_bin_and_the_ceiling_share_is_exact(tm
 
 
 def _poll(store, ts, counts, offset_from, offset, pending=0):
-    entry = {"inode": 1, "size": offset, "offset_from": offset_from, "offset": offset, "reset": False,
-             "lines": sum(c[3] for c in counts), "malformed": 0, "tokens": 0, "counts": counts, "error": None}
+    entry = {
+        "inode": 1,
+        "size": offset,
+        "offset_from": offset_from,
+        "offset": offset,
+        "reset": False,
+        "lines": sum(c[3] for c in counts),
+        "malformed": 0,
+        "tokens": 0,
+        "counts": counts,
+        "error": None,
+    }
     reply = {"shards": {"files": {"/a.jsonl": entry}, "pending_bytes": pending}, "gpus": {}, "time_unix": ts}
     store.record_poll("n", reply, ts, 1.0)
     lengthtime.record(store, "n", reply, ts)
@@ -54,15 +64,21 @@ def test_hours_are_kept_apart_and_backfill_is_flagged(tmp_path):
     _poll(store, 2 * HOUR + 2, [[100, "stop", 0, 9], [4096, "length", 0, 1]], 100, 200)
     hours = lengthtime.hourly(store, 4096)
     assert [(h["bucket_unix"], h["completions"], h["at_ceiling"], h["backfill"]) for h in hours] == [
-        (HOUR, 20, 10, 1), (2 * HOUR, 10, 1, 0)]
+        (HOUR, 20, 10, 1),
+        (2 * HOUR, 10, 1, 0),
+    ]
     assert hours[1]["at_ceiling_fraction"] == 0.1
 
 
 def test_the_collector_fills_it_from_real_polls(tmp_path):
     rows = truth_rows(500, 3)
     write_shard(tmp_path / "a.jsonl", rows)
-    config = RunConfig(name="lt", nodes=[NodeConfig(name="n", host="local", shards=[str(tmp_path / "*.jsonl")],
-                                                    gpu="off", python=sys.executable)])
+    config = RunConfig(
+        name="lt",
+        nodes=[
+            NodeConfig(name="n", host="local", shards=[str(tmp_path / "*.jsonl")], gpu="off", python=sys.executable)
+        ],
+    )
     store = Store(tmp_path / "s.sqlite3")
     with Collector(config, store) as collector:
         collector.poll_once()

@@ -16,9 +16,18 @@ from runhealth.health import level
 WARN, ALERT = 0.02, 0.05
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    (None, "ok"), (0.0, "ok"), (0.0199, "ok"), (0.02, "warn"), (0.0499, "warn"), (0.05, "alert"), (0.9, "alert"),
-])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, "ok"),
+        (0.0, "ok"),
+        (0.0199, "ok"),
+        (0.02, "warn"),
+        (0.0499, "warn"),
+        (0.05, "alert"),
+        (0.9, "alert"),
+    ],
+)
 def test_level_boundaries_are_inclusive(value, expected):
     assert level(value, WARN, ALERT) == expected
 
@@ -36,10 +45,22 @@ def summary(frac: float) -> stats.Summary:
 def test_tile_alert_list_and_bar_colour_agree(frac):
     expected = level(frac, WARN, ALERT)
     assert cards.truncation_tile(summary(frac), WARN, ALERT)["level"] == expected
-    found = [kind for kind, text in alerts.run_alerts(summary(frac), [], 0.0, 30.0, WARN, ALERT, None)
-             if "ceiling" in text]
+    found = [
+        kind for kind, text in alerts.run_alerts(summary(frac), [], 0.0, 30.0, WARN, ALERT, None) if "ceiling" in text
+    ]
     assert found == {"ok": [], "warn": ["warning"], "alert": ["error"]}[expected]
-    df = pd.DataFrame({"group": ["a"], "fraction": [frac], "lo": [frac], "hi": [frac], "ceiling": [4096.0],
-                       "drift": [False], "completions": [1000]})
+    df = pd.DataFrame(
+        {
+            "group": ["a"],
+            "fraction": [frac],
+            "lo": [frac],
+            "hi": [frac],
+            "ceiling": [4096.0],
+            "drift": [False],
+            "completions": [1000],
+        }
+    )
     colour = figures.make_truncation_by_group_figure(df, WARN, ALERT).data[0].marker.color[0]
-    assert colour == {"ok": figures.STOP_COLOUR, "warn": figures.CEILING_COLOUR, "alert": figures.ALERT_COLOUR}[expected]
+    assert (
+        colour == {"ok": figures.STOP_COLOUR, "warn": figures.CEILING_COLOUR, "alert": figures.ALERT_COLOUR}[expected]
+    )

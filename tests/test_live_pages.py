@@ -25,9 +25,21 @@ def idle_polls(store: Store, nodes: list[str], start: float, end: float, every: 
     t = start
     while t <= end:
         for node in nodes:
-            files = {path: {"inode": s["inode"], "size": s["offset"], "offset_from": s["offset"], "offset": s["offset"],
-                            "reset": False, "lines": 0, "malformed": 0, "tokens": 0, "counts": [], "error": None}
-                     for path, s in store.shard_state(node).items()}
+            files = {
+                path: {
+                    "inode": s["inode"],
+                    "size": s["offset"],
+                    "offset_from": s["offset"],
+                    "offset": s["offset"],
+                    "reset": False,
+                    "lines": 0,
+                    "malformed": 0,
+                    "tokens": 0,
+                    "counts": [],
+                    "error": None,
+                }
+                for path, s in store.shard_state(node).items()
+            }
             store.record_poll(node, store_fixtures.poll_reply(t + 0.4, [], files), t, rtt_ms=5.0)
         t += every
 
@@ -44,9 +56,18 @@ def stalled_store(tmp: Path, stalled: list[str]) -> Path:
                 files = {}
                 for path, s in store.shard_state(node).items():
                     counts = [[900, "stop", 0, 20]]
-                    files[path] = {"inode": s["inode"], "size": s["offset"] + 80_000, "offset_from": s["offset"],
-                                   "offset": s["offset"] + 80_000, "reset": False, "lines": 20, "malformed": 0,
-                                   "tokens": 18_000, "counts": counts, "error": None}
+                    files[path] = {
+                        "inode": s["inode"],
+                        "size": s["offset"] + 80_000,
+                        "offset_from": s["offset"],
+                        "offset": s["offset"] + 80_000,
+                        "reset": False,
+                        "lines": 20,
+                        "malformed": 0,
+                        "tokens": 18_000,
+                        "counts": counts,
+                        "error": None,
+                    }
                 store.record_poll(node, store_fixtures.poll_reply(t + 0.4, [], files), t, rtt_ms=5.0)
     store.close()
     return config
@@ -84,7 +105,9 @@ def test_one_node_that_stopped_writing_is_named_while_others_write(tmp_path, mon
     at = run_page("overview", config, monkeypatch)
     assert_clean(at)
     warnings = [w.value for w in at.warning]
-    assert any(re.match(r"node-3: no new completions for [67] min \(since \d\d:\d\d:\d\d\)", w) for w in warnings), warnings
+    assert any(re.match(r"node-3: no new completions for [67] min \(since \d\d:\d\d:\d\d\)", w) for w in warnings), (
+        warnings
+    )
     assert not any("node-1: no new" in w for w in warnings)
     assert not any("any node" in e.value for e in at.error)
     table = at.dataframe[0].value
@@ -145,8 +168,13 @@ def test_gpu_and_host_problems_are_named_on_overview_gpus_and_nodes(tmp_path, mo
     devices[0]["health"] = {"ecc_uncorrected_volatile": 3, "pcie_replay": 0, "xid": [79]}
     devices[1] = store_fixtures.gpu_device(1, 90.0, throttle=("hw_thermal_slowdown",), temp_c=92)
     reply = store_fixtures.poll_reply(ts, devices[:7], {})  # GPU 7 fell out of this poll
-    reply["host"] = {"cpus": 64, "mem_total_bytes": 2 * 2**40, "mem_available_bytes": 2**36,
-                     "swap_total_bytes": 2**33, "swap_free_bytes": 2**31}
+    reply["host"] = {
+        "cpus": 64,
+        "mem_total_bytes": 2 * 2**40,
+        "mem_available_bytes": 2**36,
+        "swap_total_bytes": 2**33,
+        "swap_free_bytes": 2**31,
+    }
     store.record_poll("node-1", reply, ts, rtt_ms=5.0)
     store.close()
     at = run_page("overview", config, monkeypatch)
@@ -173,10 +201,13 @@ def test_headline_export_carries_the_standup_figures(tmp_path):
     store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
     cfg = load_config(config)
     summary = loaders.load_run_lengths(store, cfg.max_output_tokens)["summary"]
-    record = tables.headline(summary, loaders.load_health(store), store.nodes(), cfg, time.time(),
-                            store.last_collection_unix())
+    record = tables.headline(
+        summary, loaders.load_health(store), store.nodes(), cfg, time.time(), store.last_collection_unix()
+    )
     assert record["completions"] == summary.completions > 0
-    assert record["truncated_pct"] == 18.0 and record["truncated_pct_95ci_low"] < 18.0 < record["truncated_pct_95ci_high"]
+    assert (
+        record["truncated_pct"] == 18.0 and record["truncated_pct_95ci_low"] < 18.0 < record["truncated_pct_95ci_high"]
+    )
     assert record["tokens_per_s_last_1_min"] > 0 and record["tokens_per_s_15_min_avg"] > 0
     assert record["eta_hours_at_15_min_avg"] is not None and (record["nodes_up"], record["nodes"]) == (4, 4)
     assert record["numbers_as_of"] is not None

@@ -4,12 +4,56 @@ import random
 
 from runhealth.analysis.loops import find_period, loop_score, loop_share
 
-_SYLLABLES = ["ka", "lo", "mi", "ter", "an", "zu", "pre", "dis", "on", "ve", "rat", "sol",
-              "qui", "bre", "ment", "ax", "ol", "ur", "fin", "gra", "ho", "ly", "tion", "es"]
+_SYLLABLES = [
+    "ka",
+    "lo",
+    "mi",
+    "ter",
+    "an",
+    "zu",
+    "pre",
+    "dis",
+    "on",
+    "ve",
+    "rat",
+    "sol",
+    "qui",
+    "bre",
+    "ment",
+    "ax",
+    "ol",
+    "ur",
+    "fin",
+    "gra",
+    "ho",
+    "ly",
+    "tion",
+    "es",
+]
 # Stock phrases real reasoning reuses, so varied text is not unrealistically free of repeats.
 _OPENERS = ["let me check the", "so we have", "now consider the", "on the other hand", "this means that"]
-_FUNCTION = ["the", "a", "of", "to", "and", "in", "is", "that", "for", "with", "so", "we",
-             "this", "it", "as", "by", "then", "but", "not", "are"]
+_FUNCTION = [
+    "the",
+    "a",
+    "of",
+    "to",
+    "and",
+    "in",
+    "is",
+    "that",
+    "for",
+    "with",
+    "so",
+    "we",
+    "this",
+    "it",
+    "as",
+    "by",
+    "then",
+    "but",
+    "not",
+    "are",
+]
 
 
 def _vocabulary(seed=7, size=4000):

@@ -54,13 +54,16 @@ def test_bytes_input_and_untyped_lines():
     assert out["values"] == {"vllm:num_requests_running": 7.0} and out["server"] == "vllm"
 
 
-@pytest.mark.parametrize("text", [
-    'vllm:num_requests_running{model_name="m" 3\n',
-    "this is not prometheus text\n",
-    "# TYPE x counter\nx_total{a=\"b\"} notanumber\n",
-    '# TYPE\n',
-    "\x00\xff" * 100,
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        'vllm:num_requests_running{model_name="m" 3\n',
+        "this is not prometheus text\n",
+        '# TYPE x counter\nx_total{a="b"} notanumber\n',
+        "# TYPE\n",
+        "\x00\xff" * 100,
+    ],
+)
 def test_malformed_text_gives_an_error_not_an_exception(text):
     out = parse_server_metrics(text)
     assert out["values"] == {} and isinstance(out["error"], str) and out["error"]
@@ -81,8 +84,13 @@ def test_empty_and_none():
 
 def test_two_endpoints_on_one_node_sum_counts_and_average_ratios():
     sglang = load("sglang.txt")
-    reply = {"metrics": {"http://a/metrics": {"text": sglang}, "http://b/metrics": {"text": sglang},
-                         "http://c/metrics": {"text": None, "error": "connection refused"}}}
+    reply = {
+        "metrics": {
+            "http://a/metrics": {"text": sglang},
+            "http://b/metrics": {"text": sglang},
+            "http://c/metrics": {"text": None, "error": "connection refused"},
+        }
+    }
     merged = merge_endpoints(reply)
     assert merged["sglang:num_running_reqs"] == 2 * 212.0
     assert merged["sglang:generation_tokens_total"] == 2 * 1906712843.0

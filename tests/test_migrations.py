@@ -29,11 +29,19 @@ def early_store(path):
     db.executescript(EARLY_SCHEMA)
     db.execute("INSERT INTO meta VALUES ('schema_version', '1'), ('run', '{\"name\": \"old\"}')")
     db.execute("INSERT INTO shards (node, path, inode, offset, size, lines) VALUES ('n1', '/a', 7, 300, 300, 5)")
-    db.executemany("INSERT INTO length_counts VALUES (?, ?, ?, ?, ?, ?)",
-                   [("n1", "/a", 4096, "length", 0, 2), ("n1", "/a", 10, "stop", 0, 1),
-                    ("n1", "/b", 4096, "length", 0, 3), ("n2", "/c", 12, "", 0, 4)])
-    db.executemany("INSERT INTO metric_samples VALUES (?, ?, ?, ?)",
-                   [(100.0, "n1", "vllm:x", 1.0), (200.0, "n1", "vllm:x", 2.0), (150.0, "n1", "vllm:y", 5.0)])
+    db.executemany(
+        "INSERT INTO length_counts VALUES (?, ?, ?, ?, ?, ?)",
+        [
+            ("n1", "/a", 4096, "length", 0, 2),
+            ("n1", "/a", 10, "stop", 0, 1),
+            ("n1", "/b", 4096, "length", 0, 3),
+            ("n2", "/c", 12, "", 0, 4),
+        ],
+    )
+    db.executemany(
+        "INSERT INTO metric_samples VALUES (?, ?, ?, ?)",
+        [(100.0, "n1", "vllm:x", 1.0), (200.0, "n1", "vllm:x", 2.0), (150.0, "n1", "vllm:y", 5.0)],
+    )
     db.close()
     assert version(path) == 0
 
@@ -53,7 +61,9 @@ def test_an_early_store_opens_and_is_upgraded(tmp_path):
     # Derived tables built from what was there; added columns present with their defaults.
     assert run_counts(store) == {(4096, "length", 0): 5, (10, "stop", 0): 1, (12, None, 0): 4}
     assert [(m["node"], m["name"], m["value"]) for m in store.metric_latest()] == [
-        ("n1", "vllm:x", 2.0), ("n1", "vllm:y", 5.0)]
+        ("n1", "vllm:x", 2.0),
+        ("n1", "vllm:y", 5.0),
+    ]
     with raw(path) as db:
         assert db.execute("SELECT blank_lines FROM shards").fetchall() == [(0,)]
         assert db.execute("SELECT COUNT(*) FROM meta WHERE key = 'schema_version'").fetchone()[0] == 0
@@ -125,9 +135,11 @@ def test_a_failed_migration_leaves_the_store_at_its_old_version(tmp_path):
 def test_steps_run_in_order_once_each(tmp_path):
     path = tmp_path / "s.sqlite3"
     ran = []
-    steps = (*MIGRATIONS,
-             Migration(STORE_VERSION + 1, "two", lambda db: ran.append(2) or db.execute("CREATE TABLE t2 (x)")),
-             Migration(STORE_VERSION + 2, "three", lambda db: ran.append(3) or db.execute("ALTER TABLE t2 ADD y")))
+    steps = (
+        *MIGRATIONS,
+        Migration(STORE_VERSION + 1, "two", lambda db: ran.append(2) or db.execute("CREATE TABLE t2 (x)")),
+        Migration(STORE_VERSION + 2, "three", lambda db: ran.append(3) or db.execute("ALTER TABLE t2 ADD y")),
+    )
     db = raw(path)
     assert migrate(db, path, steps) == STORE_VERSION + 2
     assert migrate(db, path, steps) == STORE_VERSION + 2
@@ -140,4 +152,5 @@ def test_the_v1_statements_are_cut_correctly():
     statements = migrations._statements(migrations._V1_SCHEMA)
     assert all(sqlite3.complete_statement(s) for s in statements)
     assert sum(s.count("CREATE TABLE") for s in statements) == len(statements) - sum(
-        s.count("CREATE INDEX") for s in statements)
+        s.count("CREATE INDEX") for s in statements
+    )

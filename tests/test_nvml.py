@@ -19,9 +19,11 @@ from runhealth.node import gpu as agent_gpu
 
 HERE = Path(__file__).parent
 # design.md section 1, verbatim: the one-liner the dashboard runs on the node.
-BOOTSTRAP = ("import sys,json;i=sys.stdin.buffer;n=int(i.readline());p=json.loads(i.read(n));"
-             "g={'__name__':'runhealth_agent','__modules__':p.get('modules',{})};"
-             "exec(compile(p['main'],'runhealth_agent','exec'),g)")
+BOOTSTRAP = (
+    "import sys,json;i=sys.stdin.buffer;n=int(i.readline());p=json.loads(i.read(n));"
+    "g={'__name__':'runhealth_agent','__modules__':p.get('modules',{})};"
+    "exec(compile(p['main'],'runhealth_agent','exec'),g)"
+)
 GPU = dict(fake_pynvml.H200)
 
 
@@ -38,27 +40,58 @@ def test_two_healthy_gpus(nvml):
     gpus = agent.read_gpus("auto")
     assert (gpus["source"], gpus["error"], gpus["simulated"]) == ("nvml", None, False)
     first, second = gpus["devices"]
-    assert first == {"index": 0, "name": "NVIDIA H200", "uuid": "GPU-0", "util_pct": 97,
-                     "mem_used_mib": 120000, "mem_total_mib": 143771, "power_w": 650.21,
-                     "power_limit_w": 700.0, "temp_c": 61, "sm_clock_mhz": 1980,
-                     "throttle_reasons": ["sw_power_cap"],
-                     "processes": [{"pid": 4321, "name": agent_gpu._proc_name(4321), "mem_used_mib": 119000}],
-                     "health": {"ecc_uncorrected_volatile": 0, "ecc_uncorrected_aggregate": 0,
-                                "remapped_rows_pending": False, "row_remap_failure": False, "pcie_replay": 0,
-                                "xid": []},
-                     "error": None}
+    assert first == {
+        "index": 0,
+        "name": "NVIDIA H200",
+        "uuid": "GPU-0",
+        "util_pct": 97,
+        "mem_used_mib": 120000,
+        "mem_total_mib": 143771,
+        "power_w": 650.21,
+        "power_limit_w": 700.0,
+        "temp_c": 61,
+        "sm_clock_mhz": 1980,
+        "throttle_reasons": ["sw_power_cap"],
+        "processes": [{"pid": 4321, "name": agent_gpu._proc_name(4321), "mem_used_mib": 119000}],
+        "health": {
+            "ecc_uncorrected_volatile": 0,
+            "ecc_uncorrected_aggregate": 0,
+            "remapped_rows_pending": False,
+            "row_remap_failure": False,
+            "pcie_replay": 0,
+            "xid": [],
+        },
+        "error": None,
+    }
     assert second["util_pct"] == 12 and second["uuid"] == "GPU-1"
 
 
 def test_what_predicts_a_gpu_falling_out_is_read_and_unsupported_is_absent(nvml):
     """A100/H100-class GPU with uncorrected ECC errors and a pending row remap; a consumer GPU
     with no ECC, no remapping and no PCIe counter: those keys are simply absent."""
-    nvml.configure([dict(GPU, uuid="GPU-0", ecc_volatile=2, ecc_aggregate=5, remapped=(0, 1, 1, 0), pcie_replay=37),
-                    dict(GPU, uuid="GPU-1", ecc_volatile=nvml.NOT_SUPPORTED, ecc_aggregate=nvml.NOT_SUPPORTED,
-                         remapped=nvml.NOT_SUPPORTED, pcie_replay=nvml.NOT_SUPPORTED, retired_pending=1)])
+    nvml.configure(
+        [
+            dict(GPU, uuid="GPU-0", ecc_volatile=2, ecc_aggregate=5, remapped=(0, 1, 1, 0), pcie_replay=37),
+            dict(
+                GPU,
+                uuid="GPU-1",
+                ecc_volatile=nvml.NOT_SUPPORTED,
+                ecc_aggregate=nvml.NOT_SUPPORTED,
+                remapped=nvml.NOT_SUPPORTED,
+                pcie_replay=nvml.NOT_SUPPORTED,
+                retired_pending=1,
+            ),
+        ]
+    )
     first, second = agent.read_gpus("auto")["devices"]
-    assert first["health"] == {"ecc_uncorrected_volatile": 2, "ecc_uncorrected_aggregate": 5,
-                               "remapped_rows_pending": True, "row_remap_failure": False, "pcie_replay": 37, "xid": []}
+    assert first["health"] == {
+        "ecc_uncorrected_volatile": 2,
+        "ecc_uncorrected_aggregate": 5,
+        "remapped_rows_pending": True,
+        "row_remap_failure": False,
+        "pcie_replay": 37,
+        "xid": [],
+    }
     assert second["health"] == {"retired_pages_pending": True, "xid": []}
 
 
@@ -93,16 +126,20 @@ def test_power_reading_not_supported_is_none(nvml):
 
 def test_old_driver_missing_functions_gives_none_fields(nvml, monkeypatch):
     # The driver lacks the newer "event reasons" symbol and the process query ...
-    nvml.configure([dict(GPU, uuid="GPU-0")], missing={"nvmlDeviceGetCurrentClocksEventReasons",
-                                                       "nvmlDeviceGetComputeRunningProcesses"})
+    nvml.configure(
+        [dict(GPU, uuid="GPU-0")],
+        missing={"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetComputeRunningProcesses"},
+    )
     # ... and this pynvml is so old it has no temperature function at all.
     monkeypatch.delattr(nvml, "nvmlDeviceGetTemperature")
     (dev,) = agent.read_gpus("auto")["devices"]
     assert dev["throttle_reasons"] == ["sw_power_cap"]  # fell back to the older name
     assert dev["processes"] is None and dev["temp_c"] is None and dev["error"] is None
-    assert set(agent_gpu.NVML.missing) == {"nvmlDeviceGetCurrentClocksEventReasons",
-                                             "nvmlDeviceGetComputeRunningProcesses",
-                                             "nvmlDeviceGetTemperature"}
+    assert set(agent_gpu.NVML.missing) == {
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetComputeRunningProcesses",
+        "nvmlDeviceGetTemperature",
+    }
     agent.read_gpus("auto")
     assert len(agent_gpu.NVML.missing) == 3  # noted once, not once per poll
 
@@ -125,9 +162,16 @@ def test_error_classes_mirror_pynvml():
     assert type(err) is fake_pynvml.NVMLError_NotSupported and str(err) == "Not Supported"
     assert isinstance(fake_pynvml.NVMLError_GpuIsLost(), fake_pynvml.NVMLError)
     real = pytest.importorskip("pynvml")  # nvidia-ml-py is in requirements-dev.txt
-    for name in ("NVMLError_NotSupported", "NVMLError_FunctionNotFound", "NVMLError_GpuIsLost",
-                 "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetComputeRunningProcesses",
-                 "nvmlClocksThrottleReasonSwPowerCap", "NVML_TEMPERATURE_GPU", "NVML_CLOCK_SM"):
+    for name in (
+        "NVMLError_NotSupported",
+        "NVMLError_FunctionNotFound",
+        "NVMLError_GpuIsLost",
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetComputeRunningProcesses",
+        "nvmlClocksThrottleReasonSwPowerCap",
+        "NVML_TEMPERATURE_GPU",
+        "NVML_CLOCK_SM",
+    ):
         assert hasattr(real, name) and hasattr(fake_pynvml, name), name
     assert real.NVML_ERROR_GPU_IS_LOST == fake_pynvml.NVML_ERROR_GPU_IS_LOST
 
@@ -142,10 +186,21 @@ SMI_OUTPUT = """\
 
 def test_nvidia_smi_csv_parsing():
     h200, idle, old = agent.parse_smi_csv(SMI_OUTPUT)
-    assert h200 == {"index": 0, "name": "NVIDIA H200", "uuid": "GPU-5b3c8d2e-1f4a-4b6c-9d8e-7f6a5b4c3d2e",
-                    "util_pct": 97, "mem_used_mib": 120315, "mem_total_mib": 143771,
-                    "power_w": 651.37, "power_limit_w": 700.0, "temp_c": 61, "sm_clock_mhz": 1980,
-                    "throttle_reasons": None, "processes": None, "error": None}
+    assert h200 == {
+        "index": 0,
+        "name": "NVIDIA H200",
+        "uuid": "GPU-5b3c8d2e-1f4a-4b6c-9d8e-7f6a5b4c3d2e",
+        "util_pct": 97,
+        "mem_used_mib": 120315,
+        "mem_total_mib": 143771,
+        "power_w": 651.37,
+        "power_limit_w": 700.0,
+        "temp_c": 61,
+        "sm_clock_mhz": 1980,
+        "throttle_reasons": None,
+        "processes": None,
+        "error": None,
+    }
     assert idle["power_w"] is None and idle["power_limit_w"] is None and idle["util_pct"] == 0
     assert old["util_pct"] is None and old["power_w"] is None and old["name"] == "NVIDIA GeForce GTX 1080 Ti"
 
@@ -176,17 +231,27 @@ def test_no_telemetry_says_why(monkeypatch, tmp_path):
 def test_bootstrap_registers_the_shipped_pynvml_lazily():
     """Through the real bootstrap with -I -S (no site-packages): pynvml comes from __modules__."""
     src = HERE.parent / "runhealth" / "node"
-    program = json.dumps({"main": (src / "agent.py").read_text(),
-                          "modules": {"runhealth_node_scan": (src / "scan.py").read_text(),
-                                      "runhealth_node_gpu": (src / "gpu.py").read_text(),
-                                      "runhealth_node_backfill": (src / "backfill.py").read_text(),
-                                      "runhealth_node_wire": (src / "wire.py").read_text(),
-                                      "pynvml": (HERE / "fake_pynvml.py").read_text()}}).encode()
+    program = json.dumps(
+        {
+            "main": (src / "agent.py").read_text(),
+            "modules": {
+                "runhealth_node_scan": (src / "scan.py").read_text(),
+                "runhealth_node_gpu": (src / "gpu.py").read_text(),
+                "runhealth_node_backfill": (src / "backfill.py").read_text(),
+                "runhealth_node_wire": (src / "wire.py").read_text(),
+                "pynvml": (HERE / "fake_pynvml.py").read_text(),
+            },
+        }
+    ).encode()
     poll = json.dumps({"op": "poll", "shards": {"globs": []}, "gpu": "auto"}).encode()
     stdin = b"%d\n%s%d\n%s" % (len(program), program, len(poll), poll)
-    done = subprocess.run([sys.executable, "-I", "-S", "-u", "-c", BOOTSTRAP], input=stdin,
-                          capture_output=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-u", "-c", BOOTSTRAP], input=stdin, capture_output=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     header, body = done.stdout.split(b"\n", 1)
     reply = json.loads(body[: int(header)])
-    assert reply["gpus"]["source"] == "nvml" and [d["uuid"] for d in reply["gpus"]["devices"]] == ["GPU-aaaa", "GPU-bbbb"]
+    assert reply["gpus"]["source"] == "nvml" and [d["uuid"] for d in reply["gpus"]["devices"]] == [
+        "GPU-aaaa",
+        "GPU-bbbb",
+    ]

@@ -70,7 +70,8 @@ def test_app_dir_in_a_checkout_is_the_repository():
 def test_streamlit_options_come_from_the_apps_config(tmp_path):
     (tmp_path / ".streamlit").mkdir()
     (tmp_path / ".streamlit" / "config.toml").write_text(
-        '[server]\naddress = "0.0.0.0"\nheadless = true\n[client]\ntoolbarMode = "minimal"\n')
+        '[server]\naddress = "0.0.0.0"\nheadless = true\n[client]\ntoolbarMode = "minimal"\n'
+    )
     assert launch.streamlit_options(tmp_path) == ["--server.headless", "true", "--client.toolbarMode", "minimal"]
 
 
@@ -88,8 +89,9 @@ def test_dashboard_command(tmp_path, monkeypatch):
 
 def test_parser_has_every_subcommand_and_flag():
     parser = cli.build_parser()
-    args = parser.parse_args(["dashboard", "--config", "x.toml", "--port", "9000", "--address", "0.0.0.0",
-                              "--no-collect"])
+    args = parser.parse_args(
+        ["dashboard", "--config", "x.toml", "--port", "9000", "--address", "0.0.0.0", "--no-collect"]
+    )
     assert (args.config, args.port, args.address, args.no_collect) == ("x.toml", 9000, "0.0.0.0", True)
     args = parser.parse_args(["dashboard"])
     assert (args.port, args.address, args.no_collect) == (8501, "127.0.0.1", False)
@@ -108,8 +110,10 @@ def write_local_config(tmp_path: Path, rows: int, extra_node: bool = False) -> P
         if not shards.exists():
             shards.mkdir()
             write_shard(shards / "a.jsonl", truth_rows(n, seed))
-        text += (f'[[nodes]]\nname = "{name}"\nhost = "local"\nshards = ["{shards}/*.jsonl"]\n'
-                 f'gpu = "off"\npython = "{sys.executable}"\n')
+        text += (
+            f'[[nodes]]\nname = "{name}"\nhost = "local"\nshards = ["{shards}/*.jsonl"]\n'
+            f'gpu = "off"\npython = "{sys.executable}"\n'
+        )
     config = tmp_path / "run.toml"
     stamp = config.stat().st_mtime_ns + 10**9 if config.exists() else None
     config.write_text(text)
@@ -120,8 +124,13 @@ def write_local_config(tmp_path: Path, rows: int, extra_node: bool = False) -> P
 
 def start_collect(config: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "runhealth", "collect", "--config", str(config)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "runhealth", "collect", "--config", str(config)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def wait_for_count(proc: subprocess.Popen, store_path: Path, want: int) -> None:

@@ -93,8 +93,9 @@ def test_continuation_sampling_runs_as_a_background_job_with_progress(ceiling_18
     try:
         at.button(key="lengths_continuation_button").click().run()  # returns while the fan-out still runs
         assert_clean(at)
-        assert any("Sampling 300 truncated completions" in i.value and "the page stays usable" in i.value
-                   for i in at.info), [i.value for i in at.info]
+        assert any(
+            "Sampling 300 truncated completions" in i.value and "the page stays usable" in i.value for i in at.info
+        ), [i.value for i in at.info]
         at.run()  # the next run (the fragment's 1 s tick, or any click) disables the button: one job at a time
         assert at.button(key="lengths_continuation_button").disabled
         assert any("Sampling 300 truncated completions" in i.value for i in at.info)
@@ -120,8 +121,9 @@ def test_pages_take_their_runtime_explicitly():
         assert render and [a.arg for a in render[0].args.args] == ["rt"], page
         top_level_calls = [n for n in tree.body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)]
         assert not top_level_calls, page
-        assert not any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "rt" for t in n.targets)
-                       for n in tree.body), page
+        assert not any(
+            isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "rt" for t in n.targets) for n in tree.body
+        ), page
 
 
 def test_whatif_cache_is_keyed_by_histogram_content_not_its_total():
@@ -145,8 +147,13 @@ def test_router_lists_every_page_with_its_title_and_url(ceiling_18, monkeypatch)
 
     assert [m.PREFIX for m in app.SCREENS] == [*PAGES, "compare"]
     assert [(m.TITLE, m.URL_PATH) for m in app.SCREENS] == [
-        ("Overview", "Overview"), ("Output lengths", "Output_lengths"), ("GPUs", "GPUs"), ("Samples", "Samples"),
-        ("Nodes", "Nodes"), ("Compare runs", "Compare")]
+        ("Overview", "Overview"),
+        ("Output lengths", "Output_lengths"),
+        ("GPUs", "GPUs"),
+        ("Samples", "Samples"),
+        ("Nodes", "Nodes"),
+        ("Compare runs", "Compare"),
+    ]
     monkeypatch.setenv("RUNHEALTH_CONFIG", str(ceiling_18))
     monkeypatch.setenv("RUNHEALTH_COLLECTOR", "off")
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT_S).run()

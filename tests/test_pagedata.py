@@ -65,10 +65,13 @@ def page_views(store: Store) -> dict:
     st.cache_resource.clear()
     run = loaders.load_run_lengths(store, CEILING)
     ceiling = run["summary"].ceiling_tokens
-    return {"run": run, "node": loaders.load_group_lengths(store, "node", CEILING),
-            "shard": loaders.load_group_lengths(store, "shard", CEILING),
-            "over_time": loaders.load_truncation_over_time(store, INTERVAL_S, ceiling),
-            "hourly": loaders.load_lengths_over_time(store, ceiling)}
+    return {
+        "run": run,
+        "node": loaders.load_group_lengths(store, "node", CEILING),
+        "shard": loaders.load_group_lengths(store, "shard", CEILING),
+        "over_time": loaders.load_truncation_over_time(store, INTERVAL_S, ceiling),
+        "hourly": loaders.load_lengths_over_time(store, ceiling),
+    }
 
 
 def same_frame(a: pd.DataFrame, b: pd.DataFrame) -> None:
@@ -104,8 +107,14 @@ def test_whatif_payload_is_the_pages_default_fit(stores):
     sample = pagedata.loop_sample(store.latest_sample_batch())
     read, as_of = loaders.load_whatif_with_age(store, hist, ceiling, 2 * ceiling, sample)
     assert as_of is not None
-    fresh = whatif.what_if(hist, ceiling, 2 * ceiling, loop_sample=sample, bootstrap=pagedata.WHATIF_BOOTSTRAP,
-                           curve_limits=loaders.whatif_curve_limits(ceiling, 2 * ceiling))
+    fresh = whatif.what_if(
+        hist,
+        ceiling,
+        2 * ceiling,
+        loop_sample=sample,
+        bootstrap=pagedata.WHATIF_BOOTSTRAP,
+        curve_limits=loaders.whatif_curve_limits(ceiling, 2 * ceiling),
+    )
     assert read.to_json() == json.loads(json.dumps(fresh.to_json()))
     # Another limit, another loop sample, or another histogram with the same total: computed on
     # demand, not the stored fit.
@@ -204,8 +213,17 @@ def test_collector_writes_payloads_after_polls(tmp_path):
     for i, (n, seed) in enumerate([(600, 1), (400, 2)], start=1):
         (tmp_path / f"n{i}").mkdir()
         write_shard(tmp_path / f"n{i}" / "a.jsonl", truth_rows(n, seed))
-    nodes = [NodeConfig(name=f"n{i}", host="local", shards=[str(tmp_path / f"n{i}" / "*.jsonl")],
-                        python=sys.executable, gpu="off", command_timeout_s=20.0) for i in (1, 2)]
+    nodes = [
+        NodeConfig(
+            name=f"n{i}",
+            host="local",
+            shards=[str(tmp_path / f"n{i}" / "*.jsonl")],
+            python=sys.executable,
+            gpu="off",
+            command_timeout_s=20.0,
+        )
+        for i in (1, 2)
+    ]
     config = RunConfig(name="t", nodes=nodes, interval_s=0.5, max_output_tokens=4096)
     store = Store(tmp_path / "store.sqlite3")
     collector = Collector(config, store)

@@ -64,8 +64,19 @@ class RecordingCollector:
 
     def sample_now(self, n, finish_reason=None, full_text=False):
         self.calls.append(("sample_now", n, finish_reason, full_text))
-        return [{"node": "node-1", "path": "/data/out/a.jsonl", "line_no": 3, "prompt": "Prove it.",
-                 "text": "Proof: ..."}], 1, {}
+        return (
+            [
+                {
+                    "node": "node-1",
+                    "path": "/data/out/a.jsonl",
+                    "line_no": 3,
+                    "prompt": "Prove it.",
+                    "text": "Proof: ...",
+                }
+            ],
+            1,
+            {},
+        )
 
 
 def _app_script(start: str) -> None:
@@ -93,8 +104,20 @@ def run_page(page: str, config: Path, monkeypatch) -> AppTest:
 def texts(at: AppTest) -> str:
     """Everything a user can read on the page, as one string."""
     parts = []
-    for kind in ("markdown", "caption", "text", "code", "error", "warning", "info", "success", "title", "header",
-                 "subheader", "metric"):
+    for kind in (
+        "markdown",
+        "caption",
+        "text",
+        "code",
+        "error",
+        "warning",
+        "info",
+        "success",
+        "title",
+        "header",
+        "subheader",
+        "metric",
+    ):
         for el in getattr(at, kind):
             parts.append(str(getattr(el, "value", "")) + " " + str(getattr(el, "label", "")))
     for df in at.dataframe:
@@ -161,8 +184,11 @@ def test_lengths_page_numbers(stores, monkeypatch):
     assert "extrapolation" in page.lower()
     assert at.number_input(key="lengths_whatif_limit").value == 8192
     # #19: the back-test line, which model the headline uses and why; #15: the loop share's n.
-    assert re.search(r"Checked on this run: cut at [\d,]+, this method would have said [\d.]+% above 4,096; "
-                     r"the truth is 18\.0%", page), page
+    assert re.search(
+        r"Checked on this run: cut at [\d,]+, this method would have said [\d.]+% above 4,096; "
+        r"the truth is 18\.0%",
+        page,
+    ), page
     assert "Headline: " in page and "back-test" in page
     assert "sampled truncated completions" in page or "no truncated completion sampled yet" in page
 
@@ -213,8 +239,10 @@ def test_resample_button_requests_a_sample_and_says_sampling(stores, monkeypatch
 @pytest.mark.parametrize("page", PAGES)
 def test_config_error_names_the_field_and_stops(page, tmp_path, monkeypatch):
     bad = tmp_path / "runhealth.toml"
-    bad.write_text('[run]\nname = "r"\ninterval_s = "ten"\n\n[[nodes]]\nname = "n1"\nhost = "local"\n'
-                   'shards = ["/data/*.jsonl"]\n', encoding="utf-8")
+    bad.write_text(
+        '[run]\nname = "r"\ninterval_s = "ten"\n\n[[nodes]]\nname = "n1"\nhost = "local"\nshards = ["/data/*.jsonl"]\n',
+        encoding="utf-8",
+    )
     at = run_page(page, bad, monkeypatch)
     assert not at.exception
     assert any("interval_s" in e.value for e in at.error), [e.value for e in at.error]
@@ -255,8 +283,16 @@ def test_gpus_page_flags_the_lost_gpu_only(stores, monkeypatch):
 def test_nodes_page_never_shows_a_secret_value(tmp_path, monkeypatch):
     # Even if a secret slipped into the stored config, the Nodes page shows only whether it is set.
     store, config = store_fixtures.make_store(tmp_path, "empty")
-    store.register_node("node-1", {"name": "node-1", "host": "local", "passphrase": "hunter2-planted",
-                                   "password_set": True, "private_key": "-----BEGIN planted"})
+    store.register_node(
+        "node-1",
+        {
+            "name": "node-1",
+            "host": "local",
+            "passphrase": "hunter2-planted",
+            "password_set": True,
+            "private_key": "-----BEGIN planted",
+        },
+    )
     store.close()
     at = run_page("nodes", config, monkeypatch)
     assert_clean(at)
@@ -278,9 +314,15 @@ def test_allow_list_without_auth_fails_closed(path, stores, tmp_path, monkeypatc
 
 def test_vllm_own_truncation_count_shows_beside_the_shard_count(tmp_path, monkeypatch):
     store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
-    store.record_metrics("node-1", {'vllm:request_success_total{finished_reason="stop"}': 800.0,
-                                    'vllm:request_success_total{finished_reason="length"}': 200.0,
-                                    "vllm:kv_cache_usage_perc": 0.91}, ts_unix=store.last_collection_unix())
+    store.record_metrics(
+        "node-1",
+        {
+            'vllm:request_success_total{finished_reason="stop"}': 800.0,
+            'vllm:request_success_total{finished_reason="length"}': 200.0,
+            "vllm:kv_cache_usage_perc": 0.91,
+        },
+        ts_unix=store.last_collection_unix(),
+    )
     store.close()
     at = run_page("lengths", config, monkeypatch)
     assert_clean(at)
@@ -292,11 +334,24 @@ def test_vllm_own_truncation_count_shows_beside_the_shard_count(tmp_path, monkey
 
 def test_an_unreadable_shard_is_named_on_the_nodes_page(tmp_path, monkeypatch):
     store, config = store_fixtures.make_store(tmp_path, "healthy")
-    bad = {"inode": 7, "size": 0, "offset_from": 0, "offset": 0, "reset": False, "lines": 0, "malformed": 0,
-           "tokens": 0, "counts": [], "error": "PermissionError: [Errno 13] Permission denied"}
-    store.record_poll("node-2", store_fixtures.poll_reply(store.last_collection_unix(), [],
-                                                          {"/data/out/locked.jsonl": bad}),
-                      store.last_collection_unix() + 1, rtt_ms=5.0)
+    bad = {
+        "inode": 7,
+        "size": 0,
+        "offset_from": 0,
+        "offset": 0,
+        "reset": False,
+        "lines": 0,
+        "malformed": 0,
+        "tokens": 0,
+        "counts": [],
+        "error": "PermissionError: [Errno 13] Permission denied",
+    }
+    store.record_poll(
+        "node-2",
+        store_fixtures.poll_reply(store.last_collection_unix(), [], {"/data/out/locked.jsonl": bad}),
+        store.last_collection_unix() + 1,
+        rtt_ms=5.0,
+    )
     store.close()
     at = run_page("nodes", config, monkeypatch)
     assert_clean(at)

@@ -25,8 +25,13 @@ from tests.store_fixtures import CEILING, RUN_NAME, make_store
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "prometheus"
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
-META = {"name": RUN_NAME, "max_output_tokens": CEILING, "interval_s": 10, "target_completions": 80_000,
-        "truncation_alert_fraction": 0.05}
+META = {
+    "name": RUN_NAME,
+    "max_output_tokens": CEILING,
+    "interval_s": 10,
+    "target_completions": 80_000,
+    "truncation_alert_fraction": 0.05,
+}
 
 
 def _store(tmp_path: Path, scenario: str = "node_down", now: float | None = None, **meta) -> Store:
@@ -64,8 +69,9 @@ def test_exposition_equals_the_dashboard_figures(tmp_path):
 def test_histogram_has_the_ceiling_as_a_bucket_and_exact_cumulative_counts(tmp_path):
     now = time.time()
     store = _store(tmp_path, now=now)
-    buckets = [s for s in _samples(store, now)["runhealth_completion_length_tokens_bucket"]
-               if s.labels["node"] == "node-1"]
+    buckets = [
+        s for s in _samples(store, now)["runhealth_completion_length_tokens_bucket"] if s.labels["node"] == "node-1"
+    ]
     bounds = [s.labels["le"] for s in buckets]
     assert f"{CEILING}.0" in bounds and f"{CEILING - 1}.0" in bounds and bounds[-1] == "+Inf"
     rows = [r for r in store.length_counts(by="node") if r["node"] == "node-1"]
@@ -89,7 +95,8 @@ def test_node_and_gpu_series(tmp_path):
     assert set(tps) == {"node-1", "node-4"} and all(v > 0 for v in tps.values())
     throttled = [s for s in got["runhealth_gpu_throttled"] if s.value == 1.0]
     assert [(s.labels["node"], s.labels["gpu"], s.labels["reason"]) for s in throttled] == [
-        ("node-2", "6", "sw_power_cap")]
+        ("node-2", "6", "sw_power_cap")
+    ]
     util = {(s.labels["node"], s.labels["gpu"]): s.value for s in got["runhealth_gpu_utilization_ratio"]}
     assert util[("node-2", "5")] == pytest.approx(0.03)
     assert ("node-4", "3") not in util  # the lost GPU has no numbers: no sample, not a zero
@@ -140,7 +147,9 @@ def test_promtool_rule_tests_can_fail(tmp_path):
     """The rule tests are not vacuous: a wrong expectation makes promtool fail."""
     broken = (DOCS / "runhealth-alerts.test.yml").read_text().replace("eval_time: 13m", "eval_time: 11m")
     (tmp_path / "t.yml").write_text(broken.replace("runhealth-alerts.yml", str(DOCS / "runhealth-alerts.yml")))
-    proc = subprocess.run([PROMTOOL, "test", "rules", str(tmp_path / "t.yml")], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [PROMTOOL, "test", "rules", str(tmp_path / "t.yml")], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode != 0
 
 
@@ -162,11 +171,20 @@ def prometheus(tmp_path):
     config.write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
         "scrape_configs:\n  - job_name: runhealth\n    honor_labels: true\n"
-        f"    static_configs: [{{targets: ['127.0.0.1:{server.server_port}']}}]\n")
+        f"    static_configs: [{{targets: ['127.0.0.1:{server.server_port}']}}]\n"
+    )
     log = (tmp_path / "prometheus.log").open("w")
-    proc = subprocess.Popen([PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                            stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            PROMETHEUS,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
 
     def query(q: str) -> list[dict]:
         url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": q})
@@ -207,16 +225,19 @@ def test_real_prometheus_answers_equal_the_store(prometheus):
     assert per_node == {t["node"]: t["completions"] for t in store.group_totals("node")}
     assert _value(query('sum(runhealth_completions_total{finish_reason="length"})')) == summary.finish_reasons["length"]
     assert _value(query("runhealth_truncated_ratio")) == pytest.approx(summary.at_ceiling_fraction, rel=1e-12)
-    share = query(f'1 - sum(runhealth_completion_length_tokens_bucket{{le="{CEILING - 1}.0"}})'
-                  " / sum(runhealth_completion_length_tokens_count)")
+    share = query(
+        f'1 - sum(runhealth_completion_length_tokens_bucket{{le="{CEILING - 1}.0"}})'
+        " / sum(runhealth_completion_length_tokens_count)"
+    )
     assert _value(share) == pytest.approx(summary.at_ceiling / summary.length_count, rel=1e-12)
     # histogram_quantile interpolates inside a bucket: the exact p90 must lie in the bucket it returns.
     p90 = _value(query("histogram_quantile(0.9, sum by (le) (runhealth_completion_length_tokens_bucket))"))
     bounds = [0.0, *exporter.length_buckets(CEILING)]
     lo, hi = next((a, b) for a, b in zip(bounds, bounds[1:], strict=False) if a < p90 <= b)
     assert lo < summary.tokens.p90 <= hi
-    assert _value(query("count(runhealth_gpu_utilization_ratio)")) == len([g for g in store.gpu_latest()
-                                                                          if g["util_pct"] is not None])
+    assert _value(query("count(runhealth_gpu_utilization_ratio)")) == len(
+        [g for g in store.gpu_latest() if g["util_pct"] is not None]
+    )
     assert _value(query("sum(runhealth_node_up)")) == 2
 
 

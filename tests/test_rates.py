@@ -22,6 +22,7 @@ def scripted_node(clock_offset_s, completions_per_s, tokens_per_completion):
     - a missed poll (t=30 never arrives; the next delta spans 10 s),
     - a dashboard restart (no polls 50..60, then a rescan backfill poll at 60).
     """
+
     def poll(t, span_s, backfill=False):
         count = completions_per_s * span_s
         return (clock_offset_s + t, count, count * tokens_per_completion, backfill)
@@ -29,7 +30,7 @@ def scripted_node(clock_offset_s, completions_per_s, tokens_per_completion):
     points = [poll(0, 0, backfill=True)]
     points[0] = (clock_offset_s, 50000, 50000 * 2000, True)
     points += [poll(t, 5) for t in (5, 10, 15, 20, 25)]
-    points.append(poll(35, 10))                       # missed poll at 30
+    points.append(poll(35, 10))  # missed poll at 30
     points += [poll(t, 5) for t in (40, 45, 50)]
     points.append((clock_offset_s + 60, 90000, 9e7, True))  # restart: rescan backfill
     points += [poll(t, 5) for t in (65, 70, 75, 80)]
@@ -38,8 +39,7 @@ def scripted_node(clock_offset_s, completions_per_s, tokens_per_completion):
 
 def test_scripted_sequence_recovers_the_true_rates():
     points = scripted_node(0.0, 10.0, 2000)
-    for cps, tps in (ewma_rate(points, half_life_s=30), windowed_rate(points, 300),
-                     windowed_rate(points, 12)):
+    for cps, tps in (ewma_rate(points, half_life_s=30), windowed_rate(points, 300), windowed_rate(points, 12)):
         assert math.isclose(cps, 10.0) and math.isclose(tps, 20000.0)
 
 
@@ -52,18 +52,21 @@ def test_poll_order_does_not_matter_and_too_little_data_gives_none():
 
 
 def test_clock_going_backwards_restarts_the_interval():
-    points = [(100.0, 0, 0, True), (110.0, 50, 500, False),
-              (20.0, 999, 999, False),          # node clock stepped back (NTP / reboot)
-              (30.0, 50, 500, False)]
+    points = [
+        (100.0, 0, 0, True),
+        (110.0, 50, 500, False),
+        (20.0, 999, 999, False),  # node clock stepped back (NTP / reboot)
+        (30.0, 50, 500, False),
+    ]
     assert windowed_rate(points, 1000) == (5.0, 50.0)
 
 
 def test_run_throughput_sums_nodes_each_on_its_own_clock():
     by_node = {
-        "gpu-1": scripted_node(1.7e9, 10.0, 2000),           # node clock ~ dashboard
-        "gpu-2": scripted_node(1.7e9 - 3600, 5.0, 1000),     # an hour behind
-        "gpu-3": scripted_node(1.7e9 + 86400, 2.0, 3000),    # a day ahead
-        "gpu-4": [],                                         # not polled yet
+        "gpu-1": scripted_node(1.7e9, 10.0, 2000),  # node clock ~ dashboard
+        "gpu-2": scripted_node(1.7e9 - 3600, 5.0, 1000),  # an hour behind
+        "gpu-3": scripted_node(1.7e9 + 86400, 2.0, 3000),  # a day ahead
+        "gpu-4": [],  # not polled yet
     }
     out = run_throughput(by_node, window_s=300)
     assert math.isclose(out["total_completions_per_s"], 17.0)
@@ -92,8 +95,7 @@ def test_progress_eta_and_efficiency():
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.lists(st.floats(0.5, 120.0), min_size=1, max_size=30), st.floats(0.1, 500.0),
-       st.floats(-1e9, 1e9))
+@given(st.lists(st.floats(0.5, 120.0), min_size=1, max_size=30), st.floats(0.1, 500.0), st.floats(-1e9, 1e9))
 def test_constant_rate_is_recovered_whatever_the_poll_gaps(gaps_s, rate, offset_s):
     points, t = [(offset_s, 123456, 1e9, True)], offset_s
     for gap in gaps_s:

@@ -48,8 +48,10 @@ def config_text(tmp_path: Path, interval: str = "10", nodes: tuple[str, ...] = (
         folder = tmp_path / name
         folder.mkdir(exist_ok=True)
         write_shard(folder / "a.jsonl", truth_rows(50, len(name)))
-        text += (f'[[nodes]]\nname = "{name}"\nhost = "local"\nshards = ["{folder}/*.jsonl"]\n'
-                 f'gpu = "off"\npython = "{sys.executable}"\n')
+        text += (
+            f'[[nodes]]\nname = "{name}"\nhost = "local"\nshards = ["{folder}/*.jsonl"]\n'
+            f'gpu = "off"\npython = "{sys.executable}"\n'
+        )
     return text
 
 

@@ -23,8 +23,21 @@ def _fill(store: Store, days: float = 9, step: float = 30.0, nodes: int = 2, gpu
         for n in range(nodes):
             node = f"node-{n}"
             for g in range(gpus):
-                rows_gpu.append((t, node, g, rng.uniform(0, 100), 1000.0, 2000.0, rng.uniform(100, 700), 700.0,
-                                 60.0, 1900.0, int(rng.random() < 0.01)))
+                rows_gpu.append(
+                    (
+                        t,
+                        node,
+                        g,
+                        rng.uniform(0, 100),
+                        1000.0,
+                        2000.0,
+                        rng.uniform(100, 700),
+                        700.0,
+                        60.0,
+                        1900.0,
+                        int(rng.random() < 0.01),
+                    )
+                )
             rows_poll.append((t, node, t, rng.randint(0, 50), rng.randint(0, 50_000), rng.randint(0, 5), 0, 0, 5.0))
             rows_metric.append((t, node, "sglang:gen_throughput", rng.uniform(1000, 2000)))
         t += step
@@ -35,22 +48,27 @@ def _fill(store: Store, days: float = 9, step: float = 30.0, nodes: int = 2, gpu
 
 
 def _totals(store: Store) -> dict:
-    raw = store._rows("SELECT COUNT(*) AS polls, SUM(completions) AS c, SUM(tokens) AS t, SUM(length_stops) AS l"
-                      " FROM polls")[0]
+    raw = store._rows(
+        "SELECT COUNT(*) AS polls, SUM(completions) AS c, SUM(tokens) AS t, SUM(length_stops) AS l FROM polls"
+    )[0]
     rolled = {"polls": 0, "c": 0, "t": 0, "l": 0}
     if store._rows("SELECT 1 FROM sqlite_master WHERE name = 'poll_rollup'"):
-        rolled = store._rows("SELECT COALESCE(SUM(polls), 0) AS polls, COALESCE(SUM(completions), 0) AS c,"
-                             " COALESCE(SUM(tokens), 0) AS t, COALESCE(SUM(length_stops), 0) AS l FROM poll_rollup")[0]
+        rolled = store._rows(
+            "SELECT COALESCE(SUM(polls), 0) AS polls, COALESCE(SUM(completions), 0) AS c,"
+            " COALESCE(SUM(tokens), 0) AS t, COALESCE(SUM(length_stops), 0) AS l FROM poll_rollup"
+        )[0]
     return {k: (raw[k] or 0) + rolled[k] for k in raw}
 
 
 def _gpu_mean(store: Store, node: str, gpu: int) -> tuple[float, int]:
-    raw = store._rows("SELECT SUM(util_pct) AS s, COUNT(*) AS n FROM gpu_samples WHERE node = ? AND gpu = ?",
-                      (node, gpu))[0]
+    raw = store._rows(
+        "SELECT SUM(util_pct) AS s, COUNT(*) AS n FROM gpu_samples WHERE node = ? AND gpu = ?", (node, gpu)
+    )[0]
     s, n = raw["s"] or 0.0, raw["n"]
     if store._rows("SELECT 1 FROM sqlite_master WHERE name = 'gpu_rollup'"):
-        r = store._rows("SELECT SUM(util_pct * n) AS s, SUM(n) AS n FROM gpu_rollup WHERE node = ? AND gpu = ?",
-                        (node, gpu))[0]
+        r = store._rows(
+            "SELECT SUM(util_pct * n) AS s, SUM(n) AS n FROM gpu_rollup WHERE node = ? AND gpu = ?", (node, gpu)
+        )[0]
         s, n = s + (r["s"] or 0.0), n + (r["n"] or 0)
     return s / n, n
 
@@ -65,8 +83,12 @@ def test_fold_keeps_every_count_and_every_mean(tmp_path):
     assert n == mean_before[1] and mean == pytest.approx(mean_before[0], rel=1e-12)
     oldest_raw = store._rows("SELECT MIN(ts_unix) AS t FROM gpu_samples")[0]["t"]
     assert oldest_raw >= NOW - DAY - 60
-    tiers = {r["res_s"]: r for r in store._rows(
-        "SELECT res_s, MIN(bucket_unix) AS lo, MAX(bucket_unix) AS hi, COUNT(*) AS k FROM gpu_rollup GROUP BY res_s")}
+    tiers = {
+        r["res_s"]: r
+        for r in store._rows(
+            "SELECT res_s, MIN(bucket_unix) AS lo, MAX(bucket_unix) AS hi, COUNT(*) AS k FROM gpu_rollup GROUP BY res_s"
+        )
+    }
     assert tiers[60]["lo"] >= NOW - 7 * DAY - 600 and tiers[60]["hi"] < NOW - DAY
     assert tiers[600]["hi"] < NOW - 7 * DAY and tiers[600]["lo"] <= NOW - 9 * DAY + 600
     rows_after = store._rows("SELECT (SELECT COUNT(*) FROM gpu_samples) + (SELECT COUNT(*) FROM gpu_rollup) AS n")

@@ -65,15 +65,18 @@ def test_old_single_run_file_is_one_run(tmp_path):
     assert entry.config.name == "dflash-gen" and not entry.finished and len(entry.config.nodes) == 1
 
 
-@pytest.mark.parametrize(("change", "expected"), [
-    (('host = "10.0.0.12"', 'host = "-oProxyCommand=x"'), "run 'gen-8192': node 'node-2': field 'host'"),
-    (("max_output_tokens = 8192", "max_output_tokens = -1"), "run 'gen-8192': [run] field 'max_output_tokens'"),
-    (("finished = true", 'finished = "yes"'), "run 'gen-4096': field 'finished' must be true or false"),
-    (('name = "gen-8192"', 'name = "gen-4096"'), "run 'gen-4096': field 'name' is used by another run"),
-    (('store_path = "{tmp}/b.sqlite3"', 'store_path = "{tmp}/a.sqlite3"'), "field 'store_path' is run 'gen-4096'"),
-    (("finished = true", "interval_s = 10"), "run 'gen-4096': no [[runs.nodes]] defined"),
-    (('name = "node-2"', "nam = 1"), "run 'gen-8192': nodes[1]: unknown field 'nam'"),
-])
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (('host = "10.0.0.12"', 'host = "-oProxyCommand=x"'), "run 'gen-8192': node 'node-2': field 'host'"),
+        (("max_output_tokens = 8192", "max_output_tokens = -1"), "run 'gen-8192': [run] field 'max_output_tokens'"),
+        (("finished = true", 'finished = "yes"'), "run 'gen-4096': field 'finished' must be true or false"),
+        (('name = "gen-8192"', 'name = "gen-4096"'), "run 'gen-4096': field 'name' is used by another run"),
+        (('store_path = "{tmp}/b.sqlite3"', 'store_path = "{tmp}/a.sqlite3"'), "field 'store_path' is run 'gen-4096'"),
+        (("finished = true", "interval_s = 10"), "run 'gen-4096': no [[runs.nodes]] defined"),
+        (('name = "node-2"', "nam = 1"), "run 'gen-8192': nodes[1]: unknown field 'nam'"),
+    ],
+)
 def test_errors_name_the_file_the_run_and_the_field(tmp_path, change, expected):
     path = write(tmp_path, TWO_RUNS.replace(*change))
     with pytest.raises(ConfigError) as err:
@@ -87,15 +90,25 @@ def test_runs_and_single_run_tables_do_not_mix(tmp_path):
 
 
 def test_secrets_still_refused_inside_a_run(tmp_path):
-    text = TWO_RUNS.replace('shards = ["/data/out8k/*.jsonl"]\n', 'shards = ["/data/out8k/*.jsonl"]\npassword = "x"\n', 1)
+    text = TWO_RUNS.replace(
+        'shards = ["/data/out8k/*.jsonl"]\n', 'shards = ["/data/out8k/*.jsonl"]\npassword = "x"\n', 1
+    )
     with pytest.raises(ConfigError, match="run 'gen-8192': node 'node-1': field 'password' must not be in the config"):
         runs.load_runs(write(tmp_path, text), secrets_path=tmp_path / "none.toml")
 
 
 def test_a_run_removed_from_the_config_is_found_as_finished(tmp_path):
-    old = parse_config({"run": {"name": "gen-old", "max_output_tokens": 2048, "target_completions": 10,
-                                "store_path": str(tmp_path / "old.sqlite3")},
-                        "nodes": [{"name": "n", "host": "local", "shards": ["/x/*.jsonl"]}]})
+    old = parse_config(
+        {
+            "run": {
+                "name": "gen-old",
+                "max_output_tokens": 2048,
+                "target_completions": 10,
+                "store_path": str(tmp_path / "old.sqlite3"),
+            },
+            "nodes": [{"name": "n", "host": "local", "shards": ["/x/*.jsonl"]}],
+        }
+    )
     store = Store(old.resolved_store_path())
     store.set_meta("run", _run_meta(old, RunContext()))
     store.close()
@@ -123,13 +136,20 @@ def test_collect_fills_one_store_per_live_run(tmp_path):
     for name, n in (("a", 60), ("b", 40)):
         (tmp_path / name).mkdir()
         write_shard(tmp_path / name / "s.jsonl", truth_rows(n, 3))
-        text += (f'[[runs]]\nname = "run-{name}"\ninterval_s = 1\nstore_path = "{tmp_path / f"{name}.sqlite3"}"\n'
-                 f'[[runs.nodes]]\nname = "localhost"\nhost = "local"\nshards = ["{tmp_path / name}/*.jsonl"]\n'
-                 f'python = "{sys.executable}"\ngpu = "off"\n\n')
+        text += (
+            f'[[runs]]\nname = "run-{name}"\ninterval_s = 1\nstore_path = "{tmp_path / f"{name}.sqlite3"}"\n'
+            f'[[runs.nodes]]\nname = "localhost"\nhost = "local"\nshards = ["{tmp_path / name}/*.jsonl"]\n'
+            f'python = "{sys.executable}"\ngpu = "off"\n\n'
+        )
     config = tmp_path / "runhealth.toml"
     config.write_text(text + '[[runs]]\nname = "done"\nfinished = true\n', encoding="utf-8")
-    proc = subprocess.Popen([sys.executable, "-m", "runhealth", "collect", "--config", str(config)], cwd=tmp_path,
-                            env={**os.environ, "PYTHONPATH": str(root)}, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runhealth", "collect", "--config", str(config)],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline, counts = time.time() + 60, {}
         while time.time() < deadline and counts != {"a": 60, "b": 40}:

@@ -67,8 +67,11 @@ def _repair_escapes(text: str) -> str:
         elif text[i + 1 : i + 2] and text[i + 1] in '"\\/bfnrt':
             out.append(text[i : i + 2])
             i += 2
-        elif text[i + 1 : i + 2] == "u" and all(c in "0123456789abcdefABCDEF" for c in text[i + 2 : i + 6]) \
-                and len(text) >= i + 6:
+        elif (
+            text[i + 1 : i + 2] == "u"
+            and all(c in "0123456789abcdefABCDEF" for c in text[i + 2 : i + 6])
+            and len(text) >= i + 6
+        ):
             out.append(text[i : i + 6])
             i += 6
         else:
@@ -121,16 +124,51 @@ def _rows(counts):
 
 
 # ---------------------------------------------------------------------------- generators
-FRAGMENTS = ['"finish_reason": "length"', '"completion_tokens": 7', '\\"', "\\", "\\\\", '"',
-             "{", "}", "[", "]", ":", ",", "\n", "\t", "é", "中文", "\U0001f600", "\ud800",
-             '{"type": "length"}', '"meta_info": {', '"choices": [{', "null", "\\u0041"]
+FRAGMENTS = [
+    '"finish_reason": "length"',
+    '"completion_tokens": 7',
+    '\\"',
+    "\\",
+    "\\\\",
+    '"',
+    "{",
+    "}",
+    "[",
+    "]",
+    ":",
+    ",",
+    "\n",
+    "\t",
+    "é",
+    "中文",
+    "\U0001f600",
+    "\ud800",
+    '{"type": "length"}',
+    '"meta_info": {',
+    '"choices": [{',
+    "null",
+    "\\u0041",
+]
 texts = st.lists(st.one_of(st.text(max_size=8), st.sampled_from(FRAGMENTS)), max_size=6).map("".join)
-reasons = st.one_of(st.sampled_from(["stop", "length", "abort", "tool_calls"]), st.none(),
-                    texts, st.integers(0, 3))
-tokens = st.one_of(st.integers(0, 1 << 40), st.none(), st.just(-3), st.just(4.0), st.booleans(),
-                 st.just((1 << 40) + 1), st.just(1 << 63), st.just(10 ** 23))
-nested = st.fixed_dictionaries({"finish_reason": reasons, "completion_tokens": tokens,
-                                "text": texts, "meta_info": st.fixed_dictionaries({"finish_reason": reasons})})
+reasons = st.one_of(st.sampled_from(["stop", "length", "abort", "tool_calls"]), st.none(), texts, st.integers(0, 3))
+tokens = st.one_of(
+    st.integers(0, 1 << 40),
+    st.none(),
+    st.just(-3),
+    st.just(4.0),
+    st.booleans(),
+    st.just((1 << 40) + 1),
+    st.just(1 << 63),
+    st.just(10**23),
+)
+nested = st.fixed_dictionaries(
+    {
+        "finish_reason": reasons,
+        "completion_tokens": tokens,
+        "text": texts,
+        "meta_info": st.fixed_dictionaries({"finish_reason": reasons}),
+    }
+)
 STYLES = [(",", ":"), (", ", ": "), (" ,  ", " : "), (",\t", ":\t")]
 SCHEMAS = ["flat", "flat_usage", "chat", "completion", "batch", "sglang"]
 
@@ -148,9 +186,12 @@ def build(schema, v, shape):
         msg = {"role": "assistant", "content": text}
         if shape["reasoning"]:
             msg["reasoning_content"] = v["prompt"]
-        rec = {"id": "chatcmpl-x", "object": "chat.completion",
-               "choices": [{"index": 0, "message": msg, "finish_reason": fr}],
-               "usage": {"prompt_tokens": 3, "completion_tokens": ct}}
+        rec = {
+            "id": "chatcmpl-x",
+            "object": "chat.completion",
+            "choices": [{"index": 0, "message": msg, "finish_reason": fr}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": ct},
+        }
         if schema == "batch":
             rec = {"id": "b1", "custom_id": v["prompt"][:5], "response": {"status_code": 200, "body": rec}}
     elif schema == "completion":
@@ -190,8 +231,17 @@ def dumps(rec, shape):
     return text.encode("utf-8", "surrogatepass") + b"\n"  # lone surrogates -> invalid UTF-8
 
 
-BROKEN_CONTENT = [b"\xe9", b"\xff\xfe", b"\xed\xa0\x80", b"\xc3", b"\x01", b"\x1f\t", b"\\q", b"\\u12",
-                  b"\\x41\xe4\xb8"]
+BROKEN_CONTENT = [
+    b"\xe9",
+    b"\xff\xfe",
+    b"\xed\xa0\x80",
+    b"\xc3",
+    b"\x01",
+    b"\x1f\t",
+    b"\\q",
+    b"\\u12",
+    b"\\x41\xe4\xb8",
+]
 
 
 def corrupt_text(line: bytes, rec, shape, junk: bytes) -> bytes:
@@ -203,11 +253,17 @@ def corrupt_text(line: bytes, rec, shape, junk: bytes) -> bytes:
 
 
 values = st.fixed_dictionaries({"fr": reasons, "ct": tokens, "text": texts, "prompt": texts})
-shapes = st.fixed_dictionaries({
-    "style": st.sampled_from(STYLES), "ascii": st.booleans(), "salt": st.text(max_size=3),
-    "nested": st.one_of(st.none(), nested), "reasoning": st.booleans(), "fr_object": st.booleans(),
-    "drop": st.lists(st.sampled_from(["finish_reason", "completion_tokens", "usage", "text"]), max_size=1),
-})
+shapes = st.fixed_dictionaries(
+    {
+        "style": st.sampled_from(STYLES),
+        "ascii": st.booleans(),
+        "salt": st.text(max_size=3),
+        "nested": st.one_of(st.none(), nested),
+        "reasoning": st.booleans(),
+        "fr_object": st.booleans(),
+        "drop": st.lists(st.sampled_from(["finish_reason", "completion_tokens", "usage", "text"]), max_size=1),
+    }
+)
 
 
 # ---------------------------------------------------------------------------- the property
@@ -240,7 +296,8 @@ def test_fast_path_counts_equal_json_loads(data):
             line = line[: data.draw(st.integers(0, max(0, len(line) - 2)))] + b"\n"
         elif roll == 2:  # a writer died mid-line and its restart appended the next record to it
             line = line[: data.draw(st.integers(0, max(0, len(line) - 2)))] + dumps(
-                build(schema, data.draw(values), shape), shape)
+                build(schema, data.draw(values), shape), shape
+            )
         elif roll in (3, 4):  # a broken writer: bytes json.dumps never writes, inside the text
             line = corrupt_text(line, rec, shape, data.draw(st.sampled_from(BROKEN_CONTENT)))
         body += line
@@ -259,10 +316,19 @@ def test_the_property_exercises_the_template_path():
     """Guard against a vacuous pass: adversarial but same-shaped lines go through templates."""
     before = agent.STATE.line_stats["template"]
     nest = {"finish_reason": "length", "completion_tokens": 1, "text": "", "meta_info": {"finish_reason": "x"}}
-    shape = {"style": (", ", ": "), "ascii": False, "salt": "s", "nested": nest, "reasoning": True,
-             "fr_object": True, "drop": []}
-    vals = [{"fr": fr, "ct": i, "text": 'a \\" "finish_reason": "length" \\\\' * (i % 5) + "é",
-             "prompt": "p\\\\"} for i, fr in enumerate(["stop", "length"] * 50)]
+    shape = {
+        "style": (", ", ": "),
+        "ascii": False,
+        "salt": "s",
+        "nested": nest,
+        "reasoning": True,
+        "fr_object": True,
+        "drop": [],
+    }
+    vals = [
+        {"fr": fr, "ct": i, "text": 'a \\" "finish_reason": "length" \\\\' * (i % 5) + "é", "prompt": "p\\\\"}
+        for i, fr in enumerate(["stop", "length"] * 50)
+    ]
     for schema in SCHEMAS:
         body = b"".join(dumps(build(schema, v, shape), shape) for v in vals)
         fd, path = tempfile.mkstemp(suffix=".jsonl")

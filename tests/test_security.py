@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def key_material(key_path: Path) -> list[str]:
     """Distinctive chunks of the private key file's body."""
     body = "".join(line for line in key_path.read_text().splitlines() if "PRIVATE KEY" not in line)
-    return [body[i:i + 24] for i in range(0, len(body) - 24, 97)]
+    return [body[i : i + 24] for i in range(0, len(body) - 24, 97)]
 
 
 def write_config(tmp_path, node, key, passphrase):
@@ -34,7 +34,7 @@ def write_config(tmp_path, node, key, passphrase):
     config.write_text(f"""
 [run]
 name = "secret-test"
-store_path = "{tmp_path / 'store.sqlite3'}"
+store_path = "{tmp_path / "store.sqlite3"}"
 
 [[nodes]]
 name = "enc"

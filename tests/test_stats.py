@@ -54,7 +54,8 @@ def test_summarize_matches_an_independent_computation():
     assert summary.finish_reasons == {
         "stop": sum(fr == "stop" for _t, fr in rows),
         "length": sum(fr == "length" for _t, fr in rows),
-        "missing": sum(fr is None for _t, fr in rows)}
+        "missing": sum(fr is None for _t, fr in rows),
+    }
     at_ceiling = sum(fr == "length" and t >= 4096 for t, fr in rows)
     assert summary.at_ceiling == at_ceiling
     assert summary.at_ceiling_fraction == at_ceiling / len(rows)
@@ -94,8 +95,14 @@ def test_empty_histogram_gives_zeros_not_exceptions():
     summary = summarize(LengthHist())
     assert summary.completions == 0 and summary.at_ceiling_fraction == 0.0
     assert summary.tokens == TokenStats(mean=None, p50=None, p90=None, p95=None, p99=None, max=None)
-    assert summary.to_json()["tokens"] == {"mean": None, "p50": None, "p90": None, "p95": None,
-                                           "p99": None, "max": None}
+    assert summary.to_json()["tokens"] == {
+        "mean": None,
+        "p50": None,
+        "p90": None,
+        "p95": None,
+        "p99": None,
+        "max": None,
+    }
     assert summary.ceiling_tokens is None and summary.ceiling_source is None
     assert histogram(LengthHist()) == [] and cdf_points(LengthHist()) == []
     assert percentile_nearest_rank(LengthHist(), 50) is None
@@ -159,8 +166,7 @@ def test_cdf_points_thin_but_keep_the_spike_and_the_end():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 9000), st.integers(1, 5)), min_size=1, max_size=40),
-       st.floats(0.5, 100.0))
+@given(st.lists(st.tuples(st.integers(0, 9000), st.integers(1, 5)), min_size=1, max_size=40), st.floats(0.5, 100.0))
 def test_percentile_matches_the_definition(pairs, q):
     hist = LengthHist.from_rows([(t, "stop", 0, n) for t, n in pairs])
     expanded = sorted(t for t, n in pairs for _ in range(n))

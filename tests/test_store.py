@@ -10,17 +10,34 @@ from runhealth.store import Store
 
 
 def reply(files, *, pending=0, time_unix=1000.0, gpus=None):
-    return {"schema_version": 1, "ok": True, "time_unix": time_unix, "agent_ms": 1.0, "hostname": "h",
-            "loadavg": [0, 0, 0], "gpus": gpus or {"source": None, "error": "no GPU telemetry: test", "devices": []},
-            "shards": {"matched": len(files), "unmatched_globs": [], "pending_bytes": pending, "files": files},
-            "disk": {}, "metrics": {}}
+    return {
+        "schema_version": 1,
+        "ok": True,
+        "time_unix": time_unix,
+        "agent_ms": 1.0,
+        "hostname": "h",
+        "loadavg": [0, 0, 0],
+        "gpus": gpus or {"source": None, "error": "no GPU telemetry: test", "devices": []},
+        "shards": {"matched": len(files), "unmatched_globs": [], "pending_bytes": pending, "files": files},
+        "disk": {},
+        "metrics": {},
+    }
 
 
 def entry(offset, counts, *, inode=1, reset=False, malformed=0, offset_from=0):
     tokens = sum(t * n for t, _, _, n in counts)
-    return {"inode": inode, "size": offset, "offset_from": offset_from, "offset": offset, "reset": reset,
-            "lines": sum(c[3] for c in counts) + malformed, "malformed": malformed, "tokens": tokens,
-            "counts": counts, "error": None}
+    return {
+        "inode": inode,
+        "size": offset,
+        "offset_from": offset_from,
+        "offset": offset,
+        "reset": reset,
+        "lines": sum(c[3] for c in counts) + malformed,
+        "malformed": malformed,
+        "tokens": tokens,
+        "counts": counts,
+        "error": None,
+    }
 
 
 def run_counts(store):
@@ -30,8 +47,9 @@ def run_counts(store):
 def test_counts_accumulate_and_offsets_resume(tmp_path):
     store = Store(tmp_path / "s.sqlite3")
     store.record_poll("n1", reply({"/a": entry(100, [[4096, "length", 0, 2], [10, "stop", 0, 1]])}), 1.0, 5.0)
-    store.record_poll("n1", reply({"/a": entry(150, [[4096, "length", 0, 1], [12, None, 0, 1]], offset_from=100)}),
-                      2.0, 5.0)
+    store.record_poll(
+        "n1", reply({"/a": entry(150, [[4096, "length", 0, 1], [12, None, 0, 1]], offset_from=100)}), 2.0, 5.0
+    )
     assert run_counts(store) == {(4096, "length", 0): 3, (10, "stop", 0): 1, (12, None, 0): 1}
     assert store.shard_state("n1") == {"/a": {"inode": 1, "offset": 150}}
     polls = store.polls()
@@ -43,8 +61,9 @@ def test_counts_accumulate_and_offsets_resume(tmp_path):
 def test_length_stops_over_time_split_at_the_ceiling_known_at_read_time(tmp_path):
     store = Store(tmp_path / "s.sqlite3")
     store.record_poll("n1", reply({"/a": entry(100, [[4096, "length", 0, 2], [3000, "length", 0, 1]])}), 10.0, 5.0)
-    store.record_poll("n1", reply({"/a": entry(150, [[4096, "length", 0, 1], [900, "length", 1, 4]],
-                                               offset_from=100)}), 70.0, 5.0)
+    store.record_poll(
+        "n1", reply({"/a": entry(150, [[4096, "length", 0, 1], [900, "length", 1, 4]], offset_from=100)}), 70.0, 5.0
+    )
     rows = store.length_stops_by_bucket(60, ceiling=4096)
     assert [(r["bucket_unix"], r["at_ceiling"], r["below_ceiling"]) for r in rows] == [(0, 2, 1), (60, 1, 0)]
     # Estimated lengths (chars/4) are left out: they cannot be placed against the ceiling.
@@ -54,8 +73,9 @@ def test_length_stops_over_time_split_at_the_ceiling_known_at_read_time(tmp_path
 
 def test_reset_drops_the_old_counts_of_that_shard_only(tmp_path):
     store = Store(tmp_path / "s.sqlite3")
-    store.record_poll("n1", reply({"/a": entry(100, [[5, "stop", 0, 4]]), "/b": entry(10, [[7, "stop", 0, 1]])}),
-                      1.0, 1.0)
+    store.record_poll(
+        "n1", reply({"/a": entry(100, [[5, "stop", 0, 4]]), "/b": entry(10, [[7, "stop", 0, 1]])}), 1.0, 1.0
+    )
     store.record_poll("n1", reply({"/a": entry(20, [[9, "stop", 0, 1]], inode=2, reset=True)}), 2.0, 1.0)
     assert run_counts(store) == {(9, "stop", 0): 1, (7, "stop", 0): 1}
     shard = {s["path"]: s for s in store.shards()}
@@ -81,10 +101,28 @@ def test_groupings_and_node_status(tmp_path):
 
 def test_gpu_series_is_downsampled_in_sql(tmp_path):
     store = Store(tmp_path / "s.sqlite3")
-    gpus = {"source": "nvml", "error": None, "devices": [
-        {"index": i, "name": "H200", "uuid": f"GPU-{i}", "util_pct": 90, "mem_used_mib": 1, "mem_total_mib": 2,
-         "power_w": 600, "power_limit_w": 700, "temp_c": 60, "sm_clock_mhz": 1900, "throttle_reasons": [],
-         "processes": [], "error": None} for i in range(2)]}
+    gpus = {
+        "source": "nvml",
+        "error": None,
+        "devices": [
+            {
+                "index": i,
+                "name": "H200",
+                "uuid": f"GPU-{i}",
+                "util_pct": 90,
+                "mem_used_mib": 1,
+                "mem_total_mib": 2,
+                "power_w": 600,
+                "power_limit_w": 700,
+                "temp_c": 60,
+                "sm_clock_mhz": 1900,
+                "throttle_reasons": [],
+                "processes": [],
+                "error": None,
+            }
+            for i in range(2)
+        ],
+    }
     for t in range(500):
         store.record_poll("n1", reply({}, gpus=gpus), float(t), 1.0)
     series = store.gpu_series(max_points=50)
@@ -97,8 +135,22 @@ def test_sample_batches(tmp_path):
     store = Store(tmp_path / "s.sqlite3")
     batch = store.new_sample_batch(3, 1.0)
     assert store.pending_sample_batch()["batch"] == batch and store.latest_sample_batch() is None
-    store.finish_sample_batch(batch, [{"node": "n1", "path": "/a", "line_no": 1, "tokens": 4096,
-                                       "finish_reason": "length", "text_tail": "<script>x</script>"}], 10, {}, 2.0)
+    store.finish_sample_batch(
+        batch,
+        [
+            {
+                "node": "n1",
+                "path": "/a",
+                "line_no": 1,
+                "tokens": 4096,
+                "finish_reason": "length",
+                "text_tail": "<script>x</script>",
+            }
+        ],
+        10,
+        {},
+        2.0,
+    )
     latest = store.latest_sample_batch()
     assert latest["population"] == 10 and latest["samples"][0]["text_tail"] == "<script>x</script>"
     assert store.pending_sample_batch() is None
@@ -129,8 +181,11 @@ WRITER = textwrap.dedent("""
 def test_kill_9_mid_write_leaves_counts_consistent_with_offsets(tmp_path):
     """Every committed poll moved the offset by exactly one line and added one count."""
     path = tmp_path / "s.sqlite3"
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE,
-                            cwd=os.path.dirname(os.path.dirname(__file__)))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path)],
+        stdout=subprocess.PIPE,
+        cwd=os.path.dirname(os.path.dirname(__file__)),
+    )
     assert proc.stdout.readline().strip() == b"ready"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -163,8 +218,12 @@ def test_the_poll_that_finishes_a_backlog_is_not_throughput(tmp_path):
 def test_node_aggregates_always_equal_the_sum_of_their_shards(tmp_path):
     """node_length_counts is maintained incrementally, resets included: it must never drift."""
     store = Store(tmp_path / "s.sqlite3")
-    store.record_poll("n1", reply({"/a": entry(100, [[5, "stop", 0, 4], [9, "length", 0, 1]]),
-                                   "/b": entry(50, [[5, "stop", 0, 2]])}), 1.0, 1.0)
+    store.record_poll(
+        "n1",
+        reply({"/a": entry(100, [[5, "stop", 0, 4], [9, "length", 0, 1]]), "/b": entry(50, [[5, "stop", 0, 2]])}),
+        1.0,
+        1.0,
+    )
     store.record_poll("n1", reply({"/a": entry(30, [[5, "stop", 0, 1]], inode=2, reset=True)}), 2.0, 1.0)
     store.record_poll("n1", reply({"/b": entry(80, [[7, None, 1, 3]], offset_from=50)}), 3.0, 1.0)
 
@@ -175,8 +234,11 @@ def test_node_aggregates_always_equal_the_sum_of_their_shards(tmp_path):
             out[key] = out.get(key, 0) + r["count"]
         return out
 
-    assert by_key(store.length_counts(by="node")) == by_key(store.length_counts(by="shard")) == {
-        ("n1", 5, "stop", 0): 3, ("n1", 7, None, 1): 3}
+    assert (
+        by_key(store.length_counts(by="node"))
+        == by_key(store.length_counts(by="shard"))
+        == {("n1", 5, "stop", 0): 3, ("n1", 7, None, 1): 3}
+    )
     totals = store.group_totals("node")
     assert totals == [{"node": "n1", "completions": 6, "exact": 3}]
 
@@ -195,7 +257,10 @@ def test_metric_latest_is_the_newest_sample_and_is_built_for_older_stores(tmp_pa
     store._db().execute("PRAGMA user_version = 0")
     store.close()
     assert [(m["node"], m["name"], m["value"]) for m in Store(tmp_path / "h.sqlite3").metric_latest()] == [
-        ("n1", "vllm:x", 2.0), ("n1", "vllm:y", 5.0), ("n2", "vllm:x", 3.0)]
+        ("n1", "vllm:x", 2.0),
+        ("n1", "vllm:y", 5.0),
+        ("n2", "vllm:x", 3.0),
+    ]
 
 
 def test_pruning_drops_latest_metrics_that_stopped_reporting(tmp_path):

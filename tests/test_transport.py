@@ -75,10 +75,19 @@ def transports():
 
 
 def _poll_request(shard_dir: Path) -> dict:
-    return {"op": "poll", "gpu": "off", "metrics_urls": [], "metrics_timeout_s": 1.0,
-            "shards": {"globs": [str(shard_dir / "*.jsonl")], "state": {},
-                       "budget_bytes": 1 << 20, "finish_reason_path": None,
-                       "completion_tokens_path": None}}
+    return {
+        "op": "poll",
+        "gpu": "off",
+        "metrics_urls": [],
+        "metrics_timeout_s": 1.0,
+        "shards": {
+            "globs": [str(shard_dir / "*.jsonl")],
+            "state": {},
+            "budget_bytes": 1 << 20,
+            "finish_reason_path": None,
+            "completion_tokens_path": None,
+        },
+    }
 
 
 # ----------------------------------------------------------------------------- protocol
@@ -117,12 +126,10 @@ def test_program_frame_ships_pynvml_source():
 
 
 @pytest.mark.parametrize("program", ["standin", "real"])
-def test_three_nodes_hello_and_poll_via_fan_out(program, three_nodes, tmp_path, transports,
-                                                request):
+def test_three_nodes_hello_and_poll_via_fan_out(program, three_nodes, tmp_path, transports, request):
     frame = STANDIN if program == "standin" else request.getfixturevalue("real_agent")
     (tmp_path / "a.jsonl").write_text('{"finish_reason": "stop", "completion_tokens": 7}\n')
-    group = {n.node_config().name: transports(SSHTransport(n.node_config(), program=frame))
-             for n in three_nodes}
+    group = {n.node_config().name: transports(SSHTransport(n.node_config(), program=frame)) for n in three_nodes}
     hello = fan_out(group, lambda name: {"op": "hello"}, timeout_s=10)
     assert sorted(hello) == ["node-2", "node-3", "node-4"]
     assert all(reply["ok"] for reply in hello.values()), hello
@@ -154,8 +161,10 @@ def test_stderr_flood_larger_than_the_ssh_window_does_not_stall(node, transports
 def test_node_down_fails_alone_and_backs_off(sshd_node, three_nodes, transports):
     doomed = sshd_node("127.0.0.5")
     doomed.sshd.stop()
-    group = {n.node_config().name: transports(SSHTransport(n.node_config(), program=STANDIN))
-             for n in [*three_nodes[:2], doomed]}
+    group = {
+        n.node_config().name: transports(SSHTransport(n.node_config(), program=STANDIN))
+        for n in [*three_nodes[:2], doomed]
+    }
     results = fan_out(group, lambda name: {"op": "hello"}, timeout_s=10)
     assert not isinstance(results["node-2"], Exception), results
     assert not isinstance(results["node-3"], Exception), results
@@ -207,16 +216,15 @@ def test_unknown_host_key_is_refused(node, tmp_path, transports):
     empty = tmp_path / "known_hosts"
     empty.write_text("")
     with pytest.raises(HostKeyError, match="is not in known_hosts .*accept_new_host_key = true"):
-        transports(SSHTransport(node.node_config(known_hosts=str(empty)), program=STANDIN)) \
-            .request({"op": "hello"})
+        transports(SSHTransport(node.node_config(known_hosts=str(empty)), program=STANDIN)).request({"op": "hello"})
     assert empty.read_text() == ""
 
 
 def test_reinstalled_node_changed_host_key_is_refused_even_with_accept_new(
-        node, sshd_node, ssh_dir, tmp_path, transports):
+    node, sshd_node, ssh_dir, tmp_path, transports
+):
     impostor_key = sshd_lib.keygen(tmp_path / "other_host_key")
-    stale = sshd_lib.write_known_hosts(tmp_path / "known_hosts",
-                                       [(node.ip, node.port, impostor_key)])
+    stale = sshd_lib.write_known_hosts(tmp_path / "known_hosts", [(node.ip, node.port, impostor_key)])
     before = stale.read_text()
     cfg = node.node_config(known_hosts=str(stale), accept_new_host_key=True)
     with pytest.raises(HostKeyError, match="CHANGED — refusing.*ssh-keygen -R"):
@@ -237,8 +245,11 @@ def test_accept_new_host_key_records_the_key(node, tmp_path, transports):
 def test_wrong_client_key_is_auth_error(node, tmp_path, transports):
     stranger = sshd_lib.keygen(tmp_path / "id_stranger")
     cfg = node.node_config(identity_file=str(stranger))
-    with pytest.raises(AuthError, match=f"authentication failed for .*@{node.ip} "
-                                        r"\(tried: key file .*id_stranger"):
+    with pytest.raises(
+        AuthError,
+        match=f"authentication failed for .*@{node.ip} "
+        r"\(tried: key file .*id_stranger",
+    ):
         transports(SSHTransport(cfg, program=STANDIN)).request({"op": "hello"})
 
 
@@ -248,14 +259,15 @@ def test_missing_identity_file_is_auth_error(node, tmp_path, transports):
         transports(SSHTransport(cfg, program=STANDIN)).request({"op": "hello"})
 
 
-def test_passphrase_never_leaks_into_errors_or_logs(node, ssh_encrypted_key, transports,
-                                                    caplog):
+def test_passphrase_never_leaks_into_errors_or_logs(node, ssh_encrypted_key, transports, caplog):
     caplog.set_level(logging.DEBUG)
     good = node.node_config(identity_file=str(ssh_encrypted_key), passphrase=SECRET_PASSPHRASE)
     assert transports(SSHTransport(good, program=STANDIN)).request({"op": "hello"})["ok"]
     messages = []
-    for passphrase, pattern in [(None, "is encrypted; set its passphrase"),
-                                (SECRET_PASSPHRASE[::-1], "wrong passphrase")]:
+    for passphrase, pattern in [
+        (None, "is encrypted; set its passphrase"),
+        (SECRET_PASSPHRASE[::-1], "wrong passphrase"),
+    ]:
         cfg = node.node_config(identity_file=str(ssh_encrypted_key), passphrase=passphrase)
         with pytest.raises(AuthError, match=pattern) as info:
             transports(SSHTransport(cfg, program=STANDIN)).request({"op": "hello"})
@@ -294,13 +306,16 @@ def _assert_process_gone(pid: int, within_s: float = 3.0) -> None:
     pytest.fail(f"agent process {pid} is still running")
 
 
-@pytest.mark.parametrize("op, pattern", [
-    ("garbage", r"garbage instead of a reply: b'hello, I am not a frame\\n'"),
-    ("notjson", r"not a JSON object: b'<html>oops!'"),
-    ("huge", "reply too large"),
-    ("schema", "agent schema version 7, expected 1"),
-    ("fail", "no such shard: /x"),
-])
+@pytest.mark.parametrize(
+    "op, pattern",
+    [
+        ("garbage", r"garbage instead of a reply: b'hello, I am not a frame\\n'"),
+        ("notjson", r"not a JSON object: b'<html>oops!'"),
+        ("huge", "reply too large"),
+        ("schema", "agent schema version 7, expected 1"),
+        ("fail", "no such shard: /x"),
+    ],
+)
 def test_bad_replies_are_agent_errors_and_the_next_request_works(node, transports, op, pattern):
     transport = transports(SSHTransport(node.node_config(), program=STANDIN))
     transport.request({"op": "hello"})
@@ -323,13 +338,19 @@ def test_missing_remote_python_says_so(node, transports):
         transports(SSHTransport(cfg, program=STANDIN)).request({"op": "hello"}, timeout_s=5)
 
 
-HOSTILE = ["/data/with space/a.jsonl", "/data/it's \"quoted\".jsonl", "/data/$(touch {m})",
-           "/data/`touch {m}`", "/data/x; touch {m}", "/data/*; touch {m} #", "-rf {m}"]
+HOSTILE = [
+    "/data/with space/a.jsonl",
+    '/data/it\'s "quoted".jsonl',
+    "/data/$(touch {m})",
+    "/data/`touch {m}`",
+    "/data/x; touch {m}",
+    "/data/*; touch {m} #",
+    "-rf {m}",
+]
 
 
 @pytest.mark.parametrize("program", ["standin", "real"])
-def test_hostile_shard_paths_are_data_not_commands(program, node, tmp_path, transports,
-                                                   request):
+def test_hostile_shard_paths_are_data_not_commands(program, node, tmp_path, transports, request):
     frame = STANDIN if program == "standin" else request.getfixturevalue("real_agent")
     marker = tmp_path / "pwned"
     globs = [path.format(m=marker) for path in HOSTILE]
@@ -356,7 +377,9 @@ def test_ssh_config_alias_proxy_jump_and_proxy_command(sshd_node, node, tmp_path
     both = tmp_path / "known_hosts"
     both.write_text(node.known_hosts.read_text() + jump.known_hosts.read_text())
     key = node.client_key
-    config = _write_ssh_config(tmp_path / "ssh_config", f"""
+    config = _write_ssh_config(
+        tmp_path / "ssh_config",
+        f"""
 Host gpu-direct
     HostName {node.ip}
     Port {node.port}
@@ -379,18 +402,16 @@ Host gpu-behind-dead-bastion
     HostName {node.ip}
     Port {node.port}
     ProxyJump root@127.0.0.9:{sshd_lib.free_port("127.0.0.9")}
-""")
+""",
+    )
     for alias in ("gpu-direct", "gpu-behind-bastion", "gpu-via-proxycommand"):
-        cfg = node.node_config(name=alias, host=alias, port=None, identity_file=None,
-                               known_hosts=str(both))
+        cfg = node.node_config(name=alias, host=alias, port=None, identity_file=None, known_hosts=str(both))
         transport = transports(SSHTransport(cfg, ssh_config_path=config, program=STANDIN))
         assert transport.request({"op": "hello"})["ok"]
         assert len(transport._clients) == (2 if alias == "gpu-behind-bastion" else 1)
-    cfg = node.node_config(name="dead", host="gpu-behind-dead-bastion", port=None,
-                           known_hosts=str(both))
+    cfg = node.node_config(name="dead", host="gpu-behind-dead-bastion", port=None, known_hosts=str(both))
     with pytest.raises(ConnectError, match="connection refused by 127.0.0.9"):
-        transports(SSHTransport(cfg, ssh_config_path=config, program=STANDIN)) \
-            .request({"op": "hello"})
+        transports(SSHTransport(cfg, ssh_config_path=config, program=STANDIN)).request({"op": "hello"})
 
 
 # ----------------------------------------------------------------------------- local
@@ -424,12 +445,12 @@ def test_make_transport_picks_local_or_ssh(node):
 
 
 def test_fan_out_bounds_a_slow_host_by_its_own_timeout(three_nodes, transports):
-    group = {n.node_config().name: transports(SSHTransport(n.node_config(), program=STANDIN))
-             for n in three_nodes}
+    group = {n.node_config().name: transports(SSHTransport(n.node_config(), program=STANDIN)) for n in three_nodes}
     fan_out(group, lambda name: {"op": "hello"})  # connect first, so only the stall is timed
     started = time.monotonic()
-    results = fan_out(group, lambda name: {"op": "sleep", "seconds": 4} if name == "node-3"
-                      else {"op": "hello"}, timeout_s=1)
+    results = fan_out(
+        group, lambda name: {"op": "sleep", "seconds": 4} if name == "node-3" else {"op": "hello"}, timeout_s=1
+    )
     assert time.monotonic() - started < 3.5  # the stalled node costs its timeout, no more
     assert isinstance(results["node-3"], CommandTimeout)
     assert results["node-2"]["ok"] and results["node-4"]["ok"]

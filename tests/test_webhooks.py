@@ -81,17 +81,35 @@ def test_tracker_starts_once_repeats_hourly_and_resolves_after_the_clear_time():
 
 def test_payload_shapes():
     event = notify.Event("start", _alert(value=605.0), since=1_700_000_000, at=1_700_000_605)
-    assert event.generic() == {"alert": "node_down", "severity": "critical", "run": RUN_NAME, "node": "node-3",
-                               "gpu": None, "value": 605.0, "since": 1_700_000_000, "resolved": False,
-                               "repeat": False, "summary": "node-3 down", "time": 1_700_000_605}
+    assert event.generic() == {
+        "alert": "node_down",
+        "severity": "critical",
+        "run": RUN_NAME,
+        "node": "node-3",
+        "gpu": None,
+        "value": 605.0,
+        "since": 1_700_000_000,
+        "resolved": False,
+        "repeat": False,
+        "summary": "node-3 down",
+        "time": 1_700_000_605,
+    }
     text = event.slack()["text"]
     assert "CRITICAL" in text and "node_down" in text and "2023-11-14 22:13:20 UTC" in text
     assert "RESOLVED" in notify.Event("resolve", _alert(), 0, 1).slack()["text"]
 
 
 def _notifier(store: Store, urls: list[str], **kw) -> notify.Notifier:
-    return notify.Notifier(store, urls, interval_s=0.05, retries=3, backoff_s=0.05, timeout_s=2,
-                           tracker=notify.AlertTracker(clear_s=0), **kw)
+    return notify.Notifier(
+        store,
+        urls,
+        interval_s=0.05,
+        retries=3,
+        backoff_s=0.05,
+        timeout_s=2,
+        tracker=notify.AlertTracker(clear_s=0),
+        **kw,
+    )
 
 
 def test_real_receivers_ok_down_and_500(tmp_path, caplog):
@@ -99,15 +117,18 @@ def test_real_receivers_ok_down_and_500(tmp_path, caplog):
     store = Store(tmp_path / "s.sqlite3")  # node-3 never reached, node-2 silent for 65 s
     build_run(store, now=time.time() - 65, trunc_frac=0.01, nodes=3, polls=3, down={"node-3": 600})
     store.record_poll("node-1", {"time_unix": time.time(), "shards": {"files": {}}, "gpus": {}}, time.time(), 5.0)
-    store.set_meta("run", {"name": RUN_NAME, "max_output_tokens": CEILING, "interval_s": 10,
-                           "truncation_alert_fraction": 0.05})
+    store.set_meta(
+        "run", {"name": RUN_NAME, "max_output_tokens": CEILING, "interval_s": 10, "truncation_alert_fraction": 0.05}
+    )
     ok, slack, failing = Receiver(200), Receiver(200), Receiver(500)
     urls = [ok.url(), slack.url("slack+http"), _down_url(), failing.url()]
     try:
         n = _notifier(store, urls)
         events = n.check()
         assert {(e.kind, e.alert.name, e.alert.node) for e in events} == {
-            ("start", "node_down", "node-3"), ("start", "node_stale", "node-2")}
+            ("start", "node_down", "node-3"),
+            ("start", "node_stale", "node-2"),
+        }
         while not n.queue.empty():
             url, event = n.queue.get_nowait()
             n.deliver(url, event)
@@ -192,8 +213,13 @@ def test_urls_come_from_secrets_or_environment_never_the_config(tmp_path):
     assert notify.redact(f"https://hooks.slack.com/services/{SECRET}") == "https://hooks.slack.com/…"
     assert notify.is_slack("https://hooks.slack.com/services/x") and not notify.is_slack("https://a.example/x")
     with pytest.raises(ConfigError, match="secrets.toml"):
-        parse_config({"run": {"name": "r"}, "nodes": [{"name": "n", "host": "local", "shards": ["/x"]}],
-                      "alerts": {"webhook_urls": [f"https://a.example/{SECRET}"]}})
+        parse_config(
+            {
+                "run": {"name": "r"},
+                "nodes": [{"name": "n", "host": "local", "shards": ["/x"]}],
+                "alerts": {"webhook_urls": [f"https://a.example/{SECRET}"]},
+            }
+        )
 
 
 def test_delivery_status_keeps_only_the_redacted_target(tmp_path):
@@ -203,8 +229,16 @@ def test_delivery_status_keeps_only_the_redacted_target(tmp_path):
     url = f"https://hooks.example.com/{SECRET}"
     notify.record_delivery(store, url, event, False, 5, "HTTP 500", time.time())
     rows = notify.delivery_status(store, 0)
-    assert rows == [{"target": "https://hooks.example.com/…", "delivered": 0, "failed": 1,
-                     "last_ok_unix": None, "last_failure_unix": rows[0]["last_failure_unix"], "last_error": "HTTP 500"}]
+    assert rows == [
+        {
+            "target": "https://hooks.example.com/…",
+            "delivered": 0,
+            "failed": 1,
+            "last_ok_unix": None,
+            "last_failure_unix": rows[0]["last_failure_unix"],
+            "last_error": "HTTP 500",
+        }
+    ]
     assert Path(store.path).read_bytes().find(SECRET.encode()) == -1
 
 
@@ -225,8 +259,10 @@ def test_nodes_page_shows_webhook_failures_without_the_url(tmp_path, monkeypatch
     at = run_page("nodes", config, monkeypatch)
     assert_clean(at)
     shown = texts(at)
-    assert any("Webhook https://hooks.example.com/…: last delivery failed" in e.value and "HTTP 500" in e.value
-               for e in at.error), [e.value for e in at.error]
+    assert any(
+        "Webhook https://hooks.example.com/…: last delivery failed" in e.value and "HTTP 500" in e.value
+        for e in at.error
+    ), [e.value for e in at.error]
     assert "https://ok.example.com/…" in shown and SECRET not in shown
     st.cache_data.clear()
     st.cache_resource.clear()
@@ -234,6 +270,7 @@ def test_nodes_page_shows_webhook_failures_without_the_url(tmp_path, monkeypatch
 
 def test_a_store_write_failure_is_an_alert(tmp_path):
     """The store marks a node whose poll it could not write (`store_error`, #12); that is an alert."""
+
     class FailingStore(Store):
         def nodes(self):
             return [dict(n, store_error="the disk holding the history store is full") for n in super().nodes()]

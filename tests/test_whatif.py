@@ -26,14 +26,14 @@ def _ln_sf(mu, sigma):
 
 def _gamma_sf_integer_shape(k, theta):
     # Closed form for integer shape (Erlang), independent of whatif.log_gamma_sf.
-    return lambda t: math.exp(-t / theta) * sum((t / theta) ** j / math.factorial(j)
-                                                for j in range(k))
+    return lambda t: math.exp(-t / theta) * sum((t / theta) ** j / math.factorial(j) for j in range(k))
 
 
 def _loglogistic_draw(alpha, beta):
     def draw(rng):
         u = rng.random()
         return alpha * (u / (1 - u)) ** (1 / beta)
+
     return draw
 
 
@@ -47,10 +47,9 @@ def _bimodal_draw(rng):
 TRUTHS = {
     "log-normal": (lambda r: r.lognormvariate(math.log(1500), 1.0), _ln_sf(math.log(1500), 1.0)),
     "gamma": (lambda r: r.gammavariate(3, 900.0), _gamma_sf_integer_shape(3, 900.0)),
-    "Weibull": (lambda r: r.weibullvariate(2800.0, 1.5), lambda t: math.exp(-(t / 2800) ** 1.5)),
+    "Weibull": (lambda r: r.weibullvariate(2800.0, 1.5), lambda t: math.exp(-((t / 2800) ** 1.5))),
     "log-logistic": (_loglogistic_draw(2400.0, 3.0), lambda t: 1 / (1 + (t / 2400) ** 3)),
-    "bimodal": (_bimodal_draw, lambda t: 0.6 * _ln_sf(math.log(600), 0.5)(t)
-                + 0.4 * _ln_sf(math.log(3000), 0.7)(t)),
+    "bimodal": (_bimodal_draw, lambda t: 0.6 * _ln_sf(math.log(600), 0.5)(t) + 0.4 * _ln_sf(math.log(3000), 0.7)(t)),
 }
 
 
@@ -105,9 +104,20 @@ def test_result_keys_and_determinism():
     hist = censored_run(TRUTHS["gamma"][0], seed=4)
     first, second = what_if(hist, C, C2, seed=7), what_if(hist, C, C2, seed=7)
     assert first == second
-    assert {"limit", "ceiling", "truncated_fraction", "interval", "extra_tokens_per_completion",
-            "extra_tokens_interval", "model", "band", "hard_bounds",
-            "current_truncated_fraction", "loop_fraction", "note"} <= set(first.to_json())
+    assert {
+        "limit",
+        "ceiling",
+        "truncated_fraction",
+        "interval",
+        "extra_tokens_per_completion",
+        "extra_tokens_interval",
+        "model",
+        "band",
+        "hard_bounds",
+        "current_truncated_fraction",
+        "loop_fraction",
+        "note",
+    } <= set(first.to_json())
     assert first.hard_bounds == [0.0, first.current_truncated_fraction]
     assert "continuation batch" in first.note
     assert (first.limit_tokens, first.ceiling_tokens) == (C2, C)
@@ -119,8 +129,9 @@ def test_the_curve_comes_from_the_same_fits_as_the_point_estimate():
     limits = (5120, 6144, C2, 16384, 2048)  # 2048 is below the ceiling: not on the curve
     result = what_if(hist, C, C2, bootstrap=10, curve_limits=limits)
     plain = what_if_curve(hist, C, list(limits), new_limit=C2)
-    assert [(p["limit"], p["truncated_fraction"], p["band"]) for p in result.curve] == \
-        [(p["limit"], p["truncated_fraction"], p["band"]) for p in plain]
+    assert [(p["limit"], p["truncated_fraction"], p["band"]) for p in result.curve] == [
+        (p["limit"], p["truncated_fraction"], p["band"]) for p in plain
+    ]
     assert [p["limit"] for p in result.curve] == [5120, 6144, C2, 16384]
     at_chosen = next(p for p in result.curve if p["limit"] == C2)
     assert at_chosen["truncated_fraction"] == result.truncated_fraction
@@ -152,11 +163,14 @@ def test_no_truncation_gives_zero_with_a_note():
     assert what_if(hist, None, C2).truncated_fraction == 0.0
 
 
-@pytest.mark.parametrize("rows", [
-    [(C, "length", 0, 500)],                                   # everything truncated
-    [(C, "length", 0, 500), (1000, "stop", 0, 3)],             # too few finished
-    [(C, "length", 0, 10), (1000, "stop", 0, 1), (2000, "stop", 0, 2)],
-])
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [(C, "length", 0, 500)],  # everything truncated
+        [(C, "length", 0, 500), (1000, "stop", 0, 3)],  # too few finished
+        [(C, "length", 0, 10), (1000, "stop", 0, 1), (2000, "stop", 0, 2)],
+    ],
+)
 def test_degenerate_data_give_hard_bounds_and_a_note(rows):
     result = what_if(LengthHist.from_rows(rows), C, C2)
     s_c = result.current_truncated_fraction
@@ -191,10 +205,9 @@ def test_runs_fast_on_eight_thousand_distinct_lengths():
 def test_special_functions_and_optimiser():
     for z in (-3.0, 0.0, 1.5, 8.0):
         assert math.isclose(log_norm_sf(z), math.log(0.5 * math.erfc(z / math.sqrt(2))))
-    assert math.isclose(log_norm_sf(40.0), -0.5 * 1600 - math.log(40 * math.sqrt(2 * math.pi)),
-                        rel_tol=1e-3)
+    assert math.isclose(log_norm_sf(40.0), -0.5 * 1600 - math.log(40 * math.sqrt(2 * math.pi)), rel_tol=1e-3)
     for a, x in ((1, 0.3), (3, 2.0), (3, 9.0), (7, 40.0)):
-        closed = math.exp(-x) * sum(x ** j / math.factorial(j) for j in range(a))
+        closed = math.exp(-x) * sum(x**j / math.factorial(j) for j in range(a))
         assert math.isclose(log_gamma_sf(a, x), math.log(closed), rel_tol=1e-9)
     x, value = nelder_mead(lambda p: (p[0] - 3) ** 2 + 10 * (p[1] + 1) ** 2, [0.0, 0.0])
     assert abs(x[0] - 3) < 1e-3 and abs(x[1] + 1) < 1e-3 and value < 1e-6
@@ -208,9 +221,13 @@ def test_eta_change():
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 5000), st.sampled_from(["stop", "length", None]),
-                          st.integers(1, 50)), max_size=60),
-       st.integers(C + 1, 3 * C), st.floats(0.0, 1.0))
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 5000), st.sampled_from(["stop", "length", None]), st.integers(1, 50)), max_size=60
+    ),
+    st.integers(C + 1, 3 * C),
+    st.floats(0.0, 1.0),
+)
 def test_never_raises_and_stays_within_hard_bounds(rows, new_limit, loop_fraction):
     hist = LengthHist.from_rows([(min(t, C), fr, 0, n) for t, fr, n in rows])
     # Half the examples pass a loop sample instead (k of n, from the float), as the page does.
@@ -225,9 +242,25 @@ def test_never_raises_and_stays_within_hard_bounds(rows, new_limit, loop_fractio
 def test_typed_result_gives_the_old_json_key_for_key():
     hist = censored_run(TRUTHS["log-normal"][0], n=3000, seed=5)
     modelled = what_if(hist, C, C2, bootstrap=5).to_json()
-    assert list(modelled) == ["limit", "ceiling", "truncated_fraction", "interval", "extra_tokens_per_completion",
-                              "extra_tokens_interval", "model", "model_reason", "band", "extra_tokens_band",
-                              "hard_bounds", "current_truncated_fraction", "loop_fraction", "loops", "backtest",
-                              "note", "curve", "bootstrap_reps"]
+    assert list(modelled) == [
+        "limit",
+        "ceiling",
+        "truncated_fraction",
+        "interval",
+        "extra_tokens_per_completion",
+        "extra_tokens_interval",
+        "model",
+        "model_reason",
+        "band",
+        "extra_tokens_band",
+        "hard_bounds",
+        "current_truncated_fraction",
+        "loop_fraction",
+        "loops",
+        "backtest",
+        "note",
+        "curve",
+        "bootstrap_reps",
+    ]
     assert (modelled["limit"], modelled["ceiling"]) == (C2, C) and 0 < modelled["bootstrap_reps"] <= 5
     assert "bootstrap_reps" not in what_if(LengthHist(), C, C2).to_json()  # no model fitted, no key

@@ -17,8 +17,16 @@ from whatif_family import SHAPES, case
 from runhealth.analysis.stats import LengthHist
 from runhealth.analysis.whatif import MIN_LOOP_SAMPLES, forecast_outcome, loop_share, what_if, wilson
 
-SLICE = [("bimodal", 0.05), ("bimodal", 0.15), ("reasoning mixture", 0.15), ("bimodal narrow upper", 0.15),
-         ("log-normal wide", 0.15), ("Pareto tail", 0.05), ("gamma", 0.40), ("log-logistic", 0.15)]
+SLICE = [
+    ("bimodal", 0.05),
+    ("bimodal", 0.15),
+    ("reasoning mixture", 0.15),
+    ("bimodal narrow upper", 0.15),
+    ("log-normal wide", 0.15),
+    ("Pareto tail", 0.05),
+    ("gamma", 0.40),
+    ("log-logistic", 0.15),
+]
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +43,9 @@ def test_intervals_cover_the_family_and_stay_informative(results):
     extra = [r.extra_tokens_interval[0] <= c["extra"] <= r.extra_tokens_interval[1] for *_x, c, r in results]
     narrow = [r.interval[1] - r.interval[0] < 0.5 * r.current_truncated_fraction for *_x, r in results]
     close = [abs(r.truncated_fraction - c["share"]) <= max(0.015, 0.4 * c["share"]) for *_x, c, r in results]
-    assert sum(covered) >= len(results) - 1, [(s, sh) for (s, sh, *_x), ok in zip(results, covered, strict=True) if not ok]
+    assert sum(covered) >= len(results) - 1, [
+        (s, sh) for (s, sh, *_x), ok in zip(results, covered, strict=True) if not ok
+    ]
     assert sum(extra) >= len(results) - 1
     assert sum(narrow) >= len(results) - 1 and sum(close) >= len(results) - 1
 
@@ -65,6 +75,7 @@ def test_no_backtest_when_the_data_cannot_support_it():
 
 
 # ---------------------------------------------------------------- loop share (#15 item 5)
+
 
 @pytest.fixture(scope="module")
 def run():
@@ -120,7 +131,9 @@ def test_a_forecast_can_be_checked_against_the_later_run():
         later.add(min(t, c["limit"]), "length" if t >= c["limit"] else "stop")
     out = forecast_outcome(forecast, later)
     assert out["observed"] == sum(n for t, fr, _e, n in later.rows() if fr == "length") / 4000
-    assert out["limit"] == c["limit"] and out["covered"] == (out["interval"][0] <= out["observed"] <= out["interval"][1])
+    assert out["limit"] == c["limit"] and out["covered"] == (
+        out["interval"][0] <= out["observed"] <= out["interval"][1]
+    )
     assert out["covered"]  # the interval held on this draw (and abs(error) is the miss)
     assert math.isclose(out["error"], forecast.truncated_fraction - out["observed"])
     assert forecast_outcome(dataclasses.replace(forecast, truncated_fraction=None), later) is None

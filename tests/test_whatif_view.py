@@ -14,8 +14,13 @@ def _result(**kw):
 
 
 def test_loop_sample_counts_only_truncated_samples():
-    batch = {"samples": [{"finish_reason": "length", "is_loop": True}, {"finish_reason": "length", "is_loop": False},
-                         {"finish_reason": "stop", "is_loop": True}]}
+    batch = {
+        "samples": [
+            {"finish_reason": "length", "is_loop": True},
+            {"finish_reason": "length", "is_loop": False},
+            {"finish_reason": "stop", "is_loop": True},
+        ]
+    }
     assert whatif_view.loop_sample(batch) == (1, 2)
     assert whatif_view.loop_sample(None) == (0, 0)
 
@@ -24,8 +29,10 @@ def test_lines_name_the_check_the_model_and_the_loop_n():
     r = _result(loop_sample=(2, 2))
     line = whatif_view.backtest_line(r)
     check = next(c for c in r.backtest["checks"] if c["predicted"] is not None)
-    assert line.startswith(f"Checked on this run: cut at {check['cut']:,}, this method would have said "
-                           f"{check['predicted']:.1%} above {check['limit']:,}; the truth is {check['truth']:.1%}")
+    assert line.startswith(
+        f"Checked on this run: cut at {check['cut']:,}, this method would have said "
+        f"{check['predicted']:.1%} above {check['limit']:,}; the truth is {check['truth']:.1%}"
+    )
     assert whatif_view.model_line(r).startswith(f"Headline: {r.model}, smallest back-test error")
     loops = whatif_view.loops_line(r)
     assert "2 of 2 sampled" in loops and f"sample {MIN_LOOP_SAMPLES - 2} more" in loops and "0–100%" in loops

@@ -18,11 +18,13 @@ import pytest
 from runhealth import ingest
 from runhealth.node import agent, wire
 
-LINES = [{"text": "a", "finish_reason": "stop", "completion_tokens": 5},
-         {"text": "b", "finish_reason": "length", "completion_tokens": 9},
-         {"text": "b", "finish_reason": "length", "completion_tokens": 9},
-         {"text": "x" * 40, "finish_reason": "length"},  # no count: estimated 10 tokens
-         {"text": "c", "completion_tokens": 2}]  # no finish_reason
+LINES = [
+    {"text": "a", "finish_reason": "stop", "completion_tokens": 5},
+    {"text": "b", "finish_reason": "length", "completion_tokens": 9},
+    {"text": "b", "finish_reason": "length", "completion_tokens": 9},
+    {"text": "x" * 40, "finish_reason": "length"},  # no count: estimated 10 tokens
+    {"text": "c", "completion_tokens": 2},
+]  # no finish_reason
 
 
 @pytest.fixture
@@ -33,8 +35,14 @@ def shard(tmp_path):
 
 
 def poll(shard, **extra):
-    req = {"op": "poll", "shards": {"globs": [shard, shard + ".missing*"]}, "gpu": "demo", "demo_gpus": 2,
-           "metrics_urls": ["http://127.0.0.1:9/metrics"], "metrics_timeout_s": 0.2}
+    req = {
+        "op": "poll",
+        "shards": {"globs": [shard, shard + ".missing*"]},
+        "gpu": "demo",
+        "demo_gpus": 2,
+        "metrics_urls": ["http://127.0.0.1:9/metrics"],
+        "metrics_timeout_s": 0.2,
+    }
     req.update(extra)
     return agent.handle(req)
 
@@ -56,8 +64,9 @@ def check(value, tp, where="reply"):
             check(v, hints[k], f"{where}.{k}")
     elif origin is typing.Union:
         if value is not None:
-            check(value, next(a for a in args if a is not type(None) and (a is not str or isinstance(value, str))),
-                  where)
+            check(
+                value, next(a for a in args if a is not type(None) and (a is not str or isinstance(value, str))), where
+            )
     elif origin is list and value is not None:
         for i, v in enumerate(value):
             check(v, args[0], f"{where}[{i}]")
@@ -82,7 +91,9 @@ def test_the_request_the_collector_sends_is_declared_in_wire():
     from runhealth.collector import poll_request
     from runhealth.config import NodeConfig
 
-    req = poll_request(NodeConfig(name="n", host="local", shards=["/x/*.jsonl"]), {"/x/a.jsonl": {"inode": 1, "offset": 2}})
+    req = poll_request(
+        NodeConfig(name="n", host="local", shards=["/x/*.jsonl"]), {"/x/a.jsonl": {"inode": 1, "offset": 2}}
+    )
     check(req, wire.PollRequest, "poll request")
 
 
@@ -92,7 +103,11 @@ def test_count_rows_keep_the_positional_json_and_read_by_name(shard):
     assert json.loads(json.dumps(rows)) == entry["counts"]  # a CountRow travels as the same list
     assert rows[0] == wire.CountRow(tokens=2, finish_reason=None, estimated=0, count=1)
     assert {(r.tokens, r.finish_reason, r.estimated): r.count for r in rows} == {
-        (2, None, 0): 1, (5, "stop", 0): 1, (9, "length", 0): 2, (10, "length", 1): 1}
+        (2, None, 0): 1,
+        (5, "stop", 0): 1,
+        (9, "length", 0): 2,
+        (10, "length", 1): 1,
+    }
     with pytest.raises(TypeError):
         wire.count_rows([[1, "stop", 0]])  # a row of another shape is refused, not misread
 
@@ -118,17 +133,30 @@ def test_read_poll_of_a_reply_with_parts_missing():
 
 
 def test_health_rows_split_xids_from_readings():
-    reply = {"gpus": {"devices": [{"index": 0, "health": {"pcie_replay": 3, "xid": [79, 48]}},
-                                  {"index": 1, "health": {"xid": []}}, {"index": 2, "error": "fell off the bus"}]}}
+    reply = {
+        "gpus": {
+            "devices": [
+                {"index": 0, "health": {"pcie_replay": 3, "xid": [79, 48]}},
+                {"index": 1, "health": {"xid": []}},
+                {"index": 2, "error": "fell off the bus"},
+            ]
+        }
+    }
     rows = ingest.read_poll(reply).health
-    assert [(h.index, h.health, h.xids) for h in rows] == [(0, {"pcie_replay": 3}, (79, 48)), (1, {}, ()),
-                                                           (2, {}, ())]
+    assert [(h.index, h.health, h.xids) for h in rows] == [(0, {"pcie_replay": 3}, (79, 48)), (1, {}, ()), (2, {}, ())]
     assert reply["gpus"]["devices"][0]["health"]["xid"] == [79, 48]  # the reply itself is left alone
 
 
-@pytest.mark.parametrize(("first", "catching_up", "resets", "pending", "expected"), [
-    (False, False, 0, 0, False), (True, False, 0, 0, True), (False, True, 0, 0, True),
-    (False, False, 1, 0, True), (False, False, 0, 1, True)])
+@pytest.mark.parametrize(
+    ("first", "catching_up", "resets", "pending", "expected"),
+    [
+        (False, False, 0, 0, False),
+        (True, False, 0, 0, True),
+        (False, True, 0, 0, True),
+        (False, False, 1, 0, True),
+        (False, False, 0, 1, True),
+    ],
+)
 def test_backfill_rule(first, catching_up, resets, pending, expected):
     assert ingest.is_backfill(first, catching_up, resets, pending) is expected
 

@@ -25,6 +25,7 @@ def _erlang_sf(k, theta):
 
 def _mix(parts):
     """Mixture of ``(weight, draw, sf)`` parts."""
+
     def draw(rng):
         u, acc = rng.random(), 0.0
         for w, d, _sf in parts:
@@ -32,6 +33,7 @@ def _mix(parts):
             if u < acc:
                 return d(rng)
         return parts[-1][1](rng)
+
     return draw, lambda t: sum(w * sf(t) for w, _d, sf in parts)
 
 
@@ -44,17 +46,18 @@ def _gamma(k, theta):
 
 
 def _lomax(scale, alpha):
-    return ((lambda r: scale * ((1.0 - r.random()) ** (-1.0 / alpha) - 1.0)),
-            lambda t: (1.0 + t / scale) ** -alpha)
+    return ((lambda r: scale * ((1.0 - r.random()) ** (-1.0 / alpha) - 1.0)), lambda t: (1.0 + t / scale) ** -alpha)
 
 
 SHAPES = {
     "gamma": _gamma(3, 900.0),
     "log-normal narrow": _ln(1500, 0.5),
     "log-normal wide": _ln(1500, 1.2),
-    "Weibull": ((lambda r: r.weibullvariate(2800.0, 1.5)), lambda t: math.exp(-(t / 2800.0) ** 1.5)),
-    "log-logistic": ((lambda r: 2400.0 * (lambda u: (u / (1 - u)) ** (1 / 3.0))(r.random())),
-                     lambda t: 1 / (1 + (t / 2400.0) ** 3)),
+    "Weibull": ((lambda r: r.weibullvariate(2800.0, 1.5)), lambda t: math.exp(-((t / 2800.0) ** 1.5))),
+    "log-logistic": (
+        (lambda r: 2400.0 * (lambda u: (u / (1 - u)) ** (1 / 3.0))(r.random())),
+        lambda t: 1 / (1 + (t / 2400.0) ** 3),
+    ),
     "Pareto tail": _lomax(1000.0, 2.5),
     "bimodal": _mix([(0.6, *_ln(600, 0.5)), (0.4, *_ln(3000, 0.7))]),
     "bimodal narrow upper": _mix([(0.7, *_ln(500, 0.6)), (0.3, *_ln(3000, 0.25))]),
@@ -87,5 +90,11 @@ def case(shape: str, share: float, n: int, seed: int, ratio: float = 2.0) -> dic
     for _ in range(n):
         t = max(1, math.ceil(draw(rng)))
         hist.add(min(t, ceiling), "length" if t >= ceiling else "stop")
-    return {"hist": hist, "ceiling": ceiling, "limit": limit, "share": sf(limit),
-            "extra": integral(sf, ceiling, limit), "current": sf(ceiling)}
+    return {
+        "hist": hist,
+        "ceiling": ceiling,
+        "limit": limit,
+        "share": sf(limit),
+        "extra": integral(sf, ceiling, limit),
+        "current": sf(ceiling),
+    }

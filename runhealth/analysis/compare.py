@@ -26,8 +26,10 @@ from runhealth.analysis import stats, whatif
 from runhealth.analysis.stats import LengthHist, Summary, length_source, wilson_interval
 
 Z95 = 1.959964
-SAME_PROMPTS = ("The forecast assumes B's prompts come from the same distribution as A's; "
-                "if they differ, a miss says nothing about the what-if.")
+SAME_PROMPTS = (
+    "The forecast assumes B's prompts come from the same distribution as A's; "
+    "if they differ, a miss says nothing about the what-if."
+)
 
 
 def newcombe_diff(k_a: int, n_a: int, k_b: int, n_b: int) -> dict:
@@ -62,8 +64,14 @@ def mean_diff(pairs_a: list[tuple[int, int]], pairs_b: list[tuple[int, int]]) ->
     half = Z95 * math.sqrt(v_a / n_a + v_b / n_b)
     rel = d / m_a if m_a else None
     rel_iv = [(d - half) / m_a, (d + half) / m_a] if m_a else None
-    return {"a": m_a, "b": m_b, "difference": d, "interval": [d - half, d + half],
-            "relative": rel, "relative_interval": rel_iv}
+    return {
+        "a": m_a,
+        "b": m_b,
+        "difference": d,
+        "interval": [d - half, d + half],
+        "relative": rel,
+        "relative_interval": rel_iv,
+    }
 
 
 def quantile_interval(pairs: list[tuple[int, int]], q: float) -> tuple[int, int, int] | None:
@@ -89,24 +97,27 @@ def percentile_diff(pairs_a, pairs_b, q: float, ceilings=(None, None)) -> dict |
     d = b[0] - a[0]
     lo = d - math.sqrt((b[0] - b[1]) ** 2 + (a[2] - a[0]) ** 2)
     hi = d + math.sqrt((b[2] - b[0]) ** 2 + (a[0] - a[1]) ** 2)
-    cut = [name for name, value, c in (("a", a[0], ceilings[0]), ("b", b[0], ceilings[1]))
-           if c is not None and value >= c]
+    cut = [
+        name for name, value, c in (("a", a[0], ceilings[0]), ("b", b[0], ceilings[1])) if c is not None and value >= c
+    ]
     return {"a": a[0], "b": b[0], "difference": d, "interval": [lo, hi], "at_ceiling": cut}
 
 
 def differences(hist_a: LengthHist, sum_a: Summary, hist_b: LengthHist, sum_b: Summary) -> dict:
     """B - A for the truncated share (each at its own ceiling), mean, median, P90 and P99."""
     pairs_a, pairs_b = length_source(hist_a)[0].length_pairs(), length_source(hist_b)[0].length_pairs()
-    out = {"truncated_fraction": newcombe_diff(sum_a.at_ceiling, sum_a.length_count,
-                                               sum_b.at_ceiling, sum_b.length_count),
-           "mean_tokens": mean_diff(pairs_a, pairs_b)}
+    out = {
+        "truncated_fraction": newcombe_diff(sum_a.at_ceiling, sum_a.length_count, sum_b.at_ceiling, sum_b.length_count),
+        "mean_tokens": mean_diff(pairs_a, pairs_b),
+    }
     for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
         out[name] = percentile_diff(pairs_a, pairs_b, q, (sum_a.ceiling_tokens, sum_b.ceiling_tokens))
     return out
 
 
-def forecast_check(hist_a: LengthHist, sum_a: Summary, hist_b: LengthHist, sum_b: Summary,
-                   bootstrap: int = 200) -> tuple[dict | None, str]:
+def forecast_check(
+    hist_a: LengthHist, sum_a: Summary, hist_b: LengthHist, sum_b: Summary, bootstrap: int = 200
+) -> tuple[dict | None, str]:
     """A's what-if at B's ceiling against B's measured share still cut there.
 
     Returns:
@@ -125,22 +136,32 @@ def forecast_check(hist_a: LengthHist, sum_a: Summary, hist_b: LengthHist, sum_b
         return None, f"no forecast check: {w.note}"
     mean_a, mean_b = sum_a.tokens.mean, sum_b.tokens.mean
     mean = mean_b - mean_a if sum_a.length_count and mean_a is not None and mean_b is not None else None
-    return {"limit": int(c_b), "predicted_fraction": outcome["forecast"], "interval": outcome["interval"],
-            "measured_fraction": outcome["observed"], "inside": bool(outcome["covered"]),
-            "measured_interval": list(wilson_interval(sum_b.at_ceiling, sum_b.length_count)),
-            "model": w.model, "predicted_extra_tokens": w.extra_tokens_per_completion,
-            "predicted_extra_tokens_interval": w.extra_tokens_interval,
-            "measured_extra_tokens": mean, "assumes_same_prompts": True}, SAME_PROMPTS
+    return {
+        "limit": int(c_b),
+        "predicted_fraction": outcome["forecast"],
+        "interval": outcome["interval"],
+        "measured_fraction": outcome["observed"],
+        "inside": bool(outcome["covered"]),
+        "measured_interval": list(wilson_interval(sum_b.at_ceiling, sum_b.length_count)),
+        "model": w.model,
+        "predicted_extra_tokens": w.extra_tokens_per_completion,
+        "predicted_extra_tokens_interval": w.extra_tokens_interval,
+        "measured_extra_tokens": mean,
+        "assumes_same_prompts": True,
+    }, SAME_PROMPTS
 
 
 def headline(sum_a: Summary, sum_b: Summary, diffs: dict) -> str:
     """The "B vs A" sentence, e.g. "At 8,192: 2.4% still cut (was 18.0% at 4,096); completions 31% longer"."""
+
     def at(s: Summary) -> str:
         return f"at {s.ceiling_tokens:,}" if s.ceiling_tokens is not None else "with no ceiling detected"
 
     share = diffs["truncated_fraction"]
-    first = (f"{at(sum_b)[0].upper()}{at(sum_b)[1:]}: {100 * share['b']:.1f}% still cut"
-             f" (was {100 * share['a']:.1f}% {at(sum_a)})")
+    first = (
+        f"{at(sum_b)[0].upper()}{at(sum_b)[1:]}: {100 * share['b']:.1f}% still cut"
+        f" (was {100 * share['a']:.1f}% {at(sum_a)})"
+    )
     mean = diffs["mean_tokens"]
     if not mean or mean["relative"] is None:
         return first

@@ -22,8 +22,13 @@ def messages_for(prompt: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"role": "user", "content": prompt}]
 
 
-def build(samples: list[dict[str, Any]], new_limit: int, ceiling: int, model: str | None,
-          prompt_paths: dict[str, str | None] | None = None) -> dict[str, Any]:
+def build(
+    samples: list[dict[str, Any]],
+    new_limit: int,
+    ceiling: int,
+    model: str | None,
+    prompt_paths: dict[str, str | None] | None = None,
+) -> dict[str, Any]:
     """Batch lines for the samples that have both prompt and text, and why the others do not.
 
     Args:
@@ -40,7 +45,9 @@ def build(samples: list[dict[str, Any]], new_limit: int, ceiling: int, model: st
     budget = int(new_limit) - int(ceiling)
     out: dict[str, Any] = {"lines": [], "missing_prompt": {}, "problems": []}
     if budget <= 0:
-        out["problems"].append(f"The new limit {new_limit:,} is not above the ceiling {ceiling:,}: nothing to continue.")
+        out["problems"].append(
+            f"The new limit {new_limit:,} is not above the ceiling {ceiling:,}: nothing to continue."
+        )
         return out
     seen: set[str] = set()
     for s in samples:
@@ -52,14 +59,22 @@ def build(samples: list[dict[str, Any]], new_limit: int, ceiling: int, model: st
         if custom_id in seen:  # the same line drawn twice: one request is enough
             continue
         seen.add(custom_id)
-        body = {"model": model or "", "messages": messages_for(s["prompt"]) + [{"role": "assistant", "content": s["text"]}],
-                "max_tokens": budget, "continue_final_message": True, "add_generation_prompt": False}
+        body = {
+            "model": model or "",
+            "messages": messages_for(s["prompt"]) + [{"role": "assistant", "content": s["text"]}],
+            "max_tokens": budget,
+            "continue_final_message": True,
+            "add_generation_prompt": False,
+        }
         out["lines"].append({"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body})
     paths = prompt_paths or {}
     for node, n in sorted(out["missing_prompt"].items()):
-        where = (f'prompt_path = "{paths[node]}" found nothing there' if paths.get(node)
-                 else f"no prompt in the line (looked for {DEFAULT_PROMPT_FIELDS}); set [[nodes]] prompt_path "
-                      "to where your generator keeps it")
+        where = (
+            f'prompt_path = "{paths[node]}" found nothing there'
+            if paths.get(node)
+            else f"no prompt in the line (looked for {DEFAULT_PROMPT_FIELDS}); set [[nodes]] prompt_path "
+            "to where your generator keeps it"
+        )
         out["problems"].append(f"{node}: {n} truncated sample(s) left out: {where}.")
     if not model:
         out["problems"].append('No [run] continuation_model set: each body has "model": "" to fill in.')

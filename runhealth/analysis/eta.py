@@ -8,8 +8,13 @@ is arithmetic on a measured rate, not a fit.
 from __future__ import annotations
 
 
-def eta_change(remaining_completions: int, tokens_per_s: float | None, mean_tokens_now: float,
-               extra_tokens_per_completion: float, extra_tokens_interval: list[float] | None = None) -> dict:
+def eta_change(
+    remaining_completions: int,
+    tokens_per_s: float | None,
+    mean_tokens_now: float,
+    extra_tokens_per_completion: float,
+    extra_tokens_interval: list[float] | None = None,
+) -> dict:
     """Time to finish the run now and with the extra tokens per completion.
 
     The change is linear in the extra tokens, so its interval is the extra tokens' calibrated
@@ -26,5 +31,9 @@ def eta_change(remaining_completions: int, tokens_per_s: float | None, mean_toke
     now = remaining * mean_tokens_now / tokens_per_s
     new = remaining * (mean_tokens_now + extra) / tokens_per_s
     lo, hi = extra_tokens_interval or (extra, extra)
-    return {"eta_s_now": now, "eta_s_new": new, "delta_s": new - now,
-            "delta_s_interval": [remaining * lo / tokens_per_s, remaining * hi / tokens_per_s]}
+    return {
+        "eta_s_now": now,
+        "eta_s_new": new,
+        "delta_s": new - now,
+        "delta_s_interval": [remaining * lo / tokens_per_s, remaining * hi / tokens_per_s],
+    }

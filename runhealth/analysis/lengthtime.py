@@ -21,9 +21,11 @@ from runhealth.store import Store
 
 HOUR = 3600
 BINS_PER_DOUBLING = 16
-_SCHEMA = ("CREATE TABLE IF NOT EXISTS length_hourly (bucket_unix INTEGER NOT NULL, tokens INTEGER NOT NULL,"
-           " by_length INTEGER NOT NULL, estimated INTEGER NOT NULL, backfill INTEGER NOT NULL, count INTEGER NOT NULL,"
-           " PRIMARY KEY (bucket_unix, tokens, by_length, estimated, backfill)) WITHOUT ROWID")
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS length_hourly (bucket_unix INTEGER NOT NULL, tokens INTEGER NOT NULL,"
+    " by_length INTEGER NOT NULL, estimated INTEGER NOT NULL, backfill INTEGER NOT NULL, count INTEGER NOT NULL,"
+    " PRIMARY KEY (bucket_unix, tokens, by_length, estimated, backfill)) WITHOUT ROWID"
+)
 
 
 def bin_upper(tokens: int) -> int:
@@ -56,7 +58,8 @@ def record(store: Store, node: str, reply: dict[str, Any], ts_unix: float) -> No
         db.executemany(
             "INSERT INTO length_hourly VALUES (?,?,?,?,?,?) ON CONFLICT (bucket_unix, tokens, by_length, estimated,"
             " backfill) DO UPDATE SET count = count + excluded.count",
-            [(bucket, t, b, e, backfill, n) for (t, b, e), n in rows.items()])
+            [(bucket, t, b, e, backfill, n) for (t, b, e), n in rows.items()],
+        )
 
 
 def hourly(store: Store, ceiling: int | None) -> list[dict[str, Any]]:
@@ -69,9 +72,12 @@ def hourly(store: Store, ceiling: int | None) -> list[dict[str, Any]]:
         return []
     estimated = 0 if store._rows("SELECT 1 FROM length_hourly WHERE estimated = 0 LIMIT 1") else 1
     by_hour: dict[int, dict[str, Any]] = {}
-    for r in store._rows("SELECT bucket_unix, tokens, by_length, MAX(backfill) AS backfill, SUM(count) AS n"
-                         " FROM length_hourly WHERE estimated = ? GROUP BY bucket_unix, tokens, by_length"
-                         " ORDER BY bucket_unix, tokens", (estimated,)):
+    for r in store._rows(
+        "SELECT bucket_unix, tokens, by_length, MAX(backfill) AS backfill, SUM(count) AS n"
+        " FROM length_hourly WHERE estimated = ? GROUP BY bucket_unix, tokens, by_length"
+        " ORDER BY bucket_unix, tokens",
+        (estimated,),
+    ):
         h = by_hour.setdefault(r["bucket_unix"], {"pairs": {}, "at": 0, "backfill": 0})
         h["pairs"][r["tokens"]] = h["pairs"].get(r["tokens"], 0) + r["n"]
         h["backfill"] |= r["backfill"]
@@ -81,8 +87,13 @@ def hourly(store: Store, ceiling: int | None) -> list[dict[str, Any]]:
     for bucket, h in sorted(by_hour.items()):
         pairs = sorted(h["pairs"].items())
         n = sum(c for _t, c in pairs)
-        row = {"bucket_unix": bucket, "completions": n, "at_ceiling": h["at"], "backfill": h["backfill"],
-               "at_ceiling_fraction": h["at"] / n if n else 0.0}
+        row = {
+            "bucket_unix": bucket,
+            "completions": n,
+            "at_ceiling": h["at"],
+            "backfill": h["backfill"],
+            "at_ceiling_fraction": h["at"] / n if n else 0.0,
+        }
         for name, q in (("p50", 50), ("p90", 90), ("p99", 99)):
             row[name] = stats.percentile_nearest_rank(pairs, q)
         out.append(row)

@@ -37,7 +37,7 @@ def compress_ratio(text: str) -> float:
 def repeated_ngram_share(text: str, n: int = NGRAM) -> float:
     """Share of word n-grams (lower-cased) that already occurred earlier in the text."""
     words = [w.lower() for w in _WORD.findall(text)]
-    grams = [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
+    grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
     if not grams:
         return 0.0
     return 1.0 - len(set(grams)) / len(grams)
@@ -87,5 +87,4 @@ def loop_share(texts) -> dict:
     """
     flags = [loop_score(t)["is_loop"] for t in texts]
     n, loops = len(flags), sum(flags)
-    return {"n": n, "loops": loops, "fraction": (loops / n) if n else None,
-            "interval": wilson_interval(loops, n)}
+    return {"n": n, "loops": loops, "fraction": (loops / n) if n else None, "interval": wilson_interval(loops, n)}

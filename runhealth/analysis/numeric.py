@@ -56,8 +56,7 @@ def log_gamma_sf(a: float, x: float) -> float:
 def nelder_mead(f, x0, step=0.3, max_evals=600, tol=1e-10):
     """Minimise ``f`` from ``x0`` (standard Nelder-Mead); returns ``(x_best, f_best)``."""
     dim = len(x0)
-    simplex = [list(x0)] + [[x0[j] + (step if j == i else 0.0) for j in range(dim)]
-                            for i in range(dim)]
+    simplex = [list(x0)] + [[x0[j] + (step if j == i else 0.0) for j in range(dim)] for i in range(dim)]
     values = [f(p) for p in simplex]
     evals = dim + 1
     while evals < max_evals:
@@ -89,8 +88,7 @@ def nelder_mead(f, x0, step=0.3, max_evals=600, tol=1e-10):
                 simplex[-1], values[-1] = contracted, f_c
             else:
                 best = simplex[0]
-                simplex = [best] + [[b + 0.5 * (p - b) for b, p in zip(best, q, strict=True)]
-                                    for q in simplex[1:]]
+                simplex = [best] + [[b + 0.5 * (p - b) for b, p in zip(best, q, strict=True)] for q in simplex[1:]]
                 values = [values[0]] + [f(p) for p in simplex[1:]]
                 evals += dim
     i = min(range(dim + 1), key=values.__getitem__)

@@ -48,8 +48,7 @@ class LengthHist:
             hist.add(tokens, finish_reason, estimated, count)
         return hist
 
-    def add(self, tokens: int, finish_reason: str | None, estimated: int = 0,
-            count: int = 1) -> None:
+    def add(self, tokens: int, finish_reason: str | None, estimated: int = 0, count: int = 1) -> None:
         """Add ``count`` completions of length ``tokens`` (zero/negative counts are ignored)."""
         if count > 0:
             self._counts[(int(tokens), finish_reason, 1 if estimated else 0)] += int(count)
@@ -240,9 +239,23 @@ class Summary:
         return {key: out[key] for key in _JSON_KEYS}
 
 
-_JSON_KEYS = ("completions", "unparseable", "finish_reasons", "ceiling", "ceiling_source", "at_ceiling",
-              "at_ceiling_fraction", "at_ceiling_interval", "length_below_ceiling", "tokens", "tokens_total",
-              "length_count", "estimated_count", "length_source", "exact")
+_JSON_KEYS = (
+    "completions",
+    "unparseable",
+    "finish_reasons",
+    "ceiling",
+    "ceiling_source",
+    "at_ceiling",
+    "at_ceiling_fraction",
+    "at_ceiling_interval",
+    "length_below_ceiling",
+    "tokens",
+    "tokens_total",
+    "length_count",
+    "estimated_count",
+    "length_source",
+    "exact",
+)
 
 
 def _token_stats(used: LengthHist) -> tuple[TokenStats, int]:
@@ -250,8 +263,14 @@ def _token_stats(used: LengthHist) -> tuple[TokenStats, int]:
     n_total = sum(n for _t, n in pairs)
     tokens_total = sum(t * n for t, n in pairs)
     p50, p90, p95, p99 = (percentile_nearest_rank(pairs, q) for q in (50, 90, 95, 99))
-    stats = TokenStats(mean=(tokens_total / n_total) if n_total else None, p50=p50, p90=p90, p95=p95, p99=p99,
-                       max=pairs[-1][0] if pairs else None)
+    stats = TokenStats(
+        mean=(tokens_total / n_total) if n_total else None,
+        p50=p50,
+        p90=p90,
+        p95=p95,
+        p99=p99,
+        max=pairs[-1][0] if pairs else None,
+    )
     return stats, tokens_total
 
 

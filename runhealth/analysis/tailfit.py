@@ -19,6 +19,7 @@ _BIG = 1e300
 
 # ---------------------------------------------------------------- count-table fits
 
+
 class Cells:
     """A count table compressed for fitting: log-binned events, censor points, the ceiling.
 
@@ -40,8 +41,8 @@ class Cells:
     def resampled(self, counts: list[int]) -> Cells:
         """Same bins with new counts (bin sums scaled: each bin keeps its mean)."""
         k = len(self.ev)
-        ev = [[m, *(s * m / e[0] for s in e[1:])] for e, m in zip(self.ev, counts[1:k + 1], strict=True)]
-        cens = [[m, c[1]] for c, m in zip(self.cens, counts[k + 1:-1], strict=True)]
+        ev = [[m, *(s * m / e[0] for s in e[1:])] for e, m in zip(self.ev, counts[1 : k + 1], strict=True)]
+        cens = [[m, c[1]] for c, m in zip(self.cens, counts[k + 1 : -1], strict=True)]
         return Cells(ev, cens, counts[-1], counts[0], self.log_m)
 
     def event_sums(self) -> tuple[float, float, float, float]:
@@ -96,6 +97,7 @@ def _bin_cens(cens, nbins):
 
 # ---------------------------------------------------------------- likelihoods and tail ratios
 
+
 def _ln_nll(cells: Cells, log_c: float, n_ceil: float):
     n_e, s_y, s_y2, _s_t = cells.event_sums()
     n_fit = n_e + n_ceil + sum(c[0] for c in cells.cens)
@@ -112,6 +114,7 @@ def _ln_nll(cells: Cells, log_c: float, n_ceil: float):
         if cells.log_m is not None:
             ll -= n_fit * log_norm_sf((cells.log_m - mu) / s)
         return -ll
+
     return nll
 
 
@@ -127,6 +130,7 @@ def _gamma_nll(cells: Cells, ceiling: float, n_ceil: float):
         ll += n_ceil * log_gamma_sf(a, ceiling / th)
         ll += sum(n * log_gamma_sf(a, math.exp(y) / th) for n, y in cells.cens)
         return -ll
+
     return nll
 
 
@@ -147,6 +151,7 @@ def _weibull_nll(cells: Cells, log_c: float, n_ceil: float):
         except OverflowError:
             return _BIG
         return -ll
+
     return nll
 
 
@@ -168,6 +173,7 @@ def _loglogistic_nll(cells: Cells, log_c: float, n_ceil: float):
         ll -= sum(n * _softplus(b * (y - log_a)) for n, y in cells.cens)
         ll -= n_ceil * _softplus(b * (log_c - log_a))
         return -ll
+
     return nll
 
 
@@ -208,15 +214,31 @@ def fit_full(cells: Cells, ceiling: int, n_ceil: float, families=None) -> dict:
     k0 = math.pi / (sd_y * math.sqrt(6))
     fits = {}
     for family, nll, start, make in (
-            ("log-normal", _ln_nll(cells, log_c, n_ceil), [mean_y, math.log(sd_y)],
-             lambda p: ln_ratio(p[0], math.exp(p[1]), ceiling)),
-            ("gamma", _gamma_nll(cells, ceiling, n_ceil), [math.log(shape), math.log(mean_t / shape)],
-             lambda p: _gamma_ratio(math.exp(p[0]), math.exp(p[1]), ceiling)),
-            ("Weibull", _weibull_nll(cells, log_c, n_ceil), [math.log(k0), mean_y + 0.5772 / k0],
-             lambda p: _weibull_ratio(math.exp(p[0]), math.exp(p[1]), ceiling)),
-            ("log-logistic", _loglogistic_nll(cells, log_c, n_ceil),
-             [math.log(math.pi / (sd_y * math.sqrt(3))), mean_y],
-             lambda p: _loglogistic_ratio(math.exp(p[0]), p[1], ceiling))):
+        (
+            "log-normal",
+            _ln_nll(cells, log_c, n_ceil),
+            [mean_y, math.log(sd_y)],
+            lambda p: ln_ratio(p[0], math.exp(p[1]), ceiling),
+        ),
+        (
+            "gamma",
+            _gamma_nll(cells, ceiling, n_ceil),
+            [math.log(shape), math.log(mean_t / shape)],
+            lambda p: _gamma_ratio(math.exp(p[0]), math.exp(p[1]), ceiling),
+        ),
+        (
+            "Weibull",
+            _weibull_nll(cells, log_c, n_ceil),
+            [math.log(k0), mean_y + 0.5772 / k0],
+            lambda p: _weibull_ratio(math.exp(p[0]), math.exp(p[1]), ceiling),
+        ),
+        (
+            "log-logistic",
+            _loglogistic_nll(cells, log_c, n_ceil),
+            [math.log(math.pi / (sd_y * math.sqrt(3))), mean_y],
+            lambda p: _loglogistic_ratio(math.exp(p[0]), p[1], ceiling),
+        ),
+    ):
         if families is not None and family not in families:
             continue
         p, value = nelder_mead(nll, start)
@@ -243,9 +265,8 @@ def exp_ratio(rows, ceiling: int, loopers: float):
     return lambda t: math.exp(-rate * (t - ceiling))
 
 
-
-
 # ---------------------------------------------------------------- two-component mixture
+
 
 def _norm_pdf(z: float) -> float:
     return math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
@@ -264,7 +285,7 @@ def _mixture_step(cells: Cells, n_ceil: float, log_c: float, p):
     w, mu1, s1, mu2, s2 = p
     # Component 2's log density minus component 1's, as a quadratic in y (one exp per bin).
     c0 = math.log1p(-w) - math.log(w) - math.log(s2 / s1) - 0.5 * ((mu2 / s2) ** 2 - (mu1 / s1) ** 2)
-    c1, c2 = mu2 / s2 ** 2 - mu1 / s1 ** 2, -0.5 / s2 ** 2 + 0.5 / s1 ** 2
+    c1, c2 = mu2 / s2**2 - mu1 / s1**2, -0.5 / s2**2 + 0.5 / s1**2
     base = math.log(w) - math.log(s1) - 0.5 * _LOG_2PI
     a0 = a1 = a2 = b0 = b1 = b2 = 0.0  # per component: weight, sum y, sum y^2
     loglik = 0.0
@@ -314,8 +335,10 @@ def fit_mixture(cells: Cells, ceiling: int, n_ceil: float, max_iter: int = 80, t
     log_c = math.log(ceiling)
     mean, sd = _moment_start(cells)
     runs = []
-    for p in ([0.5, mean - 0.7 * sd, 0.6 * sd, mean + 0.7 * sd, 0.6 * sd],
-              [0.7, mean - 0.3 * sd, 0.7 * sd, log_c - 0.3, 0.3]):
+    for p in (
+        [0.5, mean - 0.7 * sd, 0.6 * sd, mean + 0.7 * sd, 0.6 * sd],
+        [0.7, mean - 0.3 * sd, 0.7 * sd, log_c - 0.3, 0.3],
+    ):
         runs.append(_em(cells, n_ceil, log_c, p, 12, tol))
     p, loglik = _em(cells, n_ceil, log_c, max(runs, key=lambda r: r[1])[0], max_iter, tol)
     return ln_mixture_ratio(p, ceiling), loglik
@@ -335,7 +358,7 @@ def coarsened(cells: Cells, factor: int) -> Cells:
     """The same table with every ``factor`` consecutive event bins merged (sums add)."""
     ev = []
     for i in range(0, len(cells.ev), factor):
-        group = cells.ev[i:i + factor]
+        group = cells.ev[i : i + factor]
         ev.append([sum(g[j] for g in group) for j in range(4)])
     return Cells(ev, cells.cens, cells.n_ceil, cells.n_other, cells.log_m)
 

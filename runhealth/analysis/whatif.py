@@ -48,8 +48,10 @@ from runhealth.analysis.tailfit import (
     ln_ratio,
 )
 
-NOTE = ("Extrapolation beyond the observed ceiling: the tail above it was never seen, so this is "
-        "a model estimate; measure with a continuation batch for an exact answer.")
+NOTE = (
+    "Extrapolation beyond the observed ceiling: the tail above it was never seen, so this is "
+    "a model estimate; measure with a continuation batch for an exact answer."
+)
 DEFAULT_MODEL = "tail log-normal"
 EXP_MODEL = "exponential tail"
 MIX_MODEL = "log-normal mixture"
@@ -69,8 +71,6 @@ CALIBRATION = (3.0, 1.5)
 # ~0.5 nats of one standard error) halves their evaluations and moves the interval by < 1e-4.
 BOOTSTRAP_TOL = 1e-8
 _Z95 = 1.959964
-
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,6 +125,7 @@ def _typed(result: dict[str, Any]) -> WhatIf:
 
 # ---------------------------------------------------------------- fits at one ceiling
 
+
 def _tail_cells(rows, ceiling: int) -> Cells | None:
     """The upper half of the data, or None when too few completions finished below the ceiling."""
     median = percentile_nearest_rank([(t, n) for t, _c, n in rows], 50)
@@ -174,6 +175,7 @@ def _combine(ratio, cells_total, n_ceil, lf, ceiling, new_limit):
 
 # ---------------------------------------------------------------- back-test on the run's own data
 
+
 def backtest(rows, ceiling: int, new_limit: int, lf: float, families=None) -> list[dict]:
     """Censor the observed lengths at c = C / r and C / sqrt(r), predict the share above C.
 
@@ -201,10 +203,17 @@ def backtest(rows, ceiling: int, new_limit: int, lf: float, families=None) -> li
         lf_cut = loopers / n_cut
         models, _params = _fit_models(cut_rows, _tail_cells(cut_rows, cut), cut, lf_cut, families)
         pred = {m: _combine(ratio, n_total, n_cut, lf_cut, cut, ceiling) for m, ratio in models.items()}
-        checks.append({"cut": cut, "limit": ceiling, "ratio": ceiling / cut, "truth": n_ceil / n_total,
-                       "truth_extra": sum(n * (min(t, ceiling) - min(t, cut)) for t, _c, n in rows) / n_total,
-                       "predicted": {m: v[0] for m, v in pred.items()},
-                       "predicted_extra": {m: v[1] for m, v in pred.items()}})
+        checks.append(
+            {
+                "cut": cut,
+                "limit": ceiling,
+                "ratio": ceiling / cut,
+                "truth": n_ceil / n_total,
+                "truth_extra": sum(n * (min(t, ceiling) - min(t, cut)) for t, _c, n in rows) / n_total,
+                "predicted": {m: v[0] for m, v in pred.items()},
+                "predicted_extra": {m: v[1] for m, v in pred.items()},
+            }
+        )
     return checks
 
 
@@ -240,8 +249,10 @@ def choose_headline(models, errors: dict[str, float], checks: Sequence[dict] = (
 
 # ---------------------------------------------------------------- calibrated intervals
 
-def _envelope(values: dict[str, float], head: str, errors: dict[str, float], boot: tuple[float, float],
-              fixed: float) -> tuple[float, float]:
+
+def _envelope(
+    values: dict[str, float], head: str, errors: dict[str, float], boot: tuple[float, float], fixed: float
+) -> tuple[float, float]:
     """Admitted models' range, widened by the headline's back-test error and the bootstrap.
 
     ``fixed`` is the loopers' part, which no model changes; only the rest is widened.
@@ -265,19 +276,30 @@ def at_limit(fit: dict, limit: int, boot=(1.0, 1.0)) -> dict:
     ends = {}
     for lf in sorted({fit["lf"], *fit["lf_range"]}):
         band = {m: _combine(ratio, tail.total, tail.n_ceil, lf, ceiling, limit) for m, ratio in models.items()}
-        ends[lf] = band, _envelope({m: v[0] for m, v in band.items()}, head, err_s, boot, lf * s_c), \
-            _envelope({m: v[1] for m, v in band.items()}, head, err_e, boot, lf * s_c * (limit - ceiling))
+        ends[lf] = (
+            band,
+            _envelope({m: v[0] for m, v in band.items()}, head, err_s, boot, lf * s_c),
+            _envelope({m: v[1] for m, v in band.items()}, head, err_e, boot, lf * s_c * (limit - ceiling)),
+        )
     band = ends[fit["lf"]][0]
     share, extra = band[head]
     lo_lf, hi_lf = fit["lf_range"]
-    return {"limit": limit, "truncated_fraction": share, "extra_tokens_per_completion": extra,
-            "interval": [max(0.0, min(share, ends[lo_lf][1][0])), min(s_c, max(share, ends[hi_lf][1][1]))],
-            "extra_tokens_interval": [max(0.0, min(extra, ends[lo_lf][2][0])),
-                                      min(s_c * (limit - ceiling), max(extra, ends[hi_lf][2][1]))],
-            "band": {m: v[0] for m, v in band.items()}, "extra_tokens_band": {m: v[1] for m, v in band.items()}}
+    return {
+        "limit": limit,
+        "truncated_fraction": share,
+        "extra_tokens_per_completion": extra,
+        "interval": [max(0.0, min(share, ends[lo_lf][1][0])), min(s_c, max(share, ends[hi_lf][1][1]))],
+        "extra_tokens_interval": [
+            max(0.0, min(extra, ends[lo_lf][2][0])),
+            min(s_c * (limit - ceiling), max(extra, ends[hi_lf][2][1])),
+        ],
+        "band": {m: v[0] for m, v in band.items()},
+        "extra_tokens_band": {m: v[1] for m, v in band.items()},
+    }
 
 
 # ---------------------------------------------------------------- bootstrap and loops
+
 
 def _tail_estimate(cells: Cells, ceiling, new_limit, lf, start=None, step=0.3, tol=1e-10):
     if sum(e[0] for e in cells.ev) < 2 or cells.n_ceil <= 0:
@@ -295,8 +317,15 @@ def _bootstrap(fit: dict, new_limit: int, reps: int, seed: int) -> tuple[tuple[f
     rng = random.Random(seed)
     n, weights, shares = int(round(tail.total)), tail.counts(), []
     for _ in range(reps):
-        est = _tail_estimate(tail.resampled(multinomial(rng, n, weights)), ceiling, new_limit, lf,
-                             list(fit["params"]), step=0.1, tol=BOOTSTRAP_TOL)
+        est = _tail_estimate(
+            tail.resampled(multinomial(rng, n, weights)),
+            ceiling,
+            new_limit,
+            lf,
+            list(fit["params"]),
+            step=0.1,
+            tol=BOOTSTRAP_TOL,
+        )
         if est is not None:
             shares.append(est[0])
     if not shares or point <= 0:
@@ -329,20 +358,40 @@ def loop_share(loop_fraction: float, loop_sample: tuple[int, int] | None) -> dic
         return {"point": lf, "interval": [lf, lf], "loops": None, "sampled": None, "used": True, "needed": 0}
     k, n = int(loop_sample[0]), int(loop_sample[1])
     if n < MIN_LOOP_SAMPLES:
-        return {"point": 0.0, "interval": [0.0, 1.0], "loops": k, "sampled": n, "used": False,
-                "needed": MIN_LOOP_SAMPLES - n}
+        return {
+            "point": 0.0,
+            "interval": [0.0, 1.0],
+            "loops": k,
+            "sampled": n,
+            "used": False,
+            "needed": MIN_LOOP_SAMPLES - n,
+        }
     return {"point": k / n, "interval": list(wilson(k, n)), "loops": k, "sampled": n, "used": True, "needed": 0}
 
 
 # ---------------------------------------------------------------- the what-if
 
+
 def _base_result(ceiling, new_limit, s_c, loops) -> dict:
-    return {"limit": int(new_limit), "ceiling": ceiling, "truncated_fraction": None,
-            "interval": [0.0, s_c], "extra_tokens_per_completion": None,
-            "extra_tokens_interval": [0.0, s_c * max(0, new_limit - (ceiling or 0))],
-            "model": None, "model_reason": None, "band": {}, "extra_tokens_band": {}, "hard_bounds": [0.0, s_c],
-            "current_truncated_fraction": s_c, "loop_fraction": loops["point"], "loops": loops,
-            "backtest": None, "note": NOTE, "curve": []}
+    return {
+        "limit": int(new_limit),
+        "ceiling": ceiling,
+        "truncated_fraction": None,
+        "interval": [0.0, s_c],
+        "extra_tokens_per_completion": None,
+        "extra_tokens_interval": [0.0, s_c * max(0, new_limit - (ceiling or 0))],
+        "model": None,
+        "model_reason": None,
+        "band": {},
+        "extra_tokens_band": {},
+        "hard_bounds": [0.0, s_c],
+        "current_truncated_fraction": s_c,
+        "loop_fraction": loops["point"],
+        "loops": loops,
+        "backtest": None,
+        "note": NOTE,
+        "curve": [],
+    }
 
 
 def _censored_rows(hist: LengthHist, ceiling: int):
@@ -357,11 +406,15 @@ def _lowered(result, rows, n_total, ceiling, new_limit):
     """A limit at or below the ceiling needs no model: the lengths below C were observed."""
     still = sum(n for t, _cz, n in rows if t >= new_limit)
     lost = sum(n * (min(t, ceiling) - min(t, new_limit)) for t, _cz, n in rows)
-    result.update(truncated_fraction=still / n_total, interval=[still / n_total] * 2,
-                  extra_tokens_per_completion=-lost / n_total,
-                  extra_tokens_interval=[-lost / n_total] * 2, model="empirical",
-                  model_reason="the lengths below the ceiling were observed",
-                  note="Limit at or below the observed ceiling: exact from the observed lengths.")
+    result.update(
+        truncated_fraction=still / n_total,
+        interval=[still / n_total] * 2,
+        extra_tokens_per_completion=-lost / n_total,
+        extra_tokens_interval=[-lost / n_total] * 2,
+        model="empirical",
+        model_reason="the lengths below the ceiling were observed",
+        note="Limit at or below the observed ceiling: exact from the observed lengths.",
+    )
     return result
 
 
@@ -373,29 +426,60 @@ def _analyse(rows, ceiling: int, new_limit: int, loops: dict) -> dict | None:
     lf = loops["point"]
     models, params = _fit_models(rows, tail, ceiling, lf)
     ratio = max(new_limit, ceiling + 1) / ceiling
-    aic = [m[:-len(" (AIC)")] for m in models if m.endswith(" (AIC)")]
+    aic = [m[: -len(" (AIC)")] for m in models if m.endswith(" (AIC)")]
     checks = backtest(rows, ceiling, max(new_limit, ceiling + 1), lf, aic)
     errors, errors_extra = backtest_errors(checks, ratio), backtest_errors(checks, ratio, "_extra")
     head, reason = choose_headline(models, errors, checks)
-    return {"ceiling": ceiling, "tail": tail, "models": models, "params": params, "lf": lf,
-            "lf_range": loops["interval"], "ratio": ratio, "checks": checks, "errors": errors,
-            "errors_extra": errors_extra, "head": head, "reason": reason}
+    return {
+        "ceiling": ceiling,
+        "tail": tail,
+        "models": models,
+        "params": params,
+        "lf": lf,
+        "lf_range": loops["interval"],
+        "ratio": ratio,
+        "checks": checks,
+        "errors": errors,
+        "errors_extra": errors_extra,
+        "head": head,
+        "reason": reason,
+    }
 
 
 def _backtest_summary(fit: dict) -> dict | None:
     checks, head = fit["checks"], fit["head"]
     if not checks:
         return None
-    return {"checks": [{"cut": c["cut"], "limit": c["limit"], "truth": c["truth"],
-                        "predicted": c["predicted"].get(head), "truth_extra": c["truth_extra"],
-                        "predicted_extra": c["predicted_extra"].get(head), "by_model": c["predicted"]}
-                       for c in checks],
-            "errors": fit["errors"], "extra_errors": fit["errors_extra"], "model": head}
+    return {
+        "checks": [
+            {
+                "cut": c["cut"],
+                "limit": c["limit"],
+                "truth": c["truth"],
+                "predicted": c["predicted"].get(head),
+                "truth_extra": c["truth_extra"],
+                "predicted_extra": c["predicted_extra"].get(head),
+                "by_model": c["predicted"],
+            }
+            for c in checks
+        ],
+        "errors": fit["errors"],
+        "extra_errors": fit["errors_extra"],
+        "model": head,
+    }
 
 
-def what_if(hist: LengthHist, ceiling: int | None, new_limit: int, *, loop_fraction: float = 0.0,
-            loop_sample: tuple[int, int] | None = None, bootstrap: int = 200, seed: int = 0,
-            curve_limits: tuple[int, ...] = ()) -> WhatIf:
+def what_if(
+    hist: LengthHist,
+    ceiling: int | None,
+    new_limit: int,
+    *,
+    loop_fraction: float = 0.0,
+    loop_sample: tuple[int, int] | None = None,
+    bootstrap: int = 200,
+    seed: int = 0,
+    curve_limits: tuple[int, ...] = (),
+) -> WhatIf:
     """Estimate the share still truncated, and the extra tokens, if max_tokens were ``new_limit``.
 
     Args:
@@ -417,32 +501,53 @@ def what_if(hist: LengthHist, ceiling: int | None, new_limit: int, *, loop_fract
     loops = loop_share(loop_fraction, loop_sample)
     if ceiling is None:
         result = _base_result(None, new_limit, 0.0, loops)
-        result.update(truncated_fraction=0.0, extra_tokens_per_completion=0.0,
-                      note="No max_tokens ceiling detected: nothing is cut off at a limit.")
+        result.update(
+            truncated_fraction=0.0,
+            extra_tokens_per_completion=0.0,
+            note="No max_tokens ceiling detected: nothing is cut off at a limit.",
+        )
         return _typed(result)
     rows, n_total, n_ceil = _censored_rows(hist, ceiling)
     s_c = n_ceil / n_total if n_total else 0.0
     result = _base_result(ceiling, new_limit, s_c, loops)
     if n_total == 0 or n_ceil == 0:
-        result.update(truncated_fraction=0.0, interval=[0.0, 0.0], extra_tokens_per_completion=0.0,
-                      extra_tokens_interval=[0.0, 0.0], note="No completion stopped at the ceiling.")
+        result.update(
+            truncated_fraction=0.0,
+            interval=[0.0, 0.0],
+            extra_tokens_per_completion=0.0,
+            extra_tokens_interval=[0.0, 0.0],
+            note="No completion stopped at the ceiling.",
+        )
         return _typed(result)
     if new_limit <= ceiling:
         return _typed(_lowered(result, rows, n_total, ceiling, new_limit))
     fit = _analyse(rows, ceiling, new_limit, loops)
     if fit is None:
-        result["note"] = ("Too few completions finished below the ceiling to model the tail: "
-                          "only the hard bounds are known. " + NOTE)
+        result["note"] = (
+            "Too few completions finished below the ceiling to model the tail: only the hard bounds are known. " + NOTE
+        )
         return _typed(result)
     boot, reps = _bootstrap(fit, new_limit, bootstrap, seed) if bootstrap > 0 else ((1.0, 1.0), 0)
-    result.update(at_limit(fit, new_limit, boot), model=fit["head"], model_reason=fit["reason"],
-                  backtest=_backtest_summary(fit), bootstrap_reps=reps,
-                  curve=[at_limit(fit, x, boot) for x in sorted(set(curve_limits)) if x > ceiling])
+    result.update(
+        at_limit(fit, new_limit, boot),
+        model=fit["head"],
+        model_reason=fit["reason"],
+        backtest=_backtest_summary(fit),
+        bootstrap_reps=reps,
+        curve=[at_limit(fit, x, boot) for x in sorted(set(curve_limits)) if x > ceiling],
+    )
     return _typed(result)
 
 
-def what_if_curve(hist: LengthHist, ceiling: int, limits: list[int], *, new_limit: int | None = None,
-                  loop_fraction: float = 0.0, loop_sample: tuple[int, int] | None = None) -> list[dict]:
+def what_if_curve(
+    hist: LengthHist,
+    ceiling: int,
+    limits: list[int],
+    *,
+    new_limit: int | None = None,
+    loop_fraction: float = 0.0,
+    loop_sample: tuple[int, int] | None = None,
+) -> list[dict]:
     """The headline and its calibrated interval at several limits, from one set of fits.
 
     ``new_limit`` is the limit the back-test is scaled to (default: the largest of ``limits``).
@@ -473,5 +578,11 @@ def forecast_outcome(forecast: WhatIf, hist: LengthHist) -> dict | None:
         return None
     observed = n_ceil / n_total
     lo, hi = forecast.interval
-    return {"limit": forecast.limit_tokens, "forecast": forecast.truncated_fraction, "interval": [lo, hi],
-            "observed": observed, "covered": lo <= observed <= hi, "error": forecast.truncated_fraction - observed}
+    return {
+        "limit": forecast.limit_tokens,
+        "forecast": forecast.truncated_fraction,
+        "interval": [lo, hi],
+        "observed": observed,
+        "covered": lo <= observed <= hi,
+        "error": forecast.truncated_fraction - observed,
+    }

@@ -12,6 +12,7 @@ of the other modules and optionally pynvml), as `python -I -S agent.py` (`__main
 imported as `runhealth.node.agent`; import_part() finds the other modules in each case.
 In-process callers (the dashboard, tests) use handle(), scan_file() and read_gpus().
 """
+
 from __future__ import annotations
 
 import array
@@ -206,8 +207,10 @@ def _poll_shards(req):
     if backfill.worth_parallel([(p, None, 0, n) for p, n in needs.items()], workers):
         budget *= workers  # budget_bytes is per worker: a backlog goes `workers` times as fast
     plan = _plan_budget(needs, budget)
-    jobs = [(p, (state.get(p) or {}).get("inode"), int((state.get(p) or {}).get("offset") or 0),
-             plan.get(p, 0)) for p in files]
+    jobs = [
+        (p, (state.get(p) or {}).get("inode"), int((state.get(p) or {}).get("offset") or 0), plan.get(p, 0))
+        for p in files
+    ]
 
     def scan_one(p, inode, offset, share):
         late = deadline is not None and time.monotonic() >= deadline  # then only sizes are taken
@@ -221,8 +224,14 @@ def _poll_shards(req):
     pending = sum(e.pop("pending_bytes") for e in out.values())
     by_workers = [e.pop("by_workers", False) for e in out.values()]
     used = backfill.LAST_RUN["workers"] if any(by_workers) else 0
-    return {"matched": len(files), "unmatched_globs": unmatched, "pending_bytes": pending,
-            "scan_s": round(time.monotonic() - t0, 4), "scan_workers": used, "files": out}, files
+    return {
+        "matched": len(files),
+        "unmatched_globs": unmatched,
+        "pending_bytes": pending,
+        "scan_s": round(time.monotonic() - t0, 4),
+        "scan_workers": used,
+        "files": out,
+    }, files
 
 
 def _disk(files):
@@ -235,8 +244,11 @@ def _disk(files):
                 continue
             seen.add(dev)
             vfs = os.statvfs(folder)
-            out[folder] = {"free_bytes": vfs.f_bavail * vfs.f_frsize,
-                           "total_bytes": vfs.f_blocks * vfs.f_frsize, "error": None}
+            out[folder] = {
+                "free_bytes": vfs.f_bavail * vfs.f_frsize,
+                "total_bytes": vfs.f_blocks * vfs.f_frsize,
+                "error": None,
+            }
         except OSError as exc:
             out[folder] = {"free_bytes": None, "total_bytes": None, "error": str(exc)}
     return out
@@ -268,8 +280,12 @@ def read_host(meminfo="/proc/meminfo"):
     """CPUs and RAM / swap in bytes from /proc/meminfo (MemAvailable, as `free` shows it);
     a field the kernel does not report is left out."""
     out = {"cpus": os.cpu_count()}
-    keys = {"MemTotal": "mem_total_bytes", "MemAvailable": "mem_available_bytes",
-            "SwapTotal": "swap_total_bytes", "SwapFree": "swap_free_bytes"}
+    keys = {
+        "MemTotal": "mem_total_bytes",
+        "MemAvailable": "mem_available_bytes",
+        "SwapTotal": "swap_total_bytes",
+        "SwapFree": "swap_free_bytes",
+    }
     try:
         with open(meminfo, "rb") as f:
             for line in f.read().decode("ascii", "replace").splitlines():
@@ -287,16 +303,24 @@ def _op_poll(req):
         load = list(os.getloadavg())
     except (AttributeError, OSError):
         load = None
-    return {"hostname": socket.gethostname(), "loadavg": load, "host": read_host(),
-            "gpus": read_gpus(req.get("gpu", "auto"), int(req.get("demo_gpus", 8))),
-            "shards": shards, "disk": _disk(files),
-            "metrics": _fetch_metrics(req.get("metrics_urls") or [],
-                                      float(req.get("metrics_timeout_s", 2.0)))}
+    return {
+        "hostname": socket.gethostname(),
+        "loadavg": load,
+        "host": read_host(),
+        "gpus": read_gpus(req.get("gpu", "auto"), int(req.get("demo_gpus", 8))),
+        "shards": shards,
+        "disk": _disk(files),
+        "metrics": _fetch_metrics(req.get("metrics_urls") or [], float(req.get("metrics_timeout_s", 2.0))),
+    }
 
 
 def _op_hello(req):
-    return {"agent_version": AGENT_VERSION, "python": "%d.%d.%d" % sys.version_info[:3],
-            "hostname": socket.gethostname(), "pid": os.getpid()}
+    return {
+        "agent_version": AGENT_VERSION,
+        "python": "%d.%d.%d" % sys.version_info[:3],
+        "hostname": socket.gethostname(),
+        "pid": os.getpid(),
+    }
 
 
 # ---------------------------------------------------------------------------- sampling
@@ -356,9 +380,21 @@ def _sample_line(f, path, line_no, start, stop, req, overrides):
     """One sample dict for the line f[start:stop] (line_no counts from 1)."""
     f.seek(start)
     obj = scan.load_line(f.read(stop - start).rstrip(b"\n"))
-    out = {"path": path, "line_no": line_no, "offset": start, "tokens": None, "estimated": None,
-           "finish_reason": None, "prompt_head": None, "text_head": "", "text_tail": "",
-           "text_chars": 0, "prompt": None, "text": None, "error": None}
+    out = {
+        "path": path,
+        "line_no": line_no,
+        "offset": start,
+        "tokens": None,
+        "estimated": None,
+        "finish_reason": None,
+        "prompt_head": None,
+        "text_head": "",
+        "text_tail": "",
+        "text_chars": 0,
+        "prompt": None,
+        "text": None,
+        "error": None,
+    }
     key = None if obj is None else scan.count_key(obj, overrides)
     if key is None:
         out["error"] = "malformed line (not a JSON object, or an invalid token count)"
@@ -367,14 +403,23 @@ def _sample_line(f, path, line_no, start, stop, req, overrides):
     text = "\n\n".join(_text_parts(obj))
     full = _prompt_at(obj, req["prompt_path"]) if req.get("prompt_path") else _prompt_text(obj)
     # A message list (prompt_path to "request.messages") is kept whole for continuations.
-    prompt = full if not isinstance(full, list) else (
-        [_message_text(m) for m in full if m.get("role") == "user"] or [None])[-1]
+    prompt = (
+        full
+        if not isinstance(full, list)
+        else ([_message_text(m) for m in full if m.get("role") == "user"] or [None])[-1]
+    )
     head, tail = int(req.get("head_chars", 400)), int(req.get("tail_chars", 4000))
-    out.update(text_head=text[:head], text_tail=text[-tail:] if tail else "",
-               text_chars=len(text), prompt_head=None if prompt is None else prompt[:head])
+    out.update(
+        text_head=text[:head],
+        text_tail=text[-tail:] if tail else "",
+        text_chars=len(text),
+        prompt_head=None if prompt is None else prompt[:head],
+    )
     if req.get("full_text"):
-        out.update(text=text[:FULL_TEXT_MAX_CHARS],
-                   prompt=full if isinstance(full, list) else None if full is None else full[:FULL_TEXT_MAX_CHARS])
+        out.update(
+            text=text[:FULL_TEXT_MAX_CHARS],
+            prompt=full if isinstance(full, list) else None if full is None else full[:FULL_TEXT_MAX_CHARS],
+        )
     return out
 
 
@@ -403,7 +448,11 @@ def _draw(tables, req, overrides, unmatched):
     """Uniform draws among complete lines, without replacement, optional finish_reason filter."""
     cum = list(itertools.accumulate(t[3] for t in tables))
     population = cum[-1] if cum else 0
-    rng, n, want = random.Random(req.get("seed")), min(int(req.get("n", 50)), wire.MAX_SAMPLE_N), req.get("finish_reason")
+    rng, n, want = (
+        random.Random(req.get("seed")),
+        min(int(req.get("n", 50)), wire.MAX_SAMPLE_N),
+        req.get("finish_reason"),
+    )
     cap = max(1000, 200 * n) if want is not None else 4 * n + 100
     chosen, samples, attempts = set(), [], 0  # type: set, list, int
     while len(samples) < n and attempts < cap and len(chosen) < population:
@@ -419,9 +468,7 @@ def _draw(tables, req, overrides, unmatched):
         s = _sample_line(f, path, k + 1, starts[k], stop, req, overrides)
         if want is None or s["finish_reason"] == want:
             samples.append(s)
-    return {"population": population, "attempts": attempts, "unmatched_globs": unmatched,
-            "samples": samples}
-
+    return {"population": population, "attempts": attempts, "unmatched_globs": unmatched, "samples": samples}
 
 
 # ---------------------------------------------------------------------------- requests and serving
@@ -438,8 +485,7 @@ def handle(request):
         reply = {"schema_version": SCHEMA_VERSION, "ok": True}  # type: dict
         reply.update(op(request))
     except Exception as exc:
-        return {"schema_version": SCHEMA_VERSION, "ok": False,
-                "error": "%s: %s" % (type(exc).__name__, exc)}
+        return {"schema_version": SCHEMA_VERSION, "ok": False, "error": "%s: %s" % (type(exc).__name__, exc)}
     reply["time_unix"] = time.time()
     reply["agent_ms"] = round((time.time() - t0) * 1000.0, 3)
     return reply
@@ -449,8 +495,9 @@ def _write_frame(out, reply):
     try:
         data = wire.encode_frame(reply)
     except (TypeError, ValueError) as exc:
-        data = wire.encode_frame({"schema_version": SCHEMA_VERSION, "ok": False,
-                                  "error": "reply is not JSON: %s" % exc})
+        data = wire.encode_frame(
+            {"schema_version": SCHEMA_VERSION, "ok": False, "error": "reply is not JSON: %s" % exc}
+        )
     out.write(data)
     out.flush()
 

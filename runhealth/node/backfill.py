@@ -20,6 +20,7 @@ merged result equals the one-process scan exactly (tests/test_backfill.py). The 
 byte budget per shard and an optional deadline: pieces not started by the deadline are left,
 and each shard reports the exact offset up to which its pieces are all done.
 """
+
 from __future__ import annotations
 
 import collections
@@ -112,8 +113,14 @@ def shard_pieces(path, inode, offset, budget, workers, cuts=None):
         return None
     ends = bounds[1:] + [stop]
     pieces = [(path, st.st_ino, a, b, i == len(bounds) - 1) for i, (a, b) in enumerate(zip(bounds, ends))]
-    return {"inode": st.st_ino, "size": st.st_size, "start": start, "reset": reset,
-            "stop": stop, "budget_stop": start + max(0, int(budget))}, pieces
+    return {
+        "inode": st.st_ino,
+        "size": st.st_size,
+        "start": start,
+        "reset": reset,
+        "stop": stop,
+        "budget_stop": start + max(0, int(budget)),
+    }, pieces
 
 
 # ---------------------------------------------------------------------------- workers
@@ -157,8 +164,7 @@ def _pool_run(pieces, workers, deadline):
     with multiprocessing.get_context("fork").Pool(workers, initializer=_lower_priority) as pool:
         first = True
         while queue or inflight:
-            while queue and len(inflight) < 2 * workers and (
-                    first or deadline is None or time.monotonic() < deadline):
+            while queue and len(inflight) < 2 * workers and (first or deadline is None or time.monotonic() < deadline):
                 piece = queue.popleft()
                 inflight.append((piece, pool.apply_async(scan_piece, (piece,))))
             first = False  # the first batch always runs, so every poll makes progress
@@ -184,10 +190,20 @@ _NOT_SUMMED = frozenset(("inode", "size", "offset_from", "offset", "pending_byte
 
 def _merge(info, results):
     """One poll-reply entry for a shard from its pieces' entries (an exact prefix of them)."""
-    entry = {"inode": info["inode"], "size": info["size"], "offset_from": info["start"],
-             "offset": info["start"], "reset": info["reset"], "lines": 0, "malformed": 0,
-             "tokens": 0, "counts": [], "error": None, "pending_bytes": 0,
-             "by_workers": True}  # agent.py pops this: its line-start index was not extended
+    entry = {
+        "inode": info["inode"],
+        "size": info["size"],
+        "offset_from": info["start"],
+        "offset": info["start"],
+        "reset": info["reset"],
+        "lines": 0,
+        "malformed": 0,
+        "tokens": 0,
+        "counts": [],
+        "error": None,
+        "pending_bytes": 0,
+        "by_workers": True,
+    }  # agent.py pops this: its line-start index was not extended
     counts, pos, finished, template_lines = {}, info["start"], False, 0  # type: dict, int, bool, int
     for piece, e in results:
         e.pop("worker", None)
@@ -209,8 +225,12 @@ def _merge(info, results):
     rows.sort(key=lambda r: (r[0], r[1] is not None, r[1] or "", r[2]))  # as scan.py's _Tally
     size = max(info["size"], pos)
     budget_hit = pos >= info["budget_stop"] or not finished
-    entry.update(offset=pos, counts=rows, tokens=sum(r[0] * r[3] for r in rows),
-                 pending_bytes=size - pos if budget_hit and pos < size else 0)
+    entry.update(
+        offset=pos,
+        counts=rows,
+        tokens=sum(r[0] * r[3] for r in rows),
+        pending_bytes=size - pos if budget_hit and pos < size else 0,
+    )
     return entry, template_lines
 
 

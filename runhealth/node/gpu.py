@@ -9,6 +9,7 @@ missing -> None), one small getter per metric; a GPU that errors becomes an erro
 read_gpus() is the entry point; the NVML state (module, init error, missing functions) is
 module-level here, once per process.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,9 +36,12 @@ NVML = _Nvml()
 
 # ---------------------------------------------------------------------------- GPUs: NVML
 _THROTTLE_NAMES = (  # nvmlClocksThrottleReason<X> bit -> name shown on screen
-    ("GpuIdle", 0x1, "gpu_idle"), ("ApplicationsClocksSetting", 0x2, "applications_clocks"),
-    ("SwPowerCap", 0x4, "sw_power_cap"), ("HwSlowdown", 0x8, "hw_slowdown"),
-    ("SyncBoost", 0x10, "sync_boost"), ("SwThermalSlowdown", 0x20, "sw_thermal_slowdown"),
+    ("GpuIdle", 0x1, "gpu_idle"),
+    ("ApplicationsClocksSetting", 0x2, "applications_clocks"),
+    ("SwPowerCap", 0x4, "sw_power_cap"),
+    ("HwSlowdown", 0x8, "hw_slowdown"),
+    ("SyncBoost", 0x10, "sync_boost"),
+    ("SwThermalSlowdown", 0x20, "sw_thermal_slowdown"),
     ("HwThermalSlowdown", 0x40, "hw_thermal_slowdown"),
     ("HwPowerBrakeSlowdown", 0x80, "hw_power_brake_slowdown"),
     ("DisplayClockSetting", 0x100, "display_clock_setting"),
@@ -51,6 +55,7 @@ def _import_pynvml():
     """
     try:
         import pynvml  # no stubs; the node may have none at all
+
         return pynvml
     except ImportError:
         source = globals().get("__modules__", {}).get("pynvml")
@@ -84,8 +89,9 @@ def _nv(name, *args):
     fn = getattr(nv, name, None)
     if fn is None:
         return _note_missing(name)
-    soft = tuple(c for c in (getattr(nv, "NVMLError_NotSupported", None),
-                             getattr(nv, "NVMLError_FunctionNotFound", None)) if c)
+    soft = tuple(
+        c for c in (getattr(nv, "NVMLError_NotSupported", None), getattr(nv, "NVMLError_FunctionNotFound", None)) if c
+    )
     try:
         return fn(*args)
     except soft as exc:
@@ -154,9 +160,14 @@ def _processes(h):
     procs = _nv("nvmlDeviceGetComputeRunningProcesses", h)
     if procs is None:
         return None
-    return [{"pid": p.pid, "name": _proc_name(p.pid),
-             "mem_used_mib": None if p.usedGpuMemory is None else p.usedGpuMemory >> 20}
-            for p in procs]
+    return [
+        {
+            "pid": p.pid,
+            "name": _proc_name(p.pid),
+            "mem_used_mib": None if p.usedGpuMemory is None else p.usedGpuMemory >> 20,
+        }
+        for p in procs
+    ]
 
 
 def _proc_name(pid):
@@ -171,8 +182,12 @@ def _ecc_uncorrected(h, counter):
     """nvidia-smi ecc.errors.uncorrected.{volatile,aggregate}.total; counter is
     NVML_VOLATILE_ECC (since the driver loaded) or NVML_AGGREGATE_ECC (lifetime)."""
     nv = NVML.module
-    return _nv("nvmlDeviceGetTotalEccErrors", h, getattr(nv, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1),
-               getattr(nv, counter, 0 if counter == "NVML_VOLATILE_ECC" else 1))
+    return _nv(
+        "nvmlDeviceGetTotalEccErrors",
+        h,
+        getattr(nv, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1),
+        getattr(nv, counter, 0 if counter == "NVML_VOLATILE_ECC" else 1),
+    )
 
 
 def _retired_pages_pending(h):
@@ -198,10 +213,14 @@ def _pcie_replay(h):
 def _health(h):
     """What predicts a GPU falling out of a long run; an unsupported reading is left out."""
     pending, failure = _remapped_rows(h)
-    found = {"ecc_uncorrected_volatile": _ecc_uncorrected(h, "NVML_VOLATILE_ECC"),
-             "ecc_uncorrected_aggregate": _ecc_uncorrected(h, "NVML_AGGREGATE_ECC"),
-             "retired_pages_pending": _retired_pages_pending(h), "remapped_rows_pending": pending,
-             "row_remap_failure": failure, "pcie_replay": _pcie_replay(h)}
+    found = {
+        "ecc_uncorrected_volatile": _ecc_uncorrected(h, "NVML_VOLATILE_ECC"),
+        "ecc_uncorrected_aggregate": _ecc_uncorrected(h, "NVML_AGGREGATE_ECC"),
+        "retired_pages_pending": _retired_pages_pending(h),
+        "remapped_rows_pending": pending,
+        "row_remap_failure": failure,
+        "pcie_replay": _pcie_replay(h),
+    }
     return {k: v for k, v in found.items() if v is not None}
 
 
@@ -237,12 +256,22 @@ def _nvml_device(i, h=None):
     try:
         h = h if h is not None else NVML.module.nvmlDeviceGetHandleByIndex(i)
         used, total = _mem_mib(h)
-        return {"index": i, "name": _text(_nv("nvmlDeviceGetName", h)),
-                "uuid": _text(_nv("nvmlDeviceGetUUID", h)), "util_pct": _util_pct(h),
-                "mem_used_mib": used, "mem_total_mib": total, "power_w": _power_w(h),
-                "power_limit_w": _power_limit_w(h), "temp_c": _temp_c(h),
-                "sm_clock_mhz": _sm_clock_mhz(h), "throttle_reasons": _throttle_reasons(h),
-                "processes": _processes(h), "health": _health(h), "error": None}
+        return {
+            "index": i,
+            "name": _text(_nv("nvmlDeviceGetName", h)),
+            "uuid": _text(_nv("nvmlDeviceGetUUID", h)),
+            "util_pct": _util_pct(h),
+            "mem_used_mib": used,
+            "mem_total_mib": total,
+            "power_w": _power_w(h),
+            "power_limit_w": _power_limit_w(h),
+            "temp_c": _temp_c(h),
+            "sm_clock_mhz": _sm_clock_mhz(h),
+            "throttle_reasons": _throttle_reasons(h),
+            "processes": _processes(h),
+            "health": _health(h),
+            "error": None,
+        }
     except Exception as exc:
         return {"index": i, "error": str(exc) or type(exc).__name__}
 
@@ -271,8 +300,18 @@ def _nvml_devices():
 
 
 # ---------------------------------------------------------------------------- GPUs: other sources
-SMI_FIELDS = ("index", "name", "uuid", "utilization.gpu", "memory.used", "memory.total",
-              "power.draw", "power.limit", "temperature.gpu", "clocks.sm")
+SMI_FIELDS = (
+    "index",
+    "name",
+    "uuid",
+    "utilization.gpu",
+    "memory.used",
+    "memory.total",
+    "power.draw",
+    "power.limit",
+    "temperature.gpu",
+    "clocks.sm",
+)
 SMI_ARGV = ["nvidia-smi", "--query-gpu=" + ",".join(SMI_FIELDS), "--format=csv,noheader,nounits"]
 
 
@@ -295,19 +334,32 @@ def parse_smi_csv(text):
             continue
         kinds = (int, int, int, float, float, int, int)
         num = [_smi_number(cols[3 + j], kind) for j, kind in enumerate(kinds)]
-        devices.append({"index": _smi_number(cols[0], int), "name": cols[1], "uuid": cols[2],
-                        "util_pct": num[0], "mem_used_mib": num[1], "mem_total_mib": num[2],
-                        "power_w": num[3], "power_limit_w": num[4], "temp_c": num[5],
-                        "sm_clock_mhz": num[6], "throttle_reasons": None, "processes": None,
-                        "error": None})
+        devices.append(
+            {
+                "index": _smi_number(cols[0], int),
+                "name": cols[1],
+                "uuid": cols[2],
+                "util_pct": num[0],
+                "mem_used_mib": num[1],
+                "mem_total_mib": num[2],
+                "power_w": num[3],
+                "power_limit_w": num[4],
+                "temp_c": num[5],
+                "sm_clock_mhz": num[6],
+                "throttle_reasons": None,
+                "processes": None,
+                "error": None,
+            }
+        )
     return devices
 
 
 def _smi_devices():
     """(devices, None) from nvidia-smi, or (None, why not)."""
     try:
-        done = subprocess.run(SMI_ARGV, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, timeout=10)
+        done = subprocess.run(
+            SMI_ARGV, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=10
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         return None, "nvidia-smi: %s" % (exc.strerror if isinstance(exc, OSError) else exc)
     if done.returncode != 0:
@@ -323,14 +375,23 @@ def _demo_devices(count):
         wave = 0.5 + 0.5 * math.sin(t / 9.0 + i * 0.9)
         power_w = round(805.0 + 180.0 * wave + 5.0 * math.sin(t / 2.3 + i), 1)  # 800-990 W
         mem_used_mib = int(174080 + 2048 * math.sin(t / 31.0 + i))
-        devices.append({"index": i, "name": "NVIDIA B200", "uuid": "GPU-demo-0000-0000-%04d" % i,
-                        "util_pct": int(90 + 9 * wave), "mem_used_mib": mem_used_mib,
-                        "mem_total_mib": 187392, "power_w": power_w, "power_limit_w": 1000.0,
-                        "temp_c": int(55 + 15 * wave), "sm_clock_mhz": int(1965 - 120 * wave),
-                        "throttle_reasons": ["sw_power_cap"] if power_w > 975 else [],
-                        "processes": [{"pid": 4200 + i, "name": "python3",
-                                       "mem_used_mib": mem_used_mib - 600}],
-                        "error": None})
+        devices.append(
+            {
+                "index": i,
+                "name": "NVIDIA B200",
+                "uuid": "GPU-demo-0000-0000-%04d" % i,
+                "util_pct": int(90 + 9 * wave),
+                "mem_used_mib": mem_used_mib,
+                "mem_total_mib": 187392,
+                "power_w": power_w,
+                "power_limit_w": 1000.0,
+                "temp_c": int(55 + 15 * wave),
+                "sm_clock_mhz": int(1965 - 120 * wave),
+                "throttle_reasons": ["sw_power_cap"] if power_w > 975 else [],
+                "processes": [{"pid": 4200 + i, "name": "python3", "mem_used_mib": mem_used_mib - 600}],
+                "error": None,
+            }
+        )
     return devices
 
 

@@ -7,6 +7,7 @@ record keeps finish_reason, completion_tokens and its text; the template engine;
 scan_file(), which counts the complete lines of one shard from an offset within a byte budget,
 with its per-shard template memory kept here.
 """
+
 from __future__ import annotations
 
 import array
@@ -64,7 +65,7 @@ def get_at(obj, path):
 
 
 def parse_path(dotted):
-    """"choices.0.finish_reason" -> ("choices", 0, "finish_reason")."""
+    """ "choices.0.finish_reason" -> ("choices", 0, "finish_reason")."""
     return tuple(int(p) if p.lstrip("-").isdigit() else p for p in dotted.split("."))
 
 
@@ -89,7 +90,11 @@ def locate(obj):
         fr = fr + ("type",) if isinstance(meta.get("finish_reason"), dict) else fr
         return fr, ("meta_info", "completion_tokens"), [("text",)]
     usage = rec.get("usage")
-    ct = ("usage", "completion_tokens") if isinstance(usage, dict) and "completion_tokens" in usage else ("completion_tokens",)
+    ct = (
+        ("usage", "completion_tokens")
+        if isinstance(usage, dict) and "completion_tokens" in usage
+        else ("completion_tokens",)
+    )
     text = next((k for k in TEXT_KEYS if isinstance(rec.get(k), str)), "text")
     return ("finish_reason",), ct, [(text,)]
 
@@ -174,7 +179,7 @@ def _load_counted_line(raw):
 # two paths agree. Not decoding the text is what keeps raw UTF-8 fast.
 _TOKEN_RE = re.compile(
     rb'([ \t\r]*)(?:("(?:[^"\\]|\\.)*")|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)'
-    rb'|(true|false|null)|([{}\[\]:,]))'
+    rb"|(true|false|null)|([{}\[\]:,]))"
 )
 _WS = rb"[ \t\r]*"
 _STR = rb'"[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)*"'
@@ -335,8 +340,7 @@ def _match_template(plan, buf, pos, end):
             if backward and lead is not None:  # last hole: its end found from the line's end
                 q = buf.rfind(lead, pos, end)
                 # exact only if no quote inside could have closed the string first
-                if q < 0 or ((buf[q - 1] == 92 or buf.find(b'"', pos, q) >= 0)
-                             and hole_end(buf, pos, end) != q + 1):
+                if q < 0 or ((buf[q - 1] == 92 or buf.find(b'"', pos, q) >= 0) and hole_end(buf, pos, end) != q + 1):
                     return None
             else:
                 q = hole_end(buf, pos, end) - 1
@@ -527,9 +531,20 @@ def scan_file(path, inode, offset, budget_bytes, paths=None, line_index=None, de
     Returns:
         The per-file entry of the poll reply (design.md section 1) plus "pending_bytes".
     """
-    entry = {"inode": inode, "size": None, "offset_from": offset or 0, "offset": offset or 0,
-             "reset": False, "lines": 0, "malformed": 0, "blank_lines": 0, "tokens": 0, "counts": [],
-             "error": None, "pending_bytes": 0}
+    entry = {
+        "inode": inode,
+        "size": None,
+        "offset_from": offset or 0,
+        "offset": offset or 0,
+        "reset": False,
+        "lines": 0,
+        "malformed": 0,
+        "blank_lines": 0,
+        "tokens": 0,
+        "counts": [],
+        "error": None,
+        "pending_bytes": 0,
+    }
     try:
         with open(path, "rb", buffering=0) as f:
             _scan_open_file(f, path, entry, budget_bytes, parse_overrides(paths), line_index, deadline)
@@ -575,7 +590,12 @@ def _scan_open_file(f, path, entry, budget_bytes, overrides, line_index, deadlin
     LINE_STATS["template"] += sum(tally.fast.values())
     LINE_STATS["json"] += tally.lines - sum(tally.fast.values())
     rows = tally.rows()
-    entry.update(offset=pos, lines=tally.lines, malformed=tally.malformed, blank_lines=tally.blank, counts=rows,
-                 tokens=sum(r[0] * r[3] for r in rows),
-                 pending_bytes=size - pos if (pos >= stop or timed_out) and pos < size else 0)
-
+    entry.update(
+        offset=pos,
+        lines=tally.lines,
+        malformed=tally.malformed,
+        blank_lines=tally.blank,
+        counts=rows,
+        tokens=sum(r[0] * r[3] for r in rows),
+        pending_bytes=size - pos if (pos >= stop or timed_out) and pos < size else 0,
+    )

@@ -17,6 +17,7 @@ shard text become; with ``ensure_ascii=False`` those fail UTF-8 encoding and the
 The price is size: a non-ASCII character travels as a 6-byte escape (2x for CJK text, which only
 sample text carries; counts and paths are almost always ASCII).
 """
+
 import json
 from typing import Any, Dict, List, NamedTuple, Optional, TypedDict, Union
 
@@ -70,6 +71,7 @@ def read_frame(inp):
 class CountRow(NamedTuple):
     """One counted (tokens, finish_reason, estimated) bucket; JSON is the positional list
     ``[tokens, finish_reason, estimated, count]``. ``estimated`` 1: tokens = ceil(chars / 4)."""
+
     tokens: int
     finish_reason: Optional[str]
     estimated: int

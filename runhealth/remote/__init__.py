@@ -25,8 +25,9 @@ def make_transport(node: Any, **kwargs: Any) -> Transport:
     """
     if node.host == "local":
         python = node.python if node.python not in (None, "python3") else sys.executable
-        return LocalTransport(python, name=node.name, command_timeout_s=node.command_timeout_s,
-                              program=kwargs.get("program"))
+        return LocalTransport(
+            python, name=node.name, command_timeout_s=node.command_timeout_s, program=kwargs.get("program")
+        )
     from runhealth.remote.ssh import SSHTransport  # paramiko is loaded only for SSH nodes
 
     return SSHTransport(node, **kwargs)

@@ -65,8 +65,9 @@ class Transport:
         rtt_ms: wall time of the last successful request, in milliseconds (None before one).
     """
 
-    def __init__(self, name: str, command_timeout_s: float = 30.0,
-                 connect_timeout_s: float = 10.0, program: bytes | None = None):
+    def __init__(
+        self, name: str, command_timeout_s: float = 30.0, connect_timeout_s: float = 10.0, program: bytes | None = None
+    ):
         self.name = name
         self.command_timeout_s = command_timeout_s
         self.connect_timeout_s = connect_timeout_s
@@ -155,16 +156,18 @@ class Transport:
         """Close what outlives one agent (the SSH connection); nothing for subprocesses."""
 
 
-def fan_out_calls(calls: Mapping[str, Callable[[], T]],
-                  max_workers: int = MAX_FAN_OUT_THREADS) -> dict[str, T | Exception]:
+def fan_out_calls(
+    calls: Mapping[str, Callable[[], T]], max_workers: int = MAX_FAN_OUT_THREADS
+) -> dict[str, T | Exception]:
     """Run one call per node at once on up to `max_workers` threads; map each name to the
     call's result or the exception it raised (one host never fails the group: Fabric's
     GroupResult habit). Results keep the order of `calls`."""
     if not calls:
         return {}
     results: dict[str, T | Exception] = {}
-    with ThreadPoolExecutor(max_workers=max(1, min(len(calls), max_workers)),
-                            thread_name_prefix="runhealth-fanout") as pool:
+    with ThreadPoolExecutor(
+        max_workers=max(1, min(len(calls), max_workers)), thread_name_prefix="runhealth-fanout"
+    ) as pool:
         futures = {name: pool.submit(call) for name, call in calls.items()}
         for name, future in futures.items():
             try:
@@ -174,13 +177,15 @@ def fan_out_calls(calls: Mapping[str, Callable[[], T]],
     return results
 
 
-def fan_out(transports: Mapping[str, Transport], request_for_name: Callable[[str], dict],
-            timeout_s: float | None = None) -> dict[str, dict | Exception]:
+def fan_out(
+    transports: Mapping[str, Transport], request_for_name: Callable[[str], dict], timeout_s: float | None = None
+) -> dict[str, dict | Exception]:
     """Send one request to every node at once; map each name to its reply or its exception.
 
     Each request is bounded by its own transport's connect timeout plus `timeout_s` (or the
     node's command timeout).
     """
+
     def call(name: str) -> Callable[[], dict]:
         return lambda: transports[name].request(request_for_name(name), timeout_s)
 

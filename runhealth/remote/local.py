@@ -33,8 +33,7 @@ class _PipeStream:
         self._rsel.register(self._out, selectors.EVENT_READ)
         self._wsel = selectors.DefaultSelector()
         self._wsel.register(self._in, selectors.EVENT_WRITE)
-        self._stderr_thread = threading.Thread(target=self._drain_stderr, daemon=True,
-                                               name="runhealth-agent-stderr")
+        self._stderr_thread = threading.Thread(target=self._drain_stderr, daemon=True, name="runhealth-agent-stderr")
         self._stderr_thread.start()
 
     def _drain_stderr(self) -> None:
@@ -49,7 +48,7 @@ class _PipeStream:
         view = memoryview(data)
         while view:
             try:
-                view = view[os.write(self._in, view):]
+                view = view[os.write(self._in, view) :]
                 continue
             except BlockingIOError:
                 pass
@@ -87,8 +86,13 @@ class _PipeStream:
 class LocalTransport(Transport):
     """The agent as a subprocess of the dashboard (host = "local", and the demo)."""
 
-    def __init__(self, python: str = sys.executable, name: str = "local",
-                 command_timeout_s: float = 30.0, program: bytes | None = None):
+    def __init__(
+        self,
+        python: str = sys.executable,
+        name: str = "local",
+        command_timeout_s: float = 30.0,
+        program: bytes | None = None,
+    ):
         super().__init__(name, command_timeout_s, command_timeout_s, program)
         self.argv = launch_argv(python)
         self._stream: _PipeStream | None = None
@@ -100,8 +104,14 @@ class LocalTransport(Transport):
 
     def _start(self) -> AgentSession:
         try:
-            proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, bufsize=0, start_new_session=True)
+            proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                bufsize=0,
+                start_new_session=True,
+            )
         except OSError as exc:
             raise TransportError(f"cannot start {self.argv[0]}: {exc.strerror}") from None
         self._stream = _PipeStream(proc)

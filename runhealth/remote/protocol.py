@@ -26,8 +26,17 @@ BOOTSTRAP = (
     "g={'__name__':'runhealth_agent','__modules__':p.get('modules',{})};"
     "exec(compile(p['main'],'runhealth_agent','exec'),g)"
 )
-__all__ = ["BOOTSTRAP", "MAX_REPLY_BYTES", "SCHEMA_VERSION", "AgentSession", "ByteStream", "encode_frame",
-           "launch_argv", "program_frame", "safe_preview"]
+__all__ = [
+    "BOOTSTRAP",
+    "MAX_REPLY_BYTES",
+    "SCHEMA_VERSION",
+    "AgentSession",
+    "ByteStream",
+    "encode_frame",
+    "launch_argv",
+    "program_frame",
+    "safe_preview",
+]
 _NODE_DIR = Path(wire.__file__).parent
 _AGENT_PATH = _NODE_DIR / "agent.py"
 # The agent's other modules, shipped under these names (node/agent.py SHIPPED_PREFIX + part);
@@ -136,9 +145,7 @@ class AgentSession:
             body = self._read_exact(size, deadline)
         except TimeoutError:
             self.broken = True
-            raise CommandTimeout(
-                f"agent on {self.name} did not answer {op!r} within {timeout_s:g} s"
-            ) from None
+            raise CommandTimeout(f"agent on {self.name} did not answer {op!r} within {timeout_s:g} s") from None
         return self._check_reply(body)
 
     def _write(self, data: bytes, deadline: float, what: str) -> None:
@@ -169,15 +176,11 @@ class AgentSession:
             size = -1
         if size < 0:
             self.broken = True
-            raise AgentError(
-                f"agent on {self.name} sent garbage instead of a reply: {safe_preview(self._buf)}"
-            )
+            raise AgentError(f"agent on {self.name} sent garbage instead of a reply: {safe_preview(self._buf)}")
         del self._buf[: newline + 1]
         if size > self.max_reply_bytes:
             self.broken = True
-            raise AgentError(
-                f"agent on {self.name}: reply too large ({size} bytes, limit {self.max_reply_bytes})"
-            )
+            raise AgentError(f"agent on {self.name}: reply too large ({size} bytes, limit {self.max_reply_bytes})")
         return size
 
     def _read_exact(self, size: int, deadline: float) -> bytes:
@@ -193,14 +196,10 @@ class AgentSession:
         except ValueError:  # UnicodeDecodeError included
             reply = None
         if not isinstance(reply, dict):
-            raise AgentError(
-                f"agent on {self.name} sent a reply that is not a JSON object: {safe_preview(body)}"
-            )
+            raise AgentError(f"agent on {self.name} sent a reply that is not a JSON object: {safe_preview(body)}")
         version = reply.get("schema_version")
         if version != SCHEMA_VERSION:
-            raise AgentError(
-                f"agent on {self.name}: agent schema version {version!r}, expected {SCHEMA_VERSION}"
-            )
+            raise AgentError(f"agent on {self.name}: agent schema version {version!r}, expected {SCHEMA_VERSION}")
         if reply.get("ok") is not True:
             raise AgentError(f"agent on {self.name}: {reply.get('error') or 'request failed'}")
         return reply

@@ -37,8 +37,11 @@ from runhealth.remote.protocol import AgentSession, launch_argv
 log = textsafe.get_logger(__name__)
 
 _SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
-_TRACEBACK_HEADS = ("Traceback (most recent call last)", "During handling of the above exception",
-                    "The above exception was the direct cause")
+_TRACEBACK_HEADS = (
+    "Traceback (most recent call last)",
+    "During handling of the above exception",
+    "The above exception was the direct cause",
+)
 
 
 class _ParamikoToOurs(logging.Handler):
@@ -75,7 +78,6 @@ def _route_paramiko_logs() -> None:
 _route_paramiko_logs()
 
 
-
 class ChannelStream:
     """An SSH exec channel as a deadline-aware `ByteStream`; stderr drained, kept bounded.
 
@@ -103,7 +105,7 @@ class ChannelStream:
         while view:
             self._slice(deadline)
             try:
-                sent = self.channel.send(bytes(view[:1 << 18]))
+                sent = self.channel.send(bytes(view[: 1 << 18]))
             except TimeoutError:
                 continue
             if sent == 0:
@@ -180,15 +182,29 @@ class _AcceptNewHostKey(paramiko.MissingHostKeyPolicy):
                         line = "\n" + line
                 fh.write(line.encode("ascii"))
         client.get_host_keys().add(hostname, key.get_name(), key)
-        log.warning("%s: trusted new host key %s %s for %s; saved to %s", self.node_name,
-                    key.get_name(), key.fingerprint, hostname, self.known_hosts)
+        log.warning(
+            "%s: trusted new host key %s %s for %s; saved to %s",
+            self.node_name,
+            key.get_name(),
+            key.fingerprint,
+            hostname,
+            self.known_hosts,
+        )
 
 
 class _Hop:
     """One SSH endpoint after ~/.ssh/config resolution."""
 
-    def __init__(self, alias: str, hostname: str, port: int, user: str,
-                 identity_files: list[str], proxy_command: str | None, proxy_jump: str | None):
+    def __init__(
+        self,
+        alias: str,
+        hostname: str,
+        port: int,
+        user: str,
+        identity_files: list[str],
+        proxy_command: str | None,
+        proxy_jump: str | None,
+    ):
         self.alias, self.hostname, self.port, self.user = alias, hostname, port, user
         self.identity_files = identity_files
         self.proxy_command, self.proxy_jump = proxy_command, proxy_jump
@@ -242,8 +258,7 @@ class SSHTransport(Transport):
         program: the program frame to send instead of runhealth/node/agent.py's (tests).
     """
 
-    def __init__(self, node: Any, ssh_config_path: str | None = None,
-                 program: bytes | None = None):
+    def __init__(self, node: Any, ssh_config_path: str | None = None, program: bytes | None = None):
         super().__init__(node.name, node.command_timeout_s, node.connect_timeout_s, program)
         self.node = node
         self.command = shlex.join(launch_argv(node.python))
@@ -272,14 +287,12 @@ class SSHTransport(Transport):
             try:
                 channel = ssh.open_session(timeout=self.connect_timeout_s)
             except (paramiko.SSHException, OSError, EOFError) as exc:
-                raise TransportError(f"{self.name}: cannot open an SSH session: "
-                                     f"{sanitize(str(exc), 200)}") from None
+                raise TransportError(f"{self.name}: cannot open an SSH session: {sanitize(str(exc), 200)}") from None
         try:
             channel.exec_command(self.command)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             channel.close()
-            raise TransportError(f"{self.name}: cannot start the agent: "
-                                 f"{sanitize(str(exc), 200)}") from None
+            raise TransportError(f"{self.name}: cannot start the agent: {sanitize(str(exc), 200)}") from None
         self._stream = ChannelStream(channel)
         return AgentSession(self._stream, self.name)
 
@@ -318,19 +331,24 @@ class SSHTransport(Transport):
                 hops.append(self._resolve(config, host, user, port, None))
         return hops + [target]
 
-    def _resolve(self, config: paramiko.SSHConfig, alias: str, user: str | None,
-                 port: int | None, identity: str | None) -> _Hop:
+    def _resolve(
+        self, config: paramiko.SSHConfig, alias: str, user: str | None, port: int | None, identity: str | None
+    ) -> _Hop:
         entry = config.lookup(alias)
         files = [identity] if identity else entry.get("identityfile", [])
         if not files and self.node.identity_file:
             files = [self.node.identity_file]  # a jump host without its own IdentityFile
         proxy_command = entry.get("proxycommand")
         proxy_jump = entry.get("proxyjump")
-        return _Hop(alias, entry.get("hostname", alias), int(port or entry.get("port", 22)),
-                    user or entry.get("user") or getpass.getuser(),
-                    [os.path.expanduser(f) for f in files],
-                    None if (proxy_command or "none").lower() == "none" else proxy_command,
-                    None if (proxy_jump or "none").lower() == "none" else proxy_jump)
+        return _Hop(
+            alias,
+            entry.get("hostname", alias),
+            int(port or entry.get("port", 22)),
+            user or entry.get("user") or getpass.getuser(),
+            [os.path.expanduser(f) for f in files],
+            None if (proxy_command or "none").lower() == "none" else proxy_command,
+            None if (proxy_jump or "none").lower() == "none" else proxy_jump,
+        )
 
     def _known_hosts_path(self) -> str:
         if self.node.known_hosts:
@@ -358,15 +376,18 @@ class SSHTransport(Transport):
     def _open_socket(self, hop: _Hop, via: paramiko.SSHClient | None):
         """A socket-like link to `hop`: through the previous jump host, a ProxyCommand, or TCP."""
         if via is not None:
-            return self._translate(hop, lambda: via.get_transport().open_channel(
-                "direct-tcpip", (hop.hostname, hop.port), ("127.0.0.1", 0),
-                timeout=self.connect_timeout_s), via=via)
+            return self._translate(
+                hop,
+                lambda: via.get_transport().open_channel(
+                    "direct-tcpip", (hop.hostname, hop.port), ("127.0.0.1", 0), timeout=self.connect_timeout_s
+                ),
+                via=via,
+            )
         if hop.proxy_command:
             try:
                 return paramiko.ProxyCommand(hop.proxy_command)
             except OSError as exc:
-                raise ConnectError(f"ProxyCommand for {hop.alias} could not start: "
-                                   f"{exc.strerror or exc}") from None
+                raise ConnectError(f"ProxyCommand for {hop.alias} could not start: {exc.strerror or exc}") from None
         return _tcp_connect(hop, self.connect_timeout_s)
 
     def _login(self, hop: _Hop, sock, known_hosts: str) -> paramiko.SSHClient:
@@ -384,14 +405,28 @@ class SSHTransport(Transport):
         pkey = self._load_key(key_file) if key_file else None
         timeout_s = self.connect_timeout_s
         try:
-            self._translate(hop, lambda: client.connect(
-                hop.hostname, hop.port, username=hop.user, pkey=pkey,
-                password=reveal(self.node.password), passphrase=reveal(self.node.passphrase),
-                # the handshake gets twice the banner's deadline, so a silent server is
-                # reported as "no banner" rather than as a vague negotiation failure
-                timeout=2 * timeout_s, banner_timeout=timeout_s, auth_timeout=timeout_s,
-                channel_timeout=timeout_s, sock=sock, allow_agent=True,
-                look_for_keys=pkey is None), known_hosts=known_hosts, pkey_file=key_file)
+            self._translate(
+                hop,
+                lambda: client.connect(
+                    hop.hostname,
+                    hop.port,
+                    username=hop.user,
+                    pkey=pkey,
+                    password=reveal(self.node.password),
+                    passphrase=reveal(self.node.passphrase),
+                    # the handshake gets twice the banner's deadline, so a silent server is
+                    # reported as "no banner" rather than as a vague negotiation failure
+                    timeout=2 * timeout_s,
+                    banner_timeout=timeout_s,
+                    auth_timeout=timeout_s,
+                    channel_timeout=timeout_s,
+                    sock=sock,
+                    allow_agent=True,
+                    look_for_keys=pkey is None,
+                ),
+                known_hosts=known_hosts,
+                pkey_file=key_file,
+            )
         except BaseException:
             client.close()
             raise
@@ -405,14 +440,15 @@ class SSHTransport(Transport):
         except OSError as exc:
             raise AuthError(f"cannot read private key {path}: {exc.strerror}") from None
         except TypeError:
-            raise AuthError(f"private key {path} is encrypted; set its passphrase in the secrets "
-                            f"for node {self.name}") from None
+            raise AuthError(
+                f"private key {path} is encrypted; set its passphrase in the secrets for node {self.name}"
+            ) from None
         except (ValueError, paramiko.SSHException):
-            raise AuthError(f"cannot load private key {path}: wrong passphrase or unsupported "
-                            "key format") from None
+            raise AuthError(f"cannot load private key {path}: wrong passphrase or unsupported key format") from None
 
-    def _translate(self, hop: _Hop, step: Callable[[], Any], via=None, known_hosts: str = "",
-                   pkey_file: str | None = None) -> Any:
+    def _translate(
+        self, hop: _Hop, step: Callable[[], Any], via=None, known_hosts: str = "", pkey_file: str | None = None
+    ) -> Any:
         """Run one paramiko step, turning its exceptions into one-line runhealth errors."""
         try:
             return step()
@@ -422,26 +458,26 @@ class SSHTransport(Transport):
             raise HostKeyError(
                 f"host key for {self.name} ({hop.hostname}) CHANGED — refusing; if the node was "
                 "reinstalled, remove its old key with: ssh-keygen -R "
-                f"{shlex.quote(hop.known_hosts_name)} -f {shlex.quote(known_hosts)}") from None
+                f"{shlex.quote(hop.known_hosts_name)} -f {shlex.quote(known_hosts)}"
+            ) from None
         except paramiko.AuthenticationException:
-            raise AuthError(f"authentication failed for {hop.user}@{hop.hostname} (tried: "
-                            f"{self._tried(pkey_file)})") from None
+            raise AuthError(
+                f"authentication failed for {hop.user}@{hop.hostname} (tried: {self._tried(pkey_file)})"
+            ) from None
         except paramiko.ChannelException as exc:
             where = f"jump host {via.get_transport().getpeername()[0]}" if via else self.name
-            raise ConnectError(f"{where} could not open a connection to {hop}: "
-                               f"{exc.text}") from None
+            raise ConnectError(f"{where} could not open a connection to {hop}: {exc.text}") from None
         except paramiko.ProxyCommandFailure as exc:
             raise ConnectError(f"ProxyCommand for {hop.alias} failed: {exc.error}") from None
         except paramiko.SSHException as exc:
             text = str(exc)
             if "banner" in text.lower():
-                raise ConnectError(f"no SSH banner from {hop} within "
-                                   f"{self.connect_timeout_s:g} s (is sshd running there?)") \
-                    from None
+                raise ConnectError(
+                    f"no SSH banner from {hop} within {self.connect_timeout_s:g} s (is sshd running there?)"
+                ) from None
             if "No existing session" in text:
                 text = f"no answer within {2 * self.connect_timeout_s:g} s"
-            raise ConnectError(f"SSH handshake with {hop} failed: {sanitize(text, 200)}") \
-                from None
+            raise ConnectError(f"SSH handshake with {hop} failed: {sanitize(text, 200)}") from None
         except (TimeoutError, EOFError, OSError) as exc:
             what = "timed out" if isinstance(exc, TimeoutError) else "was cut"
             raise ConnectError(f"SSH connection to {hop} {what} during the handshake") from None
@@ -453,5 +489,3 @@ class SSHTransport(Transport):
         if self.node.password:
             tried.append("password")
         return ", ".join(tried)
-
-
