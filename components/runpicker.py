@@ -55,6 +55,12 @@ def view(rt: context.Runtime, handle: context.RunHandle) -> context.Runtime:
     return dataclasses.replace(rt, config=config, store=handle.store, collector=handle.collector)
 
 
+def is_finished(rt: context.PageRuntime) -> bool:
+    """True when the run `rt` shows is a finished one (read from its store, not polled)."""
+    handle = next((h for h in rt.runs if h.store is rt.store), None)
+    return bool(handle and handle.finished)
+
+
 def shown_line(rt: context.Runtime) -> str | None:
     """'Run: name' for the top of a page when there are several runs (None with one)."""
     if len(rt.runs) <= 1 or rt.config is None:

@@ -11,7 +11,7 @@ import time
 
 import streamlit as st
 
-from components import cards, loaders, page, tables
+from components import cards, loaders, page, runpicker, tables
 from components.context import PageRuntime
 from components.format import fmt_bytes, md_escape
 from components.outbound import render_outbound
@@ -87,10 +87,13 @@ def shown_nodes(rt: PageRuntime, nodes: list[dict], now: float) -> list[dict]:
 def render(rt: PageRuntime) -> None:
     """The Nodes page for runtime `rt` (app.py has drawn the shared frame)."""
     st.title("Nodes")
-    st.caption(
-        f"up = polled within {fmt_age(rt.config.stale_after)}; stale = older; down = never reached, "
-        f"or nothing for {fmt_age(DOWN_AFTER_STALE * rt.config.stale_after)}; "
-        "pending = waiting for first poll."
-    )
+    if runpicker.is_finished(rt):
+        st.caption("A finished run: its nodes are no longer polled; the table is their state at the run's end.")
+    else:
+        st.caption(
+            f"up = polled within {fmt_age(rt.config.stale_after)}; stale = older; down = never reached, "
+            f"or nothing for {fmt_age(DOWN_AFTER_STALE * rt.config.stale_after)}; "
+            "pending = waiting for first poll."
+        )
     page.live(rt, render_page, rt)
     page.download_csv(tables.node_table(loaders.load_nodes(rt.store), rt.config.stale_after), "nodes.csv", PREFIX)

@@ -188,3 +188,12 @@ def test_run_picker_switches_every_page(demo_cache, monkeypatch):
     text = page_text(at)
     assert "Run: demo-4096 · finished" in text and "### demo-4096" in text
     assert at.session_state["rh_run"] == "demo-4096"
+
+
+def test_a_finished_runs_nodes_page_says_it_is_finished(demo_cache, monkeypatch):
+    at = run("nodes", demo_cache, monkeypatch)
+    assert "up = polled within" in page_text(at)
+    at.selectbox(key="nodes_run_picker").set_value("demo-4096").run()
+    assert not at.exception
+    text = page_text(at)
+    assert "A finished run: its nodes are no longer polled" in text and "polled within" not in text
