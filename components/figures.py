@@ -279,32 +279,32 @@ def make_gpu_heatstrip_figure(df: pd.DataFrame) -> go.Figure:
     rows = [("util %", "util_pct"), ("power %", "power_pct"), ("mem %", "mem_pct")]
     z = [df[col].tolist() for _, col in rows]
     text = [["N/A" if pd.isna(v) else f"{v:.0f}" for v in r] for r in z]
-    fig = new_figure(
-        go.Heatmap(
-            z=z,
-            x=df["label"].tolist(),
-            y=[name for name, _ in rows],
-            zmin=0,
-            zmax=100,
-            text=text,
-            texttemplate="%{text}",
-            colorscale="Viridis",
-            xgap=2,
-            ygap=2,
-            colorbar=dict(title="%", thickness=12),
-            hovertemplate="%{x} %{y}: %{text}<extra></extra>",
-        )
-    )
-    # "node/gpu" on two lines keeps long node names from overlapping.
     labels = df["label"].tolist()
-    fig.update_xaxes(
+    heat = dict(
+        type="heatmap",
+        z=z,
+        x=labels,
+        y=[name for name, _ in rows],
+        zmin=0,
+        zmax=100,
+        text=np.array(text, dtype=object),  # an array is validated at once, a list cell by cell
+        texttemplate="%{text}",
+        colorscale="Viridis",
+        xgap=2,
+        ygap=2,
+        colorbar=dict(title=dict(text="%"), thickness=12),
+        hovertemplate="%{x} %{y}: %{text}<extra></extra>",
+    )
+    layout = _layout("GPUs now", height=260)
+    # "node/gpu" on two lines keeps long node names from overlapping.
+    layout["xaxis"] = dict(
         type="category",
         tickvals=labels,
         tickangle=-60 if len(df) > 16 else 0,
         ticktext=[lbl if len(df) > 16 else lbl.replace("/", "<br>GPU ", 1) for lbl in labels],
     )
-    fig.update_layout(yaxis_autorange="reversed")
-    return apply_layout(fig, "GPUs now", height=260)
+    layout["yaxis"] = dict(autorange="reversed")
+    return new_figure_from([heat], layout)
 
 
 HEATSTRIP_MAX_GPUS = 64
