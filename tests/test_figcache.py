@@ -91,3 +91,11 @@ def test_the_real_builders_give_the_same_figure_cached_or_not():
     args = (bands, "Power", "W", 700.0, (0, 700.0))
     cached = figcache.figure(figures.make_gpu_band_figure, *args, show_legend=True)
     assert json.loads(cached.to_json()) == json.loads(figures.make_gpu_band_figure(*args, show_legend=True).to_json())
+
+
+def test_the_cached_figure_gives_streamlit_the_same_dict_each_run():
+    fig = figcache.figure(counted, frame([1.0, 2.0]), "Power")
+    assert isinstance(fig, figcache.FrozenFigure)
+    first = fig.to_dict()
+    assert fig.to_dict() is first  # made once, not copied again on the next rerun
+    assert json.loads(fig.to_json()) == json.loads(counted(frame([1.0, 2.0]), "Power").to_json())
