@@ -12,7 +12,7 @@ pandas and plotly), and with --history the Overview on a 1 h store of the same f
 the full store (flat = ratio near 1). Ratios, not pass/fail; the machine's load is printed.
 
     python bench/pages.py [--runs 3] [--pages overview,lengths] [--keep DIR]
-                          [--scenario big|fleet] [--history]
+                          [--scenario big|fleet] [--history] [--after-only]
 
 --scenario fleet: 64 nodes x 8 GPUs (512), 6 h of 30 s polls, instead of the default "big"
 (8 nodes x 8 GPUs, 24 h of 10 s polls).
@@ -171,6 +171,9 @@ def main() -> None:
         help="big: 8 nodes x 8 GPUs, 24 h; fleet: 64 nodes x 8 GPUs, 6 h",
     )
     parser.add_argument("--history", action="store_true", help="also time the Overview on a 1 h store")
+    parser.add_argument(
+        "--after-only", action="store_true", help="only pages reading payloads, cold and warm (no before, no raw-rows)"
+    )
     args = parser.parse_args()
     pages = args.pages.split(",")
     with tempfile.TemporaryDirectory(prefix="runhealth-bench-") as scratch:
@@ -194,6 +197,8 @@ def main() -> None:
         os.environ["RUNHEALTH_COLLECTOR"] = "off"
         quiet_streamlit()
         render_s(PAGES[0])  # first run pays the imports; not a page cost
+        if args.after_only:
+            return after_only(db_path, config_path, pages, args.runs)
         set_payloads(db_path, config_path, present=False)
         before = measure(pages, args.runs)
         compute_s = set_payloads(db_path, config_path, present=True)
@@ -225,6 +230,22 @@ def main() -> None:
         print(f"peak RSS after rendering every page {4 * args.runs}x (before the baseline ran): {rss_mb:.0f} MB")
         if args.history:
             overview_history(tmp, args.scenario, args.runs, config_path)
+
+
+def after_only(db_path: Path, config_path: Path, pages: list[str], runs: int) -> None:
+    """--after-only: the pages reading payloads, cold and warm, in script CPU s and wall s."""
+    compute_s = set_payloads(db_path, config_path, present=True)
+    after = measure(pages, runs)
+    print(f"\nmedian (min-max) of {runs}; cold = caches cleared, warm = again with caches")
+    print(f"{'page':<28}{'cold CPU s':>20}{'warm CPU s':>20}{'cold wall s':>20}{'warm wall s':>20}")
+    for page in pages:
+        a = after[page]
+        print(
+            f"{page:<28}{spread(a['cold_cpu']):>20}{spread(a['warm_cpu']):>20}{spread(a['cold']):>20}"
+            f"{spread(a['warm']):>20}"
+        )
+    print(f"collector: computing every page payload once (Refresher.run_now) took {compute_s:.2f} CPU s")
+    print(f"machine load (1/5/15 min) at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
 def overview_history(tmp: Path, scenario: str, runs: int, full_config: Path) -> None:

@@ -40,8 +40,16 @@ def new_figure(*data) -> go.Figure:
     return go.Figure(list(data))
 
 
-def apply_layout(fig: go.Figure, title: str, height: int = 380) -> go.Figure:
-    fig.update_layout(
+def new_figure_from(data: list[dict], layout: dict) -> go.Figure:
+    """A Figure in the dark template from trace and layout dicts, validated once (each
+    update_layout / add_shape on a built figure validates again)."""
+    if pio.templates.default != DARK:
+        pio.templates.default = DARK
+    return go.Figure(data=data, layout=layout)
+
+
+def _layout(title: str, height: int = 380) -> dict:
+    return dict(
         title=dict(text=title, font=dict(size=FONT_SIZE + 4)),
         height=height,
         font=dict(size=FONT_SIZE),
@@ -50,6 +58,10 @@ def apply_layout(fig: go.Figure, title: str, height: int = 380) -> go.Figure:
         paper_bgcolor="rgba(0,0,0,0)",
         plot_bgcolor="rgba(0,0,0,0)",
     )
+
+
+def apply_layout(fig: go.Figure, title: str, height: int = 380) -> go.Figure:
+    fig.update_layout(**_layout(title, height))
     return fig
 
 
@@ -68,13 +80,19 @@ def vline(fig: go.Figure, x: float, text: str | None = None, position: str = "to
         )
 
 
+def _hline_shape(y: float, **line) -> dict:
+    return dict(type="line", x0=0, x1=1, xref="x domain", y0=y, y1=y, yref="y", line=line)
+
+
+def _hline_text(y: float, text: str) -> dict:
+    return dict(text=text, showarrow=False, x=1, xref="x domain", xanchor="right", y=y, yref="y", yanchor="bottom")
+
+
 def hline(fig: go.Figure, y: float, text: str | None = None, **line) -> None:
     """A horizontal rule at data y across the plot, its label at the top right (plotly's default)."""
-    fig.add_shape(type="line", x0=0, x1=1, xref="x domain", y0=y, y1=y, yref="y", line=line)
+    fig.add_shape(**_hline_shape(y, **line))
     if text is not None:
-        fig.add_annotation(
-            text=text, showarrow=False, x=1, xref="x domain", xanchor="right", y=y, yref="y", yanchor="bottom"
-        )
+        fig.add_annotation(**_hline_text(y, text))
 
 
 def make_length_histogram_figure(df: pd.DataFrame, ceiling: int | None, at_ceiling_fraction: float | None) -> go.Figure:
@@ -261,32 +279,32 @@ def make_gpu_heatstrip_figure(df: pd.DataFrame) -> go.Figure:
     rows = [("util %", "util_pct"), ("power %", "power_pct"), ("mem %", "mem_pct")]
     z = [df[col].tolist() for _, col in rows]
     text = [["N/A" if pd.isna(v) else f"{v:.0f}" for v in r] for r in z]
-    fig = new_figure(
-        go.Heatmap(
-            z=z,
-            x=df["label"].tolist(),
-            y=[name for name, _ in rows],
-            zmin=0,
-            zmax=100,
-            text=text,
-            texttemplate="%{text}",
-            colorscale="Viridis",
-            xgap=2,
-            ygap=2,
-            colorbar=dict(title="%", thickness=12),
-            hovertemplate="%{x} %{y}: %{text}<extra></extra>",
-        )
-    )
-    # "node/gpu" on two lines keeps long node names from overlapping.
     labels = df["label"].tolist()
-    fig.update_xaxes(
+    heat = dict(
+        type="heatmap",
+        z=z,
+        x=labels,
+        y=[name for name, _ in rows],
+        zmin=0,
+        zmax=100,
+        text=np.array(text, dtype=object),  # an array is validated at once, a list cell by cell
+        texttemplate="%{text}",
+        colorscale="Viridis",
+        xgap=2,
+        ygap=2,
+        colorbar=dict(title=dict(text="%"), thickness=12),
+        hovertemplate="%{x} %{y}: %{text}<extra></extra>",
+    )
+    layout = _layout("GPUs now", height=260)
+    # "node/gpu" on two lines keeps long node names from overlapping.
+    layout["xaxis"] = dict(
         type="category",
         tickvals=labels,
         tickangle=-60 if len(df) > 16 else 0,
         ticktext=[lbl if len(df) > 16 else lbl.replace("/", "<br>GPU ", 1) for lbl in labels],
     )
-    fig.update_layout(yaxis_autorange="reversed")
-    return apply_layout(fig, "GPUs now", height=260)
+    layout["yaxis"] = dict(autorange="reversed")
+    return new_figure_from([heat], layout)
 
 
 HEATSTRIP_MAX_GPUS = 64
@@ -401,22 +419,22 @@ def make_gpu_node_heatmap_figure(
         ],
         dtype=object,
     )
-    heat = go.Heatmap(
+    heat = dict(
+        type="heatmap",
         z=med.to_numpy(),
         x=pd.to_datetime(med.columns, unit="s"),
         y=list(med.index),
         customdata=custom,
         colorscale="Viridis",
-        colorbar=dict(title=unit, thickness=12),
+        colorbar=dict(title=dict(text=unit), thickness=12),
         hovertemplate="%{y} %{x}: median %{z:.0f} " + unit + " (%{customdata})<extra></extra>",
     )
     if z_range is not None:
         heat.update(zmin=z_range[0], zmax=z_range[1])
-    fig = new_figure(heat)
-    fig.update_layout(yaxis_autorange="reversed")
-    return apply_layout(
-        fig, f"{title} · median of each node's GPUs ({len(med)} nodes)", height=min(1000, 140 + 12 * len(med))
-    )
+    # One validation of the whole figure (update_layout after the build validates again).
+    layout = _layout(f"{title} · median of each node's GPUs ({len(med)} nodes)", height=min(1000, 140 + 12 * len(med)))
+    layout["yaxis"] = dict(autorange="reversed")
+    return new_figure_from([heat], layout)
 
 
 def make_gpu_band_figure(
@@ -435,16 +453,23 @@ def make_gpu_band_figure(
     nodes = sorted(bands["node"].unique())
     if len(nodes) > BAND_MAX_NODES:
         return make_gpu_node_heatmap_figure(bands, title, unit, y_range)
-    # Traces as dicts, the figure built once: add_scatter per trace re-validates the figure each
-    # time (0.25 s for 8 nodes, five charts a page; one build: 0.03 s).
+    # Traces and layout as dicts, the figure built and validated once: add_scatter per trace
+    # re-validates the figure each time (0.25 s for 8 nodes, five charts a page), and each later
+    # update_* / add_shape call validates again (together ~60% of a 35 ms build, bench/pages.py).
+    ordered = bands.sort_values("node", kind="stable")
+    names, starts = np.unique(ordered["node"].to_numpy(), return_index=True)
+    ends = [*starts[1:], len(ordered)]
+    t_all = pd.to_datetime(ordered["t_unix"], unit="s").to_numpy()
+    lo_all, hi_all, med_all = (ordered[c].to_numpy() for c in ("min", "max", "median"))
+    custom_all = ordered[["min", "max", "gpus"]].to_numpy()
     traces: list[dict] = []
-    for node, g in bands.groupby("node", sort=True):
-        colour, t = node_colour(nodes, node), pd.to_datetime(g["t_unix"], unit="s").to_numpy()
+    for node, i, j in zip(names, starts, ends, strict=True):
+        colour, t = node_colour(nodes, node), t_all[i:j]
         traces.append(
             dict(
                 type="scatter",
                 x=t,
-                y=g["max"].to_numpy(),
+                y=hi_all[i:j],
                 mode="lines",
                 line=dict(width=0),
                 legendgroup=node,
@@ -456,7 +481,7 @@ def make_gpu_band_figure(
             dict(
                 type="scatter",
                 x=t,
-                y=g["min"].to_numpy(),
+                y=lo_all[i:j],
                 mode="lines",
                 line=dict(width=0),
                 fill="tonexty",
@@ -470,24 +495,25 @@ def make_gpu_band_figure(
             dict(
                 type="scatter",
                 x=t,
-                y=g["median"].to_numpy(),
+                y=med_all[i:j],
                 mode="lines",
                 line=dict(color=colour, width=2),
                 name=str(node),
                 legendgroup=node,
                 showlegend=show_legend,
-                customdata=g[["min", "max", "gpus"]].to_numpy(),
+                customdata=custom_all[i:j],
                 hovertemplate=f"{node}: median %{{y:.0f}} {unit} (min %{{customdata[0]:.0f}}, max "
                 f"%{{customdata[1]:.0f}}, %{{customdata[2]}} GPUs)<extra></extra>",
             )
         )
-    fig = new_figure(*traces)
+    layout = _layout(title + " · median per node, band = min–max of its GPUs", height=340)
+    layout["yaxis"] = dict(
+        title=dict(text=unit), rangemode="tozero", **({"range": list(y_range)} if y_range is not None else {})
+    )
     if limit is not None:
-        hline(fig, limit, f"limit {limit:.0f} {unit}", dash="dash", color=ALERT_COLOUR)
-    if y_range is not None:
-        fig.update_yaxes(range=list(y_range))
-    fig.update_yaxes(title_text=unit, rangemode="tozero")
-    return apply_layout(fig, title + " · median per node, band = min–max of its GPUs", height=340)
+        layout["shapes"] = [_hline_shape(limit, dash="dash", color=ALERT_COLOUR)]
+        layout["annotations"] = [_hline_text(limit, f"limit {limit:.0f} {unit}")]
+    return new_figure_from(traces, layout)
 
 
 def make_throughput_figure(df: pd.DataFrame) -> go.Figure:

@@ -226,18 +226,22 @@ def samples_export(samples: list[dict[str, Any]]) -> pd.DataFrame:
     )
 
 
+def _gpu_state(error: Any, util: Any, throttle: Any) -> str:
+    notes = []
+    if isinstance(error, str) and error:  # pandas makes a missing error NaN
+        notes.append(f"error: {error}")
+    if pd.notna(util) and util < 10:
+        notes.append("idle")
+    if throttle:
+        notes.append("throttled: " + ", ".join(throttle))
+    return "⚠ " + "; ".join(notes) if notes else "ok"
+
+
 def gpu_table(gpus: pd.DataFrame) -> pd.DataFrame:
     """The GPUs now, with idle (<10% util) and throttled ones flagged first."""
-    flags = []
-    for _, g in gpus.iterrows():
-        notes = []
-        if isinstance(g.get("error"), str) and g["error"]:  # pandas makes a missing error NaN
-            notes.append(f"error: {g['error']}")
-        if pd.notna(g["util_pct"]) and g["util_pct"] < 10:
-            notes.append("idle")
-        if g["throttle_reasons"]:
-            notes.append("throttled: " + ", ".join(g["throttle_reasons"]))
-        flags.append("⚠ " + "; ".join(notes) if notes else "ok")
+    # zip over columns, not iterrows: iterrows builds a Series per GPU (0.1 s for 512 GPUs).
+    errors = gpus["error"] if "error" in gpus else [None] * len(gpus)
+    flags = [_gpu_state(e, u, t) for e, u, t in zip(errors, gpus["util_pct"], gpus["throttle_reasons"], strict=True)]
     out = pd.DataFrame(
         {
             "GPU": gpus["label"],
@@ -251,7 +255,8 @@ def gpu_table(gpus: pd.DataFrame) -> pd.DataFrame:
             "temp °C": gpus["temp_c"],
             "SM MHz": gpus["sm_clock_mhz"],
             "processes": [len(p) for p in gpus["processes"]],
-        }
+        },
+        index=gpus.index,
     )
     return out.sort_values("state", key=lambda s: s == "ok", kind="stable")
 
@@ -259,13 +264,13 @@ def gpu_table(gpus: pd.DataFrame) -> pd.DataFrame:
 def gpu_processes(gpus: pd.DataFrame) -> pd.DataFrame:
     rows = [
         {
-            "GPU": g["label"],
+            "GPU": label,
             "pid": p.get("pid"),
             "process": p.get("name"),
             "mem GiB": (p.get("mem_used_mib") or 0) / 1024,
         }
-        for _, g in gpus.iterrows()
-        for p in g["processes"]
+        for label, procs in zip(gpus["label"], gpus["processes"], strict=True)
+        for p in procs
     ]
     return pd.DataFrame(rows, columns=["GPU", "pid", "process", "mem GiB"])
 

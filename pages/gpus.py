@@ -13,7 +13,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-from components import cards, figures, loaders, page, precomputed, tables
+from components import cards, figcache, figures, loaders, page, precomputed, tables
 from components.context import PageRuntime
 from components.format import md_escape
 from runhealth import pagedata
@@ -46,7 +46,7 @@ def render_now(gpus, nodes) -> None:
             )
         )
     st.plotly_chart(
-        figures.make_gpu_heatstrip_figure(gpus[["label", "util_pct", "power_pct", "mem_pct"]]),
+        figcache.figure(figures.make_gpu_heatstrip_figure, gpus[["label", "util_pct", "power_pct", "mem_pct"]]),
         key=f"{PREFIX}_heatstrip_chart",
     )
     st.dataframe(
@@ -86,12 +86,18 @@ def render_series(rt: PageRuntime, window: str, labels: list[str]) -> None:
                 lim = float(df[limit].max()) if limit and df[limit].notna().any() else None
                 band = tables.gpu_bands(df, col)
             scale = (0, 100) if unit == "%" else (0, lim) if lim else None  # fixed: colours mean the same each refresh
-            fig = figures.make_gpu_band_figure(band, title, unit, lim, scale, show_legend=i == 0)
+            fig = figcache.figure(figures.make_gpu_band_figure, band, title, unit, lim, scale, show_legend=i == 0)
         else:
-            fig = figures.make_gpu_timeseries_figure(df, col, title, unit, limit)
-            if unit == "%":
-                fig.update_yaxes(range=[0, 100])
+            fig = figcache.figure(series_figure, df, col, title, unit, limit)
         cols[i % 2].plotly_chart(fig, key=f"{PREFIX}_{col}_chart")
+
+
+def series_figure(df: pd.DataFrame, col: str, title: str, unit: str, limit: str | None):
+    """One line per GPU; a percentage on a fixed 0-100 axis."""
+    fig = figures.make_gpu_timeseries_figure(df, col, title, unit, limit)
+    if unit == "%":
+        fig.update_yaxes(range=[0, 100])
+    return fig
 
 
 def render_processes(gpus) -> None:

@@ -11,7 +11,7 @@ import json
 
 import streamlit as st
 
-from components import cards, figures, jobs, loaders, page, precomputed, tables, whatif_view
+from components import cards, figcache, figures, jobs, loaders, page, precomputed, tables, whatif_view
 from components.context import PageRuntime
 from components.format import md_escape
 from runhealth.analysis import continuation
@@ -60,8 +60,11 @@ def render_groups(rt: PageRuntime, ceiling) -> None:
                 f"{len(df) - len(shown) + 1:,} summed in one bar. Hover a bar for its full name."
             )
         left.plotly_chart(
-            figures.make_truncation_by_group_figure(
-                shown, rt.config.truncation_warn_fraction, rt.config.truncation_alert_fraction
+            figcache.figure(
+                figures.make_truncation_by_group_figure,
+                shown,
+                rt.config.truncation_warn_fraction,
+                rt.config.truncation_alert_fraction,
             ),
             key=f"{PREFIX}_group_chart",
         )
@@ -131,7 +134,8 @@ def render_whatif(rt: PageRuntime, data: dict, thr: dict) -> None:
     curve = tables.whatif_curve(r)
     if len(curve) > 1:
         st.plotly_chart(
-            figures.make_whatif_figure(curve, ceiling, limit, r.hard_bounds[1]), key=f"{PREFIX}_whatif_chart"
+            figcache.figure(figures.make_whatif_figure, curve, ceiling, limit, r.hard_bounds[1]),
+            key=f"{PREFIX}_whatif_chart",
         )
     render_continuation(rt, limit, ceiling)
 
@@ -217,10 +221,14 @@ def render_page(rt: PageRuntime) -> None:
     left, right = st.columns(2)
     if len(data["bins"]):
         left.plotly_chart(
-            figures.make_length_histogram_figure(data["bins"], summary.ceiling_tokens, summary.at_ceiling_fraction),
+            figcache.figure(
+                figures.make_length_histogram_figure, data["bins"], summary.ceiling_tokens, summary.at_ceiling_fraction
+            ),
             key=f"{PREFIX}_hist_chart",
         )
-        right.plotly_chart(figures.make_cdf_figure(data["cdf"], summary.ceiling_tokens), key=f"{PREFIX}_cdf_chart")
+        right.plotly_chart(
+            figcache.figure(figures.make_cdf_figure, data["cdf"], summary.ceiling_tokens), key=f"{PREFIX}_cdf_chart"
+        )
     st.dataframe(tables.finish_reason_table(summary), hide_index=True)
     st.caption(f"Length statistics: {precomputed.age_text(data.get('as_of'))}.")
     render_server_note(rt, summary)
@@ -228,8 +236,11 @@ def render_page(rt: PageRuntime) -> None:
     over_time = loaders.load_truncation_over_time(rt.store, rt.config.interval_s, summary.ceiling_tokens)
     if (over_time["completions"] > 0).sum() >= 2:
         st.plotly_chart(
-            figures.make_truncation_over_time_figure(
-                over_time, rt.config.truncation_warn_fraction, rt.config.truncation_alert_fraction
+            figcache.figure(
+                figures.make_truncation_over_time_figure,
+                over_time,
+                rt.config.truncation_warn_fraction,
+                rt.config.truncation_alert_fraction,
             ),
             key=f"{PREFIX}_time_chart",
         )
@@ -239,7 +250,8 @@ def render_page(rt: PageRuntime) -> None:
     hourly = loaders.load_lengths_over_time(rt.store, summary.ceiling_tokens)
     if len(hourly) >= 2:
         st.plotly_chart(
-            figures.make_lengths_over_time_figure(hourly, summary.ceiling_tokens), key=f"{PREFIX}_hourly_chart"
+            figcache.figure(figures.make_lengths_over_time_figure, hourly, summary.ceiling_tokens),
+            key=f"{PREFIX}_hourly_chart",
         )
         st.caption(
             "Per hour of the whole run, by when the collector counted them. Percentiles are the upper edges"
