@@ -46,11 +46,11 @@ def dashboard_command(config: Path | None, port: int, address: str, collect: boo
     """argv and environment for `streamlit run` (the config passed on as an absolute path)."""
     folder = app_dir()
     # -P: the caller's working directory stays off sys.path (a stray ./timeit.py must not shadow the stdlib).
+    # components/serve.py is `python -m streamlit` with pages/ auto-discovery off from the first session.
     argv = [
         sys.executable,
         "-P",
-        "-m",
-        "streamlit",
+        str(folder / "components" / "serve.py"),
         "run",
         str(folder / "app.py"),
         *streamlit_options(folder),

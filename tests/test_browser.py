@@ -201,3 +201,17 @@ def test_resample_shows_samples(server_url, browser_page):
     page.get_by_text("Truncated only").first.wait_for(timeout=30_000)
     assert page.locator('[data-testid="stException"]').count() == 0
     tall_screenshot(page, ARTIFACTS / "samples.png")
+
+
+def test_a_deep_link_on_a_fresh_server_opens_without_page_not_found(tmp_path, browser_page):
+    """The first session after a start that opens a screen by its URL gets that screen, with no
+    "Page not found" (Streamlit's pages/ auto-discovery is off from the start: components/serve.py)."""
+    with streamlit_server(tmp_path, extra_env={"RUNHEALTH_COLLECTOR": "off"}) as url:
+        page = browser_page.context.browser.new_page(viewport=VIEWPORT)
+        try:
+            open_page(page, url, "lengths")
+            page.wait_for_timeout(2000)  # the toast comes with the first script run's messages
+            assert page.locator("h1").first.inner_text() == "Output lengths"
+            assert page.get_by_text("Page not found").count() == 0
+        finally:
+            page.close()

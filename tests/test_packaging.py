@@ -78,7 +78,7 @@ def test_streamlit_options_come_from_the_apps_config(tmp_path):
 def test_dashboard_command(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     argv, env = launch.dashboard_command(Path("cfg.toml"), 8611, "127.0.0.1", collect=False)
-    assert argv[:6] == [sys.executable, "-P", "-m", "streamlit", "run", str(ROOT / "app.py")]
+    assert argv[:5] == [sys.executable, "-P", str(ROOT / "components" / "serve.py"), "run", str(ROOT / "app.py")]
     assert argv[-4:] == ["--server.port", "8611", "--server.address", "127.0.0.1"]
     assert "--client.toolbarMode" in argv and argv.count("--server.address") == 1
     assert env["RUNHEALTH_CONFIG"] == str(tmp_path / "cfg.toml")  # absolute: streamlit may chdir
