@@ -14,9 +14,8 @@ import re
 from pathlib import Path
 
 import pytest
-import streamlit as st
 from streamlit.testing.v1 import AppTest
-from test_pages import open_app
+from test_pages import _clear_streamlit_caches, open_app  # noqa: F401 (autouse fixture: caches leak between AppTests)
 
 from components import compare_view
 from runhealth import demo, runcompare
@@ -24,15 +23,6 @@ from runhealth.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 A_N, B_N = demo.FINISHED_COMPLETIONS, 3000
-
-
-@pytest.fixture(autouse=True)
-def _clear_streamlit_caches():
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    yield
-    st.cache_data.clear()
-    st.cache_resource.clear()
 
 
 @pytest.fixture(scope="module")

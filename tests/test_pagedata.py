@@ -21,7 +21,7 @@ import store_fixtures
 import streamlit as st
 from shardgen import truth_rows, write_shard
 from streamlit.testing.v1 import AppTest
-from test_pages import open_app
+from test_pages import _clear_streamlit_caches, open_app  # noqa: F401 (autouse fixture: caches leak between AppTests)
 
 from components import loaders, precomputed, tables
 from runhealth import pagedata
@@ -33,15 +33,6 @@ from runhealth.store import Store
 ROOT = Path(__file__).resolve().parent.parent
 CEILING = store_fixtures.CEILING
 INTERVAL_S = 10.0  # store_fixtures.write_config's interval
-
-
-@pytest.fixture(autouse=True)
-def _clear_streamlit_caches():
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    yield
-    st.cache_data.clear()
-    st.cache_resource.clear()
 
 
 @pytest.fixture(scope="module")
