@@ -184,7 +184,10 @@ def test_compare_page_shows_the_relaunch_against_the_seed_run(server_url, browse
     page.get_by_text(re.compile(r"The measurement falls (inside|outside) the predicted interval")).first.wait_for(
         timeout=30_000
     )
-    assert page.locator(".js-plotly-plot").count() >= 1 and page.locator('[data-testid="stDataFrame"]').count() == 1
+    # The table's grid is a lazily loaded chunk: on a busy machine it can land after the forecast text.
+    page.locator('[data-testid="stDataFrame"]').first.wait_for(timeout=30_000)
+    page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
+    assert page.locator('[data-testid="stDataFrame"]').count() == 1
     assert page.get_by_text("cannot be checked").count() >= 1
     assert page.locator('[data-testid="stException"]').count() == 0
     tall_screenshot(page, ARTIFACTS / "compare.png", height=2000)
