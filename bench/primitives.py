@@ -13,9 +13,14 @@ times in one run (CPU time, best of --repeat) the steps an exact scan of a line 
   no quote, else the exact C-level walk past escaped quotes) — the step that proves structure;
 - the whole scan (scan_file), and per-line json.loads, the baseline.
 
+- two other exact ways to prove where a text string ends (quotes escaped by bytes.replace then
+  memchr; json's own C string scanner), timed on the same holes.
+
 The rows before "scan_file" are parts of it; their sum against the scan_file row shows the
 per-line Python overhead. Also printed: the stdlib building blocks' speeds that bound any exact
-stdlib scanner (isascii, decode, the quote counts). Not a pass/fail test.
+stdlib scanner (isascii, decode, the quote counts), and the floor: read + newline + the cheapest
+hole proof, with no skeleton and no per-line loop at all, as the best ratio to json.loads any
+exact stdlib scanner could reach on that style. Not a pass/fail test.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import os
 import sys
 import tempfile
 import time
+from json.decoder import scanstring  # type: ignore[attr-defined]
 from pathlib import Path
 
 from scan import STYLES, make_shard
@@ -61,8 +67,8 @@ def positions(plan, buf, spans):
             m = match(buf, pos, b)
             if m is None or not hole:
                 break
-            starts.append(m.end())
             q = agent_scan.hole_end(buf, m.end(), b) - 1
+            starts.append((m.end(), q))
             pos = q + (1 if lead is None else len(lead))
         segs.append(seg)
         holes.append(starts)
@@ -94,14 +100,32 @@ def style_rows(path, repeat):
 
     def hole_walk():
         for (_, b), starts in zip(spans, holes, strict=True):
-            for h in starts:
+            for h, _ in starts:
                 hole_end(buf, h, b)
+
+    # Other exact stdlib ways to prove where a text string ends, timed on the same holes: the
+    # scanner uses the cheapest; with read and newline it bounds any stdlib scanner from below.
+    def alt_replace():  # escaped quotes blanked (same length), then memchr for a bare one
+        for starts in holes:
+            for h, q in starts:
+                region = buf[h : q + 1]
+                if b"\\\\" in region:
+                    region = region.replace(b"\\\\", b"__")
+                region.replace(b'\\"', b"__").find(b'"')
+
+    def alt_scanstring():  # json's own C string scanner over a latin-1 view (same offsets)
+        for (a, b), starts in zip(spans, holes, strict=True):
+            text = buf[a:b].decode("latin-1")
+            for h, _ in starts:
+                scanstring(text, h - a, False)
 
     blocks = {
         "read (page cache)": lambda: read_all(path),
         "newline (memchr)": lambda: [find(b"\n", a) for a, _ in spans],
         "skeleton regexes": skeleton,
         "hole walk (_hole_end)": hole_walk,
+        "  alt: replace + memchr": alt_replace,
+        "  alt: json scanstring": alt_scanstring,
         "scan_file (all of it)": lambda: agent_scan.scan_file(str(path), None, 0, 1 << 40),
         "json.loads per line": lambda: [json.loads(x) for x in lines],
         "block: isascii (whole)": buf.isascii,  # stops at the first non-ASCII byte
@@ -143,8 +167,18 @@ def main():
             )
             print(f"{'step':<26}{'us/line':>9}{'MB/s':>8}{'x json.loads':>14}")
             for name, s in r["secs"].items():
+                if s * 1e6 < n:  # under a microsecond for the whole shard: a stop at the first byte
+                    print(f"{name:<26}{'<0.01':>9}{'-':>8}{'-':>14}")
+                    continue
                 print(f"{name:<26}{s / n * 1e6:>9.2f}{r['mb'] / s:>8.0f}{base / s:>14.1f}")
             print(f"4x json.loads leaves {base / 4 / n * 1e6:.2f} us a line for everything.")
+            sec = r["secs"]
+            hole = min(sec["hole walk (_hole_end)"], sec["  alt: replace + memchr"], sec["  alt: json scanstring"])
+            floor = sec["read (page cache)"] + sec["newline (memchr)"] + hole
+            print(
+                f"Floor (read + newline + the cheapest hole proof, no skeleton, no loop): {floor / n * 1e6:.2f} us "
+                f"a line, so an exact stdlib scan can reach at most {base / floor:.1f}x json.loads on this style."
+            )
 
 
 if __name__ == "__main__":
