@@ -103,8 +103,8 @@ def render_table(rows: list[dict[str, str]], a: dict, b: dict) -> None:
         f"A: n = {a['summary'].completions:,} completions, B: n = {b['summary'].completions:,}. "
         "Shares: Wilson 95% intervals per run, Newcombe's for the difference; mean: Welch; percentiles: "
         "order-statistic intervals (approximate). Rates are averages over each run's collected life "
-        f"(A: {a['life']['spans']} poll spans, B: {b['life']['spans']}), the interval treating spans as "
-        "independent (approximate); the Overview's tok/s is the last 5 minutes instead. ≤ / ≥: a percentile "
+        f"(A: {a['life']['spans']} poll spans, B: {b['life']['spans']}), the interval by batch means over "
+        "consecutive polls (approximate); the Overview's tok/s is the last 5 minutes instead. ≤ / ≥: a percentile "
         "at its run's ceiling is only a lower bound, so the difference is a bound too."
     )
 

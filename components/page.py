@@ -115,15 +115,11 @@ def setup(
     _check_access(view.config.allowed_users)
     if query_flag("theme", "light"):
         st.markdown(LIGHT_CSS, unsafe_allow_html=True)
-    if kiosk():
-        st.markdown(KIOSK_CSS, unsafe_allow_html=True)
-        rotate_s = kiosk_rotate_s(view.config.kiosk_rotate_s)
-        if rotate_s:
-            st.fragment(run_every=rotate_s)(_kiosk_rotate)(view, prefix, rotate_s, pages)
     with st.sidebar:
-        rt = runpicker.select(rt, prefix)
-        view = context.ready(rt)
-        st.markdown(f"### {view.config.name}")
+        if one_run:
+            rt = runpicker.select(rt, prefix)
+            view = context.ready(rt)
+        st.markdown(f"### {view.config.name}" if one_run else f"### {len(rt.runs)} runs")
         if rt.notice:
             st.info(rt.notice)
         if rt.demo:
@@ -149,6 +145,11 @@ def setup(
             collector.request_refresh()
             loaders.clear_all()
             st.rerun()
+    if kiosk():  # after the pick: the wall screen follows the run in its URL (?run=)
+        st.markdown(KIOSK_CSS, unsafe_allow_html=True)
+        rotate_s = kiosk_rotate_s(view.config.kiosk_rotate_s)
+        if rotate_s:
+            st.fragment(run_every=rotate_s)(_kiosk_rotate)(view, prefix, rotate_s, pages)
     if one_run and runpicker.shown_line(rt):  # several runs: every page says which one it shows
         st.caption(md_escape(runpicker.shown_line(rt) or ""))
     return rt

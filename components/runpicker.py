@@ -2,8 +2,9 @@
 
 `select(rt, prefix)` draws a select box of every run (live first, finished ones marked) and
 returns a per-session view of the runtime whose config, store and collector are the picked
-run's; every page reads `rt.config`/`rt.store` as before. The pick is kept in the session
-(`rh_run`), so moving between pages keeps the run. With one run nothing is drawn.
+run's; every page reads `rt.config`/`rt.store` as before. The pick lives in the URL (`?run=name`),
+so a link or a wall screen (`?kiosk=1&run=name`) opens on that run, and in the session (`rh_run`),
+so moving between pages keeps it. With one run nothing is drawn.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import dataclasses
 import streamlit as st
 
 from components import context
+from components.format import md_escape
 
 SESSION_KEY = "rh_run"
+URL_KEY = "run"
 
 
 def label(handle: context.RunHandle) -> str:
@@ -26,19 +29,45 @@ def select(rt: context.Runtime, prefix: str) -> context.Runtime:
     if len(rt.runs) <= 1 or rt.config is None:
         return rt
     names = [h.config.name for h in rt.runs]
-    current = st.session_state.get(SESSION_KEY)
-    index = names.index(current) if current in names else names.index(rt.config.name)
     by_name = {h.config.name: h for h in rt.runs}
-    name = st.selectbox(
+    name = wanted(names, rt.config.name)
+    key = f"{prefix}_run_picker"
+    if st.session_state.get(key) != name:  # the URL or another page's pick moved it
+        st.session_state[key] = name
+    st.selectbox(
         "Run",
         names,
-        index=index,
-        key=f"{prefix}_run_picker",
+        key=key,
         format_func=lambda n: label(by_name[n]),
-        help="Which run the pages show",
+        help="Which run the pages show (kept in the URL as ?run=…, so the link opens this run)",
+        on_change=_picked,
+        args=(key,),
     )
-    st.session_state[SESSION_KEY] = name
+    remember(name)
     return view(rt, by_name[name])
+
+
+def wanted(names: list[str], default: str) -> str:
+    """The run to show: the URL's ?run= when it names one, else this session's pick, else `default`."""
+    asked = st.query_params.get(URL_KEY)
+    if asked in names:
+        return asked
+    current = st.session_state.get(SESSION_KEY)
+    name = current if current in names else default
+    if asked is not None:  # the URL is then corrected to the run shown
+        st.warning(md_escape(f"No run named {asked!r} here; showing {name}. Runs: {', '.join(names)}."))
+    return name
+
+
+def _picked(key: str) -> None:
+    """The viewer chose a run: it goes to the URL and the session before the page runs again."""
+    remember(st.session_state[key])
+
+
+def remember(name: str) -> None:
+    st.session_state[SESSION_KEY] = name
+    if st.query_params.get(URL_KEY) != name:
+        st.query_params[URL_KEY] = name
 
 
 FINISHED_AGE_S = 10 * 365 * 86400.0

@@ -162,6 +162,11 @@ def test_every_screen_shows_sane_numbers(server_url, browser_page):
         tall_screenshot(page, ARTIFACTS / f"{name}.png")
     open_page(page, server_url, "lengths")
     assert 0.8 <= parse_number(tile_value(page, r"^Truncated$")) <= 4.0
+    # A link that names the run opens it (the finished 4,096 run: ~18% cut), and keeps it in the URL.
+    page.goto(f"{server_url}/Output_lengths?run=demo-4096", wait_until="domcontentloaded")
+    page.get_by_text("Run: demo-4096 · finished").first.wait_for(timeout=60_000)
+    assert 15.0 <= parse_number(tile_value(page, r"^Truncated$")) <= 21.0
+    assert "run=demo-4096" in page.url
 
 
 def compare_headline(page, url: str, timeout_ms: int = 120_000) -> str:

@@ -10,6 +10,7 @@ cut at each ceiling, the mean lengths and the tok/s per GPU it was told to produ
 from __future__ import annotations
 
 import math
+import random
 import re
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from test_pages import _clear_streamlit_caches, open_app  # noqa: F401 (autouse 
 
 from components import compare_view
 from runhealth import demo, runcompare
+from runhealth.analysis import rates
 from runhealth.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -117,6 +119,34 @@ def test_life_rates_ratio_estimator():
     assert runcompare.relative_change(100.0, 4.0, 96.0, 4.0)["relative"] == pytest.approx(-0.04)
 
 
+def drifting_polls(rng: random.Random, n: int, rate: float, phi: float = 0.9) -> list[dict]:
+    """One node's 10 s polls (each with its new tokens) whose rate drifts around `rate` (AR(1)),
+    as a live run's does."""
+    polls, drift = [], 0.0
+    for i in range(n + 1):
+        tokens = 10 * rate * (1 + drift + rng.gauss(0, 0.02))
+        polls.append({"node": "x", "ts_unix": 10.0 * i, "completions": 5, "tokens": tokens, "backfill": i == 0})
+        drift = phi * drift + rng.gauss(0, 0.05)
+    return polls
+
+
+def test_rate_intervals_hold_their_coverage_when_rates_drift():
+    """Neighbouring polls are alike: intervals from independent spans would cover the long-run
+    rate far less than 95% of the time; batch means must stay near it (seeded, 300 runs)."""
+    rng, covered, naive_covered = random.Random(7), 0, 0
+    for _ in range(300):
+        polls = drifting_polls(rng, 400, 1000.0)
+        life = runcompare.life_rates(polls)
+        half = 1.96 * math.sqrt(life["tokens_var"])
+        covered += abs(life["tokens_per_s"] - 1000.0) <= half
+        spans = rates.valid_spans([(p["ts_unix"], p["completions"], p["tokens"], p["backfill"]) for p in polls])
+        resid = sum((s[3] - life["tokens_per_s"] * (s[1] - s[0])) ** 2 for s in spans)
+        naive_half = 1.96 * math.sqrt(len(spans) / (len(spans) - 1) * resid) / (spans[-1][1] - spans[0][0])
+        naive_covered += abs(life["tokens_per_s"] - 1000.0) <= naive_half
+    assert naive_covered / 300 < 0.6, naive_covered  # the old rule: far too narrow here
+    assert 0.88 <= covered / 300 <= 0.995, covered
+
+
 def test_overlay_figure_marks_both_ceilings(demo_cache):
     a, b = numbers(demo_cache)
     fig = compare_view.make_overlay_figure(a, b)
@@ -136,11 +166,14 @@ def page_text(at: AppTest) -> str:
     return "\n".join(parts + [d.value.to_string() for d in at.dataframe])
 
 
-def run(page: str, cache: Path, monkeypatch) -> AppTest:
-    """The whole app through its router, showing screen `page` (see tests/test_pages.open_app)."""
+def run(page: str, cache: Path, monkeypatch, url_run: str | None = None) -> AppTest:
+    """The whole app through its router, showing screen `page` (see tests/test_pages.open_app);
+    `url_run`: the URL's ?run= value."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
     monkeypatch.setenv("RUNHEALTH_COLLECTOR", "off")  # render from the stores alone
     at = open_app(page, timeout=60)
+    if url_run is not None:
+        at.query_params["run"] = url_run
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     return at
@@ -178,6 +211,25 @@ def test_run_picker_switches_every_page(demo_cache, monkeypatch):
     text = page_text(at)
     assert "Run: demo-4096 · finished" in text and "### demo-4096" in text
     assert at.session_state["rh_run"] == "demo-4096"
+    assert at.query_params["run"] == "demo-4096"  # the link now opens this run
+
+
+def test_the_run_in_the_url_is_the_run_shown(demo_cache, monkeypatch):
+    """?run= picks the run (a shared link, a wall screen); a name that is no run says so."""
+    at = run("overview", demo_cache, monkeypatch, url_run="demo-4096")
+    assert at.selectbox(key="overview_run_picker").value == "demo-4096"
+    assert "Run: demo-4096 · finished" in page_text(at)
+    at = run("lengths", demo_cache, monkeypatch, url_run="no-such-run")
+    assert "No run named 'no-such-run' here; showing demo-8192" in page_text(at)
+    assert at.selectbox(key="lengths_run_picker").value == "demo-8192"
+    assert at.query_params["run"] == "demo-8192"  # the URL now says what is shown
+
+
+def test_the_compare_page_has_no_run_picker(demo_cache, monkeypatch):
+    """It shows two runs, picked on the page; a sidebar picker there would change nothing."""
+    at = run("compare", demo_cache, monkeypatch, url_run="demo-4096")
+    assert [sb.key for sb in at.selectbox] == ["compare_run_a", "compare_run_b"]
+    assert "### 2 runs" in page_text(at) and "Run: demo" not in page_text(at)
 
 
 def test_a_finished_runs_nodes_page_says_it_is_finished(demo_cache, monkeypatch):
