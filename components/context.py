@@ -161,7 +161,7 @@ def build_runtime_for(path: Path | None, previous: Runtime | None = None) -> Run
 
 
 def _start_collectors(runtime: Runtime) -> None:
-    """One collector per live run; /metrics and webhooks for the first live run only."""
+    """One collector per live run; /metrics (all of them on one port) and webhooks for every live run."""
     for h in runtime.runs:
         if h.finished:
             continue
@@ -174,8 +174,10 @@ def _start_collectors(runtime: Runtime) -> None:
     shown = next((h for h in runtime.runs if h.store is runtime.store), None)
     if shown is not None and shown.collector is not None:
         runtime.collector = shown.collector
+    live = [(h.config, h.store) for h in runtime.runs if h.collector is not None]
+    if live:
         try:
-            runtime.outbound = start_outbound(shown.config, shown.store, context=runtime.context)
+            runtime.outbound = start_outbound(live, context=runtime.context)
         except RunhealthError as exc:
             runtime.notice = str(exc)
 

@@ -41,7 +41,7 @@ def render_outbound(rt) -> None:
         )
         for notice in outbound.notices:
             st.warning(md_escape(notice))
-        if outbound.notifier is None and not rows:
+        if not outbound.notifiers and not rows:
             st.caption(
                 "Alert webhooks: none configured (.streamlit/secrets.toml [alerts] webhook_urls"
                 " or RUNHEALTH_WEBHOOK_URLS)"

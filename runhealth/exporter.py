@@ -1,9 +1,10 @@
 """Prometheus exposition of the run, read from the history store at scrape time.
 
 `StoreMetrics` is a prometheus_client custom collector: each scrape runs a few aggregate
-queries over the store (counts per node and finish reason, bucketed lengths, the latest GPU
+queries over a run's store (counts per node and finish reason, bucketed lengths, the latest GPU
 rows) and yields metric families, so the exported figures are the dashboard's figures by
-construction and nothing is kept twice in memory. Names follow the Prometheus conventions:
+construction and nothing is kept twice in memory; `RunsMetrics` serves every live run at once,
+each series labelled with its `run`. Names follow the Prometheus conventions:
 base units, `_total` counters, `_ratio` for 0-1 values. `serve()` starts the HTTP endpoint
 (`/metrics`) on 127.0.0.1 unless told otherwise; it is read-only and holds no secrets.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -224,6 +225,27 @@ class StoreMetrics:
         yield throttled
 
 
+class RunsMetrics:
+    """Every live run's metrics in one exposition: each family once, its series told apart by
+    the `run` label (a family repeated per run would be an invalid exposition)."""
+
+    def __init__(self, stores: Sequence[Store], clock: Callable[[], float] = time.time):
+        self.runs = [StoreMetrics(store, clock) for store in stores]
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        merged: dict[str, Metric] = {}
+        for run in self.runs:
+            for family in run.collect():
+                if family.name in merged:
+                    merged[family.name].samples.extend(family.samples)
+                else:
+                    merged[family.name] = family
+        yield from merged.values()
+
+
 def _le(bound: float) -> str:
     return str(int(bound)) + ".0"
 
@@ -234,15 +256,16 @@ def _gauge(name: str, help_: str, run: str, value: float) -> GaugeMetricFamily:
     return family
 
 
-def registry_for(store: Store, clock: Callable[[], float] = time.time) -> CollectorRegistry:
-    """A registry holding only the run's metrics (no process or Python GC series)."""
+def registry_for(stores: Store | Sequence[Store], clock: Callable[[], float] = time.time) -> CollectorRegistry:
+    """A registry holding only the runs' metrics (no process or Python GC series): one store, or
+    every live run's."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StoreMetrics(store, clock))
+    registry.register(RunsMetrics([stores] if isinstance(stores, Store) else stores, clock))
     return registry
 
 
-def serve(store: Store, port: int, address: str = "127.0.0.1") -> Any:
+def serve(stores: Store | Sequence[Store], port: int, address: str = "127.0.0.1") -> Any:
     """Serve `/metrics` on `address:port` from a daemon thread; returns the server (call `.shutdown()`)."""
-    server, _thread = start_http_server(port, addr=address, registry=registry_for(store))
+    server, _thread = start_http_server(port, addr=address, registry=registry_for(stores))
     log.info("serving Prometheus metrics on http://%s:%d/metrics", address, server.server_port)
     return server

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from runhealth import exporter, notify
@@ -22,7 +23,7 @@ log = logging.getLogger(__name__)
 @dataclasses.dataclass
 class Outbound:
     metrics_server: Any = None
-    notifier: notify.Notifier | None = None
+    notifiers: list[notify.Notifier] = dataclasses.field(default_factory=list)  # one per live run
     notices: list[str] = dataclasses.field(default_factory=list)
 
     @property
@@ -33,29 +34,32 @@ class Outbound:
         return f"http://{host}:{port}/metrics"
 
     def stop(self) -> None:
-        if self.notifier is not None:
-            self.notifier.stop()
+        for notifier in self.notifiers:
+            notifier.stop()
         if self.metrics_server is not None:
             self.metrics_server.shutdown()
             self.metrics_server.server_close()
 
 
 def start_outbound(
-    config: RunConfig,
-    store: Store,
+    runs: Sequence[tuple[RunConfig, Store]],
     metrics_port: int | None = None,
     metrics_address: str | None = None,
     webhook_urls: list[str] | None = None,
     context: RunContext | None = None,
 ) -> Outbound:
-    """Serve /metrics when a port is set (argument, else `[run] metrics_port`) and start the
-    webhook notifier when URLs are configured (secrets.toml or RUNHEALTH_WEBHOOK_URLS)."""
+    """For every live run in `runs` (config, store): serve /metrics when a port is set (argument,
+    else the first run's `metrics_port`), all runs on the one port, and evaluate alerts and send
+    webhooks when URLs are configured (secrets.toml or RUNHEALTH_WEBHOOK_URLS); each event names its run."""
     out = Outbound()
-    port = metrics_port if metrics_port is not None else config.metrics_port
-    address = metrics_address or config.metrics_address
+    if not runs:
+        return out
+    first = runs[0][0]
+    port = metrics_port if metrics_port is not None else first.metrics_port
+    address = metrics_address or first.metrics_address
     if port is not None:
         try:
-            out.metrics_server = exporter.serve(store, port, address)
+            out.metrics_server = exporter.serve([store for _config, store in runs], port, address)
         except OSError as exc:
             out.notices.append(f"Prometheus /metrics not served on {address}:{port}: {exc.strerror or exc}")
     try:
@@ -67,8 +71,10 @@ def start_outbound(
         urls = []
         out.notices.append("alert webhooks off: this is the demo run")
     if urls:
-        out.notifier = notify.Notifier(store, urls, interval_s=config.interval_s)
-        out.notifier.start()
+        for config, store in runs:
+            notifier = notify.Notifier(store, urls, interval_s=config.interval_s)
+            notifier.start()
+            out.notifiers.append(notifier)
         log.info("alert webhooks: %s", ", ".join(notify.redact(u) for u in urls))
     for notice in out.notices:
         log.warning("%s", notice)

@@ -43,8 +43,8 @@ def _start(
     metrics_address: str | None = None,
 ) -> tuple[list[Collector], dict[Path, Store], Outbound]:
     """A collector per live run, each into its own store (kept from `stores` when its path is
-    unchanged; the stores of runs no longer configured are closed); /metrics and webhooks
-    for the first run."""
+    unchanged; the stores of runs no longer configured are closed); /metrics (every run on the
+    first run's port) and webhooks for every live run."""
     kept: dict[Path, Store] = {}
     collectors = []
     for config in configs:
@@ -56,7 +56,9 @@ def _start(
     for old in stores.values():
         old.close()
     first = configs[0]
-    outbound = start_outbound(first, kept[first.resolved_store_path()], metrics_port, metrics_address, context=context)
+    outbound = start_outbound(
+        [(c, kept[c.resolved_store_path()]) for c in configs], metrics_port, metrics_address, context=context
+    )
     where = f"; /metrics on {outbound.metrics_url}" if outbound.metrics_url else ""
     for config in configs:
         _log(

@@ -105,10 +105,10 @@ def test_metrics_port_from_config_and_port_in_use_is_a_notice(tmp_path):
         }
     )
     store = Store(tmp_path / "s.sqlite3")
-    first = start_outbound(config, store, webhook_urls=[])
+    first = start_outbound([(config, store)], webhook_urls=[])
     try:
         assert first.metrics_url == f"http://127.0.0.1:{config.metrics_port}/metrics" and not first.notices
-        second = start_outbound(config, store, webhook_urls=[])  # the same port again: refused, not fatal
+        second = start_outbound([(config, store)], webhook_urls=[])  # the same port again: refused, not fatal
         assert second.metrics_server is None and "not served" in second.notices[0]
     finally:
         first.stop()
@@ -120,9 +120,8 @@ def test_the_demo_run_never_sends_webhooks(tmp_path):
 
     config = parse_config({"run": {"name": "r"}, "nodes": [{"name": "n", "host": "local", "shards": ["/x"]}]})
     out = start_outbound(
-        config,
-        Store(tmp_path / "s.sqlite3"),
+        [(config, Store(tmp_path / "s.sqlite3"))],
         webhook_urls=[f"http://127.0.0.1:9/{SECRET}"],
         context=RunContext(source="<built-in demo>", demo=True),
     )
-    assert out.notifier is None and out.notices == ["alert webhooks off: this is the demo run"]
+    assert not out.notifiers and out.notices == ["alert webhooks off: this is the demo run"]

@@ -130,6 +130,27 @@ def test_serve_binds_loopback_by_default(tmp_path):
         server.server_close()
 
 
+def test_every_live_run_in_one_exposition(tmp_path):
+    """Two runs on one /metrics: each family once (valid for promtool), series told apart by run."""
+    now = time.time()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = _store(tmp_path / "a", "healthy", now=now)
+    b = _store(tmp_path / "b", "ceiling_18", now=now, name="relaunch")
+    text = generate_latest(exporter.registry_for([a, b], clock=lambda: now)).decode()
+    families = [f.name for f in text_string_to_metric_families(text)]
+    assert len(families) == len(set(families)) and "runhealth_completions" in families
+    ratios = {
+        s.labels["run"]: s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "runhealth_truncated_ratio"
+    }
+    assert ratios.keys() == {RUN_NAME, "relaunch"} and ratios["relaunch"] > 0.1 > ratios[RUN_NAME]
+    proc = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 # -- promtool -----------------------------------------------------------------------------
 def _promtool(*args: str) -> str:
     proc = subprocess.run([PROMTOOL, *args], cwd=DOCS, capture_output=True, text=True, timeout=60)
