@@ -47,7 +47,7 @@ def batches(spans: list[tuple[float, float, float, float]]) -> list[tuple[float,
     Few, long batches: a batch must outlast the rate's drift for batches to be nearly
     independent (on drifting test series, sqrt(n) batches covered 72-87%, n^(1/3) 88-94%)."""
     n = len(spans)
-    k = max(2, round(n ** (1 / 3))) if n >= 4 else n
+    k = max(2, math.ceil(n ** (1 / 3) - 1e-9)) if n >= 4 else n
     out = []
     for b in range(k):
         part = spans[b * n // k : (b + 1) * n // k]
