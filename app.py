@@ -43,7 +43,14 @@ def main(start: str = overview.PREFIX) -> None:
     current = st.navigation(list(pages.values()))
     screen = next(mod for mod in SCREENS if pages[mod.PREFIX].url_path == current.url_path)
     # Stops here on a config or access error; returns the run this session picked in the sidebar.
-    shown["rt"] = page.setup(rt, current.title, screen.PREFIX, pages, one_run=getattr(screen, "ONE_RUN", True))
+    shown["rt"] = page.setup(
+        rt,
+        current.title,
+        screen.PREFIX,
+        pages,
+        one_run=getattr(screen, "ONE_RUN", True),
+        title_is_run=getattr(screen, "TITLE_IS_RUN", False),
+    )
     current.run()
 
 

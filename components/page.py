@@ -96,11 +96,17 @@ DEMO_TEXT = "DEMO — simulated run; add runhealth.toml to monitor real nodes"
 
 
 def setup(
-    rt: context.Runtime, title: str, prefix: str, pages: dict[str, StreamlitPage], one_run: bool = True
+    rt: context.Runtime,
+    title: str,
+    prefix: str,
+    pages: dict[str, StreamlitPage],
+    one_run: bool = True,
+    title_is_run: bool = False,
 ) -> context.Runtime:
     """Configure the page for screen `prefix` (`pages`: every screen by prefix, for the kiosk
     rotation) and return the runtime of the run it shows (the sidebar's run picker); stops the
-    page on a config or access error. `one_run`: False for a screen that shows several runs."""
+    page on a config or access error. `one_run`: False for a screen that shows several runs;
+    `title_is_run`: the screen's title is the run's name (no "Run: <name>" line unless finished)."""
     st.set_page_config(page_title=f"{title} · runhealth", page_icon="🩺", layout="wide")
     st.markdown(CSS, unsafe_allow_html=True)
     if rt.config_error or rt.config is None or rt.store is None:
@@ -150,8 +156,9 @@ def setup(
         rotate_s = kiosk_rotate_s(view.config.kiosk_rotate_s)
         if rotate_s:
             st.fragment(run_every=rotate_s)(_kiosk_rotate)(view, prefix, rotate_s, pages)
-    if one_run and runpicker.shown_line(rt):  # several runs: every page says which one it shows
-        st.caption(md_escape(runpicker.shown_line(rt) or ""))
+    line = runpicker.shown_line(rt) if one_run else None  # several runs: every page says which one it shows
+    if line and not (title_is_run and not runpicker.is_finished(context.ready(rt))):
+        st.caption(md_escape(line))
     return rt
 
 

@@ -19,6 +19,7 @@ from runhealth.health import HW_THROTTLE
 
 PREFIX = "overview"
 TITLE, ICON, URL_PATH = "Overview", ":material/monitor_heart:", "Overview"  # served at / (the default page)
+TITLE_IS_RUN = True  # the title is the run's name: no "Run: <name>" line above it (unless finished)
 HEAT_COLUMNS = ["label", "util_pct", "power_pct", "mem_pct"]
 
 

@@ -219,6 +219,8 @@ def test_the_run_in_the_url_is_the_run_shown(demo_cache, monkeypatch):
     at = run("overview", demo_cache, monkeypatch, url_run="demo-4096")
     assert at.selectbox(key="overview_run_picker").value == "demo-4096"
     assert "Run: demo-4096 · finished" in page_text(at)
+    at = run("overview", demo_cache, monkeypatch, url_run="demo-8192")
+    assert at.title[0].value == "demo-8192" and "Run: demo-8192" not in page_text(at)  # the title says it
     at = run("lengths", demo_cache, monkeypatch, url_run="no-such-run")
     assert "No run named 'no-such-run' here; showing demo-8192" in page_text(at)
     assert at.selectbox(key="lengths_run_picker").value == "demo-8192"
