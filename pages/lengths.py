@@ -71,9 +71,13 @@ def render_groups(rt: PageRuntime, ceiling) -> None:
         right.dataframe(
             df.drop(columns=["lo", "hi"]).sort_values("fraction", ascending=False),
             hide_index=True,
-            column_config={
-                "fraction": st.column_config.NumberColumn("at ceiling", format="percent"),
-                "group": st.column_config.TextColumn(by, width="large"),
+            column_config={  # narrow columns: the table sits beside the chart, every column in view
+                "group": st.column_config.TextColumn(by, width="medium"),
+                "completions": st.column_config.NumberColumn("completions", width="small"),
+                "at_ceiling": st.column_config.NumberColumn("cut", width="small", help="stopped at the ceiling"),
+                "fraction": st.column_config.NumberColumn("share cut", format="percent", width="small"),
+                "ceiling": st.column_config.NumberColumn("ceiling", width="small"),
+                "drift": st.column_config.CheckboxColumn("drift", width="small", help="ceiling unlike the rest"),
             },
             width="stretch",
         )
