@@ -26,7 +26,7 @@ _HASH: dict[str | type[Any], Any] = {Store: lambda s: str(s.path)}
 def computed_at(store: Store, name: str) -> float | None:
     """When payload `name` was computed (None: there is none)."""
     try:
-        row = store._db().execute("SELECT ts_unix FROM page_data WHERE name = ?", (name,)).fetchone()
+        row = store.cursor("SELECT ts_unix FROM page_data WHERE name = ?", (name,)).fetchone()
     except Exception:  # a store from before the table
         return None
     return float(row[0]) if row else None

@@ -78,7 +78,7 @@ class StoreMetrics:
             "Completions counted in the shards, exactly.",
             labels=["run", "node", "finish_reason"],
         )
-        for r in self.store._rows(
+        for r in self.store.query(
             "SELECT node, finish_reason, SUM(count) AS n FROM node_length_counts"
             " GROUP BY node, finish_reason ORDER BY node, finish_reason"
         ):
@@ -120,8 +120,8 @@ class StoreMetrics:
 
     def _ceiling(self, meta: dict[str, Any]) -> tuple[int | None, int]:
         """(ceiling, the `estimated` flag of the rows length statistics use), as stats.summarize decides."""
-        exact = self.store._rows("SELECT EXISTS (SELECT 1 FROM node_length_counts WHERE estimated = 0) AS e")[0]["e"]
-        estimated = 0 if exact or not self.store._rows("SELECT 1 FROM node_length_counts LIMIT 1") else 1
+        exact = self.store.query("SELECT EXISTS (SELECT 1 FROM node_length_counts WHERE estimated = 0) AS e")[0]["e"]
+        estimated = 0 if exact or not self.store.query("SELECT 1 FROM node_length_counts LIMIT 1") else 1
         if meta.get("max_output_tokens"):
             return int(meta["max_output_tokens"]), estimated
         rows = self.store.length_counts(by="run", finish_reason=stats.LENGTH)
@@ -140,7 +140,7 @@ class StoreMetrics:
             f"SELECT node, SUM(count), SUM(tokens * count){cols}{at} FROM node_length_counts"
             " WHERE estimated = ? GROUP BY node ORDER BY node"
         )
-        for row in self.store._db().execute(sql, (estimated,)):
+        for row in self.store.cursor(sql, (estimated,)):
             yield row[0], row[1], row[2], list(row[3:-1]), row[-1]
 
     # -- nodes and the run ---------------------------------------------------------------

@@ -194,7 +194,7 @@ def stalled_nodes(store: Store, now: float, window: float) -> dict[str, float]:
     Returns {node: seconds since its last new completion (or since the window's first poll)}.
     Only the last two windows of polls are read, so this stays cheap on a week-long run.
     """
-    rows = store._rows(  # the store has no public read of this shape; kept here, away from store.py
+    rows = store.query(  # the stall rule's own read: its SQL stays with the rule
         "SELECT node, MIN(ts_unix) AS first, MAX(CASE WHEN completions > 0 THEN ts_unix END) AS last_new"
         " FROM polls WHERE ts_unix >= ? GROUP BY node",
         (now - 2 * window,),

@@ -68,14 +68,14 @@ def decode(blob: bytes) -> Any:
 def put(store: Store, payloads: dict[str, Any], ts_unix: float) -> None:
     """Write payloads in one transaction: a page never mixes two computations' numbers."""
     blobs = [(name, ts_unix, encode(p)) for name, p in payloads.items()]
-    with store._tx() as db:
+    with store.transaction() as db:
         db.executemany("INSERT OR REPLACE INTO page_data (name, ts_unix, payload) VALUES (?, ?, ?)", blobs)
 
 
 def get(store: Store, name: str) -> tuple[float, Any] | None:
     """(when it was computed, payload), or None when there is none (yet) or it cannot be read."""
     try:
-        row = store._db().execute("SELECT ts_unix, payload FROM page_data WHERE name = ?", (name,)).fetchone()
+        row = store.cursor("SELECT ts_unix, payload FROM page_data WHERE name = ?", (name,)).fetchone()
     except Exception as exc:  # a store from before the table: the page computes on demand
         log.debug("page_data %s unreadable: %s", name, exc)
         return None
@@ -271,11 +271,7 @@ def window_due(span_s: float | None, age_s: float | None, min_interval_s: float)
 def gpu_windows(store: Store, now: float, due: Callable[[str], bool] = lambda name: True) -> dict[str, Any]:
     """The GPU page's due windows. A window reaching back past the oldest sample (no rollups)
     is the whole run's: computed once, stored under each such name."""
-    oldest = (
-        None
-        if rollup._has_rollups(store)
-        else store._db().execute("SELECT MIN(ts_unix) FROM gpu_samples").fetchone()[0]
-    )
+    oldest = None if rollup.has_rollups(store) else store.cursor("SELECT MIN(ts_unix) FROM gpu_samples").fetchone()[0]
     out: dict[str, Any] = {}
     whole: dict[str, Any] | None = None
     for name, span in GPU_WINDOWS_S.items():
