@@ -145,7 +145,9 @@ class StoreMetrics:
 
     # -- nodes and the run ---------------------------------------------------------------
     def _nodes(self, run: str, meta: dict[str, Any], now: float) -> Iterator[Metric]:
-        stale_after = health.stale_after_s(float(meta.get("interval_s") or 10.0), meta.get("stale_after_s"))
+        interval_s = float(meta.get("interval_s") or 10.0)
+        stale_after = health.stale_after_s(interval_s, meta.get("stale_after_s"))
+        stall_after = health.stall_after_s(interval_s, meta.get("stall_after_s"))
         up = GaugeMetricFamily(
             "runhealth_node_up", "1 if the node's last poll succeeded within stale_after.", labels=["run", "node"]
         )
@@ -154,7 +156,7 @@ class StoreMetrics:
         )
         stalled = GaugeMetricFamily(
             "runhealth_stalled",
-            f"1 if the node is reachable but added no completion for {health.stall_after_s(meta):.0f} s.",
+            f"1 if the node is reachable but added no completion for {stall_after:.0f} s.",
             labels=["run", "node"],
         )
         tps = GaugeMetricFamily(
@@ -162,7 +164,7 @@ class StoreMetrics:
             f"Generated tokens per second over the last {RATE_WINDOW_S:.0f} s (shard growth).",
             labels=["run", "node"],
         )
-        stalls = health.stalled_nodes(self.store, now, health.stall_after_s(meta))
+        stalls = health.stalled_nodes(self.store, now, stall_after)
         nodes = self.store.nodes()
         for n in nodes:
             state, _why = health.node_status(n, now, stale_after)
