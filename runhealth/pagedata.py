@@ -72,6 +72,15 @@ def put(store: Store, payloads: dict[str, Any], ts_unix: float) -> None:
         db.executemany("INSERT OR REPLACE INTO page_data (name, ts_unix, payload) VALUES (?, ?, ?)", blobs)
 
 
+def computed_at(store: Store, name: str) -> float | None:
+    """When payload `name` was computed (None: there is none, or no page_data table yet)."""
+    try:
+        row = store.cursor("SELECT ts_unix FROM page_data WHERE name = ?", (name,)).fetchone()
+    except Exception:  # a store from before the table
+        return None
+    return float(row[0]) if row else None
+
+
 def get(store: Store, name: str) -> tuple[float, Any] | None:
     """(when it was computed, payload), or None when there is none (yet) or it cannot be read."""
     try:
