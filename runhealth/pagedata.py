@@ -271,7 +271,7 @@ def gpu_window(store: Store, window_s: float | None, now: float) -> dict[str, An
 
 # -- the collector's side --------------------------------------------------------------------------
 def window_due(span_s: float | None, age_s: float | None, min_interval_s: float) -> bool:
-    """A GPU window is recomputed once its points could have moved: a day's window has 216 s
+    """A GPU window is recomputed once its points could have moved: a day's window has 360 s
     buckets, so redoing it every 30 s would cost a fleet seconds of CPU for the same picture."""
     width = (span_s or GPU_WINDOWS_S["24 h"] or 0) / BAND_POINTS
     return age_s is None or age_s >= max(min_interval_s, width)

@@ -150,7 +150,7 @@ def test_whole_run_windows_are_computed_once(stores):
 def test_window_due_scales_with_the_bucket_width():
     assert pagedata.window_due(3600, None, 30)  # never computed
     assert not pagedata.window_due(3600, 10, 30) and pagedata.window_due(3600, 31, 30)
-    assert not pagedata.window_due(86400, 300, 30) and pagedata.window_due(86400, 361, 30)  # 216 s buckets
+    assert not pagedata.window_due(86400, 300, 30) and pagedata.window_due(86400, 361, 30)  # 360 s band steps
 
 
 def test_damaged_or_missing_payload_falls_back(stores):
