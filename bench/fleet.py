@@ -159,13 +159,13 @@ def measure(n: int, args, tmp: Path) -> dict:
             collector.poll_once()
             rounds.append(time.perf_counter() - start)
         out["round_s"] = statistics.median(rounds)
-        polls_before = store._rows("SELECT COUNT(*) AS n FROM polls")[0]["n"]
+        polls_before = store.query("SELECT COUNT(*) AS n FROM polls")[0]["n"]
         cpu0, wall0 = time.process_time(), time.perf_counter()
         collector.start()
         time.sleep(args.steady)
         out["threads"] = threading.active_count()
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-    polls = store._rows("SELECT COUNT(*) AS n FROM polls")[0]["n"] - polls_before
+    polls = store.query("SELECT COUNT(*) AS n FROM polls")[0]["n"] - polls_before
     out["write_s"], out["write_cpu_s"] = serial_write_s(store, config, sims)
     out.update(
         cpu_share=cpu / wall,

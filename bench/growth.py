@@ -73,7 +73,7 @@ def page_growth(hours: list[float], tmp: Path) -> None:
         folder.mkdir()
         store = Store(folder / "x.sqlite3")
         build_run(store, now=time.time(), trunc_frac=0.18, nodes=8, gpus=8, polls=int(h * 360), per_shard=8)
-        rows = store._db().execute("SELECT COUNT(*) FROM gpu_samples").fetchone()[0]
+        rows = store.cursor("SELECT COUNT(*) FROM gpu_samples").fetchone()[0]
         os.environ["RUNHEALTH_CONFIG"] = str(write_config(folder, store.path, nodes=8))
         os.environ["RUNHEALTH_COLLECTOR"] = "off"
         times = []

@@ -37,7 +37,7 @@ SERIES = ("gpu_samples", "polls", "metric_samples", "gpu_rollup", "poll_rollup",
 
 
 def table_bytes(store: Store) -> dict[str, int]:
-    rows = store._rows("SELECT name, SUM(pgsize) AS b FROM dbstat GROUP BY name")
+    rows = store.query("SELECT name, SUM(pgsize) AS b FROM dbstat GROUP BY name")
     return {r["name"]: r["b"] for r in rows}
 
 

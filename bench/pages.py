@@ -128,7 +128,8 @@ def set_payloads(db_path: Path, config_path: Path, present: bool) -> float:
         config = load_config(config_path)
         pagedata.Refresher(store, config.max_output_tokens, config.interval_s).run_now()
     else:
-        store._db().execute("DELETE FROM page_data")
+        with store.transaction() as db:
+            db.execute("DELETE FROM page_data")
     elapsed = time.process_time() - start
     store.close()
     return elapsed

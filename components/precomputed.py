@@ -24,12 +24,8 @@ _HASH: dict[str | type[Any], Any] = {Store: lambda s: str(s.path)}
 
 @st.cache_data(ttl=2, max_entries=64, hash_funcs=_HASH, show_spinner=False)
 def computed_at(store: Store, name: str) -> float | None:
-    """When payload `name` was computed (None: there is none)."""
-    try:
-        row = store._db().execute("SELECT ts_unix FROM page_data WHERE name = ?", (name,)).fetchone()
-    except Exception:  # a store from before the table
-        return None
-    return float(row[0]) if row else None
+    """When payload `name` was computed (None: there is none); cached for 2 s."""
+    return pagedata.computed_at(store, name)
 
 
 # cache_resource, not cache_data: a fleet's GPU bands are ~10^5 numbers, and cache_data would

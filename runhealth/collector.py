@@ -176,7 +176,7 @@ class Collector:
         self.pagedata = pagedata.Refresher(
             store, config.max_output_tokens, config.interval_s, min_interval_s=config.interval_s, clock=clock
         )
-        store.set_meta("run", _run_meta(config, context))
+        store.set_meta("run", run_meta(config, context))
         for node in config.nodes:
             store.register_node(node.name, node.public_dict())
 
@@ -314,7 +314,9 @@ class Collector:
         return dict(fan_out_calls(calls, scheduler.pool_size(len(self.pollers))))
 
 
-def _run_meta(config: RunConfig, context: RunContext) -> dict[str, Any]:
+def run_meta(config: RunConfig, context: RunContext) -> dict[str, Any]:
+    """The run's settings as the collector saves them (`store.meta("run")`): what the alerts,
+    the exporter and a later dashboard over a finished run's store (runs.py) read back."""
     return {
         "name": config.name,
         "target_completions": config.target_completions,

@@ -42,6 +42,7 @@ from runhealth.configspec import (
     spec_of,
 )
 from runhealth.errors import ConfigError
+from runhealth.health import STALE_MIN_S, STALL_MIN_S, WINDOW_POLLS, stale_after_s, stall_after_s
 
 CONFIG_ENV = "RUNHEALTH_CONFIG"
 DEFAULT_CONFIG_NAME = "runhealth.toml"
@@ -265,7 +266,7 @@ class RunConfig:
         metadata=spec(
             int,
             float,
-            default_doc="`max(3 × interval_s, 30)`",
+            default_doc=f"`max({WINDOW_POLLS} × interval_s, {STALE_MIN_S:g})`",
             doc="seconds without a successful poll before a node or number counts as stale",
         ),
     )
@@ -275,7 +276,7 @@ class RunConfig:
             int,
             float,
             rules=[between(1, 86400, "s")],
-            default_doc="`max(3 × interval_s, 120)`",
+            default_doc=f"`max({WINDOW_POLLS} × interval_s, {STALL_MIN_S:g})`",
             doc='no new completions for this long raises "no new completions" on the Overview, for the run or per node',
         ),
     )
@@ -321,15 +322,13 @@ class RunConfig:
 
     @property
     def stale_after(self) -> float:
-        """Seconds without a successful poll before a node counts as stale."""
-        from runhealth.health import stale_after_s  # the one rule; imported here, config loads first
-
+        """Seconds without a successful poll before a node counts as stale (health's one rule)."""
         return stale_after_s(self.interval_s, self.stale_after_s)
 
     @property
     def stall_after(self) -> float:
         """Seconds without new completions before the Overview calls the run (or a node) stalled."""
-        return self.stall_after_s if self.stall_after_s else max(3 * self.interval_s, 120.0)
+        return stall_after_s(self.interval_s, self.stall_after_s)
 
     def resolved_store_path(self) -> Path:
         if self.store_path:

@@ -79,7 +79,7 @@ class StoreMetrics:
             "Completions counted in the shards, exactly.",
             labels=["run", "node", "finish_reason"],
         )
-        for r in self.store._rows(
+        for r in self.store.query(
             "SELECT node, finish_reason, SUM(count) AS n FROM node_length_counts"
             " GROUP BY node, finish_reason ORDER BY node, finish_reason"
         ):
@@ -121,8 +121,8 @@ class StoreMetrics:
 
     def _ceiling(self, meta: dict[str, Any]) -> tuple[int | None, int]:
         """(ceiling, the `estimated` flag of the rows length statistics use), as stats.summarize decides."""
-        exact = self.store._rows("SELECT EXISTS (SELECT 1 FROM node_length_counts WHERE estimated = 0) AS e")[0]["e"]
-        estimated = 0 if exact or not self.store._rows("SELECT 1 FROM node_length_counts LIMIT 1") else 1
+        exact = self.store.query("SELECT EXISTS (SELECT 1 FROM node_length_counts WHERE estimated = 0) AS e")[0]["e"]
+        estimated = 0 if exact or not self.store.query("SELECT 1 FROM node_length_counts LIMIT 1") else 1
         if meta.get("max_output_tokens"):
             return int(meta["max_output_tokens"]), estimated
         rows = self.store.length_counts(by="run", finish_reason=stats.LENGTH)
@@ -141,12 +141,14 @@ class StoreMetrics:
             f"SELECT node, SUM(count), SUM(tokens * count){cols}{at} FROM node_length_counts"
             " WHERE estimated = ? GROUP BY node ORDER BY node"
         )
-        for row in self.store._db().execute(sql, (estimated,)):
+        for row in self.store.cursor(sql, (estimated,)):
             yield row[0], row[1], row[2], list(row[3:-1]), row[-1]
 
     # -- nodes and the run ---------------------------------------------------------------
     def _nodes(self, run: str, meta: dict[str, Any], now: float) -> Iterator[Metric]:
-        stale_after = health.stale_after_s(float(meta.get("interval_s") or 10.0), meta.get("stale_after_s"))
+        interval_s = float(meta.get("interval_s") or 10.0)
+        stale_after = health.stale_after_s(interval_s, meta.get("stale_after_s"))
+        stall_after = health.stall_after_s(interval_s, meta.get("stall_after_s"))
         up = GaugeMetricFamily(
             "runhealth_node_up", "1 if the node's last poll succeeded within stale_after.", labels=["run", "node"]
         )
@@ -155,7 +157,7 @@ class StoreMetrics:
         )
         stalled = GaugeMetricFamily(
             "runhealth_stalled",
-            f"1 if the node is reachable but added no completion for {health.stall_after_s(meta):.0f} s.",
+            f"1 if the node is reachable but added no completion for {stall_after:.0f} s.",
             labels=["run", "node"],
         )
         tps = GaugeMetricFamily(
@@ -163,7 +165,7 @@ class StoreMetrics:
             f"Generated tokens per second over the last {RATE_WINDOW_S:.0f} s (shard growth).",
             labels=["run", "node"],
         )
-        stalls = health.stalled_nodes(self.store, now, health.stall_after_s(meta))
+        stalls = health.stalled_nodes(self.store, now, stall_after)
         nodes = self.store.nodes()
         for n in nodes:
             state, _why = health.node_status(n, now, stale_after)

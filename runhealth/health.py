@@ -131,11 +131,12 @@ def rate_drop(current_tps: float | None, minute_tps: list[float]) -> float | Non
 # -- Node states, stalls and alerts (from the store) ------------------------------------
 # Moved here from runhealth/alerts.py (#14).
 DOWN_AFTER_STALE = 5  # a node is "down" once it has failed for 5 x stale_after
-STALE_MIN_S = 30.0  # the default stale window is max(3 x interval_s, this): `stale_after_s`
+WINDOW_POLLS = 3  # the default stale and stall windows span this many poll intervals ...
+STALE_MIN_S = 30.0  # ... and the stale window at least this: `stale_after_s`
 GPU_HOT_C = 85  # GPU core temperature that counts as "hot" (NVIDIA datacenter parts slow down near 90)
 # Throttle reasons that mean lost speed; gpu_idle, sync_boost and the clock settings are benign.
 HARMFUL_THROTTLE = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown", "hw_power_brake_slowdown")
-STALL_MIN_S = 120.0  # the default stall window is max(3 x interval_s, this): RunConfig.stall_after
+STALL_MIN_S = 120.0  # ... and the stall window at least this: `stall_after_s`
 
 
 def stale_after_s(interval_s: float, configured: float | None = None) -> float:
@@ -145,7 +146,7 @@ def stale_after_s(interval_s: float, configured: float | None = None) -> float:
     at least 30 s. The dashboard also uses the default as the width of "a few polls" (chart
     buckets, how fresh a server gauge must be).
     """
-    return float(configured) if configured else max(3 * interval_s, STALE_MIN_S)
+    return float(configured) if configured else max(WINDOW_POLLS * interval_s, STALE_MIN_S)
 
 
 def fmt_age(seconds: float | None) -> str:
@@ -179,13 +180,14 @@ def node_status(node: dict[str, Any], now: float, stale_after: float) -> tuple[s
     return state, f"{state} for {fmt_age(age)}{why}"
 
 
-def stall_after_s(meta: dict[str, Any]) -> float:
-    """How long an up node may add no completions before it counts as stalled: the run's
-    `stall_after_s` as the collector saved it (the Overview's rule, one definition), else
-    the same default as `RunConfig.stall_after`."""
-    if meta.get("stall_after_s"):
-        return float(meta["stall_after_s"])
-    return max(STALL_MIN_S, 3 * float(meta.get("interval_s") or 10.0))
+def stall_after_s(interval_s: float, configured: float | None = None) -> float:
+    """Seconds an up node (or the run) may add no completions before it counts as stalled.
+
+    The one rule: the run's configured ``stall_after_s`` when set, else three poll intervals,
+    at least 120 s. `RunConfig.stall_after` reads it (the collector saves that in the run's
+    meta), and so do the alerts and the exporter, from the meta.
+    """
+    return float(configured) if configured else max(WINDOW_POLLS * interval_s, STALL_MIN_S)
 
 
 def stalled_nodes(store: Store, now: float, window: float) -> dict[str, float]:
@@ -194,7 +196,7 @@ def stalled_nodes(store: Store, now: float, window: float) -> dict[str, float]:
     Returns {node: seconds since its last new completion (or since the window's first poll)}.
     Only the last two windows of polls are read, so this stays cheap on a week-long run.
     """
-    rows = store._rows(  # the store has no public read of this shape; kept here, away from store.py
+    rows = store.query(  # the stall rule's own read: its SQL stays with the rule
         "SELECT node, MIN(ts_unix) AS first, MAX(CASE WHEN completions > 0 THEN ts_unix END) AS last_new"
         " FROM polls WHERE ts_unix >= ? GROUP BY node",
         (now - 2 * window,),
@@ -229,7 +231,8 @@ def evaluate(store: Store, now: float | None = None) -> list[Alert]:
     now = time.time() if now is None else now
     meta = store.meta("run") or {}
     run = str(meta.get("name") or "run")
-    stale_after = stale_after_s(float(meta.get("interval_s") or 10.0), meta.get("stale_after_s"))
+    interval_s = float(meta.get("interval_s") or 10.0)
+    stale_after = stale_after_s(interval_s, meta.get("stale_after_s"))
     out: list[Alert] = []
     last = store.last_collection_unix()
     if last is not None and now - last > stale_after:
@@ -242,7 +245,7 @@ def evaluate(store: Store, now: float | None = None) -> list[Alert]:
                 value=now - last,
             )
         )
-    out += _node_alerts(store, run, now, stale_after, stall_after_s(meta))
+    out += _node_alerts(store, run, now, stale_after, stall_after_s(interval_s, meta.get("stall_after_s")))
     out += _truncation_alerts(store, meta, run)
     out += _gpu_alerts(store, run)
     return out

@@ -185,14 +185,14 @@ def _plain_error(exc: BaseException, url: str) -> str:
 
 
 def ensure_schema(store: Store) -> None:
-    with store._tx() as db:  # the table belongs to this module; the store only hosts it
+    with store.transaction() as db:  # the table belongs to this module; the store only hosts it
         db.execute(_SCHEMA)
 
 
 def record_delivery(
     store: Store, url: str, event: Event, ok: bool, attempts: int, error: str | None, now: float
 ) -> None:
-    with store._tx() as db:
+    with store.transaction() as db:
         db.execute(
             "INSERT INTO webhook_deliveries VALUES (?,?,?,?,?,?,?,?)",
             (now, redact(url), event.alert.name, event.alert.node, event.kind, int(ok), attempts, error),
@@ -205,9 +205,9 @@ def record_delivery(
 
 def delivery_status(store: Store, since_unix: float) -> list[dict[str, Any]]:
     """Per webhook target (redacted): sends and failures since `since_unix`, the last error."""
-    if not store._rows("SELECT 1 FROM sqlite_master WHERE name = 'webhook_deliveries'"):
+    if not store.query("SELECT 1 FROM sqlite_master WHERE name = 'webhook_deliveries'"):
         return []  # nothing sent yet (and a read-only viewer must not create tables)
-    return store._rows(
+    return store.query(
         "SELECT target, SUM(ok) AS delivered, SUM(1 - ok) AS failed, MAX(CASE WHEN ok THEN ts_unix END) AS last_ok_unix,"
         " MAX(CASE WHEN NOT ok THEN ts_unix END) AS last_failure_unix,"
         " (SELECT error FROM webhook_deliveries d2 WHERE d2.target = d.target AND NOT ok ORDER BY ts_unix DESC LIMIT 1)"

@@ -68,14 +68,23 @@ def decode(blob: bytes) -> Any:
 def put(store: Store, payloads: dict[str, Any], ts_unix: float) -> None:
     """Write payloads in one transaction: a page never mixes two computations' numbers."""
     blobs = [(name, ts_unix, encode(p)) for name, p in payloads.items()]
-    with store._tx() as db:
+    with store.transaction() as db:
         db.executemany("INSERT OR REPLACE INTO page_data (name, ts_unix, payload) VALUES (?, ?, ?)", blobs)
+
+
+def computed_at(store: Store, name: str) -> float | None:
+    """When payload `name` was computed (None: there is none, or no page_data table yet)."""
+    try:
+        row = store.cursor("SELECT ts_unix FROM page_data WHERE name = ?", (name,)).fetchone()
+    except Exception:  # a store from before the table
+        return None
+    return float(row[0]) if row else None
 
 
 def get(store: Store, name: str) -> tuple[float, Any] | None:
     """(when it was computed, payload), or None when there is none (yet) or it cannot be read."""
     try:
-        row = store._db().execute("SELECT ts_unix, payload FROM page_data WHERE name = ?", (name,)).fetchone()
+        row = store.cursor("SELECT ts_unix, payload FROM page_data WHERE name = ?", (name,)).fetchone()
     except Exception as exc:  # a store from before the table: the page computes on demand
         log.debug("page_data %s unreadable: %s", name, exc)
         return None
@@ -262,7 +271,7 @@ def gpu_window(store: Store, window_s: float | None, now: float) -> dict[str, An
 
 # -- the collector's side --------------------------------------------------------------------------
 def window_due(span_s: float | None, age_s: float | None, min_interval_s: float) -> bool:
-    """A GPU window is recomputed once its points could have moved: a day's window has 216 s
+    """A GPU window is recomputed once its points could have moved: a day's window has 360 s
     buckets, so redoing it every 30 s would cost a fleet seconds of CPU for the same picture."""
     width = (span_s or GPU_WINDOWS_S["24 h"] or 0) / BAND_POINTS
     return age_s is None or age_s >= max(min_interval_s, width)
@@ -271,11 +280,7 @@ def window_due(span_s: float | None, age_s: float | None, min_interval_s: float)
 def gpu_windows(store: Store, now: float, due: Callable[[str], bool] = lambda name: True) -> dict[str, Any]:
     """The GPU page's due windows. A window reaching back past the oldest sample (no rollups)
     is the whole run's: computed once, stored under each such name."""
-    oldest = (
-        None
-        if rollup._has_rollups(store)
-        else store._db().execute("SELECT MIN(ts_unix) FROM gpu_samples").fetchone()[0]
-    )
+    oldest = None if rollup.has_rollups(store) else store.cursor("SELECT MIN(ts_unix) FROM gpu_samples").fetchone()[0]
     out: dict[str, Any] = {}
     whole: dict[str, Any] | None = None
     for name, span in GPU_WINDOWS_S.items():

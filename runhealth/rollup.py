@@ -41,7 +41,7 @@ _SCHEMA = [
 
 
 def ensure_schema(store: Store) -> None:
-    with store._tx() as db:  # these tables belong to this module; the store only hosts them
+    with store.transaction() as db:  # these tables belong to this module; the store only hosts them
         for sql in _SCHEMA:
             db.execute(sql)
 
@@ -124,24 +124,20 @@ def rollup(
     ensure_schema(store)
     raw_cut = (now - raw_keep_s) // TIERS[0] * TIERS[0]
     fine_cut = (now - fine_keep_s) // TIERS[1] * TIERS[1]
-    oldest = (
-        store._db()
-        .execute(
-            "SELECT MIN(t) FROM (SELECT MIN(ts_unix) AS t FROM gpu_samples UNION ALL"
-            " SELECT MIN(ts_unix) FROM polls UNION ALL SELECT MIN(ts_unix) FROM metric_samples)"
-        )
-        .fetchone()[0]
-    )
+    oldest = store.cursor(
+        "SELECT MIN(t) FROM (SELECT MIN(ts_unix) AS t FROM gpu_samples UNION ALL"
+        " SELECT MIN(ts_unix) FROM polls UNION ALL SELECT MIN(ts_unix) FROM metric_samples)"
+    ).fetchone()[0]
     for cut in _steps(oldest, raw_cut, chunk_s, TIERS[0]):
         time.sleep(pause_s)
-        with store._tx() as db:
+        with store.transaction() as db:
             _fold_gpu(db, "gpu_samples", TIERS[0], cut, None)
             _fold_polls(db, "polls", TIERS[0], cut, None)
             _fold_metrics(db, "metric_samples", TIERS[0], cut, None)
-    oldest = store._db().execute("SELECT MIN(bucket_unix) FROM gpu_rollup WHERE res_s = ?", (TIERS[0],)).fetchone()[0]
+    oldest = store.cursor("SELECT MIN(bucket_unix) FROM gpu_rollup WHERE res_s = ?", (TIERS[0],)).fetchone()[0]
     for cut in _steps(oldest, fine_cut, chunk_s * TIERS[1] / TIERS[0], TIERS[1]):
         time.sleep(pause_s)
-        with store._tx() as db:
+        with store.transaction() as db:
             _fold_gpu(db, "gpu_rollup", TIERS[1], cut, TIERS[0])
             _fold_polls(db, "poll_rollup", TIERS[1], cut, TIERS[0])
             _fold_metrics(db, "metric_rollup", TIERS[1], cut, TIERS[0])
@@ -164,13 +160,14 @@ def _frange(start: float, stop: float, step: float) -> list[float]:
     return out
 
 
-def _has_rollups(store: Store) -> bool:
-    return bool(store._rows("SELECT 1 FROM sqlite_master WHERE name = 'gpu_rollup'"))
+def has_rollups(store: Store) -> bool:
+    """Whether this store has the rollup tables (created the first time `rollup` ran on it)."""
+    return bool(store.query("SELECT 1 FROM sqlite_master WHERE name = 'gpu_rollup'"))
 
 
 def gpu_history(store: Store, since_unix: float | None = None, max_points: int = 400) -> list[dict[str, Any]]:
     """Like `Store.gpu_series`, over raw and rolled-up rows: the whole run in <= max_points per GPU."""
-    if not _has_rollups(store):
+    if not has_rollups(store):
         return store.gpu_series(since_unix=since_unix, max_points=max_points)
     since = -1e18 if since_unix is None else since_unix
     rows = (
@@ -178,12 +175,12 @@ def gpu_history(store: Store, since_unix: float | None = None, max_points: int =
         " UNION ALL SELECT bucket_unix, node, gpu, n, " + ", ".join(_GPU) + ", throttled FROM gpu_rollup"
         " WHERE bucket_unix >= ?"
     )
-    span = store._db().execute(f"SELECT MIN(ts_unix), MAX(ts_unix) FROM ({rows})", (since, since)).fetchone()
+    span = store.cursor(f"SELECT MIN(ts_unix), MAX(ts_unix) FROM ({rows})", (since, since)).fetchone()
     if span[0] is None:
         return []
     width = max((span[1] - span[0]) / max(max_points - 1, 1), 1e-9)
     means = ", ".join(f"SUM({f} * n) / NULLIF(SUM(CASE WHEN {f} IS NULL THEN 0 ELSE n END), 0) AS {f}" for f in _GPU)
-    return store._rows(
+    return store.query(
         f"SELECT node, gpu, MIN(ts_unix) AS ts_unix, {means}, MAX(throttled) AS throttled FROM ({rows})"
         " GROUP BY node, gpu, CAST((ts_unix - ?) / ? AS INTEGER) ORDER BY node, gpu, ts_unix",
         (since, since, span[0], width),
@@ -192,7 +189,7 @@ def gpu_history(store: Store, since_unix: float | None = None, max_points: int =
 
 def poll_history(store: Store, bucket_s: float, since_unix: float | None = None) -> list[dict[str, Any]]:
     """Like `Store.polls_by_bucket`, over raw and rolled-up poll deltas (buckets >= the rollup's width)."""
-    if not _has_rollups(store):
+    if not has_rollups(store):
         return store.polls_by_bucket(bucket_s, since_unix=since_unix)
     since = -1e18 if since_unix is None else since_unix
     cols = ", ".join(_POLL)
@@ -201,7 +198,7 @@ def poll_history(store: Store, bucket_s: float, since_unix: float | None = None)
         f" UNION ALL SELECT bucket_unix, {cols}, backfill FROM poll_rollup WHERE bucket_unix >= ?"
     )
     sums = ", ".join(f"SUM({f}) AS {f}" for f in _POLL)
-    return store._rows(
+    return store.query(
         f"SELECT CAST(ts_unix / ? AS INTEGER) * ? AS bucket_unix, {sums}, MAX(backfill) AS backfill"
         f" FROM ({rows}) GROUP BY 1 ORDER BY 1",
         (bucket_s, bucket_s, since, since),

@@ -16,7 +16,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -130,39 +130,44 @@ class Store:
             self.incident = (text, time.time())
             log.warning("%s", text)
 
-    class _Tx:
-        def __init__(self, store: Store):
-            self.store = store
+    # -- raw access ------------------------------------------------------------------------
+    # Public because some tables live in this database but belong to other modules (rollup.py's
+    # *_rollup, notify.py's webhook_deliveries, pagedata.py's page_data, analysis/lengthtime.py's
+    # length_hourly) and some reads have no method here (exporter.py, health.py): those modules
+    # keep their SQL next to the code that gives it meaning. Pages and components read through
+    # the named methods below or through those modules, never through raw SQL of their own.
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """`with store.transaction() as db:` a write transaction on this thread's connection.
 
-        def __enter__(self) -> sqlite3.Connection:
-            self.store._write_lock.acquire()
+        BEGIN IMMEDIATE under the process's write lock; COMMIT on leaving, ROLLBACK on an
+        exception. Every write goes through here, so writers never interleave.
+        """
+        with self._write_lock:  # released however BEGIN, the body or COMMIT ends
+            db = self._db()
+            db.execute("BEGIN IMMEDIATE")
             try:
-                self.db = self.store._db()
-                self.db.execute("BEGIN IMMEDIATE")
+                yield db
             except BaseException:
-                # BEGIN failed (busy past the timeout, I/O error): no transaction to end, but the
-                # lock must go, or every later write in this process waits forever.
-                self.store._write_lock.release()
-                raise
-            return self.db
-
-        def __exit__(self, exc_type, exc, tb) -> None:
-            try:
-                if exc_type is None:
-                    self.db.execute("COMMIT")
-                elif self.db.in_transaction:  # SQLite may have rolled back already (disk full)
+                if db.in_transaction:  # SQLite may have rolled back already (disk full)
                     try:
-                        self.db.execute("ROLLBACK")
+                        db.execute("ROLLBACK")
                     except sqlite3.Error:
                         log.debug("rollback failed", exc_info=True)  # the first error is the one to report
-            finally:
-                self.store._write_lock.release()
+                raise
+            db.execute("COMMIT")
 
-    def _tx(self) -> Store._Tx:
-        return Store._Tx(self)
+    def query(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        """A read's rows, each a dict keyed by column name. Not for writes (see transaction)."""
+        return [dict(r) for r in self.cursor(sql, params).fetchall()]
 
-    def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
-        return [dict(r) for r in self._db().execute(sql, tuple(params)).fetchall()]
+    def cursor(self, sql: str, params: Iterable[Any] = ()) -> sqlite3.Cursor:
+        """A read's cursor (rows are sqlite3.Row: by index or name, fetched as iterated).
+
+        For a single value (`.fetchone()[0]`) or wide rows read by position without copying each
+        into a dict. Not for writes (see transaction).
+        """
+        return self._db().execute(sql, tuple(params))
 
     def close(self) -> None:
         db = getattr(self._local, "db", None)
@@ -173,30 +178,30 @@ class Store:
     # -- run metadata ----------------------------------------------------------------------
     def set_meta(self, key: str, value: Any) -> None:
         self._remembered[("meta", key)] = value
-        with self._tx() as db:
+        with self.transaction() as db:
             db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
 
     def meta(self, key: str, default: Any = None) -> Any:
-        row = self._db().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        row = self.cursor("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return json.loads(row[0]) if row else default
 
     # -- writes (collector) ----------------------------------------------------------------
     def register_node(self, name: str, public_config: dict[str, Any]) -> None:
         """Make a node known (status "pending" until its first poll) with its safe config."""
         self._remembered[("node", name)] = public_config
-        with self._tx() as db:
+        with self.transaction() as db:
             db.execute("INSERT OR IGNORE INTO nodes (name) VALUES (?)", (name,))
             db.execute("UPDATE nodes SET config = ? WHERE name = ?", (json.dumps(public_config), name))
 
     def shard_state(self, node: str) -> dict[str, dict[str, int]]:
         """Per shard path, the inode and byte offset already counted (what the agent resumes from)."""
-        rows = self._rows("SELECT path, inode, offset FROM shards WHERE node = ?", (node,))
+        rows = self.query("SELECT path, inode, offset FROM shards WHERE node = ?", (node,))
         return {r["path"]: {"inode": r["inode"], "offset": r["offset"]} for r in rows}
 
     def record_poll(self, node: str, reply: dict[str, Any], ts_unix: float, rtt_ms: float | None) -> dict[str, int]:
         """Apply one successful poll reply (a wire.PollReply) atomically; returns the deltas it added."""
         record = ingest.read_poll(cast(PollReply, reply))
-        with self._tx() as db:
+        with self.transaction() as db:
             first_poll = db.execute("SELECT COUNT(*) FROM shards WHERE node = ?", (node,)).fetchone()[0] == 0
             prev = db.execute("SELECT pending_bytes FROM nodes WHERE name = ?", (node,)).fetchone()
             catching_up = bool(prev and prev[0])  # the previous poll left bytes for this one
@@ -234,7 +239,7 @@ class Store:
 
     def record_metrics(self, node: str, values: dict[str, float], ts_unix: float) -> None:
         rows = [(ts_unix, node, name, value) for name, value in values.items() if value is not None]
-        with self._tx() as db:
+        with self.transaction() as db:
             db.executemany("INSERT INTO metric_samples VALUES (?,?,?,?)", rows)
             db.executemany(
                 "INSERT INTO metric_latest VALUES (?,?,?,?) ON CONFLICT (node, name) DO UPDATE SET"
@@ -244,7 +249,7 @@ class Store:
 
     def record_failure(self, node: str, error: str, ts_unix: float) -> None:
         """Note a failed poll; the node's counts and offsets stay as they were."""
-        with self._tx() as db:
+        with self.transaction() as db:
             db.execute("INSERT OR IGNORE INTO nodes (name) VALUES (?)", (node,))
             db.execute(
                 "UPDATE nodes SET last_error = ?, last_error_unix = ?, last_attempt_unix = ?,"
@@ -264,7 +269,7 @@ class Store:
         return message
 
     def new_sample_batch(self, requested_n: int, ts_unix: float | None = None) -> int:
-        with self._tx() as db:
+        with self.transaction() as db:
             cur = db.execute(
                 "INSERT INTO sample_batches (requested_unix, requested_n) VALUES (?, ?)",
                 (ts_unix or time.time(), requested_n),
@@ -294,7 +299,7 @@ class Store:
             "text_chars",
             "is_loop",
         )
-        with self._tx() as db:
+        with self.transaction() as db:
             db.executemany(
                 f"INSERT INTO samples (batch, {', '.join(cols)}) VALUES (?{', ?' * len(cols)})",
                 [(batch, *(s.get(c) for c in cols)) for s in samples],
@@ -307,7 +312,7 @@ class Store:
     def prune(self, keep_s: float, now_unix: float | None = None) -> None:
         """Drop time series older than `keep_s` (counts and offsets are never pruned)."""
         cutoff = (now_unix or time.time()) - keep_s
-        with self._tx() as db:
+        with self.transaction() as db:
             # metric_latest too: a metric (or node) that stopped reporting leaves with its samples.
             for table in ("gpu_samples", "metric_samples", "metric_latest"):
                 db.execute(f"DELETE FROM {table} WHERE ts_unix < ?", (cutoff,))
@@ -315,13 +320,13 @@ class Store:
     # -- reads (pages) ---------------------------------------------------------------------
     def nodes(self) -> list[dict[str, Any]]:
         """Every node with its status fields; JSON columns decoded."""
-        rows = self._rows("SELECT * FROM nodes ORDER BY name")
+        rows = self.query("SELECT * FROM nodes ORDER BY name")
         for r in rows:
             for key in ("loadavg", "unmatched_globs", "disk", "metrics_errors", "config"):
                 r[key] = json.loads(r[key]) if r[key] else None
         totals = {
             r["node"]: r
-            for r in self._rows(
+            for r in self.query(
                 "SELECT node, COUNT(*) AS shards, SUM(offset) AS bytes_indexed, SUM(size) AS bytes_total,"
                 " SUM(lines) AS lines, SUM(malformed) AS malformed, SUM(blank_lines) AS blank_lines,"
                 " SUM(error IS NOT NULL) AS shard_errors"
@@ -344,7 +349,7 @@ class Store:
 
     def shards(self, node: str | None = None) -> list[dict[str, Any]]:
         sql = "SELECT * FROM shards" + (" WHERE node = ?" if node else "") + " ORDER BY node, path"
-        return self._rows(sql, (node,) if node else ())
+        return self.query(sql, (node,) if node else ())
 
     def length_counts(self, by: str = "run", finish_reason: str | None = None) -> list[dict[str, Any]]:
         """Completions counted by exact length and finish reason, grouped by run, node or shard.
@@ -363,7 +368,7 @@ class Store:
         else:  # one row per key already: the table's primary key
             keys = "node, " if by == "node" else "node, path, "
             sql = f"SELECT {keys}tokens, finish_reason, estimated, count FROM {table}{where}"
-        rows = self._rows(sql, params)
+        rows = self.query(sql, params)
         for r in rows:
             r["finish_reason"] = r["finish_reason"] or None
         return rows
@@ -372,19 +377,19 @@ class Store:
         """Per node or shard: completions counted, and how many of them have exact token counts."""
         keys = {"node": "node", "shard": "node, path"}[by]
         table = "length_counts" if by == "shard" else "node_length_counts"
-        return self._rows(
+        return self.query(
             f"SELECT {keys}, SUM(count) AS completions, SUM(CASE WHEN estimated = 0 THEN count ELSE 0 END)"
             f" AS exact FROM {table} GROUP BY {keys} ORDER BY {keys}"
         )
 
     def polls(self, since_unix: float | None = None, node: str | None = None) -> list[dict[str, Any]]:
         where, params = _where(since_unix, node)
-        return self._rows(f"SELECT * FROM polls{where} ORDER BY ts_unix", params)
+        return self.query(f"SELECT * FROM polls{where} ORDER BY ts_unix", params)
 
     def polls_by_bucket(self, bucket_s: float, since_unix: float | None = None) -> list[dict[str, Any]]:
         """Poll deltas summed per time bucket (for truncation and throughput over time)."""
         where, params = _where(since_unix, None)
-        return self._rows(
+        return self.query(
             f"SELECT CAST(ts_unix / ? AS INTEGER) * ? AS bucket_unix, SUM(completions) AS completions,"
             f" SUM(tokens) AS tokens, SUM(length_stops) AS length_stops, SUM(malformed) AS malformed,"
             f" MAX(backfill) AS backfill FROM polls{where} GROUP BY 1 ORDER BY 1",
@@ -398,7 +403,7 @@ class Store:
         and below_ceiling (context window and other limits below it)."""
         where, params = _where(since_unix, None)
         limit = ceiling if ceiling is not None else 1 << 62
-        return self._rows(
+        return self.query(
             f"SELECT CAST(ts_unix / ? AS INTEGER) * ? AS bucket_unix,"
             f" SUM(CASE WHEN tokens >= ? THEN count ELSE 0 END) AS at_ceiling,"
             f" SUM(CASE WHEN tokens < ? THEN count ELSE 0 END) AS below_ceiling"
@@ -408,7 +413,7 @@ class Store:
 
     def gpu_health(self) -> list[dict[str, Any]]:
         """Latest health readings per GPU (the agent's dict, decoded)."""
-        rows = self._rows("SELECT * FROM gpu_health ORDER BY node, gpu")
+        rows = self.query("SELECT * FROM gpu_health ORDER BY node, gpu")
         for r in rows:
             r["health"] = json.loads(r["health"]) if r["health"] else {}
         return rows
@@ -416,27 +421,27 @@ class Store:
     def gpus_seen(self, since_unix: float) -> dict[str, set[int]]:
         """Per node, the GPU indexes that reported readings since `since_unix` (uses the ts index)."""
         out: dict[str, set[int]] = {}
-        for r in self._rows("SELECT DISTINCT node, gpu FROM gpu_samples WHERE ts_unix >= ?", (since_unix,)):
+        for r in self.query("SELECT DISTINCT node, gpu FROM gpu_samples WHERE ts_unix >= ?", (since_unix,)):
             out.setdefault(r["node"], set()).add(r["gpu"])
         return out
 
     def gpu_events(self, since_unix: float) -> list[dict[str, Any]]:
-        return self._rows("SELECT * FROM gpu_events WHERE ts_unix >= ? ORDER BY ts_unix", (since_unix,))
+        return self.query("SELECT * FROM gpu_events WHERE ts_unix >= ? ORDER BY ts_unix", (since_unix,))
 
     def host_latest(self) -> dict[str, dict[str, Any]]:
         """Per node, its latest host reading (cpus, RAM and swap bytes) with ts_unix."""
         return {
             r["node"]: {**json.loads(r["host"]), "ts_unix": r["ts_unix"]}
-            for r in self._rows("SELECT * FROM host_latest")
+            for r in self.query("SELECT * FROM host_latest")
         }
 
     def last_growth_unix(self) -> dict[str, float]:
         """Per node, the last poll (dashboard clock) that brought new completions, over all history."""
-        rows = self._rows("SELECT node, MAX(ts_unix) AS ts FROM polls WHERE completions > 0 GROUP BY node")
+        rows = self.query("SELECT node, MAX(ts_unix) AS ts FROM polls WHERE completions > 0 GROUP BY node")
         return {r["node"]: r["ts"] for r in rows}
 
     def gpu_latest(self) -> list[dict[str, Any]]:
-        rows = self._rows("SELECT * FROM gpu_latest ORDER BY node, gpu")
+        rows = self.query("SELECT * FROM gpu_latest ORDER BY node, gpu")
         for r in rows:
             r["throttle_reasons"] = json.loads(r["throttle_reasons"] or "[]")
             r["processes"] = json.loads(r["processes"] or "[]")
@@ -445,12 +450,12 @@ class Store:
     def gpu_series(self, since_unix: float | None = None, max_points: int = 2000) -> list[dict[str, Any]]:
         """GPU time series averaged in SQL into at most `max_points` buckets per GPU."""
         where, params = _where(since_unix, None)
-        span = self._db().execute(f"SELECT MIN(ts_unix), MAX(ts_unix) FROM gpu_samples{where}", params).fetchone()
+        span = self.cursor(f"SELECT MIN(ts_unix), MAX(ts_unix) FROM gpu_samples{where}", params).fetchone()
         if span[0] is None:
             return []
         width = max((span[1] - span[0]) / max(max_points - 1, 1), 1e-9)
         avgs = ", ".join(f"AVG({f}) AS {f}" for f in _GPU_FIELDS)
-        return self._rows(
+        return self.query(
             f"SELECT node, gpu, MIN(ts_unix) AS ts_unix, {avgs}, MAX(throttled) AS throttled"
             f" FROM gpu_samples{where} GROUP BY node, gpu, CAST((ts_unix - ?) / ? AS INTEGER)"
             f" ORDER BY node, gpu, ts_unix",
@@ -458,31 +463,31 @@ class Store:
         )
 
     def metric_latest(self) -> list[dict[str, Any]]:
-        return self._rows("SELECT node, name, value, ts_unix FROM metric_latest ORDER BY node, name")
+        return self.query("SELECT node, name, value, ts_unix FROM metric_latest ORDER BY node, name")
 
     def metric_series(self, name: str, since_unix: float | None = None) -> list[dict[str, Any]]:
         where, params = _where(since_unix, None)
         clause = (where + " AND" if where else " WHERE") + " name = ?"
-        return self._rows(f"SELECT ts_unix, node, value FROM metric_samples{clause} ORDER BY ts_unix", (*params, name))
+        return self.query(f"SELECT ts_unix, node, value FROM metric_samples{clause} ORDER BY ts_unix", (*params, name))
 
     def latest_sample_batch(self) -> dict[str, Any] | None:
         """The newest finished sample batch with its samples, or None."""
-        rows = self._rows("SELECT * FROM sample_batches WHERE done_unix IS NOT NULL ORDER BY batch DESC LIMIT 1")
+        rows = self.query("SELECT * FROM sample_batches WHERE done_unix IS NOT NULL ORDER BY batch DESC LIMIT 1")
         if not rows:
             return None
         batch = rows[0]
         batch["errors"] = json.loads(batch["errors"] or "{}")
-        batch["samples"] = self._rows(
+        batch["samples"] = self.query(
             "SELECT * FROM samples WHERE batch = ? ORDER BY node, path, line_no", (batch["batch"],)
         )
         return batch
 
     def pending_sample_batch(self) -> dict[str, Any] | None:
-        rows = self._rows("SELECT * FROM sample_batches WHERE done_unix IS NULL ORDER BY batch DESC LIMIT 1")
+        rows = self.query("SELECT * FROM sample_batches WHERE done_unix IS NULL ORDER BY batch DESC LIMIT 1")
         return rows[0] if rows else None
 
     def last_collection_unix(self) -> float | None:
-        row = self._db().execute("SELECT MAX(last_ok_unix) FROM nodes").fetchone()
+        row = self.cursor("SELECT MAX(last_ok_unix) FROM nodes").fetchone()
         return row[0]
 
 

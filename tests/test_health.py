@@ -1,5 +1,7 @@
 """runhealth.health on scripted poll rows whose true rates and stall times are known."""
 
+import dataclasses
+
 from runhealth import health
 from runhealth.config import RunConfig
 
@@ -90,6 +92,18 @@ def test_stall_after_default_and_override():
     assert cfg.stall_after == 120.0
     assert RunConfig(name="r", nodes=[], interval_s=60).stall_after == 180.0
     assert RunConfig(name="r", nodes=[], stall_after_s=30).stall_after == 30.0
+
+
+def test_one_stall_rule_for_config_exporter_and_alerts():
+    """The Overview (RunConfig.stall_after) and the alerts/exporter (from the run's meta) agree,
+    also for a store whose meta predates the saved stall_after_s; the README's default says the same."""
+    for interval_s in (1.0, 10.0, 39.0, 40.0, 41.0, 60.0, 600.0):
+        for configured in (None, 30.0, 900.0):
+            cfg = RunConfig(name="r", nodes=[], interval_s=interval_s, stall_after_s=configured)
+            assert cfg.stall_after == health.stall_after_s(interval_s, configured) > 0
+            assert health.stall_after_s(interval_s, None) == max(3 * interval_s, 120.0)
+    spec = next(f for f in dataclasses.fields(RunConfig) if f.name == "stall_after_s").metadata["spec"]
+    assert spec.default_doc == "`max(3 × interval_s, 120)`"
 
 
 def test_one_stale_rule_for_config_exporter_and_alerts():

@@ -4,10 +4,14 @@ ruff's flake8-tidy-imports banned-api (TID251) holds them: runhealth/ may not im
 plotly (pyproject.toml), pages/ may not import the store, the collector or the node transports
 (pages/ruff.toml). Each case lints a planted import under the path it would have (stdin, nothing
 written), so a config change that silently stops a ban fails here.
+
+Modules talk through public names: ruff's SLF001 bars `obj._private` outside the class that owns
+it, and an AST walk here bars `from module import _private` (ruff's own rule for that is preview).
 """
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -17,8 +21,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def lint(path: str, source: str) -> str:
-    """ruff's findings for `source` as if it were the file `path` of this checkout."""
+def lint(path: str, source: str, rule: str = "TID251") -> str:
+    """ruff's findings (for `rule`) on `source` as if it were the file `path` of this checkout."""
     done = subprocess.run(
         [
             sys.executable,
@@ -29,7 +33,7 @@ def lint(path: str, source: str) -> str:
             "--output-format",
             "concise",
             "--select",
-            "TID251",
+            rule,
             "--stdin-filename",
             path,
             "-",
@@ -76,10 +80,53 @@ def test_components_may_use_the_store_and_pages_the_components():
 
 def test_the_checkout_itself_keeps_the_layers():
     done = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "--no-cache", "--select", "TID251", "."],
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "--select", "TID251,SLF001", "."],
         capture_output=True,
         text=True,
         cwd=ROOT,
         timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+# What the store-hosted tables' owners did before Store.transaction/query/cursor were public.
+REACHES = [
+    "from runhealth.store import Store\n\ndef f(store: Store):\n    return store._rows('SELECT 1')\n",
+    "from runhealth import rollup\n\ndef f(store):\n    return rollup._has_rollups(store)\n",
+    "class Exporter:\n    def f(self):\n        with self.store._tx() as db:\n            db.execute('SELECT 1')\n",
+]
+
+
+@pytest.mark.parametrize("source", REACHES)
+@pytest.mark.parametrize("path", ["runhealth/planted.py", "components/planted.py", "pages/planted.py", "app.py"])
+def test_no_module_reaches_into_another_modules_privates(path, source):
+    assert "SLF001" in lint(path, source, "SLF001"), (path, source)
+
+
+def test_a_class_may_use_its_own_privates():
+    own = "class Hist:\n    def __init__(self):\n        self._counts = {}\n\n    def merge(self, other: Hist):\n"
+    assert "SLF001" not in lint("runhealth/planted.py", own + "        return other._counts\n", "SLF001")
+
+
+def private_imports(source: str) -> list[str]:
+    """`from x import _name` of a first-party module's private name (dunders such as __version__ are public)."""
+    return [
+        f"{node.module}.{alias.name}"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ("runhealth", "components")
+        for alias in node.names
+        if alias.name.startswith("_") and not alias.name.startswith("__")
+    ]
+
+
+def test_private_imports_are_found():
+    assert private_imports("from runhealth.remote.base import _POLL_SLICE_S, Transport\n") == [
+        "runhealth.remote.base._POLL_SLICE_S"
+    ]
+    assert private_imports("from runhealth import __version__\nfrom typing import _T\n") == []
+
+
+def test_the_checkout_imports_no_private_names():
+    files = [ROOT / "app.py", *(p for d in ("runhealth", "components", "pages") for p in (ROOT / d).rglob("*.py"))]
+    found = {str(p.relative_to(ROOT)): private_imports(p.read_text()) for p in files}
+    assert {k: v for k, v in found.items() if v} == {}

@@ -74,7 +74,8 @@ def same_frame(a: pd.DataFrame, b: pd.DataFrame) -> None:
 @pytest.mark.parametrize("scenario", ["healthy", "ceiling_18", "node_down", "drift", "empty"])
 def test_payloads_equal_what_the_page_computed(stores, scenario):
     store = store_of(stores[scenario])
-    store._db().execute("DELETE FROM page_data")
+    with store.transaction() as db:
+        db.execute("DELETE FROM page_data")
     before = page_views(store)
     assert before["run"]["as_of"] is None and before["node"].attrs["as_of"] is None
     pagedata.Refresher(store, CEILING, INTERVAL_S).run_now()
@@ -149,14 +150,16 @@ def test_whole_run_windows_are_computed_once(stores):
 def test_window_due_scales_with_the_bucket_width():
     assert pagedata.window_due(3600, None, 30)  # never computed
     assert not pagedata.window_due(3600, 10, 30) and pagedata.window_due(3600, 31, 30)
-    assert not pagedata.window_due(86400, 300, 30) and pagedata.window_due(86400, 361, 30)  # 216 s buckets
+    assert not pagedata.window_due(86400, 300, 30) and pagedata.window_due(86400, 361, 30)  # 360 s band steps
 
 
 def test_damaged_or_missing_payload_falls_back(stores):
     store = store_of(stores["ceiling_18"])
-    store._db().execute("DELETE FROM page_data")
+    with store.transaction() as db:
+        db.execute("DELETE FROM page_data")
     assert pagedata.get(store, "run_lengths") is None
-    store._db().execute("INSERT INTO page_data VALUES ('run_lengths', ?, ?)", (time.time(), b"not zlib"))
+    with store.transaction() as db:
+        db.execute("INSERT INTO page_data VALUES ('run_lengths', ?, ?)", (time.time(), b"not zlib"))
     assert pagedata.get(store, "run_lengths") is None
     assert loaders.load_run_lengths(store, CEILING)["as_of"] is None  # computed on demand
     # Computed for another max_output_tokens (the config changed): not used.
@@ -228,7 +231,7 @@ def test_collector_writes_payloads_after_polls(tmp_path):
             total = sum(r[3] for r in got[1]["rows"]) if got else 0
             time.sleep(0.1)
         assert total == 1000
-        names = {r[0] for r in store._db().execute("SELECT name FROM page_data")}
+        names = {r[0] for r in store.cursor("SELECT name FROM page_data")}
         assert {"run_lengths", "groups:node", "groups:shard", "truncation_over_time", "whatif"} <= names
         assert {f"gpu:{w}" for w in pagedata.GPU_WINDOWS_S} <= names
     finally:
@@ -268,7 +271,8 @@ def test_pages_read_the_payload_and_say_how_old_it_is(stores, monkeypatch):
 
 def test_pages_without_payload_compute_and_say_so(stores, monkeypatch):
     store = store_of(stores["drift"])
-    store._db().execute("DELETE FROM page_data")
+    with store.transaction() as db:
+        db.execute("DELETE FROM page_data")
     at = run_page("lengths", stores["drift"], monkeypatch)
     assert "Truncation by node: computed just now for this page (no precomputed copy yet)" in captions(at)
     assert any("Ceiling drift: node-4" in w.value for w in at.warning)
@@ -276,7 +280,8 @@ def test_pages_without_payload_compute_and_say_so(stores, monkeypatch):
 
 def test_gpu_page_reads_the_window_payload(stores, monkeypatch):
     store = store_of(stores["healthy"])
-    store._db().execute("DELETE FROM page_data")
+    with store.transaction() as db:
+        db.execute("DELETE FROM page_data")
     at = run_page("gpus", stores["healthy"], monkeypatch)
     assert "Series over the last 1 h: computed just now" in captions(at)
     pagedata.put(store, pagedata.gpu_windows(store, time.time()), time.time() - 5)

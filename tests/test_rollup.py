@@ -41,19 +41,19 @@ def _fill(store: Store, days: float = 9, step: float = 30.0, nodes: int = 2, gpu
             rows_poll.append((t, node, t, rng.randint(0, 50), rng.randint(0, 50_000), rng.randint(0, 5), 0, 0, 5.0))
             rows_metric.append((t, node, "sglang:gen_throughput", rng.uniform(1000, 2000)))
         t += step
-    with store._tx() as db:
+    with store.transaction() as db:
         db.executemany("INSERT INTO gpu_samples VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows_gpu)
         db.executemany("INSERT INTO polls VALUES (?,?,?,?,?,?,?,?,?)", rows_poll)
         db.executemany("INSERT INTO metric_samples VALUES (?,?,?,?)", rows_metric)
 
 
 def _totals(store: Store) -> dict:
-    raw = store._rows(
+    raw = store.query(
         "SELECT COUNT(*) AS polls, SUM(completions) AS c, SUM(tokens) AS t, SUM(length_stops) AS l FROM polls"
     )[0]
     rolled = {"polls": 0, "c": 0, "t": 0, "l": 0}
-    if store._rows("SELECT 1 FROM sqlite_master WHERE name = 'poll_rollup'"):
-        rolled = store._rows(
+    if store.query("SELECT 1 FROM sqlite_master WHERE name = 'poll_rollup'"):
+        rolled = store.query(
             "SELECT COALESCE(SUM(polls), 0) AS polls, COALESCE(SUM(completions), 0) AS c,"
             " COALESCE(SUM(tokens), 0) AS t, COALESCE(SUM(length_stops), 0) AS l FROM poll_rollup"
         )[0]
@@ -61,12 +61,12 @@ def _totals(store: Store) -> dict:
 
 
 def _gpu_mean(store: Store, node: str, gpu: int) -> tuple[float, int]:
-    raw = store._rows(
+    raw = store.query(
         "SELECT SUM(util_pct) AS s, COUNT(*) AS n FROM gpu_samples WHERE node = ? AND gpu = ?", (node, gpu)
     )[0]
     s, n = raw["s"] or 0.0, raw["n"]
-    if store._rows("SELECT 1 FROM sqlite_master WHERE name = 'gpu_rollup'"):
-        r = store._rows(
+    if store.query("SELECT 1 FROM sqlite_master WHERE name = 'gpu_rollup'"):
+        r = store.query(
             "SELECT SUM(util_pct * n) AS s, SUM(n) AS n FROM gpu_rollup WHERE node = ? AND gpu = ?", (node, gpu)
         )[0]
         s, n = s + (r["s"] or 0.0), n + (r["n"] or 0)
@@ -81,17 +81,17 @@ def test_fold_keeps_every_count_and_every_mean(tmp_path):
     assert _totals(store) == before
     mean, n = _gpu_mean(store, "node-1", 1)
     assert n == mean_before[1] and mean == pytest.approx(mean_before[0], rel=1e-12)
-    oldest_raw = store._rows("SELECT MIN(ts_unix) AS t FROM gpu_samples")[0]["t"]
+    oldest_raw = store.query("SELECT MIN(ts_unix) AS t FROM gpu_samples")[0]["t"]
     assert oldest_raw >= NOW - DAY - 60
     tiers = {
         r["res_s"]: r
-        for r in store._rows(
+        for r in store.query(
             "SELECT res_s, MIN(bucket_unix) AS lo, MAX(bucket_unix) AS hi, COUNT(*) AS k FROM gpu_rollup GROUP BY res_s"
         )
     }
     assert tiers[60]["lo"] >= NOW - 7 * DAY - 600 and tiers[60]["hi"] < NOW - DAY
     assert tiers[600]["hi"] < NOW - 7 * DAY and tiers[600]["lo"] <= NOW - 9 * DAY + 600
-    rows_after = store._rows("SELECT (SELECT COUNT(*) FROM gpu_samples) + (SELECT COUNT(*) FROM gpu_rollup) AS n")
+    rows_after = store.query("SELECT (SELECT COUNT(*) FROM gpu_samples) + (SELECT COUNT(*) FROM gpu_rollup) AS n")
     # 4 GPUs: a day of 30 s rows, 6 days of 1-min rows, 2 days of 10-min rows (was 9 days of 30 s rows).
     assert rows_after[0]["n"] == 4 * (DAY / 30 + 6 * 1440 + 2 * 144)
 
@@ -100,9 +100,9 @@ def test_rollup_is_idempotent_and_merges_late_rows(tmp_path):
     store = Store(tmp_path / "s.sqlite3")
     _fill(store, days=3)
     rollup.rollup(store, now=NOW, **FAST)
-    snapshot = store._rows("SELECT * FROM gpu_rollup ORDER BY res_s, bucket_unix, node, gpu")
+    snapshot = store.query("SELECT * FROM gpu_rollup ORDER BY res_s, bucket_unix, node, gpu")
     rollup.rollup(store, now=NOW, **FAST)
-    assert store._rows("SELECT * FROM gpu_rollup ORDER BY res_s, bucket_unix, node, gpu") == snapshot
+    assert store.query("SELECT * FROM gpu_rollup ORDER BY res_s, bucket_unix, node, gpu") == snapshot
     before = _totals(store)
     late_t = NOW - 2 * DAY + 15  # inside a bucket already rolled up
     store.record_poll("node-0", {"time_unix": late_t, "shards": {"files": {}}, "gpus": {}}, late_t, 5.0)

@@ -6,7 +6,7 @@ import textwrap
 import pytest
 
 from runhealth import runs
-from runhealth.collector import _run_meta
+from runhealth.collector import run_meta
 from runhealth.config import RunContext, parse_config
 from runhealth.errors import ConfigError
 from runhealth.store import Store
@@ -110,7 +110,7 @@ def test_a_run_removed_from_the_config_is_found_as_finished(tmp_path):
         }
     )
     store = Store(old.resolved_store_path())
-    store.set_meta("run", _run_meta(old, RunContext()))
+    store.set_meta("run", run_meta(old, RunContext()))
     store.close()
     (tmp_path / "junk.sqlite3").write_bytes(b"not a database")  # ignored, not an error
     entries = runs.load_runs(write(tmp_path, TWO_RUNS), secrets_path=tmp_path / "none.toml")

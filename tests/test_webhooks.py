@@ -146,7 +146,7 @@ def test_real_receivers_ok_down_and_500(tmp_path, caplog):
     finally:
         for r in (ok, slack, failing):
             r.close()
-    stored = json.dumps(store._rows("SELECT * FROM webhook_deliveries"))
+    stored = json.dumps(store.query("SELECT * FROM webhook_deliveries"))
     assert SECRET not in stored and SECRET not in caplog.text  # only scheme://host/… is ever kept
 
 

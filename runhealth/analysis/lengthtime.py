@@ -36,7 +36,7 @@ def bin_upper(tokens: int) -> int:
 
 
 def ensure_schema(store: Store) -> None:
-    with store._tx() as db:  # the table belongs to this module; the store only hosts it
+    with store.transaction() as db:  # the table belongs to this module; the store only hosts it
         db.execute(_SCHEMA)
 
 
@@ -50,10 +50,10 @@ def record(store: Store, node: str, reply: dict[str, Any], ts_unix: float) -> No
             rows[key] = rows.get(key, 0) + int(r.count)
     if not rows:
         return
-    last = store._rows("SELECT backfill FROM polls WHERE node = ? ORDER BY ts_unix DESC LIMIT 1", (node,))
+    last = store.query("SELECT backfill FROM polls WHERE node = ? ORDER BY ts_unix DESC LIMIT 1", (node,))
     backfill = int(bool(last and last[0]["backfill"]))
     bucket = int(ts_unix // HOUR * HOUR)
-    with store._tx() as db:
+    with store.transaction() as db:
         db.execute(_SCHEMA)
         db.executemany(
             "INSERT INTO length_hourly VALUES (?,?,?,?,?,?) ON CONFLICT (bucket_unix, tokens, by_length, estimated,"
@@ -68,11 +68,11 @@ def hourly(store: Store, ceiling: int | None) -> list[dict[str, Any]]:
     Uses exact token counts when the run has any (as `stats.summarize` does); backfill hours
     are flagged, not merged into the hours after them.
     """
-    if not store._rows("SELECT 1 FROM sqlite_master WHERE name = 'length_hourly'"):
+    if not store.query("SELECT 1 FROM sqlite_master WHERE name = 'length_hourly'"):
         return []
-    estimated = 0 if store._rows("SELECT 1 FROM length_hourly WHERE estimated = 0 LIMIT 1") else 1
+    estimated = 0 if store.query("SELECT 1 FROM length_hourly WHERE estimated = 0 LIMIT 1") else 1
     by_hour: dict[int, dict[str, Any]] = {}
-    for r in store._rows(
+    for r in store.query(
         "SELECT bucket_unix, tokens, by_length, MAX(backfill) AS backfill, SUM(count) AS n"
         " FROM length_hourly WHERE estimated = ? GROUP BY bucket_unix, tokens, by_length"
         " ORDER BY bucket_unix, tokens",

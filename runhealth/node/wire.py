@@ -24,7 +24,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, TypedDict, Union
 SCHEMA_VERSION = 1  # the wire's version; every reply carries it (the store has its own)
 MAX_HEADER_BYTES = 20  # "268435456\n" is 10; anything longer is not a frame header
 MAX_REPLY_BYTES = 256 << 20  # the dashboard refuses a larger reply frame
-METRICS_MAX_BYTES = 8 << 20  # one /metrics body, as fetched by the agent and parsed by metrics.py
+METRICS_MAX_BYTES = 8 << 20  # one /metrics body, as fetched by the agent and parsed by analysis/servermetrics.py
 FULL_TEXT_MAX_CHARS = 1 << 20  # one sampled prompt or completion with full_text
 DEFAULT_BUDGET_BYTES = 256 << 20  # a poll's scan budget when the request sets none
 MAX_SAMPLE_N = 10000  # samples one request may ask for

@@ -145,7 +145,7 @@ def _send_signal(channel: paramiko.Channel, name: str) -> None:
         message.add_string("signal")
         message.add_boolean(False)
         message.add_string(name)
-        channel.transport._send_user_message(message)
+        channel.transport._send_user_message(message)  # noqa: SLF001 - paramiko's own requests send this way
     except Exception:  # noqa: BLE001 - the channel may already be gone
         log.debug("could not send signal %s", name, exc_info=True)
 
