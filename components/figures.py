@@ -9,6 +9,7 @@ blue = normal stops, amber = at the ceiling / warning, red = alert or a drifting
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -423,7 +424,7 @@ class _TextArray(np.ndarray):
     figure is built and again in to_dict; element by element that was ~9 ms each time for a
     64 x 240 hover-text array (per chart, five on the GPUs page)."""
 
-    def __deepcopy__(self, memo: dict) -> np.ndarray:
+    def __deepcopy__(self, memo: dict[int, Any] | None = None, /) -> _TextArray:
         return self.copy()
 
 
