@@ -8,6 +8,7 @@ numbers behind the Overview's headline (ETA, tokens per joule, node counts) come
 from __future__ import annotations
 
 import os
+import re
 import time
 from typing import Any
 
@@ -176,7 +177,7 @@ def node_problems(
 ) -> tuple[pd.DataFrame, list[str]]:
     """Every node's problems in one table (a row per problem, worst node first) and every node's
     name, worst first: not up (down, stale, pending; the longest silent first), then up with a
-    problem, then the rest by name. At fleet size this replaces a card per troubled node."""
+    problem, then the rest by name (node-2 before node-10). At fleet size this replaces a card per troubled node."""
     broken = shards[shards["error"].notna()] if len(shards) else shards
     unreadable: dict[str, list[tuple[str, str]]] = {}
     for node, path, err in zip(broken.get("node", []), broken.get("path", []), broken.get("error", []), strict=True):
@@ -186,7 +187,8 @@ def node_problems(
         state = node_status(n, now, stale_after)[0]
         issues = node_issues(n, now, stale_after, unreadable.get(n["name"], []))
         seen = n.get("last_ok_unix")
-        keyed.append(((STATE_RANK[state], not issues, seen if seen is not None else -1.0, n["name"]), n, state, issues))
+        natural = [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", n["name"])]  # node-2 before node-10
+        keyed.append(((STATE_RANK[state], not issues, seen if seen is not None else -1.0, natural), n, state, issues))
     keyed.sort(key=lambda k: k[0])
     for _, n, state, issues in keyed:
         seen = n.get("last_ok_unix")

@@ -38,7 +38,7 @@ def test_gpus_and_nodes_pages_at_40_nodes(tmp_path, monkeypatch):
     # One card (was: one per node not up, up to 32): the worst node's, picked by default.
     assert _cards(at) == ["node-7"]
     picker = at.selectbox(key="nodes_node_select")
-    assert picker.options[:2] == ["node-7 (DOWN)", "node-1 (UP)"]  # worst first, then by name
+    assert picker.options[:4] == ["node-7 (DOWN)", "node-1 (UP)", "node-2 (UP)", "node-3 (UP)"]  # worst first
     picker.select("node-12").run()
     assert_clean(at)
     assert _cards(at) == ["node-12"]
