@@ -9,6 +9,7 @@ blue = normal stops, amber = at the ceiling / warning, red = alert or a drifting
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -70,14 +71,20 @@ def apply_layout(fig: go.Figure, title: str, height: int = 380) -> go.Figure:
 _VLINE_TEXT = {"top right": (1, "top", "left"), "top left": (1, "top", "right"), "bottom right": (0, "bottom", "left")}
 
 
+def _vline_shape(x: float, **line) -> dict:
+    return dict(type="line", x0=x, x1=x, xref="x", y0=0, y1=1, yref="y domain", line=line)
+
+
+def _vline_text(x: float, text: str, position: str = "top right") -> dict:
+    y, yanchor, xanchor = _VLINE_TEXT[position]
+    return dict(text=text, showarrow=False, x=x, xref="x", xanchor=xanchor, y=y, yref="y domain", yanchor=yanchor)
+
+
 def vline(fig: go.Figure, x: float, text: str | None = None, position: str = "top right", **line) -> None:
     """A vertical rule at data x across the plot; `line` holds shape line keys (dash, color, width)."""
-    fig.add_shape(type="line", x0=x, x1=x, xref="x", y0=0, y1=1, yref="y domain", line=line)
+    fig.add_shape(**_vline_shape(x, **line))
     if text is not None:
-        y, yanchor, xanchor = _VLINE_TEXT[position]
-        fig.add_annotation(
-            text=text, showarrow=False, x=x, xref="x", xanchor=xanchor, y=y, yref="y domain", yanchor=yanchor
-        )
+        fig.add_annotation(**_vline_text(x, text, position))
 
 
 def _hline_shape(y: float, **line) -> dict:
@@ -86,6 +93,15 @@ def _hline_shape(y: float, **line) -> dict:
 
 def _hline_text(y: float, text: str) -> dict:
     return dict(text=text, showarrow=False, x=1, xref="x domain", xanchor="right", y=y, yref="y", yanchor="bottom")
+
+
+def _figure(data: list[dict], layout: dict, shapes: list[dict], notes: list[dict]) -> go.Figure:
+    """`new_figure_from` with the rules (shapes) and labels (annotations) in the layout, when any."""
+    if shapes:
+        layout["shapes"] = shapes
+    if notes:
+        layout["annotations"] = notes
+    return new_figure_from(data, layout)
 
 
 def hline(fig: go.Figure, y: float, text: str | None = None, **line) -> None:
@@ -100,68 +116,85 @@ def make_length_histogram_figure(df: pd.DataFrame, ceiling: int | None, at_ceili
 
     `df` columns: bin_start, bin_end, stop, at_ceiling, other (completion counts per bin).
     """
+    # Traces and layout as dicts, validated once (each add_* / update_* validates again: the
+    # length figures took 20-30 ms each, five on the page; tests/test_figures.py compares).
     width = (df["bin_end"] - df["bin_start"]).clip(lower=1)
     centre = df["bin_start"] + width / 2
-    fig = new_figure()
-    fig.add_bar(x=centre, y=df["stop"], width=width, name="stop", marker_color=STOP_COLOUR)
+    data = [dict(type="bar", x=centre, y=df["stop"], width=width, name="stop", marker=dict(color=STOP_COLOUR))]
     if df["other"].sum() > 0:
-        fig.add_bar(
-            x=centre,
-            y=df["other"],
-            width=width,
-            name="other (incl. length below the ceiling)",
-            marker_color=OTHER_COLOUR,
+        data.append(
+            dict(
+                type="bar",
+                x=centre,
+                y=df["other"],
+                width=width,
+                name="other (incl. length below the ceiling)",
+                marker=dict(color=OTHER_COLOUR),
+            )
         )
     spike = df[df["at_ceiling"] > 0]
     if len(spike):
         # An exact ceiling bin can be 1 token wide on a 4096-token axis: give it a visible width.
         span = float(df["bin_end"].max() - df["bin_start"].min()) or 1.0
         vis = (spike["bin_end"] - spike["bin_start"]).clip(lower=span / 80)
-        fig.add_bar(
-            x=spike["bin_start"] + vis / 2,
-            y=spike["at_ceiling"],
-            width=vis,
-            name="stopped at the ceiling",
-            marker_color=CEILING_COLOUR,
-        )
-    fig.update_layout(barmode="stack", bargap=0)
-    if ceiling:
-        vline(fig, ceiling, dash="dash", color=CEILING_COLOUR, width=2)
-        if at_ceiling_fraction is not None and len(spike):
-            fig.add_annotation(
-                x=ceiling,
-                y=float(spike["at_ceiling"].max()),
-                xanchor="right",
-                ax=-80,
-                ay=-10,
-                text=f"<b>{at_ceiling_fraction:.1%} stopped at the {ceiling:,}-token ceiling</b>",
-                font=dict(size=FONT_SIZE + 2, color=CEILING_COLOUR),
-                arrowcolor=CEILING_COLOUR,
-                showarrow=True,
-                bgcolor="rgba(0,0,0,0.6)",
+        data.append(
+            dict(
+                type="bar",
+                x=spike["bin_start"] + vis / 2,
+                y=spike["at_ceiling"],
+                width=vis,
+                name="stopped at the ceiling",
+                marker=dict(color=CEILING_COLOUR),
             )
-    fig.update_xaxes(title_text="completion tokens", range=[0, float(df["bin_end"].max()) * 1.03])
-    fig.update_yaxes(title_text="completions")
-    return apply_layout(fig, "Output length distribution")
+        )
+    shapes, notes = [], []
+    if ceiling:
+        shapes.append(_vline_shape(ceiling, dash="dash", color=CEILING_COLOUR, width=2))
+        if at_ceiling_fraction is not None and len(spike):
+            notes.append(
+                dict(
+                    x=ceiling,
+                    y=float(spike["at_ceiling"].max()),
+                    xanchor="right",
+                    ax=-80,
+                    ay=-10,
+                    text=f"<b>{at_ceiling_fraction:.1%} stopped at the {ceiling:,}-token ceiling</b>",
+                    font=dict(size=FONT_SIZE + 2, color=CEILING_COLOUR),
+                    arrowcolor=CEILING_COLOUR,
+                    showarrow=True,
+                    bgcolor="rgba(0,0,0,0.6)",
+                )
+            )
+    layout = _layout("Output length distribution")
+    layout.update(
+        barmode="stack",
+        bargap=0,
+        xaxis=dict(title=dict(text="completion tokens"), range=[0, float(df["bin_end"].max()) * 1.03]),
+        yaxis=dict(title=dict(text="completions")),
+    )
+    return _figure(data, layout, shapes, notes)
 
 
 def make_cdf_figure(df: pd.DataFrame, ceiling: int | None = None) -> go.Figure:
     """Cumulative share of completions by length. `df` columns: tokens, cum_fraction."""
-    fig = new_figure(
-        go.Scatter(
-            x=df["tokens"],
-            y=df["cum_fraction"],
-            mode="lines",
-            line_shape="hv",
-            line=dict(color=STOP_COLOUR, width=3),
-            name="share ≤ length",
-        )
+    line = dict(
+        type="scatter",
+        x=df["tokens"],
+        y=df["cum_fraction"],
+        mode="lines",
+        line=dict(color=STOP_COLOUR, width=3, shape="hv"),
+        name="share ≤ length",
     )
+    shapes, notes = [], []
     if ceiling:
-        vline(fig, ceiling, f"ceiling {ceiling:,}", "top left", dash="dash", color=CEILING_COLOUR, width=2)
-    fig.update_xaxes(title_text="completion tokens")
-    fig.update_yaxes(title_text="share of completions ≤ length", tickformat=".0%", range=[0, 1.02])
-    return apply_layout(fig, "Cumulative distribution")
+        shapes.append(_vline_shape(ceiling, dash="dash", color=CEILING_COLOUR, width=2))
+        notes.append(_vline_text(ceiling, f"ceiling {ceiling:,}", "top left"))
+    layout = _layout("Cumulative distribution")
+    layout.update(
+        xaxis=dict(title=dict(text="completion tokens")),
+        yaxis=dict(title=dict(text="share of completions ≤ length"), tickformat=".0%", range=[0, 1.02]),
+    )
+    return _figure([line], layout, shapes, notes)
 
 
 def make_truncation_by_group_figure(df: pd.DataFrame, warn: float, alert: float) -> go.Figure:
@@ -179,29 +212,31 @@ def make_truncation_by_group_figure(df: pd.DataFrame, warn: float, alert: float)
         for f, c, d in zip(df["fraction"], df["ceiling"].fillna(0), df["drift"], strict=False)
     ]
     short = df["label"] if "label" in df else df["group"]  # short labels; the full name on hover
-    fig = new_figure(
-        go.Bar(
-            x=short,
-            y=df["fraction"],
-            marker_color=colours,
-            text=labels,
-            textposition="outside",
-            customdata=df[["group"]].assign(n=df.get("completions", 0)),
-            hovertemplate="%{customdata[0]}<br>%{y:.1%} of %{customdata[1]:,}<extra></extra>",
-            error_y=dict(
-                type="data",
-                symmetric=False,
-                array=df["hi"] - df["fraction"],
-                arrayminus=df["fraction"] - df["lo"],
-                color="#CCCCCC",
-            ),
-        )
+    bar = dict(
+        type="bar",
+        x=short,
+        y=df["fraction"],
+        marker=dict(color=colours),
+        text=labels,
+        textposition="outside",
+        customdata=df[["group"]].assign(n=df.get("completions", 0)),
+        hovertemplate="%{customdata[0]}<br>%{y:.1%} of %{customdata[1]:,}<extra></extra>",
+        error_y=dict(
+            type="data",
+            symmetric=False,
+            array=df["hi"] - df["fraction"],
+            arrayminus=df["fraction"] - df["lo"],
+            color="#CCCCCC",
+        ),
     )
-    hline(fig, warn, "warn", dash="dot", color=CEILING_COLOUR)
-    hline(fig, alert, "alert", dash="dot", color=ALERT_COLOUR)
-    fig.update_yaxes(title_text="share at the ceiling", tickformat=".0%", rangemode="tozero")
-    fig.update_xaxes(type="category", tickangle=0 if len(df) <= 8 else -35)
-    return apply_layout(fig, "Truncation by group", height=360)
+    shapes = [_hline_shape(warn, dash="dot", color=CEILING_COLOUR), _hline_shape(alert, dash="dot", color=ALERT_COLOUR)]
+    notes = [_hline_text(warn, "warn"), _hline_text(alert, "alert")]
+    layout = _layout("Truncation by group", height=360)
+    layout.update(
+        yaxis=dict(title=dict(text="share at the ceiling"), tickformat=".0%", rangemode="tozero"),
+        xaxis=dict(type="category", tickangle=0 if len(df) <= 8 else -35),
+    )
+    return _figure([bar], layout, shapes, notes)
 
 
 def make_truncation_over_time_figure(df: pd.DataFrame, warn: float, alert: float) -> go.Figure:
@@ -214,31 +249,44 @@ def make_truncation_over_time_figure(df: pd.DataFrame, warn: float, alert: float
     t = pd.to_datetime(df["bucket_unix"], unit="s")
     n = df["completions"].where(df["completions"] > 0)
     colours = [BACKFILL_COLOUR if b else CEILING_COLOUR for b in df["backfill"]]
-    fig = new_figure(
-        go.Bar(
+    data = [
+        dict(
+            type="bar",
             x=t,
             y=df["at_ceiling"] / n,
-            marker_color=colours,
+            marker=dict(color=colours),
             name="truncated (at the ceiling)",
             customdata=df["completions"],
             hovertemplate="truncated %{y:.1%} of %{customdata} new<extra></extra>",
-        )
-    )
-    fig.add_bar(
-        x=t,
-        y=df["below_ceiling"] / n,
-        marker_color=OTHER_COLOUR,
-        name="length stop below the ceiling",
-        customdata=df["completions"],
-        hovertemplate="below the ceiling %{y:.1%} of %{customdata} new<extra></extra>",
-    )
+        ),
+        dict(
+            type="bar",
+            x=t,
+            y=df["below_ceiling"] / n,
+            marker=dict(color=OTHER_COLOUR),
+            name="length stop below the ceiling",
+            customdata=df["completions"],
+            hovertemplate="below the ceiling %{y:.1%} of %{customdata} new<extra></extra>",
+        ),
+    ]
     if df["unsplit"].sum() > 0:
-        fig.add_bar(x=t, y=df["unsplit"] / n, marker_color="#5A5F6A", name="length stop, length unknown (estimate)")
-    fig.update_layout(barmode="stack")
-    hline(fig, warn, "warn", dash="dot", color=CEILING_COLOUR)
-    hline(fig, alert, "alert", dash="dot", color=ALERT_COLOUR)
-    fig.update_yaxes(title_text="share of new completions", tickformat=".0%", rangemode="tozero")
-    return apply_layout(fig, "Truncated over time (grey = first scan)", height=320)
+        data.append(
+            dict(
+                type="bar",
+                x=t,
+                y=df["unsplit"] / n,
+                marker=dict(color="#5A5F6A"),
+                name="length stop, length unknown (estimate)",
+            )
+        )
+    shapes = [_hline_shape(warn, dash="dot", color=CEILING_COLOUR), _hline_shape(alert, dash="dot", color=ALERT_COLOUR)]
+    notes = [_hline_text(warn, "warn"), _hline_text(alert, "alert")]
+    layout = _layout("Truncated over time (grey = first scan)", height=320)
+    layout.update(
+        barmode="stack",
+        yaxis=dict(title=dict(text="share of new completions"), tickformat=".0%", rangemode="tozero"),
+    )
+    return _figure(data, layout, shapes, notes)
 
 
 def make_lengths_over_time_figure(df: pd.DataFrame, ceiling: int | None) -> go.Figure:
@@ -402,28 +450,56 @@ def _rgba(hex_colour: str, alpha: float) -> str:
 BAND_MAX_NODES = 12  # more nodes than this: a node x time heatmap (bands would cover each other)
 
 
+def _node_time_grids(bands: pd.DataFrame, values: tuple[str, ...]) -> tuple[list[str], np.ndarray, list[np.ndarray]]:
+    """(nodes in natural order, sorted times, a node x time array per column in `values`, NaN
+    where a node has no row): what `bands.pivot(index="node", columns="t_unix")` gives, filled
+    by index in one pass (three pivots took ~20 ms a chart at 64 nodes x 240 steps)."""
+    nodes = natural_order(pd.unique(bands["node"]))
+    rows = pd.Index(nodes).get_indexer(bands["node"])
+    times, cols = np.unique(bands["t_unix"].to_numpy(dtype=float), return_inverse=True)
+    grids = []
+    for value in values:
+        grid = np.full((len(nodes), len(times)), np.nan)
+        grid[rows, cols.reshape(-1)] = bands[value].to_numpy(dtype=float)
+        grids.append(grid)
+    return nodes, times, grids
+
+
+class _TextArray(np.ndarray):
+    """An object array of str that plotly deep-copies as a plain copy: its elements cannot be
+    changed, so copying the array is a deep copy. plotly deep-copies every trace when the
+    figure is built and again in to_dict; element by element that was ~9 ms each time for a
+    64 x 240 hover-text array (per chart, five on the GPUs page)."""
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None, /) -> _TextArray:
+        return self.copy()
+
+
+def _fmt0(values: np.ndarray) -> np.ndarray:
+    """f"{v:.0f}" of every value (an object array of str), formatted once per distinct value
+    after rounding: np.rint rounds half to even as format does, and the unique is taken over
+    the bits, so -0 and 0 stay apart as format keeps them."""
+    rounded = np.rint(values)
+    bits, inverse = np.unique(rounded.view(np.int64), return_inverse=True)
+    texts = np.array([f"{v:.0f}" for v in bits.view(np.float64)], dtype=object)
+    return texts[inverse.reshape(rounded.shape)]
+
+
 def make_gpu_node_heatmap_figure(
     bands: pd.DataFrame, title: str, unit: str, z_range: tuple[float, float] | None = None
 ) -> go.Figure:
     """Fleet scale: one row per node, time across, colour = the median of its GPUs (hover: min-max)."""
-    med = bands.pivot(index="node", columns="t_unix", values="median")
-    med = med.reindex(natural_order(med.index))
-    lo = bands.pivot(index="node", columns="t_unix", values="min").reindex_like(med)
-    hi = bands.pivot(index="node", columns="t_unix", values="max").reindex_like(med)
-    # An array, not nested lists: plotly validates a list cell by cell (0.23 s for 64 nodes x 240
-    # steps), an array at once (0.02 s).
-    custom = np.array(
-        [
-            [f"min {a:.0f} · max {b:.0f}" if pd.notna(a) else "no data" for a, b in zip(ra, rb, strict=False)]
-            for ra, rb in zip(lo.to_numpy(), hi.to_numpy(), strict=False)
-        ],
-        dtype=object,
-    )
+    nodes, times, (med, lo, hi) = _node_time_grids(bands, ("median", "min", "max"))
+    # The hover text per cell, built array-wise (a string per cell in Python took ~30 ms a
+    # chart); an object array, not nested lists: plotly validates a list cell by cell.
+    custom = "min " + _fmt0(lo) + " · max " + _fmt0(hi)
+    custom[np.isnan(lo)] = "no data"
+    custom = custom.view(_TextArray)
     heat = dict(
         type="heatmap",
-        z=med.to_numpy(),
-        x=pd.to_datetime(med.columns, unit="s"),
-        y=list(med.index),
+        z=med,
+        x=pd.to_datetime(times, unit="s"),
+        y=nodes,
         customdata=custom,
         colorscale="Viridis",
         colorbar=dict(title=dict(text=unit), thickness=12),
@@ -432,7 +508,9 @@ def make_gpu_node_heatmap_figure(
     if z_range is not None:
         heat.update(zmin=z_range[0], zmax=z_range[1])
     # One validation of the whole figure (update_layout after the build validates again).
-    layout = _layout(f"{title} · median of each node's GPUs ({len(med)} nodes)", height=min(1000, 140 + 12 * len(med)))
+    layout = _layout(
+        f"{title} · median of each node's GPUs ({len(nodes)} nodes)", height=min(1000, 140 + 12 * len(nodes))
+    )
     layout["yaxis"] = dict(autorange="reversed")
     return new_figure_from([heat], layout)
 
@@ -536,38 +614,50 @@ def make_whatif_figure(df: pd.DataFrame, ceiling: int, chosen: int, hard_hi: flo
 
     `df` columns: limit, fraction, lo, hi, band_lo, band_hi (one row per candidate limit).
     """
-    fig = new_figure()
-    fig.add_scatter(x=df["limit"], y=df["band_hi"], mode="lines", line=dict(width=0), showlegend=False)
-    fig.add_scatter(
-        x=df["limit"],
-        y=df["band_lo"],
-        mode="lines",
-        line=dict(width=0),
-        fill="tonexty",
-        fillcolor="rgba(138,143,152,0.25)",
-        name="spread across tail models",
-    )
-    fig.add_scatter(x=df["limit"], y=df["hi"], mode="lines", line=dict(width=0), showlegend=False)
-    fig.add_scatter(
-        x=df["limit"],
-        y=df["lo"],
-        mode="lines",
-        line=dict(width=0),
-        fill="tonexty",
-        fillcolor="rgba(76,154,255,0.3)",
-        name="95% interval",
-    )
-    fig.add_scatter(
-        x=df["limit"],
-        y=df["fraction"],
-        mode="lines+markers",
-        line=dict(color=STOP_COLOUR, width=3),
-        name="projected share still truncated",
-    )
-    vline(fig, ceiling, f"now {ceiling:,}", dash="dash", color=CEILING_COLOUR)
-    vline(fig, chosen, f"new {chosen:,}", "bottom right", dash="dot", color="#FFFFFF")
+    x, hidden = df["limit"], dict(width=0)
+    data = [
+        dict(type="scatter", x=x, y=df["band_hi"], mode="lines", line=hidden, showlegend=False),
+        dict(
+            type="scatter",
+            x=x,
+            y=df["band_lo"],
+            mode="lines",
+            line=hidden,
+            fill="tonexty",
+            fillcolor="rgba(138,143,152,0.25)",
+            name="spread across tail models",
+        ),
+        dict(type="scatter", x=x, y=df["hi"], mode="lines", line=hidden, showlegend=False),
+        dict(
+            type="scatter",
+            x=x,
+            y=df["lo"],
+            mode="lines",
+            line=hidden,
+            fill="tonexty",
+            fillcolor="rgba(76,154,255,0.3)",
+            name="95% interval",
+        ),
+        dict(
+            type="scatter",
+            x=x,
+            y=df["fraction"],
+            mode="lines+markers",
+            line=dict(color=STOP_COLOUR, width=3),
+            name="projected share still truncated",
+        ),
+    ]
+    shapes = [
+        _vline_shape(ceiling, dash="dash", color=CEILING_COLOUR),
+        _vline_shape(chosen, dash="dot", color="#FFFFFF"),
+    ]
+    notes = [_vline_text(ceiling, f"now {ceiling:,}"), _vline_text(chosen, f"new {chosen:,}", "bottom right")]
     if hard_hi is not None:
-        hline(fig, hard_hi, "today's share (upper bound)", dash="dot", color=OTHER_COLOUR)
-    fig.update_xaxes(title_text="max_tokens")
-    fig.update_yaxes(title_text="share still stopped at the limit", tickformat=".0%", rangemode="tozero")
-    return apply_layout(fig, "What if max_tokens were raised? (extrapolation)", height=360)
+        shapes.append(_hline_shape(hard_hi, dash="dot", color=OTHER_COLOUR))
+        notes.append(_hline_text(hard_hi, "today's share (upper bound)"))
+    layout = _layout("What if max_tokens were raised? (extrapolation)", height=360)
+    layout.update(
+        xaxis=dict(title=dict(text="max_tokens")),
+        yaxis=dict(title=dict(text="share still stopped at the limit"), tickformat=".0%", rangemode="tozero"),
+    )
+    return _figure(data, layout, shapes, notes)

@@ -8,6 +8,7 @@ numbers behind the Overview's headline (ETA, tokens per joule, node counts) come
 from __future__ import annotations
 
 import os
+import re
 import time
 from typing import Any
 
@@ -151,6 +152,58 @@ def last_error_line(node: dict[str, Any], now: float) -> str:
     if err_at is not None and ok_at is not None and ok_at > err_at:
         return f"Last error ({when}; resolved — polled fine {fmt_age(now - ok_at)} ago): " + str(node["last_error"])
     return f"Last error ({when}): " + str(node["last_error"])
+
+
+STATE_RANK = {"down": 0, "stale": 1, "pending": 2, "up": 3}  # worst first
+
+
+def node_issues(node: dict[str, Any], now: float, stale_after: float, unreadable: list[tuple[str, str]]) -> list:
+    """[(problem, detail)] for one node: not up, an unresolved last error, globs matching
+    nothing, GPU telemetry or server-metrics errors, shards it cannot read (path, error)."""
+    state, why = node_status(node, now, stale_after)
+    out = [] if state == "up" else [("not up", why)]
+    err_at, ok_at = node.get("last_error_unix"), node.get("last_ok_unix")
+    if node.get("last_error") and state == "up" and (ok_at is None or err_at is None or err_at >= ok_at):
+        out.append(("last poll failed", last_error_line(node, now)))
+    out += [("no shard matched", glob) for glob in node.get("unmatched_globs") or []]
+    if node.get("gpu_error"):
+        out.append(("GPU telemetry", str(node["gpu_error"])))
+    out += [("server metrics", f"{url}: {err}") for url, err in (node.get("metrics_errors") or {}).items()]
+    return out + [("cannot read shard", f"{path}: {err}") for path, err in unreadable]
+
+
+def node_problems(
+    nodes: list[dict[str, Any]], shards: pd.DataFrame, stale_after: float, now: float
+) -> tuple[pd.DataFrame, list[str]]:
+    """Every node's problems in one table (a row per problem, worst node first) and every node's
+    name, worst first: not up (down, stale, pending; the longest silent first), then up with a
+    problem, then the rest by name (node-2 before node-10). At fleet size this replaces a card per troubled node."""
+    broken = shards[shards["error"].notna()] if len(shards) else shards
+    unreadable: dict[str, list[tuple[str, str]]] = {}
+    for node, path, err in zip(broken.get("node", []), broken.get("path", []), broken.get("error", []), strict=True):
+        unreadable.setdefault(node, []).append((path, err))
+    keyed, rows = [], []
+    for n in nodes:
+        state = node_status(n, now, stale_after)[0]
+        issues = node_issues(n, now, stale_after, unreadable.get(n["name"], []))
+        seen = n.get("last_ok_unix")
+        natural = [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", n["name"])]  # node-2 before node-10
+        keyed.append(((STATE_RANK[state], not issues, seen if seen is not None else -1.0, natural), n, state, issues))
+    keyed.sort(key=lambda k: k[0])
+    for _, n, state, issues in keyed:
+        seen = n.get("last_ok_unix")
+        for problem, detail in issues:
+            rows.append(
+                {
+                    "node": n["name"],
+                    "status": STATE_BADGE[state],
+                    "last seen": f"{fmt_age(now - seen)} ago" if seen else "never",
+                    "problem": problem,
+                    "detail": detail,
+                }
+            )
+    columns = ["node", "status", "last seen", "problem", "detail"]
+    return pd.DataFrame(rows, columns=columns), [k[1]["name"] for k in keyed]
 
 
 def why_empty(nodes: list[dict[str, Any]], what: str = "completions") -> str:

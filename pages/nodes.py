@@ -20,7 +20,7 @@ from runhealth.health import DOWN_AFTER_STALE, fmt_age, node_status
 
 PREFIX = "nodes"
 TITLE, ICON, URL_PATH = "Nodes", ":material/dns:", "Nodes"
-MAX_NODE_CARDS = 32
+MAX_NODE_CARDS = 8  # up to this many nodes, a card each; more: a problems table and one card
 
 
 def render_node(rt: PageRuntime, node: dict, now: float, shards) -> None:
@@ -56,7 +56,7 @@ def render_page(rt: PageRuntime) -> None:
     cards.render_problems(loaders.load_problems(rt.store, True)["host"], "Hosts")
     cards.render_node_table(nodes, rt.config.stale_after, per_node=loaders.load_health(rt.store)["per_node"])
     shards = loaders.load_shards(rt.store)
-    for node in shown_nodes(rt, nodes, now):
+    for node in shown_nodes(rt, nodes, shards, now):
         page.guarded(render_node)(rt, node, now, shards)
     server = loaders.load_server_metrics(rt.store)
     if not server.empty:
@@ -65,23 +65,32 @@ def render_page(rt: PageRuntime) -> None:
     page.guarded(render_outbound)(rt)
 
 
-def shown_nodes(rt: PageRuntime, nodes: list[dict], now: float) -> list[dict]:
-    """Every node's card, or past MAX_NODE_CARDS (512 cards took 16 s, bench/fleet.py): the
-    nodes that are not up, then the ones picked."""
+def shown_nodes(rt: PageRuntime, nodes: list[dict], shards, now: float) -> list[dict]:
+    """Every node's card up to MAX_NODE_CARDS nodes. A fleet gets one table of every node's
+    problems and the card of one node, picked (default: the worst): a card costs ~20 ms of
+    table serialisation, so 32 troubled nodes' cards took 0.7 s (bench/pages.py --scenario fleet)."""
     if len(nodes) <= MAX_NODE_CARDS:
         return nodes
-    troubled = [n for n in nodes if node_status(n, now, rt.config.stale_after)[0] != "up"]
-    picked = st.multiselect(
-        "Show details for",
-        [n["name"] for n in nodes],
-        key=f"{PREFIX}_node_select",
-        placeholder="nodes that are not up are shown below",
-    )
+    problems, order = tables.node_problems(nodes, shards, rt.config.stale_after, now)
+    states = {n["name"]: node_status(n, now, rt.config.stale_after)[0] for n in nodes}
+    not_up = sum(s != "up" for s in states.values())
+    troubled = problems["node"].nunique()
+    st.subheader("Problems by node")
     st.caption(
-        f"{len(nodes):,} nodes: details below for the {len(troubled):,} not up"
-        f"{f' (first {MAX_NODE_CARDS})' if len(troubled) > MAX_NODE_CARDS else ''} and the ones picked."
+        f"{len(nodes):,} nodes: {not_up:,} not up, {troubled - not_up:,} up with a problem; "
+        "worst first (click a column to sort). Pick a node below for its details."
     )
-    return troubled[:MAX_NODE_CARDS] + [n for n in nodes if n["name"] in picked and n not in troubled]
+    if problems.empty:
+        st.success(f"No problems on any of the {len(nodes):,} nodes.")
+    else:
+        st.dataframe(problems, hide_index=True, width="stretch", height=min(35 * (len(problems) + 1) + 3, 400))
+    picked = st.selectbox(
+        "Details for",
+        order,
+        format_func=lambda name: f"{name} ({tables.STATE_BADGE[states[name]]})",
+        key=f"{PREFIX}_node_select",
+    )
+    return [n for n in nodes if n["name"] == picked]
 
 
 def render(rt: PageRuntime) -> None:

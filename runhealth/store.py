@@ -316,6 +316,7 @@ class Store:
             # metric_latest too: a metric (or node) that stopped reporting leaves with its samples.
             for table in ("gpu_samples", "metric_samples", "metric_latest"):
                 db.execute(f"DELETE FROM {table} WHERE ts_unix < ?", (cutoff,))
+            db.execute("DELETE FROM gpu_seen WHERE last_unix < ?", (cutoff,))  # no samples left behind it
 
     # -- reads (pages) ---------------------------------------------------------------------
     def nodes(self) -> list[dict[str, Any]]:
@@ -419,9 +420,10 @@ class Store:
         return rows
 
     def gpus_seen(self, since_unix: float) -> dict[str, set[int]]:
-        """Per node, the GPU indexes that reported readings since `since_unix` (uses the ts index)."""
+        """Per node, the GPU indexes that reported readings since `since_unix` (a GPU sample at
+        or after it); read from gpu_seen, one row per GPU, kept with the samples."""
         out: dict[str, set[int]] = {}
-        for r in self.query("SELECT DISTINCT node, gpu FROM gpu_samples WHERE ts_unix >= ?", (since_unix,)):
+        for r in self.query("SELECT node, gpu FROM gpu_seen WHERE last_unix >= ?", (since_unix,)):
             out.setdefault(r["node"], set()).add(r["gpu"])
         return out
 
@@ -628,6 +630,11 @@ def _write_gpus(db: sqlite3.Connection, node: str, record: PollRecord, ts_unix: 
             db.execute(
                 "INSERT INTO gpu_samples VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (ts_unix, node, d.get("index"), *values, throttled),
+            )
+            db.execute(
+                "INSERT INTO gpu_seen VALUES (?,?,?) ON CONFLICT (node, gpu)"
+                " DO UPDATE SET last_unix = MAX(last_unix, excluded.last_unix)",
+                (node, d.get("index"), ts_unix),
             )
         db.execute(
             "INSERT OR REPLACE INTO gpu_latest VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",

@@ -236,3 +236,70 @@ def test_by_shard_labels_are_short_and_the_tail_is_summarised():
     assert shown.iloc[-1]["completions"] == 97_500  # the rest is summed, not dropped
     fig = figures.make_truncation_by_group_figure(shown, 0.02, 0.05)
     assert fig.data[0].customdata[0][0] == shown.iloc[0]["group"]  # full path on hover
+
+
+def _heatmap_by_pivot(bands: pd.DataFrame, title: str, unit: str) -> go.Figure:
+    """The node heatmap as it was built before #16's fleet work: three pivots and a hover string
+    per cell in Python. The fast builder must give the same figure."""
+    import numpy as np
+
+    med = bands.pivot(index="node", columns="t_unix", values="median")
+    med = med.reindex(figures.natural_order(med.index))
+    lo = bands.pivot(index="node", columns="t_unix", values="min").reindex_like(med)
+    hi = bands.pivot(index="node", columns="t_unix", values="max").reindex_like(med)
+    custom = np.array(
+        [
+            [f"min {a:.0f} · max {b:.0f}" if pd.notna(a) else "no data" for a, b in zip(ra, rb, strict=True)]
+            for ra, rb in zip(lo.to_numpy(), hi.to_numpy(), strict=True)
+        ],
+        dtype=object,
+    )
+    heat = dict(
+        type="heatmap",
+        z=med.to_numpy(),
+        x=pd.to_datetime(med.columns, unit="s"),
+        y=list(med.index),
+        customdata=custom,
+        colorscale="Viridis",
+        colorbar=dict(title=dict(text=unit), thickness=12),
+        hovertemplate="%{y} %{x}: median %{z:.0f} " + unit + " (%{customdata})<extra></extra>",
+    )
+    layout = figures._layout(f"{title} · median of each node's GPUs ({len(med)} nodes)", min(1000, 140 + 12 * len(med)))
+    layout["yaxis"] = dict(autorange="reversed")
+    return figures.new_figure_from([heat], layout)
+
+
+def test_the_node_heatmap_shows_what_the_pivoted_one_showed_hover_text_and_no_data_cells_included():
+    import json
+    import random
+
+    import numpy as np
+    import plotly.io as pio
+
+    rng = random.Random(5)
+    rows = []
+    for n in range(1, 21):
+        for t in range(40):
+            if (n, t) in {(3, 0), (3, 1), (7, 39)} or rng.random() < 0.05:
+                continue  # cells without data: "no data" on hover, a gap in the colours
+            lo = rng.choice([rng.uniform(0, 700), 0.5, 1.5, 2.5, -0.4, 99.5])  # halves round to even, -0 stays
+            hi = lo + rng.choice([0.0, 0.5, rng.uniform(0, 80)])
+            rows.append(
+                {
+                    "node": f"node-{n}",
+                    "t_unix": 1e9 + 30.5 * t,
+                    "median": (lo + hi) / 2,
+                    "min": lo,
+                    "max": hi,
+                    "gpus": 8,
+                }
+            )
+    rows[5]["max"] = float("nan")  # a max the fold could not take
+    bands = pd.DataFrame(rows).sample(frac=1, random_state=2)  # row order must not matter
+    fig = figures.make_gpu_node_heatmap_figure(bands, "Power", "W")
+    want = _heatmap_by_pivot(bands, "Power", "W")
+    assert json.loads(pio.to_json(fig, validate=False)) == json.loads(pio.to_json(want, validate=False))
+    custom = np.asarray(fig.data[0].customdata)
+    assert fig.data[0].y[:3] == ("node-1", "node-2", "node-3")  # natural order, node-10 after node-9
+    assert custom[2, 0] == custom[2, 1] == "no data" and custom[6, 39] == "no data"
+    assert {"min -0 · max -0", "min 0 · max 0", "min 2 · max 2"} <= set(custom.ravel())

@@ -154,3 +154,54 @@ def test_the_v1_statements_are_cut_correctly():
     assert sum(s.count("CREATE TABLE") for s in statements) == len(statements) - sum(
         s.count("CREATE INDEX") for s in statements
     )
+
+
+def _gpus(*indexes, error_at=None):
+    """A poll's GPU section: a reading per index; `error_at` reports an error entry (no numbers)."""
+    devices = [{"index": i, "util_pct": 90.0, "error": "GPU is lost" if i == error_at else None} for i in indexes]
+    return {"source": "nvml", "error": None, "devices": devices}
+
+
+def _distinct_seen(path, since):
+    """The question gpus_seen answers, asked of the samples themselves (what it read before v3)."""
+    with raw(path) as db:
+        rows = db.execute("SELECT DISTINCT node, gpu FROM gpu_samples WHERE ts_unix >= ?", (since,)).fetchall()
+    out = {}
+    for node, gpu in rows:
+        out.setdefault(node, set()).add(gpu)
+    return out
+
+
+def _polls(store):
+    store.record_poll("n1", reply({}, gpus=_gpus(0, 1, 2)), 100.0, 1.0)
+    store.record_poll("n2", reply({}, gpus=_gpus(0, 1)), 150.0, 1.0)
+    store.record_poll("n1", reply({}, gpus=_gpus(0, 1, 2, error_at=2)), 300.0, 1.0)  # GPU 2 lost: no sample
+    store.record_poll("n1", reply({}, gpus=_gpus(0)), 250.0, 1.0)  # a late reply must not move "last" back
+
+
+def test_gpus_seen_answers_what_the_samples_say(tmp_path):
+    store = Store(tmp_path / "s.sqlite3")
+    _polls(store)
+    for since in (0.0, 100.0, 101.0, 150.0, 151.0, 250.0, 300.0, 301.0):
+        assert store.gpus_seen(since) == _distinct_seen(store.path, since), since
+    assert store.gpus_seen(101.0) == {"n1": {0, 1}, "n2": {0, 1}}  # n1's GPU 2 last read at 100
+    store.prune(keep_s=100, now_unix=260.0)  # samples before 160 go, and what they alone said
+    with raw(store.path) as db:
+        assert db.execute("SELECT COUNT(*) FROM gpu_seen WHERE last_unix < 160").fetchone()[0] == 0
+    assert store.gpus_seen(0.0) == _distinct_seen(store.path, 0.0) == {"n1": {0, 1}}
+
+
+def test_a_version_2_store_gains_gpu_seen_built_from_its_samples(tmp_path):
+    path = tmp_path / "v2.sqlite3"
+    store = Store(path)
+    _polls(store)
+    store.close()
+    with raw(path) as db:  # the store as version 2 wrote it: no gpu_seen table
+        db.execute("DROP TABLE gpu_seen")
+        db.execute("PRAGMA user_version = 2")
+    store = Store(path)
+    assert version(path) == STORE_VERSION >= 3
+    for since in (0.0, 101.0, 151.0, 300.0):
+        assert store.gpus_seen(since) == _distinct_seen(path, since), since
+    store.record_poll("n2", reply({}, gpus=_gpus(0, 1, 5)), 400.0, 1.0)  # and kept up from then on
+    assert store.gpus_seen(301.0) == {"n2": {0, 1, 5}} == _distinct_seen(path, 301.0)

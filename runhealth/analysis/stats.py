@@ -44,8 +44,10 @@ class LengthHist:
     def from_rows(cls, rows: Iterable[Sequence]) -> LengthHist:
         """Build from agent rows ``(tokens, finish_reason, estimated, count)``."""
         hist = cls()
+        counts = hist._counts  # add() inlined: a page rebuilds a run's thousands of rows cold
         for tokens, finish_reason, estimated, count in rows:
-            hist.add(tokens, finish_reason, estimated, count)
+            if count > 0:
+                counts[(int(tokens), finish_reason, 1 if estimated else 0)] += int(count)
         return hist
 
     def add(self, tokens: int, finish_reason: str | None, estimated: int = 0, count: int = 1) -> None:
