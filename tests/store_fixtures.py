@@ -130,21 +130,19 @@ def poll_reply(
 
 
 ROUNDS_PER_COMMIT = 60  # poll rounds written in one transaction while a store is built
-# The Store method every write goes through (`_tx` here; main's public Store API names it
-# `transaction`): one_transaction stands in for it.
-_WRITE_TX = "transaction" if hasattr(Store, "transaction") else "_tx"
 
 
 @contextlib.contextmanager
 def one_transaction(store: Store) -> Iterator[None]:
     """Every write inside goes into one transaction: the same statements in the same order as the
-    collector's, one commit instead of one per poll (the bench's 24 h store has 69,120 polls)."""
-    with getattr(store, _WRITE_TX)() as db:
-        setattr(store, _WRITE_TX, lambda: contextlib.nullcontext(db))
+    collector's, one commit instead of one per poll (the bench's 24 h store has 69,120 polls).
+    Store.transaction is what every write goes through; inside, it hands out the open one."""
+    with store.transaction() as db:
+        store.transaction = lambda: contextlib.nullcontext(db)  # type: ignore[method-assign]
         try:
             yield
         finally:
-            delattr(store, _WRITE_TX)  # the class's own again
+            del store.transaction  # the class's own again
 
 
 def build_run(
