@@ -201,6 +201,8 @@ def main() -> None:
         render_s(PAGES[0])  # first run pays the imports; not a page cost
         if args.after_only:
             after_only(db_path, config_path, pages, args.runs)
+            rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            print(f"peak RSS of this process after rendering every page cold and warm: {rss_mb:.0f} MB")
             if args.history:
                 overview_history(tmp, args.scenario, args.runs, config_path)
             return
