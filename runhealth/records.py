@@ -24,8 +24,8 @@ module whose own SQL returns one of these shapes (rollup.py's reads return a Sto
 over more rows) says so with `rows_as`, the one place a query's rows are cast.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: TypedDict reads NotRequired[...] from the evaluated
+# annotations (as strings, Python 3.11 counts those keys as required, and the key test would lie).
 from collections.abc import Mapping
 from typing import Any, Literal, NotRequired, TypedDict, TypeVar, cast
 
@@ -205,7 +205,7 @@ class LabelledGpuPoint(GpuSeriesPoint):
     mem_used_gib: float | None
 
 
-class GpuHealthRow(TypedDict):
+class GpuHealthReading(TypedDict):
     """`Store.gpu_health()`: a GPU's latest health readings (the agent's dict, decoded)."""
 
     node: str

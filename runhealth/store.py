@@ -28,7 +28,7 @@ from runhealth.migrations import migrate
 from runhealth.node.wire import PollReply
 from runhealth.records import (
     GpuEventRow,
-    GpuHealthRow,
+    GpuHealthReading,
     GpuRow,
     GpuSeriesPoint,
     GroupTotalRow,
@@ -440,12 +440,12 @@ class Store:
             ),
         )
 
-    def gpu_health(self) -> list[GpuHealthRow]:
+    def gpu_health(self) -> list[GpuHealthReading]:
         """Latest health readings per GPU (the agent's dict, decoded)."""
         rows = self.query("SELECT * FROM gpu_health ORDER BY node, gpu")
         for r in rows:
             r["health"] = json.loads(r["health"]) if r["health"] else {}
-        return rows_as(GpuHealthRow, rows)
+        return rows_as(GpuHealthReading, rows)
 
     def gpus_seen(self, since_unix: float) -> dict[str, set[int]]:
         """Per node, the GPU indexes that reported readings since `since_unix` (uses the ts index)."""
