@@ -13,8 +13,8 @@ TypedDict is only a type; at run time a row stays the plain dict `sqlite3.Row` g
 (st.cache_data pickles them) and every `row["key"]` consumer work unchanged, at no cost per
 row. A dataclass would have changed every consumer and every DataFrame path, and copied every
 row of a 24 h GPU series once more. What a TypedDict gives up: rows are not frozen, and a
-consumer that adds keys to a row builds a new, declared row type instead (e.g. GpuSeriesPoint ->
-LabelledGpuPoint in pagedata.py). Units: `*_unix` is seconds since the epoch on the dashboard's
+consumer that adds keys to a row declares a row type naming them (GpuSeriesPoint ->
+LabelledGpuPoint in pagedata.py, filled in place through `widen`). Units: `*_unix` is seconds since the epoch on the dashboard's
 clock unless said otherwise; `*_ms`, `*_s`, `*_mib`, `*_bytes`, `*_w`, `*_c`, `*_mhz`, `*_pct` as
 named. JSON columns (nodes.loadavg, gpu_latest.processes, ...) are decoded by the read and typed
 decoded; their inner shapes are the agent's (runhealth/node/wire.py).
