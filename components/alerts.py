@@ -12,10 +12,11 @@ from typing import Any
 from components.format import fmt_clock, fmt_rate
 from runhealth.analysis.stats import Summary
 from runhealth.health import fmt_age, level, node_status
+from runhealth.records import NodeRow
 
 
 def health_alerts(
-    health: dict[str, Any], nodes: list[dict], stale_after: float, stall_after: float, target_reached: bool = False
+    health: dict[str, Any], nodes: list[NodeRow], stale_after: float, stall_after: float, target_reached: bool = False
 ) -> list[tuple[str, str]]:
     """Stall and rate-drop alerts: the run, then each node that stopped while others write."""
     from runhealth import health as core
@@ -57,7 +58,7 @@ def health_alerts(
 
 def run_alerts(
     summary: Summary | None,
-    nodes: list[dict],
+    nodes: list[NodeRow],
     now: float,
     stale_after: float,
     warn: float,

@@ -23,6 +23,7 @@ from components.tables import indexing_progress, last_error_line, node_table, wh
 from runhealth import derived
 from runhealth.analysis.stats import Summary
 from runhealth.health import fmt_age, level, node_status
+from runhealth.records import NodeRow, StoredSample
 
 STATE_COLOUR = {"UP": "#1B5E20", "STALE": "#8A5A00", "DOWN": "#8B1A1A", "PENDING": "#3A3F4B"}
 STATE_MD = {"up": ":green[UP]", "stale": ":orange[STALE]", "down": ":red[DOWN]", "pending": ":gray[PENDING]"}
@@ -80,7 +81,7 @@ def truncation_tile(summary: Summary, warn: float, alert: float) -> dict[str, st
 
 
 def render_node_table(
-    nodes: list[dict[str, Any]], stale_after: float, compact: bool = False, per_node: dict[str, Any] | None = None
+    nodes: list[NodeRow], stale_after: float, compact: bool = False, per_node: dict[str, Any] | None = None
 ) -> None:
     if not nodes:
         st.info("No nodes configured.")
@@ -98,7 +99,7 @@ def render_node_table(
     st.dataframe(styled, hide_index=True, width="stretch")
 
 
-def render_indexing(nodes: list[dict[str, Any]]) -> None:
+def render_indexing(nodes: list[NodeRow]) -> None:
     """A progress bar while a backlog (first scan, rescan, a burst of output) is being indexed."""
     progress = indexing_progress(nodes)
     if progress is not None:
@@ -112,7 +113,7 @@ def render_store_incident(store: Any) -> None:
         st.warning(md_escape(incident[0]))
 
 
-def render_sample(sample: dict[str, Any]) -> None:
+def render_sample(sample: StoredSample) -> None:
     """One sample: where it came from, its prompt head and the END of its text, all literal."""
     est = " (chars/4 estimate)" if sample.get("estimated") else ""
     st.text(
@@ -126,7 +127,7 @@ def render_sample(sample: dict[str, Any]) -> None:
     st.code(sample.get("text_tail") or "(empty completion)", language=None, wrap_lines=True, height=320)
 
 
-def render_node_card(node: dict[str, Any], stale_after: float, now: float) -> None:
+def render_node_card(node: NodeRow, stale_after: float, now: float) -> None:
     state, why = node_status(node, now, stale_after)
     with st.container(border=True):
         st.markdown(f"#### {STATE_MD[state]} {md_escape(node['name'])}")
@@ -144,7 +145,7 @@ def render_node_card(node: dict[str, Any], stale_after: float, now: float) -> No
 def overview_tiles(
     summary: Summary,
     thr: dict,
-    nodes: list[dict],
+    nodes: list[NodeRow],
     gpus: pd.DataFrame,
     target: int | None,
     last: float | None,
@@ -212,5 +213,5 @@ def overview_tiles(
     ]
 
 
-def render_nothing_yet(nodes: list[dict[str, Any]], what: str = "completions") -> None:
+def render_nothing_yet(nodes: list[NodeRow], what: str = "completions") -> None:
     st.info(md_escape(why_empty(nodes, what)))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 import pandas as pd
 import streamlit as st
@@ -21,6 +21,7 @@ from components import precomputed
 from runhealth import pagedata, rollup
 from runhealth.analysis import lengthtime, stats, whatif
 from runhealth.health import stale_after_s
+from runhealth.records import HostReading, NodeRow, PendingSampleBatch, SampleBatch
 from runhealth.store import Store
 
 TTL_S = 3
@@ -57,7 +58,7 @@ def clear_all() -> None:
 
 # -- loaders ------------------------------------------------------------------------------
 @_cache()
-def load_nodes(store: Store) -> list[dict[str, Any]]:
+def load_nodes(store: Store) -> list[NodeRow]:
     return store.nodes()
 
 
@@ -211,7 +212,7 @@ def load_problems(store: Store, run_writing: bool) -> dict[str, list[tuple[str, 
 
 
 @_cache()
-def load_hosts(store: Store) -> dict[str, dict[str, Any]]:
+def load_hosts(store: Store) -> dict[str, HostReading]:
     return store.host_latest()
 
 
@@ -235,8 +236,13 @@ def load_gpu_series(store: Store, since_unix: float | None, max_points: int = 40
     return df
 
 
+class SampleBatches(TypedDict):
+    latest: SampleBatch | None  # the newest finished batch, with its samples
+    pending: PendingSampleBatch | None  # one still being drawn
+
+
 @_cache(ttl=2, max_entries=4)
-def load_samples(store: Store) -> dict[str, Any]:
+def load_samples(store: Store) -> SampleBatches:
     return {"latest": store.latest_sample_batch(), "pending": store.pending_sample_batch()}
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
@@ -20,6 +21,7 @@ from runhealth.analysis import stats
 from runhealth.analysis.stats import Summary
 from runhealth.analysis.whatif import WhatIf
 from runhealth.health import fmt_age, node_status
+from runhealth.records import HostReading, NodeRow, StoredSample
 
 STATE_BADGE = {"up": "UP", "stale": "STALE", "down": "DOWN", "pending": "PENDING"}
 
@@ -97,7 +99,7 @@ def server_length_share(metrics: pd.DataFrame) -> tuple[float, float] | None:
 
 
 def node_table(
-    nodes: list[dict[str, Any]], stale_after: float, now: float | None = None, per_node: dict[str, Any] | None = None
+    nodes: list[NodeRow], stale_after: float, now: float | None = None, per_node: dict[str, Any] | None = None
 ) -> pd.DataFrame:
     """One row per node; with `per_node` (load_health's NodeRate map) its tok/s over the last
     minute and when its shards last grew."""
@@ -105,13 +107,13 @@ def node_table(
     rows = []
     for n in nodes:
         state, why = node_status(n, now, stale_after)
-        free = [d.get("free_bytes") for d in (n.get("disk") or {}).values() if d.get("free_bytes") is not None]
+        free = [f for d in (n.get("disk") or {}).values() if (f := d.get("free_bytes")) is not None]
         rows.append(
             {
                 "node": n["name"],
                 "status": STATE_BADGE[state],
                 "detail": why,
-                "last seen": fmt_age(now - n["last_ok_unix"]) if n.get("last_ok_unix") else "never",
+                "last seen": fmt_age(now - ok) if (ok := n.get("last_ok_unix")) else "never",
                 "GPUs": n.get("gpus_found"),
                 "shards": n.get("shards_matched"),
                 "disk free": fmt_bytes(min(free)) if free else "N/A",
@@ -126,7 +128,7 @@ def node_table(
     return pd.DataFrame(rows)
 
 
-def indexing_progress(nodes: list[dict[str, Any]]) -> tuple[float, str] | None:
+def indexing_progress(nodes: list[NodeRow]) -> tuple[float, str] | None:
     """(share done, sentence) while a backlog is being indexed: bytes done of total, speed, time left."""
     done = sum(n.get("bytes_indexed") or 0 for n in nodes)
     total = sum(n.get("bytes_total") or 0 for n in nodes)
@@ -136,7 +138,7 @@ def indexing_progress(nodes: list[dict[str, Any]]) -> tuple[float, str] | None:
         return None
     busy = [n for n in nodes if n.get("pending_bytes")]
     rate = sum(n.get("index_bytes_per_s") or 0 for n in busy)
-    lefts = [n["pending_bytes"] / n["index_bytes_per_s"] for n in busy if n.get("index_bytes_per_s")]
+    lefts = [p / s for n in busy if (s := n.get("index_bytes_per_s")) and (p := n["pending_bytes"])]
     speed = f" · {fmt_bytes(rate)}/s" if rate else ""
     eta = f" · about {fmt_age(max(lefts))} left" if lefts and len(lefts) == len(busy) else ""
     return (
@@ -145,7 +147,7 @@ def indexing_progress(nodes: list[dict[str, Any]]) -> tuple[float, str] | None:
     )
 
 
-def last_error_line(node: dict[str, Any], now: float) -> str:
+def last_error_line(node: NodeRow, now: float) -> str:
     """The last error with its age, and whether a successful poll came after it (then it is history)."""
     err_at, ok_at = node.get("last_error_unix"), node.get("last_ok_unix")
     when = f"{fmt_age(now - err_at)} ago" if err_at else "time unknown"
@@ -157,7 +159,7 @@ def last_error_line(node: dict[str, Any], now: float) -> str:
 STATE_RANK = {"down": 0, "stale": 1, "pending": 2, "up": 3}  # worst first
 
 
-def node_issues(node: dict[str, Any], now: float, stale_after: float, unreadable: list[tuple[str, str]]) -> list:
+def node_issues(node: NodeRow, now: float, stale_after: float, unreadable: list[tuple[str, str]]) -> list:
     """[(problem, detail)] for one node: not up, an unresolved last error, globs matching
     nothing, GPU telemetry or server-metrics errors, shards it cannot read (path, error)."""
     state, why = node_status(node, now, stale_after)
@@ -173,7 +175,7 @@ def node_issues(node: dict[str, Any], now: float, stale_after: float, unreadable
 
 
 def node_problems(
-    nodes: list[dict[str, Any]], shards: pd.DataFrame, stale_after: float, now: float
+    nodes: list[NodeRow], shards: pd.DataFrame, stale_after: float, now: float
 ) -> tuple[pd.DataFrame, list[str]]:
     """Every node's problems in one table (a row per problem, worst node first) and every node's
     name, worst first: not up (down, stale, pending; the longest silent first), then up with a
@@ -206,7 +208,7 @@ def node_problems(
     return pd.DataFrame(rows, columns=columns), [k[1]["name"] for k in keyed]
 
 
-def why_empty(nodes: list[dict[str, Any]], what: str = "completions") -> str:
+def why_empty(nodes: list[NodeRow], what: str = "completions") -> str:
     """One sentence saying why there is nothing to show yet."""
     if not nodes:
         return "No nodes configured."
@@ -243,7 +245,7 @@ def finish_reason_table(summary: Summary) -> pd.DataFrame:
 EXPORT_TAIL_CHARS = 1000  # of each completion's end in the Samples CSV (where truncated ones were cut)
 
 
-def samples_export(samples: list[dict[str, Any]]) -> pd.DataFrame:
+def samples_export(samples: list[StoredSample]) -> pd.DataFrame:
     """The Samples CSV: where each sample came from AND what it says (prompt head, text head, the
     last EXPORT_TAIL_CHARS characters). A CSV is data, never rendered: no escaping needed here."""
     return pd.DataFrame(
@@ -328,7 +330,7 @@ def gpu_processes(gpus: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["GPU", "pid", "process", "mem GiB"])
 
 
-def host_memory(host: dict[str, Any] | None) -> tuple[str, str]:
+def host_memory(host: HostReading | None) -> tuple[str, str]:
     """("RAM 61% used of 2.0 TiB", "swap 0% of 8.0 GiB") from the agent's /proc reading."""
 
     def used(total, left):
@@ -336,18 +338,18 @@ def host_memory(host: dict[str, Any] | None) -> tuple[str, str]:
             return "N/A"
         return f"{1 - left / total:.0%} used of {total / 2**30:,.1f} GiB"
 
-    host = host or {}
+    h: Mapping[str, Any] = host or {}  # the kernel's fields may be absent (HostInfo)
     return (
-        used(host.get("mem_total_bytes"), host.get("mem_available_bytes")),
-        used(host.get("swap_total_bytes"), host.get("swap_free_bytes"))
-        if host.get("swap_total_bytes")
+        used(h.get("mem_total_bytes"), h.get("mem_available_bytes")),
+        used(h.get("swap_total_bytes"), h.get("swap_free_bytes"))
+        if h.get("swap_total_bytes")
         else "no swap"
-        if "swap_total_bytes" in host
+        if "swap_total_bytes" in h
         else "N/A",
     )
 
 
-def node_details(node: dict[str, Any], now: float, host: dict[str, Any] | None = None) -> pd.DataFrame:
+def node_details(node: NodeRow, now: float, host: HostReading | None = None) -> pd.DataFrame:
     """Every status field of one node, in words."""
 
     def when(ts):
@@ -372,7 +374,7 @@ def node_details(node: dict[str, Any], now: float, host: dict[str, Any] | None =
         ("clock skew (node − dashboard)", f"{skew:+.2f} s" if skew is not None else "N/A"),
         ("hostname", node.get("hostname") or "N/A"),
         ("load average", ", ".join(f"{x:.2f}" for x in node.get("loadavg") or []) or "N/A"),
-        ("CPUs", str((host or {}).get("cpus") or "N/A")),
+        ("CPUs", str((host.get("cpus") if host else None) or "N/A")),
         ("RAM", host_memory(host)[0]),
         ("swap", host_memory(host)[1]),
         ("GPUs found", f"{node.get('gpus_found') or 0} via {gpu_src}"),
@@ -395,7 +397,7 @@ def node_details(node: dict[str, Any], now: float, host: dict[str, Any] | None =
 
 
 def headline(
-    summary: Summary, health: dict, nodes: list[dict], cfg: Any, now: float, last: float | None
+    summary: Summary, health: dict, nodes: list[NodeRow], cfg: Any, now: float, last: float | None
 ) -> dict[str, Any]:
     """The standup figures as one flat record (the Overview's download), rounded for people."""
     lo, hi = summary.at_ceiling_interval

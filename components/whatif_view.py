@@ -5,14 +5,13 @@ Streamlit calls), so they are tested directly and the page only places them.
 
 from __future__ import annotations
 
-from typing import Any
-
 from runhealth.analysis.whatif import MIN_LOOP_SAMPLES, WhatIf
+from runhealth.records import SampleBatch
 
 
-def loop_sample(batch: dict[str, Any] | None) -> tuple[int, int]:
+def loop_sample(batch: SampleBatch | None) -> tuple[int, int]:
     """``(loops, sampled)`` among the truncated completions of the latest sample batch."""
-    cut = [s for s in (batch or {}).get("samples", []) if s.get("finish_reason") == "length"]
+    cut = [s for s in (batch["samples"] if batch else []) if s.get("finish_reason") == "length"]
     return sum(bool(s.get("is_loop")) for s in cut), len(cut)
 
 

@@ -17,13 +17,14 @@ from components.format import fmt_bytes, md_escape
 from components.outbound import render_outbound
 from runhealth import derived
 from runhealth.health import DOWN_AFTER_STALE, fmt_age, node_status
+from runhealth.records import NodeRow
 
 PREFIX = "nodes"
 TITLE, ICON, URL_PATH = "Nodes", ":material/dns:", "Nodes"
 MAX_NODE_CARDS = 8  # up to this many nodes, a card each; more: a problems table and one card
 
 
-def render_node(rt: PageRuntime, node: dict, now: float, shards) -> None:
+def render_node(rt: PageRuntime, node: NodeRow, now: float, shards) -> None:
     cards.render_node_card(node, rt.config.stale_after, now)
     left, right = st.columns([3, 2])
     details = tables.node_details(node, now, loaders.load_hosts(rt.store).get(node["name"]))
@@ -65,7 +66,7 @@ def render_page(rt: PageRuntime) -> None:
     page.guarded(render_outbound)(rt)
 
 
-def shown_nodes(rt: PageRuntime, nodes: list[dict], shards, now: float) -> list[dict]:
+def shown_nodes(rt: PageRuntime, nodes: list[NodeRow], shards, now: float) -> list[NodeRow]:
     """Every node's card up to MAX_NODE_CARDS nodes. A fleet gets one table of every node's
     problems and the card of one node, picked (default: the worst): a card costs ~20 ms of
     table serialisation, so 32 troubled nodes' cards took 0.7 s (bench/pages.py --scenario fleet)."""

@@ -13,6 +13,7 @@ from components import cards, loaders, page, tables
 from components.context import PageRuntime
 from components.format import fmt_clock, md_escape
 from runhealth.analysis import loops, stats
+from runhealth.records import StoredSample
 
 PREFIX = "samples"
 TITLE, ICON, URL_PATH = "Samples", ":material/search:", "Samples"
@@ -49,7 +50,7 @@ def render_pending(rt: PageRuntime) -> None:
         st.rerun(scope="app")
 
 
-def render_rates(rt: PageRuntime, samples: list[dict], batch: int, ceiling: int | None) -> None:
+def render_rates(rt: PageRuntime, samples: list[StoredSample], batch: int, ceiling: int | None) -> None:
     summary = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["summary"]
     filtered = st.session_state.get(f"{PREFIX}_filters", {}).get(batch) == "length" or all(
         s["finish_reason"] == "length" for s in samples
@@ -101,7 +102,7 @@ def render_rates(rt: PageRuntime, samples: list[dict], batch: int, ceiling: int 
                 st.text("None in this sample.")
 
 
-def label(s: dict) -> str:
+def label(s: StoredSample) -> str:
     loop = " · loop" if s.get("is_loop") else ""
     return f"{s['node']} · {(s['path'] or '').rsplit('/', 1)[-1]}:{s['line_no']} · {s['tokens']} tok · {s['finish_reason']}{loop}"
 
@@ -136,7 +137,7 @@ def render(rt: PageRuntime) -> None:
     render_table(samples)
 
 
-def render_table(samples: list[dict]) -> None:
+def render_table(samples: list[StoredSample]) -> None:
     """The sample as a table, one picked sample in full below it, and the CSV download."""
     only_cut = st.toggle("Truncated only", key=f"{PREFIX}_truncated_only")
     shown = [s for s in samples if s["finish_reason"] == "length"] if only_cut else samples

@@ -13,6 +13,7 @@ from typing import Any
 
 from runhealth.analysis import rates
 from runhealth.health import node_status
+from runhealth.records import NodeRow
 
 # Key fragments that mark a config value as secret: never shown, only whether it is set.
 SECRET_WORDS = ("passphrase", "password", "secret", "private_key", "token")
@@ -43,7 +44,7 @@ def standup(
     completions: int,
     target: int | None,
     health: dict[str, Any],
-    nodes: list[dict[str, Any]],
+    nodes: list[NodeRow],
     gpus: int,
     power_w: float | None,
     stale_after: float,
@@ -55,7 +56,7 @@ def standup(
     tps = health.get("tokens_per_s_1m")
     cps = health.get("completions_per_s_15m")
     states = [node_status(n, now, stale_after)[0] for n in nodes]
-    free = [d.get("free_bytes") for n in nodes for d in (n.get("disk") or {}).values() if d.get("free_bytes")]
+    free = [f for n in nodes for d in (n.get("disk") or {}).values() if (f := d.get("free_bytes"))]
     return Standup(
         completions=completions,
         target=target,

@@ -21,6 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from runhealth import health
 from runhealth.analysis import rates, stats
+from runhealth.records import GpuNumber
 from runhealth.store import Store
 
 log = logging.getLogger(__name__)
@@ -170,7 +171,7 @@ class StoreMetrics:
         for n in nodes:
             state, _why = health.node_status(n, now, stale_after)
             up.add_metric([run, n["name"]], 1.0 if state == "up" else 0.0)
-            if n.get("last_ok_unix") is not None:
+            if n["last_ok_unix"] is not None:
                 age.add_metric([run, n["name"]], max(0.0, now - n["last_ok_unix"]))
             stalled.add_metric([run, n["name"]], 1.0 if state == "up" and n["name"] in stalls else 0.0)
         for node, rate in self._token_rates(now).items():
@@ -201,7 +202,7 @@ class StoreMetrics:
     # -- GPUs ----------------------------------------------------------------------------
     def _gpus(self, run: str) -> Iterator[Metric]:
         labels = ["run", "node", "gpu", "uuid"]
-        fields = (  # (metric, help, store column, scale)
+        fields: tuple[tuple[str, str, GpuNumber, float], ...] = (  # (metric, help, store column, scale)
             ("runhealth_gpu_utilization_ratio", "GPU utilization (NVML), 0-1.", "util_pct", 0.01),
             ("runhealth_gpu_power_watts", "GPU power draw.", "power_w", 1.0),
             ("runhealth_gpu_power_limit_watts", "GPU power limit.", "power_limit_w", 1.0),
@@ -218,8 +219,8 @@ class StoreMetrics:
                 continue
             values = [run, g["node"], str(g["gpu"]), g.get("uuid") or ""]
             for name, _h, column, scale in fields:
-                if g.get(column) is not None:
-                    families[name].add_metric(values, float(g[column]) * scale)
+                if (value := g[column]) is not None:
+                    families[name].add_metric(values, float(value) * scale)
             active = set(g["throttle_reasons"])
             for reason in THROTTLE_REASONS:
                 throttled.add_metric([*values, reason], 1.0 if reason in active else 0.0)

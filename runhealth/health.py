@@ -32,6 +32,8 @@ import time
 from typing import Any, Literal
 
 from runhealth.analysis import rates, stats
+from runhealth.node.wire import GpuHealth
+from runhealth.records import GpuEventRow, HostReading, NodeRow, PollBucket
 from runhealth.store import Store
 
 SHORT_WINDOW_S = 60.0
@@ -114,7 +116,7 @@ def stalls(
     return {"run": run, "nodes": stalled}
 
 
-def minute_rates(buckets: list[dict[str, Any]], bucket_s: float = 60.0) -> list[float]:
+def minute_rates(buckets: list[PollBucket], bucket_s: float = 60.0) -> list[float]:
     """Tokens/s of each complete, non-backfill bucket (polls_by_bucket rows; the last one is
     still filling and is dropped)."""
     return [b["tokens"] / bucket_s for b in buckets[:-1] if not b["backfill"] and b["tokens"] is not None]
@@ -162,7 +164,7 @@ def fmt_age(seconds: float | None) -> str:
     return f"{seconds / 86400:.1f} d"
 
 
-def node_status(node: dict[str, Any], now: float, stale_after: float) -> tuple[str, str]:
+def node_status(node: NodeRow, now: float, stale_after: float) -> tuple[str, str]:
     """(state, one-line reason). The rule, also shown on the Nodes page:
 
     pending = never polled; up = last success within stale_after; down = never succeeded but
@@ -256,7 +258,7 @@ def _node_alerts(store: Store, run: str, now: float, stale_after: float, stall_s
     up = set()
     for n in store.nodes():
         state, why = node_status(n, now, stale_after)
-        age = now - n["last_ok_unix"] if n.get("last_ok_unix") else None
+        age = now - n["last_ok_unix"] if n["last_ok_unix"] else None
         if n.get("store_error"):  # set by the store when this node's poll could not be written (#12)
             out.append(
                 Alert(
@@ -331,7 +333,7 @@ def _gpu_alerts(store: Store, run: str) -> list[Alert]:
                     value=1.0,
                 )
             )
-        if g.get("temp_c") is not None and g["temp_c"] >= GPU_HOT_C:
+        if g["temp_c"] is not None and g["temp_c"] >= GPU_HOT_C:
             out.append(
                 Alert(
                     "gpu_hot",
@@ -387,7 +389,10 @@ def _group(level: str, what: str, labels: list[str]) -> list[tuple[str, str]]:
 
 
 def gpu_problems(
-    gpus: list[dict[str, Any]], health: dict[tuple, dict], xids: list[dict[str, Any]], run_writing: bool
+    gpus: list[dict[str, Any]],
+    health: dict[tuple[str, int], GpuHealth],
+    xids: list[GpuEventRow],
+    run_writing: bool,
 ) -> list[tuple[str, str]]:
     """GPU problems as sentences, one per kind, most serious first: [(level, text)].
 
@@ -475,7 +480,7 @@ def missing_gpus(seen: dict[str, set[int]], now_gpus: dict[str, set[int]], live:
     return out
 
 
-def host_problems(hosts: dict[str, dict[str, Any]], loadavg: dict[str, list[float] | None]) -> list[tuple[str, str]]:
+def host_problems(hosts: dict[str, HostReading], loadavg: dict[str, list[float] | None]) -> list[tuple[str, str]]:
     """RAM nearly full, swap in use, CPU load above the cores: [(level, text)] per node."""
     out = []
     for node, h in sorted(hosts.items()):

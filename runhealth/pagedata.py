@@ -23,12 +23,13 @@ import statistics
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from runhealth import rollup, textsafe
 from runhealth.analysis import lengthtime, stats, whatif
 from runhealth.health import stale_after_s
+from runhealth.records import GpuNumber, GroupTotalRow, LabelledGpuPoint, LengthCountRow, SampleBatch, rows_as, widen
 from runhealth.store import Store
 
 log = textsafe.get_logger(__name__)
@@ -42,7 +43,7 @@ GPU_MAX_POINTS = 400
 BAND_POINTS = 240
 PER_GPU_LINES_UP_TO = 8
 GPU_VALUES = ("util_pct", "power_w", "mem_used_gib", "temp_c", "sm_clock_mhz")
-GPU_LIMITS = ("power_limit_w",)
+GPU_LIMITS: tuple[GpuNumber, ...] = ("power_limit_w",)
 WHATIF_BOOTSTRAP = 200
 GROUP_COLUMNS = ["group", "completions", "at_ceiling", "fraction", "lo", "hi", "ceiling", "drift"]
 
@@ -97,7 +98,7 @@ def get(store: Store, name: str) -> tuple[float, Any] | None:
         return None
 
 
-def columns(rows: Iterable[dict[str, Any]], names: list[str]) -> dict[str, Any]:
+def columns(rows: Iterable[Mapping[str, Any]], names: list[str]) -> dict[str, Any]:
     """A table column-wise: what the page hands to pandas."""
     rows = list(rows)
     return {"columns": names, "data": {c: [r.get(c) for r in rows] for c in names}}
@@ -125,7 +126,7 @@ def group_lengths(store: Store, by: str, ceiling: int | None) -> list[dict[str, 
     and its mass at the ceiling depend on nothing else.
     """
 
-    def name(r: dict) -> str:
+    def name(r: LengthCountRow | GroupTotalRow) -> str:
         return r["node"] if by == "node" else f"{r['node']}:{r['path']}"
 
     groups: dict[str, stats.LengthHist] = {}
@@ -181,9 +182,9 @@ def whatif_default(hist: stats.LengthHist, ceiling: int, loop_sample: tuple[int,
     }
 
 
-def loop_sample(batch: dict[str, Any] | None) -> tuple[int, int]:
+def loop_sample(batch: SampleBatch | None) -> tuple[int, int]:
     """``(loops, sampled)`` among the truncated completions of a sample batch."""
-    cut = [s for s in (batch or {}).get("samples", []) if s.get("finish_reason") == "length"]
+    cut = [s for s in (batch["samples"] if batch else []) if s.get("finish_reason") == "length"]
     return sum(bool(s.get("is_loop")) for s in cut), len(cut)
 
 
@@ -210,16 +211,16 @@ def gpu_since(window_s: float | None, now: float) -> float | None:
     return (now - window_s) // 10 * 10 if window_s else None
 
 
-def gpu_series(store: Store, since_unix: float | None, max_points: int = GPU_MAX_POINTS) -> list[dict[str, Any]]:
+def gpu_series(store: Store, since_unix: float | None, max_points: int = GPU_MAX_POINTS) -> list[LabelledGpuPoint]:
     """Per GPU, at most max_points averaged points (raw and rolled-up rows), with label and GiB."""
-    rows = rollup.gpu_history(store, since_unix=since_unix, max_points=max_points)
+    rows = widen(rollup.gpu_history(store, since_unix=since_unix, max_points=max_points))
     for r in rows:
         r["label"] = f"{r['node']}/{r['gpu']}"
         r["mem_used_gib"] = r["mem_used_mib"] / 1024 if r["mem_used_mib"] is not None else None
-    return rows
+    return rows_as(LabelledGpuPoint, rows)
 
 
-def gpu_bands(rows: list[dict[str, Any]], value: str, points: int = BAND_POINTS) -> list[dict[str, Any]]:
+def gpu_bands(rows: Sequence[Mapping[str, Any]], value: str, points: int = BAND_POINTS) -> list[dict[str, Any]]:
     """Per node and time step: median, min and max of `value` across the node's GPUs (NaN-free:
     missing readings are left out, as pandas does)."""
     if not rows:
@@ -263,8 +264,8 @@ def gpu_window(store: Store, window_s: float | None, now: float) -> dict[str, An
     for limit in GPU_LIMITS:  # per node, so a page showing some nodes takes their maximum
         per_node: dict[str, float] = {}
         for r in rows:
-            if r[limit] is not None:
-                per_node[r["node"]] = max(per_node.get(r["node"], r[limit]), r[limit])
+            if (value := r[limit]) is not None:
+                per_node[r["node"]] = max(per_node.get(r["node"], value), value)
         out["limits"][limit] = per_node
     return out
 

@@ -15,8 +15,8 @@ the width the chart asks for, so every chart can span the whole run.
 from __future__ import annotations
 
 import time
-from typing import Any
 
+from runhealth.records import GpuSeriesPoint, PollBucket, rows_as
 from runhealth.store import Store
 
 RAW_KEEP_S = 24 * 3600.0
@@ -165,7 +165,7 @@ def has_rollups(store: Store) -> bool:
     return bool(store.query("SELECT 1 FROM sqlite_master WHERE name = 'gpu_rollup'"))
 
 
-def gpu_history(store: Store, since_unix: float | None = None, max_points: int = 400) -> list[dict[str, Any]]:
+def gpu_history(store: Store, since_unix: float | None = None, max_points: int = 400) -> list[GpuSeriesPoint]:
     """Like `Store.gpu_series`, over raw and rolled-up rows: the whole run in <= max_points per GPU."""
     if not has_rollups(store):
         return store.gpu_series(since_unix=since_unix, max_points=max_points)
@@ -180,14 +180,17 @@ def gpu_history(store: Store, since_unix: float | None = None, max_points: int =
         return []
     width = max((span[1] - span[0]) / max(max_points - 1, 1), 1e-9)
     means = ", ".join(f"SUM({f} * n) / NULLIF(SUM(CASE WHEN {f} IS NULL THEN 0 ELSE n END), 0) AS {f}" for f in _GPU)
-    return store.query(
-        f"SELECT node, gpu, MIN(ts_unix) AS ts_unix, {means}, MAX(throttled) AS throttled FROM ({rows})"
-        " GROUP BY node, gpu, CAST((ts_unix - ?) / ? AS INTEGER) ORDER BY node, gpu, ts_unix",
-        (since, since, span[0], width),
+    return rows_as(
+        GpuSeriesPoint,
+        store.query(
+            f"SELECT node, gpu, MIN(ts_unix) AS ts_unix, {means}, MAX(throttled) AS throttled FROM ({rows})"
+            " GROUP BY node, gpu, CAST((ts_unix - ?) / ? AS INTEGER) ORDER BY node, gpu, ts_unix",
+            (since, since, span[0], width),
+        ),
     )
 
 
-def poll_history(store: Store, bucket_s: float, since_unix: float | None = None) -> list[dict[str, Any]]:
+def poll_history(store: Store, bucket_s: float, since_unix: float | None = None) -> list[PollBucket]:
     """Like `Store.polls_by_bucket`, over raw and rolled-up poll deltas (buckets >= the rollup's width)."""
     if not has_rollups(store):
         return store.polls_by_bucket(bucket_s, since_unix=since_unix)
@@ -198,8 +201,11 @@ def poll_history(store: Store, bucket_s: float, since_unix: float | None = None)
         f" UNION ALL SELECT bucket_unix, {cols}, backfill FROM poll_rollup WHERE bucket_unix >= ?"
     )
     sums = ", ".join(f"SUM({f}) AS {f}" for f in _POLL)
-    return store.query(
-        f"SELECT CAST(ts_unix / ? AS INTEGER) * ? AS bucket_unix, {sums}, MAX(backfill) AS backfill"
-        f" FROM ({rows}) GROUP BY 1 ORDER BY 1",
-        (bucket_s, bucket_s, since, since),
+    return rows_as(
+        PollBucket,
+        store.query(
+            f"SELECT CAST(ts_unix / ? AS INTEGER) * ? AS bucket_unix, {sums}, MAX(backfill) AS backfill"
+            f" FROM ({rows}) GROUP BY 1 ORDER BY 1",
+            (bucket_s, bucket_s, since, since),
+        ),
     )

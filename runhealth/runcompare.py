@@ -20,6 +20,7 @@ import math
 from typing import Any
 
 from runhealth.analysis import compare, rates, stats
+from runhealth.records import PollRow
 from runhealth.store import Store
 
 Z95 = compare.Z95
@@ -77,7 +78,7 @@ def _node_rate(spans: list[tuple[float, float, float, float]], index: int) -> tu
     return rate, k / (k - 1) * resid / dur**2 * (t975(k - 1) / Z95) ** 2
 
 
-def life_rates(polls: list[dict[str, Any]]) -> dict[str, Any]:
+def life_rates(polls: list[PollRow]) -> dict[str, Any]:
     """Tokens and completions per second over the collected life, summed over nodes, with variances."""
     by_node: dict[str, list] = {}
     for p in polls:

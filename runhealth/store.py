@@ -4,7 +4,8 @@ Pages never talk to nodes; they read aggregates from here, so any number of view
 SSH traffic. The database runs in WAL mode and every poll result is applied in one
 transaction (shard offsets move together with the counts they produced), so a process killed
 mid-write leaves either the old state or the new one: counts are never lost or doubled.
-Aggregation and downsampling happen in SQL; reads return plain lists of dicts. What a poll
+Aggregation and downsampling happen in SQL; reads return plain lists of dicts, typed by
+runhealth/records.py (one TypedDict per read shape). What a poll
 reply means (shard updates, node status, backfill) is runhealth/ingest.py's; this module writes it.
 """
 
@@ -25,6 +26,25 @@ from runhealth.errors import StoreError
 from runhealth.ingest import PollRecord, ShardUpdate
 from runhealth.migrations import migrate
 from runhealth.node.wire import PollReply
+from runhealth.records import (
+    GpuEventRow,
+    GpuHealthReading,
+    GpuRow,
+    GpuSeriesPoint,
+    GroupTotalRow,
+    HostReading,
+    LengthCountRow,
+    LengthStopBucket,
+    MetricPoint,
+    MetricRow,
+    NodeRow,
+    PendingSampleBatch,
+    PollBucket,
+    PollRow,
+    SampleBatch,
+    ShardRow,
+    rows_as,
+)
 
 log = textsafe.get_logger(__name__)
 
@@ -319,7 +339,7 @@ class Store:
             db.execute("DELETE FROM gpu_seen WHERE last_unix < ?", (cutoff,))  # no samples left behind it
 
     # -- reads (pages) ---------------------------------------------------------------------
-    def nodes(self) -> list[dict[str, Any]]:
+    def nodes(self) -> list[NodeRow]:
         """Every node with its status fields; JSON columns decoded."""
         rows = self.query("SELECT * FROM nodes ORDER BY name")
         for r in rows:
@@ -346,13 +366,13 @@ class Store:
             t = totals.get(r["name"], {})
             for key in ("shards", "bytes_indexed", "bytes_total", "lines", "malformed", "blank_lines", "shard_errors"):
                 r[key] = t.get(key) or 0
-        return rows
+        return rows_as(NodeRow, rows)
 
-    def shards(self, node: str | None = None) -> list[dict[str, Any]]:
+    def shards(self, node: str | None = None) -> list[ShardRow]:
         sql = "SELECT * FROM shards" + (" WHERE node = ?" if node else "") + " ORDER BY node, path"
-        return self.query(sql, (node,) if node else ())
+        return rows_as(ShardRow, self.query(sql, (node,) if node else ()))
 
-    def length_counts(self, by: str = "run", finish_reason: str | None = None) -> list[dict[str, Any]]:
+    def length_counts(self, by: str = "run", finish_reason: str | None = None) -> list[LengthCountRow]:
         """Completions counted by exact length and finish reason, grouped by run, node or shard.
 
         Rows: {[node], [path], tokens, finish_reason (None if absent), estimated, count};
@@ -372,52 +392,61 @@ class Store:
         rows = self.query(sql, params)
         for r in rows:
             r["finish_reason"] = r["finish_reason"] or None
-        return rows
+        return rows_as(LengthCountRow, rows)
 
-    def group_totals(self, by: str) -> list[dict[str, Any]]:
+    def group_totals(self, by: str) -> list[GroupTotalRow]:
         """Per node or shard: completions counted, and how many of them have exact token counts."""
         keys = {"node": "node", "shard": "node, path"}[by]
         table = "length_counts" if by == "shard" else "node_length_counts"
-        return self.query(
-            f"SELECT {keys}, SUM(count) AS completions, SUM(CASE WHEN estimated = 0 THEN count ELSE 0 END)"
-            f" AS exact FROM {table} GROUP BY {keys} ORDER BY {keys}"
+        return rows_as(
+            GroupTotalRow,
+            self.query(
+                f"SELECT {keys}, SUM(count) AS completions, SUM(CASE WHEN estimated = 0 THEN count ELSE 0 END)"
+                f" AS exact FROM {table} GROUP BY {keys} ORDER BY {keys}"
+            ),
         )
 
-    def polls(self, since_unix: float | None = None, node: str | None = None) -> list[dict[str, Any]]:
+    def polls(self, since_unix: float | None = None, node: str | None = None) -> list[PollRow]:
         where, params = _where(since_unix, node)
-        return self.query(f"SELECT * FROM polls{where} ORDER BY ts_unix", params)
+        return rows_as(PollRow, self.query(f"SELECT * FROM polls{where} ORDER BY ts_unix", params))
 
-    def polls_by_bucket(self, bucket_s: float, since_unix: float | None = None) -> list[dict[str, Any]]:
+    def polls_by_bucket(self, bucket_s: float, since_unix: float | None = None) -> list[PollBucket]:
         """Poll deltas summed per time bucket (for truncation and throughput over time)."""
         where, params = _where(since_unix, None)
-        return self.query(
-            f"SELECT CAST(ts_unix / ? AS INTEGER) * ? AS bucket_unix, SUM(completions) AS completions,"
-            f" SUM(tokens) AS tokens, SUM(length_stops) AS length_stops, SUM(malformed) AS malformed,"
-            f" MAX(backfill) AS backfill FROM polls{where} GROUP BY 1 ORDER BY 1",
-            (bucket_s, bucket_s, *params),
+        return rows_as(
+            PollBucket,
+            self.query(
+                f"SELECT CAST(ts_unix / ? AS INTEGER) * ? AS bucket_unix, SUM(completions) AS completions,"
+                f" SUM(tokens) AS tokens, SUM(length_stops) AS length_stops, SUM(malformed) AS malformed,"
+                f" MAX(backfill) AS backfill FROM polls{where} GROUP BY 1 ORDER BY 1",
+                (bucket_s, bucket_s, *params),
+            ),
         )
 
     def length_stops_by_bucket(
         self, bucket_s: float, ceiling: int | None, since_unix: float | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[LengthStopBucket]:
         """Exact-length stops per time bucket, split at `ceiling`: at_ceiling (tokens >= ceiling)
         and below_ceiling (context window and other limits below it)."""
         where, params = _where(since_unix, None)
         limit = ceiling if ceiling is not None else 1 << 62
-        return self.query(
-            f"SELECT CAST(ts_unix / ? AS INTEGER) * ? AS bucket_unix,"
-            f" SUM(CASE WHEN tokens >= ? THEN count ELSE 0 END) AS at_ceiling,"
-            f" SUM(CASE WHEN tokens < ? THEN count ELSE 0 END) AS below_ceiling"
-            f" FROM poll_length_stops{where} GROUP BY 1 ORDER BY 1",
-            (bucket_s, bucket_s, limit, limit, *params),
+        return rows_as(
+            LengthStopBucket,
+            self.query(
+                f"SELECT CAST(ts_unix / ? AS INTEGER) * ? AS bucket_unix,"
+                f" SUM(CASE WHEN tokens >= ? THEN count ELSE 0 END) AS at_ceiling,"
+                f" SUM(CASE WHEN tokens < ? THEN count ELSE 0 END) AS below_ceiling"
+                f" FROM poll_length_stops{where} GROUP BY 1 ORDER BY 1",
+                (bucket_s, bucket_s, limit, limit, *params),
+            ),
         )
 
-    def gpu_health(self) -> list[dict[str, Any]]:
+    def gpu_health(self) -> list[GpuHealthReading]:
         """Latest health readings per GPU (the agent's dict, decoded)."""
         rows = self.query("SELECT * FROM gpu_health ORDER BY node, gpu")
         for r in rows:
             r["health"] = json.loads(r["health"]) if r["health"] else {}
-        return rows
+        return rows_as(GpuHealthReading, rows)
 
     def gpus_seen(self, since_unix: float) -> dict[str, set[int]]:
         """Per node, the GPU indexes that reported readings since `since_unix` (a GPU sample at
@@ -427,29 +456,30 @@ class Store:
             out.setdefault(r["node"], set()).add(r["gpu"])
         return out
 
-    def gpu_events(self, since_unix: float) -> list[dict[str, Any]]:
-        return self.query("SELECT * FROM gpu_events WHERE ts_unix >= ? ORDER BY ts_unix", (since_unix,))
+    def gpu_events(self, since_unix: float) -> list[GpuEventRow]:
+        return rows_as(
+            GpuEventRow, self.query("SELECT * FROM gpu_events WHERE ts_unix >= ? ORDER BY ts_unix", (since_unix,))
+        )
 
-    def host_latest(self) -> dict[str, dict[str, Any]]:
+    def host_latest(self) -> dict[str, HostReading]:
         """Per node, its latest host reading (cpus, RAM and swap bytes) with ts_unix."""
-        return {
-            r["node"]: {**json.loads(r["host"]), "ts_unix": r["ts_unix"]}
-            for r in self.query("SELECT * FROM host_latest")
-        }
+        rows = self.query("SELECT * FROM host_latest")
+        readings = rows_as(HostReading, [{**json.loads(r["host"]), "ts_unix": r["ts_unix"]} for r in rows])
+        return {r["node"]: reading for r, reading in zip(rows, readings, strict=True)}
 
     def last_growth_unix(self) -> dict[str, float]:
         """Per node, the last poll (dashboard clock) that brought new completions, over all history."""
         rows = self.query("SELECT node, MAX(ts_unix) AS ts FROM polls WHERE completions > 0 GROUP BY node")
         return {r["node"]: r["ts"] for r in rows}
 
-    def gpu_latest(self) -> list[dict[str, Any]]:
+    def gpu_latest(self) -> list[GpuRow]:
         rows = self.query("SELECT * FROM gpu_latest ORDER BY node, gpu")
         for r in rows:
             r["throttle_reasons"] = json.loads(r["throttle_reasons"] or "[]")
             r["processes"] = json.loads(r["processes"] or "[]")
-        return rows
+        return rows_as(GpuRow, rows)
 
-    def gpu_series(self, since_unix: float | None = None, max_points: int = 2000) -> list[dict[str, Any]]:
+    def gpu_series(self, since_unix: float | None = None, max_points: int = 2000) -> list[GpuSeriesPoint]:
         """GPU time series averaged in SQL into at most `max_points` buckets per GPU."""
         where, params = _where(since_unix, None)
         span = self.cursor(f"SELECT MIN(ts_unix), MAX(ts_unix) FROM gpu_samples{where}", params).fetchone()
@@ -457,22 +487,28 @@ class Store:
             return []
         width = max((span[1] - span[0]) / max(max_points - 1, 1), 1e-9)
         avgs = ", ".join(f"AVG({f}) AS {f}" for f in _GPU_FIELDS)
-        return self.query(
-            f"SELECT node, gpu, MIN(ts_unix) AS ts_unix, {avgs}, MAX(throttled) AS throttled"
-            f" FROM gpu_samples{where} GROUP BY node, gpu, CAST((ts_unix - ?) / ? AS INTEGER)"
-            f" ORDER BY node, gpu, ts_unix",
-            (*params, span[0], width),
+        return rows_as(
+            GpuSeriesPoint,
+            self.query(
+                f"SELECT node, gpu, MIN(ts_unix) AS ts_unix, {avgs}, MAX(throttled) AS throttled"
+                f" FROM gpu_samples{where} GROUP BY node, gpu, CAST((ts_unix - ?) / ? AS INTEGER)"
+                f" ORDER BY node, gpu, ts_unix",
+                (*params, span[0], width),
+            ),
         )
 
-    def metric_latest(self) -> list[dict[str, Any]]:
-        return self.query("SELECT node, name, value, ts_unix FROM metric_latest ORDER BY node, name")
+    def metric_latest(self) -> list[MetricRow]:
+        return rows_as(
+            MetricRow, self.query("SELECT node, name, value, ts_unix FROM metric_latest ORDER BY node, name")
+        )
 
-    def metric_series(self, name: str, since_unix: float | None = None) -> list[dict[str, Any]]:
+    def metric_series(self, name: str, since_unix: float | None = None) -> list[MetricPoint]:
         where, params = _where(since_unix, None)
         clause = (where + " AND" if where else " WHERE") + " name = ?"
-        return self.query(f"SELECT ts_unix, node, value FROM metric_samples{clause} ORDER BY ts_unix", (*params, name))
+        sql = f"SELECT ts_unix, node, value FROM metric_samples{clause} ORDER BY ts_unix"
+        return rows_as(MetricPoint, self.query(sql, (*params, name)))
 
-    def latest_sample_batch(self) -> dict[str, Any] | None:
+    def latest_sample_batch(self) -> SampleBatch | None:
         """The newest finished sample batch with its samples, or None."""
         rows = self.query("SELECT * FROM sample_batches WHERE done_unix IS NOT NULL ORDER BY batch DESC LIMIT 1")
         if not rows:
@@ -482,11 +518,11 @@ class Store:
         batch["samples"] = self.query(
             "SELECT * FROM samples WHERE batch = ? ORDER BY node, path, line_no", (batch["batch"],)
         )
-        return batch
+        return rows_as(SampleBatch, rows)[0]
 
-    def pending_sample_batch(self) -> dict[str, Any] | None:
+    def pending_sample_batch(self) -> PendingSampleBatch | None:
         rows = self.query("SELECT * FROM sample_batches WHERE done_unix IS NULL ORDER BY batch DESC LIMIT 1")
-        return rows[0] if rows else None
+        return rows_as(PendingSampleBatch, rows)[0] if rows else None
 
     def last_collection_unix(self) -> float | None:
         row = self.cursor("SELECT MAX(last_ok_unix) FROM nodes").fetchone()
