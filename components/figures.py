@@ -609,35 +609,24 @@ def make_throughput_figure(df: pd.DataFrame) -> go.Figure:
     return apply_layout(fig, "Throughput (from shard growth)", height=230)
 
 
+def _band(x, upper, lower, fillcolor: str, name: str) -> list[dict]:
+    """A shaded band between two lines: the upper edge unseen, the lower filled up to it."""
+    hidden = dict(width=0)
+    return [
+        dict(type="scatter", x=x, y=upper, mode="lines", line=hidden, showlegend=False),
+        dict(type="scatter", x=x, y=lower, mode="lines", line=hidden, fill="tonexty", fillcolor=fillcolor, name=name),
+    ]
+
+
 def make_whatif_figure(df: pd.DataFrame, ceiling: int, chosen: int, hard_hi: float | None = None) -> go.Figure:
     """Projected share still truncated vs a new limit, with interval and method band.
 
     `df` columns: limit, fraction, lo, hi, band_lo, band_hi (one row per candidate limit).
     """
-    x, hidden = df["limit"], dict(width=0)
+    x = df["limit"]
     data = [
-        dict(type="scatter", x=x, y=df["band_hi"], mode="lines", line=hidden, showlegend=False),
-        dict(
-            type="scatter",
-            x=x,
-            y=df["band_lo"],
-            mode="lines",
-            line=hidden,
-            fill="tonexty",
-            fillcolor="rgba(138,143,152,0.25)",
-            name="spread across tail models",
-        ),
-        dict(type="scatter", x=x, y=df["hi"], mode="lines", line=hidden, showlegend=False),
-        dict(
-            type="scatter",
-            x=x,
-            y=df["lo"],
-            mode="lines",
-            line=hidden,
-            fill="tonexty",
-            fillcolor="rgba(76,154,255,0.3)",
-            name="95% interval",
-        ),
+        *_band(x, df["band_hi"], df["band_lo"], "rgba(138,143,152,0.25)", "spread across tail models"),
+        *_band(x, df["hi"], df["lo"], "rgba(76,154,255,0.3)", "95% interval"),
         dict(
             type="scatter",
             x=x,
