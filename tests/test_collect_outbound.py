@@ -125,3 +125,31 @@ def test_the_demo_run_never_sends_webhooks(tmp_path):
         context=RunContext(source="<built-in demo>", demo=True),
     )
     assert not out.notifiers and out.notices == ["alert webhooks off: this is the demo run"]
+
+
+def test_every_live_run_on_one_metrics_port_and_each_with_its_notifier(tmp_path):
+    """Several [[runs]]: one /metrics (the first run's port) exposes both runs by label, and each
+    run gets its own alert notifier writing to its own store."""
+    from runhealth.outbound import start_outbound
+    from runhealth.store import Store
+
+    runs = []
+    for name in ("seed", "relaunch"):
+        config = parse_config({"run": {"name": name}, "nodes": [{"name": "n", "host": "local", "shards": ["/x"]}]})
+        store = Store(tmp_path / f"{name}.sqlite3")
+        store.set_meta("run", {"name": name, "interval_s": 10})
+        store.register_node("n", {})
+        runs.append((config, store))
+    out = start_outbound(runs, metrics_port=0, webhook_urls=["http://127.0.0.1:9/hook"])
+    try:
+        body = urllib.request.urlopen(out.metrics_url, timeout=5).read().decode()
+        up = [
+            s.labels["run"]
+            for f in text_string_to_metric_families(body)
+            for s in f.samples
+            if s.name == "runhealth_node_up"
+        ]
+        assert sorted(up) == ["relaunch", "seed"]
+        assert [n.store for n in out.notifiers] == [store for _config, store in runs]
+    finally:
+        out.stop()
