@@ -191,13 +191,20 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any], bootstrap: int = 200) -> 
 
 
 def headline(sum_a: stats.Summary, sum_b: stats.Summary, diffs: dict, rate_changes: dict) -> str:
-    """runhealth.analysis.compare's sentence, plus the tok/s per GPU change when both runs have a rate."""
+    """runhealth.analysis.compare's sentence, plus the tok/s per GPU change (with its 95% interval)
+    when both runs have a rate."""
     text = compare.headline(sum_a, sum_b, diffs)
     tps = rate_changes.get("tokens_per_s_per_gpu")
     if tps is not None:
-        sign = "+" if tps["relative"] >= 0 else "−"
-        text += f"; tok/s per GPU {sign}{abs(100 * tps['relative']):.0f}%"
+        text += f"; tok/s per GPU {_signed_pct(tps['relative'])}"
+        iv = tps.get("relative_interval")
+        if iv is not None:  # a rate from polls is an estimate: its interval goes with it
+            text += f" ({_signed_pct(iv[0])} to {_signed_pct(iv[1])})"
     return text
+
+
+def _signed_pct(x: float) -> str:
+    return f"{'+' if x >= 0 else '−'}{abs(100 * x):.0f}%"
 
 
 def fmt_interval(iv: list[float] | None, scale: float = 1.0, fmt: str = "{:+,.0f}") -> str:
