@@ -543,32 +543,7 @@ def make_gpu_band_figure(
     traces: list[dict] = []
     for node, i, j in zip(names, starts, ends, strict=True):
         colour, t = node_colour(nodes, node), t_all[i:j]
-        traces.append(
-            dict(
-                type="scatter",
-                x=t,
-                y=hi_all[i:j],
-                mode="lines",
-                line=dict(width=0),
-                legendgroup=node,
-                showlegend=False,
-                hoverinfo="skip",
-            )
-        )
-        traces.append(
-            dict(
-                type="scatter",
-                x=t,
-                y=lo_all[i:j],
-                mode="lines",
-                line=dict(width=0),
-                fill="tonexty",
-                legendgroup=node,
-                fillcolor=_rgba(colour, 0.18),
-                showlegend=False,
-                hoverinfo="skip",
-            )
-        )
+        traces += _band(t, hi_all[i:j], lo_all[i:j], _rgba(colour, 0.18), legendgroup=node, hoverinfo="skip")
         traces.append(
             dict(
                 type="scatter",
@@ -609,12 +584,24 @@ def make_throughput_figure(df: pd.DataFrame) -> go.Figure:
     return apply_layout(fig, "Throughput (from shard growth)", height=230)
 
 
-def _band(x, upper, lower, fillcolor: str, name: str) -> list[dict]:
-    """A shaded band between two lines: the upper edge unseen, the lower filled up to it."""
+def _band(x, upper, lower, fillcolor: str, name: str | None = None, **both) -> list[dict]:
+    """A shaded band between two lines: the upper edge unseen, the lower filled up to it; with
+    `name` the band has a legend entry. `both`: trace keys for both edges (legendgroup, hoverinfo)."""
     hidden = dict(width=0)
+    legend = dict(name=name) if name else dict(showlegend=False)
     return [
-        dict(type="scatter", x=x, y=upper, mode="lines", line=hidden, showlegend=False),
-        dict(type="scatter", x=x, y=lower, mode="lines", line=hidden, fill="tonexty", fillcolor=fillcolor, name=name),
+        dict(type="scatter", x=x, y=upper, mode="lines", line=hidden, showlegend=False, **both),
+        dict(
+            type="scatter",
+            x=x,
+            y=lower,
+            mode="lines",
+            line=hidden,
+            fill="tonexty",
+            fillcolor=fillcolor,
+            **legend,
+            **both,
+        ),
     ]
 
 
