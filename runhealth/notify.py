@@ -241,9 +241,11 @@ class Notifier:
             t.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop every thread; waits at most `timeout_s` in all (a sender may be mid-attempt)."""
         self._stop.set()
+        end = time.monotonic() + timeout_s
         for t in self._threads:
-            t.join(timeout=timeout_s)
+            t.join(timeout=max(0.0, end - time.monotonic()))
 
     def _check_loop(self) -> None:
         while not self._stop.is_set():
