@@ -164,3 +164,27 @@ def test_more_than_five_concurrent_scrapes_are_all_answered(tmp_path):
         for sock in locals().get("waiting", []):
             sock.close()
         server.server_close()
+
+
+def test_reason_names_keep_known_ones_the_most_frequent_others_and_exact_totals():
+    counts = {"stop": 50, "length": 20, "": 3, **{f"r{i}": i for i in range(1, 21)}}
+    shown = reasons.bounded(counts, keep=3)
+    assert shown == {
+        "stop": 50,
+        "other": sum(range(1, 18)),
+        "length": 20,
+        "r20": 20,
+        "r19": 19,
+        "r18": 18,
+        "missing": 3,
+    }
+    assert sum(shown.values()) == sum(counts.values())
+    assert reasons.clean("x" * 100) == "x" * 39 + "…" and reasons.clean("a\x1bb") == "a\\x1bb"
+    namer = reasons.Namer(["stop", "old-1", "old-2"], limit=3)
+    assert [namer.name(r) for r in ("length", "old-1", "new-1", "new-2", None)] == [
+        "length",
+        "old-1",
+        "new-1",
+        "other",
+        None,
+    ]
