@@ -12,21 +12,27 @@ base units, `_total` counters, `_ratio` for 0-1 values. `serve()` starts the HTT
 from __future__ import annotations
 
 import logging
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer
 
 from runhealth import health
-from runhealth.analysis import rates, stats
+from runhealth.analysis import rates, reasons, stats
 from runhealth.records import GpuNumber
 from runhealth.store import Store
+from runhealth.textsafe import escape
 
 log = logging.getLogger(__name__)
 
 RATE_WINDOW_S = 60.0
+LISTEN_BACKLOG = 128  # connections the kernel holds while the server is busy (scrapers, dashboards)
 # Throttle reasons exported, each 0 or 1 per GPU, so "not throttled" is a zero, not a missing
 # series. The benign ones the agent also reports (gpu_idle, sync_boost, the clock settings) are
 # left out: they would add 4 series per GPU (about 16,000 at 512 nodes) and no alert uses them.
@@ -68,7 +74,7 @@ class StoreMetrics:
         try:
             yield from self._lengths(run, meta)
             yield from self._nodes(run, meta, now)
-            yield from self._gpus(run)
+            yield from self._gpus(run, health.configured_nodes(meta))
         except Exception:  # logged; this scrape fails (HTTP 500), the collector goes on
             log.exception("metrics: reading the store failed")
             raise
@@ -80,11 +86,8 @@ class StoreMetrics:
             "Completions counted in the shards, exactly.",
             labels=["run", "node", "finish_reason"],
         )
-        for r in self.store.query(
-            "SELECT node, finish_reason, SUM(count) AS n FROM node_length_counts"
-            " GROUP BY node, finish_reason ORDER BY node, finish_reason"
-        ):
-            completions.add_metric([run, r["node"], r["finish_reason"] or stats.MISSING], r["n"])
+        for (node, reason), n in self._reason_counts().items():
+            completions.add_metric([run, node, reason], n)
         yield completions
         ceiling, estimated = self._ceiling(meta)
         if ceiling is not None:
@@ -119,6 +122,28 @@ class StoreMetrics:
             )
             ratio.add_metric([run], total_at / total_len if total_len else 0.0)
             yield ratio
+
+    def _reason_counts(self) -> dict[tuple[str, str], int]:
+        """(node, label) -> completions, with a bounded set of finish_reason labels (the known
+        ones and the most frequent few, the rest as "other": one label per distinct value made a
+        scrape of a hostile store 10.8 MB); grouped in SQL, so the rows read are bounded too."""
+        totals = {
+            r[0]: r[1]
+            for r in self.store.cursor(
+                "SELECT finish_reason, SUM(count) FROM node_length_counts GROUP BY finish_reason"
+            )
+        }
+        names = reasons.shown_names(totals)
+        kept = sorted(names)
+        sql = (
+            f"SELECT node, CASE WHEN finish_reason IN ({','.join('?' * len(kept))}) THEN finish_reason END,"
+            " SUM(count) FROM node_length_counts GROUP BY 1, 2 ORDER BY 1, 2"
+        )
+        out: dict[tuple[str, str], int] = {}
+        for node, reason, n in self.store.cursor(sql, kept):
+            key = (node, names.get(reason, reasons.OTHER) if reason is not None else reasons.OTHER)
+            out[key] = out.get(key, 0) + n
+        return out
 
     def _ceiling(self, meta: dict[str, Any]) -> tuple[int | None, int]:
         """(ceiling, the `estimated` flag of the rows length statistics use), as stats.summarize decides."""
@@ -168,14 +193,16 @@ class StoreMetrics:
         )
         stalls = health.stalled_nodes(self.store, now, stall_after)
         nodes = self.store.nodes()
-        for n in nodes:
+        keep = health.configured_nodes(meta)  # a node removed from the config leaves the state series
+        for n in (n for n in nodes if keep is None or n["name"] in keep):
             state, _why = health.node_status(n, now, stale_after)
             up.add_metric([run, n["name"]], 1.0 if state == "up" else 0.0)
             if n["last_ok_unix"] is not None:
                 age.add_metric([run, n["name"]], max(0.0, now - n["last_ok_unix"]))
             stalled.add_metric([run, n["name"]], 1.0 if state == "up" and n["name"] in stalls else 0.0)
         for node, rate in self._token_rates(now).items():
-            tps.add_metric([run, node], rate)
+            if keep is None or node in keep:
+                tps.add_metric([run, node], rate)
         yield from (up, age, stalled, tps)
         done = sum(n["lines"] for n in nodes)
         progress = rates.progress(done, meta.get("target_completions"))
@@ -200,7 +227,7 @@ class StoreMetrics:
         return out
 
     # -- GPUs ----------------------------------------------------------------------------
-    def _gpus(self, run: str) -> Iterator[Metric]:
+    def _gpus(self, run: str, keep: set[str] | None) -> Iterator[Metric]:
         labels = ["run", "node", "gpu", "uuid"]
         fields: tuple[tuple[str, str, GpuNumber, float], ...] = (  # (metric, help, store column, scale)
             ("runhealth_gpu_utilization_ratio", "GPU utilization (NVML), 0-1.", "util_pct", 0.01),
@@ -215,7 +242,7 @@ class StoreMetrics:
             "runhealth_gpu_throttled", "1 while the clock event reason is active.", labels=[*labels, "reason"]
         )
         for g in self.store.gpu_latest():
-            if g.get("error"):
+            if g.get("error") or (keep is not None and g["node"] not in keep):
                 continue
             values = [run, g["node"], str(g["gpu"]), g.get("uuid") or ""]
             for name, _h, column, scale in fields:
@@ -242,11 +269,26 @@ class RunsMetrics:
         merged: dict[str, Metric] = {}
         for run in self.runs:
             for family in run.collect():
+                _escape_labels(family)
                 if family.name in merged:
                     merged[family.name].samples.extend(family.samples)
                 else:
                     merged[family.name] = family
         yield from merged.values()
+
+
+def _escape_labels(family: Metric) -> None:
+    """Label values from the data (finish reasons, GPU UUIDs, names) with their control characters
+    made visible: prometheus_client escapes only backslash, quote and newline, so ESC or NUL
+    would reach the exposition (and whoever reads it in a terminal) raw."""
+    family.samples = [
+        s if all(v.isprintable() for v in s.labels.values()) else s._replace(labels=_escaped(s.labels))
+        for s in family.samples
+    ]
+
+
+def _escaped(labels: dict[str, str]) -> dict[str, str]:
+    return {k: escape(v) for k, v in labels.items()}
 
 
 def _le(bound: float) -> str:
@@ -267,8 +309,23 @@ def registry_for(stores: Store | Sequence[Store], clock: Callable[[], float] = t
     return registry
 
 
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        pass  # one line per scrape on stderr is noise
+
+
 def serve(stores: Store | Sequence[Store], port: int, address: str = "127.0.0.1") -> Any:
-    """Serve `/metrics` on `address:port` from a daemon thread; returns the server (call `.shutdown()`)."""
-    server, _thread = start_http_server(port, addr=address, registry=registry_for(stores))
+    """Serve `/metrics` on `address:port` from a daemon thread; returns the server (call `.shutdown()`).
+
+    prometheus_client's start_http_server, with a listen backlog of LISTEN_BACKLOG instead of
+    socketserver's 5, past which a concurrent scrape waited for the kernel's SYN retry (1 s, 3 s).
+    """
+
+    class Server(ThreadingWSGIServer):
+        address_family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        request_queue_size = LISTEN_BACKLOG
+
+    server = make_server(address, port, make_wsgi_app(registry_for(stores)), Server, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="runhealth-metrics", daemon=True).start()
     log.info("serving Prometheus metrics on http://%s:%d/metrics", address, server.server_port)
     return server

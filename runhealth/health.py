@@ -250,7 +250,15 @@ def evaluate(store: Store, now: float | None = None) -> list[Alert]:
     out += _node_alerts(store, run, now, stale_after, stall_after_s(interval_s, meta.get("stall_after_s")))
     out += _truncation_alerts(store, meta, run)
     out += _gpu_alerts(store, run)
-    return out
+    keep = configured_nodes(meta)  # a node removed from the config raises no alert (its history stays)
+    return [a for a in out if a.node is None or keep is None or a.node in keep]
+
+
+def configured_nodes(meta: dict[str, Any]) -> set[str] | None:
+    """The nodes the run's config names now (the collector saves them in the run's meta); None
+    for a store that does not say (then every node it holds counts)."""
+    names = meta.get("nodes")
+    return {str(n) for n in names} if isinstance(names, list) else None
 
 
 def _node_alerts(store: Store, run: str, now: float, stale_after: float, stall_s: float) -> list[Alert]:

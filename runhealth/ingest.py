@@ -10,7 +10,7 @@ touches no database, so every rule here is testable on a reply dict alone.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from runhealth.analysis.stats import LENGTH
@@ -74,6 +74,16 @@ def shard_update(path: str, entry: ShardEntry) -> ShardUpdate:
             for r in count_rows(entry.get("counts") or [])
         ),
     )
+
+
+def with_reason_names(record: PollRecord, name: Callable[[str | None], str | None]) -> PollRecord:
+    """`record` with every count row's finish_reason replaced by `name(reason)` (the store's
+    bounded names, runhealth.analysis.reasons.Namer); counts unchanged."""
+    shards = tuple(
+        dataclasses.replace(u, counts=tuple(r._replace(finish_reason=name(r.finish_reason)) for r in u.counts))
+        for u in record.shards
+    )
+    return dataclasses.replace(record, shards=shards)
 
 
 def scanned_bytes(entry: ShardEntry) -> int:

@@ -3,92 +3,53 @@
 `AlertTracker` (pure) diffs successive `runhealth.health.evaluate()` answers into events:
 "start" when an alert appears, "resolve" once it has been absent for `clear_s` (hysteresis: a
 node that flaps for a few seconds is one alert, not ten), "repeat" every `renotify_s` while it
-holds (default 1 h). `Notifier` runs the tracker on its own thread and hands messages to a
-sender thread through a bounded queue, so a slow or dead webhook never delays collection;
-each delivery is retried with exponential backoff and its outcome is written to the store
-(table `webhook_deliveries`), which the Nodes page shows.
+holds (default 1 h). `Notifier` runs the tracker on its own thread and hands each message to
+every receiver's own sender thread through its own bounded queue, so neither a slow or dead
+webhook nor another receiver's backlog delays collection or the other receivers; each delivery
+is retried with exponential backoff, every attempt ends at its deadline (runhealth.webhook), and
+its outcome is written to the store (table `webhook_deliveries`), which the Nodes page shows.
+Recording is best-effort: a store that cannot be written never re-sends a delivered message
+or stops a sender (the failure to record is logged).
 
-Webhook URLs are secrets (a Slack URL is a write credential): they come only from
-`.streamlit/secrets.toml` (`[alerts] webhook_urls = [...]`) or `RUNHEALTH_WEBHOOK_URLS`
-(comma-separated), and only `redact(url)` (scheme and host) is ever logged, stored or shown.
-URLs to hooks.slack.com, or written `slack+https://...` (Mattermost, Rocket.Chat and other
+URLs, their checks and redaction, and the HTTP attempt itself live in runhealth.webhook. URLs
+to hooks.slack.com, or written `slack+https://...` (Mattermost, Rocket.Chat and other
 Slack-compatible receivers), get `{"text": ...}`; every other URL gets the generic JSON object.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import os
 import queue
 import threading
 import time
-import tomllib
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from runhealth import health
-from runhealth.config import SECRETS_PATH
-from runhealth.errors import ConfigError
 from runhealth.store import Store
+from runhealth.textsafe import escape
+from runhealth.webhook import (  # noqa: F401 - URLS_ENV, load_urls, is_slack: part of this module's API
+    DEADLINE_S,
+    URLS_ENV,
+    describe_error,
+    is_slack,
+    load_urls,
+    post_json,
+    redact,
+)
 
 log = logging.getLogger(__name__)
 
-URLS_ENV = "RUNHEALTH_WEBHOOK_URLS"
 RENOTIFY_S = 3600.0
 CLEAR_S = 60.0
 RETRIES = 5
-QUEUE_MAX = 1000
+QUEUE_MAX = 1000  # per receiver
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS webhook_deliveries (ts_unix REAL NOT NULL, target TEXT NOT NULL,"
     " alert TEXT, node TEXT, kind TEXT, ok INTEGER NOT NULL, attempts INTEGER NOT NULL, error TEXT)"
 )
 KEEP_DELIVERIES = 2000
-
-
-# -- URLs ---------------------------------------------------------------------------------
-def load_urls(secrets_path: Path = SECRETS_PATH, environ: Mapping[str, str] | None = None) -> list[str]:
-    """Webhook URLs from RUNHEALTH_WEBHOOK_URLS if set, else secrets.toml [alerts] webhook_urls.
-
-    Raises:
-        ConfigError: a URL is not http(s); the message gives its position, never the URL.
-    """
-    environ = os.environ if environ is None else environ
-    if environ.get(URLS_ENV, "").strip():
-        urls, where = [u.strip() for u in environ[URLS_ENV].split(",") if u.strip()], URLS_ENV
-    else:
-        where = f"{secrets_path} [alerts] webhook_urls"
-        try:
-            raw = tomllib.loads(Path(secrets_path).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return []
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"{secrets_path}: cannot read secrets file ({type(exc).__name__})") from None
-        urls = (raw.get("alerts") or {}).get("webhook_urls") or []
-        if not isinstance(urls, list):
-            raise ConfigError(f"{where} must be a list of URLs")
-    for i, url in enumerate(urls):
-        parsed = urllib.parse.urlsplit(url if isinstance(url, str) else "")
-        if parsed.scheme not in ("http", "https", "slack+http", "slack+https") or not parsed.hostname:
-            raise ConfigError(f"{where}: entry {i + 1} is not an http(s) URL")
-    return list(urls)
-
-
-def redact(url: str) -> str:
-    """What may be shown of a webhook URL: its scheme and host (the path is the secret)."""
-    parsed = urllib.parse.urlsplit(url)
-    port = f":{parsed.port}" if parsed.port else ""
-    return f"{parsed.scheme}://{parsed.hostname or '?'}{port}/…"
-
-
-def is_slack(url: str) -> bool:
-    parsed = urllib.parse.urlsplit(url)
-    return parsed.scheme.startswith("slack+") or (parsed.hostname or "").endswith("hooks.slack.com")
 
 
 # -- events ---------------------------------------------------------------------------------
@@ -162,28 +123,6 @@ class AlertTracker:
 
 
 # -- delivery -------------------------------------------------------------------------------
-def post_json(url: str, payload: dict[str, Any], timeout_s: float = 5.0) -> None:
-    """POST `payload`; raises on a network error or a non-2xx answer."""
-    target = url.split("+", 1)[1] if url.startswith("slack+") else url
-    req = urllib.request.Request(
-        target,
-        data=json.dumps(payload).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json", "User-Agent": "runhealth"},
-    )
-    with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # http(s) only: checked in load_urls
-        resp.read(1024)
-
-
-def _plain_error(exc: BaseException, url: str) -> str:
-    text = (
-        f"HTTP {exc.code}"
-        if isinstance(exc, urllib.error.HTTPError)
-        else str(getattr(exc, "reason", None) or exc or type(exc).__name__)
-    )
-    return text.replace(url, redact(url))[:300]  # never echo the secret path back
-
-
 def ensure_schema(store: Store) -> None:
     with store.transaction() as db:  # the table belongs to this module; the store only hosts it
         db.execute(_SCHEMA)
@@ -193,6 +132,7 @@ def record_delivery(
     store: Store, url: str, event: Event, ok: bool, attempts: int, error: str | None, now: float
 ) -> None:
     with store.transaction() as db:
+        db.execute(_SCHEMA)  # cheap when it exists; the table may have been lost with a replaced store
         db.execute(
             "INSERT INTO webhook_deliveries VALUES (?,?,?,?,?,?,?,?)",
             (now, redact(url), event.alert.name, event.alert.node, event.kind, int(ok), attempts, error),
@@ -217,7 +157,7 @@ def delivery_status(store: Store, since_unix: float) -> list[dict[str, Any]]:
 
 
 class Notifier:
-    """Evaluates alerts every `interval_s` on its own thread and delivers events on another."""
+    """Evaluates alerts every `interval_s` on its own thread; one sender thread per receiver."""
 
     def __init__(
         self,
@@ -228,75 +168,101 @@ class Notifier:
         tracker: AlertTracker | None = None,
         retries: int = RETRIES,
         backoff_s: float = 2.0,
-        timeout_s: float = 5.0,
+        deadline_s: float = DEADLINE_S,
         clock: Callable[[], float] = time.time,
         evaluate: Callable[[Store, float], list[health.Alert]] = health.evaluate,
     ):
-        self.store, self.urls, self.interval_s = store, list(urls), interval_s
+        self.store, self.urls, self.interval_s = store, list(dict.fromkeys(urls)), interval_s
         self.tracker = tracker or AlertTracker()
-        self.retries, self.backoff_s, self.timeout_s = retries, backoff_s, timeout_s
+        self.retries, self.backoff_s, self.deadline_s = retries, backoff_s, deadline_s
         self.clock, self.evaluate = clock, evaluate
-        self.queue: queue.Queue = queue.Queue(maxsize=QUEUE_MAX)
+        self.queues: dict[str, queue.Queue] = {url: queue.Queue(maxsize=QUEUE_MAX) for url in self.urls}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        ensure_schema(store)
+        try:
+            ensure_schema(store)
+        except Exception as exc:  # a store that cannot be written now must not stop alerting
+            log.warning("webhook deliveries cannot be recorded in the store for now: %s", escape(exc))
 
     def check(self) -> list[Event]:
         """Evaluate once and queue the resulting messages (never waits for a webhook)."""
         now = self.clock()
         events = self.tracker.update(self.evaluate(self.store, now), now)
         for event in events:
-            for url in self.urls:
+            for url, q in self.queues.items():
                 try:
-                    self.queue.put_nowait((url, event))
-                except queue.Full:  # the receivers are far behind: say so, drop, keep collecting
-                    record_delivery(self.store, url, event, False, 0, "queue full: message dropped", now)
+                    q.put_nowait(event)
+                except queue.Full:  # this receiver is far behind: say so, drop, keep collecting
+                    self._record(url, event, False, 0, "queue full: message dropped")
         return events
 
     def deliver(self, url: str, event: Event) -> bool:
-        """Send one message with retries and backoff; the outcome goes to the store."""
+        """Send one message with retries and backoff; the outcome goes to the store if it can."""
         payload = event.slack() if is_slack(url) else event.generic()
-        error = None
+        error, attempt = None, 0
         for attempt in range(1, self.retries + 1):
             try:
-                post_json(url, payload, self.timeout_s)
-                record_delivery(self.store, url, event, True, attempt, None, self.clock())
-                return True
+                post_json(url, payload, self.deadline_s)
             except Exception as exc:  # any failure: retry, then record
-                error = _plain_error(exc, url)
+                error = describe_error(exc, url)
                 log.info("webhook %s: attempt %d failed: %s", redact(url), attempt, error)
+            else:
+                self._record(url, event, True, attempt, None)  # delivered: never sent again
+                return True
             if attempt < self.retries and self._stop.wait(self.backoff_s * 2 ** (attempt - 1)):
                 break
-        record_delivery(self.store, url, event, False, attempt, error, self.clock())
+        self._record(url, event, False, attempt, error)
         return False
+
+    def _record(self, url: str, event: Event, ok: bool, attempts: int, error: str | None) -> None:
+        """record_delivery, best-effort: delivery never depends on the store being writable."""
+        try:
+            record_delivery(self.store, url, event, ok, attempts, error, self.clock())
+        except Exception as exc:
+            log.warning(
+                "webhook %s: %s of %s %s (%s) not recorded in the store: %s",
+                redact(url),
+                "delivery" if ok else "failure",
+                event.kind,
+                event.alert.name,
+                event.alert.node or "run",
+                escape(exc),
+            )
 
     def start(self) -> None:
         if self._threads:
             return
-        self._threads = [
-            threading.Thread(target=self._check_loop, name="runhealth-alerts", daemon=True),
-            threading.Thread(target=self._send_loop, name="runhealth-webhooks", daemon=True),
+        self._threads = [threading.Thread(target=self._check_loop, name="runhealth-alerts", daemon=True)]
+        self._threads += [
+            threading.Thread(target=self._send_loop, args=(url,), name=f"runhealth-webhook-{i}", daemon=True)
+            for i, url in enumerate(self.urls)
         ]
         for t in self._threads:
             t.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop every thread; waits at most `timeout_s` in all (a sender may be mid-attempt)."""
         self._stop.set()
+        end = time.monotonic() + timeout_s
         for t in self._threads:
-            t.join(timeout=timeout_s)
+            t.join(timeout=max(0.0, end - time.monotonic()))
 
     def _check_loop(self) -> None:
         while not self._stop.is_set():
             try:
                 self.check()
             except Exception as exc:  # a bad read must not end alerting for good
-                log.warning("alert evaluation failed: %s", exc)
+                log.warning("alert evaluation failed: %s", escape(exc))
             self._stop.wait(self.interval_s)
 
-    def _send_loop(self) -> None:
+    def _send_loop(self, url: str) -> None:
+        q = self.queues[url]
         while not self._stop.is_set():
             try:
-                url, event = self.queue.get(timeout=0.5)
+                event = q.get(timeout=0.5)
             except queue.Empty:
                 continue
-            self.deliver(url, event)
+            try:
+                self.deliver(url, event)
+            except Exception as exc:  # whatever breaks, this receiver's later messages still go out
+                log.error("webhook %s: message skipped after an error: %s", redact(url), describe_error(exc, url))

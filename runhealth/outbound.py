@@ -2,7 +2,8 @@
 
 `start_outbound()` is called once by whichever process collects (`runhealth collect`, or the
 dashboard's runtime when it collects). Neither part can stop collection: a port already in
-use or a bad webhook setting becomes a notice, and the collector goes on.
+use or a bad webhook setting becomes a notice (a bad webhook URL is skipped, the others are
+used), and the collector goes on.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from runhealth import exporter, notify
+from runhealth import exporter, notify, webhook
 from runhealth.config import RunConfig, RunContext
 from runhealth.errors import ConfigError
 from runhealth.store import Store
@@ -62,8 +63,11 @@ def start_outbound(
             out.metrics_server = exporter.serve([store for _config, store in runs], port, address)
         except OSError as exc:
             out.notices.append(f"Prometheus /metrics not served on {address}:{port}: {exc.strerror or exc}")
-    try:
-        urls = notify.load_urls() if webhook_urls is None else webhook_urls
+    try:  # a refused entry is a notice and is skipped; the other webhooks are used
+        urls, refused = (
+            webhook.load_urls() if webhook_urls is None else webhook.check_urls(webhook_urls, "webhook_urls")
+        )
+        out.notices += refused
     except ConfigError as exc:
         urls = []
         out.notices.append(f"alert webhooks off: {exc}")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from runhealth import ingest, textsafe
+from runhealth.analysis import reasons
 from runhealth.errors import StoreError
 from runhealth.ingest import PollRecord, ShardUpdate
 from runhealth.migrations import migrate
@@ -70,6 +71,7 @@ class Store:
         self._recreate_lock = threading.Lock()
         self._remembered: dict[tuple[str, str], Any] = {}  # what set_meta / register_node wrote
         self.incident: tuple[str, float] | None = None  # (plain words, when) after a recreation
+        self._reason_namer: tuple[int, reasons.Namer] | None = None  # (generation, namer)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = self._db()
@@ -222,6 +224,7 @@ class Store:
         """Apply one successful poll reply (a wire.PollReply) atomically; returns the deltas it added."""
         record = ingest.read_poll(cast(PollReply, reply))
         with self.transaction() as db:
+            record = ingest.with_reason_names(record, self._reasons(db).name)  # a bounded set of names
             first_poll = db.execute("SELECT COUNT(*) FROM shards WHERE node = ?", (node,)).fetchone()[0] == 0
             prev = db.execute("SELECT pending_bytes FROM nodes WHERE name = ?", (node,)).fetchone()
             catching_up = bool(prev and prev[0])  # the previous poll left bytes for this one
@@ -256,6 +259,13 @@ class Store:
                 db.execute("UPDATE nodes SET index_bytes_per_s = ? WHERE name = ?", (scanned / (rtt_ms / 1000), node))
         self.write_failures.pop(node, None)  # written again: the store is healthy for this node
         return delta
+
+    def _reasons(self, db: sqlite3.Connection) -> reasons.Namer:
+        """The finish-reason namer, seeded once per file with the names the store holds."""
+        if self._reason_namer is None or self._reason_namer[0] != self._generation:
+            stored = [r[0] for r in db.execute("SELECT DISTINCT finish_reason FROM node_length_counts")]
+            self._reason_namer = (self._generation, reasons.Namer(stored))
+        return self._reason_namer[1]
 
     def record_metrics(self, node: str, values: dict[str, float], ts_unix: float) -> None:
         rows = [(ts_unix, node, name, value) for name, value in values.items() if value is not None]

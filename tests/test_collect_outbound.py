@@ -60,7 +60,9 @@ def _scrape(url: str) -> dict[tuple, float]:
 def test_collect_serves_metrics_and_sends_webhooks_until_sigterm(tmp_path):
     port = _free_port()
     receiver = Receiver(200)
-    env = {**os.environ, "RUNHEALTH_WEBHOOK_URLS": receiver.url(), "PYTHONPATH": str(ROOT)}
+    # a bad port (issue 23 #9) is refused in a sentence; collection and the good webhook go on
+    urls = f"http://127.0.0.1:99999/{SECRET},{receiver.url()}"
+    env = {**os.environ, "RUNHEALTH_WEBHOOK_URLS": urls, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "runhealth", "collect", "--config", str(_config(tmp_path)), "--metrics-port", str(port)],
         cwd=tmp_path,
@@ -92,6 +94,8 @@ def test_collect_serves_metrics_and_sends_webhooks_until_sigterm(tmp_path):
         receiver.close()
     assert proc.returncode == 0, err
     assert f"/metrics on http://127.0.0.1:{port}/metrics" in err and SECRET not in err
+    assert "RUNHEALTH_WEBHOOK_URLS: webhook entry 1 has a port that is not a number from 1 to 65535" in err
+    assert "Traceback" not in err
 
 
 def test_metrics_port_from_config_and_port_in_use_is_a_notice(tmp_path):

@@ -106,7 +106,7 @@ def _notifier(store: Store, urls: list[str], **kw) -> notify.Notifier:
         interval_s=0.05,
         retries=3,
         backoff_s=0.05,
-        timeout_s=2,
+        deadline_s=2,
         tracker=notify.AlertTracker(clear_s=0),
         **kw,
     )
@@ -129,9 +129,9 @@ def test_real_receivers_ok_down_and_500(tmp_path, caplog):
             ("start", "node_down", "node-3"),
             ("start", "node_stale", "node-2"),
         }
-        while not n.queue.empty():
-            url, event = n.queue.get_nowait()
-            n.deliver(url, event)
+        for url, q in n.queues.items():
+            while not q.empty():
+                n.deliver(url, q.get_nowait())
         assert sorted(p["node"] for p in ok.posts) == ["node-2", "node-3"]
         assert all(set(p) >= {"alert", "severity", "run", "node", "value", "since", "resolved"} for p in ok.posts)
         assert len(slack.posts) == 2 and all(set(p) == {"text"} for p in slack.posts)
@@ -202,14 +202,17 @@ def _wait(cond, timeout: float = 15.0) -> None:
 
 def test_urls_come_from_secrets_or_environment_never_the_config(tmp_path):
     secrets = tmp_path / "secrets.toml"
-    assert notify.load_urls(secrets, {}) == []
+    assert notify.load_urls(secrets, {}) == ([], [])
     secrets.write_text(f'[alerts]\nwebhook_urls = ["https://hooks.slack.com/services/{SECRET}", "http://h:81/x"]\n')
-    assert notify.load_urls(secrets, {}) == [f"https://hooks.slack.com/services/{SECRET}", "http://h:81/x"]
+    assert notify.load_urls(secrets, {}) == ([f"https://hooks.slack.com/services/{SECRET}", "http://h:81/x"], [])
     env = {notify.URLS_ENV: f" https://a.example/{SECRET} ,http://b.example/y "}
-    assert notify.load_urls(secrets, env) == [f"https://a.example/{SECRET}", "http://b.example/y"]
-    with pytest.raises(ConfigError) as err:
-        notify.load_urls(secrets, {notify.URLS_ENV: f"ftp://x/{SECRET}"})
-    assert "entry 1" in str(err.value) and SECRET not in str(err.value)
+    assert notify.load_urls(secrets, env) == ([f"https://a.example/{SECRET}", "http://b.example/y"], [])
+    urls, refused = notify.load_urls(secrets, {notify.URLS_ENV: f"ftp://x/{SECRET},http://b.example/y"})
+    assert urls == ["http://b.example/y"] and len(refused) == 1
+    assert "entry 1 is not an http(s) URL" in refused[0] and SECRET not in refused[0]
+    secrets.write_text("[alerts]\nwebhook_urls = 'http://a.example/x'\n")
+    with pytest.raises(ConfigError, match="must be a list"):
+        notify.load_urls(secrets, {})
     assert notify.redact(f"https://hooks.slack.com/services/{SECRET}") == "https://hooks.slack.com/…"
     assert notify.is_slack("https://hooks.slack.com/services/x") and not notify.is_slack("https://a.example/x")
     with pytest.raises(ConfigError, match="secrets.toml"):

@@ -18,6 +18,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from runhealth.analysis import reasons as reason_names
+
 LENGTH = "length"
 MISSING = "missing"
 EXACT_SOURCE = "completion_tokens"
@@ -316,7 +318,7 @@ def summarize(hist: LengthHist, ceiling: int | None = None, unparseable: int = 0
     return Summary(
         completions=hist.total,
         unparseable=int(unparseable),
-        finish_reasons=dict(reasons),
+        finish_reasons=reason_names.bounded(reasons),  # a bounded set: each becomes a row or label
         ceiling_tokens=ceil_tokens,
         ceiling_source=ceil_source,
         at_ceiling=at_ceiling,
