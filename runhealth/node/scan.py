@@ -632,8 +632,10 @@ def _scan_open_file(f, path, entry, budget_bytes, overrides, line_index, deadlin
     idx = line_index(path, st.st_ino) if line_index else [None, -1]  # type: list  # -1: never contiguous
     if start == 0 and idx[1] > 0:
         idx[0], idx[1] = array.array("Q"), 0
-    tally, stop = _Tally(), start + max(0, int(budget_bytes))
-    reader = Reader(f, size, min(size, stop) - start, TAILS.get(path, st.st_ino))
+    tally, stop, tail = _Tally(), start + max(0, int(budget_bytes)), TAILS.get(path, st.st_ino)
+    if entry["reset"]:
+        tail[:] = [-1, -1]  # truncated: what was searched before is gone
+    reader = Reader(f, size, min(size, stop) - start, tail)
     pos, timed_out, skipped = _scan_range(
         reader, start, stop, deadline, tally, TEMPLATES.get(path, st.st_ino), overrides, idx
     )
