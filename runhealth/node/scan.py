@@ -35,7 +35,18 @@ TEMPLATE_MAX_TOKENS = 400  # logprobs-heavy lines: templates would be huge, use 
 MAX_COUNT = 1 << 40
 # One line is held in memory at most this big; a longer one is skipped as malformed. Never
 # below CHUNK_BYTES: a line within one read is counted as read.
-MAX_LINE_BYTES = max(CHUNK_BYTES, int(os.environ.get("RUNHEALTH_MAX_LINE_BYTES") or 64 << 20))
+DEFAULT_MAX_LINE_BYTES = 64 << 20
+
+
+def _line_bound():
+    """MAX_LINE_BYTES: the default, or RUNHEALTH_MAX_LINE_BYTES (tests) when it is a number."""
+    try:
+        return max(CHUNK_BYTES, int(os.environ.get("RUNHEALTH_MAX_LINE_BYTES") or DEFAULT_MAX_LINE_BYTES))
+    except ValueError:
+        return DEFAULT_MAX_LINE_BYTES
+
+
+MAX_LINE_BYTES = _line_bound()
 JSON_SPACE = b" \t\r"  # a line holding only these is blank (jq and pandas skip it), not malformed
 TEXT_KEYS = ("text", "completion", "output", "response")
 HOLE_KEYS = frozenset(("content", "reasoning_content", "reasoning", "prompt", "input") + TEXT_KEYS)
