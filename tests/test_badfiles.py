@@ -78,12 +78,12 @@ def proc_field(pid: int, name: str, field: str) -> int:
     raise AssertionError(f"{field} not in /proc/{pid}/{name}")
 
 
-def nodes_page(tmp_path: Path, store: Store, monkeypatch) -> str:
-    """The rendered Nodes page's text for this store (Streamlit's AppTest, collector off),
-    Markdown's backslash escapes (a `_` in a temp folder's name) taken out."""
+def page_text(tmp_path: Path, store: Store, monkeypatch, page: str = "nodes") -> str:
+    """A rendered page's text for this store (Streamlit's AppTest, collector off), Markdown's
+    backslash escapes (a `_` in a temp folder's name) taken out."""
     st.cache_data.clear()
     st.cache_resource.clear()
-    at = run_page("nodes", write_config(tmp_path, store.path, nodes=1), monkeypatch)
+    at = run_page(page, write_config(tmp_path, store.path, nodes=1), monkeypatch)
     assert_clean(at)
     return texts(at).replace("\\", "")
 
@@ -120,7 +120,7 @@ def test_a_shard_the_agent_may_not_read_is_named_and_the_rest_counted(shared_dir
         assert row["offset"] == 0 and row["lines"] == 0
         assert store.nodes()[0]["last_error"] is None, "the poll itself succeeded"
         assert str(secret) in caplog.text
-        assert f"cannot read {secret}: PermissionError" in nodes_page(tmp_path, store, monkeypatch)
+        assert f"cannot read {secret}: PermissionError" in page_text(tmp_path, store, monkeypatch)
         secret.chmod(0o644)  # fixed: counted from its start, nothing counted twice
         collector.pollers[NODE].poll()
         assert totals(store) == expected(lines + good_lines(3, 100))
@@ -211,7 +211,8 @@ def test_a_shard_without_a_newline_is_read_once_and_named(
         assert row["offset"] == 0 and row["size"] == stuck.stat().st_size
         assert row["error"].startswith(f"unterminated line: {stuck.stat().st_size} bytes from byte offset 0")
         assert str(stuck) in caplog.text and "unterminated" in caplog.text
-        assert f"cannot read {stuck}: unterminated line" in nodes_page(tmp_path, store, monkeypatch)
+        assert f"cannot read {stuck}: unterminated line" in page_text(tmp_path, store, monkeypatch)
+        assert f"{NODE}: 1 shard(s) cannot be read (see Nodes)." in page_text(tmp_path, store, monkeypatch, "overview")
         more = good_lines(2, 300)
         with open(stuck, "a", encoding="utf-8") as f:  # the line ends at last: too long, skipped
             f.write('"}\n' + "".join(more))
