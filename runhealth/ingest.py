@@ -10,11 +10,14 @@ touches no database, so every rule here is testable on a reply dict alone.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from runhealth.analysis.stats import LENGTH
 from runhealth.node.wire import CountRow, DiskEntry, GpuDevice, HostInfo, PollReply, ShardEntry, count_rows
+
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +40,12 @@ class ShardUpdate:
     tokens: int
     error: str | None
     counts: tuple[CountRow, ...]
+    problem: str | None = None  # the shard counts, but something in it is skipped or stuck
+
+    @property
+    def shown_error(self) -> str | None:
+        """What the shard row's error column holds: why it cannot be read, else its problem."""
+        return self.error or self.problem
 
     @property
     def completions(self) -> int:
@@ -56,10 +65,20 @@ class ShardUpdate:
         return out
 
 
+def utf8_text(text: str) -> str:
+    """`text` with any lone surrogate as U+FFFD. The agent sends none (it escapes file names and
+    cleans line text); this keeps a reply from another agent from failing the whole poll."""
+    return text if text.isascii() else _SURROGATE_RE.sub("\ufffd", text)
+
+
+def _opt_text(text: str | None) -> str | None:
+    return None if text is None else utf8_text(text)
+
+
 def shard_update(path: str, entry: ShardEntry) -> ShardUpdate:
     """A reply's file entry as a ShardUpdate (count fields as integers, as the store adds them)."""
     return ShardUpdate(
-        path=path,
+        path=utf8_text(path),
         reset=bool(entry.get("reset")),
         offset_from=entry.get("offset_from"),
         inode=entry.get("inode"),
@@ -68,9 +87,10 @@ def shard_update(path: str, entry: ShardEntry) -> ShardUpdate:
         malformed=int(entry.get("malformed") or 0),
         blank_lines=int(entry.get("blank_lines") or 0),
         tokens=int(entry.get("tokens") or 0),
-        error=entry.get("error"),
+        error=_opt_text(entry.get("error")),
+        problem=_opt_text(entry.get("problem")),
         counts=tuple(
-            CountRow(int(r.tokens), r.finish_reason, int(r.estimated), int(r.count))
+            CountRow(int(r.tokens), _opt_text(r.finish_reason), int(r.estimated), int(r.count))
             for r in count_rows(entry.get("counts") or [])
         ),
     )

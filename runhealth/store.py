@@ -616,6 +616,7 @@ def _apply_shard(
         )
         delta["resets"] += 1
     db.execute("INSERT OR IGNORE INTO shards (node, path) VALUES (?, ?)", (node, path))
+    _log_shard_error(db, node, update)
     completions = update.completions
     rows = [(node, path, r.tokens, r.finish_reason or "", r.estimated, r.count) for r in update.counts]
     db.executemany(
@@ -629,8 +630,10 @@ def _apply_shard(
         [(r[0], *r[2:]) for r in rows],
     )
     db.execute(
-        "UPDATE shards SET inode = ?, offset = ?, size = ?, lines = lines + ?, malformed = malformed + ?,"
-        " blank_lines = blank_lines + ?, tokens = tokens + ?, error = ?, updated_unix = ? WHERE node = ? AND path = ?",
+        # An unreadable shard has no inode or size to report: the last known ones stay.
+        "UPDATE shards SET inode = COALESCE(?, inode), offset = ?, size = COALESCE(?, size), lines = lines + ?,"
+        " malformed = malformed + ?, blank_lines = blank_lines + ?, tokens = tokens + ?, error = ?, updated_unix = ?"
+        " WHERE node = ? AND path = ?",
         (
             update.inode,
             update.offset,
@@ -639,7 +642,7 @@ def _apply_shard(
             update.malformed,
             update.blank_lines,
             update.tokens,
-            update.error,
+            update.shown_error,
             ts_unix,
             node,
             path,
@@ -651,6 +654,14 @@ def _apply_shard(
     delta["length_stops"] += update.length_stops
     for t, n in update.exact_length_stops().items():
         stops[t] = stops.get(t, 0) + n
+
+
+def _log_shard_error(db: sqlite3.Connection, node: str, update: ShardUpdate) -> None:
+    """Log a shard's error or problem when it appears or changes (the screen shows it every poll)."""
+    text = update.shown_error
+    old = db.execute("SELECT error FROM shards WHERE node = ? AND path = ?", (node, update.path)).fetchone()
+    if text is not None and (old is None or old[0] != text):
+        log.warning("%s:%s: %s", node, update.path, text)
 
 
 def _write_health(db: sqlite3.Connection, node: str, record: PollRecord, ts_unix: float) -> None:

@@ -108,6 +108,8 @@ def reference_counts(data: bytes):
         if repaired and fr is not None and any(0xDC80 <= ord(c) <= 0xDCFF for c in fr):
             malformed += 1  # an invalid UTF-8 byte in finish_reason
             continue
+        if fr is not None:  # a lone surrogate (JSON "\\ud800") counts as U+FFFD, storable text
+            fr = "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in fr)
         if type(ct) is int and 0 <= ct <= 1 << 40:
             key = (ct, fr, 0)
         elif ct is not None:  # a count that is negative, huge, a float or a bool: malformed

@@ -74,6 +74,7 @@ class _State:
         self.index = scan.PerFile(lambda: [array.array("Q"), 0])  # [complete-line starts, indexed_to]
         self.rr_cursor = 0  # round-robin start so no shard starves under a small budget
         self.line_stats = scan.LINE_STATS  # lines counted by templates vs json.loads
+        self.skip_notes = scan.PerFile(lambda: [None])  # the last "skipped a too-long line" note per file
 
     def file_index(self, path, inode):
         return self.index.get(path, inode)
@@ -116,6 +117,31 @@ def expand_globs(globs):
 def _path_rank(path):
     """Prefer the real path (no symlink in it), then the shorter, then the first in order."""
     return (os.path.realpath(path) != os.path.abspath(path), len(path), path)
+
+
+def wire_name(path):
+    """The name a path travels under: itself, or for a file name that is not UTF-8 (os.fsdecode
+    keeps the bytes as lone surrogates, which no UTF-8 text can hold) its bytes with each
+    undecodable one written as \\xNN. The dashboard keys its offsets by this name and sends it
+    back, and the agent matches it against the same function of what its globs find."""
+    try:
+        path.encode("utf-8")
+        return path
+    except UnicodeEncodeError:
+        return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _by_wire_name(files):
+    """{wire name: path}; of two files with one wire name (a literal "\\xff" beside a real 0xff
+    byte) the second is left out and returned apart, so neither is counted twice."""
+    named, clashes = {}, []  # type: dict, list
+    for p in files:
+        key = wire_name(p)
+        if key in named:
+            clashes.append(p)
+        else:
+            named[key] = p
+    return named, clashes
 
 
 def _glob_files(pattern):
@@ -188,8 +214,11 @@ def _plan_budget(needs, budget_bytes):
 
 
 def _poll_shards(req):
-    files, unmatched = expand_globs(req.get("globs") or [])
-    state = req.get("state") or {}
+    found, unmatched = expand_globs(req.get("globs") or [])
+    named, clashes = _by_wire_name(found)
+    files = list(named.values())
+    wire_state = req.get("state") or {}
+    state = {p: wire_state.get(k) for k, p in named.items()}  # keyed by the real path from here
     budget = wire.DEFAULT_BUDGET_BYTES if req.get("budget_bytes") is None else int(req["budget_bytes"])
     t0 = time.monotonic()  # "budget_s": scan time limit, kept well inside the caller's timeout
     deadline = None if req.get("budget_s") is None else t0 + float(req["budget_s"])
@@ -202,7 +231,7 @@ def _poll_shards(req):
             continue
         off = int(prev.get("offset") or 0)
         moved = prev.get("inode") not in (None, st.st_ino) or st.st_size < off
-        needs[p] = st.st_size - (0 if moved else off)
+        needs[p] = st.st_size - (0 if moved else _searched_to(p, st, off))
     workers = backfill.resolve_workers(req.get("scan_workers"))
     if backfill.worth_parallel([(p, None, 0, n) for p, n in needs.items()], workers):
         budget *= workers  # budget_bytes is per worker: a backlog goes `workers` times as fast
@@ -224,14 +253,61 @@ def _poll_shards(req):
     pending = sum(e.pop("pending_bytes") for e in out.values())
     by_workers = [e.pop("by_workers", False) for e in out.values()]
     used = backfill.LAST_RUN["workers"] if any(by_workers) else 0
+    for p, e in out.items():
+        e["problem"] = _sticky_problem(p, e)
+        tail = e.pop("tail", None)
+        if tail is not None and e.get("inode") is not None:  # kept here too when a worker found it
+            scan.TAILS.get(p, e["inode"])[:] = tail
+    replies = {wire_name(p): e for p, e in out.items()}
+    for p in clashes:  # named on screen, counted by neither path
+        replies[wire_name(p) + " (second file)"] = _clash_entry(p)
     return {
         "matched": len(files),
         "unmatched_globs": unmatched,
         "pending_bytes": pending,
         "scan_s": round(time.monotonic() - t0, 4),
         "scan_workers": used,
-        "files": out,
+        "files": replies,
     }, files
+
+
+def _searched_to(path, st, offset):
+    """Where the work on a shard starts: its offset, or past an unfinished line at that offset
+    as far as an earlier search found no newline (only bytes added since need a look)."""
+    tail = scan.TAILS.entries.get((path, st.st_ino))
+    if tail is not None and tail[0] == offset and tail[1] <= st.st_size:
+        return tail[1]
+    return offset
+
+
+def _sticky_problem(path, entry):
+    """The entry's problem, else the last too-long line this agent skipped in this file: that
+    line is behind the offset and never scanned again, so the note would vanish next poll."""
+    note = STATE.skip_notes.get(path, entry.get("inode"))
+    if entry.get("reset"):
+        note[0] = None
+    problem = entry.get("problem")
+    if problem and problem.startswith("skipped"):
+        note[0] = problem
+    return problem or note[0]
+
+
+def _clash_entry(path):
+    """A file entry that counts nothing and says why (its wire name is another file's)."""
+    return {
+        "inode": None,
+        "size": None,
+        "offset_from": 0,
+        "offset": 0,
+        "reset": False,
+        "lines": 0,
+        "malformed": 0,
+        "blank_lines": 0,
+        "tokens": 0,
+        "counts": [],
+        "error": "not counted: its name, shown with \\xNN for bytes that are not UTF-8, is another file's",
+        "problem": None,
+    }
 
 
 def _disk(files):
@@ -244,13 +320,13 @@ def _disk(files):
                 continue
             seen.add(dev)
             vfs = os.statvfs(folder)
-            out[folder] = {
+            out[wire_name(folder)] = {
                 "free_bytes": vfs.f_bavail * vfs.f_frsize,
                 "total_bytes": vfs.f_blocks * vfs.f_frsize,
                 "error": None,
             }
         except OSError as exc:
-            out[folder] = {"free_bytes": None, "total_bytes": None, "error": str(exc)}
+            out[wire_name(folder)] = {"free_bytes": None, "total_bytes": None, "error": str(exc)}
     return out
 
 
@@ -324,11 +400,16 @@ def _op_hello(req):
 
 
 # ---------------------------------------------------------------------------- sampling
-def _extend_index(f, idx, size):
+def _extend_index(f, idx, size, tail=None):
     """Append the starts of complete lines after idx[1] with a fast newline split pass."""
-    pos, reader = idx[1], scan.Reader(f, size, size - idx[1])
+    pos, reader = idx[1], scan.Reader(f, size, size - idx[1], tail)
     while pos < size:
         buf, end = reader.lines(pos, scan.CHUNK_BYTES)
+        if buf is None:  # a line too long to hold: indexed (line numbers stay right), never read
+            idx[0].append(pos)
+            pos += end
+            idx[1] = pos
+            continue
         if end == 0:
             break
         parts = buf[:end].split(b"\n")
@@ -378,10 +459,8 @@ def _prompt_text(obj):
 
 def _sample_line(f, path, line_no, start, stop, req, overrides):
     """One sample dict for the line f[start:stop] (line_no counts from 1)."""
-    f.seek(start)
-    obj = scan.load_line(f.read(stop - start).rstrip(b"\n"))
     out = {
-        "path": path,
+        "path": wire_name(path),
         "line_no": line_no,
         "offset": start,
         "tokens": None,
@@ -395,13 +474,28 @@ def _sample_line(f, path, line_no, start, stop, req, overrides):
         "text": None,
         "error": None,
     }
+    if stop - start > scan.MAX_LINE_BYTES:
+        out["error"] = "line of %d bytes, longer than the %d-byte line bound: not read" % (
+            stop - start,
+            scan.MAX_LINE_BYTES,
+        )
+        return out
+    f.seek(start)
+    obj = scan.load_line(f.read(stop - start).rstrip(b"\n"))
     key = None if obj is None else scan.count_key(obj, overrides)
     if key is None:
         out["error"] = "malformed line (not a JSON object, or an invalid token count)"
         return out
-    out["tokens"], out["finish_reason"], out["estimated"] = key
-    text = "\n\n".join(_text_parts(obj))
-    full = _prompt_at(obj, req["prompt_path"]) if req.get("prompt_path") else _prompt_text(obj)
+    out["tokens"], out["finish_reason"], out["estimated"] = key[0], scan.clean_value(key[1]), key[2]
+    _sample_text(out, obj, req)
+    return out
+
+
+def _sample_text(out, obj, req):
+    """The sample's prompt and completion text (heads, tails, whole with full_text), every
+    lone surrogate as U+FFFD so the batch can be stored."""
+    text = scan.clean_text("\n\n".join(_text_parts(obj)))
+    full = scan.clean_value(_prompt_at(obj, req["prompt_path"]) if req.get("prompt_path") else _prompt_text(obj))
     # A message list (prompt_path to "request.messages") is kept whole for continuations.
     prompt = (
         full
@@ -420,7 +514,6 @@ def _sample_line(f, path, line_no, start, stop, req, overrides):
             text=text[:FULL_TEXT_MAX_CHARS],
             prompt=full if isinstance(full, list) else None if full is None else full[:FULL_TEXT_MAX_CHARS],
         )
-    return out
 
 
 def _op_sample(req):
@@ -436,7 +529,7 @@ def _op_sample(req):
             idx = STATE.file_index(p, st.st_ino)
             if st.st_size < idx[1]:
                 idx[0], idx[1] = array.array("Q"), 0
-            _extend_index(f, idx, st.st_size)
+            _extend_index(f, idx, st.st_size, scan.TAILS.get(p, st.st_ino))
             tables.append((p, f, idx[0], len(idx[0]), idx[1]))  # snapshot: polls may extend it
         return _draw(tables, req, overrides, unmatched)
     finally:

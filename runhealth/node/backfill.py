@@ -201,7 +201,9 @@ def _merge(info, results):
         "tokens": 0,
         "counts": [],
         "error": None,
+        "problem": None,
         "pending_bytes": 0,
+        "tail": None,
         "by_workers": True,
     }  # agent.py pops this: its line-start index was not extended
     counts, pos, finished, template_lines = {}, info["start"], False, 0  # type: dict, int, bool, int
@@ -217,6 +219,8 @@ def _merge(info, results):
             if key not in _NOT_SUMMED and isinstance(value, int) and not isinstance(value, bool):
                 entry[key] = entry.get(key, 0) + value
         template_lines += e.get("template_lines", 0)
+        entry["problem"] = e.get("problem") or entry.get("problem")  # text: carried, not summed
+        entry["tail"] = e.get("tail")  # the last piece's unfinished line, as scan_file reports it
         pos = e["offset"]
         finished = piece[4]
         if e["offset"] < piece[3] and not piece[4]:

@@ -6,6 +6,13 @@ there (shards are opened "rb", nothing is written). It holds the field rules tha
 record keeps finish_reason, completion_tokens and its text; the template engine; and
 scan_file(), which counts the complete lines of one shard from an offset within a byte budget,
 with its per-shard template memory kept here.
+
+A line longer than MAX_LINE_BYTES (64 MiB; the environment variable RUNHEALTH_MAX_LINE_BYTES,
+seen by the agent process, lowers it for tests) is skipped as malformed without being held in
+memory, and an unterminated tail is searched for its newline only once: TAILS remembers how far
+a file is known to hold no newline, so a shard with no newline is not re-read on every poll.
+Text taken from a line (finish_reason, sample text) has lone surrogates (a JSON "\\ud800"
+escape) replaced by U+FFFD (clean_text), so every reply encodes as UTF-8 on the dashboard side.
 """
 
 from __future__ import annotations
@@ -26,6 +33,20 @@ TEMPLATE_MAX_TOKENS = 400  # logprobs-heavy lines: templates would be huge, use 
 # No completion has 10^12 tokens; under this bound even 8M such lines sum within SQLite's
 # signed 64-bit INTEGER, so the store can always add up what the scanner counted.
 MAX_COUNT = 1 << 40
+# One line is held in memory at most this big; a longer one is skipped as malformed. Never
+# below CHUNK_BYTES: a line within one read is counted as read.
+DEFAULT_MAX_LINE_BYTES = 64 << 20
+
+
+def _line_bound():
+    """MAX_LINE_BYTES: the default, or RUNHEALTH_MAX_LINE_BYTES (tests) when it is a number."""
+    try:
+        return max(CHUNK_BYTES, int(os.environ.get("RUNHEALTH_MAX_LINE_BYTES") or DEFAULT_MAX_LINE_BYTES))
+    except ValueError:
+        return DEFAULT_MAX_LINE_BYTES
+
+
+MAX_LINE_BYTES = _line_bound()
 JSON_SPACE = b" \t\r"  # a line holding only these is blank (jq and pandas skip it), not malformed
 TEXT_KEYS = ("text", "completion", "output", "response")
 HOLE_KEYS = frozenset(("content", "reasoning_content", "reasoning", "prompt", "input") + TEXT_KEYS)
@@ -49,6 +70,27 @@ class PerFile:
 
 TEMPLATES = PerFile(lambda: [[], [], MAX_TEMPLATE_BUILDS])  # [strict plans, tolerant plans, builds left]
 LINE_STATS = {"template": 0, "json": 0}  # lines counted by each path, process-wide
+TAILS = PerFile(lambda: [-1, -1])  # [line start, offset]: no newline from the start up to offset
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text):
+    """`text` with every lone surrogate (JSON "\\ud800", which json.loads accepts, or an
+    undecodable byte kept by surrogateescape) as U+FFFD, so it encodes as UTF-8 (SQLite, pages)."""
+    if text.isascii():
+        return text
+    return _SURROGATE_RE.sub("\ufffd", text)
+
+
+def clean_value(value):
+    """clean_text through strings, lists and dicts (a sampled message list)."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [clean_value(v) for v in value]
+    if isinstance(value, dict):
+        return {clean_value(k): clean_value(v) for k, v in value.items()}
+    return value
 
 
 # ---------------------------------------------------------------------------- field rules
@@ -458,6 +500,8 @@ def _count_slow(raw, tally, tmpl_state, overrides, learn):
         else:
             tally.malformed += 1
         return
+    if key[1] is not None and not key[1].isascii():
+        key = (key[0], clean_text(key[1]), key[2])  # a "\\ud800" escape: counted as U+FFFD
     tally.slow[key] = tally.slow.get(key, 0) + 1
     if learn and not repaired and tmpl_state[2] > 0 and key[2] == 0:
         _learn(tmpl_state, bytes(raw), obj)
@@ -469,18 +513,26 @@ def _has_placeholder(text):
 
 
 class Reader:
-    """Reads runs of complete lines; full-size chunks reuse one buffer (no page-fault churn)."""
+    """Reads runs of complete lines; full-size chunks reuse one buffer (no page-fault churn).
 
-    def __init__(self, f, size, cap_bytes):
+    `tail` is the file's TAILS entry [line start, offset]: no newline lies from that line start
+    up to that offset, so an unterminated line is searched from where the last search ended.
+    """
+
+    def __init__(self, f, size, cap_bytes, tail=None):
         self.f, self.size = f, size
         self.buf = bytearray(max(1, min(CHUNK_BYTES, cap_bytes)))
+        self.tail = tail if tail is not None else [-1, -1]
 
     def lines(self, pos, want):
         """(buf, end): buf[:end] are complete lines from pos, about `want` bytes of them.
 
         end == 0 when only a half-written line remains. Reads past `want` only to finish a
-        line longer than the budget or the chunk.
+        line longer than the budget or the chunk. buf is None when the line at pos is longer
+        than MAX_LINE_BYTES: it was not read, end is its length (newline included).
         """
+        if self.tail[0] == pos < self.tail[1] <= self.size:
+            return self._long_line(pos, self.tail[1])  # searched before: only new bytes are read
         n = max(1, min(want, self.size - pos, CHUNK_BYTES))
         self.f.seek(pos)
         if n == len(self.buf):
@@ -490,20 +542,39 @@ class Reader:
             buf = self.f.read(n)
         end = buf.rfind(b"\n") + 1
         if end or pos + len(buf) >= self.size:
+            if not end:
+                self.tail[:] = [pos, pos + len(buf)]
             return buf, end
-        return self._long_line(pos, bytearray(buf))
+        return self._long_line(pos, pos + len(buf))
 
-    def _long_line(self, pos, grow):
-        while pos + len(grow) < self.size:
-            more = self.f.read(min(CHUNK_BYTES, self.size - pos - len(grow)))
+    def _long_line(self, pos, search_from):
+        """The line at pos, whose newline lies at or after search_from: found first, then read
+        whole only when it is within MAX_LINE_BYTES, so memory stays bounded."""
+        nl = self._find_newline(pos, search_from)
+        if nl < 0:
+            return b"", 0
+        length = nl + 1 - pos
+        if length > MAX_LINE_BYTES:
+            return None, length
+        self.f.seek(pos)
+        line = self.f.read(length)
+        if len(line) != length or not line.endswith(b"\n"):
+            return b"", 0  # rewritten under us: the next poll reads it again
+        return line, length
+
+    def _find_newline(self, pos, at):
+        """Offset of the first newline from `at` up to the size, or -1 (then TAILS remembers)."""
+        while at < self.size:
+            self.f.seek(at)
+            more = self.f.read(min(CHUNK_BYTES, self.size - at))
             if not more:
                 break
-            cut = more.find(b"\n")
-            if cut >= 0:
-                grow += more[: cut + 1]
-                return grow, len(grow)
-            grow += more
-        return b"", 0
+            k = more.find(b"\n")
+            if k >= 0:
+                return at + k
+            at += len(more)
+        self.tail[:] = [pos, at]
+        return -1
 
 
 def parse_overrides(paths):
@@ -543,7 +614,9 @@ def scan_file(path, inode, offset, budget_bytes, paths=None, line_index=None, de
         "tokens": 0,
         "counts": [],
         "error": None,
+        "problem": None,
         "pending_bytes": 0,
+        "tail": None,  # [offset, up to]: no newline in between (the line at offset is unfinished)
     }
     try:
         with open(path, "rb", buffering=0) as f:
@@ -570,23 +643,13 @@ def _scan_open_file(f, path, entry, budget_bytes, overrides, line_index, deadlin
     idx = line_index(path, st.st_ino) if line_index else [None, -1]  # type: list  # -1: never contiguous
     if start == 0 and idx[1] > 0:
         idx[0], idx[1] = array.array("Q"), 0
-    tmpl_state = TEMPLATES.get(path, st.st_ino)
-    tally, pos, stop = _Tally(), start, start + max(0, int(budget_bytes))
-    reader = Reader(f, size, min(size, stop) - start)
-    t0, timed_out = time.monotonic(), False
-    while pos < size and pos < stop:
-        if deadline is not None and time.monotonic() >= deadline:
-            timed_out = True
-            break
-        want = stop - pos if deadline is None else _timed_want(stop - pos, pos - start, t0, deadline)
-        buf, end = reader.lines(pos, want)
-        if end == 0:
-            break  # a half-written last line stays for the next poll
-        starts = idx[0] if idx[1] == pos else None  # extend the index only when contiguous
-        _scan_chunk(buf, end, tally, tmpl_state, overrides, starts, pos)
-        pos += end
-        if starts is not None:
-            idx[1] = pos
+    tally, stop, tail = _Tally(), start + max(0, int(budget_bytes)), TAILS.get(path, st.st_ino)
+    if entry["reset"]:
+        tail[:] = [-1, -1]  # truncated: what was searched before is gone
+    reader = Reader(f, size, min(size, stop) - start, tail)
+    pos, timed_out, skipped = _scan_range(
+        reader, start, stop, deadline, tally, TEMPLATES.get(path, st.st_ino), overrides, idx
+    )
     LINE_STATS["template"] += sum(tally.fast.values())
     LINE_STATS["json"] += tally.lines - sum(tally.fast.values())
     rows = tally.rows()
@@ -598,4 +661,48 @@ def _scan_open_file(f, path, entry, budget_bytes, overrides, line_index, deadlin
         counts=rows,
         tokens=sum(r[0] * r[3] for r in rows),
         pending_bytes=size - pos if (pos >= stop or timed_out) and pos < size else 0,
+        tail=list(reader.tail) if reader.tail[0] == pos else None,  # agent.py keeps it, pops it
     )
+    entry["problem"] = _problem(skipped, pos, entry["tail"])
+
+
+def _scan_range(reader, start, stop, deadline, tally, tmpl_state, overrides, idx):
+    """Count lines from start to about stop: (offset reached, timed out, [(offset, length)]
+    of lines skipped as longer than MAX_LINE_BYTES)."""
+    pos, size, skipped = start, reader.size, []
+    t0, timed_out = time.monotonic(), False
+    while pos < size and pos < stop:
+        if deadline is not None and time.monotonic() >= deadline:
+            timed_out = True
+            break
+        want = stop - pos if deadline is None else _timed_want(stop - pos, pos - start, t0, deadline)
+        buf, end = reader.lines(pos, want)
+        starts = idx[0] if idx[1] == pos else None  # extend the index only when contiguous
+        if buf is None:  # too long to hold: one malformed line, skipped unread
+            tally.lines, tally.malformed = tally.lines + 1, tally.malformed + 1
+            skipped.append((pos, end))
+            if starts is not None:
+                starts.append(pos)
+        elif end == 0:
+            break  # a half-written last line stays for the next poll
+        else:
+            _scan_chunk(buf, end, tally, tmpl_state, overrides, starts, pos)
+        pos += end
+        if starts is not None:
+            idx[1] = pos
+    return pos, timed_out, skipped
+
+
+def _problem(skipped, pos, tail):
+    """What the screen says about a shard that still counts: lines skipped as too long, or an
+    unterminated line at pos known (tail) to run past MAX_LINE_BYTES (not counted yet)."""
+    if skipped:
+        at, length = skipped[-1]
+        text = (
+            "skipped %d line(s) longer than the %d-byte line bound as malformed (the last: %d bytes at byte offset %d)"
+        )
+        return text % (len(skipped), MAX_LINE_BYTES, length, at)
+    if tail is not None and tail[1] - pos > MAX_LINE_BYTES:
+        text = "unterminated line: %d bytes from byte offset %d have no newline (more than the %d-byte line bound)"
+        return text % (tail[1] - pos, pos, MAX_LINE_BYTES)
+    return None

@@ -85,6 +85,9 @@ def count_rows(rows):
 
 
 # ---------------------------------------------------------------------------- requests
+# Shard paths, as keys of ShardRequest.state, ShardsReply.files and the disk reply, and as
+# SampleRow.path, are the agent's wire names (agent.wire_name): the path itself, or for a file
+# name that is not UTF-8 its bytes with each undecodable one written as \xNN.
 class ShardCursor(TypedDict):
     inode: Optional[int]
     offset: int
@@ -157,7 +160,10 @@ class ShardEntry(TypedDict, total=False):
     blank_lines: int
     tokens: int
     counts: List[CountRow]
-    error: Optional[str]
+    error: Optional[str]  # the shard could not be read (permission, vanished): nothing counted
+    # A problem while the shard still counts: lines skipped as longer than the agent's line
+    # bound (64 MiB), or an unterminated last line over that bound. Absent from older agents.
+    problem: Optional[str]
 
 
 class ShardsReply(TypedDict):
