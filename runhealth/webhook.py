@@ -230,8 +230,10 @@ def post_json(url: str, payload: dict[str, Any], deadline_s: float = DEADLINE_S)
         resp = conn.getresponse()
         resp.read(1024)
         status, location = resp.status, resp.getheader("Location")
-    except Exception:
-        if watchdog.fired:
+    except Exception as exc:
+        # The socket's own timeout (deadline_s of silence) may beat the watchdog by a hair: the
+        # same event, so the same words.
+        if watchdog.fired or isinstance(exc, TimeoutError):
             raise DeliveryError(f"no complete answer within the {deadline_s:g} s deadline") from None
         raise
     finally:
