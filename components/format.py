@@ -1,4 +1,4 @@
-"""Numbers and remote text made ready for the screen: clock times, byte sizes, rates, and
+"""Numbers and remote text made ready for the screen: clock times, byte sizes, rates, windows, and
 markdown escaping for text that comes from the nodes.
 
 Ages ("3 min", "1.2 h") are `runhealth.health.fmt_age`: the core words node states with it, so
@@ -24,6 +24,11 @@ def fmt_bytes(n: float | None) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     return f"{n:.1f} TB"
+
+
+def fmt_window(seconds: float) -> str:
+    """A rate window's length in a label: "1 min", "15 min", "30 s"."""
+    return f"{seconds / 60:g} min" if seconds >= 60 and seconds % 60 == 0 else f"{seconds:g} s"
 
 
 def fmt_rate(x: float | None) -> str:
