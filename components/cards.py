@@ -89,13 +89,13 @@ def render_node_table(
     table = node_table(nodes, stale_after, per_node=per_node)
     if compact:
         extra = ["tok/s (1 min)", "last new"] if per_node is not None else ["GPUs"]
-        table = table[["node", "status", "last seen", *extra, "disk free", "SSH RTT ms"]]
+        table = table[["node", "status", "last seen", *extra, "disk free", "SSH RTT"]]
     styled = table.style.map(
         lambda v: (
             f"background-color: {STATE_COLOUR.get(v, '')}; color: white; font-weight: bold" if v in STATE_COLOUR else ""
         ),
         subset=["status"],
-    ).format(precision=1, subset=["SSH RTT ms"])
+    )
     st.dataframe(styled, hide_index=True, width="stretch")
 
 

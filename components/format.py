@@ -26,6 +26,16 @@ def fmt_bytes(n: float | None) -> str:
     return f"{n:.1f} TB"
 
 
+def fmt_number(x: float | None) -> str:
+    """A plain number for a table cell: whole numbers without decimals ("5", "1,024"), others to
+    three significant digits ("0.873", "12.5"); missing (None, NaN) is "N/A", never "None"."""
+    if x is None or x != x:  # NaN is the one value not equal to itself
+        return "N/A"
+    if float(x).is_integer() or abs(x) >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.3g}"
+
+
 def fmt_window(seconds: float) -> str:
     """A rate window's length in a label: "1 min", "15 min", "30 s"."""
     return f"{seconds / 60:g} min" if seconds >= 60 and seconds % 60 == 0 else f"{seconds:g} s"

@@ -11,6 +11,7 @@ import re
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import store_fixtures
 import streamlit as st
@@ -330,6 +331,31 @@ def test_vllm_own_truncation_count_shows_beside_the_shard_count(tmp_path, monkey
     at = run_page("nodes", config, monkeypatch)
     assert_clean(at)
     assert "Inference servers" in texts(at) and "vllm:kv_cache_usage_perc" in texts(at)
+
+
+def test_nodes_page_tables_show_text_with_units_and_na_for_a_node_never_reached(tmp_path, monkeypatch):
+    """A node never reached (no GPUs, shards or RTT known) and a server metric one node lacks:
+    numeric columns with a gap were floats on screen ("8.000000", "None"); every cell is now text
+    (whole numbers plain, RTT in ms) and a missing value reads "N/A"."""
+    store, config = store_fixtures.make_store(tmp_path, "node_down")
+    now = store.last_collection_unix()
+    store.register_node("node-5", {"name": "node-5", "host": "10.0.0.5", "shards": ["/data/out/*.jsonl"]})
+    store.record_failure("node-5", "connection refused by 10.0.0.5:22", now)
+    store.record_metrics("node-1", {"vllm:num_requests_running": 5.0, "vllm:kv_cache_usage_perc": 0.0}, now)
+    store.record_metrics("node-2", {"vllm:num_requests_running": 3.0}, now)
+    store.close()
+    at = run_page("nodes", config, monkeypatch)
+    assert_clean(at)
+    for frame in at.dataframe:
+        cells = frame.value.to_numpy().ravel()
+        assert all(isinstance(c, str | int | np.integer) for c in cells), frame.value.dtypes
+        assert not [c for c in cells if c in ("None", "nan") or re.fullmatch(r"-?[\d,]+\.\d{4,}", str(c))]
+    table = next(f.value for f in at.dataframe if "SSH RTT" in f.value.columns).set_index("node")
+    assert table.loc["node-5", ["GPUs", "shards", "SSH RTT"]].tolist() == ["N/A", "N/A", "N/A"]
+    assert table.loc["node-1", "GPUs"] == "8" and re.fullmatch(r"\d+ ms", table.loc["node-1", "SSH RTT"])
+    server = next(f.value for f in at.dataframe if "metric" in f.value.columns).set_index("metric")
+    assert server.loc["vllm:num_requests_running", ["node-1", "node-2"]].tolist() == ["5", "3"]
+    assert server.loc["vllm:kv_cache_usage_perc", ["node-1", "node-2"]].tolist() == ["0", "N/A"]
 
 
 def test_an_unreadable_shard_is_named_on_the_nodes_page(tmp_path, monkeypatch):
