@@ -19,6 +19,7 @@ from streamlit.navigation.page import StreamlitPage
 
 from components import cards, context, loaders, runpicker, tables
 from components.format import fmt_clock, md_escape
+from runhealth.config import fix_hint
 from runhealth.health import fmt_age, node_status
 
 CSS = """
@@ -112,8 +113,8 @@ def setup(
     if rt.config_error or rt.config is None or rt.store is None:
         st.error(f"runhealth cannot start: {rt.config_error or 'no run configured'}")
         st.info(
-            f"Fix the field named above in {md_escape(str(rt.config_path or 'the config file'))} and reload the page:"
-            " the dashboard reloads the file when it changes, no restart needed."
+            md_escape(fix_hint(rt.config_error or "", rt.config_path))
+            + " and reload the page: the dashboard reloads the file when it changes, no restart needed."
         )
         st.fragment(run_every=5)(_rerun_when_stale)(rt)  # an open error page clears by itself
         st.stop()

@@ -247,6 +247,18 @@ def test_config_error_names_the_field_and_stops(page, tmp_path, monkeypatch):
     at = run_page(page, bad, monkeypatch)
     assert not at.exception
     assert any("interval_s" in e.value for e in at.error), [e.value for e in at.error]
+    assert any("Fix the field named above" in i.value for i in at.info)  # a field error still points at it
+
+
+def test_a_toml_syntax_error_points_at_its_line_not_at_a_field(tmp_path, monkeypatch):
+    """An unclosed quote names no field: the hint under the error gives the line and column."""
+    bad = tmp_path / "runhealth.toml"
+    bad.write_text('[run]\nname = "r\n\n[[nodes]]\nname = "n1"\n', encoding="utf-8")
+    at = run_page("overview", bad, monkeypatch)
+    assert not at.exception
+    hint = " ".join(i.value for i in at.info)
+    assert "Fix the TOML syntax at line 2, column" in hint and "field named above" not in hint, hint
+    assert f"of {bad}" in hint.replace("\\", "")
 
 
 def test_lengths_page_flags_ceiling_drift(stores, monkeypatch):
