@@ -27,13 +27,14 @@ STATE_BADGE = {"up": "UP", "stale": "STALE", "down": "DOWN", "pending": "PENDING
 
 
 def short_group_labels(df: pd.DataFrame, top_n: int = 25) -> pd.DataFrame:
-    """Groups with short labels (the common prefix removed; `group` keeps the full name) and, when
-    there are more than top_n, the top_n by truncation plus one row summing the rest."""
+    """Groups with short labels (the common folder prefix removed; `group` keeps the full name)
+    and, when there are more than top_n, the top_n by truncation plus one row summing the rest."""
     if df.empty:
         return df.assign(label=[])
     names = df["group"].tolist()
     cut = len(os.path.commonprefix(names)) if len(names) > 1 else 0
-    cut = names[0].rfind("/", 0, cut) + 1 if "/" in names[0][:cut] else cut  # keep whole path parts
+    # Only whole path parts go: node names stay whole ("node-1", not "1", which read as a number).
+    cut = names[0].rfind("/", 0, cut) + 1 if "/" in names[0][:cut] else 0
     out = df.assign(label=[n[cut:] or n for n in names]).sort_values("fraction", ascending=False, kind="stable")
     if len(out) <= top_n:
         return out

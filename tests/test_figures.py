@@ -75,7 +75,8 @@ def test_truncation_by_group_makes_the_drifting_group_stand_out():
     fig = figures.make_truncation_by_group_figure(df, warn=0.02, alert=0.05)
     colours = list(fig.data[0].marker.color)
     assert colours[2] == figures.ALERT_COLOUR and colours[0] != figures.ALERT_COLOUR
-    assert "2,048" in fig.data[0].text[2]
+    assert "2,048" in fig.data[1].text[2]  # the value labels: a text trace at each interval's top
+    assert list(fig.data[1].y) == [0.02, 0.02, 0.02]
 
 
 def test_gpu_heatstrip_has_one_column_per_gpu_and_three_rows():
@@ -114,11 +115,14 @@ def test_truncation_over_time_greys_the_backfill_bucket_and_keeps_context_stops_
         }
     )
     fig = figures.make_truncation_over_time_figure(df, 0.02, 0.05)
-    assert list(fig.data[0].marker.color) == [figures.BACKFILL_COLOUR, figures.CEILING_COLOUR, figures.CEILING_COLOUR]
-    assert fig.data[0].name == "truncated (at the ceiling)"
-    assert abs(fig.data[0].y[1] - 0.16) < 1e-9  # truncated = at the ceiling only
-    assert fig.data[1].name == "length stop below the ceiling" and abs(fig.data[1].y[1] - 0.02) < 1e-9
-    assert len(fig.data) == 2  # no "unknown" trace when every stop has an exact length
+    # The first scan is its own grey trace: one colour per trace, so each legend swatch is its bars' colour.
+    live, first = fig.data[0], fig.data[1]
+    assert live.marker.color == figures.CEILING_COLOUR and first.marker.color == figures.BACKFILL_COLOUR
+    assert live.name == "truncated (at the ceiling)" and first.name == "truncated, first scan"
+    assert pd.isna(live.y[0]) and abs(first.y[0] - 880 / 5000) < 1e-9 and pd.isna(first.y[1])
+    assert abs(live.y[1] - 0.16) < 1e-9  # truncated = at the ceiling only
+    assert fig.data[2].name == "length stop below the ceiling" and abs(fig.data[2].y[1] - 0.02) < 1e-9
+    assert len(fig.data) == 3  # no "unknown" trace when every stop has an exact length
 
 
 def test_whatif_figure_shows_band_interval_and_both_limits():
