@@ -36,6 +36,14 @@ def fmt_number(x: float | None) -> str:
     return f"{x:.3g}"
 
 
+def fmt_percentile_tokens(value: int | None, ceiling: int | None) -> str:
+    """A length percentile; "≥ 8,192" when it sits at the run's ceiling, where the completions
+    were cut and the real percentile is only known to be at least that."""
+    if value is None:
+        return "—"
+    return f"≥ {value:,}" if ceiling is not None and value >= ceiling else f"{value:,}"
+
+
 def fmt_window(seconds: float) -> str:
     """A rate window's length in a label: "1 min", "15 min", "30 s"."""
     return f"{seconds / 60:g} min" if seconds >= 60 and seconds % 60 == 0 else f"{seconds:g} s"

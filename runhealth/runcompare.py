@@ -30,7 +30,8 @@ PROMPTS_UNCHECKED = (
 )
 
 
-NOT_MEASURABLE = "not measurable: both at their ceilings"
+BOTH_AT_CEILING = "both at ceiling"  # a percentile's B - A when both runs' sit at their ceilings
+NOT_MEASURABLE = "not measurable"  # ... and its interval
 
 # Two-sided 95% Student t quantiles by degrees of freedom (a key at or below df is used: conservative).
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
@@ -269,7 +270,7 @@ def _percentile_row(metric: str, p: dict[str, Any]) -> dict[str, str]:
     cut = p["at_ceiling"]
     cells = {k.upper(): ("≥ " if k in cut else "") + f"{p[k]:,}" for k in ("a", "b")}
     if len(cut) == 2:
-        return {"metric": metric, **cells, "B − A": NOT_MEASURABLE, "95% interval": "—"}
+        return {"metric": metric, **cells, "B − A": BOTH_AT_CEILING, "95% interval": NOT_MEASURABLE}
     bound = {("a",): "≤ ", ("b",): "≥ "}.get(tuple(cut), "")
     interval = fmt_interval(p["interval"]) + " (approx.)"
     return {"metric": metric, **cells, "B − A": f"{bound}{p['difference']:+,}", "95% interval": interval}

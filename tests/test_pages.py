@@ -192,6 +192,9 @@ def test_lengths_page_numbers(stores, monkeypatch):
     ), page
     assert "Headline: " in page and "back-test" in page
     assert "sampled truncated completions" in page or "no truncated completion sampled yet" in page
+    # 18% cut: P90 and P99 sit at the ceiling, so they are lower bounds and say so; the median is not.
+    tiles = dict(re.findall(r'rh-label">(P\d\d)</div><div class="rh-value">([^<]+)<', page))
+    assert tiles == {"P50": tiles["P50"], "P90": "≥ 4,096", "P99": "≥ 4,096"} and "≥" not in tiles["P50"], tiles
 
 
 def test_samples_page_shows_hostile_text_literally(stores, monkeypatch):
