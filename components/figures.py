@@ -63,12 +63,13 @@ def _layout(title: str, height: int = 380) -> dict:
 
 
 def pct_axis(top: float) -> dict:
-    """A share axis (0 to about `top`, a fraction) whose tick labels differ: the step is a
-    1-2-5 multiple near top/5 and the labels carry the decimals that step needs (".0%" on a
+    """A share axis (0 to about `top`, a fraction) whose tick labels differ: the step is the
+    1-2-5 multiple nearest top/5 and the labels carry the decimals that step needs (".0%" on a
     0-2.3% axis read "0%, 0%, 1%, 1%, 2%"; here "0.0%, 0.5%, 1.0%, ...")."""
-    raw = max(float(top), 1e-4) / 5
+    top = float(top)
+    raw = (top if math.isfinite(top) and top > 1e-4 else 0.01) / 5  # nothing drawn yet: 0-1%
     mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw * (1 - 1e-9))
+    step = min((m * mag for m in (1, 2, 5, 10)), key=lambda c: abs(math.log(c / raw)))  # 3-8 ticks
     decimals = max(0, -math.floor(math.log10(step * 100) + 1e-9))
     return dict(tickformat=f".{decimals}%", tick0=0, dtick=step, rangemode="tozero")
 
@@ -259,7 +260,7 @@ def make_truncation_by_group_figure(df: pd.DataFrame, warn: float, alert: float)
     )
     shapes = [_hline_shape(warn, dash="dot", color=CEILING_COLOUR), _hline_shape(alert, dash="dot", color=ALERT_COLOUR)]
     notes = [_hline_text(warn, "warn"), _hline_text(alert, "alert")]
-    top = max(float(df["hi"].max()), alert)
+    top = float(np.nanmax([*df["hi"], alert]))
     layout = _layout("Truncation by group", height=360)
     layout.update(
         yaxis=dict(title=dict(text="share at the ceiling"), range=[0, top * 1.2], **pct_axis(top)),

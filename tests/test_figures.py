@@ -307,3 +307,14 @@ def test_the_node_heatmap_shows_what_the_pivoted_one_showed_hover_text_and_no_da
     assert fig.data[0].y[:3] == ("node-1", "node-2", "node-3")  # natural order, node-10 after node-9
     assert custom[2, 0] == custom[2, 1] == "no data" and custom[6, 39] == "no data"
     assert {"min -0 · max -0", "min 0 · max 0", "min 2 · max 2"} <= set(custom.ravel())
+
+
+def test_share_axis_ticks_differ_at_every_scale():
+    """pct_axis: the labels of consecutive ticks differ (d3's ".N%" is Python's "{:.N%}"), from a
+    0.2% tail to a 90% share; an empty or NaN top still gives an axis."""
+    for top in (0.0021, 0.023, 0.05, 0.15, 0.9, 0.0, float("nan")):
+        axis = figures.pct_axis(top)
+        decimals = int(axis["tickformat"][1:-1])
+        ticks = [f"{k * axis['dtick']:.{decimals}%}" for k in range(7)]
+        assert len(set(ticks)) == 7 and axis["tick0"] == 0, (top, ticks)
+        assert 3 <= (top if top == top and top > 1e-4 else 0.01) / axis["dtick"] <= 8
