@@ -18,11 +18,11 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from components.format import fmt_bytes, fmt_rate, md_escape
+from components.format import fmt_bytes, fmt_rate, fmt_window, md_escape
 from components.tables import indexing_progress, last_error_line, node_table, why_empty
 from runhealth import derived
 from runhealth.analysis.stats import Summary
-from runhealth.health import fmt_age, level, node_status
+from runhealth.health import SHORT_WINDOW_S, fmt_age, level, node_status
 from runhealth.records import NodeRow, StoredSample
 
 STATE_COLOUR = {"UP": "#1B5E20", "STALE": "#8A5A00", "DOWN": "#8B1A1A", "PENDING": "#3A3F4B"}
@@ -89,13 +89,13 @@ def render_node_table(
     table = node_table(nodes, stale_after, per_node=per_node)
     if compact:
         extra = ["tok/s (1 min)", "last new"] if per_node is not None else ["GPUs"]
-        table = table[["node", "status", "last seen", *extra, "disk free", "SSH RTT ms"]]
+        table = table[["node", "status", "last seen", *extra, "disk free", "SSH RTT"]]
     styled = table.style.map(
         lambda v: (
             f"background-color: {STATE_COLOUR.get(v, '')}; color: white; font-weight: bold" if v in STATE_COLOUR else ""
         ),
         subset=["status"],
-    ).format(precision=1, subset=["SSH RTT ms"])
+    )
     st.dataframe(styled, hide_index=True, width="stretch")
 
 
@@ -179,7 +179,7 @@ def overview_tiles(
     return [
         tile("Completions", f"{done:,}", done_sub, "ok" if done else "muted"),
         tile(
-            "Tokens / s · last 1 min",
+            f"Tokens / s · last {fmt_window(SHORT_WINDOW_S)}",
             fmt_rate(tps) if tps is not None else "—",
             tps_sub if tps is not None else "waiting for two polls",
             "ok" if tps else "warn" if tps == 0 else "muted",

@@ -13,7 +13,8 @@ import streamlit as st
 
 from components import cards
 from components.figures import ALERT_COLOUR, CEILING_COLOUR, STOP_COLOUR, apply_layout, new_figure, vline
-from runhealth import runcompare
+from components.format import fmt_window
+from runhealth import health, runcompare
 from runhealth.analysis import stats
 from runhealth.store import Store
 
@@ -104,8 +105,9 @@ def render_table(rows: list[dict[str, str]], a: dict, b: dict) -> None:
         "Shares: Wilson 95% intervals per run, Newcombe's for the difference; mean: Welch; percentiles: "
         "order-statistic intervals (approximate). Rates are averages over each run's collected life "
         f"(A: {a['life']['spans']} poll spans, B: {b['life']['spans']}), the interval by batch means over "
-        "consecutive polls (approximate); the Overview's tok/s is the last 5 minutes instead. ≤ / ≥: a percentile "
-        "at its run's ceiling is only a lower bound, so the difference is a bound too."
+        "consecutive polls (approximate); the Overview's tok/s is the last "
+        f"{fmt_window(health.SHORT_WINDOW_S)} instead. ≥: a percentile at its run's ceiling is only a lower bound, "
+        "so the difference is a bound too (≤ or ≥), and not measurable when both are at their ceilings."
     )
 
 

@@ -8,6 +8,7 @@ blue = normal stops, amber = at the ceiling / warning, red = alert or a drifting
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -59,6 +60,23 @@ def _layout(title: str, height: int = 380) -> dict:
         paper_bgcolor="rgba(0,0,0,0)",
         plot_bgcolor="rgba(0,0,0,0)",
     )
+
+
+def pct_axis(top: float) -> dict:
+    """A share axis (0 to about `top`, a fraction) whose tick labels differ: the step is the
+    1-2-5 multiple nearest top/5 and the labels carry the decimals that step needs (".0%" on a
+    0-2.3% axis read "0%, 0%, 1%, 1%, 2%"; here "0.0%, 0.5%, 1.0%, ...")."""
+    top = float(top)
+    raw = (top if math.isfinite(top) and top > 1e-4 else 0.01) / 5  # nothing drawn yet: 0-1%
+    mag = 10 ** math.floor(math.log10(raw))
+    step = min((m * mag for m in (1, 2, 5, 10)), key=lambda c: abs(math.log(c / raw)))  # 3-8 ticks
+    decimals = max(0, -math.floor(math.log10(step * 100) + 1e-9))
+    return dict(tickformat=f".{decimals}%", tick0=0, dtick=step, rangemode="tozero")
+
+
+# Under the plot, left-aligned: clear of a long title at the top left (a legend at the top right
+# ran into it on the half-width GPU charts). `y` is below the x axis' tick labels.
+LEGEND_BELOW = dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0)
 
 
 def apply_layout(fig: go.Figure, title: str, height: int = 380) -> go.Figure:
@@ -200,7 +218,8 @@ def make_cdf_figure(df: pd.DataFrame, ceiling: int | None = None) -> go.Figure:
 def make_truncation_by_group_figure(df: pd.DataFrame, warn: float, alert: float) -> go.Figure:
     """Share at the ceiling per node or shard, with its 95% interval.
 
-    `df` columns: group, fraction, lo, hi, ceiling, drift (bool: this group's ceiling differs).
+    `df` columns: group, fraction, lo, hi, ceiling, drift (bool: this group's ceiling differs);
+    optional label (a short name for the axis; the full one is on hover).
     """
     by_level = {"alert": ALERT_COLOUR, "warn": CEILING_COLOUR, "ok": STOP_COLOUR}
     colours = [
@@ -211,14 +230,13 @@ def make_truncation_by_group_figure(df: pd.DataFrame, warn: float, alert: float)
         f"{f:.1%}" + (f" · ceiling {int(c):,} differs" if d else "")
         for f, c, d in zip(df["fraction"], df["ceiling"].fillna(0), df["drift"], strict=False)
     ]
-    short = df["label"] if "label" in df else df["group"]  # short labels; the full name on hover
+    short = (df["label"] if "label" in df else df["group"]).astype(str)  # names, never numbers
     bar = dict(
         type="bar",
         x=short,
         y=df["fraction"],
         marker=dict(color=colours),
-        text=labels,
-        textposition="outside",
+        showlegend=False,  # the colours are levels, told by the warn / alert rules
         customdata=df[["group"]].assign(n=df.get("completions", 0)),
         hovertemplate="%{customdata[0]}<br>%{y:.1%} of %{customdata[1]:,}<extra></extra>",
         error_y=dict(
@@ -229,14 +247,26 @@ def make_truncation_by_group_figure(df: pd.DataFrame, warn: float, alert: float)
             color="#CCCCCC",
         ),
     )
+    # The value labels sit above each interval's top, not on the bar's top (the error bar ran through them).
+    values = dict(
+        type="scatter",
+        x=short,
+        y=df["hi"],
+        mode="text",
+        text=labels,
+        textposition="top center",
+        showlegend=False,
+        hoverinfo="skip",
+    )
     shapes = [_hline_shape(warn, dash="dot", color=CEILING_COLOUR), _hline_shape(alert, dash="dot", color=ALERT_COLOUR)]
     notes = [_hline_text(warn, "warn"), _hline_text(alert, "alert")]
+    top = float(np.nanmax([*df["hi"], alert]))
     layout = _layout("Truncation by group", height=360)
     layout.update(
-        yaxis=dict(title=dict(text="share at the ceiling"), tickformat=".0%", rangemode="tozero"),
+        yaxis=dict(title=dict(text="share at the ceiling"), range=[0, top * 1.2], **pct_axis(top)),
         xaxis=dict(type="category", tickangle=0 if len(df) <= 8 else -35),
     )
-    return _figure([bar], layout, shapes, notes)
+    return _figure([bar, values], layout, shapes, notes)
 
 
 def make_truncation_over_time_figure(df: pd.DataFrame, warn: float, alert: float) -> go.Figure:
@@ -248,13 +278,16 @@ def make_truncation_over_time_figure(df: pd.DataFrame, warn: float, alert: float
     """
     t = pd.to_datetime(df["bucket_unix"], unit="s")
     n = df["completions"].where(df["completions"] > 0)
-    colours = [BACKFILL_COLOUR if b else CEILING_COLOUR for b in df["backfill"]]
+    share = df["at_ceiling"] / n
+    first = df["backfill"].astype(bool)
+    # One colour per trace: a legend swatch takes its trace's first colour, so first-scan grey
+    # inside the amber trace made the "truncated" swatch grey. The first scan is its own trace.
     data = [
         dict(
             type="bar",
             x=t,
-            y=df["at_ceiling"] / n,
-            marker=dict(color=colours),
+            y=share.where(~first),
+            marker=dict(color=CEILING_COLOUR),
             name="truncated (at the ceiling)",
             customdata=df["completions"],
             hovertemplate="truncated %{y:.1%} of %{customdata} new<extra></extra>",
@@ -269,6 +302,19 @@ def make_truncation_over_time_figure(df: pd.DataFrame, warn: float, alert: float
             hovertemplate="below the ceiling %{y:.1%} of %{customdata} new<extra></extra>",
         ),
     ]
+    if first.any():
+        data.insert(
+            1,
+            dict(
+                type="bar",
+                x=t,
+                y=share.where(first),
+                marker=dict(color=BACKFILL_COLOUR),
+                name="truncated, first scan",
+                customdata=df["completions"],
+                hovertemplate="first scan: truncated %{y:.1%} of %{customdata}<extra></extra>",
+            ),
+        )
     if df["unsplit"].sum() > 0:
         data.append(
             dict(
@@ -281,11 +327,9 @@ def make_truncation_over_time_figure(df: pd.DataFrame, warn: float, alert: float
         )
     shapes = [_hline_shape(warn, dash="dot", color=CEILING_COLOUR), _hline_shape(alert, dash="dot", color=ALERT_COLOUR)]
     notes = [_hline_text(warn, "warn"), _hline_text(alert, "alert")]
+    top = max(float(((df["at_ceiling"] + df["below_ceiling"] + df["unsplit"]) / n).max(skipna=True) or 0), alert)
     layout = _layout("Truncated over time (grey = first scan)", height=320)
-    layout.update(
-        barmode="stack",
-        yaxis=dict(title=dict(text="share of new completions"), tickformat=".0%", rangemode="tozero"),
-    )
+    layout.update(barmode="stack", yaxis=dict(title=dict(text="share of new completions"), **pct_axis(top)))
     return _figure(data, layout, shapes, notes)
 
 
@@ -295,25 +339,31 @@ def make_lengths_over_time_figure(df: pd.DataFrame, ceiling: int | None) -> go.F
     `df` columns: bucket_unix, p50, p90, p99, at_ceiling_fraction, completions, backfill.
     """
     t = pd.to_datetime(df["bucket_unix"], unit="s")
-    colours = [BACKFILL_COLOUR if b else CEILING_COLOUR for b in df["backfill"]]
-    fig = new_figure(
-        go.Bar(
-            x=t,
-            y=df["at_ceiling_fraction"],
-            marker_color=colours,
-            opacity=0.45,
-            yaxis="y2",
-            name="share at ceiling",
-            customdata=df["completions"],
-            hovertemplate="%{y:.1%} of %{customdata} at the ceiling<extra></extra>",
-        )
-    )
+    first = df["backfill"].astype(bool)
+    fig = new_figure()
+    # One colour per bar trace, so each legend swatch is the colour of its bars.
+    for name, rows, colour in (
+        ("share at ceiling", ~first, CEILING_COLOUR),
+        ("share at ceiling, first scan", first, BACKFILL_COLOUR),
+    ):
+        if rows.any():
+            fig.add_bar(
+                x=t,
+                y=df["at_ceiling_fraction"].where(rows),
+                marker_color=colour,
+                opacity=0.45,
+                yaxis="y2",
+                name=name,
+                customdata=df["completions"],
+                hovertemplate="%{y:.1%} of %{customdata} at the ceiling<extra></extra>",
+            )
     for name, dash in (("p50", "solid"), ("p90", "dash"), ("p99", "dot")):
         fig.add_scatter(x=t, y=df[name], mode="lines+markers", name=name, line=dict(color=STOP_COLOUR, dash=dash))
     if ceiling:
         hline(fig, ceiling, f"ceiling {ceiling:,}", dash="dot", color=ALERT_COLOUR)
     fig.update_yaxes(title_text="tokens", rangemode="tozero")
-    fig.update_layout(yaxis2=dict(overlaying="y", side="right", tickformat=".0%", rangemode="tozero", showgrid=False))
+    top = float(df["at_ceiling_fraction"].max(skipna=True) or 0)
+    fig.update_layout(barmode="overlay", yaxis2=dict(overlaying="y", side="right", showgrid=False, **pct_axis(top)))
     return apply_layout(fig, "Lengths per hour, whole run (grey bars = first scan)", height=340)
 
 
@@ -413,8 +463,9 @@ def make_gpu_timeseries_figure(
             fig, float(df[limit_col].max()), f"limit {df[limit_col].max():.0f} {unit}", dash="dash", color=ALERT_COLOUR
         )
     fig.update_yaxes(title_text=unit, rangemode="tozero")
-    fig = apply_layout(fig, title, height=320)
-    fig.update_layout(showlegend=len(fig.data) <= 8)  # dozens of GPUs: hover names them instead
+    fig = apply_layout(fig, title, height=360)
+    # Dozens of GPUs: hover names them instead. The legend under the plot, clear of the title.
+    fig.update_layout(showlegend=len(fig.data) <= 8, legend=LEGEND_BELOW, margin=dict(b=90))
     return fig
 
 
@@ -559,7 +610,8 @@ def make_gpu_band_figure(
                 f"%{{customdata[1]:.0f}}, %{{customdata[2]}} GPUs)<extra></extra>",
             )
         )
-    layout = _layout(title + " · median per node, band = min–max of its GPUs", height=340)
+    layout = _layout(title + " · median per node, band = min–max of its GPUs", height=380)
+    layout.update(legend=LEGEND_BELOW, margin=dict(l=60, r=30, t=60, b=90))  # under the plot, clear of the title
     layout["yaxis"] = dict(
         title=dict(text=unit), rangemode="tozero", **({"range": list(y_range)} if y_range is not None else {})
     )
@@ -631,9 +683,10 @@ def make_whatif_figure(df: pd.DataFrame, ceiling: int, chosen: int, hard_hi: flo
     if hard_hi is not None:
         shapes.append(_hline_shape(hard_hi, dash="dot", color=OTHER_COLOUR))
         notes.append(_hline_text(hard_hi, "today's share (upper bound)"))
+    top = max(float(df[["hi", "band_hi", "fraction"]].max().max()), hard_hi or 0.0)
     layout = _layout("What if max_tokens were raised? (extrapolation)", height=360)
     layout.update(
         xaxis=dict(title=dict(text="max_tokens")),
-        yaxis=dict(title=dict(text="share still stopped at the limit"), tickformat=".0%", rangemode="tozero"),
+        yaxis=dict(title=dict(text="share still stopped at the limit"), **pct_axis(top)),
     )
     return _figure(data, layout, shapes, notes)

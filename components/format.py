@@ -1,4 +1,4 @@
-"""Numbers and remote text made ready for the screen: clock times, byte sizes, rates, and
+"""Numbers and remote text made ready for the screen: clock times, byte sizes, rates, windows, and
 markdown escaping for text that comes from the nodes.
 
 Ages ("3 min", "1.2 h") are `runhealth.health.fmt_age`: the core words node states with it, so
@@ -24,6 +24,29 @@ def fmt_bytes(n: float | None) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     return f"{n:.1f} TB"
+
+
+def fmt_number(x: float | None) -> str:
+    """A plain number for a table cell: whole numbers without decimals ("5", "1,024"), others to
+    three significant digits ("0.873", "12.5"); missing (None, NaN) is "N/A", never "None"."""
+    if x is None or x != x:  # NaN is the one value not equal to itself
+        return "N/A"
+    if float(x).is_integer() or abs(x) >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.3g}"
+
+
+def fmt_percentile_tokens(value: int | None, ceiling: int | None) -> str:
+    """A length percentile; "≥ 8,192" when it sits at the run's ceiling, where the completions
+    were cut and the real percentile is only known to be at least that."""
+    if value is None:
+        return "—"
+    return f"≥ {value:,}" if ceiling is not None and value >= ceiling else f"{value:,}"
+
+
+def fmt_window(seconds: float) -> str:
+    """A rate window's length in a label: "1 min", "15 min", "30 s"."""
+    return f"{seconds / 60:g} min" if seconds >= 60 and seconds % 60 == 0 else f"{seconds:g} s"
 
 
 def fmt_rate(x: float | None) -> str:

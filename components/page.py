@@ -19,6 +19,7 @@ from streamlit.navigation.page import StreamlitPage
 
 from components import cards, context, loaders, runpicker, tables
 from components.format import fmt_clock, md_escape
+from runhealth.config import fix_hint
 from runhealth.health import fmt_age, node_status
 
 CSS = """
@@ -66,7 +67,9 @@ h1 {font-size: 3rem !important}
 </style>
 """
 # ?theme=light: light page, tiles and alerts for projectors. Chart text is darkened; tables (drawn
-# on a canvas) keep their dark styling.
+# on a canvas) keep their dark styling. The sidebar's text, the run picker and the buttons are
+# set too: Streamlit's dark theme left them white on the white page and dark buttons under dark
+# text (tests/test_browser.py measures the contrast).
 LIGHT_CSS = """
 <style>
 [data-testid="stApp"], [data-testid="stSidebar"] {background: #FFFFFF; color: #111418}
@@ -88,6 +91,21 @@ LIGHT_CSS = """
 [data-testid="stAlertContainer"]:has([data-testid="stAlertContentSuccess"]) p {color: #0F5130}
 [data-testid="stCaptionContainer"], [data-testid="stProgress"] p {color: #30343C}
 [data-testid="stApp"] .js-plotly-plot text {fill: #1A1D23 !important}
+[data-testid="stSidebar"] {background: #F3F5F8}
+[data-testid="stSidebar"] :is(p, span, label, h1, h2, h3, li, a, small) {color: #111418}
+[data-testid="stSidebar"] [data-testid="stCaptionContainer"] :is(p, span) {color: #30343C}
+[data-testid="stSidebar"] .rh-demo {color: #FFFFFF}
+.rh-age-old {color: #B00020 !important}
+[data-testid="stSidebar"] [data-testid="stSelectbox"] div:has(> input) {background-color: #FFFFFF !important;
+  border: 1px solid #8A909A}
+[data-testid="stSidebar"] [data-testid="stSelectbox"] :is(input, button, svg) {color: #111418 !important;
+  -webkit-text-fill-color: #111418}
+[data-testid="stSidebar"] [data-testid="stTooltipIcon"] svg {color: #30343C !important; opacity: 1}
+[data-testid="stApp"] button:is([kind="secondary"], [kind="secondaryFormSubmit"]) {
+  background: #FFFFFF; color: #111418; border: 1px solid #8A909A}
+[data-testid="stApp"] button:is([kind="secondary"], [kind="secondaryFormSubmit"]):hover {
+  background: #E3EEFF; color: #0B3A75; border-color: #0B5FD0}
+[data-testid="stApp"] button:is([kind="secondary"], [kind="secondaryFormSubmit"]) * {color: inherit}
 </style>
 """
 KIOSK_ROTATION = ("overview", "lengths", "gpus")  # Nodes joins only while a node is down
@@ -112,8 +130,8 @@ def setup(
     if rt.config_error or rt.config is None or rt.store is None:
         st.error(f"runhealth cannot start: {rt.config_error or 'no run configured'}")
         st.info(
-            f"Fix the field named above in {md_escape(str(rt.config_path or 'the config file'))} and reload the page:"
-            " the dashboard reloads the file when it changes, no restart needed."
+            md_escape(fix_hint(rt.config_error or "", rt.config_path))
+            + " and reload the page: the dashboard reloads the file when it changes, no restart needed."
         )
         st.fragment(run_every=5)(_rerun_when_stale)(rt)  # an open error page clears by itself
         st.stop()

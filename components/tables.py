@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from components.format import fmt_bytes, fmt_rate
+from components.format import fmt_bytes, fmt_number, fmt_rate
 from runhealth import derived
 from runhealth.analysis import stats
 from runhealth.analysis.stats import Summary
@@ -27,13 +27,14 @@ STATE_BADGE = {"up": "UP", "stale": "STALE", "down": "DOWN", "pending": "PENDING
 
 
 def short_group_labels(df: pd.DataFrame, top_n: int = 25) -> pd.DataFrame:
-    """Groups with short labels (the common prefix removed; `group` keeps the full name) and, when
-    there are more than top_n, the top_n by truncation plus one row summing the rest."""
+    """Groups with short labels (the common folder prefix removed; `group` keeps the full name)
+    and, when there are more than top_n, the top_n by truncation plus one row summing the rest."""
     if df.empty:
         return df.assign(label=[])
     names = df["group"].tolist()
     cut = len(os.path.commonprefix(names)) if len(names) > 1 else 0
-    cut = names[0].rfind("/", 0, cut) + 1 if "/" in names[0][:cut] else cut  # keep whole path parts
+    # Only whole path parts go: node names stay whole ("node-1", not "1", which read as a number).
+    cut = names[0].rfind("/", 0, cut) + 1 if "/" in names[0][:cut] else 0
     out = df.assign(label=[n[cut:] or n for n in names]).sort_values("fraction", ascending=False, kind="stable")
     if len(out) <= top_n:
         return out
@@ -114,10 +115,12 @@ def node_table(
                 "status": STATE_BADGE[state],
                 "detail": why,
                 "last seen": fmt_age(now - ok) if (ok := n.get("last_ok_unix")) else "never",
-                "GPUs": n.get("gpus_found"),
-                "shards": n.get("shards_matched"),
+                # Text cells, units in them: a numeric column with a gap became floats ("5.000000",
+                # "None") on screen; a node never reached has "N/A" here.
+                "GPUs": fmt_number(n.get("gpus_found")),
+                "shards": fmt_number(n.get("shards_matched")),
                 "disk free": fmt_bytes(min(free)) if free else "N/A",
-                "SSH RTT ms": n.get("rtt_ms"),
+                "SSH RTT": f"{rtt:.0f} ms" if (rtt := n.get("rtt_ms")) is not None else "N/A",
             }
         )
         if per_node is not None:
@@ -126,6 +129,11 @@ def node_table(
             grown = r.last_growth_unix if r else None
             rows[-1]["last new"] = f"{fmt_age(now - grown)} ago" if grown else "N/A"
     return pd.DataFrame(rows)
+
+
+def server_metrics_table(metrics: pd.DataFrame) -> pd.DataFrame:
+    """loaders.load_server_metrics (metric x node) as text: "N/A" where a node has no value."""
+    return metrics.apply(lambda col: col.map(fmt_number)).reset_index().rename(columns={"name": "metric"})
 
 
 def indexing_progress(nodes: list[NodeRow]) -> tuple[float, str] | None:

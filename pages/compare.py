@@ -28,11 +28,8 @@ ONE_RUN = False  # the page shows two runs: no "Run: <name>" line, no run picker
 
 
 def default_pair(runs: list[context.RunHandle]) -> tuple[int, int]:
-    """B: the first live run (else the first); A: of the others, the one with the lowest ceiling."""
-    b = next((i for i, h in enumerate(runs) if not h.finished), 0)
-    others = [i for i in range(len(runs)) if i != b]
-    a = min(others, key=lambda i: runs[i].config.max_output_tokens or 10**9)
-    return a, b
+    """(A, B) the page opens with: A the older run, B the newer (runhealth.runcompare.default_pair)."""
+    return runcompare.default_pair([(h.finished, h.config.max_output_tokens) for h in runs])
 
 
 def pick_runs(runs: list[context.RunHandle]) -> tuple[context.RunHandle, context.RunHandle]:

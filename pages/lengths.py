@@ -13,7 +13,7 @@ import streamlit as st
 
 from components import cards, figcache, figures, jobs, loaders, page, precomputed, tables, whatif_view
 from components.context import PageRuntime
-from components.format import md_escape
+from components.format import fmt_percentile_tokens, md_escape
 from runhealth.analysis import continuation
 from runhealth.analysis.eta import eta_change
 from runhealth.analysis.stats import Summary
@@ -31,8 +31,9 @@ def render_summary(rt: PageRuntime, s: Summary) -> None:
         [
             cards.truncation_tile(s, rt.config.truncation_warn_fraction, rt.config.truncation_alert_fraction),
             *[
-                cards.tile(k, f"{v:,}" if v is not None else "—", f"tokens{est}")
+                cards.tile(k, text, f"tokens{est}" + (" · at the ceiling: a lower bound" if text[0] == "≥" else ""))
                 for k, v in (("P50", tok.p50), ("P90", tok.p90), ("P99", tok.p99))
+                for text in [fmt_percentile_tokens(v, s.ceiling_tokens)]
             ],
             cards.tile("Mean / max", f"{tok.mean:,.0f}", f"max {tok.max:,} tokens{est}"),
         ]

@@ -39,9 +39,11 @@ def render_node(rt: PageRuntime, node: NodeRow, now: float, shards) -> None:
     if not mine.empty:
         with st.expander(f"{len(mine)} shard(s) on {node['name']}", expanded=not broken.empty):
             st.dataframe(
-                mine.assign(size=mine["size"].map(fmt_bytes), offset=mine["offset"].map(fmt_bytes)).rename(
-                    columns={"offset": "indexed"}
-                ),
+                mine.assign(
+                    size=mine["size"].map(fmt_bytes),
+                    offset=mine["offset"].map(fmt_bytes),
+                    error=mine["error"].fillna("—"),
+                ).rename(columns={"offset": "indexed"}),
                 hide_index=True,
                 width="stretch",
             )
@@ -62,7 +64,7 @@ def render_page(rt: PageRuntime) -> None:
     server = loaders.load_server_metrics(rt.store)
     if not server.empty:
         st.subheader("Inference servers (latest /metrics values)")
-        st.dataframe(server, width="stretch")
+        st.dataframe(tables.server_metrics_table(server), hide_index=True, width="stretch")
     page.guarded(render_outbound)(rt)
 
 

@@ -49,6 +49,8 @@ DEFAULT_CONFIG_NAME = "runhealth.toml"
 SECRETS_PATH = Path(".streamlit") / "secrets.toml"
 # The node interpreter rule; protocol.py checks the launch argv against it too.
 PYTHON_RE = re.compile(r"^[A-Za-z0-9_./+-]+$")
+TOML_SYNTAX = "not valid TOML"  # in every syntax error's message (here and runhealth.runs)
+_TOML_AT = re.compile(r"\(at line (\d+), column (\d+)\)")  # tomllib's "(at line 3, column 5)"
 _NAME_RE = r"^[A-Za-z0-9_.@:-]{1,64}$"
 _NAME_MUST = "must be 1-64 letters, digits, '_.@:-'"
 
@@ -390,9 +392,26 @@ def load_config(path: str | os.PathLike, secrets_path: Path | None = None) -> Ru
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read config file: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        raise ConfigError(f"{path}: {TOML_SYNTAX}: {exc}") from None
     config = parse_config(raw, source=str(path))
     return apply_secrets(config, secrets_path if secrets_path is not None else SECRETS_PATH)
+
+
+def fix_hint(error: str, path: str | os.PathLike | None) -> str:
+    """What to do about config error `error` (a ConfigError's text) in file `path`, in one
+    clause for the line under the error: a syntax error names its line and column (there is no
+    field to name), a missing file says how to point at one, any other error names a field."""
+    where = str(path or "the config file")
+    if TOML_SYNTAX in error:
+        at = _TOML_AT.search(error)
+        return (
+            f"Fix the TOML syntax at line {at[1]}, column {at[2]} of {where}"
+            if at
+            else f"Fix the TOML syntax in {where}"
+        )
+    if "config file not found" in error:
+        return f"Create {where} (or point --config / {CONFIG_ENV} at your config)"
+    return f"Fix the field named above in {where}"
 
 
 def parse_config(raw: dict[str, Any], source: str = "<config>") -> RunConfig:

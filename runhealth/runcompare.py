@@ -5,8 +5,8 @@ the page compares; `compare_runs(a, b)` puts two of them side by side: the diffe
 with 95% intervals (runhealth.analysis.compare), the rates, A's what-if forecast checked against B, and
 the one-sentence "B vs A" headline.
 
-Rates here are averages over the run's whole collected life, not the last five minutes the
-Overview shows: a finished run has no "now". Each node's rate is a ratio estimator, the tokens
+Rates here are averages over the run's whole collected life, not the Overview's short window
+(runhealth.health.SHORT_WINDOW_S): a finished run has no "now". Each node's rate is a ratio estimator, the tokens
 of its non-backfill polls over the time they span (the first index of old shards is not
 throughput); the run's rate is the sum over nodes. Its interval comes from batch means
 (neighbouring polls are alike, so spans are pooled into ~n^(1/3) consecutive batches and the
@@ -30,9 +30,25 @@ PROMPTS_UNCHECKED = (
 )
 
 
+BOTH_AT_CEILING = "both at ceiling"  # a percentile's B - A when both runs' sit at their ceilings
+NOT_MEASURABLE = "not measurable"  # ... and its interval
+
 # Two-sided 95% Student t quantiles by degrees of freedom (a key at or below df is used: conservative).
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 T975.update({12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980})
+
+
+def default_pair(runs: list[tuple[bool, int | None]]) -> tuple[int, int]:
+    """Which two of `runs` ((finished, ceiling_tokens) each, config order) Compare opens with:
+    (index of A, index of B), A the before and B the after.
+
+    Runs are ordered oldest first: finished before live, then the lower ceiling (a relaunch
+    raises it), then config order. B is the newest, A the one just before it, so two live
+    runs at 4,096 and 8,192 open as A = 4,096, B = 8,192, as a finished 8,192 run and its live
+    4,096 relaunch open as A = 8,192, B = 4,096 (the finished one is older whatever its ceiling).
+    """
+    order = sorted(range(len(runs)), key=lambda i: (not runs[i][0], runs[i][1] or 10**9, i))
+    return order[-2], order[-1]
 
 
 def t975(df: int) -> float:
@@ -241,22 +257,23 @@ def comparison_rows(a: dict[str, Any], b: dict[str, Any], cmp: dict[str, Any]) -
     for key, label in (("p50", "median"), ("p90", "P90"), ("p99", "P99")):
         p = d.get(key)
         if p:
-            # A percentile at its run's ceiling is only a lower bound (those completions were cut):
-            # with A's there, B - A is at most the figure; with B's there, at least.
-            bound = {("a",): "≤ ", ("b",): "≥ "}.get(tuple(p["at_ceiling"]), "")
-            both = " (both at their ceilings)" if len(p["at_ceiling"]) == 2 else ""
-            rows.append(
-                {
-                    "metric": f"{label} tokens",
-                    "A": f"{p['a']:,}",
-                    "B": f"{p['b']:,}",
-                    "B − A": f"{bound}{p['difference']:+,}{both}",
-                    "95% interval": fmt_interval(p["interval"]) + " (approx.)",
-                }
-            )
+            rows.append(_percentile_row(f"{label} tokens", p))
     rows.extend(_rate_rows(a, b, cmp["rates"]))
     rows.append({"metric": "ETA", "A": _eta_text(a), "B": _eta_text(b), "B − A": "", "95% interval": ""})
     return rows
+
+
+def _percentile_row(metric: str, p: dict[str, Any]) -> dict[str, str]:
+    """A percentile's row. One at its run's ceiling is only a lower bound (those completions were
+    cut): its cell reads "≥"; with A's there, B - A is at most the figure, with B's there at
+    least; with both there, B - A is the gap between the ceilings, not a measurement."""
+    cut = p["at_ceiling"]
+    cells = {k.upper(): ("≥ " if k in cut else "") + f"{p[k]:,}" for k in ("a", "b")}
+    if len(cut) == 2:
+        return {"metric": metric, **cells, "B − A": BOTH_AT_CEILING, "95% interval": NOT_MEASURABLE}
+    bound = {("a",): "≤ ", ("b",): "≥ "}.get(tuple(cut), "")
+    interval = fmt_interval(p["interval"]) + " (approx.)"
+    return {"metric": metric, **cells, "B − A": f"{bound}{p['difference']:+,}", "95% interval": interval}
 
 
 def _rate_rows(a: dict, b: dict, changes: dict) -> list[dict[str, str]]:

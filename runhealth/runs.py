@@ -36,7 +36,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from runhealth.config import SECRETS_PATH, RunConfig, apply_secrets, load_config, parse_config
+from runhealth.config import SECRETS_PATH, TOML_SYNTAX, RunConfig, apply_secrets, load_config, parse_config
 from runhealth.errors import ConfigError
 
 STORE_SUFFIX = ".sqlite3"
@@ -61,7 +61,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read config file: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        raise ConfigError(f"{path}: {TOML_SYNTAX}: {exc}") from None
 
 
 def load_runs(path: str | os.PathLike, secrets_path: Path | None = None) -> list[RunEntry]:

@@ -223,3 +223,51 @@ def test_a_deep_link_on_a_fresh_server_opens_without_page_not_found(tmp_path, br
             assert page.get_by_text("Page not found").count() == 0
         finally:
             page.close()
+
+
+# The colours a reader gets: each element's text colour over the background it really sits on
+# (its own and its ancestors' background colours composited from the page down), and their WCAG
+# 2 contrast ratio (https://www.w3.org/TR/WCAG21/#dfn-contrast-ratio).
+CONTRAST_JS = """sel => {
+  const parse = c => { const m = c.match(/[\\d.]+/g).map(Number); return [m[0], m[1], m[2], m.length > 3 ? m[3] : 1]; };
+  const over = (top, base) => top.slice(0, 3).map((v, i) => v * top[3] + base[i] * (1 - top[3]));
+  const lum = rgb => { const l = rgb.map(v => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; });
+                       return 0.2126 * l[0] + 0.7152 * l[1] + 0.0722 * l[2]; };
+  const out = [];
+  for (const el of document.querySelectorAll(sel)) {
+    const own = Array.from(el.childNodes).some(n => n.nodeType === 3 && n.textContent.trim())
+                || (el.tagName === 'INPUT' && el.value);  // the run picker's current value
+    const r = el.getBoundingClientRect();
+    if (!own || r.width === 0 || r.height === 0 || el.closest('button:disabled')) continue;
+    const layers = [];
+    for (let a = el; a; a = a.parentElement) layers.push(parse(getComputedStyle(a).backgroundColor));
+    let bg = [255, 255, 255];
+    for (const layer of layers.reverse()) bg = over(layer, bg);
+    const style = getComputedStyle(el);
+    const fg = over(parse(style.webkitTextFillColor || style.color), bg);
+    const [hi, lo] = [lum(fg), lum(bg)].sort((x, y) => y - x);
+    out.push({tag: el.tagName, text: (el.value || el.textContent).trim().slice(0, 40), ratio: (hi + 0.05) / (lo + 0.05),
+              fg: fg.map(Math.round), bg: bg.map(Math.round)});
+  }
+  return out;
+}"""
+
+
+def test_light_theme_sidebar_and_buttons_are_readable(server_url, browser_page):
+    """?theme=light outside kiosk: every sidebar text and every button label has a WCAG contrast
+    of at least 4.5:1 against what it is drawn on (it was white on white, dark on dark buttons)."""
+    page = browser_page
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.goto(f"{server_url}/?theme=light", wait_until="domcontentloaded")
+    page.get_by_role("button", name="Refresh now").wait_for(timeout=60_000)
+    tile_value(page, "Tokens / s")
+    page.wait_for_timeout(1000)
+    page.screenshot(path=str(ARTIFACTS / "overview_light.png"))
+    sidebar = page.evaluate(CONTRAST_JS, '[data-testid="stSidebar"] *')
+    buttons = page.evaluate(CONTRAST_JS, "button, button *")
+    names = {s["text"] for s in sidebar}
+    assert {"Overview", "Compare runs", "Refresh now"} <= names, names  # the nav, a button
+    assert [s["text"] for s in sidebar if s["tag"] == "INPUT"] == ["demo-8192"]  # the run picker's value
+    assert any(b["text"] == "Refresh now" for b in buttons), buttons
+    poor = [f"{s['ratio']:.2f} {s['text']!r}: {s['fg']} on {s['bg']}" for s in sidebar + buttons if s["ratio"] < 4.5]
+    assert not poor, "\n".join(poor)

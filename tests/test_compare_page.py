@@ -18,7 +18,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 from test_pages import _clear_streamlit_caches, open_app  # noqa: F401 (autouse fixture: caches leak between AppTests)
 
-from components import compare_view
+from components import compare_view, context
+from pages import compare as compare_page
 from runhealth import demo, runcompare
 from runhealth.analysis import rates
 from runhealth.store import Store
@@ -193,7 +194,13 @@ def test_compare_page_over_the_demo(demo_cache, monkeypatch):
     tps_b = float(table.loc["tok/s per GPU", "B: demo-8192"].split()[0].replace(",", ""))
     assert abs(tps_b / demo.TOKENS_PER_S_B - 1) < 0.06
     assert table.loc["P90 tokens", "B − A"].startswith("≤ +")  # A's P90 is its ceiling: a lower bound
-    assert table.loc["P99 tokens", "B − A"].endswith("(both at their ceilings)")
+    # Every percentile at its ceiling is a lower bound, and says so; two of them give no difference.
+    assert table.loc["P90 tokens", "A: demo-4096"] == "≥ 4,096"
+    assert table.loc["P99 tokens", "A: demo-4096"] == "≥ 4,096"
+    assert table.loc["P99 tokens", "B: demo-8192"] == "≥ 8,192"
+    assert not table.loc["median tokens", "B: demo-8192"].startswith("≥")
+    assert table.loc["P99 tokens", "B − A"] == "both at ceiling"
+    assert table.loc["P99 tokens", "95% interval"] == "not measurable"  # was "+4,096 to +4,096"
     assert at.success and "falls inside the predicted interval" in at.success[0].value
     a, b = numbers(demo_cache)
     assert f"A: n = {a['summary'].completions:,} completions, B: n = {b['summary'].completions:,}" in text
@@ -201,6 +208,32 @@ def test_compare_page_over_the_demo(demo_cache, monkeypatch):
     assert "A demo-4096: Numbers as of" in text and "finished, not polled any more" in text
     at.selectbox(key="compare_run_a").set_value("demo-8192").run()
     assert "Pick two different runs." in page_text(at)
+
+
+def test_compare_footnote_names_the_overview_tiles_window(demo_cache, monkeypatch):
+    """The footnote says which window the Overview's tok/s covers: the one on the tile's label."""
+    overview = page_text(run("overview", demo_cache, monkeypatch))
+    window = re.search(r"Tokens / s · last ([^<]+?)<", overview)
+    assert window, overview
+    compare = page_text(run("compare", demo_cache, monkeypatch))
+    assert f"the Overview's tok/s is the last {window.group(1)} instead" in compare
+
+
+@pytest.mark.parametrize("order", [(4096, 8192), (8192, 4096)])
+def test_two_live_runs_open_with_the_lower_ceiling_as_a(order, tmp_path):
+    """Both runs live (a relaunch collected beside the run it replaces): A is the 4,096 run
+    whatever the config order; a finished run is A even when its ceiling is higher."""
+    handles = [
+        context.RunHandle(
+            demo.demo_config(tmp_path / str(c), name=f"run-{c}", max_output_tokens=c), Store(tmp_path / f"{c}.db")
+        )
+        for c in order
+    ]
+    a, b = compare_page.default_pair(handles)
+    assert (handles[a].config.max_output_tokens, handles[b].config.max_output_tokens) == (4096, 8192)
+    handles[order.index(8192)].finished = True  # the 8,192 run is over, its 4,096 relaunch live
+    a, b = compare_page.default_pair(handles)
+    assert (handles[a].config.max_output_tokens, handles[b].config.max_output_tokens) == (8192, 4096)
 
 
 def test_run_picker_switches_every_page(demo_cache, monkeypatch):

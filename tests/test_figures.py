@@ -75,7 +75,8 @@ def test_truncation_by_group_makes_the_drifting_group_stand_out():
     fig = figures.make_truncation_by_group_figure(df, warn=0.02, alert=0.05)
     colours = list(fig.data[0].marker.color)
     assert colours[2] == figures.ALERT_COLOUR and colours[0] != figures.ALERT_COLOUR
-    assert "2,048" in fig.data[0].text[2]
+    assert "2,048" in fig.data[1].text[2]  # the value labels: a text trace at each interval's top
+    assert list(fig.data[1].y) == [0.02, 0.02, 0.02]
 
 
 def test_gpu_heatstrip_has_one_column_per_gpu_and_three_rows():
@@ -114,11 +115,14 @@ def test_truncation_over_time_greys_the_backfill_bucket_and_keeps_context_stops_
         }
     )
     fig = figures.make_truncation_over_time_figure(df, 0.02, 0.05)
-    assert list(fig.data[0].marker.color) == [figures.BACKFILL_COLOUR, figures.CEILING_COLOUR, figures.CEILING_COLOUR]
-    assert fig.data[0].name == "truncated (at the ceiling)"
-    assert abs(fig.data[0].y[1] - 0.16) < 1e-9  # truncated = at the ceiling only
-    assert fig.data[1].name == "length stop below the ceiling" and abs(fig.data[1].y[1] - 0.02) < 1e-9
-    assert len(fig.data) == 2  # no "unknown" trace when every stop has an exact length
+    # The first scan is its own grey trace: one colour per trace, so each legend swatch is its bars' colour.
+    live, first = fig.data[0], fig.data[1]
+    assert live.marker.color == figures.CEILING_COLOUR and first.marker.color == figures.BACKFILL_COLOUR
+    assert live.name == "truncated (at the ceiling)" and first.name == "truncated, first scan"
+    assert pd.isna(live.y[0]) and abs(first.y[0] - 880 / 5000) < 1e-9 and pd.isna(first.y[1])
+    assert abs(live.y[1] - 0.16) < 1e-9  # truncated = at the ceiling only
+    assert fig.data[2].name == "length stop below the ceiling" and abs(fig.data[2].y[1] - 0.02) < 1e-9
+    assert len(fig.data) == 3  # no "unknown" trace when every stop has an exact length
 
 
 def test_whatif_figure_shows_band_interval_and_both_limits():
@@ -303,3 +307,14 @@ def test_the_node_heatmap_shows_what_the_pivoted_one_showed_hover_text_and_no_da
     assert fig.data[0].y[:3] == ("node-1", "node-2", "node-3")  # natural order, node-10 after node-9
     assert custom[2, 0] == custom[2, 1] == "no data" and custom[6, 39] == "no data"
     assert {"min -0 · max -0", "min 0 · max 0", "min 2 · max 2"} <= set(custom.ravel())
+
+
+def test_share_axis_ticks_differ_at_every_scale():
+    """pct_axis: the labels of consecutive ticks differ (d3's ".N%" is Python's "{:.N%}"), from a
+    0.2% tail to a 90% share; an empty or NaN top still gives an axis."""
+    for top in (0.0021, 0.023, 0.05, 0.15, 0.9, 0.0, float("nan")):
+        axis = figures.pct_axis(top)
+        decimals = int(axis["tickformat"][1:-1])
+        ticks = [f"{k * axis['dtick']:.{decimals}%}" for k in range(7)]
+        assert len(set(ticks)) == 7 and axis["tick0"] == 0, (top, ticks)
+        assert 3 <= (top if top == top and top > 1e-4 else 0.01) / axis["dtick"] <= 8

@@ -11,6 +11,7 @@ import re
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import store_fixtures
 import streamlit as st
@@ -191,6 +192,9 @@ def test_lengths_page_numbers(stores, monkeypatch):
     ), page
     assert "Headline: " in page and "back-test" in page
     assert "sampled truncated completions" in page or "no truncated completion sampled yet" in page
+    # 18% cut: P90 and P99 sit at the ceiling, so they are lower bounds and say so; the median is not.
+    tiles = dict(re.findall(r'rh-label">(P\d\d)</div><div class="rh-value">([^<]+)<', page))
+    assert tiles == {"P50": tiles["P50"], "P90": "≥ 4,096", "P99": "≥ 4,096"} and "≥" not in tiles["P50"], tiles
 
 
 def test_samples_page_shows_hostile_text_literally(stores, monkeypatch):
@@ -246,6 +250,18 @@ def test_config_error_names_the_field_and_stops(page, tmp_path, monkeypatch):
     at = run_page(page, bad, monkeypatch)
     assert not at.exception
     assert any("interval_s" in e.value for e in at.error), [e.value for e in at.error]
+    assert any("Fix the field named above" in i.value for i in at.info)  # a field error still points at it
+
+
+def test_a_toml_syntax_error_points_at_its_line_not_at_a_field(tmp_path, monkeypatch):
+    """An unclosed quote names no field: the hint under the error gives the line and column."""
+    bad = tmp_path / "runhealth.toml"
+    bad.write_text('[run]\nname = "r\n\n[[nodes]]\nname = "n1"\n', encoding="utf-8")
+    at = run_page("overview", bad, monkeypatch)
+    assert not at.exception
+    hint = " ".join(i.value for i in at.info)
+    assert "Fix the TOML syntax at line 2, column" in hint and "field named above" not in hint, hint
+    assert f"of {bad}" in hint.replace("\\", "")
 
 
 def test_lengths_page_flags_ceiling_drift(stores, monkeypatch):
@@ -330,6 +346,31 @@ def test_vllm_own_truncation_count_shows_beside_the_shard_count(tmp_path, monkey
     at = run_page("nodes", config, monkeypatch)
     assert_clean(at)
     assert "Inference servers" in texts(at) and "vllm:kv_cache_usage_perc" in texts(at)
+
+
+def test_nodes_page_tables_show_text_with_units_and_na_for_a_node_never_reached(tmp_path, monkeypatch):
+    """A node never reached (no GPUs, shards or RTT known) and a server metric one node lacks:
+    numeric columns with a gap were floats on screen ("8.000000", "None"); every cell is now text
+    (whole numbers plain, RTT in ms) and a missing value reads "N/A"."""
+    store, config = store_fixtures.make_store(tmp_path, "node_down")
+    now = store.last_collection_unix()
+    store.register_node("node-5", {"name": "node-5", "host": "10.0.0.5", "shards": ["/data/out/*.jsonl"]})
+    store.record_failure("node-5", "connection refused by 10.0.0.5:22", now)
+    store.record_metrics("node-1", {"vllm:num_requests_running": 5.0, "vllm:kv_cache_usage_perc": 0.0}, now)
+    store.record_metrics("node-2", {"vllm:num_requests_running": 3.0}, now)
+    store.close()
+    at = run_page("nodes", config, monkeypatch)
+    assert_clean(at)
+    for frame in at.dataframe:
+        cells = frame.value.to_numpy().ravel()
+        assert all(isinstance(c, str | int | np.integer) for c in cells), frame.value.dtypes
+        assert not [c for c in cells if c in ("None", "nan") or re.fullmatch(r"-?[\d,]+\.\d{4,}", str(c))]
+    table = next(f.value for f in at.dataframe if "SSH RTT" in f.value.columns).set_index("node")
+    assert table.loc["node-5", ["GPUs", "shards", "SSH RTT"]].tolist() == ["N/A", "N/A", "N/A"]
+    assert table.loc["node-1", "GPUs"] == "8" and re.fullmatch(r"\d+ ms", table.loc["node-1", "SSH RTT"])
+    server = next(f.value for f in at.dataframe if "metric" in f.value.columns).set_index("metric")
+    assert server.loc["vllm:num_requests_running", ["node-1", "node-2"]].tolist() == ["5", "3"]
+    assert server.loc["vllm:kv_cache_usage_perc", ["node-1", "node-2"]].tolist() == ["0", "N/A"]
 
 
 def test_an_unreadable_shard_is_named_on_the_nodes_page(tmp_path, monkeypatch):
