@@ -203,3 +203,11 @@ def stored_count(path: Path) -> int:
         return sum(r["count"] for r in store.length_counts())
     finally:
         store.close()
+
+
+def test_readme_installs_only_from_folders_pip_can_install():
+    """`pip install ./runhealth` (the package folder, no pyproject.toml there) fails; `.` works."""
+    text = (ROOT / "README.md").read_text()
+    paths = re.findall(r"pip install (\.[^\s`]*)", text)
+    assert paths, "README.md lost its install line"
+    assert all((ROOT / p / "pyproject.toml").is_file() for p in paths), paths
