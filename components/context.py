@@ -151,7 +151,8 @@ def _reload(runset: RunSet, previous: Runtime | None) -> Runtime:
                 store.close()
             raise
 
-    runset.reload(apply=open_stores)
+    if runset.reload(apply=open_stores) is None and not runset.entries:
+        raise ConfigError(runset.error or "no run configured")  # unchanged, and it never loaded
     stores = {**kept, **opened}
     handles = [RunHandle(e.config, stores[store_key(e.config)], finished=e.finished) for e in runset.entries]
     for h in handles:
