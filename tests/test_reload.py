@@ -162,3 +162,30 @@ def test_is_stale_only_for_the_runtime_that_follows_the_file(tmp_path, monkeypat
     assert context.is_stale(held)  # the sidebar's fragment then reruns the page
     assert not context.is_stale(loose)  # a runtime a test built by hand never triggers reruns
     assert not context.is_stale(context.get_runtime())
+
+
+def test_refresh_now_in_the_viewer_asks_the_collector_process(tmp_path, monkeypatch):
+    """`runhealth dashboard` names its collector in RUNHEALTH_COLLECTOR_PID: the viewer's "Refresh
+    now" (rt.collector.request_refresh) makes that process poll at once, long before its interval."""
+    from test_packaging import start_collect, stored_count
+
+    path = tmp_path / "runhealth.toml"
+    write(path, config_text(tmp_path, interval="60"))
+    proc = start_collect(path)
+    try:
+        store = tmp_path / "r.sqlite3"
+        deadline = time.monotonic() + 30
+        while not (store.exists() and stored_count(store) == 50) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        write_shard(tmp_path / "n1" / "a.jsonl", truth_rows(20, 4), mode="a")
+        monkeypatch.setenv("RUNHEALTH_CONFIG", str(path))
+        monkeypatch.setenv("RUNHEALTH_COLLECTOR", "off")
+        monkeypatch.setenv("RUNHEALTH_COLLECTOR_PID", str(proc.pid))
+        context.get_runtime().collector.request_refresh()
+        deadline = time.monotonic() + 20
+        while stored_count(store) < 70 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert stored_count(store) == 70
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)

@@ -124,3 +124,22 @@ def test_runset_keeps_the_last_good_runs_and_the_latest_error(tmp_path):
     change = runset.reload()
     assert runset.error is None and change is not None
     assert change.changed == ["run-b"] and change.added == [] and change.removed == []
+
+
+def test_sigusr1_polls_every_node_now(tmp_path):
+    """The dashboard's "Refresh now" reaches the collector process as SIGUSR1."""
+    import signal
+
+    config = tmp_path / "runhealth.toml"
+    config.write_text(two_runs(tmp_path, str(tmp_path / "b.sqlite3")).replace("interval_s = 0.5", "interval_s = 60"))
+    proc = start_collect(config)
+    try:
+        wait_for_count(proc, tmp_path / "a.sqlite3", 60)  # the first poll comes at once
+        write_shard(tmp_path / "a" / "s.jsonl", truth_rows(25, 9), mode="a")
+        proc.send_signal(signal.SIGUSR1)
+        wait_for_count(proc, tmp_path / "a.sqlite3", 85)  # within 30 s, not after the 60 s interval
+        err = stop(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "collector stopped" in err
