@@ -67,20 +67,22 @@ def start_collector(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
     return proc
 
 
-def supervise(children: list[subprocess.Popen]) -> int:
-    """Wait until a signal arrives or a child exits; then stop every child. Returns the exit code."""
+def supervise(children: dict[str, subprocess.Popen]) -> int:
+    """Wait until a signal arrives or a child exits; then stop every child. Returns the exit code
+    (0 after a signal, else the code of the child that ended)."""
     stopping: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda signum, _frame: stopping.append(signum))
     code = 0
     while not stopping:
-        ended = [p for p in children if p.poll() is not None]
+        ended = [(name, p) for name, p in children.items() if p.poll() is not None]
         if ended:
-            code = ended[0].returncode or 0
-            print(f"runhealth dashboard: {_name(ended[0])} exited ({code}); stopping", file=sys.stderr, flush=True)
+            name, proc = ended[0]
+            code = proc.returncode or 0
+            print(f"runhealth dashboard: {name} exited ({code}); stopping", file=sys.stderr, flush=True)
             break
         time.sleep(0.2)
-    stop_all(children)
+    stop_all(list(children.values()))
     return code
 
 
@@ -98,27 +100,22 @@ def stop_all(children: list[subprocess.Popen]) -> None:
             proc.wait()
 
 
-def _name(proc: subprocess.Popen) -> str:
-    return "the collector" if "collect" in proc.args else "streamlit"  # type: ignore[operator]
-
-
 def run_dashboard(
     viewer: tuple[list[str], dict[str, str]],
     collector: tuple[list[str], dict[str, str]] | None,
     announce: Callable[[], None],
 ) -> int:
     """Start the collector (if any), then the viewer; `announce` prints the URL in between."""
-    children: list[subprocess.Popen] = []
+    children: dict[str, subprocess.Popen] = {}
     try:
         if collector is not None:
-            proc = start_collector(*collector)
-            children.append(proc)
+            proc = children["the collector"] = start_collector(*collector)
             if proc.poll() is not None:
                 print("runhealth dashboard: the collector did not start (its error is above)", file=sys.stderr)
                 return proc.returncode or 2
             viewer[1]["RUNHEALTH_COLLECTOR_PID"] = str(proc.pid)
         announce()
-        children.append(_spawn(*viewer))
+        children["streamlit"] = _spawn(*viewer)
         return supervise(children)
     finally:
-        stop_all(children)
+        stop_all(list(children.values()))

@@ -99,6 +99,18 @@ def metrics_total(url: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
 
 
+def healthy(url: str, timeout_s: float = 60) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            time.sleep(0.3)
+    return False
+
+
 def test_collects_serves_metrics_and_sends_webhooks_with_no_page_open(tmp_path):
     metrics_port, port, receiver = _free_port(), _free_port(), Receiver(200)
     config = local_config(tmp_path, metrics_port)
@@ -121,8 +133,7 @@ def test_collects_serves_metrics_and_sends_webhooks_with_no_page_open(tmp_path):
         alert = next(p for p in receiver.posts if p["node"] == "down")
         assert alert["run"] == "dash-test" and alert["alert"] == "node_down", alert
         assert f"runhealth dashboard on http://127.0.0.1:{port}" in log and SECRET not in log
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=5) as r:
-            assert r.status == 200  # the viewer is up too
+        assert healthy(f"http://127.0.0.1:{port}/_stcore/health"), log  # the viewer comes up too
         kids = children(proc.pid)
         assert len(kids) >= 2, kids
         proc.send_signal(signal.SIGTERM)
@@ -151,6 +162,38 @@ def test_a_killed_launcher_leaves_no_collector_behind(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_when_the_collector_dies_the_dashboard_ends_too(tmp_path):
+    """Exit of either child ends both: a viewer with no collector behind it would look healthy."""
+    config = local_config(tmp_path, _free_port())
+    proc = start_dashboard(tmp_path, ["--config", str(config), "--port", str(_free_port())])
+    try:
+        deadline = time.monotonic() + 60
+        while len(direct := direct_children(proc.pid)) < 2 and time.monotonic() < deadline:
+            assert proc.poll() is None, (tmp_path / "dashboard.log").read_text()
+            time.sleep(0.2)
+        kids = children(proc.pid)
+        collector = next(p for p in direct if b"collect" in Path(f"/proc/{p}/cmdline").read_bytes())
+        os.kill(collector, signal.SIGKILL)
+        assert proc.wait(timeout=30) != 0
+        assert wait_gone(kids) == []
+        assert "the collector exited" in (tmp_path / "dashboard.log").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def direct_children(pid: int) -> list[int]:
+    return [p for p in children(pid) if _ppid(p) == pid]
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, IndexError):
+        return None
 
 
 def test_a_busy_port_fails_before_the_url_and_starts_nothing(tmp_path):
