@@ -213,4 +213,4 @@ def _first_start(service: Service, wait_for_config: bool) -> None:
     except RunhealthError as exc:
         if not wait_for_config:
             raise
-        _log(f"config does not load, collecting starts once it does: {exc}")
+        _log(f"not collecting yet (tried again when the config file changes): {exc}")
