@@ -143,3 +143,31 @@ def test_sigusr1_polls_every_node_now(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert "collector stopped" in err
+
+
+def test_reload_to_a_store_another_process_collects_into_keeps_the_previous_runs(tmp_path):
+    """The new set loads and its store opens, but another collector holds it: the restart is
+    undone and the previous runs collect on (the path that stops and restarts collectors)."""
+    other_dir, mine_dir = tmp_path / "other", tmp_path / "mine"
+    other_dir.mkdir(), mine_dir.mkdir()
+    other = other_dir / "runhealth.toml"
+    other.write_text(two_runs(other_dir, str(other_dir / "b.sqlite3")), encoding="utf-8")
+    mine = mine_dir / "runhealth.toml"
+    mine.write_text(two_runs(mine_dir, str(mine_dir / "b.sqlite3")), encoding="utf-8")
+    holder, proc = start_collect(other), start_collect(mine)
+    try:
+        wait_for_count(holder, other_dir / "a.sqlite3", 60)
+        wait_for_count(proc, mine_dir / "b.sqlite3", 40)
+        rewrite(mine, two_runs(mine_dir, str(other_dir / "b.sqlite3")))  # run b -> the other's store
+        time.sleep(2.5)
+        assert proc.poll() is None, proc.stderr.read()
+        still_collecting(proc, mine_dir / "b" / "s.jsonl", mine_dir / "b.sqlite3", 40)
+        still_collecting(proc, mine_dir / "a" / "s.jsonl", mine_dir / "a.sqlite3", 60)
+        err = stop(proc)
+    finally:
+        for p in (proc, holder):
+            if p.poll() is None:
+                p.terminate()
+                p.communicate(timeout=30)
+    assert KEPT in err and "another runhealth process is already collecting" in err, err
+    assert stored_count(other_dir / "b.sqlite3") == 40  # the other collector's counts untouched
