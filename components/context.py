@@ -1,35 +1,42 @@
-"""The dashboard process's one runtime: config, store, collector (and the demo simulator).
+"""The dashboard process's one runtime: the runs of the config file and their stores, read only.
 
-`get_runtime()` keeps one runtime per process in an `st.cache_resource` holder, so however
-many browser tabs are open the process holds one store and one collector, and pages never talk
-to nodes themselves. With no config file it serves the built-in demo run through the same
-collector and agent a real run uses. `RUNHEALTH_COLLECTOR=off` (`runhealth dashboard
---no-collect`) renders from the store alone: tests, or a viewer next to `runhealth collect`.
+The dashboard is a viewer: `runhealth dashboard` runs the collector as a process of its own
+(`runhealth collect`, runhealth/service.py) and starts this one with RUNHEALTH_COLLECTOR=off, as
+does `--no-collect` next to the systemd unit. `streamlit run app.py` alone (the variable unset)
+runs that same service in a thread of this process, so the demo still works with no launcher.
 
-Every page run compares the config file's (path, mtime, size) with the runtime's: when the file
-changed, was created or was fixed, the runtime is rebuilt (collector restarted with the new
-nodes, the store kept when its path is unchanged), so no change to the config needs a restart.
+`get_runtime()` keeps one `runhealth.runset.RunSet` per process in an `st.cache_resource`
+holder and checks the config file's (path, mtime, size) on every page run: a good edit rebuilds
+the runtime (stores kept when their path is unchanged); a bad one keeps the last good runtime
+with `config_error` set, which every page shows as a banner (components/page.py) while it goes
+on showing the last good numbers. Each live run gets an unstarted `Collector` (register=False):
+the Samples page draws through its transports; "Refresh now" asks the collecting process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import os
+import signal
 import threading
 from pathlib import Path
 from typing import Protocol, cast
 
 import streamlit as st
 
-from runhealth import demo, runs
+from runhealth import demo, runs, service
 from runhealth.collector import Collector
 from runhealth.config import RunConfig, RunContext, find_config_path
-from runhealth.demo import Simulator
-from runhealth.errors import RunhealthError
-from runhealth.outbound import Outbound, start_outbound
+from runhealth.errors import ConfigError, RunhealthError
+from runhealth.outbound import Outbound
+from runhealth.runset import RunSet, store_key
 from runhealth.store import Store
 
+log = logging.getLogger(__name__)
 COLLECTOR_ENV = "RUNHEALTH_COLLECTOR"
+COLLECTOR_PID_ENV = "RUNHEALTH_COLLECTOR_PID"  # set by `runhealth dashboard`: SIGUSR1 polls now
 
 
 @dataclasses.dataclass
@@ -44,7 +51,8 @@ class RunHandle:
 
 @dataclasses.dataclass
 class Runtime:
-    """What every page reads from. `config_error` is set (and the rest None) when the config is bad."""
+    """What every page reads from. `config_error`: the latest edit of the config was refused; with
+    `config` set this is the last good runtime (pages show it under a banner), else nothing loaded."""
 
     config: RunConfig | None
     store: Store | None
@@ -52,7 +60,6 @@ class Runtime:
     demo: bool = False  # context.demo, kept as its own field for the pages
     context: RunContext = dataclasses.field(default_factory=RunContext)  # where the config came from
     config_error: str | None = None
-    simulator: Simulator | None = None
     notice: str | None = None  # why this process is not collecting, when it is not
     config_path: Path | None = None  # the file loaded, absolute; None: the built-in demo
     signature: tuple | None = None  # config_signature() when built: a change means rebuild
@@ -108,78 +115,102 @@ def build_runtime() -> Runtime:
     return build_runtime_for(_config_path())
 
 
+def _runset(path: Path | None) -> RunSet:
+    """The runs this process shows: the file's, or the demo's (read only: no simulator here)."""
+    if path is not None:  # a run whose entry was removed is still shown (finished, from its store)
+        return RunSet(path, lambda: _with_found(runs.load_runs(path)))
+    return RunSet(None, lambda: _with_found([runs.RunEntry(c, f) for c, f in demo.demo_runs()]), demo.DEMO_CONTEXT)
+
+
+def _with_found(entries: list[runs.RunEntry]) -> list[runs.RunEntry]:
+    return entries + runs.discover_finished(entries)
+
+
 def build_runtime_for(path: Path | None, previous: Runtime | None = None) -> Runtime:
-    """Load `path` (None: the demo), open each run's store (or keep `previous`'s) and start collecting."""
-    collect, simulator = collecting(), None
+    """Load `path` (None: the demo) and open each run's store (or keep `previous`'s)."""
+    runset = _runset(path)
     try:
-        if path is not None:
-            entries = runs.load_runs(path)
-            entries += runs.discover_finished(entries)
-            context = RunContext.for_file(path)
-        else:
-            simulator = previous.simulator if previous and previous.demo else None
-            if collect and simulator is None:
-                simulator = demo.live_simulator()
-                if not simulator.start():  # another dashboard process already simulates
-                    simulator = None
-            entries = [
-                runs.RunEntry(c, f)
-                for c, f in demo.demo_runs(metrics_port=simulator.metrics_port if simulator else None)
-            ]
-            context = demo.DEMO_CONTEXT
-        kept = {h.store.path: h.store for h in (previous.runs if previous else [])}
-        handles = [
-            RunHandle(
-                e.config,
-                kept.get(e.config.resolved_store_path()) or Store(e.config.resolved_store_path()),
-                finished=e.finished,
-            )
-            for e in entries
-        ]
-        if simulator is not None:  # this process writes the demo: run A's history too, once
-            for h in handles:
-                if h.finished:
-                    demo.fill_finished(h.config, h.store)
-    except RunhealthError as exc:
-        return Runtime(
-            config=None, store=None, config_error=str(exc), config_path=path, signature=config_signature(path)
-        )
+        return _reload(runset, previous)
+    except ConfigError:
+        return _failed(runset, None)
+
+
+def _reload(runset: RunSet, previous: Runtime | None) -> Runtime:
+    """The runtime of `runset` after a reload; raises ConfigError (last good set kept) on a bad edit."""
+    kept = {store_key(h.config): h.store for h in (previous.runs if previous else [])}
+    opened: dict[Path, Store] = {}
+
+    def open_stores(entries: list[runs.RunEntry]) -> None:  # all or none, before the set is accepted
+        try:
+            for e in entries:
+                key = store_key(e.config)
+                if key not in kept and key not in opened:
+                    opened[key] = Store(e.config.resolved_store_path())
+        except RunhealthError:
+            for store in opened.values():
+                store.close()
+            raise
+
+    if runset.reload(apply=open_stores) is None and not runset.entries:
+        raise ConfigError(runset.error or "no run configured")  # unchanged, and it never loaded
+    stores = {**kept, **opened}
+    handles = [RunHandle(e.config, stores[store_key(e.config)], finished=e.finished) for e in runset.entries]
+    for h in handles:
+        if not h.finished:  # draws samples through the nodes' transports; never polls
+            h.collector = ViewerCollector(h.config, h.store, context=runset.context, register=False)
     shown = next((h for h in handles if not h.finished), handles[0])
-    runtime = Runtime(
+    return Runtime(
         config=shown.config,
         store=shown.store,
-        demo=context.demo,
-        context=context,
-        simulator=simulator,
-        config_path=path,
-        signature=config_signature(path),
+        collector=shown.collector,
+        demo=runset.context.demo,
+        context=runset.context,
+        config_path=runset.path,
+        signature=config_signature(runset.path),
         runs=handles,
     )
-    if collect:
-        _start_collectors(runtime)
-    return runtime
 
 
-def _start_collectors(runtime: Runtime) -> None:
-    """One collector per live run; /metrics (all of them on one port) and webhooks for every live run."""
-    for h in runtime.runs:
-        if h.finished:
-            continue
-        collector = Collector(h.config, h.store, context=runtime.context)
+def _failed(runset: RunSet, last_good: Runtime | None) -> Runtime:
+    """After a refused edit: the last good runtime with the error as its banner (or the error alone)."""
+    signature = config_signature(runset.path)
+    if last_good is None or last_good.config is None:
+        return Runtime(config=None, store=None, config_error=runset.error, config_path=runset.path, signature=signature)
+    return dataclasses.replace(last_good, config_error=runset.error, signature=signature)
+
+
+class ViewerCollector(Collector):
+    """A run's collector as the viewer holds it: never started; "Refresh now" asks the process
+    that collects (SIGUSR1 to `runhealth dashboard`'s collector, or this process's own thread)."""
+
+    def request_refresh(self) -> None:
+        holder = _holder()
+        if holder.inprocess is not None:
+            holder.inprocess.refresh.set()
+        pid = os.environ.get(COLLECTOR_PID_ENV, "")
+        if pid.isdigit():
+            with contextlib.suppress(OSError):
+                os.kill(int(pid), signal.SIGUSR1)
+
+
+@dataclasses.dataclass
+class InProcess:
+    """`runhealth collect` in a thread of this process (`streamlit run app.py` alone)."""
+
+    path: Path | None
+    stop: threading.Event = dataclasses.field(default_factory=threading.Event)
+    refresh: threading.Event = dataclasses.field(default_factory=threading.Event)
+    error: str | None = None
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="runhealth-collect", daemon=True).start()
+
+    def _run(self) -> None:
         try:
-            collector.start()
-            h.collector = collector
-        except RunhealthError as exc:
-            runtime.notice = f"run {h.config.name}: {exc}"
-    shown = next((h for h in runtime.runs if h.store is runtime.store), None)
-    if shown is not None and shown.collector is not None:
-        runtime.collector = shown.collector
-    live = [(h.config, h.store) for h in runtime.runs if h.collector is not None]
-    if live:
-        try:
-            runtime.outbound = start_outbound(live, context=runtime.context)
-        except RunhealthError as exc:
-            runtime.notice = str(exc)
+            service.run_collector(self.path, self.stop, refresh=self.refresh, wait_for_config=True)
+        except RunhealthError as exc:  # e.g. another process already runs the demo
+            self.error = f"not collecting in this process: {exc}"
+            log.warning("%s", self.error)
 
 
 def _config_path() -> Path | None:
@@ -188,11 +219,13 @@ def _config_path() -> Path | None:
 
 
 class _Holder:
-    """The process's current runtime, swapped under a lock when the config file changes."""
+    """The process's runs (one RunSet) and current runtime, swapped under a lock on a config change."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self.runset: RunSet | None = None
         self.runtime: Runtime | None = None
+        self.inprocess: InProcess | None = None
 
 
 @st.cache_resource(show_spinner=False, max_entries=1)
@@ -201,24 +234,46 @@ def _holder() -> _Holder:
 
 
 def get_runtime() -> Runtime:
-    """The runtime for the config as it is on disk now (rebuilt when the file changed)."""
+    """The runtime for the config as it is on disk now (rebuilt after a good edit; after a bad
+    one the last good runtime, its `config_error` naming the file and the error)."""
     holder = _holder()
     path = _config_path()
     with holder.lock:
         old = holder.runtime
         if old is not None and old.config_path == path and old.signature == config_signature(path):
             return old
-        if old is not None and old.outbound is not None:
-            old.outbound.stop()  # frees the /metrics port and ends its webhook senders
-        for h in old.runs if old is not None else []:
-            if h.collector is not None:
-                h.collector.stop()  # releases the store's collector lock for the new collector
-        new = build_runtime_for(path, previous=old)
-        if old is not None and old.simulator is not None and old.simulator is not new.simulator:
-            old.simulator.stop()  # the demo is no longer shown
+        if holder.runset is None or holder.runset.path != path:
+            holder.runset, old = _runset(path), None  # another file: nothing of the old one is kept
+            _follow_in_process(holder, path)
+        try:
+            new = _reload(holder.runset, old)
+            _close_dropped(old, new)
+        except ConfigError:
+            new = _failed(holder.runset, old)
+        if holder.inprocess is not None and holder.inprocess.error:
+            new.notice = holder.inprocess.error
         new.follows_file = True
         holder.runtime = new
         return new
+
+
+def _close_dropped(old: Runtime | None, new: Runtime) -> None:
+    """Stop the old runtime's samplers; close the stores the new one no longer reads."""
+    for h in old.runs if old is not None else []:
+        if h.collector is not None:
+            h.collector.stop()
+        if all(n.store is not h.store for n in new.runs):
+            h.store.close()
+
+
+def _follow_in_process(holder: _Holder, path: Path | None) -> None:
+    """With the collector on in this process, (re)start its service thread for `path`."""
+    if holder.inprocess is not None:
+        holder.inprocess.stop.set()
+        holder.inprocess = None
+    if collecting():
+        holder.inprocess = InProcess(path)
+        holder.inprocess.start()
 
 
 def is_stale(rt: Runtime) -> bool:

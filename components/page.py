@@ -38,6 +38,9 @@ CSS = """
 .rh-demo {background: #5B3FD0; color: #fff; padding: 8px 16px; border-radius: 8px; font-size: 1.2rem;
           font-weight: 600; margin-bottom: 8px}
 .rh-age-old {color: #FF6B6B; font-weight: 700}
+.rh-config-banner {background: #5C1018; border: 3px solid #FF4B4B; color: #FFFFFF; border-radius: 10px;
+                   padding: 14px 20px; margin-bottom: 12px; font-size: 1.35rem; line-height: 1.35}
+.rh-config-banner code {color: #FFD0D0; background: transparent; font-size: 1.2rem; white-space: pre-wrap}
 </style>
 """
 # The standup screen is read from across the room: bigger alert sentences there.
@@ -64,6 +67,8 @@ h1 {font-size: 3rem !important}
 [data-testid="stAlertContainer"] p {font-size: 1.7rem; font-weight: 600}
 [data-testid="stCaptionContainer"] {font-size: 1.3rem}
 [data-testid="stProgress"] p {font-size: 1.3rem}
+.rh-config-banner {font-size: 2rem}
+.rh-config-banner code {font-size: 1.6rem}
 </style>
 """
 # ?theme=light: light page, tiles and alerts for projectors. Chart text is darkened; tables (drawn
@@ -127,7 +132,7 @@ def setup(
     `title_is_run`: the screen's title is the run's name (no "Run: <name>" line unless finished)."""
     st.set_page_config(page_title=f"{title} · runhealth", page_icon="🩺", layout="wide")
     st.markdown(CSS, unsafe_allow_html=True)
-    if rt.config_error or rt.config is None or rt.store is None:
+    if rt.config is None or rt.store is None:  # nothing ever loaded: the error is the page
         st.error(f"runhealth cannot start: {rt.config_error or 'no run configured'}")
         st.info(
             md_escape(fix_hint(rt.config_error or "", rt.config_path))
@@ -135,6 +140,8 @@ def setup(
         )
         st.fragment(run_every=5)(_rerun_when_stale)(rt)  # an open error page clears by itself
         st.stop()
+    if rt.config_error:  # a refused edit: the last good config goes on, said on every page
+        render_config_banner(rt)
     view = context.ready(rt)
     _check_access(view.config.allowed_users)
     if query_flag("theme", "light"):
@@ -178,6 +185,20 @@ def setup(
     if line and not (title_is_run and not runpicker.is_finished(context.ready(rt))):
         st.caption(md_escape(line))
     return rt
+
+
+CONFIG_BANNER = "The config file's latest edit was refused"
+
+
+def render_config_banner(rt: context.Runtime) -> None:
+    """The banner of a refused config edit: which file, why, and that the last good config is in use."""
+    where = html.escape(str(rt.config_path or "the config file"))
+    st.markdown(
+        f'<div class="rh-config-banner" role="alert">⚠ <b>{CONFIG_BANNER}</b> ({where}):<br>'
+        f"<code>{html.escape(rt.config_error or '')}</code><br>"
+        "Still collecting and showing the last good config; this banner goes once the file loads again.</div>",
+        unsafe_allow_html=True,
+    )
 
 
 def query_flag(name: str, value: str = "1") -> bool:

@@ -12,6 +12,8 @@ function and one `cmd_*` function.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import os
 import signal
@@ -21,7 +23,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from runhealth import __version__, launch, runs, service
+from runhealth import __version__, launch, runs, service, supervise
 from runhealth.analysis import compare, stats, whatif
 from runhealth.collector import Collector
 from runhealth.config import find_config_path
@@ -302,36 +304,67 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     if path is not None and not path.expanduser().is_file():
         print(f"error: {path}: config file not found", file=sys.stderr)
         return 2
-    argv, env = launch.dashboard_command(path, args.port, args.address, collect=not args.no_collect)
+    port, address = launch.listen_on(args.port, args.address)
+    problem = supervise.port_problem(port, address)
+    if problem is not None:  # before anything starts or any URL is printed
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    viewer = launch.dashboard_command(path, port, address)
+    collector = None if args.no_collect else launch.collector_command(path)
     where = f"config {path.expanduser().absolute()}" if path else "no config found: the demo run"
-    print(f"runhealth dashboard on http://{args.address}:{args.port} ({where})", file=sys.stderr)
-    sys.stderr.flush()
-    os.execve(sys.executable, argv, env)  # streamlit takes over this process (and its signals)
-    return 0  # not reached
+    how = "viewer only (--no-collect)" if args.no_collect else "collector running"
+
+    def announce() -> None:
+        print(f"runhealth dashboard on http://{address}:{port} ({where}; {how})", file=sys.stderr, flush=True)
+
+    return supervise.run_dashboard(viewer, collector, announce)
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
-    path = find_config_path(args.config)
-    if path is None:
+    path = None if args.demo else find_config_path(args.config)
+    if path is None and not args.demo:
         print(NO_CONFIG, file=sys.stderr)
         return 2
-    stop = threading.Event()
+    stop, refresh = threading.Event(), threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    service.run_collector(Path(path), stop, args.metrics_port, args.metrics_address)
+    signal.signal(signal.SIGUSR1, lambda *_: refresh.set())  # the dashboard's "Refresh now"
+    service.run_collector(
+        Path(path) if path is not None else None,
+        stop,
+        args.metrics_port,
+        args.metrics_address,
+        refresh=refresh,
+        wait_for_config=args.wait_for_config,
+        ready=functools.partial(_say_ready, args.ready_fd),
+    )
     print("collector stopped", file=sys.stderr)
     return 0
 
 
+def _say_ready(fd: int | None) -> None:
+    """Tell `runhealth dashboard` (one byte on its pipe) that collection started."""
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.write(fd, b"1")
+            os.close(fd)
+
+
 def add_dashboard(sub) -> None:
-    p = sub.add_parser("dashboard", help="serve the dashboard (the demo run when no config is found)")
+    p = sub.add_parser(
+        "dashboard",
+        help="start the collector and serve the dashboard over its stores (the demo run when no config is found)",
+    )
     p.add_argument("--config", help=CONFIG_HELP)
-    p.add_argument("--port", type=int, default=8501)
-    p.add_argument("--address", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
+    p.add_argument("--port", type=int, help="port to serve on (default: $STREAMLIT_SERVER_PORT, else 8501)")
+    p.add_argument(
+        "--address",
+        help="address to bind (default: $STREAMLIT_SERVER_ADDRESS, else 127.0.0.1, this machine only)",
+    )
     p.add_argument(
         "--no-collect",
         action="store_true",
-        help="only read the store (another process, e.g. `runhealth collect`, collects)",
+        help="do not start the collector: only read the stores (e.g. next to the runhealth-collect systemd unit)",
     )
     p.set_defaults(func=cmd_dashboard)
 
@@ -345,6 +378,10 @@ def add_collect(sub) -> None:
         metavar="ADDR",
         help="address for /metrics (default: [run] metrics_address, else 127.0.0.1)",
     )
+    # Used by `runhealth dashboard` for its collector child, not meant to be typed.
+    p.add_argument("--demo", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--wait-for-config", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_collect)
 
 

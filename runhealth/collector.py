@@ -154,7 +154,10 @@ class Collector:
         transports: dict[str, Any] | None = None,
         clock: Callable[[], float] = time.time,
         context: RunContext | None = None,
+        register: bool = True,
     ):
+        """`register=False`: a viewer's sampler over a store another process collects into (it
+        leaves the run's and nodes' recorded settings to that process)."""
         self.config = config
         self.context = context = context or RunContext()
         self.store = store
@@ -176,9 +179,10 @@ class Collector:
         self.pagedata = pagedata.Refresher(
             store, config.max_output_tokens, config.interval_s, min_interval_s=config.interval_s, clock=clock
         )
-        store.set_meta("run", run_meta(config, context))
-        for node in config.nodes:
-            store.register_node(node.name, node.public_dict())
+        if register:
+            store.set_meta("run", run_meta(config, context))
+            for node in config.nodes:
+                store.register_node(node.name, node.public_dict())
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:

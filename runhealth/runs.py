@@ -116,7 +116,8 @@ def _check_unique(entries: list[RunEntry], source: str) -> None:
         name = entry.config.name
         if name in seen.values():
             raise ConfigError(f"{source}: run {name!r}: field 'name' is used by another run")
-        store = str(entry.config.resolved_store_path().expanduser().absolute())
+        # Resolved: `sub/../a.sqlite3` is run a's store too (two collectors would fight over it).
+        store = str(entry.config.resolved_store_path().expanduser().resolve())
         if store in seen:
             raise ConfigError(
                 f"{source}: run {name!r}: field 'store_path' is run {seen[store]!r}'s store (each run needs its own)"
@@ -140,13 +141,13 @@ def store_run_meta(path: Path) -> dict[str, Any] | None:
 
 def discover_finished(entries: list[RunEntry]) -> list[RunEntry]:
     """Runs no longer configured whose store files sit beside a configured run's store."""
-    known = {str(e.config.resolved_store_path().expanduser().absolute()) for e in entries}
+    known = {str(e.config.resolved_store_path().expanduser().resolve()) for e in entries}
     names = {e.config.name for e in entries}
     folders = sorted({str(Path(p).parent) for p in known})
     found = []
     for folder in folders:
         for path in sorted(Path(folder).glob(f"*{STORE_SUFFIX}")):
-            if str(path.absolute()) in known:
+            if str(path.resolve()) in known:
                 continue
             meta = store_run_meta(path)
             if meta is None or meta["name"] in names:

@@ -19,6 +19,7 @@ import pytest
 from shardgen import truth_rows, write_shard
 
 import runhealth
+import runhealth.errors
 from runhealth import cli, launch
 from runhealth.store import Store
 
@@ -77,14 +78,30 @@ def test_streamlit_options_come_from_the_apps_config(tmp_path):
 
 def test_dashboard_command(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    argv, env = launch.dashboard_command(Path("cfg.toml"), 8611, "127.0.0.1", collect=False)
+    argv, env = launch.dashboard_command(Path("cfg.toml"), 8611, "127.0.0.1")
     assert argv[:5] == [sys.executable, "-P", str(ROOT / "components" / "serve.py"), "run", str(ROOT / "app.py")]
     assert argv[-4:] == ["--server.port", "8611", "--server.address", "127.0.0.1"]
     assert "--client.toolbarMode" in argv and argv.count("--server.address") == 1
     assert env["RUNHEALTH_CONFIG"] == str(tmp_path / "cfg.toml")  # absolute: streamlit may chdir
-    assert env["RUNHEALTH_COLLECTOR"] == "off"
-    _, env = launch.dashboard_command(None, 8611, "127.0.0.1", collect=True)
-    assert "RUNHEALTH_CONFIG" not in env and "RUNHEALTH_COLLECTOR" not in env
+    assert env["RUNHEALTH_COLLECTOR"] == "off"  # the viewer only reads: the collector is its own process
+    _, env = launch.dashboard_command(None, 8611, "127.0.0.1")
+    assert "RUNHEALTH_CONFIG" not in env and env["RUNHEALTH_COLLECTOR"] == "off"
+    argv, _ = launch.collector_command(Path("cfg.toml"))
+    assert argv[-4:] == ["collect", "--config", str(tmp_path / "cfg.toml"), "--wait-for-config"]
+    assert launch.collector_command(None)[0][-3:] == ["collect", "--demo", "--wait-for-config"]
+
+
+def test_streamlit_variables_win_over_the_apps_config(monkeypatch):
+    """STREAMLIT_* variables are honoured as under `streamlit run` (issue 24 item 4)."""
+    env = {"STREAMLIT_SERVER_PORT": "8733", "STREAMLIT_SERVER_ADDRESS": "127.0.0.5", "STREAMLIT_THEME_BASE": "light"}
+    assert launch.listen_on(None, None, env) == (8733, "127.0.0.5")
+    assert launch.listen_on(9000, "0.0.0.0", env) == (9000, "0.0.0.0")  # the command line wins
+    assert launch.listen_on(None, None, {}) == (8501, "127.0.0.1")
+    with pytest.raises(runhealth.errors.ConfigError, match="STREAMLIT_SERVER_PORT"):
+        launch.listen_on(None, None, {"STREAMLIT_SERVER_PORT": "http"})
+    options = launch.streamlit_options(ROOT, env)
+    assert "--theme.base" not in options and "--theme.primaryColor" in options  # the variable is not overridden
+    assert launch.env_var("server.runOnSave") == "STREAMLIT_SERVER_RUN_ON_SAVE"
 
 
 def test_parser_has_every_subcommand_and_flag():
@@ -94,7 +111,7 @@ def test_parser_has_every_subcommand_and_flag():
     )
     assert (args.config, args.port, args.address, args.no_collect) == ("x.toml", 9000, "0.0.0.0", True)
     args = parser.parse_args(["dashboard"])
-    assert (args.port, args.address, args.no_collect) == (8501, "127.0.0.1", False)
+    assert (args.port, args.address, args.no_collect) == (None, None, False)  # launch.listen_on decides
     assert parser.parse_args(["collect", "--config", "c.toml"]).func is cli.cmd_collect
 
 
@@ -186,3 +203,11 @@ def stored_count(path: Path) -> int:
         return sum(r["count"] for r in store.length_counts())
     finally:
         store.close()
+
+
+def test_readme_installs_only_from_folders_pip_can_install():
+    """`pip install ./runhealth` (the package folder, no pyproject.toml there) fails; `.` works."""
+    text = (ROOT / "README.md").read_text() + (ROOT / "docs" / "runhealth-collect.service").read_text()
+    paths = re.findall(r"pip install (\.[^\s`]*)", text)
+    assert paths, "README.md lost its install line"
+    assert all((ROOT / p / "pyproject.toml").is_file() for p in paths), paths

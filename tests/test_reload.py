@@ -1,9 +1,10 @@
 """The running dashboard follows its config file: no change to the config needs a restart.
 
 `components.context.get_runtime` compares the file's (path, mtime, size) with what its runtime
-was built from; a change rebuilds the runtime (collector restarted with the new nodes, store
-kept). Checked on the page (AppTest: a config error clears once the file is fixed) and on the
-runtime itself with a real collector reading local shards.
+was built from; a good edit rebuilds the runtime (store kept), a bad one keeps the last good
+runtime under a banner on every page (issue 24 item 1). Checked on the page (AppTest) and on the
+runtime itself, with the collector that `streamlit run app.py` alone runs in a thread reading
+local shards.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ def _fresh_runtime():
     st.cache_data.clear()
     st.cache_resource.clear()
     yield
-    runtime = context._holder().runtime
-    if runtime is not None and runtime.collector is not None:
-        runtime.collector.stop()
+    inprocess = context._holder().inprocess
+    if inprocess is not None:
+        inprocess.stop.set()  # the in-process collector thread (`streamlit run app.py` alone)
     st.cache_resource.clear()
 
 
@@ -71,21 +72,65 @@ def test_fixed_config_error_clears_without_restart(tmp_path, monkeypatch):
 
 
 def test_config_change_restarts_the_collector_and_keeps_the_store(tmp_path, monkeypatch):
+    """RUNHEALTH_COLLECTOR unset (`streamlit run app.py` alone): this process collects, in a thread."""
     path = tmp_path / "runhealth.toml"
     write(path, config_text(tmp_path, interval="0.5"))
     monkeypatch.setenv("RUNHEALTH_CONFIG", str(path))
     first = context.get_runtime()
     assert context.get_runtime() is first  # unchanged file: no rebuild
-    assert first.collector is not None and first.collector.running
+    assert context._holder().inprocess is not None
+    wait_for(first.store, {"n1": 50})
     write(path, config_text(tmp_path, interval="0.5", nodes=("n1", "n22")))
     second = context.get_runtime()
     assert second is not first and second.store is first.store
-    assert not first.collector.running
-    assert second.collector.running and set(second.collector.pollers) == {"n1", "n22"}
+    assert [n.name for n in second.config.nodes] == ["n1", "n22"]
+    wait_for(second.store, {"n1": 50, "n22": 50})
+
+
+def wait_for(store, counts: dict[str, int]) -> None:
     deadline = time.monotonic() + 30
-    while node_counts(second.store).get("n22", 0) < 50 and time.monotonic() < deadline:
+    while node_counts(store) != counts and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert node_counts(second.store) == {"n1": 50, "n22": 50}
+    assert node_counts(store) == counts
+
+
+def test_a_bad_edit_keeps_the_last_good_runs_with_a_banner_on_every_page(tmp_path, monkeypatch):
+    path = tmp_path / "runhealth.toml"
+    good_text = config_text(tmp_path)
+    typo = good_text.replace("interval_s = 10", "interval_s = 10\nintervall_s = 5")
+    write(path, good_text)
+    monkeypatch.setenv("RUNHEALTH_CONFIG", str(path))
+    monkeypatch.setenv("RUNHEALTH_COLLECTOR", "off")
+    good = context.get_runtime()
+    write(path, typo)
+    kept = context.get_runtime()
+    assert kept.config == good.config and kept.store is good.store  # the last good run
+    assert kept.config_error and "intervall_s" in kept.config_error and str(path) in kept.config_error
+    assert not context.is_stale(kept)  # no rerun loop on a file that stays broken
+    for screen in ("overview", "lengths", "gpus", "samples", "nodes", "compare"):
+        write(path, good_text)
+        at = AppTest.from_function(_open, args=(screen,), default_timeout=30).run()
+        assert not banner(at), screen
+        write(path, typo)
+        at.run()
+        assert not at.exception, (screen, [e.value for e in at.exception])
+        shown = banner(at)
+        assert shown and "intervall_s" in shown[0] and str(path) in shown[0], (screen, [e.value for e in at.error])
+        assert at.title, screen  # the page itself is drawn under the banner
+        write(path, good_text.replace("interval_s = 10", "interval_s = 20"))  # fixed
+        at.run()
+        assert not banner(at) and not at.exception, screen
+    assert context.get_runtime().config.interval_s == 20
+
+
+def banner(at: AppTest) -> list[str]:
+    return [m.value for m in at.markdown if 'class="rh-config-banner"' in m.value]
+
+
+def _open(screen: str) -> None:
+    import app
+
+    app.main(screen)
 
 
 def node_counts(store) -> dict[str, int]:
@@ -117,3 +162,30 @@ def test_is_stale_only_for_the_runtime_that_follows_the_file(tmp_path, monkeypat
     assert context.is_stale(held)  # the sidebar's fragment then reruns the page
     assert not context.is_stale(loose)  # a runtime a test built by hand never triggers reruns
     assert not context.is_stale(context.get_runtime())
+
+
+def test_refresh_now_in_the_viewer_asks_the_collector_process(tmp_path, monkeypatch):
+    """`runhealth dashboard` names its collector in RUNHEALTH_COLLECTOR_PID: the viewer's "Refresh
+    now" (rt.collector.request_refresh) makes that process poll at once, long before its interval."""
+    from test_packaging import start_collect, stored_count
+
+    path = tmp_path / "runhealth.toml"
+    write(path, config_text(tmp_path, interval="60"))
+    proc = start_collect(path)
+    try:
+        store = tmp_path / "r.sqlite3"
+        deadline = time.monotonic() + 30
+        while not (store.exists() and stored_count(store) == 50) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        write_shard(tmp_path / "n1" / "a.jsonl", truth_rows(20, 4), mode="a")
+        monkeypatch.setenv("RUNHEALTH_CONFIG", str(path))
+        monkeypatch.setenv("RUNHEALTH_COLLECTOR", "off")
+        monkeypatch.setenv("RUNHEALTH_COLLECTOR_PID", str(proc.pid))
+        context.get_runtime().collector.request_refresh()
+        deadline = time.monotonic() + 20
+        while stored_count(store) < 70 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert stored_count(store) == 70
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
