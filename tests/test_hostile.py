@@ -348,6 +348,80 @@ def test_a_store_deleted_or_truncated_under_a_running_collector_is_recreated(tmp
         collector.stop()
 
 
+def other_store(path, user_version: int | None = None) -> None:
+    """Another run's store, closed cleanly (no -wal), as `mv other.sqlite3 store.sqlite3` would bring."""
+    other = Store(path)
+    other.set_meta("run", {"name": "other"})
+    other.register_node("elsewhere", {})
+    if user_version is not None:
+        other.cursor(f"PRAGMA user_version = {user_version}")
+    other.close()
+    assert not path.with_name(path.name + "-wal").exists()
+
+
+def read_elsewhere(path, sql: str):
+    """One value read from the store file by a separate process."""
+    code = "import sqlite3, sys\nprint(sqlite3.connect(sys.argv[1]).execute(sys.argv[2]).fetchone()[0])\n"
+    out = subprocess.run([sys.executable, "-c", code, str(path), sql], capture_output=True, text=True, timeout=30)
+    return out.stdout.strip() or out.stderr.strip().splitlines()[-1]
+
+
+def test_a_store_replaced_under_a_running_collector_is_opened_without_the_old_wal(tmp_path):
+    shard = tmp_path / "out.jsonl"
+    shard.write_bytes(chat(5) * 50)
+    collector, store = local_collector(tmp_path, str(shard))
+    collector.start()
+    try:
+        assert wait_for(lambda: sum(r["count"] for r in store.length_counts()) == 50)
+        other_store(tmp_path / "other.sqlite3")
+        (tmp_path / "other.sqlite3").replace(store.path)  # as `mv other.sqlite3 s.sqlite3` would
+        with open(shard, "ab") as f:
+            f.write(chat(6) * 7)
+        collector.request_refresh()
+        # The new file knew nothing of n1's shard: its 57 lines are counted from the start, once.
+        assert wait_for(lambda: read_counts_elsewhere(store.path) == 57, timeout_s=20), read_counts_elsewhere(
+            store.path
+        )
+        assert read_elsewhere(store.path, "PRAGMA integrity_check") == "ok"
+        # What the moved-in file held is still there: the old file's WAL was not replayed onto it.
+        assert read_elsewhere(store.path, "SELECT COUNT(*) FROM nodes WHERE name = 'elsewhere'") == "1"
+        assert store.incident is not None and "was replaced by another file" in store.incident[0]
+        assert "rebuilt" not in store.incident[0] or "from the start" in store.incident[0]
+    finally:
+        collector.stop()
+
+
+def test_a_newer_store_moved_under_a_running_collector_is_refused_untouched(tmp_path):
+    shard = tmp_path / "out.jsonl"
+    shard.write_bytes(chat(5) * 50)
+    collector, store = local_collector(tmp_path, str(shard))
+    collector.start()
+    try:
+        assert wait_for(lambda: sum(r["count"] for r in store.length_counts()) == 50)
+        other_store(tmp_path / "newer.sqlite3", user_version=99)
+        (tmp_path / "newer.sqlite3").replace(store.path)
+        collector.request_refresh()
+        refused = "schema version 99, newer than this runhealth's"
+        assert wait_for(lambda: store.incident is not None and refused in store.incident[0], timeout_s=20), (
+            store.incident
+        )
+        assert str(store.path) in store.incident[0]
+        collector.request_refresh()
+        time.sleep(1.0)  # polls keep running: none of them may write into the refused file
+        assert read_elsewhere(store.path, "PRAGMA user_version") == "99"
+        assert read_elsewhere(store.path, "SELECT COUNT(*) FROM shards") == "0"
+        assert read_elsewhere(store.path, "SELECT group_concat(name) FROM nodes") == "elsewhere"
+        # A usable store put back under the path is opened as at start, and counting resumes.
+        (tmp_path / "newer.sqlite3").write_bytes(b"")
+        (tmp_path / "newer.sqlite3").replace(store.path)
+        collector.request_refresh()
+        assert wait_for(lambda: read_counts_elsewhere(store.path) == 50, timeout_s=20), read_counts_elsewhere(
+            store.path
+        )
+    finally:
+        collector.stop()
+
+
 def test_the_sidebar_says_the_store_was_deleted_instead_of_a_traceback(tmp_path, monkeypatch):
     import store_fixtures
     import streamlit as st
