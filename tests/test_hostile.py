@@ -498,3 +498,44 @@ def test_the_leak_check_fails_a_run_that_leaves_a_process_behind(tmp_path):
     assert "process(es) left running by the tests (now killed)" in leaky.stdout and "sleep 300" in leaky.stdout
     tidy = subprocess.run([*run, "test_tidy.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert tidy.returncode == 0, tidy.stdout
+
+
+LEAK_RUN = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "leakcheck"]
+
+
+def inner_pytest(tmp_path, test_file: str, source: str) -> subprocess.CompletedProcess:
+    """A separate pytest run of one test file under tmp_path, with its own basetemp and session mark."""
+    (tmp_path / test_file).write_text(source)
+    env = dict(__import__("os").environ, PYTHONPATH=str(__import__("pathlib").Path(__file__).parent))
+    argv = [*LEAK_RUN, f"--basetemp={tmp_path / 'inner'}", test_file]
+    return subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_the_leak_check_finds_an_sshd_that_rewrote_its_environment(tmp_path):
+    source = (
+        "import leakcheck, sshd\n"
+        "sshd.ON_START.append(leakcheck.track)  # as tests/conftest.py does\n"
+        "def test_sshd_left_running(tmp_path):\n"
+        "    host, client = sshd.keygen(tmp_path / 'host'), sshd.keygen(tmp_path / 'client')\n"
+        "    keys = tmp_path / 'authorized_keys'\n"
+        "    keys.write_text((tmp_path / 'client.pub').read_text())\n"
+        "    sshd.Sshd('127.0.0.1', host, keys, tmp_path).start()\n"
+    )
+    run = inner_pytest(tmp_path, "test_sshd_leak.py", source)
+    assert run.returncode == 1 and "1 passed" in run.stdout, run.stdout + run.stderr
+    assert "process(es) left running by the tests (now killed)" in run.stdout and "sshd:" in run.stdout, run.stdout
+
+
+def test_the_leak_check_leaves_a_foreign_process_naming_its_temp_folder_alone(tmp_path):
+    # Not this run's: started outside it, it only names a path in the run's basetemp.
+    foreign = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(300)", str(tmp_path / "inner" / "test_x0" / "out.log")],
+        start_new_session=True,
+    )
+    try:
+        run = inner_pytest(tmp_path, "test_tidy.py", "def test_tidy(tmp_path):\n    assert tmp_path.is_dir()\n")
+        assert run.returncode == 0 and "left running" not in run.stdout, run.stdout
+        assert foreign.poll() is None, "the leak check killed a process that was not its run's"
+    finally:
+        foreign.kill()
+        foreign.wait()
