@@ -167,7 +167,7 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             try:
                 db = self._open_file()
-            except (StoreError, sqlite3.Error) as exc:
+            except (StoreError, sqlite3.Error, OSError) as exc:
                 raise self._refuse(reason, exc) from None
             nodes_before = db.execute("SELECT COUNT(*) FROM nodes").fetchone()[0]
             for (kind, key), value in self._remembered.items():

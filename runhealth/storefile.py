@@ -83,7 +83,7 @@ def drop_replaced_journal(path: str | Path, recorded: set[FileId]) -> list[str]:
                 os.unlink(name)
                 dropped.append(name)
         elif ident is not None:
-            log.warning("%s is not the replaced store's: left for SQLite to apply to %s", name, path)
+            log.info("%s was not opened by this process (another's, or moved in with %s): left as it is", name, path)
     return dropped
 
 

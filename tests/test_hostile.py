@@ -391,6 +391,24 @@ def test_a_store_replaced_under_a_running_collector_is_opened_without_the_old_wa
         collector.stop()
 
 
+def test_a_store_renamed_aside_keeps_its_last_writes_when_another_file_takes_its_place(tmp_path):
+    # `mv s.sqlite3 backup.sqlite3; mv other.sqlite3 s.sqlite3`: the last polls sit in s.sqlite3-wal,
+    # which SQLite finds by name only. They belong to the backup, not to the file now at the path.
+    from test_store import entry, reply
+
+    store = Store(tmp_path / "s.sqlite3")
+    store.record_poll("n1", reply({"/a": entry(100, [[10, "stop", 0, 3]])}), 1.0, 1.0)
+    assert (tmp_path / "s.sqlite3-wal").stat().st_size > 0  # not checkpointed yet
+    store.path.rename(tmp_path / "backup.sqlite3")
+    other_store(tmp_path / "other.sqlite3")
+    (tmp_path / "other.sqlite3").replace(store.path)
+    store.record_poll("n1", reply({"/a": entry(100, [[10, "stop", 0, 3]])}), 2.0, 1.0)
+    store.close()
+    assert read_elsewhere(tmp_path / "backup.sqlite3", "SELECT SUM(count) FROM node_length_counts") == "3"
+    assert read_elsewhere(store.path, "SELECT SUM(count) FROM node_length_counts") == "3"
+    assert read_elsewhere(store.path, "SELECT COUNT(*) FROM nodes WHERE name = 'elsewhere'") == "1"
+
+
 def test_a_newer_store_moved_under_a_running_collector_is_refused_untouched(tmp_path):
     shard = tmp_path / "out.jsonl"
     shard.write_bytes(chat(5) * 50)
