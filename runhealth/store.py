@@ -24,7 +24,7 @@ from typing import Any, cast
 from runhealth import ingest, storefile, textsafe
 from runhealth.errors import StoreError
 from runhealth.ingest import PollRecord, ShardUpdate
-from runhealth.migrations import migrate
+from runhealth.migrations import migrate, refuse_newer
 from runhealth.node.wire import PollReply
 from runhealth.records import (
     GpuEventRow,
@@ -86,6 +86,7 @@ class Store:
         try:
             if check:  # before the WAL switch writes the file's header
                 storefile.check_is_store(db, self.path)
+                refuse_newer(db, self.path)
             db.row_factory = sqlite3.Row
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")

@@ -120,6 +120,19 @@ def test_another_programs_database_is_refused_untouched(tmp_path):
     assert not (tmp_path / "app.db-wal").exists()
 
 
+def test_a_newer_store_in_rollback_journal_mode_is_left_byte_for_byte(tmp_path):
+    path = tmp_path / "new.sqlite3"
+    Store(path).close()
+    with raw(path) as db:
+        db.execute("PRAGMA journal_mode=DELETE")  # as a copy made with the sqlite3 shell's .backup is
+        db.execute(f"PRAGMA user_version = {STORE_VERSION + 5}")
+    db.close()
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match="newer than this runhealth"):
+        Store(path)
+    assert path.read_bytes() == before  # not even switched to WAL
+
+
 def test_a_damaged_file_is_refused_untouched(tmp_path):
     path = tmp_path / "s.sqlite3"
     path.write_bytes(b"this is a config file, not a database\n" * 200)
