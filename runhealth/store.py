@@ -66,7 +66,11 @@ class Store:
         # The file under the path is watched (deleted, truncated, replaced under a running
         # dashboard): then every thread's connection is reopened on a recreated store.
         self._file_id: storefile.FileId | None = None
-        self._journal_ids: set[storefile.FileId] = set()  # its -wal/-shm when opened (where /proc is missing)
+        self._journal_ids: set[storefile.FileId] = set()  # its -wal/-shm when last connected to
+        # Files this process used and let go of. SQLite shares one lock and WAL index per file
+        # between a process's connections: while stale ones (other threads') are still open on
+        # such a file (moved back under the path), it cannot be reopened safely.
+        self._retired_ids: set[storefile.FileId] = set()
         self._refused: tuple[storefile.FileId | None, str] | None = None  # a file under the path we will not open
         self._generation = 0
         self._recreate_lock = threading.Lock()
@@ -101,6 +105,7 @@ class Store:
         Raises:
             StoreError: the file is not a runhealth store, or one newer than this code (untouched).
         """
+        storefile.precheck(self.path)
         db = self._connect(check=True)
         try:
             _create(db, self.path)
@@ -108,7 +113,8 @@ class Store:
             db.close()
             raise
         self._file_id = storefile.file_id(self.path)
-        self._journal_ids = storefile.journal_ids(self.path)
+        self._retired_ids.discard(self._file_id)  # ours again (no stale connection was left on it)
+        self._journal_ids = storefile.journal_ids(self.path)  # the -wal/-shm this file uses now
         return db
 
     def _db(self) -> sqlite3.Connection:
@@ -121,6 +127,7 @@ class Store:
         if db is None:
             db = self._connect()
             self._local.db, self._local.generation = db, self._generation
+            self._journal_ids = storefile.journal_ids(self.path)
         return db
 
     def check_file(self) -> tuple[str, float] | None:
@@ -143,8 +150,8 @@ class Store:
             return "deleted"
         except OSError:
             return None  # e.g. permissions: SQLite will say what is wrong
-        if (st.st_dev, st.st_ino) != self._file_id:
-            return "replaced"
+        if (st.st_dev, st.st_ino) != self._file_id or self._file_id in self._retired_ids:
+            return "replaced"  # or moved back after a refusal: let go of, not ours to use again
         return "truncated" if st.st_size == 0 else None
 
     def _recreate(self) -> None:
@@ -158,15 +165,16 @@ class Store:
             reason = self._file_changed()
             if reason is None:
                 return  # another thread got here first
-            # The -wal/-shm at the path are the old file's: the new one must not replay them.
-            if reason == "replaced":
-                storefile.drop_replaced_journal(self.path, self._journal_ids)
-            else:
-                for suffix in ("-wal", "-shm", "") if reason == "truncated" else ("-wal", "-shm"):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(f"{self.path}{suffix}")
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             try:
+                self._set_old_file_aside(reason)
+                ident = storefile.file_id(self.path)
+                if ident in self._retired_ids and ident in (storefile.held_open() or {ident}):
+                    raise StoreError(
+                        f"history store {self.path} is the file this process used before it was replaced: restart"
+                        " runhealth to use it again (connections to it that other threads may still hold"
+                        " cannot be reopened safely); it was left untouched"
+                    )
+                self.path.parent.mkdir(parents=True, exist_ok=True)
                 db = self._open_file()
             except (StoreError, sqlite3.Error, OSError) as exc:
                 raise self._refuse(reason, exc) from None
@@ -175,20 +183,38 @@ class Store:
                 db.execute(*_remembered_sql(kind, key, value))
             self._generation += 1
             self._refused = None
-            old = getattr(self._local, "db", None)
-            if old is not None:
-                storefile.retire(old)
             self._local.db, self._local.generation = db, self._generation
             self._note_incident(reason, nodes_before)
+
+    def _set_old_file_aside(self, reason: str) -> None:
+        """Keep the old file's -wal/-shm (SQLite finds them by name) from the file opened next.
+
+        Once per file let go of: while a file under the path is refused, the -wal/-shm there
+        are that file's (or another process's), not ours.
+        """
+        if self._file_id in self._retired_ids:
+            return
+        if reason == "replaced":
+            storefile.drop_replaced_journal(self.path, self._journal_ids)
+        else:
+            for suffix in ("-wal", "-shm", "") if reason == "truncated" else ("-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{self.path}{suffix}")
+        old = getattr(self._local, "db", None)
+        if old is not None:  # after the names went: its descriptors still reach its own file
+            storefile.retire(old)
+            self._local.db = None
+        if self._file_id is not None:
+            self._retired_ids.add(self._file_id)
 
     def _note_incident(self, reason: str, nodes_before: int) -> None:
         when = time.strftime("%H:%M:%S", time.localtime())
         if reason == "replaced":
             text = (
                 f"The history store {self.path} was replaced by another file at {when} while runhealth ran;"
-                f" that file is in use now, opened as at start ({nodes_before} nodes already in it). The"
-                " replaced file's write-ahead log was not applied to it. Each shard is counted on from the offset"
-                " the new file holds for it, from the start where it holds none."
+                f" that file is in use now, opened as at start (it held {nodes_before} node(s)), and the replaced"
+                " file's write-ahead log (-wal) was kept away from it. Each shard is counted on from the offset"
+                " that file holds for it, from the start where it holds none."
             )
         else:
             text = (

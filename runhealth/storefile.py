@@ -21,10 +21,12 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import urllib.parse
 from pathlib import Path
 
 from runhealth import textsafe
 from runhealth.errors import StoreError
+from runhealth.migrations import refuse_newer
 
 log = textsafe.get_logger(__name__)
 
@@ -67,13 +69,12 @@ def journal_ids(path: str | Path) -> set[FileId]:
 def drop_replaced_journal(path: str | Path, recorded: set[FileId]) -> list[str]:
     """Unlink the `-wal`/`-shm` at `path` that belong to the file replaced there; returns their names.
 
-    Ours are the ones this process holds open (its connections to the replaced file), or, where
-    /proc is missing, the ones recorded when that file was opened. Any other (a log moved in
-    together with the new file) is left for SQLite to apply to the file it came with.
+    Ours are the ones this process holds open (its connections to the replaced file) and the
+    ones seen when this process last connected to it (a process whose connections are all closed
+    while another process still writes the old file). Any other (a log moved in together with
+    the new file, or one another process made for it already) is left to the file it came with.
     """
-    ours = held_open()
-    if ours is None:
-        ours = recorded
+    ours = (held_open() or set()) | recorded
     dropped = []
     for suffix in JOURNAL_SUFFIXES:
         name = f"{path}{suffix}"
@@ -99,6 +100,26 @@ def retire(db: sqlite3.Connection) -> None:
     except sqlite3.Error:
         log.debug("checkpoint of the replaced store failed", exc_info=True)
     with contextlib.suppress(sqlite3.Error):
+        db.close()
+
+
+def precheck(path: str | Path) -> None:
+    """`check_is_store` and the newer-version refusal on the file's own bytes, touching nothing.
+
+    SQLite's immutable mode takes no lock and ignores any -wal/-shm beside the file, which may
+    still be another file's: so a file replaced under the path is judged before the old file's
+    journal and connections are let go (refused, they stay as they were).
+
+    Raises:
+        StoreError: the file is not SQLite, not a runhealth store, or newer than this code.
+    """
+    if not os.path.exists(path):
+        return  # nothing there yet: a new store
+    db = sqlite3.connect(f"file:{urllib.parse.quote(os.fspath(path))}?immutable=1", uri=True)
+    try:
+        check_is_store(db, path)
+        refuse_newer(db, path)
+    finally:
         db.close()
 
 

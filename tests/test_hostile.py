@@ -14,7 +14,7 @@ import threading
 import time
 
 import pytest
-from test_faults import wait_for
+from test_faults import run_totals, wait_for
 
 from runhealth.store import Store
 
@@ -438,6 +438,48 @@ def test_a_newer_store_moved_under_a_running_collector_is_refused_untouched(tmp_
         )
     finally:
         collector.stop()
+
+
+def test_the_original_store_moved_back_after_a_refusal_is_kept_whole_and_restart_is_asked(tmp_path):
+    shard = tmp_path / "out.jsonl"
+    shard.write_bytes(chat(5) * 50)
+    collector, store = local_collector(tmp_path, str(shard))
+    collector.start()
+    try:
+        assert wait_for(lambda: sum(r["count"] for r in store.length_counts()) == 50)
+        store.path.rename(tmp_path / "aside.sqlite3")  # `mv s.sqlite3 aside.sqlite3; mv newer.sqlite3 s.sqlite3`
+        other_store(tmp_path / "newer.sqlite3", user_version=99)
+        (tmp_path / "newer.sqlite3").replace(store.path)
+        collector.request_refresh()
+        assert wait_for(lambda: store.incident is not None and "schema version 99" in store.incident[0], timeout_s=20)
+        (tmp_path / "aside.sqlite3").replace(store.path)  # the operator undoes it
+        collector.request_refresh()
+        assert wait_for(
+            lambda: store.incident is not None and "restart runhealth" in store.incident[0], timeout_s=20
+        ), store.incident
+        # Its last writes were saved into it when it was let go of, and nothing wrote to it since.
+        assert read_counts_elsewhere(store.path) == 50
+        assert read_elsewhere(store.path, "PRAGMA integrity_check") == "ok"
+    finally:
+        collector.stop()
+    store.close()
+    assert sum(r["count"] for r in Store(store.path).length_counts()) == 50  # as after a restart
+
+
+def test_the_original_store_moved_back_is_taken_up_again_when_no_connection_was_left_on_it(tmp_path):
+    from test_store import entry, reply
+
+    store = Store(tmp_path / "s.sqlite3")  # one thread: its only connection is let go of at the refusal
+    store.record_poll("n1", reply({"/a": entry(100, [[10, "stop", 0, 3]])}), 1.0, 1.0)
+    store.path.rename(tmp_path / "aside.sqlite3")
+    other_store(tmp_path / "newer.sqlite3", user_version=99)
+    (tmp_path / "newer.sqlite3").replace(store.path)
+    assert "schema version 99" in store.check_file()[0]
+    (tmp_path / "aside.sqlite3").replace(store.path)
+    taken_up = store.check_file()
+    assert "was replaced by another file" in taken_up[0] and "(it held 1 node(s))" in taken_up[0]
+    assert run_totals(store) == {("n1", 10, "stop"): 3}
+    assert store.check_file() == taken_up  # opened once, not again on every access
 
 
 def test_the_sidebar_says_the_store_was_deleted_instead_of_a_traceback(tmp_path, monkeypatch):
