@@ -6,14 +6,15 @@ collector or dashboard). This module holds the file-level rules it needs:
 - SQLite finds a database's write-ahead log and shared-memory index by *name* (`<path>-wal`,
   `<path>-shm`), not by the file they belong to. After `mv other.sqlite3 store.sqlite3` the
   ones at the path still belong to the replaced file (mv moves one file), and a connection
-  opened on the new file would replay that log onto it and destroy it. `drop_replaced_journal`
-  removes them first; this process's old connections keep their open descriptors, so they can
-  still save their log into the file they belong to (`retire`) before closing. SQLite itself
-  neither checkpoints nor deletes anything by name when a connection whose file has moved is
-  closed (its "database moved" check), so closing them later is safe.
+  opened on the new file would replay that log onto it and destroy it. So the new file is
+  judged first on its own bytes (`precheck`: SQLite's immutable mode ignores any -wal beside
+  it), then `drop_replaced_journal` removes the old ones. This process's old connections keep
+  their open descriptors, so they still save their log into the file they belong to (`retire`)
+  before closing; SQLite itself neither checkpoints nor deletes anything by name when a
+  connection whose file has moved is closed (its "database moved" check).
 - A file that is not empty and not a runhealth store (another program's database, a damaged
-  file) is refused untouched by `check_is_store`, before anything (even the WAL switch) is
-  written to it.
+  file), or one newer than this code, is refused untouched (`check_is_store`, `precheck`),
+  before anything (even the WAL switch) is written to it.
 """
 
 from __future__ import annotations
