@@ -6,9 +6,10 @@ collector or dashboard). This module holds the file-level rules it needs:
 - SQLite finds a database's write-ahead log and shared-memory index by *name* (`<path>-wal`,
   `<path>-shm`), not by the file they belong to. After `mv other.sqlite3 store.sqlite3` the
   ones at the path still belong to the replaced file (mv moves one file), and a connection
-  opened on the new file would replay that log onto it and destroy it. So the new file is
-  judged first on its own bytes (`precheck`: SQLite's immutable mode ignores any -wal beside
-  it), then `drop_replaced_journal` removes the old ones. This process's old connections keep
+  opened on the new file would replay that log onto it and destroy it (so would any other
+  process opening the path). `drop_replaced_journal` removes the old ones as soon as the
+  replacement is seen, and the new file is judged on its own bytes (`precheck`: SQLite's
+  immutable mode ignores any -wal beside it) before it is opened. This process's old connections keep
   their open descriptors, so they still save their log into the file they belong to (`retire`)
   before closing; SQLite itself neither checkpoints nor deletes anything by name when a
   connection whose file has moved is closed (its "database moved" check).
@@ -107,9 +108,9 @@ def retire(db: sqlite3.Connection) -> None:
 def precheck(path: str | Path) -> None:
     """`check_is_store` and the newer-version refusal on the file's own bytes, touching nothing.
 
-    SQLite's immutable mode takes no lock and ignores any -wal/-shm beside the file, which may
-    still be another file's: so a file replaced under the path is judged before the old file's
-    journal and connections are let go (refused, they stay as they were).
+    SQLite's immutable mode takes no lock, writes nothing and ignores any -wal/-shm beside the
+    file (which may be another file's, or in use by another process): a refused file is left
+    exactly as it was found.
 
     Raises:
         StoreError: the file is not SQLite, not a runhealth store, or newer than this code.
