@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import html
+import math
 import time
 
 import pandas as pd
@@ -178,7 +179,9 @@ def setup(
             st.rerun()
     if kiosk():  # after the pick: the wall screen follows the run in its URL (?run=)
         st.markdown(KIOSK_CSS, unsafe_allow_html=True)
-        rotate_s = kiosk_rotate_s(view.config.kiosk_rotate_s)
+        rotate_s, note = kiosk_rotate_s(view.config.kiosk_rotate_s)
+        if note:
+            st.caption(md_escape(note))
         if rotate_s:
             st.fragment(run_every=rotate_s)(_kiosk_rotate)(view, prefix, rotate_s, pages)
     line = runpicker.shown_line(rt) if one_run else None  # several runs: every page says which one it shows
@@ -210,12 +213,35 @@ def kiosk() -> bool:
     return query_flag("kiosk")
 
 
-def kiosk_rotate_s(default_s: float) -> float:
-    """Seconds per page in kiosk mode: ?rotate=N overrides [run] kiosk_rotate_s; 0 pins the page."""
+# ?rotate= is anyone's to type: a tiny value made one tab switch pages (and burn a server core)
+# many times a second, a huge or infinite one overflows the browser's timer (a busy loop, no switch).
+KIOSK_ROTATE_MIN_S, KIOSK_ROTATE_MAX_S = 5.0, 3600.0
+
+
+def kiosk_rotate_s(default_s: float, asked: str | None = None) -> tuple[float, str | None]:
+    """Seconds per page in kiosk mode, and a note when ?rotate= was not taken as given.
+
+    ?rotate=N overrides [run] kiosk_rotate_s within 5 s - 1 h (outside: clamped, and noted);
+    ?rotate=0 pins the page; a value that is not a number keeps the configured one.
+    """
+    if asked is None:
+        asked = st.query_params.get("rotate")
+    if asked is None:
+        return default_s, None
     try:
-        return max(0.0, float(st.query_params.get("rotate", default_s)))
+        value = float(asked)
     except ValueError:
-        return default_s
+        value = math.nan
+    if value == 0:
+        return 0.0, None
+    shown = str(asked)[:20]
+    if math.isnan(value):
+        return default_s, f"?rotate={shown} is not a number of seconds: rotating every {default_s:g} s"
+    clamped = min(KIOSK_ROTATE_MAX_S, max(KIOSK_ROTATE_MIN_S, value))
+    if clamped != value:
+        limits = f"{KIOSK_ROTATE_MIN_S:g} s - {KIOSK_ROTATE_MAX_S / 60:g} min"
+        return clamped, f"?rotate={shown} is outside {limits}: rotating every {clamped:g} s"
+    return value, None
 
 
 def next_kiosk_page(current: str, node_down: bool) -> str:

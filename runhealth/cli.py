@@ -385,11 +385,22 @@ def add_collect(sub) -> None:
     p.set_defaults(func=cmd_collect)
 
 
+def tokens_arg(text: str) -> int:
+    """argparse type of --ceiling/--whatif: a whole number of tokens, at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of tokens, at least 1 (got {text})")
+    return value
+
+
 def add_scan(sub) -> None:
     scan = sub.add_parser("scan", help="length summary of local JSONL shards")
     scan.add_argument("paths", nargs="+", metavar="PATH_OR_GLOB")
-    scan.add_argument("--ceiling", type=int, help="the max_tokens limit (detected when absent)")
-    scan.add_argument("--whatif", type=int, metavar="LIMIT", help="project the effect of raising the limit")
+    scan.add_argument("--ceiling", type=tokens_arg, help="the max_tokens limit (detected when absent)")
+    scan.add_argument("--whatif", type=tokens_arg, metavar="LIMIT", help="project the effect of raising the limit")
     scan.add_argument(
         "--workers",
         type=int,
@@ -409,8 +420,8 @@ def add_compare(sub) -> None:
         " everything after it is B's paths or globs.",
     )
     p.add_argument("paths", nargs="*", metavar="A_GLOBS")
-    p.add_argument("--ceiling-a", type=int, metavar="N", help="run A's max_tokens (detected when absent)")
-    p.add_argument("--ceiling-b", type=int, metavar="N", help="run B's max_tokens (detected when absent)")
+    p.add_argument("--ceiling-a", type=tokens_arg, metavar="N", help="run A's max_tokens (detected when absent)")
+    p.add_argument("--ceiling-b", type=tokens_arg, metavar="N", help="run B's max_tokens (detected when absent)")
     p.add_argument(
         "--workers",
         type=int,

@@ -111,7 +111,7 @@ def one_of(*choices: str) -> Rule:
 
 def matches(pattern: str | re.Pattern[str], must: str) -> Rule:
     compiled = re.compile(pattern)
-    return Rule(lambda v: bool(compiled.match(v)), must)
+    return Rule(lambda v: bool(compiled.fullmatch(v)), must)  # match(...$) passes a trailing "\n"
 
 
 def spec(

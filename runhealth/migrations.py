@@ -198,6 +198,11 @@ def _refuse_newer(found: int, path: Path | str, ours: int) -> None:
         )
 
 
+def refuse_newer(db: sqlite3.Connection, path: Path | str) -> None:
+    """Raise StoreError for a store newer than this code (read only: called before the WAL switch)."""
+    _refuse_newer(store_version(db), path, STORE_VERSION)
+
+
 def migrate(db: sqlite3.Connection, path: Path | str, migrations: Sequence[Migration] = MIGRATIONS) -> int:
     """Bring the store open on `db` (autocommit mode) up to the newest version; returns it.
 

@@ -21,11 +21,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
-from runhealth import ingest, textsafe
+from runhealth import ingest, storefile, textsafe
 from runhealth.analysis import reasons
 from runhealth.errors import StoreError
 from runhealth.ingest import PollRecord, ShardUpdate
-from runhealth.migrations import migrate
+from runhealth.migrations import migrate, refuse_newer
 from runhealth.node.wire import PollReply
 from runhealth.records import (
     GpuEventRow,
@@ -66,7 +66,13 @@ class Store:
         self.write_failures: dict[str, tuple[str, float, float]] = {}
         # The file under the path is watched (deleted, truncated, replaced under a running
         # dashboard): then every thread's connection is reopened on a recreated store.
-        self._file_id: tuple[int, int] | None = None
+        self._file_id: storefile.FileId | None = None
+        self._journal_ids: set[storefile.FileId] = set()  # its -wal/-shm when last connected to
+        # Files this process used and let go of. SQLite shares one lock and WAL index per file
+        # between a process's connections: while stale ones (other threads') are still open on
+        # such a file (moved back under the path), it cannot be reopened safely.
+        self._retired_ids: set[storefile.FileId] = set()
+        self._refused: tuple[storefile.FileId | None, str] | None = None  # a file under the path we will not open
         self._generation = 0
         self._recreate_lock = threading.Lock()
         self._remembered: dict[tuple[str, str], Any] = {}  # what set_meta / register_node wrote
@@ -74,20 +80,43 @@ class Store:
         self._reason_namer: tuple[int, reasons.Namer] | None = None  # (generation, namer)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = self._db()
             with self._write_lock:
-                _create(db, self.path)
-            st = os.stat(self.path)
-            self._file_id = (st.st_dev, st.st_ino)
+                db = self._open_file()
+            self._local.db, self._local.generation = db, self._generation
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open history store {self.path}: {exc}") from None
 
     # -- plumbing ------------------------------------------------------------------------
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, check: bool = False) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
-        db.row_factory = sqlite3.Row
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
+        try:
+            if check:  # before the WAL switch writes the file's header
+                storefile.check_is_store(db, self.path)
+                refuse_newer(db, self.path)
+            db.row_factory = sqlite3.Row
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _open_file(self) -> sqlite3.Connection:
+        """A connection to the file now under the path, checked and migrated as at start.
+
+        Raises:
+            StoreError: the file is not a runhealth store, or one newer than this code (untouched).
+        """
+        storefile.precheck(self.path)
+        db = self._connect(check=True)
+        try:
+            _create(db, self.path)
+        except BaseException:
+            db.close()
+            raise
+        self._file_id = storefile.file_id(self.path)
+        self._retired_ids.discard(self._file_id)  # ours again (no stale connection was left on it)
+        self._journal_ids = storefile.journal_ids(self.path)  # the -wal/-shm this file uses now
         return db
 
     def _db(self) -> sqlite3.Connection:
@@ -95,17 +124,22 @@ class Store:
             self._recreate()
         db = getattr(self._local, "db", None)
         if db is not None and getattr(self._local, "generation", 0) != self._generation:
-            db.close()  # this thread's connection still points at the old file
+            storefile.retire(db)  # this thread's connection still points at the old file
             db = None
         if db is None:
             db = self._connect()
             self._local.db, self._local.generation = db, self._generation
+            self._journal_ids = storefile.journal_ids(self.path)
         return db
 
     def check_file(self) -> tuple[str, float] | None:
-        """Reopen a store deleted, truncated or replaced under us; returns `incident` (None if none)."""
+        """Reopen a store deleted, truncated or replaced under us; returns `incident` (None if none).
+
+        A file refused under the path is an incident too (its text says why), not an exception.
+        """
         if self._file_changed() is not None:
-            self._recreate()
+            with contextlib.suppress(StoreError):
+                self._recreate()
         return self.incident
 
     def _file_changed(self) -> str | None:
@@ -118,39 +152,90 @@ class Store:
             return "deleted"
         except OSError:
             return None  # e.g. permissions: SQLite will say what is wrong
-        if (st.st_dev, st.st_ino) != self._file_id:
-            return "replaced"
+        if (st.st_dev, st.st_ino) != self._file_id or self._file_id in self._retired_ids:
+            return "replaced"  # or moved back after a refusal: let go of, not ours to use again
         return "truncated" if st.st_size == 0 else None
 
     def _recreate(self) -> None:
-        """Open (or create) the store now under the path; counts rebuild from offset 0 by themselves."""
+        """Open the file now under the path as a store being opened (checks and migrations included).
+
+        Raises:
+            StoreError: that file is refused (not a runhealth store, or a newer one); it is left
+                untouched and every later access retries, so a usable file put back is taken up.
+        """
         with self._recreate_lock:
             reason = self._file_changed()
             if reason is None:
                 return  # another thread got here first
-            if reason != "replaced":  # the old file's WAL must not be replayed into the new one
-                for suffix in ("-wal", "-shm", "") if reason == "truncated" else ("-wal", "-shm"):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(f"{self.path}{suffix}")
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = self._connect()
-            _create(db, self.path)
+            try:
+                self._set_old_file_aside(reason)
+                ident = storefile.file_id(self.path)
+                if ident in self._retired_ids and ident in (storefile.held_open() or {ident}):
+                    raise StoreError(
+                        f"history store {self.path} is the file this process used before it was replaced: restart"
+                        " runhealth to use it again (connections to it that other threads may still hold"
+                        " cannot be reopened safely); it was left untouched"
+                    )
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                db = self._open_file()
+            except (StoreError, sqlite3.Error, OSError) as exc:
+                raise self._refuse(reason, exc) from None
+            nodes_before = db.execute("SELECT COUNT(*) FROM nodes").fetchone()[0]
             for (kind, key), value in self._remembered.items():
                 db.execute(*_remembered_sql(kind, key, value))
-            st = os.stat(self.path)
-            self._file_id = (st.st_dev, st.st_ino)
             self._generation += 1
-            old = getattr(self._local, "db", None)
-            if old is not None:
-                old.close()
+            self._refused = None
             self._local.db, self._local.generation = db, self._generation
-            when = time.strftime("%H:%M:%S", time.localtime())
+            self._note_incident(reason, nodes_before)
+
+    def _set_old_file_aside(self, reason: str) -> None:
+        """Keep the old file's -wal/-shm (SQLite finds them by name) from the file opened next.
+
+        Once per file let go of: while a file under the path is refused, the -wal/-shm there
+        are that file's (or another process's), not ours.
+        """
+        if self._file_id in self._retired_ids:
+            return
+        if reason == "replaced":
+            storefile.drop_replaced_journal(self.path, self._journal_ids)
+        else:
+            for suffix in ("-wal", "-shm", "") if reason == "truncated" else ("-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{self.path}{suffix}")
+        old = getattr(self._local, "db", None)
+        if old is not None:  # after the names went: its descriptors still reach its own file
+            storefile.retire(old)
+            self._local.db = None
+        if self._file_id is not None:
+            self._retired_ids.add(self._file_id)
+
+    def _note_incident(self, reason: str, nodes_before: int) -> None:
+        when = time.strftime("%H:%M:%S", time.localtime())
+        if reason == "replaced":
             text = (
-                f"The history store {self.path} was {reason} at {when} while the dashboard ran; a new one is in"
+                f"The history store {self.path} was replaced by another file at {when} while runhealth ran;"
+                f" that file is in use now, opened as at start (it held {nodes_before} node(s)), and the replaced"
+                " file's write-ahead log (-wal) was kept away from it. Each shard is counted on from the offset"
+                " that file holds for it, from the start where it holds none."
+            )
+        else:
+            text = (
+                f"The history store {self.path} was {reason} at {when} while runhealth ran; a new one is in"
                 " use and the counts are being rebuilt from the start of every shard."
             )
+        self.incident = (text, time.time())
+        log.warning("%s", text)
+
+    def _refuse(self, reason: str, exc: BaseException) -> StoreError:
+        """The error for a file under the path that cannot be opened (logged once per file)."""
+        cause = str(exc) if isinstance(exc, StoreError) else f"cannot open history store {self.path}: {exc}"
+        text = f"The history store {self.path} was {reason} while runhealth ran; nothing is written to it: {cause}"
+        ident = storefile.file_id(self.path)
+        if self._refused != (ident, text):
+            self._refused = (ident, text)
             self.incident = (text, time.time())
-            log.warning("%s", text)
+            log.error("%s", text)
+        return StoreError(cause)
 
     # -- raw access ------------------------------------------------------------------------
     # Public because some tables live in this database but belong to other modules (rollup.py's

@@ -26,9 +26,14 @@ from pathlib import Path
 
 import pytest
 import sshd as sshd_lib
-from leakcheck import pytest_sessionfinish  # noqa: F401 - fails the run if a test leaves a process
+from leakcheck import (
+    pytest_sessionfinish,  # noqa: F401 - fails the run if a test leaves a process
+    track,
+)
 
 from runhealth.config import NodeConfig
+
+sshd_lib.ON_START.append(track)  # every sshd counts as this session's (leakcheck.py)
 
 # A planted secret: tests assert it never shows up in exceptions or logs.
 SECRET_PASSPHRASE = "planted-Secret-passphrase-7f3a"

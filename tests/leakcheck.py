@@ -2,11 +2,14 @@
 
 Every process the tests start inherits RUNHEALTH_TEST_SESSION (set when this module is
 imported, before any test runs), whoever its parent is by the end. sshd rewrites its own
-environment block (setproctitle), so a process whose command line names this session's
-pytest temp folder (an sshd's HostKey is there) counts too: an sshd re-parented to init after
-its test lost track of it is found either way. At session end, after every fixture's
-teardown, processes that carry this session's mark get a few seconds to exit (connections
-closing); any still running are listed, killed, and the run fails.
+environment block (setproctitle), so the mark cannot be read back from it: tests/sshd.py
+records each sshd it starts with `track(pid)` (the pid with its start time, so a pid reused by
+another process later is not taken for it), and a recorded sshd re-parented to init after its
+test lost track of it is found either way. Nothing is matched by command line: a process of
+another test run (or anyone's) that merely names a path of this session is not ours. At session
+end, after every fixture's teardown, processes that carry this session's mark or were recorded
+get a few seconds to exit (connections closing); any still running are listed, killed, and the
+run fails.
 
 Used by tests/conftest.py; `pytest -p leakcheck` loads it on its own (its own test does that).
 """
@@ -23,26 +26,42 @@ import pytest
 MARK = "RUNHEALTH_TEST_SESSION"
 os.environ[MARK] = _session = uuid.uuid4().hex
 GRACE_S = 5.0
+_tracked: dict[int, bytes] = {}  # pid -> its start time (field 22 of /proc/<pid>/stat)
 
 
-def marked_processes(basetemp: str | None = None) -> dict[int, str]:
-    """pid -> command line of every live process (not this one) carrying this session's mark."""
-    needle = f"{MARK}={_session}".encode()
-    folder = basetemp.encode() + b"/" if basetemp else None
+def _stat_fields(pid: int) -> list[bytes]:
+    """/proc/<pid>/stat after the command name: [state, ppid, ..., starttime at index 19, ...]."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return f.read().rsplit(b")", 1)[1].split()
+
+
+def track(pid: int) -> None:
+    """Count `pid` as this session's even when its environment no longer says so (sshd)."""
+    try:
+        _tracked[pid] = _stat_fields(pid)[19]
+    except (OSError, IndexError):
+        pass  # already gone
+
+
+def _ours(pid: int, stat: list[bytes]) -> bool:
+    if _tracked.get(pid) == stat[19]:
+        return True
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        return f"{MARK}={_session}".encode() in f.read().split(b"\0")
+
+
+def marked_processes() -> dict[int, str]:
+    """pid -> command line of every live process (not this one) that is this session's."""
     found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
         try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
-                    continue  # exited, waiting for its parent to reap it
+            stat = _stat_fields(int(entry))
+            if stat[0] == b"Z" or not _ours(int(entry), stat):
+                continue  # Z: exited, waiting for its parent to reap it
             with open(f"/proc/{entry}/cmdline", "rb") as f:
                 cmdline = f.read().replace(b"\0", b" ")
-            if folder is None or folder not in cmdline:
-                with open(f"/proc/{entry}/environ", "rb") as f:
-                    if needle not in f.read().split(b"\0"):
-                        continue
             found[int(entry)] = cmdline.decode(errors="replace").strip()[:200]
         except (OSError, IndexError):
             continue
@@ -50,13 +69,11 @@ def marked_processes(basetemp: str | None = None) -> dict[int, str]:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    factory = getattr(session.config, "_tmp_path_factory", None)
-    basetemp = str(factory.getbasetemp()) if factory is not None else None
     deadline = time.monotonic() + GRACE_S
-    left = marked_processes(basetemp)
+    left = marked_processes()
     while left and time.monotonic() < deadline:
         time.sleep(0.1)
-        left = marked_processes(basetemp)
+        left = marked_processes()
     if not left:
         return
     for pid in left:

@@ -14,10 +14,14 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 SSHD = "/usr/sbin/sshd"
 INSTALL_HINT = "install openssh-server: apt-get install -y openssh-server"
+# Called with each started sshd's pid: tests/conftest.py adds leakcheck.track, since sshd's
+# setproctitle hides the environment that says which test session started it.
+ON_START: list[Callable[[int], None]] = []
 
 
 def missing_tools() -> str | None:
@@ -102,6 +106,8 @@ class Sshd:
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # privilege-separation chroot
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        for hook in ON_START:
+            hook(self.proc.pid)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

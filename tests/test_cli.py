@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from shardgen import truth_rows, write_shard
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,6 +74,26 @@ def test_scan_ceiling_flag_and_whatif(tmp_path):
     assert math.isclose(check["truth"], got["at_ceiling_fraction"])
     rc, out, err = cli("scan", "--ceiling", "4096", "--whatif", "8192", str(tmp_path / "a.jsonl"))
     assert rc == 0 and "checked on this run: cut at " in out and "the truth is 16.7%" in out, out + err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("scan", "--ceiling", "0"),
+        ("scan", "--ceiling", "-5"),
+        ("scan", "--whatif", "-1"),
+        ("scan", "--whatif", "0"),
+        ("compare", "--ceiling-a", "0"),
+        ("compare", "--ceiling-b", "-5"),
+    ],
+)
+def test_a_ceiling_or_whatif_limit_below_one_token_is_refused(tmp_path, args):
+    write_shard(tmp_path / "a.jsonl", truth_rows(50, 5))
+    command, flag, value = args
+    rest = [str(tmp_path / "a.jsonl")] + (["--", str(tmp_path / "a.jsonl")] if command == "compare" else [])
+    rc, out, err = cli(command, flag, value, *rest)
+    assert rc == 2 and out == "", out
+    assert f"argument {flag}: must be a whole number of tokens, at least 1 (got {value})" in err, err
 
 
 def test_scan_human_output_and_nothing_matched(tmp_path):

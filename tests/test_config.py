@@ -74,6 +74,10 @@ def bad(tmp_path, text):
             "field 'metrics_urls'",
         ),
         (('name = "node-1"', 'name = "node 1"'), "field 'name'"),
+        # `re.match(...$)` lets a name end in a newline: the rules match the whole value.
+        (('name = "node-1"', 'name = "node-1\\n"'), "node 'node-1\\n': field 'name'"),
+        (('name = "dflash-gen"', 'name = "dflash-gen\\n"'), "[run] field 'name'"),
+        (('python = "python3"', 'python = "python3\\n"'), "field 'python'"),
         (
             ('python = "python3"', 'python = "python3"\nscan_workers = 0'),
             "field 'scan_workers' must be between 1 and 8",

@@ -14,7 +14,7 @@ import threading
 import time
 
 import pytest
-from test_faults import wait_for
+from test_faults import run_totals, wait_for
 
 from runhealth.store import Store
 
@@ -348,6 +348,141 @@ def test_a_store_deleted_or_truncated_under_a_running_collector_is_recreated(tmp
         collector.stop()
 
 
+def other_store(path, user_version: int | None = None) -> None:
+    """Another run's store, closed cleanly (no -wal), as `mv other.sqlite3 store.sqlite3` would bring."""
+    other = Store(path)
+    other.set_meta("run", {"name": "other"})
+    other.register_node("elsewhere", {})
+    if user_version is not None:
+        other.cursor(f"PRAGMA user_version = {user_version}")
+    other.close()
+    assert not path.with_name(path.name + "-wal").exists()
+
+
+def read_elsewhere(path, sql: str):
+    """One value read from the store file by a separate process."""
+    code = "import sqlite3, sys\nprint(sqlite3.connect(sys.argv[1]).execute(sys.argv[2]).fetchone()[0])\n"
+    out = subprocess.run([sys.executable, "-c", code, str(path), sql], capture_output=True, text=True, timeout=30)
+    return out.stdout.strip() or out.stderr.strip().splitlines()[-1]
+
+
+def test_a_store_replaced_under_a_running_collector_is_opened_without_the_old_wal(tmp_path):
+    shard = tmp_path / "out.jsonl"
+    shard.write_bytes(chat(5) * 50)
+    collector, store = local_collector(tmp_path, str(shard))
+    collector.start()
+    try:
+        assert wait_for(lambda: sum(r["count"] for r in store.length_counts()) == 50)
+        other_store(tmp_path / "other.sqlite3")
+        (tmp_path / "other.sqlite3").replace(store.path)  # as `mv other.sqlite3 s.sqlite3` would
+        with open(shard, "ab") as f:
+            f.write(chat(6) * 7)
+        collector.request_refresh()
+        # Read by another process only once the collector has seen the new file: until then the
+        # old -wal is still at the path, and any SQLite reader opening it would replay it there.
+        assert wait_for(lambda: store.incident is not None and "was replaced by another file" in store.incident[0])
+        # The new file knew nothing of n1's shard: its 57 lines are counted from the start, once.
+        assert wait_for(lambda: read_counts_elsewhere(store.path) == 57, timeout_s=20), read_counts_elsewhere(
+            store.path
+        )
+        assert read_elsewhere(store.path, "PRAGMA integrity_check") == "ok"
+        # What the moved-in file held is still there: the old file's WAL was not replayed onto it.
+        assert read_elsewhere(store.path, "SELECT COUNT(*) FROM nodes WHERE name = 'elsewhere'") == "1"
+    finally:
+        collector.stop()
+
+
+def test_a_store_renamed_aside_keeps_its_last_writes_when_another_file_takes_its_place(tmp_path):
+    # `mv s.sqlite3 backup.sqlite3; mv other.sqlite3 s.sqlite3`: the last polls sit in s.sqlite3-wal,
+    # which SQLite finds by name only. They belong to the backup, not to the file now at the path.
+    from test_store import entry, reply
+
+    store = Store(tmp_path / "s.sqlite3")
+    store.record_poll("n1", reply({"/a": entry(100, [[10, "stop", 0, 3]])}), 1.0, 1.0)
+    assert (tmp_path / "s.sqlite3-wal").stat().st_size > 0  # not checkpointed yet
+    store.path.rename(tmp_path / "backup.sqlite3")
+    other_store(tmp_path / "other.sqlite3")
+    (tmp_path / "other.sqlite3").replace(store.path)
+    store.record_poll("n1", reply({"/a": entry(100, [[10, "stop", 0, 3]])}), 2.0, 1.0)
+    store.close()
+    assert read_elsewhere(tmp_path / "backup.sqlite3", "SELECT SUM(count) FROM node_length_counts") == "3"
+    assert read_elsewhere(store.path, "SELECT SUM(count) FROM node_length_counts") == "3"
+    assert read_elsewhere(store.path, "SELECT COUNT(*) FROM nodes WHERE name = 'elsewhere'") == "1"
+
+
+def test_a_newer_store_moved_under_a_running_collector_is_refused_untouched(tmp_path):
+    shard = tmp_path / "out.jsonl"
+    shard.write_bytes(chat(5) * 50)
+    collector, store = local_collector(tmp_path, str(shard))
+    collector.start()
+    try:
+        assert wait_for(lambda: sum(r["count"] for r in store.length_counts()) == 50)
+        other_store(tmp_path / "newer.sqlite3", user_version=99)
+        (tmp_path / "newer.sqlite3").replace(store.path)
+        collector.request_refresh()
+        refused = "schema version 99, newer than this runhealth's"
+        assert wait_for(lambda: store.incident is not None and refused in store.incident[0], timeout_s=20), (
+            store.incident
+        )
+        assert str(store.path) in store.incident[0]
+        collector.request_refresh()
+        time.sleep(1.0)  # polls keep running: none of them may write into the refused file
+        assert read_elsewhere(store.path, "PRAGMA user_version") == "99"
+        assert read_elsewhere(store.path, "SELECT COUNT(*) FROM shards") == "0"
+        assert read_elsewhere(store.path, "SELECT group_concat(name) FROM nodes") == "elsewhere"
+        # A usable store put back under the path is opened as at start, and counting resumes.
+        (tmp_path / "newer.sqlite3").write_bytes(b"")
+        (tmp_path / "newer.sqlite3").replace(store.path)
+        collector.request_refresh()
+        assert wait_for(lambda: read_counts_elsewhere(store.path) == 50, timeout_s=20), read_counts_elsewhere(
+            store.path
+        )
+    finally:
+        collector.stop()
+
+
+def test_the_original_store_moved_back_after_a_refusal_is_kept_whole_and_restart_is_asked(tmp_path):
+    shard = tmp_path / "out.jsonl"
+    shard.write_bytes(chat(5) * 50)
+    collector, store = local_collector(tmp_path, str(shard))
+    collector.start()
+    try:
+        assert wait_for(lambda: sum(r["count"] for r in store.length_counts()) == 50)
+        store.path.rename(tmp_path / "aside.sqlite3")  # `mv s.sqlite3 aside.sqlite3; mv newer.sqlite3 s.sqlite3`
+        other_store(tmp_path / "newer.sqlite3", user_version=99)
+        (tmp_path / "newer.sqlite3").replace(store.path)
+        collector.request_refresh()
+        assert wait_for(lambda: store.incident is not None and "schema version 99" in store.incident[0], timeout_s=20)
+        (tmp_path / "aside.sqlite3").replace(store.path)  # the operator undoes it
+        collector.request_refresh()
+        assert wait_for(
+            lambda: store.incident is not None and "restart runhealth" in store.incident[0], timeout_s=20
+        ), store.incident
+        # Its last writes were saved into it when it was let go of, and nothing wrote to it since.
+        assert read_counts_elsewhere(store.path) == 50
+        assert read_elsewhere(store.path, "PRAGMA integrity_check") == "ok"
+    finally:
+        collector.stop()
+    store.close()
+    assert sum(r["count"] for r in Store(store.path).length_counts()) == 50  # as after a restart
+
+
+def test_the_original_store_moved_back_is_taken_up_again_when_no_connection_was_left_on_it(tmp_path):
+    from test_store import entry, reply
+
+    store = Store(tmp_path / "s.sqlite3")  # one thread: its only connection is let go of at the refusal
+    store.record_poll("n1", reply({"/a": entry(100, [[10, "stop", 0, 3]])}), 1.0, 1.0)
+    store.path.rename(tmp_path / "aside.sqlite3")
+    other_store(tmp_path / "newer.sqlite3", user_version=99)
+    (tmp_path / "newer.sqlite3").replace(store.path)
+    assert "schema version 99" in store.check_file()[0]
+    (tmp_path / "aside.sqlite3").replace(store.path)
+    taken_up = store.check_file()
+    assert "was replaced by another file" in taken_up[0] and "(it held 1 node(s))" in taken_up[0]
+    assert run_totals(store) == {("n1", 10, "stop"): 3}
+    assert store.check_file() == taken_up  # opened once, not again on every access
+
+
 def test_the_sidebar_says_the_store_was_deleted_instead_of_a_traceback(tmp_path, monkeypatch):
     import store_fixtures
     import streamlit as st
@@ -424,3 +559,44 @@ def test_the_leak_check_fails_a_run_that_leaves_a_process_behind(tmp_path):
     assert "process(es) left running by the tests (now killed)" in leaky.stdout and "sleep 300" in leaky.stdout
     tidy = subprocess.run([*run, "test_tidy.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert tidy.returncode == 0, tidy.stdout
+
+
+LEAK_RUN = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "leakcheck"]
+
+
+def inner_pytest(tmp_path, test_file: str, source: str) -> subprocess.CompletedProcess:
+    """A separate pytest run of one test file under tmp_path, with its own basetemp and session mark."""
+    (tmp_path / test_file).write_text(source)
+    env = dict(__import__("os").environ, PYTHONPATH=str(__import__("pathlib").Path(__file__).parent))
+    argv = [*LEAK_RUN, f"--basetemp={tmp_path / 'inner'}", test_file]
+    return subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_the_leak_check_finds_an_sshd_that_rewrote_its_environment(tmp_path):
+    source = (
+        "import leakcheck, sshd\n"
+        "sshd.ON_START.append(leakcheck.track)  # as tests/conftest.py does\n"
+        "def test_sshd_left_running(tmp_path):\n"
+        "    host, client = sshd.keygen(tmp_path / 'host'), sshd.keygen(tmp_path / 'client')\n"
+        "    keys = tmp_path / 'authorized_keys'\n"
+        "    keys.write_text((tmp_path / 'client.pub').read_text())\n"
+        "    sshd.Sshd('127.0.0.1', host, keys, tmp_path).start()\n"
+    )
+    run = inner_pytest(tmp_path, "test_sshd_leak.py", source)
+    assert run.returncode == 1 and "1 passed" in run.stdout, run.stdout + run.stderr
+    assert "process(es) left running by the tests (now killed)" in run.stdout and "sshd:" in run.stdout, run.stdout
+
+
+def test_the_leak_check_leaves_a_foreign_process_naming_its_temp_folder_alone(tmp_path):
+    # Not this run's: started outside it, it only names a path in the run's basetemp.
+    foreign = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(300)", str(tmp_path / "inner" / "test_x0" / "out.log")],
+        start_new_session=True,
+    )
+    try:
+        run = inner_pytest(tmp_path, "test_tidy.py", "def test_tidy(tmp_path):\n    assert tmp_path.is_dir()\n")
+        assert run.returncode == 0 and "left running" not in run.stdout, run.stdout
+        assert foreign.poll() is None, "the leak check killed a process that was not its run's"
+    finally:
+        foreign.kill()
+        foreign.wait()

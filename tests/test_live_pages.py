@@ -12,6 +12,7 @@ import re
 import time
 from pathlib import Path
 
+import pytest
 import store_fixtures
 from streamlit.testing.v1 import AppTest
 from test_pages import PAGES, ROOT, TIMEOUT_S, _clear_streamlit_caches, assert_clean, run_page, texts  # noqa: F401 (autouse fixture)
@@ -149,6 +150,39 @@ def test_kiosk_mode_hides_the_chrome_and_enlarges_type(tmp_path, monkeypatch):
     assert any('[data-testid="stSidebar"]' in m.value and "display: none" in m.value for m in at.markdown)
     at = run_page("overview", config, monkeypatch)
     assert not any('[data-testid="stSidebar"]' in m.value for m in at.markdown)  # only in kiosk mode
+
+
+@pytest.mark.parametrize(
+    ("asked", "seconds", "noted"),
+    [
+        (None, 20.0, False),
+        ("30", 30.0, False),
+        ("0", 0.0, False),  # pins the page
+        ("0.001", 5.0, True),
+        ("1e-300", 5.0, True),
+        ("-3", 5.0, True),
+        ("inf", 3600.0, True),
+        ("1e308", 3600.0, True),
+        ("nan", 20.0, True),
+        ("soon", 20.0, True),
+    ],
+)
+def test_kiosk_rotate_is_clamped_to_5_s_to_1_h(asked, seconds, noted):
+    got = page_mod.kiosk_rotate_s(20.0, asked)
+    assert got[0] == seconds and (got[1] is not None) == noted, got
+
+
+def test_a_clamped_kiosk_rotate_is_said_on_the_page(tmp_path, monkeypatch):
+    store, config = store_fixtures.make_store(tmp_path, "healthy")
+    store.close()
+    monkeypatch.setenv("RUNHEALTH_CONFIG", str(config))
+    monkeypatch.setenv("RUNHEALTH_COLLECTOR", "off")
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT_S)
+    at.query_params["kiosk"] = "1"
+    at.query_params["rotate"] = "0.001"
+    at.run()
+    assert_clean(at)
+    assert "?rotate=0.001 is outside 5 s - 60 min: rotating every 5 s" in texts(at)
 
 
 def test_kiosk_rotation_order():

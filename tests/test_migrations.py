@@ -104,6 +104,53 @@ def test_a_newer_store_is_refused_and_not_migrated(tmp_path):
     assert version(path) == STORE_VERSION + 5
 
 
+def test_another_programs_database_is_refused_untouched(tmp_path):
+    path = tmp_path / "app.db"
+    with raw(path) as db:
+        db.execute("CREATE TABLE customers (name TEXT)")
+        db.execute("INSERT INTO customers VALUES ('ada')")
+    db.close()
+    before = path.read_bytes()
+    with pytest.raises(StoreError) as info:
+        Store(path)
+    message = str(info.value)
+    assert str(path) in message and "not a runhealth store" in message and "customers" in message
+    assert "store_path" in message
+    assert path.read_bytes() == before  # not even switched to WAL
+    assert not (tmp_path / "app.db-wal").exists()
+
+
+def test_a_newer_store_in_rollback_journal_mode_is_left_byte_for_byte(tmp_path):
+    path = tmp_path / "new.sqlite3"
+    Store(path).close()
+    with raw(path) as db:
+        db.execute("PRAGMA journal_mode=DELETE")  # as a copy made with the sqlite3 shell's .backup is
+        db.execute(f"PRAGMA user_version = {STORE_VERSION + 5}")
+    db.close()
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match="newer than this runhealth"):
+        Store(path)
+    assert path.read_bytes() == before  # not even switched to WAL
+
+
+def test_a_damaged_file_is_refused_untouched(tmp_path):
+    path = tmp_path / "s.sqlite3"
+    path.write_bytes(b"this is a config file, not a database\n" * 200)
+    before = path.read_bytes()
+    with pytest.raises(StoreError) as info:
+        Store(path)
+    message = str(info.value)
+    assert str(path) in message and "not an SQLite database" in message and "store_path" in message
+    assert path.read_bytes() == before
+
+
+def test_an_empty_file_becomes_a_store(tmp_path):
+    path = tmp_path / "s.sqlite3"
+    path.write_bytes(b"")
+    Store(path).close()
+    assert version(path) == STORE_VERSION
+
+
 def test_a_failed_migration_leaves_the_store_at_its_old_version(tmp_path):
     path = tmp_path / "s.sqlite3"
     Store(path).close()

@@ -109,7 +109,7 @@ def test_launch_argv_is_python_and_the_constant_bootstrap():
     assert launch_argv("/usr/bin/python3") == ["/usr/bin/python3", "-u", "-c", BOOTSTRAP]
 
 
-@pytest.mark.parametrize("python", ["python3; rm -rf /", "py thon", "$(id)", "", "python`x`"])
+@pytest.mark.parametrize("python", ["python3; rm -rf /", "py thon", "$(id)", "", "python`x`", "python3\n"])
 def test_launch_argv_rejects_shell_in_python(python):
     with pytest.raises(ConfigError, match="python"):
         launch_argv(python)

@@ -81,7 +81,7 @@ def program_frame(include_pynvml: bool = True, main_source: str | None = None) -
 
 def launch_argv(python: str) -> list[str]:
     """The agent's argv; `python` is the only config value that ever reaches a command line."""
-    if not isinstance(python, str) or not PYTHON_RE.match(python):
+    if not isinstance(python, str) or not PYTHON_RE.fullmatch(python):
         raise ConfigError(
             f"python = {python!r} is not a plain interpreter name or path "
             "(allowed characters: letters, digits, _ . / + -)"
