@@ -221,3 +221,56 @@ def test_no_fork_falls_back_to_one_process(tmp_path, monkeypatch):
     whole = one_process(path, 0, 1 << 30)
     out = backfill.scan_jobs([(path, None, 0, 1 << 30)], 2, scan_one)[path]
     assert out.pop("by_workers") and out == whole and backfill.LAST_RUN["workers"] == 0
+
+
+def small_backfill_program():
+    """The shipped program with a test-sized backlog threshold (PARALLEL_MIN_BYTES = 1)."""
+    header, body = protocol.program_frame(include_pynvml=False).split(b"\n", 1)
+    program = json.loads(body)
+    shipped = program["modules"]["runhealth_node_backfill"]
+    small = shipped.replace("PARALLEL_MIN_BYTES = 64 << 20", "PARALLEL_MIN_BYTES = 1").replace(
+        "PIECE_MIN_BYTES = 4 << 20", "PIECE_MIN_BYTES = 1"
+    )
+    assert small.count("= 1  #") == 2, "the knobs this test lowers moved"
+    program["modules"]["runhealth_node_backfill"] = small
+    return program
+
+
+def bootstrap_poll(tmp_path, program, shards_request):
+    """One poll of a real agent exec'd from `python -c BOOTSTRAP`: its shards reply."""
+    poll = {"op": "poll", "gpu": "off", "shards": shards_request}
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-u", "-c", protocol.BOOTSTRAP],
+        input=frame(program) + frame(poll),
+        capture_output=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    reply = read_reply(io.BytesIO(done.stdout))
+    assert reply["ok"], reply
+    return reply["shards"]
+
+
+def test_workers_count_with_the_configured_field_paths(tmp_path):
+    """finish_reason_path / completion_tokens_path reach every worker: a parallel backfill
+    counts exactly what the one-process scan counts (before: workers auto-detected the fields)."""
+    path = str(tmp_path / "a.jsonl")
+    want: dict = {}
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(3000):  # the auto-detected fields (choices / usage) say something else
+            why, n = ["tool", "eos", "cap"][i % 3], 100 + i % 7
+            rec = {
+                "choices": [{"message": {"content": "hi " * 30}, "finish_reason": "stop"}],
+                "usage": {"completion_tokens": 5},
+                "meta": {"why": why, "n": n},
+            }
+            f.write(json.dumps(rec) + "\n")
+            want[(n, why)] = want.get((n, why), 0) + 1
+    program = small_backfill_program()
+    configured = {"finish_reason_path": "meta.why", "completion_tokens_path": "meta.n"}
+    serial = bootstrap_poll(tmp_path, program, dict(configured, globs=[path], scan_workers=1))
+    parallel = bootstrap_poll(tmp_path, program, dict(configured, globs=[path], scan_workers=2))
+    assert (serial["scan_workers"], parallel["scan_workers"]) == (0, 2)
+    assert {(t, fr): n for t, fr, _, n in serial["files"][path]["counts"]} == want
+    assert parallel["files"][path] == serial["files"][path]

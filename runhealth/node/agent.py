@@ -245,7 +245,7 @@ def _poll_shards(req):
         late = deadline is not None and time.monotonic() >= deadline  # then only sizes are taken
         return scan_file(p, inode, offset, 0 if late else share, req, deadline)
 
-    out = backfill.scan_jobs(jobs, workers, scan_one, deadline=deadline)
+    out = backfill.scan_jobs(jobs, workers, scan_one, deadline=deadline, paths=req)
     for p, e in out.items():
         if e.get("by_workers") and e["reset"]:  # sampling rebuilds a reset shard's line index
             idx = STATE.file_index(p, e["inode"])

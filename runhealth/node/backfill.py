@@ -131,33 +131,40 @@ def _lower_priority():
         pass  # no nice on this platform: scan at normal priority
 
 
-def scan_piece(piece):
-    """Count the complete lines of one piece (in a worker, or in-process for tests)."""
+def field_paths(req):
+    """The request's configured field paths, all a worker needs of it (sent to it by pickling)."""
+    req = req or {}
+    return {k: req.get(k) for k in ("finish_reason_path", "completion_tokens_path")}
+
+
+def scan_piece(piece, paths=None):
+    """Count the complete lines of one piece (in a worker, or in-process for tests), with the
+    configured field paths (`paths`, as scan_file takes them), exactly as one process would."""
     path, inode, a, b, _ = piece
     before = SCAN.LINE_STATS["template"]
-    entry = SCAN.scan_file(path, inode, a, b - a)
+    entry = SCAN.scan_file(path, inode, a, b - a, paths)
     entry["template_lines"] = SCAN.LINE_STATS["template"] - before
     entry["worker"] = (os.getpid(), os.nice(0) if hasattr(os, "nice") else None)
     return entry
 
 
-def _run_pieces(pieces, workers, deadline, runner):
+def _run_pieces(pieces, workers, deadline, runner, paths):
     """[(piece, entry)] in piece order; pieces not started by the deadline are left out."""
     LAST_RUN.update(workers=0 if runner is not None else workers, pids=set(), nice=set())
     if runner is not None:  # in-process, for tests of the splitting and merging
-        return [(p, runner(p)) for p in pieces]
+        return [(p, runner(p, paths)) for p in pieces]
     try:
-        done = _pool_run(pieces, workers, deadline)
+        done = _pool_run(pieces, workers, deadline, paths)
     except Exception:  # no fork (limits), a worker killed (OOM): never a poll that cannot progress
         LAST_RUN["workers"] = 0
-        return _in_process(pieces, deadline)
+        return _in_process(pieces, deadline, paths)
     for _, e in done:
         LAST_RUN["pids"].add(e["worker"][0])
         LAST_RUN["nice"].add(e["worker"][1])
     return done
 
 
-def _pool_run(pieces, workers, deadline):
+def _pool_run(pieces, workers, deadline, paths):
     import multiprocessing  # here, not at the top: most polls never start a worker
 
     done, inflight, queue = [], collections.deque(), collections.deque(pieces)  # type: list, collections.deque, collections.deque
@@ -166,7 +173,7 @@ def _pool_run(pieces, workers, deadline):
         while queue or inflight:
             while queue and len(inflight) < 2 * workers and (first or deadline is None or time.monotonic() < deadline):
                 piece = queue.popleft()
-                inflight.append((piece, pool.apply_async(scan_piece, (piece,))))
+                inflight.append((piece, pool.apply_async(scan_piece, (piece, paths))))
             first = False  # the first batch always runs, so every poll makes progress
             if not inflight:
                 break
@@ -175,12 +182,12 @@ def _pool_run(pieces, workers, deadline):
     return done
 
 
-def _in_process(pieces, deadline):
+def _in_process(pieces, deadline, paths):
     done: list = []
     for piece in pieces:
         if done and deadline is not None and time.monotonic() >= deadline:
             break
-        done.append((piece, scan_piece(piece)))
+        done.append((piece, scan_piece(piece, paths)))
     return done
 
 
@@ -243,7 +250,7 @@ def worth_parallel(jobs, workers):
     return workers > 1 and can_fork() and sum(max(0, j[3]) for j in jobs) >= PARALLEL_MIN_BYTES
 
 
-def scan_jobs(jobs, workers, scan_one, deadline=None, runner=None, cuts=None):
+def scan_jobs(jobs, workers, scan_one, deadline=None, runner=None, cuts=None, paths=None):
     """Scan [(path, inode, offset, budget)], shards with a backlog in up to `workers` processes.
 
     Returns {path: entry}, each entry what scan_file() returns for that shard (design.md
@@ -251,7 +258,9 @@ def scan_jobs(jobs, workers, scan_one, deadline=None, runner=None, cuts=None):
     inode, offset, budget)` scans in this process: every shard when the poll is no backlog
     (worth_parallel), else the shards with less than PIECE_MIN_BYTES to do. deadline is a
     time.monotonic() value: pieces not started by then are left, and a shard cut short reports
-    pending_bytes and the exact offset after its last counted line. runner and cuts are for
+    pending_bytes and the exact offset after its last counted line. paths: the request's
+    finish_reason_path / completion_tokens_path (the workers count with them, as scan_one
+    does). runner and cuts are for
     tests: run the pieces in-process with `runner`, cut shards at the byte offsets cuts[path].
     """
     if runner is None and not worth_parallel(jobs, workers):
@@ -264,7 +273,7 @@ def scan_jobs(jobs, workers, scan_one, deadline=None, runner=None, cuts=None):
             plans[path] = planned[0]
             pieces.extend(planned[1])
     results = collections.defaultdict(list)
-    for piece, entry in _run_pieces(pieces, workers, deadline, runner):
+    for piece, entry in _run_pieces(pieces, workers, deadline, runner, field_paths(paths)):
         results[piece[0]].append((piece, entry))
     out = {}
     for path, inode, offset, budget in jobs:
