@@ -283,16 +283,31 @@ def rchar(pid):
         return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
 
 
+def count_rows(lines):
+    """{(tokens, finish_reason): count} of flat JSON lines, the reference the agent must match."""
+    out: dict = {}
+    for line in lines:
+        obj = json.loads(line)
+        key = (obj["completion_tokens"], obj["finish_reason"])
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+@pytest.mark.parametrize("prefix_lines", [0, 3000], ids=["line-alone", "after-lines"])
 @pytest.mark.parametrize("workers", [1, 2])
-def test_a_newline_search_stops_at_the_time_budget_and_resumes(tmp_path, workers):
+def test_a_newline_search_stops_at_the_time_budget_and_resumes(tmp_path, workers, prefix_lines):
     """A line with no newline yet, bigger than a poll can search in budget_s: each poll searches
     about budget_s worth (at least one read), the next resumes where it stopped (no byte read
     twice), the reply says work is pending, and once the line ends the counts are exact.
     Before: the first poll searched the whole 256 MiB, whatever budget_s said."""
     size = 256 << 20
+    lines = [
+        json.dumps({"text": "ok", "finish_reason": "stop", "completion_tokens": i % 9}) for i in range(prefix_lines)
+    ]
+    prefix = "".join(line + "\n" for line in lines).encode()
     stuck = tmp_path / "stuck.jsonl"
     with open(stuck, "wb") as f:  # sparse: no disk used; reads as NUL bytes, never a newline
-        f.write(b'{"text": "')
+        f.write(prefix + b'{"text": "')
         f.truncate(size)
     env = dict(os.environ, RUNHEALTH_MAX_LINE_BYTES=str(1 << 20))  # the least bound: 1 MiB
     proc = subprocess.Popen(
@@ -303,6 +318,7 @@ def test_a_newline_search_stops_at_the_time_budget_and_resumes(tmp_path, workers
         env=env,
     )
     state: dict = {}
+    counted: dict = {"lines": 0, "malformed": 0, "rows": {}}
 
     def poll(budget_s):
         shards = {"globs": [str(stuck)], "state": state, "budget_s": budget_s, "scan_workers": workers}
@@ -312,7 +328,12 @@ def test_a_newline_search_stops_at_the_time_budget_and_resumes(tmp_path, workers
         reply = read_reply(proc.stdout)
         assert reply["ok"], reply
         entry = reply["shards"]["files"][str(stuck)]
+        assert (entry["reset"], entry["error"]) == (False, None)
         state[str(stuck)] = {"inode": entry["inode"], "offset": entry["offset"]}
+        counted["lines"] += entry["lines"]
+        counted["malformed"] += entry["malformed"]
+        for t, fr, _, n in entry["counts"]:
+            counted["rows"][(t, fr)] = counted["rows"].get((t, fr), 0) + n
         return reply["shards"], entry
 
     try:
@@ -324,25 +345,29 @@ def test_a_newline_search_stops_at_the_time_budget_and_resumes(tmp_path, workers
         while len(searched) < 4 and time.monotonic() < deadline:
             before = rchar(proc.pid)
             shards, entry = poll(0.005)
-            read_bytes += rchar(proc.pid) - before
-            assert (entry["offset"], entry["lines"], entry["error"]) == (0, 0, None)
+            if len(searched) > 1:  # the line's first search (and any planning) is done
+                read_bytes += rchar(proc.pid) - before
+            assert shards["pending_bytes"] == size - entry["offset"], "the reply says the shard has work left"
             if entry["problem"] is None:
-                continue  # the poll's time was gone before this shard's turn: nothing searched
-            n = int(re.match(r"unterminated line: (\d+) bytes from byte offset 0", entry["problem"]).group(1))
-            assert searched[-1] < n < size, "the search stopped at the time budget, further than before"
-            assert shards["pending_bytes"] == size, "the reply says the shard has work left"
+                continue  # the poll's time was gone before the line's turn: nothing searched
+            assert entry["offset"] == len(prefix)
+            found = re.match(r"unterminated line: (\d+) bytes from byte offset (\d+)", entry["problem"])
+            n = int(found.group(1))
+            assert int(found.group(2)) == len(prefix) and searched[-1] < n < size - len(prefix), (
+                "the search stopped at the time budget, further than before"
+            )
             searched.append(n)
         assert len(searched) == 4, searched
-        assert read_bytes < searched[-1] + (4 << 20), "each poll resumed where the last stopped"
-        more = [json.dumps({"text": "x", "finish_reason": "stop", "completion_tokens": 3 + i}) for i in range(5)]
+        assert read_bytes < searched[-1] - searched[1] + (3 << 20), "each poll resumed where the last stopped"
+        more = [json.dumps({"text": "x", "finish_reason": "length", "completion_tokens": 3 + i}) for i in range(5)]
         with open(stuck, "ab") as f:
             f.write(b'"}\n' + "".join(line + "\n" for line in more).encode())
         before = rchar(proc.pid)
         shards, entry = poll(None)  # no time limit: the search ends, only its last bytes are read
-        assert rchar(proc.pid) - before < size - searched[-1] + (4 << 20)
-        assert (entry["lines"], entry["malformed"], entry["offset"]) == (6, 1, os.path.getsize(stuck))
-        assert entry["counts"] == [[3 + i, "stop", 0, 1] for i in range(5)]
-        assert shards["pending_bytes"] == 0 and entry["problem"].startswith("skipped 1 line(s) longer")
+        assert rchar(proc.pid) - before < size - len(prefix) - searched[-1] + (4 << 20)
+        assert shards["pending_bytes"] == 0 and entry["offset"] == os.path.getsize(stuck)
+        assert entry["problem"].startswith("skipped 1 line(s) longer")
+        assert counted == {"lines": prefix_lines + 6, "malformed": 1, "rows": count_rows(lines + more)}
     finally:
         proc.kill()
         proc.wait()
