@@ -97,8 +97,9 @@ def _bounds(f, start, stop, cuts, tail, deadline):
 
     The line at start is searched first, from where `tail` (the file's scan.TAILS entry) says
     an earlier search stopped; when it is long or does not end in the range, the tail keeps
-    how far it was searched (the workers inherit it: they do not search those bytes again). Each byte is read at most once: a
-    cut inside a region an earlier search found free of newlines has that search's answer.
+    how far it was searched (the workers inherit it: they do not search those bytes again).
+    Each byte is read at most once: a cut inside a region an earlier search found free of
+    newlines has that search's answer (before, every cut re-read the rest of such a region).
     """
     known = tail[1] if tail[0] == start < tail[1] else start  # no newline from start to here
     bounds, found = [start], start
@@ -295,8 +296,8 @@ def scan_jobs(jobs, workers, scan_one, deadline=None, runner=None, cuts=None, pa
     time.monotonic() value: pieces not started by then are left, and a shard cut short reports
     pending_bytes and the exact offset after its last counted line. paths: the request's
     finish_reason_path / completion_tokens_path (the workers count with them, as scan_one
-    does). runner and cuts are for
-    tests: run the pieces in-process with `runner`, cut shards at the byte offsets cuts[path].
+    does). runner and cuts are for tests: run the pieces in-process with `runner`, cut shards
+    at the byte offsets cuts[path].
     """
     if runner is None and not worth_parallel(jobs, workers):
         return {p: scan_one(p, inode, offset, budget) for p, inode, offset, budget in jobs}
