@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -221,3 +222,190 @@ def test_no_fork_falls_back_to_one_process(tmp_path, monkeypatch):
     whole = one_process(path, 0, 1 << 30)
     out = backfill.scan_jobs([(path, None, 0, 1 << 30)], 2, scan_one)[path]
     assert out.pop("by_workers") and out == whole and backfill.LAST_RUN["workers"] == 0
+
+
+def small_backfill_program():
+    """The shipped program with a test-sized backlog threshold (PARALLEL_MIN_BYTES = 1)."""
+    header, body = protocol.program_frame(include_pynvml=False).split(b"\n", 1)
+    program = json.loads(body)
+    shipped = program["modules"]["runhealth_node_backfill"]
+    small = shipped.replace("PARALLEL_MIN_BYTES = 64 << 20", "PARALLEL_MIN_BYTES = 1").replace(
+        "PIECE_MIN_BYTES = 4 << 20", "PIECE_MIN_BYTES = 1"
+    )
+    assert small.count("= 1  #") == 2, "the knobs this test lowers moved"
+    program["modules"]["runhealth_node_backfill"] = small
+    return program
+
+
+def bootstrap_poll(tmp_path, program, shards_request):
+    """One poll of a real agent exec'd from `python -c BOOTSTRAP`: its shards reply."""
+    poll = {"op": "poll", "gpu": "off", "shards": shards_request}
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-u", "-c", protocol.BOOTSTRAP],
+        input=frame(program) + frame(poll),
+        capture_output=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    reply = read_reply(io.BytesIO(done.stdout))
+    assert reply["ok"], reply
+    return reply["shards"]
+
+
+def test_workers_count_with_the_configured_field_paths(tmp_path):
+    """finish_reason_path / completion_tokens_path reach every worker: a parallel backfill
+    counts exactly what the one-process scan counts (before: workers auto-detected the fields)."""
+    path = str(tmp_path / "a.jsonl")
+    want: dict = {}
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(3000):  # the auto-detected fields (choices / usage) say something else
+            why, n = ["tool", "eos", "cap"][i % 3], 100 + i % 7
+            rec = {
+                "choices": [{"message": {"content": "hi " * 30}, "finish_reason": "stop"}],
+                "usage": {"completion_tokens": 5},
+                "meta": {"why": why, "n": n},
+            }
+            f.write(json.dumps(rec) + "\n")
+            want[(n, why)] = want.get((n, why), 0) + 1
+    program = small_backfill_program()
+    configured = {"finish_reason_path": "meta.why", "completion_tokens_path": "meta.n"}
+    serial = bootstrap_poll(tmp_path, program, dict(configured, globs=[path], scan_workers=1))
+    parallel = bootstrap_poll(tmp_path, program, dict(configured, globs=[path], scan_workers=2))
+    assert (serial["scan_workers"], parallel["scan_workers"]) == (0, 2)
+    assert {(t, fr): n for t, fr, _, n in serial["files"][path]["counts"]} == want
+    assert parallel["files"][path] == serial["files"][path]
+
+
+def rchar(pid):
+    """Bytes the process (and the workers it reaped) read so far, from /proc/<pid>/io."""
+    with open(f"/proc/{pid}/io", encoding="ascii") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
+
+
+def count_rows(lines):
+    """{(tokens, finish_reason): count} of flat JSON lines, the reference the agent must match."""
+    out: dict = {}
+    for line in lines:
+        obj = json.loads(line)
+        key = (obj["completion_tokens"], obj["finish_reason"])
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+@pytest.mark.parametrize("prefix_lines", [0, 3000], ids=["line-alone", "after-lines"])
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_newline_search_stops_at_the_time_budget_and_resumes(tmp_path, workers, prefix_lines):
+    """A line with no newline yet, bigger than a poll can search in budget_s: each poll searches
+    about budget_s worth (at least one read), the next resumes where it stopped (no byte read
+    twice), the reply says work is pending, and once the line ends the counts are exact.
+    Before: the first poll searched the whole 256 MiB, whatever budget_s said."""
+    size = 256 << 20
+    lines = [
+        json.dumps({"text": "ok", "finish_reason": "stop", "completion_tokens": i % 9}) for i in range(prefix_lines)
+    ]
+    prefix = "".join(line + "\n" for line in lines).encode()
+    stuck = tmp_path / "stuck.jsonl"
+    with open(stuck, "wb") as f:  # sparse: no disk used; reads as NUL bytes, never a newline
+        f.write(prefix + b'{"text": "')
+        f.truncate(size)
+    env = dict(os.environ, RUNHEALTH_MAX_LINE_BYTES=str(1 << 20))  # the least bound: 1 MiB
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-u", "-c", protocol.BOOTSTRAP],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=tmp_path,
+        env=env,
+    )
+    state: dict = {}
+    counted: dict = {"lines": 0, "malformed": 0, "rows": {}}
+
+    def poll(budget_s):
+        shards = {"globs": [str(stuck)], "state": state, "budget_s": budget_s, "scan_workers": workers}
+        shards["budget_bytes"] = 1 << 30  # the whole line in one poll's byte budget
+        proc.stdin.write(frame({"op": "poll", "gpu": "off", "shards": shards}))
+        proc.stdin.flush()
+        reply = read_reply(proc.stdout)
+        assert reply["ok"], reply
+        entry = reply["shards"]["files"][str(stuck)]
+        assert (entry["reset"], entry["error"]) == (False, None)
+        state[str(stuck)] = {"inode": entry["inode"], "offset": entry["offset"]}
+        counted["lines"] += entry["lines"]
+        counted["malformed"] += entry["malformed"]
+        for t, fr, _, n in entry["counts"]:
+            counted["rows"][(t, fr)] = counted["rows"].get((t, fr), 0) + n
+        return reply["shards"], entry
+
+    try:
+        proc.stdin.write(frame(small_backfill_program()) + frame({"op": "hello"}))
+        proc.stdin.flush()
+        assert read_reply(proc.stdout)["ok"]  # the program is in: from here the agent reads shards
+        searched, read_bytes = [0], 0
+        deadline = time.monotonic() + 30
+        while len(searched) < 4 and time.monotonic() < deadline:
+            before = rchar(proc.pid)
+            shards, entry = poll(0.005)
+            if len(searched) > 1:  # the line's first search (and any planning) is done
+                read_bytes += rchar(proc.pid) - before
+            assert shards["pending_bytes"] == size - entry["offset"], "the reply says the shard has work left"
+            if entry["problem"] is None:
+                continue  # the poll's time was gone before the line's turn: nothing searched
+            assert entry["offset"] == len(prefix)
+            found = re.match(r"unterminated line: (\d+) bytes from byte offset (\d+)", entry["problem"])
+            n = int(found.group(1))
+            assert int(found.group(2)) == len(prefix) and searched[-1] < n < size - len(prefix), (
+                "the search stopped at the time budget, further than before"
+            )
+            searched.append(n)
+        assert len(searched) == 4, searched
+        assert read_bytes < searched[-1] - searched[1] + (3 << 20), "each poll resumed where the last stopped"
+        more = [json.dumps({"text": "x", "finish_reason": "length", "completion_tokens": 3 + i}) for i in range(5)]
+        with open(stuck, "ab") as f:
+            f.write(b'"}\n' + "".join(line + "\n" for line in more).encode())
+        before = rchar(proc.pid)
+        shards, entry = poll(None)  # no time limit: the search ends, only its last bytes are read
+        assert rchar(proc.pid) - before < size - len(prefix) - searched[-1] + (4 << 20)
+        assert shards["pending_bytes"] == 0 and entry["offset"] == os.path.getsize(stuck)
+        assert entry["problem"].startswith("skipped 1 line(s) longer")
+        assert counted == {"lines": prefix_lines + 6, "malformed": 1, "rows": count_rows(lines + more)}
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_planning_reads_an_unfinished_line_once_not_once_per_cut(tmp_path):
+    """The first parallel poll of a shard ending in a big unfinished line: cut points inside
+    it are searched once (the first search's answer serves the rest), so the poll reads it about
+    twice (planning, then the worker's search from the line's start). Before: once per cut
+    point (8 pieces: about 4.5 times)."""
+    size = 96 << 20
+    good = [json.dumps({"text": "ok", "finish_reason": "stop", "completion_tokens": 2 + i}) + "\n" for i in range(5)]
+    path = tmp_path / "died.jsonl"
+    with open(path, "wb") as f:  # a writer died mid-line; sparse: no disk used, no newline in it
+        f.write("".join(good).encode() + b'{"text": "')
+        f.truncate(size)
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-u", "-c", protocol.BOOTSTRAP],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=tmp_path,
+        env=dict(os.environ, RUNHEALTH_MAX_LINE_BYTES=str(1 << 20)),
+    )
+    try:
+        proc.stdin.write(frame(small_backfill_program()) + frame({"op": "hello"}))
+        proc.stdin.flush()
+        assert read_reply(proc.stdout)["ok"]
+        before = rchar(proc.pid)
+        shards = {"globs": [str(path)], "scan_workers": 2, "budget_bytes": 1 << 30}
+        proc.stdin.write(frame({"op": "poll", "gpu": "off", "shards": shards}))
+        proc.stdin.flush()
+        reply = read_reply(proc.stdout)
+        read_bytes = rchar(proc.pid) - before
+        assert reply["ok"] and reply["shards"]["scan_workers"] == 2
+        entry = reply["shards"]["files"][str(path)]
+        assert (entry["lines"], entry["offset"]) == (5, len("".join(good)))
+        assert entry["counts"] == [[2 + i, "stop", 0, 1] for i in range(5)]
+        assert read_bytes < 2 * size + (4 << 20), f"{read_bytes / size:.1f} times the shard read"
+    finally:
+        proc.kill()
+        proc.wait()

@@ -222,7 +222,7 @@ def _poll_shards(req):
     budget = wire.DEFAULT_BUDGET_BYTES if req.get("budget_bytes") is None else int(req["budget_bytes"])
     t0 = time.monotonic()  # "budget_s": scan time limit, kept well inside the caller's timeout
     deadline = None if req.get("budget_s") is None else t0 + float(req["budget_s"])
-    needs = {}
+    needs, searched = {}, {}  # type: dict, dict
     for p in files:
         prev = state.get(p) or {}
         try:
@@ -231,13 +231,14 @@ def _poll_shards(req):
             continue
         off = int(prev.get("offset") or 0)
         moved = prev.get("inode") not in (None, st.st_ino) or st.st_size < off
-        needs[p] = st.st_size - (0 if moved else _searched_to(p, st, off))
+        searched[p] = 0 if moved else _searched_to(p, st, off) - off  # not read again: not in the budget
+        needs[p] = st.st_size - off - searched[p]
     workers = backfill.resolve_workers(req.get("scan_workers"))
     if backfill.worth_parallel([(p, None, 0, n) for p, n in needs.items()], workers):
         budget *= workers  # budget_bytes is per worker: a backlog goes `workers` times as fast
     plan = _plan_budget(needs, budget)
     jobs = [
-        (p, (state.get(p) or {}).get("inode"), int((state.get(p) or {}).get("offset") or 0), plan.get(p, 0))
+        (p, (state.get(p) or {}).get("inode"), int((state.get(p) or {}).get("offset") or 0), _share(plan, searched, p))
         for p in files
     ]
 
@@ -245,7 +246,7 @@ def _poll_shards(req):
         late = deadline is not None and time.monotonic() >= deadline  # then only sizes are taken
         return scan_file(p, inode, offset, 0 if late else share, req, deadline)
 
-    out = backfill.scan_jobs(jobs, workers, scan_one, deadline=deadline)
+    out = backfill.scan_jobs(jobs, workers, scan_one, deadline=deadline, paths=req)
     for p, e in out.items():
         if e.get("by_workers") and e["reset"]:  # sampling rebuilds a reset shard's line index
             idx = STATE.file_index(p, e["inode"])
@@ -269,6 +270,13 @@ def _poll_shards(req):
         "scan_workers": used,
         "files": replies,
     }, files
+
+
+def _share(plan, searched, path):
+    """A shard's byte budget from its offset: its share of the poll's, plus what an earlier
+    search found free of newlines (skipped, not read again), so the share starts past it."""
+    share = plan.get(path, 0)
+    return share + searched.get(path, 0) if share else 0
 
 
 def _searched_to(path, st, offset):

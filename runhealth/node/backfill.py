@@ -18,7 +18,10 @@ is a plain scan.scan_file() call on a byte range that starts and ends at line st
 and the content rule makes a line's outcome independent of which process counted it, so the
 merged result equals the one-process scan exactly (tests/test_backfill.py). The caller gives a
 byte budget per shard and an optional deadline: pieces not started by the deadline are left,
-and each shard reports the exact offset up to which its pieces are all done.
+cut points are not searched for past it, the last piece's search for the newline of an
+unfinished line stops at it, and each shard reports the exact offset up to which its pieces are
+all done. Planning reads each byte at most once and records a long line at the range's start in
+scan.TAILS, which the workers inherit, so neither re-reads a line an earlier search crossed.
 """
 
 from __future__ import annotations
@@ -66,30 +69,61 @@ def can_fork():
 
 
 # ---------------------------------------------------------------------------- planning
-def line_start_at_or_after(f, pos, limit):
-    """The first line start >= pos (a line starts at 0 or just after a newline), at most limit."""
+def line_start_at_or_after(f, pos, limit, deadline=None):
+    """(the first line start >= pos, at most limit; how far from pos - 1 no newline was seen).
+
+    A line starts at 0 or just after a newline. Past the deadline (after one read) the search
+    gives up and answers limit: no more cut points, the rest of the range is one piece.
+    """
     if pos <= 0:
-        return 0
+        return 0, 0
     at = pos - 1  # the byte before pos may be the newline that ends the previous line
     while at < limit:
         f.seek(at)
         block = f.read(min(ALIGN_READ_BYTES, limit - at))
         if not block:
-            return limit
+            break
         nl = block.find(b"\n")
         if nl >= 0:
-            return min(limit, at + nl + 1)
+            return min(limit, at + nl + 1), at + nl
         at += len(block)
-    return limit
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+    return limit, at
 
 
-def shard_pieces(path, inode, offset, budget, workers, cuts=None):
+def _bounds(f, start, stop, cuts, tail, deadline):
+    """Piece bounds: start, then each cut moved to the next line start (ascending, < stop).
+
+    The line at start is searched first, from where `tail` (the file's scan.TAILS entry) says
+    an earlier search stopped; when it is long or does not end in the range, the tail keeps
+    how far it was searched (the workers inherit it: they do not search those bytes again).
+    Each byte is read at most once: a cut inside a region an earlier search found free of
+    newlines has that search's answer (before, every cut re-read the rest of such a region).
+    """
+    known = tail[1] if tail[0] == start < tail[1] else start  # no newline from start to here
+    bounds, found = [start], start
+    if known < stop:
+        found, clear_to = line_start_at_or_after(f, known + 1, stop, deadline)
+        if found == stop or clear_to - start >= SCAN.CHUNK_BYTES:  # a long line: the scan resumes there
+            tail[:] = [start, max(known, clear_to)]
+    for c in sorted(cuts):
+        if c <= found or not start < c < stop:
+            continue
+        found = line_start_at_or_after(f, c, stop, deadline)[0]
+        if bounds[-1] < found < stop:
+            bounds.append(found)
+    return bounds
+
+
+def shard_pieces(path, inode, offset, budget, workers, cuts=None, deadline=None):
     """(start info, [(path, inode, a, b), ...]) for one shard, or None when it cannot be opened.
 
     The range is what a one-process scan_file(path, inode, offset, budget) would cover: from
     the offset (0 after a rotation or truncation) to start + budget. Cut points (evenly spaced,
     or `cuts` as given by tests) are moved to the next line start, so no piece splits a line;
     the last piece ends where the range does and, like scan_file, finishes the line crossing it.
+    Past the deadline no more cut points are searched for (_bounds).
     """
     try:
         with open(path, "rb", buffering=0) as f:
@@ -103,12 +137,10 @@ def shard_pieces(path, inode, offset, budget, workers, cuts=None):
                 step = max(-(-(stop - start) // n), 1)
                 step = min(step, PIECE_MAX_BYTES)
                 cuts = range(start + step, stop, step)
-            bounds = [start]
-            for c in sorted(cuts):
-                if start < c < stop:
-                    b = line_start_at_or_after(f, c, stop)
-                    if bounds[-1] < b < stop:
-                        bounds.append(b)
+            tail = SCAN.TAILS.get(path, st.st_ino)
+            if reset:
+                tail[:] = [-1, -1]  # truncated: what was searched before is gone
+            bounds = _bounds(f, start, stop, cuts, tail, deadline)
     except OSError:
         return None
     ends = bounds[1:] + [stop]
@@ -131,33 +163,44 @@ def _lower_priority():
         pass  # no nice on this platform: scan at normal priority
 
 
-def scan_piece(piece):
-    """Count the complete lines of one piece (in a worker, or in-process for tests)."""
-    path, inode, a, b, _ = piece
+def field_paths(req):
+    """The request's configured field paths, all a worker needs of it (sent to it by pickling)."""
+    req = req or {}
+    return {k: req.get(k) for k in ("finish_reason_path", "completion_tokens_path")}
+
+
+def scan_piece(piece, paths=None, deadline=None):
+    """Count the complete lines of one piece (in a worker, or in-process for tests), with the
+    configured field paths (`paths`, as scan_file takes them), exactly as one process would.
+
+    Only the last piece may search past its end for a newline (up to the file's end), so that
+    search stops at the poll's deadline and resumes next poll; other pieces end at line starts.
+    """
+    path, inode, a, b, last = piece
     before = SCAN.LINE_STATS["template"]
-    entry = SCAN.scan_file(path, inode, a, b - a)
+    entry = SCAN.scan_file(path, inode, a, b - a, paths, search_deadline=deadline if last else None)
     entry["template_lines"] = SCAN.LINE_STATS["template"] - before
     entry["worker"] = (os.getpid(), os.nice(0) if hasattr(os, "nice") else None)
     return entry
 
 
-def _run_pieces(pieces, workers, deadline, runner):
+def _run_pieces(pieces, workers, deadline, runner, paths):
     """[(piece, entry)] in piece order; pieces not started by the deadline are left out."""
     LAST_RUN.update(workers=0 if runner is not None else workers, pids=set(), nice=set())
     if runner is not None:  # in-process, for tests of the splitting and merging
-        return [(p, runner(p)) for p in pieces]
+        return [(p, runner(p, paths, deadline)) for p in pieces]
     try:
-        done = _pool_run(pieces, workers, deadline)
+        done = _pool_run(pieces, workers, deadline, paths)
     except Exception:  # no fork (limits), a worker killed (OOM): never a poll that cannot progress
         LAST_RUN["workers"] = 0
-        return _in_process(pieces, deadline)
+        return _in_process(pieces, deadline, paths)
     for _, e in done:
         LAST_RUN["pids"].add(e["worker"][0])
         LAST_RUN["nice"].add(e["worker"][1])
     return done
 
 
-def _pool_run(pieces, workers, deadline):
+def _pool_run(pieces, workers, deadline, paths):
     import multiprocessing  # here, not at the top: most polls never start a worker
 
     done, inflight, queue = [], collections.deque(), collections.deque(pieces)  # type: list, collections.deque, collections.deque
@@ -166,7 +209,7 @@ def _pool_run(pieces, workers, deadline):
         while queue or inflight:
             while queue and len(inflight) < 2 * workers and (first or deadline is None or time.monotonic() < deadline):
                 piece = queue.popleft()
-                inflight.append((piece, pool.apply_async(scan_piece, (piece,))))
+                inflight.append((piece, pool.apply_async(scan_piece, (piece, paths, deadline))))
             first = False  # the first batch always runs, so every poll makes progress
             if not inflight:
                 break
@@ -175,12 +218,12 @@ def _pool_run(pieces, workers, deadline):
     return done
 
 
-def _in_process(pieces, deadline):
+def _in_process(pieces, deadline, paths):
     done: list = []
     for piece in pieces:
         if done and deadline is not None and time.monotonic() >= deadline:
             break
-        done.append((piece, scan_piece(piece)))
+        done.append((piece, scan_piece(piece, paths, deadline)))
     return done
 
 
@@ -222,7 +265,7 @@ def _merge(info, results):
         entry["problem"] = e.get("problem") or entry.get("problem")  # text: carried, not summed
         entry["tail"] = e.get("tail")  # the last piece's unfinished line, as scan_file reports it
         pos = e["offset"]
-        finished = piece[4]
+        finished = piece[4] and not e["pending_bytes"]  # the last piece ran out of time: more to do
         if e["offset"] < piece[3] and not piece[4]:
             break  # a piece stopped short of its end (the file shrank): later pieces do not continue it
     rows = [[t, fr, est, n] for (t, fr, est), n in counts.items()]
@@ -243,7 +286,7 @@ def worth_parallel(jobs, workers):
     return workers > 1 and can_fork() and sum(max(0, j[3]) for j in jobs) >= PARALLEL_MIN_BYTES
 
 
-def scan_jobs(jobs, workers, scan_one, deadline=None, runner=None, cuts=None):
+def scan_jobs(jobs, workers, scan_one, deadline=None, runner=None, cuts=None, paths=None):
     """Scan [(path, inode, offset, budget)], shards with a backlog in up to `workers` processes.
 
     Returns {path: entry}, each entry what scan_file() returns for that shard (design.md
@@ -251,20 +294,22 @@ def scan_jobs(jobs, workers, scan_one, deadline=None, runner=None, cuts=None):
     inode, offset, budget)` scans in this process: every shard when the poll is no backlog
     (worth_parallel), else the shards with less than PIECE_MIN_BYTES to do. deadline is a
     time.monotonic() value: pieces not started by then are left, and a shard cut short reports
-    pending_bytes and the exact offset after its last counted line. runner and cuts are for
-    tests: run the pieces in-process with `runner`, cut shards at the byte offsets cuts[path].
+    pending_bytes and the exact offset after its last counted line. paths: the request's
+    finish_reason_path / completion_tokens_path (the workers count with them, as scan_one
+    does). runner and cuts are for tests: run the pieces in-process with `runner`, cut shards
+    at the byte offsets cuts[path].
     """
     if runner is None and not worth_parallel(jobs, workers):
         return {p: scan_one(p, inode, offset, budget) for p, inode, offset, budget in jobs}
     big = [j for j in jobs if j[3] >= PIECE_MIN_BYTES or (cuts and j[0] in cuts)]
     plans, pieces = {}, []
     for path, inode, offset, budget in big:
-        planned = shard_pieces(path, inode, offset, budget, workers, (cuts or {}).get(path))
+        planned = shard_pieces(path, inode, offset, budget, workers, (cuts or {}).get(path), deadline)
         if planned is not None:  # vanished or unreadable: scan_one reports the error below
             plans[path] = planned[0]
             pieces.extend(planned[1])
     results = collections.defaultdict(list)
-    for piece, entry in _run_pieces(pieces, workers, deadline, runner):
+    for piece, entry in _run_pieces(pieces, workers, deadline, runner, field_paths(paths)):
         results[piece[0]].append((piece, entry))
     out = {}
     for path, inode, offset, budget in jobs:

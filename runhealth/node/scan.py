@@ -10,7 +10,8 @@ with its per-shard template memory kept here.
 A line longer than MAX_LINE_BYTES (64 MiB; the environment variable RUNHEALTH_MAX_LINE_BYTES,
 seen by the agent process, lowers it for tests) is skipped as malformed without being held in
 memory, and an unterminated tail is searched for its newline only once: TAILS remembers how far
-a file is known to hold no newline, so a shard with no newline is not re-read on every poll.
+a file is known to hold no newline, so a shard with no newline is not re-read on every poll, and
+a search that reaches the poll's deadline stops there and resumes next poll (Reader).
 Text taken from a line (finish_reason, sample text) has lone surrogates (a JSON "\\ud800"
 escape) replaced by U+FFFD (clean_text), so every reply encodes as UTF-8 on the dashboard side.
 """
@@ -517,12 +518,15 @@ class Reader:
 
     `tail` is the file's TAILS entry [line start, offset]: no newline lies from that line start
     up to that offset, so an unterminated line is searched from where the last search ended.
+    `deadline` (time.monotonic()) bounds that search: past it the search stops after one read,
+    TAILS keeps how far it got, and `cut_short` tells the scan the line may still end.
     """
 
-    def __init__(self, f, size, cap_bytes, tail=None):
+    def __init__(self, f, size, cap_bytes, tail=None, deadline=None):
         self.f, self.size = f, size
         self.buf = bytearray(max(1, min(CHUNK_BYTES, cap_bytes)))
         self.tail = tail if tail is not None else [-1, -1]
+        self.deadline, self.cut_short = deadline, False
 
     def lines(self, pos, want):
         """(buf, end): buf[:end] are complete lines from pos, about `want` bytes of them.
@@ -563,8 +567,14 @@ class Reader:
         return line, length
 
     def _find_newline(self, pos, at):
-        """Offset of the first newline from `at` up to the size, or -1 (then TAILS remembers)."""
+        """Offset of the first newline from `at` up to the size, or -1 (then TAILS remembers how
+        far it looked: the next call resumes there, so no byte is searched twice)."""
+        first = True
         while at < self.size:
+            if not first and self.deadline is not None and time.monotonic() >= self.deadline:
+                self.cut_short = True  # a slow disk: the rest waits for the next poll
+                break
+            first = False
             self.f.seek(at)
             more = self.f.read(min(CHUNK_BYTES, self.size - at))
             if not more:
@@ -583,7 +593,7 @@ def parse_overrides(paths):
     return (parse_path(fr) if fr else None, parse_path(ct) if ct else None)
 
 
-def scan_file(path, inode, offset, budget_bytes, paths=None, line_index=None, deadline=None):
+def scan_file(path, inode, offset, budget_bytes, paths=None, line_index=None, deadline=None, search_deadline=None):
     """Count the complete lines of one shard from (inode, offset), about budget_bytes of them.
 
     Args:
@@ -598,6 +608,8 @@ def scan_file(path, inode, offset, budget_bytes, paths=None, line_index=None, de
         deadline: optional time.monotonic() value: no new read starts after it, and reads are
             sized to the speed measured so far, so a slow disk or CPU returns partial work
             (with pending_bytes) instead of outliving the caller's timeout.
+        search_deadline: when the search for the newline of an unfinished line stops (after
+            one read at least; the next call resumes it where it stopped). None: `deadline`.
 
     Returns:
         The per-file entry of the poll reply (design.md section 1) plus "pending_bytes".
@@ -620,7 +632,9 @@ def scan_file(path, inode, offset, budget_bytes, paths=None, line_index=None, de
     }
     try:
         with open(path, "rb", buffering=0) as f:
-            _scan_open_file(f, path, entry, budget_bytes, parse_overrides(paths), line_index, deadline)
+            _scan_open_file(
+                f, path, entry, budget_bytes, parse_overrides(paths), line_index, (deadline, search_deadline)
+            )
     except (OSError, ValueError) as exc:
         entry["error"] = "%s: %s" % (type(exc).__name__, exc)
     return entry
@@ -634,7 +648,7 @@ def _timed_want(want, done, t0, deadline):
     return min(want, max(64 << 10, int(done / (now - t0) * (deadline - now) / 2)))
 
 
-def _scan_open_file(f, path, entry, budget_bytes, overrides, line_index, deadline=None):
+def _scan_open_file(f, path, entry, budget_bytes, overrides, line_index, deadlines=(None, None)):
     st = os.fstat(f.fileno())
     start, size = entry["offset"], st.st_size
     if (entry["inode"] is not None and st.st_ino != entry["inode"]) or size < start:
@@ -646,7 +660,8 @@ def _scan_open_file(f, path, entry, budget_bytes, overrides, line_index, deadlin
     tally, stop, tail = _Tally(), start + max(0, int(budget_bytes)), TAILS.get(path, st.st_ino)
     if entry["reset"]:
         tail[:] = [-1, -1]  # truncated: what was searched before is gone
-    reader = Reader(f, size, min(size, stop) - start, tail)
+    deadline, search_deadline = deadlines
+    reader = Reader(f, size, min(size, stop) - start, tail, deadline if search_deadline is None else search_deadline)
     pos, timed_out, skipped = _scan_range(
         reader, start, stop, deadline, tally, TEMPLATES.get(path, st.st_ino), overrides, idx
     )
@@ -684,7 +699,8 @@ def _scan_range(reader, start, stop, deadline, tally, tmpl_state, overrides, idx
             if starts is not None:
                 starts.append(pos)
         elif end == 0:
-            break  # a half-written last line stays for the next poll
+            timed_out = reader.cut_short  # else a half-written last line stays for the next poll
+            break
         else:
             _scan_chunk(buf, end, tally, tmpl_state, overrides, starts, pos)
         pos += end
