@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -73,6 +74,11 @@ class Service:
             return
         if change is not None:
             _log("config changed: restarting the collector")
+
+    def beat(self) -> None:
+        """Keep the outbound status in the stores fresh (the viewer's sign that this process runs)."""
+        if self.outbound is not None:
+            self.outbound.beat(time.time())
 
     def refresh(self) -> None:
         for collector in self.collectors:
@@ -133,6 +139,8 @@ class Service:
         self.collectors = []
 
     def stop(self) -> None:
+        if self.outbound is not None:
+            self.outbound.write_status(stopped=True)  # a viewer on another host knows at once
         self._stop_collecting()
         for store in self.stores.values():
             store.close()
@@ -202,6 +210,7 @@ def run_collector(
                 service.refresh()
             if service.runset.changed_on_disk():
                 service.follow()
+            service.beat()
     finally:
         service.stop()
         stop_demo()
