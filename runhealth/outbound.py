@@ -19,6 +19,7 @@ import logging
 import os
 import socket
 import sqlite3
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any, cast
@@ -45,6 +46,8 @@ class Outbound:
     webhook_targets: list[str] = dataclasses.field(default_factory=list)  # redacted
     started_unix: float = dataclasses.field(default_factory=time.time)
     written_unix: float | None = None
+    _stopping: threading.Event = dataclasses.field(default_factory=threading.Event, repr=False)
+    _heart: threading.Thread | None = dataclasses.field(default=None, repr=False)
 
     @property
     def metrics_url(self) -> str | None:
@@ -83,7 +86,24 @@ class Outbound:
         if self.written_unix is None or now - self.written_unix >= HEARTBEAT_S:
             self.write_status(now)
 
-    def stop(self) -> None:
+    def start_heartbeat(self) -> None:
+        """Write the status now and every HEARTBEAT_S in a thread of its own (a store locked by
+        another process then delays only the heartbeat, not the service's reload and refresh)."""
+        self.write_status()
+        self._heart = threading.Thread(target=self._heartbeat, name="runhealth-status", daemon=True)
+        self._heart.start()
+
+    def _heartbeat(self) -> None:
+        while not self._stopping.wait(1.0):
+            self.beat(time.time())
+
+    def stop(self, final: bool = False) -> None:
+        """Stop serving; `final` (the process stops, no restart follows): record it as stopped."""
+        self._stopping.set()
+        if self._heart is not None:
+            self._heart.join(timeout=HEARTBEAT_S)  # its last write must not land after "stopped"
+        if final:
+            self.write_status(stopped=True)  # a viewer on another host knows at once
         for notifier in self.notifiers:
             notifier.stop()
         if self.metrics_server is not None:
@@ -133,7 +153,7 @@ def start_outbound(
         log.info("alert webhooks: %s", ", ".join(out.webhook_targets))
     for notice in out.notices:
         log.warning("%s", notice)
-    out.write_status()
+    out.start_heartbeat()
     return out
 
 

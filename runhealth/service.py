@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -75,11 +74,6 @@ class Service:
         if change is not None:
             _log("config changed: restarting the collector")
 
-    def beat(self) -> None:
-        """Keep the outbound status in the stores fresh (the viewer's sign that this process runs)."""
-        if self.outbound is not None:
-            self.outbound.beat(time.time())
-
     def refresh(self) -> None:
         for collector in self.collectors:
             collector.request_refresh()
@@ -130,18 +124,16 @@ class Service:
         for notice in self.outbound.notices:
             _log(notice)
 
-    def _stop_collecting(self) -> None:
+    def _stop_collecting(self, final: bool = False) -> None:
         if self.outbound is not None:
-            self.outbound.stop()  # frees the /metrics port for the restarted exporter
+            self.outbound.stop(final)  # frees the /metrics port for the restarted exporter
             self.outbound = None
         for collector in self.collectors:
             collector.stop()  # releases the store's collector lock
         self.collectors = []
 
     def stop(self) -> None:
-        if self.outbound is not None:
-            self.outbound.write_status(stopped=True)  # a viewer on another host knows at once
-        self._stop_collecting()
+        self._stop_collecting(final=True)
         for store in self.stores.values():
             store.close()
         self.stores = {}
@@ -210,7 +202,6 @@ def run_collector(
                 service.refresh()
             if service.runset.changed_on_disk():
                 service.follow()
-            service.beat()
     finally:
         service.stop()
         stop_demo()

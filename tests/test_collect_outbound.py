@@ -252,3 +252,23 @@ def test_the_status_is_rewritten_every_heartbeat_and_a_junk_status_reads_as_none
     for junk in ("text", {"pid": "1"}, {**status, "pid": None}):
         store.set_meta(STATUS_KEY, junk)
         assert read_status(store) is None
+
+
+def test_the_heartbeat_thread_rewrites_the_status_until_a_final_stop(tmp_path, monkeypatch):
+    from runhealth import outbound
+    from runhealth.store import Store
+
+    monkeypatch.setattr(outbound, "HEARTBEAT_S", 0.2)
+    config = parse_config({"run": {"name": "r"}, "nodes": [{"name": "n", "host": "local", "shards": ["/x"]}]})
+    store = Store(tmp_path / "s.sqlite3")
+    out = outbound.start_outbound([(config, store)], webhook_urls=[])
+    first = outbound.read_status(store)
+    deadline = time.time() + 10
+    while outbound.read_status(store)["written_unix"] == first["written_unix"]:
+        assert time.time() < deadline, "the status was not rewritten"
+        time.sleep(0.05)
+    out.stop(final=True)
+    assert out._heart is not None and not out._heart.is_alive()  # joined: no heartbeat lands after "stopped"
+    status = outbound.read_status(store)
+    assert status["stopped_unix"] is not None and status["started_unix"] == first["started_unix"]
+    assert not outbound.collector_alive(status, time.time(), 30)
