@@ -55,7 +55,11 @@ def collector_problem(rt: PageRuntime, now: float) -> str | None:
     age = fmt_age(now - status["written_unix"])
     if status["stopped_unix"] is not None:
         return f"No collector writes this run: the last one ({last}) stopped {age} ago; {START}."
-    why = "which has exited" if outbound.pid_gone(status) else f"silent for more than {fmt_age(rt.config.stale_after)}"
+    why = (
+        "which has exited"
+        if outbound.pid_gone(status)
+        else f"silent for more than {fmt_age(outbound.silent_after_s(rt.config.stale_after))}"
+    )
     return f"No collector has written this run for {age}: {START} (the last was {last}, {why})."
 
 

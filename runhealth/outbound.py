@@ -189,4 +189,10 @@ def collector_alive(status: CollectorStatus | None, now: float, stale_after_s: f
     heartbeat within `stale_after_s`, and (on this host) its pid exists."""
     if status is None or status["stopped_unix"] is not None:
         return False
-    return now - status["written_unix"] <= stale_after_s and not pid_gone(status)
+    return now - status["written_unix"] <= silent_after_s(stale_after_s) and not pid_gone(status)
+
+
+def silent_after_s(stale_after_s: float) -> float:
+    """How old a status may be before its process counts as gone: the run's stale_after_s, but
+    never under three heartbeats (a configured stale_after_s of 5 s must not flap between them)."""
+    return max(stale_after_s, 3 * HEARTBEAT_S)

@@ -247,6 +247,8 @@ def test_the_status_is_rewritten_every_heartbeat_and_a_junk_status_reads_as_none
     status = read_status(store)
     assert status["written_unix"] == t0 + HEARTBEAT_S and status["pid"] == os.getpid()
     assert collector_alive(status, t0 + HEARTBEAT_S + 30, 30) and not collector_alive(status, t0 + HEARTBEAT_S + 31, 30)
+    # a configured stale_after_s below the heartbeat: alive between two heartbeats, gone after three
+    assert collector_alive(status, t0 + 2.5 * HEARTBEAT_S, 5) and not collector_alive(status, t0 + 4.1 * HEARTBEAT_S, 5)
     out.write_status(t0 + 20, stopped=True)
     assert not collector_alive(read_status(store), t0 + 20, 30)
     for junk in ("text", {"pid": "1"}, {**status, "pid": None}):
