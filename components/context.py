@@ -30,7 +30,6 @@ from runhealth import demo, runs, service
 from runhealth.collector import Collector
 from runhealth.config import RunConfig, RunContext, find_config_path
 from runhealth.errors import ConfigError, RunhealthError
-from runhealth.outbound import Outbound
 from runhealth.runset import RunSet, store_key
 from runhealth.store import Store
 
@@ -64,7 +63,6 @@ class Runtime:
     config_path: Path | None = None  # the file loaded, absolute; None: the built-in demo
     signature: tuple | None = None  # config_signature() when built: a change means rebuild
     follows_file: bool = False  # held by get_runtime(), which rebuilds it when the file changes
-    outbound: Outbound | None = None  # /metrics and webhooks, served by the process that collects
     # Every run (runhealth.runs); config/store/collector above are the one this page shows
     # (components.runpicker), the first live run until a user picks another.
     runs: list[RunHandle] = dataclasses.field(default_factory=list)
@@ -82,8 +80,6 @@ class PageRuntime(Protocol):
     def collector(self) -> Collector | None: ...
     @property
     def demo(self) -> bool: ...
-    @property
-    def outbound(self) -> Outbound | None: ...
     @property
     def runs(self) -> list[RunHandle]: ...
 

@@ -14,7 +14,7 @@ import streamlit as st
 from components import cards, loaders, page, runpicker, tables
 from components.context import PageRuntime
 from components.format import fmt_bytes, md_escape
-from components.outbound import render_outbound
+from components.outbound import render_collector, render_outbound
 from runhealth import derived
 from runhealth.health import DOWN_AFTER_STALE, fmt_age, node_status
 from runhealth.records import NodeRow
@@ -51,6 +51,7 @@ def render_node(rt: PageRuntime, node: NodeRow, now: float, shards) -> None:
 
 def render_page(rt: PageRuntime) -> None:
     now = time.time()
+    page.guarded(render_collector)(rt)  # no collector process: say so before any number
     nodes = loaders.load_nodes(rt.store)
     if not nodes:
         st.info("No nodes registered yet: waiting for first poll (is the collector running?).")

@@ -4,21 +4,36 @@
 dashboard's runtime when it collects). Neither part can stop collection: a port already in
 use or a bad webhook setting becomes a notice (a bad webhook URL is skipped, the others are
 used), and the collector goes on.
+
+The viewer is another process (`runhealth dashboard`'s Streamlit, RUNHEALTH_COLLECTOR=off), so
+the collecting process records what it serves in each live run's store (meta key "collector",
+`records.CollectorStatus`: the /metrics URL or why it is off, the notices, the number of webhook
+receivers and their redacted targets, its pid and host) when its outbound (re)starts, and again
+every HEARTBEAT_S: the Nodes page reads it, and tells a live process from one that is gone.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import socket
+import sqlite3
+import threading
+import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from runhealth import exporter, notify, webhook
 from runhealth.config import RunConfig, RunContext
-from runhealth.errors import ConfigError
+from runhealth.errors import ConfigError, StoreError
+from runhealth.records import CollectorStatus
 from runhealth.store import Store
 
 log = logging.getLogger(__name__)
+STATUS_KEY = "collector"  # the run meta key of CollectorStatus
+HEARTBEAT_S = 10.0  # below the shortest stale_after_s (30 s), so a live collector never reads as gone
+METRICS_UNSET = "set [run] metrics_port or --metrics-port"
 
 
 @dataclasses.dataclass
@@ -26,6 +41,13 @@ class Outbound:
     metrics_server: Any = None
     notifiers: list[notify.Notifier] = dataclasses.field(default_factory=list)  # one per live run
     notices: list[str] = dataclasses.field(default_factory=list)
+    stores: list[Store] = dataclasses.field(default_factory=list)  # where the status is written
+    metrics_off: str | None = METRICS_UNSET  # why /metrics is not served
+    webhook_targets: list[str] = dataclasses.field(default_factory=list)  # redacted
+    started_unix: float = dataclasses.field(default_factory=time.time)
+    written_unix: float | None = None
+    _stopping: threading.Event = dataclasses.field(default_factory=threading.Event, repr=False)
+    _heart: threading.Thread | None = dataclasses.field(default=None, repr=False)
 
     @property
     def metrics_url(self) -> str | None:
@@ -34,7 +56,54 @@ class Outbound:
         host, port = self.metrics_server.server_address[:2]
         return f"http://{host}:{port}/metrics"
 
-    def stop(self) -> None:
+    def status(self, now: float, stopped: bool = False) -> CollectorStatus:
+        return CollectorStatus(
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            started_unix=self.started_unix,
+            written_unix=now,
+            stopped_unix=now if stopped else None,
+            metrics_url=self.metrics_url,
+            metrics_off=None if self.metrics_url else self.metrics_off,
+            notices=list(self.notices),
+            webhook_receivers=len(self.webhook_targets),
+            webhook_targets=list(self.webhook_targets),
+        )
+
+    def write_status(self, now: float | None = None, stopped: bool = False) -> None:
+        """Record this process's outbound status in every live run's store (a store that cannot
+        be written is logged: the status is for the viewer, it never stops collection)."""
+        now = time.time() if now is None else now
+        self.written_unix = now
+        for store in self.stores:
+            try:
+                store.set_meta(STATUS_KEY, self.status(now, stopped))
+            except (StoreError, sqlite3.Error, OSError) as exc:
+                log.warning("cannot record the collector's status in %s: %s", store.path, exc)
+
+    def beat(self, now: float) -> None:
+        """The heartbeat: rewrite the status once HEARTBEAT_S passed since the last write."""
+        if self.written_unix is None or now - self.written_unix >= HEARTBEAT_S:
+            self.write_status(now)
+
+    def start_heartbeat(self) -> None:
+        """Write the status now and every HEARTBEAT_S in a thread of its own (a store locked by
+        another process then delays only the heartbeat, not the service's reload and refresh)."""
+        self.write_status()
+        self._heart = threading.Thread(target=self._heartbeat, name="runhealth-status", daemon=True)
+        self._heart.start()
+
+    def _heartbeat(self) -> None:
+        while not self._stopping.wait(1.0):
+            self.beat(time.time())
+
+    def stop(self, final: bool = False) -> None:
+        """Stop serving; `final` (the process stops, no restart follows): record it as stopped."""
+        self._stopping.set()
+        if self._heart is not None:
+            self._heart.join(timeout=HEARTBEAT_S)  # its last write must not land after "stopped"
+        if final:
+            self.write_status(stopped=True)  # a viewer on another host knows at once
         for notifier in self.notifiers:
             notifier.stop()
         if self.metrics_server is not None:
@@ -52,7 +121,7 @@ def start_outbound(
     """For every live run in `runs` (config, store): serve /metrics when a port is set (argument,
     else the first run's `metrics_port`), all runs on the one port, and evaluate alerts and send
     webhooks when URLs are configured (secrets.toml or RUNHEALTH_WEBHOOK_URLS); each event names its run."""
-    out = Outbound()
+    out = Outbound(stores=[store for _config, store in runs])
     if not runs:
         return out
     first = runs[0][0]
@@ -60,9 +129,10 @@ def start_outbound(
     address = metrics_address or first.metrics_address
     if port is not None:
         try:
-            out.metrics_server = exporter.serve([store for _config, store in runs], port, address)
+            out.metrics_server = exporter.serve(out.stores, port, address)
         except OSError as exc:
-            out.notices.append(f"Prometheus /metrics not served on {address}:{port}: {exc.strerror or exc}")
+            out.metrics_off = f"not served on {address}:{port}: {exc.strerror or exc}"
+            out.notices.append(f"Prometheus /metrics {out.metrics_off}")
     try:  # a refused entry is a notice and is skipped; the other webhooks are used
         urls, refused = (
             webhook.load_urls() if webhook_urls is None else webhook.check_urls(webhook_urls, "webhook_urls")
@@ -79,7 +149,50 @@ def start_outbound(
             notifier = notify.Notifier(store, urls, interval_s=config.interval_s)
             notifier.start()
             out.notifiers.append(notifier)
-        log.info("alert webhooks: %s", ", ".join(notify.redact(u) for u in urls))
+        out.webhook_targets = [notify.redact(u) for u in urls]
+        log.info("alert webhooks: %s", ", ".join(out.webhook_targets))
     for notice in out.notices:
         log.warning("%s", notice)
+    out.start_heartbeat()
     return out
+
+
+def read_status(store: Store) -> CollectorStatus | None:
+    """The status the collecting process last recorded in `store`; None when none was (a store
+    written before the status existed, or never collected into) or it is not a status."""
+    try:
+        got = store.meta(STATUS_KEY)
+    except (StoreError, sqlite3.Error) as exc:
+        log.warning("cannot read the collector's status from %s: %s", store.path, exc)
+        return None
+    keys = CollectorStatus.__required_keys__
+    if not isinstance(got, dict) or not keys <= set(got) or not isinstance(got["pid"], int):
+        return None
+    return cast(CollectorStatus, {k: got[k] for k in keys})
+
+
+def pid_gone(status: CollectorStatus) -> bool:
+    """True when `status` was written on this host by a process that no longer exists."""
+    if status["host"] != socket.gethostname():
+        return False  # another machine's pid says nothing here
+    try:
+        os.kill(status["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # EPERM: it exists, as another user
+        return False
+    return False
+
+
+def collector_alive(status: CollectorStatus | None, now: float, stale_after_s: float) -> bool:
+    """Whether the process that wrote `status` still collects: it did not stop, wrote its
+    heartbeat within `stale_after_s`, and (on this host) its pid exists."""
+    if status is None or status["stopped_unix"] is not None:
+        return False
+    return now - status["written_unix"] <= silent_after_s(stale_after_s) and not pid_gone(status)
+
+
+def silent_after_s(stale_after_s: float) -> float:
+    """How old a status may be before its process counts as gone: the run's stale_after_s, but
+    never under three heartbeats (a configured stale_after_s of 5 s must not flap between them)."""
+    return max(stale_after_s, 3 * HEARTBEAT_S)

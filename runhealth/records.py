@@ -287,3 +287,22 @@ class SampleBatch(TypedDict):
     population: int | None
     errors: dict[str, str]  # node -> why it gave no samples
     samples: list[StoredSample]  # by node, path, line_no
+
+
+# -- the collecting process ------------------------------------------------------------------------
+class CollectorStatus(TypedDict):
+    """`outbound.read_status(store)`: the collecting process's own status, the run meta key
+    "collector" (runhealth/outbound.py), written when it (re)starts its outbound and again every
+    HEARTBEAT_S, so a viewer in another process shows what that process serves and whether it runs.
+    Never a webhook URL: targets only as `webhook.redact()` gives them (scheme://host:port/…)."""
+
+    pid: int
+    host: str  # socket.gethostname() of the collecting process
+    started_unix: float  # when this outbound started (the collector's start or latest restart)
+    written_unix: float  # the latest heartbeat
+    stopped_unix: float | None  # set when the process stopped cleanly
+    metrics_url: str | None  # where /metrics is served; None: not served (metrics_off says why)
+    metrics_off: str | None
+    notices: list[str]  # a refused webhook entry, a busy /metrics port, ... (Outbound.notices)
+    webhook_receivers: int  # the webhook URLs alerts are sent to
+    webhook_targets: list[str]  # the same, redacted

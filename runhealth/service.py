@@ -124,16 +124,16 @@ class Service:
         for notice in self.outbound.notices:
             _log(notice)
 
-    def _stop_collecting(self) -> None:
+    def _stop_collecting(self, final: bool = False) -> None:
         if self.outbound is not None:
-            self.outbound.stop()  # frees the /metrics port for the restarted exporter
+            self.outbound.stop(final)  # frees the /metrics port for the restarted exporter
             self.outbound = None
         for collector in self.collectors:
             collector.stop()  # releases the store's collector lock
         self.collectors = []
 
     def stop(self) -> None:
-        self._stop_collecting()
+        self._stop_collecting(final=True)
         for store in self.stores.values():
             store.close()
         self.stores = {}

@@ -1,20 +1,26 @@
 """`runhealth collect` end to end: a real collector process serving /metrics on loopback and
-sending an alert webhook to a real local receiver, stopped by SIGTERM."""
+sending an alert webhook to a real local receiver, stopped by SIGTERM; the Nodes page, as a
+viewer (RUNHEALTH_COLLECTOR=off), shows what that process serves from the status it stores."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
+import streamlit as st
 from prometheus_client.parser import text_string_to_metric_families
 from shardgen import truth_rows, write_shard
 
+from runhealth import supervise
 from runhealth.config import RunContext, parse_config
+from tests.test_pages import _clear_streamlit_caches, assert_clean, run_page, texts  # noqa: F401 (autouse fixture)
 from tests.test_prometheus import _free_port
 from tests.test_webhooks import SECRET, Receiver
 
@@ -114,6 +120,10 @@ def test_metrics_port_from_config_and_port_in_use_is_a_notice(tmp_path):
         assert first.metrics_url == f"http://127.0.0.1:{config.metrics_port}/metrics" and not first.notices
         second = start_outbound([(config, store)], webhook_urls=[])  # the same port again: refused, not fatal
         assert second.metrics_server is None and "not served" in second.notices[0]
+        assert (
+            second.status(time.time())["metrics_off"]
+            == f"not served on 127.0.0.1:{config.metrics_port}: " + (second.notices[0].split(": ", 1)[1])
+        )
     finally:
         first.stop()
 
@@ -157,3 +167,110 @@ def test_every_live_run_on_one_metrics_port_and_each_with_its_notifier(tmp_path)
         assert [n.store for n in out.notifiers] == [store for _config, store in runs]
     finally:
         out.stop()
+
+
+def test_the_nodes_page_as_a_viewer_shows_the_collectors_metrics_url_and_notices(tmp_path, monkeypatch):
+    """Issue 24: the viewer process has no Outbound of its own; the Nodes page reads what the
+    collecting process stored: where /metrics is served, the refused webhook entry, which
+    process wrote it; once that process is gone, it says so."""
+    port, config = _free_port(), _config(tmp_path)
+    env = {**os.environ, "RUNHEALTH_WEBHOOK_URLS": f"http://127.0.0.1:99999/{SECRET}", "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-m", "runhealth", "collect", "--config", str(config), "--metrics-port", str(port)]
+    proc = supervise.start_collector(argv, env)  # returns once it said it is collecting
+    try:
+        assert proc.poll() is None
+        at = run_page("nodes", config, monkeypatch)
+        assert_clean(at)
+        page, warnings = texts(at), [w.value for w in at.warning]
+        assert f"Prometheus metrics: http://127.0.0.1:{port}/metrics" in page, page
+        assert any("webhook entry 1 has a port that is not a number from 1 to 65535" in w for w in warnings), warnings
+        assert f"pid {proc.pid} on {socket.gethostname()}" in page, page
+        assert "Alert webhooks: none configured" in page and SECRET not in page
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    st.cache_data.clear()  # the status loader's ttl: this page run reads the store again
+    at = run_page("nodes", config, monkeypatch)
+    assert_clean(at)
+    gone = [w.value for w in at.warning if "no collector" in w.value.lower()]
+    assert gone and f"pid {proc.pid}" in gone[0] and "`runhealth collect` or `runhealth dashboard`" in gone[0], gone
+    assert "Prometheus metrics: http://" not in texts(at)  # not served any more: not shown as if it were
+
+
+def test_a_killed_collector_and_a_silent_one_on_another_host_are_named_on_the_nodes_page(tmp_path, monkeypatch):
+    """A collector killed without a word (SIGKILL: no clean stop recorded) is found gone by its
+    pid; one on another host, by the age of its heartbeat. Its webhook shows redacted."""
+    from runhealth.store import Store
+
+    config = _config(tmp_path)
+    env = {**os.environ, "RUNHEALTH_WEBHOOK_URLS": f"http://127.0.0.1:9/{SECRET}", "PYTHONPATH": str(ROOT)}
+    proc = supervise.start_collector([sys.executable, "-m", "runhealth", "collect", "--config", str(config)], env)
+    try:
+        at = run_page("nodes", config, monkeypatch)
+        assert_clean(at)
+        page = texts(at)
+        assert "Prometheus metrics: off (set [run] metrics_port or --metrics-port)" in page, page
+        assert "Alert webhooks: http://127.0.0.1:9/…" in page and SECRET not in page
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    store = Store(tmp_path / "store.sqlite3")
+    status = store.meta("collector")
+    assert status["pid"] == proc.pid and status["webhook_receivers"] == 1 and SECRET not in json.dumps(status)
+    st.cache_data.clear()
+    at = run_page("nodes", config, monkeypatch)
+    gone = [w.value for w in at.warning if w.value.startswith("No collector has written this run for")]
+    assert gone and f"pid {proc.pid} on {socket.gethostname()}, which has exited" in gone[0], gone
+
+    store.set_meta("collector", {**status, "host": "gpu-head-2", "written_unix": time.time() - 300})
+    store.close()
+    st.cache_data.clear()
+    at = run_page("nodes", config, monkeypatch)
+    gone = [w.value for w in at.warning if "No collector" in w.value]
+    assert gone == [
+        "No collector has written this run for 5 min: start `runhealth collect` or `runhealth dashboard`"
+        f" (the last was pid {proc.pid} on gpu-head-2, silent for more than 30 s)."
+    ], gone
+    assert "Prometheus metrics:" not in texts(at)
+
+
+def test_the_status_is_rewritten_every_heartbeat_and_a_junk_status_reads_as_none(tmp_path):
+    from runhealth.outbound import HEARTBEAT_S, STATUS_KEY, Outbound, collector_alive, read_status
+    from runhealth.store import Store
+
+    store = Store(tmp_path / "s.sqlite3")
+    out, t0 = Outbound(stores=[store]), 1_000_000.0
+    out.write_status(t0)
+    out.beat(t0 + HEARTBEAT_S / 2)  # too soon: not rewritten
+    assert read_status(store)["written_unix"] == t0
+    out.beat(t0 + HEARTBEAT_S)
+    status = read_status(store)
+    assert status["written_unix"] == t0 + HEARTBEAT_S and status["pid"] == os.getpid()
+    assert collector_alive(status, t0 + HEARTBEAT_S + 30, 30) and not collector_alive(status, t0 + HEARTBEAT_S + 31, 30)
+    # a configured stale_after_s below the heartbeat: alive between two heartbeats, gone after three
+    assert collector_alive(status, t0 + 2.5 * HEARTBEAT_S, 5) and not collector_alive(status, t0 + 4.1 * HEARTBEAT_S, 5)
+    out.write_status(t0 + 20, stopped=True)
+    assert not collector_alive(read_status(store), t0 + 20, 30)
+    for junk in ("text", {"pid": "1"}, {**status, "pid": None}):
+        store.set_meta(STATUS_KEY, junk)
+        assert read_status(store) is None
+
+
+def test_the_heartbeat_thread_rewrites_the_status_until_a_final_stop(tmp_path, monkeypatch):
+    from runhealth import outbound
+    from runhealth.store import Store
+
+    monkeypatch.setattr(outbound, "HEARTBEAT_S", 0.2)
+    config = parse_config({"run": {"name": "r"}, "nodes": [{"name": "n", "host": "local", "shards": ["/x"]}]})
+    store = Store(tmp_path / "s.sqlite3")
+    out = outbound.start_outbound([(config, store)], webhook_urls=[])
+    first = outbound.read_status(store)
+    deadline = time.time() + 10
+    while outbound.read_status(store)["written_unix"] == first["written_unix"]:
+        assert time.time() < deadline, "the status was not rewritten"
+        time.sleep(0.05)
+    out.stop(final=True)
+    assert out._heart is not None and not out._heart.is_alive()  # joined: no heartbeat lands after "stopped"
+    status = outbound.read_status(store)
+    assert status["stopped_unix"] is not None and status["started_unix"] == first["started_unix"]
+    assert not outbound.collector_alive(status, time.time(), 30)

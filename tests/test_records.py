@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from runhealth import records, rollup
+from runhealth.outbound import STATUS_KEY, Outbound, read_status
 from runhealth.store import Store
 from tests.store_fixtures import build_run, gpu_device, make_store, poll_reply
 
@@ -50,6 +51,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
     reply = {**poll_reply(now + 1, [device], {}), "host": HOST}
     store.record_poll("node-1", reply, now + 1, rtt_ms=10.0)
     store.new_sample_batch(5, now + 2)  # drawn, not finished: the pending batch
+    Outbound(stores=[store], notices=["a notice"], webhook_targets=["https://hooks.example/…"]).write_status(now + 3)
     return store
 
 
@@ -80,6 +82,9 @@ CASES: list[tuple[str, Callable[[Store], list[Any]], type, frozenset[str]]] = [
     ("latest_sample_batch", lambda s: [s.latest_sample_batch()], records.SampleBatch, frozenset()),
     ("samples", lambda s: s.latest_sample_batch()["samples"], records.StoredSample, frozenset()),
     ("pending_sample_batch", lambda s: [s.pending_sample_batch()], records.PendingSampleBatch, frozenset()),
+    # what the collecting process writes (run meta "collector"), as the viewer reads it back
+    ("collector status", lambda s: [s.meta(STATUS_KEY)], records.CollectorStatus, frozenset()),
+    ("read_status", lambda s: [read_status(s)], records.CollectorStatus, frozenset()),
 ]
 
 
