@@ -20,9 +20,9 @@ import streamlit as st
 from components import precomputed
 from runhealth import pagedata, rollup
 from runhealth.analysis import lengthtime, stats, whatif
-from runhealth.health import stale_after_s
 from runhealth.records import HostReading, NodeRow, PendingSampleBatch, SampleBatch
 from runhealth.store import Store
+from runhealth.windows import stale_after_s
 
 TTL_S = 3
 _HASH: dict[str | type[Any], Callable[[Any], Any]] = {Store: lambda s: str(s.path)}

@@ -35,6 +35,8 @@ from runhealth.analysis import rates, stats
 from runhealth.node.wire import GpuHealth
 from runhealth.records import GpuEventRow, HostReading, NodeRow, PollBucket
 from runhealth.store import Store
+from runhealth.windows import stale_after_s as stale_after_s  # re-exported: the exporter and tests ask health
+from runhealth.windows import stall_after_s as stall_after_s
 
 SHORT_WINDOW_S = 60.0
 LONG_WINDOW_S = 900.0
@@ -133,22 +135,9 @@ def rate_drop(current_tps: float | None, minute_tps: list[float]) -> float | Non
 # -- Node states, stalls and alerts (from the store) ------------------------------------
 # Moved here from runhealth/alerts.py (#14).
 DOWN_AFTER_STALE = 5  # a node is "down" once it has failed for 5 x stale_after
-WINDOW_POLLS = 3  # the default stale and stall windows span this many poll intervals ...
-STALE_MIN_S = 30.0  # ... and the stale window at least this: `stale_after_s`
 GPU_HOT_C = 85  # GPU core temperature that counts as "hot" (NVIDIA datacenter parts slow down near 90)
 # Throttle reasons that mean lost speed; gpu_idle, sync_boost and the clock settings are benign.
 HARMFUL_THROTTLE = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown", "hw_power_brake_slowdown")
-STALL_MIN_S = 120.0  # ... and the stall window at least this: `stall_after_s`
-
-
-def stale_after_s(interval_s: float, configured: float | None = None) -> float:
-    """Seconds without a successful poll before a node (or the whole collection) counts as stale.
-
-    The one rule: the run's configured ``stale_after_s`` when set, else three poll intervals,
-    at least 30 s. The dashboard also uses the default as the width of "a few polls" (chart
-    buckets, how fresh a server gauge must be).
-    """
-    return float(configured) if configured else max(WINDOW_POLLS * interval_s, STALE_MIN_S)
 
 
 def fmt_age(seconds: float | None) -> str:
@@ -180,16 +169,6 @@ def node_status(node: NodeRow, now: float, stale_after: float) -> tuple[str, str
     why = f": {err}" if failing and err else ""
     state = "down" if age > DOWN_AFTER_STALE * stale_after else "stale"
     return state, f"{state} for {fmt_age(age)}{why}"
-
-
-def stall_after_s(interval_s: float, configured: float | None = None) -> float:
-    """Seconds an up node (or the run) may add no completions before it counts as stalled.
-
-    The one rule: the run's configured ``stall_after_s`` when set, else three poll intervals,
-    at least 120 s. `RunConfig.stall_after` reads it (the collector saves that in the run's
-    meta), and so do the alerts and the exporter, from the meta.
-    """
-    return float(configured) if configured else max(WINDOW_POLLS * interval_s, STALL_MIN_S)
 
 
 def stalled_nodes(store: Store, now: float, window: float) -> dict[str, float]:

@@ -13,8 +13,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from runhealth.analysis.stats import LENGTH
 from runhealth.node.wire import CountRow, DiskEntry, GpuDevice, HostInfo, PollReply, ShardEntry, count_rows
+from runhealth.records import LENGTH
 
 
 @dataclasses.dataclass(frozen=True)

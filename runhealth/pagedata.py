@@ -28,9 +28,9 @@ from typing import Any
 
 from runhealth import rollup, textsafe
 from runhealth.analysis import lengthtime, stats, whatif
-from runhealth.health import stale_after_s
 from runhealth.records import GpuNumber, GroupTotalRow, LabelledGpuPoint, LengthCountRow, SampleBatch, rows_as, widen
 from runhealth.store import Store
+from runhealth.windows import stale_after_s
 
 log = textsafe.get_logger(__name__)
 

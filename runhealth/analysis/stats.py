@@ -18,7 +18,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-LENGTH = "length"
+from runhealth.records import LENGTH  # one spelling: ingest counts with it too
+
 MISSING = "missing"
 EXACT_SOURCE = "completion_tokens"
 ESTIMATE_SOURCE = "chars/4 estimate"
