@@ -21,6 +21,7 @@ import streamlit as st
 from components.format import fmt_bytes, fmt_rate, md_escape
 from components.tables import indexing_progress, last_error_line, node_table, why_empty
 from runhealth import derived
+from runhealth.activity import RunRates
 from runhealth.analysis.stats import Summary
 from runhealth.health import fmt_age, level, node_status
 from runhealth.records import NodeRow, StoredSample
@@ -151,14 +152,14 @@ def overview_tiles(
     last: float | None,
     cfg: Any,
     now: float,
-    health: dict | None = None,
+    health: RunRates | None = None,
 ) -> list[dict[str, str]]:
     """The six standup tiles: done, throughput (last minute, 15-min average beside it), ETA (from
     the 15-min average, stated), truncation, nodes, data age. The numbers: runhealth.derived.standup."""
     n = derived.standup(
         summary.completions,
         target,
-        health or {},
+        health,
         nodes,
         len(gpus) or sum(x.get("gpus_found") or 0 for x in nodes),
         float(gpus["power_w"].sum()) if len(gpus) else None,

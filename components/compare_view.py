@@ -126,7 +126,8 @@ def render_forecast(cmp: dict, a: dict, b: dict) -> None:
             help="the what-if's estimate from A's lengths below its ceiling",
         )
         st.caption(
-            f"95% interval {100 * f['interval'][0]:.1f}–{100 * f['interval'][1]:.1f}%; extra tokens per "
+            f"95% interval {100 * f['interval'][0]:.1f}–{100 * f['interval'][1]:.1f}%{f.get('interval_note', '')};"
+            " extra tokens per "
             f"completion {f['predicted_extra_tokens']:+,.0f} ({f['predicted_extra_tokens_interval'][0]:+,.0f} to "
             f"{f['predicted_extra_tokens_interval'][1]:+,.0f})"
         )
@@ -141,7 +142,7 @@ def render_forecast(cmp: dict, a: dict, b: dict) -> None:
         )
     text = (
         f"The measurement falls {verdict} the predicted interval "
-        f"({100 * f['interval'][0]:.1f}–{100 * f['interval'][1]:.1f}%)."
+        f"({100 * f['interval'][0]:.1f}–{100 * f['interval'][1]:.1f}%{f.get('interval_note', '')})."
     )
     (st.success if f["inside"] else st.warning)(text)
     st.caption(cards.md_escape(f"{cmp['forecast_note']} {cmp['prompts']}"))

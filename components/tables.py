@@ -16,7 +16,8 @@ from typing import Any
 import pandas as pd
 
 from components.format import fmt_bytes, fmt_rate
-from runhealth import derived
+from runhealth import derived, hardware
+from runhealth.activity import NodeRate, RunRates
 from runhealth.analysis import stats
 from runhealth.analysis.stats import Summary
 from runhealth.analysis.whatif import WhatIf
@@ -99,7 +100,10 @@ def server_length_share(metrics: pd.DataFrame) -> tuple[float, float] | None:
 
 
 def node_table(
-    nodes: list[NodeRow], stale_after: float, now: float | None = None, per_node: dict[str, Any] | None = None
+    nodes: list[NodeRow],
+    stale_after: float,
+    now: float | None = None,
+    per_node: Mapping[str, NodeRate] | None = None,
 ) -> pd.DataFrame:
     """One row per node; with `per_node` (load_health's NodeRate map) its tok/s over the last
     minute and when its shards last grew."""
@@ -281,22 +285,16 @@ def samples_export(samples: list[StoredSample]) -> pd.DataFrame:
     )
 
 
-def _gpu_state(error: Any, util: Any, throttle: Any) -> str:
-    notes = []
-    if isinstance(error, str) and error:  # pandas makes a missing error NaN
-        notes.append(f"error: {error}")
-    if pd.notna(util) and util < 10:
-        notes.append("idle")
-    if throttle:
-        notes.append("throttled: " + ", ".join(throttle))
-    return "⚠ " + "; ".join(notes) if notes else "ok"
-
-
-def gpu_table(gpus: pd.DataFrame) -> pd.DataFrame:
-    """The GPUs now, with idle (<10% util) and throttled ones flagged first."""
+def gpu_table(gpus: pd.DataFrame, run_writing: bool = True) -> pd.DataFrame:
+    """The GPUs now, in the words of the one GPU rule (runhealth.hardware.gpu_state): the ones
+    that need a look ("⚠ ...") first, then information (at the power cap), then "ok"."""
     # zip over columns, not iterrows: iterrows builds a Series per GPU (0.1 s for 512 GPUs).
     errors = gpus["error"] if "error" in gpus else [None] * len(gpus)
-    flags = [_gpu_state(e, u, t) for e, u, t in zip(errors, gpus["util_pct"], gpus["throttle_reasons"], strict=True)]
+    readings = zip(errors, gpus["util_pct"], gpus["temp_c"], gpus["throttle_reasons"], strict=True)
+    flags = [
+        hardware.gpu_state({"error": e, "util_pct": u, "temp_c": t, "throttle_reasons": r}, run_writing)
+        for e, u, t, r in readings
+    ]
     out = pd.DataFrame(
         {
             "GPU": gpus["label"],
@@ -313,7 +311,9 @@ def gpu_table(gpus: pd.DataFrame) -> pd.DataFrame:
         },
         index=gpus.index,
     )
-    return out.sort_values("state", key=lambda s: s == "ok", kind="stable")
+    return out.sort_values(
+        "state", key=lambda s: s.map(lambda v: 0 if v.startswith("⚠") else 2 if v == "ok" else 1), kind="stable"
+    )
 
 
 def gpu_processes(gpus: pd.DataFrame) -> pd.DataFrame:
@@ -397,7 +397,7 @@ def node_details(node: NodeRow, now: float, host: HostReading | None = None) -> 
 
 
 def headline(
-    summary: Summary, health: dict, nodes: list[NodeRow], cfg: Any, now: float, last: float | None
+    summary: Summary, health: RunRates | None, nodes: list[NodeRow], cfg: Any, now: float, last: float | None
 ) -> dict[str, Any]:
     """The standup figures as one flat record (the Overview's download), rounded for people."""
     lo, hi = summary.at_ceiling_interval
@@ -420,8 +420,8 @@ def headline(
         "truncated_count": summary.at_ceiling,
         "truncated_of": summary.length_count,
         "length_stops_below_ceiling": summary.length_below_ceiling,
-        "tokens_per_s_last_1_min": r(health.get("tokens_per_s_1m"), 0),
-        "tokens_per_s_15_min_avg": r(health.get("tokens_per_s_15m"), 0),
+        "tokens_per_s_last_1_min": r(up.tokens_per_s_1m, 0),
+        "tokens_per_s_15_min_avg": r(up.tokens_per_s_15m, 0),
         "eta_hours_at_15_min_avg": r(up.eta_s / 3600, 2) if up.eta_s is not None else None,
         "nodes_up": up.nodes_up,
         "nodes_stale": up.nodes_stale,

@@ -14,8 +14,8 @@ import streamlit as st
 from components import cards, figcache, figures, jobs, loaders, page, precomputed, tables, whatif_view
 from components.context import PageRuntime
 from components.format import md_escape
-from runhealth.analysis import continuation
-from runhealth.analysis.eta import eta_change
+from runhealth.activity import RunRates
+from runhealth.analysis import continuation, loops, rates
 from runhealth.analysis.stats import Summary
 from runhealth.health import level
 
@@ -84,7 +84,7 @@ def render_groups(rt: PageRuntime, ceiling) -> None:
         st.caption(f"Truncation by {by}: {precomputed.age_text(df.attrs.get('as_of'))}.")
 
 
-def render_whatif(rt: PageRuntime, data: dict, thr: dict) -> None:
+def render_whatif(rt: PageRuntime, data: dict, health: RunRates) -> None:
     s, hist = data["summary"], data["hist"]
     ceiling = s.ceiling_tokens
     st.subheader("What if max_tokens were raised?")
@@ -98,11 +98,10 @@ def render_whatif(rt: PageRuntime, data: dict, thr: dict) -> None:
             key=f"{PREFIX}_whatif_limit",
         )
     )
-    sample = whatif_view.loop_sample(loaders.load_samples(rt.store)["latest"])
+    sample = loops.loop_sample(loaders.load_samples(rt.store)["latest"])
     r, as_of = loaders.load_whatif_with_age(rt.store, hist, ceiling, limit, sample)
-    tps = (thr["shard"] or {}).get("total_tokens_per_s")
-    remaining = (rt.config.target_completions or s.completions) - s.completions
-    eta = eta_change(remaining, tps, s.tokens.mean or 0, r.extra_tokens_per_completion or 0, r.extra_tokens_interval)
+    eta_now = rates.eta_seconds(s.completions, rt.config.target_completions, health.completions_per_s_15m)
+    eta = rates.eta_change(eta_now, s.tokens.mean, r.extra_tokens_per_completion, r.extra_tokens_interval)
     frac, (lo, hi) = r.truncated_fraction, r.interval
     cfg_warn, cfg_alert = rt.config.truncation_warn_fraction, rt.config.truncation_alert_fraction
     cards.render_tiles(
@@ -120,9 +119,9 @@ def render_whatif(rt: PageRuntime, data: dict, thr: dict) -> None:
             ),
             cards.tile(
                 "ETA change",
-                f"{eta['delta_s'] / 3600:+.1f} h" if eta["delta_s"] is not None else "—",
-                "{:+.1f}–{:+.1f} h at current throughput".format(*(x / 3600 for x in eta["delta_s_interval"]))
-                if eta["delta_s"] is not None
+                f"{eta.delta_s / 3600:+.1f} h" if eta.delta_s is not None else "—",
+                "{:+.1f}–{:+.1f} h on the ETA at the 15-min average".format(*(x / 3600 for x in eta.delta_s_interval))
+                if eta.delta_s is not None and eta.delta_s_interval is not None
                 else "needs throughput and a target",
             ),
         ]
@@ -269,7 +268,7 @@ def render_whatif_live(rt: PageRuntime) -> None:
     if not data["summary"].completions:
         return
     if data["summary"].ceiling_tokens:
-        page.guarded(render_whatif)(rt, data, loaders.load_throughput(rt.store, rt.config.interval_s))
+        page.guarded(render_whatif)(rt, data, loaders.load_health(rt.store))
         st.caption(f"The what-if is refitted every {WHATIF_REFRESH_S} s (a model fit, not a count).")
     else:
         st.info(

@@ -55,7 +55,7 @@ def render_page(rt: PageRuntime) -> None:
         return
     cards.render_indexing(nodes)
     cards.render_problems(loaders.load_problems(rt.store, True)["host"], "Hosts")
-    cards.render_node_table(nodes, rt.config.stale_after, per_node=loaders.load_health(rt.store)["per_node"])
+    cards.render_node_table(nodes, rt.config.stale_after, per_node=loaders.load_health(rt.store).per_node)
     shards = loaders.load_shards(rt.store)
     for node in shown_nodes(rt, nodes, shards, now):
         page.guarded(render_node)(rt, node, now, shards)

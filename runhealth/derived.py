@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from runhealth.activity import RunRates
 from runhealth.analysis import rates
 from runhealth.health import node_status
 from runhealth.records import NodeRow
@@ -43,7 +44,7 @@ class Standup:
 def standup(
     completions: int,
     target: int | None,
-    health: dict[str, Any],
+    health: RunRates | None,
     nodes: list[NodeRow],
     gpus: int,
     power_w: float | None,
@@ -51,10 +52,10 @@ def standup(
     now: float,
     last: float | None,
 ) -> Standup:
-    """The headline numbers. `health` is the dashboard's rate reading (tokens_per_s_1m, ...),
+    """The headline numbers. `health` is the run's rate reading (runhealth.activity.read_rates),
     `gpus` the GPUs reporting (else the nodes' gpus_found), `power_w` their summed draw."""
-    tps = health.get("tokens_per_s_1m")
-    cps = health.get("completions_per_s_15m")
+    tps = health.tokens_per_s_1m if health else None
+    cps = health.completions_per_s_15m if health else None
     states = [node_status(n, now, stale_after)[0] for n in nodes]
     free = [f for n in nodes for d in (n.get("disk") or {}).values() if (f := d.get("free_bytes"))]
     return Standup(
@@ -62,7 +63,7 @@ def standup(
         target=target,
         share_done=rates.progress(completions, target) if target else None,
         tokens_per_s_1m=tps,
-        tokens_per_s_15m=health.get("tokens_per_s_15m"),
+        tokens_per_s_15m=health.tokens_per_s_15m if health else None,
         completions_per_s_15m=cps,
         tokens_per_s_per_gpu=tps / gpus if tps and gpus else None,
         tokens_per_joule=rates.tokens_per_joule(tps, power_w),

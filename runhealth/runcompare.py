@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from runhealth.analysis import compare, rates, stats
+from runhealth.analysis import compare, loops, rates, stats
 from runhealth.records import PollRow
 from runhealth.store import Store
 
@@ -139,6 +139,7 @@ def run_numbers(store: Store, name: str, ceiling: int | None, target: int | None
         "completions_per_hour": cps * 3600 if cps is not None else None,
         "completions_per_hour_interval": _interval(cps, life["completions_var"], 3600) if cps else None,
         "eta_s": eta,
+        "loop_sample": loops.loop_sample(store.latest_sample_batch()),  # the what-if's loop term (for_run)
     }
 
 
@@ -179,7 +180,9 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any], bootstrap: int = 200) -> 
             la["completions_per_s"], la["completions_var"], lb["completions_per_s"], lb["completions_var"]
         ),
     }
-    forecast, note = compare.forecast_check(a["hist"], sa, b["hist"], sb, bootstrap=bootstrap)
+    forecast, note = compare.forecast_check(
+        a["hist"], sa, b["hist"], sb, bootstrap=bootstrap, loop_sample=a.get("loop_sample")
+    )
     return {
         "differences": diffs,
         "rates": rate_changes,

@@ -25,7 +25,7 @@ from test_pages import _clear_streamlit_caches, open_app  # noqa: F401 (autouse 
 
 from components import loaders, precomputed, tables
 from runhealth import pagedata
-from runhealth.analysis import stats, whatif
+from runhealth.analysis import loops, stats, whatif
 from runhealth.collector import Collector
 from runhealth.config import NodeConfig, RunConfig
 from runhealth.store import Store
@@ -96,17 +96,10 @@ def test_whatif_payload_is_the_pages_default_fit(stores):
     pagedata.Refresher(store, CEILING, INTERVAL_S).run_now()
     data = loaders.load_run_lengths(store, CEILING)
     hist, ceiling = data["hist"], data["summary"].ceiling_tokens
-    sample = pagedata.loop_sample(store.latest_sample_batch())
+    sample = loops.loop_sample(store.latest_sample_batch())
     read, as_of = loaders.load_whatif_with_age(store, hist, ceiling, 2 * ceiling, sample)
     assert as_of is not None
-    fresh = whatif.what_if(
-        hist,
-        ceiling,
-        2 * ceiling,
-        loop_sample=sample,
-        bootstrap=pagedata.WHATIF_BOOTSTRAP,
-        curve_limits=loaders.whatif_curve_limits(ceiling, 2 * ceiling),
-    )
+    fresh = whatif.for_run(hist, ceiling, 2 * ceiling, sample)
     assert read.to_json() == json.loads(json.dumps(fresh.to_json()))
     # Another limit, another loop sample, or another histogram with the same total: computed on
     # demand, not the stored fit.

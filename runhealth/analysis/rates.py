@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from itertools import pairwise
+from typing import NamedTuple
 
 Point = Sequence  # (t_unix_node_clock, delta_count, delta_tokens, backfill)
 
@@ -146,3 +147,32 @@ def tokens_per_joule(tokens_per_s: float | None, power_w: float | None) -> float
     if tokens_per_s is None or not power_w or power_w <= 0:
         return None
     return tokens_per_s / power_w
+
+
+class EtaChange(NamedTuple):
+    """The ETA now and with more tokens per completion (seconds; None without an ETA now)."""
+
+    eta_s_now: float | None
+    eta_s_new: float | None
+    delta_s: float | None
+    delta_s_interval: tuple[float, float] | None
+
+
+def eta_change(
+    eta_s_now: float | None,
+    mean_tokens_now: float | None,
+    extra_tokens_per_completion: float | None,
+    extra_tokens_interval: Sequence[float] | None = None,
+) -> EtaChange:
+    """`eta_seconds` (the one ETA) with each completion `extra_tokens_per_completion` longer.
+
+    At the same token throughput a completion takes time in proportion to its tokens, so the
+    ETA scales by (mean + extra) / mean. The change is linear in the extra tokens: its interval
+    is the extra tokens' interval scaled (the rate is measured, not modelled).
+    """
+    if eta_s_now is None or not mean_tokens_now or mean_tokens_now <= 0:
+        return EtaChange(eta_s_now, None, None, None)
+    per_token = eta_s_now / mean_tokens_now
+    extra = extra_tokens_per_completion or 0.0
+    lo, hi = extra_tokens_interval or (extra, extra)
+    return EtaChange(eta_s_now, eta_s_now + extra * per_token, extra * per_token, (lo * per_token, hi * per_token))
