@@ -241,3 +241,18 @@ def test_a_finished_runs_nodes_page_says_it_is_finished(demo_cache, monkeypatch)
     assert not at.exception
     text = page_text(at)
     assert "A finished run: its nodes are no longer polled" in text and "polled within" not in text
+
+
+def test_one_whatif_the_lengths_page_and_compare_show_the_same_interval(demo_cache, monkeypatch):
+    """Issue 24: A's what-if at 8,192 read 2.3-15.0% on Output lengths and 2.3-4.6% on Compare.
+    One function (whatif.for_run) with the same inputs (A's loop sample): the same interval, and
+    the loop term, where it widens it, is said beside it on both."""
+    at = run("lengths", demo_cache, monkeypatch, url_run="demo-4096")
+    at.number_input(key="lengths_whatif_limit").set_value(8192).run()
+    assert not at.exception
+    tile = re.search(r"Still truncated at 8,192.*?95% ([\d.]+)%–([\d.]+)%( incl\. loops 0–100%)?", page_text(at), re.S)
+    assert tile, page_text(at)
+    at = run("compare", demo_cache, monkeypatch)
+    shown = re.search(r"95% interval ([\d.]+)–([\d.]+)%( incl\. loops 0–100%)?;", page_text(at))
+    assert shown, page_text(at)
+    assert shown.groups() == tile.groups()
