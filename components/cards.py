@@ -13,21 +13,28 @@ from __future__ import annotations
 
 import html
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 import streamlit as st
 
 from components.format import fmt_bytes, fmt_rate, md_escape
-from components.tables import indexing_progress, last_error_line, node_table, why_empty
+from components.tables import finished_line, indexing_progress, last_error_line, node_table, why_empty
 from runhealth import derived
-from runhealth.activity import RunRates
+from runhealth.activity import NodeRate, RunRates
 from runhealth.analysis.stats import Summary
 from runhealth.health import fmt_age, level, node_status
 from runhealth.records import NodeRow, StoredSample
 
-STATE_COLOUR = {"UP": "#1B5E20", "STALE": "#8A5A00", "DOWN": "#8B1A1A", "PENDING": "#3A3F4B"}
-STATE_MD = {"up": ":green[UP]", "stale": ":orange[STALE]", "down": ":red[DOWN]", "pending": ":gray[PENDING]"}
+STATE_COLOUR = {"UP": "#1B5E20", "STALE": "#8A5A00", "DOWN": "#8B1A1A", "PENDING": "#3A3F4B", "FINISHED": "#3A3F4B"}
+STATE_MD = {
+    "up": ":green[UP]",
+    "stale": ":orange[STALE]",
+    "down": ":red[DOWN]",
+    "pending": ":gray[PENDING]",
+    "finished": ":gray[FINISHED]",
+}
 MIN_SAMPLE_N = 20  # below this many samples a share is shown, never coloured as an alarm
 
 
@@ -82,12 +89,16 @@ def truncation_tile(summary: Summary, warn: float, alert: float) -> dict[str, st
 
 
 def render_node_table(
-    nodes: list[NodeRow], stale_after: float, compact: bool = False, per_node: dict[str, Any] | None = None
+    nodes: list[NodeRow],
+    stale_after: float,
+    compact: bool = False,
+    per_node: Mapping[str, NodeRate] | None = None,
+    finished: bool = False,
 ) -> None:
     if not nodes:
         st.info("No nodes configured.")
         return
-    table = node_table(nodes, stale_after, per_node=per_node)
+    table = node_table(nodes, stale_after, per_node=per_node, finished=finished)
     if compact:
         extra = ["tok/s (1 min)", "last new"] if per_node is not None else ["GPUs"]
         table = table[["node", "status", "last seen", *extra, "disk free", "SSH RTT ms"]]
@@ -128,8 +139,10 @@ def render_sample(sample: StoredSample) -> None:
     st.code(sample.get("text_tail") or "(empty completion)", language=None, wrap_lines=True, height=320)
 
 
-def render_node_card(node: NodeRow, stale_after: float, now: float) -> None:
+def render_node_card(node: NodeRow, stale_after: float, now: float, finished: bool = False) -> None:
     state, why = node_status(node, now, stale_after)
+    if finished:  # not polled any more: no up / stale wording, when it was last polled
+        state, why = "finished", finished_line(node)
     with st.container(border=True):
         st.markdown(f"#### {STATE_MD[state]} {md_escape(node['name'])}")
         st.text(why)
@@ -211,6 +224,22 @@ def overview_tiles(
             "waiting for first poll" if age is None else f"stale after {fmt_age(cfg.stale_after)}",
             "muted" if age is None else "alert" if age > cfg.stale_after else "ok",
         ),
+    ]
+
+
+def final_tiles(f: derived.Final, summary: Summary, cfg: Any, nodes: int) -> list[dict[str, str]]:
+    """A finished run's six tiles: its final figures, no live placeholders, no node states."""
+    target = cfg.target_completions
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(f.completed_unix)) if f.completed_unix else "—"
+    last = time.strftime("%Y-%m-%d %H:%M", time.localtime(f.last_poll_unix)) if f.last_poll_unix else "never"
+    duration = f"over {fmt_age(f.duration_s)}" if f.duration_s is not None else "duration unknown"
+    return [
+        tile("Completions", f"{f.completions:,}", f"of {target:,} target" if target else "final count", "ok"),
+        tile("Tokens / s · average over its life", fmt_rate(f.tokens_per_s_life), duration, "ok"),
+        tile("Completed at", when, f"duration {fmt_age(f.duration_s)}" if f.duration_s is not None else "", "ok"),
+        truncation_tile(summary, cfg.truncation_warn_fraction, cfg.truncation_alert_fraction),
+        tile("Nodes", f"{nodes}", "finished: no longer polled", "muted"),
+        tile("Numbers", "final", f"last poll {last}", "muted"),
     ]
 
 

@@ -18,7 +18,7 @@ import pandas as pd
 import streamlit as st
 
 from components import precomputed
-from runhealth import activity, hardware, pagedata, rollup
+from runhealth import activity, derived, hardware, pagedata, rollup
 from runhealth.analysis import lengthtime, stats, whatif
 from runhealth.records import HostReading, NodeRow, PendingSampleBatch, SampleBatch
 from runhealth.store import Store
@@ -159,6 +159,12 @@ def load_health(store: Store) -> activity.RunRates:
     """The run's live rates (the one tok/s, per node and summed; the 15-min average; when each
     node's shards last grew; the rate drop): runhealth.activity.read_rates at now."""
     return activity.read_rates(store, time.time())
+
+
+@_cache(ttl=60, max_entries=4)
+def load_final(store: Store, completions: int) -> derived.Final:
+    """A finished run's final figures (runhealth.derived.final): its store no longer changes."""
+    return derived.final(store, completions)
 
 
 XID_WINDOW_S = 3600  # an XID stays on the Overview for an hour after it was seen

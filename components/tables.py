@@ -24,7 +24,13 @@ from runhealth.analysis.whatif import WhatIf
 from runhealth.health import fmt_age, node_status
 from runhealth.records import HostReading, NodeRow, StoredSample
 
-STATE_BADGE = {"up": "UP", "stale": "STALE", "down": "DOWN", "pending": "PENDING"}
+STATE_BADGE = {"up": "UP", "stale": "STALE", "down": "DOWN", "pending": "PENDING", "finished": "FINISHED"}
+
+
+def finished_line(node: NodeRow) -> str:
+    """A finished run's node in words: when it was last polled (its age only grows)."""
+    ok = node.get("last_ok_unix")
+    return f"last polled {time.strftime('%Y-%m-%d %H:%M', time.localtime(ok))}" if ok else "never polled"
 
 
 def short_group_labels(df: pd.DataFrame, top_n: int = 25) -> pd.DataFrame:
@@ -104,13 +110,17 @@ def node_table(
     stale_after: float,
     now: float | None = None,
     per_node: Mapping[str, NodeRate] | None = None,
+    finished: bool = False,
 ) -> pd.DataFrame:
     """One row per node; with `per_node` (load_health's NodeRate map) its tok/s over the last
-    minute and when its shards last grew."""
+    minute and when its shards last grew. A finished run's nodes are "FINISHED" (not polled any
+    more), with when they were last polled: no up / stale wording."""
     now = now or time.time()
     rows = []
     for n in nodes:
         state, why = node_status(n, now, stale_after)
+        if finished:
+            state, why = "finished", finished_line(n)
         free = [f for d in (n.get("disk") or {}).values() if (f := d.get("free_bytes")) is not None]
         rows.append(
             {
@@ -349,8 +359,9 @@ def host_memory(host: HostReading | None) -> tuple[str, str]:
     )
 
 
-def node_details(node: NodeRow, now: float, host: HostReading | None = None) -> pd.DataFrame:
-    """Every status field of one node, in words."""
+def node_details(node: NodeRow, now: float, host: HostReading | None = None, finished: bool = False) -> pd.DataFrame:
+    """Every status field of one node, in words (a finished run's: no clock skew, which compared
+    the node's clock with a dashboard that was not watching)."""
 
     def when(ts):
         return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(ts))} ({fmt_age(now - ts)} ago)" if ts else "never"
@@ -393,6 +404,8 @@ def node_details(node: NodeRow, now: float, host: HostReading | None = None) -> 
         ("unmatched globs", ", ".join(node.get("unmatched_globs") or []) or "none"),
         ("disk", disk),
     ]
+    if finished:
+        rows = [r for r in rows if not r[0].startswith("clock skew")]
     return pd.DataFrame(rows, columns=["field", "value"])
 
 

@@ -13,7 +13,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-from components import alerts, cards, figures, loaders, page, tables
+from components import alerts, cards, figures, loaders, page, runpicker, tables
 from components.context import PageRuntime
 from runhealth import hardware
 
@@ -43,7 +43,11 @@ def render_live(rt: PageRuntime) -> None:
     last = loaders.load_last_collection(rt.store)
     found = alerts.current(rt.store, cfg, now)  # the core's alerts, nothing added or left out
     cards.render_alerts(alerts.lines(found))
-    tiles = cards.overview_tiles(summary, thr, nodes, gpus, cfg.target_completions, last, cfg, now, health)
+    finished = runpicker.is_finished(rt)
+    if finished:  # its final figures, not live placeholders ("waiting for two polls", "2/2 up")
+        tiles = cards.final_tiles(loaders.load_final(rt.store, summary.completions), summary, cfg, len(nodes))
+    else:
+        tiles = cards.overview_tiles(summary, thr, nodes, gpus, cfg.target_completions, last, cfg, now, health)
     if any(a.name == "run_stalled" for a in found):  # a rate over the last minute still shows the past
         tiles[1] = {**tiles[1], "level": "alert", "sub": "run stalled: no new completions · " + tiles[1]["sub"]}
     cards.render_tiles(tiles[:3])
@@ -66,7 +70,9 @@ def render_live(rt: PageRuntime) -> None:
         problems = loaders.load_problems(rt.store, bool(health.tokens_per_s_1m))
         cards.render_problems(problems["gpu"] + problems["host"])
     with right:
-        cards.render_node_table(nodes, cfg.stale_after, compact=True, per_node=health.per_node)
+        cards.render_node_table(
+            nodes, cfg.stale_after, compact=True, per_node=None if finished else health.per_node, finished=finished
+        )
         series = thr["series"]
         if len(series) >= 2:
             st.plotly_chart(figures.make_throughput_figure(series), key=f"{PREFIX}_throughput_chart")

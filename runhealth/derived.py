@@ -1,6 +1,8 @@
 """Figures derived from what the store holds, for the screens and their downloads (no Streamlit).
 
-`standup()` computes the Overview's headline numbers once (progress, the per-GPU rate, tokens
+`final()` is a finished run's figures (average tok/s over its life, when it completed, its
+duration), which its Overview shows instead of live placeholders. `standup()` computes the
+Overview's headline numbers once (progress, the per-GPU rate, tokens
 per joule, the ETA at the 15-minute average, node counts, data age): the tiles and the headline
 download word the same record. `public_config()` is the secret-free view of a node's effective
 configuration that the Nodes page shows.
@@ -11,10 +13,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from runhealth import runcompare
 from runhealth.activity import RunRates
 from runhealth.analysis import rates
 from runhealth.health import node_status
 from runhealth.records import NodeRow
+from runhealth.store import Store
 
 # Key fragments that mark a config value as secret: never shown, only whether it is set.
 SECRET_WORDS = ("passphrase", "password", "secret", "private_key", "token")
@@ -74,6 +78,37 @@ def standup(
         nodes_down=states.count("down"),
         min_disk_free_bytes=min(free) if free else None,
         data_age_s=now - last if last is not None else None,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Final:
+    """A finished run's figures: what it did over its life, not what it does now (None: unknown)."""
+
+    completions: int
+    tokens_per_s_life: float | None  # average over its collected life (runcompare.life_rates)
+    started_unix: float | None  # its first poll
+    completed_unix: float | None  # its last new completion
+    last_poll_unix: float | None
+
+    @property
+    def duration_s(self) -> float | None:
+        """From the first poll to the last new completion."""
+        if self.started_unix is None or self.completed_unix is None:
+            return None
+        return max(0.0, self.completed_unix - self.started_unix)
+
+
+def final(store: Store, completions: int) -> Final:
+    """The final figures of a finished run's store (the Overview shows these, not live tiles)."""
+    polls = store.polls()
+    grown = [p["ts_unix"] for p in polls if p["completions"]]
+    return Final(
+        completions=completions,
+        tokens_per_s_life=runcompare.life_rates(polls)["tokens_per_s"],
+        started_unix=polls[0]["ts_unix"] if polls else None,
+        completed_unix=max(grown) if grown else None,
+        last_poll_unix=store.last_collection_unix(),
     )
 
 
