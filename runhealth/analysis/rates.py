@@ -7,6 +7,10 @@ clock skew between nodes and the dashboard cancels out.  Backfill polls (the fir
 existing shards, a rescan after a dashboard restart) carry data produced long before and are
 excluded; their timestamp only restarts the interval.  A missed poll needs no special case:
 the next delta spans the gap and is divided by the gap.
+
+`windowed_rate` is the one rate over poll spans: runhealth.activity applies it with the one
+window (runhealth.windows.RATE_WINDOW_S) for the live tok/s every screen and /metrics show.
+`eta_seconds` is the one ETA; `eta_change` scales it for a what-if.
 """
 
 from __future__ import annotations
@@ -31,31 +35,6 @@ def valid_spans(points: list[Point]) -> list[tuple[float, float, float, float]]:
             spans.append((prev_t, t, max(0.0, d_count), max(0.0, d_tokens)))
         prev_t = t
     return spans
-
-
-def ewma_rate(points: list[Point], half_life_s: float = 60.0):
-    """Exponentially weighted rates over irregular poll intervals.
-
-    Each span's deltas and duration are weighted by ``0.5 ** (age / half_life_s)`` (age of the
-    span's midpoint relative to the last poll), and the rate is weighted delta / weighted
-    duration, so a long span after a missed poll counts for its full length, not as one poll.
-
-    Returns:
-        ``(completions_per_s, tokens_per_s)``, or ``(None, None)`` without a valid span.
-    """
-    spans = valid_spans(points)
-    if not spans:
-        return None, None
-    t_last = spans[-1][1]
-    w_dur = w_count = w_tokens = 0.0
-    for t0, t1, d_count, d_tokens in spans:
-        weight = 0.5 ** ((t_last - 0.5 * (t0 + t1)) / half_life_s)
-        w_dur += weight * (t1 - t0)
-        w_count += weight * d_count
-        w_tokens += weight * d_tokens
-    if w_dur <= 0:
-        return None, None
-    return w_count / w_dur, w_tokens / w_dur
 
 
 def windowed_rate(points: list[Point], window_s: float, end_t: float | None = None):
@@ -83,22 +62,6 @@ def windowed_rate(points: list[Point], window_s: float, end_t: float | None = No
     if dur <= 0:
         return None, None
     return count / dur, tokens / dur
-
-
-def run_throughput(points_by_node: dict[str, list[Point]], window_s: float = 300.0) -> dict:
-    """Run-wide throughput: the sum of each node's windowed rates, each on its own clock.
-
-    Returns:
-        ``{"total_tokens_per_s", "total_completions_per_s", "per_node": {name: (cps, tps)}}``;
-        totals are None when no node has a rate.
-    """
-    per_node = {name: windowed_rate(points, window_s) for name, points in points_by_node.items()}
-    known = [r for r in per_node.values() if r[0] is not None]
-    return {
-        "total_tokens_per_s": sum(r[1] for r in known) if known else None,
-        "total_completions_per_s": sum(r[0] for r in known) if known else None,
-        "per_node": per_node,
-    }
 
 
 def counter_rate(samples: list[tuple[float, float]]) -> float | None:
