@@ -108,14 +108,16 @@ def recent_rates(store: Store, now: float, lookback_s: float) -> RunRates:
 
 
 def read_rates(store: Store, now: float, lookback_s: float = LOOKBACK_S) -> RunRates:
-    """The run's rates at `now` from the store: the last hour of polls, last growth per node
-    (a full scan only when a node did not grow within the hour) and the rate drop."""
+    """The run's rates at `now` from the store: the polls of the last `lookback_s` (an hour for
+    the screens, whose 15-min average needs it; the alerts read twice the stall window), last
+    growth per node (a full scan only when a node did not grow within it) and the rate drop
+    (the last hour's per-minute buckets, summed in SQL)."""
     out = recent_rates(store, now, lookback_s)
     if any(r.last_growth_unix is None for r in out.per_node.values()):
         for node, ts in store.last_growth_unix().items():
             if node in out.per_node and out.per_node[node].last_growth_unix is None:
                 out.per_node[node].last_growth_unix = ts
-    minute = minute_rates(store.polls_by_bucket(60, since_unix=now - lookback_s))
+    minute = minute_rates(store.polls_by_bucket(60, since_unix=now - LOOKBACK_S))
     return dataclasses.replace(out, drop_median_tps=rate_drop(out.tokens_per_s_1m, minute))
 
 

@@ -71,7 +71,7 @@ def node_status(node: NodeRow, now: float, stale_after: float) -> tuple[str, str
 def stalled_nodes(store: Store, now: float, window: float) -> dict[str, float]:
     """Every quiet node under the one stall rule (activity.stall_state), the run stalled or not:
     {node: seconds since its last new completion (or since it was first seen)}."""
-    found = activity.stall_state(activity.read_rates(store, now).per_node, now, window)
+    found = activity.stall_state(activity.recent_rates(store, now, 2 * window).per_node, now, window)
     return {node: now - since for node, since in found.nodes.items()}
 
 
@@ -163,7 +163,7 @@ def _node_alerts(nodes: list[NodeRow], run: str, now: float, stale_after: float)
 
 def _stall_alerts(store: Store, run: str, now: float, stall_s: float, up: set[str]) -> list[Alert]:
     """The one stall rule (activity.stall_state) and the rate drop, over the up nodes."""
-    rates_now = activity.read_rates(store, now)
+    rates_now = activity.read_rates(store, now, max(2 * stall_s, 2 * activity.RATE_WINDOW_S))
     found = activity.stall_state(rates_now.per_node, now, stall_s, up)
     if found.run_since_unix is not None:
         since = found.run_since_unix
