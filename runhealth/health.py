@@ -11,7 +11,8 @@ Alerts (name, severity): collection_stale, store_write_failure, node_down (criti
 node_stale, shards_unmatched, shards_unreadable (warning); run_stalled (critical, since the
 last completion) or node_stalled (warning, only while another node writes) and rate_drop
 (warning), none once the target is reached; truncation_high (warning at the warn share,
-critical at the alert share); gpu_throttled, gpu_hot (warning).
+critical at the alert share); gpu_error (critical), gpu_throttled, gpu_hot, gpu_idle while the
+run writes (warning): every GPU finding of runhealth.hardware that is not information.
 """
 
 from __future__ import annotations
@@ -114,11 +115,13 @@ def evaluate(store: Store, now: float | None = None, meta: Mapping[str, Any] | N
     out += _node_alerts(nodes, run, now, stale_after)
     summary = run_summary(store, meta.get("max_output_tokens"))
     target = meta.get("target_completions")
+    stall_s = stall_after_s(interval_s, meta.get("stall_after_s"))
+    rates_now = activity.read_rates(store, now, max(2 * stall_s, 2 * activity.RATE_WINDOW_S))
     if not (target and summary.completions >= target):  # a run that reached its target stops on purpose
         up = {n["name"] for n in nodes if node_status(n, now, stale_after)[0] == "up"}
-        out += _stall_alerts(store, run, now, stall_after_s(interval_s, meta.get("stall_after_s")), up)
+        out += _stall_alerts(rates_now, run, now, stall_s, up)
     out += truncation_alerts(summary, meta, run)
-    out += _gpu_alerts(store, run)
+    out += _gpu_alerts(store, run, bool(rates_now.tokens_per_s_1m))
     return sorted(out, key=lambda a: a.severity != "critical")
 
 
@@ -161,9 +164,8 @@ def _node_alerts(nodes: list[NodeRow], run: str, now: float, stale_after: float)
     return out
 
 
-def _stall_alerts(store: Store, run: str, now: float, stall_s: float, up: set[str]) -> list[Alert]:
+def _stall_alerts(rates_now: activity.RunRates, run: str, now: float, stall_s: float, up: set[str]) -> list[Alert]:
     """The one stall rule (activity.stall_state) and the rate drop, over the up nodes."""
-    rates_now = activity.read_rates(store, now, max(2 * stall_s, 2 * activity.RATE_WINDOW_S))
     found = activity.stall_state(rates_now.per_node, now, stall_s, up)
     if found.run_since_unix is not None:
         since = found.run_since_unix
@@ -215,15 +217,18 @@ def truncation_alerts(summary: stats.Summary, meta: Mapping[str, Any], run: str)
     ]
 
 
-def _gpu_alerts(store: Store, run: str) -> list[Alert]:
-    """The GPU states (hardware.gpu_findings) that are alerts: throttled and hot."""
+def _gpu_alerts(store: Store, run: str, run_writing: bool) -> list[Alert]:
+    """Every GPU finding (hardware.gpu_findings, the one GPU rule) that is not information:
+    gpu_error (critical), gpu_throttled, gpu_hot, gpu_idle while the run writes (warning)."""
     out = []
     for g in store.gpu_latest():
-        for f in hardware.gpu_findings(g, run_writing=False):
-            if f.kind in ("throttled", "hot"):
-                value = float(g["temp_c"]) if f.kind == "hot" and g["temp_c"] is not None else 1.0
-                text = f"{g['node']}/GPU {g['gpu']} {f.text}."
-                out.append(Alert(f"gpu_{f.kind}", "warning", run, text, node=g["node"], gpu=g["gpu"], value=value))
+        for f in hardware.gpu_findings(g, run_writing):
+            if f.level == "info":
+                continue
+            value = float(g["temp_c"]) if f.kind == "hot" and g["temp_c"] is not None else 1.0
+            text = f"{g['node']}/GPU {g['gpu']} {f.text}."
+            severity = "critical" if f.level == "error" else "warning"
+            out.append(Alert(f"gpu_{f.kind}", severity, run, text, node=g["node"], gpu=g["gpu"], value=value))
     return out
 
 

@@ -18,6 +18,7 @@ from streamlit.testing.v1 import AppTest
 
 from components import context
 from components.page import ERROR_PREFIX
+from runhealth.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 # Every screen app.py routes to, by its PREFIX (pages/<prefix>.py).
@@ -288,6 +289,13 @@ def test_gpus_page_flags_the_lost_gpu_only(tmp_path, monkeypatch):
     assert "At the power cap (sw\\_power\\_cap: normal under full load): node-2/6" in told, told
     table = at.dataframe[0].value.set_index("GPU")
     assert table.loc["node-2/6", "state"] == "at the power cap (normal under full load)"
+    # ... and the alerts (webhooks, the Overview's alert box) name the same GPUs, no more.
+    from runhealth import health
+
+    reopened = Store(tmp_path / "x.sqlite3")
+    gpu_alerts = {(a.node, a.gpu, a.name) for a in health.evaluate(reopened) if a.gpu is not None}
+    reopened.close()
+    assert gpu_alerts == {("node-4", 3, "gpu_error"), ("node-2", 5, "gpu_idle")}, gpu_alerts
 
 
 def messages_in_order(at: AppTest) -> list[tuple[str, str]]:
