@@ -30,8 +30,13 @@ from runhealth.hardware import host_problems as host_problems
 from runhealth.hardware import missing_gpus as missing_gpus
 from runhealth.records import NodeRow
 from runhealth.store import Store
+from runhealth.windows import AVERAGE_WINDOW_S, RATE_WINDOW_S
 from runhealth.windows import stale_after_s as stale_after_s  # re-exported: the exporter and tests ask health
 from runhealth.windows import stall_after_s as stall_after_s
+
+# The rate windows under their older names here (one definition: runhealth.windows).
+SHORT_WINDOW_S = RATE_WINDOW_S
+LONG_WINDOW_S = AVERAGE_WINDOW_S
 
 # -- Node states, stalls and alerts (from the store) ------------------------------------
 # Moved here from runhealth/alerts.py (#14).
