@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from components import loaders
 from runhealth import health
 from runhealth.store import Store
 
 
-def current(store: Store, config: Any, now: float) -> list[health.Alert]:
-    """Every alert that holds at `now` for the run of `config` (the core's evaluate)."""
-    return health.evaluate(store, now, health.settings(config))
+def current(store: Store, config: Any) -> list[health.Alert]:
+    """Every alert that holds now for the run of `config`: the core's evaluate (a cached read)."""
+    return loaders.load_alerts(store, tuple(sorted(health.settings(config).items())))
 
 
 def lines(found: list[health.Alert]) -> list[tuple[str, str]]:

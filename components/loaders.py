@@ -18,7 +18,7 @@ import pandas as pd
 import streamlit as st
 
 from components import precomputed
-from runhealth import activity, derived, hardware, pagedata, rollup
+from runhealth import activity, derived, hardware, health, pagedata, rollup
 from runhealth.analysis import lengthtime, stats, whatif
 from runhealth.records import HostReading, NodeRow, PendingSampleBatch, SampleBatch
 from runhealth.store import Store
@@ -44,6 +44,7 @@ def clear_all() -> None:
         load_truncation_over_time,
         load_throughput,
         load_health,
+        load_alerts,
         load_problems,
         load_hosts,
         load_gpu_latest,
@@ -159,6 +160,13 @@ def load_health(store: Store) -> activity.RunRates:
     """The run's live rates (the one tok/s, per node and summed; the 15-min average; when each
     node's shards last grew; the rate drop): runhealth.activity.read_rates at now."""
     return activity.read_rates(store, time.time())
+
+
+@_cache(ttl=TTL_S, max_entries=8)
+def load_alerts(store: Store, settings: tuple[tuple[str, Any], ...]) -> list[health.Alert]:
+    """health.evaluate() now, for the run settings `settings` (health.settings(config).items()):
+    the Overview's alert box (75 ms at 64 nodes x 8 GPUs, so cached like the other reads)."""
+    return health.evaluate(store, time.time(), dict(settings))
 
 
 @_cache(ttl=60, max_entries=4)

@@ -41,7 +41,7 @@ def render_live(rt: PageRuntime) -> None:
     health = loaders.load_health(rt.store)
     gpus = loaders.load_gpu_latest(rt.store)
     last = loaders.load_last_collection(rt.store)
-    found = alerts.current(rt.store, cfg, now)  # the core's alerts, nothing added or left out
+    found = alerts.current(rt.store, cfg)  # the core's alerts, nothing added or left out
     cards.render_alerts(alerts.lines(found))
     finished = runpicker.is_finished(rt)
     if finished:  # its final figures, not live placeholders ("waiting for two polls", "2/2 up")
