@@ -10,6 +10,7 @@ in the core (runhealth.health).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any, TypedDict
@@ -67,10 +68,20 @@ def load_last_collection(store: Store) -> float | None:
     return store.last_collection_unix()
 
 
+@dataclasses.dataclass(frozen=True)
+class RunLengths:
+    """The run's length counts as every page reads them."""
+
+    hist: stats.LengthHist
+    summary: stats.Summary
+    bins: pd.DataFrame  # bin_start, bin_end, stop, at_ceiling, other
+    cdf: pd.DataFrame  # tokens, cum_fraction
+    as_of: float | None  # when the collector computed them (None: computed now, no precomputed copy)
+
+
 @_cache(ttl=5, max_entries=8)
-def load_run_lengths(store: Store, ceiling: int | None) -> dict[str, Any]:
-    """The run's length counts: summary, histogram bins and CDF points; `as_of` is when the
-    collector computed them (None: computed now, there was no precomputed copy)."""
+def load_run_lengths(store: Store, ceiling: int | None) -> RunLengths:
+    """The run's length counts: summary, histogram bins and CDF points (runhealth.pagedata.run_lengths)."""
     got = precomputed.payload(store, "run_lengths")
     as_of, data = (
         got if got is not None and got[1]["ceiling"] == ceiling else (None, pagedata.run_lengths(store, ceiling))
@@ -79,7 +90,7 @@ def load_run_lengths(store: Store, ceiling: int | None) -> dict[str, Any]:
     summary = stats.summarize(hist, ceiling=ceiling, unparseable=data["malformed"])
     bins = pd.DataFrame(data["bins"], columns=["bin_start", "bin_end", "stop", "at_ceiling", "other"])
     cdf = pd.DataFrame(data["cdf"], columns=["tokens", "cum_fraction"])
-    return {"hist": hist, "summary": summary, "bins": bins, "cdf": cdf, "as_of": as_of}
+    return RunLengths(hist, summary, bins, cdf, as_of)
 
 
 @_cache(ttl=5, max_entries=8)

@@ -84,9 +84,11 @@ def render_groups(rt: PageRuntime, ceiling) -> None:
         st.caption(f"Truncation by {by}: {precomputed.age_text(df.attrs.get('as_of'))}.")
 
 
-def render_whatif(rt: PageRuntime, data: dict, health: RunRates) -> None:
-    s, hist = data["summary"], data["hist"]
+def render_whatif(rt: PageRuntime, data: loaders.RunLengths, health: RunRates) -> None:
+    s, hist = data.summary, data.hist
     ceiling = s.ceiling_tokens
+    if ceiling is None:  # the page draws the what-if only under a ceiling
+        return
     st.subheader("What if max_tokens were raised?")
     limit = int(
         st.number_input(
@@ -216,24 +218,24 @@ def render_page(rt: PageRuntime) -> None:
     nodes = loaders.load_nodes(rt.store)
     cards.render_indexing(nodes)
     data = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)
-    summary = data["summary"]
+    summary = data.summary
     if not summary.completions:
         cards.render_nothing_yet(nodes)
         return
     render_summary(rt, summary)
     left, right = st.columns(2)
-    if len(data["bins"]):
+    if len(data.bins):
         left.plotly_chart(
             figcache.figure(
-                figures.make_length_histogram_figure, data["bins"], summary.ceiling_tokens, summary.at_ceiling_fraction
+                figures.make_length_histogram_figure, data.bins, summary.ceiling_tokens, summary.at_ceiling_fraction
             ),
             key=f"{PREFIX}_hist_chart",
         )
         right.plotly_chart(
-            figcache.figure(figures.make_cdf_figure, data["cdf"], summary.ceiling_tokens), key=f"{PREFIX}_cdf_chart"
+            figcache.figure(figures.make_cdf_figure, data.cdf, summary.ceiling_tokens), key=f"{PREFIX}_cdf_chart"
         )
     st.dataframe(tables.finish_reason_table(summary), hide_index=True)
-    st.caption(f"Length statistics: {precomputed.age_text(data.get('as_of'))}.")
+    st.caption(f"Length statistics: {precomputed.age_text(data.as_of)}.")
     render_server_note(rt, summary)
     page.guarded(render_groups)(rt, summary.ceiling_tokens)
     over_time = loaders.load_truncation_over_time(rt.store, rt.config.interval_s, summary.ceiling_tokens)
@@ -265,9 +267,9 @@ def render_page(rt: PageRuntime) -> None:
 
 def render_whatif_live(rt: PageRuntime) -> None:
     data = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)
-    if not data["summary"].completions:
+    if not data.summary.completions:
         return
-    if data["summary"].ceiling_tokens:
+    if data.summary.ceiling_tokens:
         page.guarded(render_whatif)(rt, data, loaders.load_health(rt.store))
         st.caption(f"The what-if is refitted every {WHATIF_REFRESH_S} s (a model fit, not a count).")
     else:
@@ -283,5 +285,5 @@ def render(rt: PageRuntime) -> None:
     st.fragment(run_every=WHATIF_REFRESH_S)(render_whatif_live)(rt)
     # Sidebar widgets cannot live in a fragment: the download holds the histogram as of page load.
     page.download_csv(
-        loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["bins"], "length_histogram.csv", PREFIX
+        loaders.load_run_lengths(rt.store, rt.config.max_output_tokens).bins, "length_histogram.csv", PREFIX
     )

@@ -36,7 +36,7 @@ def render_live(rt: PageRuntime) -> None:
     """The live tiles; one fragment so a refresh redraws in place, no flicker of the page."""
     cfg, now = rt.config, time.time()
     nodes = loaders.load_nodes(rt.store)
-    summary = loaders.load_run_lengths(rt.store, cfg.max_output_tokens)["summary"]
+    summary = loaders.load_run_lengths(rt.store, cfg.max_output_tokens).summary
     thr = loaders.load_throughput(rt.store, cfg.interval_s)
     health = loaders.load_health(rt.store)
     gpus = loaders.load_gpu_latest(rt.store)
