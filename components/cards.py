@@ -20,6 +20,7 @@ import pandas as pd
 import streamlit as st
 
 from components.format import fmt_bytes, fmt_rate, md_escape
+from components.loaders import Throughput
 from components.tables import finished_line, indexing_progress, last_error_line, node_table, why_empty
 from runhealth import derived
 from runhealth.activity import NodeRate, RunRates
@@ -158,7 +159,7 @@ def render_node_card(node: NodeRow, stale_after: float, now: float, finished: bo
 
 def overview_tiles(
     summary: Summary,
-    thr: dict,
+    thr: Throughput,
     nodes: list[NodeRow],
     gpus: pd.DataFrame,
     target: int | None,
@@ -182,7 +183,7 @@ def overview_tiles(
     )
     done, tps, eta, cps = n.completions, n.tokens_per_s_1m, n.eta_s, n.completions_per_s_15m
     done_sub = f"of {target:,} target ({n.share_done:.1%})" if n.share_done is not None else "no target_completions set"
-    server = thr.get("server_tokens_per_s")
+    server = thr.server_tokens_per_s
     tps_sub = (
         (f"15-min avg {fmt_rate(n.tokens_per_s_15m)}" if n.tokens_per_s_15m is not None else "15-min avg —")
         + (f" · {fmt_rate(n.tokens_per_s_per_gpu)} per GPU" if n.tokens_per_s_per_gpu is not None else "")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 import pandas as pd
 import streamlit as st
@@ -137,8 +137,15 @@ def load_lengths_over_time(store: Store, ceiling: int | None) -> pd.DataFrame:
     return df
 
 
+class Throughput(NamedTuple):
+    """The servers' own tok/s (None: no server reports one) and the throughput chart's series."""
+
+    server_tokens_per_s: float | None
+    series: pd.DataFrame  # bucket_unix, ..., tokens_per_s: complete, non-backfill buckets of the last hour
+
+
 @_cache(ttl=TTL_S, max_entries=8)
-def load_throughput(store: Store, interval_s: float) -> dict[str, Any]:
+def load_throughput(store: Store, interval_s: float) -> Throughput:
     """The servers' own tok/s (their gauges and counters) and the throughput chart's series; the
     shards' tok/s is load_health's (one definition: runhealth.activity)."""
     from runhealth.analysis import rates
@@ -163,7 +170,7 @@ def load_throughput(store: Store, interval_s: float) -> dict[str, Any]:
     )
     series = series[series["backfill"] == 0].iloc[:-1]  # the last bucket is still filling
     series = series.assign(tokens_per_s=series["tokens"] / bucket_s)
-    return {"server_tokens_per_s": server, "series": series}
+    return Throughput(server, series)
 
 
 @_cache(ttl=TTL_S, max_entries=8)

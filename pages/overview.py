@@ -73,7 +73,7 @@ def render_live(rt: PageRuntime) -> None:
         cards.render_node_table(
             nodes, cfg.stale_after, compact=True, per_node=None if finished else health.per_node, finished=finished
         )
-        series = thr["series"]
+        series = thr.series
         if len(series) >= 2:
             st.plotly_chart(figures.make_throughput_figure(series), key=f"{PREFIX}_throughput_chart")
         else:
