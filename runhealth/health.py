@@ -180,11 +180,14 @@ def _stall_alerts(rates_now: activity.RunRates, run: str, now: float, stall_s: f
         )
         return [Alert("run_stalled", "critical", run, text, value=now - since)]
     out = []
+    writers = sorted(found.writing)
+    others = (
+        f"{', '.join(writers)} write{'s' if len(writers) == 1 else ''}"
+        if len(writers) <= 3
+        else (f"{len(writers)} other nodes write")
+    )
     for node, since in sorted(found.lone().items()):
-        text = (
-            f"{node}: no new completions for {fmt_age(now - since)} (since {_clock(since)}) while "
-            f"{', '.join(sorted(found.writing))} write{'s' if len(found.writing) == 1 else ''}."
-        )
+        text = f"{node}: no new completions for {fmt_age(now - since)} (since {_clock(since)}) while {others}."
         out.append(Alert("node_stalled", "warning", run, text, node=node, value=now - since))
     if rates_now.drop_median_tps is not None and rates_now.tokens_per_s_1m is not None:
         text = (

@@ -1,6 +1,7 @@
 """runhealth.health and runhealth.activity on scripted poll rows whose true rates and stall times are known."""
 
 import dataclasses
+import time
 
 from runhealth import activity, health
 from runhealth.config import RunConfig
@@ -207,3 +208,24 @@ def test_a_gpu_that_stopped_reporting_is_named_missing():
         ("error", "n1: GPU 2 missing from the latest poll (3 of 4 reporting)")
     ]
     assert health.missing_gpus(seen, now, live={"n2"}) == []  # a down node is reported as down
+
+
+def test_a_lone_stall_names_the_nodes_that_do_write(tmp_path):
+    """The per-node sentence says who writes: never "while other nodes write" when none does."""
+    from runhealth.store import Store
+
+    store = Store(tmp_path / "s.sqlite3")
+    now = time.time()
+    for node, stop in (("node-1", now - 600), ("node-2", None)):
+        for k in range(70):
+            ts = now - 690 + 10 * k
+            grew = stop is None or ts <= stop
+            files = (
+                {"/o.jsonl": {"lines": 2, "tokens": 200, "counts": [[100, "stop", 0, 2]], "offset": k}} if grew else {}
+            )
+            store.record_poll(node, {"time_unix": ts, "shards": {"files": files}, "gpus": {}}, ts, 5.0)
+    found = {a.name: a for a in health.evaluate(store, now, {"interval_s": 10.0})}
+    assert "run_stalled" not in found
+    assert found["node_stalled"].node == "node-1"
+    assert found["node_stalled"].summary.endswith("while node-2 writes."), found["node_stalled"].summary
+    store.close()
