@@ -13,20 +13,30 @@ from __future__ import annotations
 
 import html
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 import streamlit as st
 
 from components.format import fmt_bytes, fmt_rate, fmt_window, md_escape
-from components.tables import indexing_progress, last_error_line, node_table, why_empty
+from components.loaders import Throughput
+from components.tables import finished_line, indexing_progress, last_error_line, node_table, why_empty
 from runhealth import derived
+from runhealth.activity import NodeRate, RunRates
 from runhealth.analysis.stats import Summary
-from runhealth.health import SHORT_WINDOW_S, fmt_age, level, node_status
+from runhealth.health import fmt_age, level, node_status
 from runhealth.records import NodeRow, StoredSample
+from runhealth.windows import RATE_WINDOW_S
 
-STATE_COLOUR = {"UP": "#1B5E20", "STALE": "#8A5A00", "DOWN": "#8B1A1A", "PENDING": "#3A3F4B"}
-STATE_MD = {"up": ":green[UP]", "stale": ":orange[STALE]", "down": ":red[DOWN]", "pending": ":gray[PENDING]"}
+STATE_COLOUR = {"UP": "#1B5E20", "STALE": "#8A5A00", "DOWN": "#8B1A1A", "PENDING": "#3A3F4B", "FINISHED": "#3A3F4B"}
+STATE_MD = {
+    "up": ":green[UP]",
+    "stale": ":orange[STALE]",
+    "down": ":red[DOWN]",
+    "pending": ":gray[PENDING]",
+    "finished": ":gray[FINISHED]",
+}
 MIN_SAMPLE_N = 20  # below this many samples a share is shown, never coloured as an alarm
 
 
@@ -81,12 +91,16 @@ def truncation_tile(summary: Summary, warn: float, alert: float) -> dict[str, st
 
 
 def render_node_table(
-    nodes: list[NodeRow], stale_after: float, compact: bool = False, per_node: dict[str, Any] | None = None
+    nodes: list[NodeRow],
+    stale_after: float,
+    compact: bool = False,
+    per_node: Mapping[str, NodeRate] | None = None,
+    finished: bool = False,
 ) -> None:
     if not nodes:
         st.info("No nodes configured.")
         return
-    table = node_table(nodes, stale_after, per_node=per_node)
+    table = node_table(nodes, stale_after, per_node=per_node, finished=finished)
     if compact:
         extra = ["tok/s (1 min)", "last new"] if per_node is not None else ["GPUs"]
         table = table[["node", "status", "last seen", *extra, "disk free", "SSH RTT"]]
@@ -127,8 +141,10 @@ def render_sample(sample: StoredSample) -> None:
     st.code(sample.get("text_tail") or "(empty completion)", language=None, wrap_lines=True, height=320)
 
 
-def render_node_card(node: NodeRow, stale_after: float, now: float) -> None:
+def render_node_card(node: NodeRow, stale_after: float, now: float, finished: bool = False) -> None:
     state, why = node_status(node, now, stale_after)
+    if finished:  # not polled any more: no up / stale wording, when it was last polled
+        state, why = "finished", finished_line(node)
     with st.container(border=True):
         st.markdown(f"#### {STATE_MD[state]} {md_escape(node['name'])}")
         st.text(why)
@@ -144,21 +160,21 @@ def render_node_card(node: NodeRow, stale_after: float, now: float) -> None:
 
 def overview_tiles(
     summary: Summary,
-    thr: dict,
+    thr: Throughput,
     nodes: list[NodeRow],
     gpus: pd.DataFrame,
     target: int | None,
     last: float | None,
     cfg: Any,
     now: float,
-    health: dict | None = None,
+    health: RunRates | None = None,
 ) -> list[dict[str, str]]:
     """The six standup tiles: done, throughput (last minute, 15-min average beside it), ETA (from
     the 15-min average, stated), truncation, nodes, data age. The numbers: runhealth.derived.standup."""
     n = derived.standup(
         summary.completions,
         target,
-        health or {},
+        health,
         nodes,
         len(gpus) or sum(x.get("gpus_found") or 0 for x in nodes),
         float(gpus["power_w"].sum()) if len(gpus) else None,
@@ -168,7 +184,7 @@ def overview_tiles(
     )
     done, tps, eta, cps = n.completions, n.tokens_per_s_1m, n.eta_s, n.completions_per_s_15m
     done_sub = f"of {target:,} target ({n.share_done:.1%})" if n.share_done is not None else "no target_completions set"
-    server = thr.get("server_tokens_per_s")
+    server = thr.server_tokens_per_s
     tps_sub = (
         (f"15-min avg {fmt_rate(n.tokens_per_s_15m)}" if n.tokens_per_s_15m is not None else "15-min avg —")
         + (f" · {fmt_rate(n.tokens_per_s_per_gpu)} per GPU" if n.tokens_per_s_per_gpu is not None else "")
@@ -179,7 +195,7 @@ def overview_tiles(
     return [
         tile("Completions", f"{done:,}", done_sub, "ok" if done else "muted"),
         tile(
-            f"Tokens / s · last {fmt_window(SHORT_WINDOW_S)}",
+            f"Tokens / s · last {fmt_window(RATE_WINDOW_S)}",
             fmt_rate(tps) if tps is not None else "—",
             tps_sub if tps is not None else "waiting for two polls",
             "ok" if tps else "warn" if tps == 0 else "muted",
@@ -210,6 +226,22 @@ def overview_tiles(
             "waiting for first poll" if age is None else f"stale after {fmt_age(cfg.stale_after)}",
             "muted" if age is None else "alert" if age > cfg.stale_after else "ok",
         ),
+    ]
+
+
+def final_tiles(f: derived.Final, summary: Summary, cfg: Any, nodes: int) -> list[dict[str, str]]:
+    """A finished run's six tiles: its final figures, no live placeholders, no node states."""
+    target = cfg.target_completions
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(f.completed_unix)) if f.completed_unix else "—"
+    last = time.strftime("%Y-%m-%d %H:%M", time.localtime(f.last_poll_unix)) if f.last_poll_unix else "never"
+    duration = f"over {fmt_age(f.duration_s)}" if f.duration_s is not None else "duration unknown"
+    return [
+        tile("Completions", f"{f.completions:,}", f"of {target:,} target" if target else "final count", "ok"),
+        tile("Tokens / s · average over its life", fmt_rate(f.tokens_per_s_life), duration, "ok"),
+        tile("Completed at", when, f"duration {fmt_age(f.duration_s)}" if f.duration_s is not None else "", "ok"),
+        truncation_tile(summary, cfg.truncation_warn_fraction, cfg.truncation_alert_fraction),
+        tile("Nodes", f"{nodes}", "finished: no longer polled", "muted"),
+        tile("Numbers", "final", f"last poll {last}", "muted"),
     ]
 
 

@@ -14,9 +14,10 @@ import streamlit as st
 from components import cards
 from components.figures import ALERT_COLOUR, CEILING_COLOUR, STOP_COLOUR, apply_layout, new_figure, vline
 from components.format import fmt_window
-from runhealth import health, runcompare
+from runhealth import runcompare
 from runhealth.analysis import stats
 from runhealth.store import Store
+from runhealth.windows import RATE_WINDOW_S
 
 
 @st.cache_data(ttl=5, max_entries=8, hash_funcs={Store: lambda s: str(s.path)}, show_spinner=False)
@@ -106,7 +107,7 @@ def render_table(rows: list[dict[str, str]], a: dict, b: dict) -> None:
         "order-statistic intervals (approximate). Rates are averages over each run's collected life "
         f"(A: {a['life']['spans']} poll spans, B: {b['life']['spans']}), the interval by batch means over "
         "consecutive polls (approximate); the Overview's tok/s is the last "
-        f"{fmt_window(health.SHORT_WINDOW_S)} instead. ≥: a percentile at its run's ceiling is only a lower bound, "
+        f"{fmt_window(RATE_WINDOW_S)} instead. ≥: a percentile at its run's ceiling is only a lower bound, "
         "so the difference is a bound too (≤ or ≥), and not measurable when both are at their ceilings."
     )
 
@@ -128,7 +129,8 @@ def render_forecast(cmp: dict, a: dict, b: dict) -> None:
             help="the what-if's estimate from A's lengths below its ceiling",
         )
         st.caption(
-            f"95% interval {100 * f['interval'][0]:.1f}–{100 * f['interval'][1]:.1f}%; extra tokens per "
+            f"95% interval {100 * f['interval'][0]:.1f}–{100 * f['interval'][1]:.1f}%{f.get('interval_note', '')};"
+            " extra tokens per "
             f"completion {f['predicted_extra_tokens']:+,.0f} ({f['predicted_extra_tokens_interval'][0]:+,.0f} to "
             f"{f['predicted_extra_tokens_interval'][1]:+,.0f})"
         )
@@ -143,7 +145,7 @@ def render_forecast(cmp: dict, a: dict, b: dict) -> None:
         )
     text = (
         f"The measurement falls {verdict} the predicted interval "
-        f"({100 * f['interval'][0]:.1f}–{100 * f['interval'][1]:.1f}%)."
+        f"({100 * f['interval'][0]:.1f}–{100 * f['interval'][1]:.1f}%{f.get('interval_note', '')})."
     )
     (st.success if f["inside"] else st.warning)(text)
     st.caption(cards.md_escape(f"{cmp['forecast_note']} {cmp['prompts']}"))

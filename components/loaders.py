@@ -10,24 +10,24 @@ in the core (runhealth.health).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 import pandas as pd
 import streamlit as st
 
 from components import precomputed
-from runhealth import pagedata, rollup
+from runhealth import activity, derived, hardware, health, pagedata, rollup
 from runhealth.analysis import lengthtime, stats, whatif
-from runhealth.health import stale_after_s
 from runhealth.records import HostReading, NodeRow, PendingSampleBatch, SampleBatch
 from runhealth.store import Store
+from runhealth.windows import stale_after_s
 
 TTL_S = 3
 _HASH: dict[str | type[Any], Callable[[Any], Any]] = {Store: lambda s: str(s.path)}
-THROUGHPUT_WINDOW_S = 300
-HEALTH_LOOKBACK_S = 3600  # the hour the rate-drop median is taken over
+SERVER_RATE_WINDOW_S = 300  # a server's token counter is read over this (its own scrape cadence)
 SERVER_GAUGES = ("sglang:gen_throughput",)
 SERVER_COUNTERS = ("vllm:generation_tokens_total",)
 
@@ -45,6 +45,7 @@ def clear_all() -> None:
         load_truncation_over_time,
         load_throughput,
         load_health,
+        load_alerts,
         load_problems,
         load_hosts,
         load_gpu_latest,
@@ -67,10 +68,20 @@ def load_last_collection(store: Store) -> float | None:
     return store.last_collection_unix()
 
 
+@dataclasses.dataclass(frozen=True)
+class RunLengths:
+    """The run's length counts as every page reads them."""
+
+    hist: stats.LengthHist
+    summary: stats.Summary
+    bins: pd.DataFrame  # bin_start, bin_end, stop, at_ceiling, other
+    cdf: pd.DataFrame  # tokens, cum_fraction
+    as_of: float | None  # when the collector computed them (None: computed now, no precomputed copy)
+
+
 @_cache(ttl=5, max_entries=8)
-def load_run_lengths(store: Store, ceiling: int | None) -> dict[str, Any]:
-    """The run's length counts: summary, histogram bins and CDF points; `as_of` is when the
-    collector computed them (None: computed now, there was no precomputed copy)."""
+def load_run_lengths(store: Store, ceiling: int | None) -> RunLengths:
+    """The run's length counts: summary, histogram bins and CDF points (runhealth.pagedata.run_lengths)."""
     got = precomputed.payload(store, "run_lengths")
     as_of, data = (
         got if got is not None and got[1]["ceiling"] == ceiling else (None, pagedata.run_lengths(store, ceiling))
@@ -79,7 +90,7 @@ def load_run_lengths(store: Store, ceiling: int | None) -> dict[str, Any]:
     summary = stats.summarize(hist, ceiling=ceiling, unparseable=data["malformed"])
     bins = pd.DataFrame(data["bins"], columns=["bin_start", "bin_end", "stop", "at_ceiling", "other"])
     cdf = pd.DataFrame(data["cdf"], columns=["tokens", "cum_fraction"])
-    return {"hist": hist, "summary": summary, "bins": bins, "cdf": cdf, "as_of": as_of}
+    return RunLengths(hist, summary, bins, cdf, as_of)
 
 
 @_cache(ttl=5, max_entries=8)
@@ -126,18 +137,20 @@ def load_lengths_over_time(store: Store, ceiling: int | None) -> pd.DataFrame:
     return df
 
 
+class Throughput(NamedTuple):
+    """The servers' own tok/s (None: no server reports one) and the throughput chart's series."""
+
+    server_tokens_per_s: float | None
+    series: pd.DataFrame  # bucket_unix, ..., tokens_per_s: complete, non-backfill buckets of the last hour
+
+
 @_cache(ttl=TTL_S, max_entries=8)
-def load_throughput(store: Store, interval_s: float) -> dict[str, Any]:
-    """Throughput from shard growth (rates.run_throughput) and from the servers' own metrics."""
+def load_throughput(store: Store, interval_s: float) -> Throughput:
+    """The servers' own tok/s (their gauges and counters) and the throughput chart's series; the
+    shards' tok/s is load_health's (one definition: runhealth.activity)."""
     from runhealth.analysis import rates
 
     now = time.time()
-    by_node: dict[str, list] = {}
-    for p in store.polls(since_unix=now - 2 * THROUGHPUT_WINDOW_S):
-        by_node.setdefault(p["node"], []).append(
-            (p["node_ts_unix"] or p["ts_unix"], p["completions"] or 0, p["tokens"] or 0, bool(p["backfill"]))
-        )
-    shard = rates.run_throughput(by_node, window_s=THROUGHPUT_WINDOW_S)
     server = None
     fresh = now - stale_after_s(interval_s)
     gauges = [m["value"] for m in store.metric_latest() if m["name"] in SERVER_GAUGES and m["ts_unix"] >= fresh]
@@ -145,7 +158,7 @@ def load_throughput(store: Store, interval_s: float) -> dict[str, Any]:
         server = float(sum(gauges))
     for name in SERVER_COUNTERS:
         per_node: dict[str, list] = {}
-        for m in store.metric_series(name, since_unix=now - THROUGHPUT_WINDOW_S):
+        for m in store.metric_series(name, since_unix=now - SERVER_RATE_WINDOW_S):
             per_node.setdefault(m["node"], []).append((m["ts_unix"], m["value"]))
         node_rates = [r for r in (rates.counter_rate(s) for s in per_node.values()) if r is not None]
         if node_rates:
@@ -157,30 +170,27 @@ def load_throughput(store: Store, interval_s: float) -> dict[str, Any]:
     )
     series = series[series["backfill"] == 0].iloc[:-1]  # the last bucket is still filling
     series = series.assign(tokens_per_s=series["tokens"] / bucket_s)
-    return {"shard": shard, "server_tokens_per_s": server, "series": series}
+    return Throughput(server, series)
 
 
 @_cache(ttl=TTL_S, max_entries=8)
-def load_health(store: Store) -> dict[str, Any]:
-    """Throughput over the last minute and 15 minutes, per node and run-wide, when each node's
-    shards last grew, and the last hour's per-minute rates (runhealth.health)."""
-    from runhealth import health
+def load_health(store: Store) -> activity.RunRates:
+    """The run's live rates (the one tok/s, per node and summed; the 15-min average; when each
+    node's shards last grew; the rate drop): runhealth.activity.read_rates at now."""
+    return activity.read_rates(store, time.time())
 
-    now = time.time()
-    rows: dict[str, list] = {}
-    for p in store.polls(since_unix=now - HEALTH_LOOKBACK_S):
-        rows.setdefault(p["node"], []).append(
-            (p["ts_unix"], p["node_ts_unix"], p["completions"], p["tokens"], p["backfill"])
-        )
-    out = health.run_rates(rows, now)
-    if any(r.last_growth_unix is None for r in out["per_node"].values()):
-        # Stalled for longer than the lookback: when did it last grow? (one scan, only then)
-        for node, ts in store.last_growth_unix().items():
-            if node in out["per_node"] and out["per_node"][node].last_growth_unix is None:
-                out["per_node"][node].last_growth_unix = ts
-    minute = health.minute_rates(store.polls_by_bucket(60, since_unix=now - HEALTH_LOOKBACK_S))
-    out.update(now=now, minute_tps=minute, drop_median=health.rate_drop(out["tokens_per_s_1m"], minute))
-    return out
+
+@_cache(ttl=TTL_S, max_entries=8)
+def load_alerts(store: Store, settings: tuple[tuple[str, Any], ...]) -> list[health.Alert]:
+    """health.evaluate() now, for the run settings `settings` (health.settings(config).items()):
+    the Overview's alert box (75 ms at 64 nodes x 8 GPUs, so cached like the other reads)."""
+    return health.evaluate(store, time.time(), dict(settings))
+
+
+@_cache(ttl=60, max_entries=4)
+def load_final(store: Store, completions: int) -> derived.Final:
+    """A finished run's final figures (runhealth.derived.final): its store no longer changes."""
+    return derived.final(store, completions)
 
 
 XID_WINDOW_S = 3600  # an XID stays on the Overview for an hour after it was seen
@@ -188,10 +198,8 @@ XID_WINDOW_S = 3600  # an XID stays on the Overview for an hour after it was see
 
 @_cache(ttl=TTL_S, max_entries=8)
 def load_problems(store: Store, run_writing: bool) -> dict[str, list[tuple[str, str]]]:
-    """GPU and host problems in words (runhealth.health): errors, XIDs, ECC, rows, throttling,
+    """GPU and host problems in words (runhealth.hardware, the one GPU rule): errors, XIDs, ECC, rows, throttling,
     heat, idle-while-writing, power cap (information), RAM, swap and CPU load."""
-    from runhealth import health
-
     gpus = load_gpu_latest(store)
     rows = gpus.to_dict("records") if len(gpus) else []
     for r in rows:  # pandas turns a missing error into NaN
@@ -204,10 +212,10 @@ def load_problems(store: Store, run_writing: bool) -> dict[str, list[tuple[str, 
     for r in rows:
         now_gpus.setdefault(r["node"], set()).add(int(r["gpu"]))
     live = {n["name"] for n in nodes if n.get("last_ok_unix") and not n.get("failing_since_unix")}
-    missing = health.missing_gpus(store.gpus_seen(time.time() - XID_WINDOW_S), now_gpus, live)
+    missing = hardware.missing_gpus(store.gpus_seen(time.time() - XID_WINDOW_S), now_gpus, live)
     return {
-        "gpu": missing + health.gpu_problems(rows, found, xids, run_writing),
-        "host": health.host_problems(store.host_latest(), loads),
+        "gpu": missing + hardware.gpu_problems(rows, found, xids, run_writing),
+        "host": hardware.host_problems(store.host_latest(), loads),
     }
 
 
@@ -244,9 +252,6 @@ class SampleBatches(TypedDict):
 @_cache(ttl=2, max_entries=4)
 def load_samples(store: Store) -> SampleBatches:
     return {"latest": store.latest_sample_batch(), "pending": store.pending_sample_batch()}
-
-
-whatif_curve_limits = pagedata.whatif_limits  # one definition: the collector's default what-if uses it too
 
 
 def load_whatif(
@@ -287,14 +292,7 @@ def _load_whatif(
     loop_sample: tuple[int, int] | None,
     bootstrap: int,
 ) -> whatif.WhatIf:
-    return whatif.what_if(
-        _hist,
-        ceiling,
-        new_limit,
-        loop_sample=loop_sample,
-        bootstrap=bootstrap,
-        curve_limits=whatif_curve_limits(ceiling, new_limit),
-    )
+    return whatif.for_run(_hist, ceiling, new_limit, loop_sample, bootstrap)
 
 
 @_cache()

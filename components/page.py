@@ -352,7 +352,7 @@ def download_headline(rt: context.PageRuntime, prefix: str) -> None:
     import json
 
     now = time.time()
-    summary = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["summary"]
+    summary = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens).summary
     record = tables.headline(
         summary,
         loaders.load_health(rt.store),

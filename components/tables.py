@@ -16,14 +16,21 @@ from typing import Any
 import pandas as pd
 
 from components.format import fmt_bytes, fmt_number, fmt_rate
-from runhealth import derived
+from runhealth import derived, hardware
+from runhealth.activity import NodeRate, RunRates
 from runhealth.analysis import stats
 from runhealth.analysis.stats import Summary
 from runhealth.analysis.whatif import WhatIf
 from runhealth.health import fmt_age, node_status
 from runhealth.records import HostReading, NodeRow, StoredSample
 
-STATE_BADGE = {"up": "UP", "stale": "STALE", "down": "DOWN", "pending": "PENDING"}
+STATE_BADGE = {"up": "UP", "stale": "STALE", "down": "DOWN", "pending": "PENDING", "finished": "FINISHED"}
+
+
+def finished_line(node: NodeRow) -> str:
+    """A finished run's node in words: when it was last polled (its age only grows)."""
+    ok = node.get("last_ok_unix")
+    return f"last polled {time.strftime('%Y-%m-%d %H:%M', time.localtime(ok))}" if ok else "never polled"
 
 
 def short_group_labels(df: pd.DataFrame, top_n: int = 25) -> pd.DataFrame:
@@ -100,14 +107,21 @@ def server_length_share(metrics: pd.DataFrame) -> tuple[float, float] | None:
 
 
 def node_table(
-    nodes: list[NodeRow], stale_after: float, now: float | None = None, per_node: dict[str, Any] | None = None
+    nodes: list[NodeRow],
+    stale_after: float,
+    now: float | None = None,
+    per_node: Mapping[str, NodeRate] | None = None,
+    finished: bool = False,
 ) -> pd.DataFrame:
     """One row per node; with `per_node` (load_health's NodeRate map) its tok/s over the last
-    minute and when its shards last grew."""
+    minute and when its shards last grew. A finished run's nodes are "FINISHED" (not polled any
+    more), with when they were last polled: no up / stale wording."""
     now = now or time.time()
     rows = []
     for n in nodes:
         state, why = node_status(n, now, stale_after)
+        if finished:
+            state, why = "finished", finished_line(n)
         free = [f for d in (n.get("disk") or {}).values() if (f := d.get("free_bytes")) is not None]
         rows.append(
             {
@@ -289,22 +303,16 @@ def samples_export(samples: list[StoredSample]) -> pd.DataFrame:
     )
 
 
-def _gpu_state(error: Any, util: Any, throttle: Any) -> str:
-    notes = []
-    if isinstance(error, str) and error:  # pandas makes a missing error NaN
-        notes.append(f"error: {error}")
-    if pd.notna(util) and util < 10:
-        notes.append("idle")
-    if throttle:
-        notes.append("throttled: " + ", ".join(throttle))
-    return "⚠ " + "; ".join(notes) if notes else "ok"
-
-
-def gpu_table(gpus: pd.DataFrame) -> pd.DataFrame:
-    """The GPUs now, with idle (<10% util) and throttled ones flagged first."""
+def gpu_table(gpus: pd.DataFrame, run_writing: bool = True) -> pd.DataFrame:
+    """The GPUs now, in the words of the one GPU rule (runhealth.hardware.gpu_state): the ones
+    that need a look ("⚠ ...") first, then information (at the power cap), then "ok"."""
     # zip over columns, not iterrows: iterrows builds a Series per GPU (0.1 s for 512 GPUs).
     errors = gpus["error"] if "error" in gpus else [None] * len(gpus)
-    flags = [_gpu_state(e, u, t) for e, u, t in zip(errors, gpus["util_pct"], gpus["throttle_reasons"], strict=True)]
+    readings = zip(errors, gpus["util_pct"], gpus["temp_c"], gpus["throttle_reasons"], strict=True)
+    flags = [
+        hardware.gpu_state({"error": e, "util_pct": u, "temp_c": t, "throttle_reasons": r}, run_writing)
+        for e, u, t, r in readings
+    ]
     out = pd.DataFrame(
         {
             "GPU": gpus["label"],
@@ -321,7 +329,9 @@ def gpu_table(gpus: pd.DataFrame) -> pd.DataFrame:
         },
         index=gpus.index,
     )
-    return out.sort_values("state", key=lambda s: s == "ok", kind="stable")
+    return out.sort_values(
+        "state", key=lambda s: s.map(lambda v: 0 if v.startswith("⚠") else 2 if v == "ok" else 1), kind="stable"
+    )
 
 
 def gpu_processes(gpus: pd.DataFrame) -> pd.DataFrame:
@@ -357,8 +367,9 @@ def host_memory(host: HostReading | None) -> tuple[str, str]:
     )
 
 
-def node_details(node: NodeRow, now: float, host: HostReading | None = None) -> pd.DataFrame:
-    """Every status field of one node, in words."""
+def node_details(node: NodeRow, now: float, host: HostReading | None = None, finished: bool = False) -> pd.DataFrame:
+    """Every status field of one node, in words (a finished run's: no clock skew, which compared
+    the node's clock with a dashboard that was not watching)."""
 
     def when(ts):
         return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(ts))} ({fmt_age(now - ts)} ago)" if ts else "never"
@@ -401,11 +412,13 @@ def node_details(node: NodeRow, now: float, host: HostReading | None = None) -> 
         ("unmatched globs", ", ".join(node.get("unmatched_globs") or []) or "none"),
         ("disk", disk),
     ]
+    if finished:
+        rows = [r for r in rows if not r[0].startswith("clock skew")]
     return pd.DataFrame(rows, columns=["field", "value"])
 
 
 def headline(
-    summary: Summary, health: dict, nodes: list[NodeRow], cfg: Any, now: float, last: float | None
+    summary: Summary, health: RunRates | None, nodes: list[NodeRow], cfg: Any, now: float, last: float | None
 ) -> dict[str, Any]:
     """The standup figures as one flat record (the Overview's download), rounded for people."""
     lo, hi = summary.at_ceiling_interval
@@ -428,8 +441,8 @@ def headline(
         "truncated_count": summary.at_ceiling,
         "truncated_of": summary.length_count,
         "length_stops_below_ceiling": summary.length_below_ceiling,
-        "tokens_per_s_last_1_min": r(health.get("tokens_per_s_1m"), 0),
-        "tokens_per_s_15_min_avg": r(health.get("tokens_per_s_15m"), 0),
+        "tokens_per_s_last_1_min": r(up.tokens_per_s_1m, 0),
+        "tokens_per_s_15_min_avg": r(up.tokens_per_s_15m, 0),
         "eta_hours_at_15_min_avg": r(up.eta_s / 3600, 2) if up.eta_s is not None else None,
         "nodes_up": up.nodes_up,
         "nodes_stale": up.nodes_stale,

@@ -5,14 +5,7 @@ Streamlit calls), so they are tested directly and the page only places them.
 
 from __future__ import annotations
 
-from runhealth.analysis.whatif import MIN_LOOP_SAMPLES, WhatIf
-from runhealth.records import SampleBatch
-
-
-def loop_sample(batch: SampleBatch | None) -> tuple[int, int]:
-    """``(loops, sampled)`` among the truncated completions of the latest sample batch."""
-    cut = [s for s in (batch["samples"] if batch else []) if s.get("finish_reason") == "length"]
-    return sum(bool(s.get("is_loop")) for s in cut), len(cut)
+from runhealth.analysis.whatif import MIN_LOOP_SAMPLES, WhatIf, loop_note
 
 
 def backtest_line(r: WhatIf) -> str:
@@ -37,10 +30,7 @@ def model_line(r: WhatIf) -> str:
     return f"Headline: {r.model}, {r.model_reason}. Models: {band}."
 
 
-def interval_note(r: WhatIf) -> str:
-    """ " incl. loops 0–100%" when the interval spans an unknown loop share (for the tile)."""
-    loops = r.loops or {}
-    return " incl. loops 0–100%" if loops.get("sampled") is not None and not loops.get("used") else ""
+interval_note = loop_note  # one wording: Compare and the CLI say it beside the interval too
 
 
 def loops_line(r: WhatIf) -> str:

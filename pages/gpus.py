@@ -33,9 +33,9 @@ SERIES = [  # (column, title, unit, limit column)
 ]
 
 
-def render_now(gpus, nodes) -> None:
-    table = tables.gpu_table(gpus)
-    flagged = table[table["state"] != "ok"]
+def render_now(gpus, run_writing: bool) -> None:
+    table = tables.gpu_table(gpus, run_writing)
+    flagged = table[table["state"].str.startswith("⚠")]  # the one GPU rule's warnings; information is not
     if len(flagged):
         st.warning(
             md_escape(
@@ -133,9 +133,9 @@ def render_page(rt: PageRuntime, window: str, picked: list[str]) -> None:
         return
     if rt.demo or any(n.get("gpu_simulated") for n in nodes):
         st.info("GPU telemetry on this page is simulated (demo mode): the numbers are made up.")
-    writing = bool(loaders.load_health(rt.store).get("tokens_per_s_1m"))
+    writing = bool(loaders.load_health(rt.store).tokens_per_s_1m)
     cards.render_problems(loaders.load_problems(rt.store, writing)["gpu"], "Problems")
-    render_now(gpus, nodes)
+    render_now(gpus, writing)
     labels = gpus.loc[gpus["node"].isin(picked or gpus["node"].unique()), "label"].tolist()
     render_series(rt, window, labels)
     render_processes(gpus)

@@ -14,8 +14,8 @@ import streamlit as st
 from components import cards, figcache, figures, jobs, loaders, page, precomputed, tables, whatif_view
 from components.context import PageRuntime
 from components.format import fmt_percentile_tokens, md_escape
-from runhealth.analysis import continuation
-from runhealth.analysis.eta import eta_change
+from runhealth.activity import RunRates
+from runhealth.analysis import continuation, loops, rates
 from runhealth.analysis.stats import Summary
 from runhealth.health import level
 
@@ -85,9 +85,11 @@ def render_groups(rt: PageRuntime, ceiling) -> None:
         st.caption(f"Truncation by {by}: {precomputed.age_text(df.attrs.get('as_of'))}.")
 
 
-def render_whatif(rt: PageRuntime, data: dict, thr: dict) -> None:
-    s, hist = data["summary"], data["hist"]
+def render_whatif(rt: PageRuntime, data: loaders.RunLengths, health: RunRates) -> None:
+    s, hist = data.summary, data.hist
     ceiling = s.ceiling_tokens
+    if ceiling is None:  # the page draws the what-if only under a ceiling
+        return
     st.subheader("What if max_tokens were raised?")
     limit = int(
         st.number_input(
@@ -99,11 +101,10 @@ def render_whatif(rt: PageRuntime, data: dict, thr: dict) -> None:
             key=f"{PREFIX}_whatif_limit",
         )
     )
-    sample = whatif_view.loop_sample(loaders.load_samples(rt.store)["latest"])
+    sample = loops.loop_sample(loaders.load_samples(rt.store)["latest"])
     r, as_of = loaders.load_whatif_with_age(rt.store, hist, ceiling, limit, sample)
-    tps = (thr["shard"] or {}).get("total_tokens_per_s")
-    remaining = (rt.config.target_completions or s.completions) - s.completions
-    eta = eta_change(remaining, tps, s.tokens.mean or 0, r.extra_tokens_per_completion or 0, r.extra_tokens_interval)
+    eta_now = rates.eta_seconds(s.completions, rt.config.target_completions, health.completions_per_s_15m)
+    eta = rates.eta_change(eta_now, s.tokens.mean, r.extra_tokens_per_completion, r.extra_tokens_interval)
     frac, (lo, hi) = r.truncated_fraction, r.interval
     cfg_warn, cfg_alert = rt.config.truncation_warn_fraction, rt.config.truncation_alert_fraction
     cards.render_tiles(
@@ -121,9 +122,9 @@ def render_whatif(rt: PageRuntime, data: dict, thr: dict) -> None:
             ),
             cards.tile(
                 "ETA change",
-                f"{eta['delta_s'] / 3600:+.1f} h" if eta["delta_s"] is not None else "—",
-                "{:+.1f}–{:+.1f} h at current throughput".format(*(x / 3600 for x in eta["delta_s_interval"]))
-                if eta["delta_s"] is not None
+                f"{eta.delta_s / 3600:+.1f} h" if eta.delta_s is not None else "—",
+                "{:+.1f}–{:+.1f} h on the ETA at the 15-min average".format(*(x / 3600 for x in eta.delta_s_interval))
+                if eta.delta_s is not None and eta.delta_s_interval is not None
                 else "needs throughput and a target",
             ),
         ]
@@ -218,24 +219,24 @@ def render_page(rt: PageRuntime) -> None:
     nodes = loaders.load_nodes(rt.store)
     cards.render_indexing(nodes)
     data = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)
-    summary = data["summary"]
+    summary = data.summary
     if not summary.completions:
         cards.render_nothing_yet(nodes)
         return
     render_summary(rt, summary)
     left, right = st.columns(2)
-    if len(data["bins"]):
+    if len(data.bins):
         left.plotly_chart(
             figcache.figure(
-                figures.make_length_histogram_figure, data["bins"], summary.ceiling_tokens, summary.at_ceiling_fraction
+                figures.make_length_histogram_figure, data.bins, summary.ceiling_tokens, summary.at_ceiling_fraction
             ),
             key=f"{PREFIX}_hist_chart",
         )
         right.plotly_chart(
-            figcache.figure(figures.make_cdf_figure, data["cdf"], summary.ceiling_tokens), key=f"{PREFIX}_cdf_chart"
+            figcache.figure(figures.make_cdf_figure, data.cdf, summary.ceiling_tokens), key=f"{PREFIX}_cdf_chart"
         )
     st.dataframe(tables.finish_reason_table(summary), hide_index=True)
-    st.caption(f"Length statistics: {precomputed.age_text(data.get('as_of'))}.")
+    st.caption(f"Length statistics: {precomputed.age_text(data.as_of)}.")
     render_server_note(rt, summary)
     page.guarded(render_groups)(rt, summary.ceiling_tokens)
     over_time = loaders.load_truncation_over_time(rt.store, rt.config.interval_s, summary.ceiling_tokens)
@@ -267,10 +268,10 @@ def render_page(rt: PageRuntime) -> None:
 
 def render_whatif_live(rt: PageRuntime) -> None:
     data = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)
-    if not data["summary"].completions:
+    if not data.summary.completions:
         return
-    if data["summary"].ceiling_tokens:
-        page.guarded(render_whatif)(rt, data, loaders.load_throughput(rt.store, rt.config.interval_s))
+    if data.summary.ceiling_tokens:
+        page.guarded(render_whatif)(rt, data, loaders.load_health(rt.store))
         st.caption(f"The what-if is refitted every {WHATIF_REFRESH_S} s (a model fit, not a count).")
     else:
         st.info(
@@ -285,5 +286,5 @@ def render(rt: PageRuntime) -> None:
     st.fragment(run_every=WHATIF_REFRESH_S)(render_whatif_live)(rt)
     # Sidebar widgets cannot live in a fragment: the download holds the histogram as of page load.
     page.download_csv(
-        loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["bins"], "length_histogram.csv", PREFIX
+        loaders.load_run_lengths(rt.store, rt.config.max_output_tokens).bins, "length_histogram.csv", PREFIX
     )

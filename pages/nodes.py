@@ -25,9 +25,10 @@ MAX_NODE_CARDS = 8  # up to this many nodes, a card each; more: a problems table
 
 
 def render_node(rt: PageRuntime, node: NodeRow, now: float, shards) -> None:
-    cards.render_node_card(node, rt.config.stale_after, now)
+    finished = runpicker.is_finished(rt)
+    cards.render_node_card(node, rt.config.stale_after, now, finished)
     left, right = st.columns([3, 2])
-    details = tables.node_details(node, now, loaders.load_hosts(rt.store).get(node["name"]))
+    details = tables.node_details(node, now, loaders.load_hosts(rt.store).get(node["name"]), finished)
     left.dataframe(details, hide_index=True, width="stretch", height=35 * (len(details) + 1) + 3)
     with right:
         st.caption("Effective configuration (secrets never shown)")
@@ -58,7 +59,9 @@ def render_page(rt: PageRuntime) -> None:
         return
     cards.render_indexing(nodes)
     cards.render_problems(loaders.load_problems(rt.store, True)["host"], "Hosts")
-    cards.render_node_table(nodes, rt.config.stale_after, per_node=loaders.load_health(rt.store)["per_node"])
+    finished = runpicker.is_finished(rt)
+    per_node = None if finished else loaders.load_health(rt.store).per_node
+    cards.render_node_table(nodes, rt.config.stale_after, per_node=per_node, finished=finished)
     shards = loaders.load_shards(rt.store)
     for node in shown_nodes(rt, nodes, shards, now):
         page.guarded(render_node)(rt, node, now, shards)

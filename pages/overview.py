@@ -13,9 +13,9 @@ import time
 import pandas as pd
 import streamlit as st
 
-from components import alerts, cards, figures, loaders, page, tables
+from components import alerts, cards, figures, loaders, page, runpicker, tables
 from components.context import PageRuntime
-from runhealth.health import HW_THROTTLE
+from runhealth import hardware
 
 PREFIX = "overview"
 TITLE, ICON, URL_PATH = "Overview", ":material/monitor_heart:", "Overview"  # served at / (the default page)
@@ -27,7 +27,7 @@ def make_heatstrip_figure(gpus: pd.DataFrame, now: float, stale_after: float):
     """GPUs whose last reading is older than stale_after are marked: old numbers must not look live;
     so are hardware-throttled ones, which the colour scale would otherwise show as busy and well."""
     old = (now - gpus["ts_unix"]) > stale_after
-    slow = gpus["throttle_reasons"].map(lambda r: any(x in HW_THROTTLE for x in r or []))
+    slow = gpus["throttle_reasons"].map(lambda r: any(x in hardware.HW_THROTTLE for x in r or []))
     label = gpus["label"].where(~slow, gpus["label"] + " ⚠ throttled").where(~old, gpus["label"] + " (old)")
     return figures.make_gpu_heatstrip_figure(gpus[HEAT_COLUMNS].assign(label=label))
 
@@ -36,19 +36,19 @@ def render_live(rt: PageRuntime) -> None:
     """The live tiles; one fragment so a refresh redraws in place, no flicker of the page."""
     cfg, now = rt.config, time.time()
     nodes = loaders.load_nodes(rt.store)
-    summary = loaders.load_run_lengths(rt.store, cfg.max_output_tokens)["summary"]
+    summary = loaders.load_run_lengths(rt.store, cfg.max_output_tokens).summary
     thr = loaders.load_throughput(rt.store, cfg.interval_s)
     health = loaders.load_health(rt.store)
     gpus = loaders.load_gpu_latest(rt.store)
     last = loaders.load_last_collection(rt.store)
-    reached = bool(cfg.target_completions) and summary.completions >= cfg.target_completions
-    stalled = alerts.health_alerts(health, nodes, cfg.stale_after, cfg.stall_after, reached)
-    found = stalled + alerts.run_alerts(
-        summary, nodes, now, cfg.stale_after, cfg.truncation_warn_fraction, cfg.truncation_alert_fraction, last
-    )
-    cards.render_alerts(sorted(found, key=lambda a: a[0] != "error"))  # stable: a stall leads
-    tiles = cards.overview_tiles(summary, thr, nodes, gpus, cfg.target_completions, last, cfg, now, health)
-    if any(level == "error" for level, _ in stalled):  # a rate over the last minute still shows the past
+    found = alerts.current(rt.store, cfg)  # the core's alerts, nothing added or left out
+    cards.render_alerts(alerts.lines(found))
+    finished = runpicker.is_finished(rt)
+    if finished:  # its final figures, not live placeholders ("waiting for two polls", "2/2 up")
+        tiles = cards.final_tiles(loaders.load_final(rt.store, summary.completions), summary, cfg, len(nodes))
+    else:
+        tiles = cards.overview_tiles(summary, thr, nodes, gpus, cfg.target_completions, last, cfg, now, health)
+    if any(a.name == "run_stalled" for a in found):  # a rate over the last minute still shows the past
         tiles[1] = {**tiles[1], "level": "alert", "sub": "run stalled: no new completions · " + tiles[1]["sub"]}
     cards.render_tiles(tiles[:3])
     cards.render_tiles(tiles[3:])
@@ -67,11 +67,13 @@ def render_live(rt: PageRuntime) -> None:
             st.plotly_chart(make_heatstrip_figure(gpus, now, cfg.stale_after), key=f"{PREFIX}_heatstrip_chart")
             if rt.demo or any(n.get("gpu_simulated") for n in nodes):
                 st.caption("GPU telemetry is simulated (demo).")
-        problems = loaders.load_problems(rt.store, bool(health.get("tokens_per_s_1m")))
+        problems = loaders.load_problems(rt.store, bool(health.tokens_per_s_1m))
         cards.render_problems(problems["gpu"] + problems["host"])
     with right:
-        cards.render_node_table(nodes, cfg.stale_after, compact=True, per_node=health["per_node"])
-        series = thr["series"]
+        cards.render_node_table(
+            nodes, cfg.stale_after, compact=True, per_node=None if finished else health.per_node, finished=finished
+        )
+        series = thr.series
         if len(series) >= 2:
             st.plotly_chart(figures.make_throughput_figure(series), key=f"{PREFIX}_throughput_chart")
         else:

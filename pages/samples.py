@@ -51,7 +51,7 @@ def render_pending(rt: PageRuntime) -> None:
 
 
 def render_rates(rt: PageRuntime, samples: list[StoredSample], batch: int, ceiling: int | None) -> None:
-    summary = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["summary"]
+    summary = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens).summary
     filtered = st.session_state.get(f"{PREFIX}_filters", {}).get(batch) == "length" or all(
         s["finish_reason"] == "length" for s in samples
     )
@@ -124,7 +124,7 @@ def render(rt: PageRuntime) -> None:
     for node, err in (latest.get("errors") or {}).items():
         st.warning(md_escape(f"{node}: could not sample: {err}"))
     samples = latest["samples"]
-    ceiling = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)["summary"].ceiling_tokens
+    ceiling = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens).summary.ceiling_tokens
     drawn = latest.get("done_unix")
     st.caption(
         f"Batch {latest['batch']}: {len(samples)} of {latest['population'] or 0:,} completions, drawn uniformly"

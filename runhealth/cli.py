@@ -81,7 +81,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
         if summary.ceiling_tokens is None:
             print("error: --whatif needs a ceiling (none given and none detected)", file=sys.stderr)
             return 2
-        report["whatif"] = whatif.what_if(hist, summary.ceiling_tokens, args.whatif).to_json()
+        report["whatif"] = whatif.for_run(hist, summary.ceiling_tokens, args.whatif, None).to_json()
     print(json.dumps(report, indent=2) if args.json else format_summary(report))
     return 0 if summary.completions or not unmatched else 1
 
@@ -169,7 +169,8 @@ def format_forecast(f: dict[str, Any] | None) -> list[str]:
     verdict = "inside" if f["inside"] else "OUTSIDE"
     out.append(
         f"forecast check at {f['limit']:,}: A's what-if predicted {100 * f['predicted_fraction']:.1f}%"
-        f" still cut (95% {100 * f['interval'][0]:.1f}-{100 * f['interval'][1]:.1f}%, {escape(f['model'])});"
+        f" still cut (95% {100 * f['interval'][0]:.1f}-{100 * f['interval'][1]:.1f}%{f.get('interval_note', '')},"
+        f" {escape(f['model'])});"
         f" B measured {100 * f['measured_fraction']:.1f}% ({100 * f['measured_interval'][0]:.1f}-"
         f"{100 * f['measured_interval'][1]:.1f}%): {verdict} the predicted interval"
     )
@@ -272,7 +273,7 @@ def format_whatif(w: dict[str, Any]) -> list[str]:
         ]
     out = [
         f"what-if limit {w['limit']}: {100 * w['truncated_fraction']:.1f}% still truncated"
-        f" (95% {100 * w['interval'][0]:.1f}-{100 * w['interval'][1]:.1f}%, {w['model']});"
+        f" (95% {100 * w['interval'][0]:.1f}-{100 * w['interval'][1]:.1f}%{_loop_note(w)}, {w['model']});"
         f" {w['extra_tokens_per_completion']:+.0f} tokens per completion"
         f" ({w['extra_tokens_interval'][0]:.0f}-{w['extra_tokens_interval'][1]:.0f}) — extrapolation"
     ]
@@ -286,6 +287,11 @@ def format_whatif(w: dict[str, Any]) -> list[str]:
     elif w.get("model_reason"):
         out.append(f"  {w['model_reason']}")
     return out
+
+
+def _loop_note(w: dict[str, Any]) -> str:
+    """whatif.loop_note on the JSON object (beside the interval, as on the Output lengths page)."""
+    return whatif.loop_note(whatif.WhatIf.from_json(w))
 
 
 def format_poll(report: dict[str, Any]) -> str:

@@ -42,7 +42,7 @@ from runhealth.configspec import (
     spec_of,
 )
 from runhealth.errors import ConfigError
-from runhealth.health import STALE_MIN_S, STALL_MIN_S, WINDOW_POLLS, stale_after_s, stall_after_s
+from runhealth.windows import STALE_MIN_S, STALL_MIN_S, WINDOW_POLLS, stale_after_s, stall_after_s
 
 CONFIG_ENV = "RUNHEALTH_CONFIG"
 DEFAULT_CONFIG_NAME = "runhealth.toml"

@@ -1,6 +1,8 @@
 """Figures derived from what the store holds, for the screens and their downloads (no Streamlit).
 
-`standup()` computes the Overview's headline numbers once (progress, the per-GPU rate, tokens
+`final()` is a finished run's figures (average tok/s over its life, when it completed, its
+duration), which its Overview shows instead of live placeholders. `standup()` computes the
+Overview's headline numbers once (progress, the per-GPU rate, tokens
 per joule, the ETA at the 15-minute average, node counts, data age): the tiles and the headline
 download word the same record. `public_config()` is the secret-free view of a node's effective
 configuration that the Nodes page shows.
@@ -11,9 +13,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from runhealth import runcompare
+from runhealth.activity import RunRates
 from runhealth.analysis import rates
 from runhealth.health import node_status
 from runhealth.records import NodeRow
+from runhealth.store import Store
 
 # Key fragments that mark a config value as secret: never shown, only whether it is set.
 SECRET_WORDS = ("passphrase", "password", "secret", "private_key", "token")
@@ -43,7 +48,7 @@ class Standup:
 def standup(
     completions: int,
     target: int | None,
-    health: dict[str, Any],
+    health: RunRates | None,
     nodes: list[NodeRow],
     gpus: int,
     power_w: float | None,
@@ -51,10 +56,10 @@ def standup(
     now: float,
     last: float | None,
 ) -> Standup:
-    """The headline numbers. `health` is the dashboard's rate reading (tokens_per_s_1m, ...),
+    """The headline numbers. `health` is the run's rate reading (runhealth.activity.read_rates),
     `gpus` the GPUs reporting (else the nodes' gpus_found), `power_w` their summed draw."""
-    tps = health.get("tokens_per_s_1m")
-    cps = health.get("completions_per_s_15m")
+    tps = health.tokens_per_s_1m if health else None
+    cps = health.completions_per_s_15m if health else None
     states = [node_status(n, now, stale_after)[0] for n in nodes]
     free = [f for n in nodes for d in (n.get("disk") or {}).values() if (f := d.get("free_bytes"))]
     return Standup(
@@ -62,7 +67,7 @@ def standup(
         target=target,
         share_done=rates.progress(completions, target) if target else None,
         tokens_per_s_1m=tps,
-        tokens_per_s_15m=health.get("tokens_per_s_15m"),
+        tokens_per_s_15m=health.tokens_per_s_15m if health else None,
         completions_per_s_15m=cps,
         tokens_per_s_per_gpu=tps / gpus if tps and gpus else None,
         tokens_per_joule=rates.tokens_per_joule(tps, power_w),
@@ -73,6 +78,37 @@ def standup(
         nodes_down=states.count("down"),
         min_disk_free_bytes=min(free) if free else None,
         data_age_s=now - last if last is not None else None,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Final:
+    """A finished run's figures: what it did over its life, not what it does now (None: unknown)."""
+
+    completions: int
+    tokens_per_s_life: float | None  # average over its collected life (runcompare.life_rates)
+    started_unix: float | None  # its first poll
+    completed_unix: float | None  # its last new completion
+    last_poll_unix: float | None
+
+    @property
+    def duration_s(self) -> float | None:
+        """From the first poll to the last new completion."""
+        if self.started_unix is None or self.completed_unix is None:
+            return None
+        return max(0.0, self.completed_unix - self.started_unix)
+
+
+def final(store: Store, completions: int) -> Final:
+    """The final figures of a finished run's store (the Overview shows these, not live tiles)."""
+    polls = store.polls()
+    grown = [p["ts_unix"] for p in polls if p["completions"]]
+    return Final(
+        completions=completions,
+        tokens_per_s_life=runcompare.life_rates(polls)["tokens_per_s"],
+        started_unix=polls[0]["ts_unix"] if polls else None,
+        completed_unix=max(grown) if grown else None,
+        last_poll_unix=store.last_collection_unix(),
     )
 
 

@@ -23,15 +23,15 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import ThreadingWSGIServer
 
-from runhealth import health
+from runhealth import activity, health
 from runhealth.analysis import rates, reasons, stats
 from runhealth.records import GpuNumber
 from runhealth.store import Store
 from runhealth.textsafe import escape
+from runhealth.windows import RATE_WINDOW_S
 
 log = logging.getLogger(__name__)
 
-RATE_WINDOW_S = 60.0
 LISTEN_BACKLOG = 128  # connections the kernel holds while the server is busy (scrapers, dashboards)
 # Throttle reasons exported, each 0 or 1 per GPU, so "not throttled" is a zero, not a missing
 # series. The benign ones the agent also reports (gpu_idle, sync_boost, the clock settings) are
@@ -210,21 +210,10 @@ class StoreMetrics:
             yield _gauge("runhealth_progress_ratio", "Completions counted / target_completions.", run, progress)
 
     def _token_rates(self, now: float) -> dict[str, float]:
-        """Per node, tokens/s over its last minute of polls; none for a node not polled in that minute."""
-        by_node: dict[str, list] = {}
-        recent = set()
-        for p in self.store.polls(since_unix=now - 2 * RATE_WINDOW_S):
-            by_node.setdefault(p["node"], []).append(
-                (p["node_ts_unix"] or p["ts_unix"], p["completions"] or 0, p["tokens"] or 0, bool(p["backfill"]))
-            )
-            if p["ts_unix"] >= now - RATE_WINDOW_S:
-                recent.add(p["node"])
-        out = {}
-        for node in recent:
-            _cps, tokens_per_s = rates.windowed_rate(by_node[node], RATE_WINDOW_S)
-            if tokens_per_s is not None:
-                out[node] = tokens_per_s
-        return out
+        """Per node, the one live tok/s (runhealth.activity: its last minute of polls, ending now);
+        none for a node not polled in that minute."""
+        found = activity.recent_rates(self.store, now, 2 * RATE_WINDOW_S)
+        return {node: r.tokens_per_s_1m for node, r in found.per_node.items() if r.tokens_per_s_1m is not None}
 
     # -- GPUs ----------------------------------------------------------------------------
     def _gpus(self, run: str, keep: set[str] | None) -> Iterator[Metric]:

@@ -1,154 +1,41 @@
-"""Is the run healthy *now*? Rates, stalls, node states, alerts and GPU/host problems, in one place.
+"""Is the run healthy *now*? Node states, the alert set and the one ok/warn/alert rule.
 
-One definition per term: the node states (pending / up / stale / down), the one stale rule
-(`stale_after_s`), the stall rule and the alert set live here; the Overview's cards, the
-Prometheus exporter and the webhook notifier all read them from this module. `evaluate()`
-returns the alerts that hold at one instant; `runhealth.notify` diffs successive answers into
-start / resolve messages.
+One definition per term: the node states (pending / up / stale / down), the alert set
+(`evaluate`) and `level` live here; the stale and stall windows in runhealth.windows; the
+tok/s, the stall rule and the rate drop in runhealth.activity; a GPU's state in
+runhealth.hardware. `evaluate()` returns the alerts that hold at one instant: the Overview words
+exactly these (components/alerts.py), `runhealth.notify` diffs successive answers into start /
+resolve messages, and the exporter reads the same rules.
 
-Rates, stalls and rate drops are pure functions over poll rows (no Streamlit, no SQL), so each
-rule is unit-tested on its own.
-
-A poll row is ``(ts_unix, node_ts_unix, delta_completions, delta_tokens, backfill)``: the
-dashboard's clock says *when we saw it* (stalls are reported in the viewer's time), the node's
-clock gives the rate (as in runhealth.analysis.rates, skew cancels out).
-
-Definitions used on screen:
-- "Tokens/s (last 1 min)": each node's mean rate over the last 60 s of its own clock, ending
-  at *now* (the node's clock estimated from its latest poll), summed over nodes. A node with
-  no poll in the window adds nothing: its absence shows on the Nodes tile, not as a made-up rate.
-- "15-min average": the same with a 900 s window. ETA uses it (stated on the tile).
-- Stalled: a node whose shards have not grown for ``stall_after_s`` (the run: no node grew).
-  The first poll (the index of what was already there) counts as growth at the moment we saw it.
-- Rate drop: the last minute's rate below half the median per-minute rate of the last hour.
+Alerts (name, severity): collection_stale, store_write_failure, node_down (critical) /
+node_stale, shards_unmatched, shards_unreadable (warning); run_stalled (critical, since the
+last completion) or node_stalled (warning, only while another node writes) and rate_drop
+(warning), none once the target is reached; truncation_high (warning at the warn share,
+critical at the alert share); gpu_error (critical), gpu_throttled, gpu_hot, gpu_idle while the
+run writes (warning): every GPU finding of runhealth.hardware that is not information.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
 import time
+from collections.abc import Mapping
 from typing import Any, Literal
 
-from runhealth.analysis import rates, stats
-from runhealth.node.wire import GpuHealth
-from runhealth.records import GpuEventRow, HostReading, NodeRow, PollBucket
+from runhealth import activity, hardware
+from runhealth.analysis import stats
+from runhealth.hardware import gpu_problems as gpu_problems  # re-exported: one import for the words
+from runhealth.hardware import host_problems as host_problems
+from runhealth.hardware import missing_gpus as missing_gpus
+from runhealth.records import NodeRow
 from runhealth.store import Store
-
-SHORT_WINDOW_S = 60.0
-LONG_WINDOW_S = 900.0
-DROP_FRACTION = 0.5
-MIN_MINUTES_FOR_MEDIAN = 10  # a median over fewer minutes is noise, not a baseline
-
-
-@dataclasses.dataclass
-class NodeRate:
-    """One node's throughput and when its shards last grew (dashboard clock)."""
-
-    tokens_per_s_1m: float | None
-    tokens_per_s_15m: float | None
-    completions_per_s_15m: float | None
-    last_growth_unix: float | None
-    first_seen_unix: float | None
-
-
-def node_rate(rows: list[tuple], now: float) -> NodeRate:
-    """Rates and last growth of one node from its poll rows (any order)."""
-    rows = sorted(rows, key=lambda r: r[0])
-    if not rows:
-        return NodeRate(None, None, None, None, None)
-    latest = rows[-1]
-    skew = (latest[1] - latest[0]) if latest[1] is not None else 0.0
-    node_now = now + skew
-    points = [(r[1] if r[1] is not None else r[0], r[2] or 0, r[3] or 0, bool(r[4])) for r in rows]
-    _, tps_1m = window_rate(points, node_now, SHORT_WINDOW_S)
-    cps_15m, tps_15m = window_rate(points, node_now, LONG_WINDOW_S)
-    grown = [r[0] for r in rows if (r[2] or 0) > 0]
-    return NodeRate(tps_1m, tps_15m, cps_15m, grown[-1] if grown else None, rows[0][0])
-
-
-def window_rate(points: list, end_t: float, window_s: float) -> tuple[float | None, float | None]:
-    """Mean (completions/s, tokens/s) over the spans inside [end_t - window_s, end_t].
-
-    A span straddling the start counts pro rata; the time after the last poll is not counted
-    (it is unknown, not zero). (None, None) when no span reaches into the window.
-    """
-    return rates.windowed_rate(points, window_s, end_t)
-
-
-def run_rates(rows_by_node: dict[str, list[tuple]], now: float) -> dict[str, Any]:
-    """Per-node NodeRate and run totals: tokens/s over 1 min and 15 min, completions/s over 15 min."""
-    per_node = {name: node_rate(rows, now) for name, rows in rows_by_node.items()}
-
-    def total(attr: str) -> float | None:
-        known = [getattr(r, attr) for r in per_node.values() if getattr(r, attr) is not None]
-        return float(sum(known)) if known else None
-
-    return {
-        "per_node": per_node,
-        "tokens_per_s_1m": total("tokens_per_s_1m"),
-        "tokens_per_s_15m": total("tokens_per_s_15m"),
-        "completions_per_s_15m": total("completions_per_s_15m"),
-    }
-
-
-def stalls(
-    per_node: dict[str, NodeRate], now: float, stall_after_s: float, live: set[str] | None = None
-) -> dict[str, Any]:
-    """Which nodes (and whether the whole run) have had no new completions for stall_after_s.
-
-    Args:
-        per_node: from run_rates.
-        live: nodes currently answering polls; a node that is down is reported as down
-            elsewhere and is left out here (its shards cannot be seen growing).
-
-    Returns:
-        ``{"run": since_unix or None, "nodes": {name: since_unix}}``. ``since`` is the last
-        time the node's shards grew (or when we first saw them, if they never did).
-    """
-    names = [n for n in per_node if live is None or n in live]
-    since = {n: per_node[n].last_growth_unix or per_node[n].first_seen_unix for n in names}
-    stalled = {n: s for n, s in since.items() if s is not None and now - s >= stall_after_s}
-    run = None
-    if names and len(stalled) == len(names):
-        run = max(stalled.values())
-    return {"run": run, "nodes": stalled}
-
-
-def minute_rates(buckets: list[PollBucket], bucket_s: float = 60.0) -> list[float]:
-    """Tokens/s of each complete, non-backfill bucket (polls_by_bucket rows; the last one is
-    still filling and is dropped)."""
-    return [b["tokens"] / bucket_s for b in buckets[:-1] if not b["backfill"] and b["tokens"] is not None]
-
-
-def rate_drop(current_tps: float | None, minute_tps: list[float]) -> float | None:
-    """The last hour's median per-minute rate when `current_tps` is below half of it, else None."""
-    if current_tps is None or len(minute_tps) < MIN_MINUTES_FOR_MEDIAN:
-        return None
-    median = statistics.median(minute_tps)
-    return median if median > 0 and current_tps < DROP_FRACTION * median else None
-
+from runhealth.windows import stale_after_s as stale_after_s  # re-exported: the exporter and tests ask health
+from runhealth.windows import stall_after_s as stall_after_s
 
 # -- Node states, stalls and alerts (from the store) ------------------------------------
 # Moved here from runhealth/alerts.py (#14).
 DOWN_AFTER_STALE = 5  # a node is "down" once it has failed for 5 x stale_after
-WINDOW_POLLS = 3  # the default stale and stall windows span this many poll intervals ...
-STALE_MIN_S = 30.0  # ... and the stale window at least this: `stale_after_s`
-GPU_HOT_C = 85  # GPU core temperature that counts as "hot" (NVIDIA datacenter parts slow down near 90)
-# Throttle reasons that mean lost speed; gpu_idle, sync_boost and the clock settings are benign.
-HARMFUL_THROTTLE = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown", "hw_power_brake_slowdown")
-STALL_MIN_S = 120.0  # ... and the stall window at least this: `stall_after_s`
-
-
-def stale_after_s(interval_s: float, configured: float | None = None) -> float:
-    """Seconds without a successful poll before a node (or the whole collection) counts as stale.
-
-    The one rule: the run's configured ``stale_after_s`` when set, else three poll intervals,
-    at least 30 s. The dashboard also uses the default as the width of "a few polls" (chart
-    buckets, how fresh a server gauge must be).
-    """
-    return float(configured) if configured else max(WINDOW_POLLS * interval_s, STALE_MIN_S)
 
 
 def fmt_age(seconds: float | None) -> str:
@@ -182,33 +69,11 @@ def node_status(node: NodeRow, now: float, stale_after: float) -> tuple[str, str
     return state, f"{state} for {fmt_age(age)}{why}"
 
 
-def stall_after_s(interval_s: float, configured: float | None = None) -> float:
-    """Seconds an up node (or the run) may add no completions before it counts as stalled.
-
-    The one rule: the run's configured ``stall_after_s`` when set, else three poll intervals,
-    at least 120 s. `RunConfig.stall_after` reads it (the collector saves that in the run's
-    meta), and so do the alerts and the exporter, from the meta.
-    """
-    return float(configured) if configured else max(WINDOW_POLLS * interval_s, STALL_MIN_S)
-
-
 def stalled_nodes(store: Store, now: float, window: float) -> dict[str, float]:
-    """Nodes polled throughout the last stall window that added no completion in it.
-
-    Returns {node: seconds since its last new completion (or since the window's first poll)}.
-    Only the last two windows of polls are read, so this stays cheap on a week-long run.
-    """
-    rows = store.query(  # the stall rule's own read: its SQL stays with the rule
-        "SELECT node, MIN(ts_unix) AS first, MAX(CASE WHEN completions > 0 THEN ts_unix END) AS last_new"
-        " FROM polls WHERE ts_unix >= ? GROUP BY node",
-        (now - 2 * window,),
-    )
-    out = {}
-    for r in rows:
-        last = r["last_new"] if r["last_new"] is not None else r["first"]
-        if r["first"] <= now - window and last <= now - window:
-            out[r["node"]] = now - last
-    return out
+    """Every quiet node under the one stall rule (activity.stall_state), the run stalled or not:
+    {node: seconds since its last new completion (or since it was first seen)}."""
+    found = activity.stall_state(activity.recent_rates(store, now, 2 * window).per_node, now, window)
+    return {node: now - since for node, since in found.nodes.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,131 +93,154 @@ class Alert:
         return (self.name, self.node, self.gpu)
 
 
-def evaluate(store: Store, now: float | None = None) -> list[Alert]:
-    """Every alert that holds at `now`, from the store and the run settings the collector saved."""
+def evaluate(store: Store, now: float | None = None, meta: Mapping[str, Any] | None = None) -> list[Alert]:
+    """Every alert that holds at `now`, most serious first: the Overview words exactly these,
+    the notifier sends them and the exporter counts them.
+
+    Args:
+        meta: the run's settings (`collector.run_meta`); default: what the collector saved in
+            the store. The Overview passes its own config's (`settings(config)`).
+    """
     now = time.time() if now is None else now
-    meta = store.meta("run") or {}
+    meta = store.meta("run") or {} if meta is None else meta
     run = str(meta.get("name") or "run")
     interval_s = float(meta.get("interval_s") or 10.0)
     stale_after = stale_after_s(interval_s, meta.get("stale_after_s"))
     out: list[Alert] = []
     last = store.last_collection_unix()
     if last is not None and now - last > stale_after:
-        out.append(
-            Alert(
-                "collection_stale",
-                "critical",
-                run,
-                f"No successful collection for {fmt_age(now - last)}.",
-                value=now - last,
-            )
-        )
-    out += _node_alerts(store, run, now, stale_after, stall_after_s(interval_s, meta.get("stall_after_s")))
-    out += _truncation_alerts(store, meta, run)
-    out += _gpu_alerts(store, run)
+        age = fmt_age(now - last)
+        out.append(Alert("collection_stale", "critical", run, f"No successful collection for {age}.", value=now - last))
     keep = configured_nodes(meta)  # a node removed from the config raises no alert (its history stays)
-    return [a for a in out if a.node is None or keep is None or a.node in keep]
+    nodes = [n for n in store.nodes() if keep is None or n["name"] in keep]
+    out += _node_alerts(nodes, run, now, stale_after)
+    summary = run_summary(store, meta.get("max_output_tokens"))
+    target = meta.get("target_completions")
+    stall_s = stall_after_s(interval_s, meta.get("stall_after_s"))
+    rates_now = activity.read_rates(store, now, max(2 * stall_s, 2 * activity.RATE_WINDOW_S))
+    if not (target and summary.completions >= target):  # a run that reached its target stops on purpose
+        up = {n["name"] for n in nodes if node_status(n, now, stale_after)[0] == "up"}
+        out += _stall_alerts(rates_now, run, now, stall_s, up)
+    out += truncation_alerts(summary, meta, run)
+    out += _gpu_alerts(store, run, bool(rates_now.tokens_per_s_1m))
+    out = [a for a in out if a.node is None or keep is None or a.node in keep]
+    return sorted(out, key=lambda a: a.severity != "critical")
 
 
-def configured_nodes(meta: dict[str, Any]) -> set[str] | None:
+def configured_nodes(meta: Mapping[str, Any]) -> set[str] | None:
     """The nodes the run's config names now (the collector saves them in the run's meta); None
     for a store that does not say (then every node it holds counts)."""
     names = meta.get("nodes")
     return {str(n) for n in names} if isinstance(names, list) else None
 
 
-def _node_alerts(store: Store, run: str, now: float, stale_after: float, stall_s: float) -> list[Alert]:
+def settings(config: Any) -> dict[str, Any]:
+    """A RunConfig's settings as `evaluate` reads them (the keys `collector.run_meta` saves)."""
+    names: tuple[str, ...] = ("name", "target_completions", "max_output_tokens", "interval_s")
+    names += ("truncation_warn_fraction", "truncation_alert_fraction")
+    return {
+        **{k: getattr(config, k) for k in names},
+        "stall_after_s": config.stall_after,
+        "stale_after_s": config.stale_after,
+    }
+
+
+def _node_alerts(nodes: list[NodeRow], run: str, now: float, stale_after: float) -> list[Alert]:
     out = []
-    up = set()
-    for n in store.nodes():
+    for n in nodes:
+        name = n["name"]
         state, why = node_status(n, now, stale_after)
         age = now - n["last_ok_unix"] if n["last_ok_unix"] else None
         if n.get("store_error"):  # set by the store when this node's poll could not be written (#12)
-            out.append(
-                Alert(
-                    "store_write_failure",
-                    "critical",
-                    run,
-                    f"{n['name']}: its poll could not be written to the history store: {n['store_error']}",
-                    node=n["name"],
-                )
-            )
-        if state == "up":
-            up.add(n["name"])
-        elif state in ("down", "stale"):
+            text = f"{name}: {n['store_error']} — new data is not being saved (see Nodes)."
+            out.append(Alert("store_write_failure", "critical", run, text, node=name))
+        if state in ("down", "stale"):
             out.append(
                 Alert(
                     f"node_{state}",
                     "critical" if state == "down" else "warning",
                     run,
-                    f"{n['name']} {why}",
-                    node=n["name"],
+                    f"{name} {why}",
+                    node=name,
                     value=age,
                 )
             )
-    for node, quiet in sorted(stalled_nodes(store, now, stall_s).items()):
-        if node in up:
-            out.append(
-                Alert(
-                    "node_stalled",
-                    "warning",
-                    run,
-                    f"{node}: no new completion for {fmt_age(quiet)} while reachable.",
-                    node=node,
-                    value=quiet,
-                )
-            )
+        for glob in n.get("unmatched_globs") or []:
+            out.append(Alert("shards_unmatched", "warning", run, f"No shard matched {glob} on {name}.", node=name))
+        if n.get("shard_errors"):
+            text = f"{name}: {n['shard_errors']} shard(s) cannot be read (see Nodes)."
+            out.append(Alert("shards_unreadable", "warning", run, text, node=name, value=float(n["shard_errors"])))
     return out
 
 
-def _truncation_alerts(store: Store, meta: dict, run: str) -> list[Alert]:
-    threshold = meta.get("truncation_alert_fraction")
-    if threshold is None:
+def _stall_alerts(rates_now: activity.RunRates, run: str, now: float, stall_s: float, up: set[str]) -> list[Alert]:
+    """The one stall rule (activity.stall_state) and the rate drop, over the up nodes."""
+    found = activity.stall_state(rates_now.per_node, now, stall_s, up)
+    if found.run_since_unix is not None:
+        since = found.run_since_unix
+        text = (
+            f"Run stalled: no new completions from any node since {_clock(since)} "
+            f"({fmt_age(now - since)}; alert after {fmt_age(stall_s)})."
+        )
+        return [Alert("run_stalled", "critical", run, text, value=now - since)]
+    out = []
+    writers = sorted(found.writing)
+    others = (
+        f"{', '.join(writers)} write{'s' if len(writers) == 1 else ''}"
+        if len(writers) <= 3
+        else (f"{len(writers)} other nodes write")
+    )
+    for node, since in sorted(found.lone().items()):
+        text = f"{node}: no new completions for {fmt_age(now - since)} (since {_clock(since)}) while {others}."
+        out.append(Alert("node_stalled", "warning", run, text, node=node, value=now - since))
+    if rates_now.drop_median_tps is not None and rates_now.tokens_per_s_1m is not None:
+        text = (
+            f"Throughput dropped: {rates_now.tokens_per_s_1m:,.0f} tok/s over the last minute, below half "
+            f"the last hour's median ({rates_now.drop_median_tps:,.0f} tok/s)."
+        )
+        out.append(Alert("rate_drop", "warning", run, text, value=rates_now.tokens_per_s_1m))
+    return out
+
+
+def _clock(ts: float) -> str:
+    """A wall-clock time for "since when" sentences (the host's time zone)."""
+    return time.strftime("%H:%M:%S", time.localtime(ts))
+
+
+def truncation_alerts(summary: stats.Summary, meta: Mapping[str, Any], run: str) -> list[Alert]:
+    """The share at the ceiling against the one `level` rule: warning, then critical."""
+    warn, alert = meta.get("truncation_warn_fraction"), meta.get("truncation_alert_fraction")
+    if alert is None or not summary.completions or not summary.ceiling_tokens:
         return []
-    summary = run_summary(store, meta.get("max_output_tokens"))
     frac = summary.at_ceiling_fraction
-    if not summary.completions or not summary.ceiling_tokens or frac < threshold:
+    found = level(frac, alert if warn is None else warn, alert)
+    if found == "ok":
         return []
     return [
         Alert(
             "truncation_high",
-            "critical",
+            "critical" if found == "alert" else "warning",
             run,
             f"{frac:.1%} of completions stop at the {summary.ceiling_tokens:,}-token ceiling"
-            f" (alert at {threshold:.1%}; n={summary.length_count:,}).",
+            f" ({'alert' if found == 'alert' else 'warning'} at {alert if found == 'alert' else warn:.1%};"
+            f" n={summary.length_count:,}).",
             value=frac,
         )
     ]
 
 
-def _gpu_alerts(store: Store, run: str) -> list[Alert]:
+def _gpu_alerts(store: Store, run: str, run_writing: bool) -> list[Alert]:
+    """Every GPU finding (hardware.gpu_findings, the one GPU rule) that is not information:
+    gpu_error (critical), gpu_throttled, gpu_hot, gpu_idle while the run writes (warning)."""
     out = []
     for g in store.gpu_latest():
-        harmful = [r for r in g["throttle_reasons"] if r in HARMFUL_THROTTLE]
-        if harmful:
-            out.append(
-                Alert(
-                    "gpu_throttled",
-                    "warning",
-                    run,
-                    f"{g['node']}/GPU {g['gpu']} throttled: {', '.join(harmful)}.",
-                    node=g["node"],
-                    gpu=g["gpu"],
-                    value=1.0,
-                )
-            )
-        if g["temp_c"] is not None and g["temp_c"] >= GPU_HOT_C:
-            out.append(
-                Alert(
-                    "gpu_hot",
-                    "warning",
-                    run,
-                    f"{g['node']}/GPU {g['gpu']} at {g['temp_c']:.0f} °C (hot from {GPU_HOT_C:.0f} °C).",
-                    node=g["node"],
-                    gpu=g["gpu"],
-                    value=float(g["temp_c"]),
-                )
-            )
+        for f in hardware.gpu_findings(g, run_writing):
+            if f.level == "info":
+                continue
+            value = float(g["temp_c"]) if f.kind == "hot" and g["temp_c"] is not None else 1.0
+            text = f"{g['node']}/GPU {g['gpu']} {f.text}."
+            severity = "critical" if f.level == "error" else "warning"
+            out.append(Alert(f"gpu_{f.kind}", severity, run, text, node=g["node"], gpu=g["gpu"], value=value))
     return out
 
 
@@ -362,147 +250,6 @@ def run_summary(store: Store, ceiling: int | None) -> stats.Summary:
     hist = stats.LengthHist.from_rows((r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in rows)
     malformed = sum(n["malformed"] for n in store.nodes())
     return stats.summarize(hist, ceiling=ceiling, unparseable=malformed)
-
-
-# -- GPUs and hosts, in words -------------------------------------------------------------
-HOT_C = GPU_HOT_C  # one threshold for the GPU page's sentence and the gpu_hot alert
-IDLE_PCT = 10
-HW_THROTTLE = HARMFUL_THROTTLE  # one list for the GPU page's sentence and the gpu_throttled alert
-RAM_USED_WARN = 0.92
-SWAP_USED_WARN = 0.10
-LOAD_PER_CPU_WARN = 1.5
-XID_MEANING = {
-    13: "graphics engine exception",
-    31: "memory page fault",
-    43: "GPU stopped processing",
-    45: "preemptive cleanup",
-    48: "double-bit ECC error",
-    61: "internal micro-controller error",
-    62: "internal micro-controller halt",
-    63: "ECC page retirement / row remap",
-    64: "ECC page retirement / row remap failure",
-    74: "NVLink error",
-    79: "GPU has fallen off the bus",
-    92: "high single-bit ECC rate",
-    94: "contained ECC error",
-    95: "uncontained ECC error",
-}
-
-
-def _group(level: str, what: str, labels: list[str]) -> list[tuple[str, str]]:
-    if not labels:
-        return []
-    shown = ", ".join(labels[:8]) + (f" and {len(labels) - 8} more" if len(labels) > 8 else "")
-    return [(level, f"{what}: {shown}")]
-
-
-def gpu_problems(
-    gpus: list[dict[str, Any]],
-    health: dict[tuple[str, int], GpuHealth],
-    xids: list[GpuEventRow],
-    run_writing: bool,
-) -> list[tuple[str, str]]:
-    """GPU problems as sentences, one per kind, most serious first: [(level, text)].
-
-    Args:
-        gpus: latest rows (node, gpu, label, util_pct, temp_c, throttle_reasons, error).
-        health: (node, gpu) -> the agent's health dict (keys absent where unsupported).
-        xids: XID events (node, gpu, xid, ts_unix) in the window the caller chose.
-        run_writing: the run produced tokens in the last minute (idle GPUs matter then).
-    """
-    out = _group("error", "GPU errors", [f"{g['label']} ({g['error']})" for g in gpus if g.get("error")])
-    for e in xids:
-        meaning = XID_MEANING.get(e["xid"], "see NVIDIA's XID catalogue")
-        out.append(("error", f"XID {e['xid']} on {e['node']}/{e['gpu']} ({meaning})"))
-    h = {k: v for k, v in health.items() if v}
-    out += _group(
-        "error",
-        "Uncorrected ECC errors since the driver loaded",
-        [
-            f"{n}/{i} ({v['ecc_uncorrected_volatile']})"
-            for (n, i), v in h.items()
-            if (v.get("ecc_uncorrected_volatile") or 0) > 0
-        ],
-    )
-    out += _group(
-        "error",
-        "Row remapping failed (the GPU needs service)",
-        [f"{n}/{i}" for (n, i), v in h.items() if v.get("row_remap_failure")],
-    )
-    out += _group(
-        "warning",
-        "Memory rows waiting to be remapped or retired (takes effect at the next GPU reset)",
-        [f"{n}/{i}" for (n, i), v in h.items() if v.get("remapped_rows_pending") or v.get("retired_pages_pending")],
-    )
-    ok = [g for g in gpus if not g.get("error")]
-    out += _group(
-        "warning",
-        "Throttled by hardware (slower clocks)",
-        [
-            f"{g['label']} ({', '.join(r for r in g['throttle_reasons'] if r in HW_THROTTLE)})"
-            for g in ok
-            if any(r in HW_THROTTLE for r in g.get("throttle_reasons") or [])
-        ],
-    )
-    out += _group(
-        "warning",
-        f"Hot (≥ {HOT_C} °C)",
-        [f"{g['label']} ({g['temp_c']:.0f} °C)" for g in ok if g.get("temp_c") is not None and g["temp_c"] >= HOT_C],
-    )
-    if run_writing:
-        out += _group(
-            "warning",
-            f"Idle while the run writes (< {IDLE_PCT}% util)",
-            [
-                f"{g['label']} ({g['util_pct']:.0f}%)"
-                for g in ok
-                if g.get("util_pct") is not None and g["util_pct"] < IDLE_PCT
-            ],
-        )
-    out += _group(
-        "info",
-        "At the power cap (sw_power_cap: normal under full load)",
-        [g["label"] for g in ok if "sw_power_cap" in (g.get("throttle_reasons") or [])],
-    )
-    out += _group(
-        "info",
-        "PCIe replays since the driver loaded",
-        [f"{n}/{i} ({v['pcie_replay']:,})" for (n, i), v in h.items() if (v.get("pcie_replay") or 0) > 0],
-    )
-    return out
-
-
-def missing_gpus(seen: dict[str, set[int]], now_gpus: dict[str, set[int]], live: set[str]) -> list[tuple[str, str]]:
-    """GPUs that reported within the last hour but are absent from a live node's latest poll."""
-    out = []
-    for node in sorted(live):
-        gone = sorted(seen.get(node, set()) - now_gpus.get(node, set()))
-        if gone:
-            out.append(
-                (
-                    "error",
-                    f"{node}: GPU {', '.join(map(str, gone))} missing from the latest poll "
-                    f"({len(now_gpus.get(node, set()))} of {len(seen[node] | now_gpus.get(node, set()))} reporting)",
-                )
-            )
-    return out
-
-
-def host_problems(hosts: dict[str, HostReading], loadavg: dict[str, list[float] | None]) -> list[tuple[str, str]]:
-    """RAM nearly full, swap in use, CPU load above the cores: [(level, text)] per node."""
-    out = []
-    for node, h in sorted(hosts.items()):
-        total, avail = h.get("mem_total_bytes"), h.get("mem_available_bytes")
-        if total and avail is not None and 1 - avail / total >= RAM_USED_WARN:
-            out.append(("warning", f"{node}: RAM {1 - avail / total:.0%} used ({avail / 2**30:.1f} GiB available)"))
-        swap, free = h.get("swap_total_bytes"), h.get("swap_free_bytes")
-        if swap and free is not None and 1 - free / swap >= SWAP_USED_WARN:
-            out.append(("warning", f"{node}: swap {1 - free / swap:.0%} used (the host is short of memory)"))
-        loads, cpus = loadavg.get(node) or [], h.get("cpus")
-        load = loads[0] if loads else None
-        if load is not None and cpus and load / cpus >= LOAD_PER_CPU_WARN:
-            out.append(("warning", f"{node}: CPU load {load:.1f} on {cpus} CPUs"))
-    return out
 
 
 # -- one ok / warn / alert rule -----------------------------------------------------------------

@@ -14,8 +14,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from runhealth.analysis.stats import LENGTH
 from runhealth.node.wire import CountRow, DiskEntry, GpuDevice, HostInfo, PollReply, ShardEntry, count_rows
+from runhealth.records import LENGTH
 
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 

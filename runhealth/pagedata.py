@@ -27,10 +27,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from runhealth import rollup, textsafe
-from runhealth.analysis import lengthtime, stats, whatif
-from runhealth.health import stale_after_s
-from runhealth.records import GpuNumber, GroupTotalRow, LabelledGpuPoint, LengthCountRow, SampleBatch, rows_as, widen
+from runhealth.analysis import lengthtime, loops, stats, whatif
+from runhealth.records import GpuNumber, GroupTotalRow, LabelledGpuPoint, LengthCountRow, rows_as, widen
 from runhealth.store import Store
+from runhealth.windows import stale_after_s
 
 log = textsafe.get_logger(__name__)
 
@@ -44,7 +44,7 @@ BAND_POINTS = 240
 PER_GPU_LINES_UP_TO = 8
 GPU_VALUES = ("util_pct", "power_w", "mem_used_gib", "temp_c", "sm_clock_mhz")
 GPU_LIMITS: tuple[GpuNumber, ...] = ("power_limit_w",)
-WHATIF_BOOTSTRAP = 200
+WHATIF_BOOTSTRAP = whatif.BOOTSTRAP
 GROUP_COLUMNS = ["group", "completions", "at_ceiling", "fraction", "lo", "hi", "ceiling", "drift"]
 
 
@@ -157,22 +157,10 @@ def group_lengths(store: Store, by: str, ceiling: int | None) -> list[dict[str, 
     return out
 
 
-def whatif_limits(ceiling: int, chosen: int) -> tuple[int, ...]:
-    """The limits the what-if chart shows: a few between the ceiling and 4x it, and the chosen one."""
-    return tuple(sorted({int(ceiling * f) for f in (1.25, 1.5, 2, 2.5, 3, 4)} | {chosen}))
-
-
 def whatif_default(hist: stats.LengthHist, ceiling: int, loop_sample: tuple[int, int] | None) -> dict[str, Any]:
-    """The what-if the page opens with (new limit = 2 x the ceiling), fit and back-test included."""
+    """The what-if the page opens with (new limit = 2 x the ceiling): whatif.for_run, as the page asks."""
     limit = 2 * ceiling
-    result = whatif.what_if(
-        hist,
-        ceiling,
-        limit,
-        loop_sample=loop_sample,
-        bootstrap=WHATIF_BOOTSTRAP,
-        curve_limits=whatif_limits(ceiling, limit),
-    )
+    result = whatif.for_run(hist, ceiling, limit, loop_sample, WHATIF_BOOTSTRAP)
     return {
         "ceiling": ceiling,
         "limit": limit,
@@ -180,12 +168,6 @@ def whatif_default(hist: stats.LengthHist, ceiling: int, loop_sample: tuple[int,
         "loop_sample": list(loop_sample) if loop_sample else None,
         "result": result.to_json(),
     }
-
-
-def loop_sample(batch: SampleBatch | None) -> tuple[int, int]:
-    """``(loops, sampled)`` among the truncated completions of a sample batch."""
-    cut = [s for s in (batch["samples"] if batch else []) if s.get("finish_reason") == "length"]
-    return sum(bool(s.get("is_loop")) for s in cut), len(cut)
 
 
 def truncation_over_time(store: Store, interval_s: float, ceiling: int | None) -> dict[str, Any]:
@@ -319,7 +301,7 @@ def compute_all(
     out["lengths_over_time"] = {"ceiling": ceiling, "rows": lengthtime.hourly(store, ceiling)}
     out["truncation_over_time"] = truncation_over_time(store, interval_s, ceiling)
     if ceiling and hist.total and whatif_due:
-        out["whatif"] = whatif_default(hist, ceiling, loop_sample(store.latest_sample_batch()))
+        out["whatif"] = whatif_default(hist, ceiling, loops.loop_sample(store.latest_sample_batch()))
     out.update(gpu_windows(store, now, gpu_due))
     return out
 

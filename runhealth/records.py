@@ -31,6 +31,8 @@ from typing import Any, Literal, NotRequired, TypedDict, TypeVar, cast
 
 from runhealth.node.wire import DiskEntry, GpuHealth, GpuProcess, HostInfo
 
+LENGTH = "length"  # the finish_reason of a completion stopped by max_tokens (or the context window)
+
 R = TypeVar("R")
 M = TypeVar("M", bound=Mapping[str, Any])
 

@@ -5,8 +5,9 @@ the page compares; `compare_runs(a, b)` puts two of them side by side: the diffe
 with 95% intervals (runhealth.analysis.compare), the rates, A's what-if forecast checked against B, and
 the one-sentence "B vs A" headline.
 
-Rates here are averages over the run's whole collected life, not the Overview's short window
-(runhealth.health.SHORT_WINDOW_S): a finished run has no "now". Each node's rate is a ratio estimator, the tokens
+Rates here are averages over the run's whole collected life, not the last minute the
+Overview shows (runhealth.activity): a finished run has no "now". The ETA of a live run is the
+Overview's (rates.eta_seconds at the 15-min average), one ETA everywhere. Each node's rate is a ratio estimator, the tokens
 of its non-backfill polls over the time they span (the first index of old shards is not
 throughput); the run's rate is the sum over nodes. Its interval comes from batch means
 (neighbouring polls are alike, so spans are pooled into ~n^(1/3) consecutive batches and the
@@ -17,9 +18,11 @@ Time is the dashboard's poll clock (`ts_unix`): over a whole run a node's clock 
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
-from runhealth.analysis import compare, rates, stats
+from runhealth import activity
+from runhealth.analysis import compare, loops, rates, stats
 from runhealth.records import PollRow
 from runhealth.store import Store
 
@@ -140,7 +143,8 @@ def run_numbers(store: Store, name: str, ceiling: int | None, target: int | None
     life = life_rates(store.polls())
     tps, cps = life["tokens_per_s"], life["completions_per_s"]
     per_gpu = tps / gpus if tps is not None and gpus else None
-    eta = None if finished else rates.eta_seconds(summary.completions, target, cps)
+    cps_now = None if finished else activity.read_rates(store, time.time()).completions_per_s_15m
+    eta = None if finished else rates.eta_seconds(summary.completions, target, cps_now)
     return {
         "name": name,
         "finished": finished,
@@ -155,6 +159,7 @@ def run_numbers(store: Store, name: str, ceiling: int | None, target: int | None
         "completions_per_hour": cps * 3600 if cps is not None else None,
         "completions_per_hour_interval": _interval(cps, life["completions_var"], 3600) if cps else None,
         "eta_s": eta,
+        "loop_sample": loops.loop_sample(store.latest_sample_batch()),  # the what-if's loop term (for_run)
     }
 
 
@@ -195,7 +200,9 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any], bootstrap: int = 200) -> 
             la["completions_per_s"], la["completions_var"], lb["completions_per_s"], lb["completions_var"]
         ),
     }
-    forecast, note = compare.forecast_check(a["hist"], sa, b["hist"], sb, bootstrap=bootstrap)
+    forecast, note = compare.forecast_check(
+        a["hist"], sa, b["hist"], sb, bootstrap=bootstrap, loop_sample=a.get("loop_sample")
+    )
     return {
         "differences": diffs,
         "rates": rate_changes,

@@ -274,3 +274,36 @@ def test_a_finished_runs_nodes_page_says_it_is_finished(demo_cache, monkeypatch)
     assert not at.exception
     text = page_text(at)
     assert "A finished run: its nodes are no longer polled" in text and "polled within" not in text
+
+
+def test_one_whatif_the_lengths_page_and_compare_show_the_same_interval(demo_cache, monkeypatch):
+    """Issue 24: A's what-if at 8,192 read 2.3-15.0% on Output lengths and 2.3-4.6% on Compare.
+    One function (whatif.for_run) with the same inputs (A's loop sample): the same interval, and
+    the loop term, where it widens it, is said beside it on both."""
+    at = run("lengths", demo_cache, monkeypatch, url_run="demo-4096")
+    at.number_input(key="lengths_whatif_limit").set_value(8192).run()
+    assert not at.exception
+    tile = re.search(r"Still truncated at 8,192.*?95% ([\d.]+)%–([\d.]+)%( incl\. loops 0–100%)?", page_text(at), re.S)
+    assert tile, page_text(at)
+    at = run("compare", demo_cache, monkeypatch)
+    shown = re.search(r"95% interval ([\d.]+)–([\d.]+)%( incl\. loops 0–100%)?;", page_text(at))
+    assert shown, page_text(at)
+    assert shown.groups() == tile.groups()
+
+
+def test_a_finished_runs_overview_shows_its_final_figures(demo_cache, monkeypatch):
+    """Issue 24: the finished 4,096 run's Overview said "waiting for two polls", "needs a rate",
+    "2/2 up" and "stale after 3650.0 d" under a chart of 40K tok/s; its Nodes page a clock skew."""
+    at = run("overview", demo_cache, monkeypatch, url_run="demo-4096")
+    text = page_text(at)
+    for placeholder in ("waiting for two polls", "needs a rate", "stale after", "Nodes up", " UP", "2 / 2"):
+        assert placeholder not in text, placeholder
+    a, _b = numbers(demo_cache)
+    life = re.search(r"Tokens / s · average over its life</div><div class=\"rh-value\">([\d.,]+)(K?)<", text)
+    assert life, text
+    shown = float(life.group(1).replace(",", "")) * (1000 if life.group(2) else 1)
+    assert abs(shown / a["life"]["tokens_per_s"] - 1) < 0.01  # the same life average Compare uses
+    assert "Completed at" in text and "duration " in text and "FINISHED" in text
+    at = run("nodes", demo_cache, monkeypatch, url_run="demo-4096")
+    text = page_text(at)
+    assert "clock skew" not in text and "FINISHED" in text and "last polled" in text

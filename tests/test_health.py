@@ -1,8 +1,9 @@
-"""runhealth.health on scripted poll rows whose true rates and stall times are known."""
+"""runhealth.health and runhealth.activity on scripted poll rows whose true rates and stall times are known."""
 
 import dataclasses
+import time
 
-from runhealth import health
+from runhealth import activity, health
 from runhealth.config import RunConfig
 
 NOW = 100_000.0
@@ -21,7 +22,7 @@ def node_rows(rate_tps, *, until=NOW, since=NOW - 1800, every=10.0, skew=0.0, to
 
 
 def test_last_minute_and_15_min_rates_are_exact_on_a_constant_node():
-    r = health.node_rate(node_rows(2000.0, skew=37.0), NOW)  # node clock 37 s ahead: cancels out
+    r = activity.node_rate(node_rows(2000.0, skew=37.0), NOW)  # node clock 37 s ahead: cancels out
     assert abs(r.tokens_per_s_1m - 2000) < 1e-6
     assert abs(r.tokens_per_s_15m - 2000) < 1e-6
     assert abs(r.completions_per_s_15m - 2.0) < 1e-9
@@ -29,7 +30,7 @@ def test_last_minute_and_15_min_rates_are_exact_on_a_constant_node():
 
 def test_the_last_minute_sees_a_stop_the_15_min_average_smooths():
     rows = node_rows(3000.0, stop_at=NOW - 120)
-    r = health.node_rate(rows, NOW)
+    r = activity.node_rate(rows, NOW)
     assert r.tokens_per_s_1m == 0.0  # stopped 2 min ago: the last minute says so
     assert abs(r.tokens_per_s_15m - 3000 * 13 / 15) < 1e-6
     assert r.last_growth_unix == NOW - 120
@@ -37,44 +38,64 @@ def test_the_last_minute_sees_a_stop_the_15_min_average_smooths():
 
 def test_run_rates_sum_nodes_and_leave_out_a_node_without_polls_in_the_window():
     rows = {"a": node_rows(1000.0), "b": node_rows(500.0), "gone": node_rows(9999.0, until=NOW - 1000)}
-    out = health.run_rates(rows, NOW)
-    assert abs(out["tokens_per_s_1m"] - 1500) < 1e-6  # "gone" last polled 1000 s ago: no made-up rate
-    assert out["per_node"]["gone"].tokens_per_s_1m is None
+    out = activity.run_rates(rows, NOW)
+    assert abs(out.tokens_per_s_1m - 1500) < 1e-6  # "gone" last polled 1000 s ago: no made-up rate
+    assert out.per_node["gone"].tokens_per_s_1m is None
 
 
 def test_a_stall_of_the_whole_run_names_since_when():
-    per_node = health.run_rates(
+    per_node = activity.run_rates(
         {"a": node_rows(1000.0, stop_at=NOW - 400), "b": node_rows(1000.0, stop_at=NOW - 300)}, NOW
-    )["per_node"]
-    found = health.stalls(per_node, NOW, stall_after_s=120)
-    assert found["run"] == NOW - 300  # the run stalled when its last node stopped
-    assert found["nodes"] == {"a": NOW - 400, "b": NOW - 300}
-    assert health.stalls(per_node, NOW, stall_after_s=600)["run"] is None
+    ).per_node
+    found = activity.stall_state(per_node, NOW, stall_after_s=120)
+    assert found.run_since_unix == NOW - 300  # the run stalled when its last node stopped
+    assert found.nodes == {"a": NOW - 400, "b": NOW - 300}
+    assert found.lone() == {}  # no node writes: the run is stalled, no node is named on its own
+    assert activity.stall_state(per_node, NOW, stall_after_s=600).run_since_unix is None
 
 
 def test_one_node_stalled_while_others_write():
-    per_node = health.run_rates({"node-3": node_rows(1000.0, stop_at=NOW - 360), "node-1": node_rows(1000.0)}, NOW)[
-        "per_node"
-    ]
-    found = health.stalls(per_node, NOW, stall_after_s=120)
-    assert found == {"run": None, "nodes": {"node-3": NOW - 360}}
+    per_node = activity.run_rates(
+        {"node-3": node_rows(1000.0, stop_at=NOW - 360), "node-1": node_rows(1000.0)}, NOW
+    ).per_node
+    found = activity.stall_state(per_node, NOW, stall_after_s=120)
+    assert found.run_since_unix is None and found.lone() == {"node-3": NOW - 360}
+    assert found.writing == {"node-1"}
     # A node that is down is reported as down, not as stalled.
-    assert health.stalls(per_node, NOW, 120, live={"node-1"}) == {"run": None, "nodes": {}}
+    assert activity.stall_state(per_node, NOW, 120, live={"node-1"}).nodes == {}
 
 
 def test_shards_that_never_grew_count_from_when_we_first_saw_them():
     rows = {"a": node_rows(0.0, since=NOW - 200)}
-    per_node = health.run_rates(rows, NOW)["per_node"]
+    per_node = activity.run_rates(rows, NOW).per_node
     assert per_node["a"].last_growth_unix == NOW - 200  # the first index brought the backlog
-    assert health.stalls(per_node, NOW, 120)["run"] == NOW - 200
+    assert activity.stall_state(per_node, NOW, 120).run_since_unix == NOW - 200
+
+
+def empty_node(first_seen):
+    """A node added to the config whose shards hold nothing yet: polls with no completions."""
+    return [(t, t, 0, 0, 1 if t == first_seen else 0) for t in range(int(first_seen), int(NOW) + 1, 10)]
+
+
+def test_an_empty_node_added_to_a_stalled_run_keeps_the_run_stalled_since_its_last_completion():
+    """Issue 24: adding an empty node to a stalled run gave "node-a: no new completions ... while
+    other nodes write" (no node wrote), then "Run stalled since" the empty node's first poll."""
+    stalled = {"a": node_rows(1000.0, stop_at=NOW - 400), "b": node_rows(1000.0, stop_at=NOW - 300)}
+    just_added = activity.run_rates({**stalled, "new": empty_node(NOW - 60)}, NOW).per_node
+    found = activity.stall_state(just_added, NOW, stall_after_s=120)
+    assert found.run_since_unix == NOW - 300 and found.lone() == {}
+    seen_for_a_while = activity.run_rates({**stalled, "new": empty_node(NOW - 200)}, NOW).per_node
+    found = activity.stall_state(seen_for_a_while, NOW, stall_after_s=120)
+    assert found.run_since_unix == NOW - 300  # the last completion, not when "new" was first seen
+    assert found.nodes["new"] == NOW - 200 and found.lone() == {}
 
 
 def test_rate_drop_below_half_the_hours_median():
     minutes = [1000.0] * 50 + [100.0] * 5
-    assert health.rate_drop(400.0, minutes) == 1000.0
-    assert health.rate_drop(600.0, minutes) is None
-    assert health.rate_drop(10.0, minutes[:5]) is None  # five minutes are no baseline
-    assert health.rate_drop(None, minutes) is None
+    assert activity.rate_drop(400.0, minutes) == 1000.0
+    assert activity.rate_drop(600.0, minutes) is None
+    assert activity.rate_drop(10.0, minutes[:5]) is None  # five minutes are no baseline
+    assert activity.rate_drop(None, minutes) is None
 
 
 def test_minute_rates_drop_the_filling_bucket_and_backfill():
@@ -84,7 +105,7 @@ def test_minute_rates_drop_the_filling_bucket_and_backfill():
         {"tokens": 120_000, "backfill": 0},
         {"tokens": 5, "backfill": 0},
     ]
-    assert health.minute_rates(buckets) == [1000.0, 2000.0]
+    assert activity.minute_rates(buckets) == [1000.0, 2000.0]
 
 
 def test_stall_after_default_and_override():
@@ -187,3 +208,24 @@ def test_a_gpu_that_stopped_reporting_is_named_missing():
         ("error", "n1: GPU 2 missing from the latest poll (3 of 4 reporting)")
     ]
     assert health.missing_gpus(seen, now, live={"n2"}) == []  # a down node is reported as down
+
+
+def test_a_lone_stall_names_the_nodes_that_do_write(tmp_path):
+    """The per-node sentence says who writes: never "while other nodes write" when none does."""
+    from runhealth.store import Store
+
+    store = Store(tmp_path / "s.sqlite3")
+    now = time.time()
+    for node, stop in (("node-1", now - 600), ("node-2", None)):
+        for k in range(70):
+            ts = now - 690 + 10 * k
+            grew = stop is None or ts <= stop
+            files = (
+                {"/o.jsonl": {"lines": 2, "tokens": 200, "counts": [[100, "stop", 0, 2]], "offset": k}} if grew else {}
+            )
+            store.record_poll(node, {"time_unix": ts, "shards": {"files": files}, "gpus": {}}, ts, 5.0)
+    found = {a.name: a for a in health.evaluate(store, now, {"interval_s": 10.0})}
+    assert "run_stalled" not in found
+    assert found["node_stalled"].node == "node-1"
+    assert found["node_stalled"].summary.endswith("while node-2 writes."), found["node_stalled"].summary
+    store.close()

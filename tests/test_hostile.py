@@ -166,10 +166,10 @@ def test_a_full_disk_under_the_store_is_the_nodes_error_and_an_alert_then_recove
         assert node["last_error"] == "cannot write the history store: disk full"
         state, why = node_status(node, time.time() + 60, stale_after=30)
         assert state == "stale" and "disk full" in why
-        alerts = alert_words.run_alerts(None, store.nodes(), time.time(), 30, 0.02, 0.05, time.time())
+        alerts = alert_words.lines(alert_words.current(store, config))
         assert (
             "error",
-            "cannot write the history store: disk full — new data is not being saved (see Nodes).",
+            "n1: cannot write the history store: disk full — new data is not being saved (see Nodes).",
         ) in alerts
         (small_disk / "filler").unlink()  # space returns: the next poll writes everything
         assert not isinstance(collector.poll_once()["n1"], Exception)

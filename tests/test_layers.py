@@ -130,3 +130,28 @@ def test_the_checkout_imports_no_private_names():
     files = [ROOT / "app.py", *(p for d in ("runhealth", "components", "pages") for p in (ROOT / d).rglob("*.py"))]
     found = {str(p.relative_to(ROOT)): private_imports(p.read_text()) for p in files}
     assert {k: v for k, v in found.items() if v} == {}
+
+
+# Inside the core, the low modules stay low: the config (read by every process, the node-side
+# checks included) never pulls in the rules engine and the store, and ingest (what the store
+# writes) never reaches up into the analysis it feeds. Checked over what each one imports,
+# transitively, in a fresh interpreter: a re-export three modules away counts too.
+LOW_MODULES = {
+    "runhealth.config": ("runhealth.health", "runhealth.store"),
+    "runhealth.ingest": ("runhealth.analysis",),
+    "runhealth.windows": ("runhealth.",),
+}
+
+
+def imported_by(module: str) -> set[str]:
+    """Every module loaded by `import module` in a fresh interpreter."""
+    code = f"import sys, {module}; print('\\n'.join(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return set(done.stdout.split())
+
+
+@pytest.mark.parametrize("module,banned", sorted(LOW_MODULES.items()))
+def test_low_core_modules_do_not_import_up(module, banned):
+    loaded = imported_by(module) - {module}
+    assert [m for m in sorted(loaded) if m.startswith(banned)] == []

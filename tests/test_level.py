@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from components import alerts, cards, figures
+from runhealth import health
 from runhealth.analysis import stats
 from runhealth.health import level
 
@@ -45,9 +46,8 @@ def summary(frac: float) -> stats.Summary:
 def test_tile_alert_list_and_bar_colour_agree(frac):
     expected = level(frac, WARN, ALERT)
     assert cards.truncation_tile(summary(frac), WARN, ALERT)["level"] == expected
-    found = [
-        kind for kind, text in alerts.run_alerts(summary(frac), [], 0.0, 30.0, WARN, ALERT, None) if "ceiling" in text
-    ]
+    meta = {"truncation_warn_fraction": WARN, "truncation_alert_fraction": ALERT}
+    found = [kind for kind, _text in alerts.lines(health.truncation_alerts(summary(frac), meta, "run"))]
     assert found == {"ok": [], "warn": ["warning"], "alert": ["error"]}[expected]
     df = pd.DataFrame(
         {

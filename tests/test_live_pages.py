@@ -234,7 +234,7 @@ def test_headline_export_carries_the_standup_figures(tmp_path):
 
     store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
     cfg = load_config(config)
-    summary = loaders.load_run_lengths(store, cfg.max_output_tokens)["summary"]
+    summary = loaders.load_run_lengths(store, cfg.max_output_tokens).summary
     record = tables.headline(
         summary, loaders.load_health(store), store.nodes(), cfg, time.time(), store.last_collection_unix()
     )

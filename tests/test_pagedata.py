@@ -25,7 +25,7 @@ from test_pages import _clear_streamlit_caches, open_app  # noqa: F401 (autouse 
 
 from components import loaders, precomputed, tables
 from runhealth import pagedata
-from runhealth.analysis import stats, whatif
+from runhealth.analysis import loops, stats, whatif
 from runhealth.collector import Collector
 from runhealth.config import NodeConfig, RunConfig
 from runhealth.store import Store
@@ -55,7 +55,7 @@ def page_views(store: Store) -> dict:
     st.cache_data.clear()
     st.cache_resource.clear()
     run = loaders.load_run_lengths(store, CEILING)
-    ceiling = run["summary"].ceiling_tokens
+    ceiling = run.summary.ceiling_tokens
     return {
         "run": run,
         "node": loaders.load_group_lengths(store, "node", CEILING),
@@ -77,14 +77,14 @@ def test_payloads_equal_what_the_page_computed(stores, scenario):
     with store.transaction() as db:
         db.execute("DELETE FROM page_data")
     before = page_views(store)
-    assert before["run"]["as_of"] is None and before["node"].attrs["as_of"] is None
+    assert before["run"].as_of is None and before["node"].attrs["as_of"] is None
     pagedata.Refresher(store, CEILING, INTERVAL_S).run_now()
     after = page_views(store)
-    assert after["run"]["as_of"] is not None and after["node"].attrs["as_of"] is not None
-    assert after["run"]["summary"] == before["run"]["summary"]
-    assert after["run"]["hist"].rows() == before["run"]["hist"].rows()
+    assert after["run"].as_of is not None and after["node"].attrs["as_of"] is not None
+    assert after["run"].summary == before["run"].summary
+    assert after["run"].hist.rows() == before["run"].hist.rows()
     for key in ("bins", "cdf"):
-        same_frame(after["run"][key], before["run"][key])
+        same_frame(getattr(after["run"], key), getattr(before["run"], key))
     for key in ("node", "shard", "over_time", "hourly"):
         same_frame(after[key], before[key])
     if scenario == "drift":  # the point of the per-node table: node-4's own ceiling
@@ -95,18 +95,11 @@ def test_whatif_payload_is_the_pages_default_fit(stores):
     store = store_of(stores["ceiling_18"])
     pagedata.Refresher(store, CEILING, INTERVAL_S).run_now()
     data = loaders.load_run_lengths(store, CEILING)
-    hist, ceiling = data["hist"], data["summary"].ceiling_tokens
-    sample = pagedata.loop_sample(store.latest_sample_batch())
+    hist, ceiling = data.hist, data.summary.ceiling_tokens
+    sample = loops.loop_sample(store.latest_sample_batch())
     read, as_of = loaders.load_whatif_with_age(store, hist, ceiling, 2 * ceiling, sample)
     assert as_of is not None
-    fresh = whatif.what_if(
-        hist,
-        ceiling,
-        2 * ceiling,
-        loop_sample=sample,
-        bootstrap=pagedata.WHATIF_BOOTSTRAP,
-        curve_limits=loaders.whatif_curve_limits(ceiling, 2 * ceiling),
-    )
+    fresh = whatif.for_run(hist, ceiling, 2 * ceiling, sample)
     assert read.to_json() == json.loads(json.dumps(fresh.to_json()))
     # Another limit, another loop sample, or another histogram with the same total: computed on
     # demand, not the stored fit.
@@ -161,12 +154,12 @@ def test_damaged_or_missing_payload_falls_back(stores):
     with store.transaction() as db:
         db.execute("INSERT INTO page_data VALUES ('run_lengths', ?, ?)", (time.time(), b"not zlib"))
     assert pagedata.get(store, "run_lengths") is None
-    assert loaders.load_run_lengths(store, CEILING)["as_of"] is None  # computed on demand
+    assert loaders.load_run_lengths(store, CEILING).as_of is None  # computed on demand
     # Computed for another max_output_tokens (the config changed): not used.
     pagedata.put(store, {"run_lengths": pagedata.run_lengths(store, 2048)}, time.time())
     st.cache_data.clear()
     st.cache_resource.clear()
-    assert loaders.load_run_lengths(store, CEILING)["as_of"] is None
+    assert loaders.load_run_lengths(store, CEILING).as_of is None
 
 
 def test_refresher_is_rate_limited_and_never_runs_twice(tmp_path):

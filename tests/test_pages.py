@@ -19,6 +19,7 @@ from streamlit.testing.v1 import AppTest
 
 from components import context
 from components.page import ERROR_PREFIX
+from runhealth.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 # Every screen app.py routes to, by its PREFIX (pages/<prefix>.py).
@@ -287,13 +288,65 @@ def test_continuation_batch_only_on_click(stores, monkeypatch):
     assert result["n"] == 1 and '"custom_id": "node-1:/data/out/a.jsonl:3"' in result["body"]
 
 
-def test_gpus_page_flags_the_lost_gpu_only(stores, monkeypatch):
-    at = run_page("gpus", stores["node_down"], monkeypatch)
+def test_gpus_page_flags_the_lost_gpu_only(tmp_path, monkeypatch):
+    # A fresh store: the run writes (its last minute has polls), so an idle GPU matters.
+    store, config = store_fixtures.make_store(tmp_path, "node_down")
+    store.close()
+    at = run_page("gpus", config, monkeypatch)
     assert_clean(at)
     flagged = " ".join(w.value for w in at.warning)
     assert "node-4/3 (error: GPU is lost)" in flagged, flagged
     assert "node-1/0" not in flagged
-    assert "node-2/5 (idle)" in flagged and "sw\\_power\\_cap" in flagged
+    assert "node-2/5 (idle while the run writes (3% util))" in flagged, flagged
+    # Issue 24: one GPU rule. node-2/6 at its power cap is information on every screen: never
+    # among the GPUs that "need a look", while the problem list says it is normal.
+    assert "sw\\_power\\_cap" not in flagged and "node-2/6" not in flagged, flagged
+    told = " ".join(i.value for i in at.info)
+    assert "At the power cap (sw\\_power\\_cap: normal under full load): node-2/6" in told, told
+    table = at.dataframe[0].value.set_index("GPU")
+    assert table.loc["node-2/6", "state"] == "at the power cap (normal under full load)"
+    # ... and the alerts (webhooks, the Overview's alert box) name the same GPUs, no more.
+    from runhealth import health
+
+    reopened = Store(tmp_path / "x.sqlite3")
+    gpu_alerts = {(a.node, a.gpu, a.name) for a in health.evaluate(reopened) if a.gpu is not None}
+    reopened.close()
+    assert gpu_alerts == {("node-4", 3, "gpu_error"), ("node-2", 5, "gpu_idle")}, gpu_alerts
+
+
+def messages_in_order(at: AppTest) -> list[tuple[str, str]]:
+    """(kind, text) of every st.error / st.warning / st.success of the main area, top to bottom."""
+
+    def walk(block):
+        for child in getattr(block, "children", {}).values():
+            yield child
+            yield from walk(child)
+
+    return [(e.type, e.value) for e in walk(at.main) if e.type in ("error", "warning", "success")]
+
+
+@pytest.mark.parametrize("scenario", ["node_down", "ceiling_18"])
+def test_the_overview_words_exactly_the_alerts_the_core_returns(scenario, tmp_path, monkeypatch):
+    """Issue 24: one alert engine. The page's alert lines are evaluate()'s, same set, same levels."""
+    from components.format import md_escape
+    from runhealth import health
+    from runhealth.config import load_config
+
+    store, config = store_fixtures.make_store(tmp_path, scenario)
+    at = run_page("overview", config, monkeypatch)
+    assert_clean(at)
+    core = health.evaluate(store, time.time(), health.settings(load_config(config)))
+    store.close()
+    assert core, "the scenario has alerts"
+
+    # The alert box comes first on the page (the GPU/host problem list below it is separate).
+    # Ages ("stale for 64 s") move between the page's instant and this one: digits are masked.
+    def masked(kind: str, text: str) -> tuple[str, str]:
+        return kind, re.sub(r"\d+", "#", text)
+
+    expected = [masked("error" if a.severity == "critical" else "warning", md_escape(a.summary)) for a in core]
+    shown = [masked(*m) for m in messages_in_order(at)]
+    assert shown[: min(8, len(expected))] == expected[:8], shown
 
 
 def test_nodes_page_never_shows_a_secret_value(tmp_path, monkeypatch):

@@ -5,12 +5,11 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from runhealth import activity
 from runhealth.analysis.rates import (
     counter_rate,
     eta_seconds,
-    ewma_rate,
     progress,
-    run_throughput,
     tokens_per_joule,
     windowed_rate,
 )
@@ -39,16 +38,16 @@ def scripted_node(clock_offset_s, completions_per_s, tokens_per_completion):
 
 def test_scripted_sequence_recovers_the_true_rates():
     points = scripted_node(0.0, 10.0, 2000)
-    for cps, tps in (ewma_rate(points, half_life_s=30), windowed_rate(points, 300), windowed_rate(points, 12)):
+    for cps, tps in (windowed_rate(points, 300), windowed_rate(points, 60), windowed_rate(points, 12)):
         assert math.isclose(cps, 10.0) and math.isclose(tps, 20000.0)
 
 
 def test_poll_order_does_not_matter_and_too_little_data_gives_none():
     points = scripted_node(0.0, 4.0, 100)
-    assert ewma_rate(list(reversed(points))) == ewma_rate(points)
-    assert ewma_rate([]) == (None, None) and windowed_rate([], 60) == (None, None)
-    assert ewma_rate([(1.0, 10, 10, True), (2.0, 10, 10, True)]) == (None, None)
-    assert ewma_rate([(5.0, 10, 10, False)]) == (None, None)
+    assert windowed_rate(list(reversed(points)), 60) == windowed_rate(points, 60)
+    assert windowed_rate([], 60) == (None, None)
+    assert windowed_rate([(1.0, 10, 10, True), (2.0, 10, 10, True)], 60) == (None, None)
+    assert windowed_rate([(5.0, 10, 10, False)], 60) == (None, None)
 
 
 def test_clock_going_backwards_restarts_the_interval():
@@ -61,18 +60,25 @@ def test_clock_going_backwards_restarts_the_interval():
     assert windowed_rate(points, 1000) == (5.0, 50.0)
 
 
-def test_run_throughput_sums_nodes_each_on_its_own_clock():
+def test_the_one_tok_s_sums_nodes_each_on_its_own_clock():
+    """runhealth.activity's live rate (the one tok/s): each node over the last minute of its own
+    clock, ending now, summed; a node's clock offset cancels out."""
+    base = 1.7e9
+
+    def rows(offset_s, cps, tokens_per_completion):  # dashboard time = node time - offset
+        return [(t - offset_s, t, c, k, b) for t, c, k, b in scripted_node(base + offset_s, cps, tokens_per_completion)]
+
     by_node = {
-        "gpu-1": scripted_node(1.7e9, 10.0, 2000),  # node clock ~ dashboard
-        "gpu-2": scripted_node(1.7e9 - 3600, 5.0, 1000),  # an hour behind
-        "gpu-3": scripted_node(1.7e9 + 86400, 2.0, 3000),  # a day ahead
+        "gpu-1": rows(1.7, 10.0, 2000),  # node clock ~ dashboard
+        "gpu-2": rows(-3600, 5.0, 1000),  # an hour behind
+        "gpu-3": rows(86400, 2.0, 3000),  # a day ahead
         "gpu-4": [],  # not polled yet
     }
-    out = run_throughput(by_node, window_s=300)
-    assert math.isclose(out["total_completions_per_s"], 17.0)
-    assert math.isclose(out["total_tokens_per_s"], 20000 + 5000 + 6000)
-    assert out["per_node"]["gpu-4"] == (None, None)
-    assert run_throughput({})["total_tokens_per_s"] is None
+    out = activity.run_rates(by_node, now=base + 80)
+    assert math.isclose(out.tokens_per_s_1m, 20000 + 5000 + 6000)
+    assert math.isclose(out.completions_per_s_15m, 17.0)
+    assert out.per_node["gpu-4"].tokens_per_s_1m is None
+    assert activity.run_rates({}, now=base).tokens_per_s_1m is None
 
 
 def test_counter_rate_handles_a_reset():
@@ -101,7 +107,5 @@ def test_constant_rate_is_recovered_whatever_the_poll_gaps(gaps_s, rate, offset_
     for gap in gaps_s:
         t += gap
         points.append((t, rate * gap, 3 * rate * gap, False))
-    cps, tps = ewma_rate(points, half_life_s=45)
+    cps, tps = windowed_rate(points, 100)
     assert math.isclose(cps, rate, rel_tol=1e-6) and math.isclose(tps, 3 * rate, rel_tol=1e-6)
-    cps, _tps = windowed_rate(points, 100)
-    assert math.isclose(cps, rate, rel_tol=1e-6)

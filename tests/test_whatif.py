@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runhealth.analysis.eta import eta_change
 from runhealth.analysis.numeric import log_gamma_sf, log_norm_sf, nelder_mead
+from runhealth.analysis.rates import eta_change, eta_seconds
 from runhealth.analysis.stats import LengthHist
 from runhealth.analysis.whatif import (
     what_if,
@@ -213,11 +213,13 @@ def test_special_functions_and_optimiser():
     assert abs(x[0] - 3) < 1e-3 and abs(x[1] + 1) < 1e-3 and value < 1e-6
 
 
-def test_eta_change():
-    eta = eta_change(1000, 500.0, 2000.0, 250.0)
-    assert eta == {"eta_s_now": 4000.0, "eta_s_new": 4500.0, "delta_s": 500.0, "delta_s_interval": [500.0, 500.0]}
-    assert eta_change(1000, 500.0, 2000.0, 250.0, [100.0, 400.0])["delta_s_interval"] == [200.0, 800.0]
-    assert eta_change(1000, None, 2000.0, 250.0)["delta_s"] is None
+def test_eta_change_scales_the_one_eta():
+    # 1,000 completions left at 0.25 completions/s: the ETA tile's 4,000 s; 12.5% more tokens each.
+    now = eta_seconds(1000, 2000, 0.25)
+    eta = eta_change(now, 2000.0, 250.0)
+    assert (eta.eta_s_now, eta.eta_s_new, eta.delta_s) == (4000.0, 4500.0, 500.0)
+    assert eta_change(now, 2000.0, 250.0, [100.0, 400.0]).delta_s_interval == (200.0, 800.0)
+    assert eta_change(None, 2000.0, 250.0).delta_s is None  # no rate: no ETA, no change
 
 
 @settings(max_examples=40, deadline=None)

@@ -5,6 +5,7 @@ import dataclasses
 from whatif_family import case
 
 from components import whatif_view
+from runhealth.analysis import loops
 from runhealth.analysis.whatif import MIN_LOOP_SAMPLES, what_if
 
 
@@ -21,8 +22,8 @@ def test_loop_sample_counts_only_truncated_samples():
             {"finish_reason": "stop", "is_loop": True},
         ]
     }
-    assert whatif_view.loop_sample(batch) == (1, 2)
-    assert whatif_view.loop_sample(None) == (0, 0)
+    assert loops.loop_sample(batch) == (1, 2)
+    assert loops.loop_sample(None) == (0, 0)
 
 
 def test_lines_name_the_check_the_model_and_the_loop_n():

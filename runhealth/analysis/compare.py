@@ -116,9 +116,15 @@ def differences(hist_a: LengthHist, sum_a: Summary, hist_b: LengthHist, sum_b: S
 
 
 def forecast_check(
-    hist_a: LengthHist, sum_a: Summary, hist_b: LengthHist, sum_b: Summary, bootstrap: int = 200
+    hist_a: LengthHist,
+    sum_a: Summary,
+    hist_b: LengthHist,
+    sum_b: Summary,
+    bootstrap: int = whatif.BOOTSTRAP,
+    loop_sample: tuple[int, int] | None = None,
 ) -> tuple[dict | None, str]:
-    """A's what-if at B's ceiling against B's measured share still cut there.
+    """A's what-if (whatif.for_run, with A's loop sample: the same interval A's Output lengths
+    page shows at that limit) at B's ceiling against B's measured share still cut there.
 
     Returns:
         ``(forecast, note)``; forecast is None (note says why) when B's ceiling is not above
@@ -130,7 +136,7 @@ def forecast_check(
         return None, "no forecast check: a run's ceiling is unknown (pass --ceiling-a / --ceiling-b)"
     if c_b <= c_a:
         return None, f"no forecast check: B's ceiling ({c_b:,}) is not above A's ({c_a:,})"
-    w = whatif.what_if(hist_a, c_a, c_b, bootstrap=bootstrap)
+    w = whatif.for_run(hist_a, c_a, c_b, loop_sample, bootstrap)
     outcome = whatif.forecast_outcome(w, hist_b)
     if outcome is None:
         return None, f"no forecast check: {w.note}"
@@ -140,6 +146,7 @@ def forecast_check(
         "limit": int(c_b),
         "predicted_fraction": outcome["forecast"],
         "interval": outcome["interval"],
+        "interval_note": whatif.loop_note(w),  # said beside the interval, as on the Output lengths page
         "measured_fraction": outcome["observed"],
         "inside": bool(outcome["covered"]),
         "measured_interval": list(wilson_interval(sum_b.at_ceiling, sum_b.length_count)),

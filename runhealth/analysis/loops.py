@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 import zlib
+from collections.abc import Mapping
+from typing import Any
 
 from runhealth.analysis.stats import wilson_interval
 
@@ -88,3 +90,10 @@ def loop_share(texts) -> dict:
     flags = [loop_score(t)["is_loop"] for t in texts]
     n, loops = len(flags), sum(flags)
     return {"n": n, "loops": loops, "fraction": (loops / n) if n else None, "interval": wilson_interval(loops, n)}
+
+
+def loop_sample(batch: Mapping[str, Any] | None) -> tuple[int, int]:
+    """``(loops, sampled)`` among the truncated completions of a sample batch (a `SampleBatch`):
+    the what-if's loop term (whatif.for_run)."""
+    cut = [s for s in (batch["samples"] if batch else []) if s.get("finish_reason") == "length"]
+    return sum(bool(s.get("is_loop")) for s in cut), len(cut)

@@ -7,6 +7,10 @@ clock skew between nodes and the dashboard cancels out.  Backfill polls (the fir
 existing shards, a rescan after a dashboard restart) carry data produced long before and are
 excluded; their timestamp only restarts the interval.  A missed poll needs no special case:
 the next delta spans the gap and is divided by the gap.
+
+`windowed_rate` is the one rate over poll spans: runhealth.activity applies it with the one
+window (runhealth.windows.RATE_WINDOW_S) for the live tok/s every screen and /metrics show.
+`eta_seconds` is the one ETA; `eta_change` scales it for a what-if.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from itertools import pairwise
+from typing import NamedTuple
 
 Point = Sequence  # (t_unix_node_clock, delta_count, delta_tokens, backfill)
 
@@ -30,31 +35,6 @@ def valid_spans(points: list[Point]) -> list[tuple[float, float, float, float]]:
             spans.append((prev_t, t, max(0.0, d_count), max(0.0, d_tokens)))
         prev_t = t
     return spans
-
-
-def ewma_rate(points: list[Point], half_life_s: float = 60.0):
-    """Exponentially weighted rates over irregular poll intervals.
-
-    Each span's deltas and duration are weighted by ``0.5 ** (age / half_life_s)`` (age of the
-    span's midpoint relative to the last poll), and the rate is weighted delta / weighted
-    duration, so a long span after a missed poll counts for its full length, not as one poll.
-
-    Returns:
-        ``(completions_per_s, tokens_per_s)``, or ``(None, None)`` without a valid span.
-    """
-    spans = valid_spans(points)
-    if not spans:
-        return None, None
-    t_last = spans[-1][1]
-    w_dur = w_count = w_tokens = 0.0
-    for t0, t1, d_count, d_tokens in spans:
-        weight = 0.5 ** ((t_last - 0.5 * (t0 + t1)) / half_life_s)
-        w_dur += weight * (t1 - t0)
-        w_count += weight * d_count
-        w_tokens += weight * d_tokens
-    if w_dur <= 0:
-        return None, None
-    return w_count / w_dur, w_tokens / w_dur
 
 
 def windowed_rate(points: list[Point], window_s: float, end_t: float | None = None):
@@ -82,22 +62,6 @@ def windowed_rate(points: list[Point], window_s: float, end_t: float | None = No
     if dur <= 0:
         return None, None
     return count / dur, tokens / dur
-
-
-def run_throughput(points_by_node: dict[str, list[Point]], window_s: float = 300.0) -> dict:
-    """Run-wide throughput: the sum of each node's windowed rates, each on its own clock.
-
-    Returns:
-        ``{"total_tokens_per_s", "total_completions_per_s", "per_node": {name: (cps, tps)}}``;
-        totals are None when no node has a rate.
-    """
-    per_node = {name: windowed_rate(points, window_s) for name, points in points_by_node.items()}
-    known = [r for r in per_node.values() if r[0] is not None]
-    return {
-        "total_tokens_per_s": sum(r[1] for r in known) if known else None,
-        "total_completions_per_s": sum(r[0] for r in known) if known else None,
-        "per_node": per_node,
-    }
 
 
 def counter_rate(samples: list[tuple[float, float]]) -> float | None:
@@ -146,3 +110,32 @@ def tokens_per_joule(tokens_per_s: float | None, power_w: float | None) -> float
     if tokens_per_s is None or not power_w or power_w <= 0:
         return None
     return tokens_per_s / power_w
+
+
+class EtaChange(NamedTuple):
+    """The ETA now and with more tokens per completion (seconds; None without an ETA now)."""
+
+    eta_s_now: float | None
+    eta_s_new: float | None
+    delta_s: float | None
+    delta_s_interval: tuple[float, float] | None
+
+
+def eta_change(
+    eta_s_now: float | None,
+    mean_tokens_now: float | None,
+    extra_tokens_per_completion: float | None,
+    extra_tokens_interval: Sequence[float] | None = None,
+) -> EtaChange:
+    """`eta_seconds` (the one ETA) with each completion `extra_tokens_per_completion` longer.
+
+    At the same token throughput a completion takes time in proportion to its tokens, so the
+    ETA scales by (mean + extra) / mean. The change is linear in the extra tokens: its interval
+    is the extra tokens' interval scaled (the rate is measured, not modelled).
+    """
+    if eta_s_now is None or not mean_tokens_now or mean_tokens_now <= 0:
+        return EtaChange(eta_s_now, None, None, None)
+    per_token = eta_s_now / mean_tokens_now
+    extra = extra_tokens_per_completion or 0.0
+    lo, hi = extra_tokens_interval or (extra, extra)
+    return EtaChange(eta_s_now, eta_s_now + extra * per_token, extra * per_token, (lo * per_token, hi * per_token))

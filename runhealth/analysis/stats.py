@@ -19,8 +19,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from runhealth.analysis import reasons as reason_names
+from runhealth.records import LENGTH  # one spelling: ingest counts with it too
 
-LENGTH = "length"
 MISSING = "missing"
 EXACT_SOURCE = "completion_tokens"
 ESTIMATE_SOURCE = "chars/4 estimate"

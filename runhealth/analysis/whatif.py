@@ -586,3 +586,43 @@ def forecast_outcome(forecast: WhatIf, hist: LengthHist) -> dict | None:
         "covered": lo <= observed <= hi,
         "error": forecast.truncated_fraction - observed,
     }
+
+
+# ---------------------------------------------------------------- the one what-if of a run
+BOOTSTRAP = 200  # replicates of every what-if a screen or the CLI shows
+
+
+def curve_limits(ceiling: int, chosen: int) -> tuple[int, ...]:
+    """The limits the what-if chart shows: a few between the ceiling and 4x it, and the chosen one."""
+    return tuple(sorted({int(ceiling * f) for f in (1.25, 1.5, 2, 2.5, 3, 4)} | {chosen}))
+
+
+def for_run(
+    hist: LengthHist, ceiling: int, new_limit: int, loop_sample: tuple[int, int] | None, bootstrap: int = BOOTSTRAP
+) -> WhatIf:
+    """The what-if every screen and the CLI show for a run: the Output lengths page, the
+    collector's precomputed copy, Compare's forecast check and ``runhealth scan --whatif`` /
+    ``runhealth compare``. Same inputs, same interval everywhere.
+
+    Args:
+        loop_sample: ``(loops, sampled)`` truncated completions of the run's latest sample
+            batch (`loops.loop_sample`): a run with a store has one (an empty batch is
+            ``(0, 0)``: the loop share is unmeasured and the interval spans loops 0-100%, which
+            `loop_note` says beside the interval). None: no samples exist at all (the CLI over
+            files): no loop term, the model's interval alone.
+    """
+    return what_if(
+        hist,
+        ceiling,
+        new_limit,
+        loop_sample=loop_sample,
+        bootstrap=bootstrap,
+        curve_limits=curve_limits(ceiling, new_limit),
+    )
+
+
+def loop_note(r: WhatIf) -> str:
+    """ " incl. loops 0–100%" when the interval spans an unmeasured loop share, else "": said
+    beside the interval wherever it is shown (tile, Compare, CLI)."""
+    loops = r.loops or {}
+    return " incl. loops 0–100%" if loops.get("sampled") is not None and not loops.get("used") else ""

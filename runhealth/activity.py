@@ -1,0 +1,156 @@
+"""Is the run writing? Its tokens/s, the stall rule and the rate drop, from poll rows.
+
+One definition each (issue 24): the live tok/s is each node's mean rate over the last
+`RATE_WINDOW_S` of its own clock, ending at *now* (the node's clock estimated from its latest
+poll), summed over nodes; the 15-min average is the same over `AVERAGE_WINDOW_S` and is what
+the ETA divides by. The Overview's tiles, the Nodes table, the Output lengths page's ETA change,
+the headline download, /metrics and the alerts read `read_rates` or `node_rate`; nothing else
+computes a live rate.
+
+The stall rule (`stall_state`): a node is quiet when its shards have not grown for
+``stall_after_s`` (a node that never grew: since we first saw it). The run is stalled when no
+live node grew within the window and at least one has been watched that long; it is stalled
+*since the last completion* (the latest growth of any node), not since a node was added. A
+single node is reported on its own only while another node does write.
+
+A poll row is ``(ts_unix, node_ts_unix, delta_completions, delta_tokens, backfill)``: the
+dashboard's clock says *when we saw it* (stalls are in the viewer's time), the node's clock
+gives the rate (runhealth.analysis.rates: skew cancels out).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Collection, Mapping, Sequence
+
+from runhealth.analysis import rates
+from runhealth.records import PollBucket
+from runhealth.store import Store
+from runhealth.windows import AVERAGE_WINDOW_S, RATE_WINDOW_S
+
+DROP_FRACTION = 0.5
+MIN_MINUTES_FOR_MEDIAN = 10  # a median over fewer minutes is noise, not a baseline
+LOOKBACK_S = 3600.0  # the hour the rate-drop median is taken over
+
+
+@dataclasses.dataclass
+class NodeRate:
+    """One node's throughput and when its shards last grew (dashboard clock)."""
+
+    tokens_per_s_1m: float | None
+    tokens_per_s_15m: float | None
+    completions_per_s_15m: float | None
+    last_growth_unix: float | None
+    first_seen_unix: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRates:
+    """The run's live rates at `now`: per node, summed, and the last hour's rate drop."""
+
+    now: float
+    per_node: Mapping[str, NodeRate]
+    tokens_per_s_1m: float | None
+    tokens_per_s_15m: float | None
+    completions_per_s_15m: float | None
+    drop_median_tps: float | None = None  # the hour's median per-minute rate, set when the 1-min rate fell below half
+
+
+def node_rate(rows: Sequence[Sequence], now: float) -> NodeRate:
+    """Rates and last growth of one node from its poll rows (any order)."""
+    rows = sorted(rows, key=lambda r: r[0])
+    if not rows:
+        return NodeRate(None, None, None, None, None)
+    latest = rows[-1]
+    skew = (latest[1] - latest[0]) if latest[1] is not None else 0.0
+    node_now = now + skew
+    points: list[rates.Point] = [(r[1] if r[1] is not None else r[0], r[2] or 0, r[3] or 0, bool(r[4])) for r in rows]
+    _, tps_1m = rates.windowed_rate(points, RATE_WINDOW_S, node_now)
+    cps_15m, tps_15m = rates.windowed_rate(points, AVERAGE_WINDOW_S, node_now)
+    grown = [r[0] for r in rows if (r[2] or 0) > 0]
+    return NodeRate(tps_1m, tps_15m, cps_15m, grown[-1] if grown else None, rows[0][0])
+
+
+def run_rates(rows_by_node: Mapping[str, Sequence[Sequence]], now: float) -> RunRates:
+    """Per-node NodeRate and run totals (tokens/s over 1 and 15 min, completions/s over 15 min)."""
+    per_node = {name: node_rate(rows, now) for name, rows in rows_by_node.items()}
+
+    def total(attr: str) -> float | None:
+        known = [getattr(r, attr) for r in per_node.values() if getattr(r, attr) is not None]
+        return float(sum(known)) if known else None
+
+    return RunRates(now, per_node, total("tokens_per_s_1m"), total("tokens_per_s_15m"), total("completions_per_s_15m"))
+
+
+def minute_rates(buckets: list[PollBucket], bucket_s: float = 60.0) -> list[float]:
+    """Tokens/s of each complete, non-backfill bucket (polls_by_bucket rows; the last one is
+    still filling and is dropped)."""
+    return [b["tokens"] / bucket_s for b in buckets[:-1] if not b["backfill"] and b["tokens"] is not None]
+
+
+def rate_drop(current_tps: float | None, minute_tps: list[float]) -> float | None:
+    """The last hour's median per-minute rate when `current_tps` is below half of it, else None."""
+    if current_tps is None or len(minute_tps) < MIN_MINUTES_FOR_MEDIAN:
+        return None
+    median = statistics.median(minute_tps)
+    return median if median > 0 and current_tps < DROP_FRACTION * median else None
+
+
+def recent_rates(store: Store, now: float, lookback_s: float) -> RunRates:
+    """`run_rates` over the polls of the last `lookback_s` (the exporter reads two minutes)."""
+    rows: dict[str, list] = {}
+    for p in store.polls(since_unix=now - lookback_s):
+        rows.setdefault(p["node"], []).append(
+            (p["ts_unix"], p["node_ts_unix"], p["completions"], p["tokens"], p["backfill"])
+        )
+    return run_rates(rows, now)
+
+
+def read_rates(store: Store, now: float, lookback_s: float = LOOKBACK_S) -> RunRates:
+    """The run's rates at `now` from the store: the polls of the last `lookback_s` (an hour for
+    the screens, whose 15-min average needs it; the alerts read twice the stall window), last
+    growth per node (a full scan only when a node did not grow within it) and the rate drop
+    (the last hour's per-minute buckets, summed in SQL)."""
+    out = recent_rates(store, now, lookback_s)
+    if any(r.last_growth_unix is None for r in out.per_node.values()):
+        for node, ts in store.last_growth_unix().items():
+            if node in out.per_node and out.per_node[node].last_growth_unix is None:
+                out.per_node[node].last_growth_unix = ts
+    minute = minute_rates(store.polls_by_bucket(60, since_unix=now - LOOKBACK_S))
+    return dataclasses.replace(out, drop_median_tps=rate_drop(out.tokens_per_s_1m, minute))
+
+
+@dataclasses.dataclass(frozen=True)
+class Stalls:
+    """What the stall rule found at one instant."""
+
+    run_since_unix: float | None  # the run is stalled: no new completion since (the last one's time)
+    nodes: Mapping[str, float]  # every quiet live node -> since when (last growth, else first seen)
+    writing: frozenset[str]  # live nodes that grew within the window
+
+    def lone(self) -> dict[str, float]:
+        """Quiet nodes worth naming on their own: only while some other node writes."""
+        return dict(self.nodes) if self.writing else {}
+
+
+def stall_state(
+    per_node: Mapping[str, NodeRate], now: float, stall_after_s: float, live: Collection[str] | None = None
+) -> Stalls:
+    """The one stall rule (see the module docstring). `live`: nodes answering polls (a node
+    that is down is reported as down, not as stalled); None: every node."""
+    names = [n for n in per_node if live is None or n in live]
+    grown: dict[str, float] = {}
+    for n in names:
+        if (t := per_node[n].last_growth_unix) is not None:
+            grown[n] = t
+    writing = frozenset(n for n, t in grown.items() if now - t < stall_after_s)
+    quiet: dict[str, float] = {}
+    for n in names:
+        since = per_node[n].last_growth_unix or per_node[n].first_seen_unix
+        if n not in writing and since is not None and now - since >= stall_after_s:
+            quiet[n] = since
+    run = None
+    if quiet and not writing:
+        run = max(grown.values()) if grown else min(quiet.values())
+    return Stalls(run, quiet, writing)

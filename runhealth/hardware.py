@@ -1,0 +1,188 @@
+"""GPUs and hosts in words: the one rule that classifies a GPU's state, and the problem lists.
+
+`gpu_findings` is the one classification of a GPU reading (error / throttled / hot / idle while
+the run writes / at the power cap): the GPUs page's state column and its "need a look" line, the
+Overview's problem list, its heat strip's "throttled" mark and the gpu_throttled / gpu_hot
+alerts (runhealth.health.evaluate) all read it, so one GPU is never information on one screen
+and a warning on another. `sw_power_cap` is information: a GPU at its power cap under full load
+is doing its job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from runhealth.node.wire import GpuHealth
+from runhealth.records import GpuEventRow, HostReading
+
+HOT_C = 85  # GPU core temperature that counts as "hot" (NVIDIA datacenter parts slow down near 90)
+IDLE_PCT = 10
+# Throttle reasons that mean lost speed; gpu_idle, sync_boost and the clock settings are benign,
+# sw_power_cap is information (normal under full load).
+HW_THROTTLE = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown", "hw_power_brake_slowdown")
+POWER_CAP = "sw_power_cap"
+RAM_USED_WARN = 0.92
+SWAP_USED_WARN = 0.10
+LOAD_PER_CPU_WARN = 1.5
+GpuLevel = Literal["error", "warning", "info"]
+XID_MEANING = {
+    13: "graphics engine exception",
+    31: "memory page fault",
+    43: "GPU stopped processing",
+    45: "preemptive cleanup",
+    48: "double-bit ECC error",
+    61: "internal micro-controller error",
+    62: "internal micro-controller halt",
+    63: "ECC page retirement / row remap",
+    64: "ECC page retirement / row remap failure",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus",
+    92: "high single-bit ECC rate",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuFinding:
+    """One thing to say about one GPU: its level, what kind, and the words (without the GPU's name)."""
+
+    level: GpuLevel
+    kind: Literal["error", "throttled", "hot", "idle", "power_cap"]
+    text: str
+    detail: str = ""  # the short form a grouped list puts in brackets after the GPU
+
+
+def _number(value: Any) -> float | None:
+    """A reading, or None when missing (pandas turns a missing reading into NaN)."""
+    return None if value is None or value != value else float(value)
+
+
+def gpu_findings(g: Mapping[str, Any], run_writing: bool) -> list[GpuFinding]:
+    """The one rule for a GPU's latest reading (a gpu_latest row), most serious first.
+
+    Args:
+        g: needs error, util_pct, temp_c, throttle_reasons (missing keys: not reported).
+        run_writing: the run produced tokens in the last minute (an idle GPU matters then).
+    """
+    error = g.get("error")
+    if isinstance(error, str) and error:
+        return [GpuFinding("error", "error", f"error: {error}", error)]
+    reasons = list(g.get("throttle_reasons") or [])
+    out = []
+    harmful = [r for r in reasons if r in HW_THROTTLE]
+    if harmful:
+        out.append(GpuFinding("warning", "throttled", f"throttled: {', '.join(harmful)}", ", ".join(harmful)))
+    temp, util = _number(g.get("temp_c")), _number(g.get("util_pct"))
+    if temp is not None and temp >= HOT_C:
+        out.append(GpuFinding("warning", "hot", f"at {temp:.0f} °C (hot from {HOT_C:.0f} °C)", f"{temp:.0f} °C"))
+    if run_writing and util is not None and util < IDLE_PCT:
+        out.append(GpuFinding("warning", "idle", f"idle while the run writes ({util:.0f}% util)", f"{util:.0f}%"))
+    if POWER_CAP in reasons:
+        out.append(GpuFinding("info", "power_cap", "at the power cap (normal under full load)"))
+    return out
+
+
+def gpu_state(g: Mapping[str, Any], run_writing: bool) -> str:
+    """The GPUs table's state cell: "ok", the information, or "⚠ " and what needs a look."""
+    found = gpu_findings(g, run_writing)
+    if not found:
+        return "ok"
+    words = "; ".join(f.text for f in found)
+    return f"⚠ {words}" if any(f.level != "info" for f in found) else words
+
+
+def _group(level: str, what: str, labels: list[str]) -> list[tuple[str, str]]:
+    if not labels:
+        return []
+    shown = ", ".join(labels[:8]) + (f" and {len(labels) - 8} more" if len(labels) > 8 else "")
+    return [(level, f"{what}: {shown}")]
+
+
+def _by_kind(gpus: Sequence[Mapping[str, Any]], run_writing: bool, kind: str) -> list[str]:
+    """Labels of the GPUs with a finding of `kind`, with its detail in brackets."""
+    out = []
+    for g in gpus:
+        for f in gpu_findings(g, run_writing):
+            if f.kind == kind:
+                out.append(f"{g['label']} ({f.detail})" if f.detail else g["label"])
+    return out
+
+
+def gpu_problems(
+    gpus: list[dict[str, Any]],
+    health: dict[tuple[str, int], GpuHealth],
+    xids: list[GpuEventRow],
+    run_writing: bool,
+) -> list[tuple[str, str]]:
+    """GPU problems as sentences, one per kind, most serious first: [(level, text)].
+
+    Args:
+        gpus: latest rows (node, gpu, label, util_pct, temp_c, throttle_reasons, error).
+        health: (node, gpu) -> the agent's health dict (keys absent where unsupported).
+        xids: XID events (node, gpu, xid, ts_unix) in the window the caller chose.
+        run_writing: the run produced tokens in the last minute (idle GPUs matter then).
+    """
+    out = _group("error", "GPU errors", _by_kind(gpus, run_writing, "error"))
+    for e in xids:
+        meaning = XID_MEANING.get(e["xid"], "see NVIDIA's XID catalogue")
+        out.append(("error", f"XID {e['xid']} on {e['node']}/{e['gpu']} ({meaning})"))
+    h = {k: v for k, v in health.items() if v}
+    ecc = [
+        f"{n}/{i} ({v['ecc_uncorrected_volatile']})"
+        for (n, i), v in h.items()
+        if (v.get("ecc_uncorrected_volatile") or 0) > 0
+    ]
+    out += _group("error", "Uncorrected ECC errors since the driver loaded", ecc)
+    failed = [f"{n}/{i}" for (n, i), v in h.items() if v.get("row_remap_failure")]
+    out += _group("error", "Row remapping failed (the GPU needs service)", failed)
+    pending = [
+        f"{n}/{i}" for (n, i), v in h.items() if v.get("remapped_rows_pending") or v.get("retired_pages_pending")
+    ]
+    out += _group(
+        "warning", "Memory rows waiting to be remapped or retired (takes effect at the next GPU reset)", pending
+    )
+    out += _group("warning", "Throttled by hardware (slower clocks)", _by_kind(gpus, run_writing, "throttled"))
+    out += _group("warning", f"Hot (≥ {HOT_C} °C)", _by_kind(gpus, run_writing, "hot"))
+    out += _group("warning", f"Idle while the run writes (< {IDLE_PCT}% util)", _by_kind(gpus, run_writing, "idle"))
+    out += _group(
+        "info", "At the power cap (sw_power_cap: normal under full load)", _by_kind(gpus, run_writing, "power_cap")
+    )
+    replays = [f"{n}/{i} ({v['pcie_replay']:,})" for (n, i), v in h.items() if (v.get("pcie_replay") or 0) > 0]
+    out += _group("info", "PCIe replays since the driver loaded", replays)
+    return out
+
+
+def missing_gpus(seen: dict[str, set[int]], now_gpus: dict[str, set[int]], live: set[str]) -> list[tuple[str, str]]:
+    """GPUs that reported within the last hour but are absent from a live node's latest poll."""
+    out = []
+    for node in sorted(live):
+        gone = sorted(seen.get(node, set()) - now_gpus.get(node, set()))
+        if gone:
+            out.append(
+                (
+                    "error",
+                    f"{node}: GPU {', '.join(map(str, gone))} missing from the latest poll "
+                    f"({len(now_gpus.get(node, set()))} of {len(seen[node] | now_gpus.get(node, set()))} reporting)",
+                )
+            )
+    return out
+
+
+def host_problems(hosts: dict[str, HostReading], loadavg: dict[str, list[float] | None]) -> list[tuple[str, str]]:
+    """RAM nearly full, swap in use, CPU load above the cores: [(level, text)] per node."""
+    out = []
+    for node, h in sorted(hosts.items()):
+        total, avail = h.get("mem_total_bytes"), h.get("mem_available_bytes")
+        if total and avail is not None and 1 - avail / total >= RAM_USED_WARN:
+            out.append(("warning", f"{node}: RAM {1 - avail / total:.0%} used ({avail / 2**30:.1f} GiB available)"))
+        swap, free = h.get("swap_total_bytes"), h.get("swap_free_bytes")
+        if swap and free is not None and 1 - free / swap >= SWAP_USED_WARN:
+            out.append(("warning", f"{node}: swap {1 - free / swap:.0%} used (the host is short of memory)"))
+        loads, cpus = loadavg.get(node) or [], h.get("cpus")
+        load = loads[0] if loads else None
+        if load is not None and cpus and load / cpus >= LOAD_PER_CPU_WARN:
+            out.append(("warning", f"{node}: CPU load {load:.1f} on {cpus} CPUs"))
+    return out

@@ -1,0 +1,34 @@
+"""The time windows every screen, alert and exporter agrees on: stale, stall and the rate windows.
+
+A leaf module (standard library only), so `runhealth.config` can resolve its defaults without
+importing `runhealth.health` (which imports the store), and `health`, `derived`, the exporter
+and the Compare page read one constant each instead of their own.
+"""
+
+from __future__ import annotations
+
+WINDOW_POLLS = 3  # the default stale and stall windows span this many poll intervals ...
+STALE_MIN_S = 30.0  # ... and the stale window at least this: `stale_after_s`
+STALL_MIN_S = 120.0  # ... and the stall window at least this: `stall_after_s`
+RATE_WINDOW_S = 60.0  # "Tokens/s · last 1 min": the one live tok/s (tiles, Nodes, /metrics, Compare)
+AVERAGE_WINDOW_S = 900.0  # the 15-min average: the ETA's rate
+
+
+def stale_after_s(interval_s: float, configured: float | None = None) -> float:
+    """Seconds without a successful poll before a node (or the whole collection) counts as stale.
+
+    The one rule: the run's configured ``stale_after_s`` when set, else three poll intervals,
+    at least 30 s. The dashboard also uses the default as the width of "a few polls" (chart
+    buckets, how fresh a server gauge must be).
+    """
+    return float(configured) if configured else max(WINDOW_POLLS * interval_s, STALE_MIN_S)
+
+
+def stall_after_s(interval_s: float, configured: float | None = None) -> float:
+    """Seconds an up node (or the run) may add no completions before it counts as stalled.
+
+    The one rule: the run's configured ``stall_after_s`` when set, else three poll intervals,
+    at least 120 s. `RunConfig.stall_after` reads it (the collector saves that in the run's
+    meta), and so do the alerts and the exporter, from the meta.
+    """
+    return float(configured) if configured else max(WINDOW_POLLS * interval_s, STALL_MIN_S)
