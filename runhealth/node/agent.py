@@ -300,22 +300,14 @@ def _sticky_problem(path, entry):
     return problem or note[0]
 
 
+CLASH_ERROR = "not counted: its name, shown with \\xNN for bytes that are not UTF-8, is another file's"
+
+
 def _clash_entry(path):
     """A file entry that counts nothing and says why (its wire name is another file's)."""
-    return {
-        "inode": None,
-        "size": None,
-        "offset_from": 0,
-        "offset": 0,
-        "reset": False,
-        "lines": 0,
-        "malformed": 0,
-        "blank_lines": 0,
-        "tokens": 0,
-        "counts": [],
-        "error": "not counted: its name, shown with \\xNN for bytes that are not UTF-8, is another file's",
-        "problem": None,
-    }
+    entry = scan.empty_entry(None, 0, CLASH_ERROR)
+    del entry["pending_bytes"], entry["tail"]  # as the other entries leave poll (counted, popped)
+    return entry
 
 
 def _disk(files):

@@ -593,6 +593,27 @@ def parse_overrides(paths):
     return (parse_path(fr) if fr else None, parse_path(ct) if ct else None)
 
 
+def empty_entry(inode, offset, error=None):
+    """A per-file entry that has counted nothing yet (scan_file fills it in; the agent sends one
+    with `error` set for a file it does not count)."""
+    return {
+        "inode": inode,
+        "size": None,
+        "offset_from": offset or 0,
+        "offset": offset or 0,
+        "reset": False,
+        "lines": 0,
+        "malformed": 0,
+        "blank_lines": 0,
+        "tokens": 0,
+        "counts": [],
+        "error": error,
+        "problem": None,
+        "pending_bytes": 0,
+        "tail": None,  # [offset, up to]: no newline in between (the line at offset is unfinished)
+    }
+
+
 def scan_file(path, inode, offset, budget_bytes, paths=None, line_index=None, deadline=None, search_deadline=None):
     """Count the complete lines of one shard from (inode, offset), about budget_bytes of them.
 
@@ -614,22 +635,7 @@ def scan_file(path, inode, offset, budget_bytes, paths=None, line_index=None, de
     Returns:
         The per-file entry of the poll reply (design.md section 1) plus "pending_bytes".
     """
-    entry = {
-        "inode": inode,
-        "size": None,
-        "offset_from": offset or 0,
-        "offset": offset or 0,
-        "reset": False,
-        "lines": 0,
-        "malformed": 0,
-        "blank_lines": 0,
-        "tokens": 0,
-        "counts": [],
-        "error": None,
-        "problem": None,
-        "pending_bytes": 0,
-        "tail": None,  # [offset, up to]: no newline in between (the line at offset is unfinished)
-    }
+    entry = empty_entry(inode, offset)
     try:
         with open(path, "rb", buffering=0) as f:
             _scan_open_file(
