@@ -3,8 +3,10 @@
 It keeps pynvml's real function names, constants and error classes (NVMLError.__new__ maps an
 error code to a generated subclass such as NVMLError_NotSupported, exactly as pynvml's
 _extractNVMLErrorsAsClasses does), so the agent's NVML layer runs unchanged against it.
-Real-GPU verification of that layer is still pending: this stand-in only reproduces the
-behaviours documented in pynvml.py, not a driver.
+It reproduces the behaviours documented in pynvml.py, not a driver; the layer itself was run
+against a real H200 (driver 580.159, nvidia-ml-py's pynvml) with scripts/gpu_check.py on
+2026-12-04, which found that v1 memory info counts the driver's reserved memory (now mirrored
+here as "mem_reserved").
 
 Tests set the scenario with `configure(gpus, missing=())`: each GPU is a dict of readings; a
 reading equal to NOT_SUPPORTED or LOST raises that NVML error, `"lost": True` makes the handle
@@ -50,6 +52,7 @@ nvmlClocksThrottleReasonHwThermalSlowdown = 0x0000000000000040
 nvmlClocksThrottleReasonHwPowerBrakeSlowdown = 0x0000000000000080
 nvmlClocksThrottleReasonDisplayClockSetting = 0x0000000000000100
 nvmlClocksEventReasonSwPowerCap = nvmlClocksThrottleReasonSwPowerCap
+nvmlMemory_v2 = 0x02000028
 
 
 class NVMLError(Exception):
@@ -110,7 +113,8 @@ LOST = "<gpu lost>"
 H200 = {
     "name": "NVIDIA H200",
     "util": 97,
-    "mem_used": 120000 << 20,
+    "mem_used": 120000 << 20,  # as nvidia-smi's memory.used shows it
+    "mem_reserved": 615 << 20,  # the driver's own, in v1's used only (an idle H200 read 615 MiB)
     "mem_total": 143771 << 20,
     "power_mw": 650210,
     "limit_mw": 700000,
@@ -197,9 +201,16 @@ def nvmlDeviceGetUtilizationRates(handle):
 
 
 def nvmlDeviceGetMemoryInfo(handle, version=None):
-    used = _read("nvmlDeviceGetMemoryInfo", handle, "mem_used")
-    total = _read("nvmlDeviceGetMemoryInfo", handle, "mem_total")
-    return _Struct(total=total, used=used, free=total - used)
+    """As the driver answers: v1's used includes the driver's reserved memory, v2's does not."""
+    if not version:
+        used = _read("nvmlDeviceGetMemoryInfo", handle, "mem_used")
+        total = _read("nvmlDeviceGetMemoryInfo", handle, "mem_total")
+        reserved = _gpus[handle.index].get("mem_reserved", 0)
+        return _Struct(total=total, used=used + reserved, free=total - used - reserved)
+    used = _read("nvmlDeviceGetMemoryInfo_v2", handle, "mem_used")
+    total = _read("nvmlDeviceGetMemoryInfo_v2", handle, "mem_total")
+    reserved = _gpus[handle.index].get("mem_reserved", 0)
+    return _Struct(version=version, total=total, reserved=reserved, used=used, free=total - used - reserved)
 
 
 def nvmlDeviceGetPowerUsage(handle):

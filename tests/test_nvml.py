@@ -1,7 +1,8 @@
 """The agent's GPU layer against a pynvml stand-in (tests/fake_pynvml.py) and nvidia-smi text.
 
-Real-GPU verification is still pending: these tests pin the layer to pynvml's documented
-names, constants and error classes and to nvidia-smi's CSV output, not to a live driver.
+These tests pin the layer to pynvml's documented names, constants and error classes and to
+nvidia-smi's CSV output; scripts/gpu_check.py checks the same layer against a live driver
+(run by hand on a GPU machine: CI has none; docs/gpu-check-h200.txt is one such run).
 """
 
 from __future__ import annotations
@@ -142,6 +143,24 @@ def test_old_driver_missing_functions_gives_none_fields(nvml, monkeypatch):
     }
     agent.read_gpus("auto")
     assert len(agent_gpu.NVML.missing) == 3  # noted once, not once per poll
+
+
+def test_memory_used_leaves_out_the_drivers_reserved_memory_as_nvidia_smi_does(nvml, monkeypatch):
+    """Found on a real H200 (scripts/gpu_check.py): NVML v1's "used" counts the driver's reserved
+    memory (615 MiB idle), nvidia-smi's memory.used does not; v2 separates it."""
+    (dev,) = agent.read_gpus("auto")["devices"][:1]
+    assert dev["mem_used_mib"] == 120000 and dev["mem_total_mib"] == 143771
+    # A driver without nvmlDeviceGetMemoryInfo_v2: v1, reserved included, and nothing noted missing.
+    monkeypatch.setattr(agent_gpu, "NVML", agent_gpu._Nvml())
+    nvml.configure([dict(GPU, uuid="GPU-0")], missing={"nvmlDeviceGetMemoryInfo_v2"})
+    (dev,) = agent.read_gpus("auto")["devices"]
+    assert dev["mem_used_mib"] == 120615 and dev["error"] is None and agent_gpu.NVML.missing == []
+    # A pynvml from before the v2 struct.
+    monkeypatch.setattr(agent_gpu, "NVML", agent_gpu._Nvml())
+    monkeypatch.delattr(nvml, "nvmlMemory_v2")
+    nvml.configure([dict(GPU, uuid="GPU-0")])
+    (dev,) = agent.read_gpus("auto")["devices"]
+    assert dev["mem_used_mib"] == 120615
 
 
 def test_one_gpu_lost_the_other_still_reports(nvml):

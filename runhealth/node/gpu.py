@@ -117,9 +117,28 @@ def _util_pct(h):
 
 
 def _mem_mib(h):
-    """nvidia-smi memory.used, memory.total [MiB] (NVML reports bytes)."""
-    mem = _nv("nvmlDeviceGetMemoryInfo", h)
+    """nvidia-smi memory.used, memory.total [MiB] (NVML reports bytes).
+
+    nvidia-smi leaves the driver's reserved memory out of "used"; only NVML's v2 struct does
+    too (v1 counts it: 615 MiB more on an idle H200, measured). v2 where pynvml and the driver
+    have it, else v1.
+    """
+    mem = _memory_info_v2(h)
+    if mem is None:
+        mem = _nv("nvmlDeviceGetMemoryInfo", h)
     return (None, None) if mem is None else (mem.used >> 20, mem.total >> 20)
+
+
+def _memory_info_v2(h):
+    """nvmlDeviceGetMemoryInfo(h, nvmlMemory_v2), or None where pynvml or the driver lacks it."""
+    nv = NVML.module
+    version = getattr(nv, "nvmlMemory_v2", None)
+    if version is None:  # pynvml older than the v2 struct
+        return None
+    try:
+        return nv.nvmlDeviceGetMemoryInfo(h, version)
+    except (TypeError, nv.NVMLError):  # no version argument, or a driver without _v2
+        return None
 
 
 def _power_w(h):
