@@ -16,7 +16,7 @@ import streamlit as st
 from components import cards, figcache, figures, loaders, page, precomputed, tables
 from components.context import PageRuntime
 from components.format import md_escape
-from runhealth import pagedata
+from runhealth import hardware, pagedata
 
 PREFIX = "gpus"
 TITLE, ICON, URL_PATH = "GPUs", ":material/memory:", "GPUs"
@@ -116,11 +116,8 @@ def render_processes(gpus) -> None:
 
 def render_page(rt: PageRuntime, window: str, picked: list[str]) -> None:
     nodes = loaders.load_nodes(rt.store)
-    for n in nodes:
-        if n.get("gpu_error"):
-            st.warning(
-                md_escape(f"{n['name']}: GPU telemetry error ({n.get('gpu_source') or 'no source'}): {n['gpu_error']}")
-            )
+    for sentence in hardware.telemetry_errors(nodes):
+        st.warning(md_escape(sentence))
     gpus = loaders.load_gpu_latest(rt.store)
     if gpus.empty:
         if all(n.get("last_ok_unix") is None for n in nodes):

@@ -94,11 +94,29 @@ def gpu_state(g: Mapping[str, Any], run_writing: bool) -> str:
     return f"⚠ {words}" if any(f.level != "info" for f in found) else words
 
 
+def name_list(names: Sequence[str], shown: int = 8) -> str:
+    """ "a, b, c" with at most `shown` names, then "and N more"."""
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
 def _group(level: str, what: str, labels: list[str]) -> list[tuple[str, str]]:
-    if not labels:
-        return []
-    shown = ", ".join(labels[:8]) + (f" and {len(labels) - 8} more" if len(labels) > 8 else "")
-    return [(level, f"{what}: {shown}")]
+    return [(level, f"{what}: {name_list(labels)}")] if labels else []
+
+
+def telemetry_errors(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One sentence per distinct GPU telemetry error, naming the nodes that have it: a fleet
+    whose nodes all lack the NVIDIA driver reads one line, not one per node."""
+    by_error: dict[tuple[str, str], list[str]] = {}
+    for n in nodes:
+        if n.get("gpu_error"):
+            key = (n.get("gpu_source") or "no source", n["gpu_error"])
+            by_error.setdefault(key, []).append(n["name"])
+    out = []
+    for (source, error), names in by_error.items():
+        where = names[0] if len(names) == 1 else f"{len(names)} nodes ({name_list(names)})"
+        out.append(f"{where}: GPU telemetry error ({source}): {error}")
+    return out
 
 
 def _by_kind(gpus: Sequence[Mapping[str, Any]], run_writing: bool, kind: str) -> list[str]:

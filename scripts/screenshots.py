@@ -1,7 +1,7 @@
 """Regenerate docs/overview.png, docs/lengths.png (1600x1000), docs/kiosk.png (1920x1080) and
-docs/compare.png from the demo.
+docs/compare.png from the demo, and docs/fleet_gpus.png from a built 64-node store.
 
-    python scripts/screenshots.py [--settle-s 75] [--only compare]
+    python scripts/screenshots.py [--settle-s 75] [--only compare|fleet]
 
 Starts the demo app and Chromium exactly as tests/test_browser.py does (same helpers), waits
 until the Overview shows real truncation and throughput numbers, lets the demo run a little
@@ -23,13 +23,17 @@ ROOT = Path(__file__).resolve().parent.parent
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--settle-s", type=float, default=150, help="demo run time before capturing (chart history)")
-    parser.add_argument("--only", choices=["compare"], help="retake this screen only")
+    parser.add_argument("--only", choices=["compare", "fleet"], help="retake this screen only")
     args = parser.parse_args()
     docs = ROOT / "docs"
     docs.mkdir(exist_ok=True)
     if args.only == "compare":
         compare_shot(docs, args.settle_s)
         print(f"wrote {docs / 'compare.png'}")
+        return 0
+    if args.only == "fleet":
+        fleet_gpus(docs)
+        print(f"wrote {docs / 'fleet_gpus.png'}")
         return 0
     with (
         tempfile.TemporaryDirectory(prefix="runhealth-shots-") as tmp,
@@ -99,8 +103,9 @@ def fleet_gpus(docs: Path) -> None:
         )
         store.close()
         config = store_fixtures.write_config(Path(tmp), Path(tmp) / "x.sqlite3", nodes=64, interval_s=120)
-        env = {"RUNHEALTH_CONFIG": str(config), "RUNHEALTH_COLLECTOR": "off"}
-        with tb.streamlit_server(Path(tmp), extra_env=env) as url, sync_playwright() as p:
+        env = {"RUNHEALTH_CONFIG": str(config)}
+        # --no-collect: the built history as it is (a collector here would poll 64 nodes with no GPU).
+        with tb.streamlit_server(Path(tmp), extra_env=env, collect=False) as url, sync_playwright() as p:
             browser = tb.launch_chromium(p)
             page = browser.new_page(viewport={"width": 1600, "height": 1000})
             tb.open_page(page, url, "gpus")

@@ -53,9 +53,12 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def streamlit_server(workdir: Path, startup_s: float = 60, extra_env: dict[str, str] | None = None):
+def streamlit_server(
+    workdir: Path, startup_s: float = 60, extra_env: dict[str, str] | None = None, collect: bool = True
+):
     """Run the demo app (or, with RUNHEALTH_CONFIG in `extra_env`, that run); yields its base
-    URL. The server log is dumped if it does not start."""
+    URL. collect=False: `--no-collect`, a viewer of the stores as they are. The server log is
+    dumped if it does not start."""
     port, log_path = free_port(), workdir / "streamlit.log"
     env = {k: v for k, v in os.environ.items() if k not in ("RUNHEALTH_CONFIG", "RUNHEALTH_COLLECTOR")}
     # PYTHONPATH: `runhealth` importable even where the checkout is not installed.
@@ -63,7 +66,8 @@ def streamlit_server(workdir: Path, startup_s: float = 60, extra_env: dict[str, 
     with open(log_path, "wb") as log:
         # What a user runs, from a folder with no runhealth.toml in it: the demo.
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runhealth", "dashboard", "--port", str(port)],
+            [sys.executable, "-m", "runhealth", "dashboard", "--port", str(port)]
+            + ([] if collect else ["--no-collect"]),
             cwd=workdir,
             env=env,
             stdout=log,
@@ -214,7 +218,7 @@ def test_resample_shows_samples(server_url, browser_page):
 def test_a_deep_link_on_a_fresh_server_opens_without_page_not_found(tmp_path, browser_page):
     """The first session after a start that opens a screen by its URL gets that screen, with no
     "Page not found" (Streamlit's pages/ auto-discovery is off from the start: components/serve.py)."""
-    with streamlit_server(tmp_path, extra_env={"RUNHEALTH_COLLECTOR": "off"}) as url:
+    with streamlit_server(tmp_path, collect=False) as url:
         page = browser_page.context.browser.new_page(viewport=VIEWPORT)
         try:
             open_page(page, url, "lengths")

@@ -19,6 +19,7 @@ from streamlit.testing.v1 import AppTest
 
 from components import context
 from components.page import ERROR_PREFIX
+from runhealth import hardware
 from runhealth.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -312,6 +313,28 @@ def test_gpus_page_flags_the_lost_gpu_only(tmp_path, monkeypatch):
     gpu_alerts = {(a.node, a.gpu, a.name) for a in health.evaluate(reopened) if a.gpu is not None}
     reopened.close()
     assert gpu_alerts == {("node-4", 3, "gpu_error"), ("node-2", 5, "gpu_idle")}, gpu_alerts
+
+
+def test_gpus_page_says_each_telemetry_error_once_with_the_nodes_that_have_it(tmp_path, monkeypatch):
+    """A fleet whose nodes lack the NVIDIA library read one warning per node (64 identical lines
+    at 64 nodes, found in the fleet screenshot); now one per distinct error, naming its nodes."""
+    store, config = store_fixtures.make_store(tmp_path, "healthy")
+    no_lib = "no GPU telemetry: NVML: NVMLError_LibraryNotFound: NVML Shared Library Not Found"
+    with store.transaction() as db:
+        db.execute("UPDATE nodes SET gpu_source = NULL, gpu_error = ? WHERE name != 'node-4'", (no_lib,))
+        db.execute("UPDATE nodes SET gpu_source = 'nvml', gpu_error = 'NVML: GPU is lost' WHERE name = 'node-4'")
+    store.close()
+    at = run_page("gpus", config, monkeypatch)
+    assert_clean(at)
+    said = [w.value for w in at.warning if "telemetry error" in w.value]
+    assert len(said) == 2, said
+    assert said[0].startswith("3 nodes (node-1, node-2, node-3): GPU telemetry error (no source): no GPU telemetry")
+    assert said[1] == "node-4: GPU telemetry error (nvml): NVML: GPU is lost"
+
+
+def test_name_list_says_how_many_it_leaves_out():
+    assert hardware.name_list(["a", "b"]) == "a, b"
+    assert hardware.name_list([f"n{i}" for i in range(10)], shown=3) == "n0, n1, n2 and 7 more"
 
 
 def messages_in_order(at: AppTest) -> list[tuple[str, str]]:
