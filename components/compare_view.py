@@ -21,13 +21,15 @@ from runhealth.windows import RATE_WINDOW_S
 
 
 @st.cache_data(ttl=5, max_entries=8, hash_funcs={Store: lambda s: str(s.path)}, show_spinner=False)
-def load_run_numbers(store: Store, name: str, ceiling: int | None, target: int | None, finished: bool) -> dict:
+def load_run_numbers(
+    store: Store, name: str, ceiling: int | None, target: int | None, finished: bool
+) -> runcompare.RunNumbers:
     """One run's Compare figures (runhealth.runcompare.run_numbers), cached for 5 s."""
     return runcompare.run_numbers(store, name, ceiling, target, finished)
 
 
 @st.cache_data(ttl=10, max_entries=4, show_spinner="Checking A's forecast against B…")
-def load_comparison(_a: dict, _b: dict, key: tuple) -> dict:
+def load_comparison(_a: runcompare.RunNumbers, _b: runcompare.RunNumbers, key: tuple) -> runcompare.Comparison:
     """`key` (names and as-of times) decides reuse: the numbers themselves are not hashed."""
     return runcompare.compare_runs(_a, _b)
 
@@ -35,15 +37,15 @@ def load_comparison(_a: dict, _b: dict, key: tuple) -> dict:
 RUN_COLOURS = {"A": "#8A8F98", "B": STOP_COLOUR}  # the earlier run grey, the one it is judged against blue
 
 
-def make_overlay_figure(a: dict, b: dict) -> go.Figure:
+def make_overlay_figure(a: runcompare.RunNumbers, b: runcompare.RunNumbers) -> go.Figure:
     """Both runs' length histograms (share per bin, bars) and CDFs (lines, right axis) on one
     token axis, each run's ceiling marked."""
-    top = max(max((t for t, _c in r["hist"].length_pairs()), default=0) for r in (a, b))
+    top = max(max((t for t, _c in r.hist.length_pairs()), default=0) for r in (a, b))
     width = runcompare.overlay_width(top)
     fig = new_figure()
     for key, run in (("A", a), ("B", b)):
-        colour, name = RUN_COLOURS[key], f"{key}: {run['name']}"
-        bins = runcompare.overlay_bins(run["hist"], width, top)
+        colour, name = RUN_COLOURS[key], f"{key}: {run.name}"
+        bins = runcompare.overlay_bins(run.hist, width, top)
         fig.add_bar(
             x=[s + width / 2 for s, _ in bins],
             y=[100 * v for _s, v in bins],
@@ -52,7 +54,7 @@ def make_overlay_figure(a: dict, b: dict) -> go.Figure:
             marker_color=colour,
             opacity=0.55,
         )
-        cdf = stats.cdf_points(run["hist"])
+        cdf = stats.cdf_points(run.hist)
         fig.add_scatter(
             x=[t for t, _ in cdf],
             y=[100 * f for _t, f in cdf],
@@ -61,7 +63,7 @@ def make_overlay_figure(a: dict, b: dict) -> go.Figure:
             name=f"{name} (cumulative)",
             line=dict(color=colour, width=3),
         )
-        ceiling = run["summary"].ceiling_tokens
+        ceiling = run.summary.ceiling_tokens
         if ceiling is not None:
             vline(
                 fig,
@@ -93,59 +95,59 @@ def make_overlay_figure(a: dict, b: dict) -> go.Figure:
     return fig
 
 
-def render_headline(cmp: dict) -> None:
-    st.subheader(cards.md_escape(cmp["headline"]))
+def render_headline(cmp: runcompare.Comparison) -> None:
+    st.subheader(cards.md_escape(cmp.headline))
 
 
-def render_table(rows: list[dict[str, str]], a: dict, b: dict) -> None:
+def render_table(rows: list[dict[str, str]], a: runcompare.RunNumbers, b: runcompare.RunNumbers) -> None:
     """The side-by-side table, labelled with each run's n and how old its numbers are."""
-    df = pd.DataFrame(rows).rename(columns={"A": f"A: {a['name']}", "B": f"B: {b['name']}"})
+    df = pd.DataFrame(rows).rename(columns={"A": f"A: {a.name}", "B": f"B: {b.name}"})
     st.dataframe(df, hide_index=True, width="stretch")
     st.caption(
-        f"A: n = {a['summary'].completions:,} completions, B: n = {b['summary'].completions:,}. "
+        f"A: n = {a.summary.completions:,} completions, B: n = {b.summary.completions:,}. "
         "Shares: Wilson 95% intervals per run, Newcombe's for the difference; mean: Welch; percentiles: "
         "order-statistic intervals (approximate). Rates are averages over each run's collected life "
-        f"(A: {a['life']['spans']} poll spans, B: {b['life']['spans']}), the interval by batch means over "
+        f"(A: {a.life.spans} poll spans, B: {b.life.spans}), the interval by batch means over "
         "consecutive polls (approximate); the Overview's tok/s is the last "
         f"{fmt_window(RATE_WINDOW_S)} instead. ≥: a percentile at its run's ceiling is only a lower bound, "
         "so the difference is a bound too (≤ or ≥), and not measurable when both are at their ceilings."
     )
 
 
-def render_forecast(cmp: dict, a: dict, b: dict) -> None:
+def render_forecast(cmp: runcompare.Comparison, a: runcompare.RunNumbers, b: runcompare.RunNumbers) -> None:
     """A's what-if at B's ceiling beside what B measured there, and whether it falls inside."""
     st.subheader("Forecast vs outcome")
-    f = cmp["forecast"]
+    f = cmp.forecast
     if f is None:
-        st.info(cards.md_escape(cmp["forecast_note"]))
+        st.info(cards.md_escape(cmp.forecast_note))
         return
     verdict = "inside" if f["inside"] else "outside"
     cols = st.columns(2)
     with cols[0]:
-        st.markdown(cards.md_escape(f"A's what-if ({a['name']}, {f['model']}) predicted at {f['limit']:,}:"))
+        st.markdown(cards.md_escape(f"A's what-if ({a.name}, {f['model']}) predicted at {f['limit']:,}:"))
         st.metric(
             "still cut (predicted)",
             f"{100 * f['predicted_fraction']:.1f}%",
             help="the what-if's estimate from A's lengths below its ceiling",
         )
         st.caption(
-            f"95% interval {100 * f['interval'][0]:.1f}–{100 * f['interval'][1]:.1f}%{f.get('interval_note', '')};"
+            f"95% interval {100 * f['interval'][0]:.1f}–{100 * f['interval'][1]:.1f}%{f['interval_note']};"
             " extra tokens per "
             f"completion {f['predicted_extra_tokens']:+,.0f} ({f['predicted_extra_tokens_interval'][0]:+,.0f} to "
             f"{f['predicted_extra_tokens_interval'][1]:+,.0f})"
         )
     with cols[1]:
-        st.markdown(cards.md_escape(f"B ({b['name']}) measured at {f['limit']:,}:"))
+        st.markdown(cards.md_escape(f"B ({b.name}) measured at {f['limit']:,}:"))
         st.metric("still cut (measured)", f"{100 * f['measured_fraction']:.1f}%")
         extra = f["measured_extra_tokens"]
         st.caption(
             f"95% interval {100 * f['measured_interval'][0]:.1f}–{100 * f['measured_interval'][1]:.1f}% "
-            f"(n = {b['summary'].length_count:,}); extra tokens per completion "
+            f"(n = {b.summary.length_count:,}); extra tokens per completion "
             + (f"{extra:+,.0f}" if extra is not None else "—")
         )
     text = (
         f"The measurement falls {verdict} the predicted interval "
-        f"({100 * f['interval'][0]:.1f}–{100 * f['interval'][1]:.1f}%{f.get('interval_note', '')})."
+        f"({100 * f['interval'][0]:.1f}–{100 * f['interval'][1]:.1f}%{f['interval_note']})."
     )
     (st.success if f["inside"] else st.warning)(text)
-    st.caption(cards.md_escape(f"{cmp['forecast_note']} {cmp['prompts']}"))
+    st.caption(cards.md_escape(f"{cmp.forecast_note} {cmp.prompts}"))

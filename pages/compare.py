@@ -41,17 +41,17 @@ def pick_runs(runs: list[context.RunHandle]) -> tuple[context.RunHandle, context
     return runs[names.index(a)], runs[names.index(b)]
 
 
-def numbers(h: context.RunHandle) -> dict:
+def numbers(h: context.RunHandle) -> runcompare.RunNumbers:
     return load_run_numbers(h.store, h.config.name, h.config.max_output_tokens, h.config.target_completions, h.finished)
 
 
-def render_as_of(label: str, h: context.RunHandle, r: dict) -> None:
+def render_as_of(label: str, h: context.RunHandle, r: runcompare.RunNumbers) -> None:
     """How old each run's numbers are; a live run's in red once older than its stale_after."""
-    if r["as_of"] is None:
+    if r.as_of is None:
         st.caption(md_escape(f"{label}: waiting for first poll"))
         return
-    age = time.time() - r["as_of"]
-    text = f"{label}: Numbers as of {fmt_clock(r['as_of'])} ({fmt_age(age)} ago)"
+    age = time.time() - r.as_of
+    text = f"{label}: Numbers as of {fmt_clock(r.as_of)} ({fmt_age(age)} ago)"
     if h.finished:
         st.caption(md_escape(f"{text} · finished, not polled any more"))
     elif age > h.config.stale_after:
@@ -86,16 +86,16 @@ def render_runs(runs: list[context.RunHandle]) -> None:
         st.warning("Pick two different runs.")
         return
     a, b = numbers(ha), numbers(hb)
-    render_as_of(f"A {a['name']}", ha, a)
-    render_as_of(f"B {b['name']}", hb, b)
-    if not a["summary"].completions or not b["summary"].completions:
+    render_as_of(f"A {a.name}", ha, a)
+    render_as_of(f"B {b.name}", hb, b)
+    if not a.summary.completions or not b.summary.completions:
         st.info(
             "No completions in "
-            + " and ".join(r["name"] for r in (a, b) if not r["summary"].completions)
+            + " and ".join(r.name for r in (a, b) if not r.summary.completions)
             + " yet: nothing to compare."
         )
         return
-    cmp = load_comparison(a, b, (a["name"], a["as_of"], b["name"], b["as_of"]))
+    cmp = load_comparison(a, b, (a.name, a.as_of, b.name, b.as_of))
     compare_view.render_headline(cmp)
     st.plotly_chart(compare_view.make_overlay_figure(a, b), key=f"{PREFIX}_overlay_chart")
     compare_view.render_table(runcompare.comparison_rows(a, b, cmp), a, b)

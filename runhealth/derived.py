@@ -105,7 +105,7 @@ def final(store: Store, completions: int) -> Final:
     grown = [p["ts_unix"] for p in polls if p["completions"]]
     return Final(
         completions=completions,
-        tokens_per_s_life=runcompare.life_rates(polls)["tokens_per_s"],
+        tokens_per_s_life=runcompare.life_rates(polls).tokens_per_s,
         started_unix=polls[0]["ts_unix"] if polls else None,
         completed_unix=max(grown) if grown else None,
         last_poll_unix=store.last_collection_unix(),

@@ -17,12 +17,14 @@ Time is the dashboard's poll clock (`ts_unix`): over a whole run a node's clock 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
-from typing import Any
+from typing import NamedTuple
 
 from runhealth import activity
 from runhealth.analysis import compare, loops, rates, stats
+from runhealth.analysis.compare import Differences, Forecast
 from runhealth.records import PollRow
 from runhealth.store import Store
 
@@ -97,32 +99,39 @@ def _node_rate(spans: list[tuple[float, float, float, float]], index: int) -> tu
     return rate, k / (k - 1) * resid / dur**2 * (t975(k - 1) / Z95) ** 2
 
 
-def life_rates(polls: list[PollRow]) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class LifeRates:
+    """A run's rates over its collected life, summed over nodes, with their variances."""
+
+    tokens_per_s: float | None = None  # None: no node has two polls apart yet
+    tokens_var: float = 0.0  # (tok/s)^2
+    completions_per_s: float | None = None
+    completions_var: float = 0.0
+    spans: int = 0  # poll-to-poll spans used
+    span_s: float = 0.0  # the longest node's time covered, seconds
+
+
+def life_rates(polls: list[PollRow]) -> LifeRates:
     """Tokens and completions per second over the collected life, summed over nodes, with variances."""
     by_node: dict[str, list] = {}
     for p in polls:
         by_node.setdefault(p["node"], []).append(
             (p["ts_unix"], p["completions"] or 0, p["tokens"] or 0, bool(p["backfill"]))
         )
-    out: dict[str, Any] = {
-        "tokens_per_s": None,
-        "tokens_var": 0.0,
-        "completions_per_s": None,
-        "completions_var": 0.0,
-        "spans": 0,
-        "span_s": 0.0,
-    }
+    out = LifeRates()
     for points in by_node.values():
         spans = rates.valid_spans(points)
         tok, comp = _node_rate(spans, 3), _node_rate(spans, 2)
         if tok is None or comp is None:
             continue
-        out["tokens_per_s"] = (out["tokens_per_s"] or 0.0) + tok[0]
-        out["completions_per_s"] = (out["completions_per_s"] or 0.0) + comp[0]
-        out["tokens_var"] += tok[1]
-        out["completions_var"] += comp[1]
-        out["spans"] += len(spans)
-        out["span_s"] = max(out["span_s"], spans[-1][1] - spans[0][0])
+        out = LifeRates(
+            tokens_per_s=(out.tokens_per_s or 0.0) + tok[0],
+            tokens_var=out.tokens_var + tok[1],
+            completions_per_s=(out.completions_per_s or 0.0) + comp[0],
+            completions_var=out.completions_var + comp[1],
+            spans=out.spans + len(spans),
+            span_s=max(out.span_s, spans[-1][1] - spans[0][0]),
+        )
     return out
 
 
@@ -133,7 +142,27 @@ def _interval(value: float | None, var: float, scale: float = 1.0) -> list[float
     return [(value - half) * scale, (value + half) * scale]
 
 
-def run_numbers(store: Store, name: str, ceiling: int | None, target: int | None, finished: bool) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class RunNumbers:
+    """One run's figures for the Compare page."""
+
+    name: str
+    finished: bool
+    hist: stats.LengthHist
+    summary: stats.Summary
+    gpus: int  # GPUs its nodes reported
+    target: int | None  # completions
+    as_of: float | None  # last collection, unix seconds
+    life: LifeRates
+    tokens_per_s_per_gpu: float | None  # over its collected life
+    tokens_per_s_per_gpu_interval: list[float] | None  # 95%
+    completions_per_hour: float | None
+    completions_per_hour_interval: list[float] | None
+    eta_s: float | None  # the Overview's ETA (15-min average); None when finished or no rate
+    loop_sample: tuple[int, int] | None  # the what-if's loop term (whatif.for_run)
+
+
+def run_numbers(store: Store, name: str, ceiling: int | None, target: int | None, finished: bool) -> RunNumbers:
     """One run's figures for the Compare page (see the module docstring for the rates)."""
     rows = store.length_counts(by="run")
     hist = stats.LengthHist.from_rows((r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in rows)
@@ -141,86 +170,102 @@ def run_numbers(store: Store, name: str, ceiling: int | None, target: int | None
     summary = stats.summarize(hist, ceiling=ceiling, unparseable=sum(n["malformed"] or 0 for n in nodes))
     gpus = sum(n["gpus_found"] or 0 for n in nodes)
     life = life_rates(store.polls())
-    tps, cps = life["tokens_per_s"], life["completions_per_s"]
+    tps, cps = life.tokens_per_s, life.completions_per_s
     per_gpu = tps / gpus if tps is not None and gpus else None
     cps_now = None if finished else activity.read_rates(store, time.time()).completions_per_s_15m
     eta = None if finished else rates.eta_seconds(summary.completions, target, cps_now)
-    return {
-        "name": name,
-        "finished": finished,
-        "hist": hist,
-        "summary": summary,
-        "gpus": gpus,
-        "target": target,
-        "as_of": store.last_collection_unix(),
-        "life": life,
-        "tokens_per_s_per_gpu": per_gpu,
-        "tokens_per_s_per_gpu_interval": _interval(per_gpu, life["tokens_var"] / gpus**2) if per_gpu else None,
-        "completions_per_hour": cps * 3600 if cps is not None else None,
-        "completions_per_hour_interval": _interval(cps, life["completions_var"], 3600) if cps else None,
-        "eta_s": eta,
-        "loop_sample": loops.loop_sample(store.latest_sample_batch()),  # the what-if's loop term (for_run)
-    }
+    return RunNumbers(
+        name=name,
+        finished=finished,
+        hist=hist,
+        summary=summary,
+        gpus=gpus,
+        target=target,
+        as_of=store.last_collection_unix(),
+        life=life,
+        tokens_per_s_per_gpu=per_gpu,
+        tokens_per_s_per_gpu_interval=_interval(per_gpu, life.tokens_var / gpus**2) if per_gpu else None,
+        completions_per_hour=cps * 3600 if cps is not None else None,
+        completions_per_hour_interval=_interval(cps, life.completions_var, 3600) if cps else None,
+        eta_s=eta,
+        loop_sample=loops.loop_sample(store.latest_sample_batch()),
+    )
 
 
-def relative_change(a: float | None, var_a: float, b: float | None, var_b: float) -> dict[str, Any] | None:
+class RateChange(NamedTuple):
+    """(b - a) / a with its 95% interval (None when a variance is not finite)."""
+
+    relative: float
+    relative_interval: list[float] | None
+
+
+def relative_change(a: float | None, var_a: float, b: float | None, var_b: float) -> RateChange | None:
     """(b - a) / a with a delta-method 95% interval (independent a and b)."""
     if a is None or b is None or a <= 0:
         return None
     rel = (b - a) / a
     if not (math.isfinite(var_a) and math.isfinite(var_b)):
-        return {"relative": rel, "relative_interval": None}
+        return RateChange(rel, None)
     se = math.sqrt(var_b + (b / a) ** 2 * var_a) / a
-    return {"relative": rel, "relative_interval": [rel - Z95 * se, rel + Z95 * se]}
+    return RateChange(rel, [rel - Z95 * se, rel + Z95 * se])
 
 
-def compare_runs(a: dict[str, Any], b: dict[str, Any], bootstrap: int = 200) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """Run B against run A: what the Compare page shows under its two pickers."""
+
+    differences: Differences | None  # None when a run has no completions yet
+    rates: dict[str, RateChange | None]  # "tokens_per_s_per_gpu", "completions_per_hour"
+    forecast: Forecast | None
+    forecast_note: str  # why there is no forecast, or what it assumes
+    prompts: str  # what cannot be checked about the prompts
+    headline: str
+
+
+def compare_runs(a: RunNumbers, b: RunNumbers, bootstrap: int = 200) -> Comparison:
     """Run B against run A: differences, rate changes, forecast check and the headline."""
-    sa, sb = a["summary"], b["summary"]
+    sa, sb = a.summary, b.summary
     if not sa.completions or not sb.completions:
-        return {
-            "differences": None,
-            "rates": {},
-            "forecast": None,
-            "prompts": PROMPTS_UNCHECKED,
-            "forecast_note": "no forecast check: a run has no completions yet",
-            "headline": f"{b['name']} vs {a['name']}: no completions to compare yet",
-        }
-    diffs = compare.differences(a["hist"], sa, b["hist"], sb)
-    la, lb = a["life"], b["life"]
-    gpu_a, gpu_b = max(a["gpus"], 1), max(b["gpus"], 1)
+        return Comparison(
+            differences=None,
+            rates={},
+            forecast=None,
+            prompts=PROMPTS_UNCHECKED,
+            forecast_note="no forecast check: a run has no completions yet",
+            headline=f"{b.name} vs {a.name}: no completions to compare yet",
+        )
+    diffs = compare.differences(a.hist, sa, b.hist, sb)
+    la, lb = a.life, b.life
+    gpu_a, gpu_b = max(a.gpus, 1), max(b.gpus, 1)
     rate_changes = {
         "tokens_per_s_per_gpu": relative_change(
-            a["tokens_per_s_per_gpu"],
-            la["tokens_var"] / gpu_a**2,
-            b["tokens_per_s_per_gpu"],
-            lb["tokens_var"] / gpu_b**2,
+            a.tokens_per_s_per_gpu, la.tokens_var / gpu_a**2, b.tokens_per_s_per_gpu, lb.tokens_var / gpu_b**2
         ),
         "completions_per_hour": relative_change(
-            la["completions_per_s"], la["completions_var"], lb["completions_per_s"], lb["completions_var"]
+            la.completions_per_s, la.completions_var, lb.completions_per_s, lb.completions_var
         ),
     }
-    forecast, note = compare.forecast_check(
-        a["hist"], sa, b["hist"], sb, bootstrap=bootstrap, loop_sample=a.get("loop_sample")
+    forecast, note = compare.forecast_check(a.hist, sa, b.hist, sb, bootstrap=bootstrap, loop_sample=a.loop_sample)
+    return Comparison(
+        differences=diffs,
+        rates=rate_changes,
+        forecast=forecast,
+        forecast_note=note,
+        prompts=PROMPTS_UNCHECKED,
+        headline=headline(sa, sb, diffs, rate_changes),
     )
-    return {
-        "differences": diffs,
-        "rates": rate_changes,
-        "forecast": forecast,
-        "forecast_note": note,
-        "prompts": PROMPTS_UNCHECKED,
-        "headline": headline(sa, sb, diffs, rate_changes),
-    }
 
 
-def headline(sum_a: stats.Summary, sum_b: stats.Summary, diffs: dict, rate_changes: dict) -> str:
+def headline(
+    sum_a: stats.Summary, sum_b: stats.Summary, diffs: Differences, rate_changes: dict[str, RateChange | None]
+) -> str:
     """runhealth.analysis.compare's sentence, plus the tok/s per GPU change (with its 95% interval)
     when both runs have a rate."""
     text = compare.headline(sum_a, sum_b, diffs)
     tps = rate_changes.get("tokens_per_s_per_gpu")
     if tps is not None:
-        text += f"; tok/s per GPU {_signed_pct(tps['relative'])}"
-        iv = tps.get("relative_interval")
+        text += f"; tok/s per GPU {_signed_pct(tps.relative)}"
+        iv = tps.relative_interval
         if iv is not None:  # a rate from polls is an estimate: its interval goes with it
             text += f" ({_signed_pct(iv[0])} to {_signed_pct(iv[1])})"
     return text
@@ -234,11 +279,19 @@ def fmt_interval(iv: list[float] | None, scale: float = 1.0, fmt: str = "{:+,.0f
     return "—" if iv is None else f"{fmt.format(iv[0] * scale)} to {fmt.format(iv[1] * scale)}"
 
 
-def comparison_rows(a: dict[str, Any], b: dict[str, Any], cmp: dict[str, Any]) -> list[dict[str, str]]:
+def comparison_rows(a: RunNumbers, b: RunNumbers, cmp: Comparison) -> list[dict[str, str]]:
     """The side-by-side table: metric, A, B, B - A and its 95% interval, all as display text."""
-    sa, sb, d = a["summary"], b["summary"], cmp["differences"] or {}
+    rows = [*_length_rows(a.summary, b.summary, cmp.differences), *_rate_rows(a, b, cmp.rates)]
+    rows.append({"metric": "ETA", "A": _eta_text(a), "B": _eta_text(b), "B − A": "", "95% interval": ""})
+    return rows
+
+
+def _length_rows(sa: stats.Summary, sb: stats.Summary, d: Differences | None) -> list[dict[str, str]]:
+    """The share cut, mean and percentile rows (none before both runs have completions)."""
+    if d is None:
+        return []
     rows = []
-    share = d.get("truncated_fraction")
+    share = d["truncated_fraction"]
     if share:
         ia, ib = (stats.wilson_interval(s.at_ceiling, s.length_count) for s in (sa, sb))
         rows.append(
@@ -250,7 +303,7 @@ def comparison_rows(a: dict[str, Any], b: dict[str, Any], cmp: dict[str, Any]) -
                 "95% interval": fmt_interval(share["interval"], 100, "{:+.1f}") + " pts",
             }
         )
-    mean = d.get("mean_tokens")
+    mean = d["mean_tokens"]
     if mean:
         rows.append(
             {
@@ -261,66 +314,56 @@ def comparison_rows(a: dict[str, Any], b: dict[str, Any], cmp: dict[str, Any]) -
                 "95% interval": fmt_interval(mean["interval"]),
             }
         )
-    for key, label in (("p50", "median"), ("p90", "P90"), ("p99", "P99")):
-        p = d.get(key)
+    for label, p in (("median", d["p50"]), ("P90", d["p90"]), ("P99", d["p99"])):
         if p:
             rows.append(_percentile_row(f"{label} tokens", p))
-    rows.extend(_rate_rows(a, b, cmp["rates"]))
-    rows.append({"metric": "ETA", "A": _eta_text(a), "B": _eta_text(b), "B − A": "", "95% interval": ""})
     return rows
 
 
-def _percentile_row(metric: str, p: dict[str, Any]) -> dict[str, str]:
+def _percentile_row(metric: str, p: compare.PercentileDiff) -> dict[str, str]:
     """A percentile's row. One at its run's ceiling is only a lower bound (those completions were
     cut): its cell reads "≥"; with A's there, B - A is at most the figure, with B's there at
     least; with both there, B - A is the gap between the ceilings, not a measurement."""
     cut = p["at_ceiling"]
-    cells = {k.upper(): ("≥ " if k in cut else "") + f"{p[k]:,}" for k in ("a", "b")}
+    cells = {k.upper(): ("≥ " if k in cut else "") + f"{value:,}" for k, value in (("a", p["a"]), ("b", p["b"]))}
     if len(cut) == 2:
         return {"metric": metric, **cells, "B − A": BOTH_AT_CEILING, "95% interval": NOT_MEASURABLE}
-    bound = {("a",): "≤ ", ("b",): "≥ "}.get(tuple(cut), "")
+    bound = {"a": "≤ ", "b": "≥ "}.get(cut[0], "") if len(cut) == 1 else ""
     interval = fmt_interval(p["interval"]) + " (approx.)"
     return {"metric": metric, **cells, "B − A": f"{bound}{p['difference']:+,}", "95% interval": interval}
 
 
-def _rate_rows(a: dict, b: dict, changes: dict) -> list[dict[str, str]]:
+def _rate_rows(a: RunNumbers, b: RunNumbers, changes: dict[str, RateChange | None]) -> list[dict[str, str]]:
     out = []
-    for key, label, fmt in (
-        ("tokens_per_s_per_gpu", "tok/s per GPU", "{:,.0f}"),
-        ("completions_per_hour", "completions per hour", "{:,.0f}"),
-    ):
+    for key, label in (("tokens_per_s_per_gpu", "tok/s per GPU"), ("completions_per_hour", "completions per hour")):
         ch = changes.get(key)
-        cells = [
-            fmt.format(r[key])
-            + (
-                f" ({fmt.format(r[key + '_interval'][0])}–{fmt.format(r[key + '_interval'][1])})"
-                if r[key + "_interval"]
-                else ""
-            )
-            if r[key] is not None
-            else "no rate yet"
-            for r in (a, b)
-        ]
+        cells = [_rate_cell(getattr(r, key), getattr(r, key + "_interval")) for r in (a, b)]
         out.append(
             {
                 "metric": label,
                 "A": cells[0],
                 "B": cells[1],
-                "B − A": f"{100 * ch['relative']:+.1f}%" if ch else "—",
-                "95% interval": fmt_interval(ch["relative_interval"], 100, "{:+.1f}") + "%"
-                if ch and ch["relative_interval"]
+                "B − A": f"{100 * ch.relative:+.1f}%" if ch else "—",
+                "95% interval": fmt_interval(ch.relative_interval, 100, "{:+.1f}") + "%"
+                if ch and ch.relative_interval
                 else "—",
             }
         )
     return out
 
 
-def _eta_text(r: dict) -> str:
-    if r["finished"]:
+def _rate_cell(value: float | None, interval: list[float] | None) -> str:
+    if value is None:
+        return "no rate yet"
+    return f"{value:,.0f}" + (f" ({interval[0]:,.0f}–{interval[1]:,.0f})" if interval else "")
+
+
+def _eta_text(r: RunNumbers) -> str:
+    if r.finished:
         return "finished"
-    if r["eta_s"] is None:
+    if r.eta_s is None:
         return "no target or no rate yet"
-    return f"{r['eta_s'] / 3600:,.1f} h" if r["eta_s"] else "target reached"
+    return f"{r.eta_s / 3600:,.1f} h" if r.eta_s else "target reached"
 
 
 def overlay_bins(hist: stats.LengthHist, width: int, max_tokens: int) -> list[tuple[int, float]]:

@@ -70,40 +70,40 @@ def test_truth_is_the_simulators_distribution():
 
 def test_core_numbers_match_the_simulator(demo_cache):
     a, b = numbers(demo_cache)
-    sa, sb = a["summary"], b["summary"]
-    assert sa.ceiling_tokens == 4096 and sb.ceiling_tokens == 8192 and a["gpus"] == b["gpus"] == 7
+    sa, sb = a.summary, b.summary
+    assert sa.ceiling_tokens == 4096 and sb.ceiling_tokens == 8192 and a.gpus == b.gpus == 7
     assert within(sa.at_ceiling_fraction, demo.truth(4096)["cut_fraction"], sa.completions)
     assert within(sb.at_ceiling_fraction, demo.truth(8192)["cut_fraction"], sb.completions)
     for r, truth, tps in ((a, 4096, demo.TOKENS_PER_S_PER_WORKER), (b, 8192, demo.TOKENS_PER_S_B)):
-        assert abs(r["summary"].tokens.mean / demo.truth(truth)["mean_tokens"] - 1) < 0.05
+        assert abs(r.summary.tokens.mean / demo.truth(truth)["mean_tokens"] - 1) < 0.05
         # The history was polled at the simulator's rate: tok/s per GPU is what it was told.
-        lo, hi = r["tokens_per_s_per_gpu_interval"]
-        assert abs(r["tokens_per_s_per_gpu"] / tps - 1) < 0.06 and lo < r["tokens_per_s_per_gpu"] < hi
-    assert a["eta_s"] is None and b["eta_s"] > 0  # A finished; B has 900K completions to go
+        lo, hi = r.tokens_per_s_per_gpu_interval
+        assert abs(r.tokens_per_s_per_gpu / tps - 1) < 0.06 and lo < r.tokens_per_s_per_gpu < hi
+    assert a.eta_s is None and b.eta_s > 0  # A finished; B has 900K completions to go
 
 
 def test_forecast_check_and_headline(demo_cache):
     a, b = numbers(demo_cache)
     cmp = runcompare.compare_runs(a, b)
-    f = cmp["forecast"]
+    f = cmp.forecast
     assert f["limit"] == 8192 and f["inside"]
     lo, hi = f["interval"]
     assert lo <= f["measured_fraction"] <= hi and lo < demo.truth(8192)["cut_fraction"] < hi
-    assert "cannot be checked" in cmp["prompts"]
+    assert "cannot be checked" in cmp.prompts
     assert re.fullmatch(
         r"At 8,192: \d\.\d% still cut \(was 1\d\.\d% at 4,096\); completions \d+% longer; "
         r"tok/s per GPU [+−]\d+% \([+−]\d+% to [+−]\d+%\)",  # an estimate: its interval goes with it
-        cmp["headline"],
-    ), cmp["headline"]
-    tps = cmp["rates"]["tokens_per_s_per_gpu"]
-    assert tps["relative_interval"][0] < tps["relative"] < tps["relative_interval"][1]
+        cmp.headline,
+    ), cmp.headline
+    tps = cmp.rates["tokens_per_s_per_gpu"]
+    assert tps.relative_interval[0] < tps.relative < tps.relative_interval[1]
 
 
 def test_no_forecast_when_b_is_not_above_a(demo_cache):
     a, b = numbers(demo_cache)
     cmp = runcompare.compare_runs(b, a)
-    assert cmp["forecast"] is None and "not above" in cmp["forecast_note"]
-    assert "still cut (was" in cmp["headline"] and "shorter" in cmp["headline"]
+    assert cmp.forecast is None and "not above" in cmp.forecast_note
+    assert "still cut (was" in cmp.headline and "shorter" in cmp.headline
 
 
 def test_life_rates_ratio_estimator():
@@ -114,10 +114,10 @@ def test_life_rates_ratio_estimator():
         for i in range(6)
     ]
     life = runcompare.life_rates(polls)
-    assert life["tokens_per_s"] == pytest.approx(100 + 200) and life["completions_per_s"] == pytest.approx(1.5)
-    assert life["tokens_var"] == 0 and life["spans"] == 10
-    assert runcompare.life_rates(polls[:1])["tokens_per_s"] is None  # a backfill alone is no rate
-    assert runcompare.relative_change(100.0, 4.0, 96.0, 4.0)["relative"] == pytest.approx(-0.04)
+    assert life.tokens_per_s == pytest.approx(100 + 200) and life.completions_per_s == pytest.approx(1.5)
+    assert life.tokens_var == 0 and life.spans == 10
+    assert runcompare.life_rates(polls[:1]).tokens_per_s is None  # a backfill alone is no rate
+    assert runcompare.relative_change(100.0, 4.0, 96.0, 4.0).relative == pytest.approx(-0.04)
 
 
 def drifting_polls(rng: random.Random, n: int, rate: float, phi: float = 0.9) -> list[dict]:
@@ -138,12 +138,12 @@ def test_rate_intervals_hold_their_coverage_when_rates_drift():
     for _ in range(300):
         polls = drifting_polls(rng, 400, 1000.0)
         life = runcompare.life_rates(polls)
-        half = 1.96 * math.sqrt(life["tokens_var"])
-        covered += abs(life["tokens_per_s"] - 1000.0) <= half
+        half = 1.96 * math.sqrt(life.tokens_var)
+        covered += abs(life.tokens_per_s - 1000.0) <= half
         spans = rates.valid_spans([(p["ts_unix"], p["completions"], p["tokens"], p["backfill"]) for p in polls])
-        resid = sum((s[3] - life["tokens_per_s"] * (s[1] - s[0])) ** 2 for s in spans)
+        resid = sum((s[3] - life.tokens_per_s * (s[1] - s[0])) ** 2 for s in spans)
         naive_half = 1.96 * math.sqrt(len(spans) / (len(spans) - 1) * resid) / (spans[-1][1] - spans[0][0])
-        naive_covered += abs(life["tokens_per_s"] - 1000.0) <= naive_half
+        naive_covered += abs(life.tokens_per_s - 1000.0) <= naive_half
     assert naive_covered / 300 < 0.6, naive_covered  # the old rule: far too narrow here
     assert 0.88 <= covered / 300 <= 0.995, covered
 
@@ -203,7 +203,7 @@ def test_compare_page_over_the_demo(demo_cache, monkeypatch):
     assert table.loc["P99 tokens", "95% interval"] == "not measurable"  # was "+4,096 to +4,096"
     assert at.success and "falls inside the predicted interval" in at.success[0].value
     a, b = numbers(demo_cache)
-    assert f"A: n = {a['summary'].completions:,} completions, B: n = {b['summary'].completions:,}" in text
+    assert f"A: n = {a.summary.completions:,} completions, B: n = {b.summary.completions:,}" in text
     assert "cannot be checked" in text
     assert "A demo-4096: Numbers as of" in text and "finished, not polled any more" in text
     at.selectbox(key="compare_run_a").set_value("demo-8192").run()
@@ -302,7 +302,7 @@ def test_a_finished_runs_overview_shows_its_final_figures(demo_cache, monkeypatc
     life = re.search(r"Tokens / s · average over its life</div><div class=\"rh-value\">([\d.,]+)(K?)<", text)
     assert life, text
     shown = float(life.group(1).replace(",", "")) * (1000 if life.group(2) else 1)
-    assert abs(shown / a["life"]["tokens_per_s"] - 1) < 0.01  # the same life average Compare uses
+    assert abs(shown / a.life.tokens_per_s - 1) < 0.01  # the same life average Compare uses
     assert "Completed at" in text and "duration " in text and "FINISHED" in text
     at = run("nodes", demo_cache, monkeypatch, url_run="demo-4096")
     text = page_text(at)

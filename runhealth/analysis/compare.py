@@ -21,6 +21,7 @@ that, so every output says it.
 from __future__ import annotations
 
 import math
+from typing import TypedDict
 
 from runhealth.analysis import stats, whatif
 from runhealth.analysis.stats import LengthHist, Summary, length_source, wilson_interval
@@ -32,7 +33,56 @@ SAME_PROMPTS = (
 )
 
 
-def newcombe_diff(k_a: int, n_a: int, k_b: int, n_b: int) -> dict:
+# The shapes below are `runhealth compare --json`'s too: TypedDicts, so the JSON stays as it is
+# while every reader's keys are checked.
+class ShareDiff(TypedDict):
+    a: float  # shares, 0..1
+    b: float
+    difference: float  # b - a
+    interval: list[float]  # 95%, [lo, hi]
+
+
+class MeanDiff(TypedDict):
+    a: float  # mean tokens per completion
+    b: float
+    difference: float
+    interval: list[float]
+    relative: float | None  # difference / a
+    relative_interval: list[float] | None
+
+
+class PercentileDiff(TypedDict):
+    a: int  # tokens
+    b: int
+    difference: int
+    interval: list[float]  # approximate
+    at_ceiling: list[str]  # "a", "b": whose value is only a lower bound
+
+
+class Differences(TypedDict):
+    truncated_fraction: ShareDiff
+    mean_tokens: MeanDiff | None
+    p50: PercentileDiff | None
+    p90: PercentileDiff | None
+    p99: PercentileDiff | None
+
+
+class Forecast(TypedDict):
+    limit: int  # B's ceiling, tokens
+    predicted_fraction: float
+    interval: list[float]
+    interval_note: str  # the loop term, said beside the interval ("" when none)
+    measured_fraction: float
+    inside: bool
+    measured_interval: list[float]
+    model: str | None  # the what-if's model (set whenever a forecast is made)
+    predicted_extra_tokens: float | None
+    predicted_extra_tokens_interval: list[float]
+    measured_extra_tokens: float | None
+    assumes_same_prompts: bool
+
+
+def newcombe_diff(k_a: int, n_a: int, k_b: int, n_b: int) -> ShareDiff:
     """Share difference p_b - p_a with Newcombe's hybrid score 95% interval."""
     p_a = k_a / n_a if n_a else 0.0
     p_b = k_b / n_b if n_b else 0.0
@@ -54,7 +104,7 @@ def _moments(pairs: list[tuple[int, int]]) -> tuple[int, float, float]:
     return n, mean, var
 
 
-def mean_diff(pairs_a: list[tuple[int, int]], pairs_b: list[tuple[int, int]]) -> dict | None:
+def mean_diff(pairs_a: list[tuple[int, int]], pairs_b: list[tuple[int, int]]) -> MeanDiff | None:
     """Mean tokens per completion, B - A, with a Welch 95% interval and the relative change."""
     n_a, m_a, v_a = _moments(pairs_a)
     n_b, m_b, v_b = _moments(pairs_b)
@@ -85,7 +135,7 @@ def quantile_interval(pairs: list[tuple[int, int]], q: float) -> tuple[int, int,
     return point, lo, hi
 
 
-def percentile_diff(pairs_a, pairs_b, q: float, ceilings=(None, None)) -> dict | None:
+def percentile_diff(pairs_a, pairs_b, q: float, ceilings=(None, None)) -> PercentileDiff | None:
     """Percentile B - A with an approximate 95% interval (the two order-statistic intervals combined).
 
     A percentile at its run's ceiling is only a lower bound (those completions were cut):
@@ -103,16 +153,17 @@ def percentile_diff(pairs_a, pairs_b, q: float, ceilings=(None, None)) -> dict |
     return {"a": a[0], "b": b[0], "difference": d, "interval": [lo, hi], "at_ceiling": cut}
 
 
-def differences(hist_a: LengthHist, sum_a: Summary, hist_b: LengthHist, sum_b: Summary) -> dict:
+def differences(hist_a: LengthHist, sum_a: Summary, hist_b: LengthHist, sum_b: Summary) -> Differences:
     """B - A for the truncated share (each at its own ceiling), mean, median, P90 and P99."""
     pairs_a, pairs_b = length_source(hist_a)[0].length_pairs(), length_source(hist_b)[0].length_pairs()
-    out = {
+    ceilings = (sum_a.ceiling_tokens, sum_b.ceiling_tokens)
+    return {
         "truncated_fraction": newcombe_diff(sum_a.at_ceiling, sum_a.length_count, sum_b.at_ceiling, sum_b.length_count),
         "mean_tokens": mean_diff(pairs_a, pairs_b),
+        "p50": percentile_diff(pairs_a, pairs_b, 0.5, ceilings),
+        "p90": percentile_diff(pairs_a, pairs_b, 0.9, ceilings),
+        "p99": percentile_diff(pairs_a, pairs_b, 0.99, ceilings),
     }
-    for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
-        out[name] = percentile_diff(pairs_a, pairs_b, q, (sum_a.ceiling_tokens, sum_b.ceiling_tokens))
-    return out
 
 
 def forecast_check(
@@ -122,7 +173,7 @@ def forecast_check(
     sum_b: Summary,
     bootstrap: int = whatif.BOOTSTRAP,
     loop_sample: tuple[int, int] | None = None,
-) -> tuple[dict | None, str]:
+) -> tuple[Forecast | None, str]:
     """A's what-if (whatif.for_run, with A's loop sample: the same interval A's Output lengths
     page shows at that limit) at B's ceiling against B's measured share still cut there.
 
@@ -142,7 +193,7 @@ def forecast_check(
         return None, f"no forecast check: {w.note}"
     mean_a, mean_b = sum_a.tokens.mean, sum_b.tokens.mean
     mean = mean_b - mean_a if sum_a.length_count and mean_a is not None and mean_b is not None else None
-    return {
+    forecast: Forecast = {
         "limit": int(c_b),
         "predicted_fraction": outcome["forecast"],
         "interval": outcome["interval"],
@@ -155,10 +206,11 @@ def forecast_check(
         "predicted_extra_tokens_interval": w.extra_tokens_interval,
         "measured_extra_tokens": mean,
         "assumes_same_prompts": True,
-    }, SAME_PROMPTS
+    }
+    return forecast, SAME_PROMPTS
 
 
-def headline(sum_a: Summary, sum_b: Summary, diffs: dict) -> str:
+def headline(sum_a: Summary, sum_b: Summary, diffs: Differences) -> str:
     """The "B vs A" sentence, e.g. "At 8,192: 2.4% still cut (was 18.0% at 4,096); completions 31% longer"."""
 
     def at(s: Summary) -> str:
