@@ -139,7 +139,7 @@ def _interval(value: float | None, var: float, scale: float = 1.0) -> list[float
     if value is None or not math.isfinite(var):
         return None
     half = Z95 * math.sqrt(var)
-    return [(value - half) * scale, (value + half) * scale]
+    return [max(0.0, value - half) * scale, (value + half) * scale]  # a rate is never below 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,7 +207,7 @@ def relative_change(a: float | None, var_a: float, b: float | None, var_b: float
     if not (math.isfinite(var_a) and math.isfinite(var_b)):
         return RateChange(rel, None)
     se = math.sqrt(var_b + (b / a) ** 2 * var_a) / a
-    return RateChange(rel, [rel - Z95 * se, rel + Z95 * se])
+    return RateChange(rel, [max(-1.0, rel - Z95 * se), rel + Z95 * se])  # a rate falls by 100% at most
 
 
 @dataclasses.dataclass(frozen=True)

@@ -118,6 +118,10 @@ def test_life_rates_ratio_estimator():
     assert life.tokens_var == 0 and life.spans == 10
     assert runcompare.life_rates(polls[:1]).tokens_per_s is None  # a backfill alone is no rate
     assert runcompare.relative_change(100.0, 4.0, 96.0, 4.0).relative == pytest.approx(-0.04)
+    # A wide interval from few polls stays where a rate can be: not below 0, not below -100%
+    # (the Compare table read "32,628 (-3,786–69,041)" completions per hour and "-110.9 to +94.1%").
+    assert runcompare.relative_change(100.0, 900.0, 50.0, 900.0).relative_interval[0] == -1.0
+    assert runcompare._interval(10.0, 100.0) == [0.0, pytest.approx(10.0 + 1.959964 * 10)]
 
 
 def drifting_polls(rng: random.Random, n: int, rate: float, phi: float = 0.9) -> list[dict]:
