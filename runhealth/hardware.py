@@ -95,7 +95,7 @@ def gpu_state(g: Mapping[str, Any], run_writing: bool) -> str:
 
 
 def name_list(names: Sequence[str], shown: int = 8) -> str:
-    """ "a, b, c" with at most `shown` names, then "and N more"."""
+    """The names joined with commas, at most `shown` of them, then "and N more"."""
     more = len(names) - shown
     return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
 

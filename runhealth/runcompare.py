@@ -118,21 +118,20 @@ def life_rates(polls: list[PollRow]) -> LifeRates:
         by_node.setdefault(p["node"], []).append(
             (p["ts_unix"], p["completions"] or 0, p["tokens"] or 0, bool(p["backfill"]))
         )
-    out = LifeRates()
+    tps = cps = None
+    tokens_var = completions_var = span_s = 0.0
+    n_spans = 0
     for points in by_node.values():
         spans = rates.valid_spans(points)
         tok, comp = _node_rate(spans, 3), _node_rate(spans, 2)
         if tok is None or comp is None:
             continue
-        out = LifeRates(
-            tokens_per_s=(out.tokens_per_s or 0.0) + tok[0],
-            tokens_var=out.tokens_var + tok[1],
-            completions_per_s=(out.completions_per_s or 0.0) + comp[0],
-            completions_var=out.completions_var + comp[1],
-            spans=out.spans + len(spans),
-            span_s=max(out.span_s, spans[-1][1] - spans[0][0]),
-        )
-    return out
+        tps, cps = (tps or 0.0) + tok[0], (cps or 0.0) + comp[0]
+        tokens_var += tok[1]
+        completions_var += comp[1]
+        n_spans += len(spans)
+        span_s = max(span_s, spans[-1][1] - spans[0][0])
+    return LifeRates(tps, tokens_var, cps, completions_var, n_spans, span_s)
 
 
 def _interval(value: float | None, var: float, scale: float = 1.0) -> list[float] | None:
