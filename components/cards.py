@@ -22,7 +22,7 @@ import streamlit as st
 from components.format import fmt_bytes, fmt_rate, fmt_window, md_escape
 from components.loaders import Throughput
 from components.tables import finished_line, indexing_progress, last_error_line, node_table, why_empty
-from runhealth import derived
+from runhealth import derived, storefile
 from runhealth.activity import NodeRate, RunRates
 from runhealth.analysis.stats import Summary
 from runhealth.health import fmt_age, level, node_status
@@ -125,6 +125,19 @@ def render_store_incident(store: Any) -> None:
     incident = store.check_file()  # page reads are cached: look at the file itself
     if incident is not None and time.time() - incident[1] < 24 * 3600:
         st.warning(md_escape(incident[0]))
+
+
+def render_store_privacy(store: Any) -> None:
+    """Warn when the store (it holds sampled prompts and completions) is readable by other users."""
+    exposed = storefile.readable_by_others(store.path)
+    if exposed:
+        st.warning(
+            md_escape(
+                "The history store holds sampled prompts and completions and is readable by other users "
+                f"on this machine: {', '.join(exposed)}. New stores are created owner-only (0600); "
+                f"fix this one with `chmod 600 {store.path}*` (and `chmod 700` its folder)."
+            )
+        )
 
 
 def render_sample(sample: StoredSample) -> None:

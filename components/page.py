@@ -2,7 +2,7 @@
 
 app.py calls `setup()` after `st.navigation` and before the chosen page's `render(rt)`. It
 stops the page with a plain `st.error` when the config is wrong (the message names file, node
-and field), applies the optional allow-list, and draws the sidebar every screen shares under
+and field), keeps only the runs this viewer may see (components/access.py), and draws the sidebar every screen shares under
 Streamlit's navigation: run name, DEMO badge, how old the data is (red once it is older than
 stale_after: a frozen screen must never look healthy) and "Refresh now".
 """
@@ -18,8 +18,9 @@ import pandas as pd
 import streamlit as st
 from streamlit.navigation.page import StreamlitPage
 
-from components import cards, context, loaders, runpicker, tables
+from components import access, cards, context, loaders, runpicker, tables
 from components.format import fmt_clock, md_escape
+from runhealth import exposure
 from runhealth.config import fix_hint
 from runhealth.health import fmt_age, node_status
 
@@ -143,8 +144,9 @@ def setup(
         st.stop()
     if rt.config_error:  # a refused edit: the last good config goes on, said on every page
         render_config_banner(rt)
+    render_open_banner(rt)
+    rt = access.restrict(rt)  # only the runs this viewer may see, before the picker and ?run=
     view = context.ready(rt)
-    _check_access(view.config.allowed_users)
     if query_flag("theme", "light"):
         st.markdown(LIGHT_CSS, unsafe_allow_html=True)
     with st.sidebar:
@@ -188,6 +190,15 @@ def setup(
     if line and not (title_is_run and not runpicker.is_finished(context.ready(rt))):
         st.caption(md_escape(line))
     return rt
+
+
+def render_open_banner(rt: context.Runtime) -> None:
+    """On every page of a dashboard served beyond this machine with a run no sign-in protects
+    (`runhealth dashboard --public-without-auth`, or `streamlit run` with another address)."""
+    address = str(st.get_option("server.address") or "")
+    lists = [h.config.allowed_users for h in rt.runs] or [rt.config.allowed_users if rt.config else []]
+    if not exposure.is_loopback(address) and exposure.open_runs(lists, access.auth_configured()):
+        st.error(md_escape("⚠ " + exposure.open_banner(address or "every address", st.get_option("server.port"))))
 
 
 CONFIG_BANNER = "The config file's latest edit was refused"
@@ -376,27 +387,3 @@ def download_headline(rt: context.PageRuntime, prefix: str) -> None:
             mime="text/csv",
             key=f"{prefix}_headline_csv",
         )
-
-
-def _check_access(allowed_users: list[str]) -> None:
-    """Enforce `allowed_users` when Streamlit authentication is configured ([auth] in secrets)."""
-    if not allowed_users:
-        return
-    try:
-        auth_configured = "auth" in st.secrets
-    except Exception:  # no secrets file at all
-        auth_configured = False
-    if not auth_configured:
-        # Fail closed: an allow-list nobody can be checked against must not mean "everyone".
-        st.error(
-            "This run sets allowed_users, but no [auth] section is configured in "
-            ".streamlit/secrets.toml, so no one can sign in: refusing to show the run."
-        )
-        st.stop()
-    if not st.user.is_logged_in:
-        st.info("This run's dashboard is restricted. Sign in to continue.")
-        st.button("Log in", on_click=st.login, key="page_login_button")
-        st.stop()
-    if st.user.get("email") not in allowed_users:
-        st.error(f"{st.user.get('email')} is not in this run's allowed_users.")
-        st.stop()

@@ -53,6 +53,7 @@ def render_node(rt: PageRuntime, node: NodeRow, now: float, shards) -> None:
 def render_page(rt: PageRuntime) -> None:
     now = time.time()
     page.guarded(render_collector)(rt)  # no collector process: say so before any number
+    page.guarded(cards.render_store_privacy)(rt.store)
     nodes = loaders.load_nodes(rt.store)
     if not nodes:
         st.info("No nodes registered yet: waiting for first poll (is the collector running?).")

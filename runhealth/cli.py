@@ -23,7 +23,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from runhealth import __version__, launch, runs, service, supervise
+from runhealth import __version__, exposure, launch, runs, service, supervise
 from runhealth.analysis import compare, stats, whatif
 from runhealth.collector import Collector
 from runhealth.config import find_config_path
@@ -311,6 +311,14 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         print(f"error: {path}: config file not found", file=sys.stderr)
         return 2
     port, address = launch.listen_on(args.port, args.address)
+    refused = (
+        None if args.public_without_auth else exposure.refusal(address, _allow_lists(path), exposure.auth_configured())
+    )
+    if refused is not None:
+        print(f"error: {refused}", file=sys.stderr)
+        return 2
+    if args.public_without_auth and not exposure.is_loopback(address):
+        print(f"WARNING: {exposure.open_banner(address, port)}", file=sys.stderr, flush=True)
     problem = supervise.port_problem(port, address)
     if problem is not None:  # before anything starts or any URL is printed
         print(f"error: {problem}", file=sys.stderr)
@@ -324,6 +332,16 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         print(f"runhealth dashboard on http://{address}:{port} ({where}; {how})", file=sys.stderr, flush=True)
 
     return supervise.run_dashboard(viewer, collector, announce)
+
+
+def _allow_lists(path: Path | None) -> list[list[str]] | None:
+    """Each run's allowed_users (the demo: one open run); None when the config does not load."""
+    if path is None:
+        return [[]]
+    try:
+        return [entry.config.allowed_users for entry in runs.load_runs(path)]
+    except RunhealthError:
+        return None
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
@@ -371,6 +389,12 @@ def add_dashboard(sub) -> None:
         "--no-collect",
         action="store_true",
         help="do not start the collector: only read the stores (e.g. next to the runhealth-collect systemd unit)",
+    )
+    p.add_argument(
+        exposure.FLAG,
+        action="store_true",
+        help="serve on a non-loopback --address with no sign-in: ANYONE who reaches the port reads prompts and"
+        " completions (refused without this flag unless every run has allowed_users and [auth] is configured)",
     )
     p.set_defaults(func=cmd_dashboard)
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from runhealth import pagedata, rollup, sampling, scheduler, textsafe
+from runhealth import pagedata, rollup, sampling, scheduler, storefile, textsafe
 from runhealth.analysis import lengthtime
 from runhealth.analysis.servermetrics import merge_endpoints as merge_metrics
 from runhealth.config import NodeConfig, RunConfig, RunContext
@@ -204,7 +204,7 @@ class Collector:
         if self._lock_file is not None:
             return
         path = f"{self.store.path}.collector.lock"
-        lock_file = open(path, "w")  # noqa: SIM115 - held for the collector's life
+        lock_file = storefile.open_private(path)  # held for the collector's life
         try:
             fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

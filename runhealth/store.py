@@ -79,7 +79,7 @@ class Store:
         self.incident: tuple[str, float] | None = None  # (plain words, when) after a recreation
         self._reason_namer: tuple[int, reasons.Namer] | None = None  # (generation, namer)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            storefile.create_private(self.path)
             with self._write_lock:
                 db = self._open_file()
             self._local.db, self._local.generation = db, self._generation
@@ -176,7 +176,7 @@ class Store:
                         " runhealth to use it again (connections to it that other threads may still hold"
                         " cannot be reopened safely); it was left untouched"
                     )
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                storefile.create_private(self.path)
                 db = self._open_file()
             except (StoreError, sqlite3.Error, OSError) as exc:
                 raise self._refuse(reason, exc) from None

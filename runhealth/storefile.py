@@ -16,6 +16,10 @@ collector or dashboard). This module holds the file-level rules it needs:
 - A file that is not empty and not a runhealth store (another program's database, a damaged
   file), or one newer than this code, is refused untouched (`check_is_store`, `precheck`),
   before anything (even the WAL switch) is written to it.
+- A store holds prompt and completion text (the `samples` table): a new one is created owner-only
+  (`create_private`: the file 0600 before SQLite opens it, so its -wal/-shm, which SQLite
+  creates with the database file's mode, are 0600 too; folders it makes 0700), and
+  `readable_by_others` says when an existing one is not.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import os
 import sqlite3
 import urllib.parse
 from pathlib import Path
+from typing import TextIO
 
 from runhealth import textsafe
 from runhealth.errors import StoreError
@@ -103,6 +108,44 @@ def retire(db: sqlite3.Connection) -> None:
         log.debug("checkpoint of the replaced store failed", exc_info=True)
     with contextlib.suppress(sqlite3.Error):
         db.close()
+
+
+PRIVATE_FILE_MODE, PRIVATE_DIR_MODE = 0o600, 0o700
+
+
+def create_private(path: str | Path) -> None:
+    """Make the folders up to `path` (new ones 0700) and an empty file there (0600) if none is.
+
+    An existing file or folder keeps its mode (the Nodes page says when a store is readable by
+    others: `readable_by_others`); only what this call creates is made owner-only.
+    """
+    path = Path(path)
+    missing = [p for p in reversed(path.parents) if not p.exists()]
+    for folder in missing:
+        with contextlib.suppress(FileExistsError):  # made meanwhile by another process
+            folder.mkdir(mode=PRIVATE_DIR_MODE)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE))
+
+
+def open_private(path: str | Path, append: bool = False) -> TextIO:
+    """A text file opened for writing (truncated, or appended to), created owner-only (0600) when
+    it does not exist yet."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+    return open(os.open(path, flags, PRIVATE_FILE_MODE), "a" if append else "w")  # noqa: SIM115
+
+
+def readable_by_others(path: str | Path) -> list[str]:
+    """The store file and its -wal/-shm that users other than the owner may read (group/other bits)."""
+    found = []
+    for name in (os.fspath(path), *(os.fspath(path) + s for s in JOURNAL_SUFFIXES)):
+        try:
+            mode = os.stat(name).st_mode
+        except OSError:
+            continue
+        if mode & 0o044:
+            found.append(f"{name} ({mode & 0o777:o})")
+    return found
 
 
 def precheck(path: str | Path) -> None:
