@@ -220,7 +220,7 @@ def test_public_without_auth_is_said_on_every_page(tmp_path, monkeypatch):
             at.run()
             assert any("open to anyone who can reach 0.0.0.0" in e.value for e in at.error), page
     finally:
-        st_config.set_option("server.address", previous)
+        st_config.set_option("server.address", previous or "127.0.0.1")
     at = open_app("overview", config, monkeypatch)
     at.run()
     assert not any("open to anyone" in e.value for e in at.error)
