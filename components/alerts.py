@@ -19,6 +19,15 @@ def current(store: Store, config: Any) -> list[health.Alert]:
     return loaders.load_alerts(store, tuple(sorted(health.settings(config).items())))
 
 
+HARDWARE_PREFIXES = {"gpu": ("gpu_",), "host": ("host_",)}
+
+
+def of_kind(found: list[health.Alert], kind: str) -> list[health.Alert]:
+    """The alerts about GPUs ("gpu": gpu_*) or hosts ("host": host_*), in evaluate's order: the
+    GPUs page's and the Nodes page's problem lists are these, worded as on the Overview."""
+    return [a for a in found if a.name.startswith(HARDWARE_PREFIXES[kind])]
+
+
 def lines(found: list[health.Alert]) -> list[tuple[str, str]]:
     """[(level "error" | "warning", sentence)] in evaluate's order: critical is an "error"."""
     return [("error" if a.severity == "critical" else "warning", a.summary) for a in found]

@@ -46,7 +46,7 @@ def clear_all() -> None:
         load_throughput,
         load_health,
         load_alerts,
-        load_problems,
+        load_gpu_notes,
         load_hosts,
         load_gpu_latest,
         load_gpu_series,
@@ -193,30 +193,14 @@ def load_final(store: Store, completions: int) -> derived.Final:
     return derived.final(store, completions)
 
 
-XID_WINDOW_S = 3600  # an XID stays on the Overview for an hour after it was seen
-
-
 @_cache(ttl=TTL_S, max_entries=8)
-def load_problems(store: Store, run_writing: bool) -> dict[str, list[tuple[str, str]]]:
-    """GPU and host problems in words (runhealth.hardware, the one GPU rule): errors, XIDs, ECC, rows, throttling,
-    heat, idle-while-writing, power cap (information), RAM, swap and CPU load."""
+def load_gpu_notes(store: Store, run_writing: bool) -> list[tuple[str, str]]:
+    """GPU information that is no problem (at the power cap, PCIe replays): hardware.gpu_notes.
+    Every GPU or host problem is an alert of runhealth.health.evaluate (components/alerts.py)."""
     gpus = load_gpu_latest(store)
     rows = gpus.to_dict("records") if len(gpus) else []
-    for r in rows:  # pandas turns a missing error into NaN
-        r["error"] = r["error"] if isinstance(r.get("error"), str) and r["error"] else None
     found = {(h["node"], h["gpu"]): h["health"] for h in store.gpu_health()}
-    xids = store.gpu_events(time.time() - XID_WINDOW_S)
-    nodes = store.nodes()
-    loads = {n["name"]: n.get("loadavg") for n in nodes}
-    now_gpus: dict[str, set[int]] = {}
-    for r in rows:
-        now_gpus.setdefault(r["node"], set()).add(int(r["gpu"]))
-    live = {n["name"] for n in nodes if n.get("last_ok_unix") and not n.get("failing_since_unix")}
-    missing = hardware.missing_gpus(store.gpus_seen(time.time() - XID_WINDOW_S), now_gpus, live)
-    return {
-        "gpu": missing + hardware.gpu_problems(rows, found, xids, run_writing),
-        "host": hardware.host_problems(store.host_latest(), loads),
-    }
+    return hardware.gpu_notes(rows, found, run_writing)
 
 
 @_cache()

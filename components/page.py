@@ -195,10 +195,19 @@ def setup(
 def render_open_banner(rt: context.Runtime) -> None:
     """On every page of a dashboard served beyond this machine with a run no sign-in protects
     (`runhealth dashboard --public-without-auth`, or `streamlit run` with another address)."""
-    address = str(st.get_option("server.address") or "")
+    address = served_address()
+    if address is None:
+        return
     lists = [h.config.allowed_users for h in rt.runs] or [rt.config.allowed_users if rt.config else []]
     if not exposure.is_loopback(address) and exposure.open_runs(lists, access.auth_configured()):
         st.error(md_escape("⚠ " + exposure.open_banner(address or "every address", st.get_option("server.port"))))
+
+
+def served_address() -> str | None:
+    """The address this Streamlit server was told to listen on; None when none was set (a test's
+    AppTest; `runhealth dashboard` and the app's config.toml always set one)."""
+    address = st.get_option("server.address")
+    return None if address is None else str(address)
 
 
 CONFIG_BANNER = "The config file's latest edit was refused"

@@ -13,7 +13,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-from components import cards, figcache, figures, loaders, page, precomputed, tables
+from components import alerts, cards, figcache, figures, loaders, page, precomputed, tables
 from components.context import PageRuntime
 from components.format import md_escape
 from runhealth import hardware, pagedata
@@ -131,7 +131,8 @@ def render_page(rt: PageRuntime, window: str, picked: list[str]) -> None:
     if rt.demo or any(n.get("gpu_simulated") for n in nodes):
         st.info("GPU telemetry on this page is simulated (demo mode): the numbers are made up.")
     writing = bool(loaders.load_health(rt.store).tokens_per_s_1m)
-    cards.render_problems(loaders.load_problems(rt.store, writing)["gpu"], "Problems")
+    problems = alerts.lines(alerts.of_kind(alerts.current(rt.store, rt.config), "gpu"))
+    cards.render_problems(problems + loaders.load_gpu_notes(rt.store, writing), "Problems")
     render_now(gpus, writing)
     labels = gpus.loc[gpus["node"].isin(picked or gpus["node"].unique()), "label"].tolist()
     render_series(rt, window, labels)

@@ -11,7 +11,7 @@ import time
 
 import streamlit as st
 
-from components import cards, loaders, page, runpicker, tables
+from components import alerts, cards, loaders, page, runpicker, tables
 from components.context import PageRuntime
 from components.format import fmt_bytes, md_escape
 from components.outbound import render_collector, render_outbound
@@ -59,7 +59,7 @@ def render_page(rt: PageRuntime) -> None:
         st.info("No nodes registered yet: waiting for first poll (is the collector running?).")
         return
     cards.render_indexing(nodes)
-    cards.render_problems(loaders.load_problems(rt.store, True)["host"], "Hosts")
+    cards.render_problems(alerts.lines(alerts.of_kind(alerts.current(rt.store, rt.config), "host")), "Hosts")
     finished = runpicker.is_finished(rt)
     per_node = None if finished else loaders.load_health(rt.store).per_node
     cards.render_node_table(nodes, rt.config.stale_after, per_node=per_node, finished=finished)

@@ -67,8 +67,8 @@ def render_live(rt: PageRuntime) -> None:
             st.plotly_chart(make_heatstrip_figure(gpus, now, cfg.stale_after), key=f"{PREFIX}_heatstrip_chart")
             if rt.demo or any(n.get("gpu_simulated") for n in nodes):
                 st.caption("GPU telemetry is simulated (demo).")
-        problems = loaders.load_problems(rt.store, bool(health.tokens_per_s_1m))
-        cards.render_problems(problems["gpu"] + problems["host"])
+        # GPU and host problems are alerts (above); here only what is worth knowing and no problem.
+        cards.render_problems(loaders.load_gpu_notes(rt.store, bool(health.tokens_per_s_1m)), "GPUs")
     with right:
         cards.render_node_table(
             nodes, cfg.stale_after, compact=True, per_node=None if finished else health.per_node, finished=finished

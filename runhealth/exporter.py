@@ -75,9 +75,26 @@ class StoreMetrics:
             yield from self._lengths(run, meta)
             yield from self._nodes(run, meta, now)
             yield from self._gpus(run, health.configured_nodes(meta))
+            yield from self._alerts(run, meta, now)
         except Exception:  # logged; this scrape fails (HTTP 500), the collector goes on
             log.exception("metrics: reading the store failed")
             raise
+
+    def _alerts(self, run: str, meta: dict[str, Any], now: float) -> Iterator[Metric]:
+        """`runhealth_alert`: 1 per alert that holds now, the very set the Overview words and the
+        webhooks send (health.evaluate); no series when none holds."""
+        family = GaugeMetricFamily(
+            "runhealth_alert",
+            "1 for each alert that holds now (the dashboard's and the webhooks' alert set).",
+            labels=["run", "alert", "severity", "node", "gpu"],
+        )
+        seen = set()
+        for a in health.evaluate(self.store, now, meta or None):
+            if a.key not in seen:
+                seen.add(a.key)
+                gpu = "" if a.gpu is None else str(a.gpu)
+                family.add_metric([run, a.name, a.severity, escape(a.node or ""), gpu], 1.0)
+        yield family
 
     # -- completions and lengths ---------------------------------------------------------
     def _lengths(self, run: str, meta: dict[str, Any]) -> Iterator[Metric]:

@@ -129,45 +129,17 @@ def _by_kind(gpus: Sequence[Mapping[str, Any]], run_writing: bool, kind: str) ->
     return out
 
 
-def gpu_problems(
-    gpus: list[dict[str, Any]],
-    health: dict[tuple[str, int], GpuHealth],
-    xids: list[GpuEventRow],
-    run_writing: bool,
+def gpu_notes(
+    gpus: list[dict[str, Any]], health: dict[tuple[str, int], GpuHealth], run_writing: bool
 ) -> list[tuple[str, str]]:
-    """GPU problems as sentences, one per kind, most serious first: [(level, text)].
-
-    Args:
-        gpus: latest rows (node, gpu, label, util_pct, temp_c, throttle_reasons, error).
-        health: (node, gpu) -> the agent's health dict (keys absent where unsupported).
-        xids: XID events (node, gpu, xid, ts_unix) in the window the caller chose.
-        run_writing: the run produced tokens in the last minute (idle GPUs matter then).
-    """
-    out = _group("error", "GPU errors", _by_kind(gpus, run_writing, "error"))
-    for e in xids:
-        meaning = XID_MEANING.get(e["xid"], "see NVIDIA's XID catalogue")
-        out.append(("error", f"XID {e['xid']} on {e['node']}/{e['gpu']} ({meaning})"))
-    h = {k: v for k, v in health.items() if v}
-    ecc = [
-        f"{n}/{i} ({v['ecc_uncorrected_volatile']})"
-        for (n, i), v in h.items()
-        if (v.get("ecc_uncorrected_volatile") or 0) > 0
-    ]
-    out += _group("error", "Uncorrected ECC errors since the driver loaded", ecc)
-    failed = [f"{n}/{i}" for (n, i), v in h.items() if v.get("row_remap_failure")]
-    out += _group("error", "Row remapping failed (the GPU needs service)", failed)
-    pending = [
-        f"{n}/{i}" for (n, i), v in h.items() if v.get("remapped_rows_pending") or v.get("retired_pages_pending")
-    ]
-    out += _group(
-        "warning", "Memory rows waiting to be remapped or retired (takes effect at the next GPU reset)", pending
-    )
-    out += _group("warning", "Throttled by hardware (slower clocks)", _by_kind(gpus, run_writing, "throttled"))
-    out += _group("warning", f"Hot (≥ {HOT_C} °C)", _by_kind(gpus, run_writing, "hot"))
-    out += _group("warning", f"Idle while the run writes (< {IDLE_PCT}% util)", _by_kind(gpus, run_writing, "idle"))
-    out += _group(
+    """What is worth knowing about the GPUs but is no problem: [("info", text)], one per kind
+    (at the power cap, PCIe replays). Everything worse is an alert (runhealth.health.evaluate:
+    gpu_error, gpu_xid, gpu_ecc_uncorrected, gpu_row_remap_failed, gpu_missing, gpu_throttled,
+    gpu_hot, gpu_idle, gpu_rows_pending), so it is worded once, there."""
+    out = _group(
         "info", "At the power cap (sw_power_cap: normal under full load)", _by_kind(gpus, run_writing, "power_cap")
     )
+    h = {k: v for k, v in health.items() if v}
     replays = [f"{n}/{i} ({v['pcie_replay']:,})" for (n, i), v in h.items() if (v.get("pcie_replay") or 0) > 0]
     out += _group("info", "PCIe replays since the driver loaded", replays)
     return out
@@ -175,32 +147,94 @@ def gpu_problems(
 
 def missing_gpus(seen: dict[str, set[int]], now_gpus: dict[str, set[int]], live: set[str]) -> list[tuple[str, str]]:
     """GPUs that reported within the last hour but are absent from a live node's latest poll."""
+    return [("error", text) for _node, _gone, text in missing_gpu_findings(seen, now_gpus, live)]
+
+
+def missing_gpu_findings(
+    seen: dict[str, set[int]], now_gpus: dict[str, set[int]], live: set[str]
+) -> list[tuple[str, list[int], str]]:
+    """(node, missing GPU indexes, sentence) per live node with a GPU that reported within the
+    window but not in the latest poll (a GPU fallen off the bus)."""
     out = []
     for node in sorted(live):
         gone = sorted(seen.get(node, set()) - now_gpus.get(node, set()))
         if gone:
-            out.append(
-                (
-                    "error",
-                    f"{node}: GPU {', '.join(map(str, gone))} missing from the latest poll "
-                    f"({len(now_gpus.get(node, set()))} of {len(seen[node] | now_gpus.get(node, set()))} reporting)",
-                )
+            reporting, expected = len(now_gpus.get(node, set())), len(seen[node] | now_gpus.get(node, set()))
+            text = f"{node}: GPU {', '.join(map(str, gone))} missing from the latest poll ({reporting} of {expected} reporting)"
+            out.append((node, gone, text))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class HealthFinding:
+    """A GPU's health counters in words: uncorrected ECC, failed or pending row remaps."""
+
+    node: str
+    gpu: int
+    level: GpuLevel
+    kind: Literal["ecc_uncorrected", "row_remap_failed", "rows_pending"]
+    text: str
+    value: float = 1.0
+
+
+def health_findings(health: dict[tuple[str, int], GpuHealth]) -> list[HealthFinding]:
+    """The health counters that need a look, per GPU, most serious first (the alerts' source)."""
+    out = []
+    for (node, gpu), v in sorted(health.items()):
+        if not v:
+            continue
+        ecc = v.get("ecc_uncorrected_volatile") or 0
+        if ecc > 0:
+            text = f"{node}/GPU {gpu}: {ecc:,} uncorrected ECC error{'s' if ecc != 1 else ''} since the driver loaded"
+            out.append(HealthFinding(node, gpu, "error", "ecc_uncorrected", text, float(ecc)))
+        if v.get("row_remap_failure"):
+            text = f"{node}/GPU {gpu}: row remapping failed (the GPU needs service)"
+            out.append(HealthFinding(node, gpu, "error", "row_remap_failed", text))
+        if v.get("remapped_rows_pending") or v.get("retired_pages_pending"):
+            text = (
+                f"{node}/GPU {gpu}: memory rows waiting to be remapped or retired (takes effect at the next GPU reset)"
             )
+            out.append(HealthFinding(node, gpu, "warning", "rows_pending", text))
+    return sorted(out, key=lambda f: f.level != "error")
+
+
+def xid_findings(xids: Sequence[GpuEventRow]) -> list[tuple[str, int, int, str]]:
+    """(node, gpu, latest XID, sentence) per GPU that reported critical XID events in the window."""
+    by_gpu: dict[tuple[str, int], list[GpuEventRow]] = {}
+    for e in xids:
+        by_gpu.setdefault((e["node"], e["gpu"]), []).append(e)
+    out = []
+    for (node, gpu), events in sorted(by_gpu.items()):
+        seen: dict[int, None] = {}
+        for e in events:
+            seen.setdefault(e["xid"], None)
+        words = ", ".join(f"XID {x} ({XID_MEANING.get(x, 'see NVIDIA XID catalogue')})" for x in seen)
+        out.append((node, gpu, events[-1]["xid"], f"{node}/GPU {gpu}: {words}"))
+    return out
+
+
+def host_findings(
+    hosts: dict[str, HostReading], loadavg: dict[str, list[float] | None]
+) -> list[tuple[str, Literal["host_memory", "host_swap", "host_load"], str, float]]:
+    """(node, kind, sentence, value) per host reading that needs a look: RAM nearly full, swap in
+    use, CPU load above the cores."""
+    out: list[tuple[str, Literal["host_memory", "host_swap", "host_load"], str, float]] = []
+    for node, h in sorted(hosts.items()):
+        total, avail = h.get("mem_total_bytes"), h.get("mem_available_bytes")
+        if total and avail is not None and 1 - avail / total >= RAM_USED_WARN:
+            used = 1 - avail / total
+            out.append((node, "host_memory", f"{node}: RAM {used:.0%} used ({avail / 2**30:.1f} GiB available)", used))
+        swap, free = h.get("swap_total_bytes"), h.get("swap_free_bytes")
+        if swap and free is not None and 1 - free / swap >= SWAP_USED_WARN:
+            used = 1 - free / swap
+            out.append((node, "host_swap", f"{node}: swap {used:.0%} used (the host is short of memory)", used))
+        loads, cpus = loadavg.get(node) or [], h.get("cpus")
+        load = loads[0] if loads else None
+        if load is not None and cpus and load / cpus >= LOAD_PER_CPU_WARN:
+            out.append((node, "host_load", f"{node}: CPU load {load:.1f} on {cpus} CPUs", float(load)))
     return out
 
 
 def host_problems(hosts: dict[str, HostReading], loadavg: dict[str, list[float] | None]) -> list[tuple[str, str]]:
     """RAM nearly full, swap in use, CPU load above the cores: [(level, text)] per node."""
-    out = []
-    for node, h in sorted(hosts.items()):
-        total, avail = h.get("mem_total_bytes"), h.get("mem_available_bytes")
-        if total and avail is not None and 1 - avail / total >= RAM_USED_WARN:
-            out.append(("warning", f"{node}: RAM {1 - avail / total:.0%} used ({avail / 2**30:.1f} GiB available)"))
-        swap, free = h.get("swap_total_bytes"), h.get("swap_free_bytes")
-        if swap and free is not None and 1 - free / swap >= SWAP_USED_WARN:
-            out.append(("warning", f"{node}: swap {1 - free / swap:.0%} used (the host is short of memory)"))
-        loads, cpus = loadavg.get(node) or [], h.get("cpus")
-        load = loads[0] if loads else None
-        if load is not None and cpus and load / cpus >= LOAD_PER_CPU_WARN:
-            out.append(("warning", f"{node}: CPU load {load:.1f} on {cpus} CPUs"))
-    return out
+    return [("warning", text) for _node, _kind, text, _value in host_findings(hosts, loadavg)]

@@ -12,7 +12,12 @@ node_stale, shards_unmatched, shards_unreadable (warning); run_stalled (critical
 last completion) or node_stalled (warning, only while another node writes) and rate_drop
 (warning), none once the target is reached; truncation_high (warning at the warn share,
 critical at the alert share); gpu_error (critical), gpu_throttled, gpu_hot, gpu_idle while the
-run writes (warning): every GPU finding of runhealth.hardware that is not information.
+run writes (warning): every GPU finding of runhealth.hardware that is not information; and
+the GPU's and host's health (`hardware_alerts`): gpu_xid (critical XID events in the last hour),
+gpu_ecc_uncorrected, gpu_row_remap_failed, gpu_missing (a GPU that reported within the hour is
+absent from an up node's latest poll) (critical); gpu_rows_pending, host_memory, host_swap,
+host_load (warning). Whatever a page colours as a warning or an error is one of these: the
+pages word only these, and the GPUs and Nodes pages add information lines (hardware.gpu_notes).
 """
 
 from __future__ import annotations
@@ -25,11 +30,11 @@ from typing import Any, Literal
 
 from runhealth import activity, hardware
 from runhealth.analysis import stats
-from runhealth.hardware import gpu_problems as gpu_problems  # re-exported: one import for the words
-from runhealth.hardware import host_problems as host_problems
+from runhealth.hardware import host_problems as host_problems  # re-exported: one import for the words
 from runhealth.hardware import missing_gpus as missing_gpus
 from runhealth.records import NodeRow
 from runhealth.store import Store
+from runhealth.windows import HARDWARE_WINDOW_S
 from runhealth.windows import stale_after_s as stale_after_s  # re-exported: the exporter and tests ask health
 from runhealth.windows import stall_after_s as stall_after_s
 
@@ -123,6 +128,7 @@ def evaluate(store: Store, now: float | None = None, meta: Mapping[str, Any] | N
         out += _stall_alerts(rates_now, run, now, stall_s, up)
     out += truncation_alerts(summary, meta, run)
     out += _gpu_alerts(store, run, bool(rates_now.tokens_per_s_1m))
+    out += hardware_alerts(store, run, now, nodes, stale_after)
     out = [a for a in out if a.node is None or keep is None or a.node in keep]
     return sorted(out, key=lambda a: a.severity != "critical")
 
@@ -241,6 +247,29 @@ def _gpu_alerts(store: Store, run: str, run_writing: bool) -> list[Alert]:
             text = f"{g['node']}/GPU {g['gpu']} {f.text}."
             severity = "critical" if f.level == "error" else "warning"
             out.append(Alert(f"gpu_{f.kind}", severity, run, text, node=g["node"], gpu=g["gpu"], value=value))
+    return out
+
+
+def hardware_alerts(store: Store, run: str, now: float, nodes: list[NodeRow], stale_after: float) -> list[Alert]:
+    """A GPU's and a host's health as alerts: XIDs of the last hour, uncorrected ECC, failed and
+    pending row remaps, a GPU missing from an up node's latest poll, RAM, swap and CPU load."""
+    out = []
+    for node, gpu, xid, text in hardware.xid_findings(store.gpu_events(now - HARDWARE_WINDOW_S)):
+        out.append(Alert("gpu_xid", "critical", run, f"{text}.", node=node, gpu=gpu, value=float(xid)))
+    health_rows = {(h["node"], h["gpu"]): h["health"] for h in store.gpu_health()}
+    for f in hardware.health_findings(health_rows):
+        severity = "critical" if f.level == "error" else "warning"
+        out.append(Alert(f"gpu_{f.kind}", severity, run, f"{f.text}.", node=f.node, gpu=f.gpu, value=f.value))
+    reporting: dict[str, set[int]] = {}
+    for g in store.gpu_latest():
+        reporting.setdefault(g["node"], set()).add(int(g["gpu"]))
+    up = {n["name"] for n in nodes if node_status(n, now, stale_after)[0] == "up"}
+    seen = store.gpus_seen(now - HARDWARE_WINDOW_S)
+    for node, gone, text in hardware.missing_gpu_findings(seen, reporting, up):
+        out.append(Alert("gpu_missing", "critical", run, f"{text}.", node=node, value=float(len(gone))))
+    loads = {n["name"]: n.get("loadavg") for n in nodes}
+    for node, kind, text, value in hardware.host_findings(store.host_latest(), loads):
+        out.append(Alert(kind, "warning", run, f"{text}.", node=node, value=value))
     return out
 
 

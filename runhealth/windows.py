@@ -12,6 +12,7 @@ STALE_MIN_S = 30.0  # ... and the stale window at least this: `stale_after_s`
 STALL_MIN_S = 120.0  # ... and the stall window at least this: `stall_after_s`
 RATE_WINDOW_S = 60.0  # "Tokens/s · last 1 min": the one live tok/s (tiles, Nodes, /metrics, Compare)
 AVERAGE_WINDOW_S = 900.0  # the 15-min average: the ETA's rate
+HARDWARE_WINDOW_S = 3600.0  # an XID stays an alert, and a GPU that reported counts as expected, for an hour
 
 
 def stale_after_s(interval_s: float, configured: float | None = None) -> float:

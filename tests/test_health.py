@@ -3,7 +3,7 @@
 import dataclasses
 import time
 
-from runhealth import activity, health
+from runhealth import activity, hardware, health
 from runhealth.config import RunConfig
 
 NOW = 100_000.0
@@ -151,34 +151,33 @@ def gpu(label, util=95.0, temp=60.0, throttle=(), error=None):
     }
 
 
-def test_gpu_problems_are_named_in_words_most_serious_first():
-    gpus = [
-        gpu("n1/0"),
-        gpu("n1/1", throttle=("hw_thermal_slowdown",), temp=91),
-        gpu("n1/2", util=3),
-        gpu("n1/3", throttle=("sw_power_cap",)),
-        gpu("n2/0", error="GPU is lost"),
-    ]
+def test_gpu_health_in_words_most_serious_first_and_notes_apart():
+    gpus = [gpu("n1/0"), gpu("n1/3", throttle=("sw_power_cap",))]
     found = {("n1", 0): {"ecc_uncorrected_volatile": 2, "pcie_replay": 12}, ("n1", 2): {"remapped_rows_pending": True}}
-    xids = [{"node": "n1", "gpu": 0, "xid": 79, "ts_unix": NOW}]
-    out = health.gpu_problems(gpus, found, xids, run_writing=True)
-    levels = [level for level, _ in out]
-    assert levels == sorted(levels, key=["error", "warning", "info"].index)
-    text = "\n".join(t for _, t in out)
-    assert "GPU errors: n2/0 (GPU is lost)" in text
-    assert "XID 79 on n1/0 (GPU has fallen off the bus)" in text
-    assert "Uncorrected ECC errors since the driver loaded: n1/0 (2)" in text
-    assert "waiting to be remapped or retired" in text and "n1/2" in text
-    assert "Throttled by hardware (slower clocks): n1/1 (hw_thermal_slowdown)" in text
-    assert "Hot (≥ 85 °C): n1/1 (91 °C)" in text
-    assert "Idle while the run writes (< 10% util): n1/2 (3%)" in text
-    assert ("info", "At the power cap (sw_power_cap: normal under full load): n1/3") in out
-    assert ("info", "PCIe replays since the driver loaded: n1/0 (12)") in out
+    found[("n1", 1)] = {"row_remap_failure": True}
+    words = [(f.level, f.kind, f.text) for f in hardware.health_findings(found)]
+    assert words == [
+        ("error", "ecc_uncorrected", "n1/GPU 0: 2 uncorrected ECC errors since the driver loaded"),
+        ("error", "row_remap_failed", "n1/GPU 1: row remapping failed (the GPU needs service)"),
+        (
+            "warning",
+            "rows_pending",
+            "n1/GPU 2: memory rows waiting to be remapped or retired (takes effect at the next GPU reset)",
+        ),
+    ]
+    xids = [{"node": "n1", "gpu": 0, "xid": 79, "ts_unix": NOW}, {"node": "n1", "gpu": 0, "xid": 48, "ts_unix": NOW}]
+    assert hardware.xid_findings(xids) == [
+        ("n1", 0, 48, "n1/GPU 0: XID 79 (GPU has fallen off the bus), XID 48 (double-bit ECC error)")
+    ]
+    assert hardware.gpu_notes(gpus, found, run_writing=True) == [
+        ("info", "At the power cap (sw_power_cap: normal under full load): n1/3"),
+        ("info", "PCIe replays since the driver loaded: n1/0 (12)"),
+    ]
 
 
-def test_idle_gpus_are_no_problem_when_the_run_is_not_writing_and_healthy_is_silent():
-    assert health.gpu_problems([gpu("n1/0", util=0)], {}, [], run_writing=False) == []
-    assert health.gpu_problems([gpu("n1/0")], {("n1", 0): {"ecc_uncorrected_volatile": 0}}, [], True) == []
+def test_healthy_counters_are_silent():
+    assert hardware.health_findings({("n1", 0): {"ecc_uncorrected_volatile": 0}}) == []
+    assert hardware.gpu_notes([gpu("n1/0", util=0)], {}, run_writing=False) == []
 
 
 def test_host_problems_ram_swap_and_load():

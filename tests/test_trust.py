@@ -210,17 +210,14 @@ def test_dashboard_refuses_a_public_address_without_auth(tmp_path):
 def test_public_without_auth_is_said_on_every_page(tmp_path, monkeypatch):
     store, config = store_fixtures.make_store(tmp_path, "healthy")
     store.close()
-    from streamlit import config as st_config
+    from components import page as frame
 
-    previous = st_config.get_option("server.address")
-    st_config.set_option("server.address", "0.0.0.0")
-    try:
-        for page in ("overview", "nodes"):
-            at = open_app(page, config, monkeypatch)
-            at.run()
-            assert any("open to anyone who can reach 0.0.0.0" in e.value for e in at.error), page
-    finally:
-        st_config.set_option("server.address", previous or "127.0.0.1")
+    monkeypatch.setattr(frame, "served_address", lambda: "0.0.0.0")
+    for page in ("overview", "nodes"):
+        at = open_app(page, config, monkeypatch)
+        at.run()
+        assert any("open to anyone who can reach 0.0.0.0" in e.value for e in at.error), page
+    monkeypatch.setattr(frame, "served_address", lambda: "127.0.0.1")
     at = open_app("overview", config, monkeypatch)
     at.run()
     assert not any("open to anyone" in e.value for e in at.error)
