@@ -16,11 +16,13 @@ the agent's stdout is the SSH channel, and a login shell may print there before 
 (an echo in ~/.bashrc or /etc/profile, common on HPC login nodes). At most MAX_NOISE_BYTES of
 such text are skipped before one reply; more is an error that quotes it (NoiseError). Frames the
 dashboard writes (the program, requests) go to the agent's stdin, which no shell writes to, and
-carry no marker. Both directions encode with ``ensure_ascii=True`` (json's default): every Python str encodes, including the lone
-surrogates that undecodable file names (os.fsdecode's surrogateescape) and ``\\udcxx`` escapes in
-shard text become; with ``ensure_ascii=False`` those fail UTF-8 encoding and the reply is lost.
-The price is size: a non-ASCII character travels as a 6-byte escape (2x for CJK text, which only
-sample text carries; counts and paths are almost always ASCII).
+carry no marker.
+
+Both directions encode with ``ensure_ascii=True`` (json's default): every Python str encodes,
+including the lone surrogates that undecodable file names (os.fsdecode's surrogateescape) and
+``\\udcxx`` escapes in shard text become; with ``ensure_ascii=False`` those fail UTF-8 encoding
+and the reply is lost. The price is size: a non-ASCII character travels as a 6-byte escape (2x
+for CJK text, which only sample text carries; counts and paths are almost always ASCII).
 """
 
 import json
@@ -78,7 +80,7 @@ def skip_to_sync(inp):
     newline it holds, so it always ends a line: noise without a newline of its own and SYNC
     arrive as one line.
     """
-    noise = b""
+    noise = bytearray()  # appended to in place: many short lines cost linear time
     while True:
         line = inp.readline(MAX_NOISE_BYTES - len(noise) + len(SYNC))
         if line.endswith(SYNC):
@@ -87,7 +89,7 @@ def skip_to_sync(inp):
             return False
         noise += line
         if len(noise) > MAX_NOISE_BYTES:
-            raise NoiseError(noise)
+            raise NoiseError(bytes(noise))
 
 
 def read_frame(inp, sync=False):
