@@ -28,6 +28,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from scan import STYLES, make_shard, time_read  # noqa: E402
 
+from runhealth.node import wire  # noqa: E402
 from runhealth.remote import protocol  # noqa: E402
 
 
@@ -37,7 +38,7 @@ def frame(obj) -> bytes:
 
 
 def read_reply(stream) -> dict:
-    return json.loads(stream.read(int(stream.readline())))
+    return wire.read_frame(stream, sync=True)
 
 
 def backfill(paths: list[str], workers: int, budget: int) -> dict:

@@ -1,8 +1,9 @@
 """A tiny stand-in for the node agent, speaking the same frames (tests only).
 
-Ops: hello, echo (returns the request), sleep (seconds), garbage (raw non-frame bytes),
-notjson, huge (announces an oversized frame), schema (wrong schema_version), fail (ok=false),
-stderr (writes `n` bytes to stderr first), exit (dies with status 3 after a stderr line).
+Ops: hello, echo (returns the request), sleep (seconds), garbage (the SYNC marker, then raw
+non-frame bytes), notjson, huge (announces an oversized frame), schema (wrong schema_version),
+fail (ok=false), stderr (writes `n` bytes to stderr first), exit (dies with status 3 after a
+stderr line), noise (`n` bytes of text without a marker before its reply, as a login shell's).
 """
 
 import json
@@ -12,11 +13,12 @@ import time
 
 out = sys.stdout.buffer
 inp = sys.stdin.buffer
+SYNC = b"\x1eRUNHEALTH1\n"  # runhealth/node/wire.py SYNC, written before every reply frame
 
 
 def send(obj):
     body = json.dumps(obj).encode()
-    out.write(b"%d\n%s" % (len(body), body))  # one write: header and body in one packet
+    out.write(b"%s%d\n%s" % (SYNC, len(body), body))  # one write: header and body in one packet
     out.flush()
 
 
@@ -33,21 +35,24 @@ def serve():
         elif op == "sleep":
             time.sleep(req.get("seconds", 60))
         elif op == "garbage":
-            out.write(b"hello, I am not a frame\n")
+            out.write(SYNC + b"hello, I am not a frame\n")
             out.flush()
             continue
         elif op == "notjson":
-            out.write(b"11\n<html>oops!")
+            out.write(SYNC + b"11\n<html>oops!")
             out.flush()
             continue
         elif op == "huge":
-            out.write(b"999999999999\n")
+            out.write(SYNC + b"999999999999\n")
             out.flush()
             continue
         elif op == "schema":
             reply["schema_version"] = 7
         elif op == "fail":
             reply = {"schema_version": 1, "ok": False, "error": "no such shard: /x"}
+        elif op == "noise":
+            out.write((b"Welcome to the login node\n" * req.get("n", 1000))[: req.get("n", 1000)])
+            out.flush()
         elif op == "stderr":
             sys.stderr.write("e" * req.get("n", 1000))
             sys.stderr.flush()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from runhealth.node import agent
+from runhealth.node import agent, wire
 from runhealth.remote import protocol
 
 AGENT_PATH = Path(agent.__file__)
@@ -454,8 +454,7 @@ def frame(obj):
 
 
 def read_reply(stream):
-    n = int(stream.readline())
-    return json.loads(stream.read(n))
+    return wire.read_frame(stream, sync=True)
 
 
 def test_serve_loop_over_a_real_subprocess(tmp_path):

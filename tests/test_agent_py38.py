@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 from shardgen import truth_rows, write_shard
 
+from runhealth.node import wire
 from runhealth.remote import protocol
 
 PY38_FOLDERS = ["/usr/bin", "/usr/local/bin", "/opt/python/3.8/bin"]
@@ -140,8 +141,8 @@ def run_program(python: str, reqs: list[dict], cwd: Path) -> list[dict]:
     assert done.returncode == 0 and not done.stderr, done.stderr.decode(errors="replace")
     out, replies = io.BytesIO(done.stdout), []
     for _ in reqs:
-        size = int(out.readline())
-        replies.append(json.loads(out.read(size)))
+        assert out.read(len(wire.SYNC)) == wire.SYNC  # the agent's own stdout is frames only
+        replies.append(wire.read_frame(out))
     assert out.read() == b""  # one reply per request, nothing else on stdout
     return replies
 

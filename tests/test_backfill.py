@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_scan_property import BROKEN_CONTENT, SCHEMAS, build, corrupt_text, dumps, shapes, values
 
-from runhealth.node import agent
+from runhealth.node import agent, wire
 from runhealth.remote import protocol
 
 backfill = agent.backfill
@@ -158,7 +158,7 @@ def frame(obj):
 
 
 def read_reply(stream):
-    return json.loads(stream.read(int(stream.readline())))
+    return wire.read_frame(stream, sync=True)
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -7,6 +7,7 @@ nvidia-smi's CSV output; scripts/gpu_check.py checks the same layer against a li
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 import fake_pynvml
 import pytest
 
-from runhealth.node import agent
+from runhealth.node import agent, wire
 from runhealth.node import gpu as agent_gpu
 
 HERE = Path(__file__).parent
@@ -268,8 +269,7 @@ def test_bootstrap_registers_the_shipped_pynvml_lazily():
         [sys.executable, "-I", "-S", "-u", "-c", BOOTSTRAP], input=stdin, capture_output=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    header, body = done.stdout.split(b"\n", 1)
-    reply = json.loads(body[: int(header)])
+    reply = wire.read_frame(io.BytesIO(done.stdout), sync=True)
     assert reply["gpus"]["source"] == "nvml" and [d["uuid"] for d in reply["gpus"]["devices"]] == [
         "GPU-aaaa",
         "GPU-bbbb",

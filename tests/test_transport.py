@@ -11,6 +11,7 @@ import getpass
 import json
 import logging
 import os
+import pwd
 import socket
 import threading
 import time
@@ -278,6 +279,13 @@ def test_passphrase_never_leaks_into_errors_or_logs(node, ssh_encrypted_key, tra
     assert SECRET_PASSPHRASE not in repr(good)
 
 
+def test_a_passphrase_for_a_key_that_is_not_encrypted_is_ignored_as_ssh_does(node, transports, caplog):
+    caplog.set_level(logging.DEBUG)
+    cfg = node.node_config(passphrase=SECRET_PASSPHRASE)  # the fixture's client key has none
+    assert transports(SSHTransport(cfg, program=STANDIN)).request({"op": "hello"})["ok"]
+    assert "is not encrypted" in caplog.text and SECRET_PASSPHRASE not in caplog.text
+
+
 # ----------------------------------------------------------------------------- SSH, agent faults
 
 
@@ -362,6 +370,69 @@ def test_hostile_shard_paths_are_data_not_commands(program, node, tmp_path, tran
         poll["shards"]["globs"] = globs
         assert sorted(transport.request(poll)["shards"]["unmatched_globs"]) == sorted(globs)
     assert not marker.exists()
+
+
+# ----------------------------------------------------------------------------- SSH, a login shell that talks
+# HPC login nodes often greet every login on stdout, non-interactive ones included; that text
+# reaches the exec channel ahead of the agent's first reply (issue 29, item 10).
+BASHRC = (
+    'echo "Welcome to hpc-login-01 (from ~/.bashrc)"\n'
+    "printf '\\033[1mquota: 93%% of /home used\\033[0m '\n"  # ends without a newline
+    'echo "module: cuda/12.4 loaded" >&2\n'
+)
+
+
+@pytest.fixture(scope="module")
+def talking_node(sshd_node, tmp_path_factory):
+    """An sshd whose logins run a ~/.bashrc that prints a banner.
+
+    sshd runs the agent as ``<login shell> -c <command>``; Debian's bash reads ~/.bashrc there
+    (it is built with SSH_SOURCE_BASHRC), and SetEnv points HOME at a folder holding BASHRC. With
+    another login shell a ForceCommand sources the same file.
+    """
+    home = tmp_path_factory.mktemp("talking-home")
+    (home / ".bashrc").write_text(BASHRC)
+    options = {"SetEnv": f"HOME={home}"}
+    if not pwd.getpwuid(os.getuid()).pw_shell.endswith("/bash"):
+        options["ForceCommand"] = f'. {home}/.bashrc; eval "$SSH_ORIGINAL_COMMAND"'
+    return sshd_node("127.0.0.12", **options)
+
+
+def test_a_login_shell_that_prints_a_banner_leaves_the_node_polling_exactly(
+    talking_node, real_agent, tmp_path, transports, caplog
+):
+    caplog.set_level(logging.INFO, logger="runhealth.remote.protocol")
+    shard = tmp_path / "a.jsonl"
+    stop, length = (
+        '{"finish_reason": "stop", "completion_tokens": 5}\n',
+        '{"finish_reason": "length", "completion_tokens": 9}\n',
+    )
+    shard.write_text(stop * 3 + length * 2)
+    transport = transports(SSHTransport(talking_node.node_config(), program=real_agent))
+    assert transport.request({"op": "hello"})["ok"]
+    _, out, _ = transport._clients[-1].exec_command("true")  # the fixture really talks
+    assert out.read().startswith(b"Welcome to hpc-login-01 (from ~/.bashrc)\n\x1b[1mquota")
+    first = transport.request(_poll_request(tmp_path))["shards"]["files"][str(shard)]
+    assert sorted(first["counts"]) == [[5, "stop", 0, 3], [9, "length", 0, 2]] and first["lines"] == 5
+    with shard.open("a") as fh:
+        fh.write(length)
+    poll = _poll_request(tmp_path)
+    poll["shards"]["state"] = {str(shard): {"inode": first["inode"], "offset": first["offset"]}}
+    second = transport.request(poll)["shards"]["files"][str(shard)]
+    assert second["counts"] == [[9, "length", 0, 1]] and second["offset"] == shard.stat().st_size
+    skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert len(skipped) == 1 and "Welcome to hpc-login-01" in skipped[0] and "\x1b" not in skipped[0]
+
+
+def test_output_without_a_reply_is_skipped_up_to_a_bound_then_named(node, transports):
+    transport = transports(SSHTransport(node.node_config(), program=STANDIN))
+    pid = transport.request({"op": "hello"})["pid"]
+    assert transport.request({"op": "noise", "n": wire.MAX_NOISE_BYTES})["pid"] == pid  # between replies too
+    with pytest.raises(
+        AgentError, match=r"no reply within 65536 bytes of other output: 'Welcome to the login node\\x0a"
+    ):
+        transport.request({"op": "noise", "n": 200_000}, timeout_s=5)
+    assert transport.request({"op": "hello"}, timeout_s=5)["pid"] != pid  # a fresh agent, in step
 
 
 # ----------------------------------------------------------------------------- ssh config

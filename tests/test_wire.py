@@ -9,14 +9,21 @@ adding it to wire.py (how `gpus.reason` and `attempts` went undocumented) fails 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
+import select
+import threading
+import time
 import typing
 
 import pytest
 
 from runhealth import ingest
+from runhealth.errors import AgentError
 from runhealth.node import agent, wire
+from runhealth.remote.protocol import AgentSession
 
 LINES = [
     {"text": "a", "finish_reason": "stop", "completion_tokens": 5},
@@ -169,3 +176,88 @@ def test_frame_round_trip_and_bad_headers():
     for header in (b"x1", b"-1", b"1" * (wire.MAX_HEADER_BYTES + 1), b""):
         with pytest.raises(ValueError):
             wire.frame_size(header)
+
+
+# ---------------------------------------------------------------------------- a talking login shell
+# What ~/.bashrc or /etc/profile print on a node's stdout comes before the agent's first reply
+# (issue 29, item 10): the reply readers skip it up to the SYNC marker, and only so much of it.
+BANNER = b"Welcome to hpc-login-01\n\x1b[1mquota: 93% of /home used\x1b[0m\n2026\nno newline at the end"
+REPLY = {"schema_version": wire.SCHEMA_VERSION, "ok": True}
+
+
+def reply_frame(n: int, noise: bytes = b"") -> bytes:
+    return noise + wire.encode_frame(dict(REPLY, n=n), sync=True)
+
+
+class PipeStream:
+    """The read end of a real pipe as an AgentSession ByteStream; what is written is dropped."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def write(self, data: bytes, deadline: float) -> None:
+        pass
+
+    def read(self, max_bytes: int, deadline: float) -> bytes:
+        if not select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            raise TimeoutError
+        return os.read(self.fd, max_bytes)
+
+    def eof_detail(self) -> str:
+        return "exit status 0; stderr: "
+
+
+@pytest.fixture
+def pipe():
+    """feed(data): a real pipe whose writer (a thread: a pipe holds 64 KiB) writes `data` and closes."""
+    fds, threads = [], []
+
+    def feed(data: bytes) -> int:
+        r, w = os.pipe()
+        fds.append(r)
+
+        def write():
+            with os.fdopen(w, "wb") as out:
+                with contextlib.suppress(BrokenPipeError):
+                    out.write(data)
+
+        threads.append(threading.Thread(target=write, daemon=True))
+        threads[-1].start()
+        return r
+
+    yield feed
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    for thread in threads:
+        thread.join(timeout=5)
+
+
+def test_reply_readers_skip_a_login_shells_output_before_and_between_frames(pipe):
+    data = reply_frame(1, BANNER) + reply_frame(2) + reply_frame(3, b"late echo from a background job\n")
+    with os.fdopen(pipe(data), "rb") as inp:
+        assert [wire.read_frame(inp, sync=True) for _ in range(4)] == [dict(REPLY, n=n) for n in (1, 2, 3)] + [None]
+    session = AgentSession(PipeStream(pipe(data)), "node-1")
+    assert [session.request({"op": "hello"}, 5)["n"] for _ in range(3)] == [1, 2, 3] and not session.broken
+    # "2026\n" alone would pass for a frame header: the marker, not the first digits, starts a reply
+    with os.fdopen(pipe(b"2026\n" + reply_frame(4)), "rb") as inp:
+        assert wire.read_frame(inp, sync=True) == dict(REPLY, n=4)
+
+
+def test_reply_readers_skip_at_most_max_noise_bytes_then_quote_the_shell(pipe):
+    at_bound = (BANNER * wire.MAX_NOISE_BYTES)[: wire.MAX_NOISE_BYTES]
+    with os.fdopen(pipe(reply_frame(1, at_bound)), "rb") as inp:
+        assert wire.read_frame(inp, sync=True) == dict(REPLY, n=1)
+    assert AgentSession(PipeStream(pipe(reply_frame(1, at_bound))), "n").request({"op": "hello"}, 5)["n"] == 1
+    over = reply_frame(1, at_bound + b"!")
+    with os.fdopen(pipe(over), "rb") as inp, pytest.raises(wire.NoiseError) as info:
+        wire.read_frame(inp, sync=True)
+    assert info.value.noise.startswith(BANNER) and len(info.value.noise) > wire.MAX_NOISE_BYTES
+    session = AgentSession(PipeStream(pipe(over)), "node-1")
+    with pytest.raises(AgentError) as info:
+        session.request({"op": "hello"}, 5)
+    message = str(info.value)
+    assert message.startswith("agent on node-1 sent no reply within 65536 bytes of other output: 'Welcome to")
+    assert "\\x1b[1mquota" in message and "\x1b" not in message  # escaped, never run by a terminal
+    assert "the login shell printed text before the agent started (e.g. an echo in ~/.bashrc" in message
+    assert session.broken

@@ -586,10 +586,10 @@ def handle(request):
 
 def _write_frame(out, reply):
     try:
-        data = wire.encode_frame(reply)
+        data = wire.encode_frame(reply, sync=True)
     except (TypeError, ValueError) as exc:
         data = wire.encode_frame(
-            {"schema_version": SCHEMA_VERSION, "ok": False, "error": "reply is not JSON: %s" % exc}
+            {"schema_version": SCHEMA_VERSION, "ok": False, "error": "reply is not JSON: %s" % exc}, sync=True
         )
     out.write(data)
     out.flush()

@@ -10,12 +10,19 @@ Why no ``from __future__ import annotations`` and only ``typing.List``/``Dict``/
 a TypedDict evaluates its field annotations when the class is made, and Python 3.8 has neither
 ``list[int]`` nor ``X | None`` at run time.
 
-Frames: ASCII decimal byte length, ``\\n``, then that many bytes of UTF-8 JSON. Both directions
-encode with ``ensure_ascii=True`` (json's default): every Python str encodes, including the lone
-surrogates that undecodable file names (os.fsdecode's surrogateescape) and ``\\udcxx`` escapes in
-shard text become; with ``ensure_ascii=False`` those fail UTF-8 encoding and the reply is lost.
-The price is size: a non-ASCII character travels as a 6-byte escape (2x for CJK text, which only
-sample text carries; counts and paths are almost always ASCII).
+Frames: ASCII decimal byte length, ``\\n``, then that many bytes of UTF-8 JSON. Every frame the
+agent writes (a reply) starts with the SYNC marker, and a reader drops whatever comes before it:
+the agent's stdout is the SSH channel, and a login shell may print there before the agent starts
+(an echo in ~/.bashrc or /etc/profile, common on HPC login nodes). At most MAX_NOISE_BYTES of
+such text are skipped before one reply; more is an error that quotes it (NoiseError). Frames the
+dashboard writes (the program, requests) go to the agent's stdin, which no shell writes to, and
+carry no marker.
+
+Both directions encode with ``ensure_ascii=True`` (json's default): every Python str encodes,
+including the lone surrogates that undecodable file names (os.fsdecode's surrogateescape) and
+``\\udcxx`` escapes in shard text become; with ``ensure_ascii=False`` those fail UTF-8 encoding
+and the reply is lost. The price is size: a non-ASCII character travels as a 6-byte escape (2x
+for CJK text, which only sample text carries; counts and paths are almost always ASCII).
 """
 
 import json
@@ -23,6 +30,8 @@ from typing import Any, Dict, List, NamedTuple, Optional, TypedDict, Union
 
 SCHEMA_VERSION = 1  # the wire's version; every reply carries it (the store has its own)
 MAX_HEADER_BYTES = 20  # "268435456\n" is 10; anything longer is not a frame header
+SYNC = b"\x1eRUNHEALTH1\n"  # starts every frame the agent writes (see the module docstring)
+MAX_NOISE_BYTES = 64 << 10  # text before one reply's SYNC that a reader skips, at most
 MAX_REPLY_BYTES = 256 << 20  # the dashboard refuses a larger reply frame
 METRICS_MAX_BYTES = 8 << 20  # one /metrics body, as fetched by the agent and parsed by analysis/servermetrics.py
 FULL_TEXT_MAX_CHARS = 1 << 20  # one sampled prompt or completion with full_text
@@ -31,11 +40,21 @@ MAX_SAMPLE_N = 10000  # samples one request may ask for
 
 
 # ---------------------------------------------------------------------------- framing
-def encode_frame(obj):
-    # type: (Any) -> bytes
-    """One frame: decimal byte length, newline, compact ASCII JSON (see the module docstring)."""
+def encode_frame(obj, sync=False):
+    # type: (Any, bool) -> bytes
+    """One frame: decimal byte length, newline, compact ASCII JSON (see the module docstring);
+    with `sync` (the agent's replies) SYNC comes first."""
     body = json.dumps(obj, separators=(",", ":")).encode("ascii")
-    return b"%d\n%s" % (len(body), body)
+    return b"%s%d\n%s" % (SYNC if sync else b"", len(body), body)
+
+
+class NoiseError(ValueError):
+    """More than MAX_NOISE_BYTES came before a reply's SYNC; `noise` holds the first of them."""
+
+    def __init__(self, noise):
+        # type: (bytes) -> None
+        super().__init__("no reply marker within %d bytes of output: %r" % (MAX_NOISE_BYTES, noise[:80]))
+        self.noise = noise
 
 
 def frame_size(header):
@@ -53,10 +72,33 @@ def decode_body(body):
     return json.loads(body.decode("utf-8"))
 
 
-def read_frame(inp):
-    # type: (Any) -> Any
+def skip_to_sync(inp):
+    # type: (Any) -> bool
+    """Read a blocking binary stream up to and including the next SYNC; False at EOF first.
+
+    Raises NoiseError when more than MAX_NOISE_BYTES come before it. SYNC ends with the only
+    newline it holds, so it always ends a line: noise without a newline of its own and SYNC
+    arrive as one line.
+    """
+    noise = bytearray()  # appended to in place: many short lines cost linear time
+    while True:
+        line = inp.readline(MAX_NOISE_BYTES - len(noise) + len(SYNC))
+        if line.endswith(SYNC):
+            return True
+        if not line:
+            return False
+        noise += line
+        if len(noise) > MAX_NOISE_BYTES:
+            raise NoiseError(bytes(noise))
+
+
+def read_frame(inp, sync=False):
+    # type: (Any, bool) -> Any
     """The next frame's value from a blocking binary stream; None at EOF or a pipe closed
-    mid-frame; ValueError for a bad header or body."""
+    mid-frame; ValueError for a bad header or body. With `sync` (reading the agent's replies)
+    whatever precedes the frame's SYNC is skipped (NoiseError past MAX_NOISE_BYTES)."""
+    if sync and not skip_to_sync(inp):
+        return None
     header = inp.readline()
     if not header:
         return None

@@ -3,8 +3,9 @@
 The node runs ``python -u -c BOOTSTRAP``; the bootstrap reads one frame holding the agent's
 sources (runhealth/node/: agent.py plus scan.py, backfill.py, gpu.py, wire.py, and pynvml's, so
 a node needs only python3 and the driver) and executes it. After that every request and reply
-is a frame as runhealth/node/wire.py encodes and decodes it (docs/design.md section 1).
-`AgentSession` speaks that over any byte stream with
+is a frame as runhealth/node/wire.py encodes and decodes it (docs/design.md section 1); what a
+login shell prints before a reply's SYNC marker is skipped. `AgentSession` speaks that over any
+byte stream with
 deadline-aware reads, so the same code serves a local subprocess and an SSH channel.
 """
 
@@ -16,10 +17,18 @@ import time
 from pathlib import Path
 from typing import Protocol
 
+from runhealth import textsafe
 from runhealth.config import PYTHON_RE
 from runhealth.errors import AgentError, CommandTimeout, ConfigError, TransportError
 from runhealth.node import wire
-from runhealth.node.wire import MAX_HEADER_BYTES, MAX_REPLY_BYTES, SCHEMA_VERSION, encode_frame
+from runhealth.node.wire import (
+    MAX_HEADER_BYTES,
+    MAX_NOISE_BYTES,
+    MAX_REPLY_BYTES,
+    SCHEMA_VERSION,
+    SYNC,
+    encode_frame,
+)
 
 BOOTSTRAP = (
     "import sys,json;i=sys.stdin.buffer;n=int(i.readline());p=json.loads(i.read(n));"
@@ -42,6 +51,8 @@ _AGENT_PATH = _NODE_DIR / "agent.py"
 # The agent's other modules, shipped under these names (node/agent.py SHIPPED_PREFIX + part);
 # agent.py registers them in sys.modules.
 AGENT_PARTS = {"runhealth_node_" + part: part + ".py" for part in ("wire", "scan", "gpu", "backfill")}
+NOISE_PREVIEW_CHARS = 80  # of a login shell's output, quoted in the error and the log
+log = textsafe.get_logger(__name__)
 
 
 def _agent_source(filename: str) -> str:
@@ -111,9 +122,10 @@ class ByteStream(Protocol):
 class AgentSession:
     """Framed request/response over one agent's byte stream.
 
-    After a timeout, EOF or a malformed frame the stream is out of step: `broken` turns true
-    and the owner must restart the agent. An ``ok: false`` reply raises `AgentError` but keeps
-    the session usable.
+    Output before a reply's SYNC marker (a login shell's banner) is skipped, up to
+    MAX_NOISE_BYTES. After a timeout, EOF, more output than that or a malformed frame the stream
+    is out of step: `broken` turns true and the owner must restart the agent. An ``ok: false``
+    reply raises `AgentError` but keeps the session usable.
     """
 
     def __init__(self, stream: ByteStream, name: str, max_reply_bytes: int = MAX_REPLY_BYTES):
@@ -122,6 +134,7 @@ class AgentSession:
         self.max_reply_bytes = max_reply_bytes
         self.broken = False
         self._buf = bytearray()
+        self._noise_logged = False
 
     def send_program(self, frame: bytes, timeout_s: float) -> None:
         """Send the program frame that BOOTSTRAP is waiting for."""
@@ -141,6 +154,7 @@ class AgentSession:
         deadline = time.monotonic() + timeout_s
         self._write(encode_frame(obj), deadline, f"request {op!r}")
         try:
+            self._skip_noise(deadline)
             size = self._read_header(deadline)
             body = self._read_exact(size, deadline)
         except TimeoutError:
@@ -164,6 +178,26 @@ class AgentSession:
             self.broken = True
             raise TransportError(f"agent on {self.name} ended: {self.stream.eof_detail()}")
         self._buf += chunk
+
+    def _skip_noise(self, deadline: float) -> None:
+        """Drop what precedes the next SYNC: text a login shell printed (docs/design.md section 1)."""
+        while (at := self._buf.find(SYNC, 0, MAX_NOISE_BYTES + len(SYNC))) < 0:
+            if len(self._buf) >= MAX_NOISE_BYTES + len(SYNC):
+                self.broken = True
+                raise AgentError(
+                    f"agent on {self.name} sent no reply within {MAX_NOISE_BYTES} bytes of other output: "
+                    f"{_noise_preview(self._buf)}; likely cause: the login shell printed text before the "
+                    "agent started (e.g. an echo in ~/.bashrc or /etc/profile); print only in interactive "
+                    "shells, e.g. behind [[ $- == *i* ]]"
+                )
+            self._fill(deadline)
+        if at and not self._noise_logged:  # once per agent: a banner comes with every login
+            self._noise_logged = True
+            preview = _noise_preview(self._buf[:at])
+            log.info(
+                "%s: skipped %d bytes of output before the agent's reply (a login shell's?): %s", self.name, at, preview
+            )
+        del self._buf[: at + len(SYNC)]
 
     def _read_header(self, deadline: float) -> int:
         while (newline := self._buf.find(b"\n")) < 0:
@@ -203,3 +237,10 @@ class AgentSession:
         if reply.get("ok") is not True:
             raise AgentError(f"agent on {self.name}: {reply.get('error') or 'request failed'}")
         return reply
+
+
+def _noise_preview(data: bytes | bytearray) -> str:
+    """The start of untrusted output as quoted, escaped text (control characters made visible)."""
+    text = bytes(data[: 4 * NOISE_PREVIEW_CHARS]).decode("utf-8", "replace")
+    more = " ..." if len(text) > NOISE_PREVIEW_CHARS or len(data) > 4 * NOISE_PREVIEW_CHARS else ""
+    return f"'{textsafe.escape(text[:NOISE_PREVIEW_CHARS])}'{more}"

@@ -436,7 +436,14 @@ class SSHTransport(Transport):
     def _load_key(self, path: str) -> paramiko.PKey:
         passphrase = reveal(self.node.passphrase)
         try:
-            return paramiko.PKey.from_path(path, passphrase.encode() if passphrase else None)
+            try:
+                return paramiko.PKey.from_path(path, passphrase.encode() if passphrase else None)
+            except TypeError:  # cryptography: a passphrase for a plain key, or none for an encrypted one
+                if not passphrase:
+                    raise
+            # The key is not encrypted: ssh ignores an unused passphrase, and so do we.
+            log.info("%s: private key %s is not encrypted; its configured passphrase is not used", self.name, path)
+            return paramiko.PKey.from_path(path)
         except OSError as exc:
             raise AuthError(f"cannot read private key {path}: {exc.strerror}") from None
         except TypeError:
