@@ -21,14 +21,14 @@ import streamlit as st
 from components import runpicker
 from components.context import PageRuntime
 from components.format import md_escape
-from runhealth import notify, outbound
+from runhealth import heartbeat, notify, outbound
 from runhealth.health import fmt_age
 from runhealth.records import CollectorStatus
 from runhealth.store import Store
 
 WINDOW_S = 24 * 3600
 _HASH: dict[str | type[Any], Callable[[Any], Any]] = {Store: lambda s: str(s.path)}
-START = "start `runhealth collect` or `runhealth dashboard`"
+START = heartbeat.START
 
 
 @st.cache_data(ttl=5, max_entries=4, hash_funcs=_HASH, show_spinner=False)
@@ -43,24 +43,15 @@ def load_status(store: Store) -> CollectorStatus | None:
 
 
 def collector_problem(rt: PageRuntime, now: float) -> str | None:
-    """Why no collector writes the run `rt` shows, in words (None: one does, or it is finished)."""
+    """Why no collector writes the run `rt` shows, in words (None: one does, or it is finished):
+    runhealth.heartbeat's sentence, the one the Overview's collector_down alert carries."""
     if runpicker.is_finished(rt):
         return None
     status = load_status(rt.store)
-    if outbound.collector_alive(status, now, rt.config.stale_after):
-        return None
     if status is None:
         return f"No collector has written this run's status yet: {START}."
-    last = f"pid {status['pid']} on {md_escape(status['host'])}"
-    age = fmt_age(now - status["written_unix"])
-    if status["stopped_unix"] is not None:
-        return f"No collector writes this run: the last one ({last}) stopped {age} ago; {START}."
-    why = (
-        "which has exited"
-        if outbound.pid_gone(status)
-        else f"silent for more than {fmt_age(outbound.silent_after_s(rt.config.stale_after))}"
-    )
-    return f"No collector has written this run for {age}: {START} (the last was {last}, {why})."
+    found = heartbeat.fault(status, now, rt.config.stale_after)
+    return None if found is None else md_escape(found.text).replace("\\`", "`")
 
 
 def render_collector(rt: PageRuntime) -> None:

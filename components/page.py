@@ -19,8 +19,9 @@ import streamlit as st
 from streamlit.navigation.page import StreamlitPage
 
 from components import access, cards, context, loaders, runpicker, tables
+from components import outbound as outbound_view
 from components.format import fmt_clock, md_escape
-from runhealth import exposure
+from runhealth import exposure, heartbeat
 from runhealth.config import fix_hint
 from runhealth.health import fmt_age, node_status
 
@@ -167,14 +168,16 @@ def setup(
         )
         st.fragment(run_every=5)(guarded(freshness))(rt, compact=True)
         collector = rt.collector
+        why_not = refresh_blocked(rt, view)
         if (
             st.button(
                 "Refresh now",
                 key=f"{prefix}_refresh_button",
-                disabled=collector is None,
-                help="Poll every node now" if collector else "The collector is off in this process",
+                disabled=why_not is not None,
+                help=why_not or "Poll every node now",
             )
             and collector is not None
+            and why_not is None
         ):
             collector.request_refresh()
             loaders.clear_all()
@@ -190,6 +193,17 @@ def setup(
     if line and not (title_is_run and not runpicker.is_finished(context.ready(rt))):
         st.caption(md_escape(line))
     return rt
+
+
+def refresh_blocked(rt: context.Runtime, view: context.PageRuntime) -> str | None:
+    """Why "Refresh now" cannot work here (None: it can): no collector in this process to ask,
+    or the collecting process it would signal is gone, stopped or silent (its own words)."""
+    if rt.collector is None:
+        return "The collector is off in this process"
+    if context.collecting() or runpicker.is_finished(view):
+        return None  # this process collects (the request goes to its own thread), or nothing does
+    found = heartbeat.fault(outbound_view.load_status(view.store), time.time(), view.config.stale_after)
+    return None if found is None else found.text
 
 
 def render_open_banner(rt: context.Runtime) -> None:

@@ -7,7 +7,9 @@ runhealth.hardware. `evaluate()` returns the alerts that hold at one instant: th
 exactly these (components/alerts.py), `runhealth.notify` diffs successive answers into start /
 resolve messages, and the exporter reads the same rules.
 
-Alerts (name, severity): collection_stale, store_write_failure, node_down (critical) /
+Alerts (name, severity): collector_down (the collector that wrote the run is gone, stopped or
+silent: named by pid and host, in place of the node states, stalls and drops it no longer
+refreshes; runhealth.heartbeat), collection_stale, store_write_failure, node_down (critical) /
 node_stale, shards_unmatched, shards_unreadable (warning); run_stalled (critical, since the
 last completion) or node_stalled (warning, only while another node writes) and rate_drop
 (warning), none once the target is reached; truncation_high (warning at the warn share,
@@ -28,7 +30,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from runhealth import activity, hardware
+from runhealth import activity, hardware, heartbeat
 from runhealth.analysis import stats
 from runhealth.hardware import host_problems as host_problems  # re-exported: one import for the words
 from runhealth.hardware import missing_gpus as missing_gpus
@@ -113,7 +115,11 @@ def evaluate(store: Store, now: float | None = None, meta: Mapping[str, Any] | N
     stale_after = stale_after_s(interval_s, meta.get("stale_after_s"))
     out: list[Alert] = []
     last = store.last_collection_unix()
-    if last is not None and now - last > stale_after:
+    stale = last is None or now - last > stale_after
+    fault = heartbeat.fault(heartbeat.read_status(store), now, stale_after) if stale else None
+    if fault is not None:  # the collector's fault, not the nodes': say so, and blame no node
+        out.append(Alert("collector_down", "critical", run, fault.text, value=fault.age_s))
+    elif last is not None and stale:
         age = fmt_age(now - last)
         out.append(Alert("collection_stale", "critical", run, f"No successful collection for {age}.", value=now - last))
     keep = configured_nodes(meta)  # a node removed from the config raises no alert (its history stays)
@@ -130,7 +136,13 @@ def evaluate(store: Store, now: float | None = None, meta: Mapping[str, Any] | N
     out += _gpu_alerts(store, run, bool(rates_now.tokens_per_s_1m))
     out += hardware_alerts(store, run, now, nodes, stale_after)
     out = [a for a in out if a.node is None or keep is None or a.node in keep]
+    if fault is not None:  # node states, stalls and drops are frozen at the collector's last poll
+        out = [a for a in out if a.name not in COLLECTOR_FROZEN]
     return sorted(out, key=lambda a: a.severity != "critical")
+
+
+# Alerts that only say the collector stopped refreshing them when it is gone (collector_down says that).
+COLLECTOR_FROZEN = frozenset({"node_stale", "node_down", "run_stalled", "node_stalled", "rate_drop"})
 
 
 def configured_nodes(meta: Mapping[str, Any]) -> set[str] | None:

@@ -22,17 +22,20 @@ import sqlite3
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 from runhealth import exporter, notify, webhook
 from runhealth.config import RunConfig, RunContext
 from runhealth.errors import ConfigError, StoreError
+from runhealth.heartbeat import HEARTBEAT_S, STATUS_KEY
+from runhealth.heartbeat import collector_alive as collector_alive  # re-exported: the viewer reads them here
+from runhealth.heartbeat import pid_gone as pid_gone
+from runhealth.heartbeat import read_status as read_status
+from runhealth.heartbeat import silent_after_s as silent_after_s
 from runhealth.records import CollectorStatus
 from runhealth.store import Store
 
 log = logging.getLogger(__name__)
-STATUS_KEY = "collector"  # the run meta key of CollectorStatus
-HEARTBEAT_S = 10.0  # below the shortest stale_after_s (30 s), so a live collector never reads as gone
 METRICS_UNSET = "set [run] metrics_port or --metrics-port"
 
 
@@ -155,44 +158,3 @@ def start_outbound(
         log.warning("%s", notice)
     out.start_heartbeat()
     return out
-
-
-def read_status(store: Store) -> CollectorStatus | None:
-    """The status the collecting process last recorded in `store`; None when none was (a store
-    written before the status existed, or never collected into) or it is not a status."""
-    try:
-        got = store.meta(STATUS_KEY)
-    except (StoreError, sqlite3.Error) as exc:
-        log.warning("cannot read the collector's status from %s: %s", store.path, exc)
-        return None
-    keys = CollectorStatus.__required_keys__
-    if not isinstance(got, dict) or not keys <= set(got) or not isinstance(got["pid"], int):
-        return None
-    return cast(CollectorStatus, {k: got[k] for k in keys})
-
-
-def pid_gone(status: CollectorStatus) -> bool:
-    """True when `status` was written on this host by a process that no longer exists."""
-    if status["host"] != socket.gethostname():
-        return False  # another machine's pid says nothing here
-    try:
-        os.kill(status["pid"], 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # EPERM: it exists, as another user
-        return False
-    return False
-
-
-def collector_alive(status: CollectorStatus | None, now: float, stale_after_s: float) -> bool:
-    """Whether the process that wrote `status` still collects: it did not stop, wrote its
-    heartbeat within `stale_after_s`, and (on this host) its pid exists."""
-    if status is None or status["stopped_unix"] is not None:
-        return False
-    return now - status["written_unix"] <= silent_after_s(stale_after_s) and not pid_gone(status)
-
-
-def silent_after_s(stale_after_s: float) -> float:
-    """How old a status may be before its process counts as gone: the run's stale_after_s, but
-    never under three heartbeats (a configured stale_after_s of 5 s must not flap between them)."""
-    return max(stale_after_s, 3 * HEARTBEAT_S)

@@ -192,8 +192,8 @@ def test_the_nodes_page_as_a_viewer_shows_the_collectors_metrics_url_and_notices
     st.cache_data.clear()  # the status loader's ttl: this page run reads the store again
     at = run_page("nodes", config, monkeypatch)
     assert_clean(at)
-    gone = [w.value for w in at.warning if "no collector" in w.value.lower()]
-    assert gone and f"pid {proc.pid}" in gone[0] and "`runhealth collect` or `runhealth dashboard`" in gone[0], gone
+    gone = [w.value for w in at.warning if f"The collector (pid {proc.pid}" in w.value]
+    assert gone and " stopped at " in gone[0] and "`runhealth collect` or `runhealth dashboard`" in gone[0], gone
     assert "Prometheus metrics: http://" not in texts(at)  # not served any more: not shown as if it were
 
 
@@ -219,17 +219,19 @@ def test_a_killed_collector_and_a_silent_one_on_another_host_are_named_on_the_no
     assert status["pid"] == proc.pid and status["webhook_receivers"] == 1 and SECRET not in json.dumps(status)
     st.cache_data.clear()
     at = run_page("nodes", config, monkeypatch)
-    gone = [w.value for w in at.warning if w.value.startswith("No collector has written this run for")]
-    assert gone and f"pid {proc.pid} on {socket.gethostname()}, which has exited" in gone[0], gone
+    gone = [w.value for w in at.warning if w.value.startswith("The collector (pid")]
+    assert gone and f"pid {proc.pid} on {socket.gethostname()}) exited without a word" in gone[0], gone
 
-    store.set_meta("collector", {**status, "host": "gpu-head-2", "written_unix": time.time() - 300})
+    status_time = time.time() - 300
+    store.set_meta("collector", {**status, "host": "gpu-head-2", "written_unix": status_time})
     store.close()
     st.cache_data.clear()
     at = run_page("nodes", config, monkeypatch)
-    gone = [w.value for w in at.warning if "No collector" in w.value]
+    gone = [w.value for w in at.warning if "The collector (pid" in w.value]
+    since = time.strftime("%H:%M:%S", time.localtime(status_time))
     assert gone == [
-        "No collector has written this run for 5 min: start `runhealth collect` or `runhealth dashboard`"
-        f" (the last was pid {proc.pid} on gpu-head-2, silent for more than 30 s)."
+        f"The collector (pid {proc.pid} on gpu-head-2) has not written since {since} (5 min ago): check it on"
+        " gpu-head-2, or start `runhealth collect` or `runhealth dashboard`."
     ], gone
     assert "Prometheus metrics:" not in texts(at)
 

@@ -257,3 +257,62 @@ def test_nodes_page_says_when_a_store_is_readable_by_others(tmp_path, monkeypatc
     at = open_app("nodes", config, monkeypatch)
     at.run()
     assert any("readable by other users" in w.value and "(644)" in w.value for w in at.warning)
+
+
+# -- item 6: say who is at fault --------------------------------------------------------------------
+def test_a_stopped_collector_is_named_not_the_nodes_and_refresh_says_why_it_cannot(tmp_path, monkeypatch):
+    """SIGSTOP the real collector: the Overview's alert names it (pid, last heartbeat) instead of
+    calling its nodes stale, the Nodes page says it still holds the lock, and "Refresh now" is
+    disabled with the reason."""
+    import signal
+    import time
+
+    from shardgen import truth_rows, write_shard
+
+    from runhealth import heartbeat, supervise
+
+    write_shard(tmp_path / "a.jsonl", truth_rows(50, 3))
+    config = tmp_path / "runhealth.toml"
+    config.write_text(
+        textwrap.dedent(f"""
+            [run]
+            name = "stop-test"
+            store_path = "{tmp_path / "store.sqlite3"}"
+            interval_s = 0.5
+            stale_after_s = 2
+
+            [[nodes]]
+            name = "n1"
+            host = "local"
+            shards = ["{tmp_path / "*.jsonl"}"]
+            python = "{sys.executable}"
+            gpu = "off"
+            """)
+    )
+    monkeypatch.setattr(heartbeat, "HEARTBEAT_S", 0.5)  # the viewer's reading: gone after 2 s of silence
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = supervise.start_collector([sys.executable, "-m", "runhealth", "collect", "--config", str(config)], env)
+    try:
+        store = Store(tmp_path / "store.sqlite3")
+        deadline = time.monotonic() + 60
+        while not (store.last_collection_unix() and heartbeat.read_status(store)):
+            assert time.monotonic() < deadline and proc.poll() is None, "the collector never polled"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(3.5)  # past stale_after_s and the silent time
+        st.cache_data.clear()
+        at = open_app("overview", config, monkeypatch)
+        at.run()
+        red = [e.value for e in at.error]
+        assert any(f"pid {proc.pid}" in e and "stopped or hung" in e for e in red), red
+        assert not any("n1 stale" in e or "n1 down" in e for e in red + [w.value for w in at.warning]), red
+        button = at.button(key="overview_refresh_button")
+        assert button.disabled and f"kill -CONT {proc.pid}" in (button.help or "")
+        at = open_app("nodes", config, monkeypatch)
+        at.run()
+        assert any("another collector would be refused" in w.value for w in at.warning)
+        store.close()
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        proc.kill()
+        proc.wait(timeout=30)
