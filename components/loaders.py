@@ -116,8 +116,10 @@ def load_truncation_over_time(store: Store, interval_s: float, ceiling: int | No
     df = pd.DataFrame(
         data["polls"], columns=["bucket_unix", "completions", "tokens", "length_stops", "malformed", "backfill"]
     )
-    split = pd.DataFrame(data["split"], columns=["bucket_unix", "at_ceiling", "below_ceiling"])
-    df = df.merge(split, on="bucket_unix", how="left").fillna({"at_ceiling": 0, "below_ceiling": 0})
+    split = pd.DataFrame(data["split"], columns=["bucket_unix", "backfill", "at_ceiling", "below_ceiling"])
+    # The stops of the polls each bucket's row sums: its live ones, or its backfill ones if it has no live poll.
+    split = split.fillna({"backfill": 0}).astype({"backfill": int})
+    df = df.merge(split, on=["bucket_unix", "backfill"], how="left").fillna({"at_ceiling": 0, "below_ceiling": 0})
     # Estimated-length stops (and polls stored before the split existed) cannot be placed.
     df = df.assign(unsplit=(df["length_stops"] - df["at_ceiling"] - df["below_ceiling"]).clip(lower=0))
     df.attrs["as_of"] = got[0] if got is not None and fits else None

@@ -17,7 +17,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -310,9 +310,10 @@ class Store:
         record = ingest.read_poll(cast(PollReply, reply))
         with self.transaction() as db:
             record = ingest.with_reason_names(record, self._reasons(db).name)  # a bounded set of names
-            first_poll = db.execute("SELECT COUNT(*) FROM shards WHERE node = ?", (node,)).fetchone()[0] == 0
-            prev = db.execute("SELECT pending_bytes FROM nodes WHERE name = ?", (node,)).fetchone()
+            prev = db.execute("SELECT pending_bytes, last_ok_unix FROM nodes WHERE name = ?", (node,)).fetchone()
             catching_up = bool(prev and prev[0])  # the previous poll left bytes for this one
+            # The node's first poll counts history only if it read bytes that were already there.
+            first_index = not (prev and prev[1] is not None) and record.scanned_bytes > 0
             delta = {"completions": 0, "tokens": 0, "length_stops": 0, "malformed": 0, "resets": 0}
             stops: dict[int, int] = {}
             for update in record.shards:
@@ -320,7 +321,7 @@ class Store:
             db.executemany(
                 "INSERT INTO poll_length_stops VALUES (?,?,?,?)", [(ts_unix, node, t, n) for t, n in stops.items()]
             )
-            backfill = ingest.is_backfill(first_poll, catching_up, delta["resets"], record.pending_bytes)
+            backfill = ingest.is_backfill(first_index, catching_up, delta["resets"], record.pending_bytes)
             db.execute(
                 "INSERT INTO polls VALUES (?,?,?,?,?,?,?,?,?)",
                 (
@@ -506,14 +507,14 @@ class Store:
         return rows_as(PollRow, self.query(f"SELECT * FROM polls{where} ORDER BY ts_unix", params))
 
     def polls_by_bucket(self, bucket_s: float, since_unix: float | None = None) -> list[PollBucket]:
-        """Poll deltas summed per time bucket (for truncation and throughput over time)."""
+        """Poll deltas summed per time bucket (for truncation and throughput over time): over the
+        bucket's live polls, or over its backfill polls when it has no live one (`live_sums`)."""
         where, params = _where(since_unix, None)
         return rows_as(
             PollBucket,
             self.query(
-                f"SELECT CAST(ts_unix / ? AS INTEGER) * ? AS bucket_unix, SUM(completions) AS completions,"
-                f" SUM(tokens) AS tokens, SUM(length_stops) AS length_stops, SUM(malformed) AS malformed,"
-                f" MAX(backfill) AS backfill FROM polls{where} GROUP BY 1 ORDER BY 1",
+                f"SELECT CAST(ts_unix / ? AS INTEGER) * ? AS bucket_unix, {live_sums(POLL_DELTAS)}"
+                f" FROM polls{where} GROUP BY 1 ORDER BY 1",
                 (bucket_s, bucket_s, *params),
             ),
         )
@@ -521,17 +522,27 @@ class Store:
     def length_stops_by_bucket(
         self, bucket_s: float, ceiling: int | None, since_unix: float | None = None
     ) -> list[LengthStopBucket]:
-        """Exact-length stops per time bucket, split at `ceiling`: at_ceiling (tokens >= ceiling)
-        and below_ceiling (context window and other limits below it)."""
+        """Exact-length stops per time bucket and backfill flag of their poll, split at `ceiling`:
+        at_ceiling (tokens >= ceiling) and below_ceiling (context window and other limits below
+        it). A bucket has a live row, a backfill row or both; the page takes the one that matches
+        `polls_by_bucket`'s row (`live_sums`), so one node's catch-up never colours another's."""
         where, params = _where(since_unix, None)
         limit = ceiling if ceiling is not None else 1 << 62
+        flag = "(SELECT p.backfill FROM polls p WHERE p.ts_unix = s.ts_unix AND p.node = s.node)"
+        if self.query("SELECT 1 FROM sqlite_master WHERE name = 'poll_rollup'"):  # rollup.py's: polls folded
+            flag += "".join(
+                f", (SELECT r.backfill FROM poll_rollup r WHERE r.res_s = {res} AND r.node = s.node"
+                f" AND r.bucket_unix = CAST(s.ts_unix / {res} AS INTEGER) * {res})"
+                for res in (60, 600)
+            )
         return rows_as(
             LengthStopBucket,
             self.query(
-                f"SELECT CAST(ts_unix / ? AS INTEGER) * ? AS bucket_unix,"
+                f"SELECT CAST(ts_unix / ? AS INTEGER) * ? AS bucket_unix, backfill,"
                 f" SUM(CASE WHEN tokens >= ? THEN count ELSE 0 END) AS at_ceiling,"
                 f" SUM(CASE WHEN tokens < ? THEN count ELSE 0 END) AS below_ceiling"
-                f" FROM poll_length_stops{where} GROUP BY 1 ORDER BY 1",
+                f" FROM (SELECT ts_unix, tokens, count, COALESCE({flag}, 0) AS backfill"
+                f" FROM poll_length_stops s{where}) GROUP BY 1, 2 ORDER BY 1, 2",
                 (bucket_s, bucket_s, limit, limit, *params),
             ),
         )
@@ -654,6 +665,19 @@ def write_error_text(exc: BaseException) -> str:
     )
     cause = next((plain for key, plain in causes if key in text), f"{type(exc).__name__}: {text}")
     return f"cannot write the history store: {cause}"
+
+
+POLL_DELTAS = ("completions", "tokens", "length_stops", "malformed")
+
+
+def live_sums(fields: Sequence[str]) -> str:
+    """SQL aggregates of poll rows per time bucket, one node's catch-up never hiding another's
+    output: `backfill` is 1 only when every poll in the bucket was a backfill, and each field is
+    summed over the bucket's live polls (over all of them when it has none). A bucket where one
+    node indexes its backlog while another writes is that writer's live output."""
+    live = "COALESCE(backfill, 0) = 0"
+    sums = ", ".join(f"COALESCE(SUM(CASE WHEN {live} THEN {f} END), SUM({f})) AS {f}" for f in fields)
+    return f"{sums}, MIN(COALESCE(backfill, 0)) AS backfill"
 
 
 def _where(since_unix: float | None, node: str | None) -> tuple[str, tuple]:
