@@ -40,6 +40,7 @@ def clear_all() -> None:
     """Drop every cached read (after "Refresh now")."""
     for fn in (
         load_nodes,
+        load_removed_nodes,
         load_run_lengths,
         load_group_lengths,
         load_truncation_over_time,
@@ -60,7 +61,21 @@ def clear_all() -> None:
 # -- loaders ------------------------------------------------------------------------------
 @_cache()
 def load_nodes(store: Store) -> list[NodeRow]:
-    return store.nodes()
+    """The nodes the run's config names now (a removed node is history: load_removed_nodes)."""
+    keep = health.configured_nodes(store.meta("run") or {})
+    return [n for n in store.nodes() if keep is None or n["name"] in keep]
+
+
+@_cache()
+def load_removed_nodes(store: Store) -> list[tuple[str, int, str | None]]:
+    """Nodes no longer in the config: (name, completions it counted, the current node that reads
+    its files again and so holds those completions instead, or None: they stay in the totals)."""
+    keep = health.configured_nodes(store.meta("run") or {})
+    if keep is None:
+        return []
+    by = store.superseded_nodes()
+    lines = {n["name"]: n["lines"] for n in store.nodes()}
+    return [(name, lines[name], by.get(name)) for name in sorted(set(lines) - keep)]
 
 
 @_cache(ttl=2)
@@ -203,12 +218,13 @@ def load_problems(store: Store, run_writing: bool) -> dict[str, list[tuple[str, 
     """GPU and host problems in words (runhealth.hardware, the one GPU rule): errors, XIDs, ECC, rows, throttling,
     heat, idle-while-writing, power cap (information), RAM, swap and CPU load."""
     gpus = load_gpu_latest(store)
-    rows = gpus.to_dict("records") if len(gpus) else []
+    nodes = load_nodes(store)  # a node removed from the config has no problems now
+    current = {n["name"] for n in nodes}
+    rows = [r for r in (gpus.to_dict("records") if len(gpus) else []) if r["node"] in current]
     for r in rows:  # pandas turns a missing error into NaN
         r["error"] = r["error"] if isinstance(r.get("error"), str) and r["error"] else None
     found = {(h["node"], h["gpu"]): h["health"] for h in store.gpu_health()}
-    xids = store.gpu_events(time.time() - XID_WINDOW_S)
-    nodes = store.nodes()
+    xids = [x for x in store.gpu_events(time.time() - XID_WINDOW_S) if x["node"] in current]
     loads = {n["name"]: n.get("loadavg") for n in nodes}
     now_gpus: dict[str, set[int]] = {}
     for r in rows:
@@ -217,7 +233,7 @@ def load_problems(store: Store, run_writing: bool) -> dict[str, list[tuple[str, 
     missing = hardware.missing_gpus(store.gpus_seen(time.time() - XID_WINDOW_S), now_gpus, live)
     return {
         "gpu": missing + hardware.gpu_problems(rows, found, xids, run_writing),
-        "host": hardware.host_problems(store.host_latest(), loads),
+        "host": hardware.host_problems({k: v for k, v in store.host_latest().items() if k in current}, loads),
     }
 
 
@@ -228,7 +244,9 @@ def load_hosts(store: Store) -> dict[str, HostReading]:
 
 @_cache()
 def load_gpu_latest(store: Store) -> pd.DataFrame:
-    df = pd.DataFrame(store.gpu_latest())
+    """The latest reading of each GPU of the nodes the config names now (as /metrics exports)."""
+    keep = health.configured_nodes(store.meta("run") or {})
+    df = pd.DataFrame([g for g in store.gpu_latest() if keep is None or g["node"] in keep])
     if df.empty:
         return df
     df["label"] = df["node"] + "/" + df["gpu"].astype(str)

@@ -464,6 +464,11 @@ class Store:
                 r[key] = t.get(key) or 0
         return rows_as(NodeRow, rows)
 
+    def counted_nodes(self) -> list[NodeRow]:
+        """`nodes()` less the superseded ones: the rows whose lines and malformed the run's totals add."""
+        gone = self.superseded_nodes()
+        return [n for n in self.nodes() if n["name"] not in gone]
+
     def shards(self, node: str | None = None) -> list[ShardRow]:
         sql = "SELECT * FROM shards" + (" WHERE node = ?" if node else "") + " ORDER BY node, path"
         return rows_as(ShardRow, self.query(sql, (node,) if node else ()))
@@ -476,7 +481,9 @@ class Store:
         ceilings, instead of every length of every shard).
         """
         table = "length_counts" if by == "shard" else "node_length_counts"
-        where, params = (" WHERE finish_reason = ?", (finish_reason,)) if finish_reason else ("", ())
+        where, params = self.counted_where()
+        if finish_reason:
+            where, params = where + " AND finish_reason = ?", (*params, finish_reason)
         if by == "run":
             sql = (
                 f"SELECT tokens, finish_reason, estimated, SUM(count) AS count FROM {table}{where}"
@@ -494,13 +501,48 @@ class Store:
         """Per node or shard: completions counted, and how many of them have exact token counts."""
         keys = {"node": "node", "shard": "node, path"}[by]
         table = "length_counts" if by == "shard" else "node_length_counts"
+        where, params = self.counted_where()
         return rows_as(
             GroupTotalRow,
             self.query(
                 f"SELECT {keys}, SUM(count) AS completions, SUM(CASE WHEN estimated = 0 THEN count ELSE 0 END)"
-                f" AS exact FROM {table} GROUP BY {keys} ORDER BY {keys}"
+                f" AS exact FROM {table}{where} GROUP BY {keys} ORDER BY {keys}",
+                params,
             ),
         )
+
+    def superseded_nodes(self) -> dict[str, str]:
+        """Nodes no longer in the config whose files a current node reads again -> that node.
+
+        The config's nodes are the run's meta `nodes` (the collector writes them). A removed
+        node is superseded by a current one on the same host (and port) that has a shard path in
+        common with it: a renamed node, whose new name counts the same files from byte 0. Its
+        counts leave every total (they stay in the store: naming it back brings them back); a
+        removed node whose files no current node reads keeps its counts, the run's history.
+        """
+        names = (self.meta("run") or {}).get("nodes")
+        if not isinstance(names, list):
+            return {}
+        current = {str(n) for n in names}
+        rows = self.query("SELECT name, config FROM nodes")
+        where = {r["name"]: _host_key(r["config"]) for r in rows}
+        out: dict[str, str] = {}
+        for old in sorted(set(where) - current):
+            for new in sorted(current & set(where)):
+                if where[old] == where[new] and where[old] is not None and self._share_a_path(old, new):
+                    out[old] = new
+                    break
+        return out
+
+    def _share_a_path(self, a: str, b: str) -> bool:
+        sql = "SELECT 1 FROM shards x JOIN shards y ON y.node = ? AND y.path = x.path WHERE x.node = ? LIMIT 1"
+        return bool(self.query(sql, (b, a)))
+
+    def counted_where(self) -> tuple[str, tuple[str, ...]]:
+        """A WHERE clause on `node` that leaves out superseded nodes (always a WHERE, so a
+        caller can add AND ...): every count a page, /metrics or an alert totals reads it."""
+        gone = tuple(self.superseded_nodes())
+        return f" WHERE node NOT IN ({','.join('?' * len(gone))})", gone
 
     def polls(self, since_unix: float | None = None, node: str | None = None) -> list[PollRow]:
         where, params = _where(since_unix, node)
@@ -575,8 +617,13 @@ class Store:
 
     def last_growth_unix(self) -> dict[str, float]:
         """Per node, the last poll (dashboard clock) that brought new completions, over all history."""
-        rows = self.query("SELECT node, MAX(ts_unix) AS ts FROM polls WHERE completions > 0 GROUP BY node")
-        return {r["node"]: r["ts"] for r in rows}
+        sql = "SELECT node, MAX(ts_unix) AS ts FROM polls WHERE completions > 0 GROUP BY node"
+        if self.query("SELECT 1 FROM sqlite_master WHERE name = 'poll_rollup'"):  # polls folded by rollup.py
+            sql += " UNION ALL SELECT node, MAX(bucket_unix) FROM poll_rollup WHERE completions > 0 GROUP BY node"
+        out: dict[str, float] = {}
+        for r in self.query(sql):  # a node that wrote a day ago wrote: never "waiting for its first"
+            out[r["node"]] = max(out.get(r["node"], r["ts"]), r["ts"])
+        return out
 
     def gpu_latest(self) -> list[GpuRow]:
         rows = self.query("SELECT * FROM gpu_latest ORDER BY node, gpu")
@@ -678,6 +725,12 @@ def live_sums(fields: Sequence[str]) -> str:
     live = "COALESCE(backfill, 0) = 0"
     sums = ", ".join(f"COALESCE(SUM(CASE WHEN {live} THEN {f} END), SUM({f})) AS {f}" for f in fields)
     return f"{sums}, MIN(COALESCE(backfill, 0)) AS backfill"
+
+
+def _host_key(config: str | None) -> tuple[str, Any] | None:
+    """(host, port) of a node's stored public config: two nodes with the same read the same files."""
+    found = json.loads(config) if config else None
+    return (str(found.get("host")), found.get("port")) if isinstance(found, dict) and found.get("host") else None
 
 
 def _where(since_unix: float | None, node: str | None) -> tuple[str, tuple]:

@@ -166,6 +166,12 @@ def test_renaming_a_node_counts_its_files_once_on_every_consumer(tmp_path, monke
     assert '<div class="rh-label">Nodes up</div><div class="rh-value">1 / 1</div>' in tiles, tiles
     shown = " ".join(e.value for e in [*at.error, *at.warning])
     assert "n1" not in shown, shown
+    nodes = AppTest.from_function(_app_script, args=("nodes",), default_timeout=30).run()
+    assert not nodes.exception, [e.value for e in nodes.exception]
+    assert "n1: no longer in the config; its 3,000 completions are read again by n2" in " ".join(
+        c.value for c in nodes.caption
+    )
+    assert list(nodes.dataframe[0].value["node"]) == ["n2"]
 
 
 def test_a_removed_node_on_another_host_keeps_its_counts(tmp_path):
