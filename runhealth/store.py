@@ -564,30 +564,39 @@ class Store:
     def length_stops_by_bucket(
         self, bucket_s: float, ceiling: int | None, since_unix: float | None = None
     ) -> list[LengthStopBucket]:
-        """Exact-length stops per time bucket and backfill flag of their poll, split at `ceiling`:
-        at_ceiling (tokens >= ceiling) and below_ceiling (context window and other limits below
-        it). A bucket has a live row, a backfill row or both; the page takes the one that matches
-        `polls_by_bucket`'s row (`live_sums`), so one node's catch-up never colours another's."""
+        """Exact-length stops per time bucket, split at `ceiling`: at_ceiling (tokens >= ceiling)
+        and below_ceiling (context window and other limits below it), in a live row and, where
+        backfill polls counted some, a backfill row. The page takes the row that matches
+        `polls_by_bucket`'s (`live_sums`), so one node's catch-up never colours another's output."""
         where, params = _where(since_unix, None)
         limit = ceiling if ceiling is not None else 1 << 62
-        flag = "(SELECT p.backfill FROM polls p WHERE p.ts_unix = s.ts_unix AND p.node = s.node)"
-        if self.query("SELECT 1 FROM sqlite_master WHERE name = 'poll_rollup'"):  # rollup.py's: polls folded
-            flag += "".join(
-                f", (SELECT r.backfill FROM poll_rollup r WHERE r.res_s = {res} AND r.node = s.node"
-                f" AND r.bucket_unix = CAST(s.ts_unix / {res} AS INTEGER) * {res})"
-                for res in (60, 600)
+        head = "SELECT CAST(ts_unix / ? AS INTEGER) * ? AS b, SUM(CASE WHEN tokens >= ? THEN count ELSE 0 END),"
+        head += " SUM(CASE WHEN tokens < ? THEN count ELSE 0 END) FROM poll_length_stops"
+        args = (bucket_s, bucket_s, limit, limit, *params)
+        total = self.query(f"{head}{where} GROUP BY 1 ORDER BY 1", args)
+        # Backfill polls are few: find their stop rows (a rolled-up node-minute is backfill if any poll was).
+        ids = "SELECT s.rowid FROM polls p JOIN poll_length_stops s ON s.ts_unix = p.ts_unix AND s.node = p.node"
+        ids += " WHERE p.backfill = 1"
+        if self.query("SELECT 1 FROM sqlite_master WHERE name = 'poll_rollup'"):  # rollup.py's table
+            ids += (
+                " UNION SELECT s.rowid FROM poll_rollup r JOIN poll_length_stops s ON s.node = r.node"
+                " AND s.ts_unix >= r.bucket_unix AND s.ts_unix < r.bucket_unix + r.res_s WHERE r.backfill = 1"
             )
-        return rows_as(
-            LengthStopBucket,
-            self.query(
-                f"SELECT CAST(ts_unix / ? AS INTEGER) * ? AS bucket_unix, backfill,"
-                f" SUM(CASE WHEN tokens >= ? THEN count ELSE 0 END) AS at_ceiling,"
-                f" SUM(CASE WHEN tokens < ? THEN count ELSE 0 END) AS below_ceiling"
-                f" FROM (SELECT ts_unix, tokens, count, COALESCE({flag}, 0) AS backfill"
-                f" FROM poll_length_stops s{where}) GROUP BY 1, 2 ORDER BY 1, 2",
-                (bucket_s, bucket_s, limit, limit, *params),
-            ),
-        )
+        and_since = " AND ts_unix >= ?" if since_unix is not None else ""
+        first = {
+            r["b"]: list(r.values())[1:]
+            for r in self.query(f"{head} WHERE rowid IN ({ids}){and_since} GROUP BY 1", args)
+        }
+        out = []
+        for r in total:  # a row per (bucket, backfill) that holds stops; the live part is the rest
+            at, below = list(r.values())[1:]
+            back = first.get(r["b"])
+            if back is not None:
+                out.append({"bucket_unix": r["b"], "backfill": 1, "at_ceiling": back[0], "below_ceiling": back[1]})
+                at, below = at - back[0], below - back[1]
+            if back is None or at or below:
+                out.append({"bucket_unix": r["b"], "backfill": 0, "at_ceiling": at, "below_ceiling": below})
+        return rows_as(LengthStopBucket, out)
 
     def gpu_health(self) -> list[GpuHealthReading]:
         """Latest health readings per GPU (the agent's dict, decoded)."""
