@@ -20,6 +20,7 @@ from prometheus_client import generate_latest
 from shardgen import truth_rows, write_shard
 from streamlit.testing.v1 import AppTest
 
+from components import loaders, tables
 from runhealth import activity, exporter, health, rollup
 from runhealth.collector import Collector
 from runhealth.config import NodeConfig, RunConfig
@@ -94,6 +95,9 @@ def test_a_node_whose_glob_matches_nothing_yet_is_not_backfill_and_not_stalled(t
     alerts = health.evaluate(store, now)
     assert not [a for a in alerts if a.name in ("node_stalled", "run_stalled")], [a.summary for a in alerts]
     assert metric_sum(store, "runhealth_stalled", now) == 0.0
+    table = tables.node_table(store.nodes(), 30.0, now=now, per_node=rates.per_node).set_index("node")
+    assert table.loc["e", "last new"] == "waiting for first completion"  # the Nodes page's words
+    assert table.loc["w", "last new"].endswith(" s ago")
     collector.stop()
 
 
@@ -119,6 +123,9 @@ def test_one_nodes_catch_up_does_not_hide_another_nodes_live_polls(tmp_path):
     (split,) = [s for s in store.length_stops_by_bucket(60, 4096) if s["backfill"] == 0]
     assert split["at_ceiling"] == 5  # the truncated share of the live bucket is b's alone
     assert activity.minute_rates([bucket, {**bucket, "bucket_unix": t0 + 60}]) == [bucket["tokens"] / 60]
+    chart = loaders.load_truncation_over_time(store, 10.0, 4096)  # what the Overview draws
+    assert not chart["backfill"].any()  # no bucket grey as "first scan"
+    assert (chart["completions"].sum(), chart["at_ceiling"].sum(), chart["unsplit"].sum()) == (50, 5, 0)
 
 
 # -- item 5: renaming a node -------------------------------------------------------------------
