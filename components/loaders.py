@@ -40,6 +40,7 @@ def clear_all() -> None:
     """Drop every cached read (after "Refresh now")."""
     for fn in (
         load_nodes,
+        load_removed_nodes,
         load_run_lengths,
         load_group_lengths,
         load_truncation_over_time,
@@ -60,7 +61,21 @@ def clear_all() -> None:
 # -- loaders ------------------------------------------------------------------------------
 @_cache()
 def load_nodes(store: Store) -> list[NodeRow]:
-    return store.nodes()
+    """The nodes the run's config names now (a removed node is history: load_removed_nodes)."""
+    keep = health.configured_nodes(store.meta("run") or {})
+    return [n for n in store.nodes() if keep is None or n["name"] in keep]
+
+
+@_cache()
+def load_removed_nodes(store: Store) -> list[tuple[str, int, str | None]]:
+    """Nodes no longer in the config: (name, completions it counted, the current node that reads
+    its files again and so holds those completions instead, or None: they stay in the totals)."""
+    keep = health.configured_nodes(store.meta("run") or {})
+    if keep is None:
+        return []
+    by = store.superseded_nodes()
+    lines = {n["name"]: n["lines"] for n in store.nodes()}
+    return [(name, lines[name], by.get(name)) for name in sorted(set(lines) - keep)]
 
 
 @_cache(ttl=2)
@@ -116,8 +131,10 @@ def load_truncation_over_time(store: Store, interval_s: float, ceiling: int | No
     df = pd.DataFrame(
         data["polls"], columns=["bucket_unix", "completions", "tokens", "length_stops", "malformed", "backfill"]
     )
-    split = pd.DataFrame(data["split"], columns=["bucket_unix", "at_ceiling", "below_ceiling"])
-    df = df.merge(split, on="bucket_unix", how="left").fillna({"at_ceiling": 0, "below_ceiling": 0})
+    split = pd.DataFrame(data["split"], columns=["bucket_unix", "backfill", "at_ceiling", "below_ceiling"])
+    # The stops of the polls each bucket's row sums: its live ones, or its backfill ones if it has no live poll.
+    split = split.fillna({"backfill": 0}).astype({"backfill": int})
+    df = df.merge(split, on=["bucket_unix", "backfill"], how="left").fillna({"at_ceiling": 0, "below_ceiling": 0})
     # Estimated-length stops (and polls stored before the split existed) cannot be placed.
     df = df.assign(unsplit=(df["length_stops"] - df["at_ceiling"] - df["below_ceiling"]).clip(lower=0))
     df.attrs["as_of"] = got[0] if got is not None and fits else None
@@ -198,8 +215,9 @@ def load_gpu_notes(store: Store, run_writing: bool) -> list[tuple[str, str]]:
     """GPU information that is no problem (at the power cap, PCIe replays): hardware.gpu_notes.
     Every GPU or host problem is an alert of runhealth.health.evaluate (components/alerts.py)."""
     gpus = load_gpu_latest(store)
-    rows = gpus.to_dict("records") if len(gpus) else []
-    found = {(h["node"], h["gpu"]): h["health"] for h in store.gpu_health()}
+    current = {n["name"] for n in load_nodes(store)}  # a node removed from the config has no notes now
+    rows = [r for r in (gpus.to_dict("records") if len(gpus) else []) if r["node"] in current]
+    found = {(h["node"], h["gpu"]): h["health"] for h in store.gpu_health() if h["node"] in current}
     return hardware.gpu_notes(rows, found, run_writing)
 
 
@@ -210,7 +228,9 @@ def load_hosts(store: Store) -> dict[str, HostReading]:
 
 @_cache()
 def load_gpu_latest(store: Store) -> pd.DataFrame:
-    df = pd.DataFrame(store.gpu_latest())
+    """The latest reading of each GPU of the nodes the config names now (as /metrics exports)."""
+    keep = health.configured_nodes(store.meta("run") or {})
+    df = pd.DataFrame([g for g in store.gpu_latest() if keep is None or g["node"] in keep])
     if df.empty:
         return df
     df["label"] = df["node"] + "/" + df["gpu"].astype(str)

@@ -141,7 +141,10 @@ def node_table(
             r = per_node.get(n["name"])
             rows[-1]["tok/s (1 min)"] = fmt_rate(r.tokens_per_s_1m) if r and r.tokens_per_s_1m is not None else "N/A"
             grown = r.last_growth_unix if r else None
-            rows[-1]["last new"] = f"{fmt_age(now - grown)} ago" if grown else "N/A"
+            # A polled node that never wrote is waiting for its first completion, not stalled.
+            rows[-1]["last new"] = (
+                f"{fmt_age(now - grown)} ago" if grown else "waiting for first completion" if r else "N/A"
+            )
     return pd.DataFrame(rows)
 
 

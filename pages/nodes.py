@@ -63,6 +63,9 @@ def render_page(rt: PageRuntime) -> None:
     finished = runpicker.is_finished(rt)
     per_node = None if finished else loaders.load_health(rt.store).per_node
     cards.render_node_table(nodes, rt.config.stale_after, per_node=per_node, finished=finished)
+    for name, lines, by in loaders.load_removed_nodes(rt.store):
+        kept = f"read again by {by}, so counted there, not twice" if by else "kept in the run's totals"
+        st.caption(md_escape(f"{name}: no longer in the config; its {lines:,} completions are {kept}."))
     shards = loaders.load_shards(rt.store)
     for node in shown_nodes(rt, nodes, shards, now):
         page.guarded(render_node)(rt, node, now, shards)

@@ -8,10 +8,12 @@ the headline download, /metrics and the alerts read `read_rates` or `node_rate`;
 computes a live rate.
 
 The stall rule (`stall_state`): a node is quiet when its shards have not grown for
-``stall_after_s`` (a node that never grew: since we first saw it). The run is stalled when no
-live node grew within the window and at least one has been watched that long; it is stalled
-*since the last completion* (the latest growth of any node), not since a node was added. A
-single node is reported on its own only while another node does write.
+``stall_after_s``. A node that never grew is not stalled but *waiting* for its first completion
+(normal at launch, or a glob that matches nothing yet) once watched that long. The run is
+stalled when no live node grew within the window and at least one has been watched that long;
+it is stalled *since the last completion* (the latest growth of any node; if none ever grew,
+since the first node was seen), not since a node was added. A single node is reported on its
+own only while another node does write.
 
 A poll row is ``(ts_unix, node_ts_unix, delta_completions, delta_tokens, backfill)``: the
 dashboard's clock says *when we saw it* (stalls are in the viewer's time), the node's clock
@@ -126,8 +128,9 @@ class Stalls:
     """What the stall rule found at one instant."""
 
     run_since_unix: float | None  # the run is stalled: no new completion since (the last one's time)
-    nodes: Mapping[str, float]  # every quiet live node -> since when (last growth, else first seen)
+    nodes: Mapping[str, float]  # every quiet live node that wrote before -> its last growth
     writing: frozenset[str]  # live nodes that grew within the window
+    waiting: Mapping[str, float] = dataclasses.field(default_factory=dict)  # never grew -> first seen
 
     def lone(self) -> dict[str, float]:
         """Quiet nodes worth naming on their own: only while some other node writes."""
@@ -145,12 +148,13 @@ def stall_state(
         if (t := per_node[n].last_growth_unix) is not None:
             grown[n] = t
     writing = frozenset(n for n, t in grown.items() if now - t < stall_after_s)
-    quiet: dict[str, float] = {}
+    quiet = {n: t for n, t in grown.items() if n not in writing}
+    waiting: dict[str, float] = {}
     for n in names:
-        since = per_node[n].last_growth_unix or per_node[n].first_seen_unix
-        if n not in writing and since is not None and now - since >= stall_after_s:
-            quiet[n] = since
+        seen = per_node[n].first_seen_unix
+        if n not in grown and seen is not None and now - seen >= stall_after_s:
+            waiting[n] = seen
     run = None
-    if quiet and not writing:
-        run = max(grown.values()) if grown else min(quiet.values())
-    return Stalls(run, quiet, writing)
+    if (quiet or waiting) and not writing:
+        run = max(grown.values()) if grown else min(waiting.values())
+    return Stalls(run, quiet, writing, waiting)

@@ -144,28 +144,32 @@ class StoreMetrics:
         """(node, label) -> completions, with a bounded set of finish_reason labels (the known
         ones and the most frequent few, the rest as "other": one label per distinct value made a
         scrape of a hostile store 10.8 MB); grouped in SQL, so the rows read are bounded too."""
+        where, gone = self.store.counted_where()  # a renamed node's old name: counted once, as the new one
         totals = {
             r[0]: r[1]
             for r in self.store.cursor(
-                "SELECT finish_reason, SUM(count) FROM node_length_counts GROUP BY finish_reason"
+                f"SELECT finish_reason, SUM(count) FROM node_length_counts{where} GROUP BY finish_reason", gone
             )
         }
         names = reasons.shown_names(totals)
         kept = sorted(names)
         sql = (
             f"SELECT node, CASE WHEN finish_reason IN ({','.join('?' * len(kept))}) THEN finish_reason END,"
-            " SUM(count) FROM node_length_counts GROUP BY 1, 2 ORDER BY 1, 2"
+            f" SUM(count) FROM node_length_counts{where} GROUP BY 1, 2 ORDER BY 1, 2"
         )
         out: dict[tuple[str, str], int] = {}
-        for node, reason, n in self.store.cursor(sql, kept):
+        for node, reason, n in self.store.cursor(sql, (*kept, *gone)):
             key = (node, names.get(reason, reasons.OTHER) if reason is not None else reasons.OTHER)
             out[key] = out.get(key, 0) + n
         return out
 
     def _ceiling(self, meta: dict[str, Any]) -> tuple[int | None, int]:
         """(ceiling, the `estimated` flag of the rows length statistics use), as stats.summarize decides."""
-        exact = self.store.query("SELECT EXISTS (SELECT 1 FROM node_length_counts WHERE estimated = 0) AS e")[0]["e"]
-        estimated = 0 if exact or not self.store.query("SELECT 1 FROM node_length_counts LIMIT 1") else 1
+        where, gone = self.store.counted_where()
+        exact = self.store.query(
+            f"SELECT EXISTS (SELECT 1 FROM node_length_counts{where} AND estimated = 0) AS e", gone
+        )[0]["e"]
+        estimated = 0 if exact or not self.store.query(f"SELECT 1 FROM node_length_counts{where} LIMIT 1", gone) else 1
         if meta.get("max_output_tokens"):
             return int(meta["max_output_tokens"]), estimated
         rows = self.store.length_counts(by="run", finish_reason=stats.LENGTH)
@@ -180,11 +184,12 @@ class StoreMetrics:
             if ceiling is not None
             else ", 0"
         )
+        where, gone = self.store.counted_where()
         sql = (
             f"SELECT node, SUM(count), SUM(tokens * count){cols}{at} FROM node_length_counts"
-            " WHERE estimated = ? GROUP BY node ORDER BY node"
+            f"{where} AND estimated = ? GROUP BY node ORDER BY node"
         )
-        for row in self.store.cursor(sql, (estimated,)):
+        for row in self.store.cursor(sql, (*gone, estimated)):
             yield row[0], row[1], row[2], list(row[3:-1]), row[-1]
 
     # -- nodes and the run ---------------------------------------------------------------
@@ -221,7 +226,8 @@ class StoreMetrics:
             if keep is None or node in keep:
                 tps.add_metric([run, node], rate)
         yield from (up, age, stalled, tps)
-        done = sum(n["lines"] for n in nodes)
+        gone = self.store.superseded_nodes()  # their files are counted again under the current name
+        done = sum(n["lines"] for n in nodes if n["name"] not in gone)
         progress = rates.progress(done, meta.get("target_completions"))
         if progress is not None:
             yield _gauge("runhealth_progress_ratio", "Completions counted / target_completions.", run, progress)

@@ -79,7 +79,7 @@ def node_status(node: NodeRow, now: float, stale_after: float) -> tuple[str, str
 def stalled_nodes(store: Store, now: float, window: float) -> dict[str, float]:
     """Every quiet node under the one stall rule (activity.stall_state), the run stalled or not:
     {node: seconds since its last new completion (or since it was first seen)}."""
-    found = activity.stall_state(activity.recent_rates(store, now, 2 * window).per_node, now, window)
+    found = activity.stall_state(activity.read_rates(store, now, 2 * window).per_node, now, window)
     return {node: now - since for node, since in found.nodes.items()}
 
 
@@ -149,7 +149,7 @@ def configured_nodes(meta: Mapping[str, Any]) -> set[str] | None:
     """The nodes the run's config names now (the collector saves them in the run's meta); None
     for a store that does not say (then every node it holds counts)."""
     names = meta.get("nodes")
-    return {str(n) for n in names} if isinstance(names, list) else None
+    return {str(n) for n in names} if isinstance(names, list | tuple) else None
 
 
 def settings(config: Any) -> dict[str, Any]:
@@ -160,6 +160,7 @@ def settings(config: Any) -> dict[str, Any]:
         **{k: getattr(config, k) for k in names},
         "stall_after_s": config.stall_after,
         "stale_after_s": config.stale_after,
+        "nodes": tuple(n.name for n in config.nodes),  # a node removed from the config raises nothing
     }
 
 
@@ -289,7 +290,7 @@ def run_summary(store: Store, ceiling: int | None) -> stats.Summary:
     """The run's length summary, exactly as the Overview computes it."""
     rows = store.length_counts(by="run")
     hist = stats.LengthHist.from_rows((r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in rows)
-    malformed = sum(n["malformed"] for n in store.nodes())
+    malformed = sum(n["malformed"] for n in store.counted_nodes())
     return stats.summarize(hist, ceiling=ceiling, unparseable=malformed)
 
 

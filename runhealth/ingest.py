@@ -199,8 +199,9 @@ def _node_status(reply: PollReply) -> NodeStatus:
     )
 
 
-def is_backfill(first_poll: bool, catching_up: bool, resets: int, pending_bytes: int) -> bool:
-    """Catch-up work (first index, rescans, a backlog split over polls) is not throughput: a
-    poll is backfill when it is the node's first, follows one that left bytes (`catching_up`),
-    rescanned a shard, or itself leaves bytes unscanned."""
-    return first_poll or catching_up or resets > 0 or pending_bytes > 0
+def is_backfill(first_index: bool, catching_up: bool, resets: int, pending_bytes: int) -> bool:
+    """Catch-up work is not throughput, and it is a property of this node's own bytes: a poll is
+    backfill when it is the node's first and counted bytes already on disk (`first_index`; a
+    glob that matches nothing yet, or empty files, is no backlog), follows one that left bytes
+    (`catching_up`), rescanned a shard, or itself leaves bytes unscanned."""
+    return first_index or catching_up or resets > 0 or pending_bytes > 0

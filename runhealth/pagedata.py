@@ -109,7 +109,7 @@ def run_lengths(store: Store, ceiling: int | None) -> dict[str, Any]:
     """The run's length counts (rows for a LengthHist), with histogram bins and CDF points."""
     rows = store.length_counts(by="run")
     hist = stats.LengthHist.from_rows((r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in rows)
-    malformed = sum(n["malformed"] for n in store.nodes())
+    malformed = sum(n["malformed"] for n in store.counted_nodes())
     return {
         "ceiling": ceiling,
         "rows": [list(r) for r in hist.rows()],

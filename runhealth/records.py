@@ -148,13 +148,14 @@ class PollBucket(TypedDict):
     tokens: int
     length_stops: int
     malformed: int
-    backfill: int  # 1: some poll in the bucket was a backfill
+    backfill: int  # 1: every poll in the bucket was a backfill; else the sums are over its live polls
 
 
 class LengthStopBucket(TypedDict):
     """`Store.length_stops_by_bucket()`: exact-length stops per time bucket, split at the ceiling."""
 
     bucket_unix: float
+    backfill: int  # 1: stops counted by backfill polls (a bucket can have a live and a backfill row)
     at_ceiling: int  # tokens >= ceiling (truncated)
     below_ceiling: int  # stopped by the context window or another limit below it
 

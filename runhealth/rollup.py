@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 
 from runhealth.records import GpuSeriesPoint, PollBucket, rows_as
-from runhealth.store import Store
+from runhealth.store import Store, live_sums
 
 RAW_KEEP_S = 24 * 3600.0
 CHUNK_S = 120.0  # data folded per transaction: at 512 nodes about 2 s of write lock (bench/history.py)
@@ -191,7 +191,8 @@ def gpu_history(store: Store, since_unix: float | None = None, max_points: int =
 
 
 def poll_history(store: Store, bucket_s: float, since_unix: float | None = None) -> list[PollBucket]:
-    """Like `Store.polls_by_bucket`, over raw and rolled-up poll deltas (buckets >= the rollup's width)."""
+    """Like `Store.polls_by_bucket`, over raw and rolled-up poll deltas (buckets >= the rollup's
+    width; a rolled-up row is one node's minute, backfill if any of its polls was)."""
     if not has_rollups(store):
         return store.polls_by_bucket(bucket_s, since_unix=since_unix)
     since = -1e18 if since_unix is None else since_unix
@@ -200,11 +201,10 @@ def poll_history(store: Store, bucket_s: float, since_unix: float | None = None)
         f"SELECT ts_unix, {cols}, backfill FROM polls WHERE ts_unix >= ?"
         f" UNION ALL SELECT bucket_unix, {cols}, backfill FROM poll_rollup WHERE bucket_unix >= ?"
     )
-    sums = ", ".join(f"SUM({f}) AS {f}" for f in _POLL)
     return rows_as(
         PollBucket,
         store.query(
-            f"SELECT CAST(ts_unix / ? AS INTEGER) * ? AS bucket_unix, {sums}, MAX(backfill) AS backfill"
+            f"SELECT CAST(ts_unix / ? AS INTEGER) * ? AS bucket_unix, {live_sums(_POLL)}"
             f" FROM ({rows}) GROUP BY 1 ORDER BY 1",
             (bucket_s, bucket_s, since, since),
         ),

@@ -165,7 +165,7 @@ def run_numbers(store: Store, name: str, ceiling: int | None, target: int | None
     """One run's figures for the Compare page (see the module docstring for the rates)."""
     rows = store.length_counts(by="run")
     hist = stats.LengthHist.from_rows((r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in rows)
-    nodes = store.nodes()
+    nodes = store.counted_nodes()
     summary = stats.summarize(hist, ceiling=ceiling, unparseable=sum(n["malformed"] or 0 for n in nodes))
     gpus = sum(n["gpus_found"] or 0 for n in nodes)
     life = life_rates(store.polls())

@@ -17,7 +17,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -310,9 +310,10 @@ class Store:
         record = ingest.read_poll(cast(PollReply, reply))
         with self.transaction() as db:
             record = ingest.with_reason_names(record, self._reasons(db).name)  # a bounded set of names
-            first_poll = db.execute("SELECT COUNT(*) FROM shards WHERE node = ?", (node,)).fetchone()[0] == 0
-            prev = db.execute("SELECT pending_bytes FROM nodes WHERE name = ?", (node,)).fetchone()
+            prev = db.execute("SELECT pending_bytes, last_ok_unix FROM nodes WHERE name = ?", (node,)).fetchone()
             catching_up = bool(prev and prev[0])  # the previous poll left bytes for this one
+            # The node's first poll counts history only if it read bytes that were already there.
+            first_index = not (prev and prev[1] is not None) and record.scanned_bytes > 0
             delta = {"completions": 0, "tokens": 0, "length_stops": 0, "malformed": 0, "resets": 0}
             stops: dict[int, int] = {}
             for update in record.shards:
@@ -320,7 +321,7 @@ class Store:
             db.executemany(
                 "INSERT INTO poll_length_stops VALUES (?,?,?,?)", [(ts_unix, node, t, n) for t, n in stops.items()]
             )
-            backfill = ingest.is_backfill(first_poll, catching_up, delta["resets"], record.pending_bytes)
+            backfill = ingest.is_backfill(first_index, catching_up, delta["resets"], record.pending_bytes)
             db.execute(
                 "INSERT INTO polls VALUES (?,?,?,?,?,?,?,?,?)",
                 (
@@ -463,6 +464,11 @@ class Store:
                 r[key] = t.get(key) or 0
         return rows_as(NodeRow, rows)
 
+    def counted_nodes(self) -> list[NodeRow]:
+        """`nodes()` less the superseded ones: the rows whose lines and malformed the run's totals add."""
+        gone = self.superseded_nodes()
+        return [n for n in self.nodes() if n["name"] not in gone]
+
     def shards(self, node: str | None = None) -> list[ShardRow]:
         sql = "SELECT * FROM shards" + (" WHERE node = ?" if node else "") + " ORDER BY node, path"
         return rows_as(ShardRow, self.query(sql, (node,) if node else ()))
@@ -475,7 +481,9 @@ class Store:
         ceilings, instead of every length of every shard).
         """
         table = "length_counts" if by == "shard" else "node_length_counts"
-        where, params = (" WHERE finish_reason = ?", (finish_reason,)) if finish_reason else ("", ())
+        where, params = self.counted_where()
+        if finish_reason:
+            where, params = where + " AND finish_reason = ?", (*params, finish_reason)
         if by == "run":
             sql = (
                 f"SELECT tokens, finish_reason, estimated, SUM(count) AS count FROM {table}{where}"
@@ -493,27 +501,62 @@ class Store:
         """Per node or shard: completions counted, and how many of them have exact token counts."""
         keys = {"node": "node", "shard": "node, path"}[by]
         table = "length_counts" if by == "shard" else "node_length_counts"
+        where, params = self.counted_where()
         return rows_as(
             GroupTotalRow,
             self.query(
                 f"SELECT {keys}, SUM(count) AS completions, SUM(CASE WHEN estimated = 0 THEN count ELSE 0 END)"
-                f" AS exact FROM {table} GROUP BY {keys} ORDER BY {keys}"
+                f" AS exact FROM {table}{where} GROUP BY {keys} ORDER BY {keys}",
+                params,
             ),
         )
+
+    def superseded_nodes(self) -> dict[str, str]:
+        """Nodes no longer in the config whose files a current node reads again -> that node.
+
+        The config's nodes are the run's meta `nodes` (the collector writes them). A removed
+        node is superseded by a current one on the same host (and port) that has a shard path in
+        common with it: a renamed node, whose new name counts the same files from byte 0. Its
+        counts leave every total (they stay in the store: naming it back brings them back); a
+        removed node whose files no current node reads keeps its counts, the run's history.
+        """
+        names = (self.meta("run") or {}).get("nodes")
+        if not isinstance(names, list):
+            return {}
+        current = {str(n) for n in names}
+        rows = self.query("SELECT name, config FROM nodes")
+        where = {r["name"]: _host_key(r["config"]) for r in rows}
+        out: dict[str, str] = {}
+        for old in sorted(set(where) - current):
+            for new in sorted(current & set(where)):
+                if where[old] == where[new] and where[old] is not None and self._share_a_path(old, new):
+                    out[old] = new
+                    break
+        return out
+
+    def _share_a_path(self, a: str, b: str) -> bool:
+        sql = "SELECT 1 FROM shards x JOIN shards y ON y.node = ? AND y.path = x.path WHERE x.node = ? LIMIT 1"
+        return bool(self.query(sql, (b, a)))
+
+    def counted_where(self) -> tuple[str, tuple[str, ...]]:
+        """A WHERE clause on `node` that leaves out superseded nodes (always a WHERE, so a
+        caller can add AND ...): every count a page, /metrics or an alert totals reads it."""
+        gone = tuple(self.superseded_nodes())
+        return f" WHERE node NOT IN ({','.join('?' * len(gone))})", gone
 
     def polls(self, since_unix: float | None = None, node: str | None = None) -> list[PollRow]:
         where, params = _where(since_unix, node)
         return rows_as(PollRow, self.query(f"SELECT * FROM polls{where} ORDER BY ts_unix", params))
 
     def polls_by_bucket(self, bucket_s: float, since_unix: float | None = None) -> list[PollBucket]:
-        """Poll deltas summed per time bucket (for truncation and throughput over time)."""
+        """Poll deltas summed per time bucket (for truncation and throughput over time): over the
+        bucket's live polls, or over its backfill polls when it has no live one (`live_sums`)."""
         where, params = _where(since_unix, None)
         return rows_as(
             PollBucket,
             self.query(
-                f"SELECT CAST(ts_unix / ? AS INTEGER) * ? AS bucket_unix, SUM(completions) AS completions,"
-                f" SUM(tokens) AS tokens, SUM(length_stops) AS length_stops, SUM(malformed) AS malformed,"
-                f" MAX(backfill) AS backfill FROM polls{where} GROUP BY 1 ORDER BY 1",
+                f"SELECT CAST(ts_unix / ? AS INTEGER) * ? AS bucket_unix, {live_sums(POLL_DELTAS)}"
+                f" FROM polls{where} GROUP BY 1 ORDER BY 1",
                 (bucket_s, bucket_s, *params),
             ),
         )
@@ -522,19 +565,38 @@ class Store:
         self, bucket_s: float, ceiling: int | None, since_unix: float | None = None
     ) -> list[LengthStopBucket]:
         """Exact-length stops per time bucket, split at `ceiling`: at_ceiling (tokens >= ceiling)
-        and below_ceiling (context window and other limits below it)."""
+        and below_ceiling (context window and other limits below it), in a live row and, where
+        backfill polls counted some, a backfill row. The page takes the row that matches
+        `polls_by_bucket`'s (`live_sums`), so one node's catch-up never colours another's output."""
         where, params = _where(since_unix, None)
         limit = ceiling if ceiling is not None else 1 << 62
-        return rows_as(
-            LengthStopBucket,
-            self.query(
-                f"SELECT CAST(ts_unix / ? AS INTEGER) * ? AS bucket_unix,"
-                f" SUM(CASE WHEN tokens >= ? THEN count ELSE 0 END) AS at_ceiling,"
-                f" SUM(CASE WHEN tokens < ? THEN count ELSE 0 END) AS below_ceiling"
-                f" FROM poll_length_stops{where} GROUP BY 1 ORDER BY 1",
-                (bucket_s, bucket_s, limit, limit, *params),
-            ),
-        )
+        head = "SELECT CAST(ts_unix / ? AS INTEGER) * ? AS b, SUM(CASE WHEN tokens >= ? THEN count ELSE 0 END),"
+        head += " SUM(CASE WHEN tokens < ? THEN count ELSE 0 END) FROM poll_length_stops"
+        args = (bucket_s, bucket_s, limit, limit, *params)
+        total = self.query(f"{head}{where} GROUP BY 1 ORDER BY 1", args)
+        # Backfill polls are few: find their stop rows (a rolled-up node-minute is backfill if any poll was).
+        ids = "SELECT s.rowid FROM polls p JOIN poll_length_stops s ON s.ts_unix = p.ts_unix AND s.node = p.node"
+        ids += " WHERE p.backfill = 1"
+        if self.query("SELECT 1 FROM sqlite_master WHERE name = 'poll_rollup'"):  # rollup.py's table
+            ids += (
+                " UNION SELECT s.rowid FROM poll_rollup r JOIN poll_length_stops s ON s.node = r.node"
+                " AND s.ts_unix >= r.bucket_unix AND s.ts_unix < r.bucket_unix + r.res_s WHERE r.backfill = 1"
+            )
+        and_since = " AND ts_unix >= ?" if since_unix is not None else ""
+        first = {
+            r["b"]: list(r.values())[1:]
+            for r in self.query(f"{head} WHERE rowid IN ({ids}){and_since} GROUP BY 1", args)
+        }
+        out = []
+        for r in total:  # a row per (bucket, backfill) that holds stops; the live part is the rest
+            at, below = list(r.values())[1:]
+            back = first.get(r["b"])
+            if back is not None:
+                out.append({"bucket_unix": r["b"], "backfill": 1, "at_ceiling": back[0], "below_ceiling": back[1]})
+                at, below = at - back[0], below - back[1]
+            if back is None or at or below:
+                out.append({"bucket_unix": r["b"], "backfill": 0, "at_ceiling": at, "below_ceiling": below})
+        return rows_as(LengthStopBucket, out)
 
     def gpu_health(self) -> list[GpuHealthReading]:
         """Latest health readings per GPU (the agent's dict, decoded)."""
@@ -564,8 +626,13 @@ class Store:
 
     def last_growth_unix(self) -> dict[str, float]:
         """Per node, the last poll (dashboard clock) that brought new completions, over all history."""
-        rows = self.query("SELECT node, MAX(ts_unix) AS ts FROM polls WHERE completions > 0 GROUP BY node")
-        return {r["node"]: r["ts"] for r in rows}
+        sql = "SELECT node, MAX(ts_unix) AS ts FROM polls WHERE completions > 0 GROUP BY node"
+        if self.query("SELECT 1 FROM sqlite_master WHERE name = 'poll_rollup'"):  # polls folded by rollup.py
+            sql += " UNION ALL SELECT node, MAX(bucket_unix) FROM poll_rollup WHERE completions > 0 GROUP BY node"
+        out: dict[str, float] = {}
+        for r in self.query(sql):  # a node that wrote a day ago wrote: never "waiting for its first"
+            out[r["node"]] = max(out.get(r["node"], r["ts"]), r["ts"])
+        return out
 
     def gpu_latest(self) -> list[GpuRow]:
         rows = self.query("SELECT * FROM gpu_latest ORDER BY node, gpu")
@@ -654,6 +721,25 @@ def write_error_text(exc: BaseException) -> str:
     )
     cause = next((plain for key, plain in causes if key in text), f"{type(exc).__name__}: {text}")
     return f"cannot write the history store: {cause}"
+
+
+POLL_DELTAS = ("completions", "tokens", "length_stops", "malformed")
+
+
+def live_sums(fields: Sequence[str]) -> str:
+    """SQL aggregates of poll rows per time bucket, one node's catch-up never hiding another's
+    output: `backfill` is 1 only when every poll in the bucket was a backfill, and each field is
+    summed over the bucket's live polls (over all of them when it has none). A bucket where one
+    node indexes its backlog while another writes is that writer's live output."""
+    live = "COALESCE(backfill, 0) = 0"
+    sums = ", ".join(f"COALESCE(SUM(CASE WHEN {live} THEN {f} END), SUM({f})) AS {f}" for f in fields)
+    return f"{sums}, MIN(COALESCE(backfill, 0)) AS backfill"
+
+
+def _host_key(config: str | None) -> tuple[str, Any] | None:
+    """(host, port) of a node's stored public config: two nodes with the same read the same files."""
+    found = json.loads(config) if config else None
+    return (str(found.get("host")), found.get("port")) if isinstance(found, dict) and found.get("host") else None
 
 
 def _where(since_unix: float | None, node: str | None) -> tuple[str, tuple]:

@@ -87,7 +87,7 @@ def test_an_empty_node_added_to_a_stalled_run_keeps_the_run_stalled_since_its_la
     seen_for_a_while = activity.run_rates({**stalled, "new": empty_node(NOW - 200)}, NOW).per_node
     found = activity.stall_state(seen_for_a_while, NOW, stall_after_s=120)
     assert found.run_since_unix == NOW - 300  # the last completion, not when "new" was first seen
-    assert found.nodes["new"] == NOW - 200 and found.lone() == {}
+    assert found.waiting["new"] == NOW - 200 and "new" not in found.nodes and found.lone() == {}
 
 
 def test_rate_drop_below_half_the_hours_median():
