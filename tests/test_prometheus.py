@@ -165,7 +165,7 @@ def _promtool(*args: str) -> str:
 
 
 def test_alert_rules_pass_promtool_check_and_unit_tests():
-    assert "6 rules found" in _promtool("check", "rules", "runhealth-alerts.yml")
+    assert "8 rules found" in _promtool("check", "rules", "runhealth-alerts.yml")
     assert "SUCCESS" in _promtool("test", "rules", "runhealth-alerts.test.yml")
     _promtool("check", "config", "prometheus.yml")
 
