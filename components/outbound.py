@@ -22,7 +22,7 @@ from components import runpicker
 from components.context import PageRuntime
 from components.format import md_escape
 from runhealth import notify, outbound
-from runhealth.health import fmt_age
+from runhealth.health import fmt_age, fmt_ago
 from runhealth.records import CollectorStatus
 from runhealth.store import Store
 
@@ -54,7 +54,8 @@ def collector_problem(rt: PageRuntime, now: float) -> str | None:
     last = f"pid {status['pid']} on {md_escape(status['host'])}"
     age = fmt_age(now - status["written_unix"])
     if status["stopped_unix"] is not None:
-        return f"No collector writes this run: the last one ({last}) stopped {age} ago; {START}."
+        stopped = fmt_ago(now - status["written_unix"])
+        return f"No collector writes this run: the last one ({last}) stopped {stopped}; {START}."
     why = (
         "which has exited"
         if outbound.pid_gone(status)
@@ -89,8 +90,8 @@ def render_status(status: CollectorStatus, has_deliveries: bool, now: float) -> 
     st.caption(
         md_escape(
             f"As recorded by the collector, pid {status['pid']} on {status['host']}, "
-            f"{fmt_age(now - status['written_unix'])} ago (its outbound started "
-            f"{fmt_age(now - status['started_unix'])} ago)"
+            f"{fmt_ago(now - status['written_unix'])} (its outbound started "
+            f"{fmt_ago(now - status['started_unix'])})"
         )
     )
 
@@ -115,14 +116,14 @@ def render_deliveries(rows: list[dict], now: float) -> None:
             st.error(
                 md_escape(
                     f"Webhook {r['target']}: last delivery failed"
-                    f" {fmt_age(now - r['last_failure_unix'])} ago: {r['last_error']}"
+                    f" {fmt_ago(now - r['last_failure_unix'])}: {r['last_error']}"
                 )
             )
     if rows:
         table = pd.DataFrame(rows).assign(
-            last_ok=[fmt_age(now - r["last_ok_unix"]) + " ago" if r["last_ok_unix"] else "never" for r in rows],
+            last_ok=[fmt_ago(now - r["last_ok_unix"]) if r["last_ok_unix"] else "never" for r in rows],
             last_failure=[
-                fmt_age(now - r["last_failure_unix"]) + " ago" if r["last_failure_unix"] else "—" for r in rows
+                fmt_ago(now - r["last_failure_unix"]) if r["last_failure_unix"] else "—" for r in rows
             ],
         )
         st.caption("Webhook deliveries in the last 24 h (each message retried with backoff before it counts as failed)")
