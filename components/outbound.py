@@ -122,9 +122,7 @@ def render_deliveries(rows: list[dict], now: float) -> None:
     if rows:
         table = pd.DataFrame(rows).assign(
             last_ok=[fmt_ago(now - r["last_ok_unix"]) if r["last_ok_unix"] else "never" for r in rows],
-            last_failure=[
-                fmt_ago(now - r["last_failure_unix"]) if r["last_failure_unix"] else "—" for r in rows
-            ],
+            last_failure=[fmt_ago(now - r["last_failure_unix"]) if r["last_failure_unix"] else "—" for r in rows],
         )
         st.caption("Webhook deliveries in the last 24 h (each message retried with backoff before it counts as failed)")
         st.dataframe(

@@ -83,7 +83,7 @@ def bridged_times(rows: Sequence[Sequence]) -> list[float]:
     if not rows:
         return []
     out = [float(rows[-1][0])]
-    for prev, row in zip(reversed(rows[:-1]), reversed(rows[1:])):
+    for prev, row in zip(reversed(rows[:-1]), reversed(rows[1:]), strict=True):
         node_s = None if row[1] is None or prev[1] is None else row[1] - prev[1]
         out.append(out[-1] - poll_interval_s(row[0] - prev[0], node_s))
     return out[::-1]
@@ -94,7 +94,7 @@ def node_rate(rows: Sequence[Sequence], now: float) -> NodeRate:
     if not rows:
         return NodeRate(None, None, None, None, None)
     times = bridged_times(rows)
-    points: list[rates.Point] = [(t, r[2] or 0, r[3] or 0, bool(r[4])) for t, r in zip(times, rows)]
+    points: list[rates.Point] = [(t, r[2] or 0, r[3] or 0, bool(r[4])) for t, r in zip(times, rows, strict=True)]
     _, tps_1m = rates.windowed_rate(points, RATE_WINDOW_S, now)
     cps_15m, tps_15m = rates.windowed_rate(points, AVERAGE_WINDOW_S, now)
     grown = [r[0] for r in rows if (r[2] or 0) > 0]

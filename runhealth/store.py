@@ -501,7 +501,9 @@ class Store:
             ),
         )
 
-    def polls(self, since_unix: float | None = None, node: str | None = None, in_poll_order: bool = False) -> list[PollRow]:
+    def polls(
+        self, since_unix: float | None = None, node: str | None = None, in_poll_order: bool = False
+    ) -> list[PollRow]:
         """Poll rows by time; `in_poll_order`: in the order they were written (which a step of
         the collector's clock does not reorder: runhealth.activity's rates)."""
         where, params = _where(since_unix, node)
