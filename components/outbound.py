@@ -22,7 +22,7 @@ from components import runpicker
 from components.context import PageRuntime
 from components.format import md_escape
 from runhealth import heartbeat, notify, outbound
-from runhealth.health import fmt_age
+from runhealth.health import fmt_ago
 from runhealth.records import CollectorStatus
 from runhealth.store import Store
 
@@ -80,8 +80,8 @@ def render_status(status: CollectorStatus, has_deliveries: bool, now: float) -> 
     st.caption(
         md_escape(
             f"As recorded by the collector, pid {status['pid']} on {status['host']}, "
-            f"{fmt_age(now - status['written_unix'])} ago (its outbound started "
-            f"{fmt_age(now - status['started_unix'])} ago)"
+            f"{fmt_ago(now - status['written_unix'])} (its outbound started "
+            f"{fmt_ago(now - status['started_unix'])})"
         )
     )
 
@@ -106,15 +106,13 @@ def render_deliveries(rows: list[dict], now: float) -> None:
             st.error(
                 md_escape(
                     f"Webhook {r['target']}: last delivery failed"
-                    f" {fmt_age(now - r['last_failure_unix'])} ago: {r['last_error']}"
+                    f" {fmt_ago(now - r['last_failure_unix'])}: {r['last_error']}"
                 )
             )
     if rows:
         table = pd.DataFrame(rows).assign(
-            last_ok=[fmt_age(now - r["last_ok_unix"]) + " ago" if r["last_ok_unix"] else "never" for r in rows],
-            last_failure=[
-                fmt_age(now - r["last_failure_unix"]) + " ago" if r["last_failure_unix"] else "—" for r in rows
-            ],
+            last_ok=[fmt_ago(now - r["last_ok_unix"]) if r["last_ok_unix"] else "never" for r in rows],
+            last_failure=[fmt_ago(now - r["last_failure_unix"]) if r["last_failure_unix"] else "—" for r in rows],
         )
         st.caption("Webhook deliveries in the last 24 h (each message retried with backoff before it counts as failed)")
         st.dataframe(

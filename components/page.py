@@ -23,7 +23,7 @@ from components import outbound as outbound_view
 from components.format import fmt_clock, md_escape
 from runhealth import exposure, heartbeat
 from runhealth.config import fix_hint
-from runhealth.health import fmt_age, node_status
+from runhealth.health import FUTURE_TOLERANCE_S, fmt_age, fmt_ago, node_status
 
 CSS = """
 <style>
@@ -319,9 +319,11 @@ def data_header(rt: context.PageRuntime) -> None:
         st.caption("Waiting for the first poll: no numbers yet.")
         return
     age = time.time() - last
-    text = f"Numbers as of {fmt_clock(last)} ({fmt_age(age)} ago)"
+    text = f"Numbers as of {fmt_clock(last)} ({fmt_ago(age)})"
     if age > rt.config.stale_after:
         st.error(f"⚠ {text}: older than {fmt_age(rt.config.stale_after)}, these numbers are stale.")
+    elif age < -FUTURE_TOLERANCE_S:  # stamped before a clock step back: flagged, never "0 s ago"
+        st.warning(f"⚠ {text}.")
     else:
         st.markdown(
             f'<div class="rh-asof" style="color:#9AA0AA">{html.escape(text)} · refreshed every '
@@ -359,9 +361,11 @@ def freshness(rt: context.Runtime, compact: bool = False) -> None:
         return
     age = time.time() - last
     clock = time.strftime("%H:%M:%S", time.localtime(last))
-    text = f"Last collection {clock} ({fmt_age(age)} ago)"
+    text = f"Last collection {clock} ({fmt_ago(age)})"
     if age > view.config.stale_after:
         st.markdown(f'<span class="rh-age-old">⚠ {text} — data is stale</span>', unsafe_allow_html=True)
+    elif age < -FUTURE_TOLERANCE_S:
+        st.markdown(f'<span class="rh-age-old">⚠ {text}</span>', unsafe_allow_html=True)
     elif compact:
         st.caption(text)
     else:

@@ -16,7 +16,7 @@ import pandas as pd
 import streamlit as st
 
 from runhealth import pagedata
-from runhealth.health import fmt_age
+from runhealth.health import fmt_ago
 from runhealth.store import Store
 
 _HASH: dict[str | type[Any], Any] = {Store: lambda s: str(s.path)}
@@ -49,8 +49,8 @@ def frame(table: dict[str, Any]) -> pd.DataFrame:
 def age_text(ts_unix: float | None, now: float | None = None) -> str:
     if ts_unix is None:
         return "computed just now for this page (no precomputed copy yet)"
-    age = max(0.0, (time.time() if now is None else now) - ts_unix)
-    return f"computed by the collector at {time.strftime('%H:%M:%S', time.localtime(ts_unix))} ({fmt_age(age)} ago)"
+    age = (time.time() if now is None else now) - ts_unix
+    return f"computed by the collector at {time.strftime('%H:%M:%S', time.localtime(ts_unix))} ({fmt_ago(age)})"
 
 
 def render_age(store: Store, name: str, what: str) -> None:

@@ -21,7 +21,7 @@ from runhealth.activity import NodeRate, RunRates
 from runhealth.analysis import stats
 from runhealth.analysis.stats import Summary
 from runhealth.analysis.whatif import WhatIf
-from runhealth.health import fmt_age, node_status
+from runhealth.health import fmt_age, fmt_ago, node_status
 from runhealth.records import HostReading, NodeRow, StoredSample
 
 STATE_BADGE = {"up": "UP", "stale": "STALE", "down": "DOWN", "pending": "PENDING", "finished": "FINISHED"}
@@ -142,9 +142,7 @@ def node_table(
             rows[-1]["tok/s (1 min)"] = fmt_rate(r.tokens_per_s_1m) if r and r.tokens_per_s_1m is not None else "N/A"
             grown = r.last_growth_unix if r else None
             # A polled node that never wrote is waiting for its first completion, not stalled.
-            rows[-1]["last new"] = (
-                f"{fmt_age(now - grown)} ago" if grown else "waiting for first completion" if r else "N/A"
-            )
+            rows[-1]["last new"] = fmt_ago(now - grown) if grown else "waiting for first completion" if r else "N/A"
     return pd.DataFrame(rows)
 
 
@@ -175,9 +173,9 @@ def indexing_progress(nodes: list[NodeRow]) -> tuple[float, str] | None:
 def last_error_line(node: NodeRow, now: float) -> str:
     """The last error with its age, and whether a successful poll came after it (then it is history)."""
     err_at, ok_at = node.get("last_error_unix"), node.get("last_ok_unix")
-    when = f"{fmt_age(now - err_at)} ago" if err_at else "time unknown"
+    when = fmt_ago(now - err_at) if err_at else "time unknown"
     if err_at is not None and ok_at is not None and ok_at > err_at:
-        return f"Last error ({when}; resolved — polled fine {fmt_age(now - ok_at)} ago): " + str(node["last_error"])
+        return f"Last error ({when}; resolved — polled fine {fmt_ago(now - ok_at)}): " + str(node["last_error"])
     return f"Last error ({when}): " + str(node["last_error"])
 
 
@@ -224,7 +222,7 @@ def node_problems(
                 {
                     "node": n["name"],
                     "status": STATE_BADGE[state],
-                    "last seen": f"{fmt_age(now - seen)} ago" if seen else "never",
+                    "last seen": fmt_ago(now - seen) if seen else "never",
                     "problem": problem,
                     "detail": detail,
                 }
@@ -375,7 +373,7 @@ def node_details(node: NodeRow, now: float, host: HostReading | None = None, fin
     the node's clock with a dashboard that was not watching)."""
 
     def when(ts):
-        return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(ts))} ({fmt_age(now - ts)} ago)" if ts else "never"
+        return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(ts))} ({fmt_ago(now - ts)})" if ts else "never"
 
     skew = node.get("skew_s")
     disk = (

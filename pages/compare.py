@@ -20,7 +20,7 @@ from components.compare_view import load_comparison, load_run_numbers
 from components.context import PageRuntime
 from components.format import fmt_clock, md_escape
 from runhealth import runcompare
-from runhealth.health import fmt_age
+from runhealth.health import fmt_age, fmt_ago
 
 PREFIX = "compare"
 TITLE, ICON, URL_PATH = "Compare runs", ":material/compare_arrows:", "Compare"
@@ -51,7 +51,7 @@ def render_as_of(label: str, h: context.RunHandle, r: runcompare.RunNumbers) -> 
         st.caption(md_escape(f"{label}: waiting for first poll"))
         return
     age = time.time() - r.as_of
-    text = f"{label}: Numbers as of {fmt_clock(r.as_of)} ({fmt_age(age)} ago)"
+    text = f"{label}: Numbers as of {fmt_clock(r.as_of)} ({fmt_ago(age)})"
     if h.finished:
         st.caption(md_escape(f"{text} · finished, not polled any more"))
     elif age > h.config.stale_after:

@@ -15,9 +15,13 @@ it is stalled *since the last completion* (the latest growth of any node; if non
 since the first node was seen), not since a node was added. A single node is reported on its
 own only while another node does write.
 
-A poll row is ``(ts_unix, node_ts_unix, delta_completions, delta_tokens, backfill)``: the
-dashboard's clock says *when we saw it* (stalls are in the viewer's time), the node's clock
-gives the rate (runhealth.analysis.rates: skew cancels out).
+A poll row is ``(ts_unix, node_ts_unix, delta_completions, delta_tokens, backfill)``, rows in
+the order they were polled: the dashboard's clock says *when we saw it* (stalls are in the
+viewer's time), and rates are taken on one continuous clock (`bridged_times`) that ends at the
+collector's time of the latest poll: each interval between two polls as the node measured it
+(skew cancels out), unless the two clocks disagree about it by more than STEP_TOLERANCE_S (or
+STEP_TOLERANCE_SHARE of it): then one of them stepped (NTP, a VM resumed), and the interval is
+the shorter non-negative of the two, so a step of either clock costs at most one interval.
 """
 
 from __future__ import annotations
@@ -34,6 +38,10 @@ from runhealth.windows import AVERAGE_WINDOW_S, RATE_WINDOW_S
 DROP_FRACTION = 0.5
 MIN_MINUTES_FOR_MEDIAN = 10  # a median over fewer minutes is noise, not a baseline
 LOOKBACK_S = 3600.0  # the hour the rate-drop median is taken over
+# Two clocks may disagree about one poll interval by this much (the scan time, round-trip
+# jitter) before one of them counts as stepped.
+STEP_TOLERANCE_S = 5.0
+STEP_TOLERANCE_SHARE = 0.5
 
 
 @dataclasses.dataclass
@@ -59,17 +67,38 @@ class RunRates:
     drop_median_tps: float | None = None  # the hour's median per-minute rate, set when the 1-min rate fell below half
 
 
+def poll_interval_s(seen_s: float, node_s: float | None) -> float:
+    """One interval between two polls: as the node measured it (`node_s`), unless the
+    collector's (`seen_s`) disagrees by more than the tolerance (a clock stepped): then the
+    shorter non-negative of the two (a forward step lengthens one, a backward step makes it
+    negative); 0 when both went back (the next span starts afresh)."""
+    if node_s is None:
+        return max(0.0, seen_s)
+    if abs(node_s - seen_s) <= max(STEP_TOLERANCE_S, STEP_TOLERANCE_SHARE * abs(seen_s)):
+        return node_s
+    return min((d for d in (seen_s, node_s) if d >= 0), default=0.0)
+
+
+def bridged_times(rows: Sequence[Sequence]) -> list[float]:
+    """Each poll's time on one continuous clock that ends at the collector's time of the latest
+    poll (rows in the order polled), its intervals from `poll_interval_s`."""
+    if not rows:
+        return []
+    out = [float(rows[-1][0])]
+    for prev, row in zip(reversed(rows[:-1]), reversed(rows[1:]), strict=True):
+        node_s = None if row[1] is None or prev[1] is None else row[1] - prev[1]
+        out.append(out[-1] - poll_interval_s(row[0] - prev[0], node_s))
+    return out[::-1]
+
+
 def node_rate(rows: Sequence[Sequence], now: float) -> NodeRate:
-    """Rates and last growth of one node from its poll rows (any order)."""
-    rows = sorted(rows, key=lambda r: r[0])
+    """Rates and last growth of one node from its poll rows, in the order they were polled."""
     if not rows:
         return NodeRate(None, None, None, None, None)
-    latest = rows[-1]
-    skew = (latest[1] - latest[0]) if latest[1] is not None else 0.0
-    node_now = now + skew
-    points: list[rates.Point] = [(r[1] if r[1] is not None else r[0], r[2] or 0, r[3] or 0, bool(r[4])) for r in rows]
-    _, tps_1m = rates.windowed_rate(points, RATE_WINDOW_S, node_now)
-    cps_15m, tps_15m = rates.windowed_rate(points, AVERAGE_WINDOW_S, node_now)
+    times = bridged_times(rows)
+    points: list[rates.Point] = [(t, r[2] or 0, r[3] or 0, bool(r[4])) for t, r in zip(times, rows, strict=True)]
+    _, tps_1m = rates.windowed_rate(points, RATE_WINDOW_S, now)
+    cps_15m, tps_15m = rates.windowed_rate(points, AVERAGE_WINDOW_S, now)
     grown = [r[0] for r in rows if (r[2] or 0) > 0]
     return NodeRate(tps_1m, tps_15m, cps_15m, grown[-1] if grown else None, rows[0][0])
 
@@ -102,7 +131,7 @@ def rate_drop(current_tps: float | None, minute_tps: list[float]) -> float | Non
 def recent_rates(store: Store, now: float, lookback_s: float) -> RunRates:
     """`run_rates` over the polls of the last `lookback_s` (the exporter reads two minutes)."""
     rows: dict[str, list] = {}
-    for p in store.polls(since_unix=now - lookback_s):
+    for p in store.polls(since_unix=now - lookback_s, in_poll_order=True):
         rows.setdefault(p["node"], []).append(
             (p["ts_unix"], p["node_ts_unix"], p["completions"], p["tokens"], p["backfill"])
         )

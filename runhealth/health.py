@@ -43,6 +43,7 @@ from runhealth.windows import stall_after_s as stall_after_s
 # -- Node states, stalls and alerts (from the store) ------------------------------------
 # Moved here from runhealth/alerts.py (#14).
 DOWN_AFTER_STALE = 5  # a node is "down" once it has failed for 5 x stale_after
+FUTURE_TOLERANCE_S = 1.0  # a time this little after now is rounding between two processes, not a step
 
 
 def fmt_age(seconds: float | None) -> str:
@@ -58,6 +59,17 @@ def fmt_age(seconds: float | None) -> str:
     return f"{seconds / 86400:.1f} d"
 
 
+def fmt_ago(seconds: float | None) -> str:
+    """How long ago, as a phrase ("3 min ago"). A time after now (`seconds` < 0: it was stamped
+    before a clock stepped back) says so instead of "0 s ago": "60 min ahead of this host's
+    clock: a clock moved back"."""
+    if seconds is None or math.isnan(seconds):
+        return "N/A"
+    if seconds < -FUTURE_TOLERANCE_S:
+        return f"{fmt_age(-seconds)} ahead of this host's clock: a clock moved back"
+    return f"{fmt_age(seconds)} ago"
+
+
 def node_status(node: NodeRow, now: float, stale_after: float) -> tuple[str, str]:
     """(state, one-line reason). The rule, also shown on the Nodes page:
 
@@ -70,7 +82,7 @@ def node_status(node: NodeRow, now: float, stale_after: float) -> tuple[str, str
         return ("down", f"never reached: {err}") if err else ("pending", "waiting for first poll")
     age = now - last_ok
     if age <= stale_after:
-        return "up", f"last poll {fmt_age(age)} ago"
+        return "up", f"last poll {fmt_ago(age)}"
     why = f": {err}" if failing and err else ""
     state = "down" if age > DOWN_AFTER_STALE * stale_after else "stale"
     return state, f"{state} for {fmt_age(age)}{why}"

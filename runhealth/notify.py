@@ -89,8 +89,8 @@ class Event:
 @dataclasses.dataclass
 class _Held:
     alert: health.Alert
-    since: float
-    last_seen: float
+    since: float  # wall clock: shown in the message
+    last_seen: float  # these two on the tracker's interval clock (monotonic in the Notifier)
     last_sent: float
 
 
@@ -102,21 +102,25 @@ class AlertTracker:
         self.clear_s = clear_s
         self.held: dict[tuple, _Held] = {}
 
-    def update(self, current: list[health.Alert], now: float) -> list[Event]:
+    def update(self, current: list[health.Alert], now: float, mono: float | None = None) -> list[Event]:
+        """Events at wall time `now`; `clear_s` and `renotify_s` are measured on `mono` (the
+        Notifier passes time.monotonic(), so a wall-clock step neither resolves nor mutes an
+        alert); without `mono`, on `now`."""
+        mono = now if mono is None else mono
         events = []
         for a in current:
             held = self.held.get(a.key)
             if held is None:
-                self.held[a.key] = _Held(a, now, now, now)
+                self.held[a.key] = _Held(a, now, mono, mono)
                 events.append(Event("start", a, now, now))
                 continue
-            held.alert, held.last_seen = a, now  # the newest value and wording
-            if now - held.last_sent >= self.renotify_s:
-                held.last_sent = now
+            held.alert, held.last_seen = a, mono  # the newest value and wording
+            if mono - held.last_sent >= self.renotify_s:
+                held.last_sent = mono
                 events.append(Event("repeat", a, held.since, now))
         present = {a.key for a in current}
         for key, held in list(self.held.items()):
-            if key not in present and now - held.last_seen >= self.clear_s:  # absent long enough: resolved
+            if key not in present and mono - held.last_seen >= self.clear_s:  # absent long enough: resolved
                 del self.held[key]
                 events.append(Event("resolve", held.alert, held.since, now))
         return events
@@ -170,12 +174,13 @@ class Notifier:
         backoff_s: float = 2.0,
         deadline_s: float = DEADLINE_S,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
         evaluate: Callable[[Store, float], list[health.Alert]] = health.evaluate,
     ):
         self.store, self.urls, self.interval_s = store, list(dict.fromkeys(urls)), interval_s
         self.tracker = tracker or AlertTracker()
         self.retries, self.backoff_s, self.deadline_s = retries, backoff_s, deadline_s
-        self.clock, self.evaluate = clock, evaluate
+        self.clock, self.monotonic, self.evaluate = clock, monotonic, evaluate
         self.queues: dict[str, queue.Queue] = {url: queue.Queue(maxsize=QUEUE_MAX) for url in self.urls}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -187,7 +192,7 @@ class Notifier:
     def check(self) -> list[Event]:
         """Evaluate once and queue the resulting messages (never waits for a webhook)."""
         now = self.clock()
-        events = self.tracker.update(self.evaluate(self.store, now), now)
+        events = self.tracker.update(self.evaluate(self.store, now), now, self.monotonic())
         for event in events:
             for url, q in self.queues.items():
                 try:

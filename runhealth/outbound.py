@@ -49,6 +49,7 @@ class Outbound:
     webhook_targets: list[str] = dataclasses.field(default_factory=list)  # redacted
     started_unix: float = dataclasses.field(default_factory=time.time)
     written_unix: float | None = None
+    written_mono: float | None = None  # time.monotonic() of that write: the heartbeat's clock
     _stopping: threading.Event = dataclasses.field(default_factory=threading.Event, repr=False)
     _heart: threading.Thread | None = dataclasses.field(default=None, repr=False)
 
@@ -77,17 +78,21 @@ class Outbound:
         """Record this process's outbound status in every live run's store (a store that cannot
         be written is logged: the status is for the viewer, it never stops collection)."""
         now = time.time() if now is None else now
-        self.written_unix = now
+        self.written_unix, self.written_mono = now, time.monotonic()
         for store in self.stores:
             try:
                 store.set_meta(STATUS_KEY, self.status(now, stopped))
             except (StoreError, sqlite3.Error, OSError) as exc:
                 log.warning("cannot record the collector's status in %s: %s", store.path, exc)
 
-    def beat(self, now: float) -> None:
-        """The heartbeat: rewrite the status once HEARTBEAT_S passed since the last write."""
-        if self.written_unix is None or now - self.written_unix >= HEARTBEAT_S:
+    def beat(self, now: float, mono: float | None = None) -> None:
+        """The heartbeat: rewrite the status (stamped `now`, wall clock) once HEARTBEAT_S passed
+        since the last write on the monotonic clock (`mono`, default time.monotonic()), so a step
+        of the wall clock (NTP, a VM resumed) never silences it."""
+        mono = time.monotonic() if mono is None else mono
+        if self.written_mono is None or mono - self.written_mono >= HEARTBEAT_S:
             self.write_status(now)
+            self.written_mono = mono
 
     def start_heartbeat(self) -> None:
         """Write the status now and every HEARTBEAT_S in a thread of its own (a store locked by

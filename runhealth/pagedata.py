@@ -317,21 +317,24 @@ class Refresher:
         interval_s: float,
         min_interval_s: float = MIN_INTERVAL_S,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ):
+        """`clock`: the wall clock the payloads are stamped with (shown as "computed at");
+        `monotonic`: the clock of the rate limits, which a step of the wall clock must not stop."""
         self.store, self.ceiling, self.interval_s = store, ceiling, interval_s
         self.min_interval_s = min_interval_s
-        self.clock = clock
+        self.clock, self.monotonic = clock, monotonic
         self._lock = threading.Lock()
         self._running = False
         self._last_start: float | None = None
-        self._gpu_done: dict[str, float] = {}  # window -> when last computed
-        self._whatif_done: float | None = None
+        self._gpu_done: dict[str, float] = {}  # window -> when last computed (monotonic)
+        self._whatif_done: float | None = None  # monotonic
         self.last_error: str | None = None
         self.runs = 0
 
     def after_poll(self) -> bool:
         """Start a computation unless one runs or the last began under min_interval_s ago."""
-        now = self.clock()
+        now = self.monotonic()
         with self._lock:
             if self._running or (self._last_start is not None and now - self._last_start < self.min_interval_s):
                 return False
@@ -341,20 +344,20 @@ class Refresher:
 
     def run_now(self) -> None:
         """Compute and write every payload in this thread (tests, the bench, the first start)."""
-        started = self.clock()
+        started, began = self.clock(), self.monotonic()
 
         def due(window: str) -> bool:
             last = self._gpu_done.get(window)
-            return window_due(GPU_WINDOWS_S[window], None if last is None else started - last, self.min_interval_s)
+            return window_due(GPU_WINDOWS_S[window], None if last is None else began - last, self.min_interval_s)
 
-        whatif_due = self._whatif_done is None or started - self._whatif_done >= WHATIF_EVERY_S
+        whatif_due = self._whatif_done is None or began - self._whatif_done >= WHATIF_EVERY_S
         payloads = compute_all(
             self.store, self.ceiling, self.interval_s, now=started, gpu_due=due, whatif_due=whatif_due
         )
         put(self.store, payloads, started)
         if "whatif" in payloads:
-            self._whatif_done = started
-        self._gpu_done.update({name[4:]: started for name in payloads if name.startswith("gpu:")})
+            self._whatif_done = began
+        self._gpu_done.update({name[4:]: began for name in payloads if name.startswith("gpu:")})
         self.runs += 1
 
     def _run(self) -> None:

@@ -544,9 +544,14 @@ class Store:
         gone = tuple(self.superseded_nodes())
         return f" WHERE node NOT IN ({','.join('?' * len(gone))})", gone
 
-    def polls(self, since_unix: float | None = None, node: str | None = None) -> list[PollRow]:
+    def polls(
+        self, since_unix: float | None = None, node: str | None = None, in_poll_order: bool = False
+    ) -> list[PollRow]:
+        """Poll rows by time; `in_poll_order`: in the order they were written (which a step of
+        the collector's clock does not reorder: runhealth.activity's rates)."""
         where, params = _where(since_unix, node)
-        return rows_as(PollRow, self.query(f"SELECT * FROM polls{where} ORDER BY ts_unix", params))
+        order = "rowid" if in_poll_order else "ts_unix"
+        return rows_as(PollRow, self.query(f"SELECT * FROM polls{where} ORDER BY {order}", params))
 
     def polls_by_bucket(self, bucket_s: float, since_unix: float | None = None) -> list[PollBucket]:
         """Poll deltas summed per time bucket (for truncation and throughput over time): over the

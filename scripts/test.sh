@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run every test suite on a fresh machine: installs what the tests need (Debian's
-# openssh-server, chromium and prometheus; the project with its dev extra into .venv), lints
+# openssh-server, chromium, prometheus and faketime; the project with its dev extra into .venv), lints
 # (ruff check, ruff format --check), type-checks (mypy, [tool.mypy] in pyproject.toml), then
 # runs pytest. Fails when a test fails, when a required suite is missing, or when
 # anything was skipped.
@@ -12,6 +12,7 @@ missing=()
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 { [ -x /usr/bin/prometheus ] && [ -x /usr/bin/promtool ]; } || missing+=(prometheus)
+[ -x /usr/bin/faketime ] || missing+=(faketime)  # clock steps (tests/test_clock_steps.py)
 if [ ${#missing[@]} -gt 0 ]; then
   apt_install "${missing[@]}"
 fi

@@ -243,9 +243,10 @@ def test_the_status_is_rewritten_every_heartbeat_and_a_junk_status_reads_as_none
     store = Store(tmp_path / "s.sqlite3")
     out, t0 = Outbound(stores=[store]), 1_000_000.0
     out.write_status(t0)
-    out.beat(t0 + HEARTBEAT_S / 2)  # too soon: not rewritten
+    m0 = out.written_mono
+    out.beat(t0 + HEARTBEAT_S / 2, m0 + HEARTBEAT_S / 2)  # too soon: not rewritten
     assert read_status(store)["written_unix"] == t0
-    out.beat(t0 + HEARTBEAT_S)
+    out.beat(t0 + HEARTBEAT_S, m0 + HEARTBEAT_S)
     status = read_status(store)
     assert status["written_unix"] == t0 + HEARTBEAT_S and status["pid"] == os.getpid()
     assert collector_alive(status, t0 + HEARTBEAT_S + 30, 30) and not collector_alive(status, t0 + HEARTBEAT_S + 31, 30)

@@ -166,7 +166,7 @@ def test_refresher_is_rate_limited_and_never_runs_twice(tmp_path):
     store = Store(tmp_path / "x.sqlite3")
     now = [1000.0]
     started, release = threading.Event(), threading.Event()
-    refresher = pagedata.Refresher(store, CEILING, INTERVAL_S, min_interval_s=30, clock=lambda: now[0])
+    refresher = pagedata.Refresher(store, CEILING, INTERVAL_S, min_interval_s=30, monotonic=lambda: now[0])
 
     def slow_run() -> None:
         started.set()

@@ -79,6 +79,18 @@ def test_tracker_starts_once_repeats_hourly_and_resolves_after_the_clear_time():
     assert [e.kind for e in tracker.update([a], 3800)] == ["start"]  # a new episode
 
 
+def test_the_tracker_times_clear_and_repeat_on_the_monotonic_clock_not_the_wall_clock():
+    """Issue 29 item 6: the wall clock stepping back an hour must neither mute the hourly repeat
+    nor hold a resolve for an hour; the messages keep their wall-clock `since`."""
+    tracker = notify.AlertTracker(renotify_s=3600, clear_s=60)
+    a, t0 = _alert(), 1_800_000_000.0
+    assert [e.kind for e in tracker.update([a], t0, mono=100)] == ["start"]
+    repeat = tracker.update([a], t0 - 3600 + 3600, mono=100 + 3600)  # the wall clock went back an hour
+    assert [(e.kind, e.since) for e in repeat] == [("repeat", t0)]
+    assert tracker.update([], t0 - 3600 + 3650, mono=100 + 3650) == []
+    assert [e.kind for e in tracker.update([], t0 - 3600 + 3710, mono=100 + 3710)] == ["resolve"]
+
+
 def test_payload_shapes():
     event = notify.Event("start", _alert(value=605.0), since=1_700_000_000, at=1_700_000_605)
     assert event.generic() == {

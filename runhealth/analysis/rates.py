@@ -1,9 +1,10 @@
 """Throughput, progress and ETA from per-node poll deltas and Prometheus counters.
 
-Each node poll yields ``(t_unix_node_clock, delta_count, delta_tokens, backfill)``: the
-completions and tokens that appeared since the previous poll, stamped with the node's own
-clock.  Rates are always computed on one node's clock (intervals between its own polls), so
-clock skew between nodes and the dashboard cancels out.  Backfill polls (the first index of
+Each node poll yields ``(t, delta_count, delta_tokens, backfill)``: the completions and tokens
+that appeared since the previous poll, at time ``t`` of one continuous clock per node
+(runhealth.activity.bridged_times: the node's own poll intervals, bridged over a clock step).
+Rates are always computed on intervals between one node's own polls, so clock skew between
+nodes and the dashboard cancels out.  Backfill polls (the first index of
 existing shards, a rescan after a dashboard restart) carry data produced long before and are
 excluded; their timestamp only restarts the interval.  A missed poll needs no special case:
 the next delta spans the gap and is divided by the gap.
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 from itertools import pairwise
 from typing import NamedTuple
 
-Point = Sequence  # (t_unix_node_clock, delta_count, delta_tokens, backfill)
+Point = Sequence  # (t, delta_count, delta_tokens, backfill): t on one node's continuous clock
 
 
 def valid_spans(points: list[Point]) -> list[tuple[float, float, float, float]]:
@@ -38,7 +39,7 @@ def valid_spans(points: list[Point]) -> list[tuple[float, float, float, float]]:
 
 
 def windowed_rate(points: list[Point], window_s: float, end_t: float | None = None):
-    """Mean rates over the ``window_s`` seconds of valid spans before ``end_t`` (node clock;
+    """Mean rates over the ``window_s`` seconds of valid spans before ``end_t`` (the points' clock;
     default: the end of the last span).
 
     A span straddling the window start counts pro rata; time after the last poll is not
