@@ -288,7 +288,12 @@ def hardware_alerts(store: Store, run: str, now: float, nodes: list[NodeRow], st
     reporting: dict[str, set[int]] = {}
     for g in store.gpu_latest():
         reporting.setdefault(g["node"], set()).add(int(g["gpu"]))
-    up = {n["name"] for n in nodes if node_status(n, now, stale_after)[0] == "up"}
+    # A GPU is missing from an up node whose telemetry answered (no telemetry at all is its own error).
+    up = {
+        n["name"]
+        for n in nodes
+        if node_status(n, now, stale_after)[0] == "up" and n.get("gpu_source") and not n.get("gpu_error")
+    }
     seen = store.gpus_seen(now - HARDWARE_WINDOW_S)
     for node, gone, text in hardware.missing_gpu_findings(seen, reporting, up):
         out.append(Alert("gpu_missing", "critical", run, f"{text}.", node=node, value=float(len(gone))))
