@@ -170,3 +170,56 @@ def test_a_restarted_collector_does_not_announce_an_alert_that_still_holds(tmp_p
     assert not announced_twice(receiver), receiver.posts
     held = Store(store).query("SELECT since_unix FROM alert_state WHERE key = '[\"node_down\", \"down\", null]'")
     assert [r["since_unix"] for r in held] == [sent[0]["since"]]  # it still started when it did
+
+
+def _store_with_old_rows(path: Path, housekept_s_ago: float) -> float:
+    """A store holding poll rows just past the 24 h raw window (the fold walks the time between
+    the oldest row and the cutoff: a short walk) and a housekeeping time `housekept_s_ago`."""
+    now = time.time()
+    store = Store(path)
+    with store.transaction() as db:
+        db.executemany(
+            "INSERT INTO polls (ts_unix, node, completions, tokens, length_stops, malformed, backfill)"
+            " VALUES (?, 'local', 1, 10, 0, 0, 0)",
+            [(now - 86400 - 1800 + i,) for i in range(0, 600, 10)],
+        )
+    store.set_meta("housekeeping", {"last_unix": now - housekept_s_ago})
+    store.close()
+    return now - 86400
+
+
+def _old_raw_rows(path: Path, before_unix: float) -> int:
+    store = Store(path)
+    try:
+        return store.query("SELECT COUNT(*) AS n FROM polls WHERE ts_unix < ?", (before_unix,))[0]["n"]
+    finally:
+        store.close()
+
+
+def test_housekeeping_follows_the_stores_last_run_not_the_collectors_age(tmp_path):
+    """A store last pruned two hours ago is pruned by a collector seconds old (one restarted by
+    every config rewrite never got there); one pruned ten minutes ago is left for 50 more."""
+    (tmp_path / "due").mkdir(), (tmp_path / "young").mkdir()
+    procs, cutoffs = {}, {}
+    for name, ago_s in (("due", 7200.0), ("young", 600.0)):
+        config = tmp_path / name / "runhealth.toml"
+        config.write_text(_run(tmp_path / name, "a"), encoding="utf-8")
+        cutoffs[name] = _store_with_old_rows(tmp_path / name / "a.sqlite3", ago_s)
+        procs[name] = _start(config)
+    try:
+        for name, proc in procs.items():
+            wait_for_count(proc, tmp_path / name / "a.sqlite3", 40)
+        due = tmp_path / "due" / "a.sqlite3"
+        wait_for(lambda: _old_raw_rows(due, cutoffs["due"]) == 0, timeout_s=10)
+        time.sleep(1)
+        young = _old_raw_rows(tmp_path / "young" / "a.sqlite3", cutoffs["young"])
+    finally:
+        for proc in procs.values():
+            stop(proc)
+    assert young == 60  # not due: untouched
+    store = Store(due)
+    try:
+        assert time.time() - store.meta("housekeeping")["last_unix"] < 30  # the new run time, recorded
+        assert store.query("SELECT SUM(completions) AS n FROM poll_rollup")[0]["n"] == 60  # folded, not lost
+    finally:
+        store.close()
