@@ -168,7 +168,8 @@ def test_a_restarted_collector_does_not_announce_an_alert_that_still_holds(tmp_p
     sent = starts(receiver)
     assert len(sent) == 1, sent  # not announced again by the new process
     assert not announced_twice(receiver), receiver.posts
-    held = Store(store).query("SELECT since_unix FROM alert_state WHERE key = '[\"node_down\", \"down\", null]'")
+    key = '["node_down", "down", null]'  # the alert's key as stored (JSON)
+    held = Store(store).query("SELECT since_unix FROM alert_state WHERE key = ?", (key,))
     assert [r["since_unix"] for r in held] == [sent[0]["since"]]  # it still started when it did
 
 
