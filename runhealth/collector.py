@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TextIO
 
 from runhealth import pagedata, rollup, sampling, scheduler, textsafe
@@ -224,18 +225,7 @@ class Collector:
     def _claim_store(self) -> None:
         if self._lock_file is not None:
             return
-        path = f"{self.store.path}.collector.lock"
-        lock_file = open(path, "a+")  # noqa: SIM115 - held for the collector's life; "a+": the holder's pid stays
-        try:
-            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            lock_file.seek(0)
-            holder = lock_file.read(200).strip()
-            lock_file.close()
-            raise StoreBusyError(
-                f"another runhealth process is already collecting into {self.store.path} "
-                f"({holder or 'pid unknown'}): stop it first, or set [run] store_path to another file"
-            ) from None
+        lock_file = _lock(self.store.path)
         lock_file.truncate(0)
         lock_file.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
         lock_file.flush()
@@ -369,6 +359,37 @@ class Collector:
 
         calls = {name: one(poller) for name, poller in self.pollers.items()}
         return dict(fan_out_calls(calls, scheduler.pool_size(len(self.pollers))))
+
+
+def _lock(store_path: Path) -> TextIO:
+    """The store's collector lock file, flocked (the caller holds it while the file is open).
+
+    Raises:
+        StoreBusyError: another process holds it (the message names it, from the file).
+    """
+    lock_file = open(f"{store_path}.collector.lock", "a+")  # noqa: SIM115 - "a+": the holder's pid stays
+    try:
+        fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock_file.seek(0)
+        holder = lock_file.read(200).strip()
+        lock_file.close()
+        raise StoreBusyError(
+            f"another runhealth process is already collecting into {store_path} "
+            f"({holder or 'pid unknown'}): stop it first, or set [run] store_path to another file"
+        ) from None
+    return lock_file
+
+
+def check_store_free(store_path: Path) -> None:
+    """Raise StoreBusyError when another process collects into the store (a check: the lock is
+    let go at once, so a caller can refuse a restart before stopping anything). A lock file that
+    cannot be opened (no folder yet) is no answer: opening the store says what is wrong."""
+    try:
+        lock_file = _lock(store_path)
+    except OSError:
+        return
+    lock_file.close()
 
 
 def housekeeping_due_in_s(store: Store, now_unix: float) -> float:

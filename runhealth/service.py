@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from runhealth import demo, runs
-from runhealth.collector import Collector
+from runhealth.collector import Collector, check_store_free
 from runhealth.config import RunConfig
 from runhealth.errors import ConfigError, RunhealthError, StoreBusyError
 from runhealth.outbound import Outbound, start_outbound
@@ -115,6 +115,13 @@ class Service:
         fresh = [c for c in configs if all(k.config != c for k in kept)]
         if not stale and not fresh and [k.config for k in kept] == configs:
             return  # only finished runs changed: nothing of the collection
+        try:  # a store another process collects into: refused before anything is stopped
+            for config in fresh:
+                if store_key(config) not in {store_key(c.config) for c in stale}:
+                    check_store_free(config.resolved_store_path())
+        except StoreBusyError as exc:
+            self._wait_for(exc, configs)
+            raise
         opened = _open_new_stores(fresh, self.stores)  # raises before anything is stopped
         restarting = f"config changed: restarted {_names(stale, fresh)}; {len(kept)} unchanged run(s) went on"
         self._stop_outbound()
@@ -130,8 +137,7 @@ class Service:
             if self.collectors:
                 self._start_outbound([c.config for c in self.collectors], self.stores)
             if isinstance(exc, StoreBusyError):
-                self.busy, self.retry_s = str(exc), min(c.interval_s for c in configs)
-                self._next_retry = time.monotonic() + self.retry_s
+                self._wait_for(exc, configs)
             raise
         by_name = {c.config.name: c for c in kept + started}
         self.collectors = [by_name[c.name] for c in configs]
@@ -142,6 +148,11 @@ class Service:
         if kept or stale:
             _log(restarting)
         self._announce(fresh)
+
+    def _wait_for(self, busy: StoreBusyError, configs: list[RunConfig]) -> None:
+        """Collection waits for another process's store lock: tried again every interval."""
+        self.busy, self.retry_s = str(busy), min(c.interval_s for c in configs)
+        self._next_retry = time.monotonic() + self.retry_s
 
     def _start_runs(self, configs: list[RunConfig], stores: dict[Path, Store]) -> list[Collector]:
         """A started collector per config; all or none (StoreError when another process

@@ -224,3 +224,35 @@ def test_housekeeping_follows_the_stores_last_run_not_the_collectors_age(tmp_pat
         assert store.query("SELECT SUM(completions) AS n FROM poll_rollup")[0]["n"] == 60  # folded, not lost
     finally:
         store.close()
+
+
+def test_an_edit_onto_a_busy_store_keeps_the_run_as_it_was_then_takes_over(tmp_path):
+    """Run b edited onto a store another process collects into: refused before anything stops
+    (run b's agent goes on, not restarted on every retry), then taken over once that one stops."""
+    (tmp_path / "other").mkdir()
+    other = tmp_path / "other" / "runhealth.toml"
+    other.write_text(_run(tmp_path / "other", "b"), encoding="utf-8")
+    config = tmp_path / "runhealth.toml"
+    config.write_text(_run(tmp_path, "a") + _run(tmp_path, "b"), encoding="utf-8")
+    holder, proc = _start(other), _start(config)
+    try:
+        wait_for_count(holder, tmp_path / "other" / "b.sqlite3", 40)
+        wait_for_count(proc, tmp_path / "b.sqlite3", 40)
+        wait_for(lambda: len(agents(proc.pid)) == 2)
+        before = agents(proc.pid)
+        rewrite(
+            config,
+            _run(tmp_path, "a")
+            + _run(tmp_path, "b").replace(str(tmp_path / "b.sqlite3"), str(tmp_path / "other" / "b.sqlite3")),
+        )
+        time.sleep(3)  # six reload checks, three lock retries
+        during = agents(proc.pid)
+        stop(holder)
+        wait_for(lambda: before.keys() - agents(proc.pid).keys() != set())  # run b restarted onto the free store
+        err = stop(proc)
+    finally:
+        for p in (holder, proc):
+            if p.poll() is None:
+                p.kill()
+    assert during == before, (during, before)
+    assert "still collecting with the previous one" in err and "the store is free again" in err, err
