@@ -326,9 +326,14 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     viewer = launch.dashboard_command(path, port, address)
     collector = None if args.no_collect else launch.collector_command(path)
     where = f"config {path.expanduser().absolute()}" if path else "no config found: the demo run"
-    how = "viewer only (--no-collect)" if args.no_collect else "collector running"
+    hows = {
+        "collecting": "collector running",
+        "viewer": "viewer of the collector that already runs on this store; collects once it stops",
+        "waiting": "collector waiting for a config that loads",
+    }
 
-    def announce() -> None:
+    def announce(state: str) -> None:
+        how = "viewer only (--no-collect)" if args.no_collect else hows.get(state, "collector not started")
         print(f"runhealth dashboard on http://{address}:{port} ({where}; {how})", file=sys.stderr, flush=True)
 
     return supervise.run_dashboard(viewer, collector, announce)
@@ -366,11 +371,12 @@ def cmd_collect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _say_ready(fd: int | None) -> None:
-    """Tell `runhealth dashboard` (one byte on its pipe) that collection started."""
+def _say_ready(fd: int | None, state: str) -> None:
+    """Tell `runhealth dashboard` (one word on its pipe) that collection started, or why not
+    (runhealth.service.run_collector's `ready` states)."""
     if fd is not None:
         with contextlib.suppress(OSError):
-            os.write(fd, b"1")
+            os.write(fd, state.encode())
             os.close(fd)
 
 

@@ -11,16 +11,19 @@ that node's last error while its counts and offsets stay put. Pages only ever ca
 from __future__ import annotations
 
 import fcntl
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TextIO
 
 from runhealth import pagedata, rollup, sampling, scheduler, storefile, textsafe
 from runhealth.analysis import lengthtime
 from runhealth.analysis.servermetrics import merge_endpoints as merge_metrics
 from runhealth.config import NodeConfig, RunConfig, RunContext
-from runhealth.errors import StoreError
+from runhealth.errors import StoreBusyError, StoreError
 from runhealth.errors import one_line as _plain
 from runhealth.remote import make_transport
 from runhealth.remote.base import fan_out_calls
@@ -31,6 +34,10 @@ log = textsafe.get_logger(__name__)
 SCAN_BUDGET_BYTES = 256 * 1024 * 1024  # per poll call at most: a 10 GB shard is indexed over ~40 calls
 MIN_SCAN_BUDGET_BYTES = 1 << 20
 GPU_HISTORY_KEEP_S = 14 * 24 * 3600
+HOUSEKEEPING_EVERY_S = 3600.0  # prune and rollup, at most this often per store
+HOUSEKEEPING_KEY = "housekeeping"  # run meta: {"last_unix": when prune and rollup last ran on the store}
+HOUSEKEEPING_RECHECK_S = 60.0  # the schedule is read from the store again at least this often
+HOUSEKEEPING_STOP_WAIT_S = 10.0  # stop() waits this long for a fold in progress (one chunk: ~2 s)
 
 
 def scan_budget_s(node: NodeConfig) -> float:
@@ -157,7 +164,9 @@ class Collector:
         register: bool = True,
     ):
         """`register=False`: a viewer's sampler over a store another process collects into (it
-        leaves the run's and nodes' recorded settings to that process)."""
+        leaves the run's and nodes' recorded settings to that process). Nothing is written to
+        the store here: the run's settings and nodes are recorded by `claim()`, once this
+        process holds the store's collector lock."""
         self.config = config
         self.context = context = context or RunContext()
         self.store = store
@@ -174,15 +183,12 @@ class Collector:
         self._sampling: int | None = None
         self._lock_file: TextIO | None = None
         self._housekeeper: threading.Thread | None = None
+        self._register, self._registered = register, False
         # What the pages show, recomputed in the background after polls (#16: pages only read).
         # At most once per poll interval: the Overview's counts must move with every poll.
         self.pagedata = pagedata.Refresher(
             store, config.max_output_tokens, config.interval_s, min_interval_s=config.interval_s, clock=clock
         )
-        if register:
-            store.set_meta("run", run_meta(config, context))
-            for node in config.nodes:
-                store.register_node(node.name, node.public_dict())
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -190,9 +196,9 @@ class Collector:
 
         Raises:
             StoreError: another process is already collecting into this store (two
-                collectors would poll every node twice for nothing).
+                collectors would poll every node twice for nothing); nothing was written.
         """
-        self._claim_store()
+        self.claim()
         if getattr(self, "_scheduler", None) is None:
             self._scheduler = scheduler.PollScheduler(list(self.pollers), self._poll_node, self.config.interval_s)
             self._scheduler.start()
@@ -200,19 +206,29 @@ class Collector:
             self._housekeeper = threading.Thread(target=self._housekeeping, name="runhealth-prune", daemon=True)
             self._housekeeper.start()
 
+    def claim(self) -> None:
+        """Take the store's collector lock, then record the run's settings and nodes in it.
+
+        The lock comes first: a process that does not get it writes nothing, so a second
+        collector with another config never replaces the running one's settings or node list.
+
+        Raises:
+            StoreBusyError: another process holds the lock (the message names its pid).
+        """
+        self._claim_store()
+        if self._register and not self._registered:
+            self.store.set_meta("run", run_meta(self.config, self.context))
+            for node in self.config.nodes:
+                self.store.register_node(node.name, node.public_dict())
+            self._registered = True
+
     def _claim_store(self) -> None:
         if self._lock_file is not None:
             return
-        path = f"{self.store.path}.collector.lock"
-        lock_file = storefile.open_private(path)  # held for the collector's life
-        try:
-            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            lock_file.close()
-            raise StoreError(
-                f"another runhealth process is already collecting into {self.store.path};"
-                " this one only displays what that one collects"
-            ) from None
+        lock_file = _lock(self.store.path)
+        lock_file.truncate(0)
+        lock_file.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+        lock_file.flush()
         self._lock_file = lock_file
 
     def stop(self) -> None:
@@ -222,6 +238,8 @@ class Collector:
             pool.stop(timeout_s=max(n.command_timeout_s for n in self.config.nodes) + 1)
         for poller in self.pollers.values():
             poller.close()
+        if self._housekeeper is not None:  # its writes must end before the lock is let go
+            self._housekeeper.join(timeout=HOUSEKEEPING_STOP_WAIT_S)
         if self._lock_file is not None:
             self._lock_file.close()  # releases the flock
             self._lock_file = None
@@ -244,12 +262,32 @@ class Collector:
             self.pagedata.after_poll()  # rate-limited, in its own thread: never delays the next poll
 
     def _housekeeping(self) -> None:
-        while not self._stop.wait(3600):
-            self.store.prune(GPU_HISTORY_KEEP_S)
-            try:  # raw rows older than the raw window become 1-min, later 10-min rows
-                rollup.rollup(self.store, raw_keep_s=self.config.raw_keep_h * 3600)
-            except Exception as exc:  # a failed fold loses nothing: raw rows stay until the next hour
-                log.warning("history rollup failed: %s", exc)
+        """Prune and roll up once the store's last housekeeping is HOUSEKEEPING_EVERY_S old.
+
+        Scheduled from the time recorded in the store, not from this collector's start: a
+        collector restarted more often than hourly (config edits) still keeps the store small.
+        """
+        while not self._stop.is_set():
+            try:
+                wait_s = housekeeping_due_in_s(self.store, time.time())
+                if wait_s <= 0:
+                    self.housekeep()
+                    continue
+            except Exception as exc:  # a store that cannot be read or pruned now: try again later
+                log.warning("history housekeeping failed: %s", exc)
+                wait_s = HOUSEKEEPING_RECHECK_S
+            self._stop.wait(min(wait_s, HOUSEKEEPING_RECHECK_S))
+
+    def housekeep(self) -> None:
+        """Prune old time series and fold raw rows into rollups; record when, in the store."""
+        now = time.time()  # wall clock: stored, and read by the next process on this store
+        self.store.prune(GPU_HISTORY_KEEP_S, now)
+        try:  # raw rows older than the raw window become 1-min, later 10-min rows
+            rollup.rollup(self.store, now, self.config.raw_keep_h * 3600, should_stop=self._stop.is_set)
+        except Exception as exc:  # a failed fold loses nothing: raw rows stay until the next hour
+            log.warning("history rollup failed: %s", exc)
+        if not self._stop.is_set():  # a fold cut short by stop() is finished by the next process
+            self.store.set_meta(HOUSEKEEPING_KEY, {"last_unix": now})
 
     # -- what pages call -------------------------------------------------------------------
     def request_refresh(self) -> None:
@@ -309,13 +347,59 @@ class Collector:
         )
 
     def poll_once(self, progress: Callable[[str, int], None] | None = None) -> dict[str, Any]:
-        """One full collection over every node, concurrently: name -> reply or exception."""
+        """One full collection over every node, concurrently: name -> reply or exception.
+
+        Raises:
+            StoreBusyError: another process collects into the store (see `claim`).
+        """
+        self.claim()
 
         def one(poller: NodePoller) -> Callable[[], dict[str, Any]]:
             return lambda: poller.poll_until_indexed(progress=progress)
 
         calls = {name: one(poller) for name, poller in self.pollers.items()}
         return dict(fan_out_calls(calls, scheduler.pool_size(len(self.pollers))))
+
+
+def _lock(store_path: Path) -> TextIO:
+    """The store's collector lock file, flocked (the caller holds it while the file is open).
+
+    Raises:
+        StoreBusyError: another process holds it (the message names it, from the file).
+    """
+    lock_file = storefile.open_private(f"{store_path}.collector.lock", "a+")  # "a+": the holder's pid stays
+    try:
+        fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock_file.seek(0)
+        holder = lock_file.read(200).strip()
+        lock_file.close()
+        raise StoreBusyError(
+            f"another runhealth process is already collecting into {store_path} "
+            f"({holder or 'pid unknown'}): stop it first, or set [run] store_path to another file"
+        ) from None
+    return lock_file
+
+
+def check_store_free(store_path: Path) -> None:
+    """Raise StoreBusyError when another process collects into the store (a check: the lock is
+    let go at once, so a caller can refuse a restart before stopping anything). A lock file that
+    cannot be opened (no folder yet) is no answer: opening the store says what is wrong."""
+    try:
+        lock_file = _lock(store_path)
+    except OSError:
+        return
+    lock_file.close()
+
+
+def housekeeping_due_in_s(store: Store, now_unix: float) -> float:
+    """Seconds until the store's next housekeeping (<= 0: due now). Due when it never ran, ran
+    HOUSEKEEPING_EVERY_S ago, or its recorded time lies ahead of `now_unix` (the clock stepped back)."""
+    got = store.meta(HOUSEKEEPING_KEY)
+    last = got.get("last_unix") if isinstance(got, dict) else None
+    if not isinstance(last, int | float) or last > now_unix:
+        return 0.0
+    return float(last) + HOUSEKEEPING_EVERY_S - now_unix
 
 
 def run_meta(config: RunConfig, context: RunContext) -> dict[str, Any]:

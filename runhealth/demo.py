@@ -174,6 +174,7 @@ def fill_finished(
     span = step / sim.completions_per_s()
     t = (end_unix or time.time()) - ended_s_ago - span * (polls - 1)
     collector = Collector(config, store, context=DEMO_CONTEXT)
+    collector.claim()  # the finished run's settings and nodes, written under its store's lock
     try:
         for _ in range(polls):
             sim.write_backlog(step)
@@ -182,8 +183,7 @@ def fill_finished(
                 poller.poll_until_indexed()
             t += span
     finally:
-        for poller in collector.pollers.values():
-            poller.close()
+        collector.stop()  # closes the transports, releases the lock
     return True
 
 

@@ -44,6 +44,10 @@ class StoreError(RunhealthError):
     """The history store could not be read or written."""
 
 
+class StoreBusyError(StoreError):
+    """Another process holds the store's collector lock: it collects, this one may only read."""
+
+
 def one_line(exc: BaseException) -> str:
     """A one-line, user-facing description of a failure (its first line, at most 500 characters)."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -58,6 +62,7 @@ __all__ = [
     "ConnectError",
     "HostKeyError",
     "RunhealthError",
+    "StoreBusyError",
     "StoreError",
     "TransportError",
     "one_line",

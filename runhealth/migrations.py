@@ -171,6 +171,16 @@ def _to_v3(db: sqlite3.Connection) -> None:
     db.execute("INSERT OR REPLACE INTO gpu_seen SELECT node, gpu, MAX(ts_unix) FROM gpu_samples GROUP BY node, gpu")
 
 
+def _to_v4(db: sqlite3.Connection) -> None:
+    """alert_state: the alerts the notifier announced and that still hold (runhealth/notify.py),
+    so a restarted collector neither sends them again nor loses when they started. `key` is the
+    alert's key as JSON, `alert` its newest value and wording as JSON; times are unix."""
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS alert_state (key TEXT PRIMARY KEY, alert TEXT NOT NULL,"
+        " since_unix REAL NOT NULL, last_seen_unix REAL NOT NULL, last_sent_unix REAL NOT NULL)"
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -181,6 +191,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(2, "page_data: the pages' payloads precomputed by the collector (#16)", _to_v2),
     Migration(3, "gpu_seen: when each GPU last reported, built from the GPU samples (#16)", _to_v3),
+    Migration(4, "alert_state: announced alerts and their start, kept across restarts (#29)", _to_v4),
 )
 STORE_VERSION = MIGRATIONS[-1].version
 

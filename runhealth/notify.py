@@ -9,7 +9,11 @@ webhook nor another receiver's backlog delays collection or the other receivers;
 is retried with exponential backoff, every attempt ends at its deadline (runhealth.webhook), and
 its outcome is written to the store (table `webhook_deliveries`), which the Nodes page shows.
 Recording is best-effort: a store that cannot be written never re-sends a delivered message
-or stops a sender (the failure to record is logged).
+or stops a sender (the failure to record is logged). The tracker's state (the alerts announced
+that still hold, when each started and was last sent) is kept in the store too (table
+`alert_state`), read when a notifier first evaluates and written after each evaluation, so a
+restarted collector (a config edit, a new process) neither announces them again nor changes
+their `since`; an alert that ended while no collector ran is resolved on the first evaluation.
 
 URLs, their checks and redaction, and the HTTP attempt itself live in runhealth.webhook. URLs
 to hooks.slack.com, or written `slack+https://...` (Mattermost, Rocket.Chat and other
@@ -19,6 +23,7 @@ Slack-compatible receivers), get `{"text": ...}`; every other URL gets the gener
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import queue
 import threading
@@ -126,6 +131,43 @@ class AlertTracker:
         return events
 
 
+def load_held(store: Store, now: float | None = None, mono: float | None = None) -> dict[tuple, _Held]:
+    """The alerts announced by an earlier notifier on this store that were not resolved.
+
+    Stored times are wall-clock; `last_seen`/`last_sent` come back on the caller's interval clock
+    (`mono` at wall time `now`), none of them later than now (a clock that moved back)."""
+    now = time.time() if now is None else now
+    mono = now if mono is None else mono
+    held = {}
+    for row in store.query("SELECT * FROM alert_state"):
+        alert = health.Alert(**json.loads(row["alert"]))
+        seen, sent = (mono - max(0.0, now - row[k]) for k in ("last_seen_unix", "last_sent_unix"))
+        held[alert.key] = _Held(alert, row["since_unix"], seen, sent)
+    return held
+
+
+def save_held(store: Store, held: dict[tuple, _Held], now: float | None = None, mono: float | None = None) -> None:
+    """Replace the stored alert state with `held` (one transaction); its interval-clock times
+    (`mono` at wall time `now`) are stored as wall-clock times."""
+    now = time.time() if now is None else now
+    mono = now if mono is None else mono
+    with store.transaction() as db:
+        db.execute("DELETE FROM alert_state")
+        db.executemany(
+            "INSERT INTO alert_state VALUES (?,?,?,?,?)",
+            [
+                (
+                    json.dumps(list(key)),
+                    json.dumps(dataclasses.asdict(h.alert)),
+                    h.since,
+                    now - (mono - h.last_seen),
+                    now - (mono - h.last_sent),
+                )
+                for key, h in held.items()
+            ],
+        )
+
+
 # -- delivery -------------------------------------------------------------------------------
 def ensure_schema(store: Store) -> None:
     with store.transaction() as db:  # the table belongs to this module; the store only hosts it
@@ -184,15 +226,26 @@ class Notifier:
         self.queues: dict[str, queue.Queue] = {url: queue.Queue(maxsize=QUEUE_MAX) for url in self.urls}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._loaded = False  # the stored alert state was read into the tracker
         try:
             ensure_schema(store)
         except Exception as exc:  # a store that cannot be written now must not stop alerting
             log.warning("webhook deliveries cannot be recorded in the store for now: %s", escape(exc))
 
     def check(self) -> list[Event]:
-        """Evaluate once and queue the resulting messages (never waits for a webhook)."""
-        now = self.clock()
-        events = self.tracker.update(self.evaluate(self.store, now), now, self.monotonic())
+        """Evaluate once and queue the resulting messages (never waits for a webhook).
+
+        The first call reads the alert state an earlier notifier left in the store (raising when
+        it cannot: evaluating without it would announce every held alert again).
+        """
+        now, mono = self.clock(), self.monotonic()
+        if not self._loaded:
+            self.tracker.held.update(load_held(self.store, now, mono))
+            self._loaded = True
+        before = bool(self.tracker.held)
+        events = self.tracker.update(self.evaluate(self.store, now), now, mono)
+        if before or self.tracker.held:
+            self._save_held(now, mono)
         for event in events:
             for url, q in self.queues.items():
                 try:
@@ -200,6 +253,13 @@ class Notifier:
                 except queue.Full:  # this receiver is far behind: say so, drop, keep collecting
                     self._record(url, event, False, 0, "queue full: message dropped")
         return events
+
+    def _save_held(self, now: float, mono: float) -> None:
+        """save_held, best-effort: a store that cannot be written now never stops alerting."""
+        try:
+            save_held(self.store, self.tracker.held, now, mono)
+        except Exception as exc:
+            log.warning("alert state not recorded in the store (a restart may announce it again): %s", escape(exc))
 
     def deliver(self, url: str, event: Event) -> bool:
         """Send one message with retries and backoff; the outcome goes to the store if it can."""

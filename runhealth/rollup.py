@@ -15,6 +15,7 @@ the width the chart asks for, so every chart can span the whole run.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from runhealth.records import GpuSeriesPoint, PollBucket, rows_as
 from runhealth.store import Store, live_sums
@@ -114,11 +115,14 @@ def rollup(
     fine_keep_s: float = FINE_KEEP_S,
     chunk_s: float = CHUNK_S,
     pause_s: float = PAUSE_S,
+    should_stop: Callable[[], bool] = lambda: False,
 ) -> None:
     """Fold raw rows older than `raw_keep_s` into 1-min rows, 1-min rows older than `fine_keep_s` into 10-min.
 
     Work is done `chunk_s` of data per transaction, releasing the store's write lock (which the
     pollers wait on) in between; bench/history.py measures how long each chunk holds it.
+    `should_stop()` is asked before each chunk: true ends the fold there (the rest waits for
+    the next call; every chunk done is complete).
     """
     now = time.time() if now is None else now
     ensure_schema(store)
@@ -129,6 +133,8 @@ def rollup(
         " SELECT MIN(ts_unix) FROM polls UNION ALL SELECT MIN(ts_unix) FROM metric_samples)"
     ).fetchone()[0]
     for cut in _steps(oldest, raw_cut, chunk_s, TIERS[0]):
+        if should_stop():
+            return
         time.sleep(pause_s)
         with store.transaction() as db:
             _fold_gpu(db, "gpu_samples", TIERS[0], cut, None)
@@ -136,6 +142,8 @@ def rollup(
             _fold_metrics(db, "metric_samples", TIERS[0], cut, None)
     oldest = store.cursor("SELECT MIN(bucket_unix) FROM gpu_rollup WHERE res_s = ?", (TIERS[0],)).fetchone()[0]
     for cut in _steps(oldest, fine_cut, chunk_s * TIERS[1] / TIERS[0], TIERS[1]):
+        if should_stop():
+            return
         time.sleep(pause_s)
         with store.transaction() as db:
             _fold_gpu(db, "gpu_rollup", TIERS[1], cut, TIERS[0])

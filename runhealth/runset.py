@@ -7,6 +7,8 @@ everywhere: the last good set stays in use and `error` holds the latest failed e
 (naming the file), until an edit loads again. `reload(apply)` lets the caller veto a set that
 loads but cannot be used (a store that cannot be opened): `apply` raising keeps the previous set
 too. Store paths are compared after `Path.resolve()`, so `sub/../a.sqlite3` is `a.sqlite3`.
+A new version of the file whose runs are the ones in use (a `touch`, config management writing
+the same content, a comment) is accepted without calling `apply`: nothing restarts.
 """
 
 from __future__ import annotations
@@ -100,23 +102,26 @@ class RunSet:
         """True when the file differs from the version last tried (cheap: one stat)."""
         return not self._tried or file_signature(self.path) != self.signature
 
-    def reload(self, apply: Callable[[list[runs.RunEntry]], None] | None = None) -> RunSetChange | None:
-        """Load the file again if it changed since the last try.
+    def reload(
+        self, apply: Callable[[list[runs.RunEntry]], None] | None = None, force: bool = False
+    ) -> RunSetChange | None:
+        """Load the file again if it changed since the last try (`force`: even if it did not).
 
         Returns None when it did not change, else what changed (possibly nothing, e.g. a touch).
-        `apply(entries)` is called before the new set is accepted; if it raises, the set is
-        refused like a bad edit.
+        `apply(entries)` is called before a set that differs from `entries` is accepted (not for
+        the same runs again); if it raises, the set is refused like a bad edit.
 
         Raises:
             ConfigError: the file (or `apply`) refused the edit; `entries` stay the last good
                 set, and `error` is the message. Raised once per version of the file.
         """
-        if not self.changed_on_disk():
+        if not force and not self.changed_on_disk():
             return None
         self._tried, self.signature = True, file_signature(self.path)
         try:
             entries = self._loader()
-            if apply is not None:
+            change = diff(self.entries, entries)
+            if apply is not None and (entries != self.entries or not entries):
                 apply(entries)
         except RunhealthError as exc:
             text = str(exc)
@@ -124,6 +129,5 @@ class RunSet:
                 text = f"{self.path}: {text}"
             self.error = text
             raise ConfigError(text) from exc
-        change = diff(self.entries, entries)
         self.entries, self.error = entries, None
         return change

@@ -4,10 +4,14 @@ The one process that writes the stores: one `Collector` per live run (a `[[runs]
 have several), /metrics and alert webhooks (runhealth/outbound.py). `runhealth dashboard`
 starts it as a child process next to the Streamlit viewer, or it runs alone under the shipped
 systemd unit. It follows its config file through `runhealth.runset.RunSet`: when the file
-changes it is loaded again and the collectors restarted with the new runs (a store kept when
-its path is unchanged). An edit that does not load, or whose new store cannot be opened or
-claimed, is logged and the previous config keeps collecting, so a typo never stops collection.
-SIGUSR1 polls every node now (the dashboard's "Refresh now").
+changes it is loaded again; the same runs again (a touch, the same content rewritten) restart
+nothing, an edit restarts only the runs it changes (the others keep their agents and
+connections; a store is kept when its path is unchanged), and the alerts already announced are
+not sent again (their state is in the store, runhealth/notify.py). An edit that does not load,
+or whose new store cannot be opened or claimed, is logged and the previous config keeps
+collecting, so a typo never stops collection. A store that another process collects into is
+waited for: this process writes nothing to it and tries its lock again every interval, so it
+takes over when that process stops. SIGUSR1 polls every node now (the dashboard's "Refresh now").
 """
 
 from __future__ import annotations
@@ -15,13 +19,14 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from runhealth import demo, runs
-from runhealth.collector import Collector
+from runhealth.collector import Collector, check_store_free
 from runhealth.config import RunConfig
-from runhealth.errors import ConfigError, RunhealthError
+from runhealth.errors import ConfigError, RunhealthError, StoreBusyError
 from runhealth.outbound import Outbound, start_outbound
 from runhealth.runset import RunSet, store_key
 from runhealth.store import Store
@@ -56,6 +61,11 @@ class Service:
         self.collectors: list[Collector] = []
         self.stores: dict[Path, Store] = {}
         self.outbound: Outbound | None = None
+        # Why the last (re)start did not happen: another process holds a store's lock (None:
+        # not waiting). Tried again every `retry_s` (the shortest interval of the runs).
+        self.busy: str | None = None
+        self.retry_s = 1.0
+        self._next_retry = 0.0
 
     def _check(self, entries: list[runs.RunEntry]) -> None:
         check_live(entries, str(self.runset.path or self.runset.context.source))
@@ -71,46 +81,101 @@ class Service:
         except ConfigError as exc:
             _log(f"{KEPT if self.collectors else 'config changed but does not load yet'}: {exc}")
             return
-        if change is not None:
-            _log("config changed: restarting the collector")
+        self.busy = None if change is not None else self.busy
+        if change is not None and change.empty and self.collectors:
+            _log("config file rewritten with the same runs: nothing restarted")
+
+    def retry_due(self, now: float) -> bool:
+        """True when collection waits for another process's store lock and a retry is due."""
+        return self.busy is not None and now >= self._next_retry
+
+    def retry(self) -> bool:
+        """Try the config again (the file unchanged): True when this process now collects."""
+        try:
+            self.runset.reload(apply=self._apply, force=True)
+        except ConfigError:
+            return False  # said when it first failed; the next try comes in `retry_s`
+        self.busy = None
+        _log("the store is free again: this process collects now")
+        return True
 
     def refresh(self) -> None:
         for collector in self.collectors:
             collector.request_refresh()
 
     def _apply(self, entries: list[runs.RunEntry]) -> None:
-        """Switch to `entries`' live runs; on any failure the previous runs keep collecting."""
+        """Switch to `entries`' live runs, restarting only the runs whose settings or nodes
+        changed (the others keep their collector: agents, connections, schedule); on any
+        failure the previous runs keep collecting."""
+        self.busy = None
         self._check(entries)
         configs = [e.config for e in entries if not e.finished]
-        opened = _open_new_stores(configs, self.stores)  # raises before anything is stopped
-        previous = [c.config for c in self.collectors]
-        self._stop_collecting()
+        kept = [c for c in self.collectors if c.config in configs]
+        stale = [c for c in self.collectors if c not in kept]
+        fresh = [c for c in configs if all(k.config != c for k in kept)]
+        if not stale and not fresh and [k.config for k in kept] == configs:
+            return  # only finished runs changed: nothing of the collection
+        try:  # a store another process collects into: refused before anything is stopped
+            for config in fresh:
+                if store_key(config) not in {store_key(c.config) for c in stale}:
+                    check_store_free(config.resolved_store_path())
+        except StoreBusyError as exc:
+            self._wait_for(exc, configs)
+            raise
+        opened = _open_new_stores(fresh, self.stores)  # raises before anything is stopped
+        restarting = f"config changed: restarted {_names(stale, fresh)}; {len(kept)} unchanged run(s) went on"
+        self._stop_outbound()
+        for collector in stale:
+            collector.stop()  # releases its store's lock (a changed run may keep its store)
         stores = {**self.stores, **opened}
         try:
-            self._start(configs, stores)
-        except RunhealthError:
-            self._stop_collecting()
+            started = self._start_runs(fresh, stores)
+        except RunhealthError as exc:
             for store in opened.values():
                 store.close()
-            if previous:
-                self._start(previous, self.stores)
+            self.collectors = kept + self._start_runs([c.config for c in stale], self.stores)
+            if self.collectors:
+                self._start_outbound([c.config for c in self.collectors], self.stores)
+            if isinstance(exc, StoreBusyError):
+                self._wait_for(exc, configs)
             raise
+        by_name = {c.config.name: c for c in kept + started}
+        self.collectors = [by_name[c.name] for c in configs]
         for path in set(self.stores) - {store_key(c) for c in configs}:
             self.stores[path].close()  # a run no longer configured (its file stays readable)
         self.stores = {store_key(c): stores[store_key(c)] for c in configs}
+        self._start_outbound(configs, self.stores)
+        if kept or stale:
+            _log(restarting)
+        self._announce(fresh)
 
-    def _start(self, configs: list[RunConfig], stores: dict[Path, Store]) -> None:
-        for config in configs:
-            collector = Collector(config, stores[store_key(config)], context=self.runset.context)
-            self.collectors.append(collector)
-            collector.start()  # StoreError when another process collects into it
+    def _wait_for(self, busy: StoreBusyError, configs: list[RunConfig]) -> None:
+        """Collection waits for another process's store lock: tried again every interval."""
+        self.busy, self.retry_s = str(busy), min(c.interval_s for c in configs)
+        self._next_retry = time.monotonic() + self.retry_s
+
+    def _start_runs(self, configs: list[RunConfig], stores: dict[Path, Store]) -> list[Collector]:
+        """A started collector per config; all or none (StoreError when another process
+        collects into one of the stores: those started are stopped again)."""
+        started: list[Collector] = []
+        try:
+            for config in configs:
+                collector = Collector(config, stores[store_key(config)], context=self.runset.context)
+                collector.start()  # StoreBusyError (nothing written) when another process collects into it
+                started.append(collector)
+        except RunhealthError:
+            for collector in started:
+                collector.stop()
+            raise
+        return started
+
+    def _start_outbound(self, configs: list[RunConfig], stores: dict[Path, Store]) -> None:
         self.outbound = start_outbound(
             [(c, stores[store_key(c)]) for c in configs],
             self.metrics_port,
             self.metrics_address,
             context=self.runset.context,
         )
-        self._announce(configs)
 
     def _announce(self, configs: list[RunConfig]) -> None:
         assert self.outbound is not None
@@ -124,10 +189,13 @@ class Service:
         for notice in self.outbound.notices:
             _log(notice)
 
-    def _stop_collecting(self, final: bool = False) -> None:
+    def _stop_outbound(self, final: bool = False) -> None:
         if self.outbound is not None:
             self.outbound.stop(final)  # frees the /metrics port for the restarted exporter
             self.outbound = None
+
+    def _stop_collecting(self, final: bool = False) -> None:
+        self._stop_outbound(final)
         for collector in self.collectors:
             collector.stop()  # releases the store's collector lock
         self.collectors = []
@@ -137,6 +205,14 @@ class Service:
         for store in self.stores.values():
             store.close()
         self.stores = {}
+
+
+def _names(stale: list[Collector], fresh: list[RunConfig]) -> str:
+    """The runs a reload stops or starts, by name ("a (removed), b (changed), c (new)")."""
+    gone = {c.config.name for c in stale}
+    new = {c.name for c in fresh}
+    words = [f"{n} ({'changed' if n in new else 'removed'})" for n in sorted(gone)]
+    return ", ".join(words + [f"{n} (new)" for n in sorted(new - gone)])
 
 
 def _open_new_stores(configs: list[RunConfig], kept: dict[Path, Store]) -> dict[Path, Store]:
@@ -177,15 +253,16 @@ def run_collector(
     metrics_address: str | None = None,
     refresh: threading.Event | None = None,
     wait_for_config: bool = False,
-    ready: Callable[[], None] | None = None,
+    ready: Callable[[str], None] | None = None,
 ) -> None:
     """Collect until `stop` is set (`path` None: the built-in demo).
 
     Raises RunhealthError when the first config cannot start, unless `wait_for_config` (the
     dashboard's child): then the error is logged and the file followed until an edit loads.
     `metrics_port`/`metrics_address` (the command line) win over `[run] metrics_port`/`_address`.
-    `refresh` set: poll every node now. `ready` is called once collection started or the first
-    config error was logged.
+    `refresh` set: poll every node now. `ready(state)` is called once collection started
+    ("collecting"), or the first config error was logged ("viewer": another process collects
+    into a store, tried again every interval; "waiting": the config does not load).
     """
     stop_demo: Callable = lambda: None  # noqa: E731
     if path is None:
@@ -195,13 +272,15 @@ def run_collector(
     try:
         _first_start(service, wait_for_config)
         if ready is not None:
-            ready()
+            ready("collecting" if service.collectors else "viewer" if service.busy else "waiting")
         while not stop.wait(CHECK_EVERY_S):
             if refresh is not None and refresh.is_set():
                 refresh.clear()
                 service.refresh()
             if service.runset.changed_on_disk():
                 service.follow()
+            elif service.retry_due(time.monotonic()):
+                service.retry()
     finally:
         service.stop()
         stop_demo()
@@ -213,4 +292,10 @@ def _first_start(service: Service, wait_for_config: bool) -> None:
     except RunhealthError as exc:
         if not wait_for_config:
             raise
-        _log(f"not collecting yet (tried again when the config file changes): {exc}")
+        if service.busy:
+            _log(
+                f"not collecting: {service.busy}; its lock is tried every {service.retry_s:g} s, "
+                "so this process takes over collection when that one stops"
+            )
+        else:
+            _log(f"not collecting yet (tried again when the config file changes): {exc}")

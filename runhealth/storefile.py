@@ -29,7 +29,7 @@ import os
 import sqlite3
 import urllib.parse
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, cast
 
 from runhealth import textsafe
 from runhealth.errors import StoreError
@@ -128,11 +128,11 @@ def create_private(path: str | Path) -> None:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE))
 
 
-def open_private(path: str | Path, append: bool = False) -> TextIO:
-    """A text file opened for writing (truncated, or appended to), created owner-only (0600) when
-    it does not exist yet."""
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
-    return open(os.open(path, flags, PRIVATE_FILE_MODE), "a" if append else "w")  # noqa: SIM115
+def open_private(path: str | Path, mode: str = "w") -> TextIO:
+    """`open(path, mode)` for a text mode "w", "a" or "a+", the file created owner-only (0600)
+    when it does not exist yet."""
+    flags = {"w": os.O_WRONLY | os.O_TRUNC, "a": os.O_WRONLY | os.O_APPEND, "a+": os.O_RDWR | os.O_APPEND}[mode]
+    return cast(TextIO, open(os.open(path, flags | os.O_CREAT, PRIVATE_FILE_MODE), mode))  # noqa: SIM115
 
 
 def readable_by_others(path: str | Path) -> list[str]:

@@ -55,16 +55,25 @@ def _spawn(argv: list[str], env: dict[str, str], pass_fds: tuple[int, ...] = ())
 def start_collector(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
     """Start the collector with `--ready-fd N` appended; return once it said ready (or exited,
     or READY_WAIT_S passed: the viewer then starts anyway and shows what the stores hold)."""
+    return start_collector_said(argv, env)[0]
+
+
+def start_collector_said(argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    """`start_collector`, and what the collector said: "collecting", "viewer" (another process
+    collects into its store; it takes over when that one stops), "waiting" (its config does not
+    load yet), or "" (it exited, or said nothing within READY_WAIT_S)."""
     read_fd, write_fd = os.pipe()
     try:
         proc = _spawn([*argv, "--ready-fd", str(write_fd)], env, pass_fds=(write_fd,))
     finally:
         os.close(write_fd)
+    said = b""
     try:
-        select.select([read_fd], [], [], READY_WAIT_S)  # a byte, or EOF when it exits
+        if select.select([read_fd], [], [], READY_WAIT_S)[0]:  # a word, or EOF when it exits
+            said = os.read(read_fd, 64)
     finally:
         os.close(read_fd)
-    return proc
+    return proc, said.decode(errors="replace")
 
 
 def supervise(children: dict[str, subprocess.Popen]) -> int:
@@ -103,18 +112,21 @@ def stop_all(children: list[subprocess.Popen]) -> None:
 def run_dashboard(
     viewer: tuple[list[str], dict[str, str]],
     collector: tuple[list[str], dict[str, str]] | None,
-    announce: Callable[[], None],
+    announce: Callable[[str], None],
 ) -> int:
-    """Start the collector (if any), then the viewer; `announce` prints the URL in between."""
+    """Start the collector (if any), then the viewer; `announce(state)` prints the URL in
+    between, with what the collector said (`start_collector_said`; "" without one)."""
     children: dict[str, subprocess.Popen] = {}
+    said = ""
     try:
         if collector is not None:
-            proc = children["the collector"] = start_collector(*collector)
+            proc, said = start_collector_said(*collector)
+            children["the collector"] = proc
             if proc.poll() is not None:
                 print("runhealth dashboard: the collector did not start (its error is above)", file=sys.stderr)
                 return proc.returncode or 2
             viewer[1]["RUNHEALTH_COLLECTOR_PID"] = str(proc.pid)
-        announce()
+        announce(said)
         children["streamlit"] = _spawn(*viewer)
         return supervise(children)
     finally:

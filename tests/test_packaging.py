@@ -194,7 +194,7 @@ def test_collect_follows_config_changes(tmp_path):
             proc.kill()
     assert proc.returncode == 0, err
     assert "does not load, still collecting with the previous one" in err and "interval_s" in err
-    assert "config changed: restarting the collector" in err and "collecting 2 node(s) of svc" in err
+    assert "config changed: restarted svc (changed)" in err and "collecting 2 node(s) of svc" in err
 
 
 def stored_count(path: Path) -> int:
