@@ -27,7 +27,6 @@ from runhealth.activity import NodeRate, RunRates
 from runhealth.analysis.stats import Summary
 from runhealth.health import fmt_age, level, node_status
 from runhealth.records import NodeRow, StoredSample
-from runhealth.windows import RATE_WINDOW_S
 
 STATE_COLOUR = {"UP": "#1B5E20", "STALE": "#8A5A00", "DOWN": "#8B1A1A", "PENDING": "#3A3F4B", "FINISHED": "#3A3F4B"}
 STATE_MD = {
@@ -208,7 +207,7 @@ def overview_tiles(
     return [
         tile("Completions", f"{done:,}", done_sub, "ok" if done else "muted"),
         tile(
-            f"Tokens / s · last {fmt_window(RATE_WINDOW_S)}",
+            f"Tokens / s · last {fmt_window(n.rate_window_s)}",
             fmt_rate(tps) if tps is not None else "—",
             tps_sub if tps is not None else "waiting for two polls",
             "ok" if tps else "warn" if tps == 0 else "muted",

@@ -23,11 +23,10 @@ from runhealth import activity, derived, hardware, health, pagedata, rollup
 from runhealth.analysis import lengthtime, stats, whatif
 from runhealth.records import HostReading, NodeRow, PendingSampleBatch, SampleBatch
 from runhealth.store import Store
-from runhealth.windows import stale_after_s
+from runhealth.windows import SERVER_RATE_WINDOW_S, stale_after_s
 
 TTL_S = 3
 _HASH: dict[str | type[Any], Callable[[Any], Any]] = {Store: lambda s: str(s.path)}
-SERVER_RATE_WINDOW_S = 300  # a server's token counter is read over this (its own scrape cadence)
 SERVER_GAUGES = ("sglang:gen_throughput",)
 SERVER_COUNTERS = ("vllm:generation_tokens_total",)
 

@@ -30,14 +30,15 @@ import dataclasses
 import statistics
 from collections.abc import Collection, Mapping, Sequence
 
+from runhealth import windows
 from runhealth.analysis import rates
 from runhealth.records import PollBucket
 from runhealth.store import Store
-from runhealth.windows import AVERAGE_WINDOW_S, RATE_WINDOW_S
+from runhealth.windows import AVERAGE_WINDOW_S, DROP_LOOKBACK_S, RATE_WINDOW_S
 
 DROP_FRACTION = 0.5
 MIN_MINUTES_FOR_MEDIAN = 10  # a median over fewer minutes is noise, not a baseline
-LOOKBACK_S = 3600.0  # the hour the rate-drop median is taken over
+LOOKBACK_S = DROP_LOOKBACK_S  # the hour the rate-drop median is taken over (runhealth.windows)
 # Two clocks may disagree about one poll interval by this much (the scan time, round-trip
 # jitter) before one of them counts as stepped.
 STEP_TOLERANCE_S = 5.0
@@ -65,6 +66,8 @@ class RunRates:
     tokens_per_s_15m: float | None
     completions_per_s_15m: float | None
     drop_median_tps: float | None = None  # the hour's median per-minute rate, set when the 1-min rate fell below half
+    window_s: float = RATE_WINDOW_S  # the live rate's window (windows.rate_window_s: a minute, or two polls)
+    average_s: float = AVERAGE_WINDOW_S  # the average's window (windows.average_window_s)
 
 
 def poll_interval_s(seen_s: float, node_s: float | None) -> float:
@@ -91,27 +94,44 @@ def bridged_times(rows: Sequence[Sequence]) -> list[float]:
     return out[::-1]
 
 
-def node_rate(rows: Sequence[Sequence], now: float) -> NodeRate:
-    """Rates and last growth of one node from its poll rows, in the order they were polled."""
+def node_rate(
+    rows: Sequence[Sequence], now: float, window_s: float = RATE_WINDOW_S, average_s: float = AVERAGE_WINDOW_S
+) -> NodeRate:
+    """Rates and last growth of one node from its poll rows, in the order they were polled: the
+    live rate over `window_s` and the average over `average_s`, both ending at `now`."""
     if not rows:
         return NodeRate(None, None, None, None, None)
     times = bridged_times(rows)
     points: list[rates.Point] = [(t, r[2] or 0, r[3] or 0, bool(r[4])) for t, r in zip(times, rows, strict=True)]
-    _, tps_1m = rates.windowed_rate(points, RATE_WINDOW_S, now)
-    cps_15m, tps_15m = rates.windowed_rate(points, AVERAGE_WINDOW_S, now)
+    _, tps_1m = rates.windowed_rate(points, window_s, now)
+    cps_15m, tps_15m = rates.windowed_rate(points, average_s, now)
     grown = [r[0] for r in rows if (r[2] or 0) > 0]
     return NodeRate(tps_1m, tps_15m, cps_15m, grown[-1] if grown else None, rows[0][0])
 
 
-def run_rates(rows_by_node: Mapping[str, Sequence[Sequence]], now: float) -> RunRates:
-    """Per-node NodeRate and run totals (tokens/s over 1 and 15 min, completions/s over 15 min)."""
-    per_node = {name: node_rate(rows, now) for name, rows in rows_by_node.items()}
+def run_rates(
+    rows_by_node: Mapping[str, Sequence[Sequence]],
+    now: float,
+    window_s: float = RATE_WINDOW_S,
+    average_s: float = AVERAGE_WINDOW_S,
+) -> RunRates:
+    """Per-node NodeRate and run totals (tokens/s over the live window and the average,
+    completions/s over the average)."""
+    per_node = {name: node_rate(rows, now, window_s, average_s) for name, rows in rows_by_node.items()}
 
     def total(attr: str) -> float | None:
         known = [getattr(r, attr) for r in per_node.values() if getattr(r, attr) is not None]
         return float(sum(known)) if known else None
 
-    return RunRates(now, per_node, total("tokens_per_s_1m"), total("tokens_per_s_15m"), total("completions_per_s_15m"))
+    return RunRates(
+        now,
+        per_node,
+        total("tokens_per_s_1m"),
+        total("tokens_per_s_15m"),
+        total("completions_per_s_15m"),
+        window_s=window_s,
+        average_s=average_s,
+    )
 
 
 def minute_rates(buckets: list[PollBucket], bucket_s: float = 60.0) -> list[float]:
@@ -128,27 +148,43 @@ def rate_drop(current_tps: float | None, minute_tps: list[float]) -> float | Non
     return median if median > 0 and current_tps < DROP_FRACTION * median else None
 
 
-def recent_rates(store: Store, now: float, lookback_s: float) -> RunRates:
-    """`run_rates` over the polls of the last `lookback_s` (the exporter reads two minutes)."""
+def run_interval_s(store: Store) -> float:
+    """The run's poll interval as its collector recorded it (run meta), 10 s when not recorded."""
+    return float((store.meta("run") or {}).get("interval_s") or 10.0)
+
+
+def recent_rates(
+    store: Store, now: float, lookback_s: float | None = None, interval_s: float | None = None
+) -> RunRates:
+    """`run_rates` over the polls of the last `lookback_s`, with the windows of a run polled every
+    `interval_s` (default: the run's, from the store); lookback default: what the live rate needs
+    (the exporter's read)."""
+    interval_s = run_interval_s(store) if interval_s is None else interval_s
+    window_s, average_s = windows.rate_window_s(interval_s), windows.average_window_s(interval_s)
+    if lookback_s is None:
+        lookback_s = windows.rates_lookback_s(interval_s, window_s)
     rows: dict[str, list] = {}
     for p in store.polls(since_unix=now - lookback_s, in_poll_order=True):
         rows.setdefault(p["node"], []).append(
             (p["ts_unix"], p["node_ts_unix"], p["completions"], p["tokens"], p["backfill"])
         )
-    return run_rates(rows, now)
+    return run_rates(rows, now, window_s, average_s)
 
 
-def read_rates(store: Store, now: float, lookback_s: float = LOOKBACK_S) -> RunRates:
-    """The run's rates at `now` from the store: the polls of the last `lookback_s` (an hour for
-    the screens, whose 15-min average needs it; the alerts read twice the stall window), last
-    growth per node (a full scan only when a node did not grow within it) and the rate drop
-    (the last hour's per-minute buckets, summed in SQL)."""
-    out = recent_rates(store, now, lookback_s)
+def read_rates(store: Store, now: float, lookback_s: float | None = None, interval_s: float | None = None) -> RunRates:
+    """The run's rates at `now` from the store: the polls of the last `lookback_s` (default: the
+    hour the screens read, or what the average needs when longer; the alerts read twice the
+    stall window), last growth per node (a full scan only when a node did not grow within it)
+    and the rate drop (the last hour's per-minute buckets, summed in SQL). The windows follow the
+    run's poll interval (windows.rate_window_s): every consumer gets the same rate."""
+    interval_s = run_interval_s(store) if interval_s is None else interval_s
+    needed = windows.rates_lookback_s(interval_s, windows.average_window_s(interval_s))
+    out = recent_rates(store, now, max(needed, DROP_LOOKBACK_S if lookback_s is None else lookback_s), interval_s)
     if any(r.last_growth_unix is None for r in out.per_node.values()):
         for node, ts in store.last_growth_unix().items():
             if node in out.per_node and out.per_node[node].last_growth_unix is None:
                 out.per_node[node].last_growth_unix = ts
-    minute = minute_rates(store.polls_by_bucket(60, since_unix=now - LOOKBACK_S))
+    minute = minute_rates(store.polls_by_bucket(60, since_unix=now - DROP_LOOKBACK_S))
     return dataclasses.replace(out, drop_median_tps=rate_drop(out.tokens_per_s_1m, minute))
 
 

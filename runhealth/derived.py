@@ -19,6 +19,7 @@ from runhealth.analysis import rates
 from runhealth.health import node_status
 from runhealth.records import NodeRow
 from runhealth.store import Store
+from runhealth.windows import RATE_WINDOW_S
 
 # Key fragments that mark a config value as secret: never shown, only whether it is set.
 SECRET_WORDS = ("passphrase", "password", "secret", "private_key", "token")
@@ -43,6 +44,7 @@ class Standup:
     nodes_down: int
     min_disk_free_bytes: float | None
     data_age_s: float | None
+    rate_window_s: float = RATE_WINDOW_S  # the live rate's window (a minute, or two poll intervals)
 
 
 def standup(
@@ -78,6 +80,7 @@ def standup(
         nodes_down=states.count("down"),
         min_disk_free_bytes=min(free) if free else None,
         data_age_s=now - last if last is not None else None,
+        rate_window_s=health.window_s if health else RATE_WINDOW_S,
     )
 
 

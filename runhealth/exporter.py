@@ -28,7 +28,7 @@ from runhealth.analysis import rates, reasons, stats
 from runhealth.records import GpuNumber
 from runhealth.store import Store
 from runhealth.textsafe import escape
-from runhealth.windows import RATE_WINDOW_S
+from runhealth.windows import rate_window_s
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +210,8 @@ class StoreMetrics:
         )
         tps = GaugeMetricFamily(
             "runhealth_generation_tokens_per_second",
-            f"Generated tokens per second over the last {RATE_WINDOW_S:.0f} s (shard growth).",
+            f"Generated tokens per second over the last {rate_window_s(interval_s):.0f} s (shard growth;"
+            " a minute, or two poll intervals when polls are slower).",
             labels=["run", "node"],
         )
         stalls = health.stalled_nodes(self.store, now, stall_after)
@@ -222,7 +223,7 @@ class StoreMetrics:
             if n["last_ok_unix"] is not None:
                 age.add_metric([run, n["name"]], max(0.0, now - n["last_ok_unix"]))
             stalled.add_metric([run, n["name"]], 1.0 if state == "up" and n["name"] in stalls else 0.0)
-        for node, rate in self._token_rates(now).items():
+        for node, rate in self._token_rates(now, interval_s).items():
             if keep is None or node in keep:
                 tps.add_metric([run, node], rate)
         yield from (up, age, stalled, tps)
@@ -232,10 +233,10 @@ class StoreMetrics:
         if progress is not None:
             yield _gauge("runhealth_progress_ratio", "Completions counted / target_completions.", run, progress)
 
-    def _token_rates(self, now: float) -> dict[str, float]:
-        """Per node, the one live tok/s (runhealth.activity: its last minute of polls, ending now);
-        none for a node not polled in that minute."""
-        found = activity.recent_rates(self.store, now, 2 * RATE_WINDOW_S)
+    def _token_rates(self, now: float, interval_s: float) -> dict[str, float]:
+        """Per node, the one live tok/s (runhealth.activity over windows.rate_window_s, ending
+        now); none for a node not polled within it."""
+        found = activity.recent_rates(self.store, now, interval_s=interval_s)
         return {node: r.tokens_per_s_1m for node, r in found.per_node.items() if r.tokens_per_s_1m is not None}
 
     # -- GPUs ----------------------------------------------------------------------------

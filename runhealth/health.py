@@ -140,7 +140,7 @@ def evaluate(store: Store, now: float | None = None, meta: Mapping[str, Any] | N
     summary = run_summary(store, meta.get("max_output_tokens"))
     target = meta.get("target_completions")
     stall_s = stall_after_s(interval_s, meta.get("stall_after_s"))
-    rates_now = activity.read_rates(store, now, max(2 * stall_s, 2 * activity.RATE_WINDOW_S))
+    rates_now = activity.read_rates(store, now, 2 * stall_s, interval_s)
     if not (target and summary.completions >= target):  # a run that reached its target stops on purpose
         up = {n["name"] for n in nodes if node_status(n, now, stale_after)[0] == "up"}
         out += _stall_alerts(rates_now, run, now, stall_s, up)

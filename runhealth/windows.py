@@ -10,8 +10,11 @@ from __future__ import annotations
 WINDOW_POLLS = 3  # the default stale and stall windows span this many poll intervals ...
 STALE_MIN_S = 30.0  # ... and the stale window at least this: `stale_after_s`
 STALL_MIN_S = 120.0  # ... and the stall window at least this: `stall_after_s`
-RATE_WINDOW_S = 60.0  # "Tokens/s · last 1 min": the one live tok/s (tiles, Nodes, /metrics, Compare)
-AVERAGE_WINDOW_S = 900.0  # the 15-min average: the ETA's rate
+RATE_WINDOW_S = 60.0  # "Tokens/s · last 1 min": the one live tok/s (tiles, Nodes, /metrics, Compare) ...
+AVERAGE_WINDOW_S = 900.0  # the 15-min average: the ETA's rate ...
+RATE_MIN_POLLS = 2  # ... each at least this many poll intervals wide (`rate_window_s`, `average_window_s`)
+DROP_LOOKBACK_S = 3600.0  # the hour the rate-drop median is taken over (and the screens' rate read)
+SERVER_RATE_WINDOW_S = 300.0  # an inference server's token counter is read over this (its own scrape cadence)
 HARDWARE_WINDOW_S = 3600.0  # an XID stays an alert, and a GPU that reported counts as expected, for an hour
 
 
@@ -33,3 +36,21 @@ def stall_after_s(interval_s: float, configured: float | None = None) -> float:
     meta), and so do the alerts and the exporter, from the meta.
     """
     return float(configured) if configured else max(WINDOW_POLLS * interval_s, STALL_MIN_S)
+
+
+def rate_window_s(interval_s: float) -> float:
+    """The live tok/s window for a run polled every `interval_s`: a minute (RATE_WINDOW_S), or
+    two poll intervals when polls are slower (a window holding under two polls has no rate).
+    The one place that decides it: the tiles, the Nodes table, /metrics and the alerts use it."""
+    return max(RATE_WINDOW_S, RATE_MIN_POLLS * float(interval_s))
+
+
+def average_window_s(interval_s: float) -> float:
+    """The average the ETA divides by: 15 minutes (AVERAGE_WINDOW_S), or two poll intervals."""
+    return max(AVERAGE_WINDOW_S, RATE_MIN_POLLS * float(interval_s))
+
+
+def rates_lookback_s(interval_s: float, window_s: float) -> float:
+    """How far back to read polls for a rate over `window_s`: the window and two intervals more
+    (the poll that opens the window's first span)."""
+    return window_s + RATE_MIN_POLLS * float(interval_s)

@@ -214,14 +214,16 @@ def test_gpu_and_host_problems_are_named_on_overview_gpus_and_nodes(tmp_path, mo
     at = run_page("overview", config, monkeypatch)
     assert_clean(at)
     errors, warnings = [e.value for e in at.error], [w.value for w in at.warning]
-    assert any("XID 79 on node-1/0 (GPU has fallen off the bus)" in e for e in errors), errors
-    assert any("Uncorrected ECC errors" in e and "node-1/0 (3)" in e for e in errors), errors
-    assert any("Throttled by hardware" in w and "node-1/1" in w for w in warnings), warnings
+    # Every problem is one alert of health.evaluate, worded once (#30 item 4).
+    assert "node-1/GPU 0: XID 79 (GPU has fallen off the bus)." in errors, errors
+    assert "node-1/GPU 0: 3 uncorrected ECC errors since the driver loaded." in errors, errors
+    assert any("node-1/GPU 1 throttled: hw\\_thermal\\_slowdown" in w for w in warnings), warnings  # markdown-escaped
     assert any("node-1: swap 75% used" in w for w in warnings), warnings
-    assert "node-1: GPU 7 missing from the latest poll (7 of 8 reporting)" in errors, errors
+    assert "node-1: GPU 7 missing from the latest poll (7 of 8 reporting)." in errors, errors
+    assert sum("XID 79" in e for e in errors) == 1 and sum("throttled" in w for w in warnings) == 1  # once
     at = run_page("gpus", config, monkeypatch)
     assert_clean(at)
-    assert any("XID 79 on node-1/0" in e.value for e in at.error)
+    assert any("node-1/GPU 0: XID 79" in e.value for e in at.error)
     at = run_page("nodes", config, monkeypatch)
     assert_clean(at)
     assert any("node-1: swap 75% used" in w.value for w in at.warning)
