@@ -71,13 +71,20 @@ class _State:
     """Process-wide memory of the serving side: line-start indexes per (path, inode), poll cursor."""
 
     def __init__(self):
-        self.index = scan.PerFile(lambda: [array.array("Q"), 0])  # [complete-line starts, indexed_to]
+        # [complete-line starts, indexed_to, (offset, content mark there) or None]
+        self.index = scan.PerFile(lambda: [array.array("Q"), 0, None])
         self.rr_cursor = 0  # round-robin start so no shard starves under a small budget
         self.line_stats = scan.LINE_STATS  # lines counted by templates vs json.loads
         self.skip_notes = scan.PerFile(lambda: [None])  # the last "skipped a too-long line" note per file
 
     def file_index(self, path, inode):
         return self.index.get(path, inode)
+
+    def forget(self, path):
+        """Drop everything remembered of `path` (its content was replaced under the same inode):
+        line index, skip note, and scan.py's unfinished-line tail and templates."""
+        for memory in (self.index, self.skip_notes, scan.TAILS, scan.TEMPLATES):
+            memory.forget(path)
 
 
 STATE = _State()
@@ -219,6 +226,7 @@ def _poll_shards(req):
     files = list(named.values())
     wire_state = req.get("state") or {}
     state = {p: wire_state.get(k) for k, p in named.items()}  # keyed by the real path from here
+    replaced, verified = _check_content(state)  # replaced: their cursors are at byte 0 now
     budget = wire.DEFAULT_BUDGET_BYTES if req.get("budget_bytes") is None else int(req["budget_bytes"])
     t0 = time.monotonic()  # "budget_s": scan time limit, kept well inside the caller's timeout
     deadline = None if req.get("budget_s") is None else t0 + float(req["budget_s"])
@@ -247,6 +255,7 @@ def _poll_shards(req):
         return scan_file(p, inode, offset, 0 if late else share, req, deadline)
 
     out = backfill.scan_jobs(jobs, workers, scan_one, deadline=deadline, paths=req)
+    _mark_entries(out, replaced, verified)
     for p, e in out.items():
         if e.get("by_workers") and e["reset"]:  # sampling rebuilds a reset shard's line index
             idx = STATE.file_index(p, e["inode"])
@@ -270,6 +279,67 @@ def _poll_shards(req):
         "scan_workers": used,
         "files": replies,
     }, files
+
+
+def _check_content(state):
+    """(paths replaced, {path: (offset, mark)} verified): a file whose bytes before its stored
+    offset no longer hash to the stored mark was rewritten under the same inode (a relaunch:
+    `rm` + create on ext4, or open(path, "w")). Its cursor in `state` moves to byte 0 and the
+    agent forgets it, so it is counted afresh and reported as a reset. A cursor without a mark
+    (a store from before marks) is trusted on inode and size, as before; so is one whose inode
+    or size already says reset (the scan sees that itself)."""
+    replaced, verified = set(), {}  # type: set, dict
+    for p, prev in state.items():
+        off = int((prev or {}).get("offset") or 0)
+        if off <= 0 or not prev.get("mark"):
+            continue
+        try:
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                st = os.fstat(fd)
+                if st.st_ino != prev.get("inode") or st.st_size < off:
+                    continue
+                same = scan.content_mark(fd, off) == prev["mark"]
+            finally:
+                os.close(fd)
+        except OSError:
+            continue  # vanished or unreadable: the scan reports it
+        if same:
+            verified[p] = (off, prev["mark"])
+        else:
+            replaced.add(p)
+            state[p] = {"inode": st.st_ino, "offset": 0}
+            STATE.forget(p)
+    return replaced, verified
+
+
+def _mark_entries(out, replaced, verified):
+    """Give each entry the content mark at its new offset (the collector stores it and sends it
+    back), and make each replaced file's entry a reset. A file rewritten while it was scanned
+    (its verified bytes changed since the check) gets SHORT_MARK, which no mark equals, so the
+    next poll recounts it from byte 0 rather than keep counts read across the rewrite."""
+    for p, e in out.items():
+        if p in replaced:
+            e["reset"] = e["replaced"] = True
+        off, known = e.get("offset") or 0, verified.get(p)
+        if e.get("error") is not None or off <= 0 or (known is not None and known[0] == off):
+            e["mark"] = known[1] if known is not None and known[0] == off else None
+            continue
+        try:
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                mark = scan.content_mark(fd, off)
+                if known is not None and scan.content_mark(fd, known[0]) != known[1]:
+                    mark = scan.SHORT_MARK  # read after the new mark: a rewrite in between shows here
+                same_file = os.fstat(fd).st_ino == e.get("inode")
+            finally:
+                os.close(fd)
+        except OSError:
+            mark, same_file = None, False
+        e["mark"] = mark if same_file else None  # rotated since: the inode says reset next poll
+        idx = STATE.index.entries.get((p, e.get("inode")))
+        if idx is not None and idx[1] == off and e["mark"] is not None:
+            idx[2] = (off, e["mark"])  # lets sampling check the index before a poll does
 
 
 def _share(plan, searched, path):
@@ -526,15 +596,29 @@ def _op_sample(req):
             except OSError:
                 continue
             st = os.fstat(f.fileno())
-            idx = STATE.file_index(p, st.st_ino)
-            if st.st_size < idx[1]:
-                idx[0], idx[1] = array.array("Q"), 0
+            idx = _checked_index(p, f, st)
             _extend_index(f, idx, st.st_size, scan.TAILS.get(p, st.st_ino))
+            if idx[1] > 0 and (idx[2] is None or idx[2][0] != idx[1]):
+                idx[2] = (idx[1], scan.content_mark(f.fileno(), idx[1]))
             tables.append((p, f, idx[0], len(idx[0]), idx[1]))  # snapshot: polls may extend it
         return _draw(tables, req, overrides, unmatched)
     finally:
         for f in handles.values():
             f.close()
+
+
+def _checked_index(path, f, st):
+    """The file's line-start index, or a fresh one when the file shrank below it or its bytes
+    before a marked offset changed (rewritten under the same inode: the old starts would
+    point into the new content)."""
+    idx = STATE.file_index(path, st.st_ino)
+    mark = idx[2]
+    if mark is not None and st.st_size >= mark[0] and scan.content_mark(f.fileno(), mark[0]) != mark[1]:
+        STATE.forget(path)
+        return STATE.file_index(path, st.st_ino)
+    if st.st_size < idx[1]:
+        idx[0], idx[1], idx[2] = array.array("Q"), 0, None
+    return idx
 
 
 def _draw(tables, req, overrides, unmatched):
