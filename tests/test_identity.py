@@ -66,9 +66,9 @@ def totals(store):
     return by_reason, sum(s["malformed"] for s in store.shards())
 
 
-def local_node(shard_glob, **kw):
+def local_node(shard_glob, name="n1", **kw):
     return NodeConfig(
-        name="n1", host="local", shards=[shard_glob], python=sys.executable, gpu="off", command_timeout_s=20.0, **kw
+        name=name, host="local", shards=[shard_glob], python=sys.executable, gpu="off", command_timeout_s=20.0, **kw
     )
 
 
@@ -190,6 +190,47 @@ def test_an_upgraded_store_without_marks_is_trusted_not_reset(tmp_path, collect)
     assert rewrite(shard, text(NEW), "truncate")
     poll_until_indexed(collector)
     assert totals(collector.store) == ({"length": 1500}, 0)
+
+
+# ---------------------------------------------------------------------------- the Nodes page
+def _app_script(start: str) -> None:
+    import app  # the repository's router, as `streamlit run app.py` runs it
+
+    app.main(start)
+
+
+def test_the_nodes_page_says_the_shard_was_replaced(tmp_path, collect, monkeypatch):
+    import store_fixtures
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    from components import loaders, tables
+
+    collector, shard = relaunch(tmp_path, collect, "truncate", local_node("", name="node-1"))
+    poll_until_indexed(collector)
+    collector.stop()
+    replaced_at = collector.store.shards()[0]["replaced_unix"]
+    # The loader and the notice, as pure functions ...
+    frame = loaders.load_shards.__wrapped__(collector.store)
+    assert list(frame["replaced_unix"]) == [replaced_at]
+    notice = tables.replaced_notice("node-1", frame, replaced_at + 120)
+    assert notice == (
+        "node-1: 1 shard(s) replaced (content changed under the same inode), old counts dropped and "
+        f"recounted from byte 0: {shard} at {time.strftime('%H:%M:%S', time.localtime(replaced_at))} (2 min ago)."
+    )
+    assert tables.replaced_notice("node-1", frame, replaced_at + tables.REPLACED_NOTICE_S + 1) is None
+    # ... and on the page, the table included.
+    st.cache_data.clear()  # AppTest shares this process's caches (streamlit #9139)
+    config = store_fixtures.write_config(tmp_path, shard.parent / "store.sqlite3", nodes=1)
+    monkeypatch.setenv("RUNHEALTH_CONFIG", str(config))
+    monkeypatch.setenv("RUNHEALTH_COLLECTOR", "off")
+    at = AppTest.from_function(_app_script, args=("nodes",), default_timeout=30).run()
+    assert not at.exception, [e.value for e in at.exception]
+    warned = [w.value.replace("\\", "") for w in at.warning if "replaced" in w.value]
+    assert len(warned) == 1 and "node-1: 1 shard(s) replaced (content changed under the same inode)" in warned[0]
+    assert str(shard) in warned[0] and "recounted from byte 0" in warned[0], warned
+    table = next(df.value for df in at.dataframe if "path" in df.value.columns)
+    assert table["replaced (recounted)"].str.contains("ago").tolist() == [True]
 
 
 # ---------------------------------------------------------------------------- the agent alone
