@@ -148,9 +148,13 @@ def test_a_rewrite_racing_the_polls_never_doubles(tmp_path, collect):
     poll_until_indexed(collector)
     longer = [(3000 + i % 7, "length") for i in range(1200)]
 
+    started = threading.Event()
+
     def writer():
         with open(shard, "w", encoding="utf-8") as f:
             f.write(text(longer[:800], pad=200))  # past the counted offset at once, then line by line
+            f.flush()
+            started.set()
             for i in range(800, 1200, 10):
                 f.write(text(longer[i : i + 10], pad=200))
                 f.flush()
@@ -158,6 +162,7 @@ def test_a_rewrite_racing_the_polls_never_doubles(tmp_path, collect):
 
     t = threading.Thread(target=writer)
     t.start()
+    started.wait(10)
     while t.is_alive():
         collector.poll_once()
     t.join()
