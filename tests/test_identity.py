@@ -18,7 +18,7 @@ from shardgen import chat_line
 
 from runhealth.collector import Collector
 from runhealth.config import NodeConfig, RunConfig
-from runhealth.node import agent
+from runhealth.node import agent, wire
 from runhealth.store import Store
 
 OLD = [(100 + i % 50, "stop") for i in range(1000)]  # the first launch: 1,000 stops
@@ -258,6 +258,7 @@ def test_the_agent_reports_a_replaced_file_as_a_reset_from_byte_0(tmp_path):
     assert rewrite(shard, text(NEW), "truncate")
     entry = poll(shard, {str(shard): cursor(first)})
     assert (entry["reset"], entry["replaced"], entry["offset_from"], entry["lines"]) == (True, True, 0, 1500)
+    assert set(entry) <= wire.ShardEntry.__optional_keys__ | wire.ShardEntry.__required_keys__  # declared
     assert {tuple(r[:2]): r[3] for r in entry["counts"]} == {(4096, "length"): 1500}
     again = poll(shard, {str(shard): cursor(entry)})  # the new content's own mark holds
     assert (again["reset"], again["lines"], again["mark"]) == (False, 0, entry["mark"])
