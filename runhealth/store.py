@@ -724,8 +724,10 @@ def _apply_shard(
         # An unreadable shard has no inode or size to report: the last known ones stay.
         "UPDATE shards SET inode = COALESCE(?, inode), offset = ?, size = COALESCE(?, size), lines = lines + ?,"
         " malformed = malformed + ?, blank_lines = blank_lines + ?, tokens = tokens + ?, error = ?, updated_unix = ?,"
-        # an unreadable shard keeps its mark (its offset stays); a replaced one notes when
-        " mark = CASE WHEN ? THEN mark ELSE ? END, replaced_unix = CASE WHEN ? THEN ? ELSE replaced_unix END"
+        # an entry that counted nothing new may leave its mark out (the stored one stands);
+        # a replaced shard notes when (the right-hand side reads the row before this update)
+        " mark = CASE WHEN offset = ? AND NOT ? THEN COALESCE(?, mark) ELSE ? END,"
+        " replaced_unix = CASE WHEN ? THEN ? ELSE replaced_unix END"
         " WHERE node = ? AND path = ?",
         (
             update.inode,
@@ -737,7 +739,9 @@ def _apply_shard(
             update.tokens,
             update.shown_error,
             ts_unix,
-            update.error is not None and not update.reset,
+            update.offset,
+            update.reset,
+            update.mark,
             update.mark,
             update.replaced,
             ts_unix,

@@ -76,6 +76,9 @@ class _State:
         self.rr_cursor = 0  # round-robin start so no shard starves under a small budget
         self.line_stats = scan.LINE_STATS  # lines counted by templates vs json.loads
         self.skip_notes = scan.PerFile(lambda: [None])  # the last "skipped a too-long line" note per file
+        # path -> (stat key, offset, content mark): the mark this agent made or verified at that
+        # offset while the file's inode, size, mtime and ctime were as in the key
+        self.marked = {}  # type: dict
 
     def file_index(self, path, inode):
         return self.index.get(path, inode)
@@ -85,6 +88,7 @@ class _State:
         line index, skip note, and scan.py's unfinished-line tail and templates."""
         for memory in (self.index, self.skip_notes, scan.TAILS, scan.TEMPLATES):
             memory.forget(path)
+        self.marked.pop(path, None)
 
 
 STATE = _State()
@@ -226,17 +230,20 @@ def _poll_shards(req):
     files = list(named.values())
     wire_state = req.get("state") or {}
     state = {p: wire_state.get(k) for k, p in named.items()}  # keyed by the real path from here
-    replaced, verified = _check_content(state)  # replaced: their cursors are at byte 0 now
     budget = wire.DEFAULT_BUDGET_BYTES if req.get("budget_bytes") is None else int(req["budget_bytes"])
     t0 = time.monotonic()  # "budget_s": scan time limit, kept well inside the caller's timeout
     deadline = None if req.get("budget_s") is None else t0 + float(req["budget_s"])
     needs, searched = {}, {}  # type: dict, dict
+    replaced, verified = set(), {}  # type: set, dict  # content marks: see _replaced
     for p in files:
         prev = state.get(p) or {}
         try:
             st = os.stat(p)
         except OSError:
             continue
+        if _replaced(p, prev, st, verified):  # rewritten under the same inode: counted from byte 0
+            replaced.add(p)
+            prev = state[p] = {"inode": st.st_ino, "offset": 0}
         off = int(prev.get("offset") or 0)
         moved = prev.get("inode") not in (None, st.st_ino) or st.st_size < off
         searched[p] = 0 if moved else _searched_to(p, st, off) - off  # not read again: not in the budget
@@ -281,65 +288,76 @@ def _poll_shards(req):
     }, files
 
 
-def _check_content(state):
-    """(paths replaced, {path: (offset, mark)} verified): a file whose bytes before its stored
-    offset no longer hash to the stored mark was rewritten under the same inode (a relaunch:
-    `rm` + create on ext4, or open(path, "w")). Its cursor in `state` moves to byte 0 and the
-    agent forgets it, so it is counted afresh and reported as a reset. A cursor without a mark
-    (a store from before marks) is trusted on inode and size, as before; so is one whose inode
-    or size already says reset (the scan sees that itself)."""
-    replaced, verified = set(), {}  # type: set, dict
-    for p, prev in state.items():
-        off = int((prev or {}).get("offset") or 0)
-        if off <= 0 or not prev.get("mark"):
-            continue
+def _replaced(path, prev, st, verified):
+    """Whether the file's bytes before its stored offset no longer hash to the stored mark: it
+    was rewritten under the same inode (a relaunch: `rm` + create on ext4, or open(path, "w")),
+    so the caller counts it from byte 0 as a reset; the agent forgets it here. A cursor without
+    a mark (a store from before marks) is trusted on inode and size, as before; so is one whose
+    inode or size already says reset (the scan sees that itself). A file not written since this
+    agent marked it (same inode, size, mtime and ctime as `st`, taken before any read) is not
+    read again: an idle shard costs nothing. A verified mark goes into `verified`."""
+    off, mark = int(prev.get("offset") or 0), prev.get("mark")
+    if off <= 0 or not mark or st.st_ino != prev.get("inode") or st.st_size < off:
+        return False
+    if STATE.marked.get(path) != ((st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), off, mark):
         try:
-            fd = os.open(p, os.O_RDONLY)
-            try:
-                st = os.fstat(fd)
-                if st.st_ino != prev.get("inode") or st.st_size < off:
-                    continue
-                same = scan.content_mark(fd, off) == prev["mark"]
-            finally:
-                os.close(fd)
+            with open(path, "rb", buffering=0) as f:
+                st = os.fstat(f.fileno())  # before the read: a write after it changes the key
+                if st.st_ino != prev.get("inode"):
+                    return False  # rotated just now: the scan sees the new inode
+                same = scan.content_mark(f.fileno(), off) == mark
         except OSError:
-            continue  # vanished or unreadable: the scan reports it
-        if same:
-            verified[p] = (off, prev["mark"])
-        else:
-            replaced.add(p)
-            state[p] = {"inode": st.st_ino, "offset": 0}
-            STATE.forget(p)
-    return replaced, verified
+            return False  # vanished or unreadable: the scan reports it
+        if not same:
+            STATE.forget(path)
+            return True
+        STATE.marked[path] = (_stat_key(st), off, mark)
+    verified[path] = (off, mark)
+    return False
+
+
+def _stat_key(st):
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _mark_entries(out, replaced, verified):
-    """Give each entry the content mark at its new offset (the collector stores it and sends it
-    back), and make each replaced file's entry a reset. A file rewritten while it was scanned
-    (its verified bytes changed since the check) gets SHORT_MARK, which no mark equals, so the
-    next poll recounts it from byte 0 rather than keep counts read across the rewrite."""
+    """Give each entry whose offset moved the content mark there (the collector stores it and
+    sends it back; an entry without one keeps the stored mark, so idle shards send none), and
+    make each replaced file's entry a reset. A file rewritten while it was scanned (its verified
+    bytes changed since the check) gets SHORT_MARK, which no mark equals, so the next poll
+    recounts it from byte 0 rather than keep counts read across the rewrite."""
     for p, e in out.items():
         if p in replaced:
             e["reset"] = e["replaced"] = True
-        off, known = e.get("offset") or 0, verified.get(p)
-        if e.get("error") is not None or off <= 0 or (known is not None and known[0] == off):
-            e["mark"] = known[1] if known is not None and known[0] == off else None
-            continue
-        try:
-            fd = os.open(p, os.O_RDONLY)
-            try:
-                mark = scan.content_mark(fd, off)
-                if known is not None and scan.content_mark(fd, known[0]) != known[1]:
-                    mark = scan.SHORT_MARK  # read after the new mark: a rewrite in between shows here
-                same_file = os.fstat(fd).st_ino == e.get("inode")
-            finally:
-                os.close(fd)
-        except OSError:
-            mark, same_file = None, False
-        e["mark"] = mark if same_file else None  # rotated since: the inode says reset next poll
-        idx = STATE.index.entries.get((p, e.get("inode")))
+        off, known = e["offset"], verified.get(p)
+        if (known is not None and known[0] == off) or e["error"] is not None:
+            continue  # nothing new counted: the stored mark stands
+        e["mark"] = _mark_after_scan(p, e, off, known) if off > 0 else None
+        idx = STATE.index.entries.get((p, e["inode"]))
         if idx is not None and idx[1] == off and e["mark"] is not None:
             idx[2] = (off, e["mark"])  # lets sampling check the index before a poll does
+
+
+def _mark_after_scan(path, entry, offset, known):
+    """The mark at the offset a scan reached: None when the file is gone or another inode now;
+    SHORT_MARK when the bytes verified before the scan (`known`: offset, mark) changed since.
+    The new mark is read before the old one is checked again, so a rewrite at any moment shows
+    in one of them."""
+    try:
+        with open(path, "rb", buffering=0) as f:
+            fd = f.fileno()
+            st = os.fstat(fd)
+            if st.st_ino != entry.get("inode"):
+                return None  # rotated since: the inode says reset next poll
+            head = os.pread(fd, scan.MARK_BYTES, 0)
+            mark = scan.content_mark(fd, offset, head)
+            if known is not None and scan.content_mark(fd, known[0], head) != known[1]:
+                return scan.SHORT_MARK
+    except OSError:
+        return None
+    if mark != scan.SHORT_MARK:
+        STATE.marked[path] = (_stat_key(st), offset, mark)
+    return mark
 
 
 def _share(plan, searched, path):

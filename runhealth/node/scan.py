@@ -76,11 +76,12 @@ class PerFile:
         self.entries.pop((path, self.inode_of.pop(path, None)), None)
 
 
-def content_mark(fd, offset):
+def content_mark(fd, offset, head=None):
     """A short hash of what the open file `fd` holds before `offset`: its first and its last
     MARK_BYTES bytes up to there (all of them when fewer). Inode and size cannot tell a file
     rewritten under the same inode (ext4 reuses a freed inode at once; open(path, "w") keeps
-    it) from the same file grown; its counted bytes can. Two small preads, read-only.
+    it) from the same file grown; its counted bytes can. Two small preads, read-only; one when
+    `head` (the file's first MARK_BYTES bytes, read by the caller for several marks) is given.
 
     Returns None at offset 0 (nothing counted, nothing to check), SHORT_MARK when the file now
     ends before offset.
@@ -90,7 +91,8 @@ def content_mark(fd, offset):
     if offset <= 2 * MARK_BYTES:
         want, data = offset, os.pread(fd, offset, 0)
     else:
-        want, data = 2 * MARK_BYTES, os.pread(fd, MARK_BYTES, 0) + os.pread(fd, MARK_BYTES, offset - MARK_BYTES)
+        head = os.pread(fd, MARK_BYTES, 0) if head is None else head
+        want, data = 2 * MARK_BYTES, head + os.pread(fd, MARK_BYTES, offset - MARK_BYTES)
     if len(data) != want:
         return SHORT_MARK
     return hashlib.blake2b(data, digest_size=8).hexdigest()

@@ -165,8 +165,9 @@ class ShardEntry(TypedDict, total=False):
     # (the file was rewritten under the same inode). Absent from older agents.
     replaced: bool
     # A hash of the file's first and last 256 bytes before `offset` (node/scan.content_mark),
-    # None at offset 0: the caller sends it back in ShardCursor.mark so the next poll can tell
-    # the same file grown from a file rewritten under the same inode. Absent from older agents.
+    # None at offset 0 or when it could not be read: the caller sends it back in
+    # ShardCursor.mark so the next poll can tell the same file grown from a file rewritten
+    # under the same inode. Absent when the offset did not move (the cursor's mark stands).
     mark: Optional[str]
     lines: int
     malformed: int
