@@ -111,6 +111,22 @@ def test_a_relaunch_rewriting_the_shard_under_the_same_inode_is_recounted(tmp_pa
     assert row["resets"] == 1 and row["replaced_unix"] is not None
     collector.poll_once()  # and the next poll continues the new file: no reset storm
     assert collector.store.shards()[0]["resets"] == 1 and totals(collector.store) == ({"length": 1500}, 0)
+    assert metrics_completions(collector.store) == 1500  # /metrics reads the same totals
+
+
+def metrics_completions(store):
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from runhealth import exporter
+
+    text = generate_latest(exporter.registry_for(store)).decode()
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "runhealth_completions_total"
+    )
 
 
 def test_a_live_rewrite_with_longer_lines_between_polls_is_exact(tmp_path, collect):
