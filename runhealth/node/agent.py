@@ -295,11 +295,11 @@ def _replaced(path, prev, st, verified):
     a mark (a store from before marks) is trusted on inode and size, as before; so is one whose
     inode or size already says reset (the scan sees that itself). A file not written since this
     agent marked it (same inode, size, mtime and ctime as `st`, taken before any read) is not
-    read again: an idle shard costs nothing. A verified mark goes into `verified`."""
+    read again: an idle shard costs a dict lookup. A verified mark goes into `verified`."""
     off, mark = int(prev.get("offset") or 0), prev.get("mark")
     if off <= 0 or not mark or st.st_ino != prev.get("inode") or st.st_size < off:
         return False
-    if STATE.marked.get(path) != ((st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), off, mark):
+    if STATE.marked.get(path) != (_stat_key(st), off, mark):
         try:
             with open(path, "rb", buffering=0) as f:
                 st = os.fstat(f.fileno())  # before the read: a write after it changes the key
