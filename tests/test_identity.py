@@ -312,3 +312,28 @@ def test_a_sample_after_the_replacement_draws_the_new_lines(tmp_path):
     poll(shard, {str(shard): cursor(first)})  # the poll sees the replacement too
     again = agent.handle({"op": "sample", "globs": [str(shard)], "n": 50, "seed": 3})
     assert again["population"] == 1500 and {s["finish_reason"] for s in again["samples"]} == {"length"}
+
+
+def test_a_replaced_shard_scanned_by_worker_processes_is_a_reset_too(tmp_path, monkeypatch):
+    """A backlog goes to forked workers (backfill.py), which merge their pieces into an entry
+    that knows nothing of marks: the replacement still reaches the reply."""
+    from runhealth.node import backfill
+
+    monkeypatch.setattr(backfill, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(backfill, "PIECE_MIN_BYTES", 1)
+    shard = tmp_path / "out.jsonl"
+    shard.write_text(text(OLD))
+    req = {"globs": [str(shard)], "scan_workers": 2}
+    first = agent.handle({"op": "poll", "gpu": "off", "shards": req})["shards"]["files"][str(shard)]
+    assert backfill.LAST_RUN["workers"] == 2 and first["lines"] == 1000
+    assert rewrite(shard, text(NEW), "truncate")
+    reply = agent.handle({"op": "poll", "gpu": "off", "shards": {**req, "state": {str(shard): cursor(first)}}})
+    entry = reply["shards"]["files"][str(shard)]
+    assert backfill.LAST_RUN["workers"] == 2 and reply["shards"]["scan_workers"] == 2
+    assert (entry["reset"], entry["replaced"], entry["offset_from"], entry["offset"]) == (
+        True,
+        True,
+        0,
+        shard.stat().st_size,
+    )
+    assert {tuple(r[:2]): r[3] for r in entry["counts"]} == {(4096, "length"): 1500} and entry["malformed"] == 0
