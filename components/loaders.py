@@ -300,10 +300,22 @@ def _load_whatif(
 
 @_cache()
 def load_shards(store: Store) -> pd.DataFrame:
-    """Every shard of every node: how far it is indexed, what it held, and its read error if any."""
+    """Every shard of every node: how far it is indexed, what it held, its read error if any, and
+    when it was last found rewritten under the same inode (replaced_unix; NaN: never)."""
     rows = store.shards()
-    columns = ["node", "path", "size", "offset", "lines", "malformed", "blank_lines", "resets", "error"]
-    return pd.DataFrame(rows, columns=[*columns, "inode", "tokens", "updated_unix"])[columns]
+    columns = [
+        "node",
+        "path",
+        "size",
+        "offset",
+        "lines",
+        "malformed",
+        "blank_lines",
+        "resets",
+        "error",
+        "replaced_unix",
+    ]
+    return pd.DataFrame(rows, columns=[*columns, "inode", "tokens", "updated_unix", "mark"])[columns]
 
 
 @_cache()

@@ -25,6 +25,8 @@ from runhealth.health import fmt_age, fmt_ago, node_status
 from runhealth.records import HostReading, NodeRow, StoredSample
 
 STATE_BADGE = {"up": "UP", "stale": "STALE", "down": "DOWN", "pending": "PENDING", "finished": "FINISHED"}
+REPLACED_NOTICE_S = 24 * 3600  # a shard replaced within this is named above the table (which always says it)
+REPLACED_NAMED = 5  # shards a replacement notice names; the rest are counted
 
 
 def finished_line(node: NodeRow) -> str:
@@ -450,3 +452,29 @@ def headline(
         "nodes_down": up.nodes_down,
         "nodes": up.nodes,
     }
+
+
+def replaced_when(ts: float, now: float) -> str:
+    """When a shard was found replaced, with its age (a time after `now`, from a stepped
+    clock, reads as now: never a time in the future)."""
+    ts = min(ts, now)
+    return f"{time.strftime('%H:%M:%S', time.localtime(ts))} ({fmt_age(now - ts)} ago)"
+
+
+def replaced_notice(node: str, shards: pd.DataFrame, now: float) -> str | None:
+    """One sentence naming `node`'s shards found rewritten under the same inode within
+    REPLACED_NOTICE_S, newest first (their old counts left the totals, the new content was
+    counted from byte 0); None when none was. `shards`: load_shards' rows of that node."""
+    when = shards["replaced_unix"] if "replaced_unix" in shards else pd.Series(dtype=float)
+    recent = shards[when.notna() & (now - when < REPLACED_NOTICE_S)].sort_values("replaced_unix", ascending=False)
+    if recent.empty:
+        return None
+    named = [
+        f"{path} at {replaced_when(ts, now)}"
+        for path, ts in zip(recent["path"][:REPLACED_NAMED], recent["replaced_unix"][:REPLACED_NAMED], strict=True)
+    ]
+    more = f" and {len(recent) - REPLACED_NAMED:,} more" if len(recent) > REPLACED_NAMED else ""
+    return (
+        f"{node}: {len(recent):,} shard(s) replaced (content changed under the same inode), "
+        f"old counts dropped and recounted from byte 0: {'; '.join(named)}{more}."
+    )

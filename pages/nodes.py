@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+import pandas as pd
 import streamlit as st
 
 from components import alerts, cards, loaders, page, runpicker, tables
@@ -37,6 +38,9 @@ def render_node(rt: PageRuntime, node: NodeRow, now: float, shards) -> None:
     broken = mine[mine["error"].notna()]
     for _, row in broken.iterrows():
         st.error(md_escape(f"{node['name']}: cannot read {row['path']}: {row['error']}"))
+    replaced = tables.replaced_notice(node["name"], mine, now)
+    if replaced:
+        st.warning(md_escape(replaced))
     if not mine.empty:
         with st.expander(f"{len(mine)} shard(s) on {node['name']}", expanded=not broken.empty):
             st.dataframe(
@@ -44,7 +48,10 @@ def render_node(rt: PageRuntime, node: NodeRow, now: float, shards) -> None:
                     size=mine["size"].map(fmt_bytes),
                     offset=mine["offset"].map(fmt_bytes),
                     error=mine["error"].fillna("—"),
-                ).rename(columns={"offset": "indexed"}),
+                    replaced_unix=[
+                        "—" if pd.isna(ts) else tables.replaced_when(ts, now) for ts in mine["replaced_unix"]
+                    ],
+                ).rename(columns={"offset": "indexed", "replaced_unix": "replaced (recounted)"}),
                 hide_index=True,
                 width="stretch",
             )

@@ -25,6 +25,7 @@ from runhealth.analysis.servermetrics import merge_endpoints as merge_metrics
 from runhealth.config import NodeConfig, RunConfig, RunContext
 from runhealth.errors import StoreBusyError, StoreError
 from runhealth.errors import one_line as _plain
+from runhealth.node.wire import ShardCursor
 from runhealth.remote import make_transport
 from runhealth.remote.base import fan_out_calls
 from runhealth.store import Store
@@ -47,7 +48,7 @@ def scan_budget_s(node: NodeConfig) -> float:
 
 
 def poll_request(
-    node: NodeConfig, state: dict[str, dict[str, int]], budget_bytes: int = SCAN_BUDGET_BYTES, demo_gpus: int = 0
+    node: NodeConfig, state: dict[str, ShardCursor], budget_bytes: int = SCAN_BUDGET_BYTES, demo_gpus: int = 0
 ) -> dict[str, Any]:
     """The agent request for one poll of `node`, resuming from the stored shard offsets.
 

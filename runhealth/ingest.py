@@ -41,6 +41,8 @@ class ShardUpdate:
     error: str | None
     counts: tuple[CountRow, ...]
     problem: str | None = None  # the shard counts, but something in it is skipped or stuck
+    mark: str | None = None  # the content mark at `offset` (sent back so the agent can check it)
+    replaced: bool = False  # a reset because the content changed under the same inode
 
     @property
     def shown_error(self) -> str | None:
@@ -89,6 +91,8 @@ def shard_update(path: str, entry: ShardEntry) -> ShardUpdate:
         tokens=int(entry.get("tokens") or 0),
         error=_opt_text(entry.get("error")),
         problem=_opt_text(entry.get("problem")),
+        mark=entry.get("mark"),
+        replaced=bool(entry.get("replaced")),
         counts=tuple(
             CountRow(int(r.tokens), _opt_text(r.finish_reason), int(r.estimated), int(r.count))
             for r in count_rows(entry.get("counts") or [])

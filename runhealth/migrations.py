@@ -181,6 +181,16 @@ def _to_v4(db: sqlite3.Connection) -> None:
     )
 
 
+def _to_v5(db: sqlite3.Connection) -> None:
+    """shards.mark: the content mark at the stored offset, sent back to the agent so a file
+    rewritten under the same inode is recounted (issue 29); NULL in an older store's rows, which
+    the agent then trusts on inode and size as before. shards.replaced_unix: when it last was."""
+    have = {r[1] for r in db.execute("PRAGMA table_info(shards)")}
+    for column, decl in (("mark", "TEXT"), ("replaced_unix", "REAL")):
+        if column not in have:
+            db.execute(f"ALTER TABLE shards ADD COLUMN {column} {decl}")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -192,6 +202,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "page_data: the pages' payloads precomputed by the collector (#16)", _to_v2),
     Migration(3, "gpu_seen: when each GPU last reported, built from the GPU samples (#16)", _to_v3),
     Migration(4, "alert_state: announced alerts and their start, kept across restarts (#29)", _to_v4),
+    Migration(5, "shards.mark and shards.replaced_unix: a shard's content identity (#29)", _to_v5),
 )
 STORE_VERSION = MIGRATIONS[-1].version
 

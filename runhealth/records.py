@@ -102,6 +102,8 @@ class ShardRow(TypedDict):
     error: str | None  # the last read's error
     updated_unix: float | None
     blank_lines: int
+    mark: str | None  # content mark at offset (node/scan.content_mark); None in an older store's rows
+    replaced_unix: float | None  # when it was last found rewritten under the same inode and recounted
 
 
 # -- length counts ---------------------------------------------------------------------------------

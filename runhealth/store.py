@@ -26,7 +26,7 @@ from runhealth.analysis import reasons
 from runhealth.errors import StoreError
 from runhealth.ingest import PollRecord, ShardUpdate
 from runhealth.migrations import migrate, refuse_newer
-from runhealth.node.wire import PollReply
+from runhealth.node.wire import PollReply, ShardCursor
 from runhealth.records import (
     GpuEventRow,
     GpuHealthReading,
@@ -300,10 +300,16 @@ class Store:
             db.execute("INSERT OR IGNORE INTO nodes (name) VALUES (?)", (name,))
             db.execute("UPDATE nodes SET config = ? WHERE name = ?", (json.dumps(public_config), name))
 
-    def shard_state(self, node: str) -> dict[str, dict[str, int]]:
-        """Per shard path, the inode and byte offset already counted (what the agent resumes from)."""
-        rows = self.query("SELECT path, inode, offset FROM shards WHERE node = ?", (node,))
-        return {r["path"]: {"inode": r["inode"], "offset": r["offset"]} for r in rows}
+    def shard_state(self, node: str) -> dict[str, ShardCursor]:
+        """Per shard path, the inode and byte offset already counted (what the agent resumes from)
+        and the content mark there (left out where the store has none)."""
+        rows = self.query("SELECT path, inode, offset, mark FROM shards WHERE node = ?", (node,))
+        out: dict[str, ShardCursor] = {}
+        for r in rows:
+            out[r["path"]] = {"inode": r["inode"], "offset": r["offset"]}
+            if r["mark"] is not None:
+                out[r["path"]]["mark"] = r["mark"]
+        return out
 
     def record_poll(self, node: str, reply: dict[str, Any], ts_unix: float, rtt_ms: float | None) -> dict[str, int]:
         """Apply one successful poll reply (a wire.PollReply) atomically; returns the deltas it added."""
@@ -808,7 +814,11 @@ def _apply_shard(
     db.execute(
         # An unreadable shard has no inode or size to report: the last known ones stay.
         "UPDATE shards SET inode = COALESCE(?, inode), offset = ?, size = COALESCE(?, size), lines = lines + ?,"
-        " malformed = malformed + ?, blank_lines = blank_lines + ?, tokens = tokens + ?, error = ?, updated_unix = ?"
+        " malformed = malformed + ?, blank_lines = blank_lines + ?, tokens = tokens + ?, error = ?, updated_unix = ?,"
+        # an entry that counted nothing new may leave its mark out (the stored one stands);
+        # a replaced shard notes when (the right-hand side reads the row before this update)
+        " mark = CASE WHEN offset = ? AND NOT ? THEN COALESCE(?, mark) ELSE ? END,"
+        " replaced_unix = CASE WHEN ? THEN ? ELSE replaced_unix END"
         " WHERE node = ? AND path = ?",
         (
             update.inode,
@@ -819,6 +829,12 @@ def _apply_shard(
             update.blank_lines,
             update.tokens,
             update.shown_error,
+            ts_unix,
+            update.offset,
+            update.reset,
+            update.mark,
+            update.mark,
+            update.replaced,
             ts_unix,
             node,
             path,

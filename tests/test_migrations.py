@@ -252,3 +252,22 @@ def test_a_version_2_store_gains_gpu_seen_built_from_its_samples(tmp_path):
         assert store.gpus_seen(since) == _distinct_seen(path, since), since
     store.record_poll("n2", reply({}, gpus=_gpus(0, 1, 5)), 400.0, 1.0)  # and kept up from then on
     assert store.gpus_seen(301.0) == {"n2": {0, 1, 5}} == _distinct_seen(path, 301.0)
+
+
+def test_a_version_3_store_gains_content_marks_and_its_shards_continue(tmp_path):
+    """Issue 29 item 4: step 4 adds shards.mark and shards.replaced_unix. An upgraded store's
+    rows keep their counts and offsets and have no mark, so the agent trusts inode and size for
+    them as before (no reset of every shard after an upgrade)."""
+    path = tmp_path / "v3.sqlite3"
+    Store(path).close()
+    db = raw(path)
+    db.execute("ALTER TABLE shards DROP COLUMN mark")
+    db.execute("ALTER TABLE shards DROP COLUMN replaced_unix")
+    db.execute("INSERT INTO shards (node, path, inode, offset, size, lines) VALUES ('n1', '/a', 7, 900, 900, 9)")
+    db.execute("PRAGMA user_version = 3")
+    db.close()
+    store = Store(path)
+    assert version(path) == STORE_VERSION
+    assert store.shard_state("n1") == {"/a": {"inode": 7, "offset": 900}}  # no mark: trusted as before
+    (row,) = store.shards()
+    assert (row["lines"], row["mark"], row["replaced_unix"]) == (9, None, None)

@@ -99,7 +99,8 @@ def test_the_request_the_collector_sends_is_declared_in_wire():
     from runhealth.config import NodeConfig
 
     req = poll_request(
-        NodeConfig(name="n", host="local", shards=["/x/*.jsonl"]), {"/x/a.jsonl": {"inode": 1, "offset": 2}}
+        NodeConfig(name="n", host="local", shards=["/x/*.jsonl"]),
+        {"/x/a.jsonl": {"inode": 1, "offset": 2}, "/x/b.jsonl": {"inode": 3, "offset": 4, "mark": "0f1e2d3c4b5a6978"}},
     )
     check(req, wire.PollRequest, "poll request")
 

@@ -71,13 +71,24 @@ class _State:
     """Process-wide memory of the serving side: line-start indexes per (path, inode), poll cursor."""
 
     def __init__(self):
-        self.index = scan.PerFile(lambda: [array.array("Q"), 0])  # [complete-line starts, indexed_to]
+        # [complete-line starts, indexed_to, (offset, content mark there) or None]
+        self.index = scan.PerFile(lambda: [array.array("Q"), 0, None])
         self.rr_cursor = 0  # round-robin start so no shard starves under a small budget
         self.line_stats = scan.LINE_STATS  # lines counted by templates vs json.loads
         self.skip_notes = scan.PerFile(lambda: [None])  # the last "skipped a too-long line" note per file
+        # path -> (stat key, offset, content mark): the mark this agent made or verified at that
+        # offset while the file's inode, size, mtime and ctime were as in the key
+        self.marked = {}  # type: dict
 
     def file_index(self, path, inode):
         return self.index.get(path, inode)
+
+    def forget(self, path):
+        """Drop everything remembered of `path` (its content was replaced under the same inode):
+        line index, skip note, and scan.py's unfinished-line tail and templates."""
+        for memory in (self.index, self.skip_notes, scan.TAILS, scan.TEMPLATES):
+            memory.forget(path)
+        self.marked.pop(path, None)
 
 
 STATE = _State()
@@ -223,12 +234,16 @@ def _poll_shards(req):
     t0 = time.monotonic()  # "budget_s": scan time limit, kept well inside the caller's timeout
     deadline = None if req.get("budget_s") is None else t0 + float(req["budget_s"])
     needs, searched = {}, {}  # type: dict, dict
+    replaced, verified = set(), {}  # type: set, dict  # content marks: see _replaced
     for p in files:
         prev = state.get(p) or {}
         try:
             st = os.stat(p)
         except OSError:
             continue
+        if _replaced(p, prev, st, verified):  # rewritten under the same inode: counted from byte 0
+            replaced.add(p)
+            prev = state[p] = {"inode": st.st_ino, "offset": 0}
         off = int(prev.get("offset") or 0)
         moved = prev.get("inode") not in (None, st.st_ino) or st.st_size < off
         searched[p] = 0 if moved else _searched_to(p, st, off) - off  # not read again: not in the budget
@@ -247,6 +262,7 @@ def _poll_shards(req):
         return scan_file(p, inode, offset, 0 if late else share, req, deadline)
 
     out = backfill.scan_jobs(jobs, workers, scan_one, deadline=deadline, paths=req)
+    _mark_entries(out, replaced, verified)
     for p, e in out.items():
         if e.get("by_workers") and e["reset"]:  # sampling rebuilds a reset shard's line index
             idx = STATE.file_index(p, e["inode"])
@@ -270,6 +286,78 @@ def _poll_shards(req):
         "scan_workers": used,
         "files": replies,
     }, files
+
+
+def _replaced(path, prev, st, verified):
+    """Whether the file's bytes before its stored offset no longer hash to the stored mark: it
+    was rewritten under the same inode (a relaunch: `rm` + create on ext4, or open(path, "w")),
+    so the caller counts it from byte 0 as a reset; the agent forgets it here. A cursor without
+    a mark (a store from before marks) is trusted on inode and size, as before; so is one whose
+    inode or size already says reset (the scan sees that itself). A file not written since this
+    agent marked it (same inode, size, mtime and ctime as `st`, taken before any read) is not
+    read again: an idle shard costs a dict lookup. A verified mark goes into `verified`."""
+    off, mark = int(prev.get("offset") or 0), prev.get("mark")
+    if off <= 0 or not mark or st.st_ino != prev.get("inode") or st.st_size < off:
+        return False
+    if STATE.marked.get(path) != (_stat_key(st), off, mark):
+        try:
+            with open(path, "rb", buffering=0) as f:
+                st = os.fstat(f.fileno())  # before the read: a write after it changes the key
+                if st.st_ino != prev.get("inode"):
+                    return False  # rotated just now: the scan sees the new inode
+                same = scan.content_mark(f.fileno(), off) == mark
+        except OSError:
+            return False  # vanished or unreadable: the scan reports it
+        if not same:
+            STATE.forget(path)
+            return True
+        STATE.marked[path] = (_stat_key(st), off, mark)
+    verified[path] = (off, mark)
+    return False
+
+
+def _stat_key(st):
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _mark_entries(out, replaced, verified):
+    """Give each entry whose offset moved the content mark there (the collector stores it and
+    sends it back; an entry without one keeps the stored mark, so idle shards send none), and
+    make each replaced file's entry a reset. A file rewritten while it was scanned (its verified
+    bytes changed since the check) gets SHORT_MARK, which no mark equals, so the next poll
+    recounts it from byte 0 rather than keep counts read across the rewrite."""
+    for p, e in out.items():
+        if p in replaced:
+            e["reset"] = e["replaced"] = True
+        off, known = e["offset"], verified.get(p)
+        if (known is not None and known[0] == off) or e["error"] is not None:
+            continue  # nothing new counted: the stored mark stands
+        e["mark"] = _mark_after_scan(p, e, off, known) if off > 0 else None
+        idx = STATE.index.entries.get((p, e["inode"]))
+        if idx is not None and idx[1] == off and e["mark"] is not None:
+            idx[2] = (off, e["mark"])  # lets sampling check the index before a poll does
+
+
+def _mark_after_scan(path, entry, offset, known):
+    """The mark at the offset a scan reached: None when the file is gone or another inode now;
+    SHORT_MARK when the bytes verified before the scan (`known`: offset, mark) changed since.
+    The new mark is read before the old one is checked again, so a rewrite at any moment shows
+    in one of them."""
+    try:
+        with open(path, "rb", buffering=0) as f:
+            fd = f.fileno()
+            st = os.fstat(fd)
+            if st.st_ino != entry.get("inode"):
+                return None  # rotated since: the inode says reset next poll
+            head = os.pread(fd, scan.MARK_BYTES, 0)
+            mark = scan.content_mark(fd, offset, head)
+            if known is not None and scan.content_mark(fd, known[0], head) != known[1]:
+                return scan.SHORT_MARK
+    except OSError:
+        return None
+    if mark != scan.SHORT_MARK:
+        STATE.marked[path] = (_stat_key(st), offset, mark)
+    return mark
 
 
 def _share(plan, searched, path):
@@ -526,15 +614,29 @@ def _op_sample(req):
             except OSError:
                 continue
             st = os.fstat(f.fileno())
-            idx = STATE.file_index(p, st.st_ino)
-            if st.st_size < idx[1]:
-                idx[0], idx[1] = array.array("Q"), 0
+            idx = _checked_index(p, f, st)
             _extend_index(f, idx, st.st_size, scan.TAILS.get(p, st.st_ino))
+            if idx[1] > 0 and (idx[2] is None or idx[2][0] != idx[1]):
+                idx[2] = (idx[1], scan.content_mark(f.fileno(), idx[1]))
             tables.append((p, f, idx[0], len(idx[0]), idx[1]))  # snapshot: polls may extend it
         return _draw(tables, req, overrides, unmatched)
     finally:
         for f in handles.values():
             f.close()
+
+
+def _checked_index(path, f, st):
+    """The file's line-start index, or a fresh one when the file shrank below it or its bytes
+    before a marked offset changed (rewritten under the same inode: the old starts would
+    point into the new content)."""
+    idx = STATE.file_index(path, st.st_ino)
+    mark = idx[2]
+    if mark is not None and st.st_size >= mark[0] and scan.content_mark(f.fileno(), mark[0]) != mark[1]:
+        STATE.forget(path)
+        return STATE.file_index(path, st.st_ino)
+    if st.st_size < idx[1]:
+        idx[0], idx[1], idx[2] = array.array("Q"), 0, None
+    return idx
 
 
 def _draw(tables, req, overrides, unmatched):

@@ -19,6 +19,7 @@ escape) replaced by U+FFFD (clean_text), so every reply encodes as UTF-8 on the 
 from __future__ import annotations
 
 import array
+import hashlib
 import json
 import os
 import re
@@ -51,6 +52,8 @@ MAX_LINE_BYTES = _line_bound()
 JSON_SPACE = b" \t\r"  # a line holding only these is blank (jq and pandas skip it), not malformed
 TEXT_KEYS = ("text", "completion", "output", "response")
 HOLE_KEYS = frozenset(("content", "reasoning_content", "reasoning", "prompt", "input") + TEXT_KEYS)
+MARK_BYTES = 256  # a content mark hashes a shard's first and its last MARK_BYTES bytes before an offset
+SHORT_MARK = "short"  # the mark of a file that now ends before the offset: equals no real mark
 
 
 class PerFile:
@@ -67,6 +70,32 @@ class PerFile:
             self.entries.pop((path, old), None)
             self.inode_of[path] = inode
         return self.entries.setdefault((path, inode), self.new())
+
+    def forget(self, path):
+        """Drop the memory of `path` (its content was replaced under the same inode)."""
+        self.entries.pop((path, self.inode_of.pop(path, None)), None)
+
+
+def content_mark(fd, offset, head=None):
+    """A short hash of what the open file `fd` holds before `offset`: its first and its last
+    MARK_BYTES bytes up to there (all of them when fewer). Inode and size cannot tell a file
+    rewritten under the same inode (ext4 reuses a freed inode at once; open(path, "w") keeps
+    it) from the same file grown; its counted bytes can. Two small preads, read-only; one when
+    `head` (the file's first MARK_BYTES bytes, read by the caller for several marks) is given.
+
+    Returns None at offset 0 (nothing counted, nothing to check), SHORT_MARK when the file now
+    ends before offset.
+    """
+    if offset <= 0:
+        return None
+    if offset <= 2 * MARK_BYTES:
+        want, data = offset, os.pread(fd, offset, 0)
+    else:
+        head = os.pread(fd, MARK_BYTES, 0) if head is None else head
+        want, data = 2 * MARK_BYTES, head + os.pread(fd, MARK_BYTES, offset - MARK_BYTES)
+    if len(data) != want:
+        return SHORT_MARK
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
 
 
 TEMPLATES = PerFile(lambda: [[], [], MAX_TEMPLATE_BUILDS])  # [strict plans, tolerant plans, builds left]

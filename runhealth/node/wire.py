@@ -130,9 +130,15 @@ def count_rows(rows):
 # Shard paths, as keys of ShardRequest.state, ShardsReply.files and the disk reply, and as
 # SampleRow.path, are the agent's wire names (agent.wire_name): the path itself, or for a file
 # name that is not UTF-8 its bytes with each undecodable one written as \xNN.
-class ShardCursor(TypedDict):
+class _ShardCursorBase(TypedDict):
     inode: Optional[int]
     offset: int
+
+
+class ShardCursor(_ShardCursorBase, total=False):
+    # ShardEntry.mark as the last poll returned it; absent or None: trust inode and size
+    # (a store from before marks), as agents before marks did.
+    mark: Optional[str]
 
 
 class ShardRequest(TypedDict, total=False):
@@ -196,7 +202,15 @@ class ShardEntry(TypedDict, total=False):
     size: Optional[int]
     offset_from: int  # the offset this scan continued from (0 after a reset)
     offset: int  # just after the last complete line counted
-    reset: bool  # inode changed or file shrank: drop the shard's old counts first
+    reset: bool  # inode changed, file shrank or replaced: drop the shard's old counts first
+    # The reset is a replacement: the bytes before the stored offset no longer match its mark
+    # (the file was rewritten under the same inode). Absent from older agents.
+    replaced: bool
+    # A hash of the file's first and last 256 bytes before `offset` (node/scan.content_mark),
+    # None at offset 0 or when it could not be read: the caller sends it back in
+    # ShardCursor.mark so the next poll can tell the same file grown from a file rewritten
+    # under the same inode. Absent when the offset did not move (the cursor's mark stands).
+    mark: Optional[str]
     lines: int
     malformed: int
     blank_lines: int
