@@ -91,9 +91,7 @@ def collect_until(glob: str, want: int, store_path: Path, interval_s: float, max
 
 def scan_baseline(glob: str) -> float:
     t0 = time.monotonic()
-    subprocess.run(
-        [sys.executable, "-m", "runhealth", "scan", glob], check=True, stdout=subprocess.DEVNULL, cwd=ROOT
-    )
+    subprocess.run([sys.executable, "-m", "runhealth", "scan", glob], check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
     return time.monotonic() - t0
 
 

@@ -255,8 +255,11 @@ class Collector:
     def _poll_node(self, name: str) -> None:
         """One scheduled turn of a node: poll it (until indexed); failures are recorded by poll()."""
         if not self._stop.is_set():  # pages follow a long catch-up too (after_poll is rate-limited)
-            self.pollers[name].poll_until_indexed(self._stop, lambda _name, _pending: self.pagedata.after_poll())
+            self.pollers[name].poll_until_indexed(self._stop, self._after_catch_up_poll)
             self.pagedata.after_poll()  # rate-limited, in its own thread: never delays the next poll
+
+    def _after_catch_up_poll(self, _name: str, _pending: int) -> None:
+        self.pagedata.after_poll()
 
     def _housekeeping(self) -> None:
         while not self._stop.wait(3600):

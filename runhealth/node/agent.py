@@ -262,15 +262,15 @@ def _plan_budget(needs, budget_bytes):
         return {}
     k = STATE.rr_cursor % len(paths)
     paths = paths[k:] + paths[:k]
-    chosen, cost, skipped = [], 0, None
+    chosen, cost, skipped = [], 0, 0  # type: list, int, int
     for i, p in enumerate(paths):
         c = min(needs[p], MIN_SHARE_BYTES)
         if chosen and cost + c > budget_bytes:
-            skipped = i if skipped is None else skipped
+            skipped = skipped or i  # i > 0: the first shard is always taken
             continue
         chosen.append(p)
         cost += c
-    STATE.rr_cursor += skipped or 0  # the first shard left out goes first next time
+    STATE.rr_cursor += skipped  # the first shard left out goes first next time
     plan, left = {}, budget_bytes
     for i, p in enumerate(sorted(chosen, key=needs.get)):
         plan[p] = min(needs[p], left // (len(chosen) - i))
@@ -288,7 +288,7 @@ def _poll_shards(req):
     wire_state = req.get("state") or {}
     state = {p: wire_state.get(k) for k, p in named.items()}  # keyed by the real path from here
     budget = wire.DEFAULT_BUDGET_BYTES if req.get("budget_bytes") is None else int(req["budget_bytes"])
-    needs, searched = {}, {}  # type: dict, dict
+    needs, searched, seen = {}, {}, {}  # type: dict, dict, dict
     for p in files:
         prev = state.get(p) or {}
         try:
@@ -299,6 +299,7 @@ def _poll_shards(req):
         moved = prev.get("inode") not in (None, st.st_ino) or st.st_size < off
         searched[p] = 0 if moved else _searched_to(p, st, off) - off  # not read again: not in the budget
         needs[p] = st.st_size - off - searched[p]
+        seen[p] = st.st_size
     walk_s = time.monotonic() - t0  # globbing and stat-ing: not scan speed (the collector's budget)
     workers = backfill.resolve_workers(req.get("scan_workers"))
     if backfill.worth_parallel([(p, None, 0, n) for p, n in needs.items()], workers):
@@ -318,7 +319,7 @@ def _poll_shards(req):
         if e.get("by_workers") and e["reset"]:  # sampling rebuilds a reset shard's line index
             idx = STATE.file_index(p, e["inode"])
             idx[0], idx[1] = array.array("Q"), 0
-    pending = sum(_pending(e) for e in out.values())
+    pending = sum(_pending(e, seen.get(p)) for p, e in out.items())
     by_workers = [e.pop("by_workers", False) for e in out.values()]
     used = backfill.LAST_RUN["workers"] if any(by_workers) else 0
     for p, e in out.items():
@@ -341,14 +342,18 @@ def _poll_shards(req):
     }, files
 
 
-def _pending(entry):
-    """The entry's bytes left that a poll can count now (popped from it): past the budget or
-    the deadline, less an unfinished line's bytes already searched for a newline (its tail). A
-    stalled half-written last line is no work left: it cannot end until its writer writes."""
-    pending, tail = entry.pop("pending_bytes"), entry.get("tail")
-    if pending and tail is not None and tail[0] == entry.get("offset") and entry.get("size") is not None:
-        pending = entry["size"] - min(entry["size"], max(tail[0], tail[1]))
-    return pending
+def _pending(entry, seen_size):
+    """The entry's bytes left (popped from it) that a poll could have counted: past the budget
+    or the deadline, of the bytes there when this poll looked (`seen_size`: what was written
+    since is the next poll's, not a backlog), less an unfinished line's bytes already searched
+    for a newline (its tail). A stalled half-written last line is no work left: it cannot end
+    until its writer writes."""
+    pending, tail, offset = entry.pop("pending_bytes"), entry.get("tail"), entry.get("offset") or 0
+    if not pending:
+        return 0
+    size = entry.get("size") if seen_size is None else min(seen_size, entry.get("size") or seen_size)
+    done = max(offset, tail[1]) if tail is not None and tail[0] == offset else offset
+    return max(0, min(pending, size - done)) if size is not None else pending
 
 
 def _share(plan, searched, path):
