@@ -92,14 +92,17 @@ class NodePoller:
         self.clock = clock
         self.lock = threading.Lock()  # one request at a time on the agent pipe
         self.budget_bytes = SCAN_BUDGET_BYTES  # adapted to the scan speed this node shows
+        self.slow_globs: list[str] = []  # `**` globs whose walk the last poll cut short
 
     def _adapt_budget(self, shards: dict[str, Any]) -> None:
-        """Next poll's byte budget: what this node scanned per second, times the time budget."""
+        """Next poll's byte budget: what this node scanned per second, times the time budget.
+        The time the agent spent globbing and stat-ing (`walk_s`) is not scan speed: with many
+        small shards it would shrink the budget to its floor and leave it there."""
         scanned = sum(
             max(0, int(e.get("offset") or 0) - int(e.get("offset_from") or 0))
             for e in (shards.get("files") or {}).values()
         )
-        seconds = float(shards.get("scan_s") or 0)
+        seconds = float(shards.get("scan_s") or 0) - float(shards.get("walk_s") or 0)
         if scanned > 0 and seconds > 0.01 and shards.get("pending_bytes"):
             fit = int(scanned / seconds * scan_budget_s(self.node))
             self.budget_bytes = max(MIN_SCAN_BUDGET_BYTES, min(SCAN_BUDGET_BYTES, fit))
@@ -138,13 +141,25 @@ class NodePoller:
     def poll_until_indexed(
         self, stop: threading.Event | None = None, progress: Callable[[str, int], None] | None = None
     ) -> dict[str, Any]:
-        """Poll repeatedly while the node still has unscanned bytes (the first full index)."""
+        """Poll again at once while the node has work left that a poll can do now: unscanned
+        bytes, or a `**` walk cut short by the time budget (`slow_globs`). A poll that got no
+        further (nothing scanned, no walk left) ends the catch-up: the next one waits for the
+        interval, so re-polling is bounded by the work there is."""
         while True:
             reply = self.poll()
-            pending = int((reply.get("shards") or {}).get("pending_bytes") or 0)
+            shards = reply.get("shards") or {}
+            pending = int(shards.get("pending_bytes") or 0)
+            slow = shards.get("slow_globs") or {}
+            if sorted(slow) != self.slow_globs:  # said once per change, naming the glob
+                for why in slow.values():
+                    log.warning("node %s: %s", self.node.name, textsafe.escape(why))
+                self.slow_globs = sorted(slow)
             if progress:
                 progress(self.node.name, pending)
-            if pending <= 0 or (stop is not None and stop.is_set()):
+            further = bool(slow) or any(
+                int(e.get("offset") or 0) > int(e.get("offset_from") or 0) for e in (shards.get("files") or {}).values()
+            )
+            if (pending <= 0 and not slow) or not further or (stop is not None and stop.is_set()):
                 return reply
 
     def close(self) -> None:
@@ -258,9 +273,12 @@ class Collector:
 
     def _poll_node(self, name: str) -> None:
         """One scheduled turn of a node: poll it (until indexed); failures are recorded by poll()."""
-        if not self._stop.is_set():
-            self.pollers[name].poll_until_indexed(self._stop)
+        if not self._stop.is_set():  # pages follow a long catch-up too (after_poll is rate-limited)
+            self.pollers[name].poll_until_indexed(self._stop, self._after_catch_up_poll)
             self.pagedata.after_poll()  # rate-limited, in its own thread: never delays the next poll
+
+    def _after_catch_up_poll(self, _name: str, _pending: int) -> None:
+        self.pagedata.after_poll()
 
     def _housekeeping(self) -> None:
         """Prune and roll up once the store's last housekeeping is HOUSEKEEPING_EVERY_S old.

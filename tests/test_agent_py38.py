@@ -152,7 +152,7 @@ def comparable(reply: dict) -> dict:
     drop = {"time_unix", "agent_ms", "pid", "python", "loadavg", "host", "gpus", "disk"}
     out = {k: v for k, v in reply.items() if k not in drop}
     if "shards" in out:
-        out["shards"] = {k: v for k, v in out["shards"].items() if k != "scan_s"}
+        out["shards"] = {k: v for k, v in out["shards"].items() if k not in ("scan_s", "walk_s")}
     return out
 
 

@@ -79,6 +79,7 @@ class _State:
         # path -> (stat key, offset, content mark): the mark this agent made or verified at that
         # offset while the file's inode, size, mtime and ctime were as in the key
         self.marked = {}  # type: dict
+        self.dirs = {}  # type: dict  # folder -> ((dev, inode, mtime_ns), listing) of `**` walks
 
     def file_index(self, path, inode):
         return self.index.get(path, inode)
@@ -100,16 +101,18 @@ def scan_file(path, inode, offset, budget_bytes, paths=None, deadline=None):
 
 
 # ---------------------------------------------------------------------------- globs and poll
-def expand_globs(globs):
+def expand_globs(globs, deadline=None, slow=None):
     """(sorted regular files matched by any glob, globs that matched nothing).
 
     A file is listed once however many paths reach it (symlinks, overlapping globs): files are
     keyed by (st_dev, st_ino), and of several paths the one through no symlink is kept.
+    `deadline` (time.monotonic()) bounds the listing of `**` trees (_glob_files); a glob whose
+    walk it cut short is not called unmatched, and `slow` (a dict) gets glob -> what was left.
     """
-    by_id, unmatched = {}, []  # type: dict, list
+    by_id, unmatched, visited = {}, [], set()  # type: dict, list, set
     for pattern in globs:
-        hits = 0
-        for p in _glob_files(pattern):
+        hits, left = 0, []  # type: int, list
+        for p in _glob_files(pattern, deadline, left, visited):
             try:
                 st = os.stat(p)
             except OSError:
@@ -120,8 +123,13 @@ def expand_globs(globs):
             key, old = (st.st_dev, st.st_ino), by_id.get((st.st_dev, st.st_ino))
             if old is None or _path_rank(p) < _path_rank(old):
                 by_id[key] = p
-        if not hits:
+        if left and slow is not None:
+            slow[pattern] = left[0]
+        elif not hits:
             unmatched.append(pattern)
+    if not (slow or {}) and any("**" in g for g in globs):  # a whole walk: forget folders gone from it
+        for gone in set(STATE.dirs) - visited:
+            del STATE.dirs[gone]
     return sorted(by_id.values()), unmatched
 
 
@@ -155,11 +163,18 @@ def _by_wire_name(files):
     return named, clashes
 
 
-def _glob_files(pattern):
+def _glob_files(pattern, deadline=None, left=None, visited=None):
     """Paths matching `pattern`; `**` (any depth, hidden names excluded as glob does) walks the
-    tree once, following directory symlinks but entering no directory (st_dev, st_ino) twice,
+    tree, following directory symlinks but entering no directory (st_dev, st_ino) twice,
     so a link back to an ancestor ends instead of looping. Directories reached without a
-    symlink are walked before linked ones, so a file's real path is the one found."""
+    symlink are walked before linked ones, so a file's real path is the one found.
+
+    The walk is incremental: a directory's listing is kept (STATE.dirs) with its mtime and
+    listed again only when that changed (an entry added, removed or renamed in it), so a
+    tree that did not change costs one stat per directory. Past `deadline` no directory is
+    listed anew (one at least per walk, so a walk spread over polls always gets further);
+    then `left` (a list) gets what was not listed, and the files found so far are returned.
+    """
     if "**" not in pattern:
         return glob.glob(pattern)
     parts = pattern.split(os.sep)
@@ -168,6 +183,7 @@ def _glob_files(pattern):
     rest, out, seen = parts[k:], [], set()
     hidden_ok = any(c.startswith(".") for c in rest)
     real, linked = collections.deque([(base or os.curdir, [])]), collections.deque()  # type: collections.deque, collections.deque
+    unlisted, fresh = 0, [False]  # fresh[0]: a folder was listed anew in this walk
     while real or linked:
         folder, names = (real or linked).popleft()
         try:
@@ -175,21 +191,60 @@ def _glob_files(pattern):
             if (st.st_dev, st.st_ino) in seen:
                 continue
             seen.add((st.st_dev, st.st_ino))
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+            entries = _dir_entries(folder, st, deadline if fresh[0] else None, fresh)
         except OSError:
             continue
-        for e in entries:
-            if e.name.startswith(".") and not hidden_ok:
+        if entries is None:  # past the deadline and not listed before (or changed since)
+            unlisted += 1
+            continue
+        if visited is not None:
+            visited.add(folder)
+        for name, is_dir, is_link in entries:
+            if name.startswith(".") and not hidden_ok:
                 continue
+            path = os.path.join(folder, name)
+            if is_link:  # where a link points may change without its folder's mtime changing
+                is_dir = os.path.isdir(path)
+            if is_dir:
+                (linked if is_link else real).append((path, names + [name]))
+            elif _glob_match(names + [name], rest):
+                out.append(path if base else os.path.join(*names, name))
+    if unlisted and left is not None:
+        left.append(
+            "walking %s did not finish within the scan's time budget: at least %d folder(s) not listed yet "
+            "(the walk resumes next poll; folders that did not change are not listed again)" % (pattern, unlisted)
+        )
+    return out
+
+
+RACY_MTIME_S = 2.0  # a folder changed this recently may change again within its mtime's tick
+
+
+def _dir_entries(folder, st, deadline, fresh):
+    """[(name, is_dir, is_symlink)] of `folder` by name, from STATE.dirs when its (dev, inode,
+    mtime) did not change since it was listed; None when it needs listing and `deadline` passed.
+    Listing it anew sets fresh[0].
+    A folder listed within RACY_MTIME_S of its mtime is listed again next time (an entry made
+    in the same mtime tick would not change the mtime)."""
+    key = (st.st_dev, st.st_ino, st.st_mtime_ns)
+    known = STATE.dirs.get(folder)
+    if known is not None and known[0] == key:
+        return known[1]
+    if deadline is not None and time.monotonic() >= deadline:
+        return None
+    entries, fresh[0] = [], True
+    with os.scandir(folder) as it:
+        for e in it:
             try:
-                is_dir = e.is_dir()
+                entries.append((e.name, e.is_dir(), e.is_symlink()))
             except OSError:
                 continue
-            if is_dir:
-                (linked if e.is_symlink() else real).append((e.path, names + [e.name]))
-            elif _glob_match(names + [e.name], rest):
-                out.append(e.path if base else os.path.join(*names, e.name))
-    return out
+    entries.sort()
+    if time.time() - st.st_mtime >= RACY_MTIME_S:
+        STATE.dirs[folder] = (key, entries)
+    else:
+        STATE.dirs.pop(folder, None)
+    return entries
 
 
 def _glob_match(names, pats):
@@ -209,15 +264,25 @@ def _glob_match(names, pats):
 
 
 def _plan_budget(needs, budget_bytes):
-    """Split the poll budget over shards with work: water-filling, round-robin past the limit."""
+    """Split the poll budget over shards with work. A shard is taken in (round-robin order, so
+    none starves) while the budget still holds what it needs up to MIN_SHARE_BYTES, so thousands
+    of small shards share one budget instead of taking a 1 MB slot each; the budget is then
+    water-filled over those taken: each gets what it needs or an even share of what is left."""
     paths = sorted(p for p, need in needs.items() if need > 0)
     if not paths:
         return {}
     k = STATE.rr_cursor % len(paths)
     paths = paths[k:] + paths[:k]
-    slots = max(1, min(len(paths), budget_bytes // MIN_SHARE_BYTES))
-    STATE.rr_cursor += slots if slots < len(paths) else 0
-    chosen, plan, left = paths[:slots], {}, budget_bytes
+    chosen, cost, skipped = [], 0, 0  # type: list, int, int
+    for i, p in enumerate(paths):
+        c = min(needs[p], MIN_SHARE_BYTES)
+        if chosen and cost + c > budget_bytes:
+            skipped = skipped or i  # i > 0: the first shard is always taken
+            continue
+        chosen.append(p)
+        cost += c
+    STATE.rr_cursor += skipped  # the first shard left out goes first next time
+    plan, left = {}, budget_bytes
     for i, p in enumerate(sorted(chosen, key=needs.get)):
         plan[p] = min(needs[p], left // (len(chosen) - i))
         left -= plan[p]
@@ -225,15 +290,16 @@ def _plan_budget(needs, budget_bytes):
 
 
 def _poll_shards(req):
-    found, unmatched = expand_globs(req.get("globs") or [])
+    t0 = time.monotonic()  # "budget_s": time limit of walk + scan, kept well inside the caller's timeout
+    deadline = None if req.get("budget_s") is None else t0 + float(req["budget_s"])
+    slow = {}  # type: dict  # glob -> why its walk is not complete: it may use half the time at most
+    found, unmatched = expand_globs(req.get("globs") or [], None if deadline is None else (t0 + deadline) / 2, slow)
     named, clashes = _by_wire_name(found)
     files = list(named.values())
     wire_state = req.get("state") or {}
     state = {p: wire_state.get(k) for k, p in named.items()}  # keyed by the real path from here
     budget = wire.DEFAULT_BUDGET_BYTES if req.get("budget_bytes") is None else int(req["budget_bytes"])
-    t0 = time.monotonic()  # "budget_s": scan time limit, kept well inside the caller's timeout
-    deadline = None if req.get("budget_s") is None else t0 + float(req["budget_s"])
-    needs, searched = {}, {}  # type: dict, dict
+    needs, searched, seen = {}, {}, {}  # type: dict, dict, dict
     replaced, verified = set(), {}  # type: set, dict  # content marks: see _replaced
     for p in files:
         prev = state.get(p) or {}
@@ -248,6 +314,8 @@ def _poll_shards(req):
         moved = prev.get("inode") not in (None, st.st_ino) or st.st_size < off
         searched[p] = 0 if moved else _searched_to(p, st, off) - off  # not read again: not in the budget
         needs[p] = st.st_size - off - searched[p]
+        seen[p] = st.st_size
+    walk_s = time.monotonic() - t0  # globbing and stat-ing: not scan speed (the collector's budget)
     workers = backfill.resolve_workers(req.get("scan_workers"))
     if backfill.worth_parallel([(p, None, 0, n) for p, n in needs.items()], workers):
         budget *= workers  # budget_bytes is per worker: a backlog goes `workers` times as fast
@@ -267,7 +335,7 @@ def _poll_shards(req):
         if e.get("by_workers") and e["reset"]:  # sampling rebuilds a reset shard's line index
             idx = STATE.file_index(p, e["inode"])
             idx[0], idx[1] = array.array("Q"), 0
-    pending = sum(e.pop("pending_bytes") for e in out.values())
+    pending = sum(_pending(e, seen.get(p)) for p, e in out.items())
     by_workers = [e.pop("by_workers", False) for e in out.values()]
     used = backfill.LAST_RUN["workers"] if any(by_workers) else 0
     for p, e in out.items():
@@ -283,6 +351,8 @@ def _poll_shards(req):
         "unmatched_globs": unmatched,
         "pending_bytes": pending,
         "scan_s": round(time.monotonic() - t0, 4),
+        "walk_s": round(walk_s, 4),
+        "slow_globs": slow,
         "scan_workers": used,
         "files": replies,
     }, files
@@ -358,6 +428,20 @@ def _mark_after_scan(path, entry, offset, known):
     if mark != scan.SHORT_MARK:
         STATE.marked[path] = (_stat_key(st), offset, mark)
     return mark
+
+
+def _pending(entry, seen_size):
+    """The entry's bytes left (popped from it) that a poll could have counted: past the budget
+    or the deadline, of the bytes there when this poll looked (`seen_size`: what was written
+    since is the next poll's, not a backlog), less an unfinished line's bytes already searched
+    for a newline (its tail). A stalled half-written last line is no work left: it cannot end
+    until its writer writes."""
+    pending, tail, offset = entry.pop("pending_bytes"), entry.get("tail"), entry.get("offset") or 0
+    if not pending:
+        return 0
+    size = entry.get("size") if seen_size is None else min(seen_size, entry.get("size") or seen_size)
+    done = max(offset, tail[1]) if tail is not None and tail[0] == offset else offset
+    return max(0, min(pending, size - done)) if size is not None else pending
 
 
 def _share(plan, searched, path):

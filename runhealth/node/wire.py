@@ -227,6 +227,8 @@ class ShardsReply(TypedDict):
     unmatched_globs: List[str]
     pending_bytes: int  # left to scan because of budget_bytes / budget_s
     scan_s: float
+    walk_s: float  # of scan_s, globbing and stat-ing (not scan speed); absent from older agents
+    slow_globs: Dict[str, str]  # `**` glob -> its walk was cut short by budget_s (what is left)
     scan_workers: int  # worker processes this poll used (0: in the agent's process)
     files: Dict[str, ShardEntry]
 
