@@ -505,9 +505,10 @@ def test_the_sidebar_says_the_store_was_deleted_instead_of_a_traceback(tmp_path,
 
 # ---------------------------------------------------------------------------- 2: time-bounded scans
 def slow_line(i: int) -> bytes:
-    """A logprobs-heavy line (~1 KB, too many tokens for a template): json.loads speed, ~10 MB/s."""
+    """A logprobs-heavy line (~1 KB) whose keys differ from line to line, so no template learned
+    on one line fits the next: json.loads speed, ~10 MB/s."""
     rec = {
-        "id": i,
+        f"id{i}": i,
         "choices": [
             {"index": 0, "logprobs": {"content": [{"t": k, "lp": -0.5} for k in range(40)]}, "finish_reason": "stop"}
         ],
@@ -520,8 +521,8 @@ def test_a_scan_longer_than_the_command_timeout_still_indexes_and_shows_progress
     from components import tables
 
     shard = tmp_path / "big.jsonl"
-    n = 24_000  # ~25 MB: several seconds of json.loads, against a 1 s command timeout
-    shard.write_bytes(slow_line(0) * n)
+    n = 96_000  # ~100 MB: more than one poll's 0.25 s scan budget (a 1 s command timeout) even at 80 MB/s
+    shard.write_bytes(b"".join(slow_line(i) for i in range(n)))
     collector, store = local_collector(tmp_path, str(shard), command_timeout_s=1.0)
     seen_progress = []
 
