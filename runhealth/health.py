@@ -117,7 +117,7 @@ def evaluate(store: Store, now: float | None = None, meta: Mapping[str, Any] | N
     summary = run_summary(store, meta.get("max_output_tokens"))
     target = meta.get("target_completions")
     stall_s = stall_after_s(interval_s, meta.get("stall_after_s"))
-    rates_now = activity.read_rates(store, now, max(2 * stall_s, 2 * activity.RATE_WINDOW_S))
+    rates_now = activity.read_rates(store, now, _rates_lookback(store, now, stall_s, interval_s))
     if not (target and summary.completions >= target):  # a run that reached its target stops on purpose
         up = {n["name"] for n in nodes if node_status(n, now, stale_after)[0] == "up"}
         out += _stall_alerts(rates_now, run, now, stall_s, up)
@@ -125,6 +125,19 @@ def evaluate(store: Store, now: float | None = None, meta: Mapping[str, Any] | N
     out += _gpu_alerts(store, run, bool(rates_now.tokens_per_s_1m))
     out = [a for a in out if a.node is None or keep is None or a.node in keep]
     return sorted(out, key=lambda a: a.severity != "critical")
+
+
+def _rates_lookback(store: Store, now: float, stall_s: float, interval_s: float) -> float:
+    """How far back `evaluate` reads polls: twice the stall window, so a quiet node's last growth
+    is in it; but in a store younger than the stall window no node can have been quiet that long
+    (a finished run's view, whose stall window no age reaches, is the usual case), and then
+    only the 1-minute rate and the rate drop are needed: the last minutes, a few polls at least.
+    Reading a finished run's every poll made its Overview take most of a second (issue 34)."""
+    lookback = max(2 * stall_s, 2 * activity.RATE_WINDOW_S)
+    first = store.cursor("SELECT MIN(ts_unix) FROM polls").fetchone()[0]
+    if first is not None and now - first < stall_s:
+        return min(lookback, max(2 * activity.RATE_WINDOW_S, 3 * interval_s))
+    return lookback
 
 
 def configured_nodes(meta: Mapping[str, Any]) -> set[str] | None:

@@ -13,22 +13,30 @@ throughput); the run's rate is the sum over nodes. Its interval comes from batch
 (neighbouring polls are alike, so spans are pooled into ~n^(1/3) consecutive batches and the
 spread between batches gives a t interval); approximate, as any interval on a drifting rate.
 Time is the dashboard's poll clock (`ts_unix`): over a whole run a node's clock skew cancels.
+
+A finished run's poll history never changes, so `finished_life(store)` computes its life
+figures once, keeps them in its store (page_data row FINISHED_LIFE, with the history's
+`polls_version`) and reads them back while that version holds: a store that changed after all
+gets them computed again. Its Overview (derived.final) and Compare read the same figures.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import sqlite3
 import time
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from runhealth import activity
+from runhealth import activity, pagedata, textsafe
+from runhealth.errors import RunhealthError
 from runhealth.analysis import compare, loops, rates, stats
 from runhealth.analysis.compare import Differences, Forecast
 from runhealth.records import PollRow
 from runhealth.store import Store
 
 Z95 = compare.Z95
+log = textsafe.get_logger(__name__)
 PROMPTS_UNCHECKED = (
     "Whether B's completions answer the same prompts as A's cannot be checked: the store "
     "keeps length counts, not prompt ids."
@@ -134,6 +142,58 @@ def life_rates(polls: list[PollRow]) -> LifeRates:
     return LifeRates(tps, tokens_var, cps, completions_var, n_spans, span_s)
 
 
+@dataclasses.dataclass(frozen=True)
+class LifeFigures:
+    """What a run's whole poll history says: its life rates and when it ran (None: unknown)."""
+
+    life: LifeRates
+    started_unix: float | None  # its first poll
+    completed_unix: float | None  # its last poll with new completions
+
+
+def life_figures(polls: list[PollRow]) -> LifeFigures:
+    """LifeFigures of a poll history (store.polls(), oldest first)."""
+    grown = [p["ts_unix"] for p in polls if p["completions"]]
+    return LifeFigures(
+        life=life_rates(polls),
+        started_unix=polls[0]["ts_unix"] if polls else None,
+        completed_unix=max(grown) if grown else None,
+    )
+
+
+FINISHED_LIFE = "finished_life"  # page_data row: a finished run's LifeFigures and polls_version
+
+
+def polls_version(store: Store) -> list[Any]:
+    """What the poll history's figures depend on, in one aggregate (milliseconds where reading
+    the rows takes most of a second): rows added, removed or changed change it."""
+    row = store.cursor(
+        "SELECT COUNT(*), MAX(rowid), MIN(ts_unix), MAX(ts_unix), SUM(completions), SUM(tokens),"
+        " SUM(backfill), TOTAL(ts_unix) FROM polls"
+    ).fetchone()
+    return list(row)
+
+
+def finished_life(store: Store) -> LifeFigures:
+    """A finished run's LifeFigures: read back from its store while its poll history is the one
+    they were computed from, else computed from every poll row once and stored (a store that
+    cannot be written, e.g. a read-only file, still gets them, computed each time)."""
+    version = polls_version(store)
+    stored = pagedata.get(store, FINISHED_LIFE)
+    if stored is not None and isinstance(stored[1], dict) and stored[1].get("version") == version:
+        try:
+            p = stored[1]
+            return LifeFigures(LifeRates(**p["life"]), p["started_unix"], p["completed_unix"])
+        except (KeyError, TypeError) as exc:
+            log.warning("stored final figures unreadable (%s): computing them again", exc)
+    figures = life_figures(store.polls())
+    try:
+        pagedata.put(store, {FINISHED_LIFE: {"version": version, **dataclasses.asdict(figures)}}, time.time())
+    except (sqlite3.Error, RunhealthError) as exc:
+        log.warning("final figures not stored in %s (%s): computed on every read", store.path, exc)
+    return figures
+
+
 def _interval(value: float | None, var: float, scale: float = 1.0) -> list[float] | None:
     if value is None or not math.isfinite(var):
         return None
@@ -168,7 +228,7 @@ def run_numbers(store: Store, name: str, ceiling: int | None, target: int | None
     nodes = store.nodes()
     summary = stats.summarize(hist, ceiling=ceiling, unparseable=sum(n["malformed"] or 0 for n in nodes))
     gpus = sum(n["gpus_found"] or 0 for n in nodes)
-    life = life_rates(store.polls())
+    life = finished_life(store).life if finished else life_rates(store.polls())
     tps, cps = life.tokens_per_s, life.completions_per_s
     per_gpu = tps / gpus if tps is not None and gpus else None
     cps_now = None if finished else activity.read_rates(store, time.time()).completions_per_s_15m
