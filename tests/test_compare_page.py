@@ -334,11 +334,11 @@ def test_a_finished_runs_final_figures_are_computed_once_and_read_back(demo_cach
     kept in its store, and read back by a later reader: equal to a fresh computation, with no
     pass over the poll rows; a changed poll history gets them computed again."""
     store = _finished_store_copy(demo_cache, tmp_path)
-    real, calls = runcompare.life_rates, []
-    monkeypatch.setattr(runcompare, "life_rates", lambda polls: calls.append(len(polls)) or real(polls))
+    real, calls = runcompare.life_figures, []
+    monkeypatch.setattr(runcompare, "life_figures", lambda s: calls.append(len(s.polls())) or real(s))
     polls = store.polls()
-    truth = runcompare.LifeFigures(
-        real(polls), polls[0]["ts_unix"], max(p["ts_unix"] for p in polls if p["completions"])
+    truth = runcompare.LifeFigures(  # store.polls() through life_rates, as Compare read it before
+        runcompare.life_rates(polls), polls[0]["ts_unix"], max(p["ts_unix"] for p in polls if p["completions"])
     )
     assert truth.life.tokens_per_s and len(polls) >= 2 * demo.FINISHED_POLLS
 
