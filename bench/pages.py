@@ -281,12 +281,10 @@ def two_runs_config(tmp: Path, db_path: Path, config_path: Path) -> Path:
 def finished_and_compare(tmp: Path, db_path: Path, config_path: Path, runs: int) -> None:
     """Compare, the live Overview beside a finished run, and the finished run's every page, cold
     and warm; the finished run's first read (final figures not stored yet) apart."""
-    from runhealth import runcompare
-
     path = two_runs_config(tmp, db_path, config_path)
     os.environ["RUNHEALTH_CONFIG"] = str(path)
-    with sqlite3.connect(tmp / "finished" / "x.sqlite3") as db:
-        db.execute("DELETE FROM page_data WHERE name = ?", (runcompare.FINISHED_LIFE,))
+    with sqlite3.connect(tmp / "finished" / "x.sqlite3") as db:  # runcompare.FINISHED_LIFE (older code has none)
+        db.execute("DELETE FROM page_data WHERE name = 'finished_life'")
     render_s("compare")  # the new config's first run: its imports and stores, not a page cost
     quiet_streamlit()  # loggers the first Compare run created
     first = render_s(PAGES[0], run=FINISHED_RUN)  # computes the final figures and stores them
