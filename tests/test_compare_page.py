@@ -383,3 +383,19 @@ def test_a_finished_runs_alerts_read_its_last_polls_only(demo_cache, tmp_path, m
     monkeypatch.setattr(health, "_rates_lookback", lambda _s, _n, stall_s, _i: max(2 * stall_s, 120.0))
     assert health.evaluate(store, now, meta) == found  # as read over every poll
     assert since[-1] < now - 10**8
+
+
+def test_final_figures_of_a_store_that_cannot_be_written_are_still_shown(demo_cache, tmp_path, monkeypatch, caplog):
+    """A finished run's store that refuses the write (read-only file, locked): its figures are
+    computed on each read, the page still gets them, and the log says why."""
+    import sqlite3
+
+    store = _finished_store_copy(demo_cache, tmp_path)
+
+    def refuse(*_args):
+        raise sqlite3.OperationalError("attempt to write a readonly database")
+
+    monkeypatch.setattr(runcompare.pagedata, "put", refuse)
+    expected = runcompare.life_figures(store)
+    assert runcompare.finished_life(store) == expected == runcompare.finished_life(store)
+    assert "final figures not stored" in caplog.text and "readonly" in caplog.text
