@@ -47,12 +47,14 @@ ADVERSARIAL = PROSE + [
     "中文",
     "😀",
 ]
-# A broken writer (one that does not escape): raw TABs and control characters in the text of
-# quote-heavy ASCII lines, or invalid UTF-8 bytes (a cut multibyte character, a stray byte) in
-# raw-UTF-8 ones. Each is timed against its clean twin ("quotes", "utf8-quotes": the same
-# lines before the damage) in the same run. Lone surrogates become those bytes on write.
-BROKEN_CTRL = QUOTES + ["col\tcol", "a\tb\tc", "bell\x07", "nul\x00x", "esc\x1b[0m"]
-BROKEN_UTF8 = UTF8_QUOTES + ["cut\udce4\udcb8", "stray\udcff", "latin1 caf\udce9"]
+# A broken writer (one that does not escape): its clean twin's lines, byte for byte the same
+# length, with raw control characters (a TAB, BEL, ESC) in every line's text, or with invalid
+# UTF-8 (a bad continuation byte, a cut emoji) in every line's raw-UTF-8 text. Lone surrogates
+# are written as the bytes they stand for (surrogateescape).
+BROKEN_DAMAGE = {
+    "broken-ctrl": ((" the ", "\tthe\x07"), (" so ", "\x1bso ")),
+    "broken-utf8": (("ü", "\udcc3("), ("😀", "\udcf0\udc9f\udc98!")),
+}
 BROKEN = {"broken-ctrl": "quotes", "broken-utf8": "utf8-quotes"}  # style -> its clean twin
 STYLES = ("mixed", "prose", "quotes", "utf8", "utf8-quotes", "adversarial") + tuple(BROKEN)
 
@@ -110,8 +112,9 @@ def make_shard(path: Path, mb: int, style: str = "mixed") -> int:
     escapes). utf8 / utf8-quotes: the same with ensure_ascii=False (raw UTF-8: CJK, accents,
     emoji), as most generation pipelines write. adversarial: flat records whose text holds the
     keys' own bytes (escaped `\\"finish_reason\\": \\"length\\"`) and backslash runs, every
-    other line raw UTF-8. broken-ctrl / broken-utf8: a writer that does not escape (BROKEN_*):
-    every line holds raw control characters / invalid UTF-8 in its text, no line is valid JSON.
+    other line raw UTF-8. broken-ctrl / broken-utf8: quotes / utf8-quotes as a writer that does not
+    escape writes them (BROKEN_DAMAGE): the same lines, the same lengths, but every line holds raw
+    control characters / invalid UTF-8 in its text, so no line is valid JSON.
     """
     rng = random.Random(0)
     vocab = {
@@ -121,20 +124,17 @@ def make_shard(path: Path, mb: int, style: str = "mixed") -> int:
         "utf8": (UTF8, UTF8),
         "utf8-quotes": (UTF8_QUOTES, UTF8_QUOTES),
         "adversarial": (ADVERSARIAL, ADVERSARIAL),
-        "broken-ctrl": (BROKEN_CTRL, BROKEN_CTRL),
-        "broken-utf8": (BROKEN_UTF8, BROKEN_UTF8),
-    }[style]
+    }[BROKEN.get(style, style)]
     contents = [" ".join(rng.choice(vocab[i % 2]) for _ in range(rng.randint(1300, 1900))) for i in range(64)]
     make = _flat if style == "adversarial" else _chat
-    ensure_ascii = not style.startswith("utf8") and style != "broken-utf8"
+    ensure_ascii = not BROKEN.get(style, style).startswith("utf8")
+    damage = BROKEN_DAMAGE.get(style, ())
     lines, written = 0, 0
     with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
         while written < mb * 1_000_000:
             line = make(rng, lines, rng.choice(contents), ensure_ascii) + "\n"
-            if style == "broken-ctrl":  # what json.dumps escaped, written raw (no backslash in the words)
-                line = line.replace("\\t", "\t")
-                for c in "\x00\x07\x1b":
-                    line = line.replace(f"\\u{ord(c):04x}", c)
+            for clean, broken in damage:
+                line = line.replace(clean, broken)
             f.write(line)
             written += len(line.encode("utf-8", "surrogateescape"))
             lines += 1
