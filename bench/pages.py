@@ -17,6 +17,12 @@ the full store (flat = ratio near 1). Ratios, not pass/fail; the machine's load 
 --scenario fleet: 64 nodes x 8 GPUs (512), 6 h of 30 s polls, instead of the default "big"
 (8 nodes x 8 GPUs, 24 h of 10 s polls).
 
+Then, on a copy of the same store (payloads and all, as its collector left it) configured as a
+finished run beside the live one (`[[runs]]`, finished = true): the Compare page, the live
+run's Overview with two runs configured, and every page of the finished run. The finished
+run's figures are computed on its first read and kept in its store (runcompare.finished_life):
+that first read is timed apart, after the stored figures are dropped. --no-finished skips it.
+
 --keep DIR builds the store in DIR once and reuses it on later runs (the big store takes ~6 min
 to build on a 2-core VM, 60 poll rounds to a transaction; the store's clock is its build time,
 so rebuild it when its last hour no longer ends now).
@@ -76,14 +82,18 @@ _exec = script_runner.exec_func_with_error_handling
 script_runner.exec_func_with_error_handling = _timed_exec
 
 
-def render_s(page: str, cold: bool = True) -> tuple[float, float, float]:
-    """(AppTest s, script s, script CPU s) of one run of `page`; cold: every cache cleared first."""
+def render_s(page: str, cold: bool = True, run: str | None = None) -> tuple[float, float, float]:
+    """(AppTest s, script s, script CPU s) of one run of `page`; cold: every cache cleared first;
+    `run`: the run shown (the URL's ?run=), else the config's first live one."""
     if cold:
         st.cache_data.clear()
         st.cache_resource.clear()
     _SCRIPT_S.clear()
     start = time.perf_counter()
-    at = open_page(page, timeout=120).run()
+    at = open_page(page, timeout=120)
+    if run is not None:
+        at.query_params["run"] = run
+    at.run()
     elapsed = time.perf_counter() - start
     if at.exception:
         raise SystemExit(f"{page} raised: {at.exception[0].message}")
@@ -176,6 +186,7 @@ def main() -> None:
     parser.add_argument(
         "--after-only", action="store_true", help="only pages reading payloads, cold and warm (no before, no raw-rows)"
     )
+    parser.add_argument("--no-finished", action="store_true", help="skip Compare and the finished run's pages")
     args = parser.parse_args()
     pages = args.pages.split(",")
     with tempfile.TemporaryDirectory(prefix="runhealth-bench-") as scratch:
@@ -205,6 +216,8 @@ def main() -> None:
             print(f"peak RSS of this process after rendering every page cold and warm: {rss_mb:.0f} MB")
             if args.history:
                 overview_history(tmp, args.scenario, args.runs, config_path)
+            if not args.no_finished:
+                finished_and_compare(tmp, db_path, config_path, args.runs)
             return
         set_payloads(db_path, config_path, present=False)
         before = measure(pages, args.runs)
@@ -237,6 +250,60 @@ def main() -> None:
         print(f"peak RSS after rendering every page {4 * args.runs}x (before the baseline ran): {rss_mb:.0f} MB")
         if args.history:
             overview_history(tmp, args.scenario, args.runs, config_path)
+        if not args.no_finished:
+            finished_and_compare(tmp, db_path, config_path, args.runs)
+
+
+FINISHED_RUN, LIVE_RUN = "gen-run-41", "gen-run-42"
+
+
+def two_runs_config(tmp: Path, db_path: Path, config_path: Path) -> Path:
+    """A `[[runs]]` config: the store as the live run, its copy in tmp/finished as a finished run
+    (its payloads copied too, as its collector left them)."""
+    done = tmp / "finished" / "x.sqlite3"
+    done.parent.mkdir(exist_ok=True)
+    if not done.exists():
+        with sqlite3.connect(db_path) as src, sqlite3.connect(done) as dst:
+            src.backup(dst)
+    import tomllib
+
+    live = tomllib.loads(config_path.read_text(encoding="utf-8"))
+    lines = ["[[runs]]", f'name = "{FINISHED_RUN}"', "finished = true", f'store_path = "{done}"']
+    lines += [f"max_output_tokens = {live['run']['max_output_tokens']}", "", "[[runs]]", f'name = "{LIVE_RUN}"']
+    lines += [f"{k} = {v!r}".replace("'", '"') for k, v in live["run"].items() if k != "name"]
+    for node in live["nodes"]:
+        lines += ["", "[[runs.nodes]]"] + [f"{k} = {v!r}".replace("'", '"') for k, v in node.items()]
+    path = tmp / "finished" / "runs.toml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def finished_and_compare(tmp: Path, db_path: Path, config_path: Path, runs: int) -> None:
+    """Compare, the live Overview beside a finished run, and the finished run's every page, cold
+    and warm; the finished run's first read (final figures not stored yet) apart."""
+    path = two_runs_config(tmp, db_path, config_path)
+    os.environ["RUNHEALTH_CONFIG"] = str(path)
+    with sqlite3.connect(tmp / "finished" / "x.sqlite3") as db:  # runcompare.FINISHED_LIFE (older code has none)
+        db.execute("DELETE FROM page_data WHERE name = 'finished_life'")
+    render_s("compare")  # the new config's first run: its imports and stores, not a page cost
+    quiet_streamlit()  # loggers the first Compare run created
+    first = render_s(PAGES[0], run=FINISHED_RUN)  # computes the final figures and stores them
+    cases = [("compare", None), (PAGES[0], None)] + [(p, FINISHED_RUN) for p in PAGES]
+    print(f"\ntwo runs ({FINISHED_RUN} finished: a copy of the store; {LIVE_RUN} live), median (min-max) of {runs}")
+    print(f"{'page':<28}{'cold CPU s':>20}{'warm CPU s':>20}{'cold wall s':>20}{'warm wall s':>20}")
+    for page, run in cases:
+        cold = [render_s(page, run=run) for _ in range(runs)]
+        warm = [render_s(page, cold=False, run=run) for _ in range(runs)]
+        label = f"{page} ({'finished run' if run else 'two runs'})" if page != "compare" else page
+        print(
+            f"{label:<28}{spread([c[2] for c in cold]):>20}{spread([w[2] for w in warm]):>20}"
+            f"{spread([c[1] for c in cold]):>20}{spread([w[1] for w in warm]):>20}"
+        )
+    print(
+        f"the finished run's first Overview (final figures computed and stored): {first[2]:.3f} CPU s, {first[1]:.3f} s"
+    )
+    print(f"machine load (1/5/15 min) at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    os.environ["RUNHEALTH_CONFIG"] = str(config_path)
 
 
 def after_only(db_path: Path, config_path: Path, pages: list[str], runs: int) -> None:

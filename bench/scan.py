@@ -47,7 +47,16 @@ ADVERSARIAL = PROSE + [
     "中文",
     "😀",
 ]
-STYLES = ("mixed", "prose", "quotes", "utf8", "utf8-quotes", "adversarial")
+# A broken writer (one that does not escape): its clean twin's lines, byte for byte the same
+# length, with raw control characters (a TAB, BEL, ESC) in every line's text, or with invalid
+# UTF-8 (a bad continuation byte, a cut emoji) in every line's raw-UTF-8 text. Lone surrogates
+# are written as the bytes they stand for (surrogateescape).
+BROKEN_DAMAGE = {
+    "broken-ctrl": ((" the ", "\tthe\x07"), (" so ", "\x1bso ")),
+    "broken-utf8": (("ü", "\udcc3("), ("😀", "\udcf0\udc9f\udc98!")),
+}
+BROKEN = {"broken-ctrl": "quotes", "broken-utf8": "utf8-quotes"}  # style -> its clean twin
+STYLES = ("mixed", "prose", "quotes", "utf8", "utf8-quotes", "adversarial") + tuple(BROKEN)
 
 # argv[1] is the code root to time (this checkout, or --other DIR: an older scanner, same run)
 SCAN_CHILD = """
@@ -103,7 +112,9 @@ def make_shard(path: Path, mb: int, style: str = "mixed") -> int:
     escapes). utf8 / utf8-quotes: the same with ensure_ascii=False (raw UTF-8: CJK, accents,
     emoji), as most generation pipelines write. adversarial: flat records whose text holds the
     keys' own bytes (escaped `\\"finish_reason\\": \\"length\\"`) and backslash runs, every
-    other line raw UTF-8.
+    other line raw UTF-8. broken-ctrl / broken-utf8: quotes / utf8-quotes as a writer that does not
+    escape writes them (BROKEN_DAMAGE): the same lines, the same lengths, but every line holds raw
+    control characters / invalid UTF-8 in its text, so no line is valid JSON.
     """
     rng = random.Random(0)
     vocab = {
@@ -113,16 +124,19 @@ def make_shard(path: Path, mb: int, style: str = "mixed") -> int:
         "utf8": (UTF8, UTF8),
         "utf8-quotes": (UTF8_QUOTES, UTF8_QUOTES),
         "adversarial": (ADVERSARIAL, ADVERSARIAL),
-    }[style]
+    }[BROKEN.get(style, style)]
     contents = [" ".join(rng.choice(vocab[i % 2]) for _ in range(rng.randint(1300, 1900))) for i in range(64)]
     make = _flat if style == "adversarial" else _chat
-    ensure_ascii = not style.startswith("utf8")
+    ensure_ascii = not BROKEN.get(style, style).startswith("utf8")
+    damage = BROKEN_DAMAGE.get(style, ())
     lines, written = 0, 0
-    with open(path, "w", encoding="utf-8") as f:
+    with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
         while written < mb * 1_000_000:
             line = make(rng, lines, rng.choice(contents), ensure_ascii) + "\n"
+            for clean, broken in damage:
+                line = line.replace(clean, broken)
             f.write(line)
-            written += len(line.encode())
+            written += len(line.encode("utf-8", "surrogateescape"))
             lines += 1
     return lines
 
@@ -170,19 +184,25 @@ def run_scan(path, root=ROOT):
     return json.loads(out.stdout)
 
 
-def bench_style(tmp: Path, style: str, mb: int, repeat: int, other: Path | None = None) -> dict:
-    """Seconds per method for one style (best of `repeat`), all on the same warm file."""
+def bench_style(
+    tmp: Path, style: str, mb: int, repeat: int, other: Path | None = None, twin: dict | None = None
+) -> dict:
+    """Seconds per method for one style (best of `repeat`), all on the same warm file.
+
+    A broken style (`twin`: its clean twin's row, timed in the same run) has no json.loads or jq
+    figure of its own, as both reject its lines: its baseline is json.loads on the twin at the
+    twin's MB/s, and `clean` is the scanner's MB/s on the twin.
+    """
     path = tmp / f"{style}.jsonl"
     lines = make_shard(path, mb, style)
     time_read(path)  # warm the page cache
-    out = {
-        "style": style,
-        "mb": path.stat().st_size / 1e6,
-        "lines": lines,
-        "read": best_of(repeat, lambda: time_read(path)),
-        "json": best_of(repeat, lambda: time_json(path)),
-        "jq": best_of(max(1, repeat - 1), lambda: time_jq(path, style)) if shutil.which("jq") else None,
-    }
+    mb_size = path.stat().st_size / 1e6
+    out = {"style": style, "mb": mb_size, "lines": lines, "read": best_of(repeat, lambda: time_read(path))}
+    if twin is None:
+        out["json"] = best_of(repeat, lambda: time_json(path))
+        out["jq"] = best_of(max(1, repeat - 1), lambda: time_jq(path, style)) if shutil.which("jq") else None
+    else:  # seconds json.loads would take for these MB at the clean twin's MB/s
+        out.update(json=twin["json"] * mb_size / twin["mb"], jq=None, clean=twin["mb"] / twin["scan"])
     scans = [run_scan(path) for _ in range(repeat)]
     scan = min(scans, key=lambda s: s["s"])
     assert scan["lines"] == lines, (scan, lines)
@@ -191,6 +211,19 @@ def bench_style(tmp: Path, style: str, mb: int, repeat: int, other: Path | None 
         out["other"] = min(run_scan(path, other)["s"] for _ in range(repeat))
     path.unlink()
     return out
+
+
+def bench_styles(tmp: Path, styles, mb: int, repeat: int, other: Path | None = None) -> list[dict]:
+    """Rows for `styles`; a broken style's clean twin is timed first (once) and shown too."""
+    rows: dict[str, dict] = {}
+    for style in styles:
+        twin_style = BROKEN.get(style)
+        if twin_style is not None and twin_style not in rows:
+            rows[twin_style] = bench_style(tmp, twin_style, mb, repeat, other)
+        if style not in rows:
+            twin = rows[twin_style] if twin_style else None
+            rows[style] = bench_style(tmp, style, mb, repeat, other, twin)
+    return list(rows.values())
 
 
 def print_table(rows: list[dict]) -> None:
@@ -208,6 +241,13 @@ def print_table(rows: list[dict]) -> None:
             f"{r['rss_mib']:>8.0f}{r['template_lines'] / r['lines']:>9.0%}"
             + (f"{r['mb'] / r['other']:>8.0f}{r['json'] / r['other']:>8.1f}" if "other" in r else "")
         )
+    for r in rows:
+        if "clean" in r:
+            print(
+                f"{r['style']}: {r['mb'] / r['scan']:.0f} MB/s = {r['mb'] / r['scan'] / r['clean']:.2f}x the scanner "
+                f"on its clean twin {BROKEN[r['style']]} ({r['clean']:.0f} MB/s), "
+                f"{r['json'] / r['scan']:.1f}x json.loads on that twin"
+            )
 
 
 def main():
@@ -224,7 +264,7 @@ def main():
     args = ap.parse_args()
     styles = STYLES if args.style == "all" else (args.style,)
     with tempfile.TemporaryDirectory(prefix="runhealth-bench-") as tmp:
-        rows = [bench_style(Path(tmp), style, args.mb, args.repeat, args.other) for style in styles]
+        rows = bench_styles(Path(tmp), styles, args.mb, args.repeat, args.other)
     print(
         f"MB per CPU second (user+sys of the process doing the work: per core, robust to a busy machine), "
         f"warm page cache, best of {args.repeat}; Python "
@@ -232,8 +272,9 @@ def main():
     )
     print_table(rows)
     print(
-        "Goals per core: >= 4x json.loads and >= 10x jq on every style. 'template': share of lines "
-        "counted on the template path (the rest went through json.loads)."
+        "Goals per core: >= 4x json.loads and >= 10x jq on every style; a broken writer's style at least "
+        "as fast as its clean twin. 'template': share of lines counted on the template path (the rest "
+        "went through json.loads)."
     )
 
 

@@ -103,14 +103,14 @@ class Final:
 
 
 def final(store: Store, completions: int) -> Final:
-    """The final figures of a finished run's store (the Overview shows these, not live tiles)."""
-    polls = store.polls()
-    grown = [p["ts_unix"] for p in polls if p["completions"]]
+    """The final figures of a finished run's store (the Overview shows these, not live tiles):
+    the poll history's part computed once and kept in the store (runcompare.finished_life)."""
+    figures = runcompare.finished_life(store)
     return Final(
         completions=completions,
-        tokens_per_s_life=runcompare.life_rates(polls).tokens_per_s,
-        started_unix=polls[0]["ts_unix"] if polls else None,
-        completed_unix=max(grown) if grown else None,
+        tokens_per_s_life=figures.life.tokens_per_s,
+        started_unix=figures.started_unix,
+        completed_unix=figures.completed_unix,
         last_poll_unix=store.last_collection_unix(),
     )
 

@@ -30,7 +30,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from runhealth import activity, hardware, heartbeat
+from runhealth import activity, hardware, heartbeat, windows
 from runhealth.analysis import stats
 from runhealth.hardware import host_problems as host_problems  # re-exported: one import for the words
 from runhealth.hardware import missing_gpus as missing_gpus
@@ -140,7 +140,7 @@ def evaluate(store: Store, now: float | None = None, meta: Mapping[str, Any] | N
     summary = run_summary(store, meta.get("max_output_tokens"))
     target = meta.get("target_completions")
     stall_s = stall_after_s(interval_s, meta.get("stall_after_s"))
-    rates_now = activity.read_rates(store, now, 2 * stall_s, interval_s)
+    rates_now = activity.read_rates(store, now, _rates_lookback(store, now, stall_s, interval_s), interval_s)
     if not (target and summary.completions >= target):  # a run that reached its target stops on purpose
         up = {n["name"] for n in nodes if node_status(n, now, stale_after)[0] == "up"}
         out += _stall_alerts(rates_now, run, now, stall_s, up)
@@ -151,6 +151,20 @@ def evaluate(store: Store, now: float | None = None, meta: Mapping[str, Any] | N
     if fault is not None:  # node states, stalls and drops are frozen at the collector's last poll
         out = [a for a in out if a.name not in COLLECTOR_FROZEN]
     return sorted(out, key=lambda a: a.severity != "critical")
+
+
+def _rates_lookback(store: Store, now: float, stall_s: float, interval_s: float) -> float:
+    """How far back `evaluate` reads polls: twice the stall window, so a quiet node's last growth
+    is in it; but in a store younger than the stall window no node can have been quiet that long
+    (a finished run's view, whose stall window no age reaches, is the usual case), and then
+    only what the live rate and the rate drop need: the live window and a few polls.
+    Reading a finished run's every poll made its Overview take most of a second (issue 34)."""
+    live = windows.rates_lookback_s(interval_s, windows.rate_window_s(interval_s))
+    lookback = max(2 * stall_s, live)
+    first = store.cursor("SELECT MIN(ts_unix) FROM polls").fetchone()[0]
+    if first is not None and now - first < stall_s:
+        return min(lookback, max(live, 3 * interval_s))
+    return lookback
 
 
 # Alerts that only say the collector stopped refreshing them when it is gone (collector_down says that).

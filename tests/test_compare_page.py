@@ -12,15 +12,16 @@ from __future__ import annotations
 import math
 import random
 import re
+import time
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 from test_pages import _clear_streamlit_caches, open_app  # noqa: F401 (autouse fixture: caches leak between AppTests)
 
-from components import compare_view, context
+from components import compare_view, context, runpicker
 from pages import compare as compare_page
-from runhealth import demo, runcompare
+from runhealth import demo, derived, health, runcompare
 from runhealth.analysis import rates
 from runhealth.store import Store
 
@@ -311,3 +312,90 @@ def test_a_finished_runs_overview_shows_its_final_figures(demo_cache, monkeypatc
     at = run("nodes", demo_cache, monkeypatch, url_run="demo-4096")
     text = page_text(at)
     assert "clock skew" not in text and "FINISHED" in text and "last polled" in text
+
+
+def _finished_store_copy(cache: Path, tmp_path: Path) -> Store:
+    """A copy of the demo's finished run's store with no final figures kept yet."""
+    import sqlite3
+
+    (_live, _), (done, _) = demo.demo_runs(cache / "runhealth" / "demo")
+    copy = tmp_path / "finished.sqlite3"
+    with sqlite3.connect(done.resolved_store_path()) as src, sqlite3.connect(copy) as dst:
+        src.backup(dst)
+    store = Store(copy)
+    with store.transaction() as db:
+        db.execute("DELETE FROM page_data WHERE name = ?", (runcompare.FINISHED_LIFE,))
+    return store
+
+
+def test_a_finished_runs_final_figures_are_computed_once_and_read_back(demo_cache, tmp_path, monkeypatch):
+    """Issue 34: a finished run's Overview recomputed its whole-run rates over every poll row on
+    each cold read (1.16 s on the bench store). Its final figures are computed on the first read,
+    kept in its store, and read back by a later reader: equal to a fresh computation, with no
+    pass over the poll rows; a changed poll history gets them computed again."""
+    store = _finished_store_copy(demo_cache, tmp_path)
+    real, calls = runcompare.life_figures, []
+    monkeypatch.setattr(runcompare, "life_figures", lambda s: calls.append(len(s.polls())) or real(s))
+    polls = store.polls()
+    truth = runcompare.LifeFigures(  # store.polls() through life_rates, as Compare read it before
+        runcompare.life_rates(polls), polls[0]["ts_unix"], max(p["ts_unix"] for p in polls if p["completions"])
+    )
+    assert truth.life.tokens_per_s and len(polls) >= 2 * demo.FINISHED_POLLS
+
+    first = derived.final(store, A_N)
+    assert calls == [len(polls)]
+    assert (first.tokens_per_s_life, first.started_unix, first.completed_unix) == (
+        truth.life.tokens_per_s,
+        truth.started_unix,
+        truth.completed_unix,
+    )
+    again = Store(store.path)  # another reader (a new dashboard process): nothing cached in memory
+    assert derived.final(again, A_N) == first
+    assert runcompare.finished_life(again) == truth  # every field, variances included
+    numbers_a = runcompare.run_numbers(again, "demo-4096", 4096, demo.TARGET, True)
+    assert numbers_a.life == truth.life
+    assert calls == [len(polls)]  # read back: no pass over the polls after the first
+
+    with again.transaction() as db:  # the store changed after all (its collection resumed)
+        db.execute(
+            "INSERT INTO polls SELECT ts_unix + 60, node, node_ts_unix, 5, 500, 0, 0, 0, rtt_ms FROM polls"
+            " WHERE ts_unix = (SELECT MAX(ts_unix) FROM polls)"
+        )
+    changed = derived.final(again, A_N)
+    assert len(calls) == 2 and changed.completed_unix == truth.completed_unix + 60
+
+
+def test_a_finished_runs_alerts_read_its_last_polls_only(demo_cache, tmp_path, monkeypatch):
+    """Issue 34: a finished run's Overview evaluated its alerts over every poll it ever made (its
+    stall window, which no age reaches, set how far back to read). In a store younger than the
+    stall window no node can be quiet that long: the last minutes are read, the alerts the same."""
+    store = _finished_store_copy(demo_cache, tmp_path)
+    (_live, _), (done, _) = demo.demo_runs(demo_cache / "runhealth" / "demo")
+    never = runpicker.FINISHED_AGE_S
+    meta = {**health.settings(done), "stall_after_s": never, "stale_after_s": never}
+    now, since, real = time.time(), [], store.polls
+    monkeypatch.setattr(
+        store, "polls", lambda since_unix=None, node=None: since.append(since_unix) or real(since_unix, node)
+    )
+    found = health.evaluate(store, now, meta)
+    assert since and all(s is not None and s >= now - 600 for s in since), since
+    assert any(a.name.startswith("truncation") for a in found), found  # not vacuous: the 18% is named
+    monkeypatch.setattr(health, "_rates_lookback", lambda _s, _n, stall_s, _i: max(2 * stall_s, 120.0))
+    assert health.evaluate(store, now, meta) == found  # as read over every poll
+    assert since[-1] < now - 10**8
+
+
+def test_final_figures_of_a_store_that_cannot_be_written_are_still_shown(demo_cache, tmp_path, monkeypatch, caplog):
+    """A finished run's store that refuses the write (read-only file, locked): its figures are
+    computed on each read, the page still gets them, and the log says why."""
+    import sqlite3
+
+    store = _finished_store_copy(demo_cache, tmp_path)
+
+    def refuse(*_args):
+        raise sqlite3.OperationalError("attempt to write a readonly database")
+
+    monkeypatch.setattr(runcompare.pagedata, "put", refuse)
+    expected = runcompare.life_figures(store)
+    assert runcompare.finished_life(store) == expected == runcompare.finished_life(store)
+    assert "final figures not stored" in caplog.text and "readonly" in caplog.text

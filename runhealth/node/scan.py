@@ -218,18 +218,27 @@ def _load_counted_line(raw):
     (surrogateescape), raw control characters are allowed (strict=False), and a backslash that
     starts no valid escape stands for itself. So a line's outcome never depends on whether a
     template had been learned before it (sequential and parallel scans agree), and a template
-    never accepts a line this rejects.
+    never accepts a line this rejects. The escape repair runs only when strict=False alone
+    fails: a line it parses holds no bad escape, so the repair would not change it.
     """
     obj = load_line(raw)
     if obj is not None:
         return obj, False
-    try:
-        text = bytes(raw).decode("utf-8", "surrogateescape")
-        text = _BAD_ESCAPE_RE.sub(lambda m: "\\\\" if m.group(1) else m.group(0), text)
+    text = bytes(raw).decode("utf-8", "surrogateescape")
+    try:  # no bad escape (the usual broken writer: raw TABs, invalid UTF-8): nothing to repair
         obj = json.loads(text, strict=False)
     except (ValueError, RecursionError):
-        return None, True
+        try:
+            text = _BAD_ESCAPE_RE.sub(_repair_escape, text)
+            obj = json.loads(text, strict=False)
+        except (ValueError, RecursionError):
+            return None, True
     return (obj if isinstance(obj, dict) else None), True
+
+
+def _repair_escape(m):
+    """A lone backslash doubled (it stands for itself); a valid escape kept."""
+    return "\\\\" if m.group(1) else m.group(0)
 
 
 # ---------------------------------------------------------------------------- templates
@@ -248,7 +257,9 @@ def _load_counted_line(raw):
 # characters or bad escapes inside a long text string, only come from a broken writer (never
 # json.dumps, serde or Go) and leave the line's counts alone, so such a line counts here; the
 # json.loads path counts it too, with the same content repaired (_load_counted_line), so the
-# two paths agree. Not decoding the text is what keeps raw UTF-8 fast.
+# two paths agree. Not decoding the text is what keeps raw UTF-8 fast. A repaired line teaches
+# templates too (they check structure only, and the repair never moves where a string ends), so
+# a broken writer's shard, where no line is valid JSON, is not left on the json.loads path.
 _TOKEN_RE = re.compile(
     rb'([ \t\r]*)(?:("(?:[^"\\]|\\.)*")|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)'
     rb"|(true|false|null)|([{}\[\]:,]))"
@@ -533,7 +544,7 @@ def _count_slow(raw, tally, tmpl_state, overrides, learn):
     if key[1] is not None and not key[1].isascii():
         key = (key[0], clean_text(key[1]), key[2])  # a "\\ud800" escape: counted as U+FFFD
     tally.slow[key] = tally.slow.get(key, 0) + 1
-    if learn and not repaired and tmpl_state[2] > 0 and key[2] == 0:
+    if learn and tmpl_state[2] > 0 and key[2] == 0:
         _learn(tmpl_state, bytes(raw), obj)
 
 
