@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from runhealth import activity, hardware, heartbeat, windows
-from runhealth.analysis import stats
+from runhealth.analysis import reasons, stats
 from runhealth.hardware import host_problems as host_problems  # re-exported: one import for the words
 from runhealth.hardware import missing_gpus as missing_gpus
 from runhealth.records import NodeRow
@@ -320,6 +320,15 @@ def hardware_alerts(store: Store, run: str, now: float, nodes: list[NodeRow], st
 def run_summary(store: Store, ceiling: int | None) -> stats.Summary:
     """The run's length summary, exactly as the Overview computes it."""
     rows = store.length_counts(by="run")
+    totals: dict[str, int] = {}
+    for r in rows:
+        totals[r["finish_reason"] or ""] = totals.get(r["finish_reason"] or "", 0) + r["count"]
+    if len(totals) > len(reasons.KNOWN) + reasons.MAX_SHOWN_OTHERS + 2:
+        # A store from before reasons were bounded may hold 100,000 distinct ones: fold the rest
+        # into "other" first (summarize bounds them the same way), so a scrape's alerts stay cheap.
+        names = reasons.shown_names(totals)
+        shown = {r: r for r in names} | {"": ""}
+        rows = [{**r, "finish_reason": shown.get(r["finish_reason"] or "", reasons.OTHER) or None} for r in rows]
     hist = stats.LengthHist.from_rows((r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in rows)
     malformed = sum(n["malformed"] for n in store.counted_nodes())
     return stats.summarize(hist, ceiling=ceiling, unparseable=malformed)
