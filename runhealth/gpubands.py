@@ -30,8 +30,8 @@ BAND_POINTS = 240
 # Widths (each at most twice the last): a window uses the first that covers its span in
 # BAND_POINTS steps, so 120 to 240 of them. 15 min, 1 h, 6 h and 24 h windows get 3.75, 15, 90
 # and 360 s; past a day (rolled-up minutes) widths are whole minutes, past 7 days whole 10 minutes.
-STEPS_S = (3.75, 7.5, 15.0, 30.0, 45.0, 90.0, 180.0, 360.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0)
-STEPS_S += (21600.0, 43200.0, 86400.0)
+STEPS_S: tuple[float, ...] = (3.75, 7.5, 15.0, 30.0, 45.0, 90.0, 180.0, 360.0, 600.0, 1200.0, 1800.0, 3600.0)
+STEPS_S += (7200.0, 14400.0, 21600.0, 43200.0, 86400.0)
 # What a band is computed from: the page's values, then each limit (its per-node maximum).
 VALUES = ("util_pct", "power_w", "mem_used_gib", "temp_c", "sm_clock_mhz")
 LIMITS = ("power_limit_w",)
@@ -195,4 +195,4 @@ class Bands:
 
 def _nullable(col: np.ndarray) -> list[float | None]:
     """A column as a list, NaN as None (what the payload held before: JSON has no NaN)."""
-    return np.where(np.isnan(col), None, col).tolist()
+    return [None if x != x else x for x in col.tolist()]

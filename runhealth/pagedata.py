@@ -232,9 +232,7 @@ def band_cells(window_s: float | None, now: float, oldest: float) -> tuple[float
     return step, int(since / step)
 
 
-def gpu_window(
-    store: Store, window_s: float | None, now: float, bands: gpubands.Bands | None = None
-) -> dict[str, Any]:
+def gpu_window(store: Store, window_s: float | None, now: float, bands: gpubands.Bands | None = None) -> dict[str, Any]:
     """What the GPU page draws for one window, all nodes: the series itself for a small run,
     per-node bands (and each limit's maximum) past PER_GPU_LINES_UP_TO GPUs, from `bands`
     (kept between calls by the Refresher; a fresh one computes the window from scratch)."""

@@ -133,7 +133,9 @@ def test_kept_bands_equal_bands_from_scratch_as_rows_arrive(tmp_path, monkeypatc
     kept = gpubands.Bands(store)
     reads: list[tuple[float, int]] = []
     real = gpubands.gpu_means
-    monkeypatch.setattr(gpubands, "gpu_means", lambda s, step, first: reads.append((step, first)) or real(s, step, first))
+    monkeypatch.setattr(
+        gpubands, "gpu_means", lambda s, step, first: reads.append((step, first)) or real(s, step, first)
+    )
     pagedata.gpu_windows(store, now, bands=kept)
     for n, (ts, util) in enumerate([(now + 10, 50.0), (now + 20, 40.0), (now + 14, 10.0), (now + 300, 70.0)]):
         add_round(store, ts, 12 if n != 2 else 3, util)  # the third round: 3 slow nodes, stamped earlier
