@@ -13,7 +13,12 @@ the bounded pool, threads in use, a /metrics scrape, and cold page renders (AppT
 baseline, measured in the same run, is the smallest node count: per-node costs are given as
 ratios to it, so growth is visible (1.0 = linear).
 
+With `--history 24h` the store first gets that much past history (bulk-written, as a collector
+running that long leaves it), and the steady window reports the collector's CPU share split into
+polls + store writes, page data (the Refresher's thread) and /metrics (a scrape every 15 s).
+
     python bench/fleet.py [--nodes 64,256,512] [--steady 20] [--interval 10] [--rtt-ms 20] [--pages]
+                          [--history 24h]
 """
 
 from __future__ import annotations
@@ -145,14 +150,76 @@ def serial_write_s(store: Store, config, sims: dict) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
+def parse_span(text: str) -> float:
+    """'24h', '90m', '600s' or plain seconds -> seconds."""
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0}
+    return float(text[:-1]) * units[text[-1]] if text[-1:] in units else float(text)
+
+
+def build_history(store: Store, nodes: int, span_s: float, interval_s: float, end_unix: float) -> float:
+    """`span_s` of past polls every `interval_s` ending at `end_unix`, written in bulk SQL (GPU
+    samples of 8 GPUs per node, poll deltas): what a collector running that long leaves in its
+    store, without polling it. Returns the seconds it took."""
+    start, polls = time.perf_counter(), int(span_s // interval_s)
+    first = end_unix - polls * interval_s
+    with store.transaction() as db:
+        db.execute("CREATE TEMP TABLE bench_nodes (i INTEGER PRIMARY KEY, name TEXT)")
+        db.executemany("INSERT INTO bench_nodes VALUES (?, ?)", [(i, f"node-{i:04d}") for i in range(nodes)])
+        db.execute(
+            "INSERT INTO gpu_samples WITH RECURSIVE p(k) AS (SELECT 0 UNION ALL SELECT k + 1 FROM p WHERE k < ?),"
+            " g(gpu) AS (SELECT 0 UNION ALL SELECT gpu + 1 FROM g WHERE gpu < 7)"
+            " SELECT ? + k * ? + i * 0.001, name, gpu, 90 + abs(random() % 900) / 100.0, 120000.0, 143771.0,"
+            " 600 + abs(random() % 9000) / 100.0, 700.0, 60.0, 1980.0, 0 FROM p, bench_nodes, g",
+            (polls - 1, first, interval_s),
+        )
+        db.execute(
+            "INSERT INTO polls WITH RECURSIVE p(k) AS (SELECT 0 UNION ALL SELECT k + 1 FROM p WHERE k < ?)"
+            " SELECT ? + k * ? + i * 0.001, name, NULL, 40, 40000, 2, 0, 0, 20.0 FROM p, bench_nodes",
+            (polls - 1, first, interval_s),
+        )
+        db.execute(
+            "INSERT OR REPLACE INTO gpu_seen SELECT name, gpu, ? FROM bench_nodes,"
+            " (WITH RECURSIVE g(gpu) AS (SELECT 0 UNION ALL SELECT gpu + 1 FROM g WHERE gpu < 7) SELECT gpu FROM g)",
+            (end_unix,),
+        )
+        db.execute("DROP TABLE bench_nodes")
+    return time.perf_counter() - start
+
+
+class ThreadCpu:
+    """CPU seconds spent inside a function, in whatever thread calls it (time.thread_time)."""
+
+    def __init__(self, fn):
+        self.fn, self.cpu_s, self.calls, self.lock = fn, 0.0, 0, threading.Lock()
+
+    def __call__(self, *a, **kw):
+        start = time.thread_time()
+        try:
+            return self.fn(*a, **kw)
+        finally:
+            with self.lock:
+                self.cpu_s += time.thread_time() - start
+                self.calls += 1
+
+
 def measure(n: int, args, tmp: Path) -> dict:
     store_path = tmp / f"fleet-{n}.sqlite3"
     config = fleet_config(n, store_path, args.interval)
     store = Store(store_path)
     sims = {node.name: SimNode(i, args.rtt_ms / 1000) for i, node in enumerate(config.nodes)}
     out: dict = {"nodes": n}
+    if args.history:
+        out["history_build_s"] = build_history(store, n, parse_span(args.history), args.interval, time.time() - 1)
+        out["gpu_rows"] = store.cursor("SELECT COUNT(*) FROM gpu_samples").fetchone()[0]
+        print(f"{n} nodes: {out['gpu_rows']:,} GPU rows in {out['history_build_s']:.0f} s", file=sys.stderr)
     with Collector(config, store, transports=sims) as collector:
         collector.poll_once()  # first index of every node (backfill)
+        if args.history:  # the first page-data pass (every window from scratch), then the steady state
+            collector.pagedata.wait_idle(600)
+            cpu = time.process_time()
+            collector.pagedata.run_now()
+            out["first_pass_cpu_s"] = time.process_time() - cpu
+            collector.pagedata.run_now = ThreadCpu(collector.pagedata.run_now)  # type: ignore[method-assign]
         rounds = []
         for _ in range(args.rounds):
             start = time.perf_counter()
@@ -162,9 +229,20 @@ def measure(n: int, args, tmp: Path) -> dict:
         polls_before = store.query("SELECT COUNT(*) AS n FROM polls")[0]["n"]
         cpu0, wall0 = time.process_time(), time.perf_counter()
         collector.start()
-        time.sleep(args.steady)
+        scrape = ThreadCpu(lambda: generate_latest(exporter.registry_for(store)))
+        while time.perf_counter() - wall0 < args.steady:  # Prometheus scraping /metrics every 15 s
+            scrape()
+            time.sleep(max(0.0, min(15.0, args.steady - (time.perf_counter() - wall0))))
         out["threads"] = threading.active_count()
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        if args.history:
+            page_cpu = collector.pagedata.run_now.cpu_s  # type: ignore[attr-defined]
+            out["share"] = {
+                "polls + writes": (cpu - page_cpu - scrape.cpu_s) / wall,
+                "page data": page_cpu / wall,
+                "/metrics": scrape.cpu_s / wall,
+            }
+            out["page_runs"] = collector.pagedata.run_now.calls  # type: ignore[attr-defined]
     polls = store.query("SELECT COUNT(*) AS n FROM polls")[0]["n"] - polls_before
     out["write_s"], out["write_cpu_s"] = serial_write_s(store, config, sims)
     out.update(
@@ -215,6 +293,11 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=10.0)
     parser.add_argument("--rtt-ms", type=float, default=20.0)
     parser.add_argument("--pages", action="store_true", help="also time cold page renders (slow at 512)")
+    parser.add_argument(
+        "--history",
+        default="",
+        help="store history before measuring, e.g. 24h (of --interval polls; 24h x 512 nodes is 35M GPU rows)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     results = []
@@ -256,6 +339,21 @@ def report(results: list[dict], args) -> None:
         f" the smaller, halved for headroom: {min(args.interval * 1000 / write_ms, args.interval * 1000 / cpu_ms) / 2:,.0f}"
         " nodes"
     )
+    if args.history:
+        print(f"\nwith {args.history} of history at {args.interval:g} s polls: the collector's CPU share, split")
+        print(
+            "| nodes | GPU rows | first page-data pass (CPU) | page-data runs | polls + writes | page data"
+            " | /metrics | whole collector | per node × base |"
+        )
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        base_per = base["cpu_share"] / base["nodes"]
+        for r in results:
+            sh = r["share"]
+            print(
+                f"| {r['nodes']} | {r['gpu_rows']:,} | {r['first_pass_cpu_s']:.1f} s | {r['page_runs']} |"
+                + "".join(f" {100 * sh[k]:.1f}% |" for k in ("polls + writes", "page data", "/metrics"))
+                + f" {100 * r['cpu_share']:.1f}% | {r['cpu_share'] / r['nodes'] / base_per:.2f} |"
+            )
     if args.pages:
         print("\n| nodes | " + " | ".join(results[0]["pages"]) + " |")
         print("|---:|" + "---:|" * len(results[0]["pages"]))

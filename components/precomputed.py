@@ -58,15 +58,22 @@ def render_age(store: Store, name: str, what: str) -> None:
     st.caption(f"{what}: {age_text(computed_at(store, name))}.")
 
 
+@st.cache_resource(ttl=10, max_entries=8, hash_funcs=_HASH, show_spinner=False)
+def _computed_now(store: Store, window: str, now: float) -> dict[str, Any]:
+    """The window's payload computed here (no precomputed copy yet): the same bands, from scratch."""
+    return pagedata.gpu_window(store, pagedata.GPU_WINDOWS_S[window], now)
+
+
 def gpu_window(store: Store, window: str, labels: list[str]) -> dict[str, Any] | None:
-    """The GPU page's series for `window` and the chosen GPUs, from the collector's payload:
-    {"as_of", "series": per-GPU rows or None, "bands": {value: per-node bands} or None,
-    "limits": {limit column: max}}. None: no payload, or the choice needs per-GPU lines the
-    payload does not hold (the page then reads the store itself)."""
+    """The GPU page's series for `window` and the chosen GPUs, from the collector's payload
+    (computed here when there is none yet; "as_of" None then): {"as_of", "series": per-GPU rows
+    or None, "bands": {value: per-node bands} or None, "limits": {limit column: max}}. None: a
+    small run without a payload, or a choice that needs per-GPU lines the payload does not hold
+    (the page then reads the store itself)."""
     got = payload(store, f"gpu:{window}")
-    if got is None:
-        return None
-    as_of, pre = got
+    as_of, pre = got if got is not None else (None, _computed_now(store, window, time.time() // 10 * 10))
+    if got is None and pre["series"] is not None:
+        return None  # a small run: the page reads its lines from the store, as the payload would hold
     chosen = set(labels)
     if pre["series"] is not None:
         df = frame(pre["series"])

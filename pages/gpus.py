@@ -77,14 +77,9 @@ def render_series(rt: PageRuntime, window: str, labels: list[str]) -> None:
         return
     st.caption(f"Series over the last {window}: {precomputed.age_text(pre['as_of'] if pre else None)}.")
     cols = st.columns(2)
-    bands = pre["bands"] is not None if pre else df["label"].nunique() > PER_GPU_LINES_UP_TO
     for i, (col, title, unit, limit) in enumerate(SERIES):
-        if bands:
-            if pre:
-                lim, band = pre["limits"].get(limit) if limit else None, pre["bands"][col]
-            else:
-                lim = float(df[limit].max()) if limit and df[limit].notna().any() else None
-                band = tables.gpu_bands(df, col)
+        if pre and pre["bands"] is not None:  # past PER_GPU_LINES_UP_TO GPUs, with or without a payload
+            lim, band = pre["limits"].get(limit) if limit else None, pre["bands"][col]
             scale = (0, 100) if unit == "%" else (0, lim) if lim else None  # fixed: colours mean the same each refresh
             fig = figcache.figure(figures.make_gpu_band_figure, band, title, unit, lim, scale, show_legend=i == 0)
         else:

@@ -19,16 +19,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import statistics
+import math
+import os
+import re
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from runhealth import rollup, textsafe
+from runhealth import gpubands, rollup, textsafe
 from runhealth.analysis import lengthtime, loops, stats, whatif
-from runhealth.records import GpuNumber, GroupTotalRow, LabelledGpuPoint, LengthCountRow, rows_as, widen
+from runhealth.records import GroupTotalRow, LabelledGpuPoint, LengthCountRow, rows_as, widen
 from runhealth.store import Store
 from runhealth.windows import stale_after_s
 
@@ -40,26 +42,34 @@ WHATIF_EVERY_S = 60.0  # the what-if fit (bootstrap included) is redone at most 
 # for, and the time steps of the per-node bands it draws past PER_GPU_LINES_UP_TO GPUs.
 GPU_WINDOWS_S: dict[str, float | None] = {"15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "whole run": None}
 GPU_MAX_POINTS = 400
-BAND_POINTS = 240
+BAND_POINTS = gpubands.BAND_POINTS
 PER_GPU_LINES_UP_TO = 8
-GPU_VALUES = ("util_pct", "power_w", "mem_used_gib", "temp_c", "sm_clock_mhz")
-GPU_LIMITS: tuple[GpuNumber, ...] = ("power_limit_w",)
+GPU_VALUES = gpubands.VALUES
 WHATIF_BOOTSTRAP = whatif.BOOTSTRAP
 GROUP_COLUMNS = ["group", "completions", "at_ceiling", "fraction", "lo", "hi", "ceiling", "drift"]
 
 
 # -- storage -----------------------------------------------------------------------------------
 def encode(obj: Any) -> bytes:
-    """JSON (dataclasses as dicts, tuples as lists), compressed."""
+    """JSON (dataclasses as dicts, tuples as lists), compressed. A GPU band table goes in as the
+    JSON text its steps were serialised to when computed (each step once, not every refresh)."""
+    texts: list[str] = []
+    token = os.urandom(8).hex()  # placeholders no value in the payload can spell by chance
 
     def default(o: Any) -> Any:
+        if isinstance(o, gpubands.BandTable):
+            texts.append(o.json_text())
+            return f"\x00{token}:{len(texts) - 1}\x00"
         if dataclasses.is_dataclass(o) and not isinstance(o, type):
             return dataclasses.asdict(o)
         if isinstance(o, (set, frozenset)):
             return sorted(o)
         raise TypeError(f"cannot store {type(o).__name__} in a page payload")
 
-    return zlib.compress(json.dumps(obj, separators=(",", ":"), default=default).encode("utf-8"), 1)
+    text = json.dumps(obj, separators=(",", ":"), default=default)
+    if texts:
+        text = re.sub(rf'"\\u0000{token}:(\d+)\\u0000"', lambda m: texts[int(m.group(1))], text)
+    return zlib.compress(text.encode("utf-8"), 1)
 
 
 def decode(blob: bytes) -> Any:
@@ -202,53 +212,44 @@ def gpu_series(store: Store, since_unix: float | None, max_points: int = GPU_MAX
     return rows_as(LabelledGpuPoint, rows)
 
 
-def gpu_bands(rows: Sequence[Mapping[str, Any]], value: str, points: int = BAND_POINTS) -> list[dict[str, Any]]:
-    """Per node and time step: median, min and max of `value` across the node's GPUs (NaN-free:
-    missing readings are left out, as pandas does)."""
-    if not rows:
-        return []
-    times = [r["ts_unix"] for r in rows]
-    step = max((float(max(times) - min(times)) or 1.0) / points, 1.0)
-    cells: dict[tuple[str, float], tuple[list[float], set[int]]] = {}
-    for r in rows:
-        cell = cells.setdefault((r["node"], (r["ts_unix"] // step) * step), ([], set()))
-        if r[value] is not None:
-            cell[0].append(r[value])
-        cell[1].add(r["gpu"])
-    out = []
-    for (node, t), (values, gpus) in sorted(cells.items()):
-        out.append(
-            {
-                "node": node,
-                "t_unix": t,
-                "median": statistics.median(values) if values else None,
-                "min": min(values) if values else None,
-                "max": max(values) if values else None,
-                "gpus": len(gpus),
-            }
-        )
-    return out
+def gpu_oldest(store: Store) -> float | None:
+    """The oldest GPU reading the store holds (raw or rolled up): where the whole run starts."""
+    found = [store.cursor("SELECT MIN(ts_unix) FROM gpu_samples").fetchone()[0]]
+    if rollup.has_rollups(store):
+        sql = "SELECT MIN(bucket_unix) FROM gpu_rollup WHERE res_s = ?"
+        found += [store.cursor(sql, (res,)).fetchone()[0] for res in rollup.TIERS]
+    return min((t for t in found if t is not None), default=None)
 
 
-def gpu_window(store: Store, window_s: float | None, now: float) -> dict[str, Any]:
-    """What the GPU page draws for one window, all nodes: the series itself for a small run,
-    per-node bands (and each limit's maximum) past PER_GPU_LINES_UP_TO GPUs."""
+def band_cells(window_s: float | None, now: float, oldest: float) -> tuple[float, int]:
+    """(step width, first step index) of a window's bands: about BAND_POINTS aligned steps over
+    the window (a window reaching past the oldest reading is the whole run's)."""
     since = gpu_since(window_s, now)
-    rows = gpu_series(store, since)
-    labels = sorted({r["label"] for r in rows})
-    out: dict[str, Any] = {"since": since, "labels": labels, "series": None, "bands": None, "limits": {}}
-    if len(labels) <= PER_GPU_LINES_UP_TO:
+    if since is None or window_s is None or since <= oldest:
+        step = gpubands.step_for(now - oldest)
+        return step, int(oldest / step)
+    step = gpubands.step_for(window_s)
+    return step, int(since / step)
+
+
+def gpu_window(store: Store, window_s: float | None, now: float, bands: gpubands.Bands | None = None) -> dict[str, Any]:
+    """What the GPU page draws for one window, all nodes: the series itself for a small run,
+    per-node bands (and each limit's maximum) past PER_GPU_LINES_UP_TO GPUs, from `bands`
+    (kept between calls by the Refresher; a fresh one computes the window from scratch)."""
+    since = gpu_since(window_s, now)
+    oldest = gpu_oldest(store)
+    out: dict[str, Any] = {"since": since, "labels": [], "series": None, "bands": None, "limits": {}}
+    seen = store.gpus_seen(-math.inf if since is None else since)
+    if oldest is None or sum(map(len, seen.values())) <= PER_GPU_LINES_UP_TO:
+        rows = gpu_series(store, since)
+        out["labels"] = sorted({r["label"] for r in rows})
         out["series"] = columns(rows, list(rows[0]) if rows else [])
         return out
-    out["bands"] = {
-        v: columns(gpu_bands(rows, v), ["node", "t_unix", "median", "min", "max", "gpus"]) for v in GPU_VALUES
-    }
-    for limit in GPU_LIMITS:  # per node, so a page showing some nodes takes their maximum
-        per_node: dict[str, float] = {}
-        for r in rows:
-            if (value := r[limit]) is not None:
-                per_node[r["node"]] = max(per_node.get(r["node"], value), value)
-        out["limits"][limit] = per_node
+    step, first = band_cells(window_s, now, oldest)
+    bands = bands or gpubands.Bands(store)
+    bands.update(step, first)
+    out["labels"] = sorted(f"{n}/{g}" for n, gpus in store.gpus_seen(first * step).items() for g in gpus)
+    out.update(bands.window(step, first))
     return out
 
 
@@ -260,10 +261,13 @@ def window_due(span_s: float | None, age_s: float | None, min_interval_s: float)
     return age_s is None or age_s >= max(min_interval_s, width)
 
 
-def gpu_windows(store: Store, now: float, due: Callable[[str], bool] = lambda name: True) -> dict[str, Any]:
-    """The GPU page's due windows. A window reaching back past the oldest sample (no rollups)
-    is the whole run's: computed once, stored under each such name."""
-    oldest = None if rollup.has_rollups(store) else store.cursor("SELECT MIN(ts_unix) FROM gpu_samples").fetchone()[0]
+def gpu_windows(
+    store: Store, now: float, due: Callable[[str], bool] = lambda name: True, bands: gpubands.Bands | None = None
+) -> dict[str, Any]:
+    """The GPU page's due windows. A window reaching back past the oldest reading is the whole
+    run's: computed once, stored under each such name. `bands` keeps the steps between calls."""
+    bands = bands or gpubands.Bands(store)
+    oldest = gpu_oldest(store)
     out: dict[str, Any] = {}
     whole: dict[str, Any] | None = None
     for name, span in GPU_WINDOWS_S.items():
@@ -271,10 +275,12 @@ def gpu_windows(store: Store, now: float, due: Callable[[str], bool] = lambda na
             continue
         since = gpu_since(span, now)
         if oldest is not None and (since is None or since <= oldest):
-            whole = whole or gpu_window(store, None, now)
+            whole = whole or gpu_window(store, None, now, bands)
             out[f"gpu:{name}"] = {**whole, "since": since}
         else:
-            out[f"gpu:{name}"] = gpu_window(store, span, now)
+            out[f"gpu:{name}"] = gpu_window(store, span, now, bands)
+    if oldest is not None:  # the widths some window uses now, due or not: the others are let go
+        bands.forget(band_cells(span, now, oldest)[0] for span in GPU_WINDOWS_S.values())
     return out
 
 
@@ -285,8 +291,10 @@ def compute_all(
     now: float | None = None,
     gpu_due: Callable[[str], bool] = lambda name: True,
     whatif_due: bool = True,
+    bands: gpubands.Bands | None = None,
 ) -> dict[str, Any]:
-    """Every payload, by name (what `Refresher` writes); GPU windows only when `gpu_due(window)`."""
+    """Every payload, by name (what `Refresher` writes); GPU windows only when `gpu_due(window)`,
+    their bands kept in `bands` between calls (a fresh one: computed from scratch)."""
     now = time.time() if now is None else now
     out: dict[str, Any] = {}
     lengths = run_lengths(store, ceiling_config)
@@ -302,7 +310,7 @@ def compute_all(
     out["truncation_over_time"] = truncation_over_time(store, interval_s, ceiling)
     if ceiling and hist.total and whatif_due:
         out["whatif"] = whatif_default(hist, ceiling, loops.loop_sample(store.latest_sample_batch()))
-    out.update(gpu_windows(store, now, gpu_due))
+    out.update(gpu_windows(store, now, gpu_due, bands))
     return out
 
 
@@ -329,6 +337,7 @@ class Refresher:
         self._last_start: float | None = None
         self._gpu_done: dict[str, float] = {}  # window -> when last computed (monotonic)
         self._whatif_done: float | None = None  # monotonic
+        self.bands = gpubands.Bands(store)  # the GPU bands' steps, kept: each poll's rows are read once per width
         self.last_error: str | None = None
         self.runs = 0
 
@@ -352,7 +361,13 @@ class Refresher:
 
         whatif_due = self._whatif_done is None or began - self._whatif_done >= WHATIF_EVERY_S
         payloads = compute_all(
-            self.store, self.ceiling, self.interval_s, now=started, gpu_due=due, whatif_due=whatif_due
+            self.store,
+            self.ceiling,
+            self.interval_s,
+            now=started,
+            gpu_due=due,
+            whatif_due=whatif_due,
+            bands=self.bands,
         )
         put(self.store, payloads, started)
         if "whatif" in payloads:

@@ -19,11 +19,12 @@ import pandas as pd
 import pytest
 import store_fixtures
 import streamlit as st
+import test_gpubands
 from shardgen import truth_rows, write_shard
 from streamlit.testing.v1 import AppTest
 from test_pages import _clear_streamlit_caches, open_app  # noqa: F401 (autouse fixture: caches leak between AppTests)
 
-from components import loaders, precomputed, tables
+from components import loaders, precomputed
 from runhealth import pagedata
 from runhealth.analysis import loops, stats, whatif
 from runhealth.collector import Collector
@@ -112,13 +113,18 @@ def test_whatif_payload_is_the_pages_default_fit(stores):
 
 
 def test_gpu_window_bands_equal_the_pages_bands(stores):
+    """The payload's bands are the old builder's (test_gpubands.reference_window), and the page
+    without a payload computes the same ones (precomputed._computed_now)."""
     store = store_of(stores["healthy"])  # 32 GPUs: per-node bands
-    payload = pagedata.gpu_window(store, None, time.time())
+    now = time.time()
+    payload = pagedata.gpu_window(store, None, now)
     labels = payload["labels"]
     assert len(labels) == 32 and payload["series"] is None
-    df = loaders.load_gpu_series(store, None)
+    step, first = pagedata.band_cells(None, now, pagedata.gpu_oldest(store) or 0)
+    test_gpubands.assert_same_bands(payload, test_gpubands.reference_window(store, step, first))
+    on_page = precomputed._computed_now(store, "whole run", now)
     for value in pagedata.GPU_VALUES:
-        same_frame(precomputed.frame(payload["bands"][value]), tables.gpu_bands(df, value))
+        same_frame(precomputed.frame(payload["bands"][value]), precomputed.frame(on_page["bands"][value]))
     assert payload["limits"]["power_limit_w"] == {f"node-{i}": 700.0 for i in range(1, 5)}
 
 
