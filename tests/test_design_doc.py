@@ -128,16 +128,12 @@ def test_the_module_list_parser_reads_both_tree_styles():
 def test_every_module_is_in_the_design_module_list():
     named = parse_modules(module_list(DESIGN.read_text(encoding="utf-8")))
     missing = sorted(package_modules() - set(named))
-    assert not missing, (
-        "docs/design.md's module list (the code block at its top) does not name:\n  "
-        + "\n  ".join(where_to_add(m, named) for m in missing)
-    )
+    where = "\n  ".join(where_to_add(m, named) for m in missing)
+    assert not missing, f"docs/design.md's module list (the code block at its top) does not name:\n  {where}"
 
 
 def test_every_module_the_design_list_names_exists():
     named = parse_modules(module_list(DESIGN.read_text(encoding="utf-8")))
     gone = sorted(p for p in named if "*" not in p and not (ROOT / p).exists())
-    assert not gone, (
-        "docs/design.md's module list names what is not in the tree (renamed or removed? "
-        "fix or delete its line):\n  " + "\n  ".join(gone)
-    )
+    listed = "\n  ".join(gone)
+    assert not gone, f"docs/design.md's module list names what is not in the tree (renamed or removed?):\n  {listed}"
