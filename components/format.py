@@ -10,6 +10,11 @@ from __future__ import annotations
 import re
 import time
 
+from runhealth.health import DOWN_AFTER_STALE as DOWN_AFTER_STALE  # node states: one rule, the core's
+from runhealth.health import fmt_age as fmt_age
+from runhealth.health import fmt_ago as fmt_ago
+from runhealth.health import level as level
+from runhealth.health import node_status as node_status
 from runhealth.screens.words import fmt_bytes as fmt_bytes  # the core words tiles with these
 from runhealth.screens.words import fmt_rate as fmt_rate
 from runhealth.screens.words import fmt_window as fmt_window

@@ -20,6 +20,7 @@ import streamlit as st
 
 from components import precomputed
 from runhealth import activity, derived, hardware, health, pagedata, rollup
+from runhealth.activity import RunRates as RunRates  # the pages name the rates type through here
 from runhealth.analysis import lengthtime, stats, whatif
 from runhealth.config import RunConfig
 from runhealth.records import HostReading, NodeRow, PendingSampleBatch, SampleBatch

@@ -21,6 +21,7 @@ from runhealth.activity import NodeRate
 from runhealth.analysis import stats
 from runhealth.analysis.stats import Summary
 from runhealth.analysis.whatif import WhatIf
+from runhealth.hardware import telemetry_errors as telemetry_errors  # the GPUs page words them
 from runhealth.health import fmt_age, fmt_ago, node_status
 from runhealth.records import HostReading, NodeRow, StoredSample
 
