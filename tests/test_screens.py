@@ -201,3 +201,19 @@ def test_a_run_writing_for_the_whole_window_gets_an_eta_at_the_15_min_average(tm
     assert model.average.label == "15 min avg" and model.eta_s is not None and model.eta_s > 0
     eta = next(t for t in model.tiles if t.label == "ETA")
     assert eta.level == "ok" and "at the 15 min avg" in eta.sub
+
+
+def test_truncation_by_node_is_precomputed_for_a_detected_ceiling(tmp_path, monkeypatch):
+    """With no max_output_tokens configured the page asks for the groups at the detected 4,096:
+    the collector's payload must be keyed by that (main: keyed by the configured None, so the
+    page recomputed it on every refresh, "(no precomputed copy yet)" forever)."""
+    store = Store(tmp_path / "x.sqlite3")
+    store_fixtures.build_run(store, now=time.time(), trunc_frac=0.18)
+    config = store_fixtures.write_config(tmp_path, tmp_path / "x.sqlite3", max_output_tokens=None)
+    pagedata.Refresher(store, None, 10).run_now()
+    assert pagedata.get(store, "groups:node")[1]["ceiling"] == 4096
+    store.close()
+    at = run_page("lengths", config, monkeypatch)
+    assert_clean(at)
+    captions = [c.value for c in at.caption if c.value.startswith("Truncation by")]
+    assert captions and all("computed by the collector" in c for c in captions), captions
