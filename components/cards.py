@@ -1,7 +1,7 @@
 """render_* pieces the screens are made of: big tiles, one-sentence alerts, node cards, samples.
 
-Tile builders (`tile`, `truncation_tile`, `overview_tiles`) are pure and sit beside the render
-functions that draw them; tables come from components/tables.py, words from components/format.py.
+Tiles are built in the core (runhealth.screens.overview: the Overview's model) and drawn here;
+tables come from components/tables.py, words from components/format.py.
 
 Text that comes from the nodes (errors, completions, prompts) is never rendered as markdown or
 HTML: tiles escape everything they interpolate, alerts are markdown-escaped, and sample text
@@ -11,22 +11,22 @@ goes through `st.code` / `st.text` only, so a completion holding `<script>` or a
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import time
 from collections.abc import Mapping
 from typing import Any
 
-import pandas as pd
 import streamlit as st
 
-from components.format import fmt_bytes, fmt_rate, fmt_window, md_escape
-from components.loaders import Throughput
+from components.format import md_escape
 from components.tables import finished_line, indexing_progress, last_error_line, node_table, why_empty
-from runhealth import derived, storefile
-from runhealth.activity import NodeRate, RunRates
+from runhealth import storefile
+from runhealth.activity import NodeRate
 from runhealth.analysis.stats import Summary
-from runhealth.health import fmt_age, level, node_status
+from runhealth.health import node_status
 from runhealth.records import NodeRow, StoredSample
+from runhealth.screens import overview as overview_model
 
 STATE_COLOUR = {"UP": "#1B5E20", "STALE": "#8A5A00", "DOWN": "#8B1A1A", "PENDING": "#3A3F4B", "FINISHED": "#3A3F4B"}
 STATE_MD = {
@@ -73,20 +73,8 @@ def render_problems(problems: list[tuple[str, str]], title: str = "GPUs and host
 
 
 def truncation_tile(summary: Summary, warn: float, alert: float) -> dict[str, str]:
-    if not summary.completions:
-        return tile("Truncated", "—", "no completions counted yet", "muted")
-    if not summary.ceiling_tokens:
-        return tile("Truncated", "none", "no max_tokens ceiling found in the data", "ok")
-    frac = summary.at_ceiling_fraction
-    lo, hi = summary.at_ceiling_interval
-    src = "exact" if summary.length_source == "completion_tokens" else "chars/4 estimate"
-    return tile(
-        "Truncated",
-        f"{frac:.1%}",
-        f"at the {summary.ceiling_tokens:,} ceiling · 95% CI {lo:.1%}–{hi:.1%} · {src} · "
-        f"{summary.at_ceiling:,} of {summary.length_count:,}",
-        level(frac, warn, alert),
-    )
+    """The Truncated tile as the Overview's model words it (runhealth.screens.overview)."""
+    return dataclasses.asdict(overview_model.truncation_tile(summary, warn, alert))
 
 
 def render_node_table(
@@ -168,93 +156,6 @@ def render_node_card(node: NodeRow, stale_after: float, now: float, finished: bo
             st.text(f"GPU telemetry error: {node['gpu_error']}")
         for url, err in (node.get("metrics_errors") or {}).items():
             st.text(f"Server metrics {url}: {err}")
-
-
-def overview_tiles(
-    summary: Summary,
-    thr: Throughput,
-    nodes: list[NodeRow],
-    gpus: pd.DataFrame,
-    target: int | None,
-    last: float | None,
-    cfg: Any,
-    now: float,
-    health: RunRates | None = None,
-) -> list[dict[str, str]]:
-    """The six standup tiles: done, throughput (last minute, 15-min average beside it), ETA (from
-    the 15-min average, stated), truncation, nodes, data age. The numbers: runhealth.derived.standup."""
-    n = derived.standup(
-        summary.completions,
-        target,
-        health,
-        nodes,
-        len(gpus) or sum(x.get("gpus_found") or 0 for x in nodes),
-        float(gpus["power_w"].sum()) if len(gpus) else None,
-        cfg.stale_after,
-        now,
-        last,
-    )
-    done, tps, eta, cps = n.completions, n.tokens_per_s_1m, n.eta_s, n.completions_per_s_15m
-    done_sub = f"of {target:,} target ({n.share_done:.1%})" if n.share_done is not None else "no target_completions set"
-    server = thr.server_tokens_per_s
-    tps_sub = (
-        (f"15-min avg {fmt_rate(n.tokens_per_s_15m)}" if n.tokens_per_s_15m is not None else "15-min avg —")
-        + (f" · {fmt_rate(n.tokens_per_s_per_gpu)} per GPU" if n.tokens_per_s_per_gpu is not None else "")
-        + (f" · {n.tokens_per_joule:.1f} tok/J" if n.tokens_per_joule else "")
-        + (f" · server says {fmt_rate(server)}" if server is not None else "")
-    )
-    age = n.data_age_s
-    return [
-        tile("Completions", f"{done:,}", done_sub, "ok" if done else "muted"),
-        tile(
-            f"Tokens / s · last {fmt_window(n.rate_window_s)}",
-            fmt_rate(tps) if tps is not None else "—",
-            tps_sub if tps is not None else "waiting for two polls",
-            "ok" if tps else "warn" if tps == 0 else "muted",
-        ),
-        tile(
-            "ETA",
-            "done" if eta == 0 else fmt_age(eta) if eta is not None else "—",
-            "target reached"
-            if eta == 0
-            else "needs target_completions in the config"
-            if not target
-            else f"at the 15-min average, {cps:,.1f} completions/s"
-            if cps
-            else "needs a rate",
-            "muted" if eta is None else "ok",
-        ),
-        truncation_tile(summary, cfg.truncation_warn_fraction, cfg.truncation_alert_fraction),
-        tile(
-            "Nodes up",
-            f"{n.nodes_up} / {n.nodes}",
-            f"{n.nodes_stale} stale · {n.nodes_down} down"
-            + (f" · disk free ≥ {fmt_bytes(n.min_disk_free_bytes)}" if n.min_disk_free_bytes else ""),
-            "alert" if n.nodes_down else "warn" if n.nodes_stale or not n.nodes_up else "ok",
-        ),
-        tile(
-            "Data age",
-            fmt_age(age) if age is not None else "—",
-            "waiting for first poll" if age is None else f"stale after {fmt_age(cfg.stale_after)}",
-            "muted" if age is None else "alert" if age > cfg.stale_after else "ok",
-        ),
-    ]
-
-
-def final_tiles(f: derived.Final, summary: Summary, cfg: Any, nodes: int) -> list[dict[str, str]]:
-    """A finished run's six tiles: its final figures, no live placeholders, no node states."""
-    target = cfg.target_completions
-    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(f.completed_unix)) if f.completed_unix else "—"
-    last = time.strftime("%Y-%m-%d %H:%M", time.localtime(f.last_poll_unix)) if f.last_poll_unix else "never"
-    duration = f"over {fmt_age(f.duration_s)}" if f.duration_s is not None else "duration unknown"
-    return [
-        tile("Completions", f"{f.completions:,}", f"of {target:,} target" if target else "final count", "ok"),
-        tile("Tokens / s · average over its life", fmt_rate(f.tokens_per_s_life), duration, "ok"),
-        tile("Completed at", when, f"duration {fmt_age(f.duration_s)}" if f.duration_s is not None else "", "ok"),
-        truncation_tile(summary, cfg.truncation_warn_fraction, cfg.truncation_alert_fraction),
-        tile("Nodes", f"{nodes}", "finished: no longer polled", "muted"),
-        tile("Numbers", "final", f"last poll {last}", "muted"),
-    ]
 
 
 def render_nothing_yet(nodes: list[NodeRow], what: str = "completions") -> None:

@@ -10,20 +10,19 @@ from __future__ import annotations
 import re
 import time
 
+from runhealth.health import DOWN_AFTER_STALE as DOWN_AFTER_STALE  # node states: one rule, the core's
+from runhealth.health import fmt_age as fmt_age
+from runhealth.health import fmt_ago as fmt_ago
+from runhealth.health import level as level
+from runhealth.health import node_status as node_status
+from runhealth.screens.words import fmt_bytes as fmt_bytes  # the core words tiles with these
+from runhealth.screens.words import fmt_rate as fmt_rate
+from runhealth.screens.words import fmt_window as fmt_window
+
 
 def fmt_clock(ts: float) -> str:
     """A wall-clock time for "since when" sentences (the dashboard host's time zone)."""
     return time.strftime("%H:%M:%S", time.localtime(ts))
-
-
-def fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "N/A"
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
 
 
 def fmt_number(x: float | None) -> str:
@@ -42,17 +41,6 @@ def fmt_percentile_tokens(value: int | None, ceiling: int | None) -> str:
     if value is None:
         return "—"
     return f"≥ {value:,}" if ceiling is not None and value >= ceiling else f"{value:,}"
-
-
-def fmt_window(seconds: float) -> str:
-    """A rate window's length in a label: "1 min", "15 min", "30 s"."""
-    return f"{seconds / 60:g} min" if seconds >= 60 and seconds % 60 == 0 else f"{seconds:g} s"
-
-
-def fmt_rate(x: float | None) -> str:
-    if x is None:
-        return "N/A"
-    return f"{x / 1000:,.1f}K" if x >= 10_000 else f"{x:,.0f}"
 
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>#|~$])")

@@ -20,13 +20,16 @@ import streamlit as st
 
 from components import precomputed
 from runhealth import activity, derived, hardware, health, pagedata, rollup
+from runhealth.activity import RunRates as RunRates  # the pages name the rates type through here
 from runhealth.analysis import lengthtime, stats, whatif
+from runhealth.config import RunConfig
 from runhealth.records import HostReading, NodeRow, PendingSampleBatch, SampleBatch
+from runhealth.screens import overview as overview_model
 from runhealth.store import Store
 from runhealth.windows import SERVER_RATE_WINDOW_S, stale_after_s
 
 TTL_S = 3
-_HASH: dict[str | type[Any], Callable[[Any], Any]] = {Store: lambda s: str(s.path)}
+_HASH: dict[str | type[Any], Callable[[Any], Any]] = {Store: lambda s: str(s.path), RunConfig: repr}
 SERVER_GAUGES = ("sglang:gen_throughput",)
 SERVER_COUNTERS = ("vllm:generation_tokens_total",)
 
@@ -53,6 +56,7 @@ def clear_all() -> None:
         load_samples,
         load_last_collection,
         load_lengths_over_time,
+        load_overview,
     ):
         fn.clear()
 
@@ -194,6 +198,13 @@ def load_health(store: Store) -> activity.RunRates:
     """The run's live rates (the one tok/s, per node and summed; the 15-min average; when each
     node's shards last grew; the rate drop): runhealth.activity.read_rates at now."""
     return activity.read_rates(store, time.time())
+
+
+@_cache(ttl=TTL_S, max_entries=8)
+def load_overview(store: Store, config: RunConfig, finished: bool = False) -> overview_model.Overview:
+    """The Overview's model at now (runhealth.screens.overview): tiles, banner, progress, node
+    states and the headline record from one reading of the store."""
+    return overview_model.overview(store, config, time.time(), finished)
 
 
 @_cache(ttl=TTL_S, max_entries=8)

@@ -18,7 +18,7 @@ import pandas as pd
 import streamlit as st
 from streamlit.navigation.page import StreamlitPage
 
-from components import access, cards, context, loaders, runpicker, tables
+from components import access, cards, context, loaders, runpicker
 from components import outbound as outbound_view
 from components.format import fmt_clock, md_escape
 from runhealth import exposure, heartbeat
@@ -301,20 +301,23 @@ def _kiosk_rotate(rt: context.PageRuntime, prefix: str, rotate_s: float, pages: 
     st.switch_page(pages[next_kiosk_page(prefix, down)], query_params=dict(st.query_params))
 
 
-def live(rt: context.PageRuntime, fn, *args) -> None:
+def live(rt: context.PageRuntime, fn, *args, header: bool = True) -> None:
     """Draw `fn(*args)` in a fragment that redraws itself every collection interval, in place
-    (no flicker, widgets inside keep their state), under a line saying when its numbers are from."""
+    (no flicker, widgets inside keep their state), under a line saying when its numbers are from
+    (`header=False`: `fn` draws that line itself, with its model's instant: `data_header(rt, as_of)`)."""
 
     def body(*a):
-        data_header(rt)
+        if header:
+            data_header(rt)
         guarded(fn)(*a)
 
     st.fragment(run_every=max(rt.config.interval_s, 2.0))(body)(*args)
 
 
-def data_header(rt: context.PageRuntime) -> None:
-    """ "Numbers as of HH:MM:SS"; a red sentence once the last collection is older than stale_after."""
-    last = loaders.load_last_collection(rt.store)
+def data_header(rt: context.PageRuntime, as_of: float | None | bool = False) -> None:
+    """ "Numbers as of HH:MM:SS"; a red sentence once the last collection is older than stale_after.
+    `as_of`: the screen model's last collection (default: read it now)."""
+    last = loaders.load_last_collection(rt.store) if as_of is False else as_of
     if last is None:
         st.caption("Waiting for the first poll: no numbers yet.")
         return
@@ -386,19 +389,12 @@ def download_csv(df: pd.DataFrame, filename: str, prefix: str, label: str = "Dow
 
 
 def download_headline(rt: context.PageRuntime, prefix: str) -> None:
-    """The Overview's headline figures as JSON and CSV (one row), in the sidebar, as of page load."""
+    """The Overview's headline record (its model's, as the tiles and `runhealth status --json`
+    show it) as JSON and CSV (one row), in the sidebar."""
     import json
 
-    now = time.time()
-    summary = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens).summary
-    record = tables.headline(
-        summary,
-        loaders.load_health(rt.store),
-        loaders.load_nodes(rt.store),
-        rt.config,
-        now,
-        loaders.load_last_collection(rt.store),
-    )
+    record = loaders.load_overview(rt.store, rt.config, runpicker.is_finished(rt)).headline()
+    flat = {k: v for k, v in record.items() if k != "alerts"}
     with st.sidebar:
         st.download_button(
             "Download headline figures (JSON)",
@@ -409,7 +405,7 @@ def download_headline(rt: context.PageRuntime, prefix: str) -> None:
         )
         st.download_button(
             "Download headline figures (CSV)",
-            pd.DataFrame([record]).to_csv(index=False).encode("utf-8"),
+            pd.DataFrame([flat]).to_csv(index=False).encode("utf-8"),
             file_name="headline.csv",
             mime="text/csv",
             key=f"{prefix}_headline_csv",

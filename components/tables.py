@@ -16,11 +16,12 @@ from typing import Any
 import pandas as pd
 
 from components.format import fmt_bytes, fmt_number, fmt_rate
-from runhealth import derived, hardware
-from runhealth.activity import NodeRate, RunRates
+from runhealth import hardware
+from runhealth.activity import NodeRate
 from runhealth.analysis import stats
 from runhealth.analysis.stats import Summary
 from runhealth.analysis.whatif import WhatIf
+from runhealth.hardware import telemetry_errors as telemetry_errors  # the GPUs page words them
 from runhealth.health import fmt_age, fmt_ago, node_status
 from runhealth.records import HostReading, NodeRow, StoredSample
 
@@ -418,40 +419,6 @@ def node_details(node: NodeRow, now: float, host: HostReading | None = None, fin
     if finished:
         rows = [r for r in rows if not r[0].startswith("clock skew")]
     return pd.DataFrame(rows, columns=["field", "value"])
-
-
-def headline(
-    summary: Summary, health: RunRates | None, nodes: list[NodeRow], cfg: Any, now: float, last: float | None
-) -> dict[str, Any]:
-    """The standup figures as one flat record (the Overview's download), rounded for people."""
-    lo, hi = summary.at_ceiling_interval
-    up = derived.standup(
-        summary.completions, cfg.target_completions, health, nodes, 0, None, cfg.stale_after, now, last
-    )
-
-    def r(x, nd=1):
-        return None if x is None else round(float(x), nd)
-
-    return {
-        "run": cfg.name,
-        "numbers_as_of": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last)) if last else None,
-        "completions": summary.completions,
-        "target_completions": cfg.target_completions,
-        "ceiling_tokens": summary.ceiling_tokens,
-        "truncated_pct": r(100 * summary.at_ceiling_fraction, 2) if summary.completions else None,
-        "truncated_pct_95ci_low": r(100 * lo, 2) if lo is not None and summary.completions else None,
-        "truncated_pct_95ci_high": r(100 * hi, 2) if hi is not None and summary.completions else None,
-        "truncated_count": summary.at_ceiling,
-        "truncated_of": summary.length_count,
-        "length_stops_below_ceiling": summary.length_below_ceiling,
-        "tokens_per_s_last_1_min": r(up.tokens_per_s_1m, 0),
-        "tokens_per_s_15_min_avg": r(up.tokens_per_s_15m, 0),
-        "eta_hours_at_15_min_avg": r(up.eta_s / 3600, 2) if up.eta_s is not None else None,
-        "nodes_up": up.nodes_up,
-        "nodes_stale": up.nodes_stale,
-        "nodes_down": up.nodes_down,
-        "nodes": up.nodes,
-    }
 
 
 def replaced_when(ts: float, now: float) -> str:

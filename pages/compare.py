@@ -18,9 +18,8 @@ import streamlit as st
 from components import compare_view, context, page
 from components.compare_view import load_comparison, load_run_numbers
 from components.context import PageRuntime
-from components.format import fmt_clock, md_escape
+from components.format import fmt_age, fmt_ago, fmt_clock, md_escape
 from runhealth import runcompare
-from runhealth.health import fmt_age, fmt_ago
 
 PREFIX = "compare"
 TITLE, ICON, URL_PATH = "Compare runs", ":material/compare_arrows:", "Compare"

@@ -16,7 +16,7 @@ import streamlit as st
 from components import alerts, cards, figcache, figures, loaders, page, precomputed, tables
 from components.context import PageRuntime
 from components.format import md_escape
-from runhealth import hardware, pagedata
+from runhealth import pagedata
 
 PREFIX = "gpus"
 TITLE, ICON, URL_PATH = "GPUs", ":material/memory:", "GPUs"
@@ -111,7 +111,7 @@ def render_processes(gpus) -> None:
 
 def render_page(rt: PageRuntime, window: str, picked: list[str]) -> None:
     nodes = loaders.load_nodes(rt.store)
-    for sentence in hardware.telemetry_errors(nodes):
+    for sentence in tables.telemetry_errors(nodes):
         st.warning(md_escape(sentence))
     gpus = loaders.load_gpu_latest(rt.store)
     if gpus.empty:

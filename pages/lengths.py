@@ -13,11 +13,9 @@ import streamlit as st
 
 from components import cards, figcache, figures, jobs, loaders, page, precomputed, tables, whatif_view
 from components.context import PageRuntime
-from components.format import fmt_percentile_tokens, md_escape
-from runhealth.activity import RunRates
+from components.format import fmt_percentile_tokens, level, md_escape
 from runhealth.analysis import continuation, loops, rates
 from runhealth.analysis.stats import Summary
-from runhealth.health import level
 
 PREFIX = "lengths"
 TITLE, ICON, URL_PATH = "Output lengths", ":material/straighten:", "Output_lengths"
@@ -85,7 +83,7 @@ def render_groups(rt: PageRuntime, ceiling) -> None:
         st.caption(f"Truncation by {by}: {precomputed.age_text(df.attrs.get('as_of'))}.")
 
 
-def render_whatif(rt: PageRuntime, data: loaders.RunLengths, health: RunRates) -> None:
+def render_whatif(rt: PageRuntime, data: loaders.RunLengths, health: loaders.RunRates) -> None:
     s, hist = data.summary, data.hist
     ceiling = s.ceiling_tokens
     if ceiling is None:  # the page draws the what-if only under a ceiling

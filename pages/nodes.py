@@ -14,10 +14,9 @@ import streamlit as st
 
 from components import alerts, cards, loaders, page, runpicker, tables
 from components.context import PageRuntime
-from components.format import fmt_bytes, md_escape
+from components.format import DOWN_AFTER_STALE, fmt_age, fmt_bytes, md_escape, node_status
 from components.outbound import render_collector, render_outbound
 from runhealth import derived
-from runhealth.health import DOWN_AFTER_STALE, fmt_age, node_status
 from runhealth.records import NodeRow
 
 PREFIX = "nodes"

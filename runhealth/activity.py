@@ -54,6 +54,7 @@ class NodeRate:
     completions_per_s_15m: float | None
     last_growth_unix: float | None
     first_seen_unix: float | None
+    first_live_growth_unix: float | None = None  # its first live (not backfill) new completion in the rows read
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +107,8 @@ def node_rate(
     _, tps_1m = rates.windowed_rate(points, window_s, now)
     cps_15m, tps_15m = rates.windowed_rate(points, average_s, now)
     grown = [r[0] for r in rows if (r[2] or 0) > 0]
-    return NodeRate(tps_1m, tps_15m, cps_15m, grown[-1] if grown else None, rows[0][0])
+    live = next((r[0] for r in rows if (r[2] or 0) > 0 and not r[4]), None)
+    return NodeRate(tps_1m, tps_15m, cps_15m, grown[-1] if grown else None, rows[0][0], live)
 
 
 def run_rates(

@@ -469,6 +469,42 @@ def add_compare(sub) -> None:
     p.set_defaults(func=cmd_compare, b_paths=[])
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    """Each run's Overview model (runhealth.screens.overview), as the dashboard's tiles show it:
+    a few lines each, or with --json the headline record and tiles. Exit 1 when a live run is
+    stalled or its numbers are stale; 2 when there is no config or no store yet."""
+    from runhealth.screens import overview
+
+    path = find_config_path(args.config)
+    if path is None:
+        print(NO_CONFIG, file=sys.stderr)
+        return 2
+    models = []
+    for entry in runs.load_runs(path):
+        store_path = entry.config.resolved_store_path()
+        if not store_path.exists():
+            print(f"error: run {escape(entry.config.name)}: no store at {escape(store_path)} yet", file=sys.stderr)
+            return 2
+        store = Store(store_path)
+        try:
+            models.append(overview.overview(store, entry.config, finished=entry.finished))
+        finally:
+            store.close()
+    if args.json:
+        records = [m.to_json() for m in models]
+        print(json.dumps(records[0] if len(records) == 1 else {"runs": records}, indent=2))
+    else:
+        print("\n".join(escape(line) for m in models for line in m.text().splitlines()))
+    return 1 if any(m.state in ("stalled", "stale") for m in models) else 0
+
+
+def add_status(sub) -> None:
+    p = sub.add_parser("status", help="each run's Overview as the dashboard shows it (tiles, run state, alerts)")
+    p.add_argument("--config", help=CONFIG_HELP)
+    p.add_argument("--json", action="store_true", help="the headline record and tiles as JSON")
+    p.set_defaults(func=cmd_status)
+
+
 def add_poll(sub) -> None:
     poll = sub.add_parser("poll", help="one collection over every configured node")
     poll.add_argument("--config", help=CONFIG_HELP)
@@ -480,7 +516,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="runhealth", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"runhealth {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (add_dashboard, add_collect, add_scan, add_poll, add_compare):
+    for add in (add_dashboard, add_collect, add_scan, add_poll, add_compare, add_status):
         add(sub)
     return parser
 

@@ -34,7 +34,7 @@ from runhealth import activity, hardware, heartbeat, windows
 from runhealth.analysis import reasons, stats
 from runhealth.hardware import host_problems as host_problems  # re-exported: one import for the words
 from runhealth.hardware import missing_gpus as missing_gpus
-from runhealth.records import NodeRow
+from runhealth.records import GpuEventRow, GpuHealthReading, GpuRow, HostReading, NodeRow
 from runhealth.store import Store
 from runhealth.windows import HARDWARE_WINDOW_S
 from runhealth.windows import stale_after_s as stale_after_s  # re-exported: the exporter and tests ask health
@@ -112,6 +112,69 @@ class Alert:
         return (self.name, self.node, self.gpu)
 
 
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    """What the alert rules read from the store at one instant (`read`): a screen that words
+    the alerts and shows tiles builds both from one Reading, so they cannot disagree."""
+
+    now: float
+    meta: Mapping[str, Any]
+    last_collection_unix: float | None
+    fault: heartbeat.CollectorFault | None  # the collector is gone (only looked up when stale)
+    nodes: list[NodeRow]  # the nodes the config names now
+    summary: stats.Summary
+    rates: activity.RunRates
+    gpu_latest: list[GpuRow]
+    gpu_health: list[GpuHealthReading]
+    gpu_events: list[GpuEventRow]
+    gpus_seen: dict[str, set[int]]
+    host_latest: dict[str, HostReading]
+
+    @property
+    def stale_after(self) -> float:
+        return stale_after_s(float(self.meta.get("interval_s") or 10.0), self.meta.get("stale_after_s"))
+
+    @property
+    def stall_after(self) -> float:
+        return stall_after_s(float(self.meta.get("interval_s") or 10.0), self.meta.get("stall_after_s"))
+
+
+def read(
+    store: Store, now: float | None = None, meta: Mapping[str, Any] | None = None, rates_lookback_s: float | None = None
+) -> Reading:
+    """Everything `evaluate` needs at `now`, each table read once. `rates_lookback_s`: how far
+    back the rates read polls (default: what the alerts need; a screen passes the hour it shows)."""
+    now = time.time() if now is None else now
+    meta = store.meta("run") or {} if meta is None else meta
+    interval_s = float(meta.get("interval_s") or 10.0)
+    stale_after = stale_after_s(interval_s, meta.get("stale_after_s"))
+    last = store.last_collection_unix()
+    stale = last is None or now - last > stale_after
+    fault = heartbeat.fault(heartbeat.read_status(store), now, stale_after) if stale else None
+    keep = configured_nodes(meta)  # a node removed from the config raises no alert (its history stays)
+    every = store.nodes()
+    gone = store.superseded_nodes()
+    rows = store.length_counts(by="run")
+    hist = stats.LengthHist.from_rows((r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in rows)
+    malformed = sum(n["malformed"] for n in every if n["name"] not in gone)
+    stall_s = stall_after_s(interval_s, meta.get("stall_after_s"))
+    lookback = _rates_lookback(store, now, stall_s, interval_s)
+    return Reading(
+        now=now,
+        meta=meta,
+        last_collection_unix=last,
+        fault=fault,
+        nodes=[n for n in every if keep is None or n["name"] in keep],
+        summary=stats.summarize(hist, ceiling=meta.get("max_output_tokens"), unparseable=malformed),
+        rates=activity.read_rates(store, now, max(lookback, rates_lookback_s or 0.0), interval_s),
+        gpu_latest=store.gpu_latest(),
+        gpu_health=store.gpu_health(),
+        gpu_events=store.gpu_events(now - HARDWARE_WINDOW_S),
+        gpus_seen=store.gpus_seen(now - HARDWARE_WINDOW_S),
+        host_latest=store.host_latest(),
+    )
+
+
 def evaluate(store: Store, now: float | None = None, meta: Mapping[str, Any] | None = None) -> list[Alert]:
     """Every alert that holds at `now`, most serious first: the Overview words exactly these,
     the notifier sends them and the exporter counts them.
@@ -120,35 +183,35 @@ def evaluate(store: Store, now: float | None = None, meta: Mapping[str, Any] | N
         meta: the run's settings (`collector.run_meta`); default: what the collector saved in
             the store. The Overview passes its own config's (`settings(config)`).
     """
-    now = time.time() if now is None else now
-    meta = store.meta("run") or {} if meta is None else meta
+    return alerts_of(read(store, now, meta))
+
+
+def alerts_of(r: Reading) -> list[Alert]:
+    """The alerts that hold in reading `r` (no store read: the rules only)."""
+    now, meta = r.now, r.meta
     run = str(meta.get("name") or "run")
-    interval_s = float(meta.get("interval_s") or 10.0)
-    stale_after = stale_after_s(interval_s, meta.get("stale_after_s"))
+    stale_after = r.stale_after
     out: list[Alert] = []
-    last = store.last_collection_unix()
+    last = r.last_collection_unix
     stale = last is None or now - last > stale_after
-    fault = heartbeat.fault(heartbeat.read_status(store), now, stale_after) if stale else None
-    if fault is not None:  # the collector's fault, not the nodes': say so, and blame no node
-        out.append(Alert("collector_down", "critical", run, fault.text, value=fault.age_s))
+    if r.fault is not None:  # the collector's fault, not the nodes': say so, and blame no node
+        out.append(Alert("collector_down", "critical", run, r.fault.text, value=r.fault.age_s))
     elif last is not None and stale:
         age = fmt_age(now - last)
         out.append(Alert("collection_stale", "critical", run, f"No successful collection for {age}.", value=now - last))
-    keep = configured_nodes(meta)  # a node removed from the config raises no alert (its history stays)
-    nodes = [n for n in store.nodes() if keep is None or n["name"] in keep]
+    keep = configured_nodes(meta)
+    nodes = r.nodes
     out += _node_alerts(nodes, run, now, stale_after)
-    summary = run_summary(store, meta.get("max_output_tokens"))
+    summary = r.summary
     target = meta.get("target_completions")
-    stall_s = stall_after_s(interval_s, meta.get("stall_after_s"))
-    rates_now = activity.read_rates(store, now, _rates_lookback(store, now, stall_s, interval_s), interval_s)
     if not (target and summary.completions >= target):  # a run that reached its target stops on purpose
         up = {n["name"] for n in nodes if node_status(n, now, stale_after)[0] == "up"}
-        out += _stall_alerts(rates_now, run, now, stall_s, up)
+        out += _stall_alerts(r.rates, run, now, r.stall_after, up)
     out += truncation_alerts(summary, meta, run)
-    out += _gpu_alerts(store, run, bool(rates_now.tokens_per_s_1m))
-    out += hardware_alerts(store, run, now, nodes, stale_after)
+    out += _gpu_alerts(r.gpu_latest, run, bool(r.rates.tokens_per_s_1m))
+    out += hardware_alerts(r, run)
     out = [a for a in out if a.node is None or keep is None or a.node in keep]
-    if fault is not None:  # node states, stalls and drops are frozen at the collector's last poll
+    if r.fault is not None:  # node states, stalls and drops are frozen at the collector's last poll
         out = [a for a in out if a.name not in COLLECTOR_FROZEN]
     return sorted(out, key=lambda a: a.severity != "critical")
 
@@ -274,11 +337,11 @@ def truncation_alerts(summary: stats.Summary, meta: Mapping[str, Any], run: str)
     ]
 
 
-def _gpu_alerts(store: Store, run: str, run_writing: bool) -> list[Alert]:
+def _gpu_alerts(latest: list[GpuRow], run: str, run_writing: bool) -> list[Alert]:
     """Every GPU finding (hardware.gpu_findings, the one GPU rule) that is not information:
     gpu_error (critical), gpu_throttled, gpu_hot, gpu_idle while the run writes (warning)."""
     out = []
-    for g in store.gpu_latest():
+    for g in latest:
         for f in hardware.gpu_findings(g, run_writing):
             if f.level == "info":
                 continue
@@ -289,18 +352,19 @@ def _gpu_alerts(store: Store, run: str, run_writing: bool) -> list[Alert]:
     return out
 
 
-def hardware_alerts(store: Store, run: str, now: float, nodes: list[NodeRow], stale_after: float) -> list[Alert]:
+def hardware_alerts(r: Reading, run: str) -> list[Alert]:
     """A GPU's and a host's health as alerts: XIDs of the last hour, uncorrected ECC, failed and
     pending row remaps, a GPU missing from an up node's latest poll, RAM, swap and CPU load."""
+    now, nodes, stale_after = r.now, r.nodes, r.stale_after
     out = []
-    for node, gpu, xid, text in hardware.xid_findings(store.gpu_events(now - HARDWARE_WINDOW_S)):
+    for node, gpu, xid, text in hardware.xid_findings(r.gpu_events):
         out.append(Alert("gpu_xid", "critical", run, f"{text}.", node=node, gpu=gpu, value=float(xid)))
-    health_rows = {(h["node"], h["gpu"]): h["health"] for h in store.gpu_health()}
+    health_rows = {(h["node"], h["gpu"]): h["health"] for h in r.gpu_health}
     for f in hardware.health_findings(health_rows):
         severity = "critical" if f.level == "error" else "warning"
         out.append(Alert(f"gpu_{f.kind}", severity, run, f"{f.text}.", node=f.node, gpu=f.gpu, value=f.value))
     reporting: dict[str, set[int]] = {}
-    for g in store.gpu_latest():
+    for g in r.gpu_latest:
         reporting.setdefault(g["node"], set()).add(int(g["gpu"]))
     # A GPU is missing from an up node whose telemetry answered (no telemetry at all is its own error).
     up = {
@@ -308,11 +372,10 @@ def hardware_alerts(store: Store, run: str, now: float, nodes: list[NodeRow], st
         for n in nodes
         if node_status(n, now, stale_after)[0] == "up" and n.get("gpu_source") and not n.get("gpu_error")
     }
-    seen = store.gpus_seen(now - HARDWARE_WINDOW_S)
-    for node, gone, text in hardware.missing_gpu_findings(seen, reporting, up):
+    for node, gone, text in hardware.missing_gpu_findings(r.gpus_seen, reporting, up):
         out.append(Alert("gpu_missing", "critical", run, f"{text}.", node=node, value=float(len(gone))))
     loads = {n["name"]: n.get("loadavg") for n in nodes}
-    for node, kind, text, value in hardware.host_findings(store.host_latest(), loads):
+    for node, kind, text, value in hardware.host_findings(r.host_latest, loads):
         out.append(Alert(kind, "warning", run, f"{text}.", node=node, value=value))
     return out
 

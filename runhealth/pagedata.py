@@ -301,11 +301,8 @@ def compute_all(
     out["run_lengths"] = lengths
     hist = stats.LengthHist.from_rows(lengths["rows"])
     ceiling = stats.summarize(hist, ceiling=ceiling_config, unparseable=lengths["malformed"]).ceiling_tokens
-    for by in ("node", "shard"):
-        out[f"groups:{by}"] = {
-            "ceiling": ceiling_config,
-            "table": columns(group_lengths(store, by, ceiling_config), GROUP_COLUMNS),
-        }
+    for by in ("node", "shard"):  # keyed by the ceiling the page asks with: configured, else detected
+        out[f"groups:{by}"] = {"ceiling": ceiling, "table": columns(group_lengths(store, by, ceiling), GROUP_COLUMNS)}
     out["lengths_over_time"] = {"ceiling": ceiling, "rows": lengthtime.hourly(store, ceiling)}
     out["truncation_over_time"] = truncation_over_time(store, interval_s, ceiling)
     if ceiling and hist.total and whatif_due:

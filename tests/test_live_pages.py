@@ -231,22 +231,22 @@ def test_gpu_and_host_problems_are_named_on_overview_gpus_and_nodes(tmp_path, mo
 
 
 def test_headline_export_carries_the_standup_figures(tmp_path):
-    from components import loaders, tables
     from runhealth.config import load_config
+    from runhealth.screens import overview
 
-    store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
-    cfg = load_config(config)
-    summary = loaders.load_run_lengths(store, cfg.max_output_tokens).summary
-    record = tables.headline(
-        summary, loaders.load_health(store), store.nodes(), cfg, time.time(), store.last_collection_unix()
-    )
-    assert record["completions"] == summary.completions > 0
+    # 20 minutes of writing: the 15-min average holds the run's writing, so there is an ETA.
+    store = Store(tmp_path / "x.sqlite3")
+    store_fixtures.build_run(store, now=time.time(), trunc_frac=0.18, polls=120)
+    config = store_fixtures.write_config(tmp_path, tmp_path / "x.sqlite3")
+    model = overview.overview(store, load_config(config), time.time())
+    record = model.headline()
+    assert record["completions"] == model.summary.completions > 0
     assert (
         record["truncated_pct"] == 18.0 and record["truncated_pct_95ci_low"] < 18.0 < record["truncated_pct_95ci_high"]
     )
     assert record["tokens_per_s_last_1_min"] > 0 and record["tokens_per_s_15_min_avg"] > 0
     assert record["eta_hours_at_15_min_avg"] is not None and (record["nodes_up"], record["nodes"]) == (4, 4)
-    assert record["numbers_as_of"] is not None
+    assert record["numbers_as_of"] is not None and record["run_state"] == "writing" and not record["stalled"]
 
 
 def test_samples_download_carries_the_text(tmp_path):

@@ -1,0 +1,382 @@
+"""The Overview's model: one run's standup numbers, alerts and tiles, read at one instant.
+
+`overview(store, config, now)` reads the store once through `health.read` (nodes, length counts,
+polls, GPU and host tables: each once) plus the servers' metrics and the throughput series, and
+derives everything else from that one reading: the alert banner (`health.alerts_of`), the run
+state, the six tiles with their levels, the progress bar, the GPU strip and the headline record.
+The Completions tile and the banner's n are the same count; a stalled or stale run never shows a
+plain ETA; the average is named for what it covers (a run younger than its window says "avg
+since collection began") and an ETA is given only once the window holds the run's writing.
+The page (pages/overview.py), the headline download and `runhealth status` show this record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Literal
+
+from runhealth import activity, derived, hardware, health
+from runhealth.analysis import rates
+from runhealth.analysis.stats import Summary
+from runhealth.health import fmt_age, level
+from runhealth.records import GpuRow, NodeRow
+from runhealth.screens.words import fmt_bytes, fmt_rate, fmt_window
+from runhealth.store import Store
+from runhealth.windows import DROP_LOOKBACK_S, SERVER_RATE_WINDOW_S, stale_after_s
+
+RunState = Literal["writing", "stalled", "stale", "finished"]
+SERVER_GAUGES = ("sglang:gen_throughput",)
+SERVER_COUNTERS = ("vllm:generation_tokens_total",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tile:
+    """One big-number tile: its level is ok / warn / alert / muted."""
+
+    label: str
+    value: str
+    sub: str = ""
+    level: str = "ok"
+
+
+@dataclasses.dataclass(frozen=True)
+class HeatRow:
+    """One GPU of the heat strip, its label saying when it is throttled or its reading old."""
+
+    label: str
+    util_pct: float | None
+    power_pct: float | None
+    mem_pct: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class ThroughputPoint:
+    bucket_unix: float
+    tokens_per_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Average:
+    """What the "15-min avg" covers: its window, the span it really covers, and whether that span
+    holds enough of the run's writing for an ETA."""
+
+    window_s: float
+    covered_s: float | None  # from the first poll read (or the window start) to now
+    enough_for_eta: bool
+
+    @property
+    def label(self) -> str:
+        if self.covered_s is not None and self.covered_s < self.window_s:
+            return f"avg since collection began ({fmt_age(self.covered_s)})"
+        return f"{fmt_window(self.window_s)} avg"
+
+
+@dataclasses.dataclass(frozen=True)
+class Overview:
+    """The Overview at `now` (see the module docstring); `to_json()` is `runhealth status --json`."""
+
+    run: str
+    now: float
+    as_of: float | None  # the last successful collection
+    state: RunState
+    target: int | None
+    summary: Summary
+    standup: derived.Standup
+    average: Average
+    eta_s: float | None  # None unless the run writes and the average holds enough of it
+    alerts: tuple[health.Alert, ...]
+    nodes: tuple[NodeRow, ...]
+    per_node: dict[str, activity.NodeRate] | None  # None for a finished run
+    heat: tuple[HeatRow, ...]
+    gpu_simulated: bool
+    gpu_notes: tuple[tuple[str, str], ...]
+    server_tokens_per_s: float | None
+    throughput: tuple[ThroughputPoint, ...]  # complete live buckets of the last hour
+    tiles: tuple[Tile, ...]
+    final: derived.Final | None = None
+
+    @property
+    def progress(self) -> tuple[float, str] | None:
+        """(share, words) for the progress bar; None without a target."""
+        if not self.target:
+            return None
+        done = self.summary.completions
+        return min(1.0, done / self.target), f"{done:,} of {self.target:,} completions"
+
+    def headline(self) -> dict[str, Any]:
+        """The standup figures as one flat record (the download and `status --json`), rounded for people."""
+        s, up = self.summary, self.standup
+        lo, hi = s.at_ceiling_interval
+
+        def r(x: float | None, nd: int = 1) -> float | None:
+            return None if x is None else round(float(x), nd)
+
+        return {
+            "run": self.run,
+            "run_state": self.state,
+            "stalled": self.state == "stalled",
+            "numbers_as_of": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.as_of)) if self.as_of else None,
+            "completions": s.completions,
+            "target_completions": self.target,
+            "ceiling_tokens": s.ceiling_tokens,
+            "truncated_pct": r(100 * s.at_ceiling_fraction, 2) if s.completions else None,
+            "truncated_pct_95ci_low": r(100 * lo, 2) if lo is not None and s.completions else None,
+            "truncated_pct_95ci_high": r(100 * hi, 2) if hi is not None and s.completions else None,
+            "truncated_count": s.at_ceiling,
+            "truncated_of": s.length_count,
+            "length_stops_below_ceiling": s.length_below_ceiling,
+            "tokens_per_s_last_1_min": r(up.tokens_per_s_1m, 0),
+            "tokens_per_s_15_min_avg": r(up.tokens_per_s_15m, 0),
+            "average_label": self.average.label,
+            "eta_hours_at_15_min_avg": r(self.eta_s / 3600, 2) if self.eta_s is not None else None,
+            "nodes_up": up.nodes_up,
+            "nodes_stale": up.nodes_stale,
+            "nodes_down": up.nodes_down,
+            "nodes": up.nodes,
+            "alerts": [{"name": a.name, "severity": a.severity, "summary": a.summary} for a in self.alerts],
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """The headline record with the tiles as shown (JSON-ready)."""
+        return {**self.headline(), "tiles": [dataclasses.asdict(t) for t in self.tiles]}
+
+    def text(self) -> str:
+        """A few lines for a terminal: the state, the tiles, the alerts."""
+        lines = [f"{self.run}: {self.state}"]
+        lines += [f"  {t.label}: {t.value}" + (f" ({t.sub})" if t.sub else "") for t in self.tiles]
+        lines += [f"  ! {a.summary}" for a in self.alerts]
+        return "\n".join(lines)
+
+
+def run_state(alerts: list[health.Alert], finished: bool) -> RunState:
+    """The one run state every tile, the banner and the export follow."""
+    if finished:
+        return "finished"
+    names = {a.name for a in alerts}
+    if names & {"collector_down", "collection_stale"}:
+        return "stale"
+    return "stalled" if "run_stalled" in names else "writing"
+
+
+def average_of(r: activity.RunRates, now: float) -> Average:
+    """What the average covers at `now`, and whether its window holds enough of the run's writing
+    (its first live completion at least the window, less the live window, ago) for an ETA."""
+    seen = [n.first_seen_unix for n in r.per_node.values() if n.first_seen_unix is not None]
+    wrote = [n.first_live_growth_unix for n in r.per_node.values() if n.first_live_growth_unix is not None]
+    covered = min(r.average_s, now - min(seen)) if seen else None
+    enough = bool(wrote) and now - min(wrote) >= r.average_s - r.window_s
+    return Average(r.average_s, covered, enough)
+
+
+def server_rate(store: Store, now: float, stale_after: float) -> float | None:
+    """The servers' own tok/s: fresh gauges summed, plus their token counters' rates."""
+    server = None
+    fresh = now - stale_after
+    gauges = [m["value"] for m in store.metric_latest() if m["name"] in SERVER_GAUGES and m["ts_unix"] >= fresh]
+    if gauges:
+        server = float(sum(gauges))
+    for name in SERVER_COUNTERS:
+        per_node: dict[str, list[tuple[float, float]]] = {}
+        for m in store.metric_series(name, since_unix=now - SERVER_RATE_WINDOW_S):
+            per_node.setdefault(m["node"], []).append((m["ts_unix"], m["value"]))
+        node_rates = [x for x in (rates.counter_rate(s) for s in per_node.values()) if x is not None]
+        if node_rates:
+            server = (server or 0.0) + float(sum(node_rates))
+    return server
+
+
+def throughput_series(store: Store, now: float, interval_s: float) -> tuple[ThroughputPoint, ...]:
+    """The chart's tok/s per bucket of a few polls over the last hour: complete live buckets only
+    (the last one is still filling)."""
+    bucket_s = stale_after_s(interval_s)
+    rows = [b for b in store.polls_by_bucket(bucket_s, since_unix=now - DROP_LOOKBACK_S) if not b["backfill"]][:-1]
+    return tuple(ThroughputPoint(b["bucket_unix"], (b["tokens"] or 0) / bucket_s) for b in rows)
+
+
+def heat_rows(gpus: list[GpuRow], now: float, stale_after: float) -> tuple[HeatRow, ...]:
+    """The GPU strip: old readings and hardware-throttled GPUs are named (a throttled GPU would
+    otherwise look busy and well)."""
+    out = []
+    for g in gpus:
+        label = f"{g['node']}/{g['gpu']}"
+        if any(x in hardware.HW_THROTTLE for x in g.get("throttle_reasons") or []):
+            label += " ⚠ throttled"
+        if g["ts_unix"] is not None and now - g["ts_unix"] > stale_after:
+            label += " (old)"
+        out.append(
+            HeatRow(
+                label,
+                g["util_pct"],
+                _pct(g["power_w"], g["power_limit_w"]),
+                _pct(g["mem_used_mib"], g["mem_total_mib"]),
+            )
+        )
+    return tuple(out)
+
+
+def _pct(x: float | None, of: float | None) -> float | None:
+    return 100 * x / of if x is not None and of else None
+
+
+def overview(store: Store, config: Any, now: float | None = None, finished: bool = False) -> Overview:
+    """The Overview of `config`'s run (a RunConfig) at `now`, from one reading of `store`."""
+    now = time.time() if now is None else now
+    meta = health.settings(config)
+    reading = health.read(store, now, meta, rates_lookback_s=DROP_LOOKBACK_S)
+    found = health.alerts_of(reading)
+    state = run_state(found, finished)
+    nodes = reading.nodes
+    names = {n["name"] for n in nodes}
+    gpus = [g for g in reading.gpu_latest if g["node"] in names]
+    power = [g["power_w"] for g in gpus if g["power_w"] is not None]
+    up = derived.standup(
+        reading.summary.completions,
+        config.target_completions,
+        reading.rates,
+        nodes,
+        len(gpus) or sum(x.get("gpus_found") or 0 for x in nodes),
+        float(sum(power)) if gpus else None,
+        config.stale_after,
+        now,
+        reading.last_collection_unix,
+    )
+    average = average_of(reading.rates, now)
+    eta = up.eta_s if state == "writing" and (average.enough_for_eta or up.eta_s == 0) else None
+    health_rows = {(h["node"], h["gpu"]): h["health"] for h in reading.gpu_health if h["node"] in names}
+    labelled = [{**g, "label": f"{g['node']}/{g['gpu']}"} for g in gpus]
+    model = Overview(
+        run=config.name,
+        now=now,
+        as_of=reading.last_collection_unix,
+        state=state,
+        target=config.target_completions,
+        summary=reading.summary,
+        standup=up,
+        average=average,
+        eta_s=eta,
+        alerts=tuple(found),
+        nodes=tuple(nodes),
+        per_node=None if finished else dict(reading.rates.per_node),
+        heat=heat_rows(gpus, now, config.stale_after),
+        gpu_simulated=any(n.get("gpu_simulated") for n in nodes),
+        gpu_notes=tuple(hardware.gpu_notes(labelled, health_rows, bool(reading.rates.tokens_per_s_1m))),
+        server_tokens_per_s=None if finished else server_rate(store, now, config.stale_after),
+        throughput=throughput_series(store, now, config.interval_s),
+        tiles=(),
+        final=derived.final(store, reading.summary.completions) if finished else None,
+    )
+    tiles = final_tiles(model, config) if finished else live_tiles(model, config)
+    return dataclasses.replace(model, tiles=tuple(tiles))
+
+
+def truncation_tile(summary: Summary, warn: float, alert: float) -> Tile:
+    """The share at the ceiling, its interval and n (the level: health.level, as the alerts)."""
+    if not summary.completions:
+        return Tile("Truncated", "—", "no completions counted yet", "muted")
+    if not summary.ceiling_tokens:
+        return Tile("Truncated", "none", "no max_tokens ceiling found in the data", "ok")
+    frac = summary.at_ceiling_fraction
+    lo, hi = summary.at_ceiling_interval
+    src = "exact" if summary.length_source == "completion_tokens" else "chars/4 estimate"
+    return Tile(
+        "Truncated",
+        f"{frac:.1%}",
+        f"at the {summary.ceiling_tokens:,} ceiling · 95% CI {lo:.1%}–{hi:.1%} · {src} · "
+        f"{summary.at_ceiling:,} of {summary.length_count:,}",
+        level(frac, warn, alert),
+    )
+
+
+def _rate_tile(m: Overview) -> Tile:
+    n = m.standup
+    tps = n.tokens_per_s_1m
+    sub = (
+        (
+            f"{m.average.label} {fmt_rate(n.tokens_per_s_15m)}"
+            if n.tokens_per_s_15m is not None
+            else f"{m.average.label} —"
+        )
+        + (f" · {fmt_rate(n.tokens_per_s_per_gpu)} per GPU" if n.tokens_per_s_per_gpu is not None else "")
+        + (f" · {n.tokens_per_joule:.1f} tok/J" if n.tokens_per_joule else "")
+        + (f" · server says {fmt_rate(m.server_tokens_per_s)}" if m.server_tokens_per_s is not None else "")
+    )
+    label = f"Tokens / s · last {fmt_window(n.rate_window_s)}"
+    value = fmt_rate(tps) if tps is not None else "—"
+    if m.state == "stalled":  # a rate over the last minute still shows the past
+        return Tile(label, value, "run stalled: no new completions · " + sub, "alert")
+    if m.state == "stale":
+        return Tile(label, value, "collection stale: not a current rate · " + sub, "warn")
+    return Tile(
+        label,
+        value,
+        sub if tps is not None else "waiting for two polls",
+        "ok" if tps else "warn" if tps == 0 else "muted",
+    )
+
+
+def _eta_tile(m: Overview) -> Tile:
+    n, eta = m.standup, m.eta_s
+    if n.eta_s == 0:
+        return Tile("ETA", "done", "target reached", "ok")
+    if not m.target:
+        return Tile("ETA", "—", "needs target_completions in the config", "muted")
+    if m.state == "stalled":
+        return Tile("ETA", "—", "no ETA: the run is stalled (no new completions)", "alert")
+    if m.state == "stale":
+        return Tile("ETA", "—", "no ETA: the numbers are stale (no recent collection)", "warn")
+    if eta is not None:
+        return Tile(
+            "ETA", fmt_age(eta), f"at the {m.average.label}, {n.completions_per_s_15m:,.1f} completions/s", "ok"
+        )
+    if n.completions_per_s_15m and not m.average.enough_for_eta:
+        wait = fmt_window(m.average.window_s)
+        return Tile("ETA", "—", f"after {wait} of writing (the average needs a full window)", "muted")
+    return Tile("ETA", "—", "needs a rate", "muted")
+
+
+def live_tiles(m: Overview, config: Any) -> list[Tile]:
+    """The six standup tiles: done, throughput, ETA, truncation, nodes, data age; every one
+    follows the run state (a stalled or stale run has no plain ETA and no calm rate)."""
+    n = m.standup
+    done_sub = (
+        f"of {m.target:,} target ({n.share_done:.1%})" if n.share_done is not None else "no target_completions set"
+    )
+    age = n.data_age_s
+    return [
+        Tile("Completions", f"{n.completions:,}", done_sub, "ok" if n.completions else "muted"),
+        _rate_tile(m),
+        _eta_tile(m),
+        truncation_tile(m.summary, config.truncation_warn_fraction, config.truncation_alert_fraction),
+        Tile(
+            "Nodes up",
+            f"{n.nodes_up} / {n.nodes}",
+            f"{n.nodes_stale} stale · {n.nodes_down} down"
+            + (f" · disk free ≥ {fmt_bytes(n.min_disk_free_bytes)}" if n.min_disk_free_bytes else ""),
+            "alert" if n.nodes_down else "warn" if n.nodes_stale or not n.nodes_up else "ok",
+        ),
+        Tile(
+            "Data age",
+            fmt_age(age) if age is not None else "—",
+            "waiting for first poll" if age is None else f"stale after {fmt_age(config.stale_after)}",
+            "muted" if age is None else "alert" if age > config.stale_after else "ok",
+        ),
+    ]
+
+
+def final_tiles(m: Overview, config: Any) -> list[Tile]:
+    """A finished run's six tiles: its final figures, no live placeholders, no node states."""
+    f = m.final
+    assert f is not None
+    target = m.target
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(f.completed_unix)) if f.completed_unix else "—"
+    last = time.strftime("%Y-%m-%d %H:%M", time.localtime(f.last_poll_unix)) if f.last_poll_unix else "never"
+    duration = f"over {fmt_age(f.duration_s)}" if f.duration_s is not None else "duration unknown"
+    return [
+        Tile("Completions", f"{f.completions:,}", f"of {target:,} target" if target else "final count", "ok"),
+        Tile("Tokens / s · average over its life", fmt_rate(f.tokens_per_s_life), duration, "ok"),
+        Tile("Completed at", when, f"duration {fmt_age(f.duration_s)}" if f.duration_s is not None else "", "ok"),
+        truncation_tile(m.summary, config.truncation_warn_fraction, config.truncation_alert_fraction),
+        Tile("Nodes", f"{len(m.nodes)}", "finished: no longer polled", "muted"),
+        Tile("Numbers", "final", f"last poll {last}", "muted"),
+    ]

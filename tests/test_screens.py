@@ -1,0 +1,219 @@
+"""The screen models (runhealth.screens): one reading per screen, one run state, honest averages.
+
+Stores are built through `Store.record_poll` as the collector builds them (tests/store_fixtures.py);
+the Overview is checked as a model, on its page (AppTest) and through `runhealth status`, which
+must all show the same record (issue 31, items 1 and 6).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import random
+import re
+import time
+from pathlib import Path
+
+import store_fixtures
+from test_pages import _clear_streamlit_caches, assert_clean, run_page  # noqa: F401 (autouse fixture)
+
+from runhealth import cli, pagedata
+from runhealth.config import load_config
+from runhealth.screens import overview
+from runhealth.store import Store
+
+NODES = 4
+
+
+def grow(store: Store, ts: float, per_node: int, tag: str, seed: int = 1) -> None:
+    """One poll round in which every node's new shard `tag` gains `per_node` completions
+    (`per_node` = 0: a round with no growth, as a stalled writer's)."""
+    rng = random.Random(seed)
+    for i in range(1, NODES + 1):
+        files = {}
+        if per_node:
+            counts = store_fixtures.lengths(rng, per_node, 0.18)
+            tokens = sum(t * k for t, _, _, k in counts)
+            size = tokens * 4 + per_node * 600
+            files[f"/data/out/{tag}-{i}.jsonl"] = {
+                "inode": hash((tag, i)) % 10**6 + 10**6,
+                "size": size,
+                "offset_from": 0,
+                "offset": size,
+                "reset": False,
+                "lines": per_node,
+                "malformed": 0,
+                "tokens": tokens,
+                "counts": counts,
+                "error": None,
+            }
+        devices = [store_fixtures.gpu_device(g, 95.0) for g in range(8)]
+        store.record_poll(f"node-{i}", store_fixtures.poll_reply(ts + 0.4, devices, files), ts, rtt_ms=5.0)
+
+
+def quiet_run(tmp_path: Path, quiet_s: float, *, writing_polls: int = 120) -> tuple[Store, Path]:
+    """A run that wrote for `writing_polls` x 10 s and then polled `quiet_s` with no new completion."""
+    now = time.time()
+    store = Store(tmp_path / "x.sqlite3")
+    store_fixtures.build_run(store, now=now - quiet_s, trunc_frac=0.18, polls=writing_polls)
+    t = now - quiet_s + 10
+    while t <= now:
+        grow(store, t, 0, "quiet")
+        t += 10
+    return store, store_fixtures.write_config(tmp_path, tmp_path / "x.sqlite3")
+
+
+def tile(at, label: str) -> tuple[str, str, str]:
+    """(value, sub, level) of the tile whose label starts with `label` on the rendered page."""
+    for md in at.markdown:
+        m = re.search(
+            r'rh-tile (\w+)"><div class="rh-label">' + re.escape(label) + r'[^<]*</div><div class="rh-value">([^<]*)'
+            r'</div><div class="rh-sub">([^<]*)',
+            md.value,
+        )
+        if m:
+            return m.group(2), m.group(3), m.group(1)
+    raise AssertionError(f"no tile {label!r}")
+
+
+# -- item 1: one reading ---------------------------------------------------------------------------
+def counting(monkeypatch) -> collections.Counter:
+    """Every SQL statement the store runs, by the Store method (or module) that asked for it."""
+    calls: collections.Counter = collections.Counter()
+    real = Store.cursor
+
+    def cursor(self, sql, params=()):
+        calls["sql"] += 1
+        return real(self, sql, params)
+
+    monkeypatch.setattr(Store, "cursor", cursor)
+    for name in ("nodes", "length_counts", "polls", "polls_by_bucket", "gpu_latest", "gpu_health", "host_latest"):
+        method = getattr(Store, name)
+
+        def wrapped(self, *a, _m=method, _n=name, **k):
+            calls[_n] += 1
+            return _m(self, *a, **k)
+
+        monkeypatch.setattr(Store, name, wrapped)
+    return calls
+
+
+def test_overview_model_reads_each_table_once(tmp_path, monkeypatch):
+    store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
+    cfg = load_config(config)
+    calls = counting(monkeypatch)
+    model = overview.overview(store, cfg, time.time())
+    assert model.summary.completions == 12_000 and len(model.tiles) == 6
+    # One reading: nodes, length counts, polls, GPU and host tables each once (main: nodes() 4
+    # times, the length summary and the GPU table each twice or three times, 37 statements).
+    assert {k: v for k, v in calls.items() if k not in ("sql", "polls_by_bucket")} == dict.fromkeys(
+        ("nodes", "length_counts", "polls", "gpu_latest", "gpu_health", "host_latest"), 1
+    )
+    assert calls["polls_by_bucket"] <= 2 and calls["sql"] <= 17, calls
+
+
+def test_overview_page_render_reads_the_store_a_few_times(tmp_path, monkeypatch):
+    store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
+    store.close()
+    calls = counting(monkeypatch)
+    at = run_page("overview", config, monkeypatch)
+    assert_clean(at)
+    assert calls["nodes"] == 1 and calls["length_counts"] == 1 and calls["gpu_latest"] == 1, calls
+    assert calls["sql"] <= 20, calls  # main: 37 statements for one render of the whole app
+
+
+# -- item 6: what the model must get right -----------------------------------------------------------
+def test_a_stalled_run_shows_no_plain_eta_on_any_consumer(tmp_path, monkeypatch):
+    """One run state decides every tile, the banner and the export (main: "ETA 23 min" in plain
+    blue beside the red "Run stalled" banner, and a headline JSON with an ETA and no stall flag)."""
+    store, config = quiet_run(tmp_path, 600)
+    model = overview.overview(store, load_config(config), time.time())
+    assert model.state == "stalled" and any(a.name == "run_stalled" for a in model.alerts)
+    record = model.headline()
+    assert record["run_state"] == "stalled" and record["stalled"] is True
+    assert record["eta_hours_at_15_min_avg"] is None
+    store.close()
+    at = run_page("overview", config, monkeypatch)
+    assert_clean(at)
+    assert any("Run stalled" in e.value for e in at.error)
+    value, sub, level = tile(at, "ETA")
+    assert (value, level) == ("—", "alert") and "stalled" in sub
+    assert tile(at, "Tokens / s")[2] == "alert"
+
+
+def test_status_cli_prints_the_same_record_and_exits_1_when_stalled(tmp_path, capsys):
+    store, config = quiet_run(tmp_path, 600)
+    store.close()
+    assert cli.main(["status", "--config", str(config), "--json"]) == 1
+    record = json.loads(capsys.readouterr().out)
+    assert record["run_state"] == "stalled" and record["stalled"] and record["eta_hours_at_15_min_avg"] is None
+    eta = next(t for t in record["tiles"] if t["label"] == "ETA")
+    assert (eta["value"], eta["level"]) == ("—", "alert")
+    assert cli.main(["status", "--config", str(config)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("gen-run-42: stalled") and "Run stalled" in out
+
+
+def test_completions_tile_and_banner_are_one_instant(tmp_path, monkeypatch):
+    """The tiles and the banner come from one read (main: the Completions tile came from the
+    collector's payload, a poll behind the banner's n on the same screen)."""
+    store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
+    pagedata.put(store, pagedata.compute_all(store, 4096, 10), time.time())  # the collector's payload ...
+    grow(store, time.time(), 250, "late")  # ... then one more poll: 1,000 new completions
+    store.close()
+    at = run_page("overview", config, monkeypatch)
+    assert_clean(at)
+    banner = next(e.value for e in at.error if "ceiling" in e.value)
+    n = int(re.search(r"n=([\d,]+)", banner).group(1).replace(",", ""))
+    assert n == 13_000
+    assert tile(at, "Completions")[0] == "13,000"
+    assert tile(at, "Truncated")[1].endswith("of 13,000")
+
+
+def test_a_run_younger_than_the_average_says_so_and_gives_no_eta(tmp_path, monkeypatch):
+    """2 min of polls before the first completion, then 5 min of writing: the average is "since
+    collection began", and there is no ETA (main: an ETA at the "15-min average" of 7 minutes,
+    idle included)."""
+    now = time.time()
+    store = Store(tmp_path / "x.sqlite3")
+    t = now - 420
+    for k in range(42):
+        grow(store, t, 0 if k < 12 else 200, f"s{k}", seed=k)
+        t += 10
+    config = store_fixtures.write_config(tmp_path, tmp_path / "x.sqlite3")
+    model = overview.overview(store, load_config(config), now)
+    assert model.state == "writing" and model.standup.eta_s is not None  # a rate exists ...
+    assert model.eta_s is None and model.headline()["eta_hours_at_15_min_avg"] is None  # ... but no ETA yet
+    assert model.average.label.startswith("avg since collection began")
+    store.close()
+    at = run_page("overview", config, monkeypatch)
+    assert_clean(at)
+    assert tile(at, "ETA")[0] == "—"
+    assert "avg since collection began" in tile(at, "Tokens / s")[1]
+    assert "15-min avg" not in tile(at, "Tokens / s")[1]
+
+
+def test_a_run_writing_for_the_whole_window_gets_an_eta_at_the_15_min_average(tmp_path):
+    now = time.time()
+    store = Store(tmp_path / "x.sqlite3")
+    store_fixtures.build_run(store, now=now, trunc_frac=0.18, polls=120)  # 20 min of writing
+    model = overview.overview(store, load_config(store_fixtures.write_config(tmp_path, tmp_path / "x.sqlite3")), now)
+    assert model.average.label == "15 min avg" and model.eta_s is not None and model.eta_s > 0
+    eta = next(t for t in model.tiles if t.label == "ETA")
+    assert eta.level == "ok" and "at the 15 min avg" in eta.sub
+
+
+def test_truncation_by_node_is_precomputed_for_a_detected_ceiling(tmp_path, monkeypatch):
+    """With no max_output_tokens configured the page asks for the groups at the detected 4,096:
+    the collector's payload must be keyed by that (main: keyed by the configured None, so the
+    page recomputed it on every refresh, "(no precomputed copy yet)" forever)."""
+    store = Store(tmp_path / "x.sqlite3")
+    store_fixtures.build_run(store, now=time.time(), trunc_frac=0.18)
+    config = store_fixtures.write_config(tmp_path, tmp_path / "x.sqlite3", max_output_tokens=None)
+    pagedata.Refresher(store, None, 10).run_now()
+    assert pagedata.get(store, "groups:node")[1]["ceiling"] == 4096
+    store.close()
+    at = run_page("lengths", config, monkeypatch)
+    assert_clean(at)
+    captions = [c.value for c in at.caption if c.value.startswith("Truncation by")]
+    assert captions and all("computed by the collector" in c for c in captions), captions
