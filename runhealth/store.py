@@ -588,11 +588,10 @@ class Store:
         # Backfill polls are few: find their stop rows (a rolled-up node-minute is backfill if any poll was).
         ids = "SELECT s.rowid FROM polls p JOIN poll_length_stops s ON s.ts_unix = p.ts_unix AND s.node = p.node"
         ids += " WHERE p.backfill = 1"
-        if self.query("SELECT 1 FROM sqlite_master WHERE name = 'poll_rollup'"):  # rollup.py's table
-            ids += (
-                " UNION SELECT s.rowid FROM poll_rollup r JOIN poll_length_stops s ON s.node = r.node"
-                " AND s.ts_unix >= r.bucket_unix AND s.ts_unix < r.bucket_unix + r.res_s WHERE r.backfill = 1"
-            )
+        ids += (  # polls folded by rollup.py
+            " UNION SELECT s.rowid FROM poll_rollup r JOIN poll_length_stops s ON s.node = r.node"
+            " AND s.ts_unix >= r.bucket_unix AND s.ts_unix < r.bucket_unix + r.res_s WHERE r.backfill = 1"
+        )
         and_since = " AND ts_unix >= ?" if since_unix is not None else ""
         first = {
             r["b"]: list(r.values())[1:]
@@ -638,8 +637,7 @@ class Store:
     def last_growth_unix(self) -> dict[str, float]:
         """Per node, the last poll (dashboard clock) that brought new completions, over all history."""
         sql = "SELECT node, MAX(ts_unix) AS ts FROM polls WHERE completions > 0 GROUP BY node"
-        if self.query("SELECT 1 FROM sqlite_master WHERE name = 'poll_rollup'"):  # polls folded by rollup.py
-            sql += " UNION ALL SELECT node, MAX(bucket_unix) FROM poll_rollup WHERE completions > 0 GROUP BY node"
+        sql += " UNION ALL SELECT node, MAX(bucket_unix) FROM poll_rollup WHERE completions > 0 GROUP BY node"
         out: dict[str, float] = {}
         for r in self.query(sql):  # a node that wrote a day ago wrote: never "waiting for its first"
             out[r["node"]] = max(out.get(r["node"], r["ts"]), r["ts"])
