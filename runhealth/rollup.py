@@ -28,6 +28,7 @@ TIERS = (60, 600)
 _GPU = ("util_pct", "mem_used_mib", "mem_total_mib", "power_w", "power_limit_w", "temp_c", "sm_clock_mhz")
 _POLL = ("completions", "tokens", "length_stops", "malformed")
 
+
 def _mean_merge(col: str) -> str:
     """ON CONFLICT: the weighted mean of the stored and the new bucket (NULLs ignored)."""
     return (

@@ -17,12 +17,11 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from runhealth import ingest, storefile, textsafe
-from runhealth.analysis import reasons
+from runhealth import ingest, reasonnames, storefile, textsafe
 from runhealth.errors import StoreError
 from runhealth.ingest import PollRecord, ShardUpdate
 from runhealth.migrations import migrate, refuse_newer
@@ -77,7 +76,7 @@ class Store:
         self._recreate_lock = threading.Lock()
         self._remembered: dict[tuple[str, str], Any] = {}  # what set_meta / register_node wrote
         self.incident: tuple[str, float] | None = None  # (plain words, when) after a recreation
-        self._reason_namer: tuple[int, reasons.Namer] | None = None  # (generation, namer)
+        self._reason_namer: tuple[int, reasonnames.Namer] | None = None  # (generation, namer)
         try:
             storefile.create_private(self.path)
             with self._write_lock:
@@ -312,8 +311,17 @@ class Store:
         return out
 
     def record_poll(self, node: str, reply: dict[str, Any], ts_unix: float, rtt_ms: float | None) -> dict[str, int]:
-        """Apply one successful poll reply (a wire.PollReply) atomically; returns the deltas it added."""
-        record = ingest.read_poll(cast(PollReply, reply))
+        """`write_poll` of a raw poll reply (a wire.PollReply) as `ingest.read_poll` reads it, with
+        no server metrics parsed (the collector passes them in its record); returns the deltas."""
+        return self.write_poll(node, ingest.read_poll(cast(PollReply, reply)), ts_unix, rtt_ms)
+
+    def write_poll(self, node: str, record: PollRecord, ts_unix: float, rtt_ms: float | None) -> dict[str, int]:
+        """Write one successful poll in one transaction; returns the deltas it added.
+
+        Everything the poll brings moves together: shard offsets with their length counts, the
+        poll row and its length stops, the hourly length rows, GPU readings, node status and
+        server metrics. A failure anywhere writes none of it.
+        """
         with self.transaction() as db:
             record = ingest.with_reason_names(record, self._reasons(db).name)  # a bounded set of names
             prev = db.execute("SELECT pending_bytes, last_ok_unix FROM nodes WHERE name = ?", (node,)).fetchone()
@@ -322,8 +330,7 @@ class Store:
             first_index = not (prev and prev[1] is not None) and record.scanned_bytes > 0
             delta = {"completions": 0, "tokens": 0, "length_stops": 0, "malformed": 0, "resets": 0}
             stops: dict[int, int] = {}
-            for update in record.shards:
-                _apply_shard(db, node, update, ts_unix, delta, stops)
+            applied = [u for u in record.shards if _apply_shard(db, node, u, ts_unix, delta, stops)]
             db.executemany(
                 "INSERT INTO poll_length_stops VALUES (?,?,?,?)", [(ts_unix, node, t, n) for t, n in stops.items()]
             )
@@ -342,9 +349,11 @@ class Store:
                     rtt_ms,
                 ),
             )
+            _write_hourly(db, applied, ts_unix, backfill)
             _write_gpus(db, node, record, ts_unix)
             _write_health(db, node, record, ts_unix)
             _write_node_ok(db, node, record, ts_unix, rtt_ms)
+            _write_metrics(db, node, record.server_metrics, ts_unix)
             scanned = record.scanned_bytes
             if scanned and rtt_ms and (backfill or record.pending_bytes):
                 # Indexing speed as the operator lives it (bytes per second of poll round trip).
@@ -352,22 +361,17 @@ class Store:
         self.write_failures.pop(node, None)  # written again: the store is healthy for this node
         return delta
 
-    def _reasons(self, db: sqlite3.Connection) -> reasons.Namer:
+    def _reasons(self, db: sqlite3.Connection) -> reasonnames.Namer:
         """The finish-reason namer, seeded once per file with the names the store holds."""
         if self._reason_namer is None or self._reason_namer[0] != self._generation:
             stored = [r[0] for r in db.execute("SELECT DISTINCT finish_reason FROM node_length_counts")]
-            self._reason_namer = (self._generation, reasons.Namer(stored))
+            self._reason_namer = (self._generation, reasonnames.Namer(stored))
         return self._reason_namer[1]
 
-    def record_metrics(self, node: str, values: dict[str, float], ts_unix: float) -> None:
-        rows = [(ts_unix, node, name, value) for name, value in values.items() if value is not None]
+    def record_metrics(self, node: str, values: Mapping[str, float | None], ts_unix: float) -> None:
+        """Server metrics on their own (tests, fixtures); a poll's are written by `write_poll`."""
         with self.transaction() as db:
-            db.executemany("INSERT INTO metric_samples VALUES (?,?,?,?)", rows)
-            db.executemany(
-                "INSERT INTO metric_latest VALUES (?,?,?,?) ON CONFLICT (node, name) DO UPDATE SET"
-                " value = excluded.value, ts_unix = excluded.ts_unix WHERE excluded.ts_unix >= ts_unix",
-                [(node, name, value, ts) for ts, node, name, value in rows],
-            )
+            _write_metrics(db, node, values, ts_unix)
 
     def record_failure(self, node: str, error: str, ts_unix: float) -> None:
         """Note a failed poll; the node's counts and offsets stay as they were."""
@@ -764,8 +768,8 @@ def _where(since_unix: float | None, node: str | None) -> tuple[str, tuple]:
 
 def _apply_shard(
     db: sqlite3.Connection, node: str, update: ShardUpdate, ts_unix: float, delta: dict, stops: dict[int, int]
-) -> None:
-    """Fold one file's scan result into the shard row and its length counts."""
+) -> bool:
+    """Fold one file's scan result into the shard row and its length counts (False: not applied)."""
     path = update.path
     old = db.execute("SELECT offset FROM shards WHERE node = ? AND path = ?", (node, path)).fetchone()
     stored_offset = old[0] if old is not None else 0
@@ -775,7 +779,7 @@ def _apply_shard(
         log.warning(
             "%s:%s: ignored a scan from offset %s; counted up to %s", node, path, update.offset_from, stored_offset
         )
-        return
+        return False
     if update.reset and old is not None:
         # Rotated or truncated: forget what this shard counted before, then count it afresh.
         db.execute(
@@ -844,6 +848,31 @@ def _apply_shard(
     delta["length_stops"] += update.length_stops
     for t, n in update.exact_length_stops().items():
         stops[t] = stops.get(t, 0) + n
+    return True
+
+
+def _write_hourly(db: sqlite3.Connection, applied: Sequence[ShardUpdate], ts_unix: float, backfill: bool) -> None:
+    """The applied updates' completions added to their hour's length_hourly rows (ingest.HourlyLengthRow;
+    backfill apart: first scans and catch-up were written before the hour they land in)."""
+    bucket = int(ts_unix // ingest.HOUR_S * ingest.HOUR_S)
+    db.executemany(
+        "INSERT INTO length_hourly VALUES (?,?,?,?,?,?) ON CONFLICT (bucket_unix, tokens, by_length, estimated,"
+        " backfill) DO UPDATE SET count = count + excluded.count",
+        [
+            (bucket, r.tokens, r.by_length, r.estimated, int(backfill), r.completions)
+            for r in ingest.hourly_length_rows(applied)
+        ],
+    )
+
+
+def _write_metrics(db: sqlite3.Connection, node: str, values: Mapping[str, float | None], ts_unix: float) -> None:
+    rows = [(ts_unix, node, name, value) for name, value in values.items() if value is not None]
+    db.executemany("INSERT INTO metric_samples VALUES (?,?,?,?)", rows)
+    db.executemany(
+        "INSERT INTO metric_latest VALUES (?,?,?,?) ON CONFLICT (node, name) DO UPDATE SET"
+        " value = excluded.value, ts_unix = excluded.ts_unix WHERE excluded.ts_unix >= ts_unix",
+        [(node, name, value, ts) for ts, node, name, value in rows],
+    )
 
 
 def _log_shard_error(db: sqlite3.Connection, node: str, update: ShardUpdate) -> None:

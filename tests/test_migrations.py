@@ -322,7 +322,9 @@ def test_a_version_5_store_that_created_them_on_first_use_keeps_their_rows(tmp_p
             db.execute(f"CREATE TABLE IF NOT EXISTS {table} {columns}")
         db.execute("INSERT INTO length_hourly VALUES (3600, 4096, 1, 0, 0, 7)")
         db.execute("INSERT INTO poll_rollup VALUES (60, 120.0, 'n1', 6, 60, 6000, 3, 0, 0)")
-        db.execute("INSERT INTO webhook_deliveries VALUES (1.0, 'https://x.example/…', 'stall', 'n1', 'start', 1, 1, NULL)")
+        db.execute(
+            "INSERT INTO webhook_deliveries VALUES (1.0, 'https://x.example/…', 'stall', 'n1', 'start', 1, 1, NULL)"
+        )
         db.execute("PRAGMA user_version = 5")
     store = Store(path)
     assert version(path) == STORE_VERSION >= 6
