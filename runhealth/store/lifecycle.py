@@ -212,10 +212,10 @@ class StoreFile:
 
     # -- raw access ------------------------------------------------------------------------
     # Public because some tables live in this database but belong to other modules (rollup.py's
-    # *_rollup, notify.py's webhook_deliveries, pagedata.py's page_data, analysis/lengthtime.py's
-    # length_hourly) and some reads have no method here (exporter.py, health.py): those modules
-    # keep their SQL next to the code that gives it meaning. Pages and components read through
-    # the named methods below or through those modules, never through raw SQL of their own.
+    # *_rollup, notify.py's webhook_deliveries, pagedata.py's page_data; analysis/lengthtime.py
+    # reads length_hourly, which write_poll fills) and some reads have no method here
+    # (exporter.py, health.py): those modules keep their SQL next to the code that gives it
+    # meaning. Pages and components read through the named reads (reads.py) or those modules.
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """`with store.transaction() as db:` a write transaction on this thread's connection.
