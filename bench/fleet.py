@@ -39,8 +39,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from prometheus_client import generate_latest  # noqa: E402
 
-from runhealth import exporter  # noqa: E402
-from runhealth.analysis import lengthtime  # noqa: E402
+from runhealth import exporter, ingest  # noqa: E402
+from runhealth.analysis.servermetrics import merge_endpoints  # noqa: E402
 from runhealth.collector import Collector  # noqa: E402
 from runhealth.config import parse_config  # noqa: E402
 from runhealth.store import Store  # noqa: E402
@@ -143,10 +143,9 @@ def serial_write_s(store: Store, config, sims: dict) -> tuple[float, float]:
         sims[node.name].rtt_s = 0.0
         replies.append((node.name, sims[node.name].request({"shards": {"state": store.shard_state(node.name)}})))
     wall, cpu = time.perf_counter(), time.process_time()
-    for name, reply in replies:  # the collector's two writes per poll: counts etc., then lengths per hour
+    for name, reply in replies:  # the collector's one write per poll (counts, hourly lengths, GPUs, metrics)
         now = time.time()
-        store.record_poll(name, reply, now, 1.0)
-        lengthtime.record(store, name, reply, now)
+        store.write_poll(name, ingest.read_poll(reply, merge_endpoints(reply)), now, 1.0)
     return time.perf_counter() - wall, time.process_time() - cpu
 
 

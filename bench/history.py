@@ -1,8 +1,8 @@
 """Store size per GPU-day and per node-day, raw and with rollups; the cost of a fold.
 
-Writes `--days` of 10 s polls for one node with 8 GPUs through `Store.record_poll` and
-`Store.record_metrics` (the collector's own writes: poll deltas, GPU samples, a server metric,
-new length counts), then measures each table's bytes with SQLite's `dbstat`:
+Writes `--days` of 10 s polls for one node with 8 GPUs through `Store.write_poll` (the
+collector's own write: poll deltas, GPU samples, a server metric, new length counts and their
+hourly rows, in one transaction), then measures each table's bytes with SQLite's `dbstat`:
 
 - raw: every 10 s row kept (the baseline, measured in the same run);
 - 1-min tier: after `rollup(raw_keep_s=0)`;
@@ -29,7 +29,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from fleet import SimNode  # noqa: E402
 
-from runhealth import rollup  # noqa: E402
+from runhealth import ingest, rollup  # noqa: E402
 from runhealth.store import Store  # noqa: E402
 
 DAY = 86400.0
@@ -60,8 +60,8 @@ def fill(store: Store, days: float, now: float) -> None:
     store.register_node("node-0007", {"name": "node-0007"})
     while t < now:
         reply = sim.request({"shards": {"state": store.shard_state("node-0007")}})
-        store.record_poll("node-0007", reply, t, 5.0)
-        store.record_metrics("node-0007", {"sglang:gen_throughput": 1500.0 + random.random()}, t)
+        metrics = {"sglang:gen_throughput": 1500.0 + random.random()}
+        store.write_poll("node-0007", ingest.read_poll(reply, metrics), t, 5.0)
         t += 10.0
 
 
@@ -87,7 +87,7 @@ def main() -> None:
         coarse = series_bytes(store) / args.days
         coarse_gpu = table_bytes(store).get("gpu_rollup", 0) / args.days / 8
     kib = 1024
-    print(f"1 node x 8 GPUs, {args.days:g} days of 10 s polls written through Store.record_poll in {fill_s:.0f} s")
+    print(f"1 node x 8 GPUs, {args.days:g} days of 10 s polls written through Store.write_poll in {fill_s:.0f} s")
     print("| tier | per node-day (all series) | per GPU-day (GPU samples) | × raw |")
     print("|---|---:|---:|---:|")
     for name, node_b, gpu_b in (

@@ -17,15 +17,14 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
-from runhealth import pagedata, rollup, sampling, scheduler, storefile, textsafe
-from runhealth.analysis import lengthtime
+from runhealth import ingest, pagedata, rollup, sampling, scheduler, storefile, textsafe
 from runhealth.analysis.servermetrics import merge_endpoints as merge_metrics
 from runhealth.config import NodeConfig, RunConfig, RunContext
 from runhealth.errors import StoreBusyError, StoreError
 from runhealth.errors import one_line as _plain
-from runhealth.node.wire import ShardCursor
+from runhealth.node.wire import PollReply, ShardCursor
 from runhealth.remote import make_transport
 from runhealth.remote.base import fan_out_calls
 from runhealth.store import Store
@@ -126,12 +125,9 @@ class NodePoller:
         self._adapt_budget(reply.get("shards") or {})
         # The reply describes the node at about the middle of the round trip.
         ts_unix = sent + rtt_ms / 2000
-        try:
-            self.store.record_poll(self.node.name, reply, ts_unix, rtt_ms)
-            lengthtime.record(self.store, self.node.name, reply, ts_unix)  # lengths per hour, whole run
-            values = merge_metrics(reply)
-            if values:
-                self.store.record_metrics(self.node.name, values, ts_unix)
+        try:  # the reply as one record (counts, GPU rows, hourly lengths, server metrics): one transaction
+            record = ingest.read_poll(cast(PollReply, reply), merge_metrics(reply))
+            self.store.write_poll(self.node.name, record, ts_unix, rtt_ms)
         except Exception as exc:  # disk full, lock, overflow: the node's error, on screen
             message = self.store.note_write_failure(self.node.name, exc, self.clock())
             log.warning("node %s: %s (%s)", self.node.name, message, _plain(exc))

@@ -1,23 +1,48 @@
 """What a poll reply means: the agent's `PollReply` (runhealth/node/wire.py) read into the
 typed records the store writes.
 
-store.py persists and this module interprets: which shard updates a reply holds and what they
-add (completions, tokens, exact-length stops), the node's status fields, the GPU readings and
-their health/XID part, and the rule for when a poll is backfill rather than throughput. It
-touches no database, so every rule here is testable on a reply dict alone.
+The store persists and this module interprets: which shard updates a reply holds and what they
+add (completions, tokens, exact-length stops, the hourly length rows), the node's status fields,
+the GPU readings and their health/XID part, the server metrics the collector parsed, and the
+rule for when a poll is backfill rather than throughput. The store writes one `PollRecord` in
+one transaction. This module touches no database, so every rule here is testable on a reply
+dict alone.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NamedTuple
 
 from runhealth.node.wire import CountRow, DiskEntry, GpuDevice, HostInfo, PollReply, ShardEntry, count_rows
 from runhealth.records import LENGTH
 
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
+HOUR_S = 3600  # length_hourly's bucket
+BINS_PER_DOUBLING = 16  # length_hourly's log bins: a bin is at most 4.4% wide
+
+
+def bin_upper(tokens: int) -> int:
+    """The upper edge of the log bin holding `tokens` (exact below 16 tokens)."""
+    if tokens < 16:
+        return int(tokens)
+    return math.ceil(2 ** (math.ceil(math.log2(tokens) * BINS_PER_DOUBLING) / BINS_PER_DOUBLING))
+
+
+class HourlyLengthRow(NamedTuple):
+    """A poll's completions for its hour's `length_hourly` rows (analysis/lengthtime.py reads them).
+
+    Lengths of completions that stopped by length are kept exactly (few distinct values, and the
+    share at the ceiling must be exact); other lengths are their log bin's upper edge (`bin_upper`).
+    """
+
+    tokens: int
+    by_length: int  # 1: finish_reason "length"
+    estimated: int
+    completions: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +82,15 @@ class ShardUpdate:
     def length_stops(self) -> int:
         """Completions that stopped at the token limit (estimated token counts included)."""
         return sum(r.count for r in self.counts if r.finish_reason == LENGTH)
+
+    def hourly_rows(self) -> dict[tuple[int, int, int], int]:
+        """(tokens or bin edge, by_length, estimated) -> completions: this update's HourlyLengthRows."""
+        out: dict[tuple[int, int, int], int] = {}
+        for r in self.counts:
+            by_length = int(r.finish_reason == LENGTH)
+            key = (r.tokens if by_length else bin_upper(r.tokens), by_length, int(bool(r.estimated)))
+            out[key] = out.get(key, 0) + r.count
+        return out
 
     def exact_length_stops(self) -> dict[int, int]:
         """Token count -> `length` stops with an exact (not estimated) token count."""
@@ -102,12 +136,21 @@ def shard_update(path: str, entry: ShardEntry) -> ShardUpdate:
 
 def with_reason_names(record: PollRecord, name: Callable[[str | None], str | None]) -> PollRecord:
     """`record` with every count row's finish_reason replaced by `name(reason)` (the store's
-    bounded names, runhealth.analysis.reasons.Namer); counts unchanged."""
+    bounded names, runhealth.reasonnames.Namer); counts unchanged."""
     shards = tuple(
         dataclasses.replace(u, counts=tuple(r._replace(finish_reason=name(r.finish_reason)) for r in u.counts))
         for u in record.shards
     )
     return dataclasses.replace(record, shards=shards)
+
+
+def hourly_length_rows(updates: Iterable[ShardUpdate]) -> list[HourlyLengthRow]:
+    """The hourly length rows of the shard updates a poll applied, summed over them."""
+    total: dict[tuple[int, int, int], int] = {}
+    for update in updates:
+        for key, n in update.hourly_rows().items():
+            total[key] = total.get(key, 0) + n
+    return [HourlyLengthRow(*key, n) for key, n in total.items()]
 
 
 def scanned_bytes(entry: ShardEntry) -> int:
@@ -153,14 +196,18 @@ class PollRecord:
     host: HostInfo | None
     status: NodeStatus
     scanned_bytes: int  # over every file entry, for the node's indexing speed
+    # The node's inference-server metrics (name -> value, endpoints merged), parsed by the
+    # collector (analysis/servermetrics.py); empty when it has none or they were not parsed.
+    server_metrics: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def pending_bytes(self) -> int:
         return self.status.pending_bytes
 
 
-def read_poll(reply: PollReply) -> PollRecord:
-    """Interpret one ok poll reply (a missing part reads as empty, as older agents send)."""
+def read_poll(reply: PollReply, server_metrics: Mapping[str, float] | None = None) -> PollRecord:
+    """Interpret one ok poll reply (a missing part reads as empty, as older agents send);
+    `server_metrics`: its /metrics texts as values (the collector parses them)."""
     shards, gpus = reply.get("shards"), reply.get("gpus")
     files: dict[str, ShardEntry] = (shards.get("files") if shards else None) or {}
     devices = tuple((gpus.get("devices") if gpus else None) or [])
@@ -171,6 +218,7 @@ def read_poll(reply: PollReply) -> PollRecord:
         host=reply.get("host") or None,
         status=_node_status(reply),
         scanned_bytes=sum(scanned_bytes(e) for e in files.values()),
+        server_metrics=dict(server_metrics or {}),
     )
 
 

@@ -191,6 +191,36 @@ def _to_v5(db: sqlite3.Connection) -> None:
             db.execute(f"ALTER TABLE shards ADD COLUMN {column} {decl}")
 
 
+# The tables other modules created on first use before step 6, as they created them (a store
+# that has them keeps them; IF NOT EXISTS makes the step a no-op for those).
+_V6_SCHEMA = """
+CREATE TABLE IF NOT EXISTS length_hourly (bucket_unix INTEGER NOT NULL, tokens INTEGER NOT NULL,
+    by_length INTEGER NOT NULL, estimated INTEGER NOT NULL, backfill INTEGER NOT NULL, count INTEGER NOT NULL,
+    PRIMARY KEY (bucket_unix, tokens, by_length, estimated, backfill)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS gpu_rollup (res_s INTEGER NOT NULL, bucket_unix REAL NOT NULL, node TEXT NOT NULL,
+    gpu INTEGER NOT NULL, n INTEGER NOT NULL, util_pct REAL, mem_used_mib REAL, mem_total_mib REAL, power_w REAL,
+    power_limit_w REAL, temp_c REAL, sm_clock_mhz REAL, throttled INTEGER,
+    PRIMARY KEY (res_s, bucket_unix, node, gpu)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS poll_rollup (res_s INTEGER NOT NULL, bucket_unix REAL NOT NULL, node TEXT NOT NULL,
+    polls INTEGER NOT NULL, completions INTEGER, tokens INTEGER, length_stops INTEGER, malformed INTEGER,
+    backfill INTEGER, PRIMARY KEY (res_s, bucket_unix, node)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS metric_rollup (res_s INTEGER NOT NULL, bucket_unix REAL NOT NULL, node TEXT NOT NULL,
+    name TEXT NOT NULL, n INTEGER NOT NULL, value REAL, value_max REAL,
+    PRIMARY KEY (res_s, bucket_unix, node, name)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS webhook_deliveries (ts_unix REAL NOT NULL, target TEXT NOT NULL, alert TEXT, node TEXT,
+    kind TEXT, ok INTEGER NOT NULL, attempts INTEGER NOT NULL, error TEXT);
+"""
+
+
+def _to_v6(db: sqlite3.Connection) -> None:
+    """The tables that were created on first use by the module that owns them (#31): the hourly
+    length rows every poll writes (analysis/lengthtime.py reads them), rollup.py's 1-min and
+    10-min folds, notify.py's webhook deliveries. Created with the store now, so a poll's write,
+    a fold and a read never create schema, and a replaced store gets them when it is reopened."""
+    for statement in _statements(_V6_SCHEMA):
+        db.execute(statement)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -203,6 +233,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "gpu_seen: when each GPU last reported, built from the GPU samples (#16)", _to_v3),
     Migration(4, "alert_state: announced alerts and their start, kept across restarts (#29)", _to_v4),
     Migration(5, "shards.mark and shards.replaced_unix: a shard's content identity (#29)", _to_v5),
+    Migration(
+        6, "length_hourly, gpu/poll/metric_rollup, webhook_deliveries: tables once created on first use (#31)", _to_v6
+    ),
 )
 STORE_VERSION = MIGRATIONS[-1].version
 

@@ -50,10 +50,6 @@ RENOTIFY_S = 3600.0
 CLEAR_S = 60.0
 RETRIES = 5
 QUEUE_MAX = 1000  # per receiver
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS webhook_deliveries (ts_unix REAL NOT NULL, target TEXT NOT NULL,"
-    " alert TEXT, node TEXT, kind TEXT, ok INTEGER NOT NULL, attempts INTEGER NOT NULL, error TEXT)"
-)
 KEEP_DELIVERIES = 2000
 
 
@@ -169,16 +165,10 @@ def save_held(store: Store, held: dict[tuple, _Held], now: float | None = None, 
 
 
 # -- delivery -------------------------------------------------------------------------------
-def ensure_schema(store: Store) -> None:
-    with store.transaction() as db:  # the table belongs to this module; the store only hosts it
-        db.execute(_SCHEMA)
-
-
 def record_delivery(
     store: Store, url: str, event: Event, ok: bool, attempts: int, error: str | None, now: float
 ) -> None:
     with store.transaction() as db:
-        db.execute(_SCHEMA)  # cheap when it exists; the table may have been lost with a replaced store
         db.execute(
             "INSERT INTO webhook_deliveries VALUES (?,?,?,?,?,?,?,?)",
             (now, redact(url), event.alert.name, event.alert.node, event.kind, int(ok), attempts, error),
@@ -191,8 +181,6 @@ def record_delivery(
 
 def delivery_status(store: Store, since_unix: float) -> list[dict[str, Any]]:
     """Per webhook target (redacted): sends and failures since `since_unix`, the last error."""
-    if not store.query("SELECT 1 FROM sqlite_master WHERE name = 'webhook_deliveries'"):
-        return []  # nothing sent yet (and a read-only viewer must not create tables)
     return store.query(
         "SELECT target, SUM(ok) AS delivered, SUM(1 - ok) AS failed, MAX(CASE WHEN ok THEN ts_unix END) AS last_ok_unix,"
         " MAX(CASE WHEN NOT ok THEN ts_unix END) AS last_failure_unix,"
@@ -227,10 +215,6 @@ class Notifier:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._loaded = False  # the stored alert state was read into the tracker
-        try:
-            ensure_schema(store)
-        except Exception as exc:  # a store that cannot be written now must not stop alerting
-            log.warning("webhook deliveries cannot be recorded in the store for now: %s", escape(exc))
 
     def check(self) -> list[Event]:
         """Evaluate once and queue the resulting messages (never waits for a webhook).

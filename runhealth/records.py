@@ -1,4 +1,4 @@
-"""What the store's reads return: one typed row per read shape (runhealth/store.py, rollup.py).
+"""What the store's reads return: one typed row per read shape (runhealth/store/reads.py, rollup.py).
 
 Every read of the history store used to be `list[dict[str, Any]]`, its keys known only from the
 SQL and docs/design.md prose. Each shape is declared here once, with the SQL column names

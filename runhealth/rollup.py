@@ -28,24 +28,6 @@ TIERS = (60, 600)
 _GPU = ("util_pct", "mem_used_mib", "mem_total_mib", "power_w", "power_limit_w", "temp_c", "sm_clock_mhz")
 _POLL = ("completions", "tokens", "length_stops", "malformed")
 
-_SCHEMA = [
-    "CREATE TABLE IF NOT EXISTS gpu_rollup (res_s INTEGER NOT NULL, bucket_unix REAL NOT NULL, node TEXT NOT NULL,"
-    " gpu INTEGER NOT NULL, n INTEGER NOT NULL, " + ", ".join(f"{f} REAL" for f in _GPU) + ", throttled INTEGER,"
-    " PRIMARY KEY (res_s, bucket_unix, node, gpu)) WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS poll_rollup (res_s INTEGER NOT NULL, bucket_unix REAL NOT NULL, node TEXT NOT NULL,"
-    " polls INTEGER NOT NULL, " + ", ".join(f"{f} INTEGER" for f in _POLL) + ", backfill INTEGER,"
-    " PRIMARY KEY (res_s, bucket_unix, node)) WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS metric_rollup (res_s INTEGER NOT NULL, bucket_unix REAL NOT NULL, node TEXT NOT NULL,"
-    " name TEXT NOT NULL, n INTEGER NOT NULL, value REAL, value_max REAL, PRIMARY KEY (res_s, bucket_unix, node, name))"
-    " WITHOUT ROWID",
-]
-
-
-def ensure_schema(store: Store) -> None:
-    with store.transaction() as db:  # these tables belong to this module; the store only hosts them
-        for sql in _SCHEMA:
-            db.execute(sql)
-
 
 def _mean_merge(col: str) -> str:
     """ON CONFLICT: the weighted mean of the stored and the new bucket (NULLs ignored)."""
@@ -125,7 +107,6 @@ def rollup(
     the next call; every chunk done is complete).
     """
     now = time.time() if now is None else now
-    ensure_schema(store)
     raw_cut = (now - raw_keep_s) // TIERS[0] * TIERS[0]
     fine_cut = (now - fine_keep_s) // TIERS[1] * TIERS[1]
     oldest = store.cursor(
@@ -169,8 +150,10 @@ def _frange(start: float, stop: float, step: float) -> list[float]:
 
 
 def has_rollups(store: Store) -> bool:
-    """Whether this store has the rollup tables (created the first time `rollup` ran on it)."""
-    return bool(store.query("SELECT 1 FROM sqlite_master WHERE name = 'gpu_rollup'"))
+    """Whether rows were folded into this store's rollup tables yet (until then, the raw rows
+    are the whole history; the tables themselves come with the store, migrations.py step 6)."""
+    sql = " OR ".join(f"EXISTS (SELECT 1 FROM {t}_rollup)" for t in ("gpu", "poll", "metric"))
+    return bool(store.cursor(f"SELECT {sql}").fetchone()[0])
 
 
 def gpu_history(store: Store, since_unix: float | None = None, max_points: int = 400) -> list[GpuSeriesPoint]:

@@ -1,6 +1,6 @@
 """The history store's file on disk: what is under its path, and what may be opened there.
 
-store.py watches the file under `store_path` (deleted, truncated or replaced under a running
+store/lifecycle.py watches the file under `store_path` (deleted, truncated or replaced under a running
 collector or dashboard). This module holds the file-level rules it needs:
 
 - SQLite finds a database's write-ahead log and shared-memory index by *name* (`<path>-wal`,

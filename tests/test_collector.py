@@ -1,13 +1,16 @@
 """The collector over real agents (local transport): exact counts, growth, failures, samples."""
 
+import http.server
+import sqlite3
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from shardgen import chat_line, truth_rows, write_shard
 
-from runhealth.collector import Collector
+from runhealth.collector import Collector, NodePoller
 from runhealth.config import NodeConfig, RunConfig
 from runhealth.errors import StoreError
 from runhealth.store import Store
@@ -158,3 +161,87 @@ def test_start_is_idempotent(run):
     threads = {t.ident for t in threading.enumerate() if t.name.startswith("runhealth-")}
     collector.start()
     assert {t.ident for t in threading.enumerate() if t.name.startswith("runhealth-")} == threads
+
+
+# -- one write per poll (issue 31 item 2) ----------------------------------------------------
+VLLM_METRICS = (Path(__file__).parent / "fixtures" / "metrics" / "vllm.txt").read_bytes()
+
+
+@pytest.fixture
+def metrics_url():
+    """A vLLM /metrics endpoint on loopback (the fixture's text), for the agent to fetch."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.end_headers()
+            self.wfile.write(VLLM_METRICS)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    server.shutdown()
+    server.server_close()
+
+
+def _poller(tmp_path, metrics_url, rows):
+    write_shard(tmp_path / "a.jsonl", rows)
+    store = Store(tmp_path / "store.sqlite3")
+    node = local_node("n1", str(tmp_path / "*.jsonl"), metrics_urls=[metrics_url])
+    return store, NodePoller(node, store, 1.0)
+
+
+def _everything(store):
+    """What one poll writes, table by table (counts, offsets, poll rows, hourly rows, metrics)."""
+    return {
+        "counts": counts(store),
+        "offsets": {p: c["offset"] for p, c in store.shard_state("n1").items()},
+        "polls": len(store.polls()),
+        "hourly": store.cursor("SELECT COALESCE(SUM(count), 0) FROM length_hourly").fetchone()[0],
+        "metrics": len(store.metric_latest()),
+    }
+
+
+def test_a_poll_is_one_write_transaction(tmp_path, metrics_url):
+    """Counts, hourly length rows and server metrics of one reply: one transaction (three on 739751b)."""
+    rows = truth_rows(300, 5)
+    store, poller = _poller(tmp_path, metrics_url, rows)
+    begun = []
+    transaction = store.transaction
+
+    def counting():
+        begun.append(1)
+        return transaction()
+
+    store.transaction = counting  # an instance attribute: this store's writes only
+    poller.poll()
+    assert len(begun) == 1
+    got = _everything(store)
+    assert got["counts"] == truth(rows) and got["hourly"] == 300 and got["metrics"] > 0
+
+
+@pytest.mark.parametrize("table", ["length_hourly", "metric_samples"])
+def test_a_poll_whose_hourly_or_metrics_write_fails_writes_nothing(tmp_path, metrics_url, table):
+    """A kill or a failure between the counts and their hourly rows or metrics cannot leave counts
+    without them: the poll writes all or nothing, and the next one writes all of it once."""
+    rows = truth_rows(300, 6)
+    store, poller = _poller(tmp_path, metrics_url, rows)
+    db = sqlite3.connect(store.path, isolation_level=None)
+    db.execute(  # on a store where the table is still created on first use (739751b's length_hourly)
+        "CREATE TABLE IF NOT EXISTS length_hourly (bucket_unix INTEGER NOT NULL, tokens INTEGER NOT NULL,"
+        " by_length INTEGER NOT NULL, estimated INTEGER NOT NULL, backfill INTEGER NOT NULL, count INTEGER NOT NULL,"
+        " PRIMARY KEY (bucket_unix, tokens, by_length, estimated, backfill)) WITHOUT ROWID"
+    )
+    db.execute(f"CREATE TRIGGER fail BEFORE INSERT ON {table} BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END")
+    with pytest.raises(StoreError, match="disk I/O error"):
+        poller.poll()
+    assert _everything(store) == {"counts": {}, "offsets": {}, "polls": 0, "hourly": 0, "metrics": 0}
+    db.execute("DROP TRIGGER fail")
+    db.close()
+    poller.poll()
+    got = _everything(store)
+    assert got["counts"] == truth(rows) and got["hourly"] == 300 and got["polls"] == 1 and got["metrics"] > 0

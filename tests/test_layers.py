@@ -144,6 +144,7 @@ def test_the_checkout_imports_no_private_names():
 LOW_MODULES = {
     "runhealth.config": ("runhealth.health", "runhealth.store"),
     "runhealth.ingest": ("runhealth.analysis",),
+    "runhealth.store": ("runhealth.analysis",),  # the store is below the numbers computed from it (#31)
     "runhealth.windows": ("runhealth.",),
 }
 
@@ -160,3 +161,98 @@ def imported_by(module: str) -> set[str]:
 def test_low_core_modules_do_not_import_up(module, banned):
     loaded = imported_by(module) - {module}
     assert [m for m in sorted(loaded) if m.startswith(banned)] == []
+
+
+# No import cycle in the package: each module's imports at load time (module level, outside
+# `if TYPE_CHECKING:`), resolved to the package's own modules, walked with ast. Importing a.b.c
+# runs a/__init__ and a/b/__init__ first, so those count too, except for a package's own
+# modules (its __init__ importing its submodules is how a package is put together).
+def module_names(root: Path) -> dict[str, Path]:
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def load_time_imports(name: str, path: Path, known: set[str]) -> set[str]:
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                visit(node.orelse)
+                continue
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(
+                        [*package.split(".")[: len(package.split(".")) - node.level + 1], *[base] * bool(base)]
+                    )
+                found.add(base)
+                found.update(f"{base}.{a.name}" for a in node.names)
+            elif isinstance(node, ast.If | ast.Try | ast.With):
+                for part in ("body", "orelse", "finalbody", "handlers"):
+                    for child in getattr(node, part, []):
+                        visit(child.body if isinstance(child, ast.ExceptHandler) else [child])
+
+    visit(ast.parse(path.read_text()).body)
+    edges = set()
+    for target in found:
+        parts = target.split(".")
+        for i in range(1, len(parts) + 1):
+            mod = ".".join(parts[:i])
+            if mod in known and mod != name and not name.startswith(mod + "."):
+                edges.add(mod)
+    return edges
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return out
+
+
+def package_graph() -> dict[str, set[str]]:
+    modules = module_names(ROOT / "runhealth")
+    return {name: load_time_imports(name, path, set(modules)) for name, path in modules.items()}
+
+
+def test_the_cycle_finder_finds_a_planted_cycle():
+    graph = package_graph()
+    assert "runhealth.store.writes" in graph["runhealth.collector"] or "runhealth.store" in graph["runhealth.collector"]
+    planted = {**graph, "runhealth.migrations": graph["runhealth.migrations"] | {"runhealth.collector"}}
+    assert any("runhealth.migrations" in c and "runhealth.collector" in c for c in import_cycles(planted))
+
+
+def test_the_package_has_no_import_cycle():
+    assert import_cycles(package_graph()) == []

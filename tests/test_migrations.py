@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from runhealth import migrations
+from runhealth import migrations, notify, rollup
 from runhealth.errors import StoreError
 from runhealth.migrations import MIGRATIONS, STORE_VERSION, Migration, migrate
 from runhealth.store import Store
@@ -271,3 +271,77 @@ def test_a_version_3_store_gains_content_marks_and_its_shards_continue(tmp_path)
     assert store.shard_state("n1") == {"/a": {"inode": 7, "offset": 900}}  # no mark: trusted as before
     (row,) = store.shards()
     assert (row["lines"], row["mark"], row["replaced_unix"]) == (9, None, None)
+
+
+FIRST_USE_TABLES = ("length_hourly", "gpu_rollup", "poll_rollup", "metric_rollup", "webhook_deliveries")
+
+
+def _tables(path):
+    with raw(path) as db:
+        return {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def test_a_version_5_store_gains_the_tables_once_created_on_first_use(tmp_path):
+    """Issue 31 item 2: the hourly lengths, rollups and webhook deliveries come with the store
+    (step 6), so no write or read creates schema; a version 5 store without them gains them."""
+    path = tmp_path / "v5.sqlite3"
+    Store(path).close()
+    with raw(path) as db:
+        for table in FIRST_USE_TABLES:
+            db.execute(f"DROP TABLE {table}")
+        db.execute("PRAGMA user_version = 5")
+    store = Store(path)
+    assert version(path) == STORE_VERSION >= 6
+    assert set(FIRST_USE_TABLES) <= _tables(path)
+    assert store.cursor("SELECT COUNT(*) FROM length_hourly").fetchone()[0] == 0
+
+
+def test_a_version_5_store_that_created_them_on_first_use_keeps_their_rows(tmp_path):
+    """A store whose tables were created on first use (by the code of version 5, with these
+    statements) migrates cleanly and keeps every row in them."""
+    path = tmp_path / "v5-used.sqlite3"
+    Store(path).close()
+    first_use = {  # the statements rollup.py, notify.py and lengthtime.py ran before step 6
+        "length_hourly": "(bucket_unix INTEGER NOT NULL, tokens INTEGER NOT NULL, by_length INTEGER NOT NULL,"
+        " estimated INTEGER NOT NULL, backfill INTEGER NOT NULL, count INTEGER NOT NULL,"
+        " PRIMARY KEY (bucket_unix, tokens, by_length, estimated, backfill)) WITHOUT ROWID",
+        "gpu_rollup": "(res_s INTEGER NOT NULL, bucket_unix REAL NOT NULL, node TEXT NOT NULL, gpu INTEGER NOT NULL,"
+        " n INTEGER NOT NULL, util_pct REAL, mem_used_mib REAL, mem_total_mib REAL, power_w REAL, power_limit_w REAL,"
+        " temp_c REAL, sm_clock_mhz REAL, throttled INTEGER, PRIMARY KEY (res_s, bucket_unix, node, gpu)) WITHOUT ROWID",
+        "poll_rollup": "(res_s INTEGER NOT NULL, bucket_unix REAL NOT NULL, node TEXT NOT NULL, polls INTEGER NOT NULL,"
+        " completions INTEGER, tokens INTEGER, length_stops INTEGER, malformed INTEGER, backfill INTEGER,"
+        " PRIMARY KEY (res_s, bucket_unix, node)) WITHOUT ROWID",
+        "metric_rollup": "(res_s INTEGER NOT NULL, bucket_unix REAL NOT NULL, node TEXT NOT NULL, name TEXT NOT NULL,"
+        " n INTEGER NOT NULL, value REAL, value_max REAL, PRIMARY KEY (res_s, bucket_unix, node, name)) WITHOUT ROWID",
+        "webhook_deliveries": "(ts_unix REAL NOT NULL, target TEXT NOT NULL, alert TEXT, node TEXT, kind TEXT,"
+        " ok INTEGER NOT NULL, attempts INTEGER NOT NULL, error TEXT)",
+    }
+    with raw(path) as db:
+        for table, columns in first_use.items():
+            db.execute(f"DROP TABLE {table}")
+            db.execute(f"CREATE TABLE IF NOT EXISTS {table} {columns}")
+        db.execute("INSERT INTO length_hourly VALUES (3600, 4096, 1, 0, 0, 7)")
+        db.execute("INSERT INTO poll_rollup VALUES (60, 120.0, 'n1', 6, 60, 6000, 3, 0, 0)")
+        db.execute(
+            "INSERT INTO webhook_deliveries VALUES (1.0, 'https://x.example/…', 'stall', 'n1', 'start', 1, 1, NULL)"
+        )
+        db.execute("PRAGMA user_version = 5")
+    store = Store(path)
+    assert version(path) == STORE_VERSION >= 6
+    assert store.query("SELECT bucket_unix, tokens, count FROM length_hourly") == [
+        {"bucket_unix": 3600, "tokens": 4096, "count": 7}
+    ]
+    assert store.cursor("SELECT completions FROM poll_rollup").fetchone()[0] == 60
+    assert [r["delivered"] for r in notify.delivery_status(store, 0)] == [1]
+    assert rollup.has_rollups(store)
+
+
+def test_no_module_creates_a_table_outside_the_migrations():
+    """Every table is a migration step's: no CREATE TABLE in runhealth/ outside migrations.py."""
+    root = Path(__file__).resolve().parent.parent / "runhealth"
+    found = [
+        str(p.relative_to(root))
+        for p in sorted(root.rglob("*.py"))
+        if p.name != "migrations.py" and "CREATE TABLE" in p.read_text().upper()
+    ]
+    assert found == []

@@ -239,7 +239,6 @@ def test_urls_come_from_secrets_or_environment_never_the_config(tmp_path):
 
 def test_delivery_status_keeps_only_the_redacted_target(tmp_path):
     store = Store(tmp_path / "s.sqlite3")
-    notify.ensure_schema(store)
     event = notify.Event("start", _alert(), 0, 1)
     url = f"https://hooks.example.com/{SECRET}"
     notify.record_delivery(store, url, event, False, 5, "HTTP 500", time.time())
@@ -266,7 +265,6 @@ def test_nodes_page_shows_webhook_failures_without_the_url(tmp_path, monkeypatch
     st.cache_data.clear()
     st.cache_resource.clear()
     store, config = make_store(tmp_path, "empty")
-    notify.ensure_schema(store)
     event = notify.Event("start", _alert(), 0, 1)
     notify.record_delivery(store, f"https://ok.example.com/{SECRET}", event, True, 1, None, time.time() - 120)
     notify.record_delivery(store, f"https://hooks.example.com/{SECRET}", event, False, 5, "HTTP 500", time.time() - 60)

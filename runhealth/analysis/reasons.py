@@ -11,42 +11,33 @@ the CLI's list), it goes through here:
   time, when the counts to rank them by are not known yet) and a view keeps the `MAX_SHOWN_OTHERS`
   most frequent (`bounded`, `shown_names`);
 - everything else is counted as `OTHER`, so totals stay exact: "other" carries what it replaces.
+
+The store's part (`KNOWN`, `clean`, `Namer`) lives in runhealth/reasonnames.py, below the store
+(which imports nothing from analysis); it is re-exported here, so the views use one module.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
-from runhealth.textsafe import escape
+from runhealth.reasonnames import KNOWN, MAX_REASON_CHARS, MAX_STORED_OTHERS, MISSING, OTHER, Namer, clean
 
-# stop / length: OpenAI-style servers (vLLM, SGLang); abort: vLLM's and SGLang's third reason;
-# the rest: tool calls, filters and other APIs' spellings of "stopped" / "hit the limit".
-KNOWN = (
-    "stop",
-    "length",
-    "abort",
-    "eos",
-    "tool_calls",
-    "function_call",
-    "content_filter",
-    "max_tokens",
-    "end_turn",
-    "stop_sequence",
-)
-MISSING = "missing"  # no finish_reason in the record (stored as "")
-OTHER = "other"
-MAX_REASON_CHARS = 40
-MAX_STORED_OTHERS = 32  # distinct unknown reasons the store keeps apart
+# Names of runhealth.reasonnames (the store's side, below the store) read here by the views.
+__all__ = [
+    "KNOWN",
+    "MAX_REASON_CHARS",
+    "MAX_SHOWN_OTHERS",
+    "MAX_STORED_OTHERS",
+    "MISSING",
+    "OTHER",
+    "Namer",
+    "bounded",
+    "clean",
+    "shown_names",
+]
+
 MAX_SHOWN_OTHERS = 8  # distinct unknown reasons a label set, table or list shows
-
-
-def clean(reason: str) -> str:
-    """`reason` with control characters made visible, cut to MAX_REASON_CHARS ("…" marks a cut)."""
-    if reason in KNOWN:
-        return reason
-    text = escape(reason)
-    return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 1] + "…"
 
 
 def shown_names(totals: Mapping[str, int], keep: int = MAX_SHOWN_OTHERS) -> dict[str, str]:
@@ -66,24 +57,3 @@ def bounded(counts: Mapping[str, int], keep: int = MAX_SHOWN_OTHERS) -> dict[str
     for reason, n in counts.items():
         out[names.get(reason, OTHER)] += n
     return dict(out.most_common())
-
-
-class Namer:
-    """The store's names for reasons: known ones and the first MAX_STORED_OTHERS others as they
-    come (cleaned), OTHER for the rest. `stored` is what the store already holds: names kept
-    earlier stay (a store written before this bound may hold more; nothing new joins them)."""
-
-    def __init__(self, stored: Iterable[str], limit: int = MAX_STORED_OTHERS):
-        self.limit = limit
-        self.kept = {r for r in stored if r not in KNOWN and r not in ("", OTHER)}
-
-    def name(self, reason: str | None) -> str | None:
-        if reason is None or reason in KNOWN:
-            return reason
-        name = clean(reason)
-        if name in self.kept or name == OTHER:
-            return name
-        if len(self.kept) < self.limit:
-            self.kept.add(name)
-            return name
-        return OTHER

@@ -1,0 +1,374 @@
+"""The store's writes: one poll's record in one transaction, failures, samples, pruning.
+
+`write_poll` applies one `ingest.PollRecord` (what a poll reply means, runhealth/ingest.py) in
+one transaction: shard offsets with the length counts they produced (`node_length_counts` kept
+equal to the sum of `length_counts`), the poll row and its length stops, the hourly length rows,
+GPU readings and health, the node's status and its server metrics. A failure anywhere writes
+none of it (docs/design.md section 2).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+from runhealth import ingest, reasonnames, textsafe
+from runhealth.ingest import PollRecord, ShardUpdate
+from runhealth.node.wire import PollReply
+from runhealth.store.lifecycle import StoreFile
+from runhealth.store.reads import GPU_FIELDS
+
+log = textsafe.get_logger(__name__)
+
+
+class StoreWrites(StoreFile):
+    """What the collector writes (every write in one `transaction`)."""
+
+    _reason_namer: tuple[int, reasonnames.Namer] | None = None  # (generation, namer)
+
+    def record_poll(self, node: str, reply: dict[str, Any], ts_unix: float, rtt_ms: float | None) -> dict[str, int]:
+        """`write_poll` of a raw poll reply (a wire.PollReply) as `ingest.read_poll` reads it, with
+        no server metrics parsed (the collector passes them in its record); returns the deltas."""
+        return self.write_poll(node, ingest.read_poll(cast(PollReply, reply)), ts_unix, rtt_ms)
+
+    def write_poll(self, node: str, record: PollRecord, ts_unix: float, rtt_ms: float | None) -> dict[str, int]:
+        """Write one successful poll in one transaction; returns the deltas it added.
+
+        Everything the poll brings moves together: shard offsets with their length counts, the
+        poll row and its length stops, the hourly length rows, GPU readings, node status and
+        server metrics. A failure anywhere writes none of it.
+        """
+        with self.transaction() as db:
+            record = ingest.with_reason_names(record, self._reasons(db).name)  # a bounded set of names
+            prev = db.execute("SELECT pending_bytes, last_ok_unix FROM nodes WHERE name = ?", (node,)).fetchone()
+            catching_up = bool(prev and prev[0])  # the previous poll left bytes for this one
+            # The node's first poll counts history only if it read bytes that were already there.
+            first_index = not (prev and prev[1] is not None) and record.scanned_bytes > 0
+            delta = {"completions": 0, "tokens": 0, "length_stops": 0, "malformed": 0, "resets": 0}
+            stops: dict[int, int] = {}
+            applied = [u for u in record.shards if _apply_shard(db, node, u, ts_unix, delta, stops)]
+            db.executemany(
+                "INSERT INTO poll_length_stops VALUES (?,?,?,?)", [(ts_unix, node, t, n) for t, n in stops.items()]
+            )
+            backfill = ingest.is_backfill(first_index, catching_up, delta["resets"], record.pending_bytes)
+            db.execute(
+                "INSERT INTO polls VALUES (?,?,?,?,?,?,?,?,?)",
+                (
+                    ts_unix,
+                    node,
+                    record.status.node_time_unix,
+                    delta["completions"],
+                    delta["tokens"],
+                    delta["length_stops"],
+                    delta["malformed"],
+                    int(backfill),
+                    rtt_ms,
+                ),
+            )
+            _write_hourly(db, applied, ts_unix, backfill)
+            _write_gpus(db, node, record, ts_unix)
+            _write_health(db, node, record, ts_unix)
+            _write_node_ok(db, node, record, ts_unix, rtt_ms)
+            _write_metrics(db, node, record.server_metrics, ts_unix)
+            scanned = record.scanned_bytes
+            if scanned and rtt_ms and (backfill or record.pending_bytes):
+                # Indexing speed as the operator lives it (bytes per second of poll round trip).
+                db.execute("UPDATE nodes SET index_bytes_per_s = ? WHERE name = ?", (scanned / (rtt_ms / 1000), node))
+        self.write_failures.pop(node, None)  # written again: the store is healthy for this node
+        return delta
+
+    def _reasons(self, db: sqlite3.Connection) -> reasonnames.Namer:
+        """The finish-reason namer, seeded once per file with the names the store holds."""
+        if self._reason_namer is None or self._reason_namer[0] != self._generation:
+            stored = [r[0] for r in db.execute("SELECT DISTINCT finish_reason FROM node_length_counts")]
+            self._reason_namer = (self._generation, reasonnames.Namer(stored))
+        return self._reason_namer[1]
+
+    def record_metrics(self, node: str, values: Mapping[str, float | None], ts_unix: float) -> None:
+        """Server metrics on their own (tests, fixtures); a poll's are written by `write_poll`."""
+        with self.transaction() as db:
+            _write_metrics(db, node, values, ts_unix)
+
+    def record_failure(self, node: str, error: str, ts_unix: float) -> None:
+        """Note a failed poll; the node's counts and offsets stay as they were."""
+        with self.transaction() as db:
+            db.execute("INSERT OR IGNORE INTO nodes (name) VALUES (?)", (node,))
+            db.execute(
+                "UPDATE nodes SET last_error = ?, last_error_unix = ?, last_attempt_unix = ?,"
+                " failing_since_unix = COALESCE(failing_since_unix, ?) WHERE name = ?",
+                (error, ts_unix, ts_unix, ts_unix, node),
+            )
+
+    def note_write_failure(self, node: str, exc: BaseException, ts_unix: float) -> str:
+        """Remember that `node`'s poll could not be written; returns the plain message."""
+        message = write_error_text(exc)
+        first = self.write_failures.get(node, (None, ts_unix))[1]
+        self.write_failures[node] = (message, first, ts_unix)
+        try:  # kept in the file too when the failure allows (a viewer process reads it there)
+            self.record_failure(node, message, ts_unix)
+        except Exception:
+            log.debug("could not record the write failure either", exc_info=True)
+        return message
+
+    def new_sample_batch(self, requested_n: int, ts_unix: float | None = None) -> int:
+        with self.transaction() as db:
+            cur = db.execute(
+                "INSERT INTO sample_batches (requested_unix, requested_n) VALUES (?, ?)",
+                (ts_unix or time.time(), requested_n),
+            )
+            assert cur.lastrowid is not None  # set by every INSERT
+            return int(cur.lastrowid)
+
+    def finish_sample_batch(
+        self,
+        batch: int,
+        samples: list[dict[str, Any]],
+        population: int,
+        errors: dict[str, str],
+        ts_unix: float | None = None,
+    ) -> None:
+        cols = (
+            "node",
+            "path",
+            "line_no",
+            "offset",
+            "tokens",
+            "estimated",
+            "finish_reason",
+            "prompt_head",
+            "text_head",
+            "text_tail",
+            "text_chars",
+            "is_loop",
+        )
+        with self.transaction() as db:
+            db.executemany(
+                f"INSERT INTO samples (batch, {', '.join(cols)}) VALUES (?{', ?' * len(cols)})",
+                [(batch, *(s.get(c) for c in cols)) for s in samples],
+            )
+            db.execute(
+                "UPDATE sample_batches SET done_unix = ?, population = ?, errors = ? WHERE batch = ?",
+                (ts_unix or time.time(), population, json.dumps(errors), batch),
+            )
+
+    def prune(self, keep_s: float, now_unix: float | None = None) -> None:
+        """Drop time series older than `keep_s` (counts and offsets are never pruned)."""
+        cutoff = (now_unix or time.time()) - keep_s
+        with self.transaction() as db:
+            # metric_latest too: a metric (or node) that stopped reporting leaves with its samples.
+            for table in ("gpu_samples", "metric_samples", "metric_latest"):
+                db.execute(f"DELETE FROM {table} WHERE ts_unix < ?", (cutoff,))
+            db.execute("DELETE FROM gpu_seen WHERE last_unix < ?", (cutoff,))  # no samples left behind it
+
+
+def write_error_text(exc: BaseException) -> str:
+    """ "cannot write the history store: <cause>", the cause in plain words."""
+    text = str(exc)
+    causes = (
+        ("disk is full", "disk full"),
+        ("disk I/O error", "disk I/O error"),
+        ("database is locked", "locked by another process (sqlite3 shell, backup, VACUUM?)"),
+        ("readonly", "the file is read-only"),
+        ("integer overflow", "a count too large for SQLite"),
+        ("too large to convert", "a count too large for SQLite"),
+        ("malformed", "the file is corrupt"),
+        ("no such table", "the file was replaced or emptied"),
+    )
+    cause = next((plain for key, plain in causes if key in text), f"{type(exc).__name__}: {text}")
+    return f"cannot write the history store: {cause}"
+
+
+def _apply_shard(
+    db: sqlite3.Connection, node: str, update: ShardUpdate, ts_unix: float, delta: dict, stops: dict[int, int]
+) -> bool:
+    """Fold one file's scan result into the shard row and its length counts (False: not applied)."""
+    path = update.path
+    old = db.execute("SELECT offset FROM shards WHERE node = ? AND path = ?", (node, path)).fetchone()
+    stored_offset = old[0] if old is not None else 0
+    if not update.reset and update.offset_from is not None and update.offset_from != stored_offset:
+        # The scan did not start where our counts end (a stale or duplicate reply, e.g. from a
+        # second collector on the same store): applying it would double or skip lines.
+        log.warning(
+            "%s:%s: ignored a scan from offset %s; counted up to %s", node, path, update.offset_from, stored_offset
+        )
+        return False
+    if update.reset and old is not None:
+        # Rotated or truncated: forget what this shard counted before, then count it afresh.
+        db.execute(
+            "UPDATE node_length_counts SET count = count - (SELECT l.count FROM length_counts l WHERE l.node = ?"
+            " AND l.path = ? AND l.tokens = node_length_counts.tokens AND l.finish_reason ="
+            " node_length_counts.finish_reason AND l.estimated = node_length_counts.estimated)"
+            " WHERE node = ? AND EXISTS (SELECT 1 FROM length_counts l WHERE l.node = ? AND l.path = ?"
+            " AND l.tokens = node_length_counts.tokens AND l.finish_reason = node_length_counts.finish_reason"
+            " AND l.estimated = node_length_counts.estimated)",
+            (node, path, node, node, path),
+        )
+        db.execute("DELETE FROM node_length_counts WHERE node = ? AND count <= 0", (node,))
+        db.execute("DELETE FROM length_counts WHERE node = ? AND path = ?", (node, path))
+        db.execute(
+            "UPDATE shards SET lines = 0, malformed = 0, blank_lines = 0, tokens = 0, resets = resets + 1"
+            " WHERE node = ? AND path = ?",
+            (node, path),
+        )
+        delta["resets"] += 1
+    db.execute("INSERT OR IGNORE INTO shards (node, path) VALUES (?, ?)", (node, path))
+    _log_shard_error(db, node, update)
+    completions = update.completions
+    rows = [(node, path, r.tokens, r.finish_reason or "", r.estimated, r.count) for r in update.counts]
+    db.executemany(
+        "INSERT INTO length_counts VALUES (?,?,?,?,?,?) ON CONFLICT (node, path, tokens, finish_reason, estimated)"
+        " DO UPDATE SET count = count + excluded.count",
+        rows,
+    )
+    db.executemany(
+        "INSERT INTO node_length_counts VALUES (?,?,?,?,?) ON CONFLICT (node, tokens, finish_reason, estimated)"
+        " DO UPDATE SET count = count + excluded.count",
+        [(r[0], *r[2:]) for r in rows],
+    )
+    db.execute(
+        # An unreadable shard has no inode or size to report: the last known ones stay.
+        "UPDATE shards SET inode = COALESCE(?, inode), offset = ?, size = COALESCE(?, size), lines = lines + ?,"
+        " malformed = malformed + ?, blank_lines = blank_lines + ?, tokens = tokens + ?, error = ?, updated_unix = ?,"
+        # an entry that counted nothing new may leave its mark out (the stored one stands);
+        # a replaced shard notes when (the right-hand side reads the row before this update)
+        " mark = CASE WHEN offset = ? AND NOT ? THEN COALESCE(?, mark) ELSE ? END,"
+        " replaced_unix = CASE WHEN ? THEN ? ELSE replaced_unix END"
+        " WHERE node = ? AND path = ?",
+        (
+            update.inode,
+            update.offset,
+            update.size,
+            completions,
+            update.malformed,
+            update.blank_lines,
+            update.tokens,
+            update.shown_error,
+            ts_unix,
+            update.offset,
+            update.reset,
+            update.mark,
+            update.mark,
+            update.replaced,
+            ts_unix,
+            node,
+            path,
+        ),
+    )
+    delta["completions"] += completions
+    delta["tokens"] += update.tokens
+    delta["malformed"] += update.malformed
+    delta["length_stops"] += update.length_stops
+    for t, n in update.exact_length_stops().items():
+        stops[t] = stops.get(t, 0) + n
+    return True
+
+
+def _write_hourly(db: sqlite3.Connection, applied: Sequence[ShardUpdate], ts_unix: float, backfill: bool) -> None:
+    """The applied updates' completions added to their hour's length_hourly rows (ingest.HourlyLengthRow;
+    backfill apart: first scans and catch-up were written before the hour they land in)."""
+    bucket = int(ts_unix // ingest.HOUR_S * ingest.HOUR_S)
+    db.executemany(
+        "INSERT INTO length_hourly VALUES (?,?,?,?,?,?) ON CONFLICT (bucket_unix, tokens, by_length, estimated,"
+        " backfill) DO UPDATE SET count = count + excluded.count",
+        [
+            (bucket, r.tokens, r.by_length, r.estimated, int(backfill), r.completions)
+            for r in ingest.hourly_length_rows(applied)
+        ],
+    )
+
+
+def _write_metrics(db: sqlite3.Connection, node: str, values: Mapping[str, float | None], ts_unix: float) -> None:
+    rows = [(ts_unix, node, name, value) for name, value in values.items() if value is not None]
+    db.executemany("INSERT INTO metric_samples VALUES (?,?,?,?)", rows)
+    db.executemany(
+        "INSERT INTO metric_latest VALUES (?,?,?,?) ON CONFLICT (node, name) DO UPDATE SET"
+        " value = excluded.value, ts_unix = excluded.ts_unix WHERE excluded.ts_unix >= ts_unix",
+        [(node, name, value, ts) for ts, node, name, value in rows],
+    )
+
+
+def _log_shard_error(db: sqlite3.Connection, node: str, update: ShardUpdate) -> None:
+    """Log a shard's error or problem when it appears or changes (the screen shows it every poll)."""
+    text = update.shown_error
+    old = db.execute("SELECT error FROM shards WHERE node = ? AND path = ?", (node, update.path)).fetchone()
+    if text is not None and (old is None or old[0] != text):
+        log.warning("%s:%s: %s", node, update.path, text)
+
+
+def _write_health(db: sqlite3.Connection, node: str, record: PollRecord, ts_unix: float) -> None:
+    """GPU health, XID events and host memory of one poll (absent in older agents' replies)."""
+    db.execute("DELETE FROM gpu_health WHERE node = ?", (node,))
+    for h in record.health:
+        for xid in h.xids:
+            db.execute("INSERT INTO gpu_events VALUES (?,?,?,?)", (ts_unix, node, h.index, xid))
+        if h.health:
+            db.execute(
+                "INSERT OR REPLACE INTO gpu_health VALUES (?,?,?,?)", (node, h.index, ts_unix, json.dumps(h.health))
+            )
+    if record.host:
+        db.execute("INSERT OR REPLACE INTO host_latest VALUES (?,?,?)", (node, ts_unix, json.dumps(record.host)))
+
+
+def _write_gpus(db: sqlite3.Connection, node: str, record: PollRecord, ts_unix: float) -> None:
+    db.execute("DELETE FROM gpu_latest WHERE node = ?", (node,))
+    for d in record.gpus:
+        values = [d.get(f) for f in GPU_FIELDS]
+        throttled = int(bool(d.get("throttle_reasons")))
+        if d.get("error") is None:
+            db.execute(
+                "INSERT INTO gpu_samples VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (ts_unix, node, d.get("index"), *values, throttled),
+            )
+            db.execute(
+                "INSERT INTO gpu_seen VALUES (?,?,?) ON CONFLICT (node, gpu)"
+                " DO UPDATE SET last_unix = MAX(last_unix, excluded.last_unix)",
+                (node, d.get("index"), ts_unix),
+            )
+        db.execute(
+            "INSERT OR REPLACE INTO gpu_latest VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                node,
+                d.get("index"),
+                ts_unix,
+                d.get("name"),
+                d.get("uuid"),
+                *values,
+                json.dumps(d.get("throttle_reasons") or []),
+                json.dumps(d.get("processes") or []),
+                d.get("error"),
+            ),
+        )
+
+
+def _write_node_ok(db: sqlite3.Connection, node: str, record: PollRecord, ts_unix: float, rtt_ms: float | None) -> None:
+    s = record.status
+    node_time = s.node_time_unix
+    db.execute("INSERT OR IGNORE INTO nodes (name) VALUES (?)", (node,))
+    db.execute(
+        "UPDATE nodes SET last_ok_unix = ?, last_attempt_unix = ?, failing_since_unix = NULL, rtt_ms = ?,"
+        " agent_ms = ?, skew_s = ?, hostname = ?, loadavg = ?, gpus_found = ?, gpu_source = ?, gpu_error = ?,"
+        " gpu_simulated = ?, shards_matched = ?, unmatched_globs = ?, pending_bytes = ?, disk = ?,"
+        " metrics_errors = ? WHERE name = ?",
+        (
+            ts_unix,
+            ts_unix,
+            rtt_ms,
+            s.agent_ms,
+            (node_time - ts_unix) if node_time is not None else None,
+            s.hostname,
+            json.dumps(s.loadavg),
+            s.gpus_found,
+            s.gpu_source,
+            s.gpu_error,
+            int(s.gpu_simulated),
+            s.shards_matched,
+            json.dumps(s.unmatched_globs),
+            s.pending_bytes,
+            json.dumps(s.disk),
+            json.dumps(s.metrics_errors),
+            node,
+        ),
+    )
