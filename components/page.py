@@ -116,6 +116,7 @@ LIGHT_CSS = """
 [data-testid="stApp"] button:is([kind="secondary"], [kind="secondaryFormSubmit"]) * {color: inherit}
 </style>
 """
+FAVICON = "🩺"  # an emoji: Streamlit draws it as a data: URL, nothing fetched from anywhere
 KIOSK_ROTATION = ("overview", "lengths", "gpus")  # Nodes joins only while a node is down
 ERROR_PREFIX = "Could not draw this part of the page"
 DEMO_TEXT = "DEMO — simulated run; add runhealth.toml to monitor real nodes"
@@ -133,7 +134,7 @@ def setup(
     rotation) and return the runtime of the run it shows (the sidebar's run picker); stops the
     page on a config or access error. `one_run`: False for a screen that shows several runs;
     `title_is_run`: the screen's title is the run's name (no "Run: <name>" line unless finished)."""
-    st.set_page_config(page_title=f"{title} · runhealth", page_icon="🩺", layout="wide")
+    st.set_page_config(page_title=f"{title} · runhealth", page_icon=FAVICON, layout="wide")
     st.markdown(CSS, unsafe_allow_html=True)
     if rt.config is None or rt.store is None:  # nothing ever loaded: the error is the page
         st.error(f"runhealth cannot start: {rt.config_error or 'no run configured'}")
