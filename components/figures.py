@@ -404,7 +404,9 @@ def make_lengths_over_time_figure(df: pd.DataFrame, ceiling: int | None) -> go.F
         # Under the traces, thin and grey-red: a percentile at the ceiling is drawn over it, and said.
         shapes.append(dict(_hline_shape(ceiling, dash="dot", color=ALERT_COLOUR, width=1.5), layer="below"))
         reach = [name for name, *_ in PERCENTILE_STYLE if (df[name] >= ceiling).any()]
-        notes.append(_hline_text(ceiling, f"ceiling {ceiling:,}" + (f" ({', '.join(reach)} reach it)" if reach else "")))
+        notes.append(
+            _hline_text(ceiling, f"ceiling {ceiling:,}" + (f" ({', '.join(reach)} reach it)" if reach else ""))
+        )
     top = float(df["at_ceiling_fraction"].max(skipna=True) or 0)
     layout = _layout("Lengths per hour, whole run (grey bars = first scan)", height=340)
     layout.update(

@@ -39,9 +39,7 @@ def _open_all(context, url: str, name: str) -> dict:
         tabs[mode] = tab
     for tab in tabs.values():
         tab.wait_for_selector("h1", timeout=60_000)
-        tab.wait_for_function(
-            "document.querySelectorAll('[data-testid=\"stSkeleton\"]').length === 0", timeout=60_000
-        )
+        tab.wait_for_function("document.querySelectorAll('[data-testid=\"stSkeleton\"]').length === 0", timeout=60_000)
     tabs[next(iter(tabs))].wait_for_timeout(1500)  # fragments' first runs, grids' lazy chunk
     return tabs
 
