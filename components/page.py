@@ -127,7 +127,8 @@ LIGHT_CSS = """
 [data-testid="stApp"] :is(input, textarea, [data-baseweb="select"] *, [data-testid="stNumberInputContainer"] button) {
   color: #111418 !important; -webkit-text-fill-color: #111418; background-color: transparent !important}
 [data-testid="stApp"] :is([data-testid="stNumberInputContainer"], [data-baseweb="select"], [data-testid="stTextInputRootElement"],
-  [data-testid="stNumberInputContainer"] div, [data-baseweb="select"] div, [data-testid="stTextInputRootElement"] div) {
+  [data-testid="stNumberInputContainer"] div, [data-testid="stSelectbox"] div:has(input), [data-baseweb="select"] div,
+  [data-testid="stTextInputRootElement"] div) {
   background-color: #FFFFFF !important}
 [data-testid="stApp"] :is([data-testid="stNumberInputContainer"], [data-baseweb="select"] > div,
   [data-testid="stTextInputRootElement"]) {border: 1px solid #8A909A !important}
