@@ -28,6 +28,10 @@ def main(start: str = overview.PREFIX) -> None:
     `start` is the screen shown at the root URL (the Overview; a test opens another screen
     through the same router by naming it).
     """
+    # The favicon first: with none set yet, st.navigation makes the page's Material icon the
+    # favicon, which the browser fetches from fonts.gstatic.com (a public host: no internet on
+    # many clusters). setup() sets the page's title later; the icon stays this emoji (a data URL).
+    st.set_page_config(page_icon=page.FAVICON, layout="wide")
     rt = context.get_runtime()
     shown: dict[str, context.Runtime] = {"rt": rt}  # the picked run's view, set by setup() below
     pages = {

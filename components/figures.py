@@ -333,38 +333,88 @@ def make_truncation_over_time_figure(df: pd.DataFrame, warn: float, alert: float
     return _figure(data, layout, shapes, notes)
 
 
+HOUR_MS = 3_600_000  # a date axis measures bar widths and offsets in milliseconds
+# p50 / p90 / p99: each its own colour, dash and marker, drawn over the ceiling rule, so a
+# percentile that sits at the ceiling (p90 = p99 = 4,096 in a truncating run) still shows.
+PERCENTILE_STYLE = (
+    ("p50", "#4C9AFF", "solid", "circle"),
+    ("p90", "#2EC4B6", "dash", "square"),
+    ("p99", "#C77DFF", "dot", "diamond"),
+)
+
+
+def share_axis_covering(top: float) -> dict:
+    """`pct_axis(top)` with its range ending on the first tick at or above `top`: the top tick
+    label is at least the highest bar (autorange stopped the labels at 14% under a 15% bar)."""
+    axis = pct_axis(top)
+    top = float(top) if math.isfinite(float(top)) and top > 0 else 0.0
+    ticks = max(1, math.ceil(top / axis["dtick"] - 1e-9))
+    return dict(axis, range=[0, ticks * axis["dtick"]], autorange=False)
+
+
 def make_lengths_over_time_figure(df: pd.DataFrame, ceiling: int | None) -> go.Figure:
     """Per hour: p50 / p90 / p99 completion length (left axis) and the share at the ceiling (bars, right).
 
-    `df` columns: bucket_unix, p50, p90, p99, at_ceiling_fraction, completions, backfill.
+    `df` columns: bucket_unix (the hour's start), p50, p90, p99, at_ceiling_fraction,
+    completions, backfill. Each bar spans its hour from its start (a centred bar drew 14:00-15:00's
+    data from 13:37 to 14:24); the percentile points sit at the middle of their hour.
     """
-    t = pd.to_datetime(df["bucket_unix"], unit="s")
+    start = pd.to_datetime(df["bucket_unix"], unit="s")
+    middle = start + pd.Timedelta(minutes=30)
+    hours = start.dt.strftime("%H:%M") + "–" + (start + pd.Timedelta(hours=1)).dt.strftime("%H:%M")
     first = df["backfill"].astype(bool)
-    fig = new_figure()
+    data: list[dict] = []
     # One colour per bar trace, so each legend swatch is the colour of its bars.
     for name, rows, colour in (
         ("share at ceiling", ~first, CEILING_COLOUR),
         ("share at ceiling, first scan", first, BACKFILL_COLOUR),
     ):
         if rows.any():
-            fig.add_bar(
-                x=t,
-                y=df["at_ceiling_fraction"].where(rows),
-                marker_color=colour,
-                opacity=0.45,
-                yaxis="y2",
-                name=name,
-                customdata=df["completions"],
-                hovertemplate="%{y:.1%} of %{customdata} at the ceiling<extra></extra>",
+            data.append(
+                dict(
+                    type="bar",
+                    x=start,
+                    y=df["at_ceiling_fraction"].where(rows),
+                    offset=0.04 * HOUR_MS,
+                    width=0.92 * HOUR_MS,
+                    marker=dict(color=colour),
+                    opacity=0.45,
+                    yaxis="y2",
+                    name=name,
+                    customdata=np.column_stack([df["completions"], hours]),
+                    hovertemplate="%{customdata[1]}: %{y:.1%} of %{customdata[0]} at the ceiling<extra></extra>",
+                )
             )
-    for name, dash in (("p50", "solid"), ("p90", "dash"), ("p99", "dot")):
-        fig.add_scatter(x=t, y=df[name], mode="lines+markers", name=name, line=dict(color=STOP_COLOUR, dash=dash))
+    for name, colour, dash, symbol in PERCENTILE_STYLE:
+        data.append(
+            dict(
+                type="scatter",
+                x=middle,
+                y=df[name],
+                mode="lines+markers",
+                name=name,
+                line=dict(color=colour, dash=dash, width=3),
+                marker=dict(symbol=symbol, size=9, color=colour),
+                customdata=hours,
+                hovertemplate=f"%{{customdata}}: {name} %{{y:,}} tokens<extra></extra>",
+            )
+        )
+    shapes, notes = [], []
     if ceiling:
-        hline(fig, ceiling, f"ceiling {ceiling:,}", dash="dot", color=ALERT_COLOUR)
-    fig.update_yaxes(title_text="tokens", rangemode="tozero")
+        # Under the traces, thin and grey-red: a percentile at the ceiling is drawn over it, and said.
+        shapes.append(dict(_hline_shape(ceiling, dash="dot", color=ALERT_COLOUR, width=1.5), layer="below"))
+        reach = [name for name, *_ in PERCENTILE_STYLE if (df[name] >= ceiling).any()]
+        notes.append(
+            _hline_text(ceiling, f"ceiling {ceiling:,}" + (f" ({', '.join(reach)} reach it)" if reach else ""))
+        )
     top = float(df["at_ceiling_fraction"].max(skipna=True) or 0)
-    fig.update_layout(barmode="overlay", yaxis2=dict(overlaying="y", side="right", showgrid=False, **pct_axis(top)))
-    return apply_layout(fig, "Lengths per hour, whole run (grey bars = first scan)", height=340)
+    layout = _layout("Lengths per hour, whole run (grey bars = first scan)", height=340)
+    layout.update(
+        barmode="overlay",
+        yaxis=dict(title=dict(text="tokens"), rangemode="tozero"),
+        yaxis2=dict(overlaying="y", side="right", showgrid=False, **share_axis_covering(top)),
+    )
+    return _figure(data, layout, shapes, notes)
 
 
 def make_gpu_heatstrip_figure(df: pd.DataFrame) -> go.Figure:

@@ -44,6 +44,8 @@ CSS = """
 .rh-config-banner {background: #5C1018; border: 3px solid #FF4B4B; color: #FFFFFF; border-radius: 10px;
                    padding: 14px 20px; margin-bottom: 12px; font-size: 1.35rem; line-height: 1.35}
 .rh-config-banner code {color: #FFD0D0; background: transparent; font-size: 1.2rem; white-space: pre-wrap}
+/* Dark text on the primary blue: white on #4C9AFF is 2.9:1, #0E1117 on it 6.6:1 (WCAG AA 4.5:1). */
+[data-testid="stApp"] button[kind^="primary"], [data-testid="stApp"] button[kind^="primary"] * {color: #0E1117}
 </style>
 """
 # The standup screen is read from across the room: bigger alert sentences there.
@@ -114,8 +116,41 @@ LIGHT_CSS = """
 [data-testid="stApp"] button:is([kind="secondary"], [kind="secondaryFormSubmit"]):hover {
   background: #E3EEFF; color: #0B3A75; border-color: #0B5FD0}
 [data-testid="stApp"] button:is([kind="secondary"], [kind="secondaryFormSubmit"]) * {color: inherit}
+[data-testid="stApp"] :is([data-testid="stWidgetLabel"], [data-testid="stRadio"], [data-testid="stCheckbox"],
+  [data-testid="stMetric"], [data-testid="stExpander"] summary, [data-testid="stMarkdownContainer"])
+  :is(p, span, label, li, div, strong, em, td, th) {color: #111418}
+[data-testid="stApp"] :is([data-testid="stCaptionContainer"], [data-testid="stMetricLabel"]) :is(p, span, div) {
+  color: #30343C}
+[data-testid="stApp"] [data-testid="stTooltipIcon"] svg {color: #30343C !important; opacity: 1}
+[data-testid="stApp"] :is([data-baseweb="select"] > div, [data-baseweb="input"], [data-baseweb="base-input"],
+  [data-baseweb="textarea"]) {background-color: #FFFFFF !important; border-color: #8A909A !important}
+[data-testid="stApp"] :is(input, textarea, [data-baseweb="select"] *, [data-testid="stNumberInputContainer"] button) {
+  color: #111418 !important; -webkit-text-fill-color: #111418; background-color: transparent !important}
+[data-testid="stApp"] :is([data-testid="stNumberInputContainer"], [data-baseweb="select"], [data-testid="stTextInputRootElement"],
+  [data-testid="stNumberInputContainer"] div, [data-testid="stSelectbox"] div:has(input), [data-baseweb="select"] div,
+  [data-testid="stTextInputRootElement"] div) {
+  background-color: #FFFFFF !important}
+[data-testid="stApp"] :is([data-testid="stNumberInputContainer"], [data-baseweb="select"] > div,
+  [data-testid="stTextInputRootElement"]) {border: 1px solid #8A909A !important}
+[data-testid="stApp"] [data-testid="stNumberInputContainer"] button:hover {background-color: #E3EEFF}
+[data-testid="stApp"] [data-testid="stExpander"] details {background: #FFFFFF; border-color: #C5CAD3}
+[data-testid="stApp"] :is([data-testid="stCode"], [data-testid="stCode"] pre, [data-testid="stJson"]) {
+  background-color: #F3F5F8 !important}
+[data-testid="stApp"] [data-testid="stCode"] :is(code, span) {color: #111418 !important}
+[data-testid="stApp"] [data-testid="stJson"] * {background-color: transparent !important}
+[data-testid="stApp"] [data-testid="stJson"] * {color: #111418 !important}
+[data-testid="stApp"] [data-testid="stText"] :is(div, span) {color: #111418}
+[data-testid="stApp"] .stMarkdownColoredText {color: #111418 !important}
+[data-testid="stApp"] .stMarkdownColoredText[style*="126, 213, 176"] {color: #0F6B3A !important}
+[data-testid="stApp"] .rh-demo, [data-testid="stApp"] .rh-demo * {color: #FFFFFF !important}
+[data-testid="stApp"] [data-testid="stJson"] .string-value {color: #0F5130 !important}
+[data-testid="stApp"] .js-plotly-plot .annotation rect.bg {fill: #FFFFFF !important; fill-opacity: .85 !important}
+/* st.dataframe draws its cells on a canvas in the server's (dark) theme colours, which no CSS
+   reaches: inverted (hue turned back), the dark grid is a light one, its contrast kept. */
+[data-testid="stApp"] [data-testid="stDataFrame"] {filter: invert(1) hue-rotate(180deg)}
 </style>
 """
+FAVICON = "🩺"  # an emoji: Streamlit draws it as a data: URL, nothing fetched from anywhere
 KIOSK_ROTATION = ("overview", "lengths", "gpus")  # Nodes joins only while a node is down
 ERROR_PREFIX = "Could not draw this part of the page"
 DEMO_TEXT = "DEMO — simulated run; add runhealth.toml to monitor real nodes"
@@ -133,7 +168,7 @@ def setup(
     rotation) and return the runtime of the run it shows (the sidebar's run picker); stops the
     page on a config or access error. `one_run`: False for a screen that shows several runs;
     `title_is_run`: the screen's title is the run's name (no "Run: <name>" line unless finished)."""
-    st.set_page_config(page_title=f"{title} · runhealth", page_icon="🩺", layout="wide")
+    st.set_page_config(page_title=f"{title} · runhealth", page_icon=FAVICON, layout="wide")
     st.markdown(CSS, unsafe_allow_html=True)
     if rt.config is None or rt.store is None:  # nothing ever loaded: the error is the page
         st.error(f"runhealth cannot start: {rt.config_error or 'no run configured'}")

@@ -8,6 +8,7 @@ last success is older than that; down = never reached (and failing), or no succe
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 import pandas as pd
 import streamlit as st
@@ -66,8 +67,7 @@ def render_page(rt: PageRuntime) -> None:
         return
     cards.render_indexing(nodes)
     cards.render_problems(alerts.lines(alerts.of_kind(alerts.current(rt.store, rt.config), "host")), "Hosts")
-    finished = runpicker.is_finished(rt)
-    per_node = None if finished else loaders.load_health(rt.store).per_node
+    finished, per_node = node_table_inputs(rt)
     cards.render_node_table(nodes, rt.config.stale_after, per_node=per_node, finished=finished)
     for name, lines, by in loaders.load_removed_nodes(rt.store):
         kept = f"read again by {by}, so counted there, not twice" if by else "kept in the run's totals"
@@ -80,6 +80,19 @@ def render_page(rt: PageRuntime) -> None:
         st.subheader("Inference servers (latest /metrics values)")
         st.dataframe(tables.server_metrics_table(server), hide_index=True, width="stretch")
     page.guarded(render_outbound)(rt)
+
+
+def node_table_inputs(rt: PageRuntime) -> tuple[bool, Mapping[str, tables.NodeRate] | None]:
+    """Whether the run is finished, and its per-node rates (None when finished): the table on
+    screen and its CSV are built from the same two, so they have the same columns."""
+    finished = runpicker.is_finished(rt)
+    return finished, None if finished else loaders.load_health(rt.store).per_node
+
+
+def node_csv(rt: PageRuntime):
+    """The node table as shown (tok/s and last new included while the run is live), for the CSV."""
+    finished, per_node = node_table_inputs(rt)
+    return tables.node_table(loaders.load_nodes(rt.store), rt.config.stale_after, per_node=per_node, finished=finished)
 
 
 def shown_nodes(rt: PageRuntime, nodes: list[NodeRow], shards, now: float) -> list[NodeRow]:
@@ -122,4 +135,4 @@ def render(rt: PageRuntime) -> None:
             "pending = waiting for first poll."
         )
     page.live(rt, render_page, rt)
-    page.download_csv(tables.node_table(loaders.load_nodes(rt.store), rt.config.stale_after), "nodes.csv", PREFIX)
+    page.download_csv(node_csv(rt), "nodes.csv", PREFIX)

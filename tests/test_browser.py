@@ -242,7 +242,10 @@ CONTRAST_JS = """sel => {
     const own = Array.from(el.childNodes).some(n => n.nodeType === 3 && n.textContent.trim())
                 || (el.tagName === 'INPUT' && el.value);  // the run picker's current value
     const r = el.getBoundingClientRect();
-    if (!own || r.width === 0 || r.height === 0 || el.closest('button:disabled')) continue;
+    if (!own || r.width === 0 || r.height === 0 || el.closest('button:disabled, svg')) continue;
+    if (r.right <= 0 || r.bottom <= 0) continue;  // parked off screen (the "Skip to main content" link)
+    const seen = getComputedStyle(el);
+    if (seen.visibility === 'hidden' || Number(seen.opacity) === 0) continue;
     const layers = [];
     for (let a = el; a; a = a.parentElement) layers.push(parse(getComputedStyle(a).backgroundColor));
     let bg = [255, 255, 255];

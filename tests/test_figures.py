@@ -318,3 +318,66 @@ def test_share_axis_ticks_differ_at_every_scale():
         ticks = [f"{k * axis['dtick']:.{decimals}%}" for k in range(7)]
         assert len(set(ticks)) == 7 and axis["tick0"] == 0, (top, ticks)
         assert 3 <= (top if top == top and top > 1e-4 else 0.01) / axis["dtick"] <= 8
+
+
+def hours_with_a_truncating_tail() -> pd.DataFrame:
+    # Three hours of a run at max_tokens=4,096: p90 and p99 sit on the ceiling, 15% cut at the end.
+    start = 1_700_000_000 // 3600 * 3600
+    return pd.DataFrame(
+        {
+            "bucket_unix": [start, start + 3600, start + 7200],
+            "completions": [900, 1000, 1100],
+            "at_ceiling": [90, 120, 165],
+            "backfill": [1, 0, 0],
+            "at_ceiling_fraction": [0.10, 0.12, 0.15],
+            "p50": [1100, 1200, 1300],
+            "p90": [3900, 4096, 4096],
+            "p99": [4096, 4096, 4096],
+        }
+    )
+
+
+def test_lengths_per_hour_bars_span_their_own_hour():
+    """A bar holds its hour's data from the hour's start to its end (centred on the start, the
+    14:00 bar was drawn from 13:37 to 14:24); each percentile point sits inside its hour."""
+    df = hours_with_a_truncating_tail()
+    fig = figures.make_lengths_over_time_figure(df, 4096)
+    hour_ms = 3_600_000
+    bars = [t for t in fig.data if t.type == "bar"]
+    assert len(bars) == 2
+    for bar in bars:
+        for x, start in zip(bar.x, df["bucket_unix"], strict=True):
+            x_ms = pd.Timestamp(x).value // 1_000_000
+            left, right = x_ms + bar.offset, x_ms + bar.offset + bar.width
+            assert start * 1000 <= left and right <= (start + 3600) * 1000, (x, bar.offset, bar.width)
+            assert right - left >= 0.9 * hour_ms
+    for line in (t for t in fig.data if t.type == "scatter"):
+        for x, start in zip(line.x, df["bucket_unix"], strict=True):
+            assert start * 1000 < pd.Timestamp(x).value // 1_000_000 < (start + 3600) * 1000
+
+
+def test_lengths_per_hour_share_axis_reaches_the_highest_bar_with_a_tick():
+    """The right axis' range ends on a tick at or above the highest bar (it stopped at 14% under 15%)."""
+    fig = figures.make_lengths_over_time_figure(hours_with_a_truncating_tail(), 4096)
+    axis = fig.layout.yaxis2
+    low, high = axis.range
+    assert low == 0 and high >= 0.15
+    assert abs(high / axis.dtick - round(high / axis.dtick)) < 1e-9  # the top is a labelled tick
+    assert high - 0.15 < axis.dtick  # and no more than one step above the bar
+
+
+def test_percentile_lines_at_the_ceiling_stay_visible_and_are_named():
+    """p90 and p99 at 4,096 lay on the dotted ceiling rule in the same blue: now each percentile
+    has its own colour and marker, is drawn over the rule, and the rule's label names them."""
+    fig = figures.make_lengths_over_time_figure(hours_with_a_truncating_tail(), 4096)
+    lines = {t.name: t for t in fig.data if t.type == "scatter"}
+    assert set(lines) == {"p50", "p90", "p99"}
+    assert len({t.line.color for t in lines.values()}) == 3 and len({t.marker.symbol for t in lines.values()}) == 3
+    (rule,) = [s for s in fig.layout.shapes if s.y0 == 4096]
+    assert rule.layer == "below" and rule.line.color not in {t.line.color for t in lines.values()}
+    assert all("markers" in t.mode for t in lines.values())
+    (label,) = [a for a in fig.layout.annotations if a.y == 4096]
+    assert label.text == "ceiling 4,096 (p90, p99 reach it)"
+    healthy = hours_with_a_truncating_tail().assign(p90=3000, p99=3500)
+    (label,) = figures.make_lengths_over_time_figure(healthy, 4096).layout.annotations
+    assert label.text == "ceiling 4,096"

@@ -159,3 +159,30 @@ def test_router_lists_every_page_with_its_title_and_url(ceiling_18, monkeypatch)
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT_S).run()
     assert_clean(at)
     assert "Numbers as of" in texts(at) and store_fixtures.RUN_NAME in texts(at)
+
+
+def test_the_nodes_csv_has_the_columns_and_rows_of_the_node_table_on_screen(ceiling_18, monkeypatch):
+    """The Nodes page's "Download CSV" is the table shown: it dropped "tok/s (1 min)" and "last new"."""
+    import io
+
+    import pandas as pd
+    from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
+    from streamlit.testing.v1 import app_test
+
+    kept: list[MemoryMediaFileStorage] = []
+
+    class KeptStorage(MemoryMediaFileStorage):  # the bytes behind AppTest's download buttons
+        def __init__(self, *args) -> None:
+            super().__init__(*args)
+            kept.append(self)
+
+    monkeypatch.setattr(app_test, "MemoryMediaFileStorage", KeptStorage)
+    at = render_page("nodes", ceiling_18, monkeypatch)
+    assert_clean(at)
+    url = next(b.proto.url for b in at.get("download_button") if b.proto.label == "Download CSV")
+    csv = pd.read_csv(io.BytesIO(kept[-1].get_file(url.rsplit("/", 1)[1]).content), dtype=str, keep_default_na=False)
+    shown = at.dataframe[0].value
+    assert {"tok/s (1 min)", "last new"} <= set(shown.columns)
+    assert list(csv.columns) == list(shown.columns)
+    steady = ["node", "status", "GPUs", "shards", "disk free", "SSH RTT"]  # ages tick between the two reads
+    assert csv[steady].values.tolist() == shown[steady].astype(str).values.tolist()

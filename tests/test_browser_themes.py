@@ -1,0 +1,101 @@
+"""Every screen, dark and light, kiosk and not, in a real headless Chromium: readable and offline.
+
+Reuses the demo server and Chromium of tests/test_browser.py (session fixtures in conftest.py).
+Each screen is opened in four tabs at once (the two themes, with and without ?kiosk=1) to keep
+the whole sweep near a minute; the context aborts and records every request for a host other
+than 127.0.0.1 (many clusters have no internet: a fetch from a public font host failed there).
+Every visible text element of the page is measured against what it is drawn on (WCAG AA,
+4.5:1, tests/test_browser.py's CONTRAST_JS), and every table's canvas (st.dataframe draws its
+cells on a canvas, out of the DOM's reach) is read from a screenshot: light in the light theme.
+Screenshots at 1920x1080 go to tests/artifacts/.
+"""
+
+from __future__ import annotations
+
+import io
+from urllib.parse import urlparse
+
+import pytest
+from test_browser import ARTIFACTS, CONTRAST_JS, PAGES, wait_for_demo_data
+
+pytestmark = pytest.mark.browser
+
+WALL = {"width": 1920, "height": 1080}
+MODES = {  # name -> query string
+    "dark": "",
+    "light": "?theme=light",
+    "dark_kiosk": "?kiosk=1&rotate=0",
+    "light_kiosk": "?theme=light&kiosk=1&rotate=0",
+}
+AA = 4.5
+
+
+def _open_all(context, url: str, name: str) -> dict:
+    """One tab per mode on screen `name`, loading in parallel; returns them once each has drawn."""
+    tabs = {}
+    for mode, query in MODES.items():
+        tab = context.new_page()
+        tab.goto(f"{url}/{PAGES[name]}{query}", wait_until="commit")
+        tabs[mode] = tab
+    for tab in tabs.values():
+        tab.wait_for_selector("h1", timeout=60_000)
+        tab.wait_for_function("document.querySelectorAll('[data-testid=\"stSkeleton\"]').length === 0", timeout=60_000)
+    tabs[next(iter(tabs))].wait_for_timeout(1500)  # fragments' first runs, grids' lazy chunk
+    return tabs
+
+
+def _table_background_luminance(tab) -> list[float]:
+    """The commonest pixel colour's relative luminance of each st.dataframe on screen (its cells'
+    background: the grid is a canvas, so read from a screenshot)."""
+    from PIL import Image
+
+    out = []
+    for grid in tab.locator('[data-testid="stDataFrame"]').all():
+        box = grid.bounding_box()
+        if not box or box["width"] < 10 or box["height"] < 10 or box["y"] > WALL["height"]:
+            continue
+        image = Image.open(io.BytesIO(grid.screenshot())).convert("RGB")
+        (_count, colour) = max(image.getcolors(maxcolors=1 << 20))
+        lin = [(v / 255 / 12.92) if v <= 10 else ((v / 255 + 0.055) / 1.055) ** 2.4 for v in colour]
+        out.append(0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2])
+    return out
+
+
+def test_every_screen_is_readable_in_both_themes_and_fetches_nothing_from_outside(server_url, browser_page):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    wait_for_demo_data(browser_page, server_url)  # the demo has numbers: every page draws its parts
+    context = browser_page.context.browser.new_context(viewport=WALL)
+    outside: list[str] = []
+
+    def only_local(route) -> None:
+        if urlparse(route.request.url).hostname == "127.0.0.1":
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", only_local)
+    poor, grids = [], []
+    try:
+        for name in PAGES:
+            tabs = _open_all(context, server_url, name)
+            for mode, tab in tabs.items():
+                where = f"{name} {mode}"
+                assert tab.locator('[data-testid="stException"]').count() == 0, where
+                tab.screenshot(path=str(ARTIFACTS / f"wall_{name}_{mode}.png"))
+                texts = tab.evaluate(CONTRAST_JS, '[data-testid="stApp"] *')
+                assert len(texts) > 5, (where, texts)
+                poor += [
+                    f"{where}: {t['ratio']:.2f} {t['tag']} {t['text']!r}: {t['fg']} on {t['bg']}"
+                    for t in texts
+                    if t["ratio"] < AA
+                ]
+                if mode.startswith("light"):
+                    grids += [f"{where}: table background luminance {y:.2f}" for y in _table_background_luminance(tab)]
+                tab.close()
+    finally:
+        context.close()
+    assert not outside, f"requests leaving 127.0.0.1: {sorted(set(outside))}"
+    assert not poor, f"{len(poor)} text elements under {AA}:1\n" + "\n".join(poor)
+    dark_grids = [g for g in grids if float(g.rsplit(" ", 1)[1]) < 0.7]
+    assert grids and not dark_grids, "\n".join(dark_grids)
