@@ -24,6 +24,7 @@ import store_fixtures
 import streamlit as st
 import test_pages
 from streamlit.testing.v1 import AppTest
+from test_pages import _clear_streamlit_caches  # noqa: F401 (autouse fixture)
 
 from components import access, context
 from runhealth import exposure, storefile
@@ -31,15 +32,6 @@ from runhealth.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET_TEXT = "SECRET-COMPLETION-do-not-show"
-
-
-@pytest.fixture(autouse=True)
-def _clear_streamlit_caches():
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    yield
-    st.cache_data.clear()
-    st.cache_resource.clear()
 
 
 def two_runs(tmp: Path, auth_users: bool = True) -> Path:
