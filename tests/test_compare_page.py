@@ -92,8 +92,8 @@ def test_forecast_check_and_headline(demo_cache):
     assert lo <= f["measured_fraction"] <= hi and lo < demo.truth(8192)["cut_fraction"] < hi
     assert "cannot be checked" in cmp.prompts
     assert re.fullmatch(
-        r"At 8,192: \d\.\d% still cut \(was 1\d\.\d% at 4,096\); completions \d+% longer; "
-        r"tok/s per GPU [+−]\d+% \([+−]\d+% to [+−]\d+%\)",  # an estimate: its interval goes with it
+        r"At 8,192: \d\.\d% still cut \(was 1\d\.\d% at 4,096\); completions \d+% longer, all of it in the ones no "
+        r"longer cut: the uncut lengths \(below 4,096\) are unchanged; tok/s per GPU [+−]\d+% \([+−]\d+% to [+−]\d+%\)",  # an estimate: its interval goes with it
         cmp.headline,
     ), cmp.headline
     tps = cmp.rates["tokens_per_s_per_gpu"]
@@ -199,6 +199,12 @@ def test_compare_page_over_the_demo(demo_cache, monkeypatch):
     tps_b = float(table.loc["tok/s per GPU", "B: demo-8192"].split()[0].replace(",", ""))
     assert abs(tps_b / demo.TOKENS_PER_S_B - 1) < 0.06
     assert table.loc["P90 tokens", "B − A"].startswith("≤ +")  # A's P90 is its ceiling: a lower bound
+    # ... so its interval is a one-sided bound above it (was "+940 to +1,141" beside "≤ +1,034").
+    bound = table.loc["P90 tokens", "95% interval"]
+    assert bound.startswith("≤ +") and "one-sided" in bound and " to " not in bound
+    assert int(bound.split()[1].replace(",", "")) >= 0  # the truth: one distribution, difference 0
+    # One distribution in both runs: the longer mean is all in the completions no longer cut.
+    assert "all of it in the ones no longer cut: the uncut lengths (below 4,096) are unchanged" in headline
     # Every percentile at its ceiling is a lower bound, and says so; two of them give no difference.
     assert table.loc["P90 tokens", "A: demo-4096"] == "≥ 4,096"
     assert table.loc["P99 tokens", "A: demo-4096"] == "≥ 4,096"
