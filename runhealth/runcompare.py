@@ -236,8 +236,11 @@ class RunNumbers:
     loop_sample: tuple[int, int] | None  # the what-if's loop term (whatif.for_run)
 
 
-def run_numbers(store: Store, name: str, ceiling: int | None, target: int | None, finished: bool) -> RunNumbers:
-    """One run's figures for the Compare page (see the module docstring for the rates)."""
+def run_numbers(
+    store: Store, name: str, ceiling: int | None, target: int | None, finished: bool, now: float | None = None
+) -> RunNumbers:
+    """One run's figures for the Compare page (see the module docstring for the rates), its
+    ETA at `now` (default: the clock)."""
     rows = store.length_counts(by="run")
     hist = stats.LengthHist.from_rows((r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in rows)
     nodes = store.counted_nodes()
@@ -246,7 +249,9 @@ def run_numbers(store: Store, name: str, ceiling: int | None, target: int | None
     life = (finished_life(store) if finished else life_figures(store)).life
     tps, cps = life.tokens_per_s, life.completions_per_s
     per_gpu = tps / gpus if tps is not None and gpus else None
-    cps_now = None if finished else activity.read_rates(store, time.time()).completions_per_s_15m
+    cps_now = (
+        None if finished else activity.read_rates(store, time.time() if now is None else now).completions_per_s_15m
+    )
     eta = None if finished else rates.eta_seconds(summary.completions, target, cps_now)
     return RunNumbers(
         name=name,
