@@ -348,9 +348,13 @@ class Collector:
         """Draw `n` completions uniformly across all nodes and shards (blocking).
 
         Lines are split between nodes in proportion to the lines each has counted, then each
-        node draws its share uniformly among its own complete lines.
+        node draws its share uniformly among its own complete lines. The population returned
+        (and stored with the batch) counts completions: malformed and blank lines are not.
         """
-        weights = {r["name"]: r["lines"] + r["malformed"] for r in self.store.nodes() if r["name"] in self.pollers}
+        rows = [r for r in self.store.nodes() if r["name"] in self.pollers]
+        weights = {r["name"]: r["lines"] + r["malformed"] for r in rows}
+        # The agent draws among every complete line; the batch says how many were completions.
+        not_completions = {r["name"]: (r["malformed"] or 0) + (r["blank_lines"] or 0) for r in rows}
         return sampling.draw(
             {name: p.node for name, p in self.pollers.items()},
             weights,
@@ -359,6 +363,7 @@ class Collector:
             finish_reason,
             full_text,
             seed,
+            not_completions,
         )
 
     def poll_once(self, progress: Callable[[str, int], None] | None = None) -> dict[str, Any]:

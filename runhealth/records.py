@@ -278,7 +278,7 @@ class PendingSampleBatch(TypedDict):
     requested_unix: float | None
     done_unix: float | None  # None until it is finished
     requested_n: int | None
-    population: int | None  # complete lines the draw was among
+    population: int | None  # completions among the lines the draw was among (malformed and blank not counted)
     errors: str | None  # JSON, node -> error (None until finished)
 
 
