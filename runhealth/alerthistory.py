@@ -33,9 +33,13 @@ log = textsafe.get_logger(__name__)
 NEVER = float("inf")  # the history's tracker never repeats: an episode is one row
 
 
+def _key(key: tuple) -> str:
+    return json.dumps(list(key))
+
+
 def _row(alert: health.Alert) -> dict[str, Any]:
     return {
-        "key": json.dumps(list(alert.key)),
+        "key": _key(alert.key),
         "name": alert.name,
         "severity": alert.severity,
         "node": alert.node,
@@ -73,7 +77,6 @@ class AlertHistory:
         self.store, self.interval_s = store, interval_s
         self.tracker = AlertTracker(renotify_s=NEVER, clear_s=clear_s)
         self.clock, self.monotonic, self.evaluate = clock, monotonic, evaluate
-        self._absent_since: dict[tuple, float] = {}  # held but absent: the first evaluation that missed it
         self._loaded = False
         self._last_mono: float | None = None
         self._lock = threading.Lock()  # one evaluation at a time
@@ -93,25 +96,17 @@ class AlertHistory:
             try:
                 events = self.tracker.update(current, now, mono)
                 present = {a.key for a in current}
-                resolved = [
-                    (e.alert.key, self._absent_since.get(e.alert.key, now)) for e in events if e.kind == "resolve"
-                ]
                 started = {e.alert.key for e in events if e.kind == "start"}
                 self.store.write_alert_episodes(
                     now,
                     started=[_row(e.alert) for e in events if e.kind == "start"],
                     held=[_row(a) for a in current if a.key not in started],
-                    resolved=[(json.dumps(list(key)), when) for key, when in resolved],
+                    absent=[_key(key) for key in self.tracker.held if key not in present],
+                    resolved=[_key(e.alert.key) for e in events if e.kind == "resolve"],
                 )
             except Exception:
                 self.tracker.held = before  # written next time: no episode is lost or doubled
                 raise
-            for key in list(self._absent_since):
-                if key in present or key not in self.tracker.held:
-                    del self._absent_since[key]
-            for key in self.tracker.held:
-                if key not in present:
-                    self._absent_since.setdefault(key, now)
             self._last_mono = mono
 
     def maybe_check(self) -> bool:

@@ -172,15 +172,17 @@ class StoreWrites(StoreFile):
         now_unix: float,
         started: Sequence[Mapping[str, Any]] = (),
         held: Sequence[Mapping[str, Any]] = (),
-        resolved: Sequence[tuple[str, float]] = (),
+        absent: Sequence[str] = (),
+        resolved: Sequence[str] = (),
     ) -> None:
         """One evaluation of the alert history (runhealth/alerthistory.py) in one transaction.
 
-        `started` and `held` are alerts as dicts (key as JSON text, name, severity, node, gpu,
-        summary, value): a started one opens an episode at `now_unix` (none when its key already
-        has an open one: a restart never opens a second); a held one is seen again (its newest
-        wording and value, its worst severity). `resolved`: (key, when it stopped holding) closes
-        that key's open episode.
+        `started` and `held` are alerts that hold now, as dicts (key as JSON text, name, severity,
+        node, gpu, summary, value): a started one opens an episode at `now_unix` (none when its
+        key already has an open one: a restart never opens a second); a held one is seen again
+        (its newest wording and value, its worst severity). `absent`: keys of open episodes not
+        seen now (the first such evaluation is kept: when it stopped holding); `resolved`: keys
+        whose open episode ends, at that first absence (or now, when none was recorded).
         """
         with self.transaction() as db:
             db.executemany(
@@ -194,14 +196,18 @@ class StoreWrites(StoreFile):
                 ],
             )
             db.executemany(
-                "UPDATE alert_history SET last_seen_unix = ?, summary_end = ?, value_end = ?,"
+                "UPDATE alert_history SET last_seen_unix = ?, absent_unix = NULL, summary_end = ?, value_end = ?,"
                 " severity = CASE WHEN ? = 'critical' THEN 'critical' ELSE severity END"
                 " WHERE key = ? AND resolved_unix IS NULL",
                 [(now_unix, a["summary"], a["value"], a["severity"], a["key"]) for a in held],
             )
             db.executemany(
-                "UPDATE alert_history SET resolved_unix = ? WHERE key = ? AND resolved_unix IS NULL",
-                [(when, key) for key, when in resolved],
+                "UPDATE alert_history SET absent_unix = COALESCE(absent_unix, ?) WHERE key = ? AND resolved_unix IS NULL",
+                [(now_unix, key) for key in absent],
+            )
+            db.executemany(
+                "UPDATE alert_history SET resolved_unix = COALESCE(absent_unix, ?) WHERE key = ? AND resolved_unix IS NULL",
+                [(now_unix, key) for key in resolved],
             )
 
 
