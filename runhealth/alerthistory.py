@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runhealth import health, textsafe
-from runhealth.notify import CLEAR_S, AlertTracker, _Held
+from runhealth.notify import CLEAR_S, AlertTracker, Held
 from runhealth.store import Store
 
 log = textsafe.get_logger(__name__)
@@ -49,7 +49,7 @@ def _row(alert: health.Alert) -> dict[str, Any]:
     }
 
 
-def load_open(store: Store, now: float, mono: float) -> dict[tuple, _Held]:
+def load_open(store: Store, now: float, mono: float) -> dict[tuple, Held]:
     """The episodes left open in the store, as the tracker holds them (`last_seen` on the
     caller's interval clock, `mono` at wall time `now`, never later than now)."""
     held = {}
@@ -57,7 +57,7 @@ def load_open(store: Store, now: float, mono: float) -> dict[tuple, _Held]:
         summary = r["summary_end"] or r["summary_start"]
         alert = health.Alert(r["name"], r["severity"], "", summary, r["node"], r["gpu"], r["value_end"])
         seen = mono - max(0.0, now - r["last_seen_unix"])
-        held[alert.key] = _Held(alert, r["started_unix"], seen, mono)
+        held[alert.key] = Held(alert, r["started_unix"], seen, mono)
     return held
 
 
