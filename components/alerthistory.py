@@ -1,8 +1,8 @@
 """The day's alerts: the alert history the collector keeps (runhealth/alerthistory.py) on screen.
 
-`render_today` is the Overview's timeline of the last 24 h's episodes, `render_history` the Nodes
-page's table of the last days' (newest first, with durations), and both offer the history as a
-CSV. Every time says how old it is; an episode still open says when it was last seen to hold
+`render_today` is the Overview's timeline of the last 24 h's episodes (one read: the Overview's
+SQL budget), `render_history` the Nodes page's table of the last days' (newest first, with
+durations), where `download` offers the whole history as a CSV. Every time says how old it is; an episode still open says when it was last seen to hold
 (the collector that keeps it may be gone).
 """
 
@@ -126,7 +126,8 @@ def render_today(rt: PageRuntime, prefix: str) -> None:
         st.plotly_chart(figures.make_alert_timeline_figure(frame, now - TODAY_S, now), key=f"{prefix}_alert_timeline")
         still = sum(r["resolved_unix"] is None for r in rows)
         st.caption(
-            f"Today's alerts: {len(rows):,} in the last 24 h, {still:,} still holding (the Nodes page lists them)."
+            f"Today's alerts: {len(rows):,} in the last 24 h, {still:,} still holding "
+            "(the Nodes page lists them, with the CSV)."
         )
 
 

@@ -70,7 +70,6 @@ def render(rt: PageRuntime) -> None:
     st.title(f"{rt.config.name}")
     page.live(rt, render_live, rt, header=False)
     page.download_headline(rt, PREFIX)
-    page.guarded(alerthistory.download)(rt, PREFIX)
     nodes = list(loaders.load_overview(rt.store, rt.config, runpicker.is_finished(rt)).nodes)  # cached: the same model
     page.download_csv(
         tables.node_table(nodes, rt.config.stale_after),
