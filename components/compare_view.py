@@ -16,6 +16,7 @@ from components.figures import ALERT_COLOUR, CEILING_COLOUR, STOP_COLOUR, apply_
 from components.format import fmt_window
 from runhealth import runcompare
 from runhealth.analysis import stats
+from runhealth.screens import compare as compare_model
 from runhealth.store import Store
 from runhealth.windows import RATE_WINDOW_S
 
@@ -32,6 +33,16 @@ def load_run_numbers(
 def load_comparison(_a: runcompare.RunNumbers, _b: runcompare.RunNumbers, key: tuple) -> runcompare.Comparison:
     """`key` (names and as-of times) decides reuse: the numbers themselves are not hashed."""
     return runcompare.compare_runs(_a, _b)
+
+
+def load_compare(
+    a: runcompare.RunNumbers, b: runcompare.RunNumbers, stale_after: tuple[float, float], now: float
+) -> compare_model.Compare:
+    """The Compare page's model at `now` (runhealth.screens.compare), the comparison itself
+    reused while both runs' numbers are the same (load_comparison)."""
+    both = a.summary.completions and b.summary.completions
+    cmp = load_comparison(a, b, (a.name, a.as_of, b.name, b.as_of)) if both else None
+    return compare_model.compare(a, b, stale_after, now, cmp)
 
 
 RUN_COLOURS = {"A": "#8A8F98", "B": STOP_COLOUR}  # the earlier run grey, the one it is judged against blue

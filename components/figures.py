@@ -8,6 +8,7 @@ blue = normal stops, amber = at the ceiling / warning, red = alert or a drifting
 
 from __future__ import annotations
 
+import datetime
 import math
 import re
 from typing import Any
@@ -740,3 +741,40 @@ def make_whatif_figure(df: pd.DataFrame, ceiling: int, chosen: int, hard_hi: flo
         yaxis=dict(title=dict(text="share still stopped at the limit"), **pct_axis(top)),
     )
     return _figure(data, layout, shapes, notes)
+
+
+SEVERITY_COLOUR = {"critical": ALERT_COLOUR, "warning": CEILING_COLOUR}
+
+
+def make_alert_timeline_figure(df: pd.DataFrame, start_unix: float, end_unix: float) -> go.Figure:
+    """Alert episodes as bars over [start_unix, end_unix] (local time), one row per alert and
+    node, coloured by severity. `df` columns: label, severity, started_unix, ended_unix (an open
+    episode ends at `end_unix`), hover (the words shown on hover)."""
+
+    def local(ts: Any) -> list[datetime.datetime]:  # this host's local time, as the tables say it
+        return [datetime.datetime.fromtimestamp(float(t)) for t in ts]
+
+    data = []
+    for severity in ("critical", "warning"):
+        part = df[df["severity"] == severity]
+        if part.empty:
+            continue
+        begin = part["started_unix"].clip(lower=start_unix)
+        width_ms = (part["ended_unix"].clip(upper=end_unix) - begin).clip(lower=(end_unix - start_unix) / 400) * 1000
+        data.append(
+            go.Bar(
+                base=local(begin),
+                x=width_ms.to_numpy(),
+                y=part["label"],
+                orientation="h",
+                name=severity,
+                marker_color=SEVERITY_COLOUR[severity],
+                hovertext=part["hover"],
+                hoverinfo="text",
+            )
+        )
+    fig = new_figure(*data)
+    fig.update_xaxes(type="date", range=local([start_unix, end_unix]))
+    fig.update_yaxes(autorange="reversed", categoryorder="array", categoryarray=list(dict.fromkeys(df["label"])))
+    rows = df["label"].nunique()
+    return apply_layout(fig, "Alerts, last 24 h", height=min(420, 150 + 28 * rows))

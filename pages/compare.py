@@ -16,10 +16,11 @@ import time
 import streamlit as st
 
 from components import compare_view, context, page
-from components.compare_view import load_comparison, load_run_numbers
+from components.compare_view import load_compare, load_run_numbers
 from components.context import PageRuntime
-from components.format import fmt_age, fmt_ago, fmt_clock, md_escape
+from components.format import md_escape
 from runhealth import runcompare
+from runhealth.screens import compare as compare_model
 
 PREFIX = "compare"
 TITLE, ICON, URL_PATH = "Compare runs", ":material/compare_arrows:", "Compare"
@@ -44,19 +45,9 @@ def numbers(h: context.RunHandle) -> runcompare.RunNumbers:
     return load_run_numbers(h.store, h.config.name, h.config.max_output_tokens, h.config.target_completions, h.finished)
 
 
-def render_as_of(label: str, h: context.RunHandle, r: runcompare.RunNumbers) -> None:
-    """How old each run's numbers are; a live run's in red once older than its stale_after."""
-    if r.as_of is None:
-        st.caption(md_escape(f"{label}: waiting for first poll"))
-        return
-    age = time.time() - r.as_of
-    text = f"{label}: Numbers as of {fmt_clock(r.as_of)} ({fmt_ago(age)})"
-    if h.finished:
-        st.caption(md_escape(f"{text} · finished, not polled any more"))
-    elif age > h.config.stale_after:
-        st.error(md_escape(f"⚠ {text}: older than {fmt_age(h.config.stale_after)}, these numbers are stale."))
-    else:
-        st.caption(md_escape(text))
+def render_as_of(line: compare_model.AsOf) -> None:
+    """How old one run's numbers are, as the model words it; in red when too old."""
+    (st.error if line.level == "alert" else st.caption)(md_escape(line.text))
 
 
 def render(rt: PageRuntime) -> None:
@@ -85,17 +76,13 @@ def render_runs(runs: list[context.RunHandle]) -> None:
         st.warning("Pick two different runs.")
         return
     a, b = numbers(ha), numbers(hb)
-    render_as_of(f"A {a.name}", ha, a)
-    render_as_of(f"B {b.name}", hb, b)
-    if not a.summary.completions or not b.summary.completions:
-        st.info(
-            "No completions in "
-            + " and ".join(r.name for r in (a, b) if not r.summary.completions)
-            + " yet: nothing to compare."
-        )
+    m = load_compare(a, b, (ha.config.stale_after, hb.config.stale_after), time.time())
+    for line in m.as_of:
+        render_as_of(line)
+    if m.comparison is None:
+        st.info(md_escape(m.empty))
         return
-    cmp = load_comparison(a, b, (a.name, a.as_of, b.name, b.as_of))
-    compare_view.render_headline(cmp)
+    compare_view.render_headline(m.comparison)
     st.plotly_chart(compare_view.make_overlay_figure(a, b), key=f"{PREFIX}_overlay_chart")
-    compare_view.render_table(runcompare.comparison_rows(a, b, cmp), a, b)
-    compare_view.render_forecast(cmp, a, b)
+    compare_view.render_table(list(m.rows), a, b)
+    compare_view.render_forecast(m.comparison, a, b)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import pandas as pd
 import streamlit as st
 
-from components import alerts, cards, loaders, page, runpicker, tables
+from components import alerthistory, alerts, cards, loaders, page, runpicker, tables
 from components.context import PageRuntime
 from components.format import DOWN_AFTER_STALE, fmt_age, fmt_bytes, md_escape, node_status
 from components.outbound import render_collector, render_outbound
@@ -79,6 +79,7 @@ def render_page(rt: PageRuntime) -> None:
     if not server.empty:
         st.subheader("Inference servers (latest /metrics values)")
         st.dataframe(tables.server_metrics_table(server), hide_index=True, width="stretch")
+    page.guarded(alerthistory.render_history)(rt, PREFIX)
     page.guarded(render_outbound)(rt)
 
 
@@ -136,3 +137,4 @@ def render(rt: PageRuntime) -> None:
         )
     page.live(rt, render_page, rt)
     page.download_csv(node_csv(rt), "nodes.csv", PREFIX)
+    page.guarded(alerthistory.download)(rt, PREFIX)

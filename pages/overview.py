@@ -15,7 +15,7 @@ import dataclasses
 import pandas as pd
 import streamlit as st
 
-from components import alerts, cards, figures, loaders, page, runpicker, tables
+from components import alerthistory, alerts, cards, figures, loaders, page, runpicker, tables
 from components.context import PageRuntime
 
 PREFIX = "overview"
@@ -59,6 +59,7 @@ def render_live(rt: PageRuntime) -> None:
             st.caption(
                 "The throughput chart appears once a few minutes of polls are in (the first scan is not counted)."
             )
+    page.guarded(alerthistory.render_today)(rt, PREFIX)
 
 
 def render(rt: PageRuntime) -> None:

@@ -152,10 +152,8 @@ def format_compare(r: dict[str, Any]) -> str:
                 if p["at_ceiling"]
                 else ""
             )
-            out.append(
-                f"{name}: {p['a']} -> {p['b']} ({p['difference']:+d}; about {p['interval'][0]:+.0f} to"
-                f" {p['interval'][1]:+.0f}{cut})"
-            )
+            diff, interval = compare.percentile_texts(p)
+            out.append(f"{name}: {p['a']} -> {p['b']} ({diff}; {interval}{cut})")
     out.extend(format_forecast(r["forecast"]))
     out.append(escape(r["forecast_note"]))
     return "\n".join(out)

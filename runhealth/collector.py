@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO, cast
 
-from runhealth import ingest, pagedata, rollup, sampling, scheduler, storefile, textsafe
+from runhealth import alerthistory, ingest, pagedata, rollup, sampling, scheduler, storefile, textsafe
 from runhealth.analysis.servermetrics import merge_endpoints as merge_metrics
 from runhealth.config import NodeConfig, RunConfig, RunContext
 from runhealth.errors import StoreBusyError, StoreError
@@ -201,6 +201,8 @@ class Collector:
         self.pagedata = pagedata.Refresher(
             store, config.max_output_tokens, config.interval_s, min_interval_s=config.interval_s, clock=clock
         )
+        # The alert history (#32): evaluated every poll interval by the collecting process, webhooks or none.
+        self.alert_history = alerthistory.AlertHistory(store, config.interval_s, clock=clock)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -217,6 +219,7 @@ class Collector:
         if self._housekeeper is None:  # start() is idempotent: one pruning thread per collector
             self._housekeeper = threading.Thread(target=self._housekeeping, name="runhealth-prune", daemon=True)
             self._housekeeper.start()
+        self.alert_history.start()  # idempotent: one thread per collector
 
     def claim(self) -> None:
         """Take the store's collector lock, then record the run's settings and nodes in it.
@@ -250,6 +253,7 @@ class Collector:
             pool.stop(timeout_s=max(n.command_timeout_s for n in self.config.nodes) + 1)
         for poller in self.pollers.values():
             poller.close()
+        self.alert_history.stop()  # its writes too
         if self._housekeeper is not None:  # its writes must end before the lock is let go
             self._housekeeper.join(timeout=HOUSEKEEPING_STOP_WAIT_S)
         if self._lock_file is not None:
@@ -348,9 +352,13 @@ class Collector:
         """Draw `n` completions uniformly across all nodes and shards (blocking).
 
         Lines are split between nodes in proportion to the lines each has counted, then each
-        node draws its share uniformly among its own complete lines.
+        node draws its share uniformly among its own complete lines. The population returned
+        (and stored with the batch) counts completions: malformed and blank lines are not.
         """
-        weights = {r["name"]: r["lines"] + r["malformed"] for r in self.store.nodes() if r["name"] in self.pollers}
+        rows = [r for r in self.store.nodes() if r["name"] in self.pollers]
+        weights = {r["name"]: r["lines"] + r["malformed"] for r in rows}
+        # The agent draws among every complete line; the batch says how many were completions.
+        not_completions = {r["name"]: (r["malformed"] or 0) + (r["blank_lines"] or 0) for r in rows}
         return sampling.draw(
             {name: p.node for name, p in self.pollers.items()},
             weights,
@@ -359,6 +367,7 @@ class Collector:
             finish_reason,
             full_text,
             seed,
+            not_completions,
         )
 
     def poll_once(self, progress: Callable[[str, int], None] | None = None) -> dict[str, Any]:

@@ -16,6 +16,7 @@ and never edit a step that has shipped.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -221,6 +222,46 @@ def _to_v6(db: sqlite3.Connection) -> None:
         db.execute(statement)
 
 
+def _to_v7(db: sqlite3.Connection) -> None:
+    """alert_history: one row per alert episode (#32), written by the collecting process whether
+    or not webhooks are configured (runhealth/alerthistory.py): when it started and, once
+    resolved, when it stopped holding; its name, worst severity, node, GPU, summary and value at
+    start and at the end; last_seen_unix: the last evaluation it held, absent_unix: the first
+    evaluation that no longer saw an open one (NULL while it holds; it becomes resolved_unix
+    once the alert stays away for the webhooks' clear_s). Open rows are the state a restarted
+    collector goes on from. `key` is the alert's key as JSON. Alerts the notifier
+    already held (alert_state) become open episodes from their `since`, so an upgrade does not
+    start them again."""
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS alert_history (id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL,"
+        " name TEXT NOT NULL, severity TEXT NOT NULL, node TEXT, gpu INTEGER, started_unix REAL NOT NULL,"
+        " resolved_unix REAL, last_seen_unix REAL NOT NULL, absent_unix REAL, summary_start TEXT NOT NULL,"
+        " summary_end TEXT, value_start REAL, value_end REAL)"
+    )
+    db.execute("CREATE INDEX IF NOT EXISTS alert_history_started ON alert_history (started_unix)")
+    for key, alert, since, seen in db.execute(
+        "SELECT key, alert, since_unix, last_seen_unix FROM alert_state"
+    ).fetchall():
+        a = json.loads(alert)
+        db.execute(
+            "INSERT INTO alert_history (key, name, severity, node, gpu, started_unix, last_seen_unix,"
+            " summary_start, summary_end, value_start, value_end) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                key,
+                a["name"],
+                a["severity"],
+                a.get("node"),
+                a.get("gpu"),
+                since,
+                seen,
+                a["summary"],
+                a["summary"],
+                a.get("value"),
+                a.get("value"),
+            ),
+        )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -236,6 +277,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         6, "length_hourly, gpu/poll/metric_rollup, webhook_deliveries: tables once created on first use (#31)", _to_v6
     ),
+    Migration(7, "alert_history: every alert's start and resolve, kept with the store (#32)", _to_v7),
 )
 STORE_VERSION = MIGRATIONS[-1].version
 

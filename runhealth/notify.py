@@ -95,6 +95,9 @@ class _Held:
     last_sent: float
 
 
+Held = _Held  # the public name: runhealth.alerthistory restores its open episodes as these
+
+
 class AlertTracker:
     """Turns the alert set at successive instants into start / repeat / resolve events."""
 

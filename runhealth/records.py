@@ -234,6 +234,25 @@ class HostReading(HostInfo):
     ts_unix: float | None
 
 
+# -- alert history ---------------------------------------------------------------------------------
+class AlertEpisodeRow(TypedDict):
+    """`Store.alert_episodes()`: one alert episode (runhealth/alerthistory.py), from when it
+    started to when it stopped holding (None: it still held at the last evaluation)."""
+
+    id: int
+    name: str  # health.Alert.name: truncation_high, node_down, run_stalled, ...
+    severity: str  # the worst it reached: "critical" | "warning"
+    node: str | None
+    gpu: int | None
+    started_unix: float  # wall clock: the evaluation that first saw it
+    resolved_unix: float | None  # the first evaluation it no longer held (confirmed clear_s later)
+    last_seen_unix: float  # the last evaluation it held
+    summary_start: str
+    summary_end: str | None  # its wording at the last evaluation it held
+    value_start: float | None
+    value_end: float | None
+
+
 # -- server metrics --------------------------------------------------------------------------------
 class MetricRow(TypedDict):
     """`Store.metric_latest()`: the newest value of one server metric on one node."""
@@ -278,7 +297,7 @@ class PendingSampleBatch(TypedDict):
     requested_unix: float | None
     done_unix: float | None  # None until it is finished
     requested_n: int | None
-    population: int | None  # complete lines the draw was among
+    population: int | None  # completions among the lines the draw was among (malformed and blank not counted)
     errors: str | None  # JSON, node -> error (None until finished)
 
 

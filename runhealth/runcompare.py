@@ -43,8 +43,7 @@ PROMPTS_UNCHECKED = (
 )
 
 
-BOTH_AT_CEILING = "both at ceiling"  # a percentile's B - A when both runs' sit at their ceilings
-NOT_MEASURABLE = "not measurable"  # ... and its interval
+BOTH_AT_CEILING, NOT_MEASURABLE = compare.BOTH_AT_CEILING, compare.NOT_MEASURABLE
 
 # Two-sided 95% Student t quantiles by degrees of freedom (a key at or below df is used: conservative).
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
@@ -237,8 +236,11 @@ class RunNumbers:
     loop_sample: tuple[int, int] | None  # the what-if's loop term (whatif.for_run)
 
 
-def run_numbers(store: Store, name: str, ceiling: int | None, target: int | None, finished: bool) -> RunNumbers:
-    """One run's figures for the Compare page (see the module docstring for the rates)."""
+def run_numbers(
+    store: Store, name: str, ceiling: int | None, target: int | None, finished: bool, now: float | None = None
+) -> RunNumbers:
+    """One run's figures for the Compare page (see the module docstring for the rates), its
+    ETA at `now` (default: the clock)."""
     rows = store.length_counts(by="run")
     hist = stats.LengthHist.from_rows((r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in rows)
     nodes = store.counted_nodes()
@@ -247,7 +249,9 @@ def run_numbers(store: Store, name: str, ceiling: int | None, target: int | None
     life = (finished_life(store) if finished else life_figures(store)).life
     tps, cps = life.tokens_per_s, life.completions_per_s
     per_gpu = tps / gpus if tps is not None and gpus else None
-    cps_now = None if finished else activity.read_rates(store, time.time()).completions_per_s_15m
+    cps_now = (
+        None if finished else activity.read_rates(store, time.time() if now is None else now).completions_per_s_15m
+    )
     eta = None if finished else rates.eta_seconds(summary.completions, target, cps_now)
     return RunNumbers(
         name=name,
@@ -397,15 +401,12 @@ def _length_rows(sa: stats.Summary, sb: stats.Summary, d: Differences | None) ->
 
 def _percentile_row(metric: str, p: compare.PercentileDiff) -> dict[str, str]:
     """A percentile's row. One at its run's ceiling is only a lower bound (those completions were
-    cut): its cell reads "≥"; with A's there, B - A is at most the figure, with B's there at
-    least; with both there, B - A is the gap between the ceilings, not a measurement."""
+    cut): its cell reads "≥"; B - A and its interval are compare.percentile_texts' (a bound and a
+    one-sided interval when a run is censored, "not measurable" when both are)."""
     cut = p["at_ceiling"]
     cells = {k.upper(): ("≥ " if k in cut else "") + f"{value:,}" for k, value in (("a", p["a"]), ("b", p["b"]))}
-    if len(cut) == 2:
-        return {"metric": metric, **cells, "B − A": BOTH_AT_CEILING, "95% interval": NOT_MEASURABLE}
-    bound = {"a": "≤ ", "b": "≥ "}.get(cut[0], "") if len(cut) == 1 else ""
-    interval = fmt_interval(p["interval"]) + " (approx.)"
-    return {"metric": metric, **cells, "B − A": f"{bound}{p['difference']:+,}", "95% interval": interval}
+    diff, interval = compare.percentile_texts(p)
+    return {"metric": metric, **cells, "B − A": diff, "95% interval": interval}
 
 
 def _rate_rows(a: RunNumbers, b: RunNumbers, changes: dict[str, RateChange | None]) -> list[dict[str, str]]:

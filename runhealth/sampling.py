@@ -62,6 +62,7 @@ def draw(
     finish_reason: str | None = None,
     full_text: bool = False,
     seed: int | None = None,
+    not_completions: Mapping[str, int] | None = None,
 ) -> tuple[list[dict], int, dict[str, str]]:
     """Draw `n` completions uniformly across `nodes` (blocking; one request per node, concurrently).
 
@@ -69,10 +70,14 @@ def draw(
         nodes: name -> node config of every node that may be asked.
         weights: name -> lines the node has counted (complete and malformed).
         request: sends one request to a node and returns its reply (raises on failure).
+        not_completions: name -> the node's counted lines that are no completion (malformed
+            and blank), taken off the lines its agent drew among.
 
     Returns:
-        ``(samples, population, errors)``: each sample tagged with its node, the lines the
-        nodes drew from, and name -> one-line error for nodes that failed.
+        ``(samples, population, errors)``: each sample tagged with its node, the completions
+        among the lines the nodes drew from (an agent's population counts every complete line;
+        lines written since the last poll count as completions until a poll says otherwise),
+        and name -> one-line error for nodes that failed.
     """
     rng = random.Random(seed)
     shares = split_shares(weights, n, rng)
@@ -90,7 +95,8 @@ def draw(
         if isinstance(result, Exception):
             errors[name] = one_line(result)
             continue
-        population += int(result.get("population") or 0)
+        lines = int(result.get("population") or 0)
+        population += max(0, lines - (not_completions or {}).get(name, 0))
         samples.extend(dict(s, node=name) for s in result.get("samples") or [])
     return samples, population, errors
 

@@ -155,6 +155,27 @@ def test_a_file_name_that_is_not_utf8_is_counted_and_named_escaped(shared_dir, t
         collector.stop()
 
 
+def test_a_samples_population_counts_completions_not_malformed_or_blank_lines(shared_dir, tmp_path):
+    """50 completions, 3 malformed and 2 blank lines: the batch the Samples page shows says "of
+    50" (main: 55, as "50 of 50,005 completions" on a 50,000-completion run)."""
+    lines = good_lines(50, 10)
+    junk = ['{"id": "broken", "choices": [\n', "\n", "not json\n", "   \n", '{"usage": {"completion_tokens": -4}}\n']
+    (shared_dir / "mixed.jsonl").write_text("".join(lines[:20] + junk + lines[20:]))
+    store = Store(tmp_path / "store.sqlite3")
+    collector = collector_for(shared_dir, store)
+    try:
+        collector.pollers[NODE].poll()
+        node = store.nodes()[0]
+        assert (node["lines"], node["malformed"], node["blank_lines"]) == (50, 3, 2)
+        samples, population, errors = collector.sample_now(10, seed=3)
+        assert errors == {} and population == 50 and len(samples) == 10
+        batch = store.new_sample_batch(10, 1.0)
+        store.finish_sample_batch(batch, samples, population, errors, 2.0)
+    finally:
+        collector.stop()
+    assert store.latest_sample_batch()["population"] == 50
+
+
 # ---------------------------------------------------------------------------- 3: lone surrogates
 def test_lone_surrogates_in_finish_reason_and_text_count_and_sample(shared_dir, tmp_path):
     lines = good_lines(5, 10)

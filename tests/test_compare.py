@@ -7,6 +7,7 @@ what-if for 8192 must hold; run C is a clearly longer log-normal cut at 8192, so
 import json
 import math
 import random
+import re
 import subprocess
 import sys
 
@@ -98,7 +99,40 @@ def test_matched_relaunch_counts_contract_and_forecast_inside(shards):
         f"At 8,192: {100 * b['at_ceiling_fraction']:.1f}% still cut"
         f" (was {100 * a['at_ceiling_fraction']:.1f}% at 4,096); completions "
     )
-    assert out["summary"].endswith(f"{100 * mean['relative']:.0f}% longer")
+    assert f"completions {100 * mean['relative']:.0f}% longer, all of it in the ones no longer cut" in out["summary"]
+
+
+def test_a_censored_percentile_is_a_one_sided_bound(shards):
+    """A and B draw from one log-normal: every true percentile difference is 0. A's P90 sits at
+    its ceiling (13% cut at 4,096), so B - A is at most a bound with no lower end: on main it was
+    a two-sided "+6xx to +7xx" that left out the truth, and the CLI printed no "≤" at all."""
+    d, _rows = shards
+    out = compare_json([d / "a-*.jsonl"], [d / "b.jsonl"])
+    p90, p99 = out["differences"]["p90"], out["differences"]["p99"]
+    assert p90["at_ceiling"] == ["a"] and p90["bound"] == "at most"
+    lo, hi = p90["interval"]
+    assert lo is None and hi >= 0 >= p90["a"] - 4096  # the bound holds the true difference, 0
+    assert hi > p90["difference"]  # a 95% bound on a bound: above the point, never a band around it
+    assert p99["bound"] == "not measurable" and p99["interval"] == [None, None]  # both runs cut there
+    human = run_cli("compare", str(d / "a-*.jsonl"), "--", str(d / "b.jsonl")).stdout
+    line = next(x for x in human.splitlines() if x.startswith("p90:"))
+    assert f"(≤ {p90['difference']:+,}; ≤ {hi:+,.0f} (one-sided" in line and " to " not in line
+    assert "both at ceiling; not measurable" in next(x for x in human.splitlines() if x.startswith("p99:"))
+
+
+def test_uncut_lengths_say_whether_the_change_is_all_at_the_ceiling(shards):
+    """Same distribution (A vs B): the longer mean is all in the completions no longer cut. A
+    longer distribution (A vs C): the uncut lengths moved too, and the headline says so."""
+    d, _rows = shards
+    same = compare_json([d / "a-*.jsonl"], [d / "b.jsonl"])
+    uncut = same["differences"]["uncut"]
+    assert uncut["below"] == 4096 and uncut["unchanged"] is True
+    assert uncut["mean"]["interval"][0] <= 0 <= uncut["mean"]["interval"][1]
+    assert "the uncut lengths (below 4,096) are unchanged" in same["summary"]
+    longer = compare_json([d / "a-*.jsonl"], [d / "c.jsonl"])
+    assert longer["differences"]["uncut"]["unchanged"] is False
+    assert "unchanged" not in longer["summary"]
+    assert re.search(r"completions \d+% longer \(the uncut ones, below 4,096: \+\d+% in mean\)", longer["summary"])
 
 
 def test_different_distribution_forecast_outside(shards):

@@ -9,6 +9,7 @@ cut at each ceiling, the mean lengths and the tok/s per GPU it was told to produ
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import re
@@ -92,8 +93,8 @@ def test_forecast_check_and_headline(demo_cache):
     assert lo <= f["measured_fraction"] <= hi and lo < demo.truth(8192)["cut_fraction"] < hi
     assert "cannot be checked" in cmp.prompts
     assert re.fullmatch(
-        r"At 8,192: \d\.\d% still cut \(was 1\d\.\d% at 4,096\); completions \d+% longer; "
-        r"tok/s per GPU [+−]\d+% \([+−]\d+% to [+−]\d+%\)",  # an estimate: its interval goes with it
+        r"At 8,192: \d\.\d% still cut \(was 1\d\.\d% at 4,096\); completions \d+% longer, all of it in the ones no "
+        r"longer cut: the uncut lengths \(below 4,096\) are unchanged; tok/s per GPU [+−]\d+% \([+−]\d+% to [+−]\d+%\)",  # an estimate: its interval goes with it
         cmp.headline,
     ), cmp.headline
     tps = cmp.rates["tokens_per_s_per_gpu"]
@@ -199,6 +200,12 @@ def test_compare_page_over_the_demo(demo_cache, monkeypatch):
     tps_b = float(table.loc["tok/s per GPU", "B: demo-8192"].split()[0].replace(",", ""))
     assert abs(tps_b / demo.TOKENS_PER_S_B - 1) < 0.06
     assert table.loc["P90 tokens", "B − A"].startswith("≤ +")  # A's P90 is its ceiling: a lower bound
+    # ... so its interval is a one-sided bound above it (was "+940 to +1,141" beside "≤ +1,034").
+    bound = table.loc["P90 tokens", "95% interval"]
+    assert bound.startswith("≤ +") and "one-sided" in bound and " to " not in bound
+    assert int(bound.split()[1].replace(",", "")) >= 0  # the truth: one distribution, difference 0
+    # One distribution in both runs: the longer mean is all in the completions no longer cut.
+    assert "all of it in the ones no longer cut: the uncut lengths (below 4,096) are unchanged" in headline
     # Every percentile at its ceiling is a lower bound, and says so; two of them give no difference.
     assert table.loc["P90 tokens", "A: demo-4096"] == "≥ 4,096"
     assert table.loc["P99 tokens", "A: demo-4096"] == "≥ 4,096"
@@ -401,3 +408,34 @@ def test_final_figures_of_a_store_that_cannot_be_written_are_still_shown(demo_ca
     expected = runcompare.life_figures(store)
     assert runcompare.finished_life(store) == expected == runcompare.finished_life(store)
     assert "final figures not stored" in caplog.text and "readonly" in caplog.text
+
+
+def test_the_compare_model_from_the_demo_stores_matches_the_simulators_truth(demo_cache):
+    """runhealth.screens.compare built from the demo's two real stores at one instant: the shares
+    cut at each ceiling are the simulator's (demo.truth), its two runs draw one distribution so
+    the uncut lengths are unchanged and every percentile bound holds the true difference, 0; a
+    censored percentile is a bound with a one-sided interval; the JSON is the same record."""
+    from runhealth.screens import compare as compare_model
+
+    a, b = numbers(demo_cache)
+    now = max(a.as_of, b.as_of) + 5
+    m = compare_model.compare(a, b, (60.0, 60.0), now, bootstrap=50)
+    d = m.comparison.differences
+    share = d["truncated_fraction"]
+    assert within(share["a"], demo.truth(4096)["cut_fraction"], A_N)
+    assert within(share["b"], demo.truth(8192)["cut_fraction"], B_N)
+    assert d["uncut"]["unchanged"] and "the uncut lengths (below 4,096) are unchanged" in m.headline
+    for key in ("p50", "p90", "p99"):
+        p = d[key]
+        lo, hi = p["interval"]
+        assert (lo is None or lo <= 0) and (hi is None or hi >= 0), (key, p)  # the truth: 0
+    assert d["p90"]["bound"] == "at most" and d["p90"]["interval"][0] is None
+    rows = {r["metric"]: r for r in m.rows}
+    assert rows["P90 tokens"]["95% interval"].startswith("≤ +") and rows["P99 tokens"]["B − A"] == "both at ceiling"
+    assert [x.level for x in m.as_of] == ["ok", "ok"] and "finished, not polled any more" in m.as_of[0].text
+    assert m.to_json()["headline"] == m.headline and m.to_json()["rows"] == list(m.rows)
+    # The live run B read a minute past its stale_after: its line turns red, A's (finished) does not.
+    late = compare_model.compare(a, b, (60.0, 60.0), b.as_of + 125, m.comparison)
+    assert late.as_of[1].level == "alert" and "stale" in late.as_of[1].text and late.as_of[0].level == "ok"
+    empty = dataclasses.replace(b, summary=dataclasses.replace(b.summary, completions=0))
+    assert compare_model.compare(a, empty, (60.0, 60.0), now).empty.startswith("No completions in demo-8192")

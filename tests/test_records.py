@@ -52,6 +52,9 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
     store.record_poll("node-1", reply, now + 1, rtt_ms=10.0)
     store.new_sample_batch(5, now + 2)  # drawn, not finished: the pending batch
     Outbound(stores=[store], notices=["a notice"], webhook_targets=["https://hooks.example/…"]).write_status(now + 3)
+    episode = {"key": '["node_down", "node-2", null]', "name": "node_down", "severity": "critical"}
+    episode |= {"node": "node-2", "gpu": None, "summary": "node-2 down", "value": 400.0}
+    store.write_alert_episodes(now + 4, started=[episode])
     return store
 
 
@@ -82,6 +85,7 @@ CASES: list[tuple[str, Callable[[Store], list[Any]], type, frozenset[str]]] = [
     ("latest_sample_batch", lambda s: [s.latest_sample_batch()], records.SampleBatch, frozenset()),
     ("samples", lambda s: s.latest_sample_batch()["samples"], records.StoredSample, frozenset()),
     ("pending_sample_batch", lambda s: [s.pending_sample_batch()], records.PendingSampleBatch, frozenset()),
+    ("alert_episodes", Store.alert_episodes, records.AlertEpisodeRow, frozenset()),
     # what the collecting process writes (run meta "collector"), as the viewer reads it back
     ("collector status", lambda s: [s.meta(STATUS_KEY)], records.CollectorStatus, frozenset()),
     ("read_status", lambda s: [read_status(s)], records.CollectorStatus, frozenset()),

@@ -11,7 +11,14 @@ Intervals:
   ("31% longer") is the ratio of means with the same interval divided by A's mean (A's mean is
   measured on hundreds of completions or more, so its own spread is small beside the change).
 - percentiles: the distribution-free order-statistic interval of each run's percentile
-  (binomial ranks), combined the Newcombe way; approximate, and labelled so.
+  (binomial ranks), combined the Newcombe way; approximate, and labelled so. A run's
+  percentile (or the end of its interval) at its ceiling is censored: the completions there
+  were cut, so the true value is only known to be at least the ceiling. Then the difference
+  has one side only: with A's censored, B - A is at most a bound (no lower end), with B's at
+  least one; with both, nothing is measured. Never a two-sided interval past a bound.
+- the uncut lengths: when the ceilings differ, the completions below the lower ceiling (cut in
+  neither run) are compared (their share, Newcombe; their mean, Welch), so the headline can
+  say whether a change in mean length is all in the completions no longer cut.
 
 The forecast assumes B's prompts come from the same distribution as A's: B measures the lengths
 A's what-if extrapolated only if the same kind of prompts were asked.  Nothing here can check
@@ -27,6 +34,7 @@ from runhealth.analysis import stats, whatif
 from runhealth.analysis.stats import LengthHist, Summary, length_source, wilson_interval
 
 Z95 = 1.959964
+Z95_ONE_SIDED = 1.644854  # a one-sided 95% bound
 SAME_PROMPTS = (
     "The forecast assumes B's prompts come from the same distribution as A's; "
     "if they differ, a miss says nothing about the what-if."
@@ -54,9 +62,17 @@ class MeanDiff(TypedDict):
 class PercentileDiff(TypedDict):
     a: int  # tokens
     b: int
-    difference: int
-    interval: list[float]  # approximate
+    difference: int  # b - a; with `bound` "at most"/"at least", a bound itself
+    bound: str  # "" (a measurement), "at most", "at least", or "not measurable" (both censored)
+    interval: list[float | None]  # approximate 95% [lo, hi]; None: no bound on that side
     at_ceiling: list[str]  # "a", "b": whose value is only a lower bound
+
+
+class UncutDiff(TypedDict):
+    below: int  # tokens: the lower of the two ceilings; completions below it were cut in neither run
+    share: ShareDiff  # share of each run's completions below it
+    mean: MeanDiff  # their mean tokens
+    unchanged: bool  # both intervals hold 0: no change measured in the uncut lengths
 
 
 class Differences(TypedDict):
@@ -65,6 +81,7 @@ class Differences(TypedDict):
     p50: PercentileDiff | None
     p90: PercentileDiff | None
     p99: PercentileDiff | None
+    uncut: UncutDiff | None  # None unless both ceilings are known and differ
 
 
 class Forecast(TypedDict):
@@ -124,12 +141,13 @@ def mean_diff(pairs_a: list[tuple[int, int]], pairs_b: list[tuple[int, int]]) ->
     }
 
 
-def quantile_interval(pairs: list[tuple[int, int]], q: float) -> tuple[int, int, int] | None:
-    """(point, lo, hi): the nearest-rank q-quantile (0 < q < 1) and its order-statistic 95% interval."""
+def quantile_interval(pairs: list[tuple[int, int]], q: float, z: float = Z95) -> tuple[int, int, int] | None:
+    """(point, lo, hi): the nearest-rank q-quantile (0 < q < 1) and its order-statistic interval
+    (95% two-sided at the default `z`; each end a 95% one-sided bound at Z95_ONE_SIDED)."""
     n = sum(c for _t, c in pairs)
     if n == 0:
         return None
-    half = Z95 * math.sqrt(n * q * (1 - q))
+    half = z * math.sqrt(n * q * (1 - q))
     ranks = (math.ceil(q * n - 1e-9), math.floor(q * n - half), math.ceil(q * n + half) + 1)
     point, lo, hi = (stats.value_at_rank(pairs, min(n, max(1, r))) for r in ranks)
     return point, lo, hi
@@ -138,23 +156,74 @@ def quantile_interval(pairs: list[tuple[int, int]], q: float) -> tuple[int, int,
 def percentile_diff(pairs_a, pairs_b, q: float, ceilings=(None, None)) -> PercentileDiff | None:
     """Percentile B - A with an approximate 95% interval (the two order-statistic intervals combined).
 
-    A percentile at its run's ceiling is only a lower bound (those completions were cut):
-    ``at_ceiling`` names the runs ("a", "b") where that is so.
+    A value at its run's ceiling is censored (those completions were cut: the truth is at
+    least the ceiling). With A's point there, B - A is "at most" the difference; with B's, "at
+    least"; with both, "not measurable". An interval end needs the other run's opposite end
+    uncensored: B - A's lower end needs A's upper end below A's ceiling, its upper end B's.
+    With one end missing the other is a one-sided 95% bound; with both, two-sided.
     """
     a, b = quantile_interval(pairs_a, q), quantile_interval(pairs_b, q)
-    if a is None or b is None:
+    a1, b1 = quantile_interval(pairs_a, q, Z95_ONE_SIDED), quantile_interval(pairs_b, q, Z95_ONE_SIDED)
+    if a is None or b is None or a1 is None or b1 is None:
         return None
+    c_a, c_b = ceilings
+    cut_a, cut_b = (c is not None and v >= c for v, c in ((a[0], c_a), (b[0], c_b)))
+    open_a, open_b = (c is not None and v >= c for v, c in ((a[2], c_a), (b[2], c_b)))  # upper end censored
     d = b[0] - a[0]
-    lo = d - math.sqrt((b[0] - b[1]) ** 2 + (a[2] - a[0]) ** 2)
-    hi = d + math.sqrt((b[2] - b[0]) ** 2 + (a[0] - a[1]) ** 2)
-    cut = [
-        name for name, value, c in (("a", a[0], ceilings[0]), ("b", b[0], ceilings[1])) if c is not None and value >= c
-    ]
-    return {"a": a[0], "b": b[0], "difference": d, "interval": [lo, hi], "at_ceiling": cut}
+    interval: list[float | None] = [None, None]
+    bound = "not measurable" if cut_a and cut_b else "at most" if cut_a else "at least" if cut_b else ""
+    if not (cut_a and cut_b):
+        ea, eb = (a1, b1) if open_a or open_b else (a, b)  # one side only: each end a one-sided 95% bound
+        if not open_a:
+            interval[0] = d - math.sqrt((eb[0] - eb[1]) ** 2 + (ea[2] - ea[0]) ** 2)
+        if not open_b:
+            interval[1] = d + math.sqrt((eb[2] - eb[0]) ** 2 + (ea[0] - ea[1]) ** 2)
+    cut = [name for name, flag in (("a", cut_a), ("b", cut_b)) if flag]
+    return {"a": a[0], "b": b[0], "difference": d, "bound": bound, "interval": interval, "at_ceiling": cut}
+
+
+BOUND_SIGN = {"at most": "≤ ", "at least": "≥ "}
+BOTH_AT_CEILING = "both at ceiling"  # a percentile's B - A when both runs' sit at their ceilings
+NOT_MEASURABLE = "not measurable"  # ... and its interval
+
+
+def percentile_texts(p: PercentileDiff) -> tuple[str, str]:
+    """(B - A, its 95% interval) as display text, one wording for the page and the CLI:
+    "≤ +1,034" beside "≤ +1,120 (one-sided)", never a two-sided interval past a bound."""
+    if p["bound"] == "not measurable":
+        return BOTH_AT_CEILING, NOT_MEASURABLE
+    diff = BOUND_SIGN.get(p["bound"], "") + f"{p['difference']:+,}"
+    lo, hi = p["interval"]
+    if lo is not None and hi is not None:
+        return diff, f"{lo:+,.0f} to {hi:+,.0f} (approx.)"
+    if hi is not None:
+        return diff, f"≤ {hi:+,.0f} (one-sided, approx.)"
+    if lo is not None:
+        return diff, f"≥ {lo:+,.0f} (one-sided, approx.)"
+    return diff, NOT_MEASURABLE
+
+
+def uncut_diff(pairs_a, pairs_b, ceilings: tuple[int | None, int | None]) -> UncutDiff | None:
+    """The completions below the lower ceiling, cut in neither run: their share and mean, B - A.
+
+    None unless both ceilings are known and differ (with one ceiling, every length is "uncut").
+    """
+    c_a, c_b = ceilings
+    if c_a is None or c_b is None or c_a == c_b:
+        return None
+    below = min(c_a, c_b)
+    low_a, low_b = ([(t, c) for t, c in pairs if t < below] for pairs in (pairs_a, pairs_b))
+    n_a, n_b = (sum(c for _t, c in pairs) for pairs in (pairs_a, pairs_b))
+    share = newcombe_diff(sum(c for _t, c in low_a), n_a, sum(c for _t, c in low_b), n_b)
+    mean = mean_diff(low_a, low_b)
+    if mean is None:
+        return None
+    holds_zero = all(iv[0] <= 0 <= iv[1] for iv in (share["interval"], mean["interval"]))
+    return {"below": below, "share": share, "mean": mean, "unchanged": holds_zero}
 
 
 def differences(hist_a: LengthHist, sum_a: Summary, hist_b: LengthHist, sum_b: Summary) -> Differences:
-    """B - A for the truncated share (each at its own ceiling), mean, median, P90 and P99."""
+    """B - A for the truncated share (each at its own ceiling), mean, median, P90, P99 and the uncut lengths."""
     pairs_a, pairs_b = length_source(hist_a)[0].length_pairs(), length_source(hist_b)[0].length_pairs()
     ceilings = (sum_a.ceiling_tokens, sum_b.ceiling_tokens)
     return {
@@ -163,6 +232,7 @@ def differences(hist_a: LengthHist, sum_a: Summary, hist_b: LengthHist, sum_b: S
         "p50": percentile_diff(pairs_a, pairs_b, 0.5, ceilings),
         "p90": percentile_diff(pairs_a, pairs_b, 0.9, ceilings),
         "p99": percentile_diff(pairs_a, pairs_b, 0.99, ceilings),
+        "uncut": uncut_diff(pairs_a, pairs_b, ceilings),
     }
 
 
@@ -226,4 +296,17 @@ def headline(sum_a: Summary, sum_b: Summary, diffs: Differences) -> str:
         return first
     rel = mean["relative"]
     word = "longer" if rel >= 0 else "shorter"
-    return f"{first}; completions {abs(100 * rel):.0f}% {word}"
+    return f"{first}; completions {abs(100 * rel):.0f}% {word}{_uncut_words(diffs['uncut'], (sum_b.ceiling_tokens or 0) > (sum_a.ceiling_tokens or 0))}"
+
+
+def _uncut_words(uncut: UncutDiff | None, raised: bool) -> str:
+    """What the uncut lengths did: unchanged (the change is all at the ceiling) or their own change."""
+    if uncut is None:
+        return ""
+    if uncut["unchanged"]:
+        where = "no longer cut" if raised else "now cut"
+        return f", all of it in the ones {where}: the uncut lengths (below {uncut['below']:,}) are unchanged"
+    rel = uncut["mean"]["relative"]
+    if rel is None:
+        return ""
+    return f" (the uncut ones, below {uncut['below']:,}: {'+' if rel >= 0 else '−'}{abs(100 * rel):.0f}% in mean)"

@@ -14,6 +14,7 @@ from typing import Any
 
 from runhealth.node.wire import ShardCursor
 from runhealth.records import (
+    AlertEpisodeRow,
     GpuEventRow,
     GpuHealthReading,
     GpuRow,
@@ -236,6 +237,23 @@ class StoreReads(StoreFile):
     def gpu_events(self, since_unix: float) -> list[GpuEventRow]:
         return rows_as(
             GpuEventRow, self.query("SELECT * FROM gpu_events WHERE ts_unix >= ? ORDER BY ts_unix", (since_unix,))
+        )
+
+    def alert_episodes(self, since_unix: float | None = None, open_only: bool = False) -> list[AlertEpisodeRow]:
+        """Alert episodes that held at or after `since_unix` (still open, or resolved since then),
+        newest start first; `open_only`: those not resolved (what a restarted collector holds)."""
+        where = "resolved_unix IS NULL" if open_only else "1"
+        params: tuple[float, ...] = ()
+        if since_unix is not None:
+            where += " AND (resolved_unix IS NULL OR resolved_unix >= ? OR last_seen_unix >= ?)"
+            params = (since_unix, since_unix)
+        return rows_as(
+            AlertEpisodeRow,
+            self.query(
+                "SELECT id, name, severity, node, gpu, started_unix, resolved_unix, last_seen_unix, summary_start,"
+                f" summary_end, value_start, value_end FROM alert_history WHERE {where} ORDER BY started_unix DESC, id DESC",
+                params,
+            ),
         )
 
     def host_latest(self) -> dict[str, HostReading]:

@@ -22,6 +22,7 @@ from runhealth.store.lifecycle import StoreFile
 from runhealth.store.reads import GPU_FIELDS
 
 log = textsafe.get_logger(__name__)
+ALERT_HISTORY_KEEP_S = 30 * 24 * 3600  # resolved alert episodes are pruned after this
 
 
 class StoreWrites(StoreFile):
@@ -162,6 +163,52 @@ class StoreWrites(StoreFile):
             for table in ("gpu_samples", "metric_samples", "metric_latest"):
                 db.execute(f"DELETE FROM {table} WHERE ts_unix < ?", (cutoff,))
             db.execute("DELETE FROM gpu_seen WHERE last_unix < ?", (cutoff,))  # no samples left behind it
+            # Resolved alert episodes are kept longer (the Nodes page lists the last days'); open ones stay.
+            old_alerts = (now_unix or time.time()) - max(keep_s, ALERT_HISTORY_KEEP_S)
+            db.execute("DELETE FROM alert_history WHERE resolved_unix < ?", (old_alerts,))
+
+    def write_alert_episodes(
+        self,
+        now_unix: float,
+        started: Sequence[Mapping[str, Any]] = (),
+        held: Sequence[Mapping[str, Any]] = (),
+        absent: Sequence[str] = (),
+        resolved: Sequence[str] = (),
+    ) -> None:
+        """One evaluation of the alert history (runhealth/alerthistory.py) in one transaction.
+
+        `started` and `held` are alerts that hold now, as dicts (key as JSON text, name, severity,
+        node, gpu, summary, value): a started one opens an episode at `now_unix` (none when its
+        key already has an open one: a restart never opens a second); a held one is seen again
+        (its newest wording and value, its worst severity). `absent`: keys of open episodes not
+        seen now (the first such evaluation is kept: when it stopped holding); `resolved`: keys
+        whose open episode ends, at that first absence (or now, when none was recorded).
+        """
+        with self.transaction() as db:
+            db.executemany(
+                "INSERT INTO alert_history (key, name, severity, node, gpu, started_unix, last_seen_unix,"
+                " summary_start, summary_end, value_start, value_end) SELECT ?,?,?,?,?,?,?,?,?,?,?"
+                " WHERE NOT EXISTS (SELECT 1 FROM alert_history WHERE key = ? AND resolved_unix IS NULL)",
+                [
+                    (a["key"], a["name"], a["severity"], a["node"], a["gpu"], now_unix, now_unix)
+                    + (a["summary"], a["summary"], a["value"], a["value"], a["key"])
+                    for a in started
+                ],
+            )
+            db.executemany(
+                "UPDATE alert_history SET last_seen_unix = ?, absent_unix = NULL, summary_end = ?, value_end = ?,"
+                " severity = CASE WHEN ? = 'critical' THEN 'critical' ELSE severity END"
+                " WHERE key = ? AND resolved_unix IS NULL",
+                [(now_unix, a["summary"], a["value"], a["severity"], a["key"]) for a in held],
+            )
+            db.executemany(
+                "UPDATE alert_history SET absent_unix = COALESCE(absent_unix, ?) WHERE key = ? AND resolved_unix IS NULL",
+                [(now_unix, key) for key in absent],
+            )
+            db.executemany(
+                "UPDATE alert_history SET resolved_unix = COALESCE(absent_unix, ?) WHERE key = ? AND resolved_unix IS NULL",
+                [(now_unix, key) for key in resolved],
+            )
 
 
 def write_error_text(exc: BaseException) -> str:

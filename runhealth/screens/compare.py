@@ -1,0 +1,92 @@
+"""The Compare page's model: run B against run A, both read at one instant.
+
+`compare(a, b, now)` takes the two runs' figures (`runcompare.run_numbers`, each read from its
+own store) and builds what the page lays out: how old each run's numbers are (a live run's in
+red once older than its stale_after), why there is nothing to compare yet, and otherwise the
+comparison (`runcompare.compare_runs`: differences with their intervals, a censored percentile
+as a one-sided bound, the rates, A's forecast checked against B, the headline) with its table
+rows as display text. The page (pages/compare.py) only lays this record out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from runhealth.health import fmt_age, fmt_ago
+from runhealth.runcompare import Comparison, RunNumbers, compare_runs, comparison_rows
+
+
+@dataclasses.dataclass(frozen=True)
+class AsOf:
+    """How old one run's numbers are, in words, and whether that is too old (level "alert")."""
+
+    text: str
+    level: str  # "ok" or "alert"
+
+
+@dataclasses.dataclass(frozen=True)
+class Compare:
+    """Run B against run A at `now`: the two runs' figures, their ages and, once both have
+    completions, the comparison and its table."""
+
+    now: float
+    a: RunNumbers
+    b: RunNumbers
+    as_of: tuple[AsOf, AsOf]
+    empty: str  # why there is nothing to compare ("" when there is)
+    comparison: Comparison | None
+    rows: tuple[dict[str, str], ...]  # the side-by-side table: metric, A, B, B − A, 95% interval
+
+    @property
+    def headline(self) -> str:
+        return self.comparison.headline if self.comparison else self.empty
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as JSON: headline, each run's as-of line, the differences and forecast."""
+        c = self.comparison
+        return {
+            "now_unix": self.now,
+            "a": self.a.name,
+            "b": self.b.name,
+            "headline": self.headline,
+            "as_of": [dataclasses.asdict(x) for x in self.as_of],
+            "differences": c.differences if c else None,
+            "forecast": c.forecast if c else None,
+            "forecast_note": c.forecast_note if c else self.empty,
+            "rows": list(self.rows),
+        }
+
+
+def as_of(label: str, r: RunNumbers, stale_after: float, now: float) -> AsOf:
+    """`label: Numbers as of <clock> (<age> ago)`; a live run's in red past its stale_after."""
+    if r.as_of is None:
+        return AsOf(f"{label}: waiting for first poll", "ok")
+    age = now - r.as_of  # fmt_ago says when that is after now (a clock moved back)
+    text = f"{label}: Numbers as of {time.strftime('%H:%M:%S', time.localtime(r.as_of))} ({fmt_ago(age)})"
+    if r.finished:
+        return AsOf(f"{text} · finished, not polled any more", "ok")
+    if age > stale_after:
+        return AsOf(f"⚠ {text}: older than {fmt_age(stale_after)}, these numbers are stale.", "alert")
+    return AsOf(text, "ok")
+
+
+def compare(
+    a: RunNumbers,
+    b: RunNumbers,
+    stale_after: tuple[float, float],
+    now: float,
+    comparison: Comparison | None = None,
+    bootstrap: int = 200,
+) -> Compare:
+    """Run B against run A at `now` (`stale_after`: each run's, seconds). `comparison`: the
+    runs' `compare_runs(a, b)` when the caller has it already (the page reuses it while both
+    runs' numbers stand), else it is computed here."""
+    ages = (as_of(f"A {a.name}", a, stale_after[0], now), as_of(f"B {b.name}", b, stale_after[1], now))
+    missing = [r.name for r in (a, b) if not r.summary.completions]
+    if missing:
+        empty = "No completions in " + " and ".join(missing) + " yet: nothing to compare."
+        return Compare(now, a, b, ages, empty, None, ())
+    cmp = comparison if comparison is not None else compare_runs(a, b, bootstrap)
+    return Compare(now, a, b, ages, "", cmp, tuple(comparison_rows(a, b, cmp)))
