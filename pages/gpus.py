@@ -151,7 +151,10 @@ def render_kiosk(rt: PageRuntime) -> None:
     writing = bool(loaders.load_health(rt.store).tokens_per_s_1m)
     problems = alerts.lines(alerts.of_kind(alerts.current(rt.store, rt.config), "gpu"))
     notes = [("warning", text) for text in tables.telemetry_errors(nodes)]
-    cards.render_problems(notes + problems + loaders.load_gpu_notes(rt.store, writing), "Problems", limit=1)
+    # One container: however many problem lines come and go between refreshes, the charts below
+    # keep their place in the page (a shifted chart is a new one to the browser, drawn from blank).
+    with st.container():
+        cards.render_problems(notes + problems + loaders.load_gpu_notes(rt.store, writing), "Problems", limit=1)
     heat = figcache.figure(figures.make_gpu_heatstrip_figure, gpus[["label", "util_pct", "power_pct", "mem_pct"]])
     st.plotly_chart(heat, key=f"{PREFIX}_heatstrip_chart", height=260)
     window = list(WINDOWS_S)[1]
