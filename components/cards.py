@@ -53,23 +53,27 @@ def render_tiles(tiles: list[dict[str, str]]) -> None:
         )
 
 
-def render_alerts(alerts: list[tuple[str, str]]) -> None:
+def render_alerts(alerts: list[tuple[str, str]], limit: int = 8) -> None:
+    """The alert sentences, worst first; past `limit` a line counts the rest (a wall screen shows fewer)."""
     if not alerts:
         st.success("All nodes reporting and writing, truncation below the warning threshold.")
-    for kind, text in alerts[:8]:
+    for kind, text in alerts[:limit]:
         (st.error if kind == "error" else st.warning)(md_escape(text))
-    if len(alerts) > 8:
-        st.caption(f"… and {len(alerts) - 8} more on the Nodes page.")
+    if len(alerts) > limit:
+        st.caption(f"… and {len(alerts) - limit} more on the Nodes page.")
 
 
-def render_problems(problems: list[tuple[str, str]], title: str = "GPUs and hosts") -> None:
-    """GPU and host problems named in words (errors, warnings, then information)."""
+def render_problems(problems: list[tuple[str, str]], title: str = "GPUs and hosts", limit: int | None = None) -> None:
+    """GPU and host problems named in words (errors, warnings, then information); past `limit`
+    (a wall screen) a line counts the rest."""
     if not problems:
         return
     st.markdown(f"**{html.escape(title)}**")
     show = {"error": st.error, "warning": st.warning, "info": st.info}
-    for kind, text in problems:
+    for kind, text in problems[:limit]:
         show.get(kind, st.info)(md_escape(text))
+    if limit is not None and len(problems) > limit:
+        st.caption(f"… and {len(problems) - limit} more (open the page without ?kiosk=1).")
 
 
 def truncation_tile(summary: Summary, warn: float, alert: float) -> dict[str, str]:

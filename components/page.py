@@ -62,8 +62,10 @@ KIOSK_CSS = """
 [data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"], [data-testid="stExpandSidebarButton"],
 header[data-testid="stHeader"], [data-testid="stToolbar"], [data-testid="stDecoration"],
 [data-testid="stStatusWidget"] {display: none !important}
-[data-testid="stMainBlockContainer"] {padding: 1.2rem 2rem 1rem 2rem; max-width: 100%}
-h1 {font-size: 3rem !important}
+[data-testid="stMainBlockContainer"] {padding: .6rem 2rem .4rem 2rem !important; max-width: 100%}
+/* The wall never scrolls: no empty slot for a style-only element, a title without its padding. */
+[data-testid="stElementContainer"]:has([data-testid="stMarkdownContainer"] > style:only-child) {display: none}
+h1 {font-size: 3rem !important; padding: .2rem 0 .4rem 0 !important}
 .rh-tile {min-height: 190px}
 .rh-label {font-size: 1.6rem}
 .rh-value {font-size: 4.4rem}
@@ -74,6 +76,7 @@ h1 {font-size: 3rem !important}
 [data-testid="stProgress"] p {font-size: 1.3rem}
 .rh-config-banner {font-size: 2rem}
 .rh-config-banner code {font-size: 1.6rem}
+.rh-kiosk-left-out {font-size: 1.3rem; color: #9AA0AA; margin-top: -.4rem}
 </style>
 """
 # ?theme=light: light page, tiles and alerts for projectors. Chart text is darkened; tables (drawn
@@ -99,7 +102,7 @@ LIGHT_CSS = """
 [data-testid="stAlertContainer"]:has([data-testid="stAlertContentInfo"]) p {color: #0B3A75}
 [data-testid="stAlertContainer"]:has([data-testid="stAlertContentSuccess"]) {background: #E2F5E9}
 [data-testid="stAlertContainer"]:has([data-testid="stAlertContentSuccess"]) p {color: #0F5130}
-[data-testid="stCaptionContainer"], [data-testid="stProgress"] p {color: #30343C}
+[data-testid="stCaptionContainer"], [data-testid="stProgress"] p, [data-testid="stApp"] .rh-kiosk-left-out {color: #30343C}
 [data-testid="stApp"] .js-plotly-plot text {fill: #1A1D23 !important}
 [data-testid="stSidebar"] {background: #F3F5F8}
 [data-testid="stSidebar"] :is(p, span, label, h1, h2, h3, li, a, small) {color: #111418}
@@ -152,6 +155,9 @@ LIGHT_CSS = """
 """
 FAVICON = "🩺"  # an emoji: Streamlit draws it as a data: URL, nothing fetched from anywhere
 KIOSK_ROTATION = ("overview", "lengths", "gpus")  # Nodes joins only while a node is down
+# A page too tall for one wall screen is shown in parts (?kiosk=1&part=2), each its own screen.
+KIOSK_PARTS = {"overview": 2, "lengths": 2}
+KIOSK_MAX_ALERTS = 3  # alert sentences on a wall screen; the rest are counted in one line
 ERROR_PREFIX = "Could not draw this part of the page"
 DEMO_TEXT = "DEMO — simulated run; add runhealth.toml to monitor real nodes"
 
@@ -313,27 +319,69 @@ def kiosk_rotate_s(default_s: float, asked: str | None = None) -> tuple[float, s
     return value, None
 
 
-def next_kiosk_page(current: str, node_down: bool) -> str:
-    """Overview -> Output lengths -> GPUs (-> Nodes while a node is down) -> Overview; a page
-    outside the rotation (Samples) goes back to the Overview."""
-    order = [*KIOSK_ROTATION, "nodes"] if node_down else list(KIOSK_ROTATION)
-    if current not in order:
-        return order[0]
-    return order[(order.index(current) + 1) % len(order)]
+def kiosk_part() -> int:
+    """The part of a page a wall screen shows (?part=N, 1 when absent or not a part of it)."""
+    try:
+        return max(1, int(str(st.query_params.get("part", "1"))))
+    except ValueError:
+        return 1
+
+
+def kiosk_screens(node_down: bool, has_gpu: bool) -> list[tuple[str, int]]:
+    """The wall's screens in order, as (page, part): the pages of KIOSK_ROTATION, each in as many
+    parts as it has in KIOSK_PARTS (each part fits 1920x1080); GPUs only while a node reports a
+    GPU (else a whole screen said "no GPU"), Nodes only while a node is down."""
+    pages = [p for p in KIOSK_ROTATION if has_gpu or p != "gpus"] + (["nodes"] if node_down else [])
+    return [(p, part) for p in pages for part in range(1, KIOSK_PARTS.get(p, 1) + 1)]
+
+
+def next_kiosk_screen(current: str, part: int, node_down: bool, has_gpu: bool = True) -> tuple[str, int]:
+    """The screen after (current, part): Overview 1, 2 -> Output lengths 1, 2 -> GPUs (-> Nodes
+    while a node is down) -> Overview 1; a screen outside the rotation (Samples, a part that does
+    not exist) goes on from its page's first part, or back to the Overview."""
+    order = kiosk_screens(node_down, has_gpu)
+    if (current, part) in order:
+        return order[(order.index((current, part)) + 1) % len(order)]
+    same = [s for s in order if s[0] == current]
+    return same[0] if same and part != 1 else order[0]
+
+
+def next_kiosk_page(current: str, node_down: bool, has_gpu: bool = True) -> str:
+    """The page after `current` in the rotation, whole pages only (its parts skipped)."""
+    screen = next_kiosk_screen(current, KIOSK_PARTS.get(current, 1), node_down, has_gpu)
+    return screen[0]
+
+
+def kiosk_caption(prefix: str, part: int, left_out: str) -> None:
+    """The line under a kiosk screen: which part of how many, and what this screen leaves out
+    (where to find it): the wall never scrolls, so what is not on it is said."""
+    parts = KIOSK_PARTS.get(prefix, 1)
+    where = f"Part {part} of {parts} · " if parts > 1 else ""
+    st.markdown(
+        f'<div class="rh-kiosk-left-out">{html.escape(where + left_out)}</div>',
+        unsafe_allow_html=True,
+    )
 
 
 def _kiosk_rotate(rt: context.PageRuntime, prefix: str, rotate_s: float, pages: dict[str, StreamlitPage]) -> None:
-    """Runs every rotate_s: the first run notes when this page was shown, a later one moves on."""
+    """Runs every rotate_s: the first run notes when this screen was shown, a later one moves on."""
+    here = (prefix, kiosk_part())
     shown = st.session_state.get("kiosk_shown")
     now = time.time()
-    if not shown or shown[0] != prefix:
-        st.session_state["kiosk_shown"] = (prefix, now)
+    if not shown or shown[0] != here:
+        st.session_state["kiosk_shown"] = (here, now)
         return
     if now - shown[1] < rotate_s - 1.0:
         return
-    down = any(node_status(n, now, rt.config.stale_after)[0] == "down" for n in loaders.load_nodes(rt.store))
+    nodes = loaders.load_nodes(rt.store)
+    down = any(node_status(n, now, rt.config.stale_after)[0] == "down" for n in nodes)
+    has_gpu = not loaders.load_gpu_latest(rt.store).empty
     st.session_state["kiosk_shown"] = None
-    st.switch_page(pages[next_kiosk_page(prefix, down)], query_params=dict(st.query_params))
+    page_name, part = next_kiosk_screen(prefix, here[1], down, has_gpu)
+    params = {k: v for k, v in st.query_params.items() if k != "part"}
+    if part > 1:
+        params["part"] = str(part)
+    st.switch_page(pages[page_name], query_params=params)
 
 
 def live(rt: context.PageRuntime, fn, *args, header: bool = True) -> None:

@@ -9,6 +9,7 @@ small run, per-node median lines with min-max bands past 8 GPUs, node x time hea
 from __future__ import annotations
 
 import time
+from typing import Literal
 
 import pandas as pd
 import streamlit as st
@@ -62,7 +63,9 @@ def render_now(gpus, run_writing: bool) -> None:
     )
 
 
-def render_series(rt: PageRuntime, window: str, labels: list[str]) -> None:
+def render_series(
+    rt: PageRuntime, window: str, labels: list[str], series=SERIES, height: int | Literal["content"] = "content"
+) -> None:
     # The collector's precomputed series (runhealth/pagedata.py); the store itself only for a
     # choice of a few GPUs the payload has no lines for, or before the first payload.
     pre = precomputed.gpu_window(rt.store, window, labels)
@@ -77,14 +80,14 @@ def render_series(rt: PageRuntime, window: str, labels: list[str]) -> None:
         return
     st.caption(f"Series over the last {window}: {precomputed.age_text(pre['as_of'] if pre else None)}.")
     cols = st.columns(2)
-    for i, (col, title, unit, limit) in enumerate(SERIES):
+    for i, (col, title, unit, limit) in enumerate(series):
         if pre and pre["bands"] is not None:  # past PER_GPU_LINES_UP_TO GPUs, with or without a payload
             lim, band = pre["limits"].get(limit) if limit else None, pre["bands"][col]
             scale = (0, 100) if unit == "%" else (0, lim) if lim else None  # fixed: colours mean the same each refresh
             fig = figcache.figure(figures.make_gpu_band_figure, band, title, unit, lim, scale, show_legend=i == 0)
         else:
             fig = figcache.figure(series_figure, df, col, title, unit, limit)
-        cols[i % 2].plotly_chart(fig, key=f"{PREFIX}_{col}_chart")
+        cols[i % 2].plotly_chart(fig, key=f"{PREFIX}_{col}_chart", height=height)
 
 
 def series_figure(df: pd.DataFrame, col: str, title: str, unit: str, limit: str | None):
@@ -134,9 +137,43 @@ def render_page(rt: PageRuntime, window: str, picked: list[str]) -> None:
     render_processes(gpus)
 
 
+KIOSK_SERIES = SERIES[:2]  # utilization and power: the two a wall screen has room for
+
+
+def render_kiosk(rt: PageRuntime) -> None:
+    """The wall screen (?kiosk=1), within 1920x1080: problems (a few), GPUs now, utilization and
+    power over the last hour; no select boxes (nobody at a wall picks)."""
+    nodes = loaders.load_nodes(rt.store)
+    gpus = loaders.load_gpu_latest(rt.store)
+    if gpus.empty:
+        st.info("No node reports a GPU: the wall's rotation skips this page.")
+        return
+    writing = bool(loaders.load_health(rt.store).tokens_per_s_1m)
+    problems = alerts.lines(alerts.of_kind(alerts.current(rt.store, rt.config), "gpu"))
+    notes = [("warning", text) for text in tables.telemetry_errors(nodes)]
+    # One container: however many problem lines come and go between refreshes, the charts below
+    # keep their place in the page (a shifted chart is a new one to the browser, drawn from blank).
+    with st.container():
+        cards.render_problems(notes + problems + loaders.load_gpu_notes(rt.store, writing), "Problems", limit=1)
+    heat = figcache.figure(figures.make_gpu_heatstrip_figure, gpus[["label", "util_pct", "power_pct", "mem_pct"]])
+    st.plotly_chart(heat, key=f"{PREFIX}_heatstrip_chart", height=260)
+    window = list(WINDOWS_S)[1]
+    render_series(rt, window, gpus["label"].tolist(), KIOSK_SERIES, height=330)
+    simulated = rt.demo or any(n.get("gpu_simulated") for n in nodes)
+    page.kiosk_caption(
+        PREFIX,
+        1,
+        ("Simulated telemetry (demo). " if simulated else "")
+        + "The GPU table, memory, temperature, SM clock and processes: without ?kiosk=1.",
+    )
+
+
 def render(rt: PageRuntime) -> None:
     """The GPUs page for runtime `rt` (app.py has drawn the shared frame)."""
     st.title("GPUs")
+    if page.kiosk():  # the wall never scrolls and has no keyboard: no select boxes, a layout that fits
+        page.live(rt, render_kiosk, rt)
+        return
     # The controls stay outside the live fragment: a refresh never resets what the viewer picked.
     c1, c2 = st.columns([1, 3])
     window = c1.selectbox("Window", list(WINDOWS_S), index=1, key=f"{PREFIX}_window_select")

@@ -88,17 +88,21 @@ def render_whatif(rt: PageRuntime, data: loaders.RunLengths, health: loaders.Run
     ceiling = s.ceiling_tokens
     if ceiling is None:  # the page draws the what-if only under a ceiling
         return
-    st.subheader("What if max_tokens were raised?")
-    limit = int(
-        st.number_input(
-            "New max_tokens",
-            min_value=1,
-            max_value=16 * ceiling,
-            value=2 * ceiling,
-            step=256,
-            key=f"{PREFIX}_whatif_limit",
+    if page.kiosk():  # a wall has no keyboard: the what-if at twice the ceiling, said in the heading
+        limit = 2 * ceiling
+        st.subheader(f"What if max_tokens were raised to {limit:,}?")
+    else:
+        st.subheader("What if max_tokens were raised?")
+        limit = int(
+            st.number_input(
+                "New max_tokens",
+                min_value=1,
+                max_value=16 * ceiling,
+                value=2 * ceiling,
+                step=256,
+                key=f"{PREFIX}_whatif_limit",
+            )
         )
-    )
     sample = loops.loop_sample(loaders.load_samples(rt.store)["latest"])
     r, as_of = loaders.load_whatif_with_age(rt.store, hist, ceiling, limit, sample)
     eta_now = rates.eta_seconds(s.completions, rt.config.target_completions, health.completions_per_s_15m)
@@ -129,6 +133,9 @@ def render_whatif(rt: PageRuntime, data: loaders.RunLengths, health: loaders.Run
     )
     if r.band:
         st.markdown(whatif_view.backtest_line(r))
+    if page.kiosk():
+        render_kiosk_charts(rt, r, ceiling, limit, as_of)
+        return
     st.caption(f"This what-if: {precomputed.age_text(as_of)}.")
     st.caption(
         f"This is an extrapolation: nobody has seen lengths above {ceiling:,}. {r.note} "
@@ -277,9 +284,57 @@ def render_whatif_live(rt: PageRuntime) -> None:
         )
 
 
+def render_kiosk_charts(rt: PageRuntime, r, ceiling: int, limit: int, as_of) -> None:
+    """Kiosk part 2 under the what-if's tiles: its curve beside truncation over time."""
+    left, right = st.columns(2)
+    curve = tables.whatif_curve(r)
+    if len(curve) > 1:
+        fig = figcache.figure(figures.make_whatif_figure, curve, ceiling, limit, r.hard_bounds[1])
+        left.plotly_chart(fig, key=f"{PREFIX}_whatif_chart", height=380)
+    over_time = loaders.load_truncation_over_time(rt.store, rt.config.interval_s, ceiling)
+    if (over_time["completions"] > 0).sum() >= 2:
+        warn, alert = rt.config.truncation_warn_fraction, rt.config.truncation_alert_fraction
+        fig = figcache.figure(figures.make_truncation_over_time_figure, over_time, warn, alert)
+        right.plotly_chart(fig, key=f"{PREFIX}_time_chart", height=380)
+    st.caption(
+        f"An extrapolation: nobody has seen lengths above {ceiling:,}. This what-if: {precomputed.age_text(as_of)}."
+    )
+
+
+def render_kiosk(rt: PageRuntime) -> None:
+    """The wall screen (?kiosk=1) in two parts, each within 1920x1080: 1 = tiles and the length
+    distribution, 2 = the what-if at twice the ceiling and truncation over time."""
+    data = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)
+    summary = data.summary
+    if not summary.completions:
+        cards.render_nothing_yet(loaders.load_nodes(rt.store))
+        return
+    if page.kiosk_part() == 1:
+        render_summary(rt, summary)
+        left, right = st.columns(2)
+        if len(data.bins):
+            hist = figcache.figure(
+                figures.make_length_histogram_figure, data.bins, summary.ceiling_tokens, summary.at_ceiling_fraction
+            )
+            left.plotly_chart(hist, key=f"{PREFIX}_hist_chart", height=420)
+            cdf = figcache.figure(figures.make_cdf_figure, data.cdf, summary.ceiling_tokens)
+            right.plotly_chart(cdf, key=f"{PREFIX}_cdf_chart", height=420)
+        left_out = "Next: the what-if and truncation over time. Finish reasons, by node, per hour: without ?kiosk=1."
+    elif summary.ceiling_tokens:
+        render_whatif(rt, data, loaders.load_health(rt.store))
+        left_out = "The what-if's model, its back-test details and the continuation batch: without ?kiosk=1."
+    else:
+        st.info("No max_tokens ceiling found in the data: nothing is cut at a limit, no what-if.")
+        left_out = "Truncation over time, by node, per hour: without ?kiosk=1."
+    page.kiosk_caption(PREFIX, page.kiosk_part(), left_out)
+
+
 def render(rt: PageRuntime) -> None:
     """The Output lengths page for runtime `rt` (app.py has drawn the shared frame)."""
     st.title("Output lengths")
+    if page.kiosk():  # the wall never scrolls: a layout that fits 1920x1080, in parts
+        page.live(rt, render_kiosk, rt)
+        return
     page.live(rt, render_page, rt)
     st.fragment(run_every=WHATIF_REFRESH_S)(render_whatif_live)(rt)
     # Sidebar widgets cannot live in a fragment: the download holds the histogram as of page load.

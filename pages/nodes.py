@@ -124,9 +124,26 @@ def shown_nodes(rt: PageRuntime, nodes: list[NodeRow], shards, now: float) -> li
     return [n for n in nodes if n["name"] == picked]
 
 
+def render_kiosk(rt: PageRuntime) -> None:
+    """The wall screen (?kiosk=1, in the rotation while a node is down), within 1920x1080: host
+    problems (a few) and the node table."""
+    nodes = loaders.load_nodes(rt.store)
+    if not nodes:
+        st.info("No nodes registered yet: waiting for first poll (is the collector running?).")
+        return
+    host = alerts.lines(alerts.of_kind(alerts.current(rt.store, rt.config), "host"))
+    cards.render_problems(host, "Hosts", limit=page.KIOSK_MAX_ALERTS)
+    finished, per_node = node_table_inputs(rt)
+    cards.render_node_table(nodes, rt.config.stale_after, per_node=per_node, finished=finished)
+    page.kiosk_caption(PREFIX, 1, "Each node's details, shards, servers and config: without ?kiosk=1.")
+
+
 def render(rt: PageRuntime) -> None:
     """The Nodes page for runtime `rt` (app.py has drawn the shared frame)."""
     st.title("Nodes")
+    if page.kiosk():  # the wall never scrolls: the node table, not every node's card
+        page.live(rt, render_kiosk, rt)
+        return
     if runpicker.is_finished(rt):
         st.caption("A finished run: its nodes are no longer polled; the table is their state at the run's end.")
     else:

@@ -62,12 +62,47 @@ def render_live(rt: PageRuntime) -> None:
     page.guarded(alerthistory.render_today)(rt, PREFIX)
 
 
+def render_kiosk(rt: PageRuntime) -> None:
+    """The wall screen (?kiosk=1) in two parts, each within 1920x1080: 1 = alerts and tiles,
+    2 = throughput, the node table and GPUs now."""
+    m = loaders.load_overview(rt.store, rt.config, runpicker.is_finished(rt))
+    page.data_header(rt, m.as_of)
+    if page.kiosk_part() == 1:
+        cards.render_alerts(alerts.lines(list(m.alerts)), limit=page.KIOSK_MAX_ALERTS)
+        tiles = [dataclasses.asdict(t) for t in m.tiles]
+        cards.render_tiles(tiles[:3])
+        cards.render_tiles(tiles[3:])
+        if m.progress is not None:
+            st.progress(*m.progress)
+        page.kiosk_caption(PREFIX, 1, "Next: throughput, the node table and GPUs now.")
+        return
+    left, right = st.columns([3, 2])
+    with left:
+        if len(m.throughput) >= 2:
+            series = pd.DataFrame([dataclasses.asdict(p) for p in m.throughput])
+            st.plotly_chart(figures.make_throughput_figure(series), key=f"{PREFIX}_throughput_chart", height=400)
+        else:
+            st.caption("The throughput chart appears once a few minutes of polls are in.")
+    with right:
+        finished = runpicker.is_finished(rt)
+        cards.render_node_table(
+            list(m.nodes), rt.config.stale_after, compact=True, per_node=m.per_node, finished=finished
+        )
+    if m.heat:
+        heat = pd.DataFrame([dataclasses.asdict(h) for h in m.heat])
+        st.plotly_chart(figures.make_gpu_heatstrip_figure(heat), key=f"{PREFIX}_heatstrip_chart", height=260)
+    page.kiosk_caption(PREFIX, 2, "Alerts and tiles: part 1. GPU notes and the GPU series: the GPUs screen.")
+
+
 def render(rt: PageRuntime) -> None:
     """The Overview for runtime `rt` (app.py has drawn the shared frame)."""
     st.markdown(page.BIG_ALERTS_CSS, unsafe_allow_html=True)
     if rt.demo:
         st.markdown(f'<div class="rh-demo">{page.DEMO_TEXT}</div>', unsafe_allow_html=True)
     st.title(f"{rt.config.name}")
+    if page.kiosk():  # the wall never scrolls: a layout that fits 1920x1080, in parts
+        page.live(rt, render_kiosk, rt, header=False)
+        return
     page.live(rt, render_live, rt, header=False)
     page.download_headline(rt, PREFIX)
     nodes = list(loaders.load_overview(rt.store, rt.config, runpicker.is_finished(rt)).nodes)  # cached: the same model
