@@ -86,7 +86,7 @@ def test_every_screen_is_readable_in_both_themes_and_fetches_nothing_from_outsid
                 assert tab.locator('[data-testid="stException"]').count() == 0, where
                 tab.screenshot(path=str(ARTIFACTS / f"wall_{name}_{mode}.png"))
                 texts = tab.evaluate(CONTRAST_JS, '[data-testid="stApp"] *')
-                assert len(texts) > 5, (where, texts)
+                assert len(texts) >= 3, (where, texts)  # a kiosk part holds little text
                 poor += [
                     f"{where}: {t['ratio']:.2f} {t['tag']} {t['text']!r}: {t['fg']} on {t['bg']}"
                     for t in texts
