@@ -53,10 +53,15 @@ def render_tiles(tiles: list[dict[str, str]]) -> None:
         )
 
 
-def render_alerts(alerts: list[tuple[str, str]], limit: int = 8) -> None:
-    """The alert sentences, worst first; past `limit` a line counts the rest (a wall screen shows fewer)."""
+ALL_CLEAR = "All nodes reporting and writing, truncation below the warning threshold."
+ALL_CLEAR_FINISHED = "Finished run: no alert held at its end, truncation below the warning threshold."
+
+
+def render_alerts(alerts: list[tuple[str, str]], limit: int = 8, all_clear: str = ALL_CLEAR) -> None:
+    """The alert sentences, worst first; past `limit` a line counts the rest (a wall screen shows
+    fewer); none: `all_clear` (a finished run's nodes are not writing, and it must not say so)."""
     if not alerts:
-        st.success("All nodes reporting and writing, truncation below the warning threshold.")
+        st.success(all_clear)
     for kind, text in alerts[:limit]:
         (st.error if kind == "error" else st.warning)(md_escape(text))
     if len(alerts) > limit:

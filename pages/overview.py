@@ -28,7 +28,9 @@ def render_live(rt: PageRuntime) -> None:
     finished = runpicker.is_finished(rt)
     m = loaders.load_overview(rt.store, rt.config, finished)
     page.data_header(rt, m.as_of)  # the instant of these numbers, not a later read
-    cards.render_alerts(alerts.lines(list(m.alerts)))
+    cards.render_alerts(
+        alerts.lines(list(m.alerts)), all_clear=cards.ALL_CLEAR_FINISHED if finished else cards.ALL_CLEAR
+    )
     tiles = [dataclasses.asdict(t) for t in m.tiles]
     cards.render_tiles(tiles[:3])
     cards.render_tiles(tiles[3:])

@@ -308,7 +308,8 @@ def test_a_finished_runs_overview_shows_its_final_figures(demo_cache, monkeypatc
     "2/2 up" and "stale after 3650.0 d" under a chart of 40K tok/s; its Nodes page a clock skew."""
     at = run("overview", demo_cache, monkeypatch, url_run="demo-4096")
     text = page_text(at)
-    for placeholder in ("waiting for two polls", "needs a rate", "stale after", "Nodes up", " UP", "2 / 2"):
+    placeholders = ("waiting for two polls", "needs a rate", "stale after", "Nodes up", " UP", "2 / 2")
+    for placeholder in (*placeholders, "reporting and writing"):  # its nodes no longer write
         assert placeholder not in text, placeholder
     a, _b = numbers(demo_cache)
     life = re.search(r"Tokens / s · average over its life</div><div class=\"rh-value\">([\d.,]+)(K?)<", text)
@@ -316,6 +317,8 @@ def test_a_finished_runs_overview_shows_its_final_figures(demo_cache, monkeypatc
     shown = float(life.group(1).replace(",", "")) * (1000 if life.group(2) else 1)
     assert abs(shown / a.life.tokens_per_s - 1) < 0.01  # the same life average Compare uses
     assert "Completed at" in text and "duration " in text and "FINISHED" in text
+    done = re.search(r"Completed at</div><div class=\"rh-value\">([^<]*)<", text)
+    assert done and re.fullmatch(r"\d\d:\d\d", done.group(1)), text  # fits the tile; the date is below
     at = run("nodes", demo_cache, monkeypatch, url_run="demo-4096")
     text = page_text(at)
     assert "clock skew" not in text and "FINISHED" in text and "last polled" in text

@@ -369,13 +369,20 @@ def final_tiles(m: Overview, config: Any) -> list[Tile]:
     f = m.final
     assert f is not None
     target = m.target
-    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(f.completed_unix)) if f.completed_unix else "—"
+    # The big number holds the clock time (a full date overflowed the tile); the date goes below.
+    when = time.strftime("%H:%M", time.localtime(f.completed_unix)) if f.completed_unix else "—"
+    day = time.strftime("%Y-%m-%d", time.localtime(f.completed_unix)) if f.completed_unix else ""
     last = time.strftime("%Y-%m-%d %H:%M", time.localtime(f.last_poll_unix)) if f.last_poll_unix else "never"
     duration = f"over {fmt_age(f.duration_s)}" if f.duration_s is not None else "duration unknown"
     return [
         Tile("Completions", f"{f.completions:,}", f"of {target:,} target" if target else "final count", "ok"),
         Tile("Tokens / s · average over its life", fmt_rate(f.tokens_per_s_life), duration, "ok"),
-        Tile("Completed at", when, f"duration {fmt_age(f.duration_s)}" if f.duration_s is not None else "", "ok"),
+        Tile(
+            "Completed at",
+            when,
+            " · ".join(x for x in (day, f"duration {fmt_age(f.duration_s)}" if f.duration_s is not None else "") if x),
+            "ok",
+        ),
         truncation_tile(m.summary, config.truncation_warn_fraction, config.truncation_alert_fraction),
         Tile("Nodes", f"{len(m.nodes)}", "finished: no longer polled", "muted"),
         Tile("Numbers", "final", f"last poll {last}", "muted"),
