@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import select
 import signal
@@ -42,14 +43,22 @@ def port_problem(port: int, address: str) -> str | None:
     return None
 
 
-def _die_with_parent() -> None:
-    """In the child: SIGTERM when the launcher goes, however it goes (Linux; elsewhere a no-op)."""
+def _die_with_parent(death_signal: int = signal.SIGTERM) -> None:
+    """In the child: `death_signal` when the launcher goes, however it goes (Linux; elsewhere a
+    no-op)."""
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, death_signal)
 
 
-def _spawn(argv: list[str], env: dict[str, str], pass_fds: tuple[int, ...] = ()) -> subprocess.Popen:
-    return subprocess.Popen(argv, env=env, pass_fds=pass_fds, preexec_fn=_die_with_parent)  # noqa: PLW1509
+def _spawn(
+    argv: list[str], env: dict[str, str], pass_fds: tuple[int, ...] = (), death_signal: int = signal.SIGTERM
+) -> subprocess.Popen:
+    """`argv` as a child that gets `death_signal` when the launcher dies: SIGTERM for the collector
+    (it records a clean stop), SIGKILL for the viewer, which holds nothing to save and was seen
+    still serving 14 min after a launcher killed during its start (SIGTERM not yet handled)."""
+    return subprocess.Popen(  # noqa: PLW1509
+        argv, env=env, pass_fds=pass_fds, preexec_fn=functools.partial(_die_with_parent, death_signal)
+    )
 
 
 def start_collector(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
@@ -127,7 +136,7 @@ def run_dashboard(
                 return proc.returncode or 2
             viewer[1]["RUNHEALTH_COLLECTOR_PID"] = str(proc.pid)
         announce(said)
-        children["streamlit"] = _spawn(*viewer)
+        children["streamlit"] = _spawn(*viewer, death_signal=signal.SIGKILL)
         return supervise(children)
     finally:
         stop_all(list(children.values()))
