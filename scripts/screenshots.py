@@ -1,7 +1,7 @@
 """Regenerate docs/overview.png, docs/lengths.png (1600x1000), docs/kiosk.png (1920x1080) and
 docs/compare.png from the demo, and docs/fleet_gpus.png from a built 64-node store.
 
-    python scripts/screenshots.py [--settle-s 75] [--only compare|fleet]
+    python scripts/screenshots.py [--settle-s 75] [--only compare|fleet|kiosk]
 
 Starts the demo app and Chromium exactly as tests/test_browser.py does (same helpers), waits
 until the Overview shows real truncation and throughput numbers, lets the demo run a little
@@ -23,13 +23,24 @@ ROOT = Path(__file__).resolve().parent.parent
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--settle-s", type=float, default=150, help="demo run time before capturing (chart history)")
-    parser.add_argument("--only", choices=["compare", "fleet"], help="retake this screen only")
+    parser.add_argument("--only", choices=["compare", "fleet", "kiosk"], help="retake this screen only")
     args = parser.parse_args()
     docs = ROOT / "docs"
     docs.mkdir(exist_ok=True)
     if args.only == "compare":
         compare_shot(docs, args.settle_s)
         print(f"wrote {docs / 'compare.png'}")
+        return 0
+    if args.only == "kiosk":
+        with (
+            tempfile.TemporaryDirectory(prefix="runhealth-shots-") as tmp,
+            tb.streamlit_server(Path(tmp)) as url,
+            sync_playwright() as p,
+        ):
+            browser = tb.launch_chromium(p)
+            kiosk_shot(browser, url, docs)
+            browser.close()
+        print(f"wrote {docs / 'kiosk.png'}")
         return 0
     if args.only == "fleet":
         fleet_gpus(docs)
@@ -79,11 +90,10 @@ def compare_shot(docs: Path, settle_s: float) -> None:
 
 
 def kiosk_shot(browser, url: str, docs: Path) -> None:
-    """The Overview in kiosk mode at 1920x1080, once its charts have drawn."""
+    """The Overview's first kiosk part (alerts and tiles) at 1920x1080, once its numbers are in."""
     kiosk = browser.new_page(viewport={"width": 1920, "height": 1080})
     kiosk.goto(f"{url}/?kiosk=1&rotate=0", wait_until="domcontentloaded")
     tb.tile_value(kiosk, "Tokens / s")
-    kiosk.wait_for_selector(".js-plotly-plot", timeout=60_000)
     kiosk.wait_for_function("document.querySelectorAll('[data-testid=\"stSkeleton\"]').length === 0", timeout=60_000)
     kiosk.wait_for_timeout(3000)
     kiosk.screenshot(path=str(docs / "kiosk.png"))
