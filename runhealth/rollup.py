@@ -207,7 +207,7 @@ def poll_history(store: Store, bucket_s: float, since_unix: float | None = None)
     cols = ", ".join(_POLL)
     rows = (
         f"SELECT ts_unix, {cols}, backfill FROM polls WHERE ts_unix >= ?"
-        f" UNION ALL SELECT bucket_unix, {cols}, backfill FROM poll_rollup WHERE bucket_unix >= ?"
+        f" UNION ALL SELECT bucket_unix, {cols}, backfill FROM poll_rollup WHERE res_s IN {TIERS} AND bucket_unix >= ?"
     )
     return rows_as(
         PollBucket,

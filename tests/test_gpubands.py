@@ -155,7 +155,9 @@ def test_refresher_keeps_its_bands_and_a_poll_costs_its_own_rows(tmp_path, monke
     store = Store(tmp_path / "x.sqlite3")
     now = [1_800_000_000.0]
     store_fixtures.build_run(store, now=now[0], trunc_frac=0.01, nodes=12, polls=100, per_shard=2)
-    refresher = pagedata.Refresher(store, store_fixtures.CEILING, 10.0, min_interval_s=10, clock=lambda: now[0])
+    refresher = pagedata.Refresher(
+        store, store_fixtures.CEILING, 10.0, min_interval_s=10, clock=lambda: now[0], monotonic=lambda: now[0]
+    )
     read_rows: list[int] = []
     real = gpubands.gpu_means
     monkeypatch.setattr(gpubands, "gpu_means", lambda *a: read_rows.append(len(out := real(*a))) or out)
