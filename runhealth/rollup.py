@@ -27,6 +27,7 @@ FINE_KEEP_S = 7 * 24 * 3600.0
 TIERS = (60, 600)
 _GPU = ("util_pct", "mem_used_mib", "mem_total_mib", "power_w", "power_limit_w", "temp_c", "sm_clock_mhz")
 _POLL = ("completions", "tokens", "length_stops", "malformed")
+POLL_FIELDS = _POLL  # the deltas a poll row and a rolled-up one hold (truncbuckets sums them too)
 
 _SCHEMA = [
     "CREATE TABLE IF NOT EXISTS gpu_rollup (res_s INTEGER NOT NULL, bucket_unix REAL NOT NULL, node TEXT NOT NULL,"

@@ -13,6 +13,8 @@ with a full recomputation, so the cache always returns what a full read returns.
 
 from __future__ import annotations
 
+from typing import Any
+
 from runhealth import rollup
 from runhealth.gpubands import oldest_since
 from runhealth.records import LengthStopBucket, PollBucket, rows_as
@@ -21,17 +23,37 @@ from runhealth.store import Store
 _TIERS = f"({', '.join(str(t) for t in rollup.TIERS)})"
 
 
-def length_stops_by_bucket(
-    store: Store, bucket_s: float, ceiling: int | None, since_unix: float | None = None
-) -> list[LengthStopBucket]:
-    """`Store.length_stops_by_bucket`, with `since_unix` also bounding the search for backfill
-    stops (the store's version finds them over every poll of the run, then keeps the recent)."""
+PIECE_S = 60.0  # what a refresh re-reads: the pieces (of this width) new rows fell in, and one before
+
+
+def _poll_pieces(store: Store, bucket_s: float, since: float) -> list[tuple]:
+    """Per (bucket, piece): each delta summed over live polls and over all, and MIN(backfill):
+    `live_sums`'s parts, so pieces add up to exactly what it computes per bucket."""
+    cols = ", ".join(rollup.POLL_FIELDS)
+    rows = f"SELECT ts_unix, {cols}, backfill FROM polls WHERE ts_unix >= ?"
+    args: tuple[float, ...] = (since,)
+    if rollup.has_rollups(store):
+        rows += f" UNION ALL SELECT bucket_unix, {cols}, backfill FROM poll_rollup WHERE res_s IN {_TIERS} AND bucket_unix >= ?"
+        args += (since,)
+    live = "COALESCE(backfill, 0) = 0"
+    sums = ", ".join(f"SUM(CASE WHEN {live} THEN {f} END), SUM({f})" for f in rollup.POLL_FIELDS)
+    sql = (
+        f"SELECT CAST(ts_unix / ? AS INTEGER) * ?, CAST(ts_unix / {PIECE_S} AS INTEGER), {sums},"
+        f" MIN(COALESCE(backfill, 0)) FROM ({rows}) GROUP BY 1, 2"
+    )
+    return store.cursor(sql, (bucket_s, bucket_s, *args)).fetchall()
+
+
+def _stop_pieces(store: Store, bucket_s: float, ceiling: int | None, since: float) -> list[tuple]:
+    """Per (bucket, piece): stops at or above the ceiling and below it, and the same over the
+    stops of backfill polls (`Store.length_stops_by_bucket`'s parts, its backfill search bounded
+    by `since` too: the store's finds them over every poll of the run)."""
     limit = ceiling if ceiling is not None else 1 << 62
-    since = -1e18 if since_unix is None else since_unix
-    head = "SELECT CAST(ts_unix / ? AS INTEGER) * ? AS b, SUM(CASE WHEN tokens >= ? THEN count ELSE 0 END),"
-    head += " SUM(CASE WHEN tokens < ? THEN count ELSE 0 END) FROM poll_length_stops WHERE ts_unix >= ?"
+    head = f"SELECT CAST(ts_unix / ? AS INTEGER) * ?, CAST(ts_unix / {PIECE_S} AS INTEGER),"
+    head += " SUM(CASE WHEN tokens >= ? THEN count ELSE 0 END), SUM(CASE WHEN tokens < ? THEN count ELSE 0 END)"
+    head += " FROM poll_length_stops WHERE ts_unix >= ?"
     args = (bucket_s, bucket_s, limit, limit, since)
-    total = store.cursor(f"{head} GROUP BY 1 ORDER BY 1", args).fetchall()
+    total = {(r[0], r[1]): (r[2], r[3], None) for r in store.cursor(f"{head} GROUP BY 1, 2", args)}
     ids = "SELECT s.rowid FROM poll_length_stops s JOIN polls p ON p.ts_unix = s.ts_unix AND p.node = s.node"
     ids += " WHERE s.ts_unix >= ? AND p.backfill = 1"
     id_args: tuple[float, ...] = (since,)
@@ -42,28 +64,47 @@ def length_stops_by_bucket(
             f" WHERE r.res_s IN {_TIERS} AND r.bucket_unix >= ? AND r.backfill = 1 AND s.ts_unix >= ?"
         )
         id_args += (since - max(rollup.TIERS), since)
-    first = {r[0]: (r[1], r[2]) for r in store.cursor(f"{head} AND rowid IN ({ids}) GROUP BY 1", (*args, *id_args))}
-    out = []
-    for b, at, below in total:  # a row per (bucket, backfill) that holds stops; the live part is the rest
-        back = first.get(b)
-        if back is not None:
-            out.append({"bucket_unix": b, "backfill": 1, "at_ceiling": back[0], "below_ceiling": back[1]})
-            at, below = at - back[0], below - back[1]
-        if back is None or at or below:
-            out.append({"bucket_unix": b, "backfill": 0, "at_ceiling": at, "below_ceiling": below})
-    return rows_as(LengthStopBucket, out)
+    for r in store.cursor(f"{head} AND rowid IN ({ids}) GROUP BY 1, 2", (*args, *id_args)):
+        total[(r[0], r[1])] = (*total[(r[0], r[1])][:2], (r[2], r[3]))
+    return [(b, k, *v) for (b, k), v in total.items()]
+
+
+def _sum(values: list) -> Any:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _poll_bucket(bucket: float, pieces: list[tuple]) -> PollBucket:
+    row: dict[str, Any] = {"bucket_unix": bucket}
+    for i, f in enumerate(rollup.POLL_FIELDS):
+        live = _sum([p[2 + 2 * i] for p in pieces])
+        row[f] = live if live is not None else _sum([p[3 + 2 * i] for p in pieces])
+    row["backfill"] = min(p[-1] for p in pieces)
+    return row  # type: ignore[return-value]
+
+
+def _stop_rows(bucket: float, pieces: list[tuple]) -> list[LengthStopBucket]:
+    at, below = sum(p[2] for p in pieces), sum(p[3] for p in pieces)
+    backs = [p[4] for p in pieces if p[4] is not None]
+    out: list[dict[str, Any]] = []
+    if backs:
+        back = (sum(b[0] for b in backs), sum(b[1] for b in backs))
+        out.append({"bucket_unix": bucket, "backfill": 1, "at_ceiling": back[0], "below_ceiling": back[1]})
+        at, below = at - back[0], below - back[1]
+    if not backs or at or below:
+        out.append({"bucket_unix": bucket, "backfill": 0, "at_ceiling": at, "below_ceiling": below})
+    return out  # type: ignore[return-value]
 
 
 def span_s(store: Store, bucket_s: float) -> float:
     """From the first bucket of `bucket_s` holding a poll (raw or rolled up) to the last: what
     `poll_history(store, bucket_s)`'s last bucket_unix minus its first is, read in four index seeks."""
-    ends = [store.cursor("SELECT MIN(ts_unix), MAX(ts_unix) FROM polls").fetchone()]
+    ends = [_ends(store, "ts_unix", "polls", "")]
     if rollup.has_rollups(store):
-        sql = "SELECT MIN(bucket_unix), MAX(bucket_unix) FROM poll_rollup WHERE res_s = ?"
-        ends += [store.cursor(sql, (res,)).fetchone() for res in rollup.TIERS]
+        ends += [_ends(store, "bucket_unix", "poll_rollup", f" WHERE res_s = {res}") for res in rollup.TIERS]
     lows = [e[0] for e in ends if e[0] is not None]
     highs = [e[1] for e in ends if e[1] is not None]
-    if not lows:
+    if not lows or not highs:
         return 0.0
     return int(max(highs) / bucket_s) * bucket_s - int(min(lows) / bucket_s) * bucket_s
 
@@ -73,9 +114,15 @@ def _signature(store: Store) -> tuple:
     (the rollup deleted what it folded) and the rollup tiers' extent."""
     sig: list = [store.cursor("SELECT MIN(ts_unix) FROM polls").fetchone()[0]]
     if rollup.has_rollups(store):
-        sql = "SELECT MIN(bucket_unix), MAX(bucket_unix) FROM poll_rollup WHERE res_s = ?"
-        sig += [tuple(store.cursor(sql, (res,)).fetchone()) for res in rollup.TIERS]
+        sig += [_ends(store, "bucket_unix", "poll_rollup", f" WHERE res_s = {res}") for res in rollup.TIERS]
     return tuple(sig)
+
+
+def _ends(store: Store, column: str, table: str, where: str) -> tuple[float | None, float | None]:
+    """(MIN, MAX) of an indexed column, as two queries: SQLite answers MIN or MAX alone from the
+    index, but both in one SELECT by scanning the table (the whole history)."""
+    low = store.cursor(f"SELECT MIN({column}) FROM {table}{where}").fetchone()[0]
+    return low, store.cursor(f"SELECT MAX({column}) FROM {table}{where}").fetchone()[0]
 
 
 def _top(store: Store, table: str) -> int | None:
@@ -83,7 +130,8 @@ def _top(store: Store, table: str) -> int | None:
 
 
 class Truncation:
-    """Every bucket computed so far for one (bucket width, ceiling); `buckets` brings them up to date."""
+    """Every (bucket, piece) computed so far for one (bucket width, ceiling); `buckets` brings
+    them up to date."""
 
     TABLES = ("polls", "poll_length_stops")
 
@@ -92,40 +140,55 @@ class Truncation:
         self._key: tuple[float, int | None] | None = None
         self._signature: tuple | None = None
         self._seen: dict[str, int | None] = {}  # table -> the last rowid read
-        self._polls: dict[float, PollBucket] = {}
-        self._split: dict[float, list[LengthStopBucket]] = {}
-        self.redone_from: float | None = None  # the first bucket the last call recomputed (tests)
+        self._polls: dict[tuple[float, int], tuple] = {}  # (bucket, piece) -> its sums
+        self._stops: dict[tuple[float, int], tuple] = {}
+        self._done: dict[float, tuple[PollBucket | None, list[LengthStopBucket]]] = {}  # bucket -> its rows
+        self.redone_from: float | None = None  # the first piece's start the last call read again (tests)
 
     def buckets(self, bucket_s: float, ceiling: int | None) -> tuple[list[PollBucket], list[LengthStopBucket]]:
-        """(`rollup.poll_history(store, bucket_s)`, `length_stops_by_bucket(store, bucket_s, ceiling)`),
-        recomputing only the buckets rows were added to since the last call."""
+        """(`rollup.poll_history(store, bucket_s)`, `Store.length_stops_by_bucket(bucket_s, ceiling)`),
+        reading only the pieces rows were added to since the last call."""
         store = self.store
         signature = _signature(store)
         tops = {t: _top(store, t) for t in self.TABLES}
         seen = self._seen
         full = (bucket_s, ceiling) != self._key or signature != self._signature
         full = full or any(seen.get(t) is not None and (tops[t] is None or tops[t] < seen[t]) for t in self.TABLES)
+        first: int | None = None  # the first piece read again
         if full:
-            since = None
-            self._polls, self._split = {}, {}
+            self._polls, self._stops, self._done = {}, {}, {}
+            first = -(1 << 62)
         else:
             new = [oldest_since(store, t, seen[t] or 0) for t in self.TABLES if tops[t] != seen.get(t)]
             oldest = min((t for t in new if t is not None), default=None)
-            since = None if oldest is None else int(oldest / bucket_s) * bucket_s
-        if full or since is not None:
-            # One bucket early, its partial sums dropped: SQL's division decides a row's bucket.
-            read_from = None if since is None else since - bucket_s
-            keep = -1e300 if since is None else since
-            self._polls = {b: r for b, r in self._polls.items() if b < keep}
-            self._split = {b: r for b, r in self._split.items() if b < keep}
-            for p in rollup.poll_history(store, bucket_s, since_unix=read_from):
-                if p["bucket_unix"] >= keep:
-                    self._polls[p["bucket_unix"]] = p
-            for s in length_stops_by_bucket(store, bucket_s, ceiling, since_unix=read_from):
-                if s["bucket_unix"] >= keep:
-                    self._split.setdefault(s["bucket_unix"], []).append(s)
-        self.redone_from = -float("inf") if full else since
+            first = None if oldest is None else int(oldest / PIECE_S)
+        if first is not None:
+            # From one piece early, its partial sums dropped: SQL's division decides a row's piece.
+            since = -1e18 if full else (first - 1) * PIECE_S
+            touched = {b for (b, k) in [*self._polls, *self._stops] if k >= first}
+            self._polls = {key: v for key, v in self._polls.items() if key[1] < first}
+            self._stops = {key: v for key, v in self._stops.items() if key[1] < first}
+            for p in _poll_pieces(store, bucket_s, since):
+                if p[1] >= first:
+                    self._polls[(p[0], p[1])] = p
+                    touched.add(p[0])
+            for p in _stop_pieces(store, bucket_s, ceiling, since):
+                if p[1] >= first:
+                    self._stops[(p[0], p[1])] = p
+                    touched.add(p[0])
+            by_bucket: dict[float, tuple[list, list]] = {b: ([], []) for b in touched}
+            for (b, _k), p in self._polls.items():
+                if b in by_bucket:
+                    by_bucket[b][0].append(p)
+            for (b, _k), p in self._stops.items():
+                if b in by_bucket:
+                    by_bucket[b][1].append(p)
+            for b, (polls, stops) in by_bucket.items():
+                if polls or stops:
+                    self._done[b] = (_poll_bucket(b, polls) if polls else None, _stop_rows(b, stops) if stops else [])
+                else:
+                    self._done.pop(b, None)
+        self.redone_from = None if first is None else (-float("inf") if full else first * PIECE_S)
         self._key, self._signature, self._seen = (bucket_s, ceiling), signature, tops
-        polls = [self._polls[b] for b in sorted(self._polls)]
-        split = [s for b in sorted(self._split) for s in self._split[b]]
-        return polls, split
+        done = [self._done[b] for b in sorted(self._done)]
+        return [p for p, _s in done if p is not None], [s for _p, stops in done for s in stops]

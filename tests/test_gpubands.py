@@ -99,7 +99,8 @@ def assert_same_bands(got: Mapping[str, Any], want: dict[str, Any]) -> None:
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory) -> Store:
     """tests/store_fixtures.py's fleet: 64 nodes x 8 GPUs, 6 h of 30 s polls (about 40 s to build)."""
-    store, _config = store_fixtures.make_store(tmp_path_factory.mktemp("fleet"), "fleet")
+    # Ending a minute ago: its 6 h then reach past a 6 h window, however fast it was built.
+    store, _config = store_fixtures.make_store(tmp_path_factory.mktemp("fleet"), "fleet", now=time.time() - 60)
     return store
 
 
