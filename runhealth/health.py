@@ -88,10 +88,13 @@ def node_status(node: NodeRow, now: float, stale_after: float) -> tuple[str, str
     return state, f"{state} for {fmt_age(age)}{why}"
 
 
-def stalled_nodes(store: Store, now: float, window: float) -> dict[str, float]:
+def stalled_nodes(
+    store: Store, now: float, window: float, memo: dict[tuple, activity.RunRates] | None = None
+) -> dict[str, float]:
     """Every quiet node under the one stall rule (activity.stall_state), the run stalled or not:
-    {node: seconds since its last new completion (or since it was first seen)}."""
-    found = activity.stall_state(activity.read_rates(store, now, 2 * window).per_node, now, window)
+    {node: seconds since its last new completion (or since it was first seen)}. `memo`: as
+    activity.read_rates's (a scrape reads the polls once for this and `evaluate`)."""
+    found = activity.stall_state(activity.read_rates(store, now, 2 * window, memo=memo).per_node, now, window)
     return {node: now - since for node, since in found.nodes.items()}
 
 
@@ -112,13 +115,20 @@ class Alert:
         return (self.name, self.node, self.gpu)
 
 
-def evaluate(store: Store, now: float | None = None, meta: Mapping[str, Any] | None = None) -> list[Alert]:
+def evaluate(
+    store: Store,
+    now: float | None = None,
+    meta: Mapping[str, Any] | None = None,
+    memo: dict[tuple, activity.RunRates] | None = None,
+) -> list[Alert]:
     """Every alert that holds at `now`, most serious first: the Overview words exactly these,
     the notifier sends them and the exporter counts them.
 
     Args:
         meta: the run's settings (`collector.run_meta`); default: what the collector saved in
             the store. The Overview passes its own config's (`settings(config)`).
+        memo: rate readings already taken at `now` (activity.read_rates): /metrics passes one
+            per scrape, so its stall series and its alerts read the polls once.
     """
     now = time.time() if now is None else now
     meta = store.meta("run") or {} if meta is None else meta
@@ -140,7 +150,7 @@ def evaluate(store: Store, now: float | None = None, meta: Mapping[str, Any] | N
     summary = run_summary(store, meta.get("max_output_tokens"))
     target = meta.get("target_completions")
     stall_s = stall_after_s(interval_s, meta.get("stall_after_s"))
-    rates_now = activity.read_rates(store, now, _rates_lookback(store, now, stall_s, interval_s), interval_s)
+    rates_now = activity.read_rates(store, now, _rates_lookback(store, now, stall_s, interval_s), interval_s, memo)
     if not (target and summary.completions >= target):  # a run that reached its target stops on purpose
         up = {n["name"] for n in nodes if node_status(n, now, stale_after)[0] == "up"}
         out += _stall_alerts(rates_now, run, now, stall_s, up)
