@@ -166,7 +166,9 @@ def recent_rates(
     rows: dict[str, list] = {}
     # Store.polls(since, in_poll_order=True)'s rows, only the columns a rate needs, as tuples: a
     # scrape reads 15 min of every node's polls (47,000 rows at 512 nodes), a dict each was most of it.
-    sql = "SELECT node, ts_unix, node_ts_unix, completions, tokens, backfill FROM polls WHERE ts_unix >= ? ORDER BY rowid"
+    sql = (
+        "SELECT node, ts_unix, node_ts_unix, completions, tokens, backfill FROM polls WHERE ts_unix >= ? ORDER BY rowid"
+    )
     for node, *row in store.cursor(sql, (now - lookback_s,)):
         rows.setdefault(node, []).append(tuple(row))
     return run_rates(rows, now, window_s, average_s)

@@ -17,7 +17,7 @@ from typing import Any
 
 from runhealth import rollup
 from runhealth.gpubands import oldest_since
-from runhealth.records import LengthStopBucket, PollBucket, rows_as
+from runhealth.records import LengthStopBucket, PollBucket
 from runhealth.store import Store
 
 _TIERS = f"({', '.join(str(t) for t in rollup.TIERS)})"
@@ -53,7 +53,7 @@ def _stop_pieces(store: Store, bucket_s: float, ceiling: int | None, since: floa
     head += " SUM(CASE WHEN tokens >= ? THEN count ELSE 0 END), SUM(CASE WHEN tokens < ? THEN count ELSE 0 END)"
     head += " FROM poll_length_stops WHERE ts_unix >= ?"
     args = (bucket_s, bucket_s, limit, limit, since)
-    total = {(r[0], r[1]): (r[2], r[3], None) for r in store.cursor(f"{head} GROUP BY 1, 2", args)}
+    total: dict[tuple, tuple] = {(r[0], r[1]): (r[2], r[3], None) for r in store.cursor(f"{head} GROUP BY 1, 2", args)}
     ids = "SELECT s.rowid FROM poll_length_stops s JOIN polls p ON p.ts_unix = s.ts_unix AND p.node = s.node"
     ids += " WHERE s.ts_unix >= ? AND p.backfill = 1"
     id_args: tuple[float, ...] = (since,)
@@ -125,6 +125,11 @@ def _ends(store: Store, column: str, table: str, where: str) -> tuple[float | No
     return low, store.cursor(f"SELECT MAX({column}) FROM {table}{where}").fetchone()[0]
 
 
+def _shrank(seen: int | None, top: int | None) -> bool:
+    """The table lost rows it had (emptied, or a store recreated: rowids start again)."""
+    return seen is not None and (top is None or top < seen)
+
+
 def _top(store: Store, table: str) -> int | None:
     return store.cursor(f"SELECT MAX(rowid) FROM {table}").fetchone()[0]
 
@@ -153,7 +158,7 @@ class Truncation:
         tops = {t: _top(store, t) for t in self.TABLES}
         seen = self._seen
         full = (bucket_s, ceiling) != self._key or signature != self._signature
-        full = full or any(seen.get(t) is not None and (tops[t] is None or tops[t] < seen[t]) for t in self.TABLES)
+        full = full or any(_shrank(seen.get(t), tops[t]) for t in self.TABLES)
         first: int | None = None  # the first piece read again
         if full:
             self._polls, self._stops, self._done = {}, {}, {}

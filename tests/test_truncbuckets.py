@@ -19,7 +19,9 @@ def add_polls(store: Store, rng: random.Random, start: float, n: int, nodes: int
     for k in range(n):
         for i in range(nodes):
             ts = start + 10 * k + i * 0.01
-            polls.append((ts, f"node-{i}", ts, rng.randint(0, 9), rng.randint(0, 9000), 2, 0, int(rng.random() < backfill)))
+            polls.append(
+                (ts, f"node-{i}", ts, rng.randint(0, 9), rng.randint(0, 9000), 2, 0, int(rng.random() < backfill))
+            )
             for tokens in rng.sample([512, 2000, 4095, 4096], rng.randint(0, 2)):
                 stops.append((ts, f"node-{i}", tokens, rng.randint(1, 3)))
     with store.transaction() as db:
@@ -87,7 +89,9 @@ def build_history(store: Store, nodes: int, hours: float, end: float) -> None:
 def steady_refresh_steps(store: Store, end: float) -> int:
     """SQLite VM steps (in thousands) of one page-data refresh after a poll, every GPU window due."""
     clock = [end]
-    refresher = pagedata.Refresher(store, 4096, 10.0, min_interval_s=10, clock=lambda: clock[0], monotonic=lambda: clock[0])
+    refresher = pagedata.Refresher(
+        store, 4096, 10.0, min_interval_s=10, clock=lambda: clock[0], monotonic=lambda: clock[0]
+    )
     refresher.run_now()  # the first pass reads the whole history once
     steps = [0]
     db = store._db()
