@@ -384,9 +384,10 @@ def report(results: list[dict], args) -> None:
         print(f"\nwith {args.history} of history at {args.interval:g} s polls: the collector's CPU share, split")
         print(
             "| nodes | GPU rows | first page-data pass (CPU) | page-data runs | polls + writes | page data"
-            " (of it 6 h + 24 h windows, amortised) | /metrics | whole collector | per node × base | load |"
+            " (of it 6 h + 24 h windows, amortised) | /metrics | whole collector | per node × base | polls done /"
+            " scheduled | load |"
         )
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         base_per = base["cpu_share"] / base["nodes"]
         for r in results:
             sh = r["share"]
@@ -394,7 +395,8 @@ def report(results: list[dict], args) -> None:
                 f"| {r['nodes']} | {r['gpu_rows']:,} | {r['first_pass_cpu_s']:.1f} s | {r['page_runs']} |"
                 + f" {100 * sh['polls + writes']:.1f}% | {100 * sh['page data']:.1f}%"
                 + f" ({100 * sum(r['amortized'].values()):.1f}%) | {100 * sh['/metrics']:.1f}% |"
-                + f" {100 * r['cpu_share']:.1f}% | {r['cpu_share'] / r['nodes'] / base_per:.2f} | {r['load']} |"
+                + f" {100 * r['cpu_share']:.1f}% | {r['cpu_share'] / r['nodes'] / base_per:.2f} |"
+                + f" {r['polls'] / (r['nodes'] * args.steady / args.interval):.2f} | {r['load']} |"
             )
     if args.pages:
         print("\n| nodes | " + " | ".join(results[0]["pages"]) + " |")
