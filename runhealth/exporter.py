@@ -71,16 +71,17 @@ class StoreMetrics:
         now = self.clock()
         meta = self.store.meta("run") or {}
         run = str(meta.get("name") or "run")
+        memo: dict[tuple, activity.RunRates] = {}  # the stall series and the alerts read the polls once
         try:
             yield from self._lengths(run, meta)
-            yield from self._nodes(run, meta, now)
+            yield from self._nodes(run, meta, now, memo)
             yield from self._gpus(run, health.configured_nodes(meta))
-            yield from self._alerts(run, meta, now)
+            yield from self._alerts(run, meta, now, memo)
         except Exception:  # logged; this scrape fails (HTTP 500), the collector goes on
             log.exception("metrics: reading the store failed")
             raise
 
-    def _alerts(self, run: str, meta: dict[str, Any], now: float) -> Iterator[Metric]:
+    def _alerts(self, run: str, meta: dict[str, Any], now: float, memo: dict | None = None) -> Iterator[Metric]:
         """`runhealth_alert`: 1 per alert that holds now, the very set the Overview words and the
         webhooks send (health.evaluate); no series when none holds."""
         family = GaugeMetricFamily(
@@ -89,7 +90,7 @@ class StoreMetrics:
             labels=["run", "alert", "severity", "node", "gpu"],
         )
         seen = set()
-        for a in health.evaluate(self.store, now, meta or None):
+        for a in health.evaluate(self.store, now, meta or None, memo):
             if a.key not in seen:
                 seen.add(a.key)
                 gpu = "" if a.gpu is None else str(a.gpu)
@@ -193,7 +194,7 @@ class StoreMetrics:
             yield row[0], row[1], row[2], list(row[3:-1]), row[-1]
 
     # -- nodes and the run ---------------------------------------------------------------
-    def _nodes(self, run: str, meta: dict[str, Any], now: float) -> Iterator[Metric]:
+    def _nodes(self, run: str, meta: dict[str, Any], now: float, memo: dict | None = None) -> Iterator[Metric]:
         interval_s = float(meta.get("interval_s") or 10.0)
         stale_after = health.stale_after_s(interval_s, meta.get("stale_after_s"))
         stall_after = health.stall_after_s(interval_s, meta.get("stall_after_s"))
@@ -214,7 +215,7 @@ class StoreMetrics:
             " a minute, or two poll intervals when polls are slower).",
             labels=["run", "node"],
         )
-        stalls = health.stalled_nodes(self.store, now, stall_after)
+        stalls = health.stalled_nodes(self.store, now, stall_after, memo)
         nodes = self.store.nodes()
         keep = health.configured_nodes(meta)  # a node removed from the config leaves the state series
         for n in (n for n in nodes if keep is None or n["name"] in keep):

@@ -159,7 +159,7 @@ class Bands:
         top = self.store.cursor("SELECT MAX(rowid) FROM gpu_samples").fetchone()[0]
         redo: int | None = first
         if seen is not None and top is not None and top >= seen and first >= self._from[step]:
-            new_min = self.store.cursor("SELECT MIN(ts_unix) FROM gpu_samples WHERE rowid > ?", (seen,)).fetchone()[0]
+            new_min = oldest_since(self.store, "gpu_samples", seen)
             redo = None if new_min is None else max(first, int(new_min / step))
         else:
             done = {}  # first use, an earlier start, or the table emptied (rowids start again)
@@ -191,6 +191,13 @@ class Bands:
                 for node, x in s.limits[limit].items():
                     per_node[node] = max(per_node.get(node, x), x)
         return {"bands": bands, "limits": limits}
+
+
+def oldest_since(store: Store, table: str, rowid: int) -> float | None:
+    """The oldest `ts_unix` among the rows of `table` written after `rowid` (None: none was).
+    NOT INDEXED: with the ts_unix index SQLite walked it from the oldest row until it met a
+    new one, reading the whole history (1.1 s at 512 nodes x 24 h); by rowid it reads the new rows."""
+    return store.cursor(f"SELECT MIN(ts_unix) FROM {table} NOT INDEXED WHERE rowid > ?", (rowid,)).fetchone()[0]
 
 
 def _nullable(col: np.ndarray) -> list[float | None]:

@@ -34,7 +34,7 @@ from runhealth import activity, hardware, heartbeat, windows
 from runhealth.analysis import reasons, stats
 from runhealth.hardware import host_problems as host_problems  # re-exported: one import for the words
 from runhealth.hardware import missing_gpus as missing_gpus
-from runhealth.records import GpuEventRow, GpuHealthReading, GpuRow, HostReading, NodeRow
+from runhealth.records import GpuEventRow, GpuHealthReading, GpuRow, HostReading, LengthCountRow, NodeRow
 from runhealth.store import Store
 from runhealth.windows import HARDWARE_WINDOW_S
 from runhealth.windows import stale_after_s as stale_after_s  # re-exported: the exporter and tests ask health
@@ -88,10 +88,13 @@ def node_status(node: NodeRow, now: float, stale_after: float) -> tuple[str, str
     return state, f"{state} for {fmt_age(age)}{why}"
 
 
-def stalled_nodes(store: Store, now: float, window: float) -> dict[str, float]:
+def stalled_nodes(
+    store: Store, now: float, window: float, memo: dict[tuple, activity.RunRates] | None = None
+) -> dict[str, float]:
     """Every quiet node under the one stall rule (activity.stall_state), the run stalled or not:
-    {node: seconds since its last new completion (or since it was first seen)}."""
-    found = activity.stall_state(activity.read_rates(store, now, 2 * window).per_node, now, window)
+    {node: seconds since its last new completion (or since it was first seen)}. `memo`: as
+    activity.read_rates's (a scrape reads the polls once for this and `evaluate`)."""
+    found = activity.stall_state(activity.read_rates(store, now, 2 * window, memo=memo).per_node, now, window)
     return {node: now - since for node, since in found.nodes.items()}
 
 
@@ -140,10 +143,16 @@ class Reading:
 
 
 def read(
-    store: Store, now: float | None = None, meta: Mapping[str, Any] | None = None, rates_lookback_s: float | None = None
+    store: Store,
+    now: float | None = None,
+    meta: Mapping[str, Any] | None = None,
+    rates_lookback_s: float | None = None,
+    memo: dict[tuple, activity.RunRates] | None = None,
 ) -> Reading:
     """Everything `evaluate` needs at `now`, each table read once. `rates_lookback_s`: how far
-    back the rates read polls (default: what the alerts need; a screen passes the hour it shows)."""
+    back the rates read polls (default: what the alerts need; a screen passes the hour it shows).
+    `memo`: rate readings already taken at `now` (/metrics passes one per scrape, so its stall
+    series and its alerts read the polls once)."""
     now = time.time() if now is None else now
     meta = store.meta("run") or {} if meta is None else meta
     interval_s = float(meta.get("interval_s") or 10.0)
@@ -154,8 +163,6 @@ def read(
     keep = configured_nodes(meta)  # a node removed from the config raises no alert (its history stays)
     every = store.nodes()
     gone = store.superseded_nodes()
-    rows = store.length_counts(by="run")
-    hist = stats.LengthHist.from_rows((r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in rows)
     malformed = sum(n["malformed"] for n in every if n["name"] not in gone)
     stall_s = stall_after_s(interval_s, meta.get("stall_after_s"))
     lookback = _rates_lookback(store, now, stall_s, interval_s)
@@ -165,8 +172,8 @@ def read(
         last_collection_unix=last,
         fault=fault,
         nodes=[n for n in every if keep is None or n["name"] in keep],
-        summary=stats.summarize(hist, ceiling=meta.get("max_output_tokens"), unparseable=malformed),
-        rates=activity.read_rates(store, now, max(lookback, rates_lookback_s or 0.0), interval_s),
+        summary=_summary(store.length_counts(by="run"), meta.get("max_output_tokens"), malformed),
+        rates=activity.read_rates(store, now, max(lookback, rates_lookback_s or 0.0), interval_s, memo),
         gpu_latest=store.gpu_latest(),
         gpu_health=store.gpu_health(),
         gpu_events=store.gpu_events(now - HARDWARE_WINDOW_S),
@@ -175,15 +182,22 @@ def read(
     )
 
 
-def evaluate(store: Store, now: float | None = None, meta: Mapping[str, Any] | None = None) -> list[Alert]:
+def evaluate(
+    store: Store,
+    now: float | None = None,
+    meta: Mapping[str, Any] | None = None,
+    memo: dict[tuple, activity.RunRates] | None = None,
+) -> list[Alert]:
     """Every alert that holds at `now`, most serious first: the Overview words exactly these,
     the notifier sends them and the exporter counts them.
 
     Args:
         meta: the run's settings (`collector.run_meta`); default: what the collector saved in
             the store. The Overview passes its own config's (`settings(config)`).
+        memo: rate readings already taken at `now` (activity.read_rates): /metrics passes one
+            per scrape, so its stall series and its alerts read the polls once.
     """
-    return alerts_of(read(store, now, meta))
+    return alerts_of(read(store, now, meta, memo=memo))
 
 
 def alerts_of(r: Reading) -> list[Alert]:
@@ -382,18 +396,21 @@ def hardware_alerts(r: Reading, run: str) -> list[Alert]:
 
 def run_summary(store: Store, ceiling: int | None) -> stats.Summary:
     """The run's length summary, exactly as the Overview computes it."""
-    rows = store.length_counts(by="run")
+    return _summary(store.length_counts(by="run"), ceiling, sum(n["malformed"] for n in store.counted_nodes()))
+
+
+def _summary(rows: list[LengthCountRow], ceiling: int | None, malformed: int) -> stats.Summary:
+    """stats.summarize over the run's length rows; a store from before reasons were bounded may
+    hold 100,000 distinct ones: they are folded into "other" first (summarize bounds them the
+    same way, so the Summary is the same), and a scrape's alerts stay cheap."""
     totals: dict[str, int] = {}
     for r in rows:
         totals[r["finish_reason"] or ""] = totals.get(r["finish_reason"] or "", 0) + r["count"]
     if len(totals) > len(reasons.KNOWN) + reasons.MAX_SHOWN_OTHERS + 2:
-        # A store from before reasons were bounded may hold 100,000 distinct ones: fold the rest
-        # into "other" first (summarize bounds them the same way), so a scrape's alerts stay cheap.
         names = reasons.shown_names(totals)
         shown = {r: r for r in names} | {"": ""}
         rows = [{**r, "finish_reason": shown.get(r["finish_reason"] or "", reasons.OTHER) or None} for r in rows]
     hist = stats.LengthHist.from_rows((r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in rows)
-    malformed = sum(n["malformed"] for n in store.counted_nodes())
     return stats.summarize(hist, ceiling=ceiling, unparseable=malformed)
 
 

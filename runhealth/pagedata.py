@@ -28,7 +28,7 @@ import zlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from runhealth import gpubands, rollup, textsafe
+from runhealth import gpubands, rollup, textsafe, truncbuckets
 from runhealth.analysis import lengthtime, loops, stats, whatif
 from runhealth.records import GroupTotalRow, LabelledGpuPoint, LengthCountRow, rows_as, widen
 from runhealth.store import Store
@@ -180,22 +180,17 @@ def whatif_default(hist: stats.LengthHist, ceiling: int, loop_sample: tuple[int,
     }
 
 
-def truncation_over_time(store: Store, interval_s: float, ceiling: int | None) -> dict[str, Any]:
+def truncation_over_time(
+    store: Store, interval_s: float, ceiling: int | None, cache: truncbuckets.Truncation | None = None
+) -> dict[str, Any]:
     """Poll deltas per hour, or per a few polls while the run is short, and the length stops of
-    each bucket split at the ceiling (the page merges the two)."""
+    each bucket split at the ceiling (the page merges the two): raw and rolled-up deltas, the
+    whole run, from `cache` (kept by the Refresher: only new rows' buckets are recomputed)."""
     bucket_s: float = 3600
-    polls = rollup.poll_history(store, bucket_s)  # raw and rolled-up deltas: the whole run
-    span = (polls[-1]["bucket_unix"] - polls[0]["bucket_unix"]) if polls else 0
-    if span < 6 * 3600:
+    if truncbuckets.span_s(store, bucket_s) < 6 * 3600:
         bucket_s = stale_after_s(interval_s)  # a few polls
-        polls = rollup.poll_history(store, bucket_s)
-    return {
-        "interval_s": interval_s,
-        "ceiling": ceiling,
-        "bucket_s": bucket_s,
-        "polls": polls,
-        "split": store.length_stops_by_bucket(bucket_s, ceiling),
-    }
+    polls, split = (cache or truncbuckets.Truncation(store)).buckets(bucket_s, ceiling)
+    return {"interval_s": interval_s, "ceiling": ceiling, "bucket_s": bucket_s, "polls": polls, "split": split}
 
 
 def gpu_since(window_s: float | None, now: float) -> float | None:
@@ -292,9 +287,11 @@ def compute_all(
     gpu_due: Callable[[str], bool] = lambda name: True,
     whatif_due: bool = True,
     bands: gpubands.Bands | None = None,
+    truncation: truncbuckets.Truncation | None = None,
 ) -> dict[str, Any]:
     """Every payload, by name (what `Refresher` writes); GPU windows only when `gpu_due(window)`,
-    their bands kept in `bands` between calls (a fresh one: computed from scratch)."""
+    their bands kept in `bands` and the truncation buckets in `truncation` between calls (None:
+    computed from scratch)."""
     now = time.time() if now is None else now
     out: dict[str, Any] = {}
     lengths = run_lengths(store, ceiling_config)
@@ -304,7 +301,7 @@ def compute_all(
     for by in ("node", "shard"):  # keyed by the ceiling the page asks with: configured, else detected
         out[f"groups:{by}"] = {"ceiling": ceiling, "table": columns(group_lengths(store, by, ceiling), GROUP_COLUMNS)}
     out["lengths_over_time"] = {"ceiling": ceiling, "rows": lengthtime.hourly(store, ceiling)}
-    out["truncation_over_time"] = truncation_over_time(store, interval_s, ceiling)
+    out["truncation_over_time"] = truncation_over_time(store, interval_s, ceiling, truncation)
     if ceiling and hist.total and whatif_due:
         out["whatif"] = whatif_default(hist, ceiling, loops.loop_sample(store.latest_sample_batch()))
     out.update(gpu_windows(store, now, gpu_due, bands))
@@ -335,6 +332,7 @@ class Refresher:
         self._gpu_done: dict[str, float] = {}  # window -> when last computed (monotonic)
         self._whatif_done: float | None = None  # monotonic
         self.bands = gpubands.Bands(store)  # the GPU bands' steps, kept: each poll's rows are read once per width
+        self.truncation = truncbuckets.Truncation(store)  # truncation over time per bucket, kept likewise
         self.last_error: str | None = None
         self.runs = 0
 
@@ -365,6 +363,7 @@ class Refresher:
             gpu_due=due,
             whatif_due=whatif_due,
             bands=self.bands,
+            truncation=self.truncation,
         )
         put(self.store, payloads, started)
         if "whatif" in payloads:

@@ -27,6 +27,7 @@ FINE_KEEP_S = 7 * 24 * 3600.0
 TIERS = (60, 600)
 _GPU = ("util_pct", "mem_used_mib", "mem_total_mib", "power_w", "power_limit_w", "temp_c", "sm_clock_mhz")
 _POLL = ("completions", "tokens", "length_stops", "malformed")
+POLL_FIELDS = _POLL  # the deltas a poll row and a rolled-up one hold (truncbuckets sums them too)
 
 
 def _mean_merge(col: str) -> str:
@@ -190,7 +191,7 @@ def poll_history(store: Store, bucket_s: float, since_unix: float | None = None)
     cols = ", ".join(_POLL)
     rows = (
         f"SELECT ts_unix, {cols}, backfill FROM polls WHERE ts_unix >= ?"
-        f" UNION ALL SELECT bucket_unix, {cols}, backfill FROM poll_rollup WHERE bucket_unix >= ?"
+        f" UNION ALL SELECT bucket_unix, {cols}, backfill FROM poll_rollup WHERE res_s IN {TIERS} AND bucket_unix >= ?"
     )
     return rows_as(
         PollBucket,

@@ -102,7 +102,7 @@ def fleet(tmp_path_factory) -> Store:
     has 64 nodes; a quarter of it exercises every window and step the same, in a quarter of the time)."""
     store = Store(tmp_path_factory.mktemp("fleet") / "x.sqlite3")
     store_fixtures.build_run(
-        store, now=time.time(), trunc_frac=0.18, nodes=16, gpus=8, polls=720, per_shard=4, interval_s=30
+        store, now=time.time() - 60, trunc_frac=0.18, nodes=16, gpus=8, polls=720, per_shard=4, interval_s=30
     )
     return store
 
