@@ -38,6 +38,7 @@ def main() -> int:
             sync_playwright() as p,
         ):
             browser = tb.launch_chromium(p)
+            tb.wait_for_demo_data(browser.new_page(viewport=tb.VIEWPORT), url)  # numbers in before the wall shot
             kiosk_shot(browser, url, docs)
             browser.close()
         print(f"wrote {docs / 'kiosk.png'}")
