@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, TypedDict
 
 import pandas as pd
@@ -23,7 +23,8 @@ from runhealth import activity, derived, hardware, health, pagedata, rollup
 from runhealth.activity import RunRates as RunRates  # the pages name the rates type through here
 from runhealth.analysis import lengthtime, stats, whatif
 from runhealth.config import RunConfig
-from runhealth.records import HostReading, NodeRow, PendingSampleBatch, SampleBatch
+from runhealth.records import HostReading, MetricRow, NodeRow, PendingSampleBatch, SampleBatch, ShardRow
+from runhealth.screens import nodes as nodes_model
 from runhealth.screens import overview as overview_model
 from runhealth.store import Store
 from runhealth.windows import SERVER_RATE_WINDOW_S, stale_after_s
@@ -57,6 +58,7 @@ def clear_all() -> None:
         load_last_collection,
         load_lengths_over_time,
         load_overview,
+        load_nodes_screen,
     ):
         fn.clear()
 
@@ -208,6 +210,13 @@ def load_overview(store: Store, config: RunConfig, finished: bool = False) -> ov
 
 
 @_cache(ttl=TTL_S, max_entries=8)
+def load_nodes_screen(store: Store, config: RunConfig, finished: bool = False) -> nodes_model.Nodes:
+    """The Nodes page's model at now (runhealth.screens.nodes): node states, shards, hosts, host
+    alerts, the collector's fault and the servers' metrics from one reading of the store."""
+    return nodes_model.nodes(store, config, time.time(), finished)
+
+
+@_cache(ttl=TTL_S, max_entries=8)
 def load_alerts(store: Store, settings: tuple[tuple[str, Any], ...]) -> list[health.Alert]:
     """health.evaluate() now, for the run settings `settings` (health.settings(config).items()):
     the Overview's alert box (75 ms at 64 nodes x 8 GPUs, so cached like the other reads)."""
@@ -313,7 +322,11 @@ def _load_whatif(
 def load_shards(store: Store) -> pd.DataFrame:
     """Every shard of every node: how far it is indexed, what it held, its read error if any, and
     when it was last found rewritten under the same inode (replaced_unix; NaN: never)."""
-    rows = store.shards()
+    return shard_frame(store.shards())
+
+
+def shard_frame(rows: Sequence[ShardRow]) -> pd.DataFrame:
+    """Shard rows (Store.shards(), or a screen model's) as the table the pages show."""
     columns = [
         "node",
         "path",
@@ -332,7 +345,11 @@ def load_shards(store: Store) -> pd.DataFrame:
 @_cache()
 def load_server_metrics(store: Store) -> pd.DataFrame:
     """The latest value of each SGLang / vLLM metric per node (rows: metric, columns: node)."""
-    rows = store.metric_latest()
+    return metrics_frame(store.metric_latest())
+
+
+def metrics_frame(rows: Sequence[MetricRow]) -> pd.DataFrame:
+    """Latest-metric rows (Store.metric_latest(), or a screen model's) as metric x node."""
     if not rows:
         return pd.DataFrame()
-    return pd.DataFrame(rows).pivot(index="name", columns="node", values="value")
+    return pd.DataFrame(list(rows)).pivot(index="name", columns="node", values="value")

@@ -217,3 +217,74 @@ def test_truncation_by_node_is_precomputed_for_a_detected_ceiling(tmp_path, monk
     assert_clean(at)
     captions = [c.value for c in at.caption if c.value.startswith("Truncation by")]
     assert captions and all("computed by the collector" in c for c in captions), captions
+
+
+# -- the Nodes screen --------------------------------------------------------------------------------
+def test_nodes_model_states_shards_and_servers_are_what_the_store_holds(tmp_path):
+    """node_down: node-3 unreachable for 10 min (down), node-2 for 1 min (stale), the others up;
+    every node's shards and server metric as the store holds them, one instant for all."""
+    from runhealth.screens import nodes
+
+    store, config = store_fixtures.make_store(tmp_path, "node_down")
+    now = time.time()
+    model = nodes.nodes(store, load_config(config), now)
+    assert [s.name for s in model.states] == [f"node-{i}" for i in range(1, NODES + 1)]
+    assert {s.name: s.state for s in model.states} == {
+        "node-1": "up",
+        "node-2": "stale",
+        "node-3": "down",
+        "node-4": "up",
+    }
+    assert model.counts == {"up": 2, "stale": 1, "down": 1, "pending": 0}
+    assert model.state_of("node-3").reason.startswith("down for 10 min")
+    held = {n["name"]: n["lines"] for n in store.nodes()}
+    for name, lines in held.items():
+        mine = model.shards_of(name)
+        assert len(mine) == 2 and sum(s["lines"] for s in mine) == lines
+        assert not model.replaced(name)
+    assert {(m["node"], m["name"]) for m in model.server_metrics} == {
+        (f"node-{i}", "sglang:gen_throughput") for i in range(1, NODES + 1)
+    }
+    assert model.per_node is not None and set(model.per_node) == set(held)
+    assert model.collector_fault is not None and "No collector has written" in model.collector_fault
+    assert model.removed == () and json.loads(json.dumps(model.to_json()))["counts"]["down"] == 1
+    done = nodes.nodes(store, load_config(config), now, finished=True)
+    assert done.per_node is None and done.collector_fault is None
+
+
+def test_nodes_model_names_removed_nodes_and_replaced_shards(tmp_path):
+    """A node the collector no longer polls (the run's meta names three) is a notice with its
+    count, not a row; a shard rewritten under the same inode is named with when."""
+    from runhealth.screens import nodes
+
+    store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
+    store.set_meta("run", {"nodes": ["node-1", "node-2", "node-3"]})
+    lines = {n["name"]: n["lines"] for n in store.nodes()}
+    ts = time.time()
+    reply = store_fixtures.poll_reply(
+        ts + 0.4,
+        [store_fixtures.gpu_device(0, 90.0)],
+        {
+            "/data/out/shard-01-0.jsonl": {
+                "inode": 1000,
+                "size": 900,
+                "offset_from": 0,
+                "offset": 900,
+                "reset": True,
+                "replaced": True,
+                "lines": 3,
+                "malformed": 0,
+                "tokens": 30,
+                "counts": [[10, "stop", 0, 3]],
+                "error": None,
+            }
+        },
+    )
+    store.record_poll("node-1", reply, ts, rtt_ms=5.0)
+    model = nodes.nodes(store, load_config(config), ts + 1)
+    assert [s.name for s in model.states] == ["node-1", "node-2", "node-3"]
+    assert model.removed == (nodes.Removed("node-4", lines["node-4"], None),)
+    assert f"its {lines['node-4']:,} completions are kept in the run's totals" in model.removed[0].text
+    (replaced,) = model.replaced("node-1")
+    assert replaced["path"] == "/data/out/shard-01-0.jsonl" and replaced["replaced_unix"] == ts
+    assert replaced["lines"] == 3
