@@ -23,7 +23,8 @@ from runhealth import activity, derived, hardware, health, pagedata, rollup
 from runhealth.activity import RunRates as RunRates  # the pages name the rates type through here
 from runhealth.analysis import lengthtime, stats, whatif
 from runhealth.config import RunConfig
-from runhealth.records import HostReading, MetricRow, NodeRow, PendingSampleBatch, SampleBatch, ShardRow
+from runhealth.records import GpuRow, HostReading, MetricRow, NodeRow, PendingSampleBatch, SampleBatch, ShardRow
+from runhealth.screens import gpus as gpus_model
 from runhealth.screens import nodes as nodes_model
 from runhealth.screens import overview as overview_model
 from runhealth.store import Store
@@ -59,6 +60,7 @@ def clear_all() -> None:
         load_lengths_over_time,
         load_overview,
         load_nodes_screen,
+        load_gpus_screen,
     ):
         fn.clear()
 
@@ -217,6 +219,13 @@ def load_nodes_screen(store: Store, config: RunConfig, finished: bool = False) -
 
 
 @_cache(ttl=TTL_S, max_entries=8)
+def load_gpus_screen(store: Store, config: RunConfig) -> gpus_model.Gpus:
+    """The GPUs page's model at now (runhealth.screens.gpus): the GPUs' latest readings, their
+    alerts and notes, telemetry errors, from one reading of the store."""
+    return gpus_model.gpus(store, config, time.time())
+
+
+@_cache(ttl=TTL_S, max_entries=8)
 def load_alerts(store: Store, settings: tuple[tuple[str, Any], ...]) -> list[health.Alert]:
     """health.evaluate() now, for the run settings `settings` (health.settings(config).items()):
     the Overview's alert box (75 ms at 64 nodes x 8 GPUs, so cached like the other reads)."""
@@ -249,7 +258,13 @@ def load_hosts(store: Store) -> dict[str, HostReading]:
 def load_gpu_latest(store: Store) -> pd.DataFrame:
     """The latest reading of each GPU of the nodes the config names now (as /metrics exports)."""
     keep = health.configured_nodes(store.meta("run") or {})
-    df = pd.DataFrame([g for g in store.gpu_latest() if keep is None or g["node"] in keep])
+    return gpu_frame([g for g in store.gpu_latest() if keep is None or g["node"] in keep])
+
+
+def gpu_frame(rows: Sequence[GpuRow]) -> pd.DataFrame:
+    """GPU readings (Store.gpu_latest(), or a screen model's) as the pages' table: labelled
+    node/gpu, power and memory as percentages of their limits."""
+    df = pd.DataFrame(list(rows))
     if df.empty:
         return df
     df["label"] = df["node"] + "/" + df["gpu"].astype(str)

@@ -288,3 +288,33 @@ def test_nodes_model_names_removed_nodes_and_replaced_shards(tmp_path):
     (replaced,) = model.replaced("node-1")
     assert replaced["path"] == "/data/out/shard-01-0.jsonl" and replaced["replaced_unix"] == ts
     assert replaced["lines"] == 3
+
+
+# -- the GPUs screen ---------------------------------------------------------------------------------
+def test_gpus_model_is_the_stores_gpus_their_alerts_and_notes(tmp_path):
+    """node_down: 4 nodes x 8 GPUs; node-2's GPU 5 idles while the run writes and GPU 6 sits at
+    the power cap; node-4's GPU 3 is lost: one reading names each, as the store holds it."""
+    from runhealth import health
+    from runhealth.screens import gpus
+
+    store, config = store_fixtures.make_store(tmp_path, "node_down")
+    cfg = load_config(config)
+    now = time.time()
+    model = gpus.gpus(store, cfg, now)
+    assert model.gpus == tuple(store.gpu_latest()) and len(model.gpus) == NODES * 8
+    assert model.writing and not model.simulated and not model.never_polled
+    expected = [a for a in health.evaluate(store, now, health.settings(cfg)) if a.name.startswith("gpu_")]
+    assert [a.name for a in model.alerts] == [a.name for a in expected] == ["gpu_error", "gpu_idle"]
+    assert model.problems == [("error" if a.severity == "critical" else "warning", a.summary) for a in expected] + [
+        ("info", "At the power cap (sw_power_cap: normal under full load): node-2/6")
+    ]
+    assert "node-4/GPU 3" in model.alerts[0].summary and "node-2/GPU 5" in model.alerts[1].summary
+    assert json.loads(json.dumps(model.to_json()))["writing"] is True
+
+
+def test_gpus_model_of_a_store_never_polled(tmp_path):
+    from runhealth.screens import gpus
+
+    store, config = store_fixtures.make_store(tmp_path, "empty")
+    model = gpus.gpus(store, load_config(config), time.time())
+    assert model.gpus == () and model.never_polled and not model.writing and model.problems == []
