@@ -25,6 +25,7 @@ from runhealth.analysis import lengthtime, stats, whatif
 from runhealth.config import RunConfig
 from runhealth.records import GpuRow, HostReading, MetricRow, NodeRow, PendingSampleBatch, SampleBatch, ShardRow
 from runhealth.screens import gpus as gpus_model
+from runhealth.screens import lengths as lengths_model
 from runhealth.screens import nodes as nodes_model
 from runhealth.screens import overview as overview_model
 from runhealth.store import Store
@@ -61,6 +62,7 @@ def clear_all() -> None:
         load_overview,
         load_nodes_screen,
         load_gpus_screen,
+        load_lengths_screen,
     ):
         fn.clear()
 
@@ -104,15 +106,21 @@ class RunLengths:
 @_cache(ttl=5, max_entries=8)
 def load_run_lengths(store: Store, ceiling: int | None) -> RunLengths:
     """The run's length counts: summary, histogram bins and CDF points (runhealth.pagedata.run_lengths)."""
-    got = precomputed.payload(store, "run_lengths")
-    as_of, data = (
-        got if got is not None and got[1]["ceiling"] == ceiling else (None, pagedata.run_lengths(store, ceiling))
-    )
-    hist = stats.LengthHist.from_rows(data["rows"])
-    summary = stats.summarize(hist, ceiling=ceiling, unparseable=data["malformed"])
-    bins = pd.DataFrame(data["bins"], columns=["bin_start", "bin_end", "stop", "at_ceiling", "other"])
-    cdf = pd.DataFrame(data["cdf"], columns=["tokens", "cum_fraction"])
-    return RunLengths(hist, summary, bins, cdf, as_of)
+    return run_lengths(lengths_model.counts(store, ceiling, precomputed.payload(store, "run_lengths")))
+
+
+def run_lengths(c: lengths_model.Counts) -> RunLengths:
+    """A screen model's length counts as the pages' frames."""
+    bins = pd.DataFrame(list(c.bins), columns=["bin_start", "bin_end", "stop", "at_ceiling", "other"])
+    cdf = pd.DataFrame(list(c.cdf), columns=["tokens", "cum_fraction"])
+    return RunLengths(c.hist, c.summary, bins, cdf, c.as_of)
+
+
+@_cache(ttl=5, max_entries=8)
+def load_lengths_screen(store: Store, config: RunConfig) -> lengths_model.Lengths:
+    """The Output lengths page's model at now (runhealth.screens.lengths): the length counts, the
+    nodes, the ETA at the 15-min average and the what-if's loop sample."""
+    return lengths_model.lengths(store, config, time.time())
 
 
 @_cache(ttl=5, max_entries=8)

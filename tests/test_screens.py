@@ -318,3 +318,33 @@ def test_gpus_model_of_a_store_never_polled(tmp_path):
     store, config = store_fixtures.make_store(tmp_path, "empty")
     model = gpus.gpus(store, load_config(config), time.time())
     assert model.gpus == () and model.never_polled and not model.writing and model.problems == []
+
+
+# -- the Output lengths screen -----------------------------------------------------------------------
+def test_lengths_model_is_the_fixtures_truth(tmp_path):
+    """ceiling_18: 4 nodes x 2 shards x 30 polls x 50 completions, exactly 9 of each 50 at the
+    4,096 ceiling, 400 completions a 10 s poll round; the sample batch holds 4 truncated, 2 loops."""
+    from runhealth.analysis import whatif
+    from runhealth.screens import lengths
+
+    store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
+    cfg = load_config(config)
+    now = time.time()
+    model = lengths.lengths(store, cfg, now)
+    s = model.summary
+    assert (s.completions, s.at_ceiling, s.ceiling_tokens) == (12_000, 240 * 9, 4096)
+    assert model.counts.as_of is None  # no collector payload yet: counted now
+    assert [n["name"] for n in model.nodes] == [f"node-{i}" for i in range(1, NODES + 1)]
+    assert model.loop_sample == (2, 4)
+    assert model.completions_per_s_15m == 40.0 and model.eta_s == (50_000 - 12_000) / 40
+    r = whatif.for_run(model.counts.hist, 4096, 8192, model.loop_sample, 20)
+    change = model.eta_change(r)
+    assert change.eta_s_now == model.eta_s and r.extra_tokens_per_completion is not None
+    assert change.eta_s_new is not None and change.eta_s_new > change.eta_s_now  # longer completions: later
+    # The collector's payload, when it is of this ceiling, is what the model shows (with its time).
+    ts = now - 5
+    pagedata.put(store, pagedata.compute_all(store, 4096, 10), ts)
+    again = lengths.lengths(store, cfg, now)
+    assert again.counts.as_of == ts and again.summary.at_ceiling == s.at_ceiling
+    assert again.counts.bins == model.counts.bins
+    assert json.loads(json.dumps(again.to_json()))["at_ceiling"] == 2160
