@@ -28,6 +28,7 @@ from runhealth.screens import gpus as gpus_model
 from runhealth.screens import lengths as lengths_model
 from runhealth.screens import nodes as nodes_model
 from runhealth.screens import overview as overview_model
+from runhealth.screens import samples as samples_model
 from runhealth.store import Store
 from runhealth.windows import SERVER_RATE_WINDOW_S, stale_after_s
 
@@ -63,6 +64,7 @@ def clear_all() -> None:
         load_nodes_screen,
         load_gpus_screen,
         load_lengths_screen,
+        load_samples_screen,
     ):
         fn.clear()
 
@@ -293,6 +295,13 @@ def load_gpu_series(store: Store, since_unix: float | None, max_points: int = 40
 class SampleBatches(TypedDict):
     latest: SampleBatch | None  # the newest finished batch, with its samples
     pending: PendingSampleBatch | None  # one still being drawn
+
+
+@_cache(ttl=2, max_entries=4)
+def load_samples_screen(store: Store, config: RunConfig) -> samples_model.Samples:
+    """The Samples page's model at now (runhealth.screens.samples): the latest batch, its share at
+    the ceiling and its loops beside the run's exact counts."""
+    return samples_model.samples(store, config, time.time())
 
 
 @_cache(ttl=2, max_entries=4)

@@ -348,3 +348,29 @@ def test_lengths_model_is_the_fixtures_truth(tmp_path):
     assert again.counts.as_of == ts and again.summary.at_ceiling == s.at_ceiling
     assert again.counts.bins == model.counts.bins
     assert json.loads(json.dumps(again.to_json()))["at_ceiling"] == 2160
+
+
+# -- the Samples screen ------------------------------------------------------------------------------
+def test_samples_model_is_the_batch_beside_the_exact_counts(tmp_path):
+    """ceiling_18's batch: 8 samples, 4 cut at the 4,096 ceiling, 2 of those loops; beside it the
+    exact 2,160 of 12,000 over all completions."""
+    from runhealth.analysis.stats import wilson_interval
+    from runhealth.screens import samples
+
+    store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
+    model = samples.samples(store, load_config(config), time.time())
+    assert model.batch is not None and len(model.samples) == 8 and len(model.truncated) == 4
+    assert model.truncated_in_sample == samples.Share(4, 8, *wilson_interval(4, 8))
+    assert (model.loop_share.n, model.loop_share.loops, model.loop_share.fraction) == (4, 2, 0.5)
+    assert (model.summary.at_ceiling, model.summary.length_count) == (2160, 12_000)
+    assert json.loads(json.dumps(model.to_json()))["truncated_all"] == {"k": 2160, "n": 12_000}
+
+
+def test_samples_model_without_a_batch(tmp_path):
+    from runhealth.screens import samples
+
+    store = Store(tmp_path / "x.sqlite3")
+    store_fixtures.build_run(store, now=time.time(), trunc_frac=0.18, polls=3)
+    model = samples.samples(store, load_config(store_fixtures.write_config(tmp_path, tmp_path / "x.sqlite3")))
+    assert model.batch is None and model.samples == [] and model.truncated_in_sample is None
+    assert model.loop_share.n == 0 and model.summary.completions == 4 * 2 * 3 * 50
