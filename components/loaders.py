@@ -19,11 +19,11 @@ import pandas as pd
 import streamlit as st
 
 from components import precomputed
-from runhealth import activity, derived, hardware, health, pagedata, rollup
+from runhealth import activity, derived, health, pagedata, rollup
 from runhealth.activity import RunRates as RunRates  # the pages name the rates type through here
 from runhealth.analysis import lengthtime, stats, whatif
 from runhealth.config import RunConfig
-from runhealth.records import GpuRow, HostReading, MetricRow, NodeRow, PendingSampleBatch, SampleBatch, ShardRow
+from runhealth.records import GpuRow, MetricRow, NodeRow, PendingSampleBatch, SampleBatch, ShardRow
 from runhealth.screens import gpus as gpus_model
 from runhealth.screens import lengths as lengths_model
 from runhealth.screens import nodes as nodes_model
@@ -46,15 +46,12 @@ def clear_all() -> None:
     """Drop every cached read (after "Refresh now")."""
     for fn in (
         load_nodes,
-        load_removed_nodes,
         load_run_lengths,
         load_group_lengths,
         load_truncation_over_time,
         load_throughput,
         load_health,
         load_alerts,
-        load_gpu_notes,
-        load_hosts,
         load_gpu_latest,
         load_gpu_series,
         load_samples,
@@ -72,21 +69,9 @@ def clear_all() -> None:
 # -- loaders ------------------------------------------------------------------------------
 @_cache()
 def load_nodes(store: Store) -> list[NodeRow]:
-    """The nodes the run's config names now (a removed node is history: load_removed_nodes)."""
+    """The nodes the run's config names now (a removed node is history: screens.nodes.removed_nodes)."""
     keep = health.configured_nodes(store.meta("run") or {})
     return [n for n in store.nodes() if keep is None or n["name"] in keep]
-
-
-@_cache()
-def load_removed_nodes(store: Store) -> list[tuple[str, int, str | None]]:
-    """Nodes no longer in the config: (name, completions it counted, the current node that reads
-    its files again and so holds those completions instead, or None: they stay in the totals)."""
-    keep = health.configured_nodes(store.meta("run") or {})
-    if keep is None:
-        return []
-    by = store.superseded_nodes()
-    lines = {n["name"]: n["lines"] for n in store.nodes()}
-    return [(name, lines[name], by.get(name)) for name in sorted(set(lines) - keep)]
 
 
 @_cache(ttl=2)
@@ -246,22 +231,6 @@ def load_alerts(store: Store, settings: tuple[tuple[str, Any], ...]) -> list[hea
 def load_final(store: Store, completions: int) -> derived.Final:
     """A finished run's final figures (runhealth.derived.final): its store no longer changes."""
     return derived.final(store, completions)
-
-
-@_cache(ttl=TTL_S, max_entries=8)
-def load_gpu_notes(store: Store, run_writing: bool) -> list[tuple[str, str]]:
-    """GPU information that is no problem (at the power cap, PCIe replays): hardware.gpu_notes.
-    Every GPU or host problem is an alert of runhealth.health.evaluate (components/alerts.py)."""
-    gpus = load_gpu_latest(store)
-    current = {n["name"] for n in load_nodes(store)}  # a node removed from the config has no notes now
-    rows = [r for r in (gpus.to_dict("records") if len(gpus) else []) if r["node"] in current]
-    found = {(h["node"], h["gpu"]): h["health"] for h in store.gpu_health() if h["node"] in current}
-    return hardware.gpu_notes(rows, found, run_writing)
-
-
-@_cache()
-def load_hosts(store: Store) -> dict[str, HostReading]:
-    return store.host_latest()
 
 
 @_cache()

@@ -374,3 +374,18 @@ def test_samples_model_without_a_batch(tmp_path):
     model = samples.samples(store, load_config(store_fixtures.write_config(tmp_path, tmp_path / "x.sqlite3")))
     assert model.batch is None and model.samples == [] and model.truncated_in_sample is None
     assert model.loop_share.n == 0 and model.summary.completions == 4 * 2 * 3 * 50
+
+
+def test_nodes_and_gpus_pages_read_each_table_once(tmp_path, monkeypatch):
+    """One model per render: the node and GPU tables are read once for the Nodes and the GPUs
+    page (main: the node table, the alerts and the rates each read them again)."""
+    for name in ("nodes", "gpus"):
+        (tmp_path / name).mkdir()
+        store, config = store_fixtures.make_store(tmp_path / name, "ceiling_18")
+        store.close()
+        calls = counting(monkeypatch)
+        at = run_page(name, config, monkeypatch)
+        assert_clean(at)
+        assert calls["nodes"] == 1 and calls["gpu_latest"] == 1 and calls["polls"] == 1, (name, calls)
+        assert calls["sql"] <= 26, (name, calls)
+        monkeypatch.undo()
