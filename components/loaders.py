@@ -12,19 +12,23 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, TypedDict
 
 import pandas as pd
 import streamlit as st
 
 from components import precomputed
-from runhealth import activity, derived, hardware, health, pagedata, rollup
+from runhealth import activity, derived, health, pagedata, rollup
 from runhealth.activity import RunRates as RunRates  # the pages name the rates type through here
 from runhealth.analysis import lengthtime, stats, whatif
 from runhealth.config import RunConfig
-from runhealth.records import HostReading, NodeRow, PendingSampleBatch, SampleBatch
+from runhealth.records import GpuRow, MetricRow, NodeRow, PendingSampleBatch, SampleBatch, ShardRow
+from runhealth.screens import gpus as gpus_model
+from runhealth.screens import lengths as lengths_model
+from runhealth.screens import nodes as nodes_model
 from runhealth.screens import overview as overview_model
+from runhealth.screens import samples as samples_model
 from runhealth.store import Store
 from runhealth.windows import SERVER_RATE_WINDOW_S, stale_after_s
 
@@ -42,21 +46,22 @@ def clear_all() -> None:
     """Drop every cached read (after "Refresh now")."""
     for fn in (
         load_nodes,
-        load_removed_nodes,
         load_run_lengths,
         load_group_lengths,
         load_truncation_over_time,
         load_throughput,
         load_health,
         load_alerts,
-        load_gpu_notes,
-        load_hosts,
         load_gpu_latest,
         load_gpu_series,
         load_samples,
         load_last_collection,
         load_lengths_over_time,
         load_overview,
+        load_nodes_screen,
+        load_gpus_screen,
+        load_lengths_screen,
+        load_samples_screen,
     ):
         fn.clear()
 
@@ -64,21 +69,9 @@ def clear_all() -> None:
 # -- loaders ------------------------------------------------------------------------------
 @_cache()
 def load_nodes(store: Store) -> list[NodeRow]:
-    """The nodes the run's config names now (a removed node is history: load_removed_nodes)."""
+    """The nodes the run's config names now (a removed node is history: screens.nodes.removed_nodes)."""
     keep = health.configured_nodes(store.meta("run") or {})
     return [n for n in store.nodes() if keep is None or n["name"] in keep]
-
-
-@_cache()
-def load_removed_nodes(store: Store) -> list[tuple[str, int, str | None]]:
-    """Nodes no longer in the config: (name, completions it counted, the current node that reads
-    its files again and so holds those completions instead, or None: they stay in the totals)."""
-    keep = health.configured_nodes(store.meta("run") or {})
-    if keep is None:
-        return []
-    by = store.superseded_nodes()
-    lines = {n["name"]: n["lines"] for n in store.nodes()}
-    return [(name, lines[name], by.get(name)) for name in sorted(set(lines) - keep)]
 
 
 @_cache(ttl=2)
@@ -100,15 +93,21 @@ class RunLengths:
 @_cache(ttl=5, max_entries=8)
 def load_run_lengths(store: Store, ceiling: int | None) -> RunLengths:
     """The run's length counts: summary, histogram bins and CDF points (runhealth.pagedata.run_lengths)."""
-    got = precomputed.payload(store, "run_lengths")
-    as_of, data = (
-        got if got is not None and got[1]["ceiling"] == ceiling else (None, pagedata.run_lengths(store, ceiling))
-    )
-    hist = stats.LengthHist.from_rows(data["rows"])
-    summary = stats.summarize(hist, ceiling=ceiling, unparseable=data["malformed"])
-    bins = pd.DataFrame(data["bins"], columns=["bin_start", "bin_end", "stop", "at_ceiling", "other"])
-    cdf = pd.DataFrame(data["cdf"], columns=["tokens", "cum_fraction"])
-    return RunLengths(hist, summary, bins, cdf, as_of)
+    return run_lengths(lengths_model.counts(store, ceiling, precomputed.payload(store, "run_lengths")))
+
+
+def run_lengths(c: lengths_model.Counts) -> RunLengths:
+    """A screen model's length counts as the pages' frames."""
+    bins = pd.DataFrame(list(c.bins), columns=["bin_start", "bin_end", "stop", "at_ceiling", "other"])
+    cdf = pd.DataFrame(list(c.cdf), columns=["tokens", "cum_fraction"])
+    return RunLengths(c.hist, c.summary, bins, cdf, c.as_of)
+
+
+@_cache(ttl=5, max_entries=8)
+def load_lengths_screen(store: Store, config: RunConfig) -> lengths_model.Lengths:
+    """The Output lengths page's model at now (runhealth.screens.lengths): the length counts, the
+    nodes, the ETA at the 15-min average and the what-if's loop sample."""
+    return lengths_model.lengths(store, config, time.time())
 
 
 @_cache(ttl=5, max_entries=8)
@@ -208,6 +207,20 @@ def load_overview(store: Store, config: RunConfig, finished: bool = False) -> ov
 
 
 @_cache(ttl=TTL_S, max_entries=8)
+def load_nodes_screen(store: Store, config: RunConfig, finished: bool = False) -> nodes_model.Nodes:
+    """The Nodes page's model at now (runhealth.screens.nodes): node states, shards, hosts, host
+    alerts, the collector's fault and the servers' metrics from one reading of the store."""
+    return nodes_model.nodes(store, config, time.time(), finished)
+
+
+@_cache(ttl=TTL_S, max_entries=8)
+def load_gpus_screen(store: Store, config: RunConfig) -> gpus_model.Gpus:
+    """The GPUs page's model at now (runhealth.screens.gpus): the GPUs' latest readings, their
+    alerts and notes, telemetry errors, from one reading of the store."""
+    return gpus_model.gpus(store, config, time.time())
+
+
+@_cache(ttl=TTL_S, max_entries=8)
 def load_alerts(store: Store, settings: tuple[tuple[str, Any], ...]) -> list[health.Alert]:
     """health.evaluate() now, for the run settings `settings` (health.settings(config).items()):
     the Overview's alert box (75 ms at 64 nodes x 8 GPUs, so cached like the other reads)."""
@@ -220,27 +233,17 @@ def load_final(store: Store, completions: int) -> derived.Final:
     return derived.final(store, completions)
 
 
-@_cache(ttl=TTL_S, max_entries=8)
-def load_gpu_notes(store: Store, run_writing: bool) -> list[tuple[str, str]]:
-    """GPU information that is no problem (at the power cap, PCIe replays): hardware.gpu_notes.
-    Every GPU or host problem is an alert of runhealth.health.evaluate (components/alerts.py)."""
-    gpus = load_gpu_latest(store)
-    current = {n["name"] for n in load_nodes(store)}  # a node removed from the config has no notes now
-    rows = [r for r in (gpus.to_dict("records") if len(gpus) else []) if r["node"] in current]
-    found = {(h["node"], h["gpu"]): h["health"] for h in store.gpu_health() if h["node"] in current}
-    return hardware.gpu_notes(rows, found, run_writing)
-
-
-@_cache()
-def load_hosts(store: Store) -> dict[str, HostReading]:
-    return store.host_latest()
-
-
 @_cache()
 def load_gpu_latest(store: Store) -> pd.DataFrame:
     """The latest reading of each GPU of the nodes the config names now (as /metrics exports)."""
     keep = health.configured_nodes(store.meta("run") or {})
-    df = pd.DataFrame([g for g in store.gpu_latest() if keep is None or g["node"] in keep])
+    return gpu_frame([g for g in store.gpu_latest() if keep is None or g["node"] in keep])
+
+
+def gpu_frame(rows: Sequence[GpuRow]) -> pd.DataFrame:
+    """GPU readings (Store.gpu_latest(), or a screen model's) as the pages' table: labelled
+    node/gpu, power and memory as percentages of their limits."""
+    df = pd.DataFrame(list(rows))
     if df.empty:
         return df
     df["label"] = df["node"] + "/" + df["gpu"].astype(str)
@@ -261,6 +264,13 @@ def load_gpu_series(store: Store, since_unix: float | None, max_points: int = 40
 class SampleBatches(TypedDict):
     latest: SampleBatch | None  # the newest finished batch, with its samples
     pending: PendingSampleBatch | None  # one still being drawn
+
+
+@_cache(ttl=2, max_entries=4)
+def load_samples_screen(store: Store, config: RunConfig) -> samples_model.Samples:
+    """The Samples page's model at now (runhealth.screens.samples): the latest batch, its share at
+    the ceiling and its loops beside the run's exact counts."""
+    return samples_model.samples(store, config, time.time())
 
 
 @_cache(ttl=2, max_entries=4)
@@ -313,7 +323,11 @@ def _load_whatif(
 def load_shards(store: Store) -> pd.DataFrame:
     """Every shard of every node: how far it is indexed, what it held, its read error if any, and
     when it was last found rewritten under the same inode (replaced_unix; NaN: never)."""
-    rows = store.shards()
+    return shard_frame(store.shards())
+
+
+def shard_frame(rows: Sequence[ShardRow]) -> pd.DataFrame:
+    """Shard rows (Store.shards(), or a screen model's) as the table the pages show."""
     columns = [
         "node",
         "path",
@@ -332,7 +346,11 @@ def load_shards(store: Store) -> pd.DataFrame:
 @_cache()
 def load_server_metrics(store: Store) -> pd.DataFrame:
     """The latest value of each SGLang / vLLM metric per node (rows: metric, columns: node)."""
-    rows = store.metric_latest()
+    return metrics_frame(store.metric_latest())
+
+
+def metrics_frame(rows: Sequence[MetricRow]) -> pd.DataFrame:
+    """Latest-metric rows (Store.metric_latest(), or a screen model's) as metric x node."""
     if not rows:
         return pd.DataFrame()
-    return pd.DataFrame(rows).pivot(index="name", columns="node", values="value")
+    return pd.DataFrame(list(rows)).pivot(index="name", columns="node", values="value")

@@ -54,12 +54,11 @@ def collector_problem(rt: PageRuntime, now: float) -> str | None:
     return None if found is None else md_escape(found.text).replace("\\`", "`")
 
 
-def render_collector(rt: PageRuntime) -> None:
-    """A warning at the top of the Nodes page when no collector process writes this run (markdown:
-    the commands in code spans, the host escaped)."""
-    problem = collector_problem(rt, time.time())
-    if problem is not None:
-        st.warning(problem)
+def render_collector(fault: str | None) -> None:
+    """A warning at the top of the Nodes page when no collector process writes this run (`fault`:
+    the screen model's sentence; markdown: the commands in code spans, the host escaped)."""
+    if fault is not None:
+        st.warning(md_escape(fault).replace("\\`", "`"))
 
 
 def render_status(status: CollectorStatus, has_deliveries: bool, now: float) -> None:

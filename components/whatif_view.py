@@ -5,6 +5,10 @@ Streamlit calls), so they are tested directly and the page only places them.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
+from runhealth.analysis import continuation
 from runhealth.analysis.whatif import MIN_LOOP_SAMPLES, WhatIf, loop_note
 
 
@@ -51,3 +55,20 @@ def loops_line(r: WhatIf) -> str:
         f"Repetition loops: {k} of {n} sampled truncated completions ({k / n:.0%}, 95% {lo:.0%}–{hi:.0%}); "
         "loops stay cut at any limit, and the interval carries this share's uncertainty."
     )
+
+
+def continuation_job(collector: Any, config: Any, limit: int, ceiling: int, n: int) -> dict[str, Any]:
+    """Runs in the background (components/jobs.py): sample `n` truncated completions with their
+    full text from every node and build the continuation batch (runhealth.analysis.continuation)."""
+    samples, _pop, errors = collector.sample_now(n=n, finish_reason="length", full_text=True)
+    built = continuation.build(
+        samples, limit, ceiling, config.continuation_model, {node.name: node.prompt_path for node in config.nodes}
+    )
+    return {
+        "body": "".join(json.dumps(q) + "\n" for q in built["lines"]),
+        "n": len(built["lines"]),
+        "sampled": len(samples),
+        "errors": errors,
+        "problems": built["problems"],
+        "limit": limit,
+    }

@@ -14,7 +14,7 @@ from typing import Literal
 import pandas as pd
 import streamlit as st
 
-from components import alerts, cards, figcache, figures, loaders, page, precomputed, tables
+from components import cards, figcache, figures, loaders, page, precomputed, tables
 from components.context import PageRuntime
 from components.format import md_escape
 from runhealth import pagedata
@@ -113,25 +113,23 @@ def render_processes(gpus) -> None:
 
 
 def render_page(rt: PageRuntime, window: str, picked: list[str]) -> None:
-    nodes = loaders.load_nodes(rt.store)
-    for sentence in tables.telemetry_errors(nodes):
+    m = loaders.load_gpus_screen(rt.store, rt.config)
+    for sentence in m.telemetry_errors:
         st.warning(md_escape(sentence))
-    gpus = loaders.load_gpu_latest(rt.store)
+    gpus = loaders.gpu_frame(m.gpus)
     if gpus.empty:
-        if all(n.get("last_ok_unix") is None for n in nodes):
-            cards.render_nothing_yet(nodes, "GPU telemetry")
+        if m.never_polled:
+            cards.render_nothing_yet(list(m.nodes), "GPU telemetry")
         else:
             st.info(
                 'No node reported a GPU (gpu = "off", or neither NVML nor nvidia-smi works there): '
                 "see each node's GPU source on the Nodes page."
             )
         return
-    if rt.demo or any(n.get("gpu_simulated") for n in nodes):
+    if rt.demo or m.simulated:
         st.info("GPU telemetry on this page is simulated (demo mode): the numbers are made up.")
-    writing = bool(loaders.load_health(rt.store).tokens_per_s_1m)
-    problems = alerts.lines(alerts.of_kind(alerts.current(rt.store, rt.config), "gpu"))
-    cards.render_problems(problems + loaders.load_gpu_notes(rt.store, writing), "Problems")
-    render_now(gpus, writing)
+    cards.render_problems(m.problems, "Problems")
+    render_now(gpus, m.writing)
     labels = gpus.loc[gpus["node"].isin(picked or gpus["node"].unique()), "label"].tolist()
     render_series(rt, window, labels)
     render_processes(gpus)
@@ -143,23 +141,21 @@ KIOSK_SERIES = SERIES[:2]  # utilization and power: the two a wall screen has ro
 def render_kiosk(rt: PageRuntime) -> None:
     """The wall screen (?kiosk=1), within 1920x1080: problems (a few), GPUs now, utilization and
     power over the last hour; no select boxes (nobody at a wall picks)."""
-    nodes = loaders.load_nodes(rt.store)
-    gpus = loaders.load_gpu_latest(rt.store)
+    m = loaders.load_gpus_screen(rt.store, rt.config)
+    gpus = loaders.gpu_frame(m.gpus)
     if gpus.empty:
         st.info("No node reports a GPU: the wall's rotation skips this page.")
         return
-    writing = bool(loaders.load_health(rt.store).tokens_per_s_1m)
-    problems = alerts.lines(alerts.of_kind(alerts.current(rt.store, rt.config), "gpu"))
-    notes = [("warning", text) for text in tables.telemetry_errors(nodes)]
+    notes = [("warning", text) for text in m.telemetry_errors]
     # One container: however many problem lines come and go between refreshes, the charts below
     # keep their place in the page (a shifted chart is a new one to the browser, drawn from blank).
     with st.container():
-        cards.render_problems(notes + problems + loaders.load_gpu_notes(rt.store, writing), "Problems", limit=1)
+        cards.render_problems(notes + m.problems, "Problems", limit=1)
     heat = figcache.figure(figures.make_gpu_heatstrip_figure, gpus[["label", "util_pct", "power_pct", "mem_pct"]])
     st.plotly_chart(heat, key=f"{PREFIX}_heatstrip_chart", height=260)
     window = list(WINDOWS_S)[1]
     render_series(rt, window, gpus["label"].tolist(), KIOSK_SERIES, height=330)
-    simulated = rt.demo or any(n.get("gpu_simulated") for n in nodes)
+    simulated = rt.demo or m.simulated
     page.kiosk_caption(
         PREFIX,
         1,
@@ -177,12 +173,13 @@ def render(rt: PageRuntime) -> None:
     # The controls stay outside the live fragment: a refresh never resets what the viewer picked.
     c1, c2 = st.columns([1, 3])
     window = c1.selectbox("Window", list(WINDOWS_S), index=1, key=f"{PREFIX}_window_select")
+    m = loaders.load_gpus_screen(rt.store, rt.config)
     picked = c2.multiselect(
         "Nodes",
-        sorted(n["name"] for n in loaders.load_nodes(rt.store)),
+        sorted(n["name"] for n in m.nodes),
         key=f"{PREFIX}_node_select",
         placeholder="all nodes",
     )
     page.live(rt, render_page, rt, window, picked)
-    gpus_now = loaders.load_gpu_latest(rt.store)
+    gpus_now = loaders.gpu_frame(loaders.load_gpus_screen(rt.store, rt.config).gpus)
     page.download_csv(tables.gpu_table(gpus_now) if len(gpus_now) else pd.DataFrame(), "gpus.csv", PREFIX)

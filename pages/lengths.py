@@ -7,15 +7,12 @@ what-if is a model extrapolation beyond the ceiling and says so.
 
 from __future__ import annotations
 
-import json
-
 import streamlit as st
 
 from components import cards, figcache, figures, jobs, loaders, page, precomputed, tables, whatif_view
 from components.context import PageRuntime
 from components.format import fmt_percentile_tokens, level, md_escape
-from runhealth.analysis import continuation, loops, rates
-from runhealth.analysis.stats import Summary
+from runhealth.screens.lengths import Lengths, Summary
 
 PREFIX = "lengths"
 TITLE, ICON, URL_PATH = "Output lengths", ":material/straighten:", "Output_lengths"
@@ -83,8 +80,8 @@ def render_groups(rt: PageRuntime, ceiling) -> None:
         st.caption(f"Truncation by {by}: {precomputed.age_text(df.attrs.get('as_of'))}.")
 
 
-def render_whatif(rt: PageRuntime, data: loaders.RunLengths, health: loaders.RunRates) -> None:
-    s, hist = data.summary, data.hist
+def render_whatif(rt: PageRuntime, m: Lengths) -> None:
+    s, hist = m.summary, m.counts.hist
     ceiling = s.ceiling_tokens
     if ceiling is None:  # the page draws the what-if only under a ceiling
         return
@@ -103,10 +100,8 @@ def render_whatif(rt: PageRuntime, data: loaders.RunLengths, health: loaders.Run
                 key=f"{PREFIX}_whatif_limit",
             )
         )
-    sample = loops.loop_sample(loaders.load_samples(rt.store)["latest"])
-    r, as_of = loaders.load_whatif_with_age(rt.store, hist, ceiling, limit, sample)
-    eta_now = rates.eta_seconds(s.completions, rt.config.target_completions, health.completions_per_s_15m)
-    eta = rates.eta_change(eta_now, s.tokens.mean, r.extra_tokens_per_completion, r.extra_tokens_interval)
+    r, as_of = loaders.load_whatif_with_age(rt.store, hist, ceiling, limit, m.loop_sample)
+    eta = m.eta_change(r)
     frac, (lo, hi) = r.truncated_fraction, r.interval
     cfg_warn, cfg_alert = rt.config.truncation_warn_fraction, rt.config.truncation_alert_fraction
     cards.render_tiles(
@@ -151,22 +146,6 @@ def render_whatif(rt: PageRuntime, data: loaders.RunLengths, health: loaders.Run
     render_continuation(rt, limit, ceiling)
 
 
-def continuation_job(collector, config, limit: int, ceiling: int) -> dict:
-    """Runs in the background: sample truncated completions with full text, build the batch."""
-    samples, _pop, errors = collector.sample_now(n=CONTINUATION_N, finish_reason="length", full_text=True)
-    built = continuation.build(
-        samples, limit, ceiling, config.continuation_model, {n.name: n.prompt_path for n in config.nodes}
-    )
-    return {
-        "body": "".join(json.dumps(q) + "\n" for q in built["lines"]),
-        "n": len(built["lines"]),
-        "sampled": len(samples),
-        "errors": errors,
-        "problems": built["problems"],
-        "limit": limit,
-    }
-
-
 def render_continuation(rt: PageRuntime, limit: int, ceiling: int) -> None:
     """A JSONL of continuation requests to measure the answer instead of modelling it."""
     key = f"{PREFIX}_continuation_job"
@@ -175,7 +154,7 @@ def render_continuation(rt: PageRuntime, limit: int, ceiling: int) -> None:
         key=f"{PREFIX}_continuation_button",
         disabled=rt.collector is None or limit <= ceiling or jobs.running(key),
     ):
-        jobs.start(key, continuation_job, rt.collector, rt.config, limit, ceiling)
+        jobs.start(key, whatif_view.continuation_job, rt.collector, rt.config, limit, ceiling, CONTINUATION_N)
     st.fragment(run_every=1 if jobs.running(key) else None)(render_continuation_result)(key)
 
 
@@ -221,9 +200,10 @@ def render_server_note(rt: PageRuntime, summary: Summary) -> None:
 
 
 def render_page(rt: PageRuntime) -> None:
-    nodes = loaders.load_nodes(rt.store)
+    m = loaders.load_lengths_screen(rt.store, rt.config)
+    nodes = list(m.nodes)
     cards.render_indexing(nodes)
-    data = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)
+    data = loaders.run_lengths(m.counts)
     summary = data.summary
     if not summary.completions:
         cards.render_nothing_yet(nodes)
@@ -272,11 +252,11 @@ def render_page(rt: PageRuntime) -> None:
 
 
 def render_whatif_live(rt: PageRuntime) -> None:
-    data = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)
-    if not data.summary.completions:
+    m = loaders.load_lengths_screen(rt.store, rt.config)
+    if not m.summary.completions:
         return
-    if data.summary.ceiling_tokens:
-        page.guarded(render_whatif)(rt, data, loaders.load_health(rt.store))
+    if m.summary.ceiling_tokens:
+        page.guarded(render_whatif)(rt, m)
         st.caption(f"The what-if is refitted every {WHATIF_REFRESH_S} s (a model fit, not a count).")
     else:
         st.info(
@@ -304,10 +284,11 @@ def render_kiosk_charts(rt: PageRuntime, r, ceiling: int, limit: int, as_of) -> 
 def render_kiosk(rt: PageRuntime) -> None:
     """The wall screen (?kiosk=1) in two parts, each within 1920x1080: 1 = tiles and the length
     distribution, 2 = the what-if at twice the ceiling and truncation over time."""
-    data = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens)
+    m = loaders.load_lengths_screen(rt.store, rt.config)
+    data = loaders.run_lengths(m.counts)
     summary = data.summary
     if not summary.completions:
-        cards.render_nothing_yet(loaders.load_nodes(rt.store))
+        cards.render_nothing_yet(list(m.nodes))
         return
     if page.kiosk_part() == 1:
         render_summary(rt, summary)
@@ -321,7 +302,7 @@ def render_kiosk(rt: PageRuntime) -> None:
             right.plotly_chart(cdf, key=f"{PREFIX}_cdf_chart", height=420)
         left_out = "Next: the what-if and truncation over time. Finish reasons, by node, per hour: without ?kiosk=1."
     elif summary.ceiling_tokens:
-        render_whatif(rt, data, loaders.load_health(rt.store))
+        render_whatif(rt, m)
         left_out = "The what-if's model, its back-test details and the continuation batch: without ?kiosk=1."
     else:
         st.info("No max_tokens ceiling found in the data: nothing is cut at a limit, no what-if.")
@@ -339,5 +320,7 @@ def render(rt: PageRuntime) -> None:
     st.fragment(run_every=WHATIF_REFRESH_S)(render_whatif_live)(rt)
     # Sidebar widgets cannot live in a fragment: the download holds the histogram as of page load.
     page.download_csv(
-        loaders.load_run_lengths(rt.store, rt.config.max_output_tokens).bins, "length_histogram.csv", PREFIX
+        loaders.run_lengths(loaders.load_lengths_screen(rt.store, rt.config).counts).bins,
+        "length_histogram.csv",
+        PREFIX,
     )

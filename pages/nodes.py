@@ -7,29 +7,27 @@ last success is older than that; down = never reached (and failing), or no succe
 
 from __future__ import annotations
 
-import time
-from collections.abc import Mapping
-
 import pandas as pd
 import streamlit as st
 
 from components import alerthistory, alerts, cards, loaders, page, runpicker, tables
 from components.context import PageRuntime
-from components.format import DOWN_AFTER_STALE, fmt_age, fmt_bytes, md_escape, node_status
+from components.format import DOWN_AFTER_STALE, fmt_age, fmt_bytes, md_escape
 from components.outbound import render_collector, render_outbound
 from runhealth import derived
 from runhealth.records import NodeRow
+from runhealth.screens.nodes import Nodes
 
 PREFIX = "nodes"
 TITLE, ICON, URL_PATH = "Nodes", ":material/dns:", "Nodes"
 MAX_NODE_CARDS = 8  # up to this many nodes, a card each; more: a problems table and one card
 
 
-def render_node(rt: PageRuntime, node: NodeRow, now: float, shards) -> None:
-    finished = runpicker.is_finished(rt)
-    cards.render_node_card(node, rt.config.stale_after, now, finished)
+def render_node(m: Nodes, node: NodeRow, shards) -> None:
+    now, finished = m.now, m.finished
+    cards.render_node_card(node, m.stale_after, now, finished)
     left, right = st.columns([3, 2])
-    details = tables.node_details(node, now, loaders.load_hosts(rt.store).get(node["name"]), finished)
+    details = tables.node_details(node, now, m.hosts.get(node["name"]), finished)
     left.dataframe(details, hide_index=True, width="stretch", height=35 * (len(details) + 1) + 3)
     with right:
         st.caption("Effective configuration (secrets never shown)")
@@ -58,24 +56,22 @@ def render_node(rt: PageRuntime, node: NodeRow, now: float, shards) -> None:
 
 
 def render_page(rt: PageRuntime) -> None:
-    now = time.time()
-    page.guarded(render_collector)(rt)  # no collector process: say so before any number
+    m = loaders.load_nodes_screen(rt.store, rt.config, runpicker.is_finished(rt))
+    page.guarded(render_collector)(m.collector_fault)  # no collector process: say so before any number
     page.guarded(cards.render_store_privacy)(rt.store)
-    nodes = loaders.load_nodes(rt.store)
+    nodes = list(m.nodes)
     if not nodes:
         st.info("No nodes registered yet: waiting for first poll (is the collector running?).")
         return
     cards.render_indexing(nodes)
-    cards.render_problems(alerts.lines(alerts.of_kind(alerts.current(rt.store, rt.config), "host")), "Hosts")
-    finished, per_node = node_table_inputs(rt)
-    cards.render_node_table(nodes, rt.config.stale_after, per_node=per_node, finished=finished)
-    for name, lines, by in loaders.load_removed_nodes(rt.store):
-        kept = f"read again by {by}, so counted there, not twice" if by else "kept in the run's totals"
-        st.caption(md_escape(f"{name}: no longer in the config; its {lines:,} completions are {kept}."))
-    shards = loaders.load_shards(rt.store)
-    for node in shown_nodes(rt, nodes, shards, now):
-        page.guarded(render_node)(rt, node, now, shards)
-    server = loaders.load_server_metrics(rt.store)
+    cards.render_problems(alerts.lines(list(m.host_alerts)), "Hosts")
+    cards.render_node_table(nodes, m.stale_after, per_node=m.per_node, finished=m.finished)
+    for gone in m.removed:
+        st.caption(md_escape(gone.text))
+    shards = loaders.shard_frame(m.shards)
+    for node in shown_nodes(m, shards):
+        page.guarded(render_node)(m, node, shards)
+    server = loaders.metrics_frame(m.server_metrics)
     if not server.empty:
         st.subheader("Inference servers (latest /metrics values)")
         st.dataframe(tables.server_metrics_table(server), hide_index=True, width="stretch")
@@ -83,27 +79,22 @@ def render_page(rt: PageRuntime) -> None:
     page.guarded(render_outbound)(rt)
 
 
-def node_table_inputs(rt: PageRuntime) -> tuple[bool, Mapping[str, tables.NodeRate] | None]:
-    """Whether the run is finished, and its per-node rates (None when finished): the table on
-    screen and its CSV are built from the same two, so they have the same columns."""
-    finished = runpicker.is_finished(rt)
-    return finished, None if finished else loaders.load_health(rt.store).per_node
-
-
 def node_csv(rt: PageRuntime):
-    """The node table as shown (tok/s and last new included while the run is live), for the CSV."""
-    finished, per_node = node_table_inputs(rt)
-    return tables.node_table(loaders.load_nodes(rt.store), rt.config.stale_after, per_node=per_node, finished=finished)
+    """The node table as shown (tok/s and last new included while the run is live), for the CSV:
+    the same model as the screen, so the same columns."""
+    m = loaders.load_nodes_screen(rt.store, rt.config, runpicker.is_finished(rt))
+    return tables.node_table(list(m.nodes), m.stale_after, per_node=m.per_node, finished=m.finished)
 
 
-def shown_nodes(rt: PageRuntime, nodes: list[NodeRow], shards, now: float) -> list[NodeRow]:
+def shown_nodes(m: Nodes, shards) -> list[NodeRow]:
     """Every node's card up to MAX_NODE_CARDS nodes. A fleet gets one table of every node's
     problems and the card of one node, picked (default: the worst): a card costs ~20 ms of
     table serialisation, so 32 troubled nodes' cards took 0.7 s (bench/pages.py --scenario fleet)."""
+    nodes = list(m.nodes)
     if len(nodes) <= MAX_NODE_CARDS:
         return nodes
-    problems, order = tables.node_problems(nodes, shards, rt.config.stale_after, now)
-    states = {n["name"]: node_status(n, now, rt.config.stale_after)[0] for n in nodes}
+    problems, order = tables.node_problems(nodes, shards, m.stale_after, m.now)
+    states = {s.name: s.state for s in m.states}
     not_up = sum(s != "up" for s in states.values())
     troubled = problems["node"].nunique()
     st.subheader("Problems by node")
@@ -127,14 +118,12 @@ def shown_nodes(rt: PageRuntime, nodes: list[NodeRow], shards, now: float) -> li
 def render_kiosk(rt: PageRuntime) -> None:
     """The wall screen (?kiosk=1, in the rotation while a node is down), within 1920x1080: host
     problems (a few) and the node table."""
-    nodes = loaders.load_nodes(rt.store)
-    if not nodes:
+    m = loaders.load_nodes_screen(rt.store, rt.config, runpicker.is_finished(rt))
+    if not m.nodes:
         st.info("No nodes registered yet: waiting for first poll (is the collector running?).")
         return
-    host = alerts.lines(alerts.of_kind(alerts.current(rt.store, rt.config), "host"))
-    cards.render_problems(host, "Hosts", limit=page.KIOSK_MAX_ALERTS)
-    finished, per_node = node_table_inputs(rt)
-    cards.render_node_table(nodes, rt.config.stale_after, per_node=per_node, finished=finished)
+    cards.render_problems(alerts.lines(list(m.host_alerts)), "Hosts", limit=page.KIOSK_MAX_ALERTS)
+    cards.render_node_table(list(m.nodes), m.stale_after, per_node=m.per_node, finished=m.finished)
     page.kiosk_caption(PREFIX, 1, "Each node's details, shards, servers and config: without ?kiosk=1.")
 
 

@@ -12,7 +12,6 @@ import streamlit as st
 from components import cards, loaders, page, tables
 from components.context import PageRuntime
 from components.format import fmt_clock, md_escape
-from runhealth.analysis import loops, stats
 from runhealth.records import StoredSample
 
 PREFIX = "samples"
@@ -39,6 +38,7 @@ def render_controls(rt: PageRuntime) -> None:
         st.session_state.setdefault(f"{PREFIX}_filters", {})[batch] = reason
         st.session_state[f"{PREFIX}_waiting"] = batch
         loaders.load_samples.clear()
+        loaders.load_samples_screen.clear()
 
 
 def render_pending(rt: PageRuntime) -> None:
@@ -50,20 +50,23 @@ def render_pending(rt: PageRuntime) -> None:
         st.rerun(scope="app")
 
 
-def render_rates(rt: PageRuntime, samples: list[StoredSample], batch: int, ceiling: int | None) -> None:
-    summary = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens).summary
+def render_rates(rt: PageRuntime, batch: int) -> None:
+    """The sample's shares beside the exact counts: one model, re-read every refresh."""
+    m = loaders.load_samples_screen(rt.store, rt.config)
+    if m.batch is None or m.batch["batch"] != batch:
+        st.rerun(scope="app")  # a newer batch landed (another viewer's): show it, table and all
+    summary, ceiling = m.summary, m.summary.ceiling_tokens
     filtered = st.session_state.get(f"{PREFIX}_filters", {}).get(batch) == "length" or all(
-        s["finish_reason"] == "length" for s in samples
+        s["finish_reason"] == "length" for s in m.samples
     )
     tiles = []
-    if ceiling and not filtered:
-        k = sum(s["finish_reason"] == "length" and (s["tokens"] or 0) >= ceiling for s in samples)
-        lo, hi = stats.wilson_interval(k, len(samples))
+    sampled = m.truncated_in_sample
+    if ceiling and sampled is not None and not filtered:
         tiles.append(
             cards.tile(
                 "Truncated · this sample",
-                f"{k / len(samples):.1%}",
-                f"n = {len(samples)} · 95% {lo:.1%}–{hi:.1%} · {k} at the {ceiling:,} ceiling",
+                f"{sampled.fraction:.1%}",
+                f"n = {sampled.n} · 95% {sampled.lo:.1%}–{sampled.hi:.1%} · {sampled.k} at the {ceiling:,} ceiling",
             )
         )
         tiles.append(
@@ -73,18 +76,17 @@ def render_rates(rt: PageRuntime, samples: list[StoredSample], batch: int, ceili
                 f"{summary.at_ceiling:,} of {summary.length_count:,} · exact count",
             )
         )
-    cut = [s for s in samples if s["finish_reason"] == "length"]
-    share = loops.loop_share([s["text_tail"] or "" for s in cut])
-    if share["n"]:
-        lo, hi = share["interval"]
-        few = share["n"] < cards.MIN_SAMPLE_N  # a share from a handful of samples is no alarm
+    cut = m.truncated
+    share = m.loop_share
+    if share.n:
+        few = share.n < cards.MIN_SAMPLE_N  # a share from a handful of samples is no alarm
         tiles.append(
             cards.tile(
                 "Truncated that loop",
-                f"{share['fraction']:.0%}",
-                f"n = {share['n']} · 95% {lo:.0%}–{hi:.0%} · {share['loops']} loops"
+                f"{share.fraction:.0%}",
+                f"n = {share.n} · 95% {share.lo:.0%}–{share.hi:.0%} · {share.loops} loops"
                 + (f" · too few to judge (n < {cards.MIN_SAMPLE_N})" if few else ""),
-                "muted" if few else "warn" if share["fraction"] >= 0.1 else "ok",
+                "muted" if few else "warn" if (share.fraction or 0.0) >= 0.1 else "ok",
             )
         )
     if tiles:
@@ -113,7 +115,8 @@ def render(rt: PageRuntime) -> None:
     page.guarded(render_controls)(rt)
     waiting = st.session_state.get(f"{PREFIX}_waiting") is not None or loaders.load_samples(rt.store)["pending"]
     st.fragment(run_every=2 if waiting else None)(render_pending)(rt)
-    latest = loaders.load_samples(rt.store)["latest"]
+    m = loaders.load_samples_screen(rt.store, rt.config)
+    latest = m.batch
     if not latest:
         st.info(
             "No sample yet: press Re-sample to draw completions uniformly from the shards."
@@ -124,7 +127,6 @@ def render(rt: PageRuntime) -> None:
     for node, err in (latest.get("errors") or {}).items():
         st.warning(md_escape(f"{node}: could not sample: {err}"))
     samples = latest["samples"]
-    ceiling = loaders.load_run_lengths(rt.store, rt.config.max_output_tokens).summary.ceiling_tokens
     drawn = latest.get("done_unix")
     st.caption(
         f"Batch {latest['batch']}: {len(samples)} of {latest['population'] or 0:,} completions, drawn uniformly"
@@ -133,7 +135,7 @@ def render(rt: PageRuntime) -> None:
     if not samples:
         st.info("The last sample came back empty (see the errors above, or the shards hold no complete lines).")
         return
-    page.live(rt, render_rates, rt, samples, latest["batch"], ceiling)
+    page.live(rt, render_rates, rt, latest["batch"])
     render_table(samples)
 
 

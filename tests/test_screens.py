@@ -219,3 +219,175 @@ def test_truncation_by_node_is_precomputed_for_a_detected_ceiling(tmp_path, monk
     assert_clean(at)
     captions = [c.value for c in at.caption if c.value.startswith("Truncation by")]
     assert captions and all("computed by the collector" in c for c in captions), captions
+
+
+# -- the Nodes screen --------------------------------------------------------------------------------
+def test_nodes_model_states_shards_and_servers_are_what_the_store_holds(tmp_path):
+    """node_down: node-3 unreachable for 10 min (down), node-2 for 1 min (stale), the others up;
+    every node's shards and server metric as the store holds them, one instant for all."""
+    from runhealth.screens import nodes
+
+    store, config = store_fixtures.make_store(tmp_path, "node_down")
+    now = time.time()
+    model = nodes.nodes(store, load_config(config), now)
+    assert [s.name for s in model.states] == [f"node-{i}" for i in range(1, NODES + 1)]
+    assert {s.name: s.state for s in model.states} == {
+        "node-1": "up",
+        "node-2": "stale",
+        "node-3": "down",
+        "node-4": "up",
+    }
+    assert model.counts == {"up": 2, "stale": 1, "down": 1, "pending": 0}
+    assert model.state_of("node-3").reason.startswith("down for 10 min")
+    held = {n["name"]: n["lines"] for n in store.nodes()}
+    for name, lines in held.items():
+        mine = model.shards_of(name)
+        assert len(mine) == 2 and sum(s["lines"] for s in mine) == lines
+        assert not model.replaced(name)
+    assert {(m["node"], m["name"]) for m in model.server_metrics} == {
+        (f"node-{i}", "sglang:gen_throughput") for i in range(1, NODES + 1)
+    }
+    assert model.per_node is not None and set(model.per_node) == set(held)
+    assert model.collector_fault is not None and "No collector has written" in model.collector_fault
+    assert model.removed == () and json.loads(json.dumps(model.to_json()))["counts"]["down"] == 1
+    done = nodes.nodes(store, load_config(config), now, finished=True)
+    assert done.per_node is None and done.collector_fault is None
+
+
+def test_nodes_model_names_removed_nodes_and_replaced_shards(tmp_path):
+    """A node the collector no longer polls (the run's meta names three) is a notice with its
+    count, not a row; a shard rewritten under the same inode is named with when."""
+    from runhealth.screens import nodes
+
+    store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
+    store.set_meta("run", {"nodes": ["node-1", "node-2", "node-3"]})
+    lines = {n["name"]: n["lines"] for n in store.nodes()}
+    ts = time.time()
+    reply = store_fixtures.poll_reply(
+        ts + 0.4,
+        [store_fixtures.gpu_device(0, 90.0)],
+        {
+            "/data/out/shard-01-0.jsonl": {
+                "inode": 1000,
+                "size": 900,
+                "offset_from": 0,
+                "offset": 900,
+                "reset": True,
+                "replaced": True,
+                "lines": 3,
+                "malformed": 0,
+                "tokens": 30,
+                "counts": [[10, "stop", 0, 3]],
+                "error": None,
+            }
+        },
+    )
+    store.record_poll("node-1", reply, ts, rtt_ms=5.0)
+    model = nodes.nodes(store, load_config(config), ts + 1)
+    assert [s.name for s in model.states] == ["node-1", "node-2", "node-3"]
+    assert model.removed == (nodes.Removed("node-4", lines["node-4"], None),)
+    assert f"its {lines['node-4']:,} completions are kept in the run's totals" in model.removed[0].text
+    (replaced,) = model.replaced("node-1")
+    assert replaced["path"] == "/data/out/shard-01-0.jsonl" and replaced["replaced_unix"] == ts
+    assert replaced["lines"] == 3
+
+
+# -- the GPUs screen ---------------------------------------------------------------------------------
+def test_gpus_model_is_the_stores_gpus_their_alerts_and_notes(tmp_path):
+    """node_down: 4 nodes x 8 GPUs; node-2's GPU 5 idles while the run writes and GPU 6 sits at
+    the power cap; node-4's GPU 3 is lost: one reading names each, as the store holds it."""
+    from runhealth import health
+    from runhealth.screens import gpus
+
+    store, config = store_fixtures.make_store(tmp_path, "node_down")
+    cfg = load_config(config)
+    now = time.time()
+    model = gpus.gpus(store, cfg, now)
+    assert model.gpus == tuple(store.gpu_latest()) and len(model.gpus) == NODES * 8
+    assert model.writing and not model.simulated and not model.never_polled
+    expected = [a for a in health.evaluate(store, now, health.settings(cfg)) if a.name.startswith("gpu_")]
+    assert [a.name for a in model.alerts] == [a.name for a in expected] == ["gpu_error", "gpu_idle"]
+    assert model.problems == [("error" if a.severity == "critical" else "warning", a.summary) for a in expected] + [
+        ("info", "At the power cap (sw_power_cap: normal under full load): node-2/6")
+    ]
+    assert "node-4/GPU 3" in model.alerts[0].summary and "node-2/GPU 5" in model.alerts[1].summary
+    assert json.loads(json.dumps(model.to_json()))["writing"] is True
+
+
+def test_gpus_model_of_a_store_never_polled(tmp_path):
+    from runhealth.screens import gpus
+
+    store, config = store_fixtures.make_store(tmp_path, "empty")
+    model = gpus.gpus(store, load_config(config), time.time())
+    assert model.gpus == () and model.never_polled and not model.writing and model.problems == []
+
+
+# -- the Output lengths screen -----------------------------------------------------------------------
+def test_lengths_model_is_the_fixtures_truth(tmp_path):
+    """ceiling_18: 4 nodes x 2 shards x 30 polls x 50 completions, exactly 9 of each 50 at the
+    4,096 ceiling, 400 completions a 10 s poll round; the sample batch holds 4 truncated, 2 loops."""
+    from runhealth.analysis import whatif
+    from runhealth.screens import lengths
+
+    store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
+    cfg = load_config(config)
+    now = time.time()
+    model = lengths.lengths(store, cfg, now)
+    s = model.summary
+    assert (s.completions, s.at_ceiling, s.ceiling_tokens) == (12_000, 240 * 9, 4096)
+    assert model.counts.as_of is None  # no collector payload yet: counted now
+    assert [n["name"] for n in model.nodes] == [f"node-{i}" for i in range(1, NODES + 1)]
+    assert model.loop_sample == (2, 4)
+    assert model.completions_per_s_15m == 40.0 and model.eta_s == (50_000 - 12_000) / 40
+    r = whatif.for_run(model.counts.hist, 4096, 8192, model.loop_sample, 20)
+    change = model.eta_change(r)
+    assert change.eta_s_now == model.eta_s and r.extra_tokens_per_completion is not None
+    assert change.eta_s_new is not None and change.eta_s_new > change.eta_s_now  # longer completions: later
+    # The collector's payload, when it is of this ceiling, is what the model shows (with its time).
+    ts = now - 5
+    pagedata.put(store, pagedata.compute_all(store, 4096, 10), ts)
+    again = lengths.lengths(store, cfg, now)
+    assert again.counts.as_of == ts and again.summary.at_ceiling == s.at_ceiling
+    assert again.counts.bins == model.counts.bins
+    assert json.loads(json.dumps(again.to_json()))["at_ceiling"] == 2160
+
+
+# -- the Samples screen ------------------------------------------------------------------------------
+def test_samples_model_is_the_batch_beside_the_exact_counts(tmp_path):
+    """ceiling_18's batch: 8 samples, 4 cut at the 4,096 ceiling, 2 of those loops; beside it the
+    exact 2,160 of 12,000 over all completions."""
+    from runhealth.analysis.stats import wilson_interval
+    from runhealth.screens import samples
+
+    store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
+    model = samples.samples(store, load_config(config), time.time())
+    assert model.batch is not None and len(model.samples) == 8 and len(model.truncated) == 4
+    assert model.truncated_in_sample == samples.Share(4, 8, *wilson_interval(4, 8))
+    assert (model.loop_share.n, model.loop_share.loops, model.loop_share.fraction) == (4, 2, 0.5)
+    assert (model.summary.at_ceiling, model.summary.length_count) == (2160, 12_000)
+    assert json.loads(json.dumps(model.to_json()))["truncated_all"] == {"k": 2160, "n": 12_000}
+
+
+def test_samples_model_without_a_batch(tmp_path):
+    from runhealth.screens import samples
+
+    store = Store(tmp_path / "x.sqlite3")
+    store_fixtures.build_run(store, now=time.time(), trunc_frac=0.18, polls=3)
+    model = samples.samples(store, load_config(store_fixtures.write_config(tmp_path, tmp_path / "x.sqlite3")))
+    assert model.batch is None and model.samples == [] and model.truncated_in_sample is None
+    assert model.loop_share.n == 0 and model.summary.completions == 4 * 2 * 3 * 50
+
+
+def test_nodes_and_gpus_pages_read_each_table_once(tmp_path, monkeypatch):
+    """One model per render: the node and GPU tables are read once for the Nodes and the GPUs
+    page (main: the node table, the alerts and the rates each read them again)."""
+    for name in ("nodes", "gpus"):
+        (tmp_path / name).mkdir()
+        store, config = store_fixtures.make_store(tmp_path / name, "ceiling_18")
+        store.close()
+        calls = counting(monkeypatch)
+        at = run_page(name, config, monkeypatch)
+        assert_clean(at)
+        assert calls["nodes"] == 1 and calls["gpu_latest"] == 1 and calls["polls"] == 1, (name, calls)
+        assert calls["sql"] <= 26, (name, calls)
+        monkeypatch.undo()

@@ -1,0 +1,104 @@
+"""The Output lengths page's model: the run's length counts and what the what-if needs, at one instant.
+
+`lengths(store, config, now)` reads the run's length counts (the collector's `run_lengths`
+payload when it is of the ceiling asked for, else counted from the store: `counts`), the nodes,
+the run's rates and the latest sample batch, and derives from them the summary (percentiles,
+the share at the ceiling, finish reasons), the ETA now at the 15-min average and the loop sample
+the what-if is fitted with (`loops.loop_sample`); `Lengths.eta_change(what_if)` is what raising
+the limit does to that ETA. The page (pages/lengths.py) lays this out; the heavy per-group,
+per-time and what-if reads stay the collector's payloads (components/loaders.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from runhealth import activity, health, pagedata
+from runhealth.analysis import loops, rates, stats
+from runhealth.analysis.stats import Summary as Summary  # the pages name the summary type through here
+from runhealth.analysis.whatif import WhatIf
+from runhealth.records import NodeRow
+from runhealth.store import Store
+
+
+@dataclasses.dataclass(frozen=True)
+class Counts:
+    """The run's length counts as the collector precomputes them (runhealth.pagedata.run_lengths)."""
+
+    hist: stats.LengthHist
+    summary: Summary
+    bins: tuple[tuple[Any, ...], ...]  # bin_start, bin_end, stop, at_ceiling, other
+    cdf: tuple[tuple[Any, ...], ...]  # tokens, cum_fraction
+    as_of: float | None  # when the collector computed them (None: computed now, no precomputed copy)
+
+
+def counts(store: Store, ceiling: int | None, got: tuple[float, Any] | None) -> Counts:
+    """The length counts at `ceiling`: `got` (the `run_lengths` payload, pagedata.get's (computed
+    at, payload), None: there is none) when it is of that ceiling, else counted from the store now."""
+    as_of, data = (
+        got if got is not None and got[1]["ceiling"] == ceiling else (None, pagedata.run_lengths(store, ceiling))
+    )
+    hist = stats.LengthHist.from_rows(data["rows"])
+    summary = stats.summarize(hist, ceiling=ceiling, unparseable=data["malformed"])
+    return Counts(hist, summary, tuple(map(tuple, data["bins"])), tuple(map(tuple, data["cdf"])), as_of)
+
+
+@dataclasses.dataclass(frozen=True)
+class Lengths:
+    """The Output lengths page at `now` (see the module docstring)."""
+
+    run: str
+    now: float
+    nodes: tuple[NodeRow, ...]  # the nodes the collector polls (indexing progress, "nothing yet")
+    counts: Counts
+    target: int | None
+    completions_per_s_15m: float | None
+    loop_sample: tuple[int, int]  # (loops, sampled) among the latest batch's truncated samples
+
+    @property
+    def summary(self) -> Summary:
+        return self.counts.summary
+
+    @property
+    def eta_s(self) -> float | None:
+        """The ETA now at the 15-min average (None without a target or a rate)."""
+        return rates.eta_seconds(self.summary.completions, self.target, self.completions_per_s_15m)
+
+    def eta_change(self, r: WhatIf) -> rates.EtaChange:
+        """What the what-if's extra tokens per completion do to the ETA at the 15-min average."""
+        return rates.eta_change(
+            self.eta_s, self.summary.tokens.mean, r.extra_tokens_per_completion, r.extra_tokens_interval
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.summary
+        return {
+            "run": self.run,
+            "now_unix": self.now,
+            "as_of": self.counts.as_of,
+            "completions": s.completions,
+            "ceiling_tokens": s.ceiling_tokens,
+            "at_ceiling": s.at_ceiling,
+            "p50": s.tokens.p50,
+            "p90": s.tokens.p90,
+            "p99": s.tokens.p99,
+            "eta_s": self.eta_s,
+            "loop_sample": list(self.loop_sample),
+        }
+
+
+def lengths(store: Store, config: Any, now: float | None = None) -> Lengths:
+    """The Output lengths page of `config`'s run (a RunConfig) at `now`."""
+    now = time.time() if now is None else now
+    keep = health.configured_nodes(store.meta("run") or {})
+    return Lengths(
+        run=config.name,
+        now=now,
+        nodes=tuple(n for n in store.nodes() if keep is None or n["name"] in keep),
+        counts=counts(store, config.max_output_tokens, pagedata.get(store, "run_lengths")),
+        target=config.target_completions,
+        completions_per_s_15m=activity.read_rates(store, now).completions_per_s_15m,
+        loop_sample=loops.loop_sample(store.latest_sample_batch()),
+    )

@@ -1,0 +1,145 @@
+"""The Nodes page's model: every node's state in words, its shards, hosts and servers, at one instant.
+
+`nodes(store, config, now, finished)` reads the store once through `health.read` (nodes, rates,
+host tables: each once) plus the shards, the servers' latest metrics and the collector's status,
+and derives the rest from that reading: each node's state and reason (`health.node_status`, the
+one rule), the per-node rates (None for a finished run), the host alerts (`health.alerts_of`,
+worded as on the Overview), the nodes no longer in the config, the shards each node reads (a
+replaced one named), and why no collector writes the run (None: one does, or it is finished).
+The page (pages/nodes.py) and its CSV lay this record out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from runhealth import activity, health, heartbeat
+from runhealth.records import HostReading, MetricRow, NodeRow, ShardRow
+from runhealth.store import Store
+from runhealth.windows import DROP_LOOKBACK_S
+
+HOST_ALERT_PREFIX = "host_"
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeState:
+    """One node's state (pending / up / stale / down) and the reason, in words."""
+
+    name: str
+    state: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Removed:
+    """A node no longer in the config: the completions it counted, and the current node that reads
+    its files again (so holds those completions instead), or None (they stay in the totals)."""
+
+    name: str
+    completions: int
+    read_by: str | None
+
+    @property
+    def text(self) -> str:
+        kept = (
+            f"read again by {self.read_by}, so counted there, not twice" if self.read_by else "kept in the run's totals"
+        )
+        return f"{self.name}: no longer in the config; its {self.completions:,} completions are {kept}."
+
+
+@dataclasses.dataclass(frozen=True)
+class Nodes:
+    """The Nodes page at `now` (see the module docstring); `to_json()` is the record as JSON."""
+
+    run: str
+    now: float
+    finished: bool
+    stale_after: float
+    nodes: tuple[NodeRow, ...]  # the nodes the config names now
+    states: tuple[NodeState, ...]  # one per node, in the same order
+    per_node: Mapping[str, activity.NodeRate] | None  # None for a finished run
+    removed: tuple[Removed, ...]
+    shards: tuple[ShardRow, ...]  # every shard of every node
+    hosts: dict[str, HostReading]
+    host_alerts: tuple[health.Alert, ...]
+    collector_fault: str | None  # why no collector writes the run (None: one does, or finished)
+    server_metrics: tuple[MetricRow, ...]  # the latest value of each server metric on each node
+
+    def state_of(self, name: str) -> NodeState:
+        return next(s for s in self.states if s.name == name)
+
+    def shards_of(self, name: str) -> tuple[ShardRow, ...]:
+        return tuple(s for s in self.shards if s["node"] == name)
+
+    def replaced(self, name: str) -> tuple[ShardRow, ...]:
+        """The node's shards found rewritten under the same inode and recounted from byte 0."""
+        return tuple(s for s in self.shards_of(name) if s["replaced_unix"] is not None)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """How many nodes are in each state."""
+        out = dict.fromkeys(("up", "stale", "down", "pending"), 0)
+        for s in self.states:
+            out[s.state] = out.get(s.state, 0) + 1
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run": self.run,
+            "now_unix": self.now,
+            "finished": self.finished,
+            "collector_fault": self.collector_fault,
+            "nodes": [dataclasses.asdict(s) for s in self.states],
+            "counts": self.counts,
+            "removed": [{**dataclasses.asdict(r), "text": r.text} for r in self.removed],
+            "host_alerts": [{"name": a.name, "severity": a.severity, "summary": a.summary} for a in self.host_alerts],
+            "shards": [{k: s[k] for k in ("node", "path", "lines", "error", "replaced_unix")} for s in self.shards],
+        }
+
+
+def removed_nodes(store: Store, keep: set[str] | None) -> tuple[Removed, ...]:
+    """Nodes the store holds that the config no longer names (none when the store does not say)."""
+    if keep is None:
+        return ()
+    by = store.superseded_nodes()
+    lines = {n["name"]: n["lines"] for n in store.nodes()}
+    return tuple(Removed(name, lines[name], by.get(name)) for name in sorted(set(lines) - keep))
+
+
+def collector_fault(store: Store, now: float, stale_after: float) -> str | None:
+    """runhealth.heartbeat's sentence on why no collector writes the run (None: one does)."""
+    status = heartbeat.read_status(store)
+    if status is None:
+        return f"No collector has written this run's status yet: {heartbeat.START}."
+    found = heartbeat.fault(status, now, stale_after)
+    return None if found is None else found.text
+
+
+def nodes(store: Store, config: Any, now: float | None = None, finished: bool = False) -> Nodes:
+    """The Nodes page of `config`'s run (a RunConfig) at `now`, from one reading of `store`."""
+    now = time.time() if now is None else now
+    # The nodes are those the collector saved in the run's meta (none saved: every node the store
+    # holds), as the node table has always shown them; the other settings are the config's.
+    meta = {**health.settings(config), "nodes": (store.meta("run") or {}).get("nodes")}
+    reading = health.read(store, now, meta, rates_lookback_s=DROP_LOOKBACK_S)
+    stale_after = config.stale_after
+    states = tuple(NodeState(n["name"], *health.node_status(n, now, stale_after)) for n in reading.nodes)
+    found = health.alerts_of(reading)
+    return Nodes(
+        run=config.name,
+        now=now,
+        finished=finished,
+        stale_after=stale_after,
+        nodes=tuple(reading.nodes),
+        states=states,
+        per_node=None if finished else reading.rates.per_node,
+        removed=removed_nodes(store, health.configured_nodes(meta)),
+        shards=tuple(store.shards()),
+        hosts=reading.host_latest,
+        host_alerts=tuple(a for a in found if a.name.startswith(HOST_ALERT_PREFIX)),
+        collector_fault=None if finished else collector_fault(store, now, stale_after),
+        server_metrics=tuple(store.metric_latest()),
+    )
