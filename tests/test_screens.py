@@ -388,6 +388,7 @@ def test_nodes_and_gpus_pages_read_each_table_once(tmp_path, monkeypatch):
         calls = counting(monkeypatch)
         at = run_page(name, config, monkeypatch)
         assert_clean(at)
-        assert calls["nodes"] == 1 and calls["gpu_latest"] == 1 and calls["polls"] == 1, (name, calls)
+        # the polls once too, as tuples through one statement (activity.recent_rates), counted in "sql"
+        assert calls["nodes"] == 1 and calls["gpu_latest"] == 1 and calls.get("polls", 0) <= 1, (name, calls)
         assert calls["sql"] <= 26, (name, calls)
         monkeypatch.undo()
