@@ -383,12 +383,14 @@ def test_a_finished_runs_alerts_read_its_last_polls_only(demo_cache, tmp_path, m
     (_live, _), (done, _) = demo.demo_runs(demo_cache / "runhealth" / "demo")
     never = runpicker.FINISHED_AGE_S
     meta = {**health.settings(done), "stall_after_s": never, "stale_after_s": never}
-    now, since, real = time.time(), [], store.polls
-    monkeypatch.setattr(
-        store,
-        "polls",
-        lambda since_unix=None, node=None, **kw: since.append(since_unix) or real(since_unix, node, **kw),
-    )
+    now, since, real = time.time(), [], store.cursor
+
+    def cursor(sql, params=()):  # the rates read the polls as tuples (activity.recent_rates)
+        if sql.startswith("SELECT node, ts_unix, node_ts_unix") and "FROM polls WHERE ts_unix >= ?" in sql:
+            since.append(params[0])
+        return real(sql, params)
+
+    monkeypatch.setattr(store, "cursor", cursor)
     found = health.evaluate(store, now, meta)
     assert since and all(s is not None and s >= now - 3600 for s in since), since  # the rates' windows, not its life
     assert any(a.name.startswith("truncation") for a in found), found  # not vacuous: the 18% is named
