@@ -19,7 +19,7 @@ from typing import Any
 
 import streamlit as st
 
-from components.format import md_escape
+from components.format import fmt_count, md_escape
 from components.tables import finished_line, indexing_progress, last_error_line, node_table, why_empty
 from runhealth import storefile
 from runhealth.activity import NodeRate
@@ -141,8 +141,8 @@ def render_sample(sample: StoredSample) -> None:
     est = " (chars/4 estimate)" if sample.get("estimated") else ""
     st.text(
         f"{sample.get('node')} · {sample.get('path')} line {sample.get('line_no')} · "
-        f"{sample.get('tokens')} tokens{est} · finish_reason={sample.get('finish_reason')} · "
-        f"{sample.get('text_chars')} chars"
+        f"{fmt_count(sample.get('tokens'))} tokens{est} · finish_reason={sample.get('finish_reason')} · "
+        f"{fmt_count(sample.get('text_chars'))} chars"
     )
     st.caption("Prompt (start)")
     st.code(sample.get("prompt_head") or "(no prompt in this line)", language=None, wrap_lines=True)

@@ -68,14 +68,16 @@ def render_groups(rt: PageRuntime, ceiling) -> None:
             key=f"{PREFIX}_group_chart",
         )
         right.dataframe(
-            df.drop(columns=["lo", "hi"]).sort_values("fraction", ascending=False),
+            tables.group_table(df),
             hide_index=True,
             column_config={  # narrow columns: the table sits beside the chart, every column in view
                 "group": st.column_config.TextColumn(by, width="medium"),
-                "completions": st.column_config.NumberColumn("completions", width="small"),
-                "at_ceiling": st.column_config.NumberColumn("cut", width="small", help="stopped at the ceiling"),
-                "fraction": st.column_config.NumberColumn("share cut", format="percent", width="small"),
-                "ceiling": st.column_config.NumberColumn("ceiling", width="small"),
+                "completions": st.column_config.TextColumn("completions", width="small"),
+                "at_ceiling": st.column_config.TextColumn("cut", width="small", help="stopped at the ceiling"),
+                "fraction": st.column_config.TextColumn(
+                    "share cut", width="small", help="share of this group's completions stopped at the ceiling"
+                ),
+                "ceiling": st.column_config.TextColumn("ceiling", width="small", help="this group's max_tokens"),
                 "drift": st.column_config.CheckboxColumn("drift", width="small", help="ceiling unlike the rest"),
             },
             width="stretch",

@@ -11,7 +11,7 @@ import streamlit as st
 
 from components import cards, loaders, page, tables
 from components.context import PageRuntime
-from components.format import fmt_clock, md_escape
+from components.format import fmt_clock, fmt_count, md_escape
 from runhealth.analysis import loops, stats
 from runhealth.records import StoredSample
 
@@ -145,8 +145,8 @@ def render_table(samples: list[StoredSample]) -> None:
         {
             "node": s["node"],
             "shard": (s["path"] or "").rsplit("/", 1)[-1],
-            "line": s["line_no"],
-            "tokens": s["tokens"],
+            "line": fmt_count(s["line_no"]),
+            "tokens": fmt_count(s["tokens"]),
             "finish reason": s["finish_reason"],
             "loop?": "loop" if s.get("is_loop") else "",
         }

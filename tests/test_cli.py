@@ -99,7 +99,7 @@ def test_a_ceiling_or_whatif_limit_below_one_token_is_refused(tmp_path, args):
 def test_scan_human_output_and_nothing_matched(tmp_path):
     write_shard(tmp_path / "a.jsonl", truth_rows(100, 6))
     rc, out, _ = cli("scan", str(tmp_path / "a.jsonl"))
-    assert rc == 0 and "completions: 100" in out and "ceiling: 4096" in out
+    assert rc == 0 and "completions: 100" in out and "ceiling: 4,096" in out
     rc, _, err = cli("scan", str(tmp_path / "none-*.jsonl"))
     assert rc == 1 and "nothing matched" in err
 
@@ -169,3 +169,17 @@ gpu = "off"
     assert [r["lengths"]["completions"] for r in got["runs"]] == [120, 80]
     rc, out, _ = cli("poll", "--config", str(config))
     assert rc == 0 and "#### run run-a" in out and "#### run run-b" in out
+
+
+def test_scan_text_words_numbers_as_the_pages_do(tmp_path):
+    # Issue 32: the text said `p90 4096` and "malformed" where the pages say "≥ 4,096" and the JSON
+    # "unparseable"; counts lacked separators.
+    rows = [(4096, "length")] * 300 + [(1200, "stop")] * 1700
+    write_shard(tmp_path / "a.jsonl", rows)
+    with open(tmp_path / "a.jsonl", "a") as f:
+        f.write("{not json}\n")
+    rc, out, err = cli("scan", str(tmp_path / "*.jsonl"))
+    assert rc == 0, err
+    assert "completions: 2,000  (unparseable lines: 1)" in out and "malformed" not in out
+    assert "p50 1,200  p90 ≥ 4,096  p99 ≥ 4,096  max ≥ 4,096" in out
+    assert "ceiling: 4,096" in out and "at the ceiling: 300 (15.0%)" in out and "stop 1,700" in out

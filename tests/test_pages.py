@@ -7,6 +7,7 @@ collector through `components.context.get_runtime`, the one seam between pages a
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
@@ -477,3 +478,39 @@ def test_an_unreadable_shard_is_named_on_the_nodes_page(tmp_path, monkeypatch):
     assert "shard-01-0.jsonl" in texts(at)  # the healthy shards are listed too
     at = run_page("overview", config, monkeypatch)
     assert "node-2: 1 shard(s) cannot be read (see Nodes)." in texts(at)
+
+
+def _frame(at: AppTest, column: str):
+    return next(f.value for f in at.dataframe if column in f.value.columns)
+
+
+def test_tables_word_counts_and_shares_as_the_tiles_do(stores, monkeypatch):
+    """Issue 32, one number format: tables showed 9745 and 1500 where tiles show 12,000, a share
+    column "81.21%" beside tiles' "18.0%", a sample's "3600 chars", "### 1 runs" and a config
+    with null values and no completion_tokens_path."""
+    at = run_page("lengths", stores["ceiling_18"], monkeypatch)
+    assert_clean(at)
+    reasons = _frame(at, "finish reason").set_index("finish reason")
+    assert reasons.loc["stop"].tolist() == ["9,745", "81.2%"]
+    assert reasons.loc["length at the ceiling (4,096) = truncated"].tolist() == ["2,160", "18.0%"]
+    groups = _frame(at, "at_ceiling").set_index("group")
+    assert groups.loc["node-1", ["completions", "at_ceiling", "fraction", "ceiling"]].tolist() == [
+        "3,000",
+        "540",
+        "18.0%",
+        "4,096",
+    ]
+    at = run_page("samples", stores["ceiling_18"], monkeypatch)
+    assert_clean(at)
+    assert "4,096" in _frame(at, "tokens")["tokens"].tolist()
+    shown = [t.value for t in at.text if " chars" in t.value]
+    assert shown and all(re.search(r"· [\d,]+ tokens · .* · \d{1,3}(,\d{3})* chars$", t) for t in shown), shown
+    assert any("3,600 chars" in t for t in shown), shown
+    at = run_page("nodes", stores["ceiling_18"], monkeypatch)
+    assert_clean(at)
+    assert _frame(at, "blank_lines")["lines"].tolist()[:1] == ["1,500"]
+    config = json.loads(at.json[0].value)
+    assert config["completion_tokens_path"] == "default: detected" and None not in config.values(), config
+    at = run_page("compare", stores["ceiling_18"], monkeypatch)
+    sidebar = [m.value for m in at.sidebar.markdown]
+    assert "### 1 runs" not in sidebar and "### 1 run" in sidebar, sidebar

@@ -1,10 +1,21 @@
-"""Numbers in words for tiles and the CLI: rates, windows and byte sizes (plain str functions).
+"""Numbers in words, the one format for tiles, tables, exports' text and the CLI (plain str functions).
 
-The core words its screen models with these (runhealth.screens); components/format.py
-re-exports them for the pages, so a rate reads the same on a tile, in a table and in a terminal.
+Counts carry thousands separators ("1,998"), shares one decimal ("2.6%"), token lengths at a
+ceiling read as bounds ("≥ 4,096"), rates in thousands from 1,000 up ("9.4K", "13.0K": a column
+never mixes "9,369" with "13.0K"), and anything missing is "N/A". The core words its screen
+models with these (runhealth.screens), the CLI its text, and components/format.py re-exports them
+for the pages, so a number reads the same on a tile, in a table and in a terminal. Ages are
+`runhealth.health.fmt_age` / `fmt_ago`. CSV and JSON exports keep raw numbers: only text is
+formatted here.
 """
 
 from __future__ import annotations
+
+NA = "N/A"
+
+
+def _missing(x: float | None) -> bool:
+    return x is None or x != x  # NaN is the one value not equal to itself
 
 
 def fmt_window(seconds: float) -> str:
@@ -13,9 +24,41 @@ def fmt_window(seconds: float) -> str:
 
 
 def fmt_rate(x: float | None) -> str:
-    if x is None:
-        return "N/A"
-    return f"{x / 1000:,.1f}K" if x >= 10_000 else f"{x:,.0f}"
+    """Tokens (or anything) per second: "950", "9.4K", "26.1K", "1,250.0K"."""
+    if _missing(x):
+        return NA
+    assert x is not None
+    return f"{x / 1000:,.1f}K" if abs(x) >= 1000 else f"{x:,.0f}"
+
+
+def fmt_count(n: float | None) -> str:
+    """A count of things (completions, lines, characters): "1,998"; missing is "N/A"."""
+    if _missing(n):
+        return NA
+    assert n is not None
+    return f"{n:,.0f}"
+
+
+def fmt_share(x: float | None) -> str:
+    """A share (0-1) as a percentage with one decimal, everywhere: "2.6%", "18.0%"."""
+    if _missing(x):
+        return NA
+    assert x is not None
+    return f"{100 * x:.1f}%"
+
+
+def fmt_tokens(value: float | None, ceiling: float | None = None) -> str:
+    """A token length; "≥ 4,096" when it sits at the run's ceiling, where completions were cut and
+    the real value is only known to be at least that (percentiles, the longest one)."""
+    if _missing(value):
+        return NA
+    assert value is not None
+    return f"≥ {value:,.0f}" if ceiling is not None and value >= ceiling else f"{value:,.0f}"
+
+
+def fmt_plural(n: int, word: str, plural: str | None = None) -> str:
+    """A count with its noun, singular for one: "1 run", "3 runs", "1,024 shards"."""
+    return f"{n:,} {word if n == 1 else plural or word + 's'}"
 
 
 def fmt_bytes(n: float | None) -> str:
