@@ -154,7 +154,7 @@ def format_compare(r: dict[str, Any]) -> str:
                 else ""
             )
             diff, interval = compare.percentile_texts(p)
-            out.append(f"{name}: {p['a']} -> {p['b']} ({diff}; {interval}{cut})")
+            out.append(f"{name}: {fmt_count(p['a'])} -> {fmt_count(p['b'])} ({diff}; {interval}{cut})")
     out.extend(format_forecast(r["forecast"]))
     out.append(escape(r["forecast_note"]))
     return "\n".join(out)
@@ -285,8 +285,8 @@ def format_whatif(w: dict[str, Any]) -> list[str]:
     if checks:
         c = checks[0]
         out.append(
-            f"  checked on this run: cut at {c['cut']}, it would have said {100 * c['predicted']:.1f}%"
-            f" above {c['limit']}; the truth is {100 * c['truth']:.1f}%"
+            f"  checked on this run: cut at {fmt_count(c['cut'])}, it would have said {fmt_share(c['predicted'])}"
+            f" above {fmt_count(c['limit'])}; the truth is {fmt_share(c['truth'])}"
         )
     elif w.get("model_reason"):
         out.append(f"  {w['model_reason']}")

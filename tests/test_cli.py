@@ -73,7 +73,8 @@ def test_scan_ceiling_flag_and_whatif(tmp_path):
     assert check["cut"] == 2048 and check["limit"] == 4096
     assert math.isclose(check["truth"], got["at_ceiling_fraction"])
     rc, out, err = cli("scan", "--ceiling", "4096", "--whatif", "8192", str(tmp_path / "a.jsonl"))
-    assert rc == 0 and "checked on this run: cut at " in out and "the truth is 16.7%" in out, out + err
+    assert rc == 0 and "checked on this run: cut at 2,048" in out and "the truth is 16.7%" in out, out + err
+    assert "what-if limit 8,192: " in out and "above 4,096;" in out, out  # #32: counts with separators
 
 
 @pytest.mark.parametrize(
