@@ -27,6 +27,7 @@ from runhealth.analysis.stats import Summary
 from runhealth.health import node_status
 from runhealth.records import NodeRow, StoredSample
 from runhealth.screens import overview as overview_model
+from runhealth.screens.words import explain
 
 STATE_COLOUR = {"UP": "#1B5E20", "STALE": "#8A5A00", "DOWN": "#8B1A1A", "PENDING": "#3A3F4B", "FINISHED": "#3A3F4B"}
 STATE_MD = {
@@ -39,18 +40,35 @@ STATE_MD = {
 MIN_SAMPLE_N = 20  # below this many samples a share is shown, never coloured as an alarm
 
 
-def tile(label: str, value: str, sub: str = "", level: str = "ok") -> dict[str, str]:
-    return {"label": label, "value": value, "sub": sub, "level": level}
+def tile(label: str, value: str, sub: str = "", level: str = "ok", help: str = "") -> dict[str, str]:
+    """One tile; `help` says in plain words what its figure is (its hover tooltip)."""
+    return {"label": label, "value": value, "sub": sub, "level": level, "help": help}
+
+
+def tile_help(t: dict[str, str]) -> str:
+    """A tile's tooltip: its own help, then the plain words for any jargon it shows (words.explain)."""
+    terms = explain(" ".join((t["label"], t["value"], t["sub"])))
+    return " · ".join([h for h in [t.get("help", "")] if h] + terms)
 
 
 def render_tiles(tiles: list[dict[str, str]]) -> None:
-    """A row of big-number tiles (readable across a room); level ok / warn / alert / muted."""
+    """A row of big-number tiles (readable across a room); level ok / warn / alert / muted. A tile
+    with help (or jargon, words.GLOSSARY) carries it as its tooltip (the tile's title)."""
     for col, t in zip(st.columns(len(tiles)), tiles, strict=False):
+        helps = tile_help(t)
+        title = f' title="{html.escape(helps)}"' if helps else ""
         col.markdown(
-            f'<div class="rh-tile {html.escape(t["level"])}"><div class="rh-label">{html.escape(t["label"])}</div>'
+            f'<div class="rh-tile {html.escape(t["level"])}"{title}><div class="rh-label">{html.escape(t["label"])}</div>'
             f'<div class="rh-value">{html.escape(t["value"])}</div><div class="rh-sub">{html.escape(t["sub"])}</div></div>',
             unsafe_allow_html=True,
         )
+
+
+def render_terms(*texts: str) -> None:
+    """A caption with the plain words for the jargon in `texts` (nothing when there is none)."""
+    terms = explain(" ".join(texts))
+    if terms:
+        st.caption(md_escape("In plain words — " + "; ".join(terms) + "."))
 
 
 ALL_CLEAR = "All nodes reporting and writing, truncation below the warning threshold."
@@ -77,6 +95,7 @@ def render_problems(problems: list[tuple[str, str]], title: str = "GPUs and host
     show = {"error": st.error, "warning": st.warning, "info": st.info}
     for kind, text in problems[:limit]:
         show.get(kind, st.info)(md_escape(text))
+    render_terms(*(text for _, text in problems[:limit]))
     if limit is not None and len(problems) > limit:
         st.caption(f"… and {len(problems) - limit} more (open the page without ?kiosk=1).")
 

@@ -111,13 +111,23 @@ def render_whatif(rt: PageRuntime, data: loaders.RunLengths, health: loaders.Run
     eta = rates.eta_change(eta_now, s.tokens.mean, r.extra_tokens_per_completion, r.extra_tokens_interval)
     frac, (lo, hi) = r.truncated_fraction, r.interval
     cfg_warn, cfg_alert = rt.config.truncation_warn_fraction, rt.config.truncation_alert_fraction
+    failed = whatif_view.failed_backtest(r) if r.band else ""
     cards.render_tiles(
         [
             cards.tile(
                 f"Still truncated at {limit:,}",
                 f"{frac:.1%}" if frac is not None else "?",
-                f"95% {lo:.1%}–{hi:.1%}{whatif_view.interval_note(r)} · now {r.current_truncated_fraction:.1%}",
-                level(frac, cfg_warn, cfg_alert),
+                " · ".join(
+                    x
+                    for x in (
+                        failed,
+                        f"95% {lo:.1%}–{hi:.1%}{whatif_view.interval_note(r)}",
+                        f"now {r.current_truncated_fraction:.1%}",
+                    )
+                    if x
+                ),
+                "muted" if failed else level(frac, cfg_warn, cfg_alert),  # an unreliable guess never alarms
+                help=f"the share of all completions that would still stop at max_tokens = {limit:,} (an extrapolation)",
             ),
             cards.tile(
                 "Extra tokens / completion",
@@ -139,11 +149,13 @@ def render_whatif(rt: PageRuntime, data: loaders.RunLengths, health: loaders.Run
         render_kiosk_charts(rt, r, ceiling, limit, as_of)
         return
     st.caption(f"This what-if: {precomputed.age_text(as_of)}.")
-    st.caption(
+    fine = (
         f"This is an extrapolation: nobody has seen lengths above {ceiling:,}. {r.note} "
         f"{whatif_view.model_line(r) if r.band else ''} Hard bounds: {r.hard_bounds[0]:.1%}–"
         f"{r.hard_bounds[1]:.1%}. {whatif_view.loops_line(r)}"
     )
+    st.caption(fine)
+    cards.render_terms(fine, whatif_view.backtest_line(r) if r.band else "")
     curve = tables.whatif_curve(r)
     if len(curve) > 1:
         st.plotly_chart(

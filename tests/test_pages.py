@@ -7,6 +7,7 @@ collector through `components.context.get_runtime`, the one seam between pages a
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import time
@@ -21,6 +22,7 @@ from streamlit.testing.v1 import AppTest
 from components import context
 from components.page import ERROR_PREFIX
 from runhealth import hardware
+from runhealth.screens import words
 from runhealth.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -514,3 +516,43 @@ def test_tables_word_counts_and_shares_as_the_tiles_do(stores, monkeypatch):
     at = run_page("compare", stores["ceiling_18"], monkeypatch)
     sidebar = [m.value for m in at.sidebar.markdown]
     assert "### 1 runs" not in sidebar and "### 1 run" in sidebar, sidebar
+
+
+def test_terms_of_art_on_the_incident_pages_are_said_in_plain_words(stores, monkeypatch):
+    """Issue 32: "Truncated that loop" (Samples) and "sw_power_cap" (GPUs) stood unexplained;
+    every glossary term a page shows comes with its plain words (tooltip or caption)."""
+    seen = set()
+    for name in PAGES:
+        text = texts(run_page(name, stores["ceiling_18"], monkeypatch))
+        for term, meaning in words.GLOSSARY.items():
+            if term.lower() in text.lower():
+                seen.add(term)
+                assert meaning in text or html.escape(meaning) in text, (name, term)
+    assert {"that loop", "back-test"} <= seen, seen
+
+
+def _power_cap_problems() -> None:
+    from components import cards
+    from runhealth import hardware
+
+    gpus = [
+        {
+            "label": "node-1/0",
+            "node": "node-1",
+            "index": 0,
+            "util_pct": 99.0,
+            "temp_c": 70.0,
+            "throttle_reasons": ["sw_power_cap"],
+        }
+    ]
+    cards.render_problems(hardware.gpu_notes(gpus, {}, True), "Problems")
+
+
+def test_the_power_cap_note_says_what_sw_power_cap_means():
+    """Issue 32: the GPUs page's "At the power cap (sw_power_cap: ...)" named NVML's flag only."""
+    at = AppTest.from_function(_power_cap_problems)
+    at.run()
+    assert not at.exception, at.exception
+    assert any("sw_power_cap" in i.value.replace("\\", "") for i in at.info), [i.value for i in at.info]
+    captions = " ".join(c.value for c in at.caption)
+    assert words.GLOSSARY["sw_power_cap"] in captions, captions

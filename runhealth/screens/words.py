@@ -69,3 +69,42 @@ def fmt_bytes(n: float | None) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     return f"{n:.1f} TB"
+
+
+# Jargon the screens use, each in plain words for a newcomer (a tile's tooltip, a caption under a
+# method line). Keys are matched case-insensitively in the text shown; the words avoid quotes and
+# angle brackets, so they read the same inside an HTML title attribute.
+GLOSSARY: dict[str, str] = {
+    "incl. loops 0–100%": (
+        "the share of cut completions stuck repeating themselves is not measured yet (too few sampled), "
+        "so the range allows anywhere from none to all of them staying cut at any limit"
+    ),
+    "that loop": (
+        "of the sampled completions cut at max_tokens, how many were repeating the same text over and over; "
+        "a looping completion stays cut however high max_tokens goes"
+    ),
+    "(AIC)": (
+        "the length distribution the data fits best among several standard shapes, picked by the Akaike "
+        "information criterion (a fit score that penalises extra parameters)"
+    ),
+    "log-normal": "a standard bell-shaped curve over the logarithm of the length, used to extend the lengths past the cut",
+    "back-test": (
+        "the method is run on this run with the data cut lower than it really is, and its guess compared "
+        "with what the run actually shows: how far off it was says how far to trust it"
+    ),
+    "Newcombe": "a standard way to put a 95% range on the difference between two shares",
+    "Wilson": "a standard 95% range for a share that stays sensible for small counts and shares near 0 or 100%",
+    "Welch": "a standard 95% range for the difference between two means that allows each run its own spread",
+    "batch means": ("the range for an average rate, from how much the rate varied between groups of consecutive polls"),
+    "tok/J": "tokens written per joule of GPU energy: higher is more output for the same power",
+    "server says": "the throughput the inference servers report themselves (their /metrics), beside the count from the shards",
+    "sw_power_cap": (
+        "the GPU driver holds the clocks down to stay within the power limit; normal when a GPU is fully loaded"
+    ),
+}
+
+
+def explain(text: str) -> list[str]:
+    """ "term: plain words" for each GLOSSARY term found in `text`, in the glossary's order."""
+    low = text.lower()
+    return [f"{term}: {meaning}" for term, meaning in GLOSSARY.items() if term.lower() in low]
