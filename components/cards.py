@@ -56,10 +56,12 @@ def render_tiles(tiles: list[dict[str, str]]) -> None:
     with help (or jargon, words.GLOSSARY) carries it as its tooltip (the tile's title)."""
     for col, t in zip(st.columns(len(tiles)), tiles, strict=False):
         helps = tile_help(t)
-        title = f' title="{html.escape(helps)}"' if helps else ""
+        body = (
+            f'<div class="rh-tile {html.escape(t["level"])}"><div class="rh-label">{html.escape(t["label"])}</div>'
+            f'<div class="rh-value">{html.escape(t["value"])}</div><div class="rh-sub">{html.escape(t["sub"])}</div></div>'
+        )
         col.markdown(
-            f'<div class="rh-tile {html.escape(t["level"])}"{title}><div class="rh-label">{html.escape(t["label"])}</div>'
-            f'<div class="rh-value">{html.escape(t["value"])}</div><div class="rh-sub">{html.escape(t["sub"])}</div></div>',
+            f'<div class="rh-help" title="{html.escape(helps)}">{body}</div>' if helps else body,
             unsafe_allow_html=True,
         )
 
