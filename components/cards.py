@@ -28,6 +28,7 @@ from runhealth.health import node_status
 from runhealth.records import NodeRow, StoredSample
 from runhealth.screens import overview as overview_model
 from runhealth.screens.words import explain
+from runhealth.screens.words import tile_help as words_tile_help
 
 STATE_COLOUR = {"UP": "#1B5E20", "STALE": "#8A5A00", "DOWN": "#8B1A1A", "PENDING": "#3A3F4B", "FINISHED": "#3A3F4B"}
 STATE_MD = {
@@ -48,7 +49,7 @@ def tile(label: str, value: str, sub: str = "", level: str = "ok", help: str = "
 def tile_help(t: dict[str, str]) -> str:
     """A tile's tooltip: its own help, then the plain words for any jargon it shows (words.explain)."""
     terms = explain(" ".join((t["label"], t["value"], t["sub"])))
-    return " · ".join([h for h in [t.get("help", "")] if h] + terms)
+    return " · ".join([h for h in [t.get("help") or words_tile_help(t["label"])] if h] + terms)
 
 
 def render_tiles(tiles: list[dict[str, str]]) -> None:

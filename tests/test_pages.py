@@ -556,3 +556,17 @@ def test_the_power_cap_note_says_what_sw_power_cap_means():
     assert any("sw_power_cap" in i.value.replace("\\", "") for i in at.info), [i.value for i in at.info]
     captions = " ".join(c.value for c in at.caption)
     assert words.GLOSSARY["sw_power_cap"] in captions, captions
+
+
+@pytest.mark.parametrize("scenario", ["ceiling_18", "empty"])
+def test_every_tile_says_what_its_figure_is(scenario, stores, monkeypatch):
+    """Issue 32: every figure says in plain words what it is; a tile's is its tooltip."""
+    labels = []
+    for name in PAGES:
+        at = run_page(name, stores[scenario], monkeypatch)
+        for md in at.markdown:
+            for label in re.findall(r'class="rh-label">([^<]+)<', md.value):
+                title = re.match(r'<div class="rh-help" title="([^"]+)">', md.value)
+                assert title and len(title.group(1)) > 20, (name, label, md.value)
+                labels.append(label)
+    assert len(labels) >= 6, labels  # the Overview's six tiles at least: the test saw tiles

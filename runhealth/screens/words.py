@@ -108,3 +108,31 @@ def explain(text: str) -> list[str]:
     """ "term: plain words" for each GLOSSARY term found in `text`, in the glossary's order."""
     low = text.lower()
     return [f"{term}: {meaning}" for term, meaning in GLOSSARY.items() if term.lower() in low]
+
+
+# What each tile's figure is, by the start of its label (the first that matches): its tooltip.
+TILE_HELP: tuple[tuple[str, str], ...] = (
+    ("Truncated · this sample", "share of the completions sampled in this batch that stopped at max_tokens"),
+    ("Truncated · all", "share of every completion counted so far that stopped at max_tokens (exact, from the shards)"),
+    ("Truncated that loop", "of the sampled completions cut at max_tokens, the share that repeat themselves"),
+    ("Truncated", "share of completions that stopped exactly at max_tokens: their text was cut off mid-way"),
+    ("Still truncated", "share of all completions that would still stop at the new max_tokens (an extrapolation)"),
+    ("Tokens / s", "output tokens written per second, all nodes together, counted from the shards"),
+    ("ETA", "time until target_completions is reached at the recent average rate"),
+    ("Completions", "completions written to the shards so far (an exact count)"),
+    ("Nodes", "nodes polled within the stale limit, out of all configured; stale and down ones named"),
+    ("Data age", "how old the newest collected numbers are"),
+    ("Numbers", "whether these figures still change (a finished run: they are final)"),
+    ("Completed", "when the run wrote its last completion"),
+    ("P50", "half of the completions are at most this many tokens long"),
+    ("P90", "90% of the completions are at most this many tokens long"),
+    ("P99", "99% of the completions are at most this many tokens long"),
+    ("Mean / max", "the average completion length, and the longest one, in tokens"),
+    ("Extra tokens", "how many more tokens each completion would write, on average, at the new limit"),
+    ("ETA change", "how much later the run would reach its target at the new limit"),
+)
+
+
+def tile_help(label: str) -> str:
+    """What the tile labelled `label` shows, in plain words ("" for a label not listed)."""
+    return next((text for start, text in TILE_HELP if label.startswith(start)), "")
