@@ -82,7 +82,7 @@ def render_rates(rt: PageRuntime, samples: list[StoredSample], batch: int, ceili
             cards.tile(
                 "Truncated that loop",
                 f"{share['fraction']:.0%}",
-                f"n = {share['n']} · 95% {lo:.0%}–{hi:.0%} · {share['loops']} loops"
+                f"{share['loops']} of n = {share['n']} cut ones repeat themselves · 95% {lo:.0%}–{hi:.0%}"
                 + (f" · too few to judge (n < {cards.MIN_SAMPLE_N})" if few else ""),
                 "muted" if few else "warn" if share["fraction"] >= 0.1 else "ok",
             )

@@ -529,6 +529,8 @@ def test_terms_of_art_on_the_incident_pages_are_said_in_plain_words(stores, monk
                 seen.add(term)
                 assert meaning in text or html.escape(meaning) in text, (name, term)
     assert {"that loop", "back-test"} <= seen, seen
+    samples = texts(run_page("samples", stores["ceiling_18"], monkeypatch))
+    assert "2 of n = 4 cut ones repeat themselves" in samples  # the loop tile's count, in words
 
 
 def _power_cap_problems() -> None:
