@@ -19,7 +19,7 @@ from typing import Any
 
 import streamlit as st
 
-from components.format import md_escape
+from components.format import fmt_count, md_escape
 from components.tables import finished_line, indexing_progress, last_error_line, node_table, why_empty
 from runhealth import storefile
 from runhealth.activity import NodeRate
@@ -27,6 +27,8 @@ from runhealth.analysis.stats import Summary
 from runhealth.health import node_status
 from runhealth.records import NodeRow, StoredSample
 from runhealth.screens import overview as overview_model
+from runhealth.screens.words import explain
+from runhealth.screens.words import tile_help as words_tile_help
 
 STATE_COLOUR = {"UP": "#1B5E20", "STALE": "#8A5A00", "DOWN": "#8B1A1A", "PENDING": "#3A3F4B", "FINISHED": "#3A3F4B"}
 STATE_MD = {
@@ -39,18 +41,37 @@ STATE_MD = {
 MIN_SAMPLE_N = 20  # below this many samples a share is shown, never coloured as an alarm
 
 
-def tile(label: str, value: str, sub: str = "", level: str = "ok") -> dict[str, str]:
-    return {"label": label, "value": value, "sub": sub, "level": level}
+def tile(label: str, value: str, sub: str = "", level: str = "ok", help: str = "") -> dict[str, str]:
+    """One tile; `help` says in plain words what its figure is (its hover tooltip)."""
+    return {"label": label, "value": value, "sub": sub, "level": level, "help": help}
+
+
+def tile_help(t: dict[str, str]) -> str:
+    """A tile's tooltip: its own help, then the plain words for any jargon it shows (words.explain)."""
+    terms = explain(" ".join((t["label"], t["value"], t["sub"])))
+    return " · ".join([h for h in [t.get("help") or words_tile_help(t["label"])] if h] + terms)
 
 
 def render_tiles(tiles: list[dict[str, str]]) -> None:
-    """A row of big-number tiles (readable across a room); level ok / warn / alert / muted."""
+    """A row of big-number tiles (readable across a room); level ok / warn / alert / muted. A tile
+    with help (or jargon, words.GLOSSARY) carries it as its tooltip (the tile's title)."""
     for col, t in zip(st.columns(len(tiles)), tiles, strict=False):
-        col.markdown(
+        helps = tile_help(t)
+        body = (
             f'<div class="rh-tile {html.escape(t["level"])}"><div class="rh-label">{html.escape(t["label"])}</div>'
-            f'<div class="rh-value">{html.escape(t["value"])}</div><div class="rh-sub">{html.escape(t["sub"])}</div></div>',
+            f'<div class="rh-value">{html.escape(t["value"])}</div><div class="rh-sub">{html.escape(t["sub"])}</div></div>'
+        )
+        col.markdown(
+            f'<div class="rh-help" title="{html.escape(helps)}">{body}</div>' if helps else body,
             unsafe_allow_html=True,
         )
+
+
+def render_terms(*texts: str) -> None:
+    """A caption with the plain words for the jargon in `texts` (nothing when there is none)."""
+    terms = explain(" ".join(texts))
+    if terms:
+        st.caption(md_escape("In plain words — " + "; ".join(terms) + "."))
 
 
 ALL_CLEAR = "All nodes reporting and writing, truncation below the warning threshold."
@@ -77,6 +98,7 @@ def render_problems(problems: list[tuple[str, str]], title: str = "GPUs and host
     show = {"error": st.error, "warning": st.warning, "info": st.info}
     for kind, text in problems[:limit]:
         show.get(kind, st.info)(md_escape(text))
+    render_terms(*(text for _, text in problems[:limit]))
     if limit is not None and len(problems) > limit:
         st.caption(f"… and {len(problems) - limit} more (open the page without ?kiosk=1).")
 
@@ -141,8 +163,8 @@ def render_sample(sample: StoredSample) -> None:
     est = " (chars/4 estimate)" if sample.get("estimated") else ""
     st.text(
         f"{sample.get('node')} · {sample.get('path')} line {sample.get('line_no')} · "
-        f"{sample.get('tokens')} tokens{est} · finish_reason={sample.get('finish_reason')} · "
-        f"{sample.get('text_chars')} chars"
+        f"{fmt_count(sample.get('tokens'))} tokens{est} · finish_reason={sample.get('finish_reason')} · "
+        f"{fmt_count(sample.get('text_chars'))} chars"
     )
     st.caption("Prompt (start)")
     st.code(sample.get("prompt_head") or "(no prompt in this line)", language=None, wrap_lines=True)

@@ -123,6 +123,7 @@ def render_table(rows: list[dict[str, str]], a: runcompare.RunNumbers, b: runcom
         f"{fmt_window(RATE_WINDOW_S)} instead. ≥: a percentile at its run's ceiling is only a lower bound, "
         "so the difference is a bound too (≤ or ≥), and not measurable when both are at their ceilings."
     )
+    cards.render_terms("Newcombe Wilson Welch batch means")  # the methods named above, in plain words
 
 
 def render_forecast(cmp: runcompare.Comparison, a: runcompare.RunNumbers, b: runcompare.RunNumbers) -> None:
@@ -162,3 +163,6 @@ def render_forecast(cmp: runcompare.Comparison, a: runcompare.RunNumbers, b: run
     )
     (st.success if f["inside"] else st.warning)(text)
     st.caption(cards.md_escape(f"{cmp.forecast_note} {cmp.prompts}"))
+    cards.render_terms(
+        f["model"] or "", f["interval_note"] or "", cmp.forecast_note
+    )  # the what-if's terms, in plain words

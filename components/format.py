@@ -16,7 +16,11 @@ from runhealth.health import fmt_ago as fmt_ago
 from runhealth.health import level as level
 from runhealth.health import node_status as node_status
 from runhealth.screens.words import fmt_bytes as fmt_bytes  # the core words tiles with these
+from runhealth.screens.words import fmt_count as fmt_count
+from runhealth.screens.words import fmt_plural as fmt_plural
 from runhealth.screens.words import fmt_rate as fmt_rate
+from runhealth.screens.words import fmt_share as fmt_share
+from runhealth.screens.words import fmt_tokens as fmt_tokens
 from runhealth.screens.words import fmt_window as fmt_window
 
 
@@ -38,9 +42,7 @@ def fmt_number(x: float | None) -> str:
 def fmt_percentile_tokens(value: int | None, ceiling: int | None) -> str:
     """A length percentile; "≥ 8,192" when it sits at the run's ceiling, where the completions
     were cut and the real percentile is only known to be at least that."""
-    if value is None:
-        return "—"
-    return f"≥ {value:,}" if ceiling is not None and value >= ceiling else f"{value:,}"
+    return "—" if value is None else fmt_tokens(value, ceiling)
 
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>#|~$])")

@@ -20,7 +20,7 @@ from streamlit.navigation.page import StreamlitPage
 
 from components import access, cards, context, loaders, runpicker
 from components import outbound as outbound_view
-from components.format import fmt_clock, md_escape
+from components.format import fmt_clock, fmt_plural, md_escape
 from runhealth import exposure, heartbeat
 from runhealth.config import fix_hint
 from runhealth.health import FUTURE_TOLERANCE_S, fmt_age, fmt_ago, node_status
@@ -195,7 +195,7 @@ def setup(
         if one_run:
             rt = runpicker.select(rt, prefix)
             view = context.ready(rt)
-        st.markdown(f"### {view.config.name}" if one_run else f"### {len(rt.runs)} runs")
+        st.markdown(f"### {view.config.name}" if one_run else f"### {fmt_plural(len(rt.runs), 'run')}")
         if rt.notice:
             st.info(rt.notice)
         if rt.demo:

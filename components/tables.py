@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from components.format import fmt_bytes, fmt_number, fmt_rate
+from components.format import fmt_bytes, fmt_count, fmt_number, fmt_rate, fmt_share
 from runhealth import hardware
 from runhealth.activity import NodeRate
 from runhealth.analysis import stats
@@ -63,6 +63,18 @@ def short_group_labels(df: pd.DataFrame, top_n: int = 25) -> pd.DataFrame:
         "drift": False,
     }
     return pd.concat([top, pd.DataFrame([other])], ignore_index=True)
+
+
+def group_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The truncation-by-group table as shown: highest share cut first, counts and shares as text
+    in the one number format (the chart and the export keep the raw numbers)."""
+    out = df.drop(columns=["lo", "hi"]).sort_values("fraction", ascending=False, kind="stable")
+    return out.assign(
+        completions=out["completions"].map(fmt_count),
+        at_ceiling=out["at_ceiling"].map(fmt_count),
+        fraction=out["fraction"].map(fmt_share),
+        ceiling=out["ceiling"].map(fmt_count),
+    )
 
 
 def gpu_bands(df: pd.DataFrame, value: str, points: int = 240) -> pd.DataFrame:
@@ -265,7 +277,9 @@ def finish_reason_table(summary: Summary) -> pd.DataFrame:
         if rest:
             rows.append(("length — estimated lengths (not split)", rest))
     total = summary.completions or 1
-    return pd.DataFrame([{"finish reason": r, "completions": n, "share": f"{n / total:.2%}"} for r, n in rows])
+    return pd.DataFrame(
+        [{"finish reason": r, "completions": fmt_count(n), "share": fmt_share(n / total)} for r, n in rows]
+    )
 
 
 EXPORT_TAIL_CHARS = 1000  # of each completion's end in the Samples CSV (where truncated ones were cut)

@@ -6,10 +6,30 @@ Streamlit calls), so they are tested directly and the page only places them.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from runhealth.analysis import continuation
 from runhealth.analysis.whatif import MIN_LOOP_SAMPLES, WhatIf, loop_note
+
+BACKTEST_FAIL = 0.25  # the headline model off by more than this on its own back-test: the tile says so
+
+
+def backtest_miss(r: WhatIf) -> float | None:
+    """How far off the headline model was on this run's back-test (0.53 = 53% off, scaled to the
+    asked limit, as the fine print's "smallest back-test error" says); None when not checked."""
+    err = ((r.backtest or {}).get("errors") or {}).get(r.model)
+    return None if err is None else math.expm1(err)
+
+
+def failed_backtest(r: WhatIf) -> str:
+    """ "failed its own back-test (53% off on this run): a rough guess" for the tile, or "" when the
+    method passed (or could not be checked: the fine print says so)."""
+    miss = backtest_miss(r)
+    if miss is None or miss <= BACKTEST_FAIL:
+        return ""
+    off = f"{miss:.0%} off" if math.isfinite(miss) else "far off"
+    return f"failed its own back-test ({off} on this run): a rough guess"
 
 
 def backtest_line(r: WhatIf) -> str:

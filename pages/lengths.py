@@ -65,14 +65,16 @@ def render_groups(rt: PageRuntime, ceiling) -> None:
             key=f"{PREFIX}_group_chart",
         )
         right.dataframe(
-            df.drop(columns=["lo", "hi"]).sort_values("fraction", ascending=False),
+            tables.group_table(df),
             hide_index=True,
             column_config={  # narrow columns: the table sits beside the chart, every column in view
                 "group": st.column_config.TextColumn(by, width="medium"),
-                "completions": st.column_config.NumberColumn("completions", width="small"),
-                "at_ceiling": st.column_config.NumberColumn("cut", width="small", help="stopped at the ceiling"),
-                "fraction": st.column_config.NumberColumn("share cut", format="percent", width="small"),
-                "ceiling": st.column_config.NumberColumn("ceiling", width="small"),
+                "completions": st.column_config.TextColumn("completions", width="small"),
+                "at_ceiling": st.column_config.TextColumn("cut", width="small", help="stopped at the ceiling"),
+                "fraction": st.column_config.TextColumn(
+                    "share cut", width="small", help="share of this group's completions stopped at the ceiling"
+                ),
+                "ceiling": st.column_config.TextColumn("ceiling", width="small", help="this group's max_tokens"),
                 "drift": st.column_config.CheckboxColumn("drift", width="small", help="ceiling unlike the rest"),
             },
             width="stretch",
@@ -104,13 +106,23 @@ def render_whatif(rt: PageRuntime, m: Lengths) -> None:
     eta = m.eta_change(r)
     frac, (lo, hi) = r.truncated_fraction, r.interval
     cfg_warn, cfg_alert = rt.config.truncation_warn_fraction, rt.config.truncation_alert_fraction
+    failed = whatif_view.failed_backtest(r) if r.band else ""
     cards.render_tiles(
         [
             cards.tile(
                 f"Still truncated at {limit:,}",
                 f"{frac:.1%}" if frac is not None else "?",
-                f"95% {lo:.1%}–{hi:.1%}{whatif_view.interval_note(r)} · now {r.current_truncated_fraction:.1%}",
-                level(frac, cfg_warn, cfg_alert),
+                " · ".join(
+                    x
+                    for x in (
+                        failed,
+                        f"95% {lo:.1%}–{hi:.1%}{whatif_view.interval_note(r)}",
+                        f"now {r.current_truncated_fraction:.1%}",
+                    )
+                    if x
+                ),
+                "muted" if failed else level(frac, cfg_warn, cfg_alert),  # an unreliable guess never alarms
+                help=f"the share of all completions that would still stop at max_tokens = {limit:,} (an extrapolation)",
             ),
             cards.tile(
                 "Extra tokens / completion",
@@ -132,11 +144,13 @@ def render_whatif(rt: PageRuntime, m: Lengths) -> None:
         render_kiosk_charts(rt, r, ceiling, limit, as_of)
         return
     st.caption(f"This what-if: {precomputed.age_text(as_of)}.")
-    st.caption(
+    fine = (
         f"This is an extrapolation: nobody has seen lengths above {ceiling:,}. {r.note} "
         f"{whatif_view.model_line(r) if r.band else ''} Hard bounds: {r.hard_bounds[0]:.1%}–"
         f"{r.hard_bounds[1]:.1%}. {whatif_view.loops_line(r)}"
     )
+    st.caption(fine)
+    cards.render_terms(fine, whatif_view.backtest_line(r) if r.band else "")
     curve = tables.whatif_curve(r)
     if len(curve) > 1:
         st.plotly_chart(

@@ -12,7 +12,7 @@ import streamlit as st
 
 from components import alerthistory, alerts, cards, loaders, page, runpicker, tables
 from components.context import PageRuntime
-from components.format import DOWN_AFTER_STALE, fmt_age, fmt_bytes, md_escape
+from components.format import DOWN_AFTER_STALE, fmt_age, fmt_bytes, fmt_count, md_escape
 from components.outbound import render_collector, render_outbound
 from runhealth import derived
 from runhealth.records import NodeRow
@@ -43,6 +43,7 @@ def render_node(m: Nodes, node: NodeRow, shards) -> None:
         with st.expander(f"{len(mine)} shard(s) on {node['name']}", expanded=not broken.empty):
             st.dataframe(
                 mine.assign(
+                    **{c: mine[c].map(fmt_count) for c in ("lines", "malformed", "blank_lines", "resets") if c in mine},
                     size=mine["size"].map(fmt_bytes),
                     offset=mine["offset"].map(fmt_bytes),
                     error=mine["error"].fillna("—"),

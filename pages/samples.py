@@ -11,7 +11,7 @@ import streamlit as st
 
 from components import cards, loaders, page, tables
 from components.context import PageRuntime
-from components.format import fmt_clock, md_escape
+from components.format import fmt_clock, fmt_count, md_escape
 from runhealth.records import StoredSample
 
 PREFIX = "samples"
@@ -84,7 +84,7 @@ def render_rates(rt: PageRuntime, batch: int) -> None:
             cards.tile(
                 "Truncated that loop",
                 f"{share.fraction:.0%}",
-                f"n = {share.n} · 95% {share.lo:.0%}–{share.hi:.0%} · {share.loops} loops"
+                f"{share.loops} of n = {share.n} cut ones repeat themselves · 95% {share.lo:.0%}–{share.hi:.0%}"
                 + (f" · too few to judge (n < {cards.MIN_SAMPLE_N})" if few else ""),
                 "muted" if few else "warn" if (share.fraction or 0.0) >= 0.1 else "ok",
             )
@@ -147,8 +147,8 @@ def render_table(samples: list[StoredSample]) -> None:
         {
             "node": s["node"],
             "shard": (s["path"] or "").rsplit("/", 1)[-1],
-            "line": s["line_no"],
-            "tokens": s["tokens"],
+            "line": fmt_count(s["line_no"]),
+            "tokens": fmt_count(s["tokens"]),
             "finish reason": s["finish_reason"],
             "loop?": "loop" if s.get("is_loop") else "",
         }

@@ -30,6 +30,7 @@ from runhealth.config import find_config_path
 from runhealth.errors import RunhealthError
 from runhealth.node import agent
 from runhealth.node.wire import count_rows
+from runhealth.screens.words import fmt_count, fmt_share, fmt_tokens
 from runhealth.store import Store
 from runhealth.textsafe import escape
 
@@ -153,7 +154,7 @@ def format_compare(r: dict[str, Any]) -> str:
                 else ""
             )
             diff, interval = compare.percentile_texts(p)
-            out.append(f"{name}: {p['a']} -> {p['b']} ({diff}; {interval}{cut})")
+            out.append(f"{name}: {fmt_count(p['a'])} -> {fmt_count(p['b'])} ({diff}; {interval}{cut})")
     out.extend(format_forecast(r["forecast"]))
     out.append(escape(r["forecast_note"]))
     return "\n".join(out)
@@ -245,15 +246,20 @@ def poll_report(config, store: Store, results: dict[str, Any]) -> dict[str, Any]
 def format_summary(s: dict[str, Any]) -> str:
     """A `scan --json` object (`Summary.to_json()` and what the CLI adds) in words."""
     t = s["tokens"]
-    blank = f", blank lines skipped: {s['blank_lines']:,}" if s.get("blank_lines") else ""
-    lines = [f"completions: {s['completions']:,}  (malformed lines: {s['unparseable']:,}{blank})"]
+    blank = f", blank lines skipped: {fmt_count(s['blank_lines'])}" if s.get("blank_lines") else ""
+    # "unparseable", the JSON's own key: the text and `--json` name the same count the same way.
+    lines = [f"completions: {fmt_count(s['completions'])}  (unparseable lines: {fmt_count(s['unparseable'])}{blank})"]
     if s["completions"]:
-        lines.append(f"tokens: mean {t['mean']:.0f}  p50 {t['p50']}  p90 {t['p90']}  p99 {t['p99']}  max {t['max']}")
-    lines.append("finish reasons: " + ", ".join(f"{escape(k)} {v:,}" for k, v in s["finish_reasons"].items()))
+        cut = s["ceiling"]  # a percentile at the ceiling is a lower bound: "≥ 4,096", as on the pages
+        lines.append(
+            f"tokens: mean {fmt_count(t['mean'])}  "
+            + "  ".join(f"{k} {fmt_tokens(t[k], cut)}" for k in ("p50", "p90", "p99", "max"))
+        )
+    lines.append("finish reasons: " + ", ".join(f"{escape(k)} {fmt_count(v)}" for k, v in s["finish_reasons"].items()))
     if s["ceiling"] is not None:
         lines.append(
-            f"ceiling: {s['ceiling']} ({s['ceiling_source']}); at the ceiling: {s['at_ceiling']:,}"
-            f" ({100 * s['at_ceiling_fraction']:.1f}%), length stops below it: {s['length_below_ceiling']:,}"
+            f"ceiling: {fmt_count(s['ceiling'])} ({s['ceiling_source']}); at the ceiling: {fmt_count(s['at_ceiling'])}"
+            f" ({fmt_share(s['at_ceiling_fraction'])}), length stops below it: {fmt_count(s['length_below_ceiling'])}"
         )
     else:
         lines.append("ceiling: none detected (no pile-up of finish_reason=length)")
@@ -266,11 +272,11 @@ def format_whatif(w: dict[str, Any]) -> list[str]:
     """The what-if in words: estimate and interval, the headline model, the back-test check."""
     if w["truncated_fraction"] is None:
         return [
-            f"what-if limit {w['limit']}: between {100 * w['interval'][0]:.1f}% and {100 * w['interval'][1]:.1f}%"
+            f"what-if limit {fmt_count(w['limit'])}: between {100 * w['interval'][0]:.1f}% and {100 * w['interval'][1]:.1f}%"
             f" still truncated (hard bounds only) — {w['note']}"
         ]
     out = [
-        f"what-if limit {w['limit']}: {100 * w['truncated_fraction']:.1f}% still truncated"
+        f"what-if limit {fmt_count(w['limit'])}: {100 * w['truncated_fraction']:.1f}% still truncated"
         f" (95% {100 * w['interval'][0]:.1f}-{100 * w['interval'][1]:.1f}%{_loop_note(w)}, {w['model']});"
         f" {w['extra_tokens_per_completion']:+.0f} tokens per completion"
         f" ({w['extra_tokens_interval'][0]:.0f}-{w['extra_tokens_interval'][1]:.0f}) — extrapolation"
@@ -279,8 +285,8 @@ def format_whatif(w: dict[str, Any]) -> list[str]:
     if checks:
         c = checks[0]
         out.append(
-            f"  checked on this run: cut at {c['cut']}, it would have said {100 * c['predicted']:.1f}%"
-            f" above {c['limit']}; the truth is {100 * c['truth']:.1f}%"
+            f"  checked on this run: cut at {fmt_count(c['cut'])}, it would have said {fmt_share(c['predicted'])}"
+            f" above {fmt_count(c['limit'])}; the truth is {fmt_share(c['truth'])}"
         )
     elif w.get("model_reason"):
         out.append(f"  {w['model_reason']}")

@@ -16,6 +16,8 @@ from typing import Any
 from runhealth import runcompare
 from runhealth.activity import RunRates
 from runhealth.analysis import rates
+from runhealth.config import SECRET_FIELDS, NodeConfig
+from runhealth.configspec import default_text, spec_of
 from runhealth.health import node_status
 from runhealth.records import NodeRow
 from runhealth.store import Store
@@ -116,12 +118,21 @@ def final(store: Store, completions: int) -> Final:
 
 
 def public_config(config: dict[str, Any] | None) -> dict[str, Any]:
-    """A node's effective config for display: secret values never shown, only whether they are set."""
-    out = {}
-    for key, value in (config or {}).items():
-        if any(w in key.lower() for w in SECRET_WORDS):
+    """A node's effective config for display: secret values never shown, only whether they are set;
+    every setting of a node listed (one a store from an older version lacks included), and an
+    unset one in words ("detected", "not set"), never a bare null."""
+    config = config or {}
+    known = [f.name for f in dataclasses.fields(NodeConfig) if f.name not in SECRET_FIELDS]
+    out: dict[str, Any] = {}
+    fields = {f.name: f for f in dataclasses.fields(NodeConfig)}
+    for key in [*known, *(k for k in config if k not in known)]:
+        value = config.get(key)
+        # A known setting is never a secret by its name (completion_tokens_path holds "token").
+        if key not in known and any(w in key.lower() for w in SECRET_WORDS):
             if key.endswith("_set"):
                 out[key.removesuffix("_set")] = "set" if value else "not set"
             continue
-        out[key] = value
+        if value is None and key in fields and (s := spec_of(fields[key])) is not None:
+            value = "default: " + default_text(fields[key], s).replace("`", "")
+        out[key] = "not set" if value is None else value
     return out

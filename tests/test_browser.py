@@ -280,3 +280,27 @@ def test_light_theme_sidebar_and_buttons_are_readable(server_url, browser_page):
     assert any(b["text"] == "Refresh now" for b in buttons), buttons
     poor = [f"{s['ratio']:.2f} {s['text']!r}: {s['fg']} on {s['bg']}" for s in sidebar + buttons if s["ratio"] < 4.5]
     assert not poor, "\n".join(poor)
+
+
+def test_a_tile_with_a_term_of_art_explains_it_on_hover(server_url, browser_page):
+    """Issue 32: "tok/J", "server says", "incl. loops 0–100%" stood unexplained on the tiles. In the
+    browser each such tile sits in an element whose tooltip (title) holds the term's plain words."""
+    from runhealth.screens.words import GLOSSARY
+
+    page = browser_page
+    wait_for_demo_data(page, server_url)
+    checked = []
+    for url, label in (
+        (f"{server_url}/", r"^Tokens / s"),
+        (f"{server_url}/Output_lengths?run=demo-4096", r"^Still truncated"),
+    ):
+        page.goto(url, wait_until="domcontentloaded")
+        tile_value(page, label)
+        for tile in page.locator(".rh-tile").all():
+            text = tile.inner_text()
+            terms = [t for t in GLOSSARY if t.lower() in text.lower()]
+            if terms:
+                title = tile.evaluate("el => (el.closest('[title]') || {}).title || ''")
+                assert all(GLOSSARY[t] in title for t in terms), (text, title)
+                checked += terms
+    assert {"incl. loops 0–100%"} <= set(checked), checked  # the what-if tile; the test proves something

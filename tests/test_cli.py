@@ -73,7 +73,8 @@ def test_scan_ceiling_flag_and_whatif(tmp_path):
     assert check["cut"] == 2048 and check["limit"] == 4096
     assert math.isclose(check["truth"], got["at_ceiling_fraction"])
     rc, out, err = cli("scan", "--ceiling", "4096", "--whatif", "8192", str(tmp_path / "a.jsonl"))
-    assert rc == 0 and "checked on this run: cut at " in out and "the truth is 16.7%" in out, out + err
+    assert rc == 0 and "checked on this run: cut at 2,048" in out and "the truth is 16.7%" in out, out + err
+    assert "what-if limit 8,192: " in out and "above 4,096;" in out, out  # #32: counts with separators
 
 
 @pytest.mark.parametrize(
@@ -99,7 +100,7 @@ def test_a_ceiling_or_whatif_limit_below_one_token_is_refused(tmp_path, args):
 def test_scan_human_output_and_nothing_matched(tmp_path):
     write_shard(tmp_path / "a.jsonl", truth_rows(100, 6))
     rc, out, _ = cli("scan", str(tmp_path / "a.jsonl"))
-    assert rc == 0 and "completions: 100" in out and "ceiling: 4096" in out
+    assert rc == 0 and "completions: 100" in out and "ceiling: 4,096" in out
     rc, _, err = cli("scan", str(tmp_path / "none-*.jsonl"))
     assert rc == 1 and "nothing matched" in err
 
@@ -169,3 +170,17 @@ gpu = "off"
     assert [r["lengths"]["completions"] for r in got["runs"]] == [120, 80]
     rc, out, _ = cli("poll", "--config", str(config))
     assert rc == 0 and "#### run run-a" in out and "#### run run-b" in out
+
+
+def test_scan_text_words_numbers_as_the_pages_do(tmp_path):
+    # Issue 32: the text said `p90 4096` and "malformed" where the pages say "≥ 4,096" and the JSON
+    # "unparseable"; counts lacked separators.
+    rows = [(4096, "length")] * 300 + [(1200, "stop")] * 1700
+    write_shard(tmp_path / "a.jsonl", rows)
+    with open(tmp_path / "a.jsonl", "a") as f:
+        f.write("{not json}\n")
+    rc, out, err = cli("scan", str(tmp_path / "*.jsonl"))
+    assert rc == 0, err
+    assert "completions: 2,000  (unparseable lines: 1)" in out and "malformed" not in out
+    assert "p50 1,200  p90 ≥ 4,096  p99 ≥ 4,096  max ≥ 4,096" in out
+    assert "ceiling: 4,096" in out and "at the ceiling: 300 (15.0%)" in out and "stop 1,700" in out

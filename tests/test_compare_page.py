@@ -10,6 +10,7 @@ cut at each ceiling, the mean lengths and the tok/s per GPU it was told to produ
 from __future__ import annotations
 
 import dataclasses
+import html
 import math
 import random
 import re
@@ -20,10 +21,11 @@ import pytest
 from streamlit.testing.v1 import AppTest
 from test_pages import _clear_streamlit_caches, open_app  # noqa: F401 (autouse fixture: caches leak between AppTests)
 
-from components import compare_view, context, runpicker
+from components import compare_view, context, runpicker, whatif_view
 from pages import compare as compare_page
 from runhealth import demo, derived, health, runcompare
 from runhealth.analysis import rates
+from runhealth.screens import words
 from runhealth.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -444,3 +446,39 @@ def test_the_compare_model_from_the_demo_stores_matches_the_simulators_truth(dem
     assert late.as_of[1].level == "alert" and "stale" in late.as_of[1].text and late.as_of[0].level == "ok"
     empty = dataclasses.replace(b, summary=dataclasses.replace(b.summary, completions=0))
     assert compare_model.compare(a, empty, (60.0, 60.0), now).empty.startswith("No completions in demo-8192")
+
+
+def test_every_term_of_art_on_screen_is_said_in_plain_words(demo_cache, monkeypatch):
+    """Issue 32: "incl. loops 0–100%", "Truncated that loop", "log-normal (AIC)", "Newcombe's",
+    "Welch", "batch means", "tok/J", "server says", "sw_power_cap" stood unexplained. Wherever
+    one shows, its plain words (words.GLOSSARY) show with it: a tile's tooltip or a caption."""
+    seen: set[str] = set()
+    for name in ("overview", "lengths", "samples", "gpus", "compare"):
+        text = page_text(run(name, demo_cache, monkeypatch))
+        for term, meaning in words.GLOSSARY.items():
+            if term.lower() in text.lower():
+                seen.add(term)
+                assert meaning in text or html.escape(meaning) in text, (name, term)
+    # The demo shows these (a test that found none of them would prove nothing).
+    assert {"Newcombe", "Welch", "batch means", "(AIC)", "back-test", "tok/J"} <= seen, seen
+
+
+def test_a_whatif_that_failed_its_back_test_says_so_in_the_tile(demo_cache, monkeypatch):
+    """Issue 32: the tile showed a red "6.3% still truncated at 8,192" while the fine print said
+    the method was "53% off" on its own back-test. Now the tile says it failed, and does not alarm.
+    The demo's method misses by 8% at 8,192: with the bar at 5% that is a failed back-test."""
+    monkeypatch.setattr(whatif_view, "BACKTEST_FAIL", 0.05)
+    text = page_text(run("lengths", demo_cache, monkeypatch, url_run=demo.RUN_A))  # the seed run, at 8,192
+    off = re.search(r"smallest back-test error \((\d+)% off", text)
+    assert off and int(off.group(1)) > 5, text
+    tile = re.search(
+        r'<div class="rh-tile (\w+)"[^>]*><div class="rh-label">Still truncated at [\d,]+</div>'
+        r'<div class="rh-value">[^<]+</div><div class="rh-sub">([^<]+)<',
+        text,
+    )
+    assert tile, text
+    assert tile.group(1) == "muted", tile.group(0)
+    assert tile.group(2).startswith(f"failed its own back-test ({off.group(1)}% off on this run)"), tile.group(2)
+    monkeypatch.setattr(whatif_view, "BACKTEST_FAIL", 0.25)  # the real bar: 8% off passes, the tile says nothing
+    text = page_text(run("lengths", demo_cache, monkeypatch, url_run=demo.RUN_A))
+    assert "failed its own back-test" not in text

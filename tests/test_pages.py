@@ -7,6 +7,8 @@ collector through `components.context.get_runtime`, the one seam between pages a
 
 from __future__ import annotations
 
+import html
+import json
 import re
 import time
 from pathlib import Path
@@ -20,6 +22,7 @@ from streamlit.testing.v1 import AppTest
 from components import context
 from components.page import ERROR_PREFIX
 from runhealth import hardware
+from runhealth.screens import words
 from runhealth.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -477,3 +480,95 @@ def test_an_unreadable_shard_is_named_on_the_nodes_page(tmp_path, monkeypatch):
     assert "shard-01-0.jsonl" in texts(at)  # the healthy shards are listed too
     at = run_page("overview", config, monkeypatch)
     assert "node-2: 1 shard(s) cannot be read (see Nodes)." in texts(at)
+
+
+def _frame(at: AppTest, column: str):
+    return next(f.value for f in at.dataframe if column in f.value.columns)
+
+
+def test_tables_word_counts_and_shares_as_the_tiles_do(stores, monkeypatch):
+    """Issue 32, one number format: tables showed 9745 and 1500 where tiles show 12,000, a share
+    column "81.21%" beside tiles' "18.0%", a sample's "3600 chars", "### 1 runs" and a config
+    with null values and no completion_tokens_path."""
+    at = run_page("lengths", stores["ceiling_18"], monkeypatch)
+    assert_clean(at)
+    reasons = _frame(at, "finish reason").set_index("finish reason")
+    assert reasons.loc["stop"].tolist() == ["9,745", "81.2%"]
+    assert reasons.loc["length at the ceiling (4,096) = truncated"].tolist() == ["2,160", "18.0%"]
+    groups = _frame(at, "at_ceiling").set_index("group")
+    assert groups.loc["node-1", ["completions", "at_ceiling", "fraction", "ceiling"]].tolist() == [
+        "3,000",
+        "540",
+        "18.0%",
+        "4,096",
+    ]
+    at = run_page("samples", stores["ceiling_18"], monkeypatch)
+    assert_clean(at)
+    assert "4,096" in _frame(at, "tokens")["tokens"].tolist()
+    shown = [t.value for t in at.text if " chars" in t.value]
+    assert shown and all(re.search(r"· [\d,]+ tokens · .* · \d{1,3}(,\d{3})* chars$", t) for t in shown), shown
+    assert any("3,600 chars" in t for t in shown), shown
+    at = run_page("nodes", stores["ceiling_18"], monkeypatch)
+    assert_clean(at)
+    assert _frame(at, "blank_lines")["lines"].tolist()[:1] == ["1,500"]
+    config = json.loads(at.json[0].value)
+    assert config["completion_tokens_path"] == "default: detected" and None not in config.values(), config
+    at = run_page("compare", stores["ceiling_18"], monkeypatch)
+    sidebar = [m.value for m in at.sidebar.markdown]
+    assert "### 1 runs" not in sidebar and "### 1 run" in sidebar, sidebar
+
+
+def test_terms_of_art_on_the_incident_pages_are_said_in_plain_words(stores, monkeypatch):
+    """Issue 32: "Truncated that loop" (Samples) and "sw_power_cap" (GPUs) stood unexplained;
+    every glossary term a page shows comes with its plain words (tooltip or caption)."""
+    seen = set()
+    for name in PAGES:
+        text = texts(run_page(name, stores["ceiling_18"], monkeypatch))
+        for term, meaning in words.GLOSSARY.items():
+            if term.lower() in text.lower():
+                seen.add(term)
+                assert meaning in text or html.escape(meaning) in text, (name, term)
+    assert {"that loop", "back-test"} <= seen, seen
+    samples = texts(run_page("samples", stores["ceiling_18"], monkeypatch))
+    assert "2 of n = 4 cut ones repeat themselves" in samples  # the loop tile's count, in words
+
+
+def _power_cap_problems() -> None:
+    from components import cards
+    from runhealth import hardware
+
+    gpus = [
+        {
+            "label": "node-1/0",
+            "node": "node-1",
+            "index": 0,
+            "util_pct": 99.0,
+            "temp_c": 70.0,
+            "throttle_reasons": ["sw_power_cap"],
+        }
+    ]
+    cards.render_problems(hardware.gpu_notes(gpus, {}, True), "Problems")
+
+
+def test_the_power_cap_note_says_what_sw_power_cap_means():
+    """Issue 32: the GPUs page's "At the power cap (sw_power_cap: ...)" named NVML's flag only."""
+    at = AppTest.from_function(_power_cap_problems)
+    at.run()
+    assert not at.exception, at.exception
+    assert any("sw_power_cap" in i.value.replace("\\", "") for i in at.info), [i.value for i in at.info]
+    captions = " ".join(c.value for c in at.caption)
+    assert words.GLOSSARY["sw_power_cap"] in captions, captions
+
+
+@pytest.mark.parametrize("scenario", ["ceiling_18", "empty"])
+def test_every_tile_says_what_its_figure_is(scenario, stores, monkeypatch):
+    """Issue 32: every figure says in plain words what it is; a tile's is its tooltip."""
+    labels = []
+    for name in PAGES:
+        at = run_page(name, stores[scenario], monkeypatch)
+        for md in at.markdown:
+            for label in re.findall(r'class="rh-label">([^<]+)<', md.value):
+                title = re.match(r'<div class="rh-help" title="([^"]+)">', md.value)
+                assert title and len(title.group(1)) > 20, (name, label, md.value)
+                labels.append(label)
+    assert len(labels) >= 6, labels  # the Overview's six tiles at least: the test saw tiles

@@ -47,3 +47,16 @@ def test_lines_name_the_check_the_model_and_the_loop_n():
 def test_without_a_backtest_the_line_says_so():
     r = dataclasses.replace(_result(), backtest=None)
     assert whatif_view.backtest_line(r).startswith("Not checked on this run")
+
+
+def test_the_tile_says_when_the_method_failed_its_own_back_test():
+    """Issue 32: "53% off" on the back-test stood in the fine print only; the tile's words say it."""
+    import math
+
+    r = _result()
+    assert r.backtest and r.model in r.backtest["errors"]
+    missed = dataclasses.replace(r, backtest={**r.backtest, "errors": {r.model: math.log1p(0.53)}})
+    assert whatif_view.failed_backtest(missed) == "failed its own back-test (53% off on this run): a rough guess"
+    close = dataclasses.replace(r, backtest={**r.backtest, "errors": {r.model: math.log1p(0.10)}})
+    assert whatif_view.failed_backtest(close) == ""
+    assert whatif_view.failed_backtest(dataclasses.replace(r, backtest=None)) == ""  # unchecked: the fine print says
