@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import streamlit as st
 from shardgen import truth_rows, write_shard
 from streamlit.testing.v1 import AppTest
+from test_pages import _clear_streamlit_caches  # noqa: F401 (autouse fixture)
 
 from runhealth import alerthistory, health
 from runhealth.collector import Collector
@@ -38,15 +38,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture(autouse=True)
-def _clear_streamlit_caches():
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    yield
-    st.cache_data.clear()
-    st.cache_resource.clear()
 
 
 def flaky_python(tmp: Path) -> tuple[Path, Path]:
