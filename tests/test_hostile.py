@@ -112,7 +112,7 @@ def test_blank_lines_are_counted_apart_from_malformed_ones(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "runhealth", "scan", str(shard)], capture_output=True, text=True, timeout=60
     ).stdout
-    assert "completions: 4  (malformed lines: 7, blank lines skipped: 5)" in out
+    assert "completions: 4  (unparseable lines: 7, blank lines skipped: 5)" in out
     assert scan_cli(str(shard))["blank_lines"] == 5 and scan_cli(str(shard))["unparseable"] == 7
 
 
