@@ -40,11 +40,13 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from prometheus_client import generate_latest  # noqa: E402
 
-from runhealth import collector as collector_mod  # noqa: E402
-from runhealth import exporter, ingest, pagedata  # noqa: E402
+from runhealth.alerting import exporter  # noqa: E402
 from runhealth.analysis.servermetrics import merge_endpoints  # noqa: E402
-from runhealth.collector import Collector  # noqa: E402
-from runhealth.config import parse_config  # noqa: E402
+from runhealth.collect import collector as collector_mod  # noqa: E402
+from runhealth.collect import ingest  # noqa: E402
+from runhealth.collect.collector import Collector  # noqa: E402
+from runhealth.payloads import pagedata  # noqa: E402
+from runhealth.settings.config import parse_config  # noqa: E402
 from runhealth.store import Store  # noqa: E402
 
 

@@ -29,8 +29,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from fleet import SimNode  # noqa: E402
 
-from runhealth import ingest, rollup  # noqa: E402
-from runhealth.store import Store  # noqa: E402
+from runhealth.collect import ingest  # noqa: E402
+from runhealth.store import Store, rollup  # noqa: E402
 
 DAY = 86400.0
 SERIES = ("gpu_samples", "polls", "metric_samples", "gpu_rollup", "poll_rollup", "metric_rollup")

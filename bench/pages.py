@@ -3,7 +3,7 @@
 Measures each page's server-side render under Streamlit `AppTest` twice in the same run:
 "before", every page computing its numbers itself (no page payloads in the store: what the
 pages did before #16), and "after", pages reading the payloads the collector precomputes
-(runhealth/pagedata.py; computed here once with `Refresher.run_now`, whose time is reported
+(runhealth/payloads/pagedata.py; computed here once with `Refresher.run_now`, whose time is reported
 too, as the collector's background cost per refresh). Cold = caches cleared before the run (a
 new viewer); warm = the same page again with caches kept (a refresh). "script s" is the page
 script alone; "AppTest s" adds AppTest's own per-run setup. Every figure is the median of
@@ -20,7 +20,7 @@ the full store (flat = ratio near 1). Ratios, not pass/fail; the machine's load 
 Then, on a copy of the same store (payloads and all, as its collector left it) configured as a
 finished run beside the live one (`[[runs]]`, finished = true): the Compare page, the live
 run's Overview with two runs configured, and every page of the finished run. The finished
-run's figures are computed on its first read and kept in its store (runcompare.finished_life):
+run's figures are computed on its first read and kept in its store (runfigures.finished_life):
 that first read is timed apart, after the stored figures are dropped. --no-finished skips it.
 
 --keep DIR builds the store in DIR once and reuses it on later runs (the big store takes ~6 min
@@ -51,8 +51,8 @@ from streamlit.runtime.scriptrunner import script_runner
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from runhealth import pagedata  # noqa: E402
-from runhealth.config import load_config  # noqa: E402
+from runhealth.payloads import pagedata  # noqa: E402
+from runhealth.settings.config import load_config  # noqa: E402
 from runhealth.store import Store  # noqa: E402
 
 PAGES = SCREENS
@@ -283,7 +283,7 @@ def finished_and_compare(tmp: Path, db_path: Path, config_path: Path, runs: int)
     and warm; the finished run's first read (final figures not stored yet) apart."""
     path = two_runs_config(tmp, db_path, config_path)
     os.environ["RUNHEALTH_CONFIG"] = str(path)
-    with sqlite3.connect(tmp / "finished" / "x.sqlite3") as db:  # runcompare.FINISHED_LIFE (older code has none)
+    with sqlite3.connect(tmp / "finished" / "x.sqlite3") as db:  # runfigures.FINISHED_LIFE (older code has none)
         db.execute("DELETE FROM page_data WHERE name = 'finished_life'")
     render_s("compare")  # the new config's first run: its imports and stores, not a page cost
     quiet_streamlit()  # loggers the first Compare run created

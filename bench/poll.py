@@ -25,10 +25,10 @@ from pathlib import Path
 
 import sshd as sshd_lib
 
-from runhealth.config import NodeConfig
 from runhealth.remote.base import fan_out
 from runhealth.remote.protocol import AgentSession, launch_argv, program_frame
 from runhealth.remote.ssh import ChannelStream, SSHTransport
+from runhealth.settings.config import NodeConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -33,8 +33,8 @@ import threading
 import time
 from pathlib import Path
 
-from runhealth.collector import Collector
-from runhealth.config import NodeConfig, RunConfig
+from runhealth.collect.collector import Collector
+from runhealth.settings.config import NodeConfig, RunConfig
 from runhealth.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent

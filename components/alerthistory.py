@@ -1,4 +1,4 @@
-"""The day's alerts: the alert history the collector keeps (runhealth/alerthistory.py) on screen.
+"""The day's alerts: the alert history the collector keeps (runhealth/alerting/alerthistory.py) on screen.
 
 `render_today` is the Overview's timeline of the last 24 h's episodes (one read: the Overview's
 SQL budget), `render_history` the Nodes page's table of the last days' (newest first, with

@@ -1,4 +1,4 @@
-"""The Overview's alert lines: `runhealth.health.evaluate()`'s alerts, as the page shows them.
+"""The Overview's alert lines: `runhealth.rules.health.evaluate()`'s alerts, as the page shows them.
 
 There is one alert engine, in the core: this module only maps an Alert's severity to the
 page's level ("error" for critical, "warning") and keeps evaluate's order (most serious first),
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from components import loaders
-from runhealth import health
+from runhealth.rules import health
 from runhealth.store import Store
 
 

@@ -21,14 +21,14 @@ import streamlit as st
 
 from components.format import fmt_count, md_escape
 from components.tables import finished_line, indexing_progress, last_error_line, node_table, why_empty
-from runhealth import storefile
-from runhealth.activity import NodeRate
 from runhealth.analysis.stats import Summary
-from runhealth.health import node_status
 from runhealth.records import NodeRow, StoredSample
+from runhealth.rules.activity import NodeRate
+from runhealth.rules.health import node_status
 from runhealth.screens import overview as overview_model
 from runhealth.screens.words import explain
 from runhealth.screens.words import tile_help as words_tile_help
+from runhealth.store import storefile
 
 STATE_COLOUR = {"UP": "#1B5E20", "STALE": "#8A5A00", "DOWN": "#8B1A1A", "PENDING": "#3A3F4B", "FINISHED": "#3A3F4B"}
 STATE_MD = {

@@ -2,7 +2,7 @@
 and A's forecast against B's measurement.
 
 `make_*_figure` functions are pure (plotly only; tested in tests/test_compare_page.py); the
-`render_*` functions draw with Streamlit. The numbers come from runhealth.runcompare.
+`render_*` functions draw with Streamlit. The numbers come from runhealth.screens.runfigures.
 """
 
 from __future__ import annotations
@@ -14,29 +14,29 @@ import streamlit as st
 from components import cards
 from components.figures import ALERT_COLOUR, CEILING_COLOUR, STOP_COLOUR, apply_layout, new_figure, vline
 from components.format import fmt_window
-from runhealth import runcompare
 from runhealth.analysis import stats
 from runhealth.screens import compare as compare_model
+from runhealth.screens import runfigures
+from runhealth.settings.windows import RATE_WINDOW_S
 from runhealth.store import Store
-from runhealth.windows import RATE_WINDOW_S
 
 
 @st.cache_data(ttl=5, max_entries=8, hash_funcs={Store: lambda s: str(s.path)}, show_spinner=False)
 def load_run_numbers(
     store: Store, name: str, ceiling: int | None, target: int | None, finished: bool
-) -> runcompare.RunNumbers:
-    """One run's Compare figures (runhealth.runcompare.run_numbers), cached for 5 s."""
-    return runcompare.run_numbers(store, name, ceiling, target, finished)
+) -> runfigures.RunNumbers:
+    """One run's Compare figures (runhealth.screens.runfigures.run_numbers), cached for 5 s."""
+    return runfigures.run_numbers(store, name, ceiling, target, finished)
 
 
 @st.cache_data(ttl=10, max_entries=4, show_spinner="Checking A's forecast against B…")
-def load_comparison(_a: runcompare.RunNumbers, _b: runcompare.RunNumbers, key: tuple) -> runcompare.Comparison:
+def load_comparison(_a: runfigures.RunNumbers, _b: runfigures.RunNumbers, key: tuple) -> runfigures.Comparison:
     """`key` (names and as-of times) decides reuse: the numbers themselves are not hashed."""
-    return runcompare.compare_runs(_a, _b)
+    return runfigures.compare_runs(_a, _b)
 
 
 def load_compare(
-    a: runcompare.RunNumbers, b: runcompare.RunNumbers, stale_after: tuple[float, float], now: float
+    a: runfigures.RunNumbers, b: runfigures.RunNumbers, stale_after: tuple[float, float], now: float
 ) -> compare_model.Compare:
     """The Compare page's model at `now` (runhealth.screens.compare), the comparison itself
     reused while both runs' numbers are the same (load_comparison)."""
@@ -48,15 +48,15 @@ def load_compare(
 RUN_COLOURS = {"A": "#8A8F98", "B": STOP_COLOUR}  # the earlier run grey, the one it is judged against blue
 
 
-def make_overlay_figure(a: runcompare.RunNumbers, b: runcompare.RunNumbers) -> go.Figure:
+def make_overlay_figure(a: runfigures.RunNumbers, b: runfigures.RunNumbers) -> go.Figure:
     """Both runs' length histograms (share per bin, bars) and CDFs (lines, right axis) on one
     token axis, each run's ceiling marked."""
     top = max(max((t for t, _c in r.hist.length_pairs()), default=0) for r in (a, b))
-    width = runcompare.overlay_width(top)
+    width = runfigures.overlay_width(top)
     fig = new_figure()
     for key, run in (("A", a), ("B", b)):
         colour, name = RUN_COLOURS[key], f"{key}: {run.name}"
-        bins = runcompare.overlay_bins(run.hist, width, top)
+        bins = runfigures.overlay_bins(run.hist, width, top)
         fig.add_bar(
             x=[s + width / 2 for s, _ in bins],
             y=[100 * v for _s, v in bins],
@@ -106,11 +106,11 @@ def make_overlay_figure(a: runcompare.RunNumbers, b: runcompare.RunNumbers) -> g
     return fig
 
 
-def render_headline(cmp: runcompare.Comparison) -> None:
+def render_headline(cmp: runfigures.Comparison) -> None:
     st.subheader(cards.md_escape(cmp.headline))
 
 
-def render_table(rows: list[dict[str, str]], a: runcompare.RunNumbers, b: runcompare.RunNumbers) -> None:
+def render_table(rows: list[dict[str, str]], a: runfigures.RunNumbers, b: runfigures.RunNumbers) -> None:
     """The side-by-side table, labelled with each run's n and how old its numbers are."""
     df = pd.DataFrame(rows).rename(columns={"A": f"A: {a.name}", "B": f"B: {b.name}"})
     st.dataframe(df, hide_index=True, width="stretch")
@@ -126,7 +126,7 @@ def render_table(rows: list[dict[str, str]], a: runcompare.RunNumbers, b: runcom
     cards.render_terms("Newcombe Wilson Welch batch means")  # the methods named above, in plain words
 
 
-def render_forecast(cmp: runcompare.Comparison, a: runcompare.RunNumbers, b: runcompare.RunNumbers) -> None:
+def render_forecast(cmp: runfigures.Comparison, a: runfigures.RunNumbers, b: runfigures.RunNumbers) -> None:
     """A's what-if at B's ceiling beside what B measured there, and whether it falls inside."""
     st.subheader("Forecast vs outcome")
     f = cmp.forecast

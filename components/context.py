@@ -1,11 +1,11 @@
 """The dashboard process's one runtime: the runs of the config file and their stores, read only.
 
 The dashboard is a viewer: `runhealth dashboard` runs the collector as a process of its own
-(`runhealth collect`, runhealth/service.py) and starts this one with RUNHEALTH_COLLECTOR=off, as
+(`runhealth collect`, runhealth/collect/service.py) and starts this one with RUNHEALTH_COLLECTOR=off, as
 does `--no-collect` next to the systemd unit. `streamlit run app.py` alone (the variable unset)
 runs that same service in a thread of this process, so the demo still works with no launcher.
 
-`get_runtime()` keeps one `runhealth.runset.RunSet` per process in an `st.cache_resource`
+`get_runtime()` keeps one `runhealth.settings.runset.RunSet` per process in an `st.cache_resource`
 holder and checks the config file's (path, mtime, size) on every page run: a good edit rebuilds
 the runtime (stores kept when their path is unchanged); a bad one keeps the last good runtime
 with `config_error` set, which every page shows as a banner (components/page.py) while it goes
@@ -26,11 +26,13 @@ from typing import Protocol, cast
 
 import streamlit as st
 
-from runhealth import demo, runs, service
-from runhealth.collector import Collector
-from runhealth.config import RunConfig, RunContext, find_config_path
+from runhealth import demo
+from runhealth.collect import service
+from runhealth.collect.collector import Collector
 from runhealth.errors import ConfigError, RunhealthError
-from runhealth.runset import RunSet, store_key
+from runhealth.settings import runs
+from runhealth.settings.config import RunConfig, RunContext, find_config_path
+from runhealth.settings.runset import RunSet, store_key
 from runhealth.store import Store
 
 log = logging.getLogger(__name__)
@@ -63,7 +65,7 @@ class Runtime:
     config_path: Path | None = None  # the file loaded, absolute; None: the built-in demo
     signature: tuple | None = None  # config_signature() when built: a change means rebuild
     follows_file: bool = False  # held by get_runtime(), which rebuilds it when the file changes
-    # Every run (runhealth.runs); config/store/collector above are the one this page shows
+    # Every run (runhealth.settings.runs); config/store/collector above are the one this page shows
     # (components.runpicker), the first live run until a user picks another.
     runs: list[RunHandle] = dataclasses.field(default_factory=list)
 
@@ -107,7 +109,7 @@ def config_signature(path: Path | None) -> tuple | None:
 
 
 def build_runtime() -> Runtime:
-    """A runtime for the config found now (see `runhealth.config.find_config_path`)."""
+    """A runtime for the config found now (see `runhealth.settings.config.find_config_path`)."""
     return build_runtime_for(_config_path())
 
 

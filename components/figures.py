@@ -18,7 +18,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from runhealth.health import level
+from runhealth.rules.health import level
 
 DARK = "plotly_dark"
 STOP_COLOUR = "#4C9AFF"

@@ -5,7 +5,7 @@ seconds) and a `max_entries` bound; the store itself aggregates in SQL, so what 
 small (count tables, bucketed series), never raw rows. The Store argument is hashed by its
 path, so two stores never share a cache entry. This module holds only cached reads: shaping
 lives in components/tables.py, words in components/format.py and components/alerts.py, rules
-in the core (runhealth.health).
+in the core (runhealth.rules.health).
 """
 
 from __future__ import annotations
@@ -19,18 +19,20 @@ import pandas as pd
 import streamlit as st
 
 from components import precomputed
-from runhealth import activity, derived, health, pagedata, rollup
-from runhealth.activity import RunRates as RunRates  # the pages name the rates type through here
 from runhealth.analysis import lengthtime, stats, whatif
-from runhealth.config import RunConfig
+from runhealth.payloads import pagedata
 from runhealth.records import GpuRow, MetricRow, NodeRow, PendingSampleBatch, SampleBatch, ShardRow
+from runhealth.rules import activity, health
+from runhealth.rules.activity import RunRates as RunRates  # the pages name the rates type through here
+from runhealth.screens import derived
 from runhealth.screens import gpus as gpus_model
 from runhealth.screens import lengths as lengths_model
 from runhealth.screens import nodes as nodes_model
 from runhealth.screens import overview as overview_model
 from runhealth.screens import samples as samples_model
-from runhealth.store import Store
-from runhealth.windows import SERVER_RATE_WINDOW_S, stale_after_s
+from runhealth.settings.config import RunConfig
+from runhealth.settings.windows import SERVER_RATE_WINDOW_S, stale_after_s
+from runhealth.store import Store, rollup
 
 TTL_S = 3
 _HASH: dict[str | type[Any], Callable[[Any], Any]] = {Store: lambda s: str(s.path), RunConfig: repr}
@@ -92,7 +94,7 @@ class RunLengths:
 
 @_cache(ttl=5, max_entries=8)
 def load_run_lengths(store: Store, ceiling: int | None) -> RunLengths:
-    """The run's length counts: summary, histogram bins and CDF points (runhealth.pagedata.run_lengths)."""
+    """The run's length counts: summary, histogram bins and CDF points (runhealth.payloads.pagedata.run_lengths)."""
     return run_lengths(lengths_model.counts(store, ceiling, precomputed.payload(store, "run_lengths")))
 
 
@@ -113,7 +115,7 @@ def load_lengths_screen(store: Store, config: RunConfig) -> lengths_model.Length
 @_cache(ttl=5, max_entries=8)
 def load_group_lengths(store: Store, by: str, ceiling: int | None) -> pd.DataFrame:
     """Share at the ceiling per node or shard, with Wilson interval and ceiling drift
-    (runhealth.pagedata.group_lengths); attrs["as_of"]: when the collector computed it."""
+    (runhealth.payloads.pagedata.group_lengths); attrs["as_of"]: when the collector computed it."""
     got = precomputed.payload(store, f"groups:{by}")
     if got is not None and got[1]["ceiling"] == ceiling:
         df = precomputed.frame(got[1]["table"])
@@ -166,7 +168,7 @@ class Throughput(NamedTuple):
 @_cache(ttl=TTL_S, max_entries=8)
 def load_throughput(store: Store, interval_s: float) -> Throughput:
     """The servers' own tok/s (their gauges and counters) and the throughput chart's series; the
-    shards' tok/s is load_health's (one definition: runhealth.activity)."""
+    shards' tok/s is load_health's (one definition: runhealth.rules.activity)."""
     from runhealth.analysis import rates
 
     now = time.time()
@@ -195,7 +197,7 @@ def load_throughput(store: Store, interval_s: float) -> Throughput:
 @_cache(ttl=TTL_S, max_entries=8)
 def load_health(store: Store) -> activity.RunRates:
     """The run's live rates (the one tok/s, per node and summed; the 15-min average; when each
-    node's shards last grew; the rate drop): runhealth.activity.read_rates at now."""
+    node's shards last grew; the rate drop): runhealth.rules.activity.read_rates at now."""
     return activity.read_rates(store, time.time())
 
 
@@ -229,7 +231,7 @@ def load_alerts(store: Store, settings: tuple[tuple[str, Any], ...]) -> list[hea
 
 @_cache(ttl=60, max_entries=4)
 def load_final(store: Store, completions: int) -> derived.Final:
-    """A finished run's final figures (runhealth.derived.final): its store no longer changes."""
+    """A finished run's final figures (runhealth.screens.derived.final): its store no longer changes."""
     return derived.final(store, completions)
 
 

@@ -3,7 +3,7 @@
 The dashboard is a viewer: /metrics and the webhooks belong to the collecting process
 (`runhealth collect`, or `runhealth dashboard`'s child), which records where /metrics is served,
 its notices and its webhook receivers in each live run's store, with its pid and host, and
-rewrites that status every few seconds (runhealth/outbound.py). This module reads it from the
+rewrites that status every few seconds (runhealth/alerting/outputs.py). This module reads it from the
 store, says how old it is and which process wrote it, and says plainly when no collector runs.
 Webhook targets appear only as scheme://host/… (the path of a webhook URL is its secret); the
 delivery figures come from the `webhook_deliveries` table the notifier writes.
@@ -21,9 +21,11 @@ import streamlit as st
 from components import runpicker
 from components.context import PageRuntime
 from components.format import md_escape
-from runhealth import heartbeat, notify, outbound
-from runhealth.health import fmt_ago
+from runhealth.alerting import notify
+from runhealth.alerting import outputs as outbound
+from runhealth.collect import heartbeat
 from runhealth.records import CollectorStatus
+from runhealth.rules.health import fmt_ago
 from runhealth.store import Store
 
 WINDOW_S = 24 * 3600
@@ -44,7 +46,7 @@ def load_status(store: Store) -> CollectorStatus | None:
 
 def collector_problem(rt: PageRuntime, now: float) -> str | None:
     """Why no collector writes the run `rt` shows, in words (None: one does, or it is finished):
-    runhealth.heartbeat's sentence, the one the Overview's collector_down alert carries."""
+    runhealth.collect.heartbeat's sentence, the one the Overview's collector_down alert carries."""
     if runpicker.is_finished(rt):
         return None
     status = load_status(rt.store)

@@ -21,9 +21,10 @@ from streamlit.navigation.page import StreamlitPage
 from components import access, cards, context, loaders, runpicker
 from components import outbound as outbound_view
 from components.format import fmt_clock, fmt_plural, md_escape
-from runhealth import exposure, heartbeat
-from runhealth.config import fix_hint
-from runhealth.health import FUTURE_TOLERANCE_S, fmt_age, fmt_ago, node_status
+from runhealth.collect import heartbeat
+from runhealth.rules.health import FUTURE_TOLERANCE_S, fmt_age, fmt_ago, node_status
+from runhealth.serve import exposure
+from runhealth.settings.config import fix_hint
 
 CSS = """
 <style>

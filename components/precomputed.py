@@ -1,4 +1,4 @@
-"""Reads of the page payloads the collector precomputes (runhealth/pagedata.py), for the loaders.
+"""Reads of the page payloads the collector precomputes (runhealth/payloads/pagedata.py), for the loaders.
 
 `payload(store, name)` is one indexed row read, decoded once per computation (the cache key
 holds the row's timestamp, so a new computation is picked up at the next read and the old one
@@ -15,8 +15,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from runhealth import pagedata
-from runhealth.health import fmt_ago
+from runhealth.payloads import pagedata
+from runhealth.rules.health import fmt_ago
 from runhealth.store import Store
 
 _HASH: dict[str | type[Any], Any] = {Store: lambda s: str(s.path)}

@@ -2,7 +2,7 @@
 
 No Streamlit calls, so each is tested directly; cards and pages place what they return. The
 numbers behind the Overview's headline (ETA, tokens per joule, node counts) come from
-`runhealth.derived.standup`, the same ones the tiles show.
+`runhealth.screens.derived.standup`, the same ones the tiles show.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from typing import Any
 import pandas as pd
 
 from components.format import fmt_bytes, fmt_count, fmt_number, fmt_rate, fmt_share
-from runhealth import hardware
-from runhealth.activity import NodeRate
 from runhealth.analysis import stats
 from runhealth.analysis.stats import Summary
 from runhealth.analysis.whatif import WhatIf
-from runhealth.hardware import telemetry_errors as telemetry_errors  # the GPUs page words them
-from runhealth.health import fmt_age, fmt_ago, node_status
 from runhealth.records import HostReading, NodeRow, StoredSample
+from runhealth.rules import hardware
+from runhealth.rules.activity import NodeRate
+from runhealth.rules.hardware import telemetry_errors as telemetry_errors  # the GPUs page words them
+from runhealth.rules.health import fmt_age, fmt_ago, node_status
 
 STATE_BADGE = {"up": "UP", "stale": "STALE", "down": "DOWN", "pending": "PENDING", "finished": "FINISHED"}
 REPLACED_NOTICE_S = 24 * 3600  # a shard replaced within this is named above the table (which always says it)
@@ -322,7 +322,7 @@ def samples_export(samples: list[StoredSample]) -> pd.DataFrame:
 
 
 def gpu_table(gpus: pd.DataFrame, run_writing: bool = True) -> pd.DataFrame:
-    """The GPUs now, in the words of the one GPU rule (runhealth.hardware.gpu_state): the ones
+    """The GPUs now, in the words of the one GPU rule (runhealth.rules.hardware.gpu_state): the ones
     that need a look ("⚠ ...") first, then information (at the power cap), then "ok"."""
     # zip over columns, not iterrows: iterrows builds a Series per GPU (0.1 s for 512 GPUs).
     errors = gpus["error"] if "error" in gpus else [None] * len(gpus)

@@ -3,7 +3,7 @@
 Did the relaunch fix the truncation, how much longer are completions now, what did it cost in
 tok/s and ETA, and was the what-if's forecast right? The "B vs A" sentence on top, both length
 distributions on one axis with each ceiling marked, the side-by-side table with differences and
-95% intervals, and A's what-if at B's limit beside what B measured (runhealth.runcompare).
+95% intervals, and A's what-if at B's limit beside what B measured (runhealth.screens.runfigures).
 
 `render(rt)` draws the page for the runtime's runs (`rt.runs`, components.context.RunHandle);
 `render_runs(runs)` for any list of them.
@@ -19,8 +19,8 @@ from components import compare_view, context, page
 from components.compare_view import load_compare, load_run_numbers
 from components.context import PageRuntime
 from components.format import md_escape
-from runhealth import runcompare
 from runhealth.screens import compare as compare_model
+from runhealth.screens import runfigures
 
 PREFIX = "compare"
 TITLE, ICON, URL_PATH = "Compare runs", ":material/compare_arrows:", "Compare"
@@ -28,8 +28,8 @@ ONE_RUN = False  # the page shows two runs: no "Run: <name>" line, no run picker
 
 
 def default_pair(runs: list[context.RunHandle]) -> tuple[int, int]:
-    """(A, B) the page opens with: A the older run, B the newer (runhealth.runcompare.default_pair)."""
-    return runcompare.default_pair([(h.finished, h.config.max_output_tokens) for h in runs])
+    """(A, B) the page opens with: A the older run, B the newer (runhealth.screens.runfigures.default_pair)."""
+    return runfigures.default_pair([(h.finished, h.config.max_output_tokens) for h in runs])
 
 
 def pick_runs(runs: list[context.RunHandle]) -> tuple[context.RunHandle, context.RunHandle]:
@@ -41,7 +41,7 @@ def pick_runs(runs: list[context.RunHandle]) -> tuple[context.RunHandle, context
     return runs[names.index(a)], runs[names.index(b)]
 
 
-def numbers(h: context.RunHandle) -> runcompare.RunNumbers:
+def numbers(h: context.RunHandle) -> runfigures.RunNumbers:
     return load_run_numbers(h.store, h.config.name, h.config.max_output_tokens, h.config.target_completions, h.finished)
 
 

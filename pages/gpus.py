@@ -17,7 +17,7 @@ import streamlit as st
 from components import cards, figcache, figures, loaders, page, precomputed, tables
 from components.context import PageRuntime
 from components.format import md_escape
-from runhealth import pagedata
+from runhealth.payloads import pagedata
 
 PREFIX = "gpus"
 TITLE, ICON, URL_PATH = "GPUs", ":material/memory:", "GPUs"
@@ -66,7 +66,7 @@ def render_now(gpus, run_writing: bool) -> None:
 def render_series(
     rt: PageRuntime, window: str, labels: list[str], series=SERIES, height: int | Literal["content"] = "content"
 ) -> None:
-    # The collector's precomputed series (runhealth/pagedata.py); the store itself only for a
+    # The collector's precomputed series (runhealth/payloads/pagedata.py); the store itself only for a
     # choice of a few GPUs the payload has no lines for, or before the first payload.
     pre = precomputed.gpu_window(rt.store, window, labels)
     if pre is None:

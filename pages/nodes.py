@@ -14,8 +14,8 @@ from components import alerthistory, alerts, cards, loaders, page, runpicker, ta
 from components.context import PageRuntime
 from components.format import DOWN_AFTER_STALE, fmt_age, fmt_bytes, fmt_count, md_escape
 from components.outbound import render_collector, render_outbound
-from runhealth import derived
 from runhealth.records import NodeRow
+from runhealth.screens import derived
 from runhealth.screens.nodes import Nodes
 
 PREFIX = "nodes"

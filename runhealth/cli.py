@@ -23,14 +23,17 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from runhealth import __version__, exposure, launch, runs, service, supervise
+from runhealth import __version__
 from runhealth.analysis import compare, stats, whatif
-from runhealth.collector import Collector
-from runhealth.config import find_config_path
+from runhealth.collect import service
+from runhealth.collect.collector import Collector
 from runhealth.errors import RunhealthError
 from runhealth.node import agent
 from runhealth.node.wire import count_rows
 from runhealth.screens.words import fmt_count, fmt_share, fmt_tokens
+from runhealth.serve import exposure, launch, supervise
+from runhealth.settings import runs
+from runhealth.settings.config import find_config_path
 from runhealth.store import Store
 from runhealth.textsafe import escape
 
@@ -377,7 +380,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 def _say_ready(fd: int | None, state: str) -> None:
     """Tell `runhealth dashboard` (one word on its pipe) that collection started, or why not
-    (runhealth.service.run_collector's `ready` states)."""
+    (runhealth.collect.service.run_collector's `ready` states)."""
     if fd is not None:
         with contextlib.suppress(OSError):
             os.write(fd, state.encode())

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from runhealth.collector import Collector
-from runhealth.config import NodeConfig, RunConfig, RunContext, cache_dir
+from runhealth.collect.collector import Collector
+from runhealth.settings.config import NodeConfig, RunConfig, RunContext, cache_dir
 from runhealth.store import Store
 
 CEILING = 4096

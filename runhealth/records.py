@@ -2,14 +2,14 @@
 
 Every read of the history store used to be `list[dict[str, Any]]`, its keys known only from the
 SQL and docs/design.md prose. Each shape is declared here once, with the SQL column names
-exactly (a `SELECT *` row has its table's columns, runhealth/migrations.py; an aggregate row its
+exactly (a `SELECT *` row has its table's columns, runhealth/store/migrations.py; an aggregate row its
 `AS` names) and the unit of every column that carries one. tests/test_records.py checks that
 each read's real rows have exactly these keys, so a renamed column fails a test, and mypy checks
 every `row["key"]` against them.
 
 Why TypedDicts, and not frozen dataclasses or NamedTuples as analysis/stats.Summary is: a
 TypedDict is only a type; at run time a row stays the plain dict `sqlite3.Row` gave, so
-`pd.DataFrame(rows)`, the JSON page payloads (runhealth/pagedata.py), the cached loaders
+`pd.DataFrame(rows)`, the JSON page payloads (runhealth/payloads/pagedata.py), the cached loaders
 (st.cache_data pickles them) and every `row["key"]` consumer work unchanged, at no cost per
 row. A dataclass would have changed every consumer and every DataFrame path, and copied every
 row of a 24 h GPU series once more. What a TypedDict gives up: rows are not frozen, and a
@@ -236,7 +236,7 @@ class HostReading(HostInfo):
 
 # -- alert history ---------------------------------------------------------------------------------
 class AlertEpisodeRow(TypedDict):
-    """`Store.alert_episodes()`: one alert episode (runhealth/alerthistory.py), from when it
+    """`Store.alert_episodes()`: one alert episode (runhealth/alerting/alerthistory.py), from when it
     started to when it stopped holding (None: it still held at the last evaluation)."""
 
     id: int
@@ -316,7 +316,7 @@ class SampleBatch(TypedDict):
 # -- the collecting process ------------------------------------------------------------------------
 class CollectorStatus(TypedDict):
     """`outbound.read_status(store)`: the collecting process's own status, the run meta key
-    "collector" (runhealth/outbound.py), written when it (re)starts its outbound and again every
+    "collector" (runhealth/alerting/outputs.py), written when it (re)starts its outbound and again every
     HEARTBEAT_S, so a viewer in another process shows what that process serves and whether it runs.
     Never a webhook URL: targets only as `webhook.redact()` gives them (scheme://host:port/…)."""
 

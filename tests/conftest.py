@@ -13,7 +13,7 @@ authorized_keys -> `sshd_node` factory (host key + sshd on 127.0.0.x + known_hos
 sshd fails the test with how to install it; it never skips.
 
     node = sshd_node("127.0.0.2")          # started, banner seen; stopped at session end
-    cfg = node.node_config(name="node-2")  # runhealth.config.NodeConfig pointing at it
+    cfg = node.node_config(name="node-2")  # runhealth.settings.config.NodeConfig pointing at it
     transport = SSHTransport(cfg)
 """
 
@@ -31,7 +31,7 @@ from leakcheck import (
     track,
 )
 
-from runhealth.config import NodeConfig
+from runhealth.settings.config import NodeConfig
 
 sshd_lib.ON_START.append(track)  # every sshd counts as this session's (leakcheck.py)
 

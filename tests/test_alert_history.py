@@ -22,11 +22,12 @@ from shardgen import truth_rows, write_shard
 from streamlit.testing.v1 import AppTest
 from test_pages import _clear_streamlit_caches  # noqa: F401 (autouse fixture)
 
-from runhealth import alerthistory, health
-from runhealth.collector import Collector
-from runhealth.config import NodeConfig, RunConfig
-from runhealth.migrations import MIGRATIONS
+from runhealth.alerting import alerthistory
+from runhealth.collect.collector import Collector
+from runhealth.rules import health
+from runhealth.settings.config import NodeConfig, RunConfig
 from runhealth.store import Store
+from runhealth.store.migrations import MIGRATIONS
 
 INTERVAL_S = 10.0
 START = time.time() - 3600  # the run's first poll, an hour ago
@@ -179,7 +180,7 @@ def test_migration_7_opens_the_alerts_the_notifier_held(tmp_path):
     import json
     import sqlite3
 
-    from runhealth.migrations import migrate
+    from runhealth.store.migrations import migrate
 
     path = tmp_path / "old.sqlite3"
     db = sqlite3.connect(path, isolation_level=None)

@@ -22,8 +22,8 @@ from shardgen import chat_line
 from store_fixtures import write_config
 from test_faults import wait_for
 
-from runhealth.collector import Collector
-from runhealth.config import NodeConfig, RunConfig
+from runhealth.collect.collector import Collector
+from runhealth.settings.config import NodeConfig, RunConfig
 from runhealth.store import Store
 from tests.test_pages import assert_clean, run_page, texts
 

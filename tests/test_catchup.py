@@ -21,10 +21,11 @@ from shardgen import truth_rows, write_shard
 from streamlit.testing.v1 import AppTest
 
 from components import loaders, tables
-from runhealth import activity, exporter, health, rollup
-from runhealth.collector import Collector
-from runhealth.config import NodeConfig, RunConfig
-from runhealth.store import Store
+from runhealth.alerting import exporter
+from runhealth.collect.collector import Collector
+from runhealth.rules import activity, health
+from runhealth.settings.config import NodeConfig, RunConfig
+from runhealth.store import Store, rollup
 
 INTERVAL_S = 10.0
 
@@ -141,7 +142,7 @@ def config_file(tmp_path: Path, store_path: Path, name: str, shards: str) -> Pat
 
 
 def test_renaming_a_node_counts_its_files_once_on_every_consumer(tmp_path, monkeypatch):
-    from runhealth.config import load_config
+    from runhealth.settings.config import load_config
 
     (tmp_path / "data").mkdir()
     write_shard(tmp_path / "data" / "a.jsonl", truth_rows(3000, 5))

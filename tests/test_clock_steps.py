@@ -26,10 +26,13 @@ from shardgen import chat_line, truth_rows, write_shard
 from test_packaging import stored_count, wait_for_count, write_local_config
 
 from components import precomputed
-from runhealth import activity, exporter, outbound, pagedata
-from runhealth.collector import Collector
-from runhealth.config import parse_config
-from runhealth.health import fmt_ago
+from runhealth.alerting import exporter
+from runhealth.alerting import outputs as outbound
+from runhealth.collect.collector import Collector
+from runhealth.payloads import pagedata
+from runhealth.rules import activity
+from runhealth.rules.health import fmt_ago
+from runhealth.settings.config import parse_config
 from runhealth.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,7 +90,7 @@ def test_a_collector_whose_clock_steps_back_an_hour_keeps_its_payloads_and_heart
     env = faketime(clock)
     config, store_path = write_local_config(tmp_path, 300), tmp_path / "svc.sqlite3"  # interval_s = 0.5
     # A real `runhealth collect`, its heartbeat every second instead of every 10 (test time).
-    boot = "import sys; from runhealth import outbound; outbound.HEARTBEAT_S = 1.0; from runhealth.cli import main; sys.exit(main())"
+    boot = "import sys; from runhealth.alerting import outputs; outputs.HEARTBEAT_S = 1.0; from runhealth.cli import main; sys.exit(main())"
     proc = subprocess.Popen(
         [sys.executable, "-c", boot, "collect", "--config", str(config)],
         env={**os.environ, **env, "PYTHONPATH": str(ROOT)},

@@ -18,8 +18,8 @@ import streamlit as st
 from prometheus_client.parser import text_string_to_metric_families
 from shardgen import truth_rows, write_shard
 
-from runhealth import supervise
-from runhealth.config import RunContext, parse_config
+from runhealth.serve import supervise
+from runhealth.settings.config import RunContext, parse_config
 from tests.test_pages import _clear_streamlit_caches, assert_clean, run_page, texts  # noqa: F401 (autouse fixture)
 from tests.test_prometheus import _free_port
 from tests.test_webhooks import SECRET, Receiver
@@ -105,7 +105,7 @@ def test_collect_serves_metrics_and_sends_webhooks_until_sigterm(tmp_path):
 
 
 def test_metrics_port_from_config_and_port_in_use_is_a_notice(tmp_path):
-    from runhealth.outbound import start_outbound
+    from runhealth.alerting.outputs import start_outbound
     from runhealth.store import Store
 
     config = parse_config(
@@ -129,7 +129,7 @@ def test_metrics_port_from_config_and_port_in_use_is_a_notice(tmp_path):
 
 
 def test_the_demo_run_never_sends_webhooks(tmp_path):
-    from runhealth.outbound import start_outbound
+    from runhealth.alerting.outputs import start_outbound
     from runhealth.store import Store
 
     config = parse_config({"run": {"name": "r"}, "nodes": [{"name": "n", "host": "local", "shards": ["/x"]}]})
@@ -144,7 +144,7 @@ def test_the_demo_run_never_sends_webhooks(tmp_path):
 def test_every_live_run_on_one_metrics_port_and_each_with_its_notifier(tmp_path):
     """Several [[runs]]: one /metrics (the first run's port) exposes both runs by label, and each
     run gets its own alert notifier writing to its own store."""
-    from runhealth.outbound import start_outbound
+    from runhealth.alerting.outputs import start_outbound
     from runhealth.store import Store
 
     runs = []
@@ -237,7 +237,7 @@ def test_a_killed_collector_and_a_silent_one_on_another_host_are_named_on_the_no
 
 
 def test_the_status_is_rewritten_every_heartbeat_and_a_junk_status_reads_as_none(tmp_path):
-    from runhealth.outbound import HEARTBEAT_S, STATUS_KEY, Outbound, collector_alive, read_status
+    from runhealth.alerting.outputs import HEARTBEAT_S, STATUS_KEY, Outbound, collector_alive, read_status
     from runhealth.store import Store
 
     store = Store(tmp_path / "s.sqlite3")
@@ -260,7 +260,7 @@ def test_the_status_is_rewritten_every_heartbeat_and_a_junk_status_reads_as_none
 
 
 def test_the_heartbeat_thread_rewrites_the_status_until_a_final_stop(tmp_path, monkeypatch):
-    from runhealth import outbound
+    from runhealth.alerting import outputs as outbound
     from runhealth.store import Store
 
     monkeypatch.setattr(outbound, "HEARTBEAT_S", 0.2)

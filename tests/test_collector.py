@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from shardgen import chat_line, truth_rows, write_shard
 
-from runhealth.collector import Collector, NodePoller
-from runhealth.config import NodeConfig, RunConfig
+from runhealth.collect.collector import Collector, NodePoller
 from runhealth.errors import StoreError
+from runhealth.settings.config import NodeConfig, RunConfig
 from runhealth.store import Store
 
 

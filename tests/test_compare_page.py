@@ -23,9 +23,10 @@ from test_pages import _clear_streamlit_caches, open_app  # noqa: F401 (autouse 
 
 from components import compare_view, context, runpicker, whatif_view
 from pages import compare as compare_page
-from runhealth import demo, derived, health, runcompare
+from runhealth import demo
 from runhealth.analysis import rates
-from runhealth.screens import words
+from runhealth.rules import health
+from runhealth.screens import derived, runfigures, words
 from runhealth.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,8 +56,8 @@ def demo_cache(tmp_path_factory) -> Path:
 
 def numbers(cache: Path) -> tuple[dict, dict]:
     (live, _), (done, _) = demo.demo_runs(cache / "runhealth" / "demo")
-    a = runcompare.run_numbers(Store(done.resolved_store_path()), done.name, 4096, demo.TARGET, True)
-    b = runcompare.run_numbers(Store(live.resolved_store_path()), live.name, 8192, demo.TARGET, False)
+    a = runfigures.run_numbers(Store(done.resolved_store_path()), done.name, 4096, demo.TARGET, True)
+    b = runfigures.run_numbers(Store(live.resolved_store_path()), live.name, 8192, demo.TARGET, False)
     return a, b
 
 
@@ -88,7 +89,7 @@ def test_core_numbers_match_the_simulator(demo_cache):
 
 def test_forecast_check_and_headline(demo_cache):
     a, b = numbers(demo_cache)
-    cmp = runcompare.compare_runs(a, b)
+    cmp = runfigures.compare_runs(a, b)
     f = cmp.forecast
     assert f["limit"] == 8192 and f["inside"]
     lo, hi = f["interval"]
@@ -105,7 +106,7 @@ def test_forecast_check_and_headline(demo_cache):
 
 def test_no_forecast_when_b_is_not_above_a(demo_cache):
     a, b = numbers(demo_cache)
-    cmp = runcompare.compare_runs(b, a)
+    cmp = runfigures.compare_runs(b, a)
     assert cmp.forecast is None and "not above" in cmp.forecast_note
     assert "still cut (was" in cmp.headline and "shorter" in cmp.headline
 
@@ -117,15 +118,15 @@ def test_life_rates_ratio_estimator():
         for n, k in (("x", 1), ("y", 2))
         for i in range(6)
     ]
-    life = runcompare.life_rates(polls)
+    life = runfigures.life_rates(polls)
     assert life.tokens_per_s == pytest.approx(100 + 200) and life.completions_per_s == pytest.approx(1.5)
     assert life.tokens_var == 0 and life.spans == 10
-    assert runcompare.life_rates(polls[:1]).tokens_per_s is None  # a backfill alone is no rate
-    assert runcompare.relative_change(100.0, 4.0, 96.0, 4.0).relative == pytest.approx(-0.04)
+    assert runfigures.life_rates(polls[:1]).tokens_per_s is None  # a backfill alone is no rate
+    assert runfigures.relative_change(100.0, 4.0, 96.0, 4.0).relative == pytest.approx(-0.04)
     # A wide interval from few polls stays where a rate can be: not below 0, not below -100%
     # (the Compare table read "32,628 (-3,786–69,041)" completions per hour and "-110.9 to +94.1%").
-    assert runcompare.relative_change(100.0, 900.0, 50.0, 900.0).relative_interval[0] == -1.0
-    assert runcompare._interval(10.0, 100.0) == [0.0, pytest.approx(10.0 + 1.959964 * 10)]
+    assert runfigures.relative_change(100.0, 900.0, 50.0, 900.0).relative_interval[0] == -1.0
+    assert runfigures._interval(10.0, 100.0) == [0.0, pytest.approx(10.0 + 1.959964 * 10)]
 
 
 def drifting_polls(rng: random.Random, n: int, rate: float, phi: float = 0.9) -> list[dict]:
@@ -145,7 +146,7 @@ def test_rate_intervals_hold_their_coverage_when_rates_drift():
     rng, covered, naive_covered = random.Random(7), 0, 0
     for _ in range(300):
         polls = drifting_polls(rng, 400, 1000.0)
-        life = runcompare.life_rates(polls)
+        life = runfigures.life_rates(polls)
         half = 1.96 * math.sqrt(life.tokens_var)
         covered += abs(life.tokens_per_s - 1000.0) <= half
         spans = rates.valid_spans([(p["ts_unix"], p["completions"], p["tokens"], p["backfill"]) for p in polls])
@@ -163,7 +164,7 @@ def test_overlay_figure_marks_both_ceilings(demo_cache):
     assert {s.x0 for s in fig.layout.shapes} == {4096, 8192}
     shares = fig.data[0].y
     assert sum(shares) == pytest.approx(100)  # A's bars: every completion once
-    assert max(shares) == shares[4096 // runcompare.overlay_width(8192)]  # A's pile-up at its ceiling
+    assert max(shares) == shares[4096 // runfigures.overlay_width(8192)]  # A's pile-up at its ceiling
 
 
 def page_text(at: AppTest) -> str:
@@ -336,7 +337,7 @@ def _finished_store_copy(cache: Path, tmp_path: Path) -> Store:
         src.backup(dst)
     store = Store(copy)
     with store.transaction() as db:
-        db.execute("DELETE FROM page_data WHERE name = ?", (runcompare.FINISHED_LIFE,))
+        db.execute("DELETE FROM page_data WHERE name = ?", (runfigures.FINISHED_LIFE,))
     return store
 
 
@@ -346,11 +347,11 @@ def test_a_finished_runs_final_figures_are_computed_once_and_read_back(demo_cach
     kept in its store, and read back by a later reader: equal to a fresh computation, with no
     pass over the poll rows; a changed poll history gets them computed again."""
     store = _finished_store_copy(demo_cache, tmp_path)
-    real, calls = runcompare.life_figures, []
-    monkeypatch.setattr(runcompare, "life_figures", lambda s: calls.append(len(s.polls())) or real(s))
+    real, calls = runfigures.life_figures, []
+    monkeypatch.setattr(runfigures, "life_figures", lambda s: calls.append(len(s.polls())) or real(s))
     polls = store.polls()
-    truth = runcompare.LifeFigures(  # store.polls() through life_rates, as Compare read it before
-        runcompare.life_rates(polls), polls[0]["ts_unix"], max(p["ts_unix"] for p in polls if p["completions"])
+    truth = runfigures.LifeFigures(  # store.polls() through life_rates, as Compare read it before
+        runfigures.life_rates(polls), polls[0]["ts_unix"], max(p["ts_unix"] for p in polls if p["completions"])
     )
     assert truth.life.tokens_per_s and len(polls) >= 2 * demo.FINISHED_POLLS
 
@@ -363,8 +364,8 @@ def test_a_finished_runs_final_figures_are_computed_once_and_read_back(demo_cach
     )
     again = Store(store.path)  # another reader (a new dashboard process): nothing cached in memory
     assert derived.final(again, A_N) == first
-    assert runcompare.finished_life(again) == truth  # every field, variances included
-    numbers_a = runcompare.run_numbers(again, "demo-4096", 4096, demo.TARGET, True)
+    assert runfigures.finished_life(again) == truth  # every field, variances included
+    numbers_a = runfigures.run_numbers(again, "demo-4096", 4096, demo.TARGET, True)
     assert numbers_a.life == truth.life
     assert calls == [len(polls)]  # read back: no pass over the polls after the first
 
@@ -411,9 +412,9 @@ def test_final_figures_of_a_store_that_cannot_be_written_are_still_shown(demo_ca
     def refuse(*_args):
         raise sqlite3.OperationalError("attempt to write a readonly database")
 
-    monkeypatch.setattr(runcompare.pagedata, "put", refuse)
-    expected = runcompare.life_figures(store)
-    assert runcompare.finished_life(store) == expected == runcompare.finished_life(store)
+    monkeypatch.setattr(runfigures.pagedata, "put", refuse)
+    expected = runfigures.life_figures(store)
+    assert runfigures.finished_life(store) == expected == runfigures.finished_life(store)
     assert "final figures not stored" in caplog.text and "readonly" in caplog.text
 
 

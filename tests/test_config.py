@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from runhealth import config as config_module
-from runhealth.config import NodeConfig, RunConfig, RunContext, find_config_path, load_config, parse_config
-from runhealth.configspec import Secret, spec_of
 from runhealth.errors import ConfigError
+from runhealth.settings import config as config_module
+from runhealth.settings.config import NodeConfig, RunConfig, RunContext, find_config_path, load_config, parse_config
+from runhealth.settings.configspec import Secret, spec_of
 
 EXAMPLE = """
 [run]
@@ -146,7 +146,7 @@ def test_config_path_resolution(tmp_path, monkeypatch):
 
 
 def test_scan_workers_reach_the_poll_request(tmp_path):
-    from runhealth.collector import poll_request
+    from runhealth.collect.collector import poll_request
 
     plain = load_config(write(tmp_path, EXAMPLE), secrets_path=tmp_path / "none.toml").nodes[0]
     assert plain.scan_workers is None and poll_request(plain, {})["shards"]["scan_workers"] is None
@@ -161,7 +161,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 def test_readme_key_tables_are_the_generated_ones():
-    """The README's key tables come from the declarations: regenerate with `python -m runhealth.config --markdown`."""
+    """The README's key tables come from the declarations: regenerate with `python -m runhealth.settings.config --markdown`."""
     text = README.read_text(encoding="utf-8")
     found = re.search(r"<!-- config-keys:[^\n]*-->\n(.*?)\n<!-- /config-keys -->", text, re.S)
     assert found, "README.md lost its <!-- config-keys --> markers"
@@ -195,7 +195,7 @@ def test_the_loaded_config_is_frozen_and_runtime_facts_live_in_the_context(tmp_p
     context = RunContext(source="x", demo=True, demo_gpus={"node-1": 3})
     with pytest.raises(TypeError):
         context.demo_gpus["node-1"] = 9  # type: ignore[index]
-    from runhealth.collector import poll_request
+    from runhealth.collect.collector import poll_request
 
     assert poll_request(config.nodes[0], {}, demo_gpus=context.demo_gpus["node-1"])["demo_gpus"] == 3
 

@@ -4,9 +4,9 @@ import urllib.request
 
 from runhealth.analysis import loops, servermetrics, stats
 from runhealth.cli import scan_paths
-from runhealth.collector import Collector
-from runhealth.config import parse_config
+from runhealth.collect.collector import Collector
 from runhealth.demo import DEMO_CONTEXT, Simulator, demo_config
+from runhealth.settings.config import parse_config
 from runhealth.store import Store
 
 

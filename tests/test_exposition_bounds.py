@@ -17,10 +17,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from shardgen import chat_line
 
 from components.tables import finish_reason_table
-from runhealth import exporter, health
+from runhealth.alerting import exporter
 from runhealth.analysis import reasons
-from runhealth.collector import Collector
-from runhealth.config import RunConfig
+from runhealth.collect.collector import Collector
+from runhealth.rules import health
+from runhealth.settings.config import RunConfig
 from runhealth.store import Store
 from tests.test_collector import local_node
 from tests.test_prometheus import META, _store

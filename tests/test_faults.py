@@ -16,8 +16,8 @@ import pytest
 import sshd as sshd_lib
 from shardgen import chat_line, truth_rows, write_shard
 
-from runhealth.collector import Collector
-from runhealth.config import RunConfig
+from runhealth.collect.collector import Collector
+from runhealth.settings.config import RunConfig
 from runhealth.store import Store
 
 pytestmark = pytest.mark.faults
@@ -210,7 +210,7 @@ def test_thousands_of_shards_are_all_counted(tmp_path):
 
 def test_shards_appended_to_while_polls_run_are_counted_exactly(tmp_path):
     """A writer flushing half-lines while the collector polls: no line lost, none doubled."""
-    from runhealth.config import NodeConfig
+    from runhealth.settings.config import NodeConfig
 
     folder = tmp_path / "live"
     folder.mkdir()

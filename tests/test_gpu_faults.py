@@ -19,9 +19,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from test_webhooks import Receiver
 
-from runhealth import exporter, health, notify
+from runhealth.alerting import exporter, notify
 from runhealth.node import agent
 from runhealth.node import gpu as agent_gpu
+from runhealth.rules import health
 from runhealth.store import Store
 
 GPU = dict(fake_pynvml.H200)

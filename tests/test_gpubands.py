@@ -1,4 +1,4 @@
-"""GPU bands kept as rows arrive (runhealth/gpubands.py, issue #34 item 1).
+"""GPU bands kept as rows arrive (runhealth/payloads/gpubands.py, issue #34 item 1).
 
 The collector's bands must be what the old builder computed (pagedata.gpu_bands, kept below as
 the reference, rows in a Python loop, statistics.median per step) over the same per-GPU step
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import store_fixtures
 
-from runhealth import gpubands, pagedata
+from runhealth.payloads import gpubands, pagedata
 from runhealth.store import Store
 
 FIELDS = ("util_pct", "power_w", "mem_used_mib", "temp_c", "sm_clock_mhz", "power_limit_w")

@@ -1,10 +1,10 @@
-"""runhealth.health and runhealth.activity on scripted poll rows whose true rates and stall times are known."""
+"""runhealth.rules.health and runhealth.rules.activity on scripted poll rows whose true rates and stall times are known."""
 
 import dataclasses
 import time
 
-from runhealth import activity, hardware, health
-from runhealth.config import RunConfig
+from runhealth.rules import activity, hardware, health
+from runhealth.settings.config import RunConfig
 
 NOW = 100_000.0
 

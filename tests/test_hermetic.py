@@ -18,7 +18,7 @@ from pathlib import Path
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from runhealth.config import SECRETS_PATH, find_config_path, load_config
+from runhealth.settings.config import SECRETS_PATH, find_config_path, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 POISON = "POISONED-by-test_hermetic"

@@ -70,8 +70,8 @@ def chat(tokens, finish="stop") -> bytes:
 
 
 def local_collector(tmp_path, shard_glob, **node):
-    from runhealth.collector import Collector
-    from runhealth.config import NodeConfig, RunConfig
+    from runhealth.collect.collector import Collector
+    from runhealth.settings.config import NodeConfig, RunConfig
 
     config = RunConfig(
         name="hostile",
@@ -143,9 +143,9 @@ def fill(path) -> None:
 
 def test_a_full_disk_under_the_store_is_the_nodes_error_and_an_alert_then_recovers(tmp_path, small_disk):
     from components import alerts as alert_words
-    from runhealth.collector import Collector
-    from runhealth.config import NodeConfig, RunConfig
-    from runhealth.health import node_status
+    from runhealth.collect.collector import Collector
+    from runhealth.rules.health import node_status
+    from runhealth.settings.config import NodeConfig, RunConfig
 
     shard = tmp_path / "out.jsonl"
     shard.write_bytes(chat(5) * 20)

@@ -16,9 +16,9 @@ import time
 import pytest
 from shardgen import chat_line
 
-from runhealth.collector import Collector
-from runhealth.config import NodeConfig, RunConfig
+from runhealth.collect.collector import Collector
 from runhealth.node import agent, wire
+from runhealth.settings.config import NodeConfig, RunConfig
 from runhealth.store import Store
 
 OLD = [(100 + i % 50, "stop") for i in range(1000)]  # the first launch: 1,000 stops
@@ -118,7 +118,7 @@ def metrics_completions(store):
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from runhealth import exporter
+    from runhealth.alerting import exporter
 
     text = generate_latest(exporter.registry_for(store)).decode()
     return sum(

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from shardgen import truth_rows, write_shard
 
 from runhealth.analysis import lengthtime, stats
-from runhealth.collector import Collector
-from runhealth.config import NodeConfig, RunConfig
+from runhealth.collect.collector import Collector
+from runhealth.settings.config import NodeConfig, RunConfig
 from runhealth.store import Store
 
 HOUR = 3600

@@ -1,4 +1,4 @@
-"""The one ok / warn / alert rule (runhealth.health.level) and the three screens that use it.
+"""The one ok / warn / alert rule (runhealth.rules.health.level) and the three screens that use it.
 
 A share exactly at a threshold must be the same colour on the Overview tile, in the alert list
 and on the per-group bar chart: each asks `level`, so these tests pin the boundary once.
@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from components import alerts, cards, figures
-from runhealth import health
 from runhealth.analysis import stats
-from runhealth.health import level
+from runhealth.rules import health
+from runhealth.rules.health import level
 
 WARN, ALERT = 0.02, 0.05
 

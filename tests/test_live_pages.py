@@ -231,8 +231,8 @@ def test_gpu_and_host_problems_are_named_on_overview_gpus_and_nodes(tmp_path, mo
 
 
 def test_headline_export_carries_the_standup_figures(tmp_path):
-    from runhealth.config import load_config
     from runhealth.screens import overview
+    from runhealth.settings.config import load_config
 
     # 20 minutes of writing: the 15-min average holds the run's writing, so there is an ETA.
     store = Store(tmp_path / "x.sqlite3")

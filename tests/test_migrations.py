@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from runhealth import migrations, notify, rollup
+from runhealth.alerting import notify
 from runhealth.errors import StoreError
-from runhealth.migrations import MIGRATIONS, STORE_VERSION, Migration, migrate
-from runhealth.store import Store
+from runhealth.store import Store, migrations, rollup
+from runhealth.store.migrations import MIGRATIONS, STORE_VERSION, Migration, migrate
 from tests.test_store import entry, reply, run_counts
 
 EARLY_SCHEMA = (Path(__file__).parent / "fixtures" / "stores" / "early_schema.sql").read_text()

@@ -20,7 +20,8 @@ from shardgen import truth_rows, write_shard
 
 import runhealth
 import runhealth.errors
-from runhealth import cli, launch
+from runhealth import cli
+from runhealth.serve import launch
 from runhealth.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent

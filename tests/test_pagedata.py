@@ -1,4 +1,4 @@
-"""Page payloads (runhealth/pagedata.py): the collector computes what pages show, pages only read.
+"""Page payloads (runhealth/payloads/pagedata.py): the collector computes what pages show, pages only read.
 
 Each payload must equal what the page computed before on the same store (the loaders' on-demand
 path is that computation, kept for a missing payload), the collector must write payloads after
@@ -25,10 +25,10 @@ from streamlit.testing.v1 import AppTest
 from test_pages import _clear_streamlit_caches, open_app  # noqa: F401 (autouse fixture: caches leak between AppTests)
 
 from components import loaders, precomputed
-from runhealth import pagedata
 from runhealth.analysis import loops, stats, whatif
-from runhealth.collector import Collector
-from runhealth.config import NodeConfig, RunConfig
+from runhealth.collect.collector import Collector
+from runhealth.payloads import pagedata
+from runhealth.settings.config import NodeConfig, RunConfig
 from runhealth.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,7 +21,7 @@ from streamlit.testing.v1 import AppTest
 
 from components import context
 from components.page import ERROR_PREFIX
-from runhealth import hardware
+from runhealth.rules import hardware
 from runhealth.screens import words
 from runhealth.store import Store
 
@@ -310,7 +310,7 @@ def test_gpus_page_flags_the_lost_gpu_only(tmp_path, monkeypatch):
     table = at.dataframe[0].value.set_index("GPU")
     assert table.loc["node-2/6", "state"] == "at the power cap (normal under full load)"
     # ... and the alerts (webhooks, the Overview's alert box) name the same GPUs, no more.
-    from runhealth import health
+    from runhealth.rules import health
 
     reopened = Store(tmp_path / "x.sqlite3")
     gpu_alerts = {(a.node, a.gpu, a.name) for a in health.evaluate(reopened) if a.gpu is not None}
@@ -355,8 +355,8 @@ def messages_in_order(at: AppTest) -> list[tuple[str, str]]:
 def test_the_overview_words_exactly_the_alerts_the_core_returns(scenario, tmp_path, monkeypatch):
     """Issue 24: one alert engine. The page's alert lines are evaluate()'s, same set, same levels."""
     from components.format import md_escape
-    from runhealth import health
-    from runhealth.config import load_config
+    from runhealth.rules import health
+    from runhealth.settings.config import load_config
 
     store, config = store_fixtures.make_store(tmp_path, scenario)
     at = run_page("overview", config, monkeypatch)
@@ -535,7 +535,7 @@ def test_terms_of_art_on_the_incident_pages_are_said_in_plain_words(stores, monk
 
 def _power_cap_problems() -> None:
     from components import cards
-    from runhealth import hardware
+    from runhealth.rules import hardware
 
     gpus = [
         {

@@ -11,9 +11,9 @@ import time
 
 from shardgen import chat_line, truth_rows, write_shard
 
-from runhealth.collector import Collector
-from runhealth.config import NodeConfig, RunConfig
+from runhealth.collect.collector import Collector
 from runhealth.node import agent
+from runhealth.settings.config import NodeConfig, RunConfig
 from runhealth.store import Store
 
 

@@ -18,7 +18,8 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from runhealth import exporter, health
+from runhealth.alerting import exporter
+from runhealth.rules import health
 from runhealth.store import Store
 from tests.store_fixtures import CEILING, RUN_NAME, make_store
 

@@ -1,5 +1,5 @@
 """One lookback for rates (#30, item 5): the live tok/s window follows the poll interval (a minute,
-or two intervals when polls are slower: runhealth.windows.rate_window_s), and every consumer reads
+or two intervals when polls are slower: runhealth.settings.windows.rate_window_s), and every consumer reads
 the same rate. Swept over interval_s's range (0.5 s to 1 h): the Overview's tile and /metrics'
 runhealth_generation_tokens_per_second give the same number, and neither is missing. Before, with
 interval_s = 90 the exporter's fixed 2-minute read held one poll (no series at all) while the
@@ -19,7 +19,9 @@ import test_pages
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from runhealth import activity, exporter, windows
+from runhealth.alerting import exporter
+from runhealth.rules import activity
+from runhealth.settings import windows
 from runhealth.store import Store
 
 UNITS = {"": 1.0, "K": 1e3, "M": 1e6}

@@ -5,7 +5,6 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runhealth import activity
 from runhealth.analysis.rates import (
     counter_rate,
     eta_seconds,
@@ -13,6 +12,7 @@ from runhealth.analysis.rates import (
     tokens_per_joule,
     windowed_rate,
 )
+from runhealth.rules import activity
 
 
 def scripted_node(clock_offset_s, completions_per_s, tokens_per_completion):
@@ -61,7 +61,7 @@ def test_clock_going_backwards_restarts_the_interval():
 
 
 def test_the_one_tok_s_sums_nodes_each_on_its_own_clock():
-    """runhealth.activity's live rate (the one tok/s): each node over the last minute of its own
+    """runhealth.rules.activity's live rate (the one tok/s): each node over the last minute of its own
     clock, ending now, summed; a node's clock offset cancels out."""
     base = 1.7e9
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from runhealth import records, rollup
-from runhealth.outbound import STATUS_KEY, Outbound, read_status
-from runhealth.store import Store
+from runhealth import records
+from runhealth.alerting.outputs import STATUS_KEY, Outbound, read_status
+from runhealth.store import Store, rollup
 from tests.store_fixtures import build_run, gpu_device, make_store, poll_reply
 
 HOST = {

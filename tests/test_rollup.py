@@ -6,8 +6,7 @@ import random
 
 import pytest
 
-from runhealth import rollup
-from runhealth.store import Store
+from runhealth.store import Store, rollup
 
 DAY = 86400.0
 NOW = 1_800_000_000.0  # a multiple of 600: bucket edges are easy to reason about

@@ -5,10 +5,10 @@ import textwrap
 
 import pytest
 
-from runhealth import runs
-from runhealth.collector import run_meta
-from runhealth.config import RunContext, parse_config
+from runhealth.collect.collector import run_meta
 from runhealth.errors import ConfigError
+from runhealth.settings import runs
+from runhealth.settings.config import RunContext, parse_config
 from runhealth.store import Store
 
 TWO_RUNS = """

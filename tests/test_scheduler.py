@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from runhealth.scheduler import PollScheduler, pool_size
+from runhealth.collect.scheduler import PollScheduler, pool_size
 
 
 class Recorder:

@@ -17,9 +17,10 @@ from pathlib import Path
 import store_fixtures
 from test_pages import _clear_streamlit_caches, assert_clean, run_page  # noqa: F401 (autouse fixture)
 
-from runhealth import cli, pagedata
-from runhealth.config import load_config
+from runhealth import cli
+from runhealth.payloads import pagedata
 from runhealth.screens import overview
+from runhealth.settings.config import load_config
 from runhealth.store import Store
 
 NODES = 4
@@ -296,7 +297,7 @@ def test_nodes_model_names_removed_nodes_and_replaced_shards(tmp_path):
 def test_gpus_model_is_the_stores_gpus_their_alerts_and_notes(tmp_path):
     """node_down: 4 nodes x 8 GPUs; node-2's GPU 5 idles while the run writes and GPU 6 sits at
     the power cap; node-4's GPU 3 is lost: one reading names each, as the store holds it."""
-    from runhealth import health
+    from runhealth.rules import health
     from runhealth.screens import gpus
 
     store, config = store_fixtures.make_store(tmp_path, "node_down")

@@ -12,9 +12,9 @@ from pathlib import Path
 from conftest import SECRET_PASSPHRASE
 from shardgen import truth_rows, write_shard
 
-from runhealth.collector import Collector
-from runhealth.config import load_config
+from runhealth.collect.collector import Collector
 from runhealth.errors import AuthError
+from runhealth.settings.config import load_config
 from runhealth.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -3,7 +3,7 @@
 Real collector processes over local shards: a reload whose new store cannot be opened (a path
 under a regular file) or names another run's store through a `../` spelling keeps collecting
 with the previous config and says why in the log, as any other bad edit does. The core object
-both the collector and the dashboard use (`runhealth.runset.RunSet`) is checked directly too.
+both the collector and the dashboard use (`runhealth.settings.runset.RunSet`) is checked directly too.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import pytest
 from shardgen import truth_rows, write_shard
 from test_packaging import start_collect, stored_count, wait_for_count
 
-from runhealth import runs
 from runhealth.errors import ConfigError
-from runhealth.runset import RunSet
+from runhealth.settings import runs
+from runhealth.settings.runset import RunSet
 
 KEPT = "does not load, still collecting with the previous one"
 

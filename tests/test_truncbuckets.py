@@ -1,4 +1,4 @@
-"""Truncation over time kept per bucket (runhealth/truncbuckets.py), and a page-data refresh whose
+"""Truncation over time kept per bucket (runhealth/payloads/truncbuckets.py), and a page-data refresh whose
 work does not grow with the run's history."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from runhealth import pagedata, rollup, truncbuckets
-from runhealth.store import Store
+from runhealth.payloads import pagedata, truncbuckets
+from runhealth.store import Store, rollup
 
 NOW = 1_800_000_000.0
 

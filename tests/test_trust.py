@@ -27,8 +27,8 @@ from streamlit.testing.v1 import AppTest
 from test_pages import _clear_streamlit_caches  # noqa: F401 (autouse fixture)
 
 from components import access, context
-from runhealth import exposure, storefile
-from runhealth.store import Store
+from runhealth.serve import exposure
+from runhealth.store import Store, storefile
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET_TEXT = "SECRET-COMPLETION-do-not-show"
@@ -261,7 +261,8 @@ def test_a_stopped_collector_is_named_not_the_nodes_and_refresh_says_why_it_cann
 
     from shardgen import truth_rows, write_shard
 
-    from runhealth import heartbeat, supervise
+    from runhealth.collect import heartbeat
+    from runhealth.serve import supervise
 
     write_shard(tmp_path / "a.jsonl", truth_rows(50, 3))
     config = tmp_path / "runhealth.toml"

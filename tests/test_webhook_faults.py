@@ -13,8 +13,9 @@ import time
 
 import pytest
 
-from runhealth import health, notify, webhook
-from runhealth.outbound import start_outbound
+from runhealth.alerting import notify, webhook
+from runhealth.alerting.outputs import start_outbound
+from runhealth.rules import health
 from runhealth.store import Store
 from tests.test_webhooks import RUN_NAME, SECRET, Receiver, _down_url, _wait
 
@@ -156,7 +157,7 @@ def test_bad_port_and_bad_ipv6_are_refused_at_load_and_the_good_webhook_works(tm
     ok = Receiver(200)
     env = f"http://127.0.0.1:99999/{SECRET},http://[::1/{SECRET},{ok.url()}"
     monkeypatch.setenv(webhook.URLS_ENV, env)
-    from runhealth.config import parse_config
+    from runhealth.settings.config import parse_config
 
     config = parse_config({"run": {"name": RUN_NAME}, "nodes": [{"name": "n", "host": "local", "shards": ["/x"]}]})
     store = Store(tmp_path / "s.sqlite3")

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from runhealth import health, notify
-from runhealth.config import parse_config
+from runhealth.alerting import notify
 from runhealth.errors import ConfigError
+from runhealth.rules import health
+from runhealth.settings.config import parse_config
 from runhealth.store import Store
 from tests.store_fixtures import CEILING, RUN_NAME, build_run
 

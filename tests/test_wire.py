@@ -1,5 +1,5 @@
 """The wire contract (runhealth/node/wire.py) against the real agent, and the reply reader
-(runhealth/ingest.py) on replies the real agent made.
+(runhealth/collect/ingest.py) on replies the real agent made.
 
 The contract test walks every reply the agent gives for hello, poll (with demo GPUs, a dead
 metrics URL, a missing glob and a shard) and sample, and fails on a key the TypedDicts do not
@@ -20,7 +20,7 @@ import typing
 
 import pytest
 
-from runhealth import ingest
+from runhealth.collect import ingest
 from runhealth.errors import AgentError
 from runhealth.node import agent, wire
 from runhealth.remote.protocol import AgentSession
@@ -95,8 +95,8 @@ def test_every_reply_field_the_agent_sends_is_declared_in_wire(shard):
 
 
 def test_the_request_the_collector_sends_is_declared_in_wire():
-    from runhealth.collector import poll_request
-    from runhealth.config import NodeConfig
+    from runhealth.collect.collector import poll_request
+    from runhealth.settings.config import NodeConfig
 
     req = poll_request(
         NodeConfig(name="n", host="local", shards=["/x/*.jsonl"]),

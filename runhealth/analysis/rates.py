@@ -2,15 +2,15 @@
 
 Each node poll yields ``(t, delta_count, delta_tokens, backfill)``: the completions and tokens
 that appeared since the previous poll, at time ``t`` of one continuous clock per node
-(runhealth.activity.bridged_times: the node's own poll intervals, bridged over a clock step).
+(runhealth.rules.activity.bridged_times: the node's own poll intervals, bridged over a clock step).
 Rates are always computed on intervals between one node's own polls, so clock skew between
 nodes and the dashboard cancels out.  Backfill polls (the first index of
 existing shards, a rescan after a dashboard restart) carry data produced long before and are
 excluded; their timestamp only restarts the interval.  A missed poll needs no special case:
 the next delta spans the gap and is divided by the gap.
 
-`windowed_rate` is the one rate over poll spans: runhealth.activity applies it with the one
-window (runhealth.windows.RATE_WINDOW_S) for the live tok/s every screen and /metrics show.
+`windowed_rate` is the one rate over poll spans: runhealth.rules.activity applies it with the one
+window (runhealth.settings.windows.RATE_WINDOW_S) for the live tok/s every screen and /metrics show.
 `eta_seconds` is the one ETA; `eta_change` scales it for a what-if.
 """
 

@@ -12,7 +12,7 @@ the CLI's list), it goes through here:
   most frequent (`bounded`, `shown_names`);
 - everything else is counted as `OTHER`, so totals stay exact: "other" carries what it replaces.
 
-The store's part (`KNOWN`, `clean`, `Namer`) lives in runhealth/reasonnames.py, below the store
+The store's part (`KNOWN`, `clean`, `Namer`) lives in runhealth/store/reasonnames.py, below the store
 (which imports nothing from analysis); it is re-exported here, so the views use one module.
 """
 
@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 
-from runhealth.reasonnames import KNOWN, MAX_REASON_CHARS, MAX_STORED_OTHERS, MISSING, OTHER, Namer, clean
+from runhealth.store.reasonnames import KNOWN, MAX_REASON_CHARS, MAX_STORED_OTHERS, MISSING, OTHER, Namer, clean
 
-# Names of runhealth.reasonnames (the store's side, below the store) read here by the views.
+# Names of runhealth.store.reasonnames (the store's side, below the store) read here by the views.
 __all__ = [
     "KNOWN",
     "MAX_REASON_CHARS",

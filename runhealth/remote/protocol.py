@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Protocol
 
 from runhealth import textsafe
-from runhealth.config import PYTHON_RE
 from runhealth.errors import AgentError, CommandTimeout, ConfigError, TransportError
 from runhealth.node import wire
 from runhealth.node.wire import (
@@ -29,6 +28,7 @@ from runhealth.node.wire import (
     SYNC,
     encode_frame,
 )
+from runhealth.settings.config import PYTHON_RE
 
 BOOTSTRAP = (
     "import sys,json;i=sys.stdin.buffer;n=int(i.readline());p=json.loads(i.read(n));"

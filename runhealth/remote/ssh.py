@@ -22,7 +22,6 @@ from typing import Any
 import paramiko
 
 from runhealth import textsafe
-from runhealth.config import reveal
 from runhealth.errors import (
     AuthError,
     ConfigError,
@@ -33,6 +32,7 @@ from runhealth.errors import (
 )
 from runhealth.remote.base import POLL_SLICE_S, Tail, Transport, sanitize
 from runhealth.remote.protocol import AgentSession, launch_argv
+from runhealth.settings.config import reveal
 
 log = textsafe.get_logger(__name__)
 

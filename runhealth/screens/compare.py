@@ -1,9 +1,9 @@
 """The Compare page's model: run B against run A, both read at one instant.
 
-`compare(a, b, now)` takes the two runs' figures (`runcompare.run_numbers`, each read from its
+`compare(a, b, now)` takes the two runs' figures (`runfigures.run_numbers`, each read from its
 own store) and builds what the page lays out: how old each run's numbers are (a live run's in
 red once older than its stale_after), why there is nothing to compare yet, and otherwise the
-comparison (`runcompare.compare_runs`: differences with their intervals, a censored percentile
+comparison (`runfigures.compare_runs`: differences with their intervals, a censored percentile
 as a one-sided bound, the rates, A's forecast checked against B, the headline) with its table
 rows as display text. The page (pages/compare.py) only lays this record out.
 """
@@ -14,8 +14,8 @@ import dataclasses
 import time
 from typing import Any
 
-from runhealth.health import fmt_age, fmt_ago
-from runhealth.runcompare import Comparison, RunNumbers, compare_runs, comparison_rows
+from runhealth.rules.health import fmt_age, fmt_ago
+from runhealth.screens.runfigures import Comparison, RunNumbers, compare_runs, comparison_rows
 
 
 @dataclasses.dataclass(frozen=True)

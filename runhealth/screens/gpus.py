@@ -6,7 +6,7 @@ collector polls (labelled node/gpu), whether the run is writing (the one tok/s),
 (`health.alerts_of`, worded as on the Overview), the notes that are no problem
 (`hardware.gpu_notes`), the nodes' telemetry errors in sentences (`hardware.telemetry_errors`)
 and whether the telemetry is simulated. The page (pages/gpus.py) lays it out; the series over a
-window stay the collector's precomputed payload (runhealth.pagedata), read by the page's window.
+window stay the collector's precomputed payload (runhealth.payloads.pagedata), read by the page's window.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import dataclasses
 import time
 from typing import Any
 
-from runhealth import hardware, health
 from runhealth.records import GpuRow, NodeRow
+from runhealth.rules import hardware, health
 from runhealth.store import Store
 
 GPU_ALERT_PREFIX = "gpu_"

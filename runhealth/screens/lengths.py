@@ -15,17 +15,18 @@ import dataclasses
 import time
 from typing import Any
 
-from runhealth import activity, health, pagedata
 from runhealth.analysis import loops, rates, stats
 from runhealth.analysis.stats import Summary as Summary  # the pages name the summary type through here
 from runhealth.analysis.whatif import WhatIf
+from runhealth.payloads import pagedata
 from runhealth.records import NodeRow
+from runhealth.rules import activity, health
 from runhealth.store import Store
 
 
 @dataclasses.dataclass(frozen=True)
 class Counts:
-    """The run's length counts as the collector precomputes them (runhealth.pagedata.run_lengths)."""
+    """The run's length counts as the collector precomputes them (runhealth.payloads.pagedata.run_lengths)."""
 
     hist: stats.LengthHist
     summary: Summary

@@ -16,10 +16,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from runhealth import activity, health, heartbeat
+from runhealth.collect import heartbeat
 from runhealth.records import HostReading, MetricRow, NodeRow, ShardRow
+from runhealth.rules import activity, health
+from runhealth.settings.windows import DROP_LOOKBACK_S
 from runhealth.store import Store
-from runhealth.windows import DROP_LOOKBACK_S
 
 HOST_ALERT_PREFIX = "host_"
 
@@ -110,7 +111,7 @@ def removed_nodes(store: Store, keep: set[str] | None) -> tuple[Removed, ...]:
 
 
 def collector_fault(store: Store, now: float, stale_after: float) -> str | None:
-    """runhealth.heartbeat's sentence on why no collector writes the run (None: one does)."""
+    """runhealth.collect.heartbeat's sentence on why no collector writes the run (None: one does)."""
     status = heartbeat.read_status(store)
     if status is None:
         return f"No collector has written this run's status yet: {heartbeat.START}."

@@ -16,14 +16,15 @@ import dataclasses
 import time
 from typing import Any, Literal
 
-from runhealth import activity, derived, hardware, health
 from runhealth.analysis import rates
 from runhealth.analysis.stats import Summary
-from runhealth.health import fmt_age, level
 from runhealth.records import GpuRow, NodeRow
+from runhealth.rules import activity, hardware, health
+from runhealth.rules.health import fmt_age, level
+from runhealth.screens import derived
 from runhealth.screens.words import fmt_bytes, fmt_rate, fmt_window
+from runhealth.settings.windows import DROP_LOOKBACK_S, SERVER_RATE_WINDOW_S, stale_after_s
 from runhealth.store import Store
-from runhealth.windows import DROP_LOOKBACK_S, SERVER_RATE_WINDOW_S, stale_after_s
 
 RunState = Literal["writing", "stalled", "stale", "finished"]
 SERVER_GAUGES = ("sglang:gen_throughput",)

@@ -14,9 +14,9 @@ import dataclasses
 import time
 from typing import Any
 
-from runhealth import pagedata
 from runhealth.analysis import loops, stats
 from runhealth.analysis.stats import Summary
+from runhealth.payloads import pagedata
 from runhealth.records import SampleBatch, StoredSample
 from runhealth.screens.lengths import counts
 from runhealth.store import Store

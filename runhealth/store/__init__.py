@@ -6,12 +6,12 @@ transaction (shard offsets move together with the counts they produced), so a pr
 mid-write leaves either the old state or the new one: counts are never lost or doubled.
 `Store` is composed of its three jobs, one module each:
 
-- lifecycle.py: the file (open, check, migrate, the replaced-file rules with runhealth/storefile.py)
+- lifecycle.py: the file (open, check, migrate, the replaced-file rules with runhealth/store/storefile.py)
   and the raw access (`transaction`, `query`, `cursor`), run metadata and node registrations;
 - writes.py: `write_poll` (one `ingest.PollRecord` in one transaction), failures, samples, pruning;
 - reads.py: the named reads, typed by runhealth/records.py.
 
-What a poll reply means is runhealth/ingest.py's; the store writes it. The store imports nothing
+What a poll reply means is runhealth/collect/ingest.py's; the store writes it. The store imports nothing
 from runhealth.analysis (tests/test_layers.py holds it).
 """
 

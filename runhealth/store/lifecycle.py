@@ -1,7 +1,7 @@
 """The store's file and connections: opening, the replaced-file rules, migrations, transactions.
 
 `StoreFile` opens the SQLite file (WAL) under `path`, checks it is a runhealth store and not a
-newer one, and migrates it (runhealth/migrations.py); it watches the path (runhealth/storefile.py)
+newer one, and migrates it (runhealth/store/migrations.py); it watches the path (runhealth/store/storefile.py)
 and reopens every thread's connection on a file deleted, truncated or replaced under a running
 process, writing the run metadata and node registrations it remembers into the new one. It holds
 the raw access every other part goes through (`transaction`, `query`, `cursor`). The writes
@@ -20,9 +20,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from runhealth import storefile, textsafe
+from runhealth import textsafe
 from runhealth.errors import StoreError
-from runhealth.migrations import migrate, refuse_newer
+from runhealth.store import storefile
+from runhealth.store.migrations import migrate, refuse_newer
 
 log = textsafe.get_logger(__name__)
 
@@ -274,7 +275,7 @@ class StoreFile:
 
 
 def _create(db: sqlite3.Connection, path: Path) -> None:
-    """Create a new store or upgrade an older one (runhealth.migrations; a newer one is refused)."""
+    """Create a new store or upgrade an older one (runhealth.store.migrations; a newer one is refused)."""
     migrate(db, path)
 
 

@@ -165,7 +165,7 @@ class StoreReads(StoreFile):
         self, since_unix: float | None = None, node: str | None = None, in_poll_order: bool = False
     ) -> list[PollRow]:
         """Poll rows by time; `in_poll_order`: in the order they were written (which a step of
-        the collector's clock does not reorder: runhealth.activity's rates)."""
+        the collector's clock does not reorder: runhealth.rules.activity's rates)."""
         where, params = _where(since_unix, node)
         order = "rowid" if in_poll_order else "ts_unix"
         return rows_as(PollRow, self.query(f"SELECT * FROM polls{where} ORDER BY {order}", params))

@@ -1,6 +1,6 @@
 """The store's writes: one poll's record in one transaction, failures, samples, pruning.
 
-`write_poll` applies one `ingest.PollRecord` (what a poll reply means, runhealth/ingest.py) in
+`write_poll` applies one `ingest.PollRecord` (what a poll reply means, runhealth/collect/ingest.py) in
 one transaction: shard offsets with the length counts they produced (`node_length_counts` kept
 equal to the sum of `length_counts`), the poll row and its length stops, the hourly length rows,
 GPU readings and health, the node's status and its server metrics. A failure anywhere writes
@@ -15,9 +15,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from runhealth import ingest, reasonnames, textsafe
-from runhealth.ingest import PollRecord, ShardUpdate
+from runhealth import textsafe
+from runhealth.collect import ingest
+from runhealth.collect.ingest import PollRecord, ShardUpdate
 from runhealth.node.wire import PollReply
+from runhealth.store import reasonnames
 from runhealth.store.lifecycle import StoreFile
 from runhealth.store.reads import GPU_FIELDS
 
@@ -175,7 +177,7 @@ class StoreWrites(StoreFile):
         absent: Sequence[str] = (),
         resolved: Sequence[str] = (),
     ) -> None:
-        """One evaluation of the alert history (runhealth/alerthistory.py) in one transaction.
+        """One evaluation of the alert history (runhealth/alerting/alerthistory.py) in one transaction.
 
         `started` and `held` are alerts that hold now, as dicts (key as JSON text, name, severity,
         node, gpu, summary, value): a started one opens an episode at `now_unix` (none when its

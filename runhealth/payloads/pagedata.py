@@ -28,11 +28,12 @@ import zlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from runhealth import gpubands, rollup, textsafe, truncbuckets
+from runhealth import textsafe
 from runhealth.analysis import lengthtime, loops, stats, whatif
+from runhealth.payloads import gpubands, truncbuckets
 from runhealth.records import GroupTotalRow, LabelledGpuPoint, LengthCountRow, rows_as, widen
-from runhealth.store import Store
-from runhealth.windows import stale_after_s
+from runhealth.settings.windows import stale_after_s
+from runhealth.store import Store, rollup
 
 log = textsafe.get_logger(__name__)
 

@@ -12,11 +12,11 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from runhealth import scheduler
 from runhealth.analysis import loops
-from runhealth.config import NodeConfig
+from runhealth.collect import scheduler
 from runhealth.errors import one_line
 from runhealth.remote.base import fan_out_calls
+from runhealth.settings.config import NodeConfig
 
 HEAD_CHARS = 400  # of each drawn completion's text: enough to recognise the answer
 TAIL_CHARS = 4000  # enough for the loop scorer to see several periods of a long loop

@@ -2,7 +2,7 @@
 
 The collecting process records its status (`records.CollectorStatus`: pid, host, when it
 started, when it last wrote, whether it stopped, what it serves) in each live run's meta under
-STATUS_KEY when it starts and every HEARTBEAT_S (runhealth/outbound.py writes it). This module
+STATUS_KEY when it starts and every HEARTBEAT_S (runhealth/alerting/outputs.py writes it). This module
 reads it, and says who is at fault when the numbers stop moving (`fault`): the collector (gone,
 stopped, or alive but silent, e.g. SIGSTOP: a second collector would be refused while it holds
 the store's lock), not the nodes. `health.evaluate` raises it as `collector_down` in place of the

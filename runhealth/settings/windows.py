@@ -1,7 +1,7 @@
 """The time windows every screen, alert and exporter agrees on: stale, stall and the rate windows.
 
-A leaf module (standard library only), so `runhealth.config` can resolve its defaults without
-importing `runhealth.health` (which imports the store), and `health`, `derived`, the exporter
+A leaf module (standard library only), so `runhealth.settings.config` can resolve its defaults without
+importing `runhealth.rules.health` (which imports the store), and `health`, `derived`, the exporter
 and the Compare page read one constant each instead of their own.
 """
 

@@ -1,13 +1,13 @@
 """`runhealth collect`: the collector as a service, headless, until told to stop.
 
 The one process that writes the stores: one `Collector` per live run (a `[[runs]]` file may
-have several), /metrics and alert webhooks (runhealth/outbound.py). `runhealth dashboard`
+have several), /metrics and alert webhooks (runhealth/alerting/outputs.py). `runhealth dashboard`
 starts it as a child process next to the Streamlit viewer, or it runs alone under the shipped
-systemd unit. It follows its config file through `runhealth.runset.RunSet`: when the file
+systemd unit. It follows its config file through `runhealth.settings.runset.RunSet`: when the file
 changes it is loaded again; the same runs again (a touch, the same content rewritten) restart
 nothing, an edit restarts only the runs it changes (the others keep their agents and
 connections; a store is kept when its path is unchanged), and the alerts already announced are
-not sent again (their state is in the store, runhealth/notify.py). An edit that does not load,
+not sent again (their state is in the store, runhealth/alerting/notify.py). An edit that does not load,
 or whose new store cannot be opened or claimed, is logged and the previous config keeps
 collecting, so a typo never stops collection. A store that another process collects into is
 waited for: this process writes nothing to it and tries its lock again every interval, so it
@@ -23,12 +23,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from runhealth import demo, runs
-from runhealth.collector import Collector, check_store_free
-from runhealth.config import RunConfig
+from runhealth import demo
+from runhealth.alerting.outputs import Outbound, start_outbound
+from runhealth.collect.collector import Collector, check_store_free
 from runhealth.errors import ConfigError, RunhealthError, StoreBusyError
-from runhealth.outbound import Outbound, start_outbound
-from runhealth.runset import RunSet, store_key
+from runhealth.settings import runs
+from runhealth.settings.config import RunConfig
+from runhealth.settings.runset import RunSet, store_key
 from runhealth.store import Store
 
 CHECK_EVERY_S = 0.5

@@ -2,8 +2,8 @@
 
 The file is `--config`, else the path in `RUNHEALTH_CONFIG`, else `runhealth.toml` in the
 working directory (see `find_config_path`). Every key is declared once, below, as a dataclass
-field with a `spec(...)` (runhealth.configspec): its TOML types, its rules, its default and its
-README text. The checks, the defaults and the README's key table (`python -m runhealth.config
+field with a `spec(...)` (runhealth.settings.configspec): its TOML types, its rules, its default and its
+README text. The checks, the defaults and the README's key table (`python -m runhealth.settings.config
 --markdown`) all come from those declarations. Every value is checked here, once, so the rest of
 the code can trust it; a wrong value fails fast with a message naming the file, the node and the
 field. The loaded config is frozen.
@@ -28,8 +28,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from runhealth.configspec import Rule as _Rule
-from runhealth.configspec import (
+from runhealth.errors import ConfigError
+from runhealth.settings.configspec import Rule as _Rule
+from runhealth.settings.configspec import (
     Secret,
     between,
     check_keys,
@@ -41,15 +42,14 @@ from runhealth.configspec import (
     spec,
     spec_of,
 )
-from runhealth.errors import ConfigError
-from runhealth.windows import STALE_MIN_S, STALL_MIN_S, WINDOW_POLLS, stale_after_s, stall_after_s
+from runhealth.settings.windows import STALE_MIN_S, STALL_MIN_S, WINDOW_POLLS, stale_after_s, stall_after_s
 
 CONFIG_ENV = "RUNHEALTH_CONFIG"
 DEFAULT_CONFIG_NAME = "runhealth.toml"
 SECRETS_PATH = Path(".streamlit") / "secrets.toml"
 # The node interpreter rule; protocol.py checks the launch argv against it too.
 PYTHON_RE = re.compile(r"^[A-Za-z0-9_./+-]+$")
-TOML_SYNTAX = "not valid TOML"  # in every syntax error's message (here and runhealth.runs)
+TOML_SYNTAX = "not valid TOML"  # in every syntax error's message (here and runhealth.settings.runs)
 _TOML_AT = re.compile(r"\(at line (\d+), column (\d+)\)")  # tomllib's "(at line 3, column 5)"
 _NAME_RE = r"^[A-Za-z0-9_.@:-]{1,64}$"
 _NAME_MUST = "must be 1-64 letters, digits, '_.@:-'"
@@ -490,7 +490,7 @@ def markdown() -> str:
     return markdown_table(RunConfig, "`[run]` key") + "\n\n" + markdown_table(NodeConfig, "`[[nodes]]` key")
 
 
-if __name__ == "__main__":  # python -m runhealth.config --markdown
+if __name__ == "__main__":  # python -m runhealth.settings.config --markdown
     if sys.argv[1:] != ["--markdown"]:
-        sys.exit("usage: python -m runhealth.config --markdown   (prints the README's config key tables)")
+        sys.exit("usage: python -m runhealth.settings.config --markdown   (prints the README's config key tables)")
     print(markdown())

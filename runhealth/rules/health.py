@@ -1,20 +1,20 @@
 """Is the run healthy *now*? Node states, the alert set and the one ok/warn/alert rule.
 
 One definition per term: the node states (pending / up / stale / down), the alert set
-(`evaluate`) and `level` live here; the stale and stall windows in runhealth.windows; the
-tok/s, the stall rule and the rate drop in runhealth.activity; a GPU's state in
-runhealth.hardware. `evaluate()` returns the alerts that hold at one instant: the Overview words
-exactly these (components/alerts.py), `runhealth.notify` diffs successive answers into start /
+(`evaluate`) and `level` live here; the stale and stall windows in runhealth.settings.windows; the
+tok/s, the stall rule and the rate drop in runhealth.rules.activity; a GPU's state in
+runhealth.rules.hardware. `evaluate()` returns the alerts that hold at one instant: the Overview words
+exactly these (components/alerts.py), `runhealth.alerting.notify` diffs successive answers into start /
 resolve messages, and the exporter reads the same rules.
 
 Alerts (name, severity): collector_down (the collector that wrote the run is gone, stopped or
 silent: named by pid and host, in place of the node states, stalls and drops it no longer
-refreshes; runhealth.heartbeat), collection_stale, store_write_failure, node_down (critical) /
+refreshes; runhealth.collect.heartbeat), collection_stale, store_write_failure, node_down (critical) /
 node_stale, shards_unmatched, shards_unreadable (warning); run_stalled (critical, since the
 last completion) or node_stalled (warning, only while another node writes) and rate_drop
 (warning), none once the target is reached; truncation_high (warning at the warn share,
 critical at the alert share); gpu_error (critical), gpu_throttled, gpu_hot, gpu_idle while the
-run writes (warning): every GPU finding of runhealth.hardware that is not information; and
+run writes (warning): every GPU finding of runhealth.rules.hardware that is not information; and
 the GPU's and host's health (`hardware_alerts`): gpu_xid (critical XID events in the last hour),
 gpu_ecc_uncorrected, gpu_row_remap_failed, gpu_missing (a GPU that reported within the hour is
 absent from an up node's latest poll) (critical); gpu_rows_pending, host_memory, host_swap,
@@ -30,15 +30,17 @@ import time
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from runhealth import activity, hardware, heartbeat, windows
 from runhealth.analysis import reasons, stats
-from runhealth.hardware import host_problems as host_problems  # re-exported: one import for the words
-from runhealth.hardware import missing_gpus as missing_gpus
+from runhealth.collect import heartbeat
 from runhealth.records import GpuEventRow, GpuHealthReading, GpuRow, HostReading, LengthCountRow, NodeRow
+from runhealth.rules import activity, hardware
+from runhealth.rules.hardware import host_problems as host_problems  # re-exported: one import for the words
+from runhealth.rules.hardware import missing_gpus as missing_gpus
+from runhealth.settings import windows
+from runhealth.settings.windows import HARDWARE_WINDOW_S
+from runhealth.settings.windows import stale_after_s as stale_after_s  # re-exported: the exporter and tests ask health
+from runhealth.settings.windows import stall_after_s as stall_after_s
 from runhealth.store import Store
-from runhealth.windows import HARDWARE_WINDOW_S
-from runhealth.windows import stale_after_s as stale_after_s  # re-exported: the exporter and tests ask health
-from runhealth.windows import stall_after_s as stall_after_s
 
 # -- Node states, stalls and alerts (from the store) ------------------------------------
 # Moved here from runhealth/alerts.py (#14).

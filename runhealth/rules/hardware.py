@@ -3,7 +3,7 @@
 `gpu_findings` is the one classification of a GPU reading (error / throttled / hot / idle while
 the run writes / at the power cap): the GPUs page's state column and its "need a look" line, the
 Overview's problem list, its heat strip's "throttled" mark and the gpu_throttled / gpu_hot
-alerts (runhealth.health.evaluate) all read it, so one GPU is never information on one screen
+alerts (runhealth.rules.health.evaluate) all read it, so one GPU is never information on one screen
 and a warning on another. `sw_power_cap` is information: a GPU at its power cap under full load
 is doing its job.
 """
@@ -133,7 +133,7 @@ def gpu_notes(
     gpus: list[dict[str, Any]], health: dict[tuple[str, int], GpuHealth], run_writing: bool
 ) -> list[tuple[str, str]]:
     """What is worth knowing about the GPUs but is no problem: [("info", text)], one per kind
-    (at the power cap, PCIe replays). Everything worse is an alert (runhealth.health.evaluate:
+    (at the power cap, PCIe replays). Everything worse is an alert (runhealth.rules.health.evaluate:
     gpu_error, gpu_xid, gpu_ecc_uncorrected, gpu_row_remap_failed, gpu_missing, gpu_throttled,
     gpu_hot, gpu_idle, gpu_rows_pending), so it is worded once, there."""
     out = _group(

@@ -13,15 +13,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from runhealth import runcompare
-from runhealth.activity import RunRates
 from runhealth.analysis import rates
-from runhealth.config import SECRET_FIELDS, NodeConfig
-from runhealth.configspec import default_text, spec_of
-from runhealth.health import node_status
 from runhealth.records import NodeRow
+from runhealth.rules.activity import RunRates
+from runhealth.rules.health import node_status
+from runhealth.screens import runfigures
+from runhealth.settings.config import SECRET_FIELDS, NodeConfig
+from runhealth.settings.configspec import default_text, spec_of
+from runhealth.settings.windows import RATE_WINDOW_S
 from runhealth.store import Store
-from runhealth.windows import RATE_WINDOW_S
 
 # Key fragments that mark a config value as secret: never shown, only whether it is set.
 SECRET_WORDS = ("passphrase", "password", "secret", "private_key", "token")
@@ -60,7 +60,7 @@ def standup(
     now: float,
     last: float | None,
 ) -> Standup:
-    """The headline numbers. `health` is the run's rate reading (runhealth.activity.read_rates),
+    """The headline numbers. `health` is the run's rate reading (runhealth.rules.activity.read_rates),
     `gpus` the GPUs reporting (else the nodes' gpus_found), `power_w` their summed draw."""
     tps = health.tokens_per_s_1m if health else None
     cps = health.completions_per_s_15m if health else None
@@ -91,7 +91,7 @@ class Final:
     """A finished run's figures: what it did over its life, not what it does now (None: unknown)."""
 
     completions: int
-    tokens_per_s_life: float | None  # average over its collected life (runcompare.life_rates)
+    tokens_per_s_life: float | None  # average over its collected life (runfigures.life_rates)
     started_unix: float | None  # its first poll
     completed_unix: float | None  # its last new completion
     last_poll_unix: float | None
@@ -106,8 +106,8 @@ class Final:
 
 def final(store: Store, completions: int) -> Final:
     """The final figures of a finished run's store (the Overview shows these, not live tiles):
-    the poll history's part computed once and kept in the store (runcompare.finished_life)."""
-    figures = runcompare.finished_life(store)
+    the poll history's part computed once and kept in the store (runfigures.finished_life)."""
+    figures = runfigures.finished_life(store)
     return Final(
         completions=completions,
         tokens_per_s_life=figures.life.tokens_per_s,

@@ -1,12 +1,12 @@
 """Alert webhooks: one message when an alert starts, one when it resolves, sent off-thread.
 
-`AlertTracker` (pure) diffs successive `runhealth.health.evaluate()` answers into events:
+`AlertTracker` (pure) diffs successive `runhealth.rules.health.evaluate()` answers into events:
 "start" when an alert appears, "resolve" once it has been absent for `clear_s` (hysteresis: a
 node that flaps for a few seconds is one alert, not ten), "repeat" every `renotify_s` while it
 holds (default 1 h). `Notifier` runs the tracker on its own thread and hands each message to
 every receiver's own sender thread through its own bounded queue, so neither a slow or dead
 webhook nor another receiver's backlog delays collection or the other receivers; each delivery
-is retried with exponential backoff, every attempt ends at its deadline (runhealth.webhook), and
+is retried with exponential backoff, every attempt ends at its deadline (runhealth.alerting.webhook), and
 its outcome is written to the store (table `webhook_deliveries`), which the Nodes page shows.
 Recording is best-effort: a store that cannot be written never re-sends a delivered message
 or stops a sender (the failure to record is logged). The tracker's state (the alerts announced
@@ -15,7 +15,7 @@ that still hold, when each started and was last sent) is kept in the store too (
 restarted collector (a config edit, a new process) neither announces them again nor changes
 their `since`; an alert that ended while no collector ran is resolved on the first evaluation.
 
-URLs, their checks and redaction, and the HTTP attempt itself live in runhealth.webhook. URLs
+URLs, their checks and redaction, and the HTTP attempt itself live in runhealth.alerting.webhook. URLs
 to hooks.slack.com, or written `slack+https://...` (Mattermost, Rocket.Chat and other
 Slack-compatible receivers), get `{"text": ...}`; every other URL gets the generic JSON object.
 """
@@ -31,10 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from runhealth import health
-from runhealth.store import Store
-from runhealth.textsafe import escape
-from runhealth.webhook import (  # noqa: F401 - URLS_ENV, load_urls, is_slack: part of this module's API
+from runhealth.alerting.webhook import (  # noqa: F401 - URLS_ENV, load_urls, is_slack: part of this module's API
     DEADLINE_S,
     URLS_ENV,
     describe_error,
@@ -43,6 +40,9 @@ from runhealth.webhook import (  # noqa: F401 - URLS_ENV, load_urls, is_slack: p
     post_json,
     redact,
 )
+from runhealth.rules import health
+from runhealth.store import Store
+from runhealth.textsafe import escape
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class _Held:
     last_sent: float
 
 
-Held = _Held  # the public name: runhealth.alerthistory restores its open episodes as these
+Held = _Held  # the public name: runhealth.alerting.alerthistory restores its open episodes as these
 
 
 class AlertTracker:

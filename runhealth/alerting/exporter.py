@@ -23,12 +23,12 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import ThreadingWSGIServer
 
-from runhealth import activity, health
 from runhealth.analysis import rates, reasons, stats
 from runhealth.records import GpuNumber
+from runhealth.rules import activity, health
+from runhealth.settings.windows import rate_window_s
 from runhealth.store import Store
 from runhealth.textsafe import escape
-from runhealth.windows import rate_window_s
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +235,7 @@ class StoreMetrics:
             yield _gauge("runhealth_progress_ratio", "Completions counted / target_completions.", run, progress)
 
     def _token_rates(self, now: float, interval_s: float) -> dict[str, float]:
-        """Per node, the one live tok/s (runhealth.activity over windows.rate_window_s, ending
+        """Per node, the one live tok/s (runhealth.rules.activity over windows.rate_window_s, ending
         now); none for a node not polled within it."""
         found = activity.recent_rates(self.store, now, interval_s=interval_s)
         return {node: r.tokens_per_s_1m for node, r in found.per_node.items() if r.tokens_per_s_1m is not None}

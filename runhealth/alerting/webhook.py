@@ -34,8 +34,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from runhealth.config import SECRETS_PATH
 from runhealth.errors import ConfigError, RunhealthError
+from runhealth.settings.config import SECRETS_PATH
 from runhealth.textsafe import escape
 
 URLS_ENV = "RUNHEALTH_WEBHOOK_URLS"

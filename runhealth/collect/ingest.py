@@ -136,7 +136,7 @@ def shard_update(path: str, entry: ShardEntry) -> ShardUpdate:
 
 def with_reason_names(record: PollRecord, name: Callable[[str | None], str | None]) -> PollRecord:
     """`record` with every count row's finish_reason replaced by `name(reason)` (the store's
-    bounded names, runhealth.reasonnames.Namer); counts unchanged."""
+    bounded names, runhealth.store.reasonnames.Namer); counts unchanged."""
     shards = tuple(
         dataclasses.replace(u, counts=tuple(r._replace(finish_reason=name(r.finish_reason)) for r in u.counts))
         for u in record.shards

@@ -6,7 +6,7 @@ with 95% intervals (runhealth.analysis.compare), the rates, A's what-if forecast
 the one-sentence "B vs A" headline.
 
 Rates here are averages over the run's whole collected life, not the last minute the
-Overview shows (runhealth.activity): a finished run has no "now". The ETA of a live run is the
+Overview shows (runhealth.rules.activity): a finished run has no "now". The ETA of a live run is the
 Overview's (rates.eta_seconds at the 15-min average), one ETA everywhere. Each node's rate is a ratio estimator, the tokens
 of its non-backfill polls over the time they span (the first index of old shards is not
 throughput); the run's rate is the sum over nodes. Its interval comes from batch means
@@ -28,11 +28,13 @@ import sqlite3
 import time
 from typing import Any, NamedTuple
 
-from runhealth import activity, pagedata, textsafe
+from runhealth import textsafe
 from runhealth.analysis import compare, loops, rates, stats
 from runhealth.analysis.compare import Differences, Forecast
 from runhealth.errors import RunhealthError
+from runhealth.payloads import pagedata
 from runhealth.records import PollRow
+from runhealth.rules import activity
 from runhealth.store import Store
 
 Z95 = compare.Z95

@@ -1,4 +1,4 @@
-"""The machinery behind `runhealth.config`: one declaration per config key.
+"""The machinery behind `runhealth.settings.config`: one declaration per config key.
 
 Each key of the config file is a dataclass field whose metadata is a `Spec` (made with
 `spec(...)`): the TOML types it accepts, the rules its value must meet (each with the words of

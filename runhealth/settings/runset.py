@@ -1,7 +1,7 @@
 """The runs of a config file: load and validate, diff against the previous set, reload.
 
 One `RunSet` per process follows one config file (or holds the built-in demo's runs). Both the
-collector (`runhealth collect`, runhealth/service.py) and the dashboard viewer
+collector (`runhealth collect`, runhealth/collect/service.py) and the dashboard viewer
 (components/context.py) read their runs through it, so a bad edit means the same thing
 everywhere: the last good set stays in use and `error` holds the latest failed edit's message
 (naming the file), until an edit loads again. `reload(apply)` lets the caller veto a set that
@@ -17,9 +17,9 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-from runhealth import runs
-from runhealth.config import RunConfig, RunContext
 from runhealth.errors import ConfigError, RunhealthError
+from runhealth.settings import runs
+from runhealth.settings.config import RunConfig, RunContext
 
 Signature = tuple[int, int] | None
 

@@ -33,7 +33,7 @@ from typing import TextIO, cast
 
 from runhealth import textsafe
 from runhealth.errors import StoreError
-from runhealth.migrations import refuse_newer
+from runhealth.store.migrations import refuse_newer
 
 log = textsafe.get_logger(__name__)
 

@@ -23,8 +23,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from runhealth import rollup
-from runhealth.store import Store
+from runhealth.store import Store, rollup
 
 BAND_POINTS = 240
 # Widths (each at most twice the last): a window uses the first that covers its span in

@@ -30,15 +30,15 @@ import dataclasses
 import statistics
 from collections.abc import Collection, Mapping, Sequence
 
-from runhealth import windows
 from runhealth.analysis import rates
 from runhealth.records import PollBucket
+from runhealth.settings import windows
+from runhealth.settings.windows import AVERAGE_WINDOW_S, DROP_LOOKBACK_S, RATE_WINDOW_S
 from runhealth.store import Store
-from runhealth.windows import AVERAGE_WINDOW_S, DROP_LOOKBACK_S, RATE_WINDOW_S
 
 DROP_FRACTION = 0.5
 MIN_MINUTES_FOR_MEDIAN = 10  # a median over fewer minutes is noise, not a baseline
-LOOKBACK_S = DROP_LOOKBACK_S  # the hour the rate-drop median is taken over (runhealth.windows)
+LOOKBACK_S = DROP_LOOKBACK_S  # the hour the rate-drop median is taken over (runhealth.settings.windows)
 # Two clocks may disagree about one poll interval by this much (the scan time, round-trip
 # jitter) before one of them counts as stepped.
 STEP_TOLERANCE_S = 5.0

@@ -24,8 +24,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from runhealth import health, textsafe
-from runhealth.notify import CLEAR_S, AlertTracker, Held
+from runhealth import textsafe
+from runhealth.alerting.notify import CLEAR_S, AlertTracker, Held
+from runhealth.rules import health
 from runhealth.store import Store
 
 log = textsafe.get_logger(__name__)

@@ -1,7 +1,7 @@
 """The background collector: one per dashboard process, polling nodes on a bounded pool.
 
 Each node has its own persistent agent connection and its own schedule; polls run on at
-most 32 worker threads (`runhealth.scheduler`), so a slow or dead node never delays the
+most 32 worker threads (`runhealth.collect.scheduler`), so a slow or dead node never delays the
 others, never blocks a page, and 512 nodes do not need 512 threads. Every
 successful poll is folded into the `Store` in one transaction; a failed one is recorded as
 that node's last error while its counts and offsets stay put. Pages only ever call
@@ -19,15 +19,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO, cast
 
-from runhealth import alerthistory, ingest, pagedata, rollup, sampling, scheduler, storefile, textsafe
+from runhealth import textsafe
+from runhealth.alerting import alerthistory
 from runhealth.analysis.servermetrics import merge_endpoints as merge_metrics
-from runhealth.config import NodeConfig, RunConfig, RunContext
+from runhealth.collect import ingest, sampling, scheduler
 from runhealth.errors import StoreBusyError, StoreError
 from runhealth.errors import one_line as _plain
 from runhealth.node.wire import PollReply, ShardCursor
+from runhealth.payloads import pagedata
 from runhealth.remote import make_transport
 from runhealth.remote.base import fan_out_calls
-from runhealth.store import Store
+from runhealth.settings.config import NodeConfig, RunConfig, RunContext
+from runhealth.store import Store, rollup, storefile
 
 log = textsafe.get_logger(__name__)
 

@@ -153,7 +153,7 @@ def _to_v1(db: sqlite3.Connection) -> None:
 
 
 def _to_v2(db: sqlite3.Connection) -> None:
-    """Page payloads (runhealth/pagedata.py, #16): what each screen shows, computed by the
+    """Page payloads (runhealth/payloads/pagedata.py, #16): what each screen shows, computed by the
     collector after a poll so a page only reads one row; ts_unix = when it was computed."""
     db.execute(
         "CREATE TABLE IF NOT EXISTS page_data (name TEXT PRIMARY KEY, ts_unix REAL NOT NULL, payload BLOB NOT NULL)"
@@ -173,7 +173,7 @@ def _to_v3(db: sqlite3.Connection) -> None:
 
 
 def _to_v4(db: sqlite3.Connection) -> None:
-    """alert_state: the alerts the notifier announced and that still hold (runhealth/notify.py),
+    """alert_state: the alerts the notifier announced and that still hold (runhealth/alerting/notify.py),
     so a restarted collector neither sends them again nor loses when they started. `key` is the
     alert's key as JSON, `alert` its newest value and wording as JSON; times are unix."""
     db.execute(
@@ -224,7 +224,7 @@ def _to_v6(db: sqlite3.Connection) -> None:
 
 def _to_v7(db: sqlite3.Connection) -> None:
     """alert_history: one row per alert episode (#32), written by the collecting process whether
-    or not webhooks are configured (runhealth/alerthistory.py): when it started and, once
+    or not webhooks are configured (runhealth/alerting/alerthistory.py): when it started and, once
     resolved, when it stopped holding; its name, worst severity, node, GPU, summary and value at
     start and at the end; last_seen_unix: the last evaluation it held, absent_unix: the first
     evaluation that no longer saw an open one (NULL while it holds; it becomes resolved_unix

@@ -16,7 +16,7 @@ A config file either describes one run (today's `[run]` + `[[nodes]]`, still val
     shards = ["/data/out8k/*.jsonl"]
 
 Each `[[runs]]` table holds today's `[run]` keys plus its own `[[runs.nodes]]`; it is split out
-and checked by the single-run validator (`runhealth.config.parse_config`), so every rule has
+and checked by the single-run validator (`runhealth.settings.config.parse_config`), so every rule has
 one definition and an error names the run: "<file>: run 'b': node 'x': field 'y' ...". A run
 with `finished = true` may list no nodes (they are gone); it is never polled.
 
@@ -36,8 +36,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from runhealth.config import SECRETS_PATH, TOML_SYNTAX, RunConfig, apply_secrets, load_config, parse_config
 from runhealth.errors import ConfigError
+from runhealth.settings.config import SECRETS_PATH, TOML_SYNTAX, RunConfig, apply_secrets, load_config, parse_config
 
 STORE_SUFFIX = ".sqlite3"
 # Validates a finished run that lists no nodes (the single-run validator requires one); the

@@ -1,6 +1,6 @@
 """`runhealth dashboard`: find the Streamlit app and build the `streamlit run` command for it.
 
-The dashboard is two processes (runhealth/supervise.py starts and stops them together): the
+The dashboard is two processes (runhealth/serve/supervise.py starts and stops them together): the
 collector (`python -m runhealth collect`) and Streamlit as a pure viewer of the stores
 (RUNHEALTH_COLLECTOR=off). A `STREAMLIT_*` environment variable wins over the app's own
 config.toml (as it would under `streamlit run`); `--port`/`--address` win over both.
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from runhealth.errors import ConfigError
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # runhealth/ (this file is runhealth/serve/launch.py)
 DEFAULT_PORT = 8501
 DEFAULT_ADDRESS = "127.0.0.1"
 

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from runhealth import rollup
-from runhealth.gpubands import oldest_since
+from runhealth.payloads.gpubands import oldest_since
 from runhealth.records import LengthStopBucket, PollBucket
-from runhealth.store import Store
+from runhealth.store import Store, rollup
 
 _TIERS = f"({', '.join(str(t) for t in rollup.TIERS)})"
 

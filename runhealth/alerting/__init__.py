@@ -1,0 +1,1 @@
+"""runhealth.alerting: see docs/design.md for its modules."""

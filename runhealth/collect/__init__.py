@@ -1,0 +1,1 @@
+"""runhealth.collect: see docs/design.md for its modules."""

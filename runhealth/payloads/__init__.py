@@ -1,0 +1,1 @@
+"""runhealth.payloads: see docs/design.md for its modules."""

@@ -1,0 +1,1 @@
+"""runhealth.rules: see docs/design.md for its modules."""

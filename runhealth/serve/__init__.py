@@ -1,0 +1,1 @@
+"""runhealth.serve: see docs/design.md for its modules."""

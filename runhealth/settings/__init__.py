@@ -1,0 +1,1 @@
+"""runhealth.settings: see docs/design.md for its modules."""
