@@ -258,6 +258,7 @@ class GpuDevice(TypedDict, total=False):  # a GPU that errors has only index and
     mem_total_mib: Optional[int]
     power_w: Optional[float]
     power_limit_w: Optional[float]
+    energy_mj: Optional[int]  # NVML's total energy since the driver loaded; None: not supported
     temp_c: Optional[float]
     sm_clock_mhz: Optional[float]
     throttle_reasons: Optional[List[str]]

@@ -15,6 +15,7 @@ from typing import Any
 from runhealth.node.wire import ShardCursor
 from runhealth.records import (
     AlertEpisodeRow,
+    EnergyRow,
     GpuEventRow,
     GpuHealthReading,
     GpuRow,
@@ -299,6 +300,19 @@ class StoreReads(StoreFile):
     def metric_latest(self) -> list[MetricRow]:
         return rows_as(
             MetricRow, self.query("SELECT node, name, value, ts_unix FROM metric_latest ORDER BY node, name")
+        )
+
+    def node_energy(self) -> list[EnergyRow]:
+        """Per node with GPU energy rows: the joules and the tokens of the same polls (EnergyRow)."""
+        return rows_as(
+            EnergyRow,
+            self.query(
+                "SELECT g.node AS node, COUNT(*) AS gpus, SUM(g.joules) AS joules, SUM(g.integrated_j) AS integrated_j,"
+                " SUM(g.gpu_s) AS gpu_s, SUM(g.resets) AS resets, SUM(g.counter_mj IS NOT NULL) AS counter_gpus,"
+                " e.since_unix AS since_unix, e.last_unix AS last_unix, COALESCE(e.tokens, 0) AS tokens,"
+                " COALESCE(e.usable_tokens, 0) AS usable_tokens, COALESCE(e.usable_completions, 0) AS usable_completions"
+                " FROM gpu_energy g LEFT JOIN node_energy e ON e.node = g.node GROUP BY g.node ORDER BY g.node"
+            ),
         )
 
     def metric_series(self, name: str, since_unix: float | None = None) -> list[MetricPoint]:

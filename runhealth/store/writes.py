@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from runhealth import ingest, reasonnames, textsafe
+from runhealth import energymeter, ingest, reasonnames, textsafe
 from runhealth.ingest import PollRecord, ShardUpdate
 from runhealth.node.wire import PollReply
 from runhealth.store.lifecycle import StoreFile
@@ -71,6 +71,7 @@ class StoreWrites(StoreFile):
             )
             _write_hourly(db, applied, ts_unix, backfill)
             _write_gpus(db, node, record, ts_unix)
+            _write_energy(db, node, record, applied, ts_unix, backfill)
             _write_health(db, node, record, ts_unix)
             _write_node_ok(db, node, record, ts_unix, rtt_ms)
             _write_metrics(db, node, record.server_metrics, ts_unix)
@@ -388,6 +389,59 @@ def _write_gpus(db: sqlite3.Connection, node: str, record: PollRecord, ts_unix: 
                 d.get("error"),
             ),
         )
+
+
+def _write_energy(
+    db: sqlite3.Connection, node: str, record: PollRecord, applied: Sequence[ShardUpdate], ts_unix: float, backfill: bool
+) -> None:
+    """Each GPU's energy since its last reading (runhealth/energymeter.py) and the tokens the
+    shards gained, summed together only over throughput polls: a backfill poll's tokens were
+    written before it, so it (and its energy) only moves the baseline."""
+    measured = False
+    for d in record.gpus:
+        if d.get("error") is not None or d.get("index") is None:
+            continue
+        now = energymeter.reading_of(d, ts_unix)
+        row = db.execute(
+            "SELECT ts_unix, uuid, counter_mj, power_w FROM gpu_energy WHERE node = ? AND gpu = ?", (node, d["index"])
+        ).fetchone()
+        got = energymeter.step(energymeter.Reading(*row) if row else None, now)
+        take = not backfill and got.source is not None
+        measured = measured or take
+        db.execute(
+            "INSERT INTO gpu_energy (node, gpu, uuid, ts_unix, counter_mj, power_w) VALUES (?,?,?,?,?,?)"
+            " ON CONFLICT (node, gpu) DO UPDATE SET uuid = excluded.uuid, ts_unix = excluded.ts_unix,"
+            " counter_mj = excluded.counter_mj, power_w = excluded.power_w, joules = joules + ?,"
+            " integrated_j = integrated_j + ?, gpu_s = gpu_s + ?, resets = resets + ?",
+            (
+                node,
+                d["index"],
+                now.uuid,
+                ts_unix,
+                now.counter_mj,
+                now.power_w,
+                got.joules if take else 0.0,
+                got.joules if take and got.source == energymeter.POWER_X_TIME else 0.0,
+                got.gpu_s if take else 0.0,
+                int(take and got.reset),
+            ),
+        )
+    if not measured:
+        return
+    tokens = usable = usable_n = 0
+    for update in applied:
+        for r in update.counts:
+            if not r.estimated:
+                tokens += r.tokens * r.count
+                if r.finish_reason in reasonnames.NATURAL:
+                    usable += r.tokens * r.count
+                    usable_n += r.count
+    db.execute(
+        "INSERT INTO node_energy VALUES (?,?,?,?,?,?) ON CONFLICT (node) DO UPDATE SET last_unix = excluded.last_unix,"
+        " tokens = tokens + excluded.tokens, usable_tokens = usable_tokens + excluded.usable_tokens,"
+        " usable_completions = usable_completions + excluded.usable_completions",
+        (node, ts_unix, ts_unix, tokens, usable, usable_n),
+    )
 
 
 def _write_node_ok(db: sqlite3.Connection, node: str, record: PollRecord, ts_unix: float, rtt_ms: float | None) -> None:
