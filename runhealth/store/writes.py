@@ -329,8 +329,11 @@ def _write_hourly(db: sqlite3.Connection, applied: Sequence[ShardUpdate], ts_uni
 
 
 def _write_metrics(db: sqlite3.Connection, node: str, values: Mapping[str, float | None], ts_unix: float) -> None:
+    """The latest value of every metric; a time series of each but histogram buckets (a server's
+    token histograms are read as they stand now: their ~20 buckets per poll and node as samples
+    would outgrow every other table)."""
     rows = [(ts_unix, node, name, value) for name, value in values.items() if value is not None]
-    db.executemany("INSERT INTO metric_samples VALUES (?,?,?,?)", rows)
+    db.executemany("INSERT INTO metric_samples VALUES (?,?,?,?)", [r for r in rows if "_bucket{le=" not in r[2]])
     db.executemany(
         "INSERT INTO metric_latest VALUES (?,?,?,?) ON CONFLICT (node, name) DO UPDATE SET"
         " value = excluded.value, ts_unix = excluded.ts_unix WHERE excluded.ts_unix >= ts_unix",
@@ -392,7 +395,12 @@ def _write_gpus(db: sqlite3.Connection, node: str, record: PollRecord, ts_unix: 
 
 
 def _write_energy(
-    db: sqlite3.Connection, node: str, record: PollRecord, applied: Sequence[ShardUpdate], ts_unix: float, backfill: bool
+    db: sqlite3.Connection,
+    node: str,
+    record: PollRecord,
+    applied: Sequence[ShardUpdate],
+    ts_unix: float,
+    backfill: bool,
 ) -> None:
     """Each GPU's energy since its last reading (runhealth/energymeter.py) and the tokens the
     shards gained, summed together only over throughput polls: a backfill poll's tokens were
