@@ -136,7 +136,10 @@ def server_view(metrics: Iterable[MetricRow], summary: Summary) -> ServerView | 
         m = _REASON.match(r["name"])
         if m:
             finished[m.group("r")] = finished.get(m.group("r"), 0.0) + r["value"]
-    gen = next((h for h in (_histogram(rows, n) for n in sm.GEN_TOKENS) if h is not None), None)
+    found = [h for h in (_histogram(rows, n) for n in sm.GEN_TOKENS) if h is not None]
+    ceiling = summary.ceiling_tokens
+    # A fleet of both servers: the histogram that shows the ceiling exactly, else vLLM's.
+    gen = next((h for h in found if ceiling and h.edges_for(ceiling)), found[0] if found else None)
     max_t = _histogram(rows, sm.MAX_TOKENS)
     if not finished and gen is None and max_t is None:
         return None
@@ -147,7 +150,7 @@ def server_view(metrics: Iterable[MetricRow], summary: Summary) -> ServerView | 
         finished=finished,
         gen_tokens=gen,
         max_tokens=max_t,
-        ceiling=summary.ceiling_tokens,
+        ceiling=ceiling,
         shards_length_share=summary.finish_reasons.get("length", 0) / n if n else None,
         shards_at_ceiling_share=summary.at_ceiling_fraction if summary.length_count else None,
     )
