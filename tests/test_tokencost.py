@@ -303,3 +303,13 @@ def test_loop_tokens_are_an_estimate_with_n_and_interval():
     lo, hi = stats.wilson_interval(3, 10)
     assert (w.loops.low, w.loops.high) == (pytest.approx(cut * lo), pytest.approx(cut * hi))
     assert "3 of 10 sampled cut completions loop" in waste_words.waste_line(w)
+
+
+def test_loop_sample_read_in_one_statement_equals_the_batch_count(tmp_path):
+    """The Overview's one-statement read gives what loops.loop_sample gives over the whole batch."""
+    from runhealth.analysis import loops
+
+    store, _config = store_fixtures.make_store(tmp_path, "ceiling_18")
+    assert store.latest_loop_sample() == loops.loop_sample(store.latest_sample_batch())
+    assert store.latest_loop_sample()[1] > 0
+    store.close()

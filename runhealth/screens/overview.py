@@ -17,7 +17,7 @@ import time
 from typing import Any, Literal
 
 from runhealth import activity, derived, hardware, health
-from runhealth.analysis import loops, rates, tokencost
+from runhealth.analysis import rates, tokencost
 from runhealth.analysis.stats import Summary
 from runhealth.health import fmt_age, level
 from runhealth.records import GpuRow, NodeRow
@@ -295,7 +295,7 @@ def overview(store: Store, config: Any, now: float | None = None, finished: bool
         throughput=throughput_series(store, now, config.interval_s),
         tiles=(),
         final=derived.final(store, reading.summary.completions) if finished else None,
-        waste=tokencost.waste(reading.summary, loops.loop_sample(store.latest_sample_batch())),
+        waste=tokencost.waste(reading.summary, store.latest_loop_sample()),
         energy=tokencost.energy_cost(e for e in store.node_energy() if e["node"] in names),
     )
     tiles = final_tiles(model, config) if finished else live_tiles(model, config)

@@ -333,6 +333,15 @@ class StoreReads(StoreFile):
         )
         return rows_as(SampleBatch, rows)[0]
 
+    def latest_loop_sample(self) -> tuple[int, int]:
+        """(loops, sampled) among the newest finished batch's truncated samples, in one statement:
+        loops.loop_sample(latest_sample_batch()) without reading the samples' text."""
+        row = self.query(
+            "SELECT COALESCE(SUM(is_loop = 1), 0) AS loops, COUNT(*) AS n FROM samples WHERE finish_reason = 'length'"
+            " AND batch = (SELECT MAX(batch) FROM sample_batches WHERE done_unix IS NOT NULL)"
+        )[0]
+        return int(row["loops"]), int(row["n"])
+
     def pending_sample_batch(self) -> PendingSampleBatch | None:
         rows = self.query("SELECT * FROM sample_batches WHERE done_unix IS NULL ORDER BY batch DESC LIMIT 1")
         return rows_as(PendingSampleBatch, rows)[0] if rows else None
