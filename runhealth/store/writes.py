@@ -406,14 +406,15 @@ def _write_energy(
     shards gained, summed together only over throughput polls: a backfill poll's tokens were
     written before it, so it (and its energy) only moves the baseline."""
     measured = False
+    last = {
+        r[0]: energymeter.Reading(*r[1:])
+        for r in db.execute("SELECT gpu, ts_unix, uuid, counter_mj, power_w FROM gpu_energy WHERE node = ?", (node,))
+    }
     for d in record.gpus:
         if d.get("error") is not None or d.get("index") is None:
             continue
         now = energymeter.reading_of(d, ts_unix)
-        row = db.execute(
-            "SELECT ts_unix, uuid, counter_mj, power_w FROM gpu_energy WHERE node = ? AND gpu = ?", (node, d["index"])
-        ).fetchone()
-        got = energymeter.step(energymeter.Reading(*row) if row else None, now)
+        got = energymeter.step(last.get(d["index"]), now)
         take = not backfill and got.source is not None
         measured = measured or take
         db.execute(
