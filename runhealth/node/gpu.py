@@ -408,10 +408,11 @@ def _demo_energy_j(t, i):
     return f(t) - f(DEMO_DRIVER_LOADED_UNIX)
 
 
-def _demo_devices(count):
-    """Simulated B200-like readings that move smoothly with the clock (for demos and charts);
-    the energy counter is the exact integral of the power curve, as NVML's would be."""
-    t = time.time()
+def _demo_devices(count, t=None):
+    """Simulated B200-like readings that move smoothly with the clock `t` (default: now; the
+    collector sends its own, which differs when it fills a finished demo run poll by poll); the
+    energy counter is the exact integral of the power curve, as NVML's would be."""
+    t = time.time() if t is None else float(t)
     devices = []
     for i in range(count):
         wave = 0.5 + 0.5 * math.sin(t / 9.0 + i * 0.9)
@@ -438,12 +439,13 @@ def _demo_devices(count):
     return devices
 
 
-def read_gpus(mode, demo_gpus=8):
+def read_gpus(mode, demo_gpus=8, demo_time_unix=None):
     """GPU telemetry for the poll reply.
 
     Args:
         mode: "auto" (NVML through pynvml, else nvidia-smi), "demo" (simulated), "off".
         demo_gpus: how many simulated GPUs "demo" reports.
+        demo_time_unix: the clock the simulated readings follow (None: now).
 
     Returns:
         {"source", "error", "simulated", "reason", "devices"}; source is None when there is
@@ -453,7 +455,7 @@ def read_gpus(mode, demo_gpus=8):
     if mode == "off":
         out["reason"] = 'GPU telemetry is off (gpu = "off")'
     elif mode == "demo":
-        out.update(source="demo", simulated=True, devices=_demo_devices(int(demo_gpus)))
+        out.update(source="demo", simulated=True, devices=_demo_devices(int(demo_gpus), demo_time_unix))
     elif mode != "auto":
         out["error"] = "unknown gpu mode %r (auto, demo, off)" % (mode,)
     else:

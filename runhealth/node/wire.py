@@ -156,6 +156,7 @@ class PollRequest(TypedDict, total=False):
     shards: ShardRequest
     gpu: str  # "auto", "off", "demo"
     demo_gpus: int  # how many simulated GPUs gpu = "demo" reports
+    demo_time_unix: float  # gpu = "demo": the collector's clock, which the simulated readings follow
     metrics_urls: List[str]
     metrics_timeout_s: float
 
