@@ -345,12 +345,6 @@ def shard_frame(rows: Sequence[ShardRow]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*columns, "inode", "tokens", "updated_unix", "mark"])[columns]
 
 
-@_cache()
-def load_server_metrics(store: Store) -> pd.DataFrame:
-    """The latest value of each SGLang / vLLM metric per node (rows: metric, columns: node)."""
-    return metrics_frame(store.metric_latest())
-
-
 def metrics_frame(rows: Sequence[MetricRow]) -> pd.DataFrame:
     """Latest-metric rows (Store.metric_latest(), or a screen model's) as metric x node."""
     if not rows:

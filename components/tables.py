@@ -111,16 +111,6 @@ def whatif_curve(result: WhatIf) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["limit", "fraction", "lo", "hi", "band_lo", "band_hi"])
 
 
-def server_length_share(metrics: pd.DataFrame) -> tuple[float, float] | None:
-    """vLLM's own count: (share of finished requests stopped by length, requests), all nodes."""
-    names = {r: f'vllm:request_success_total{{finished_reason="{r}"}}' for r in ("stop", "length", "abort")}
-    if metrics.empty or names["length"] not in metrics.index:
-        return None
-    counts = {r: float(metrics.loc[n].sum()) if n in metrics.index else 0.0 for r, n in names.items()}
-    total = sum(counts.values())
-    return (counts["length"] / total, total) if total else None
-
-
 def node_table(
     nodes: list[NodeRow],
     stale_after: float,
@@ -162,7 +152,7 @@ def node_table(
 
 
 def server_metrics_table(metrics: pd.DataFrame) -> pd.DataFrame:
-    """loaders.load_server_metrics (metric x node) as text: "N/A" where a node has no value."""
+    """loaders.metrics_frame (metric x node) as text: "N/A" where a node has no value."""
     return metrics.apply(lambda col: col.map(fmt_number)).reset_index().rename(columns={"name": "metric"})
 
 

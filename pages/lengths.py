@@ -198,19 +198,22 @@ def render_continuation_result(key: str) -> None:
 
 
 def render_server_note(rt: PageRuntime, summary: Summary) -> None:
-    """Length stops below the ceiling, and the server's own counter, each under its own name."""
+    """Length stops below the ceiling, under their own name."""
     below, n = summary.length_below_ceiling, summary.length_count or 1
     if summary.ceiling_tokens:
         st.caption(
             f"Not counted as truncated: {below:,} length stops below the {summary.ceiling_tokens:,} ceiling "
             f"(context window) — {below / n:.1%} of {summary.length_count:,} completions."
         )
-    server = tables.server_length_share(loaders.load_server_metrics(rt.store))
-    if server is not None:
-        st.caption(
-            f"The server's own count (vLLM request_success_total, since each server started, context-window "
-            f"stops included): {server[0]:.1%} of {server[1]:,.0f} finished requests stopped by length."
-        )
+
+
+def render_server_view(m: Lengths) -> None:
+    """The inference servers' own counts beside the shards' (runhealth.screens.serverview)."""
+    if m.server is None:
+        return
+    st.markdown("**The servers' view** (their /metrics, since each server started; context-window stops included)")
+    for line in m.server.lines():
+        st.caption(md_escape(line))
 
 
 def render_page(rt: PageRuntime) -> None:
@@ -237,6 +240,7 @@ def render_page(rt: PageRuntime) -> None:
     st.dataframe(tables.finish_reason_table(summary), hide_index=True)
     st.caption(f"Length statistics: {precomputed.age_text(data.as_of)}.")
     render_server_note(rt, summary)
+    page.guarded(render_server_view)(m)
     page.guarded(render_groups)(rt, summary.ceiling_tokens)
     over_time = loaders.load_truncation_over_time(rt.store, rt.config.interval_s, summary.ceiling_tokens)
     if (over_time["completions"] > 0).sum() >= 2:

@@ -69,6 +69,10 @@ def render_page(rt: PageRuntime) -> None:
     cards.render_node_table(nodes, m.stale_after, per_node=m.per_node, finished=m.finished)
     for gone in m.removed:
         st.caption(md_escape(gone.text))
+    if m.costs:
+        st.subheader("What the cut cost, per node")
+        st.caption(m.costs_caption)
+        st.dataframe([c.row() for c in m.costs], hide_index=True, width="stretch", key=f"{PREFIX}_costs_table")
     shards = loaders.shard_frame(m.shards)
     for node in shown_nodes(m, shards):
         page.guarded(render_node)(m, node, shards)

@@ -15,7 +15,7 @@ import dataclasses
 import pandas as pd
 import streamlit as st
 
-from components import alerthistory, alerts, cards, figures, loaders, page, runpicker, tables
+from components import alerthistory, alerts, cards, figures, format, loaders, page, runpicker, tables
 from components.context import PageRuntime
 
 PREFIX = "overview"
@@ -34,6 +34,9 @@ def render_live(rt: PageRuntime) -> None:
     tiles = [dataclasses.asdict(t) for t in m.tiles]
     cards.render_tiles(tiles[:3])
     cards.render_tiles(tiles[3:])
+    if m.waste_line:
+        st.markdown(f"**What the cut cost:** {format.md_escape(m.waste_line)}", help=m.waste_help)
+        st.caption(m.energy_line)
     if m.progress is not None:
         st.progress(*m.progress)
     nodes = list(m.nodes)

@@ -19,6 +19,7 @@ import random
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
@@ -216,6 +217,7 @@ class Simulator:
         # Per simulated node: tokens generated and requests finished, by finish reason.
         self.tokens_total = {1: 0, 2: 0}
         self.finished = {1: {"stop": 0, "length": 0}, 2: {"stop": 0, "length": 0}}
+        self.lengths: dict[int, Counter] = {1: Counter(), 2: Counter()}  # generated tokens -> requests
         self.rate_tok_s = {1: tokens_per_s * 4, 2: tokens_per_s * 3}
         self._last_tokens = {1: 0, 2: 0}
         self._pool: list[str] = []
@@ -282,6 +284,8 @@ class Simulator:
                 f"sglang:token_usage{{{label}}} 0.87\n"
                 "# TYPE sglang:generation_tokens_total counter\n"
                 f"sglang:generation_tokens_total{{{label}}} {self.tokens_total[1]}\n"
+                # As started with --collect-tokens-histogram --generation-tokens-buckets custom ... (README).
+                + self._histogram("sglang:generation_tokens_histogram", 1, self.sglang_edges(), label)
             )
         done = self.finished[2]
         return (
@@ -295,7 +299,28 @@ class Simulator:
             f"vllm:generation_tokens_total{{{label}}} {self.tokens_total[2]}\n"
             "# TYPE vllm:request_success_total counter\n"
             + "".join(f'vllm:request_success_total{{finished_reason="{r}",{label}}} {n}\n' for r, n in done.items())
+            + self._histogram("vllm:request_generation_tokens", 2, VLLM_EDGES, label)
+            + self._histogram("vllm:request_max_num_generation_tokens", 2, VLLM_EDGES, label, asked=self.ceiling)
         )
+
+    def sglang_edges(self) -> tuple[int, ...]:
+        """SGLang's buckets as the README advises: edges at the ceiling - 1 and the ceiling."""
+        return tuple(sorted({100, 500, 1000, 2000, self.ceiling // 2, self.ceiling - 1, self.ceiling}))
+
+    def _histogram(self, name: str, node: int, edges: tuple[int, ...], label: str, asked: int | None = None) -> str:
+        """A Prometheus histogram of the node's generated tokens per request (or, with `asked`,
+        of the max_tokens every request asked for)."""
+        now = dict.copy(self.lengths[node])  # one C call: the writer thread adds to it meanwhile
+        lengths = {asked: sum(now.values())} if asked else now
+        total = sum(lengths.values())
+        lines = [f"# TYPE {name} histogram\n"]
+        for edge in edges:
+            below = sum(n for t, n in lengths.items() if t <= edge)
+            lines.append(f'{name}_bucket{{le="{float(edge)}",{label}}} {below}\n')
+        lines.append(f'{name}_bucket{{le="+Inf",{label}}} {total}\n')
+        lines.append(f"{name}_count{{{label}}} {total}\n")
+        lines.append(f"{name}_sum{{{label}}} {sum(t * n for t, n in lengths.items())}\n")
+        return "".join(lines)
 
     def completions_per_s(self) -> float:
         """Completions per second of all workers together: their tok/s over the true mean length."""
@@ -350,6 +375,7 @@ class Simulator:
         if node is not None:
             self.tokens_total[node] += tokens
             self.finished[node][finish] += 1
+            self.lengths[node][tokens] += 1
         reasoning = self.text(tokens * 3 // 4, looping)
         answer = "" if finish == "length" else self.text(tokens // 4, False)
         record = {
@@ -395,6 +421,9 @@ class Simulator:
         if rng.random() < 0.3:
             words.append(str(rng.randint(2, 9999)))
         return " ".join(words).capitalize() + rng.choice([". ", ". ", "? ", ": "])
+
+
+VLLM_EDGES = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)  # vLLM's 1-2-5 defaults
 
 
 def _poisson(rng: random.Random, lam: float) -> int:

@@ -263,6 +263,25 @@ class MetricRow(TypedDict):
     ts_unix: float
 
 
+class EnergyRow(TypedDict):
+    """`Store.node_energy()`: one node's GPU energy and the tokens it produced over the same
+    throughput polls (migration 9, runhealth/store/energymeter.py); a node with GPUs but no measured
+    span yet has zeros and since_unix None."""
+
+    node: str
+    gpus: int  # GPUs with an energy row
+    joules: float  # over every GPU of the node
+    integrated_j: float  # of those, from power x time (no energy counter)
+    gpu_s: float  # GPU-seconds the joules cover
+    resets: int  # energy-counter resets seen (driver reloads)
+    counter_gpus: int  # GPUs whose last reading had NVML's energy counter
+    since_unix: float | None  # the first measured poll
+    last_unix: float | None
+    tokens: int  # exact tokens the shards gained over those polls
+    usable_tokens: int  # of those, in completions that stopped naturally
+    usable_completions: int
+
+
 class MetricPoint(TypedDict):
     """`Store.metric_series(name)`: one sample of that metric."""
 

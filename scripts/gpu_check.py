@@ -15,7 +15,10 @@ run uses:
 3. the nvidia-smi fallback: no pynvml shipped, and the node's own hidden from the agent.
 
 and prints each GPU's fields with nvidia-smi's own query of the same moment, then a verdict per
-field. Exit status 0 when every NVML reading agrees with nvidia-smi within the stated tolerance.
+field, and the energy section: NVML's total-energy counter (nvmlDeviceGetTotalEnergyConsumption,
+`energy_mj`) at the idle and the loaded poll, the mean power it implies over the time between
+them beside the power draws read at both ends, and what the dashboard would use where the
+counter is NOT_SUPPORTED (power x time). Exit status 0 when every NVML reading agrees with nvidia-smi within the stated tolerance.
 """
 
 from __future__ import annotations
@@ -134,6 +137,32 @@ def compare(label: str, reply: dict, took_s: float, smi: list[dict]) -> bool:
     return ok
 
 
+def energy_report(first: dict, first_t: float, second: dict, second_t: float) -> bool:
+    """The energy counter between two polls: mean W from the counter beside the power readings.
+    False only when a counter went backwards without a driver reload (the two polls share one)."""
+    print("\n== energy (NVML nvmlDeviceGetTotalEnergyConsumption, mJ since the driver loaded)")
+    ok = True
+    before = {d.get("index"): d for d in first.get("gpus", {}).get("devices", [])}
+    for dev in second.get("gpus", {}).get("devices", []):
+        old = before.get(dev.get("index"), {})
+        e0, e1 = old.get("energy_mj"), dev.get("energy_mj")
+        p0, p1 = old.get("power_w"), dev.get("power_w")
+        dt = second_t - first_t
+        if e0 is None or e1 is None:
+            watts = f"power x time: {(p0 + p1) / 2:.1f} W mean" if p0 is not None and p1 is not None else "no power"
+            print(
+                f"   GPU {dev.get('index')}: energy counter NOT_SUPPORTED ({e0!r}, {e1!r}); the dashboard uses {watts}"
+            )
+            continue
+        mean_w = (e1 - e0) / 1000 / dt
+        ok &= e1 >= e0
+        print(
+            f"   GPU {dev.get('index')}: {e0} -> {e1} mJ over {dt:.1f} s = {(e1 - e0) / 1000:.1f} J, "
+            f"mean {mean_w:.1f} W (power.draw read {p0} W and {p1} W at the two polls)"
+        )
+    return ok
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--load-s", type=float, default=20.0, help="seconds of GPU load for the second poll")
@@ -153,6 +182,7 @@ def main() -> int:
             )
         )
         reply, took = agent_gpus(shard_dir, nvml=True)
+        idle_t = time.time()
         ok &= compare("NVML, idle", reply, took, smi_query())
         files = reply.get("shards", {}).get("files", {})
         print(f"   shards in the same poll: {[(Path(p).name, f.get('lines')) for p, f in files.items()]}")
@@ -167,8 +197,10 @@ def main() -> int:
         except ImportError:
             print("\n(no torch here: the loaded poll runs on idle GPUs)")
         reply, took = agent_gpus(shard_dir, nvml=True)
+        load_t = time.time()
         smi = smi_query()
         ok &= compare("NVML, under load", reply, took, smi)
+        ok &= energy_report(replies["nvml_idle"], idle_t, reply, load_t)
         if load is not None:
             procs = [p.get("pid") for d in reply["gpus"]["devices"] for p in (d.get("processes") or [])]
             seen = load.pid in procs
@@ -179,6 +211,8 @@ def main() -> int:
 
         reply, took = agent_gpus(shard_dir, nvml=False)
         ok &= compare("nvidia-smi fallback", reply, took, smi_query()) and reply["gpus"]["source"] == "nvidia-smi"
+        # nvidia-smi has no energy field: the fallback says None, and the dashboard integrates power.
+        ok &= all(d.get("energy_mj") is None for d in reply["gpus"]["devices"])
         replies["smi_fallback"] = reply
     if args.json:
         args.json.write_text(json.dumps(replies, indent=1))

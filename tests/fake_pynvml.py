@@ -8,7 +8,9 @@ against a real H200 (driver 580.159, nvidia-ml-py's pynvml) with scripts/gpu_che
 2026-12-04, which found that v1 memory info counts the driver's reserved memory (now mirrored
 here as "mem_reserved").
 
-Tests set the scenario with `configure(gpus, missing=())`: each GPU is a dict of readings; a
+Tests set the scenario with `configure(gpus, missing=())` (`set_reading(gpu, field, value)`
+changes one reading between polls: an energy counter that grows, or resets when the driver
+reloads): each GPU is a dict of readings; a
 reading equal to NOT_SUPPORTED or LOST raises that NVML error, `"lost": True` makes the handle
 lookup fail, and names in `missing` raise NVMLError_FunctionNotFound (an old driver).
 `raise_xid(gpu, xid)` queues a critical XID event, delivered by nvmlEventSetWait_v2 to the
@@ -118,6 +120,7 @@ H200 = {
     "mem_total": 143771 << 20,
     "power_mw": 650210,
     "limit_mw": 700000,
+    "energy_mj": 8_123_456_789,  # since the driver loaded (about 3.5 h at 650 W)
     "temp": 61,
     "sm_mhz": 1980,
     "reasons": nvmlClocksThrottleReasonSwPowerCap,
@@ -139,6 +142,10 @@ _event_sets = []  # each: {"gpus": set of indexes registered, "queue": [(index, 
 def configure(gpus, missing=()):
     global _gpus, _missing, init_calls, _event_sets
     _gpus, _missing, init_calls, _event_sets = [dict(g) for g in gpus], set(missing), 0, []
+
+
+def set_reading(index, field, value):
+    _gpus[index][field] = value
 
 
 def raise_xid(index, xid):
@@ -215,6 +222,11 @@ def nvmlDeviceGetMemoryInfo(handle, version=None):
 
 def nvmlDeviceGetPowerUsage(handle):
     return _read("nvmlDeviceGetPowerUsage", handle, "power_mw")
+
+
+def nvmlDeviceGetTotalEnergyConsumption(handle):
+    """mJ since the driver was last reloaded (Volta and newer, else NVMLError_NotSupported)."""
+    return _read("nvmlDeviceGetTotalEnergyConsumption", handle, "energy_mj")
 
 
 def nvmlDeviceGetEnforcedPowerLimit(handle):

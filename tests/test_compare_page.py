@@ -483,3 +483,28 @@ def test_a_whatif_that_failed_its_back_test_says_so_in_the_tile(demo_cache, monk
     monkeypatch.setattr(whatif_view, "BACKTEST_FAIL", 0.25)  # the real bar: 8% off passes, the tile says nothing
     text = page_text(run("lengths", demo_cache, monkeypatch, url_run=demo.RUN_A))
     assert "failed its own back-test" not in text
+
+
+def test_compare_page_shows_energy_per_usable_token_a_vs_b(demo_cache, monkeypatch):
+    """Did raising the limit cost more energy per usable token? Each run's joules (the demo GPUs'
+    energy counters) over its usable tokens of the same polls, read from its store, on the page."""
+    (live, _), (done, _) = demo.demo_runs(demo_cache / "runhealth" / "demo")
+    want = {}
+    for label, cfg in (("A: demo-4096", done), ("B: demo-8192", live)):
+        rows = Store(cfg.resolved_store_path()).node_energy()
+        joules, usable = sum(r["joules"] for r in rows), sum(r["usable_tokens"] for r in rows)
+        assert joules > 0 and usable > 0 and not any(r["integrated_j"] for r in rows)  # the counter, not power x time
+        # The demo GPUs draw 800-990 W on the collector's clock, also when a finished run is filled
+        # poll by poll (the request carries that clock: the counters agree with the stored times).
+        assert 800 <= joules / sum(r["gpu_s"] for r in rows) <= 990
+        want[label] = joules / usable * 1e6
+    at = run("compare", demo_cache, monkeypatch)
+    table = at.dataframe[0].value.set_index("metric")
+    for label, j in want.items():
+        assert table.loc["energy per 1M usable tokens", label] == words.fmt_joules(j)
+    assert (
+        table.loc["energy per 1M usable tokens", "B − A"]
+        == f"{100 * (want['B: demo-8192'] / want['A: demo-4096'] - 1):+.0f}%"
+    )
+    assert "NVML energy counter" in table.loc["energy per 1M usable tokens", "95% interval"]
+    assert table.loc["tokens cut at the ceiling", "A: demo-4096"].endswith("%")

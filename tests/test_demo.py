@@ -1,11 +1,15 @@
 """The demo run looks like the seed run, and goes through the real agent, parser and collector."""
 
+import time
 import urllib.request
+
+import pytest
 
 from runhealth.analysis import loops, servermetrics, stats
 from runhealth.cli import scan_paths
 from runhealth.collect.collector import Collector
 from runhealth.demo import DEMO_CONTEXT, Simulator, demo_config
+from runhealth.screens import serverview
 from runhealth.settings.config import parse_config
 from runhealth.store import Store
 
@@ -44,6 +48,55 @@ def test_demo_metrics_pages_parse_as_sglang_and_vllm(tmp_path):
     sglang, vllm = servermetrics.parse_server_metrics(texts[1]), servermetrics.parse_server_metrics(texts[2])
     assert sglang["server"] == "sglang" and sglang["values"]["sglang:gen_throughput"] > 0
     assert vllm["server"] == "vllm" and 'vllm:request_success_total{finished_reason="length"}' in vllm["values"]
+
+
+def test_demo_servers_show_their_token_histograms_beside_the_shards(tmp_path):
+    """The demo's SGLang node has bucket edges at the ceiling - 1 and the ceiling (as the README
+    tells SGLang users): its view is exact and equals the simulator's own count; the vLLM node
+    has vLLM's default edges: bounds, and the advice."""
+    sim = Simulator(tmp_path, seed=5, ceiling=4096)
+    for node in (1, 2):
+        for _ in range(400):
+            sim.completion_line(node)
+    rows = [
+        {"node": f"n{i}", "name": k, "value": v, "ts_unix": 0.0}
+        for i in (1, 2)
+        for k, v in servermetrics.parse_server_metrics(sim.metrics_text(i))["values"].items()
+    ]
+    cut = sum(sim.lengths[1][t] for t in sim.lengths[1] if t >= 4096)
+    hist = stats.LengthHist.from_rows([(4096, "length", 0, 1), (10, "stop", 0, 1)])
+    view = serverview.server_view(rows, stats.summarize(hist, 4096))
+    assert view is not None and view.gen_tokens is not None
+    assert view.gen_tokens.name == "sglang:generation_tokens_histogram"  # the one with the ceiling's edge
+    sglang = serverview.server_view([r for r in rows if r["node"] == "n1"], stats.summarize(hist, 4096))
+    assert sglang is not None and sglang.gen_tokens is not None and sglang.gen_tokens.edges_for(4096)
+    assert sglang.gen_tokens.at_least(4096) == (pytest.approx(cut / 400), pytest.approx(cut / 400))
+    vllm = serverview.server_view([r for r in rows if r["node"] == "n2"], stats.summarize(hist, 4096))
+    assert vllm is not None and vllm.gen_tokens is not None and not vllm.gen_tokens.edges_for(4096)
+    assert any("no bucket edge at 4,095" in line for line in vllm.lines())
+    assert any("finished by length" in line for line in view.lines())
+    assert any("max_tokens of at most 5,000" in line for line in vllm.lines())
+
+
+def test_demo_gpus_report_energy_per_usable_token(tmp_path):
+    """Two polls of the demo through the real agent: the demo GPUs' energy counters give joules
+    over the second poll, beside the usable tokens written in it."""
+    config = demo_config(tmp_path)
+    sim = Simulator(tmp_path, seed=6)
+    assert sim.start()
+    store = Store(config.resolved_store_path())
+    try:
+        with Collector(config, store, context=DEMO_CONTEXT) as collector:
+            collector.poll_once()
+            time.sleep(1.5)
+            collector.poll_once()
+    finally:
+        sim.stop()
+    rows = store.node_energy()
+    assert {r["node"] for r in rows} == {"demo-node-1", "demo-node-2"}
+    assert all(r["counter_gpus"] == r["gpus"] and r["integrated_j"] == 0 for r in rows)
+    measured = [r for r in rows if r["joules"] > 0]
+    assert measured and all(800 * r["gpu_s"] <= r["joules"] <= 990 * r["gpu_s"] for r in measured)
 
 
 def test_demo_config_is_valid_and_collects_through_the_real_agent(tmp_path):

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from runhealth.analysis.servermetrics import MAX_TEXT_BYTES, merge_endpoints, parse_server_metrics
+from runhealth.analysis.servermetrics import HISTOGRAMS, MAX_TEXT_BYTES, merge_endpoints, parse_server_metrics
 
 FIXTURES = Path(__file__).parent / "fixtures" / "metrics"
 
@@ -38,7 +38,9 @@ def test_vllm_fixture_sums_engines_and_breaks_out_finish_reasons():
     assert values['vllm:request_success_total{finished_reason="length"}'] == 81100.0
     assert values['vllm:request_success_total{finished_reason="stop"}'] == 358500.0
     assert values['vllm:request_success_total{finished_reason="abort"}'] == 15.0
-    assert not any("bucket" in k or "created" in k or "prompt" in k for k in values)
+    # Buckets only of the token histograms the servers' view reads (#33 item 4), none of latencies.
+    kept = tuple(f"{h}_bucket" for h in HISTOGRAMS)
+    assert not any(("bucket" in k and not k.startswith(kept)) or "created" in k or "prompt" in k for k in values)
 
 
 def test_older_vllm_cache_metric_and_missing_reasons():

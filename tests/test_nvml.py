@@ -51,6 +51,7 @@ def test_two_healthy_gpus(nvml):
         "mem_total_mib": 143771,
         "power_w": 650.21,
         "power_limit_w": 700.0,
+        "energy_mj": 8_123_456_789,
         "temp_c": 61,
         "sm_clock_mhz": 1980,
         "throttle_reasons": ["sw_power_cap"],
@@ -188,6 +189,8 @@ def test_error_classes_mirror_pynvml():
         "NVMLError_GpuIsLost",
         "nvmlDeviceGetCurrentClocksEventReasons",
         "nvmlDeviceGetComputeRunningProcesses",
+        "nvmlDeviceGetTotalEnergyConsumption",
+        "NVML_ERROR_NOT_SUPPORTED",
         "nvmlClocksThrottleReasonSwPowerCap",
         "NVML_TEMPERATURE_GPU",
         "NVML_CLOCK_SM",
@@ -215,6 +218,7 @@ def test_nvidia_smi_csv_parsing():
         "mem_total_mib": 143771,
         "power_w": 651.37,
         "power_limit_w": 700.0,
+        "energy_mj": None,
         "temp_c": 61,
         "sm_clock_mhz": 1980,
         "throttle_reasons": None,
@@ -274,3 +278,43 @@ def test_bootstrap_registers_the_shipped_pynvml_lazily():
         "GPU-aaaa",
         "GPU-bbbb",
     ]
+
+
+def test_energy_counter_is_read_in_millijoules_and_not_supported_is_none(nvml):
+    """NVML's nvmlDeviceGetTotalEnergyConsumption (mJ since the driver loaded) is the reading; a
+    GPU older than Volta answers NVMLError_NotSupported, which is None (the dashboard then
+    integrates power x time), and the other readings of that GPU are kept."""
+    nvml.configure([dict(GPU, uuid="GPU-0", energy_mj=42_000), dict(GPU, uuid="GPU-1", energy_mj=nvml.NOT_SUPPORTED)])
+    first, second = agent.read_gpus("auto")["devices"]
+    assert first["energy_mj"] == 42_000
+    assert second["energy_mj"] is None and second["power_w"] == 650.21 and second["error"] is None
+    nvml.configure([dict(GPU, uuid="GPU-0")], missing=("nvmlDeviceGetTotalEnergyConsumption",))
+    (only,) = agent.read_gpus("auto")["devices"]
+    assert only["energy_mj"] is None and "nvmlDeviceGetTotalEnergyConsumption" in agent_gpu.NVML.missing
+
+
+def test_nvidia_smi_has_no_energy_field_so_its_devices_say_none():
+    """nvidia-smi's --query-gpu has no energy counter (it rejects such a field): the fallback's
+    devices carry energy_mj None, and the query asks for no field nvidia-smi would refuse."""
+    (dev,) = agent_gpu.parse_smi_csv("0, NVIDIA H200, GPU-0, 97, 120000, 143771, 650.21, 700.00, 61, 1980\n")
+    assert dev["energy_mj"] is None and dev["power_w"] == 650.21
+    assert not any("energy" in f for f in agent_gpu.SMI_FIELDS)
+
+
+def test_demo_energy_counter_is_the_integral_of_its_power(monkeypatch):
+    """The demo GPU's counter grows by the integral of the power it reports (checked against a
+    fine trapezoid sum of the same power curve over 60 s)."""
+    t0 = 1_800_000_000.0
+    clock = [t0]
+    monkeypatch.setattr(agent_gpu.time, "time", lambda: clock[0])
+    before = agent_gpu._demo_devices(2)
+    steps, power = 600, []
+    for k in range(steps + 1):
+        clock[0] = t0 + 60.0 * k / steps
+        power.append([d["power_w"] for d in agent_gpu._demo_devices(2)])
+    after = agent_gpu._demo_devices(2)
+    for i in range(2):
+        joules = (after[i]["energy_mj"] - before[i]["energy_mj"]) / 1000
+        trapezoid = sum((power[k][i] + power[k + 1][i]) / 2 * (60.0 / steps) for k in range(steps))
+        assert joules == pytest.approx(trapezoid, rel=2e-3)
+        assert 800 * 60 < joules < 990 * 60

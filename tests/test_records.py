@@ -81,6 +81,7 @@ CASES: list[tuple[str, Callable[[Store], list[Any]], type, frozenset[str]]] = [
     ("gpu_latest", Store.gpu_latest, records.GpuRow, frozenset()),
     ("gpu_series", lambda s: s.gpu_series(max_points=50), records.GpuSeriesPoint, frozenset()),
     ("metric_latest", Store.metric_latest, records.MetricRow, frozenset()),
+    ("node_energy", Store.node_energy, records.EnergyRow, frozenset()),
     ("metric_series", lambda s: s.metric_series("sglang:gen_throughput"), records.MetricPoint, frozenset()),
     ("latest_sample_batch", lambda s: [s.latest_sample_batch()], records.SampleBatch, frozenset()),
     ("samples", lambda s: s.latest_sample_batch()["samples"], records.StoredSample, frozenset()),

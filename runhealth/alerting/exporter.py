@@ -23,11 +23,11 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import ThreadingWSGIServer
 
-from runhealth.analysis import rates, reasons, stats
+from runhealth.analysis import rates, reasons, stats, tokencost
 from runhealth.records import GpuNumber
 from runhealth.rules import activity, health
 from runhealth.settings.windows import rate_window_s
-from runhealth.store import Store
+from runhealth.store import Store, reasonnames
 from runhealth.textsafe import escape
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,7 @@ class StoreMetrics:
             yield from self._lengths(run, meta)
             yield from self._nodes(run, meta, now, memo)
             yield from self._gpus(run, health.configured_nodes(meta))
+            yield from self._costs(run, meta)
             yield from self._alerts(run, meta, now, memo)
         except Exception:  # logged; this scrape fails (HTTP 500), the collector goes on
             log.exception("metrics: reading the store failed")
@@ -267,6 +268,68 @@ class StoreMetrics:
                 throttled.add_metric([*values, reason], 1.0 if reason in active else 0.0)
         yield from families.values()
         yield throttled
+
+    # -- what the cut cost (#33 item 2) ---------------------------------------------------
+    def _costs(self, run: str, meta: dict[str, Any]) -> Iterator[Metric]:
+        """Generated tokens per node by kind (all, cut at the ceiling, usable: the Overview's
+        exact shares, over the rows stats.summarize uses), GPU energy per node and per source,
+        and the run's joules and GPU-seconds per usable token (analysis/tokencost.py)."""
+        ceiling, estimated = self._ceiling(meta)
+        where, gone = self.store.counted_where()
+        natural = ",".join(f"'{r}'" for r in reasonnames.NATURAL)
+        cut = f"finish_reason = 'length' AND tokens >= {int(ceiling)}" if ceiling is not None else "0"
+        sql = (
+            f"SELECT node, SUM(tokens * count), SUM(CASE WHEN {cut} THEN tokens * count ELSE 0 END),"
+            f" SUM(CASE WHEN finish_reason IN ({natural}) THEN tokens * count ELSE 0 END)"
+            f" FROM node_length_counts{where} AND estimated = ? GROUP BY node ORDER BY node"
+        )
+        tokens = CounterMetricFamily(
+            "runhealth_generated_tokens",
+            "Generated tokens counted in the shards, exactly, by kind: all, cut_at_ceiling (in completions"
+            " stopped by length at the ceiling), usable (in completions that stopped naturally).",
+            labels=["run", "node", "kind"],
+        )
+        total = total_cut = 0
+        for node, all_t, cut_t, usable_t in self.store.cursor(sql, (*gone, estimated)):
+            for kind, n in (("all", all_t), ("cut_at_ceiling", cut_t), ("usable", usable_t)):
+                tokens.add_metric([run, node, kind], n or 0)
+            total, total_cut = total + (all_t or 0), total_cut + (cut_t or 0)
+        yield tokens
+        if ceiling is not None:
+            yield _gauge(
+                "runhealth_truncated_tokens_ratio",
+                "Share of generated tokens spent in completions stopped at the ceiling.",
+                run,
+                total_cut / total if total else 0.0,
+            )
+        yield from self._energy(run, health.configured_nodes(meta))
+
+    def _energy(self, run: str, keep: set[str] | None) -> Iterator[Metric]:
+        joules = CounterMetricFamily(
+            "runhealth_gpu_energy_joules",
+            "GPU energy over the polls the collector measured (throughput polls), by source: counter"
+            " (NVML's total-energy counter) or power_x_time (integrated power where a GPU has no counter).",
+            labels=["run", "node", "source"],
+        )
+        rows = [r for r in self.store.node_energy() if keep is None or r["node"] in keep]
+        for r in rows:
+            joules.add_metric([run, r["node"], "counter"], float(r["joules"] - r["integrated_j"]))
+            joules.add_metric([run, r["node"], "power_x_time"], float(r["integrated_j"]))
+        yield joules
+        cost = tokencost.energy_cost(rows)
+        if cost is not None and cost.usable_tokens and cost.joules:
+            yield _gauge(
+                "runhealth_energy_per_usable_token_joules",
+                "GPU joules per usable token (a natural stop) written over the same polls.",
+                run,
+                cost.joules / cost.usable_tokens,
+            )
+            yield _gauge(
+                "runhealth_gpu_seconds_per_usable_token",
+                "GPU-seconds per usable token written over the polls the energy covers.",
+                run,
+                cost.gpu_s / cost.usable_tokens,
+            )
 
 
 class RunsMetrics:

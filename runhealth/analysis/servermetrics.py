@@ -30,7 +30,25 @@ AVERAGED = (
     "vllm:gpu_cache_usage_perc",
 )
 SUCCESS = "vllm:request_success_total"
-FINISHED_REASONS = ("stop", "length", "abort")
+FINISHED_REASONS = ("stop", "length", "abort")  # vLLM's reasons, zero until seen; "repetition" etc. as they come
+# Token histograms (#33 item 4): generated tokens per request (vLLM, SGLang with
+# --collect-tokens-histogram) and the max_tokens each request asked for (vLLM). Kept as
+# '<name>_bucket{le="4095"}', '<name>_count' and '<name>_sum', summed over label sets.
+GEN_TOKENS = ("vllm:request_generation_tokens", "sglang:generation_tokens_histogram")
+MAX_TOKENS = "vllm:request_max_num_generation_tokens"
+HISTOGRAMS = (*GEN_TOKENS, MAX_TOKENS)
+_HIST_SAMPLES = {f"{h}{suffix}": h for h in HISTOGRAMS for suffix in ("_bucket", "_count", "_sum")}
+
+
+def bucket_key(histogram: str, le: float) -> str:
+    """The stored name of one cumulative bucket: 'vllm:request_generation_tokens_bucket{le="4095"}'."""
+    edge = "+Inf" if math.isinf(le) else f"{le:g}" if le != int(le) else str(int(le))
+    return f'{histogram}_bucket{{le="{edge}"}}'
+
+
+def is_bucket(name: str) -> bool:
+    """A histogram bucket's stored name (kept as the latest value only, not as a time series)."""
+    return "_bucket{le=" in name
 
 
 def _result(values=None, error=None, server=None) -> dict:
@@ -60,6 +78,9 @@ def _collect(text: str) -> tuple[dict, dict, str | None]:
             if name == SUCCESS:
                 reason = sample.labels.get("finished_reason")
                 key = f'{SUCCESS}{{finished_reason="{reason}"}}' if reason else SUCCESS
+            elif name in _HIST_SAMPLES:
+                if name.endswith("_bucket"):
+                    key = bucket_key(_HIST_SAMPLES[name], float(sample.labels["le"]))
             elif name not in SUMMED and name not in AVERAGED:
                 continue
             sums[key] = sums.get(key, 0.0) + value

@@ -20,6 +20,7 @@ from typing import Any
 
 from runhealth.analysis import reasons as reason_names
 from runhealth.records import LENGTH  # one spelling: ingest counts with it too
+from runhealth.store.reasonnames import NATURAL
 
 MISSING = "missing"
 EXACT_SOURCE = "completion_tokens"
@@ -235,6 +236,21 @@ class Summary:
     estimated_count: int  # completions left out because their length is a chars/4 estimate
     length_source: str  # "completion_tokens" | "chars/4 estimate"
     exact: bool = True  # statistics are exact over the counts (never sampled)
+    # Tokens, not completions (#33), over the same rows as tokens_total: those of the completions
+    # cut at the ceiling, and the usable ones (a natural stop, reasonnames.NATURAL).
+    at_ceiling_tokens: int = 0
+    usable_completions: int = 0
+    usable_tokens: int = 0
+
+    @property
+    def at_ceiling_token_fraction(self) -> float:
+        """The share of generated tokens spent in completions cut at the ceiling (0 with none)."""
+        return self.at_ceiling_tokens / self.tokens_total if self.tokens_total else 0.0
+
+    @property
+    def tokens_per_usable(self) -> float | None:
+        """Tokens generated per usable completion: every token counted, cut ones included."""
+        return self.tokens_total / self.usable_completions if self.usable_completions else None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object ``runhealth scan --json`` prints, key for key as before."""
@@ -306,13 +322,17 @@ def summarize(hist: LengthHist, ceiling: int | None = None, unparseable: int = 0
     reasons: Counter = Counter()
     for _t, fr, _e, n in hist.rows():
         reasons[MISSING if fr is None else str(fr)] += n
-    at_ceiling = below = 0
+    at_ceiling = below = at_ceiling_tokens = usable = usable_tokens = 0
     for tokens, fr, _e, n in used.rows():
         if fr == LENGTH and ceil_tokens is not None:
             if tokens >= ceil_tokens:
                 at_ceiling += n
+                at_ceiling_tokens += tokens * n
             else:
                 below += n
+        elif fr in NATURAL:
+            usable += n
+            usable_tokens += tokens * n
     token_stats, tokens_total = _token_stats(used)
     length_count = used.total
     return Summary(
@@ -331,6 +351,9 @@ def summarize(hist: LengthHist, ceiling: int | None = None, unparseable: int = 0
         estimated_count=estimated_count,
         length_source=source,
         exact=True,
+        at_ceiling_tokens=at_ceiling_tokens,
+        usable_completions=usable,
+        usable_tokens=usable_tokens,
     )
 
 

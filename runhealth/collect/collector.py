@@ -50,13 +50,21 @@ def scan_budget_s(node: NodeConfig) -> float:
 
 
 def poll_request(
-    node: NodeConfig, state: dict[str, ShardCursor], budget_bytes: int = SCAN_BUDGET_BYTES, demo_gpus: int = 0
+    node: NodeConfig,
+    state: dict[str, ShardCursor],
+    budget_bytes: int = SCAN_BUDGET_BYTES,
+    demo_gpus: int = 0,
+    now_unix: float | None = None,
 ) -> dict[str, Any]:
     """The agent request for one poll of `node`, resuming from the stored shard offsets.
 
-    `demo_gpus`: how many GPUs the agent simulates when the node has `gpu = "demo"` (RunContext).
+    `demo_gpus`: how many GPUs the agent simulates when the node has `gpu = "demo"` (RunContext);
+    `now_unix`: the poller's clock, which simulated GPUs follow (their energy counters must agree
+    with the poll times the store keeps, also when a finished demo run is filled poll by poll).
     """
+    demo_clock = {"demo_time_unix": now_unix} if node.gpu == "demo" and now_unix is not None else {}
     return {
+        **demo_clock,
         "op": "poll",
         "shards": {
             "globs": node.shards,
@@ -120,7 +128,9 @@ class NodePoller:
         """One poll: send offsets, fold the reply into the store. Raises on failure (recorded)."""
         try:
             sent = self.clock()
-            request = poll_request(self.node, self.store.shard_state(self.node.name), self.budget_bytes, self.demo_gpus)
+            request = poll_request(
+                self.node, self.store.shard_state(self.node.name), self.budget_bytes, self.demo_gpus, sent
+            )
             reply, rtt_ms = self.request(request)
         except Exception as exc:  # any failure is this node's problem only
             self.store.record_failure(self.node.name, _plain(exc), self.clock())

@@ -555,7 +555,7 @@ def _op_poll(req):
         "hostname": socket.gethostname(),
         "loadavg": load,
         "host": read_host(),
-        "gpus": read_gpus(req.get("gpu", "auto"), int(req.get("demo_gpus", 8))),
+        "gpus": read_gpus(req.get("gpu", "auto"), int(req.get("demo_gpus", 8)), req.get("demo_time_unix")),
         "shards": shards,
         "disk": _disk(files),
         "metrics": _fetch_metrics(req.get("metrics_urls") or [], float(req.get("metrics_timeout_s", 2.0))),

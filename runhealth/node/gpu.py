@@ -147,6 +147,14 @@ def _power_w(h):
     return None if mw is None else mw / 1000.0
 
 
+def _energy_mj(h):
+    """NVML's total energy since the driver was last loaded [mJ] (Volta and newer; None where
+    NOT_SUPPORTED). nvidia-smi has no --query-gpu field for it: the dashboard integrates
+    power.draw over time where this is None, and says so (runhealth/store/energymeter.py)."""
+    mj = _nv("nvmlDeviceGetTotalEnergyConsumption", h)
+    return None if mj is None else int(mj)
+
+
 def _power_limit_w(h):
     """nvidia-smi enforced.power.limit [W] (NVML reports mW)."""
     mw = _nv("nvmlDeviceGetEnforcedPowerLimit", h)
@@ -284,6 +292,7 @@ def _nvml_device(i, h=None):
             "mem_total_mib": total,
             "power_w": _power_w(h),
             "power_limit_w": _power_limit_w(h),
+            "energy_mj": _energy_mj(h),
             "temp_c": _temp_c(h),
             "sm_clock_mhz": _sm_clock_mhz(h),
             "throttle_reasons": _throttle_reasons(h),
@@ -363,6 +372,7 @@ def parse_smi_csv(text):
                 "mem_total_mib": num[2],
                 "power_w": num[3],
                 "power_limit_w": num[4],
+                "energy_mj": None,  # no nvidia-smi field: the dashboard integrates power x time
                 "temp_c": num[5],
                 "sm_clock_mhz": num[6],
                 "throttle_reasons": None,
@@ -386,9 +396,23 @@ def _smi_devices():
     return parse_smi_csv(done.stdout.decode("utf-8", "replace")), None
 
 
-def _demo_devices(count):
-    """Simulated B200-like readings that move smoothly with the clock (for demos and charts)."""
-    t = time.time()
+DEMO_DRIVER_LOADED_UNIX = 1.7e9  # the simulated energy counters count from here
+
+
+def _demo_energy_j(t, i):
+    """The integral of the demo's power curve (below) from the simulated driver load to t [J]."""
+
+    def f(x):
+        return 895.0 * x - 810.0 * math.cos(x / 9.0 + i * 0.9) - 11.5 * math.cos(x / 2.3 + i)
+
+    return f(t) - f(DEMO_DRIVER_LOADED_UNIX)
+
+
+def _demo_devices(count, t=None):
+    """Simulated B200-like readings that move smoothly with the clock `t` (default: now; the
+    collector sends its own, which differs when it fills a finished demo run poll by poll); the
+    energy counter is the exact integral of the power curve, as NVML's would be."""
+    t = time.time() if t is None else float(t)
     devices = []
     for i in range(count):
         wave = 0.5 + 0.5 * math.sin(t / 9.0 + i * 0.9)
@@ -404,6 +428,7 @@ def _demo_devices(count):
                 "mem_total_mib": 187392,
                 "power_w": power_w,
                 "power_limit_w": 1000.0,
+                "energy_mj": int(1000 * _demo_energy_j(t, i)),
                 "temp_c": int(55 + 15 * wave),
                 "sm_clock_mhz": int(1965 - 120 * wave),
                 "throttle_reasons": ["sw_power_cap"] if power_w > 975 else [],
@@ -414,12 +439,13 @@ def _demo_devices(count):
     return devices
 
 
-def read_gpus(mode, demo_gpus=8):
+def read_gpus(mode, demo_gpus=8, demo_time_unix=None):
     """GPU telemetry for the poll reply.
 
     Args:
         mode: "auto" (NVML through pynvml, else nvidia-smi), "demo" (simulated), "off".
         demo_gpus: how many simulated GPUs "demo" reports.
+        demo_time_unix: the clock the simulated readings follow (None: now).
 
     Returns:
         {"source", "error", "simulated", "reason", "devices"}; source is None when there is
@@ -429,7 +455,7 @@ def read_gpus(mode, demo_gpus=8):
     if mode == "off":
         out["reason"] = 'GPU telemetry is off (gpu = "off")'
     elif mode == "demo":
-        out.update(source="demo", simulated=True, devices=_demo_devices(int(demo_gpus)))
+        out.update(source="demo", simulated=True, devices=_demo_devices(int(demo_gpus), demo_time_unix))
     elif mode != "auto":
         out["error"] = "unknown gpu mode %r (auto, demo, off)" % (mode,)
     else:

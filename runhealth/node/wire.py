@@ -156,6 +156,7 @@ class PollRequest(TypedDict, total=False):
     shards: ShardRequest
     gpu: str  # "auto", "off", "demo"
     demo_gpus: int  # how many simulated GPUs gpu = "demo" reports
+    demo_time_unix: float  # gpu = "demo": the collector's clock, which the simulated readings follow
     metrics_urls: List[str]
     metrics_timeout_s: float
 
@@ -258,6 +259,7 @@ class GpuDevice(TypedDict, total=False):  # a GPU that errors has only index and
     mem_total_mib: Optional[int]
     power_w: Optional[float]
     power_limit_w: Optional[float]
+    energy_mj: Optional[int]  # NVML's total energy since the driver loaded; None: not supported
     temp_c: Optional[float]
     sm_clock_mhz: Optional[float]
     throttle_reasons: Optional[List[str]]

@@ -15,7 +15,9 @@ import time
 from typing import Any
 
 from runhealth.rules.health import fmt_age, fmt_ago
+from runhealth.screens import waste as waste_words
 from runhealth.screens.runfigures import Comparison, RunNumbers, compare_runs, comparison_rows
+from runhealth.screens.words import NA, fmt_count, fmt_share
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,4 +91,50 @@ def compare(
         empty = "No completions in " + " and ".join(missing) + " yet: nothing to compare."
         return Compare(now, a, b, ages, empty, None, ())
     cmp = comparison if comparison is not None else compare_runs(a, b, bootstrap)
-    return Compare(now, a, b, ages, "", cmp, tuple(comparison_rows(a, b, cmp)))
+    return Compare(now, a, b, ages, "", cmp, tuple(comparison_rows(a, b, cmp)) + cost_rows(a, b))
+
+
+def _relative(x: float | None, y: float | None) -> str:
+    return f"{100 * (y - x) / x:+.0f}%" if x and y is not None else ""
+
+
+def cost_rows(a: RunNumbers, b: RunNumbers) -> tuple[dict[str, str], ...]:
+    """What the cut cost in each run (#33): the share of tokens cut at the ceiling, tokens per
+    usable completion, and energy and GPU-hours per 1M usable tokens (did raising the limit cost
+    more energy per usable token?). Exact counts; energy over each run's measured polls."""
+    sa, sb = a.summary, b.summary
+    per_a, per_b = sa.tokens_per_usable, sb.tokens_per_usable
+    ea, eb = a.energy, b.energy
+    ja, jb = (e.joules_per_m if e else None for e in (ea, eb))
+    ha, hb = (e.gpu_hours_per_m if e else None for e in (ea, eb))
+    cut_a, cut_b = sa.at_ceiling_token_fraction, sb.at_ceiling_token_fraction
+    return (
+        {
+            "metric": "tokens cut at the ceiling",
+            "A": fmt_share(cut_a) if sa.tokens_total else NA,
+            "B": fmt_share(cut_b) if sb.tokens_total else NA,
+            "B − A": f"{100 * (cut_b - cut_a):+.1f} pts" if sa.tokens_total and sb.tokens_total else "",
+            "95% interval": "exact",
+        },
+        {
+            "metric": "tokens per usable completion",
+            "A": fmt_count(per_a),
+            "B": fmt_count(per_b),
+            "B − A": _relative(per_a, per_b),
+            "95% interval": "exact",
+        },
+        {
+            "metric": "energy per 1M usable tokens",
+            "A": waste_words.per_m_joules(ea),
+            "B": waste_words.per_m_joules(eb),
+            "B − A": _relative(ja, jb),
+            "95% interval": "measured: " + " / ".join(waste_words.energy_source(e) if e else NA for e in (ea, eb)),
+        },
+        {
+            "metric": "GPU-hours per 1M usable tokens",
+            "A": waste_words.per_m_gpu_hours(ea),
+            "B": waste_words.per_m_gpu_hours(eb),
+            "B − A": _relative(ha, hb),
+            "95% interval": "measured",
+        },
+    )

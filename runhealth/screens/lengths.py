@@ -21,6 +21,7 @@ from runhealth.analysis.whatif import WhatIf
 from runhealth.payloads import pagedata
 from runhealth.records import NodeRow
 from runhealth.rules import activity, health
+from runhealth.screens import serverview
 from runhealth.store import Store
 
 
@@ -57,6 +58,7 @@ class Lengths:
     target: int | None
     completions_per_s_15m: float | None
     loop_sample: tuple[int, int]  # (loops, sampled) among the latest batch's truncated samples
+    server: serverview.ServerView | None = None  # the inference servers' view beside the shards' (#33)
 
     @property
     def summary(self) -> Summary:
@@ -87,6 +89,7 @@ class Lengths:
             "p99": s.tokens.p99,
             "eta_s": self.eta_s,
             "loop_sample": list(self.loop_sample),
+            "server_view": self.server.lines() if self.server else None,
         }
 
 
@@ -94,12 +97,16 @@ def lengths(store: Store, config: Any, now: float | None = None) -> Lengths:
     """The Output lengths page of `config`'s run (a RunConfig) at `now`."""
     now = time.time() if now is None else now
     keep = health.configured_nodes(store.meta("run") or {})
+    counted = counts(store, config.max_output_tokens, pagedata.get(store, "run_lengths"))
     return Lengths(
         run=config.name,
         now=now,
         nodes=tuple(n for n in store.nodes() if keep is None or n["name"] in keep),
-        counts=counts(store, config.max_output_tokens, pagedata.get(store, "run_lengths")),
+        counts=counted,
         target=config.target_completions,
         completions_per_s_15m=activity.read_rates(store, now).completions_per_s_15m,
         loop_sample=loops.loop_sample(store.latest_sample_batch()),
+        server=serverview.server_view(
+            (m for m in store.metric_latest() if keep is None or m["node"] in keep), counted.summary
+        ),
     )

@@ -16,9 +16,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from runhealth.analysis import servermetrics, stats, tokencost
 from runhealth.collect import heartbeat
 from runhealth.records import HostReading, MetricRow, NodeRow, ShardRow
 from runhealth.rules import activity, health
+from runhealth.screens import waste as waste_words
+from runhealth.screens.words import NA, fmt_count, fmt_share
 from runhealth.settings.windows import DROP_LOOKBACK_S
 from runhealth.store import Store
 
@@ -52,6 +55,45 @@ class Removed:
 
 
 @dataclasses.dataclass(frozen=True)
+class NodeCost:
+    """One node's token waste (exact, at the run's ceiling) and GPU energy per usable token."""
+
+    node: str
+    waste: tokencost.Waste
+    energy: tokencost.EnergyCost | None
+
+    def row(self) -> dict[str, str]:
+        """The Nodes page's table row, in words (words.py's format)."""
+        w, e = self.waste, self.energy
+        return {
+            "Node": self.node,
+            "Cut at ceiling (completions)": fmt_share(w.completion_share) if w.completions else NA,
+            "Cut at ceiling (tokens)": fmt_share(w.token_share) if w.tokens_total else NA,
+            "Tokens per usable completion": fmt_count(w.tokens_per_usable),
+            "Energy per 1M usable tokens": waste_words.per_m_joules(e),
+            "GPU-hours per 1M usable tokens": waste_words.per_m_gpu_hours(e),
+            "Energy from": waste_words.energy_source(e) if e is not None else NA,
+        }
+
+
+def node_costs(store: Store, names: list[str], ceiling: int | None) -> tuple[NodeCost, ...]:
+    """Per node: its length counts summarised at the run's ceiling, and its energy rows."""
+    hists: dict[str, stats.LengthHist] = {n: stats.LengthHist() for n in names}
+    for r in store.length_counts(by="node"):
+        if r["node"] in hists:
+            hists[r["node"]].add(r["tokens"], r["finish_reason"], r["estimated"], r["count"])
+    energy = {e["node"]: e for e in store.node_energy()}
+    return tuple(
+        NodeCost(
+            n,
+            tokencost.waste(stats.summarize(hists[n], ceiling)),
+            tokencost.energy_cost([energy[n]]) if n in energy else None,
+        )
+        for n in names
+    )
+
+
+@dataclasses.dataclass(frozen=True)
 class Nodes:
     """The Nodes page at `now` (see the module docstring); `to_json()` is the record as JSON."""
 
@@ -68,6 +110,13 @@ class Nodes:
     host_alerts: tuple[health.Alert, ...]
     collector_fault: str | None  # why no collector writes the run (None: one does, or finished)
     server_metrics: tuple[MetricRow, ...]  # the latest value of each server metric on each node
+    costs: tuple[NodeCost, ...] = ()  # per node: tokens cut at the ceiling, energy per usable token (#33)
+
+    costs_caption = (
+        "Tokens cut at the run's ceiling: exact, from each node's counts. Energy: NVML's energy counter "
+        "(or power × time where a GPU has none, said in the last column) over the polls the collector "
+        "measured, per usable token (a natural stop) written over the same polls."
+    )
 
     def state_of(self, name: str) -> NodeState:
         return next(s for s in self.states if s.name == name)
@@ -98,6 +147,10 @@ class Nodes:
             "removed": [{**dataclasses.asdict(r), "text": r.text} for r in self.removed],
             "host_alerts": [{"name": a.name, "severity": a.severity, "summary": a.summary} for a in self.host_alerts],
             "shards": [{k: s[k] for k in ("node", "path", "lines", "error", "replaced_unix")} for s in self.shards],
+            "costs": [
+                {"node": c.node, **c.waste.to_json(), "energy": c.energy.to_json() if c.energy else None}
+                for c in self.costs
+            ],
         }
 
 
@@ -142,5 +195,6 @@ def nodes(store: Store, config: Any, now: float | None = None, finished: bool = 
         hosts=reading.host_latest,
         host_alerts=tuple(a for a in found if a.name.startswith(HOST_ALERT_PREFIX)),
         collector_fault=None if finished else collector_fault(store, now, stale_after),
-        server_metrics=tuple(store.metric_latest()),
+        server_metrics=tuple(m for m in store.metric_latest() if not servermetrics.is_bucket(m["name"])),
+        costs=node_costs(store, [n["name"] for n in reading.nodes], reading.summary.ceiling_tokens),
     )

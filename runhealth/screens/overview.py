@@ -16,12 +16,13 @@ import dataclasses
 import time
 from typing import Any, Literal
 
-from runhealth.analysis import rates
+from runhealth.analysis import rates, tokencost
 from runhealth.analysis.stats import Summary
 from runhealth.records import GpuRow, NodeRow
 from runhealth.rules import activity, hardware, health
 from runhealth.rules.health import fmt_age, level
 from runhealth.screens import derived
+from runhealth.screens import waste as waste_words
 from runhealth.screens.words import fmt_bytes, fmt_rate, fmt_window
 from runhealth.settings.windows import DROP_LOOKBACK_S, SERVER_RATE_WINDOW_S, stale_after_s
 from runhealth.store import Store
@@ -96,6 +97,19 @@ class Overview:
     throughput: tuple[ThroughputPoint, ...]  # complete live buckets of the last hour
     tiles: tuple[Tile, ...]
     final: derived.Final | None = None
+    waste: tokencost.Waste | None = None  # tokens cut at the ceiling and in loops (#33)
+    energy: tokencost.EnergyCost | None = None  # GPU energy per usable token; None: no GPU energy rows
+
+    @property
+    def waste_line(self) -> str:
+        """ "18.0% of completions, 31.0% of tokens were cut at 4,096 ..." (screens/waste.py)."""
+        return waste_words.waste_line(self.waste) if self.waste is not None else ""
+
+    waste_help = waste_words.WASTE_HELP
+
+    @property
+    def energy_line(self) -> str:
+        return waste_words.energy_line(self.energy)
 
     @property
     def progress(self) -> tuple[float, str] | None:
@@ -107,8 +121,9 @@ class Overview:
 
     def headline(self) -> dict[str, Any]:
         """The standup figures as one flat record (the download and `status --json`), rounded for people."""
-        s, up = self.summary, self.standup
+        s, up, e = self.summary, self.standup, self.energy
         lo, hi = s.at_ceiling_interval
+        loop = self.waste.loops if self.waste else None
 
         def r(x: float | None, nd: int = 1) -> float | None:
             return None if x is None else round(float(x), nd)
@@ -127,6 +142,20 @@ class Overview:
             "truncated_count": s.at_ceiling,
             "truncated_of": s.length_count,
             "length_stops_below_ceiling": s.length_below_ceiling,
+            "truncated_tokens_pct": r(100 * s.at_ceiling_token_fraction, 2) if s.tokens_total else None,
+            "truncated_tokens": s.at_ceiling_tokens,
+            "tokens_total": s.tokens_total,
+            "usable_completions": s.usable_completions,
+            "tokens_per_usable_completion": r(s.tokens_per_usable, 1),
+            "loop_tokens_pct": r(100 * loop.share, 2) if loop else None,
+            "loop_tokens_pct_95ci": [r(100 * loop.low, 2), r(100 * loop.high, 2)] if loop else None,
+            "loop_sample_n": loop.n if loop else None,
+            "waste_line": self.waste_line,
+            "energy_j": r(e.joules, 1) if e else None,
+            "energy_source": e.source if e else None,
+            "joules_per_1m_usable_tokens": r(e.joules_per_m, 1) if e else None,
+            "gpu_hours_per_1m_usable_tokens": r(e.gpu_hours_per_m, 4) if e else None,
+            "energy_line": self.energy_line,
             "tokens_per_s_last_1_min": r(up.tokens_per_s_1m, 0),
             "tokens_per_s_15_min_avg": r(up.tokens_per_s_15m, 0),
             "average_label": self.average.label,
@@ -146,6 +175,7 @@ class Overview:
         """A few lines for a terminal: the state, the tiles, the alerts."""
         lines = [f"{self.run}: {self.state}"]
         lines += [f"  {t.label}: {t.value}" + (f" ({t.sub})" if t.sub else "") for t in self.tiles]
+        lines += [f"  {x}" for x in (self.waste_line, self.energy_line) if x]
         lines += [f"  ! {a.summary}" for a in self.alerts]
         return "\n".join(lines)
 
@@ -266,6 +296,8 @@ def overview(store: Store, config: Any, now: float | None = None, finished: bool
         throughput=throughput_series(store, now, config.interval_s),
         tiles=(),
         final=derived.final(store, reading.summary.completions) if finished else None,
+        waste=tokencost.waste(reading.summary, store.latest_loop_sample()),
+        energy=tokencost.energy_cost(e for e in store.node_energy() if e["node"] in names),
     )
     tiles = final_tiles(model, config) if finished else live_tiles(model, config)
     return dataclasses.replace(model, tiles=tuple(tiles))

@@ -29,7 +29,7 @@ import time
 from typing import Any, NamedTuple
 
 from runhealth import textsafe
-from runhealth.analysis import compare, loops, rates, stats
+from runhealth.analysis import compare, loops, rates, stats, tokencost
 from runhealth.analysis.compare import Differences, Forecast
 from runhealth.errors import RunhealthError
 from runhealth.payloads import pagedata
@@ -236,6 +236,7 @@ class RunNumbers:
     completions_per_hour_interval: list[float] | None
     eta_s: float | None  # the Overview's ETA (15-min average); None when finished or no rate
     loop_sample: tuple[int, int] | None  # the what-if's loop term (whatif.for_run)
+    energy: tokencost.EnergyCost | None = None  # GPU energy per usable token (#33); None: no GPU energy
 
 
 def run_numbers(
@@ -270,6 +271,7 @@ def run_numbers(
         completions_per_hour_interval=_interval(cps, life.completions_var, 3600) if cps else None,
         eta_s=eta,
         loop_sample=loops.loop_sample(store.latest_sample_batch()),
+        energy=tokencost.energy_cost(store.node_energy()),
     )
 
 

@@ -56,6 +56,17 @@ def fmt_tokens(value: float | None, ceiling: float | None = None) -> str:
     return f"≥ {value:,.0f}" if ceiling is not None and value >= ceiling else f"{value:,.0f}"
 
 
+def fmt_joules(j: float | None) -> str:
+    """Energy with an SI prefix: "950 J", "41.2 kJ", "3.1 MJ", "1.2 GJ"."""
+    if _missing(j):
+        return NA
+    assert j is not None
+    for scale, unit in ((1e9, "GJ"), (1e6, "MJ"), (1e3, "kJ")):
+        if abs(j) >= scale:
+            return f"{j / scale:,.1f} {unit}"
+    return f"{j:,.0f} J"
+
+
 def fmt_plural(n: int, word: str, plural: str | None = None) -> str:
     """A count with its noun, singular for one: "1 run", "3 runs", "1,024 shards"."""
     return f"{n:,} {word if n == 1 else plural or word + 's'}"

@@ -262,6 +262,27 @@ def _to_v7(db: sqlite3.Connection) -> None:
         )
 
 
+def _to_v9(db: sqlite3.Connection) -> None:
+    """GPU energy (#33 item 2, runhealth/store/energymeter.py). gpu_energy: per GPU, the last reading
+    (ts_unix, uuid, NVML's counter_mj or NULL, power_w) the next poll's energy is measured from,
+    and what was summed over the polls that were throughput (not backfill): joules, of them
+    integrated_j from power x time, gpu_s the seconds covered, resets of the counter.
+    node_energy: per node, the tokens the shards gained over those same polls (all exact ones
+    and the usable ones: a natural stop), so joules / usable_tokens covers one span; since_unix
+    is the first such poll. Numbered 9 in issue 33's plan (8 is the scan's tables)."""
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS gpu_energy (node TEXT NOT NULL, gpu INTEGER NOT NULL, uuid TEXT,"
+        " ts_unix REAL NOT NULL, counter_mj INTEGER, power_w REAL, joules REAL NOT NULL DEFAULT 0,"
+        " integrated_j REAL NOT NULL DEFAULT 0, gpu_s REAL NOT NULL DEFAULT 0,"
+        " resets INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (node, gpu)) WITHOUT ROWID"
+    )
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS node_energy (node TEXT PRIMARY KEY, since_unix REAL, last_unix REAL,"
+        " tokens INTEGER NOT NULL DEFAULT 0, usable_tokens INTEGER NOT NULL DEFAULT 0,"
+        " usable_completions INTEGER NOT NULL DEFAULT 0)"
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -278,6 +299,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         6, "length_hourly, gpu/poll/metric_rollup, webhook_deliveries: tables once created on first use (#31)", _to_v6
     ),
     Migration(7, "alert_history: every alert's start and resolve, kept with the store (#32)", _to_v7),
+    Migration(9, "gpu_energy, node_energy: GPU energy and the tokens it produced, per poll span (#33)", _to_v9),
 )
 STORE_VERSION = MIGRATIONS[-1].version
 

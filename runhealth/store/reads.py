@@ -15,6 +15,7 @@ from typing import Any
 from runhealth.node.wire import ShardCursor
 from runhealth.records import (
     AlertEpisodeRow,
+    EnergyRow,
     GpuEventRow,
     GpuHealthReading,
     GpuRow,
@@ -301,6 +302,19 @@ class StoreReads(StoreFile):
             MetricRow, self.query("SELECT node, name, value, ts_unix FROM metric_latest ORDER BY node, name")
         )
 
+    def node_energy(self) -> list[EnergyRow]:
+        """Per node with GPU energy rows: the joules and the tokens of the same polls (EnergyRow)."""
+        return rows_as(
+            EnergyRow,
+            self.query(
+                "SELECT g.node AS node, COUNT(*) AS gpus, SUM(g.joules) AS joules, SUM(g.integrated_j) AS integrated_j,"
+                " SUM(g.gpu_s) AS gpu_s, SUM(g.resets) AS resets, SUM(g.counter_mj IS NOT NULL) AS counter_gpus,"
+                " e.since_unix AS since_unix, e.last_unix AS last_unix, COALESCE(e.tokens, 0) AS tokens,"
+                " COALESCE(e.usable_tokens, 0) AS usable_tokens, COALESCE(e.usable_completions, 0) AS usable_completions"
+                " FROM gpu_energy g LEFT JOIN node_energy e ON e.node = g.node GROUP BY g.node ORDER BY g.node"
+            ),
+        )
+
     def metric_series(self, name: str, since_unix: float | None = None) -> list[MetricPoint]:
         where, params = _where(since_unix, None)
         clause = (where + " AND" if where else " WHERE") + " name = ?"
@@ -318,6 +332,15 @@ class StoreReads(StoreFile):
             "SELECT * FROM samples WHERE batch = ? ORDER BY node, path, line_no", (batch["batch"],)
         )
         return rows_as(SampleBatch, rows)[0]
+
+    def latest_loop_sample(self) -> tuple[int, int]:
+        """(loops, sampled) among the newest finished batch's truncated samples, in one statement:
+        loops.loop_sample(latest_sample_batch()) without reading the samples' text."""
+        row = self.query(
+            "SELECT COALESCE(SUM(is_loop = 1), 0) AS loops, COUNT(*) AS n FROM samples WHERE finish_reason = 'length'"
+            " AND batch = (SELECT MAX(batch) FROM sample_batches WHERE done_unix IS NOT NULL)"
+        )[0]
+        return int(row["loops"]), int(row["n"])
 
     def pending_sample_batch(self) -> PendingSampleBatch | None:
         rows = self.query("SELECT * FROM sample_batches WHERE done_unix IS NULL ORDER BY batch DESC LIMIT 1")

@@ -28,6 +28,8 @@ KNOWN = (
     "end_turn",
     "stop_sequence",
 )
+# The reasons that mean "stopped naturally" (the model ended it): a usable completion (#33).
+NATURAL = ("stop", "eos", "end_turn", "stop_sequence")
 MISSING = "missing"  # no finish_reason in the record (stored as "")
 OTHER = "other"
 MAX_REASON_CHARS = 40

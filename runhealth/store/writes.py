@@ -19,7 +19,7 @@ from runhealth import textsafe
 from runhealth.collect import ingest
 from runhealth.collect.ingest import PollRecord, ShardUpdate
 from runhealth.node.wire import PollReply
-from runhealth.store import reasonnames
+from runhealth.store import energymeter, reasonnames
 from runhealth.store.lifecycle import StoreFile
 from runhealth.store.reads import GPU_FIELDS
 
@@ -73,6 +73,7 @@ class StoreWrites(StoreFile):
             )
             _write_hourly(db, applied, ts_unix, backfill)
             _write_gpus(db, node, record, ts_unix)
+            _write_energy(db, node, record, applied, ts_unix, backfill)
             _write_health(db, node, record, ts_unix)
             _write_node_ok(db, node, record, ts_unix, rtt_ms)
             _write_metrics(db, node, record.server_metrics, ts_unix)
@@ -330,8 +331,11 @@ def _write_hourly(db: sqlite3.Connection, applied: Sequence[ShardUpdate], ts_uni
 
 
 def _write_metrics(db: sqlite3.Connection, node: str, values: Mapping[str, float | None], ts_unix: float) -> None:
+    """The latest value of every metric; a time series of each but histogram buckets (a server's
+    token histograms are read as they stand now: their ~20 buckets per poll and node as samples
+    would outgrow every other table)."""
     rows = [(ts_unix, node, name, value) for name, value in values.items() if value is not None]
-    db.executemany("INSERT INTO metric_samples VALUES (?,?,?,?)", rows)
+    db.executemany("INSERT INTO metric_samples VALUES (?,?,?,?)", [r for r in rows if "_bucket{le=" not in r[2]])
     db.executemany(
         "INSERT INTO metric_latest VALUES (?,?,?,?) ON CONFLICT (node, name) DO UPDATE SET"
         " value = excluded.value, ts_unix = excluded.ts_unix WHERE excluded.ts_unix >= ts_unix",
@@ -390,6 +394,65 @@ def _write_gpus(db: sqlite3.Connection, node: str, record: PollRecord, ts_unix: 
                 d.get("error"),
             ),
         )
+
+
+def _write_energy(
+    db: sqlite3.Connection,
+    node: str,
+    record: PollRecord,
+    applied: Sequence[ShardUpdate],
+    ts_unix: float,
+    backfill: bool,
+) -> None:
+    """Each GPU's energy since its last reading (runhealth/store/energymeter.py) and the tokens the
+    shards gained, summed together only over throughput polls: a backfill poll's tokens were
+    written before it, so it (and its energy) only moves the baseline."""
+    measured = False
+    last = {
+        r[0]: energymeter.Reading(*r[1:])
+        for r in db.execute("SELECT gpu, ts_unix, uuid, counter_mj, power_w FROM gpu_energy WHERE node = ?", (node,))
+    }
+    for d in record.gpus:
+        if d.get("error") is not None or d.get("index") is None:
+            continue
+        now = energymeter.reading_of(d, ts_unix)
+        got = energymeter.step(last.get(d["index"]), now)
+        take = not backfill and got.source is not None
+        measured = measured or take
+        db.execute(
+            "INSERT INTO gpu_energy (node, gpu, uuid, ts_unix, counter_mj, power_w) VALUES (?,?,?,?,?,?)"
+            " ON CONFLICT (node, gpu) DO UPDATE SET uuid = excluded.uuid, ts_unix = excluded.ts_unix,"
+            " counter_mj = excluded.counter_mj, power_w = excluded.power_w, joules = joules + ?,"
+            " integrated_j = integrated_j + ?, gpu_s = gpu_s + ?, resets = resets + ?",
+            (
+                node,
+                d["index"],
+                now.uuid,
+                ts_unix,
+                now.counter_mj,
+                now.power_w,
+                got.joules if take else 0.0,
+                got.joules if take and got.source == energymeter.POWER_X_TIME else 0.0,
+                got.gpu_s if take else 0.0,
+                int(take and got.reset),
+            ),
+        )
+    if not measured:
+        return
+    tokens = usable = usable_n = 0
+    for update in applied:
+        for r in update.counts:
+            if not r.estimated:
+                tokens += r.tokens * r.count
+                if r.finish_reason in reasonnames.NATURAL:
+                    usable += r.tokens * r.count
+                    usable_n += r.count
+    db.execute(
+        "INSERT INTO node_energy VALUES (?,?,?,?,?,?) ON CONFLICT (node) DO UPDATE SET last_unix = excluded.last_unix,"
+        " tokens = tokens + excluded.tokens, usable_tokens = usable_tokens + excluded.usable_tokens,"
+        " usable_completions = usable_completions + excluded.usable_completions",
+        (node, ts_unix, ts_unix, tokens, usable, usable_n),
+    )
 
 
 def _write_node_ok(db: sqlite3.Connection, node: str, record: PollRecord, ts_unix: float, rtt_ms: float | None) -> None:
