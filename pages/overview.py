@@ -39,6 +39,8 @@ def render_live(rt: PageRuntime) -> None:
         st.caption(m.energy_line)
     if m.progress is not None:
         st.progress(*m.progress)
+    if m.prompts is not None:  # prompts answered of expected, or which field to configure
+        st.caption(m.prompts["line"])
     nodes = list(m.nodes)
     cards.render_indexing(nodes)
     left, right = st.columns([3, 2])

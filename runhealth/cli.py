@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from runhealth import __version__
-from runhealth.analysis import compare, stats, whatif
-from runhealth.collect import service
+from runhealth.analysis import compare, fieldfigures, stats, whatif
+from runhealth.collect import ingest, service
 from runhealth.collect.collector import Collector
 from runhealth.errors import RunhealthError
 from runhealth.node import agent
 from runhealth.node.wire import count_rows
+from runhealth.screens import fieldmodel
 from runhealth.screens.words import fmt_count, fmt_share, fmt_tokens
 from runhealth.serve import exposure, launch, supervise
 from runhealth.settings import runs
@@ -42,7 +43,11 @@ CONFIG_HELP = "config file (default: $RUNHEALTH_CONFIG, else ./runhealth.toml)"
 
 
 def scan_paths(
-    patterns: list[str], totals: dict[str, int] | None = None, workers: int | None = None
+    patterns: list[str],
+    totals: dict[str, int] | None = None,
+    workers: int | None = None,
+    field_paths: dict[str, str | None] | None = None,
+    field_totals: fieldfigures.FieldTotals | None = None,
 ) -> tuple[stats.LengthHist, int, list[str]]:
     """Count every complete line of the local shards matching `patterns`.
 
@@ -50,8 +55,11 @@ def scan_paths(
     matched nothing. Uses the node agent's own scanner, in-process, with up to `workers`
     worker processes for a backlog (None: a quarter of the cores, 1..8; 1: one process).
     `totals`, when given, receives "blank_lines" (whitespace-only lines: skipped, not malformed).
+    `field_totals`, when given, receives the per-line fields (prompt IDs, groups, ...), found
+    with `field_paths` (prompt_id_path, prompt_tokens_path, group_path; None: detected).
     """
     state: dict[str, dict[str, int]] = {}
+    hashes: dict[int, int] = {}
     hist, malformed, unmatched = stats.LengthHist(), 0, None
     while True:
         reply = agent.handle(
@@ -59,7 +67,13 @@ def scan_paths(
                 "op": "poll",
                 "gpu": "off",
                 "metrics_urls": [],
-                "shards": {"globs": patterns, "state": state, "budget_bytes": 1 << 30, "scan_workers": workers},
+                "shards": {
+                    "globs": patterns,
+                    "state": state,
+                    "budget_bytes": 1 << 30,
+                    "scan_workers": workers,
+                    **(field_paths or {}),
+                },
             }
         )
         if not reply.get("ok"):
@@ -72,15 +86,28 @@ def scan_paths(
             for row in count_rows(entry.get("counts") or []):
                 hist.add(row.tokens, row.finish_reason, row.estimated, row.count)
             malformed += int(entry.get("malformed") or 0)
+            if field_totals is not None:
+                update = ingest.shard_update(path, entry)
+                field_totals.completions += update.completions
+                if update.fields is not None:
+                    fieldfigures.add_update(field_totals, update.fields, hashes)
             if totals is not None:
                 totals["blank_lines"] = totals.get("blank_lines", 0) + int(entry.get("blank_lines") or 0)
             state[path] = {"inode": entry.get("inode"), "offset": entry.get("offset", 0)}
         if not shards.get("pending_bytes"):
+            if field_totals is not None:
+                field_totals.distinct_prompts, field_totals.answered_more_than_once = fieldfigures.hash_totals(hashes)
             return hist, malformed, unmatched
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
-    hist, summary, report, unmatched = scan_summary(args.paths, args.ceiling, args.workers)
+    field_args = {
+        "prompt_id_path": args.prompt_id_path,
+        "prompt_tokens_path": args.prompt_tokens_path,
+        "group_path": args.group_path,
+    }
+    extra = (field_args, args.expected_prompts, args.max_model_len)
+    hist, summary, report, unmatched = scan_summary(args.paths, args.ceiling, args.workers, extra)
     if args.whatif:
         if summary.ceiling_tokens is None:
             print("error: --whatif needs a ceiling (none given and none detected)", file=sys.stderr)
@@ -91,17 +118,23 @@ def cmd_scan(args: argparse.Namespace) -> int:
 
 
 def scan_summary(
-    patterns: list[str], ceiling: int | None, workers: int | None
+    patterns: list[str], ceiling: int | None, workers: int | None, fields: tuple | None = None
 ) -> tuple[stats.LengthHist, stats.Summary, dict[str, Any], list[str]]:
-    """The histogram, summary and `scan --json` object (the summary's JSON plus ``blank_lines``)
-    for `patterns`, and the globs that matched nothing (each warned about on stderr)."""
+    """The histogram, summary and `scan --json` object (the summary's JSON plus ``blank_lines``
+    and, with `fields` = (field paths, expected prompts, max_model_len), the per-line field
+    figures under ``fields``) for `patterns`, and the globs that matched nothing (each warned
+    about on stderr)."""
     totals: dict[str, int] = {}
-    hist, malformed, unmatched = scan_paths(patterns, totals, workers)
+    field_totals = fieldfigures.FieldTotals() if fields is not None else None
+    hist, malformed, unmatched = scan_paths(patterns, totals, workers, fields[0] if fields else None, field_totals)
     for pattern in unmatched:
         print(f"warning: nothing matched {escape(pattern)}", file=sys.stderr)
     summary = stats.summarize(hist, ceiling=ceiling, unparseable=malformed)
     report = summary.to_json()
     report["blank_lines"] = totals.get("blank_lines", 0)
+    if fields is not None and field_totals is not None:
+        rows = [{"tokens": t, "finish_reason": fr, "estimated": est, "count": n} for t, fr, est, n in hist.rows()]
+        report["fields"] = fieldfigures.figures(field_totals, rows, summary.ceiling_tokens, fields[1], fields[2])
     return hist, summary, report, unmatched
 
 
@@ -243,7 +276,13 @@ def poll_report(config, store: Store, results: dict[str, Any]) -> dict[str, Any]
             }
         )
     total_malformed = sum(malformed.values())
-    return {"nodes": nodes, "lengths": stats.summarize(merged, config.max_output_tokens, total_malformed).to_json()}
+    lengths = stats.summarize(merged, config.max_output_tokens, total_malformed)
+    for n in nodes:
+        ceiling = n["lengths"]["ceiling"]
+        n["lengths"]["fields"] = fieldmodel.field_figures(store, config, ceiling, n["name"])
+    report = lengths.to_json()
+    report["fields"] = fieldmodel.field_figures(store, config, lengths.ceiling_tokens)
+    return {"nodes": nodes, "lengths": report}
 
 
 def format_summary(s: dict[str, Any]) -> str:
@@ -266,9 +305,45 @@ def format_summary(s: dict[str, Any]) -> str:
         )
     else:
         lines.append("ceiling: none detected (no pile-up of finish_reason=length)")
+    if s.get("fields"):
+        lines.extend(format_fields(s["fields"]))
     if s.get("whatif"):
         lines.extend(format_whatif(s["whatif"]))
     return "\n".join(lines)
+
+
+def format_fields(f: dict[str, Any]) -> list[str]:
+    """The per-line field figures in words; a figure whose field is missing says which."""
+    out = [escape(f["prompts"]["line"])]
+    u = f["unanswered"]
+    out.append(
+        escape(u["message"])
+        if u["never_answered"] is None
+        else f"cut at the ceiling: {fmt_count(u['never_answered'])} never answered (still reasoning),"
+        f" {fmt_count(u['cut_mid_answer'])} cut mid-answer"
+    )
+    m = f["mislabelled"]
+    if m["count"] is not None:
+        by = ", ".join(f"{escape(k)} {fmt_count(v)}" for k, v in m["by_reason"].items())
+        out.append(
+            f"at or above the ceiling but not labelled length: {fmt_count(m['count'])}" + (f" ({by})" if by else "")
+        )
+    c = f["context_stops"]
+    out.append(
+        escape(c["message"])
+        if c["count"] is None
+        else f"length stops below the ceiling that filled the context window ({fmt_count(c['max_model_len'])}):"
+        f" {fmt_count(c['count'])}"
+    )
+    g = f["groups"]
+    if g["rows"]:
+        top = "; ".join(
+            f"{escape(r['group'])} {fmt_share(r['share'])} of {fmt_count(r['completions'])}" for r in g["rows"][:5]
+        )
+        out.append(f"cut at length by {escape(g['field'] or 'group')}: {top}")
+    else:
+        out.append(escape(g["message"]))
+    return out
 
 
 def format_whatif(w: dict[str, Any]) -> list[str]:
@@ -451,6 +526,11 @@ def add_scan(sub) -> None:
         metavar="N",
         help="worker processes for a large scan, 1-8 (default: a quarter of the cores)",
     )
+    scan.add_argument("--prompt-id-path", help="dotted path to the prompt ID (detected when absent)")
+    scan.add_argument("--prompt-tokens-path", help="dotted path to the prompt's token count (detected when absent)")
+    scan.add_argument("--group-path", help="dotted path to a grouping field (prompt-token bins when absent)")
+    scan.add_argument("--expected-prompts", type=tokens_arg, metavar="N", help="how many prompts the run should answer")
+    scan.add_argument("--max-model-len", type=tokens_arg, metavar="N", help="the server's context window")
     scan.add_argument("--json", action="store_true")
     scan.set_defaults(func=cmd_scan)
 

@@ -67,6 +67,17 @@ TOKENS_PER_S_B = 3360.0  # longer completions decode a little slower: -4% tok/s 
 FINISHED_COMPLETIONS = 4000  # run A as stored: polled in FINISHED_POLLS steps, the last one 10 min ago
 FINISHED_POLLS = 8
 TARGET = 902087
+# Per-line fields (#33): prompt IDs with a few answered twice (a retry) and a few never answered,
+# datasets cut at different rates (their log-median shift), reasoning cut before or during the
+# answer, a few completions at the ceiling mislabelled, and context-window stops whose prompt
+# filled MAX_MODEL_LEN. The Simulator keeps the truth of each (FieldTruth).
+MAX_MODEL_LEN = 32768
+DATASETS = {"math": 0.2, "code": 0.1, "science": -0.1, "chat": -0.2}
+GROUP_PATH = "metadata.dataset"
+RETRY_SHARE = 0.01  # a line answers an earlier prompt again
+SKIP_SHARE = 0.01  # a prompt is skipped: never answered
+NO_ANSWER_SHARE_OF_TRUNCATED = 0.6  # cut while still reasoning; the rest are cut mid-answer
+MISLABEL_SHARE_OF_TRUNCATED = 0.01  # at the ceiling, labelled "stop" or "tool_calls"
 
 
 def truth(ceiling: int) -> dict[str, float]:
@@ -84,6 +95,7 @@ def demo_config(
     *,
     name: str = "demo-run",
     max_output_tokens: int | None = None,
+    expected_prompts: int | None = None,
 ) -> RunConfig:
     """One demo run over the shards in `base`/shards: two local nodes (4 + 3 simulated GPUs).
 
@@ -101,6 +113,7 @@ def demo_config(
             python=sys.executable,
             gpu="demo",
             metrics_urls=urls[1],
+            group_path=GROUP_PATH,
         ),
         NodeConfig(
             name="demo-node-2",
@@ -109,12 +122,15 @@ def demo_config(
             python=sys.executable,
             gpu="demo",
             metrics_urls=urls[2],
+            group_path=GROUP_PATH,
         ),
     ]
     return RunConfig(
         name=name,
         nodes=nodes,
         target_completions=TARGET,
+        expected_prompts=expected_prompts or TARGET,
+        max_model_len=MAX_MODEL_LEN,
         interval_s=5.0,
         max_output_tokens=max_output_tokens,
         store_path=str(base / "demo.sqlite3"),
@@ -134,7 +150,9 @@ def demo_runs(base: Path | None = None, metrics_port: int | None = None) -> list
     """The built-in demo's two runs, as (config, finished): the live 8,192 relaunch first (the
     run pages open on), then the finished 4,096 run it replaced."""
     live = demo_config(run_dir(RUN_B, base), metrics_port, name=RUN_B, max_output_tokens=CEILING_B)
-    done = demo_config(run_dir(RUN_A, base), name=RUN_A, max_output_tokens=CEILING)
+    done = demo_config(
+        run_dir(RUN_A, base), name=RUN_A, max_output_tokens=CEILING, expected_prompts=FINISHED_COMPLETIONS
+    )
     return [(live, False), (done, True)]
 
 
@@ -221,6 +239,7 @@ class Simulator:
         self.rate_tok_s = {1: tokens_per_s * 4, 2: tokens_per_s * 3}
         self._last_tokens = {1: 0, 2: 0}
         self._pool: list[str] = []
+        self.fields = FieldTruth()
 
     def start(self) -> bool:
         """Start writing; False when another process already simulates into this folder."""
@@ -365,24 +384,33 @@ class Simulator:
         rng = self.rng
         if rng.random() < 0.0005:
             return '{"id": "broken", "choices": [{"message": {"content": "half a rec\n'  # malformed
-        true_len = int(math.exp(rng.gauss(LOG_MEDIAN, LOG_SIGMA)))
+        dataset = rng.choice(list(DATASETS))
+        true_len = int(math.exp(rng.gauss(LOG_MEDIAN + DATASETS[dataset], LOG_SIGMA)))
         finish, tokens = ("stop", max(true_len, 8))
+        prompt_tokens = rng.randint(40, 900)
         if true_len >= self.ceiling:
             finish, tokens = "length", self.ceiling
         elif rng.random() < 0.003:
             finish = "length"  # the prompt filled the context window before the ceiling
+            prompt_tokens = MAX_MODEL_LEN - tokens
         looping = finish == "length" and tokens == self.ceiling and rng.random() < LOOP_SHARE_OF_TRUNCATED
         if node is not None:
             self.tokens_total[node] += tokens
             self.finished[node][finish] += 1
             self.lengths[node][tokens] += 1
         reasoning = self.text(tokens * 3 // 4, looping)
-        answer = "" if finish == "length" else self.text(tokens // 4, False)
+        answer = self.text(tokens // 4, False)
+        if finish == "length" and rng.random() < NO_ANSWER_SHARE_OF_TRUNCATED:
+            answer = ""  # cut while reasoning: it never answered
+        if finish == "length" and tokens == self.ceiling and rng.random() < MISLABEL_SHARE_OF_TRUNCATED:
+            finish = rng.choice(["stop", "tool_calls"])  # a server that mislabels the cut
         record = {
             "id": f"gen-{os.getpid()}-{self._counter}",
+            "custom_id": self.fields.next_prompt(rng),
             "object": "chat.completion",
             "model": "Qwen3.6-27B",
             "prompt": self.text(rng.randint(20, 120), False),
+            "metadata": {"dataset": dataset},
             "choices": [
                 {
                     "index": 0,
@@ -390,8 +418,9 @@ class Simulator:
                     "finish_reason": finish,
                 }
             ],
-            "usage": {"prompt_tokens": rng.randint(40, 900), "completion_tokens": tokens},
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": tokens},
         }
+        self.fields.count(record, self.ceiling)
         return json.dumps(record) + "\n"
 
     def text(self, tokens: int, looping: bool) -> str:
@@ -424,6 +453,55 @@ class Simulator:
 
 
 VLLM_EDGES = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)  # vLLM's 1-2-5 defaults
+
+
+class FieldTruth:
+    """What the simulator wrote in the per-line fields, exactly (tests compare the store to it)."""
+
+    def __init__(self) -> None:
+        self.issued = 0  # prompt IDs handed out, the skipped ones included
+        self.answers: dict[str, int] = {}  # prompt ID -> lines
+        self.groups: dict[str, list[int]] = {}  # dataset -> [completions, length stops]
+        self.never_answered = 0  # length stops at the ceiling with reasoning and no answer
+        self.reasoned_at_ceiling = 0
+        self.length_at_ceiling = 0
+        self.mislabelled = 0
+        self.context_stops = 0
+        self.recent: list[str] = []  # the last prompts handed out, which a retry draws from
+
+    def next_prompt(self, rng: random.Random) -> str:
+        if self.recent and rng.random() < RETRY_SHARE:
+            return rng.choice(self.recent)  # a retry answers a recent prompt again
+        if rng.random() < SKIP_SHARE:
+            self.issued += 1  # this prompt is never answered
+        self.issued += 1
+        pid = f"prompt-{self.issued:07d}"
+        self.recent = [*self.recent[-511:], pid]
+        return pid
+
+    def count(self, record: dict, ceiling: int) -> None:
+        choice, usage = record["choices"][0], record["usage"]
+        self.answers[record["custom_id"]] = self.answers.get(record["custom_id"], 0) + 1
+        tokens, finish = usage["completion_tokens"], choice["finish_reason"]
+        g = self.groups.setdefault(record["metadata"]["dataset"], [0, 0])
+        g[0] += 1
+        g[1] += finish == "length"
+        if tokens >= ceiling and finish != "length":
+            self.mislabelled += 1
+        if finish == "length" and tokens >= ceiling:
+            self.length_at_ceiling += 1
+            self.reasoned_at_ceiling += 1  # every demo completion reasons
+            self.never_answered += choice["message"]["content"] == ""
+        if finish == "length" and tokens < ceiling and tokens + usage["prompt_tokens"] >= MAX_MODEL_LEN:
+            self.context_stops += 1
+
+    @property
+    def answered(self) -> int:
+        return len(self.answers)
+
+    @property
+    def answered_twice(self) -> int:
+        return sum(1 for n in self.answers.values() if n > 1)
 
 
 def _poisson(rng: random.Random, lam: float) -> int:

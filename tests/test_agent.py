@@ -24,6 +24,7 @@ PARTS = {
     "runhealth_node_wire": AGENT_PATH.with_name("wire.py"),
     "runhealth_node_scan": AGENT_PATH.with_name("scan.py"),
     "runhealth_node_backfill": AGENT_PATH.with_name("backfill.py"),
+    "runhealth_node_fields": AGENT_PATH.with_name("fields.py"),
     "runhealth_node_gpu": AGENT_PATH.with_name("gpu.py"),
 }
 BIG = 1 << 40  # "no budget limit" for a test-sized shard

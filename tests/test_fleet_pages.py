@@ -32,7 +32,7 @@ def test_gpus_and_nodes_pages_at_40_nodes(tmp_path, monkeypatch):
     at = run_page("nodes", config, monkeypatch)
     assert_clean(at)
     assert "40 nodes: 1 not up, 0 up with a problem" in texts(at)
-    problems = at.dataframe[1].value  # the node table, then the problems table
+    problems = next(f.value for f in at.dataframe if "problem" in f.value.columns)
     assert list(problems["node"]) == ["node-7"] and problems["problem"].iloc[0] == "not up", problems
     assert problems["detail"].iloc[0] == "never reached: agent did not answer within 30 s"
     # One card (was: one per node not up, up to 32): the worst node's, picked by default.

@@ -421,7 +421,7 @@ def test_vllm_own_truncation_count_shows_beside_the_shard_count(tmp_path, monkey
     store.close()
     at = run_page("lengths", config, monkeypatch)
     assert_clean(at)
-    assert "20.0% of 1,000 finished requests stopped by length" in texts(at)
+    assert "20.0% of 1,000 requests finished by length" in texts(at)
     at = run_page("nodes", config, monkeypatch)
     assert_clean(at)
     assert "Inference servers" in texts(at) and "vllm:kv_cache_usage_perc" in texts(at)

@@ -11,13 +11,17 @@ dict alone.
 
 from __future__ import annotations
 
+import array
+import base64
+import binascii
 import dataclasses
 import math
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
-from runhealth.node.wire import CountRow, DiskEntry, GpuDevice, HostInfo, PollReply, ShardEntry, count_rows
+from runhealth.node.wire import CountRow, DiskEntry, FieldCounts, GpuDevice, HostInfo, PollReply, ShardEntry, count_rows
 from runhealth.records import LENGTH
 
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
@@ -46,6 +50,56 @@ class HourlyLengthRow(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
+class FieldUpdate:
+    """What one scan's lines said beyond (tokens, finish_reason) (node/fields.py, #33)."""
+
+    id_hashes: tuple[int, ...]  # signed 64-bit, one per line with a prompt ID
+    id_fields: tuple[str, ...]  # dotted paths the IDs were found at
+    prompt_token_lines: int
+    group_field: str | None
+    groups: tuple[tuple[str, int, int], ...]  # (label, completions, length stops)
+    length_prompt_tokens: tuple[tuple[int, int, int], ...]  # (tokens, prompt tokens, length stops)
+    no_answer: tuple[tuple[int, int], ...]  # (tokens, length stops that never answered)
+    reasoned: tuple[tuple[int, int], ...]  # (tokens, length stops with reasoning)
+
+
+def _pairs(rows: Any, width: int) -> tuple:
+    return tuple(tuple(int(v) for v in r[:width]) for r in rows or [])
+
+
+def id_hashes(text: str) -> tuple[int, ...]:
+    """The base64 hashes of a FieldCounts as signed 64-bit integers (little-endian on the wire)."""
+    raw = base64.b64decode(text or "", validate=True)
+    if len(raw) % 8:
+        raise ValueError(f"prompt ID hashes: {len(raw)} bytes is not a multiple of 8")
+    out = array.array("q")
+    out.frombytes(raw)
+    if sys.byteorder == "big":
+        out.byteswap()
+    return tuple(out)
+
+
+def field_update(part: FieldCounts | None) -> FieldUpdate | None:
+    """A reply entry's "fields" part as a FieldUpdate (None when it has none)."""
+    if not part:
+        return None
+    try:
+        hashes = id_hashes(part.get("ids") or "")
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError(f"prompt ID hashes: {exc}") from None
+    return FieldUpdate(
+        id_hashes=hashes,
+        id_fields=tuple(utf8_text(str(k)) for k in part.get("id_fields") or []),
+        prompt_token_lines=int(part.get("prompt_token_lines") or 0),
+        group_field=_opt_text(part.get("group_field")),
+        groups=tuple((utf8_text(str(g[0])), int(g[1]), int(g[2])) for g in part.get("groups") or []),
+        length_prompt_tokens=_pairs(part.get("length_prompt_tokens"), 3),
+        no_answer=_pairs(part.get("no_answer"), 2),
+        reasoned=_pairs(part.get("reasoned"), 2),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
 class ShardUpdate:
     """One shard's scan result in a poll reply.
 
@@ -68,6 +122,7 @@ class ShardUpdate:
     problem: str | None = None  # the shard counts, but something in it is skipped or stuck
     mark: str | None = None  # the content mark at `offset` (sent back so the agent can check it)
     replaced: bool = False  # a reset because the content changed under the same inode
+    fields: FieldUpdate | None = None  # per-line fields, from a shard whose lines have them
 
     @property
     def shown_error(self) -> str | None:
@@ -127,6 +182,7 @@ def shard_update(path: str, entry: ShardEntry) -> ShardUpdate:
         problem=_opt_text(entry.get("problem")),
         mark=entry.get("mark"),
         replaced=bool(entry.get("replaced")),
+        fields=field_update(entry.get("fields")),
         counts=tuple(
             CountRow(int(r.tokens), _opt_text(r.finish_reason), int(r.estimated), int(r.count))
             for r in count_rows(entry.get("counts") or [])

@@ -59,6 +59,8 @@ def import_part(name):
 
 wire = import_part("wire")
 scan = import_part("scan")
+if scan.fields is None:  # shipped or run as a script: scan.py cannot import its sibling itself
+    scan.fields = import_part("fields")
 gpu = import_part("gpu")
 backfill = import_part("backfill")
 backfill.bind(scan)

@@ -166,7 +166,8 @@ def _lower_priority():
 def field_paths(req):
     """The request's configured field paths, all a worker needs of it (sent to it by pickling)."""
     req = req or {}
-    return {k: req.get(k) for k in ("finish_reason_path", "completion_tokens_path")}
+    keys = ("finish_reason_path", "completion_tokens_path", "prompt_id_path", "prompt_tokens_path", "group_path")
+    return {k: req.get(k) for k in keys}
 
 
 def scan_piece(piece, paths=None, deadline=None):
@@ -258,6 +259,8 @@ def _merge(info, results):
             break  # the file changed under the workers: keep the exact prefix
         for t, fr, est, n in e["counts"]:
             counts[(t, fr, est)] = counts.get((t, fr, est), 0) + n
+        if e.get("fields"):
+            entry["fields"] = SCAN.fields.merge(entry.get("fields"), e["fields"])
         for key, value in e.items():  # lines, malformed and any other per-line tally scan_file keeps
             if key not in _NOT_SUMMED and isinstance(value, int) and not isinstance(value, bool):
                 entry[key] = entry.get(key, 0) + value

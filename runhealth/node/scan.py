@@ -25,6 +25,12 @@ import os
 import re
 import sys
 import time
+from typing import Any
+
+if __package__:  # imported as runhealth.node.scan; shipped or run as a script, agent.py sets it
+    from . import fields
+else:
+    fields = None  # type: ignore[assignment]
 
 CHUNK_BYTES = 1 << 20  # fits in cache, so the scan reads what the read just copied (measured: 1 MiB beat 16 MiB)
 FIRST_TIMED_STEP = 1 << 20  # under a deadline: the first read is small, later ones fit the speed seen
@@ -98,7 +104,8 @@ def content_mark(fd, offset, head=None):
     return hashlib.blake2b(data, digest_size=8).hexdigest()
 
 
-TEMPLATES = PerFile(lambda: [[], [], MAX_TEMPLATE_BUILDS])  # [strict plans, tolerant plans, builds left]
+# [strict plans, tolerant plans, builds left, per-line fields: None (off) or the FieldSpec key they use]
+TEMPLATES = PerFile(lambda: [[], [], MAX_TEMPLATE_BUILDS, None])
 LINE_STATS = {"template": 0, "json": 0}  # lines counted by each path, process-wide
 TAILS = PerFile(lambda: [-1, -1])  # [line start, offset]: no newline from the start up to offset
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
@@ -296,13 +303,17 @@ class _Builder:
     accepts any JSON whitespace there.
     """
 
-    def __init__(self, raw, fr_path, ct_path):
+    def __init__(self, raw, fr_path, ct_path, extra=None):
         self.tokens = [m.groups() for m in _TOKEN_RE.finditer(raw)]
         if len(self.tokens) > TEMPLATE_MAX_TOKENS:
             raise _TemplateError("too many tokens")
         self.i = 0
         self.fr_path, self.ct_path = fr_path, ct_path
         self.segments, self.cur = [], []
+        # extra: {path: capture pattern} of the per-line fields (fields.py's FieldSpec) and the
+        # answer / reasoning text paths, whose holes are remembered (hole_paths) for no-answer checks
+        self.extra = extra or {}
+        self.hole_paths = []
 
     def next(self):
         if self.i >= len(self.tokens):
@@ -327,8 +338,11 @@ class _Builder:
             if s is None and lit != b"null":  # json.loads would give None, a template could not
                 raise _TemplateError("finish_reason is not a string")
             return self.emit(tok, _FR)
+        if self.extra and path in self.extra:
+            return self._extra_value(tok, path)
         if s is not None and (len(s) > 64 or (path and path[-1] in HOLE_KEYS)):
             self.emit(tok, b'"', b'"')  # the hole starts just after this opening quote
+            self.hole_paths.append(path)
             self.segments.append(self.cur)
             self.cur = []
             return None
@@ -337,6 +351,28 @@ class _Builder:
         kind = "s" if s else "n" if num else "l"
         strict = "i" if kind == "n" and num.lstrip(b"-").isdigit() else kind
         return self.emit(tok, _ONLY[strict], tolerant=_SCALARS[kind])
+
+    def _extra_value(self, tok, path):
+        """A per-line field (prompt ID, prompt tokens, group: captured; a container takes
+        json.loads) or an answer / reasoning text (a string is a hole whose place is remembered,
+        any other value matches only its own kind, so the template proves which text is there)."""
+        pattern = self.extra[path]
+        ws, s, num, lit, punct = tok
+        if punct in (b"{", b"["):
+            if pattern is not None:
+                raise _TemplateError("a per-line field holds a container")
+            return self.container(tok, path)
+        if pattern is not None:
+            return self.emit(tok, pattern)
+        if s is not None:
+            self.emit(tok, b'"', b'"')
+            self.hole_paths.append(path)
+            self.segments.append(self.cur)
+            self.cur = []
+            return None
+        if punct is not None:
+            raise _TemplateError("unexpected %r" % punct)
+        return self.emit(tok, fields.text_scalar("n" if num else "l"))
 
     def container(self, tok, path):
         close = b"}" if tok[4] == b"{" else b"]"
@@ -381,29 +417,60 @@ class _Builder:
                 if i:
                     segs[i] = seg[n:]
         out = []
+        k = 0  # field-capturing segments so far: bits 3+ of `groups` say which one this is
         for i, seg in enumerate(segs):
             parts = (re.escape(ws) + pat if strict else _WS + loose for ws, pat, loose, _ in seg)
             rx = re.compile(b"".join(parts), re.DOTALL)
             groups = ("ct" in rx.groupindex) | ("fr" in rx.groupindex) << 1
+            if set(rx.groupindex) - {"ct", "fr"}:
+                groups |= 4 | k << 3
+                k += 1
             hole = i < len(self.segments)
             lead = leads[i + 1] if hole and strict else None
             out.append((rx.match, groups, hole, lead, hole and i == len(self.segments) - 1))
-        return out
+        plan = _Plan(out)
+        plan.ms = [None] * k
+        return plan
 
 
-def _build_template(raw, obj):
-    """(strict, tolerant) regex segment lists for lines shaped like `raw`, or None."""
-    fr_path, ct_path, _ = locate(obj)
+class _Plan(list):
+    """A template's compiled segments; `fields` is its per-line field layout (fields.TemplateFields)
+    when the shard has per-line fields, else None; `ms` holds the last match of each
+    field-capturing segment (_match_fields fills it; read right after, in the same thread)."""
+
+    fields: Any = None
+    ms: Any = None
+    inline: Any = None  # for _scan_chunk_fields' inline path (see fields.TemplateFields.plain)
+
+
+def _build_template(raw, obj, xspec=None):
+    """(strict, tolerant) regex segment lists for lines shaped like `raw`, or None.
+
+    With `xspec` (the shard's per-line fields are on, fields.FieldSpec) the templates capture
+    the prompt ID, prompt tokens and group, and remember which holes hold the answer and the
+    reasoning text."""
+    fr_path, ct_path, texts = locate(obj)
     if not isinstance(get_at(obj, ct_path), int) or len(raw) > TEMPLATE_MAX_LINE_BYTES:
         return None
+    extra = layout = None
+    if xspec is not None:
+        layout = fields.TemplateFields(xspec, texts)
+        extra = layout.captures
     try:
-        b = _Builder(raw, fr_path, ct_path)
+        b = _Builder(raw, fr_path, ct_path, extra)
         b.value(())
         if b.i != len(b.tokens):
             raise _TemplateError("trailing tokens")
     except (_TemplateError, ValueError, RecursionError):
         return None
-    return b.compile(True), b.compile(False)
+    plans = b.compile(True), b.compile(False)
+    if layout is not None:
+        layout.with_holes(b.hole_paths)
+        for plan in plans:
+            plan.fields = tf = layout.bind(plan)
+            if tf.plain:  # (ID segment, group, prompt-token segment, group); -1: none
+                plan.inline = (*(tf.id1 or (-1, 0)), *(tf.pt1 or (-1, 0)))
+    return plans
 
 
 def _match_template(plan, buf, pos, end):
@@ -431,6 +498,59 @@ def _match_template(plan, buf, pos, end):
                     return None
             pos = q + (1 if lead is None else len(lead))
     return ct, fr
+
+
+def _match_fields(plan, buf, pos, end):
+    """_match_template for a shard with per-line fields: (ct, fr, plan.ms), plan.ms holding the
+    matches of the segments that captured fields."""
+    ct = fr = None
+    ex = plan.ms
+    for match, groups, hole, lead, backward in plan:
+        m = match(buf, pos, end)
+        if m is None:
+            return None
+        if groups:
+            if groups & 1:
+                ct = m.group("ct")
+            if groups & 2:
+                fr = m.group("fr")
+            if groups & 4:
+                ex[groups >> 3] = m
+        if hole:
+            pos = m.end()
+            if backward and lead is not None:
+                q = buf.rfind(lead, pos, end)
+                if q < 0 or ((buf[q - 1] == 92 or buf.find(b'"', pos, q) >= 0) and hole_end(buf, pos, end) != q + 1):
+                    return None
+            else:
+                q = hole_end(buf, pos, end) - 1
+                if q < 0 or (lead is not None and not buf.startswith(lead, q)):
+                    return None
+            pos = q + (1 if lead is None else len(lead))
+    return ct, fr, ex
+
+
+def hole_spans(plan, buf, pos, end):
+    """[(start, end)] of each hole's string body in the line buf[pos:end] that matches `plan`
+    (as _match_template walks it; called again only for the few lines whose text is checked)."""
+    spans = []
+    for match, _groups, hole, lead, backward in plan:
+        m = match(buf, pos, end)
+        if m is None:
+            return None
+        if hole:
+            pos = m.end()
+            if backward and lead is not None:
+                q = buf.rfind(lead, pos, end)
+                if q < 0 or ((buf[q - 1] == 92 or buf.find(b'"', pos, q) >= 0) and hole_end(buf, pos, end) != q + 1):
+                    return None
+            else:
+                q = hole_end(buf, pos, end) - 1
+                if q < 0 or (lead is not None and not buf.startswith(lead, q)):
+                    return None
+            spans.append((pos, q))
+            pos = q + (1 if lead is None else len(lead))
+    return spans
 
 
 # A quote not preceded by a run of exactly 1, 3 or 5 backslashes (those escape it): unescaped,
@@ -484,10 +604,10 @@ class _Tally:
         return rows
 
 
-def _learn(tmpl_state, raw, obj):
+def _learn(tmpl_state, raw, obj, xspec=None):
     """Try to add a template built from a line json.loads just parsed."""
     tmpl_state[2] -= 1
-    plans = _build_template(raw, obj)
+    plans = _build_template(raw, obj, xspec)
     if plans is not None and _match_template(plans[1], raw, 0, len(raw)) is not None:
         for plans_list, plan in zip(tmpl_state, plans):
             plans_list.append(plan)
@@ -502,8 +622,10 @@ def _match_any(plans, buf, pos, end):
     return None
 
 
-def _scan_chunk(buf, end, tally, tmpl_state, overrides, starts, base):
+def _scan_chunk(buf, end, tally, tmpl_state, overrides, starts, base, ft):
     """Count the complete lines buf[:end] (end is just past a newline)."""
+    if tmpl_state[3] is not None:
+        return _scan_chunk_fields(buf, end, tally, tmpl_state, overrides, starts, base, ft, 0)
     learn = overrides == (None, None)  # overrides force json.loads on every line
     find, fast, strict = buf.find, tally.fast, tmpl_state[0]
     append = starts.append if starts is not None else None
@@ -524,13 +646,66 @@ def _scan_chunk(buf, end, tally, tmpl_state, overrides, starts, base):
         if hit is not None:
             fast[hit] = fast.get(hit, 0) + 1
         else:
-            _count_slow(buf[pos:nl], tally, tmpl_state, overrides, learn)
+            _count_slow(buf[pos:nl], tally, tmpl_state, overrides, learn, ft)
+            if tmpl_state[3] is not None:  # this line turned the shard's per-line fields on
+                tally.lines += lines
+                return _scan_chunk_fields(buf, end, tally, tmpl_state, overrides, starts, base, ft, nl + 1)
         pos = nl + 1
     tally.lines += lines
+    return None
 
 
-def _count_slow(raw, tally, tmpl_state, overrides, learn):
-    """The json.loads path for one line; may learn a template from it."""
+def _scan_chunk_fields(buf, end, tally, tmpl_state, overrides, starts, base, ft, pos):
+    """_scan_chunk for a shard with per-line fields (fields.py), from pos: a template hit also
+    gives its prompt ID, prompt tokens and group, and a `length` stop's texts are looked at."""
+    learn = overrides == (None, None)
+    find, fast, strict, tolerant = buf.find, tally.fast, tmpl_state[0], tmpl_state[1]
+    append = starts.append if starts is not None else None
+    line, match_fields = ft.template_line, _match_fields
+    ids_append, raw_pt = ft.raw_ids.append, ft.raw_pt_stop
+    lines = 0
+    while pos < end:
+        nl = find(b"\n", pos, end)
+        lines += 1
+        if append is not None:
+            append(base + pos)
+        hit = plan = None
+        if learn:
+            for plan in strict:
+                hit = match_fields(plan, buf, pos, nl)
+                if hit is not None:
+                    break
+            else:
+                for plan in tolerant:
+                    hit = match_fields(plan, buf, pos, nl)
+                    if hit is not None:
+                        break
+        if hit is not None:
+            ct, fr, ex = hit
+            fast[ct, fr] = fast.get((ct, fr), 0) + 1
+            inline = plan.inline  # type: ignore[union-attr]  # a hit means a plan matched
+            if inline is not None and fr != b"length" and len(ct) <= 12:
+                # The usual line, inline (fields.Tally.template_line has the same rules): at
+                # most one ID and one prompt-token capture, no group field, not a length stop.
+                ki, gi, kp, gp = inline
+                if ki >= 0:
+                    ids_append(ex[ki][gi])  # hashed in bulk (fields.Tally.hash_ids)
+                if kp >= 0:
+                    v = ex[kp][gp]
+                    if v is not None:
+                        raw_pt[v] = raw_pt.get(v, 0) + 1
+            elif len(ct) <= 12 or valid_count(int(ct)):  # else malformed (_Tally.rows)
+                line(plan.fields, ct, fr, ex, plan, buf, pos, nl)  # type: ignore[union-attr]
+        else:
+            _count_slow(buf[pos:nl], tally, tmpl_state, overrides, learn, ft)
+        pos = nl + 1
+    tally.lines += lines
+    ft.bound_memory()
+
+
+def _count_slow(raw, tally, tmpl_state, overrides, learn, ft=None):
+    """The json.loads path for one line; may learn a template from it, and may turn the
+    shard's per-line fields on (the first line that has any)."""
     obj, repaired = _load_counted_line(raw)
     key = None if obj is None else count_key(obj, overrides)
     if key is None or (repaired and key[1] is not None and _has_placeholder(key[1])):
@@ -544,8 +719,15 @@ def _count_slow(raw, tally, tmpl_state, overrides, learn):
     if key[1] is not None and not key[1].isascii():
         key = (key[0], clean_text(key[1]), key[2])  # a "\\ud800" escape: counted as U+FFFD
     tally.slow[key] = tally.slow.get(key, 0) + 1
+    if ft is not None:
+        texts = locate(obj)[2]
+        if tmpl_state[3] is None and fields.has_fields(obj, ft.spec, texts):
+            tmpl_state[3] = ft.spec.key()
+            del tmpl_state[0][:], tmpl_state[1][:]  # relearned with the fields captured
+        if tmpl_state[3] is not None:
+            ft.json_line(obj, texts, key[0], key[1])
     if learn and tmpl_state[2] > 0 and key[2] == 0:
-        _learn(tmpl_state, bytes(raw), obj)
+        _learn(tmpl_state, bytes(raw), obj, ft.spec if ft is not None and tmpl_state[3] is not None else None)
 
 
 def _has_placeholder(text):
@@ -662,7 +844,8 @@ def scan_file(path, inode, offset, budget_bytes, paths=None, line_index=None, de
         inode: inode the caller last saw, or None for a shard not scanned before.
         offset: byte offset just after the last line the caller counted (0 if new).
         budget_bytes: bytes to scan at most in this call (a longer single line is still read).
-        paths: optional {"finish_reason_path": "a.b.0", "completion_tokens_path": ...}.
+        paths: optional {"finish_reason_path": "a.b.0", "completion_tokens_path": ...,
+            "prompt_id_path", "prompt_tokens_path", "group_path"} (fields.FieldSpec).
         line_index: optional callable (path, inode) -> [array('Q') of line starts, indexed_to];
             the starts of the lines counted here are appended when they continue that index
             (the agent's sampling op reuses it). None keeps no index.
@@ -679,7 +862,7 @@ def scan_file(path, inode, offset, budget_bytes, paths=None, line_index=None, de
     try:
         with open(path, "rb", buffering=0) as f:
             _scan_open_file(
-                f, path, entry, budget_bytes, parse_overrides(paths), line_index, (deadline, search_deadline)
+                f, path, entry, budget_bytes, parse_overrides(paths), line_index, (deadline, search_deadline), paths
             )
     except (OSError, ValueError) as exc:
         entry["error"] = "%s: %s" % (type(exc).__name__, exc)
@@ -694,7 +877,7 @@ def _timed_want(want, done, t0, deadline):
     return min(want, max(64 << 10, int(done / (now - t0) * (deadline - now) / 2)))
 
 
-def _scan_open_file(f, path, entry, budget_bytes, overrides, line_index, deadlines=(None, None)):
+def _scan_open_file(f, path, entry, budget_bytes, overrides, line_index, deadlines=(None, None), paths=None):
     st = os.fstat(f.fileno())
     start, size = entry["offset"], st.st_size
     if (entry["inode"] is not None and st.st_ino != entry["inode"]) or size < start:
@@ -704,13 +887,12 @@ def _scan_open_file(f, path, entry, budget_bytes, overrides, line_index, deadlin
     if start == 0 and idx[1] > 0:
         idx[0], idx[1] = array.array("Q"), 0
     tally, stop, tail = _Tally(), start + max(0, int(budget_bytes)), TAILS.get(path, st.st_ino)
+    tmpl_state, ft = _field_state(path, st.st_ino, paths)
     if entry["reset"]:
         tail[:] = [-1, -1]  # truncated: what was searched before is gone
     deadline, search_deadline = deadlines
     reader = Reader(f, size, min(size, stop) - start, tail, deadline if search_deadline is None else search_deadline)
-    pos, timed_out, skipped = _scan_range(
-        reader, start, stop, deadline, tally, TEMPLATES.get(path, st.st_ino), overrides, idx
-    )
+    pos, timed_out, skipped = _scan_range(reader, start, stop, deadline, tally, tmpl_state, overrides, idx, ft)
     LINE_STATS["template"] += sum(tally.fast.values())
     LINE_STATS["json"] += tally.lines - sum(tally.fast.values())
     rows = tally.rows()
@@ -725,9 +907,26 @@ def _scan_open_file(f, path, entry, budget_bytes, overrides, line_index, deadlin
         tail=list(reader.tail) if reader.tail[0] == pos else None,  # agent.py keeps it, pops it
     )
     entry["problem"] = _problem(skipped, pos, entry["tail"])
+    found = ft.entry()
+    if found is not None:  # only a shard with per-line fields carries them (wire.ShardEntry)
+        entry["fields"] = found
 
 
-def _scan_range(reader, start, stop, deadline, tally, tmpl_state, overrides, idx):
+def _field_state(path, inode, paths):
+    """The shard's template memory and a fields.Tally for this scan; per-line fields are on from
+    the start when a path is configured, and templates learned under other paths are dropped."""
+    tmpl_state = TEMPLATES.get(path, inode)
+    spec = fields.FieldSpec(paths)
+    fields.hole_spans = hole_spans  # the template walk is this module's
+    if tmpl_state[3] is not None and tmpl_state[3] != spec.key():
+        tmpl_state[:] = [[], [], MAX_TEMPLATE_BUILDS, None]  # the configured paths changed
+    if spec.configured and tmpl_state[3] is None:
+        del tmpl_state[0][:], tmpl_state[1][:]
+        tmpl_state[3] = spec.key()
+    return tmpl_state, fields.Tally(spec, tmpl_state[0])
+
+
+def _scan_range(reader, start, stop, deadline, tally, tmpl_state, overrides, idx, ft):
     """Count lines from start to about stop: (offset reached, timed out, [(offset, length)]
     of lines skipped as longer than MAX_LINE_BYTES)."""
     pos, size, skipped = start, reader.size, []
@@ -748,7 +947,7 @@ def _scan_range(reader, start, stop, deadline, tally, tmpl_state, overrides, idx
             timed_out = reader.cut_short  # else a half-written last line stays for the next poll
             break
         else:
-            _scan_chunk(buf, end, tally, tmpl_state, overrides, starts, pos)
+            _scan_chunk(buf, end, tally, tmpl_state, overrides, starts, pos, ft)
         pos += end
         if starts is not None:
             idx[1] = pos

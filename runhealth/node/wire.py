@@ -149,6 +149,9 @@ class ShardRequest(TypedDict, total=False):
     scan_workers: Optional[int]  # None: a quarter of the node's cores, 1..8
     finish_reason_path: Optional[str]
     completion_tokens_path: Optional[str]
+    prompt_id_path: Optional[str]  # None: detected (node/fields.py ID_FIELDS)
+    prompt_tokens_path: Optional[str]
+    group_path: Optional[str]  # None: prompt-token bins
 
 
 class PollRequest(TypedDict, total=False):
@@ -221,6 +224,22 @@ class ShardEntry(TypedDict, total=False):
     # A problem while the shard still counts: lines skipped as longer than the agent's line
     # bound (64 MiB), or an unterminated last line over that bound. Absent from older agents.
     problem: Optional[str]
+    # Per-line fields (node/fields.py), only from a shard whose lines have them (#33).
+    fields: "FieldCounts"
+
+
+class FieldCounts(TypedDict, total=False):
+    """What a scan's lines said beyond (tokens, finish_reason); node/fields.py documents each."""
+
+    ids: str  # base64 of 64-bit prompt-ID hashes (fields.id_hash, little-endian), one per line with an ID
+    id_lines: int
+    id_fields: List[str]  # dotted paths the IDs were found at
+    prompt_token_lines: int
+    group_field: Optional[str]  # the configured group path, "prompt_tokens" (bins), or None
+    groups: List[List[Any]]  # [label, completions, length stops]
+    length_prompt_tokens: List[List[int]]  # [tokens, prompt tokens, length stops]
+    no_answer: List[List[int]]  # [tokens, length stops that never answered]
+    reasoned: List[List[int]]  # [tokens, length stops with reasoning text or a <think>]
 
 
 class ShardsReply(TypedDict):

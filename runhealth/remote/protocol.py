@@ -50,7 +50,7 @@ _NODE_DIR = Path(wire.__file__).parent
 _AGENT_PATH = _NODE_DIR / "agent.py"
 # The agent's other modules, shipped under these names (node/agent.py SHIPPED_PREFIX + part);
 # agent.py registers them in sys.modules.
-AGENT_PARTS = {"runhealth_node_" + part: part + ".py" for part in ("wire", "scan", "gpu", "backfill")}
+AGENT_PARTS = {"runhealth_node_" + part: part + ".py" for part in ("wire", "fields", "scan", "gpu", "backfill")}
 NOISE_PREVIEW_CHARS = 80  # of a login shell's output, quoted in the error and the log
 log = textsafe.get_logger(__name__)
 
@@ -78,7 +78,7 @@ def _program_frame(main_source: str | None, include_pynvml: bool) -> bytes:
 def program_frame(include_pynvml: bool = True, main_source: str | None = None) -> bytes:
     """The first frame sent to BOOTSTRAP: the agent's sources and, if installed, pynvml's.
 
-    ``main`` is node/agent.py; ``modules`` holds node/wire.py, scan.py, gpu.py and backfill.py
+    ``main`` is node/agent.py; ``modules`` holds node/wire.py, fields.py, scan.py, gpu.py and backfill.py
     (as AGENT_PARTS names them, "runhealth_node_wire" etc., always: agent.py needs them) and
     pynvml.
 

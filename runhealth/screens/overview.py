@@ -21,7 +21,7 @@ from runhealth.analysis.stats import Summary
 from runhealth.records import GpuRow, NodeRow
 from runhealth.rules import activity, hardware, health
 from runhealth.rules.health import fmt_age, level
-from runhealth.screens import derived
+from runhealth.screens import derived, fieldmodel
 from runhealth.screens import waste as waste_words
 from runhealth.screens.words import fmt_bytes, fmt_rate, fmt_window
 from runhealth.settings.windows import DROP_LOOKBACK_S, SERVER_RATE_WINDOW_S, stale_after_s
@@ -99,6 +99,8 @@ class Overview:
     final: derived.Final | None = None
     waste: tokencost.Waste | None = None  # tokens cut at the ceiling and in loops (#33)
     energy: tokencost.EnergyCost | None = None  # GPU energy per usable token; None: no GPU energy rows
+    # Prompts answered / missing / answered twice (#33; screens/fieldmodel.py), with its `line`.
+    prompts: dict[str, Any] | None = None
 
     @property
     def waste_line(self) -> str:
@@ -165,6 +167,17 @@ class Overview:
             "nodes_down": up.nodes_down,
             "nodes": up.nodes,
             "alerts": [{"name": a.name, "severity": a.severity, "summary": a.summary} for a in self.alerts],
+            **self._prompt_fields(),
+        }
+
+    def _prompt_fields(self) -> dict[str, Any]:
+        p = self.prompts or {}
+        return {
+            "prompts_answered": p.get("answered"),
+            "prompts_expected": p.get("expected"),
+            "prompts_missing": p.get("missing"),
+            "prompts_answered_twice": p.get("answered_more_than_once"),
+            "prompts_line": p.get("line"),
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -176,6 +189,8 @@ class Overview:
         lines = [f"{self.run}: {self.state}"]
         lines += [f"  {t.label}: {t.value}" + (f" ({t.sub})" if t.sub else "") for t in self.tiles]
         lines += [f"  {x}" for x in (self.waste_line, self.energy_line) if x]
+        if self.prompts:
+            lines.append(f"  {self.prompts['line']}")
         lines += [f"  ! {a.summary}" for a in self.alerts]
         return "\n".join(lines)
 
@@ -298,6 +313,7 @@ def overview(store: Store, config: Any, now: float | None = None, finished: bool
         final=derived.final(store, reading.summary.completions) if finished else None,
         waste=tokencost.waste(reading.summary, store.latest_loop_sample()),
         energy=tokencost.energy_cost(e for e in store.node_energy() if e["node"] in names),
+        prompts=fieldmodel.prompt_completeness(store, config, reading.summary.completions),
     )
     tiles = final_tiles(model, config) if finished else live_tiles(model, config)
     return dataclasses.replace(model, tiles=tuple(tiles))

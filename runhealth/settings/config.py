@@ -159,6 +159,31 @@ class NodeConfig:
             str, default_doc="detected", doc="dotted path to the completion token count, when your schema is unusual"
         ),
     )
+    prompt_id_path: str | None = field(
+        default=None,
+        metadata=spec(
+            str,
+            default_doc="detected",
+            doc="dotted path to the prompt's ID (detected: `custom_id`, `prompt_id`, `metadata.id`, `id`, "
+            "`request_id`), for prompts answered / missing / answered twice",
+        ),
+    )
+    prompt_tokens_path: str | None = field(
+        default=None,
+        metadata=spec(
+            str,
+            default_doc="detected",
+            doc="dotted path to the prompt's token count (detected: `usage.prompt_tokens`, `meta_info.prompt_tokens`)",
+        ),
+    )
+    group_path: str | None = field(
+        default=None,
+        metadata=spec(
+            str,
+            default_doc="prompt-token bins",
+            doc="dotted path to a grouping field (dataset, source, category): the share cut per group",
+        ),
+    )
     prompt_path: str | None = field(
         default=None,
         metadata=spec(
@@ -245,6 +270,20 @@ class RunConfig:
             rules=[positive()],
             default_doc="detected",
             doc="the `max_tokens` ceiling (detected from a pile-up of `finish_reason=length`)",
+        ),
+    )
+    expected_prompts: int | None = field(
+        default=None,
+        metadata=spec(
+            int, rules=[positive()], doc="how many distinct prompts the run should answer (prompts missing, progress)"
+        ),
+    )
+    max_model_len: int | None = field(
+        default=None,
+        metadata=spec(
+            int,
+            rules=[positive()],
+            doc="the server's context window: `length` stops below the ceiling that filled it are counted apart",
         ),
     )
     interval_s: float = field(

@@ -9,7 +9,8 @@ mid-write leaves either the old state or the new one: counts are never lost or d
 - lifecycle.py: the file (open, check, migrate, the replaced-file rules with runhealth/store/storefile.py)
   and the raw access (`transaction`, `query`, `cursor`), run metadata and node registrations;
 - writes.py: `write_poll` (one `ingest.PollRecord` in one transaction), failures, samples, pruning;
-- reads.py: the named reads, typed by runhealth/records.py.
+- reads.py: the named reads, typed by runhealth/records.py;
+- fieldreads.py: the reads of the per-line fields (prompt IDs, groups, unanswered cuts, #33).
 
 What a poll reply means is runhealth/collect/ingest.py's; the store writes it. The store imports nothing
 from runhealth.analysis (tests/test_layers.py holds it).
@@ -17,6 +18,7 @@ from runhealth.analysis (tests/test_layers.py holds it).
 
 from __future__ import annotations
 
+from runhealth.store.fieldreads import StoreFieldReads
 from runhealth.store.lifecycle import StoreFile
 from runhealth.store.reads import POLL_DELTAS, StoreReads, live_sums
 from runhealth.store.writes import StoreWrites, write_error_text
@@ -24,6 +26,7 @@ from runhealth.store.writes import StoreWrites, write_error_text
 __all__ = ["POLL_DELTAS", "Store", "StoreFile", "live_sums", "write_error_text"]
 
 
-class Store(StoreWrites, StoreReads):
-    """SQLite-backed history: its file (StoreFile), writes (StoreWrites) and reads (StoreReads).
+class Store(StoreWrites, StoreReads, StoreFieldReads):
+    """SQLite-backed history: its file (StoreFile), writes (StoreWrites) and reads (StoreReads,
+    StoreFieldReads: the per-line fields of #33).
     Safe to share between threads (one connection per thread)."""

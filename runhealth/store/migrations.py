@@ -262,6 +262,36 @@ def _to_v7(db: sqlite3.Connection) -> None:
         )
 
 
+_V8_SCHEMA = """
+CREATE TABLE IF NOT EXISTS field_shards (id INTEGER PRIMARY KEY, node TEXT NOT NULL, path TEXT NOT NULL,
+    id_lines INTEGER NOT NULL DEFAULT 0, prompt_token_lines INTEGER NOT NULL DEFAULT 0, group_field TEXT,
+    id_fields TEXT, UNIQUE (node, path));
+CREATE TABLE IF NOT EXISTS prompt_ids (shard INTEGER NOT NULL, hash INTEGER NOT NULL, count INTEGER NOT NULL,
+    PRIMARY KEY (shard, hash)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS prompt_hashes (hash INTEGER PRIMARY KEY, count INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS prompt_summary (id INTEGER PRIMARY KEY CHECK (id = 0),
+    distinct_prompts INTEGER NOT NULL, answered_twice INTEGER NOT NULL);
+INSERT OR IGNORE INTO prompt_summary VALUES (0, 0, 0);
+CREATE TABLE IF NOT EXISTS field_counts (shard INTEGER NOT NULL, kind TEXT NOT NULL, key TEXT NOT NULL,
+    tokens INTEGER NOT NULL, prompt_tokens INTEGER NOT NULL, count INTEGER NOT NULL,
+    PRIMARY KEY (shard, kind, key, tokens, prompt_tokens)) WITHOUT ROWID;
+"""
+
+
+def _to_v8(db: sqlite3.Connection) -> None:
+    """Per-line fields (#33, node/fields.py): `field_shards` gives each (node, shard) a stable id
+    (an INTEGER PRIMARY KEY survives VACUUM) with its lines that had a prompt ID / prompt tokens,
+    its group field and its ID paths; `prompt_ids` the 64-bit prompt-ID hashes per shard with
+    how often each came (dropped with the shard's counts on a reset); `prompt_hashes` the same
+    summed over the run (distinct prompts = its rows), with `prompt_summary` keeping its row
+    count and its rows above 1 up to date in the same transaction (a page reads one row, not
+    millions); `field_counts` the keyed counts: kind
+    'group' / 'group_length' (key: the group's label), 'length_prompt_tokens' (tokens, prompt
+    tokens of `length` stops), 'no_answer' and 'reasoned' (tokens of `length` stops)."""
+    for statement in _statements(_V8_SCHEMA):
+        db.execute(statement)
+
+
 def _to_v9(db: sqlite3.Connection) -> None:
     """GPU energy (#33 item 2, runhealth/store/energymeter.py). gpu_energy: per GPU, the last reading
     (ts_unix, uuid, NVML's counter_mj or NULL, power_w) the next poll's energy is measured from,
@@ -299,6 +329,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         6, "length_hourly, gpu/poll/metric_rollup, webhook_deliveries: tables once created on first use (#31)", _to_v6
     ),
     Migration(7, "alert_history: every alert's start and resolve, kept with the store (#32)", _to_v7),
+    Migration(8, "field_shards, prompt_ids, prompt_hashes, field_counts: per-line fields (#33)", _to_v8),
     Migration(9, "gpu_energy, node_energy: GPU energy and the tokens it produced, per poll span (#33)", _to_v9),
 )
 STORE_VERSION = MIGRATIONS[-1].version

@@ -258,6 +258,7 @@ def _apply_shard(
         )
         db.execute("DELETE FROM node_length_counts WHERE node = ? AND count <= 0", (node,))
         db.execute("DELETE FROM length_counts WHERE node = ? AND path = ?", (node, path))
+        _reset_fields(db, node, path)
         db.execute(
             "UPDATE shards SET lines = 0, malformed = 0, blank_lines = 0, tokens = 0, resets = resets + 1"
             " WHERE node = ? AND path = ?",
@@ -307,6 +308,8 @@ def _apply_shard(
             path,
         ),
     )
+    if update.fields is not None:
+        _write_fields(db, node, path, update.fields)
     delta["completions"] += completions
     delta["tokens"] += update.tokens
     delta["malformed"] += update.malformed
@@ -314,6 +317,98 @@ def _apply_shard(
     for t, n in update.exact_length_stops().items():
         stops[t] = stops.get(t, 0) + n
     return True
+
+
+MAX_STORED_GROUPS = 64  # distinct group labels a run keeps apart; later ones count as "(other)"
+OTHER_GROUP = "(other)"
+
+
+def _field_shard(db: sqlite3.Connection, node: str, path: str) -> int:
+    db.execute("INSERT OR IGNORE INTO field_shards (node, path) VALUES (?, ?)", (node, path))
+    return int(db.execute("SELECT id FROM field_shards WHERE node = ? AND path = ?", (node, path)).fetchone()[0])
+
+
+def _reset_fields(db: sqlite3.Connection, node: str, path: str) -> None:
+    """A reset shard's per-line fields forgotten: its prompt IDs leave the run's totals too."""
+    row = db.execute("SELECT id FROM field_shards WHERE node = ? AND path = ?", (node, path)).fetchone()
+    if row is None:
+        return
+    shard = row[0]
+    gone, untwice = db.execute(
+        "SELECT COALESCE(SUM(h.count <= p.count), 0), COALESCE(SUM(h.count >= 2 AND h.count - p.count < 2), 0)"
+        " FROM prompt_ids p JOIN prompt_hashes h ON h.hash = p.hash WHERE p.shard = ?",
+        (shard,),
+    ).fetchone()
+    db.execute(
+        "UPDATE prompt_summary SET distinct_prompts = distinct_prompts - ?, answered_twice = answered_twice - ?",
+        (gone, untwice),
+    )
+    db.execute(
+        "UPDATE prompt_hashes SET count = count - (SELECT p.count FROM prompt_ids p WHERE p.shard = ?"
+        " AND p.hash = prompt_hashes.hash) WHERE hash IN (SELECT hash FROM prompt_ids WHERE shard = ?)",
+        (shard, shard),
+    )
+    db.execute("DELETE FROM prompt_hashes WHERE count <= 0")
+    db.execute("DELETE FROM prompt_ids WHERE shard = ?", (shard,))
+    db.execute("DELETE FROM field_counts WHERE shard = ?", (shard,))
+    db.execute("UPDATE field_shards SET id_lines = 0, prompt_token_lines = 0, id_fields = NULL WHERE id = ?", (shard,))
+
+
+def _count_new_prompts(db: sqlite3.Connection, per_hash: dict[int, int]) -> None:
+    """prompt_summary moved by this poll's hashes (before they are added): prompts not seen
+    before, and prompts that now came twice or more for the first time."""
+    db.execute("CREATE TEMP TABLE IF NOT EXISTS poll_hashes (hash INTEGER PRIMARY KEY, n INTEGER NOT NULL)")
+    db.execute("DELETE FROM poll_hashes")
+    db.executemany("INSERT INTO poll_hashes VALUES (?,?)", per_hash.items())
+    new, twice = db.execute(
+        "SELECT COALESCE(SUM(h.count IS NULL), 0), COALESCE(SUM(COALESCE(h.count, 0) <= 1"
+        " AND COALESCE(h.count, 0) + t.n >= 2), 0) FROM poll_hashes t LEFT JOIN prompt_hashes h ON h.hash = t.hash"
+    ).fetchone()
+    db.execute(
+        "UPDATE prompt_summary SET distinct_prompts = distinct_prompts + ?, answered_twice = answered_twice + ?",
+        (new, twice),
+    )
+    db.execute("DELETE FROM poll_hashes")
+
+
+def _write_fields(db: sqlite3.Connection, node: str, path: str, f: ingest.FieldUpdate) -> None:
+    """Add one scan's per-line fields to the shard's and the run's (same transaction as its counts)."""
+    shard = _field_shard(db, node, path)
+    per_hash: dict[int, int] = {}
+    for h in f.id_hashes:
+        per_hash[h] = per_hash.get(h, 0) + 1
+    db.executemany(
+        "INSERT INTO prompt_ids VALUES (?,?,?) ON CONFLICT (shard, hash) DO UPDATE SET count = count + excluded.count",
+        [(shard, h, n) for h, n in per_hash.items()],
+    )
+    if per_hash:
+        _count_new_prompts(db, per_hash)
+    db.executemany(
+        "INSERT INTO prompt_hashes VALUES (?,?) ON CONFLICT (hash) DO UPDATE SET count = count + excluded.count",
+        per_hash.items(),
+    )
+    old = db.execute("SELECT id_fields FROM field_shards WHERE id = ?", (shard,)).fetchone()[0]
+    id_fields = sorted(set(json.loads(old) if old else []) | set(f.id_fields))
+    db.execute(
+        "UPDATE field_shards SET id_lines = id_lines + ?, prompt_token_lines = prompt_token_lines + ?,"
+        " group_field = COALESCE(?, group_field), id_fields = ? WHERE id = ?",
+        (len(f.id_hashes), f.prompt_token_lines, f.group_field, json.dumps(id_fields) if id_fields else None, shard),
+    )
+    known = {r[0] for r in db.execute("SELECT DISTINCT key FROM field_counts WHERE kind = 'group'")}
+    rows: list[tuple[str, str, int, int, int]] = []
+    for label, n, cut in f.groups:
+        if label not in known and len(known) >= MAX_STORED_GROUPS:
+            label = OTHER_GROUP
+        known.add(label)
+        rows += [("group", label, 0, 0, n), ("group_length", label, 0, 0, cut)]
+    rows += [("length_prompt_tokens", "", t, p, n) for t, p, n in f.length_prompt_tokens]
+    rows += [("no_answer", "", t, 0, n) for t, n in f.no_answer]
+    rows += [("reasoned", "", t, 0, n) for t, n in f.reasoned]
+    db.executemany(
+        "INSERT INTO field_counts VALUES (?,?,?,?,?,?) ON CONFLICT (shard, kind, key, tokens, prompt_tokens)"
+        " DO UPDATE SET count = count + excluded.count",
+        [(shard, *r) for r in rows],
+    )
 
 
 def _write_hourly(db: sqlite3.Connection, applied: Sequence[ShardUpdate], ts_unix: float, backfill: bool) -> None:

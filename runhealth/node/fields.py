@@ -1,0 +1,473 @@
+"""runhealth node agent, per-line fields: prompt IDs, prompt tokens, groups and unanswered cuts (#33).
+
+Part of the node agent (runhealth/node/, shipped with agent.py): standard library only, Python
+3.8-compatible syntax, read-only. scan.py counts (tokens, finish_reason) per line; this module
+holds what a line can say beyond that, with one reference rule per figure (the json.loads
+path) that the templates reproduce exactly:
+
+- prompt ID: the configured dotted path, else the first of ID_FIELDS holding a usable ID (a
+  non-empty string or an integer). Sent as 64-bit BLAKE2b hashes of the ID's UTF-8 bytes
+  (quoted, as the JSON token; an integer as its decimal digits), 8 bytes a line, base64 in the reply. The hash is two
+  CRC-32s, of the ID's bytes and of them reversed (id_hash): C-level and 3x cheaper than a
+  BLAKE2b per line (measured: 0.25 vs 0.8 us), which keeps the scan within its speed budget.
+  It is linear, not cryptographic: two IDs of equal length that differ only within 4
+  consecutive bytes never collide (CRC-32 detects every burst up to 32 bits); for unrelated
+  IDs a pair collides with probability about 2^-64, so among 10M distinct IDs the chance that
+  any pair shares a hash is about n^2 / 2^65 = 2.7e-6 (birthday bound): exact in practice.
+- prompt tokens: the configured path, else the first of PROMPT_TOKEN_FIELDS holding a count.
+- group: the configured path's value (a string, an integer, or "(none)"), else, where prompt
+  tokens are known, the prompt-token bin (powers of two); at most MAX_GROUPS a scan, the rest
+  are counted under OTHER.
+- answered or not (only for `length` stops): no answer when the answer text (a message's
+  `content`, else the first string among the record's text keys) is empty beside a non-empty
+  `reasoning_content`/`reasoning`, or holds a `<think>` with no `</think>` after it.
+
+A shard's fields are "on" once a configured path is set or a parsed line holds any of these;
+until then the scan does no per-line work for them (scan.py keeps the switch per shard).
+Memory: a scan holds 8 bytes per counted line for the hashes plus small dicts; nothing
+is kept between polls.
+"""
+
+from __future__ import annotations
+
+import array
+import base64
+import itertools
+import json
+import operator
+import re
+import sys
+import zlib
+from typing import Any
+
+ID_FIELDS = (("custom_id",), ("prompt_id",), ("metadata", "id"), ("id",), ("request_id",))
+PROMPT_TOKEN_FIELDS = (
+    ("usage", "prompt_tokens"),
+    ("response", "body", "usage", "prompt_tokens"),
+    ("meta_info", "prompt_tokens"),
+)
+TEXT_KEYS = ("text", "completion", "output", "response")  # as scan.TEXT_KEYS, in its order
+REASONING_KEYS = ("reasoning_content", "reasoning")
+MAX_GROUPS = 256  # distinct groups one scan counts apart; the store keeps fewer (its own cap)
+MAX_LABEL_CHARS = 120
+OTHER = "(other)"
+NO_GROUP = "(none)"
+MAX_COUNT = 1 << 40  # as scan.MAX_COUNT
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+# Templates capture these as raw tokens; a string with an escape, a float, or a container takes
+# json.loads. A string's token keeps its quotes; "-0" is no integer here (json.loads reads 0).
+_SCALAR_RX = rb'(?P<%s>"[^"\\\x00-\x1f]*"|0|-?[1-9][0-9]*|null|true|false)'
+_PT_RX = rb'(?:(?P<%s>0|[1-9][0-9]*)|null|true|false|"[^"\\\x00-\x1f]*")'
+MAX_PT_VALUES = 1 << 16  # distinct prompt-token counts kept raw before they are folded into bins
+_NOT_ID = frozenset(b"ntf")  # a token starting so is null, true or false
+_NOT_ID_TOKENS = frozenset((b"null", b"true", b"false", b'""'))
+_REVERSED = operator.itemgetter(slice(None, None, -1))
+crc32 = _crc32 = zlib.crc32
+_TEXT_SCALAR = {  # a non-string text value: only its own kind (a string there is a hole)
+    "n": rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?",
+    "l": rb"(?:true|false|null)",
+}
+_ESCAPED_ASCII = re.compile(rb"\\u00[0-7]|\\/")  # an escape that could spell part of a tag
+
+
+def dotted(path):
+    return ".".join(str(p) for p in path)
+
+
+def _parse(dotted_path):
+    return tuple(int(p) if p.lstrip("-").isdigit() else p for p in dotted_path.split("."))
+
+
+def _get(obj, path):
+    for part in path:
+        if isinstance(obj, dict):
+            obj = obj.get(part)
+        elif isinstance(obj, list) and isinstance(part, int) and -len(obj) <= part < len(obj):
+            obj = obj[part]
+        else:
+            return None
+    return obj
+
+
+class FieldSpec:
+    """The configured paths (`prompt_id_path`, `prompt_tokens_path`, `group_path` of a poll
+    request), parsed; the candidates each field is looked for in."""
+
+    def __init__(self, paths=None):
+        paths = paths or {}
+        get = paths.get
+        self.id_paths = (_parse(get("prompt_id_path")),) if get("prompt_id_path") else ID_FIELDS
+        self.pt_paths = (_parse(get("prompt_tokens_path")),) if get("prompt_tokens_path") else PROMPT_TOKEN_FIELDS
+        self.group_path = _parse(get("group_path")) if get("group_path") else None
+        self.configured = bool(get("prompt_id_path") or get("prompt_tokens_path") or get("group_path"))
+
+    def key(self):
+        return (self.id_paths, self.pt_paths, self.group_path)
+
+
+def id_bytes(value):
+    """The bytes an ID is hashed from, or None when `value` is no usable ID."""
+    if isinstance(value, str):  # as its JSON token without escapes: quoted, so "7" is not 7
+        if not value:
+            return None
+        try:
+            return b'"' + value.encode("utf-8", "surrogateescape") + b'"'  # an invalid byte kept as it was
+        except UnicodeEncodeError:
+            return b'"' + value.encode("utf-8", "surrogatepass") + b'"'  # a "\\ud800" escape
+    if type(value) is int:
+        return str(value).encode("ascii")
+    return None
+
+
+def _valid_count(v):
+    return type(v) is int and 0 <= v <= MAX_COUNT
+
+
+def _label(value):
+    """A group value as its label (bounded, valid UTF-8)."""
+    if value is None:
+        return NO_GROUP
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = value if isinstance(value, str) else str(value) if type(value) is int else json.dumps(value, sort_keys=True)
+    text = text[:MAX_LABEL_CHARS]
+    return text if text.isascii() else _SURROGATE_RE.sub("\ufffd", text)
+
+
+def bin_label(k):
+    """The label of prompt-token bin k (tokens whose bit length is k): "512-1023 prompt tokens"."""
+    if k == 0:
+        return "0 prompt tokens"
+    return "%d-%d prompt tokens" % (1 << (k - 1), (1 << k) - 1)
+
+
+def _text_candidates(texts):
+    """(answer paths, reasoning paths) for scan.locate's text paths, in the order they are tried."""
+    if len(texts) == 2:  # a chat message: content, and reasoning_content before reasoning
+        msg = texts[1][:-1]
+        return [msg + ("content",)], [msg + (k,) for k in REASONING_KEYS]
+    if len(texts[0]) == 1:  # a flat record: the first string among the text keys
+        return [(k,) for k in TEXT_KEYS], []
+    return [texts[0]], []
+
+
+def answer_state(obj, texts):
+    """(no_answer, reasoned) of a `length` stop, the reference rule (module docstring)."""
+    ans_paths, rsn_paths = _text_candidates(texts)
+    ans = next((v for v in (_get(obj, p) for p in ans_paths) if isinstance(v, str)), "")
+    rsn = next((v for v in (_get(obj, p) for p in rsn_paths) if isinstance(v, str)), "")
+    i = ans.find("<think>")
+    open_think = i >= 0 and ans.find("</think>", i) < 0
+    return (bool(rsn) and not ans) or open_think, bool(rsn) or i >= 0
+
+
+def line_values(obj, spec):
+    """(ID candidate index or -1, ID bytes or None, prompt tokens or None, group value present, group key)."""
+    idx, idb = -1, None
+    for i, p in enumerate(spec.id_paths):
+        idb = id_bytes(_get(obj, p))
+        if idb is not None:
+            idx = i
+            break
+    pt = None
+    for p in spec.pt_paths:
+        v = _get(obj, p)
+        if _valid_count(v):
+            pt = v
+            break
+    if spec.group_path is not None:
+        return idx, idb, pt, _label(_get(obj, spec.group_path))
+    return idx, idb, pt, None if pt is None else pt.bit_length()
+
+
+def has_fields(obj, spec, texts):
+    """Whether this parsed line turns the shard's fields on."""
+    if spec.configured:
+        return True
+    idx, _, pt, _ = line_values(obj, spec)
+    return idx >= 0 or pt is not None or answer_state(obj, texts)[1]
+
+
+def id_hash(idb):
+    """The 64-bit hash of an ID's bytes (module docstring): CRC-32 of them, then of them reversed."""
+    return _crc32(idb) << 32 | _crc32(idb[::-1])
+
+
+class TemplateFields:
+    """How a template (scan._Builder) captures the fields: `captures` maps a path to its
+    capture pattern (None: an answer or reasoning text, whose hole is remembered). After the
+    template is compiled, `bind(plan)` notes where each capture lands among the plan's
+    field-capturing segments, so a hit reads each field with one group() call."""
+
+    def __init__(self, spec, texts):
+        self.spec = spec
+        caps = {}  # type: dict
+        for i, p in enumerate(spec.id_paths):
+            caps[p] = _SCALAR_RX % (b"xi%d" % i)
+        for i, p in enumerate(spec.pt_paths):
+            caps.setdefault(p, _PT_RX % (b"xp%d" % i))
+        if spec.group_path is not None:
+            caps.setdefault(spec.group_path, _SCALAR_RX % b"xg")
+        self.ans_paths, self.rsn_paths = _text_candidates(texts)
+        for p in self.ans_paths + self.rsn_paths:
+            caps.setdefault(p, None)
+        self.captures = caps
+        self.ans_hole = self.rsn_hole = None
+        self.id_get = self.pt_get = ()  # type: tuple  # ((segment among the field-capturing ones, group number), ...)
+        self.plain, self.id1, self.pt1 = False, None, None  # bind() sets them
+        self.id_seen = ()  # dotted paths of the ID candidates this template captures
+        self.grp_get = None
+        self.no_group = False  # a group is configured and this template's lines have none
+
+    def with_holes(self, hole_paths):
+        """Note which hole (its index among the template's holes) holds the answer and the
+        reasoning text: the first candidate that is a string in the template's line."""
+        pos = {p: i for i, p in enumerate(hole_paths)}
+        self.ans_hole = next((pos[p] for p in self.ans_paths if p in pos), None)
+        self.rsn_hole = next((pos[p] for p in self.rsn_paths if p in pos), None)
+        return self
+
+    def bind(self, plan):
+        """A copy for `plan` (its segments: (match, groups, ...)) with the group getters set."""
+        out = TemplateFields.__new__(TemplateFields)
+        out.__dict__.update(self.__dict__)
+        where = {}  # group name -> (which field-capturing segment, its group number there)
+        k = 0
+        for seg in plan:
+            if seg[1] & 4:
+                for name, number in seg[0].__self__.groupindex.items():
+                    where[name] = (k, number)
+                k += 1
+        ids = [i for i in range(len(self.spec.id_paths)) if "xi%d" % i in where]
+        out.id_get = tuple(where["xi%d" % i] for i in ids)
+        out.id_seen = tuple(dotted(self.spec.id_paths[i]) for i in ids[:1])  # the first one tried
+        out.pt_get = tuple(where[n] for n in ("xp%d" % i for i in range(len(self.spec.pt_paths))) if n in where)
+        out.grp_get = where.get("xg")
+        out.no_group = self.spec.group_path is not None and out.grp_get is None
+        # the scan's inline path: one ID capture at most, one prompt-token capture at most, no group
+        out.plain = len(out.id_get) <= 1 and len(out.pt_get) <= 1 and self.spec.group_path is None
+        out.id1 = out.id_get[0] if out.id_get else None
+        out.pt1 = out.pt_get[0] if out.pt_get else None
+        return out
+
+
+def text_scalar(kind):
+    return _TEXT_SCALAR["n" if kind == "n" else "l"]
+
+
+def _open_think(buf, s, e):
+    """Whether the JSON string body buf[s:e] holds a <think> with no </think> after it."""
+    if _ESCAPED_ASCII.search(buf, s, e) is not None:  # rare: decode, then the reference rule
+        try:
+            text = json.loads(b'"' + bytes(buf[s:e]) + b'"')
+        except ValueError:
+            text = bytes(buf[s:e]).decode("utf-8", "replace")
+        i = text.find("<think>")
+        return i >= 0 and text.find("</think>", i) < 0, i >= 0
+    i = buf.find(b"<think>", s, e)
+    return i >= 0 and buf.find(b"</think>", i, e) < 0, i >= 0
+
+
+def _token_label(tok):
+    """A group's raw JSON token (a template capture) as its label, as _label gives for the value."""
+    if tok[0] == 34:  # a string, quotes included
+        return _label(tok[1:-1].decode("utf-8", "surrogateescape"))
+    return NO_GROUP if tok == b"null" else tok.decode("ascii")
+
+
+class Tally:
+    """The fields of one scan's lines (scan.py feeds it line by line; entry() is the reply part).
+
+    Template hits are counted by raw bytes (a prompt-token count, a group's token) and turned
+    into values once per distinct value in entry(), as scan._Tally does with its keys."""
+
+    def __init__(self, spec, plans=()):
+        self.spec = spec
+        self.plans = plans  # the shard's templates (their ID fields are reported as seen)
+        self.ids = array.array("Q")  # id_hash per line with an ID
+        self.raw_ids = []  # ID tokens of template lines (null, true, false and "" among them), not hashed yet
+        self.id_paths = set()  # dotted ID paths found by json.loads lines
+        self.pt_lines = 0
+        self.groups = {}  # label or prompt-token bin -> [lines, length stops] (json.loads lines)
+        self.raw_groups = {}  # (group token, is_length) -> lines (template lines, configured group)
+        self.raw_pt = {}  # (prompt-token digits, finish_reason bytes) -> lines (template lines)
+        self.raw_pt_stop = {}  # prompt-token digits -> lines (template lines not at length: scan's inline path)
+        self.length_pt = {}  # (tokens, prompt tokens) -> length stops
+        self.no_answer, self.reasoned = {}, {}  # tokens -> length stops
+
+    def _group(self, grp, is_length):
+        g = self.groups.get(grp)
+        if g is None:
+            if len(self.groups) >= MAX_GROUPS:
+                grp = OTHER
+            g = self.groups.setdefault(grp, [0, 0])
+        g[0] += 1
+        if is_length:
+            g[1] += 1
+
+    def answer(self, ct, no_answer, reasoned):
+        if reasoned:
+            self.reasoned[ct] = self.reasoned.get(ct, 0) + 1
+        if no_answer:
+            self.no_answer[ct] = self.no_answer.get(ct, 0) + 1
+
+    def json_line(self, obj, texts, ct, fr):
+        """A line json.loads parsed (the reference rule)."""
+        is_length = fr == "length"
+        idx, idb, pt, grp = line_values(obj, self.spec)
+        if idb is not None:
+            self.raw_ids.append(idb)  # hashed with the template lines' IDs, in line order
+            self.id_paths.add(dotted(self.spec.id_paths[idx]))
+        if pt is not None:
+            self.pt_lines += 1
+            if is_length:
+                self.length_pt[(ct, pt)] = self.length_pt.get((ct, pt), 0) + 1
+        if grp is not None:
+            self._group(grp, is_length)
+        if is_length:
+            self.answer(ct, *answer_state(obj, texts))
+
+    def template_line(self, tf, ct, fr, ex, plan, buf, pos, end):
+        """A line a template matched: ct and fr its raw bytes, `ex` the matches that captured
+        fields, `tf` the template's TemplateFields. The hot path: raw bytes are counted, and
+        turned into values once per distinct value (entry())."""
+        pt = None
+        if ex:
+            for k, g in tf.id_get:
+                v = ex[k][g]
+                if len(v) > 2 if v[0] == 34 else v[0] not in _NOT_ID:  # a non-empty string, an integer
+                    self.raw_ids.append(v)
+                    break
+            for k, g in tf.pt_get:
+                pt = ex[k][g]
+                if pt is not None:
+                    key = (pt, fr)
+                    self.raw_pt[key] = self.raw_pt.get(key, 0) + 1
+                    break
+            if tf.grp_get is not None:
+                key = (ex[tf.grp_get[0]][tf.grp_get[1]], fr)
+                raw = self.raw_groups
+                if key in raw or len(raw) < 4 * MAX_GROUPS:
+                    raw[key] = raw.get(key, 0) + 1
+                else:
+                    self._group(OTHER, fr == b"length")
+        if tf.no_group:  # a configured group this template's lines do not have
+            self._group(NO_GROUP, fr == b"length")
+        if fr == b"length":
+            self._length_line(tf, int(ct), pt, plan, buf, pos, end)
+
+    def _length_line(self, tf, ct, pt, plan, buf, pos, end):
+        """A `length` stop on the template path: its prompt tokens, and whether it answered."""
+        if pt is not None:
+            k2 = (ct, int(pt))
+            self.length_pt[k2] = self.length_pt.get(k2, 0) + 1
+        spans = hole_spans(plan, buf, pos, end)
+        ans = spans[tf.ans_hole] if tf.ans_hole is not None else None
+        rsn = spans[tf.rsn_hole] if tf.rsn_hole is not None else None
+        open_think, think = _open_think(buf, ans[0], ans[1]) if ans is not None else (False, False)
+        reasoned = rsn is not None and rsn[1] > rsn[0]
+        empty = ans is None or ans[1] == ans[0]
+        self.answer(ct, (reasoned and empty) or open_think, reasoned or think)
+
+    def hash_ids(self):
+        """The template lines' ID tokens hashed (id_hash), in bulk: C-level maps, no Python
+        frame per ID. Tokens that are no ID (null, true, false, an empty string) are dropped."""
+        raw = self.raw_ids
+        if not raw:
+            return
+        if len(_NOT_ID_TOKENS.intersection(raw)):
+            raw = list(itertools.filterfalse(_NOT_ID_TOKENS.__contains__, raw))
+        hi = map(operator.lshift, map(_crc32, raw), itertools.repeat(32))
+        lo = map(_crc32, map(_REVERSED, raw))
+        self.ids.extend(map(operator.or_, hi, lo))
+        self.raw_ids = []
+
+    def bound_memory(self):
+        """After each chunk: many distinct prompt-token counts are folded into bins, and the
+        IDs collected are hashed."""
+        if self.raw_ids:
+            self.hash_ids()
+        if len(self.raw_pt) + len(self.raw_pt_stop) > MAX_PT_VALUES:
+            self._fold_pt()
+
+    def _fold_pt(self):
+        """Raw prompt-token counts into lines and bins (the bins only when no group is configured)."""
+        raw = dict(self.raw_pt)
+        raw.update(((pt, b"stop"), n + raw.get((pt, b"stop"), 0)) for pt, n in self.raw_pt_stop.items())
+        self.raw_pt.clear()
+        self.raw_pt_stop.clear()  # the same dicts: the scan loop holds them
+        bins = self.spec.group_path is None
+        for (pt, fr), n in raw.items():
+            if len(pt) >= 13 and int(pt) > MAX_COUNT:
+                continue  # no count (json.loads' rule: valid_count)
+            self.pt_lines += n
+            if bins:
+                g = self.groups.setdefault(int(pt).bit_length(), [0, 0])
+                g[0] += n
+                if fr == b"length":
+                    g[1] += n
+
+    def _fold_groups(self):
+        self._fold_pt()
+        raw, self.raw_groups = self.raw_groups, {}
+        for (tok, fr), n in raw.items():
+            label = _token_label(tok)
+            g = self.groups.get(label)
+            if g is None:
+                g = self.groups.setdefault(OTHER if len(self.groups) >= MAX_GROUPS else label, [0, 0])
+            g[0] += n
+            if fr == b"length":
+                g[1] += n
+
+    def entry(self):
+        """The reply's "fields" part for this scan, or None when no line had any."""
+        self.hash_ids()
+        self._fold_groups()
+        if not (self.ids or self.pt_lines or self.groups or self.reasoned or self.no_answer):
+            return None
+        spec = self.spec
+        gp = spec.group_path
+        ids = self.ids
+        if sys.byteorder == "big":  # little-endian on the wire
+            ids = array.array("Q", ids)
+            ids.byteswap()
+        return {
+            "ids": base64.b64encode(ids.tobytes()).decode("ascii"),
+            "id_lines": len(self.ids),
+            "id_fields": sorted(self.id_paths.union(*(p.fields.id_seen for p in self.plans if p.fields))),
+            "prompt_token_lines": self.pt_lines,
+            "group_field": dotted(gp) if gp is not None else ("prompt_tokens" if self.groups else None),
+            "groups": sorted([k if gp is not None else bin_label(k), n, c] for k, (n, c) in self.groups.items()),
+            "length_prompt_tokens": sorted([t, p, n] for (t, p), n in self.length_pt.items()),
+            "no_answer": sorted([t, n] for t, n in self.no_answer.items()),
+            "reasoned": sorted([t, n] for t, n in self.reasoned.items()),
+        }
+
+
+hole_spans: Any = None  # scan.hole_spans, set by scan.py (it owns the template walk)
+
+
+def merge(a, b):
+    """Two "fields" parts of consecutive scans of one shard as one (parallel backfill pieces)."""
+    if not a or not b:
+        return a or b
+    out = dict(a)
+    out["ids"] = base64.b64encode(base64.b64decode(a["ids"]) + base64.b64decode(b["ids"])).decode("ascii")
+    for k in ("id_lines", "prompt_token_lines"):
+        out[k] = a[k] + b[k]
+    out["id_fields"] = sorted(set(a["id_fields"]) | set(b["id_fields"]))
+    out["group_field"] = a["group_field"] or b["group_field"]
+    for k, width in (("groups", 1), ("length_prompt_tokens", 2), ("no_answer", 1), ("reasoned", 1)):
+        acc = {}  # type: dict
+        for row in a[k] + b[k]:
+            key = tuple(row[:width])
+            if k == "groups":
+                prev = acc.get(key, (0, 0))
+                acc[key] = (prev[0] + row[1], prev[1] + row[2])
+            else:
+                acc[key] = acc.get(key, 0) + row[width]
+        if k == "groups":
+            out[k] = sorted([key[0], n, c] for key, (n, c) in acc.items())
+        else:
+            out[k] = sorted(list(key) + [n] for key, n in acc.items())
+    return out

@@ -1,0 +1,80 @@
+"""The per-line field figures of a run (#33), read from the store at one instant.
+
+`field_totals` gathers the store's reads of the per-line fields (store/fieldreads.py) into an
+analysis.fieldfigures.FieldTotals, for the run or one node; `field_figures` turns them into
+every figure (prompts answered, cuts that never answered, labels that lie, context-window
+stops, groups cut), as `runhealth poll --json` prints them and the pages show them;
+`prompt_completeness` is the Overview's line. Figures whose field the shards lack carry the
+message naming it (analysis/fieldfigures.py), never a zero.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runhealth.analysis import fieldfigures
+from runhealth.analysis.fieldfigures import FieldTotals
+from runhealth.store import Store
+
+
+def field_totals(store: Store, node: str | None = None) -> FieldTotals:
+    """The per-line field counts of `node` (None: every counted node of the run)."""
+    counts = store.prompt_counts(node)
+    presence = [p for p in store.field_presence() if node is None or p["node"] == node]
+    id_fields = sorted({k for p in presence for k in p["id_fields"]})
+    completions = sum(
+        r["count"] for r in store.length_counts(by="node" if node else "run") if node is None or r.get("node") == node
+    )
+    return FieldTotals(
+        completions=completions,
+        id_lines=counts["id_lines"],
+        distinct_prompts=counts["distinct_prompts"],
+        answered_more_than_once=counts["answered_more_than_once"],
+        id_fields=id_fields,
+        prompt_token_lines=sum(p["prompt_token_lines"] for p in presence),
+        group_field=next((p["group_field"] for p in presence if p["group_field"]), None),
+        groups={g["group"]: (g["completions"], g["length_stops"]) for g in store.group_counts(node)},
+        length_prompt_tokens={(r["tokens"], r["prompt_tokens"]): r["count"] for r in store.length_prompt_tokens(node)},
+        no_answer={r["tokens"]: r["no_answer"] for r in store.unanswered_counts(node) if r["no_answer"]},
+        reasoned={r["tokens"]: r["reasoned"] for r in store.unanswered_counts(node) if r["reasoned"]},
+    )
+
+
+def prompt_completeness(store: Store, config: Any, completions: int) -> dict[str, Any] | None:
+    """The run's prompts answered / missing (against [run] expected_prompts) / answered more
+    than once, with its one-line wording (`line`); None before any completion. One statement
+    (store.prompt_summary) unless a node outside the config holds prompt IDs: then the exact
+    read that leaves superseded nodes out (store.prompt_counts)."""
+    if not completions:
+        return None
+    s = store.prompt_summary()
+    counts: dict[str, int] = {
+        "id_lines": s["id_lines"],
+        "distinct_prompts": s["distinct_prompts"],
+        "answered_more_than_once": s["answered_more_than_once"],
+    }
+    if set(s["nodes"]) - {n.name for n in getattr(config, "nodes", [])}:
+        exact = store.prompt_counts()
+        counts = {"id_lines": exact["id_lines"], "distinct_prompts": exact["distinct_prompts"]}
+        counts["answered_more_than_once"] = exact["answered_more_than_once"]
+    totals = FieldTotals(
+        completions=completions,
+        id_lines=counts["id_lines"],
+        distinct_prompts=counts["distinct_prompts"],
+        answered_more_than_once=counts["answered_more_than_once"],
+    )
+    return fieldfigures.completeness(totals, getattr(config, "expected_prompts", None))
+
+
+def field_figures(store: Store, config: Any, ceiling: int | None, node: str | None = None) -> dict[str, Any]:
+    """Every per-line field figure of the run (or `node`) at the ceiling `ceiling`."""
+    rows = [dict(r) for r in store.length_counts(by="node" if node else "run")]
+    if node is not None:
+        rows = [r for r in rows if r.get("node") == node]
+    return fieldfigures.figures(
+        field_totals(store, node),
+        rows,
+        ceiling,
+        getattr(config, "expected_prompts", None),
+        getattr(config, "max_model_len", None),
+    )
