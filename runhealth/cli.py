@@ -142,8 +142,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not args.paths or not args.b_paths:
         print("error: usage: runhealth compare [options] A_GLOBS... -- B_GLOBS...", file=sys.stderr)
         return 2
-    hist_a, sum_a, json_a, _ = scan_summary(args.paths, args.ceiling_a, args.workers)
-    hist_b, sum_b, json_b, _ = scan_summary(args.b_paths, args.ceiling_b, args.workers)
+    # The fields as `scan` finds them by default (detected paths), so "a" and "b" are its --json.
+    fields = ({"prompt_id_path": None, "prompt_tokens_path": None, "group_path": None}, None, None)
+    hist_a, sum_a, json_a, _ = scan_summary(args.paths, args.ceiling_a, args.workers, fields)
+    hist_b, sum_b, json_b, _ = scan_summary(args.b_paths, args.ceiling_b, args.workers, fields)
     diffs = compare.differences(hist_a, sum_a, hist_b, sum_b)
     forecast, note = compare.forecast_check(hist_a, sum_a, hist_b, sum_b)
     report = {
