@@ -104,6 +104,7 @@ LIGHT_CSS = """
 [data-testid="stAlertContainer"]:has([data-testid="stAlertContentSuccess"]) {background: #E2F5E9}
 [data-testid="stAlertContainer"]:has([data-testid="stAlertContentSuccess"]) p {color: #0F5130}
 [data-testid="stCaptionContainer"], [data-testid="stProgress"] p, [data-testid="stApp"] .rh-kiosk-left-out {color: #30343C}
+[data-testid="stProgressBarTrack"] {background-color: #DDE2E8}
 [data-testid="stApp"] .js-plotly-plot text {fill: #1A1D23 !important}
 [data-testid="stSidebar"] {background: #F3F5F8}
 [data-testid="stSidebar"] :is(p, span, label, h1, h2, h3, li, a, small) {color: #111418}

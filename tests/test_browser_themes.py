@@ -64,6 +64,13 @@ def _table_background_luminance(tab) -> list[float]:
     return out
 
 
+TRACKS_JS = """() => Array.from(document.querySelectorAll('[data-testid="stProgressBarTrack"]')).map(el => {
+  const [r, g, b] = getComputedStyle(el).backgroundColor.match(/[\\d.]+/g).map(Number).map(v => v / 255)
+    .map(v => v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4);
+  return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+})"""
+
+
 def test_every_screen_is_readable_in_both_themes_and_fetches_nothing_from_outside(server_url, browser_page):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     wait_for_demo_data(browser_page, server_url)  # the demo has numbers: every page draws its parts
@@ -94,11 +101,15 @@ def test_every_screen_is_readable_in_both_themes_and_fetches_nothing_from_outsid
                     if t["ratio"] < AA
                 ]
                 grids += [f"{where}: table background luminance {y:.2f}" for y in _table_background_luminance(tab)]
+                # A progress bar's empty track drawn near-black on the light page read as a full bar.
+                tracks = tab.evaluate(TRACKS_JS)
+                grids += [f"{where}: progress track luminance {y:.2f}" for y in tracks]
                 tab.close()
     finally:
         context.close()
     assert not outside, f"requests leaving 127.0.0.1: {sorted(set(outside))}"
     assert not poor, f"{len(poor)} text elements under {AA}:1\n" + "\n".join(poor)
+
     def wrong(g: str) -> bool:  # a light table in the dark theme is as unreadable a wall as the reverse
         y = float(g.rsplit(" ", 1)[1])
         return y < 0.7 if " light" in g else y > 0.2
