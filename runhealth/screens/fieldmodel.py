@@ -40,6 +40,16 @@ def field_totals(store: Store, node: str | None = None) -> FieldTotals:
     )
 
 
+def unanswered_totals(store: Store, node: str | None = None) -> FieldTotals:
+    """Only the cuts' answer counts (no_answer, reasoned) of `node` or the run: one read, for the
+    Samples page's exact count beside its sample."""
+    rows = store.unanswered_counts(node)
+    return FieldTotals(
+        no_answer={r["tokens"]: r["no_answer"] for r in rows if r["no_answer"]},
+        reasoned={r["tokens"]: r["reasoned"] for r in rows if r["reasoned"]},
+    )
+
+
 def prompt_completeness(store: Store, config: Any, completions: int) -> dict[str, Any] | None:
     """The run's prompts answered / missing (against [run] expected_prompts) / answered more
     than once, with its one-line wording (`line`); None before any completion. One statement
