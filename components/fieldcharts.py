@@ -89,7 +89,9 @@ def render_cut_split(p: FieldPanels) -> None:
             ),
         ]
     )
-    st.caption("Exact counts from every line; the intervals are Wilson 95% for the share.")
+    note = "Exact counts from every line; the intervals are Wilson 95% for the share."
+    st.caption(note)
+    cards.render_terms(note)
 
 
 def render_label_checks(p: FieldPanels) -> None:
@@ -148,10 +150,12 @@ def render_group_cuts(p: FieldPanels) -> None:
     )
     right.dataframe(table, hide_index=True, width="stretch")
     more = f" The chart shows the {CHART_GROUPS} most cut of {len(df):,}." if len(df) > CHART_GROUPS else ""
-    st.caption(
+    note = (
         f"Completions stopped by length (any length stop) per {g.label}, exact; Wilson 95% intervals.{more}"
         " Dropping the cut ones removes these groups unevenly from the dataset."
     )
+    st.caption(md_escape(note))
+    cards.render_terms(note)
 
 
 def render_panels(p: FieldPanels | None) -> None:

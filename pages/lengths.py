@@ -140,10 +140,10 @@ def render_whatif(rt: PageRuntime, m: Lengths) -> None:
     )
     if r.band:
         st.markdown(whatif_view.backtest_line(r))
-    fieldcharts.render_recovered(m.recovered(r))
     if page.kiosk():
         render_kiosk_charts(rt, r, ceiling, limit, as_of)
         return
+    fieldcharts.render_recovered(m.recovered(r))
     st.caption(f"This what-if: {precomputed.age_text(as_of)}.")
     fine = (
         f"This is an extrapolation: nobody has seen lengths above {ceiling:,}. {r.note} "
