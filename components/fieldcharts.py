@@ -89,9 +89,7 @@ def render_cut_split(p: FieldPanels) -> None:
             ),
         ]
     )
-    note = "Exact counts from every line; the intervals are Wilson 95% for the share."
-    st.caption(note)
-    cards.render_terms(note)
+    st.caption("Exact counts from every line; the intervals are Wilson 95% for the share.")
 
 
 def render_label_checks(p: FieldPanels) -> None:
@@ -105,7 +103,7 @@ def render_label_checks(p: FieldPanels) -> None:
             cards.tile(
                 "Mislabelled",
                 fmt_count(c.mislabelled),
-                f"at/above {fmt_count(c.ceiling)}, not `length`: {how}",
+                f"at or above {fmt_count(c.ceiling)}, not labelled length: {how}",
                 "warn" if c.mislabelled else "ok",
                 help="completions at or above the ceiling whose finish_reason is not length (the server mislabels)",
             )
@@ -155,7 +153,6 @@ def render_group_cuts(p: FieldPanels) -> None:
         " Dropping the cut ones removes these groups unevenly from the dataset."
     )
     st.caption(md_escape(note))
-    cards.render_terms(note)
 
 
 def render_panels(p: FieldPanels | None) -> None:
@@ -169,6 +166,8 @@ def render_panels(p: FieldPanels | None) -> None:
     with right:
         render_label_checks(p)
     render_group_cuts(p)
+    if p.split.never_answered is not None or p.groups.rows:
+        cards.render_terms("Wilson")  # the intervals' method, in plain words, once
 
 
 def render_recovered(r: Recovered | None) -> None:
