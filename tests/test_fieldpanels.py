@@ -274,3 +274,23 @@ def test_metrics_gauges_are_the_truth_and_absent_without_the_field(demo_runs, tm
     for name in ("prompts_answered", "truncated_never_answered", "context_window_stops"):
         assert f"runhealth_{name}" not in got
     assert "runhealth_mislabelled_completions" in got  # a count every shard has: 0 is a result
+
+
+def _sample(text: str, head: int = 400, tail: int = 4000) -> dict:
+    return {"text_head": text[:head], "text_tail": text[-tail:], "text_chars": len(text)}
+
+
+@pytest.mark.parametrize(
+    ("text", "never"),
+    [
+        ("thinking about it\n\n", True),  # reasoning, then the node's blank line, then an empty answer
+        ("thinking about it\n\nThe answer is 4", False),  # cut mid-answer
+        ("<think>still going " + "x" * 9000, True),  # a <think> never closed (head and tail kept)
+        ("<think>done</think> The answer is 4", False),
+        ("<think>long " + "x" * 9000 + "</think> answer", False),  # closed within the tail
+        ("plain text, no reasoning", False),
+        ("", False),  # no text kept: nothing to judge
+    ],
+)
+def test_answer_empty_reads_the_kept_text(text, never):
+    assert samples.answer_empty(_sample(text)) is never

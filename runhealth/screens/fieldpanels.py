@@ -39,10 +39,6 @@ class Part:
     def share(self) -> float | None:
         return self.k / self.n if self.n else None
 
-    def words(self) -> str:
-        """ "1,204 (61.2%, 95% 59.0–63.3%)"."""
-        return f"{fmt_count(self.k)} ({fmt_share(self.share)}, 95% {fmt_share(self.lo)}–{fmt_share(self.hi)})"
-
 
 def part(k: int, n: int) -> Part:
     return Part(k, n, *wilson_interval(k, n))
@@ -56,15 +52,6 @@ class CutSplit:
     never_answered: Part | None
     mid_answer: Part | None
     message: str | None  # which field is missing and how to configure it
-
-    def lines(self) -> list[str]:
-        if self.never_answered is None or self.mid_answer is None:
-            return [str(self.message)]
-        return [
-            f"Never answered: {self.never_answered.words()} of {fmt_count(self.cut)} cut at the ceiling"
-            " (the answer part is empty: reasoning only, or a <think> never closed)",
-            f"Cut mid-answer: {self.mid_answer.words()}",
-        ]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,23 +67,6 @@ class LabelChecks:
     context_checked: int | None  # `length` stops below the ceiling whose prompt tokens are known
     max_model_len: int | None
     context_message: str | None
-
-    def lines(self) -> list[str]:
-        if self.mislabelled is None:
-            first = str(self.mislabelled_message)
-        else:
-            how = ", ".join(f"{fmt_count(n)} {r}" for r, n in self.by_reason.items())
-            first = f"{fmt_count(self.mislabelled)} mislabelled: completions at or above the {fmt_count(self.ceiling)}"
-            first += " ceiling labelled other than `length`" + (f" ({how})" if how else "")
-        if self.context_stops is None:
-            second = str(self.context_message)
-        else:
-            second = (
-                f"{fmt_count(self.context_stops)} context-window stops: of {fmt_count(self.context_checked)} `length`"
-                f" stops below the ceiling with known prompt tokens, prompt + completion reached max_model_len"
-                f" = {fmt_count(self.max_model_len)}"
-            )
-        return [first, second]
 
 
 @dataclasses.dataclass(frozen=True)
