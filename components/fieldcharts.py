@@ -9,6 +9,8 @@ model's message (which field, how to configure it) instead of a zero.
 
 from __future__ import annotations
 
+import html
+
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
@@ -33,9 +35,10 @@ def make_group_cut_figure(df: pd.DataFrame, field: str) -> go.Figure:
     """The share of each group's completions stopped by `length`, with its 95% interval, the most
     cut on the left. `df`: group_frame's columns (non-empty)."""
     share = df["share"].fillna(0.0)
+    names = [html.escape(str(g)) for g in df["group"]]  # shard data: plotly reads tags in its text, not entities
     bar = dict(
         type="bar",
-        x=df["group"].astype(str),
+        x=names,
         y=share,
         marker=dict(color=[CEILING_COLOUR if i == 0 else STOP_COLOUR for i in range(len(df))]),
         showlegend=False,
@@ -47,7 +50,7 @@ def make_group_cut_figure(df: pd.DataFrame, field: str) -> go.Figure:
     )
     labels = dict(
         type="scatter",
-        x=df["group"].astype(str),
+        x=names,
         y=df["hi"],
         mode="text",
         text=[f"{s:.1%}" for s in share],

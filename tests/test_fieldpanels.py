@@ -179,6 +179,18 @@ def test_group_cut_figure_draws_intervals_most_cut_first(demo_runs):
     assert list(bar.x) == [r.group for r in p.groups.rows] and bar.error_y.array is not None
     assert list(bar.y) == sorted(bar.y, reverse=True)
     assert GROUP_PATH in fig.layout.title.text
+    hostile = fieldcharts.group_frame(
+        fieldpanels.group_cuts(
+            {
+                "rows": [
+                    {"group": "<b>x</b>", "completions": 4, "length_stops": 1, "share": 0.25, "low": 0.05, "high": 0.7}
+                ]
+            }
+        )
+    )
+    assert list(fieldcharts.make_group_cut_figure(hostile, "g").data[0].x) == [
+        "&lt;b&gt;x&lt;/b&gt;"
+    ]  # shown, not read
 
 
 def _line_never_answered(s) -> bool:
