@@ -136,6 +136,21 @@ def test_recovered_answers_follow_the_what_if_share():
     assert fieldpanels.recovered(fieldpanels.cut_split({"never_answered": None}), 8192, 0.2, 0.05, (0, 0)) is None
 
 
+def test_lengths_model_recovers_never_answered_cuts_only_above_the_ceiling(demo_runs):
+    from runhealth.analysis.whatif import what_if
+
+    config, sim = demo_runs[0]["run-a"]
+    store = Store(config.store_path)
+    m = lengths.lengths(store, config)
+    store.close()
+    r = what_if(m.counts.hist, CEILING, 2 * CEILING, loop_sample=m.loop_sample, bootstrap=20)
+    got = m.recovered(r)
+    assert got is not None and got.never_answered == sim.fields.never_answered
+    assert 0 < got.answers_interval[0] <= got.answers <= got.answers_interval[1] <= sim.fields.never_answered
+    lower = what_if(m.counts.hist, CEILING, CEILING // 2, bootstrap=20)
+    assert m.recovered(lower) is None  # a lower limit recovers nothing: no line at all
+
+
 def test_output_lengths_page_shows_the_panels(demo_runs, monkeypatch):
     runs, path = demo_runs
     truth = runs["run-a"][1].fields

@@ -80,8 +80,9 @@ class Lengths:
 
     def recovered(self, r: WhatIf) -> fieldpanels.Recovered | None:
         """The never-answered cuts that raising the limit to the what-if's would let finish."""
-        if self.fields is None:
-            return None
+        ceiling = self.summary.ceiling_tokens
+        if self.fields is None or ceiling is None or r.limit_tokens <= ceiling:
+            return None  # a limit at or below today's ceiling recovers nothing
         at = r.truncated_fraction
         interval = (r.interval[0], r.interval[1]) if len(r.interval) == 2 else (at or 0.0, at or 0.0)
         return fieldpanels.recovered(self.fields.split, r.limit_tokens, r.current_truncated_fraction, at, interval)
