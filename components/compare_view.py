@@ -35,14 +35,24 @@ def load_comparison(_a: runfigures.RunNumbers, _b: runfigures.RunNumbers, key: t
     return runfigures.compare_runs(_a, _b)
 
 
+@st.cache_data(ttl=10, max_entries=4, hash_funcs={Store: lambda s: str(s.path)}, show_spinner=False)
+def load_prompt_overlap(a: Store, b: Store, a_name: str, b_name: str) -> compare_model.PromptOverlap:
+    """B's answers against A's prompts (runhealth.screens.compare.prompt_overlap), cached for 10 s."""
+    return compare_model.prompt_overlap(a, b, a_name, b_name)
+
+
 def load_compare(
-    a: runfigures.RunNumbers, b: runfigures.RunNumbers, stale_after: tuple[float, float], now: float
+    a: runfigures.RunNumbers,
+    b: runfigures.RunNumbers,
+    stale_after: tuple[float, float],
+    now: float,
+    prompts: compare_model.PromptOverlap | None = None,
 ) -> compare_model.Compare:
     """The Compare page's model at `now` (runhealth.screens.compare), the comparison itself
     reused while both runs' numbers are the same (load_comparison)."""
     both = a.summary.completions and b.summary.completions
     cmp = load_comparison(a, b, (a.name, a.as_of, b.name, b.as_of)) if both else None
-    return compare_model.compare(a, b, stale_after, now, cmp)
+    return compare_model.compare(a, b, stale_after, now, cmp, prompts=prompts)
 
 
 RUN_COLOURS = {"A": "#8A8F98", "B": STOP_COLOUR}  # the earlier run grey, the one it is judged against blue
@@ -110,6 +120,18 @@ def render_headline(cmp: runfigures.Comparison) -> None:
     st.subheader(cards.md_escape(cmp.headline))
 
 
+def render_prompts(p: compare_model.PromptOverlap | None) -> None:
+    """Whether B answered A's prompts, in one line (or which run lacks prompt IDs)."""
+    if p is None:
+        return
+    (st.markdown if p.share is not None else st.info)(cards.md_escape(p.line))
+    if p.share is not None:
+        st.caption(
+            "Distinct prompts by their hashed IDs in each run's store (64-bit hashes: a collision among 10M"
+            " prompts has a chance of about 3 in a million); prompts B answered that A never had are not counted."
+        )
+
+
 def render_table(rows: list[dict[str, str]], a: runfigures.RunNumbers, b: runfigures.RunNumbers) -> None:
     """The side-by-side table, labelled with each run's n and how old its numbers are."""
     df = pd.DataFrame(rows).rename(columns={"A": f"A: {a.name}", "B": f"B: {b.name}"})
@@ -162,7 +184,7 @@ def render_forecast(cmp: runfigures.Comparison, a: runfigures.RunNumbers, b: run
         f"({100 * f['interval'][0]:.1f}–{100 * f['interval'][1]:.1f}%{f['interval_note']})."
     )
     (st.success if f["inside"] else st.warning)(text)
-    st.caption(cards.md_escape(f"{cmp.forecast_note} {cmp.prompts}"))
+    st.caption(cards.md_escape(cmp.forecast_note))
     cards.render_terms(
         f["model"] or "", f["interval_note"] or "", cmp.forecast_note
     )  # the what-if's terms, in plain words

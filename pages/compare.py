@@ -16,7 +16,7 @@ import time
 import streamlit as st
 
 from components import compare_view, context, page
-from components.compare_view import load_compare, load_run_numbers
+from components.compare_view import load_compare, load_prompt_overlap, load_run_numbers
 from components.context import PageRuntime
 from components.format import md_escape
 from runhealth.screens import compare as compare_model
@@ -76,13 +76,15 @@ def render_runs(runs: list[context.RunHandle]) -> None:
         st.warning("Pick two different runs.")
         return
     a, b = numbers(ha), numbers(hb)
-    m = load_compare(a, b, (ha.config.stale_after, hb.config.stale_after), time.time())
+    prompts = page.guarded(load_prompt_overlap)(ha.store, hb.store, ha.config.name, hb.config.name)
+    m = load_compare(a, b, (ha.config.stale_after, hb.config.stale_after), time.time(), prompts)
     for line in m.as_of:
         render_as_of(line)
     if m.comparison is None:
         st.info(md_escape(m.empty))
         return
     compare_view.render_headline(m.comparison)
+    compare_view.render_prompts(m.prompts)
     st.plotly_chart(compare_view.make_overlay_figure(a, b), key=f"{PREFIX}_overlay_chart")
     compare_view.render_table(list(m.rows), a, b)
     compare_view.render_forecast(m.comparison, a, b)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from components import cards, figcache, figures, jobs, loaders, page, precomputed, tables, whatif_view
+from components import cards, fieldcharts, figcache, figures, jobs, loaders, page, precomputed, tables, whatif_view
 from components.context import PageRuntime
 from components.format import fmt_percentile_tokens, level, md_escape
 from runhealth.screens.lengths import Lengths, Summary
@@ -143,6 +143,7 @@ def render_whatif(rt: PageRuntime, m: Lengths) -> None:
     if page.kiosk():
         render_kiosk_charts(rt, r, ceiling, limit, as_of)
         return
+    fieldcharts.render_recovered(m.recovered(r))
     st.caption(f"This what-if: {precomputed.age_text(as_of)}.")
     fine = (
         f"This is an extrapolation: nobody has seen lengths above {ceiling:,}. {r.note} "
@@ -242,6 +243,7 @@ def render_page(rt: PageRuntime) -> None:
     render_server_note(rt, summary)
     page.guarded(render_server_view)(m)
     page.guarded(render_groups)(rt, summary.ceiling_tokens)
+    page.guarded(fieldcharts.render_panels)(m.fields)
     over_time = loaders.load_truncation_over_time(rt.store, rt.config.interval_s, summary.ceiling_tokens)
     if (over_time["completions"] > 0).sum() >= 2:
         st.plotly_chart(

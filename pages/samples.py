@@ -11,8 +11,10 @@ import streamlit as st
 
 from components import cards, loaders, page, tables
 from components.context import PageRuntime
-from components.format import fmt_clock, fmt_count, md_escape
+from components.format import fmt_clock, fmt_count, fmt_share, md_escape
 from runhealth.records import StoredSample
+from runhealth.screens.samples import NEVER_ANSWERED_RULE as RULE
+from runhealth.screens.samples import Samples, sample_key
 
 PREFIX = "samples"
 TITLE, ICON, URL_PATH = "Samples", ":material/search:", "Samples"
@@ -89,19 +91,46 @@ def render_rates(rt: PageRuntime, batch: int) -> None:
                 "muted" if few else "warn" if (share.fraction or 0.0) >= 0.1 else "ok",
             )
         )
+    never_tiles = never_answered_tiles(m)
+    tiles += never_tiles
     if tiles:
         cards.render_tiles(tiles)
+    if never_tiles:
+        st.caption(md_escape("Never answered in this sample: " + RULE))
     examples = [
         ("A truncated loop", [s for s in cut if s.get("is_loop")]),
         ("A truncated completion that is not a loop", [s for s in cut if not s.get("is_loop")]),
+        ("A cut that never answered", m.never_answered),
     ]
-    cols = st.columns(2)
+    cols = st.columns(3)
     for col, (title, found) in zip(cols, examples, strict=False):
         with col, st.expander(title, expanded=False):
             if found:
                 cards.render_sample(found[0])
             else:
                 st.text("None in this sample.")
+
+
+def never_answered_tiles(m: Samples) -> list[dict[str, str]]:
+    """Cuts that never answered: in this sample (judged from its text) beside the scan's exact count."""
+    split, sampled = m.cut_split, m.never_answered_in_sample
+    if split is None or split.never_answered is None or sampled is None:
+        return []
+    exact = split.never_answered
+    return [
+        cards.tile(
+            "Never answered · this sample",
+            fmt_share(sampled.fraction),
+            f"{sampled.k} of n = {sampled.n} cut at the ceiling · 95% {fmt_share(sampled.lo)}–{fmt_share(sampled.hi)}"
+            " · from the sample's text",
+            "muted" if sampled.n < cards.MIN_SAMPLE_N else "ok",
+        ),
+        cards.tile(
+            "Never answered · all cuts",
+            fmt_share(exact.share),
+            f"{fmt_count(exact.k)} of {fmt_count(exact.n)} · exact count",
+        ),
+    ]
 
 
 def label(s: StoredSample) -> str:
@@ -136,13 +165,20 @@ def render(rt: PageRuntime) -> None:
         st.info("The last sample came back empty (see the errors above, or the shards hold no complete lines).")
         return
     page.live(rt, render_rates, rt, latest["batch"])
-    render_table(samples)
+    render_table(samples, m.never_answered)
 
 
-def render_table(samples: list[StoredSample]) -> None:
+def render_table(samples: list[StoredSample], never: list[StoredSample]) -> None:
     """The sample as a table, one picked sample in full below it, and the CSV download."""
-    only_cut = st.toggle("Truncated only", key=f"{PREFIX}_truncated_only")
+    left, right = st.columns(2)
+    only_cut = left.toggle("Truncated only", key=f"{PREFIX}_truncated_only")
+    only_never = right.toggle(
+        "Never answered only", key=f"{PREFIX}_never_answered_only", help="cut at the ceiling, answer empty: " + RULE
+    )
     shown = [s for s in samples if s["finish_reason"] == "length"] if only_cut else samples
+    keys = {sample_key(s) for s in never}
+    if only_never:
+        shown = [s for s in shown if sample_key(s) in keys]
     table = [
         {
             "node": s["node"],
@@ -151,6 +187,7 @@ def render_table(samples: list[StoredSample]) -> None:
             "tokens": fmt_count(s["tokens"]),
             "finish reason": s["finish_reason"],
             "loop?": "loop" if s.get("is_loop") else "",
+            "answer": "never answered" if sample_key(s) in keys else "",
         }
         for s in shown
     ]

@@ -199,7 +199,12 @@ def test_compare_page_shows_the_relaunch_against_the_seed_run(server_url, browse
     page.locator('[data-testid="stDataFrame"]').first.wait_for(timeout=30_000)
     page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
     assert page.locator('[data-testid="stDataFrame"]').count() == 1
-    assert page.get_by_text("cannot be checked").count() >= 1
+    # Issue 33: B's answers against A's prompt set (was "cannot be checked").
+    assert (
+        page.get_by_text(re.compile(r"B answered \d+\.\d% of A's prompts; [\d,]+ of A's prompts are missing")).count()
+        >= 1
+    )
+    assert page.get_by_text("cannot be checked").count() == 0
     assert page.locator('[data-testid="stException"]').count() == 0
     tall_screenshot(page, ARTIFACTS / "compare.png", height=2000)
 

@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import ThreadingWSGIServer
 
+from runhealth.alerting import fieldmetrics
 from runhealth.analysis import rates, reasons, stats, tokencost
 from runhealth.records import GpuNumber
 from runhealth.rules import activity, health
@@ -77,6 +78,7 @@ class StoreMetrics:
             yield from self._nodes(run, meta, now, memo)
             yield from self._gpus(run, health.configured_nodes(meta))
             yield from self._costs(run, meta)
+            yield from fieldmetrics.field_families(self.store, run, meta, self._ceiling(meta)[0])
             yield from self._alerts(run, meta, now, memo)
         except Exception:  # logged; this scrape fails (HTTP 500), the collector goes on
             log.exception("metrics: reading the store failed")

@@ -5,7 +5,8 @@ own store) and builds what the page lays out: how old each run's numbers are (a 
 red once older than its stale_after), why there is nothing to compare yet, and otherwise the
 comparison (`runfigures.compare_runs`: differences with their intervals, a censored percentile
 as a one-sided bound, the rates, A's forecast checked against B, the headline) with its table
-rows as display text. The page (pages/compare.py) only lays this record out.
+rows as display text, and whether B answered A's prompts (`prompt_overlap`: the two stores'
+hashed prompt IDs, #33 item 1). The page (pages/compare.py) only lays this record out.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ import dataclasses
 import time
 from typing import Any
 
+from runhealth.analysis.fieldfigures import NO_ID_MESSAGE, compare_prompts
 from runhealth.rules.health import fmt_age, fmt_ago
 from runhealth.screens import waste as waste_words
 from runhealth.screens.runfigures import Comparison, RunNumbers, compare_runs, comparison_rows
 from runhealth.screens.words import NA, fmt_count, fmt_share
+from runhealth.store import Store
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +29,34 @@ class AsOf:
 
     text: str
     level: str  # "ok" or "alert"
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptOverlap:
+    """How many of run A's distinct prompts run B answered (fieldfigures.compare_prompts), or,
+    when a run's shards have no prompt ID, which one and how to configure it (`line`)."""
+
+    a_prompts: int | None
+    b_prompts: int | None
+    in_both: int | None
+    share: float | None  # of A's prompts, the share B answered
+    missing_from_b: int | None
+    line: str
+
+
+def prompt_overlap(a: Store, b: Store, a_name: str = "A", b_name: str = "B") -> PromptOverlap:
+    """B's answers against A's prompt set: one read-only join of the two stores' hash tables
+    (Store.prompt_overlap), exact up to the 64-bit hashes' collision rate (node/fields.py)."""
+    o = a.prompt_overlap(b.path)
+    lacking = [
+        f"{k} ({name})" for k, name, n in (("A", a_name, o["a_prompts"]), ("B", b_name, o["b_prompts"])) if not n
+    ]
+    if lacking:
+        line = f"Prompts answered cannot be compared: run {' and '.join(lacking)} has no prompt IDs: {NO_ID_MESSAGE}"
+        return PromptOverlap(o["a_prompts"], o["b_prompts"], o["in_both"], None, None, line)
+    c = compare_prompts(o["a_prompts"], o["b_prompts"], o["in_both"])
+    line = f"{c['line']} (B answered {fmt_count(o['b_prompts'])} distinct prompts, A {fmt_count(o['a_prompts'])})"
+    return PromptOverlap(o["a_prompts"], o["b_prompts"], o["in_both"], c["share"], c["missing_from_b"], line)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +71,7 @@ class Compare:
     empty: str  # why there is nothing to compare ("" when there is)
     comparison: Comparison | None
     rows: tuple[dict[str, str], ...]  # the side-by-side table: metric, A, B, B − A, 95% interval
+    prompts: PromptOverlap | None = None  # B's answers against A's prompts (None: not read)
 
     @property
     def headline(self) -> str:
@@ -58,6 +90,7 @@ class Compare:
             "forecast": c.forecast if c else None,
             "forecast_note": c.forecast_note if c else self.empty,
             "rows": list(self.rows),
+            "prompts": dataclasses.asdict(self.prompts) if self.prompts else None,
         }
 
 
@@ -81,17 +114,18 @@ def compare(
     now: float,
     comparison: Comparison | None = None,
     bootstrap: int = 200,
+    prompts: PromptOverlap | None = None,
 ) -> Compare:
     """Run B against run A at `now` (`stale_after`: each run's, seconds). `comparison`: the
     runs' `compare_runs(a, b)` when the caller has it already (the page reuses it while both
-    runs' numbers stand), else it is computed here."""
+    runs' numbers stand), else it is computed here; `prompts`: the runs' prompt_overlap."""
     ages = (as_of(f"A {a.name}", a, stale_after[0], now), as_of(f"B {b.name}", b, stale_after[1], now))
     missing = [r.name for r in (a, b) if not r.summary.completions]
     if missing:
         empty = "No completions in " + " and ".join(missing) + " yet: nothing to compare."
-        return Compare(now, a, b, ages, empty, None, ())
+        return Compare(now, a, b, ages, empty, None, (), prompts)
     cmp = comparison if comparison is not None else compare_runs(a, b, bootstrap)
-    return Compare(now, a, b, ages, "", cmp, tuple(comparison_rows(a, b, cmp)) + cost_rows(a, b))
+    return Compare(now, a, b, ages, "", cmp, tuple(comparison_rows(a, b, cmp)) + cost_rows(a, b), prompts)
 
 
 def _relative(x: float | None, y: float | None) -> str:

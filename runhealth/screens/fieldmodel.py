@@ -17,14 +17,15 @@ from runhealth.analysis.fieldfigures import FieldTotals
 from runhealth.store import Store
 
 
-def field_totals(store: Store, node: str | None = None) -> FieldTotals:
-    """The per-line field counts of `node` (None: every counted node of the run)."""
+def field_totals(store: Store, node: str | None = None, completions: int | None = None) -> FieldTotals:
+    """The per-line field counts of `node` (None: every counted node of the run); `completions`:
+    its completion count when the caller has read it already (else read here)."""
     counts = store.prompt_counts(node)
     presence = [p for p in store.field_presence() if node is None or p["node"] == node]
     id_fields = sorted({k for p in presence for k in p["id_fields"]})
-    completions = sum(
-        r["count"] for r in store.length_counts(by="node" if node else "run") if node is None or r.get("node") == node
-    )
+    if completions is None:
+        rows = store.length_counts(by="node" if node else "run")
+        completions = sum(r["count"] for r in rows if node is None or r.get("node") == node)
     return FieldTotals(
         completions=completions,
         id_lines=counts["id_lines"],
@@ -37,6 +38,16 @@ def field_totals(store: Store, node: str | None = None) -> FieldTotals:
         length_prompt_tokens={(r["tokens"], r["prompt_tokens"]): r["count"] for r in store.length_prompt_tokens(node)},
         no_answer={r["tokens"]: r["no_answer"] for r in store.unanswered_counts(node) if r["no_answer"]},
         reasoned={r["tokens"]: r["reasoned"] for r in store.unanswered_counts(node) if r["reasoned"]},
+    )
+
+
+def unanswered_totals(store: Store, node: str | None = None) -> FieldTotals:
+    """Only the cuts' answer counts (no_answer, reasoned) of `node` or the run: one read, for the
+    Samples page's exact count beside its sample."""
+    rows = store.unanswered_counts(node)
+    return FieldTotals(
+        no_answer={r["tokens"]: r["no_answer"] for r in rows if r["no_answer"]},
+        reasoned={r["tokens"]: r["reasoned"] for r in rows if r["reasoned"]},
     )
 
 
@@ -68,11 +79,11 @@ def prompt_completeness(store: Store, config: Any, completions: int) -> dict[str
 
 def field_figures(store: Store, config: Any, ceiling: int | None, node: str | None = None) -> dict[str, Any]:
     """Every per-line field figure of the run (or `node`) at the ceiling `ceiling`."""
-    rows = [dict(r) for r in store.length_counts(by="node" if node else "run")]
-    if node is not None:
-        rows = [r for r in rows if r.get("node") == node]
+    typed = [r for r in store.length_counts(by="node" if node else "run") if node is None or r.get("node") == node]
+    completions = sum(r["count"] for r in typed)
+    rows = [dict(r) for r in typed]
     return fieldfigures.figures(
-        field_totals(store, node),
+        field_totals(store, node, completions),
         rows,
         ceiling,
         getattr(config, "expected_prompts", None),

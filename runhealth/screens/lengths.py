@@ -5,7 +5,9 @@ payload when it is of the ceiling asked for, else counted from the store: `count
 the run's rates and the latest sample batch, and derives from them the summary (percentiles,
 the share at the ceiling, finish reasons), the ETA now at the 15-min average and the loop sample
 the what-if is fitted with (`loops.loop_sample`); `Lengths.eta_change(what_if)` is what raising
-the limit does to that ETA. The page (pages/lengths.py) lays this out; the heavy per-group,
+the limit does to that ETA. `fields` holds the per-line field panels (#33: cuts before answering,
+label checks, which groups get cut; screens/fieldpanels.py) and `Lengths.recovered(what_if)` the
+never-answered cuts a higher limit would let finish. The page (pages/lengths.py) lays this out; the heavy per-group,
 per-time and what-if reads stay the collector's payloads (components/loaders.py).
 """
 
@@ -21,7 +23,7 @@ from runhealth.analysis.whatif import WhatIf
 from runhealth.payloads import pagedata
 from runhealth.records import NodeRow
 from runhealth.rules import activity, health
-from runhealth.screens import serverview
+from runhealth.screens import fieldmodel, fieldpanels, serverview
 from runhealth.store import Store
 
 
@@ -59,6 +61,7 @@ class Lengths:
     completions_per_s_15m: float | None
     loop_sample: tuple[int, int]  # (loops, sampled) among the latest batch's truncated samples
     server: serverview.ServerView | None = None  # the inference servers' view beside the shards' (#33)
+    fields: fieldpanels.FieldPanels | None = None  # the per-line field panels (#33 items 3, 4, 5)
 
     @property
     def summary(self) -> Summary:
@@ -75,6 +78,15 @@ class Lengths:
             self.eta_s, self.summary.tokens.mean, r.extra_tokens_per_completion, r.extra_tokens_interval
         )
 
+    def recovered(self, r: WhatIf) -> fieldpanels.Recovered | None:
+        """The never-answered cuts that raising the limit to the what-if's would let finish."""
+        ceiling = self.summary.ceiling_tokens
+        if self.fields is None or ceiling is None or r.limit_tokens <= ceiling:
+            return None  # a limit at or below today's ceiling recovers nothing
+        at = r.truncated_fraction
+        interval = (r.interval[0], r.interval[1]) if len(r.interval) == 2 else (at or 0.0, at or 0.0)
+        return fieldpanels.recovered(self.fields.split, r.limit_tokens, r.current_truncated_fraction, at, interval)
+
     def to_json(self) -> dict[str, Any]:
         s = self.summary
         return {
@@ -90,6 +102,7 @@ class Lengths:
             "eta_s": self.eta_s,
             "loop_sample": list(self.loop_sample),
             "server_view": self.server.lines() if self.server else None,
+            "fields": dataclasses.asdict(self.fields) if self.fields else None,
         }
 
 
@@ -109,4 +122,5 @@ def lengths(store: Store, config: Any, now: float | None = None) -> Lengths:
         server=serverview.server_view(
             (m for m in store.metric_latest() if keep is None or m["node"] in keep), counted.summary
         ),
+        fields=fieldpanels.panels(fieldmodel.field_figures(store, config, counted.summary.ceiling_tokens)),
     )

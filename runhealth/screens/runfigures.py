@@ -39,10 +39,6 @@ from runhealth.store import Store
 
 Z95 = compare.Z95
 log = textsafe.get_logger(__name__)
-PROMPTS_UNCHECKED = (
-    "Whether B's completions answer the same prompts as A's cannot be checked: the store "
-    "keeps length counts, not prompt ids."
-)
 
 
 BOTH_AT_CEILING, NOT_MEASURABLE = compare.BOTH_AT_CEILING, compare.NOT_MEASURABLE
@@ -301,7 +297,6 @@ class Comparison:
     rates: dict[str, RateChange | None]  # "tokens_per_s_per_gpu", "completions_per_hour"
     forecast: Forecast | None
     forecast_note: str  # why there is no forecast, or what it assumes
-    prompts: str  # what cannot be checked about the prompts
     headline: str
 
 
@@ -313,7 +308,6 @@ def compare_runs(a: RunNumbers, b: RunNumbers, bootstrap: int = 200) -> Comparis
             differences=None,
             rates={},
             forecast=None,
-            prompts=PROMPTS_UNCHECKED,
             forecast_note="no forecast check: a run has no completions yet",
             headline=f"{b.name} vs {a.name}: no completions to compare yet",
         )
@@ -334,7 +328,6 @@ def compare_runs(a: RunNumbers, b: RunNumbers, bootstrap: int = 200) -> Comparis
         rates=rate_changes,
         forecast=forecast,
         forecast_note=note,
-        prompts=PROMPTS_UNCHECKED,
         headline=headline(sa, sb, diffs, rate_changes),
     )
 

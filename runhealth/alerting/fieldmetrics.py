@@ -1,0 +1,70 @@
+"""The per-line field figures (#33) as Prometheus gauges, for the exporter (/metrics).
+
+`field_families(store, run, meta, ceiling)` reads the run's figures once
+(screens/fieldmodel.field_figures: the numbers the pages and `poll --json` show) and yields one
+gauge per figure the shards carry: prompts answered, missing (only with [run] expected_prompts),
+answered more than once, cuts that never answered and cut mid-answer, mislabelled completions
+and context-window stops (only with [run] max_model_len). A figure whose field the shards lack
+yields no series at all: a missing field is never exported as a zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from runhealth.screens import fieldmodel
+from runhealth.store import Store
+
+# (name, help, figure, key): each exported when the figure's value is not None.
+GAUGES = (
+    ("runhealth_prompts_answered", "Distinct prompts answered (by hashed prompt ID).", "prompts", "answered"),
+    ("runhealth_prompts_missing", "Expected prompts not answered yet ([run] expected_prompts).", "prompts", "missing"),
+    (
+        "runhealth_prompts_answered_more_than_once",
+        "Distinct prompts answered on two lines or more (a retry or a relaunch).",
+        "prompts",
+        "answered_more_than_once",
+    ),
+    (
+        "runhealth_truncated_never_answered",
+        "Completions cut at the ceiling whose answer part is empty (the budget went to reasoning).",
+        "unanswered",
+        "never_answered",
+    ),
+    (
+        "runhealth_truncated_mid_answer",
+        "Completions cut at the ceiling after their answer had begun.",
+        "unanswered",
+        "cut_mid_answer",
+    ),
+    (
+        "runhealth_mislabelled_completions",
+        "Completions at or above the ceiling whose finish_reason is not length.",
+        "mislabelled",
+        "count",
+    ),
+    (
+        "runhealth_context_window_stops",
+        "Length stops below the ceiling whose prompt and completion filled max_model_len.",
+        "context_stops",
+        "count",
+    ),
+)
+
+
+def field_families(store: Store, run: str, meta: dict[str, Any], ceiling: int | None) -> Iterator[Metric]:
+    """One gauge family per figure the shards carry (nothing for a field they lack). `meta` is
+    the store's run meta: expected_prompts and max_model_len are read from it when present."""
+    config = SimpleNamespace(expected_prompts=meta.get("expected_prompts"), max_model_len=meta.get("max_model_len"))
+    figures = fieldmodel.field_figures(store, config, ceiling)
+    for name, help_, figure, key in GAUGES:
+        value = figures[figure].get(key)
+        if value is None:
+            continue
+        family = GaugeMetricFamily(name, help_, labels=["run"])
+        family.add_metric([run], float(value))
+        yield family
