@@ -285,13 +285,15 @@ def test_metrics_gauges_are_the_truth_and_absent_without_the_field(demo_runs, tm
         assert got["runhealth_truncated_never_answered"] == truth.never_answered
         assert got["runhealth_truncated_mid_answer"] == truth.length_at_ceiling - truth.never_answered
         assert got["runhealth_mislabelled_completions"] == truth.mislabelled
-        # Not in the run's meta (expected_prompts, max_model_len): no series, never a zero.
-        assert "runhealth_prompts_missing" not in got and "runhealth_context_window_stops" not in got
-        meta = store.meta("run") or {}
-        store.set_meta("run", {**meta, "expected_prompts": truth.issued, "max_model_len": MAX_MODEL_LEN})
-        got = _scrape(store)
+        # The collector saved the run's expected_prompts and max_model_len with its meta.
         assert got["runhealth_prompts_missing"] == truth.issued - truth.answered > 0
         assert got["runhealth_context_window_stops"] == truth.context_stops > 0
+        meta = store.meta("run") or {}
+        assert (meta["expected_prompts"], meta["max_model_len"]) == (truth.issued, MAX_MODEL_LEN)
+        # Without them (a store written before, or a run that sets neither): no series, never a zero.
+        store.set_meta("run", {k: v for k, v in meta.items() if k not in ("expected_prompts", "max_model_len")})
+        got = _scrape(store)
+        assert "runhealth_prompts_missing" not in got and "runhealth_context_window_stops" not in got
         store.set_meta("run", meta)
     finally:
         store.close()

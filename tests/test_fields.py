@@ -200,7 +200,8 @@ def test_store_figures_through_a_real_sshd_node(tmp_path, sshd_node):
         assert_matches_truth(f, sim.fields)
         assert fieldmodel.field_figures(collector.store, config, CEILING, "n1")["prompts"] == f["prompts"]
         m = overview.overview(collector.store, config)
-        line = f"prompts answered {sim.fields.answered:,} of {sim.fields.issued:,}"
+        f_ = sim.fields
+        line = f"prompts answered {f_.answered:,} of {f_.issued:,} · not answered {f_.issued - f_.answered:,}"
         assert m.prompts is not None and m.prompts["line"].startswith(line) and line in m.text()
         assert m.headline()["prompts_answered_twice"] == sim.fields.answered_twice
     finally:

@@ -62,7 +62,7 @@ def hash_totals(counts: Mapping[int, int]) -> tuple[int, int]:
 def completeness(t: FieldTotals, expected: int | None = None) -> dict[str, Any]:
     """Prompts answered (distinct IDs), answered more than once, and missing against `expected`.
 
-    `line` is the Overview's wording: "prompts answered N of M · missing K · answered twice D",
+    `line` is the Overview's wording: "prompts answered N of M · not answered K · answered twice D",
     or the message naming the field to configure when no line had an ID.
     """
     if not t.id_lines:
@@ -90,7 +90,8 @@ def completeness_line(c: Mapping[str, Any]) -> str:
     if c.get("answered") is None:
         return str(c["message"])
     of = f" of {c['expected']:,}" if c.get("expected") else ""
-    missing = f" · missing {c['missing']:,}" if c.get("missing") is not None else ""
+    # "not answered", not "missing": on a live run most of them are simply still to come.
+    missing = f" · not answered {c['missing']:,}" if c.get("missing") is not None else ""
     return f"prompts answered {c['answered']:,}{of}{missing} · answered twice {c['answered_more_than_once']:,}"
 
 

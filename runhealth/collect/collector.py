@@ -456,4 +456,6 @@ def run_meta(config: RunConfig, context: RunContext) -> dict[str, Any]:
         "truncation_alert_fraction": config.truncation_alert_fraction,
         "stale_after_s": config.stale_after,
         "nodes": [n.name for n in config.nodes],
+        "expected_prompts": config.expected_prompts,  # /metrics' prompts missing (alerting/fieldmetrics.py)
+        "max_model_len": config.max_model_len,  # /metrics' context-window stops
     }
