@@ -13,10 +13,11 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, TypedDict
+from typing import Any, NamedTuple, ParamSpec, TypedDict, TypeVar
 
 import pandas as pd
 import streamlit as st
+from streamlit.runtime.caching.cache_utils import CachedFunc
 
 from components import precomputed
 from runhealth.analysis import lengthtime, stats, whatif
@@ -34,13 +35,16 @@ from runhealth.settings.config import RunConfig
 from runhealth.settings.windows import SERVER_RATE_WINDOW_S, stale_after_s
 from runhealth.store import Store, rollup
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
 TTL_S = 3
 _HASH: dict[str | type[Any], Callable[[Any], Any]] = {Store: lambda s: str(s.path), RunConfig: repr}
 SERVER_GAUGES = ("sglang:gen_throughput",)
 SERVER_COUNTERS = ("vllm:generation_tokens_total",)
 
 
-def _cache(ttl: float = TTL_S, max_entries: int = 16):
+def _cache(ttl: float = TTL_S, max_entries: int = 16) -> Callable[[Callable[P, R]], CachedFunc[P, R]]:
     return st.cache_data(ttl=ttl, max_entries=max_entries, hash_funcs=_HASH, show_spinner=False)
 
 

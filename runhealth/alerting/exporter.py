@@ -24,7 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from runhealth.analysis import rates, reasons, stats, tokencost
-from runhealth.records import GpuNumber
+from runhealth.records import LENGTH, GpuNumber
 from runhealth.rules import activity, health
 from runhealth.settings.windows import rate_window_s
 from runhealth.store import Store, reasonnames
@@ -174,7 +174,7 @@ class StoreMetrics:
         estimated = 0 if exact or not self.store.query(f"SELECT 1 FROM node_length_counts{where} LIMIT 1", gone) else 1
         if meta.get("max_output_tokens"):
             return int(meta["max_output_tokens"]), estimated
-        rows = self.store.length_counts(by="run", finish_reason=stats.LENGTH)
+        rows = self.store.length_counts(by="run", finish_reason=LENGTH)
         hist = stats.LengthHist.from_rows((r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in rows)
         return stats.detect_ceiling(hist), estimated
 

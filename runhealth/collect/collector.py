@@ -28,7 +28,7 @@ from runhealth.errors import one_line as _plain
 from runhealth.node.wire import PollReply, ShardCursor
 from runhealth.payloads import pagedata
 from runhealth.remote import make_transport
-from runhealth.remote.base import fan_out_calls
+from runhealth.remote.base import Transport, fan_out_calls
 from runhealth.settings.config import NodeConfig, RunConfig, RunContext
 from runhealth.store import Store, rollup, storefile
 
@@ -93,7 +93,7 @@ class NodePoller:
         node: NodeConfig,
         store: Store,
         interval_s: float,
-        transport=None,
+        transport: Transport | None = None,
         clock: Callable[[], float] = time.time,
         demo_gpus: int = 0,
     ):
@@ -279,7 +279,7 @@ class Collector:
     def __enter__(self) -> Collector:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     @property
