@@ -14,7 +14,7 @@ import html
 import math
 import time
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar, TypeVarTuple, Unpack
+from typing import ParamSpec, TypeVar, TypeVarTuple
 
 import pandas as pd
 import streamlit as st
@@ -391,12 +391,12 @@ def _kiosk_rotate(rt: context.PageRuntime, prefix: str, rotate_s: float, pages: 
     st.switch_page(pages[page_name], query_params=params)
 
 
-def live(rt: context.PageRuntime, fn: Callable[[Unpack[Ts]], object], *args: Unpack[Ts], header: bool = True) -> None:
+def live(rt: context.PageRuntime, fn: Callable[[*Ts], object], *args: *Ts, header: bool = True) -> None:
     """Draw `fn(*args)` in a fragment that redraws itself every collection interval, in place
     (no flicker, widgets inside keep their state), under a line saying when its numbers are from
     (`header=False`: `fn` draws that line itself, with its model's instant: `data_header(rt, as_of)`)."""
 
-    def body(*a: Unpack[Ts]) -> None:
+    def body(*a: *Ts) -> None:
         if header:
             data_header(rt)
         guarded(fn)(*a)

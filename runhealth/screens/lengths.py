@@ -17,7 +17,7 @@ from typing import Any
 
 from runhealth.analysis import loops, rates, stats
 from runhealth.analysis.stats import Summary as Summary  # the pages name the summary type through here
-from runhealth.analysis.whatif import WhatIf
+from runhealth.analysis.whatif import WhatIf as WhatIf  # ... and the what-if's
 from runhealth.payloads import pagedata
 from runhealth.records import NodeRow
 from runhealth.rules import activity, health
