@@ -20,7 +20,7 @@ from runhealth.analysis.stats import Summary as Summary  # the pages name the su
 from runhealth.analysis.whatif import WhatIf as WhatIf  # ... and the what-if's
 from runhealth.payloads import pagedata
 from runhealth.records import NodeRow
-from runhealth.rules import activity, health
+from runhealth.rules import activity
 from runhealth.screens import serverview
 from runhealth.store import Store
 
@@ -96,7 +96,7 @@ class Lengths:
 def lengths(store: Store, config: Any, now: float | None = None) -> Lengths:
     """The Output lengths page of `config`'s run (a RunConfig) at `now`."""
     now = time.time() if now is None else now
-    keep = health.configured_nodes(store.meta("run") or {})
+    keep = store.run_settings().node_names
     counted = counts(store, config.max_output_tokens, pagedata.get(store, "run_lengths"))
     return Lengths(
         run=config.name,

@@ -24,6 +24,7 @@ from runhealth.rules.health import fmt_age, level
 from runhealth.screens import derived, fieldmodel
 from runhealth.screens import waste as waste_words
 from runhealth.screens.words import fmt_bytes, fmt_rate, fmt_window
+from runhealth.settings.runsettings import RunSettings
 from runhealth.settings.windows import DROP_LOOKBACK_S, SERVER_RATE_WINDOW_S, stale_after_s
 from runhealth.store import Store
 
@@ -268,8 +269,7 @@ def _pct(x: float | None, of: float | None) -> float | None:
 def overview(store: Store, config: Any, now: float | None = None, finished: bool = False) -> Overview:
     """The Overview of `config`'s run (a RunConfig) at `now`, from one reading of `store`."""
     now = time.time() if now is None else now
-    meta = health.settings(config)
-    reading = health.read(store, now, meta, rates_lookback_s=DROP_LOOKBACK_S)
+    reading = health.read(store, now, RunSettings.from_config(config), rates_lookback_s=DROP_LOOKBACK_S)
     found = health.alerts_of(reading)
     state = run_state(found, finished)
     nodes = reading.nodes
