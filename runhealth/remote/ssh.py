@@ -32,7 +32,7 @@ from runhealth.errors import (
 )
 from runhealth.remote.base import POLL_SLICE_S, Tail, Transport, sanitize
 from runhealth.remote.protocol import AgentSession, launch_argv
-from runhealth.settings.config import reveal
+from runhealth.settings.config import NodeConfig, reveal
 
 log = textsafe.get_logger(__name__)
 
@@ -258,7 +258,7 @@ class SSHTransport(Transport):
         program: the program frame to send instead of runhealth/node/agent.py's (tests).
     """
 
-    def __init__(self, node: Any, ssh_config_path: str | None = None, program: bytes | None = None):
+    def __init__(self, node: NodeConfig, ssh_config_path: str | None = None, program: bytes | None = None):
         super().__init__(node.name, node.command_timeout_s, node.connect_timeout_s, program)
         self.node = node
         self.command = shlex.join(launch_argv(node.python))

@@ -14,6 +14,7 @@ from typing import Any
 
 from runhealth.analysis import fieldfigures
 from runhealth.analysis.fieldfigures import FieldTotals
+from runhealth.settings.config import RunConfig
 from runhealth.store import Store
 
 
@@ -40,7 +41,7 @@ def field_totals(store: Store, node: str | None = None) -> FieldTotals:
     )
 
 
-def prompt_completeness(store: Store, config: Any, completions: int) -> dict[str, Any] | None:
+def prompt_completeness(store: Store, config: RunConfig, completions: int) -> dict[str, Any] | None:
     """The run's prompts answered / missing (against [run] expected_prompts) / answered more
     than once, with its one-line wording (`line`); None before any completion. One statement
     (store.prompt_summary) unless a node outside the config holds prompt IDs: then the exact
@@ -66,7 +67,7 @@ def prompt_completeness(store: Store, config: Any, completions: int) -> dict[str
     return fieldfigures.completeness(totals, getattr(config, "expected_prompts", None))
 
 
-def field_figures(store: Store, config: Any, ceiling: int | None, node: str | None = None) -> dict[str, Any]:
+def field_figures(store: Store, config: RunConfig, ceiling: int | None, node: str | None = None) -> dict[str, Any]:
     """Every per-line field figure of the run (or `node`) at the ceiling `ceiling`."""
     rows = [dict(r) for r in store.length_counts(by="node" if node else "run")]
     if node is not None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from runhealth.records import GpuRow, NodeRow
 from runhealth.rules import hardware, health
+from runhealth.settings.config import RunConfig
 from runhealth.settings.runsettings import RunSettings
 from runhealth.store import Store
 
@@ -58,7 +59,7 @@ class Gpus:
         }
 
 
-def gpus(store: Store, config: Any, now: float | None = None) -> Gpus:
+def gpus(store: Store, config: RunConfig, now: float | None = None) -> Gpus:
     """The GPUs page of `config`'s run (a RunConfig) at `now`, from one reading of `store`."""
     now = time.time() if now is None else now
     # The nodes are those the collector saved in the run's meta (none saved: every node the store

@@ -22,6 +22,7 @@ from runhealth.payloads import pagedata
 from runhealth.records import NodeRow
 from runhealth.rules import activity
 from runhealth.screens import serverview
+from runhealth.settings.config import RunConfig
 from runhealth.store import Store
 
 
@@ -93,7 +94,7 @@ class Lengths:
         }
 
 
-def lengths(store: Store, config: Any, now: float | None = None) -> Lengths:
+def lengths(store: Store, config: RunConfig, now: float | None = None) -> Lengths:
     """The Output lengths page of `config`'s run (a RunConfig) at `now`."""
     now = time.time() if now is None else now
     keep = store.run_settings().node_names

@@ -22,6 +22,7 @@ from runhealth.records import HostReading, MetricRow, NodeRow, ShardRow
 from runhealth.rules import activity, health
 from runhealth.screens import waste as waste_words
 from runhealth.screens.words import NA, fmt_count, fmt_share
+from runhealth.settings.config import RunConfig
 from runhealth.settings.runsettings import RunSettings
 from runhealth.settings.windows import DROP_LOOKBACK_S
 from runhealth.store import Store
@@ -173,7 +174,7 @@ def collector_fault(store: Store, now: float, stale_after: float) -> str | None:
     return None if found is None else found.text
 
 
-def nodes(store: Store, config: Any, now: float | None = None, finished: bool = False) -> Nodes:
+def nodes(store: Store, config: RunConfig, now: float | None = None, finished: bool = False) -> Nodes:
     """The Nodes page of `config`'s run (a RunConfig) at `now`, from one reading of `store`."""
     now = time.time() if now is None else now
     # The nodes are those the collector saved in the run's meta (none saved: every node the store
