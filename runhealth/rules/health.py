@@ -38,7 +38,7 @@ from runhealth.rules.hardware import missing_gpus as missing_gpus
 from runhealth.settings import windows
 from runhealth.settings.runsettings import RunSettings
 from runhealth.settings.windows import HARDWARE_WINDOW_S
-from runhealth.settings.windows import stale_after_s as stale_after_s  # re-exported: the exporter and tests ask health
+from runhealth.settings.windows import stale_after_s as stale_after_s  # re-exported: tests ask health
 from runhealth.settings.windows import stall_after_s as stall_after_s
 from runhealth.store import Store
 
