@@ -7,16 +7,16 @@ so the Overview, the webhooks and /metrics can never disagree about what holds.
 
 from __future__ import annotations
 
-from typing import Any
-
 from components import loaders
 from runhealth.rules import health
+from runhealth.settings.config import RunConfig
+from runhealth.settings.runsettings import RunSettings
 from runhealth.store import Store
 
 
-def current(store: Store, config: Any) -> list[health.Alert]:
+def current(store: Store, config: RunConfig) -> list[health.Alert]:
     """Every alert that holds now for the run of `config`: the core's evaluate (a cached read)."""
-    return loaders.load_alerts(store, tuple(sorted(health.settings(config).items())))
+    return loaders.load_alerts(store, RunSettings.from_config(config))
 
 
 HARDWARE_PREFIXES = {"gpu": ("gpu_",), "host": ("host_",)}

@@ -15,7 +15,6 @@ import dataclasses
 import html
 import time
 from collections.abc import Mapping
-from typing import Any
 
 import streamlit as st
 
@@ -28,7 +27,7 @@ from runhealth.rules.health import node_status
 from runhealth.screens import overview as overview_model
 from runhealth.screens.words import explain
 from runhealth.screens.words import tile_help as words_tile_help
-from runhealth.store import storefile
+from runhealth.store import Store, storefile
 
 STATE_COLOUR = {"UP": "#1B5E20", "STALE": "#8A5A00", "DOWN": "#8B1A1A", "PENDING": "#3A3F4B", "FINISHED": "#3A3F4B"}
 STATE_MD = {
@@ -138,14 +137,14 @@ def render_indexing(nodes: list[NodeRow]) -> None:
         st.progress(*progress)
 
 
-def render_store_incident(store: Any) -> None:
+def render_store_incident(store: Store) -> None:
     """Say so when the history store file was deleted, truncated or replaced under this dashboard."""
     incident = store.check_file()  # page reads are cached: look at the file itself
     if incident is not None and time.time() - incident[1] < 24 * 3600:
         st.warning(md_escape(incident[0]))
 
 
-def render_store_privacy(store: Any) -> None:
+def render_store_privacy(store: Store) -> None:
     """Warn when the store (it holds sampled prompts and completions) is readable by other users."""
     exposed = storefile.readable_by_others(store.path)
     if exposed:

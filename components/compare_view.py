@@ -13,7 +13,7 @@ import streamlit as st
 
 from components import cards
 from components.figures import ALERT_COLOUR, CEILING_COLOUR, STOP_COLOUR, apply_layout, new_figure, vline
-from components.format import fmt_window
+from components.format import fmt_window, md_escape
 from runhealth.analysis import stats
 from runhealth.screens import compare as compare_model
 from runhealth.screens import runfigures
@@ -117,14 +117,14 @@ def make_overlay_figure(a: runfigures.RunNumbers, b: runfigures.RunNumbers) -> g
 
 
 def render_headline(cmp: runfigures.Comparison) -> None:
-    st.subheader(cards.md_escape(cmp.headline))
+    st.subheader(md_escape(cmp.headline))
 
 
 def render_prompts(p: compare_model.PromptOverlap | None) -> None:
     """Whether B answered A's prompts, in one line (or which run lacks prompt IDs)."""
     if p is None:
         return
-    (st.markdown if p.share is not None else st.info)(cards.md_escape(p.line))
+    (st.markdown if p.share is not None else st.info)(md_escape(p.line))
     if p.share is not None:
         st.caption(
             "Distinct prompts by their hashed IDs in each run's store (64-bit hashes: a collision among 10M"
@@ -153,12 +153,12 @@ def render_forecast(cmp: runfigures.Comparison, a: runfigures.RunNumbers, b: run
     st.subheader("Forecast vs outcome")
     f = cmp.forecast
     if f is None:
-        st.info(cards.md_escape(cmp.forecast_note))
+        st.info(md_escape(cmp.forecast_note))
         return
     verdict = "inside" if f["inside"] else "outside"
     cols = st.columns(2)
     with cols[0]:
-        st.markdown(cards.md_escape(f"A's what-if ({a.name}, {f['model']}) predicted at {f['limit']:,}:"))
+        st.markdown(md_escape(f"A's what-if ({a.name}, {f['model']}) predicted at {f['limit']:,}:"))
         st.metric(
             "still cut (predicted)",
             f"{100 * f['predicted_fraction']:.1f}%",
@@ -171,7 +171,7 @@ def render_forecast(cmp: runfigures.Comparison, a: runfigures.RunNumbers, b: run
             f"{f['predicted_extra_tokens_interval'][1]:+,.0f})"
         )
     with cols[1]:
-        st.markdown(cards.md_escape(f"B ({b.name}) measured at {f['limit']:,}:"))
+        st.markdown(md_escape(f"B ({b.name}) measured at {f['limit']:,}:"))
         st.metric("still cut (measured)", f"{100 * f['measured_fraction']:.1f}%")
         extra = f["measured_extra_tokens"]
         st.caption(
@@ -184,7 +184,7 @@ def render_forecast(cmp: runfigures.Comparison, a: runfigures.RunNumbers, b: run
         f"({100 * f['interval'][0]:.1f}–{100 * f['interval'][1]:.1f}%{f['interval_note']})."
     )
     (st.success if f["inside"] else st.warning)(text)
-    st.caption(cards.md_escape(cmp.forecast_note))
+    st.caption(md_escape(cmp.forecast_note))
     cards.render_terms(
         f["model"] or "", f["interval_note"] or "", cmp.forecast_note
     )  # the what-if's terms, in plain words

@@ -11,12 +11,15 @@ from __future__ import annotations
 import datetime
 import math
 import re
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
+from numpy.typing import ArrayLike
+from plotly.basedatatypes import BaseTraceType
 
 from runhealth.rules.health import level
 
@@ -29,7 +32,7 @@ BACKFILL_COLOUR = "#555A63"
 FONT_SIZE = 16
 
 
-def new_figure(*data) -> go.Figure:
+def new_figure(*data: BaseTraceType) -> go.Figure:
     """A new Figure in plotly's dark template.
 
     plotly copies its default template into a new Figure without validating it again (0.5 ms);
@@ -90,7 +93,7 @@ def apply_layout(fig: go.Figure, title: str, height: int = 380) -> go.Figure:
 _VLINE_TEXT = {"top right": (1, "top", "left"), "top left": (1, "top", "right"), "bottom right": (0, "bottom", "left")}
 
 
-def _vline_shape(x: float, **line) -> dict:
+def _vline_shape(x: float, **line: str | float) -> dict:
     return dict(type="line", x0=x, x1=x, xref="x", y0=0, y1=1, yref="y domain", line=line)
 
 
@@ -99,14 +102,14 @@ def _vline_text(x: float, text: str, position: str = "top right") -> dict:
     return dict(text=text, showarrow=False, x=x, xref="x", xanchor=xanchor, y=y, yref="y domain", yanchor=yanchor)
 
 
-def vline(fig: go.Figure, x: float, text: str | None = None, position: str = "top right", **line) -> None:
+def vline(fig: go.Figure, x: float, text: str | None = None, position: str = "top right", **line: str | float) -> None:
     """A vertical rule at data x across the plot; `line` holds shape line keys (dash, color, width)."""
     fig.add_shape(**_vline_shape(x, **line))
     if text is not None:
         fig.add_annotation(**_vline_text(x, text, position))
 
 
-def _hline_shape(y: float, **line) -> dict:
+def _hline_shape(y: float, **line: str | float) -> dict:
     return dict(type="line", x0=0, x1=1, xref="x domain", y0=y, y1=y, yref="y", line=line)
 
 
@@ -123,7 +126,7 @@ def _figure(data: list[dict], layout: dict, shapes: list[dict], notes: list[dict
     return new_figure_from(data, layout)
 
 
-def hline(fig: go.Figure, y: float, text: str | None = None, **line) -> None:
+def hline(fig: go.Figure, y: float, text: str | None = None, **line: str | float) -> None:
     """A horizontal rule at data y across the plot, its label at the top right (plotly's default)."""
     fig.add_shape(**_hline_shape(y, **line))
     if text is not None:
@@ -470,7 +473,7 @@ def make_gpu_grid_figure(df: pd.DataFrame) -> go.Figure:
     mem = grid.pivot(index="node", columns="gpu", values="mem_pct").reindex_like(util)
     text = [[("N/A" if pd.isna(u) else f"{u:.0f}") for u in row] for row in util.to_numpy()]
 
-    def pct(v) -> str:
+    def pct(v: float | None) -> str:
         return "N/A" if v is None or pd.isna(v) else f"{v:.0f}%"
 
     hover = [
@@ -520,7 +523,7 @@ def make_gpu_timeseries_figure(
     return fig
 
 
-def natural_order(names) -> list[str]:
+def natural_order(names: Iterable[str]) -> list[str]:
     """node-2 before node-10 (people number their nodes)."""
     return sorted(names, key=lambda n: [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", str(n))])
 
@@ -687,7 +690,9 @@ def make_throughput_figure(df: pd.DataFrame) -> go.Figure:
     return apply_layout(fig, "Throughput (from shard growth)", height=230)
 
 
-def _band(x, upper, lower, fillcolor: str, name: str | None = None, **both) -> list[dict]:
+def _band(
+    x: ArrayLike, upper: ArrayLike, lower: ArrayLike, fillcolor: str, name: str | None = None, **both: str
+) -> list[dict]:
     """A shaded band between two lines: the upper edge unseen, the lower filled up to it; with
     `name` the band has a legend entry. `both`: trace keys for both edges (legendgroup, hoverinfo)."""
     hidden = dict(width=0)

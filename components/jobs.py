@@ -8,10 +8,13 @@ error; nothing escapes into the page.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVarTuple
 
 import streamlit as st
+
+Ts = TypeVarTuple("Ts")
 
 
 @st.cache_resource(show_spinner=False, max_entries=1)
@@ -19,7 +22,7 @@ def _pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=2, thread_name_prefix="runhealth-job")
 
 
-def start(key: str, fn, *args: Any) -> None:
+def start(key: str, fn: Callable[[*Ts], object], *args: *Ts) -> None:
     """Run fn(*args) in the background for this viewer under `key` (a running one is kept)."""
     if running(key):
         return

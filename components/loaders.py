@@ -13,10 +13,11 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, TypedDict
+from typing import Any, NamedTuple, ParamSpec, TypedDict, TypeVar
 
 import pandas as pd
 import streamlit as st
+from streamlit.runtime.caching.cache_utils import CachedFunc
 
 from components import precomputed
 from runhealth.analysis import lengthtime, stats, whatif
@@ -31,8 +32,12 @@ from runhealth.screens import nodes as nodes_model
 from runhealth.screens import overview as overview_model
 from runhealth.screens import samples as samples_model
 from runhealth.settings.config import RunConfig
+from runhealth.settings.runsettings import RunSettings
 from runhealth.settings.windows import SERVER_RATE_WINDOW_S, stale_after_s
 from runhealth.store import Store, rollup
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 TTL_S = 3
 _HASH: dict[str | type[Any], Callable[[Any], Any]] = {Store: lambda s: str(s.path), RunConfig: repr}
@@ -40,7 +45,7 @@ SERVER_GAUGES = ("sglang:gen_throughput",)
 SERVER_COUNTERS = ("vllm:generation_tokens_total",)
 
 
-def _cache(ttl: float = TTL_S, max_entries: int = 16):
+def _cache(ttl: float = TTL_S, max_entries: int = 16) -> Callable[[Callable[P, R]], CachedFunc[P, R]]:
     return st.cache_data(ttl=ttl, max_entries=max_entries, hash_funcs=_HASH, show_spinner=False)
 
 
@@ -72,7 +77,7 @@ def clear_all() -> None:
 @_cache()
 def load_nodes(store: Store) -> list[NodeRow]:
     """The nodes the run's config names now (a removed node is history: screens.nodes.removed_nodes)."""
-    keep = health.configured_nodes(store.meta("run") or {})
+    keep = store.run_settings().node_names
     return [n for n in store.nodes() if keep is None or n["name"] in keep]
 
 
@@ -223,10 +228,10 @@ def load_gpus_screen(store: Store, config: RunConfig) -> gpus_model.Gpus:
 
 
 @_cache(ttl=TTL_S, max_entries=8)
-def load_alerts(store: Store, settings: tuple[tuple[str, Any], ...]) -> list[health.Alert]:
-    """health.evaluate() now, for the run settings `settings` (health.settings(config).items()):
+def load_alerts(store: Store, settings: RunSettings) -> list[health.Alert]:
+    """health.evaluate() now, for the run settings `settings` (`RunSettings.from_config`):
     the Overview's alert box (75 ms at 64 nodes x 8 GPUs, so cached like the other reads)."""
-    return health.evaluate(store, time.time(), dict(settings))
+    return health.evaluate(store, time.time(), settings)
 
 
 @_cache(ttl=60, max_entries=4)
@@ -238,7 +243,7 @@ def load_final(store: Store, completions: int) -> derived.Final:
 @_cache()
 def load_gpu_latest(store: Store) -> pd.DataFrame:
     """The latest reading of each GPU of the nodes the config names now (as /metrics exports)."""
-    keep = health.configured_nodes(store.meta("run") or {})
+    keep = store.run_settings().node_names
     return gpu_frame([g for g in store.gpu_latest() if keep is None or g["node"] in keep])
 
 

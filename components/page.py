@@ -13,6 +13,8 @@ import functools
 import html
 import math
 import time
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar, TypeVarTuple
 
 import pandas as pd
 import streamlit as st
@@ -160,6 +162,10 @@ KIOSK_ROTATION = ("overview", "lengths", "gpus")  # Nodes joins only while a nod
 # A page too tall for one wall screen is shown in parts (?kiosk=1&part=2), each its own screen.
 KIOSK_PARTS = {"overview": 2, "lengths": 2}
 KIOSK_MAX_ALERTS = 3  # alert sentences on a wall screen; the rest are counted in one line
+P = ParamSpec("P")
+R = TypeVar("R")
+Ts = TypeVarTuple("Ts")
+
 ERROR_PREFIX = "Could not draw this part of the page"
 DEMO_TEXT = "DEMO — simulated run; add runhealth.toml to monitor real nodes"
 
@@ -386,12 +392,12 @@ def _kiosk_rotate(rt: context.PageRuntime, prefix: str, rotate_s: float, pages: 
     st.switch_page(pages[page_name], query_params=params)
 
 
-def live(rt: context.PageRuntime, fn, *args, header: bool = True) -> None:
+def live(rt: context.PageRuntime, fn: Callable[[*Ts], object], *args: *Ts, header: bool = True) -> None:
     """Draw `fn(*args)` in a fragment that redraws itself every collection interval, in place
     (no flicker, widgets inside keep their state), under a line saying when its numbers are from
     (`header=False`: `fn` draws that line itself, with its model's instant: `data_header(rt, as_of)`)."""
 
-    def body(*a):
+    def body(*a: *Ts) -> None:
         if header:
             data_header(rt)
         guarded(fn)(*a)
@@ -420,15 +426,16 @@ def data_header(rt: context.PageRuntime, as_of: float | None | bool = False) -> 
         )
 
 
-def guarded(fn):
+def guarded(fn: Callable[P, R]) -> Callable[P, R | None]:
     """Run a render function so that no exception escapes the page: it becomes an st.error."""
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R | None:
         try:
             return fn(*args, **kwargs)
         except Exception as exc:
             st.error(md_escape(f"{ERROR_PREFIX}: {type(exc).__name__}: {str(exc)[:300]}"))
+            return None
 
     return wrapper
 

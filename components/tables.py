@@ -359,7 +359,7 @@ def gpu_processes(gpus: pd.DataFrame) -> pd.DataFrame:
 def host_memory(host: HostReading | None) -> tuple[str, str]:
     """("RAM 61% used of 2.0 TiB", "swap 0% of 8.0 GiB") from the agent's /proc reading."""
 
-    def used(total, left):
+    def used(total: int | None, left: int | None) -> str:
         if not total or left is None:
             return "N/A"
         return f"{1 - left / total:.0%} used of {total / 2**30:,.1f} GiB"
@@ -379,7 +379,7 @@ def node_details(node: NodeRow, now: float, host: HostReading | None = None, fin
     """Every status field of one node, in words (a finished run's: no clock skew, which compared
     the node's clock with a dashboard that was not watching)."""
 
-    def when(ts):
+    def when(ts: float | None) -> str:
         return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(ts))} ({fmt_ago(now - ts)})" if ts else "never"
 
     skew = node.get("skew_s")

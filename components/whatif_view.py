@@ -11,6 +11,8 @@ from typing import Any
 
 from runhealth.analysis import continuation
 from runhealth.analysis.whatif import MIN_LOOP_SAMPLES, WhatIf, loop_note
+from runhealth.collect.collector import Collector
+from runhealth.settings.config import RunConfig
 
 BACKTEST_FAIL = 0.25  # the headline model off by more than this on its own back-test: the tile says so
 
@@ -77,9 +79,14 @@ def loops_line(r: WhatIf) -> str:
     )
 
 
-def continuation_job(collector: Any, config: Any, limit: int, ceiling: int, n: int) -> dict[str, Any]:
+def continuation_job(
+    collector: Collector | None, config: RunConfig, limit: int, ceiling: int, n: int
+) -> dict[str, Any]:
     """Runs in the background (components/jobs.py): sample `n` truncated completions with their
-    full text from every node and build the continuation batch (runhealth.analysis.continuation)."""
+    full text from every node and build the continuation batch (runhealth.analysis.continuation).
+    A finished run has no collector (its button is disabled): the job says so as its error."""
+    if collector is None:
+        raise RuntimeError("a finished run has no collector to sample its nodes")
     samples, _pop, errors = collector.sample_now(n=n, finish_reason="length", full_text=True)
     built = continuation.build(
         samples, limit, ceiling, config.continuation_model, {node.name: node.prompt_path for node in config.nodes}

@@ -9,9 +9,11 @@ small run, per-node median lines with min-max bands past 8 GPUs, node x time hea
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Literal
 
 import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 
 from components import cards, figcache, figures, loaders, page, precomputed, tables
@@ -34,7 +36,7 @@ SERIES = [  # (column, title, unit, limit column)
 ]
 
 
-def render_now(gpus, run_writing: bool) -> None:
+def render_now(gpus: pd.DataFrame, run_writing: bool) -> None:
     table = tables.gpu_table(gpus, run_writing)
     flagged = table[table["state"].str.startswith("⚠")]  # the one GPU rule's warnings; information is not
     if len(flagged):
@@ -64,7 +66,11 @@ def render_now(gpus, run_writing: bool) -> None:
 
 
 def render_series(
-    rt: PageRuntime, window: str, labels: list[str], series=SERIES, height: int | Literal["content"] = "content"
+    rt: PageRuntime,
+    window: str,
+    labels: list[str],
+    series: Sequence[tuple[str, str, str, str | None]] = SERIES,
+    height: int | Literal["content"] = "content",
 ) -> None:
     # The collector's precomputed series (runhealth/payloads/pagedata.py); the store itself only for a
     # choice of a few GPUs the payload has no lines for, or before the first payload.
@@ -90,7 +96,7 @@ def render_series(
         cols[i % 2].plotly_chart(fig, key=f"{PREFIX}_{col}_chart", height=height)
 
 
-def series_figure(df: pd.DataFrame, col: str, title: str, unit: str, limit: str | None):
+def series_figure(df: pd.DataFrame, col: str, title: str, unit: str, limit: str | None) -> go.Figure:
     """One line per GPU; a percentage on a fixed 0-100 axis."""
     fig = figures.make_gpu_timeseries_figure(df, col, title, unit, limit)
     if unit == "%":
@@ -98,7 +104,7 @@ def series_figure(df: pd.DataFrame, col: str, title: str, unit: str, limit: str 
     return fig
 
 
-def render_processes(gpus) -> None:
+def render_processes(gpus: pd.DataFrame) -> None:
     st.subheader("Processes holding GPU memory")
     procs = tables.gpu_processes(gpus)
     if procs.empty:

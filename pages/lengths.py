@@ -12,7 +12,7 @@ import streamlit as st
 from components import cards, fieldcharts, figcache, figures, jobs, loaders, page, precomputed, tables, whatif_view
 from components.context import PageRuntime
 from components.format import fmt_percentile_tokens, level, md_escape
-from runhealth.screens.lengths import Lengths, Summary
+from runhealth.screens.lengths import Lengths, Summary, WhatIf
 
 PREFIX = "lengths"
 TITLE, ICON, URL_PATH = "Output lengths", ":material/straighten:", "Output_lengths"
@@ -40,7 +40,7 @@ def render_summary(rt: PageRuntime, s: Summary) -> None:
         )
 
 
-def render_groups(rt: PageRuntime, ceiling) -> None:
+def render_groups(rt: PageRuntime, ceiling: int | None) -> None:
     by = st.radio("Truncation by", ["node", "shard"], horizontal=True, key=f"{PREFIX}_group_radio")
     df = loaders.load_group_lengths(rt.store, by, ceiling)
     for _, g in df[df["drift"]].iterrows():
@@ -284,7 +284,7 @@ def render_whatif_live(rt: PageRuntime) -> None:
         )
 
 
-def render_kiosk_charts(rt: PageRuntime, r, ceiling: int, limit: int, as_of) -> None:
+def render_kiosk_charts(rt: PageRuntime, r: WhatIf, ceiling: int, limit: int, as_of: float | None) -> None:
     """Kiosk part 2 under the what-if's tiles: its curve beside truncation over time."""
     left, right = st.columns(2)
     curve = tables.whatif_curve(r)

@@ -23,7 +23,7 @@ TITLE, ICON, URL_PATH = "Nodes", ":material/dns:", "Nodes"
 MAX_NODE_CARDS = 8  # up to this many nodes, a card each; more: a problems table and one card
 
 
-def render_node(m: Nodes, node: NodeRow, shards) -> None:
+def render_node(m: Nodes, node: NodeRow, shards: pd.DataFrame) -> None:
     now, finished = m.now, m.finished
     cards.render_node_card(node, m.stale_after, now, finished)
     left, right = st.columns([3, 2])
@@ -84,14 +84,14 @@ def render_page(rt: PageRuntime) -> None:
     page.guarded(render_outbound)(rt)
 
 
-def node_csv(rt: PageRuntime):
+def node_csv(rt: PageRuntime) -> pd.DataFrame:
     """The node table as shown (tok/s and last new included while the run is live), for the CSV:
     the same model as the screen, so the same columns."""
     m = loaders.load_nodes_screen(rt.store, rt.config, runpicker.is_finished(rt))
     return tables.node_table(list(m.nodes), m.stale_after, per_node=m.per_node, finished=m.finished)
 
 
-def shown_nodes(m: Nodes, shards) -> list[NodeRow]:
+def shown_nodes(m: Nodes, shards: pd.DataFrame) -> list[NodeRow]:
     """Every node's card up to MAX_NODE_CARDS nodes. A fleet gets one table of every node's
     problems and the card of one node, picked (default: the worst): a card costs ~20 ms of
     table serialisation, so 32 troubled nodes' cards took 0.7 s (bench/pages.py --scenario fleet)."""

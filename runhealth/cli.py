@@ -21,7 +21,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from runhealth import __version__
 from runhealth.analysis import compare, fieldfigures, stats, whatif
@@ -34,9 +34,14 @@ from runhealth.screens import fieldmodel
 from runhealth.screens.words import fmt_count, fmt_share, fmt_tokens
 from runhealth.serve import exposure, launch, supervise
 from runhealth.settings import runs
-from runhealth.settings.config import find_config_path
+from runhealth.settings.config import RunConfig, find_config_path
 from runhealth.store import Store
 from runhealth.textsafe import escape
+
+if TYPE_CHECKING:  # what add_subparsers returns (argparse names it privately): each command adds its parser
+    from argparse import _SubParsersAction
+
+    Subparsers: TypeAlias = _SubParsersAction[argparse.ArgumentParser]
 
 NO_CONFIG = "error: no config: pass --config, set RUNHEALTH_CONFIG, or create runhealth.toml"
 CONFIG_HELP = "config file (default: $RUNHEALTH_CONFIG, else ./runhealth.toml)"
@@ -236,7 +241,7 @@ def cmd_poll(args: argparse.Namespace) -> int:
     return 0 if all(n["ok"] for r in reports for n in r["nodes"]) else 1
 
 
-def poll_run(config) -> dict[str, Any]:
+def poll_run(config: RunConfig) -> dict[str, Any]:
     """One run's nodes polled once into a throwaway store: the `poll --json` object for it."""
     with tempfile.TemporaryDirectory(prefix="runhealth-poll-") as tmp:
         store = Store(f"{tmp}/poll.sqlite3")
@@ -255,7 +260,7 @@ def poll_run(config) -> dict[str, Any]:
     return report
 
 
-def poll_report(config, store: Store, results: dict[str, Any]) -> dict[str, Any]:
+def poll_report(config: RunConfig, store: Store, results: dict[str, Any]) -> dict[str, Any]:
     """The `poll --json` object: every node (failed ones included) and the merged lengths."""
     by_node: dict[str, stats.LengthHist] = {n.name: stats.LengthHist() for n in config.nodes}
     for row in store.length_counts(by="node"):
@@ -464,7 +469,7 @@ def _say_ready(fd: int | None, state: str) -> None:
             os.close(fd)
 
 
-def add_dashboard(sub) -> None:
+def add_dashboard(sub: Subparsers) -> None:
     p = sub.add_parser(
         "dashboard",
         help="start the collector and serve the dashboard over its stores (the demo run when no config is found)",
@@ -489,7 +494,7 @@ def add_dashboard(sub) -> None:
     p.set_defaults(func=cmd_dashboard)
 
 
-def add_collect(sub) -> None:
+def add_collect(sub: Subparsers) -> None:
     p = sub.add_parser("collect", help="run the collector alone, headless, until SIGTERM/SIGINT")
     p.add_argument("--config", help=CONFIG_HELP)
     p.add_argument("--metrics-port", type=int, metavar="N", help="serve Prometheus /metrics on this port")
@@ -516,7 +521,7 @@ def tokens_arg(text: str) -> int:
     return value
 
 
-def add_scan(sub) -> None:
+def add_scan(sub: Subparsers) -> None:
     scan = sub.add_parser("scan", help="length summary of local JSONL shards")
     scan.add_argument("paths", nargs="+", metavar="PATH_OR_GLOB")
     scan.add_argument("--ceiling", type=tokens_arg, help="the max_tokens limit (detected when absent)")
@@ -537,7 +542,7 @@ def add_scan(sub) -> None:
     scan.set_defaults(func=cmd_scan)
 
 
-def add_compare(sub) -> None:
+def add_compare(sub: Subparsers) -> None:
     p = sub.add_parser(
         "compare",
         help="two runs' local shards side by side: A_GLOBS... -- B_GLOBS...",
@@ -587,14 +592,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 1 if any(m.state in ("stalled", "stale") for m in models) else 0
 
 
-def add_status(sub) -> None:
+def add_status(sub: Subparsers) -> None:
     p = sub.add_parser("status", help="each run's Overview as the dashboard shows it (tiles, run state, alerts)")
     p.add_argument("--config", help=CONFIG_HELP)
     p.add_argument("--json", action="store_true", help="the headline record and tiles as JSON")
     p.set_defaults(func=cmd_status)
 
 
-def add_poll(sub) -> None:
+def add_poll(sub: Subparsers) -> None:
     poll = sub.add_parser("poll", help="one collection over every configured node")
     poll.add_argument("--config", help=CONFIG_HELP)
     poll.add_argument("--json", action="store_true")

@@ -22,7 +22,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from runhealth.collect.collector import Collector
 from runhealth.settings.config import NodeConfig, RunConfig, RunContext, cache_dir
@@ -268,7 +268,7 @@ class Simulator:
         simulator = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 - http.server's naming
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
                 node = {"/node1/metrics": 1, "/node2/metrics": 2}.get(self.path)
                 if node is None:
                     self.send_error(404)
@@ -280,7 +280,7 @@ class Simulator:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, *args):  # keep the dashboard's log quiet
+            def log_message(self, format: str, *args: Any) -> None:  # keep the dashboard's log quiet
                 pass
 
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -333,6 +333,25 @@ class SampleBatch(TypedDict):
 
 
 # -- the collecting process ------------------------------------------------------------------------
+class RunMeta(TypedDict):
+    """The run meta key "run": the run's settings as the collector saves them
+    (`RunSettings.to_meta`, runhealth/settings/runsettings.py). Read back only through
+    `RunSettings.from_meta`, which gives each key an older store lacks its default."""
+
+    name: str
+    target_completions: int | None
+    max_output_tokens: int | None
+    interval_s: float
+    stall_after_s: float  # resolved (configured, or the default rule of runhealth.settings.windows)
+    demo: bool
+    truncation_warn_fraction: float | None
+    truncation_alert_fraction: float | None
+    stale_after_s: float  # resolved, as stall_after_s
+    nodes: list[str] | None  # the nodes the config names now
+    expected_prompts: int | None  # [run] expected_prompts (#33)
+    max_model_len: int | None  # [run] max_model_len (#33)
+
+
 class CollectorStatus(TypedDict):
     """`outbound.read_status(store)`: the collecting process's own status, the run meta key
     "collector" (runhealth/alerting/outputs.py), written when it (re)starts its outbound and again every

@@ -27,6 +27,7 @@ from runhealth import demo
 from runhealth.analysis import rates
 from runhealth.rules import health
 from runhealth.screens import derived, runfigures, words
+from runhealth.settings.runsettings import RunSettings
 from runhealth.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -386,7 +387,7 @@ def test_a_finished_runs_alerts_read_its_last_polls_only(demo_cache, tmp_path, m
     store = _finished_store_copy(demo_cache, tmp_path)
     (_live, _), (done, _) = demo.demo_runs(demo_cache / "runhealth" / "demo")
     never = runpicker.FINISHED_AGE_S
-    meta = {**health.settings(done), "stall_after_s": never, "stale_after_s": never}
+    meta = dataclasses.replace(RunSettings.from_config(done), stall_after_s=never, stale_after_s=never)
     now, since, real = time.time(), [], store.cursor
 
     def cursor(sql, params=()):  # the rates read the polls as tuples (activity.recent_rates)

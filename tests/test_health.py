@@ -5,6 +5,7 @@ import time
 
 from runhealth.rules import activity, hardware, health
 from runhealth.settings.config import RunConfig
+from runhealth.settings.runsettings import RunSettings
 
 NOW = 100_000.0
 
@@ -223,7 +224,7 @@ def test_a_lone_stall_names_the_nodes_that_do_write(tmp_path):
                 {"/o.jsonl": {"lines": 2, "tokens": 200, "counts": [[100, "stop", 0, 2]], "offset": k}} if grew else {}
             )
             store.record_poll(node, {"time_unix": ts, "shards": {"files": files}, "gpus": {}}, ts, 5.0)
-    found = {a.name: a for a in health.evaluate(store, now, {"interval_s": 10.0})}
+    found = {a.name: a for a in health.evaluate(store, now, RunSettings(interval_s=10.0))}
     assert "run_stalled" not in found
     assert found["node_stalled"].node == "node-1"
     assert found["node_stalled"].summary.endswith("while node-2 writes."), found["node_stalled"].summary

@@ -13,6 +13,7 @@ from components import alerts, cards, figures
 from runhealth.analysis import stats
 from runhealth.rules import health
 from runhealth.rules.health import level
+from runhealth.settings.runsettings import RunSettings
 
 WARN, ALERT = 0.02, 0.05
 
@@ -46,7 +47,7 @@ def summary(frac: float) -> stats.Summary:
 def test_tile_alert_list_and_bar_colour_agree(frac):
     expected = level(frac, WARN, ALERT)
     assert cards.truncation_tile(summary(frac), WARN, ALERT)["level"] == expected
-    meta = {"truncation_warn_fraction": WARN, "truncation_alert_fraction": ALERT}
+    meta = RunSettings(truncation_warn_fraction=WARN, truncation_alert_fraction=ALERT)
     found = [kind for kind, _text in alerts.lines(health.truncation_alerts(summary(frac), meta, "run"))]
     assert found == {"ok": [], "warn": ["warning"], "alert": ["error"]}[expected]
     df = pd.DataFrame(

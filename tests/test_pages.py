@@ -357,11 +357,12 @@ def test_the_overview_words_exactly_the_alerts_the_core_returns(scenario, tmp_pa
     from components.format import md_escape
     from runhealth.rules import health
     from runhealth.settings.config import load_config
+    from runhealth.settings.runsettings import RunSettings
 
     store, config = store_fixtures.make_store(tmp_path, scenario)
     at = run_page("overview", config, monkeypatch)
     assert_clean(at)
-    core = health.evaluate(store, time.time(), health.settings(load_config(config)))
+    core = health.evaluate(store, time.time(), RunSettings.from_config(load_config(config)))
     store.close()
     assert core, "the scenario has alerts"
 

@@ -21,6 +21,7 @@ from runhealth import cli
 from runhealth.payloads import pagedata
 from runhealth.screens import overview
 from runhealth.settings.config import load_config
+from runhealth.settings.runsettings import RunSettings
 from runhealth.store import Store
 
 NODES = 4
@@ -310,7 +311,7 @@ def test_gpus_model_is_the_stores_gpus_their_alerts_and_notes(tmp_path):
     model = gpus.gpus(store, cfg, now)
     assert model.gpus == tuple(store.gpu_latest()) and len(model.gpus) == NODES * 8
     assert model.writing and not model.simulated and not model.never_polled
-    expected = [a for a in health.evaluate(store, now, health.settings(cfg)) if a.name.startswith("gpu_")]
+    expected = [a for a in health.evaluate(store, now, RunSettings.from_config(cfg)) if a.name.startswith("gpu_")]
     assert [a.name for a in model.alerts] == [a.name for a in expected] == ["gpu_error", "gpu_idle"]
     assert model.problems == [("error" if a.severity == "critical" else "warning", a.summary) for a in expected] + [
         ("info", "At the power cap (sw_power_cap: normal under full load): node-2/6")

@@ -25,8 +25,9 @@ from prometheus_client.exposition import ThreadingWSGIServer
 
 from runhealth.alerting import fieldmetrics
 from runhealth.analysis import rates, reasons, stats, tokencost
-from runhealth.records import GpuNumber
+from runhealth.records import LENGTH, GpuNumber
 from runhealth.rules import activity, health
+from runhealth.settings.runsettings import RunSettings
 from runhealth.settings.windows import rate_window_s
 from runhealth.store import Store, reasonnames
 from runhealth.textsafe import escape
@@ -70,21 +71,21 @@ class StoreMetrics:
 
     def collect(self) -> Iterator[Metric]:
         now = self.clock()
-        meta = self.store.meta("run") or {}
-        run = str(meta.get("name") or "run")
+        settings = self.store.run_settings()
+        run = settings.name
         memo: dict[tuple, activity.RunRates] = {}  # the stall series and the alerts read the polls once
         try:
-            yield from self._lengths(run, meta)
-            yield from self._nodes(run, meta, now, memo)
-            yield from self._gpus(run, health.configured_nodes(meta))
-            yield from self._costs(run, meta)
-            yield from fieldmetrics.field_families(self.store, run, meta, self._ceiling(meta)[0])
-            yield from self._alerts(run, meta, now, memo)
+            yield from self._lengths(run, settings)
+            yield from self._nodes(run, settings, now, memo)
+            yield from self._gpus(run, settings.node_names)
+            yield from self._costs(run, settings)
+            yield from fieldmetrics.field_families(self.store, run, settings, self._ceiling(settings)[0])
+            yield from self._alerts(run, settings, now, memo)
         except Exception:  # logged; this scrape fails (HTTP 500), the collector goes on
             log.exception("metrics: reading the store failed")
             raise
 
-    def _alerts(self, run: str, meta: dict[str, Any], now: float, memo: dict | None = None) -> Iterator[Metric]:
+    def _alerts(self, run: str, settings: RunSettings, now: float, memo: dict | None = None) -> Iterator[Metric]:
         """`runhealth_alert`: 1 per alert that holds now, the very set the Overview words and the
         webhooks send (health.evaluate); no series when none holds."""
         family = GaugeMetricFamily(
@@ -93,7 +94,7 @@ class StoreMetrics:
             labels=["run", "alert", "severity", "node", "gpu"],
         )
         seen = set()
-        for a in health.evaluate(self.store, now, meta or None, memo):
+        for a in health.evaluate(self.store, now, settings, memo):
             if a.key not in seen:
                 seen.add(a.key)
                 gpu = "" if a.gpu is None else str(a.gpu)
@@ -101,7 +102,7 @@ class StoreMetrics:
         yield family
 
     # -- completions and lengths ---------------------------------------------------------
-    def _lengths(self, run: str, meta: dict[str, Any]) -> Iterator[Metric]:
+    def _lengths(self, run: str, settings: RunSettings) -> Iterator[Metric]:
         completions = CounterMetricFamily(
             "runhealth_completions",
             "Completions counted in the shards, exactly.",
@@ -110,7 +111,7 @@ class StoreMetrics:
         for (node, reason), n in self._reason_counts().items():
             completions.add_metric([run, node, reason], n)
         yield completions
-        ceiling, estimated = self._ceiling(meta)
+        ceiling, estimated = self._ceiling(settings)
         if ceiling is not None:
             yield _gauge(
                 "runhealth_ceiling_tokens", "The max_tokens ceiling (configured, else detected).", run, ceiling
@@ -167,16 +168,16 @@ class StoreMetrics:
             out[key] = out.get(key, 0) + n
         return out
 
-    def _ceiling(self, meta: dict[str, Any]) -> tuple[int | None, int]:
+    def _ceiling(self, settings: RunSettings) -> tuple[int | None, int]:
         """(ceiling, the `estimated` flag of the rows length statistics use), as stats.summarize decides."""
         where, gone = self.store.counted_where()
         exact = self.store.query(
             f"SELECT EXISTS (SELECT 1 FROM node_length_counts{where} AND estimated = 0) AS e", gone
         )[0]["e"]
         estimated = 0 if exact or not self.store.query(f"SELECT 1 FROM node_length_counts{where} LIMIT 1", gone) else 1
-        if meta.get("max_output_tokens"):
-            return int(meta["max_output_tokens"]), estimated
-        rows = self.store.length_counts(by="run", finish_reason=stats.LENGTH)
+        if settings.max_output_tokens:
+            return settings.max_output_tokens, estimated
+        rows = self.store.length_counts(by="run", finish_reason=LENGTH)
         hist = stats.LengthHist.from_rows((r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in rows)
         return stats.detect_ceiling(hist), estimated
 
@@ -197,10 +198,8 @@ class StoreMetrics:
             yield row[0], row[1], row[2], list(row[3:-1]), row[-1]
 
     # -- nodes and the run ---------------------------------------------------------------
-    def _nodes(self, run: str, meta: dict[str, Any], now: float, memo: dict | None = None) -> Iterator[Metric]:
-        interval_s = float(meta.get("interval_s") or 10.0)
-        stale_after = health.stale_after_s(interval_s, meta.get("stale_after_s"))
-        stall_after = health.stall_after_s(interval_s, meta.get("stall_after_s"))
+    def _nodes(self, run: str, settings: RunSettings, now: float, memo: dict | None = None) -> Iterator[Metric]:
+        interval_s, stale_after, stall_after = settings.interval_s, settings.stale_after, settings.stall_after
         up = GaugeMetricFamily(
             "runhealth_node_up", "1 if the node's last poll succeeded within stale_after.", labels=["run", "node"]
         )
@@ -220,7 +219,7 @@ class StoreMetrics:
         )
         stalls = health.stalled_nodes(self.store, now, stall_after, memo)
         nodes = self.store.nodes()
-        keep = health.configured_nodes(meta)  # a node removed from the config leaves the state series
+        keep = settings.node_names  # a node removed from the config leaves the state series
         for n in (n for n in nodes if keep is None or n["name"] in keep):
             state, _why = health.node_status(n, now, stale_after)
             up.add_metric([run, n["name"]], 1.0 if state == "up" else 0.0)
@@ -233,7 +232,7 @@ class StoreMetrics:
         yield from (up, age, stalled, tps)
         gone = self.store.superseded_nodes()  # their files are counted again under the current name
         done = sum(n["lines"] for n in nodes if n["name"] not in gone)
-        progress = rates.progress(done, meta.get("target_completions"))
+        progress = rates.progress(done, settings.target_completions)
         if progress is not None:
             yield _gauge("runhealth_progress_ratio", "Completions counted / target_completions.", run, progress)
 
@@ -272,11 +271,11 @@ class StoreMetrics:
         yield throttled
 
     # -- what the cut cost (#33 item 2) ---------------------------------------------------
-    def _costs(self, run: str, meta: dict[str, Any]) -> Iterator[Metric]:
+    def _costs(self, run: str, settings: RunSettings) -> Iterator[Metric]:
         """Generated tokens per node by kind (all, cut at the ceiling, usable: the Overview's
         exact shares, over the rows stats.summarize uses), GPU energy per node and per source,
         and the run's joules and GPU-seconds per usable token (analysis/tokencost.py)."""
-        ceiling, estimated = self._ceiling(meta)
+        ceiling, estimated = self._ceiling(settings)
         where, gone = self.store.counted_where()
         natural = ",".join(f"'{r}'" for r in reasonnames.NATURAL)
         cut = f"finish_reason = 'length' AND tokens >= {int(ceiling)}" if ceiling is not None else "0"
@@ -304,7 +303,7 @@ class StoreMetrics:
                 run,
                 total_cut / total if total else 0.0,
             )
-        yield from self._energy(run, health.configured_nodes(meta))
+        yield from self._energy(run, settings.node_names)
 
     def _energy(self, run: str, keep: set[str] | None) -> Iterator[Metric]:
         joules = CounterMetricFamily(

@@ -11,12 +11,11 @@ yields no series at all: a missing field is never exported as a zero.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from types import SimpleNamespace
-from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from runhealth.screens import fieldmodel
+from runhealth.settings.runsettings import RunSettings
 from runhealth.store import Store
 
 # (name, help, figure, key): each exported when the figure's value is not None.
@@ -56,11 +55,10 @@ GAUGES = (
 )
 
 
-def field_families(store: Store, run: str, meta: dict[str, Any], ceiling: int | None) -> Iterator[Metric]:
-    """One gauge family per figure the shards carry (nothing for a field they lack). `meta` is
-    the store's run meta: expected_prompts and max_model_len are read from it when present."""
-    config = SimpleNamespace(expected_prompts=meta.get("expected_prompts"), max_model_len=meta.get("max_model_len"))
-    figures = fieldmodel.field_figures(store, config, ceiling)
+def field_families(store: Store, run: str, settings: RunSettings, ceiling: int | None) -> Iterator[Metric]:
+    """One gauge family per figure the shards carry (nothing for a field they lack). `settings`
+    are the store's run settings: expected_prompts and max_model_len when the run set them."""
+    figures = fieldmodel.field_figures(store, settings, ceiling)
     for name, help_, figure, key in GAUGES:
         value = figures[figure].get(key)
         if value is None:

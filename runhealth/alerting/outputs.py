@@ -157,7 +157,7 @@ def start_outbound(
             notifier = notify.Notifier(store, urls, interval_s=config.interval_s)
             notifier.start()
             out.notifiers.append(notifier)
-        out.webhook_targets = [notify.redact(u) for u in urls]
+        out.webhook_targets = [webhook.redact(u) for u in urls]
         log.info("alert webhooks: %s", ", ".join(out.webhook_targets))
     for notice in out.notices:
         log.warning("%s", notice)

@@ -153,7 +153,12 @@ def quantile_interval(pairs: list[tuple[int, int]], q: float, z: float = Z95) ->
     return point, lo, hi
 
 
-def percentile_diff(pairs_a, pairs_b, q: float, ceilings=(None, None)) -> PercentileDiff | None:
+def percentile_diff(
+    pairs_a: list[tuple[int, int]],
+    pairs_b: list[tuple[int, int]],
+    q: float,
+    ceilings: tuple[int | None, int | None] = (None, None),
+) -> PercentileDiff | None:
     """Percentile B - A with an approximate 95% interval (the two order-statistic intervals combined).
 
     A value at its run's ceiling is censored (those completions were cut: the truth is at
@@ -203,7 +208,9 @@ def percentile_texts(p: PercentileDiff) -> tuple[str, str]:
     return diff, NOT_MEASURABLE
 
 
-def uncut_diff(pairs_a, pairs_b, ceilings: tuple[int | None, int | None]) -> UncutDiff | None:
+def uncut_diff(
+    pairs_a: list[tuple[int, int]], pairs_b: list[tuple[int, int]], ceilings: tuple[int | None, int | None]
+) -> UncutDiff | None:
     """The completions below the lower ceiling, cut in neither run: their share and mean, B - A.
 
     None unless both ceilings are known and differ (with one ceiling, every length is "uncut").

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from runhealth.analysis.stats import wilson_interval
@@ -81,7 +81,7 @@ def loop_score(text: str, tail_chars: int = 4000) -> dict:
     }
 
 
-def loop_share(texts) -> dict:
+def loop_share(texts: Iterable[str]) -> dict:
     """Share of texts that are loops, with a 95% Wilson interval.
 
     Returns:

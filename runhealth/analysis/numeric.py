@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable, Sequence
 
 _BIG = 1e300
 _LOG_2PI = math.log(2 * math.pi)
@@ -53,7 +54,13 @@ def log_gamma_sf(a: float, x: float) -> float:
     return log_prefix + math.log(h)
 
 
-def nelder_mead(f, x0, step=0.3, max_evals=600, tol=1e-10):
+def nelder_mead(
+    f: Callable[[list[float]], float],
+    x0: Sequence[float],
+    step: float = 0.3,
+    max_evals: int = 600,
+    tol: float = 1e-10,
+) -> tuple[list[float], float]:
     """Minimise ``f`` from ``x0`` (standard Nelder-Mead); returns ``(x_best, f_best)``."""
     dim = len(x0)
     simplex = [list(x0)] + [[x0[j] + (step if j == i else 0.0) for j in range(dim)] for i in range(dim)]
@@ -67,7 +74,7 @@ def nelder_mead(f, x0, step=0.3, max_evals=600, tol=1e-10):
         centroid = [sum(p[j] for p in simplex[:-1]) / dim for j in range(dim)]
         worst = simplex[-1]
 
-        def along(coef, centroid=centroid, worst=worst):
+        def along(coef: float, centroid: list[float] = centroid, worst: list[float] = worst) -> list[float]:
             return [c + coef * (c - w) for c, w in zip(centroid, worst, strict=True)]
 
         reflected = along(1.0)
@@ -98,7 +105,7 @@ def nelder_mead(f, x0, step=0.3, max_evals=600, tol=1e-10):
 # ---------------------------------------------------------------- the count table, compressed
 
 
-def integrate(ratio, lo: float, hi: float, intervals: int = 64) -> float:
+def integrate(ratio: Callable[[float], float], lo: float, hi: float, intervals: int = 64) -> float:
     """Simpson's rule for ``integral_lo^hi ratio(t) dt``."""
     h = (hi - lo) / intervals
     total = ratio(lo) + ratio(hi)

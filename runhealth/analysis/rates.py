@@ -38,7 +38,9 @@ def valid_spans(points: list[Point]) -> list[tuple[float, float, float, float]]:
     return spans
 
 
-def windowed_rate(points: list[Point], window_s: float, end_t: float | None = None):
+def windowed_rate(
+    points: list[Point], window_s: float, end_t: float | None = None
+) -> tuple[float, float] | tuple[None, None]:
     """Mean rates over the ``window_s`` seconds of valid spans before ``end_t`` (the points' clock;
     default: the end of the last span).
 

@@ -10,8 +10,13 @@ are averaged.  Malformed or oversized text yields an error string, never an exce
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from runhealth.node.wire import METRICS_MAX_BYTES as MAX_TEXT_BYTES  # the agent fetches at most this much
+
+if TYPE_CHECKING:  # imported lazily at run time (_families): the agent-side paths never need it
+    from prometheus_client.metrics_core import Metric
 
 SUMMED = (
     "sglang:gen_throughput",
@@ -51,11 +56,11 @@ def is_bucket(name: str) -> bool:
     return "_bucket{le=" in name
 
 
-def _result(values=None, error=None, server=None) -> dict:
+def _result(values: dict[str, float] | None = None, error: str | None = None, server: str | None = None) -> dict:
     return {"values": values or {}, "error": error, "server": server}
 
 
-def _families(text: str):
+def _families(text: str) -> Iterable[Metric]:
     try:
         from prometheus_client.parser import text_string_to_metric_families
     except ImportError as exc:  # pragma: no cover - dependency missing
@@ -88,7 +93,7 @@ def _collect(text: str) -> tuple[dict, dict, str | None]:
     return sums, counts, server
 
 
-def parse_server_metrics(text) -> dict:
+def parse_server_metrics(text: str | bytes | bytearray | None) -> dict:
     """Extract the dashboard's server values from Prometheus exposition text.
 
     Args:

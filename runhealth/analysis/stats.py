@@ -121,7 +121,7 @@ def length_source(hist: LengthHist) -> tuple[LengthHist, int, str]:
     return exact, estimated_count, EXACT_SOURCE
 
 
-def percentile_nearest_rank(hist_or_sorted_pairs, q: float) -> int | None:
+def percentile_nearest_rank(hist_or_sorted_pairs: LengthHist | Iterable[tuple[int, int]], q: float) -> int | None:
     """Nearest-rank percentile.
 
     Args:
@@ -149,7 +149,7 @@ def value_at_rank(pairs: list[tuple[int, int]], rank: int) -> int:
     return pairs[-1][0]
 
 
-def _pairs(hist_or_pairs) -> list[tuple[int, int]]:
+def _pairs(hist_or_pairs: LengthHist | Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     if isinstance(hist_or_pairs, LengthHist):
         return hist_or_pairs.length_pairs()
     return [(t, n) for t, n in hist_or_pairs if n > 0]

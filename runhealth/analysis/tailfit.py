@@ -11,11 +11,16 @@ an exponential tail.  Pure Python (math only): these run on page render over a f
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Collection, Sequence
 
 from runhealth.analysis.numeric import log_gamma_sf, log_norm_sf, nelder_mead
 
 _LOG_2PI = math.log(2 * math.pi)
 _BIG = 1e300
+
+Ratio = Callable[[float], float]  # a tail ratio R(t) = S(t) / S(C), t in tokens
+Nll = Callable[[Sequence[float]], float]  # a negative log-likelihood of a model's parameters
+CensoredRow = tuple[int, bool, int]  # (tokens, censored: stopped at a length limit, count)
 
 # ---------------------------------------------------------------- count-table fits
 
@@ -28,7 +33,9 @@ class Cells:
     ``n_other`` completions below the left-truncation point ``log_m`` (not used by the fit).
     """
 
-    def __init__(self, ev, cens, n_ceil, n_other, log_m):
+    def __init__(
+        self, ev: list[list[float]], cens: list[list[float]], n_ceil: float, n_other: float, log_m: float | None
+    ) -> None:
         self.ev, self.cens, self.n_ceil, self.n_other, self.log_m = ev, cens, n_ceil, n_other, log_m
 
     @property
@@ -46,16 +53,19 @@ class Cells:
         return Cells(ev, cens, counts[-1], counts[0], self.log_m)
 
     def event_sums(self) -> tuple[float, float, float, float]:
-        return tuple(sum(e[i] for e in self.ev) for i in range(4))
+        n, s_y, s_y2, s_t = (float(sum(e[i] for e in self.ev)) for i in range(4))
+        return n, s_y, s_y2, s_t
 
 
-def _log_bins(items, lo, hi, nbins):
+def _log_bins(items: Sequence[tuple[float, float]], lo: float, hi: float, nbins: int) -> list[int]:
     """Group ``(y, n)`` items into ``nbins`` equal bins of ``[lo, hi]``; returns bin index map."""
     width = max((hi - lo) / nbins, 1e-12)
     return [min(nbins - 1, max(0, int((y - lo) / width))) for y, _n in items]
 
 
-def build_cells(rows, ceiling, log_m=None, ev_bins=256, cens_bins=16) -> Cells:
+def build_cells(
+    rows: Sequence[CensoredRow], ceiling: int, log_m: float | None = None, ev_bins: int = 256, cens_bins: int = 16
+) -> Cells:
     """Compress rows ``(tokens, censored, n)``; only tokens >= exp(log_m) enter the fit."""
     m = math.exp(log_m) if log_m is not None else -1.0
     events = [(math.log(max(t, 0.5)), t, n) for t, cz, n in rows if not cz and t >= m]
@@ -68,7 +78,7 @@ def build_cells(rows, ceiling, log_m=None, ev_bins=256, cens_bins=16) -> Cells:
     return Cells(ev_out, cens_out, n_ceil, n_other, log_m)
 
 
-def _bin_events(events, nbins):
+def _bin_events(events: Sequence[tuple[float, int, int]], nbins: int) -> list[list[float]]:
     if not events:
         return []
     ys = [y for y, _t, _n in events]
@@ -83,7 +93,7 @@ def _bin_events(events, nbins):
     return [b for b in bins if b[0] > 0]
 
 
-def _bin_cens(cens, nbins):
+def _bin_cens(cens: Sequence[tuple[float, int]], nbins: int) -> list[list[float]]:
     if not cens:
         return []
     ys = [y for y, _n in cens]
@@ -98,11 +108,11 @@ def _bin_cens(cens, nbins):
 # ---------------------------------------------------------------- likelihoods and tail ratios
 
 
-def _ln_nll(cells: Cells, log_c: float, n_ceil: float):
+def _ln_nll(cells: Cells, log_c: float, n_ceil: float) -> Nll:
     n_e, s_y, s_y2, _s_t = cells.event_sums()
     n_fit = n_e + n_ceil + sum(c[0] for c in cells.cens)
 
-    def nll(p):
+    def nll(p: Sequence[float]) -> float:
         mu, log_s = p
         if not -8.0 < log_s < 4.0 or not -50.0 < mu < 60.0:
             return _BIG
@@ -118,10 +128,10 @@ def _ln_nll(cells: Cells, log_c: float, n_ceil: float):
     return nll
 
 
-def _gamma_nll(cells: Cells, ceiling: float, n_ceil: float):
+def _gamma_nll(cells: Cells, ceiling: float, n_ceil: float) -> Nll:
     n_e, s_y, _s_y2, s_t = cells.event_sums()
 
-    def nll(p):
+    def nll(p: Sequence[float]) -> float:
         log_a, log_th = p
         if not -6.0 < log_a < 8.0 or not -10.0 < log_th < 30.0:
             return _BIG
@@ -134,11 +144,11 @@ def _gamma_nll(cells: Cells, ceiling: float, n_ceil: float):
     return nll
 
 
-def _weibull_nll(cells: Cells, log_c: float, n_ceil: float):
+def _weibull_nll(cells: Cells, log_c: float, n_ceil: float) -> Nll:
     n_e, s_y, _s_y2, _s_t = cells.event_sums()
     bins = [(e[0], e[1] / e[0]) for e in cells.ev]
 
-    def nll(p):
+    def nll(p: Sequence[float]) -> float:
         log_k, log_l = p
         if not -6.0 < log_k < 5.0 or not -10.0 < log_l < 30.0:
             return _BIG
@@ -159,11 +169,11 @@ def _softplus(x: float) -> float:
     return max(x, 0.0) + math.log1p(math.exp(-abs(x)))
 
 
-def _loglogistic_nll(cells: Cells, log_c: float, n_ceil: float):
+def _loglogistic_nll(cells: Cells, log_c: float, n_ceil: float) -> Nll:
     n_e, s_y, _s_y2, _s_t = cells.event_sums()
     bins = [(e[0], e[1] / e[0]) for e in cells.ev]
 
-    def nll(p):
+    def nll(p: Sequence[float]) -> float:
         log_b, log_a = p
         if not -6.0 < log_b < 5.0 or not -10.0 < log_a < 30.0:
             return _BIG
@@ -177,22 +187,22 @@ def _loglogistic_nll(cells: Cells, log_c: float, n_ceil: float):
     return nll
 
 
-def _loglogistic_ratio(b, log_a, ceiling):
+def _loglogistic_ratio(b: float, log_a: float, ceiling: float) -> Ratio:
     base = _softplus(b * (math.log(ceiling) - log_a))
     return lambda t: math.exp(min(0.0, base - _softplus(b * (math.log(t) - log_a))))
 
 
-def ln_ratio(mu, s, ceiling):
+def ln_ratio(mu: float, s: float, ceiling: float) -> Ratio:
     base = log_norm_sf((math.log(ceiling) - mu) / s)
     return lambda t: math.exp(min(0.0, log_norm_sf((math.log(t) - mu) / s) - base))
 
 
-def _gamma_ratio(a, th, ceiling):
+def _gamma_ratio(a: float, th: float, ceiling: float) -> Ratio:
     base = log_gamma_sf(a, ceiling / th)
     return lambda t: math.exp(min(0.0, log_gamma_sf(a, t / th) - base))
 
 
-def _weibull_ratio(k, lam, ceiling):
+def _weibull_ratio(k: float, lam: float, ceiling: float) -> Ratio:
     base = (ceiling / lam) ** k
     return lambda t: math.exp(min(0.0, base - (t / lam) ** k))
 
@@ -203,7 +213,9 @@ def _moment_start(cells: Cells) -> tuple[float, float]:
     return mean, math.sqrt(max(s_y2 / n_e - mean * mean, 1e-4))
 
 
-def fit_full(cells: Cells, ceiling: int, n_ceil: float, families=None) -> dict:
+def fit_full(
+    cells: Cells, ceiling: int, n_ceil: float, families: Collection[str] | None = None
+) -> dict[str, tuple[float, Ratio]]:
     """Censored MLE of log-normal, gamma, Weibull, log-logistic: ``{family: (aic, ratio)}``
     (only ``families`` when given: the back-test refits the family the full data chose)."""
     log_c = math.log(ceiling)
@@ -247,7 +259,14 @@ def fit_full(cells: Cells, ceiling: int, n_ceil: float, families=None) -> dict:
     return fits
 
 
-def fit_tail(cells: Cells, ceiling: int, n_ceil: float, start=None, step=0.3, tol=1e-10):
+def fit_tail(
+    cells: Cells,
+    ceiling: int,
+    n_ceil: float,
+    start: Sequence[float] | None = None,
+    step: float = 0.3,
+    tol: float = 1e-10,
+) -> list[float]:
     """Left-truncated, right-censored log-normal MLE; returns ``(mu, log_sigma)``."""
     nll = _ln_nll(cells, math.log(ceiling), n_ceil)
     if start is None:
@@ -257,7 +276,7 @@ def fit_tail(cells: Cells, ceiling: int, n_ceil: float, start=None, step=0.3, to
     return p
 
 
-def exp_ratio(rows, ceiling: int, loopers: float):
+def exp_ratio(rows: Sequence[CensoredRow], ceiling: int, loopers: float) -> Ratio:
     """Constant-hazard tail with the rate from S(0.75 C) / S(C) (loopers removed)."""
     at_c = sum(n for t, cz, n in rows if cz and t >= ceiling) - loopers
     above = sum(n for t, _cz, n in rows if t >= 0.75 * ceiling) - loopers
@@ -280,7 +299,7 @@ def _censored_moments(mu: float, s: float, y: float) -> tuple[float, float, floa
     return log_q, mu + s * lam, mu * mu + s * s + s * lam * (mu + y)
 
 
-def _mixture_step(cells: Cells, n_ceil: float, log_c: float, p):
+def _mixture_step(cells: Cells, n_ceil: float, log_c: float, p: Sequence[float]) -> tuple[list[float], float]:
     """One EM step on the log lengths; returns ``(new params, log-likelihood at p)``."""
     w, mu1, s1, mu2, s2 = p
     # Component 2's log density minus component 1's, as a quadratic in y (one exp per bin).
@@ -323,7 +342,9 @@ def _mixture_step(cells: Cells, n_ceil: float, log_c: float, p):
     return new, loglik
 
 
-def fit_mixture(cells: Cells, ceiling: int, n_ceil: float, max_iter: int = 80, tol: float = 1e-6):
+def fit_mixture(
+    cells: Cells, ceiling: int, n_ceil: float, max_iter: int = 80, tol: float = 1e-6
+) -> tuple[Ratio, float] | None:
     """Censored two-component log-normal mixture by EM; returns ``(tail ratio, log-likelihood)``
     (events at their bin means), or None without events.
 
@@ -344,7 +365,7 @@ def fit_mixture(cells: Cells, ceiling: int, n_ceil: float, max_iter: int = 80, t
     return ln_mixture_ratio(p, ceiling), loglik
 
 
-def _em(cells, n_ceil, log_c, p, iters, tol):
+def _em(cells: Cells, n_ceil: float, log_c: float, p: list[float], iters: int, tol: float) -> tuple[list[float], float]:
     prev = -math.inf
     for _ in range(iters):
         new, loglik = _mixture_step(cells, n_ceil, log_c, p)
@@ -363,10 +384,10 @@ def coarsened(cells: Cells, factor: int) -> Cells:
     return Cells(ev, cells.cens, cells.n_ceil, cells.n_other, cells.log_m)
 
 
-def ln_mixture_ratio(p, ceiling):
+def ln_mixture_ratio(p: Sequence[float], ceiling: float) -> Ratio:
     w, mu1, s1, mu2, s2 = p
 
-    def log_sf(t):
+    def log_sf(t: float) -> float:
         y = math.log(t)
         a, b = math.log(w) + log_norm_sf((y - mu1) / s1), math.log1p(-w) + log_norm_sf((y - mu2) / s2)
         top = max(a, b)

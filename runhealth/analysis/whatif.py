@@ -32,13 +32,15 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from runhealth.analysis.numeric import integrate, multinomial
-from runhealth.analysis.stats import LENGTH, LengthHist, detect_ceiling, length_source, percentile_nearest_rank
+from runhealth.analysis.stats import LengthHist, detect_ceiling, length_source, percentile_nearest_rank
 from runhealth.analysis.tailfit import (
     Cells,
+    CensoredRow,
+    Ratio,
     build_cells,
     coarsened,
     exp_ratio,
@@ -47,6 +49,7 @@ from runhealth.analysis.tailfit import (
     fit_tail,
     ln_ratio,
 )
+from runhealth.records import LENGTH
 
 NOTE = (
     "Extrapolation beyond the observed ceiling: the tail above it was never seen, so this is "
@@ -126,7 +129,7 @@ def _typed(result: dict[str, Any]) -> WhatIf:
 # ---------------------------------------------------------------- fits at one ceiling
 
 
-def _tail_cells(rows, ceiling: int) -> Cells | None:
+def _tail_cells(rows: Sequence[CensoredRow], ceiling: int) -> Cells | None:
     """The upper half of the data, or None when too few completions finished below the ceiling."""
     median = percentile_nearest_rank([(t, n) for t, _c, n in rows], 50)
     if median is None:
@@ -137,7 +140,9 @@ def _tail_cells(rows, ceiling: int) -> Cells | None:
     return tail
 
 
-def _fit_models(rows, tail: Cells | None, ceiling: int, lf: float, families=None):
+def _fit_models(
+    rows: Sequence[CensoredRow], tail: Cells | None, ceiling: int, lf: float, families: Collection[str] | None = None
+) -> tuple[dict[str, Ratio], list[float] | None]:
     """Fit every model once: name -> tail ratio R(t), and the tail log-normal's parameters.
 
     The fits do not depend on the proposed limit, so one fit serves every limit asked about.
@@ -164,7 +169,9 @@ def _fit_models(rows, tail: Cells | None, ceiling: int, lf: float, families=None
     return models, params
 
 
-def _combine(ratio, cells_total, n_ceil, lf, ceiling, new_limit):
+def _combine(
+    ratio: Ratio, cells_total: float, n_ceil: float, lf: float, ceiling: int, new_limit: int
+) -> tuple[float, float]:
     """Anchor a tail ratio at the observed share; loopers stay truncated (module docstring)."""
     pi = lf * n_ceil / cells_total
     rest = (1.0 - lf) * n_ceil / cells_total
@@ -176,7 +183,9 @@ def _combine(ratio, cells_total, n_ceil, lf, ceiling, new_limit):
 # ---------------------------------------------------------------- back-test on the run's own data
 
 
-def backtest(rows, ceiling: int, new_limit: int, lf: float, families=None) -> list[dict]:
+def backtest(
+    rows: Sequence[CensoredRow], ceiling: int, new_limit: int, lf: float, families: Collection[str] | None = None
+) -> list[dict]:
     """Censor the observed lengths at c = C / r and C / sqrt(r), predict the share above C.
 
     Returns:
@@ -233,7 +242,7 @@ def backtest_errors(checks: list[dict], ratio: float, key: str = "") -> dict[str
     return errors
 
 
-def choose_headline(models, errors: dict[str, float], checks: Sequence[dict] = ()) -> tuple[str, str]:
+def choose_headline(models: Collection[str], errors: dict[str, float], checks: Sequence[dict] = ()) -> tuple[str, str]:
     """The model with the smallest back-test error (ties: PREFERENCE order), and why.
 
     Only models checked at every cut compete: one left out of the longest extrapolation (the
@@ -265,7 +274,7 @@ def _envelope(
     return lo, hi
 
 
-def at_limit(fit: dict, limit: int, boot=(1.0, 1.0)) -> dict:
+def at_limit(fit: dict, limit: int, boot: tuple[float, float] = (1.0, 1.0)) -> dict:
     """Headline, calibrated interval and band at ``limit`` from one set of fits (``fit`` as
     built by `_analyse`); both interval ends are taken at the loop share's ends."""
     ceiling, tail, models, head = fit["ceiling"], fit["tail"], fit["models"], fit["head"]
@@ -301,7 +310,15 @@ def at_limit(fit: dict, limit: int, boot=(1.0, 1.0)) -> dict:
 # ---------------------------------------------------------------- bootstrap and loops
 
 
-def _tail_estimate(cells: Cells, ceiling, new_limit, lf, start=None, step=0.3, tol=1e-10):
+def _tail_estimate(
+    cells: Cells,
+    ceiling: int,
+    new_limit: int,
+    lf: float,
+    start: Sequence[float] | None = None,
+    step: float = 0.3,
+    tol: float = 1e-10,
+) -> tuple[float, float] | None:
     if sum(e[0] for e in cells.ev) < 2 or cells.n_ceil <= 0:
         return None
     p = fit_tail(cells, ceiling, cells.n_ceil * (1 - lf), start, step, tol)
@@ -372,7 +389,7 @@ def loop_share(loop_fraction: float, loop_sample: tuple[int, int] | None) -> dic
 # ---------------------------------------------------------------- the what-if
 
 
-def _base_result(ceiling, new_limit, s_c, loops) -> dict:
+def _base_result(ceiling: int | None, new_limit: int, s_c: float, loops: dict) -> dict:
     return {
         "limit": int(new_limit),
         "ceiling": ceiling,
@@ -394,7 +411,7 @@ def _base_result(ceiling, new_limit, s_c, loops) -> dict:
     }
 
 
-def _censored_rows(hist: LengthHist, ceiling: int):
+def _censored_rows(hist: LengthHist, ceiling: int) -> tuple[list[CensoredRow], int, int]:
     used, _est, _src = length_source(hist)
     rows = [(t, fr == LENGTH, n) for t, fr, _e, n in used.rows()]
     n_total = sum(n for _t, _c, n in rows)
@@ -402,7 +419,9 @@ def _censored_rows(hist: LengthHist, ceiling: int):
     return rows, n_total, n_ceil
 
 
-def _lowered(result, rows, n_total, ceiling, new_limit):
+def _lowered(
+    result: dict[str, Any], rows: Sequence[CensoredRow], n_total: int, ceiling: int, new_limit: int
+) -> dict[str, Any]:
     """A limit at or below the ceiling needs no model: the lengths below C were observed."""
     still = sum(n for t, _cz, n in rows if t >= new_limit)
     lost = sum(n * (min(t, ceiling) - min(t, new_limit)) for t, _cz, n in rows)
@@ -418,7 +437,7 @@ def _lowered(result, rows, n_total, ceiling, new_limit):
     return result
 
 
-def _analyse(rows, ceiling: int, new_limit: int, loops: dict) -> dict | None:
+def _analyse(rows: Sequence[CensoredRow], ceiling: int, new_limit: int, loops: dict) -> dict | None:
     """Fit every model, back-test them, choose the headline; None when the tail cannot be modelled."""
     tail = _tail_cells(rows, ceiling)
     if tail is None:

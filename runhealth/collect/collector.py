@@ -27,9 +27,11 @@ from runhealth.errors import StoreBusyError, StoreError
 from runhealth.errors import one_line as _plain
 from runhealth.node.wire import PollReply, ShardCursor
 from runhealth.payloads import pagedata
+from runhealth.records import RunMeta
 from runhealth.remote import make_transport
-from runhealth.remote.base import fan_out_calls
+from runhealth.remote.base import Transport, fan_out_calls
 from runhealth.settings.config import NodeConfig, RunConfig, RunContext
+from runhealth.settings.runsettings import RunSettings
 from runhealth.store import Store, rollup, storefile
 
 log = textsafe.get_logger(__name__)
@@ -93,7 +95,7 @@ class NodePoller:
         node: NodeConfig,
         store: Store,
         interval_s: float,
-        transport=None,
+        transport: Transport | None = None,
         clock: Callable[[], float] = time.time,
         demo_gpus: int = 0,
     ):
@@ -279,7 +281,7 @@ class Collector:
     def __enter__(self) -> Collector:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     @property
@@ -442,20 +444,8 @@ def housekeeping_due_in_s(store: Store, now_unix: float) -> float:
     return float(last) + HOUSEKEEPING_EVERY_S - now_unix
 
 
-def run_meta(config: RunConfig, context: RunContext) -> dict[str, Any]:
+def run_meta(config: RunConfig, context: RunContext) -> RunMeta:
     """The run's settings as the collector saves them (`store.meta("run")`): what the alerts,
-    the exporter and a later dashboard over a finished run's store (runs.py) read back."""
-    return {
-        "name": config.name,
-        "target_completions": config.target_completions,
-        "max_output_tokens": config.max_output_tokens,
-        "interval_s": config.interval_s,
-        "stall_after_s": config.stall_after,
-        "demo": context.demo,
-        "truncation_warn_fraction": config.truncation_warn_fraction,
-        "truncation_alert_fraction": config.truncation_alert_fraction,
-        "stale_after_s": config.stale_after,
-        "nodes": [n.name for n in config.nodes],
-        "expected_prompts": config.expected_prompts,  # /metrics' prompts missing (alerting/fieldmetrics.py)
-        "max_model_len": config.max_model_len,  # /metrics' context-window stops
-    }
+    the exporter and a later dashboard over a finished run's store (runs.py) read back
+    (`RunSettings.from_meta`)."""
+    return RunSettings.from_config(config, demo=context.demo).to_meta()

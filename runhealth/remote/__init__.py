@@ -15,9 +15,10 @@ from typing import Any
 
 from runhealth.remote.base import Transport
 from runhealth.remote.local import LocalTransport
+from runhealth.settings.config import NodeConfig
 
 
-def make_transport(node: Any, **kwargs: Any) -> Transport:
+def make_transport(node: NodeConfig, **kwargs: Any) -> Transport:
     """LocalTransport for ``host = "local"``, SSHTransport otherwise.
 
     A local node runs the dashboard's own interpreter unless its python is set to something

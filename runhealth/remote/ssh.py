@@ -32,7 +32,7 @@ from runhealth.errors import (
 )
 from runhealth.remote.base import POLL_SLICE_S, Tail, Transport, sanitize
 from runhealth.remote.protocol import AgentSession, launch_argv
-from runhealth.settings.config import reveal
+from runhealth.settings.config import NodeConfig, reveal
 
 log = textsafe.get_logger(__name__)
 
@@ -154,7 +154,7 @@ class _RejectUnknownHostKey(paramiko.MissingHostKeyPolicy):
     def __init__(self, node_name: str, known_hosts: str):
         self.node_name, self.known_hosts = node_name, known_hosts
 
-    def missing_host_key(self, client, hostname, key):
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
         raise HostKeyError(
             f"host key for {self.node_name} ({hostname}, {key.get_name()} {key.fingerprint}) "
             f"is not in known_hosts ({self.known_hosts}); set accept_new_host_key = true for "
@@ -170,7 +170,7 @@ class _AcceptNewHostKey(paramiko.MissingHostKeyPolicy):
     def __init__(self, node_name: str, known_hosts: str):
         self.node_name, self.known_hosts = node_name, known_hosts
 
-    def missing_host_key(self, client, hostname, key):
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
         line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
         with self._file_lock:
             os.makedirs(os.path.dirname(self.known_hosts) or ".", mode=0o700, exist_ok=True)
@@ -258,7 +258,7 @@ class SSHTransport(Transport):
         program: the program frame to send instead of runhealth/node/agent.py's (tests).
     """
 
-    def __init__(self, node: Any, ssh_config_path: str | None = None, program: bytes | None = None):
+    def __init__(self, node: NodeConfig, ssh_config_path: str | None = None, program: bytes | None = None):
         super().__init__(node.name, node.command_timeout_s, node.connect_timeout_s, program)
         self.node = node
         self.command = shlex.join(launch_argv(node.python))
@@ -373,7 +373,9 @@ class SSHTransport(Transport):
         log.info("%s: connected to %s as %s", self.name, hop, hop.user)
         return clients
 
-    def _open_socket(self, hop: _Hop, via: paramiko.SSHClient | None):
+    def _open_socket(
+        self, hop: _Hop, via: paramiko.SSHClient | None
+    ) -> paramiko.Channel | paramiko.ProxyCommand | socket.socket:
         """A socket-like link to `hop`: through the previous jump host, a ProxyCommand, or TCP."""
         if via is not None:
             return self._translate(
@@ -390,7 +392,9 @@ class SSHTransport(Transport):
                 raise ConnectError(f"ProxyCommand for {hop.alias} could not start: {exc.strerror or exc}") from None
         return _tcp_connect(hop, self.connect_timeout_s)
 
-    def _login(self, hop: _Hop, sock, known_hosts: str) -> paramiko.SSHClient:
+    def _login(
+        self, hop: _Hop, sock: paramiko.Channel | paramiko.ProxyCommand | socket.socket, known_hosts: str
+    ) -> paramiko.SSHClient:
         client = paramiko.SSHClient()
         if os.path.exists(known_hosts):
             client.load_host_keys(known_hosts)
@@ -454,7 +458,12 @@ class SSHTransport(Transport):
             raise AuthError(f"cannot load private key {path}: wrong passphrase or unsupported key format") from None
 
     def _translate(
-        self, hop: _Hop, step: Callable[[], Any], via=None, known_hosts: str = "", pkey_file: str | None = None
+        self,
+        hop: _Hop,
+        step: Callable[[], Any],
+        via: paramiko.SSHClient | None = None,
+        known_hosts: str = "",
+        pkey_file: str | None = None,
     ) -> Any:
         """Run one paramiko step, turning its exceptions into one-line runhealth errors."""
         try:

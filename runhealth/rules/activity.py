@@ -152,7 +152,7 @@ def rate_drop(current_tps: float | None, minute_tps: list[float]) -> float | Non
 
 def run_interval_s(store: Store) -> float:
     """The run's poll interval as its collector recorded it (run meta), 10 s when not recorded."""
-    return float((store.meta("run") or {}).get("interval_s") or 10.0)
+    return store.run_settings().interval_s
 
 
 def recent_rates(

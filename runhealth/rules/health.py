@@ -27,8 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Literal
 
 from runhealth.analysis import reasons, stats
 from runhealth.collect import heartbeat
@@ -37,8 +36,9 @@ from runhealth.rules import activity, hardware
 from runhealth.rules.hardware import host_problems as host_problems  # re-exported: one import for the words
 from runhealth.rules.hardware import missing_gpus as missing_gpus
 from runhealth.settings import windows
+from runhealth.settings.runsettings import RunSettings
 from runhealth.settings.windows import HARDWARE_WINDOW_S
-from runhealth.settings.windows import stale_after_s as stale_after_s  # re-exported: the exporter and tests ask health
+from runhealth.settings.windows import stale_after_s as stale_after_s  # re-exported: tests ask health
 from runhealth.settings.windows import stall_after_s as stall_after_s
 from runhealth.store import Store
 
@@ -123,7 +123,7 @@ class Reading:
     the alerts and shows tiles builds both from one Reading, so they cannot disagree."""
 
     now: float
-    meta: Mapping[str, Any]
+    settings: RunSettings  # the run's (runhealth.settings.runsettings): its name, windows, nodes, target
     last_collection_unix: float | None
     fault: heartbeat.CollectorFault | None  # the collector is gone (only looked up when stale)
     nodes: list[NodeRow]  # the nodes the config names now
@@ -137,17 +137,17 @@ class Reading:
 
     @property
     def stale_after(self) -> float:
-        return stale_after_s(float(self.meta.get("interval_s") or 10.0), self.meta.get("stale_after_s"))
+        return self.settings.stale_after
 
     @property
     def stall_after(self) -> float:
-        return stall_after_s(float(self.meta.get("interval_s") or 10.0), self.meta.get("stall_after_s"))
+        return self.settings.stall_after
 
 
 def read(
     store: Store,
     now: float | None = None,
-    meta: Mapping[str, Any] | None = None,
+    settings: RunSettings | None = None,
     rates_lookback_s: float | None = None,
     memo: dict[tuple, activity.RunRates] | None = None,
 ) -> Reading:
@@ -156,25 +156,24 @@ def read(
     `memo`: rate readings already taken at `now` (/metrics passes one per scrape, so its stall
     series and its alerts read the polls once)."""
     now = time.time() if now is None else now
-    meta = store.meta("run") or {} if meta is None else meta
-    interval_s = float(meta.get("interval_s") or 10.0)
-    stale_after = stale_after_s(interval_s, meta.get("stale_after_s"))
+    settings = store.run_settings() if settings is None else settings
+    interval_s, stale_after = settings.interval_s, settings.stale_after
     last = store.last_collection_unix()
     stale = last is None or now - last > stale_after
     fault = heartbeat.fault(heartbeat.read_status(store), now, stale_after) if stale else None
-    keep = configured_nodes(meta)  # a node removed from the config raises no alert (its history stays)
+    keep = settings.node_names  # a node removed from the config raises no alert (its history stays)
     every = store.nodes()
     gone = store.superseded_nodes()
     malformed = sum(n["malformed"] for n in every if n["name"] not in gone)
-    stall_s = stall_after_s(interval_s, meta.get("stall_after_s"))
+    stall_s = settings.stall_after
     lookback = _rates_lookback(store, now, stall_s, interval_s)
     return Reading(
         now=now,
-        meta=meta,
+        settings=settings,
         last_collection_unix=last,
         fault=fault,
         nodes=[n for n in every if keep is None or n["name"] in keep],
-        summary=_summary(store.length_counts(by="run"), meta.get("max_output_tokens"), malformed),
+        summary=_summary(store.length_counts(by="run"), settings.max_output_tokens, malformed),
         rates=activity.read_rates(store, now, max(lookback, rates_lookback_s or 0.0), interval_s, memo),
         gpu_latest=store.gpu_latest(),
         gpu_health=store.gpu_health(),
@@ -187,25 +186,25 @@ def read(
 def evaluate(
     store: Store,
     now: float | None = None,
-    meta: Mapping[str, Any] | None = None,
+    settings: RunSettings | None = None,
     memo: dict[tuple, activity.RunRates] | None = None,
 ) -> list[Alert]:
     """Every alert that holds at `now`, most serious first: the Overview words exactly these,
     the notifier sends them and the exporter counts them.
 
     Args:
-        meta: the run's settings (`collector.run_meta`); default: what the collector saved in
-            the store. The Overview passes its own config's (`settings(config)`).
+        settings: the run's settings; default: what the collector saved in the store
+            (`RunSettings.from_meta`). The Overview passes its own config's (`RunSettings.from_config`).
         memo: rate readings already taken at `now` (activity.read_rates): /metrics passes one
             per scrape, so its stall series and its alerts read the polls once.
     """
-    return alerts_of(read(store, now, meta, memo=memo))
+    return alerts_of(read(store, now, settings, memo=memo))
 
 
 def alerts_of(r: Reading) -> list[Alert]:
     """The alerts that hold in reading `r` (no store read: the rules only)."""
-    now, meta = r.now, r.meta
-    run = str(meta.get("name") or "run")
+    now, settings = r.now, r.settings
+    run = settings.name
     stale_after = r.stale_after
     out: list[Alert] = []
     last = r.last_collection_unix
@@ -215,15 +214,15 @@ def alerts_of(r: Reading) -> list[Alert]:
     elif last is not None and stale:
         age = fmt_age(now - last)
         out.append(Alert("collection_stale", "critical", run, f"No successful collection for {age}.", value=now - last))
-    keep = configured_nodes(meta)
+    keep = settings.node_names
     nodes = r.nodes
     out += _node_alerts(nodes, run, now, stale_after)
     summary = r.summary
-    target = meta.get("target_completions")
+    target = settings.target_completions
     if not (target and summary.completions >= target):  # a run that reached its target stops on purpose
         up = {n["name"] for n in nodes if node_status(n, now, stale_after)[0] == "up"}
         out += _stall_alerts(r.rates, run, now, r.stall_after, up)
-    out += truncation_alerts(summary, meta, run)
+    out += truncation_alerts(summary, settings, run)
     out += _gpu_alerts(r.gpu_latest, run, bool(r.rates.tokens_per_s_1m))
     out += hardware_alerts(r, run)
     out = [a for a in out if a.node is None or keep is None or a.node in keep]
@@ -248,25 +247,6 @@ def _rates_lookback(store: Store, now: float, stall_s: float, interval_s: float)
 
 # Alerts that only say the collector stopped refreshing them when it is gone (collector_down says that).
 COLLECTOR_FROZEN = frozenset({"node_stale", "node_down", "run_stalled", "node_stalled", "rate_drop"})
-
-
-def configured_nodes(meta: Mapping[str, Any]) -> set[str] | None:
-    """The nodes the run's config names now (the collector saves them in the run's meta); None
-    for a store that does not say (then every node it holds counts)."""
-    names = meta.get("nodes")
-    return {str(n) for n in names} if isinstance(names, list | tuple) else None
-
-
-def settings(config: Any) -> dict[str, Any]:
-    """A RunConfig's settings as `evaluate` reads them (the keys `collector.run_meta` saves)."""
-    names: tuple[str, ...] = ("name", "target_completions", "max_output_tokens", "interval_s")
-    names += ("truncation_warn_fraction", "truncation_alert_fraction")
-    return {
-        **{k: getattr(config, k) for k in names},
-        "stall_after_s": config.stall_after,
-        "stale_after_s": config.stale_after,
-        "nodes": tuple(n.name for n in config.nodes),  # a node removed from the config raises nothing
-    }
 
 
 def _node_alerts(nodes: list[NodeRow], run: str, now: float, stale_after: float) -> list[Alert]:
@@ -331,9 +311,9 @@ def _clock(ts: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(ts))
 
 
-def truncation_alerts(summary: stats.Summary, meta: Mapping[str, Any], run: str) -> list[Alert]:
+def truncation_alerts(summary: stats.Summary, settings: RunSettings, run: str) -> list[Alert]:
     """The share at the ceiling against the one `level` rule: warning, then critical."""
-    warn, alert = meta.get("truncation_warn_fraction"), meta.get("truncation_alert_fraction")
+    warn, alert = settings.truncation_warn_fraction, settings.truncation_alert_fraction
     if alert is None or not summary.completions or not summary.ceiling_tokens:
         return []
     frac = summary.at_ceiling_fraction

@@ -14,6 +14,8 @@ from typing import Any
 
 from runhealth.analysis import fieldfigures
 from runhealth.analysis.fieldfigures import FieldTotals
+from runhealth.settings.config import RunConfig
+from runhealth.settings.runsettings import RunSettings
 from runhealth.store import Store
 
 
@@ -51,7 +53,7 @@ def unanswered_totals(store: Store, node: str | None = None) -> FieldTotals:
     )
 
 
-def prompt_completeness(store: Store, config: Any, completions: int) -> dict[str, Any] | None:
+def prompt_completeness(store: Store, config: RunConfig, completions: int) -> dict[str, Any] | None:
     """The run's prompts answered / missing (against [run] expected_prompts) / answered more
     than once, with its one-line wording (`line`); None before any completion. One statement
     (store.prompt_summary) unless a node outside the config holds prompt IDs: then the exact
@@ -77,7 +79,9 @@ def prompt_completeness(store: Store, config: Any, completions: int) -> dict[str
     return fieldfigures.completeness(totals, getattr(config, "expected_prompts", None))
 
 
-def field_figures(store: Store, config: Any, ceiling: int | None, node: str | None = None) -> dict[str, Any]:
+def field_figures(
+    store: Store, config: RunConfig | RunSettings, ceiling: int | None, node: str | None = None
+) -> dict[str, Any]:
     """Every per-line field figure of the run (or `node`) at the ceiling `ceiling`."""
     typed = [r for r in store.length_counts(by="node" if node else "run") if node is None or r.get("node") == node]
     completions = sum(r["count"] for r in typed)
@@ -86,6 +90,6 @@ def field_figures(store: Store, config: Any, ceiling: int | None, node: str | No
         field_totals(store, node, completions),
         rows,
         ceiling,
-        getattr(config, "expected_prompts", None),
-        getattr(config, "max_model_len", None),
+        config.expected_prompts,
+        config.max_model_len,
     )

@@ -17,6 +17,8 @@ from typing import Any
 
 from runhealth.records import GpuRow, NodeRow
 from runhealth.rules import hardware, health
+from runhealth.settings.config import RunConfig
+from runhealth.settings.runsettings import RunSettings
 from runhealth.store import Store
 
 GPU_ALERT_PREFIX = "gpu_"
@@ -57,13 +59,13 @@ class Gpus:
         }
 
 
-def gpus(store: Store, config: Any, now: float | None = None) -> Gpus:
+def gpus(store: Store, config: RunConfig, now: float | None = None) -> Gpus:
     """The GPUs page of `config`'s run (a RunConfig) at `now`, from one reading of `store`."""
     now = time.time() if now is None else now
     # The nodes are those the collector saved in the run's meta (none saved: every node the store
     # holds), as the GPU table has always shown them; the other settings are the config's.
-    meta = {**health.settings(config), "nodes": (store.meta("run") or {}).get("nodes")}
-    reading = health.read(store, now, meta)
+    settings = dataclasses.replace(RunSettings.from_config(config), nodes=store.run_settings().nodes)
+    reading = health.read(store, now, settings)
     names = {n["name"] for n in reading.nodes}
     rows = tuple(g for g in reading.gpu_latest if g["node"] in names)
     writing = bool(reading.rates.tokens_per_s_1m)

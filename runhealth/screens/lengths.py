@@ -19,11 +19,12 @@ from typing import Any
 
 from runhealth.analysis import loops, rates, stats
 from runhealth.analysis.stats import Summary as Summary  # the pages name the summary type through here
-from runhealth.analysis.whatif import WhatIf
+from runhealth.analysis.whatif import WhatIf as WhatIf  # ... and the what-if's
 from runhealth.payloads import pagedata
 from runhealth.records import NodeRow
-from runhealth.rules import activity, health
+from runhealth.rules import activity
 from runhealth.screens import fieldmodel, fieldpanels, serverview
+from runhealth.settings.config import RunConfig
 from runhealth.store import Store
 
 
@@ -106,10 +107,10 @@ class Lengths:
         }
 
 
-def lengths(store: Store, config: Any, now: float | None = None) -> Lengths:
+def lengths(store: Store, config: RunConfig, now: float | None = None) -> Lengths:
     """The Output lengths page of `config`'s run (a RunConfig) at `now`."""
     now = time.time() if now is None else now
-    keep = health.configured_nodes(store.meta("run") or {})
+    keep = store.run_settings().node_names
     counted = counts(store, config.max_output_tokens, pagedata.get(store, "run_lengths"))
     return Lengths(
         run=config.name,

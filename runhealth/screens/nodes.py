@@ -22,6 +22,8 @@ from runhealth.records import HostReading, MetricRow, NodeRow, ShardRow
 from runhealth.rules import activity, health
 from runhealth.screens import waste as waste_words
 from runhealth.screens.words import NA, fmt_count, fmt_share
+from runhealth.settings.config import RunConfig
+from runhealth.settings.runsettings import RunSettings
 from runhealth.settings.windows import DROP_LOOKBACK_S
 from runhealth.store import Store
 
@@ -172,13 +174,13 @@ def collector_fault(store: Store, now: float, stale_after: float) -> str | None:
     return None if found is None else found.text
 
 
-def nodes(store: Store, config: Any, now: float | None = None, finished: bool = False) -> Nodes:
+def nodes(store: Store, config: RunConfig, now: float | None = None, finished: bool = False) -> Nodes:
     """The Nodes page of `config`'s run (a RunConfig) at `now`, from one reading of `store`."""
     now = time.time() if now is None else now
     # The nodes are those the collector saved in the run's meta (none saved: every node the store
     # holds), as the node table has always shown them; the other settings are the config's.
-    meta = {**health.settings(config), "nodes": (store.meta("run") or {}).get("nodes")}
-    reading = health.read(store, now, meta, rates_lookback_s=DROP_LOOKBACK_S)
+    settings = dataclasses.replace(RunSettings.from_config(config), nodes=store.run_settings().nodes)
+    reading = health.read(store, now, settings, rates_lookback_s=DROP_LOOKBACK_S)
     stale_after = config.stale_after
     states = tuple(NodeState(n["name"], *health.node_status(n, now, stale_after)) for n in reading.nodes)
     found = health.alerts_of(reading)
@@ -190,7 +192,7 @@ def nodes(store: Store, config: Any, now: float | None = None, finished: bool = 
         nodes=tuple(reading.nodes),
         states=states,
         per_node=None if finished else reading.rates.per_node,
-        removed=removed_nodes(store, health.configured_nodes(meta)),
+        removed=removed_nodes(store, settings.node_names),
         shards=tuple(store.shards()),
         hosts=reading.host_latest,
         host_alerts=tuple(a for a in found if a.name.startswith(HOST_ALERT_PREFIX)),

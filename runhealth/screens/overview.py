@@ -24,6 +24,8 @@ from runhealth.rules.health import fmt_age, level
 from runhealth.screens import derived, fieldmodel
 from runhealth.screens import waste as waste_words
 from runhealth.screens.words import fmt_bytes, fmt_rate, fmt_window
+from runhealth.settings.config import RunConfig
+from runhealth.settings.runsettings import RunSettings
 from runhealth.settings.windows import DROP_LOOKBACK_S, SERVER_RATE_WINDOW_S, stale_after_s
 from runhealth.store import Store
 
@@ -265,11 +267,10 @@ def _pct(x: float | None, of: float | None) -> float | None:
     return 100 * x / of if x is not None and of else None
 
 
-def overview(store: Store, config: Any, now: float | None = None, finished: bool = False) -> Overview:
+def overview(store: Store, config: RunConfig, now: float | None = None, finished: bool = False) -> Overview:
     """The Overview of `config`'s run (a RunConfig) at `now`, from one reading of `store`."""
     now = time.time() if now is None else now
-    meta = health.settings(config)
-    reading = health.read(store, now, meta, rates_lookback_s=DROP_LOOKBACK_S)
+    reading = health.read(store, now, RunSettings.from_config(config), rates_lookback_s=DROP_LOOKBACK_S)
     found = health.alerts_of(reading)
     state = run_state(found, finished)
     nodes = reading.nodes
@@ -384,7 +385,7 @@ def _eta_tile(m: Overview) -> Tile:
     return Tile("ETA", "—", "needs a rate", "muted")
 
 
-def live_tiles(m: Overview, config: Any) -> list[Tile]:
+def live_tiles(m: Overview, config: RunConfig) -> list[Tile]:
     """The six standup tiles: done, throughput, ETA, truncation, nodes, data age; every one
     follows the run state (a stalled or stale run has no plain ETA and no calm rate)."""
     n = m.standup
@@ -413,7 +414,7 @@ def live_tiles(m: Overview, config: Any) -> list[Tile]:
     ]
 
 
-def final_tiles(m: Overview, config: Any) -> list[Tile]:
+def final_tiles(m: Overview, config: RunConfig) -> list[Tile]:
     """A finished run's six tiles: its final figures, no live placeholders, no node states."""
     f = m.final
     assert f is not None

@@ -22,6 +22,7 @@ from runhealth.payloads import pagedata
 from runhealth.records import SampleBatch, StoredSample
 from runhealth.screens import fieldmodel, fieldpanels
 from runhealth.screens.lengths import counts
+from runhealth.settings.config import RunConfig
 from runhealth.store import Store
 
 
@@ -139,7 +140,7 @@ class Samples:
         }
 
 
-def samples(store: Store, config: Any, now: float | None = None) -> Samples:
+def samples(store: Store, config: RunConfig, now: float | None = None) -> Samples:
     """The Samples page of `config`'s run (a RunConfig) at `now`."""
     now = time.time() if now is None else now
     batch = store.latest_sample_batch()

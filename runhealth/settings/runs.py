@@ -38,6 +38,7 @@ from typing import Any
 
 from runhealth.errors import ConfigError
 from runhealth.settings.config import SECRETS_PATH, TOML_SYNTAX, RunConfig, apply_secrets, load_config, parse_config
+from runhealth.settings.runsettings import RunSettings
 
 STORE_SUFFIX = ".sqlite3"
 # Validates a finished run that lists no nodes (the single-run validator requires one); the
@@ -125,7 +126,7 @@ def _check_unique(entries: list[RunEntry], source: str) -> None:
         seen[store] = name
 
 
-def store_run_meta(path: Path) -> dict[str, Any] | None:
+def store_run_settings(path: Path) -> RunSettings | None:
     """The run settings a store file recorded (`meta.run`), read-only; None if it has none."""
     try:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -136,7 +137,8 @@ def store_run_meta(path: Path) -> dict[str, Any] | None:
         value = json.loads(row[0]) if row else None
     except (sqlite3.Error, ValueError):
         return None
-    return value if isinstance(value, dict) and isinstance(value.get("name"), str) else None
+    named = isinstance(value, dict) and isinstance(value.get("name"), str) and value["name"]
+    return RunSettings.from_meta(value) if named else None
 
 
 def discover_finished(entries: list[RunEntry]) -> list[RunEntry]:
@@ -149,24 +151,20 @@ def discover_finished(entries: list[RunEntry]) -> list[RunEntry]:
         for path in sorted(Path(folder).glob(f"*{STORE_SUFFIX}")):
             if str(path.resolve()) in known:
                 continue
-            meta = store_run_meta(path)
-            if meta is None or meta["name"] in names:
+            settings = store_run_settings(path)
+            if settings is None or settings.name in names:
                 continue
-            names.add(meta["name"])
-            found.append(RunEntry(_config_from_meta(meta, path), finished=True))
+            names.add(settings.name)
+            found.append(RunEntry(_config_from_settings(settings, path), finished=True))
     return found
 
 
-def _config_from_meta(meta: dict[str, Any], path: Path) -> RunConfig:
-    def num(key: str) -> Any:
-        value = meta.get(key)
-        return value if isinstance(value, int | float) and not isinstance(value, bool) else None
-
+def _config_from_settings(settings: RunSettings, path: Path) -> RunConfig:
     return RunConfig(
-        name=meta["name"],
+        name=settings.name,
         nodes=[],
-        target_completions=num("target_completions"),
-        max_output_tokens=num("max_output_tokens"),
-        interval_s=num("interval_s") or 10.0,
+        target_completions=settings.target_completions,
+        max_output_tokens=settings.max_output_tokens,
+        interval_s=settings.interval_s,
         store_path=str(path),
     )  # its file is the store found, not a config

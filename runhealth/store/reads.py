@@ -34,6 +34,7 @@ from runhealth.records import (
     ShardRow,
     rows_as,
 )
+from runhealth.settings.runsettings import RunSettings
 from runhealth.store.lifecycle import StoreFile
 
 GPU_FIELDS = ("util_pct", "mem_used_mib", "mem_total_mib", "power_w", "power_limit_w", "temp_c", "sm_clock_mhz")
@@ -129,6 +130,10 @@ class StoreReads(StoreFile):
             ),
         )
 
+    def run_settings(self) -> RunSettings:
+        """The run's settings as its collector saved them (meta "run"); defaults for what it lacks."""
+        return RunSettings.from_meta(self.meta("run"))
+
     def superseded_nodes(self) -> dict[str, str]:
         """Nodes no longer in the config whose files a current node reads again -> that node.
 
@@ -138,10 +143,9 @@ class StoreReads(StoreFile):
         counts leave every total (they stay in the store: naming it back brings them back); a
         removed node whose files no current node reads keeps its counts, the run's history.
         """
-        names = (self.meta("run") or {}).get("nodes")
-        if not isinstance(names, list):
+        current = self.run_settings().node_names
+        if current is None:
             return {}
-        current = {str(n) for n in names}
         rows = self.query("SELECT name, config FROM nodes")
         where = {r["name"]: _host_key(r["config"]) for r in rows}
         out: dict[str, str] = {}

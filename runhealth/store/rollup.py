@@ -14,6 +14,7 @@ the width the chart asks for, so every chart can span the whole run.
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Callable
 
@@ -38,7 +39,7 @@ def _mean_merge(col: str) -> str:
     )
 
 
-def _fold_gpu(db, src: str, res: int, cutoff: float, src_res: int | None) -> None:
+def _fold_gpu(db: sqlite3.Connection, src: str, res: int, cutoff: float, src_res: int | None) -> None:
     where = "ts_unix < ?" if src_res is None else "res_s = ? AND bucket_unix < ?"
     ts = "ts_unix" if src_res is None else "bucket_unix"
     weight = "1" if src_res is None else "n"
@@ -58,7 +59,7 @@ def _fold_gpu(db, src: str, res: int, cutoff: float, src_res: int | None) -> Non
     db.execute(f"DELETE FROM {src} WHERE {where}", params)
 
 
-def _fold_polls(db, src: str, res: int, cutoff: float, src_res: int | None) -> None:
+def _fold_polls(db: sqlite3.Connection, src: str, res: int, cutoff: float, src_res: int | None) -> None:
     where = "ts_unix < ?" if src_res is None else "res_s = ? AND bucket_unix < ?"
     ts = "ts_unix" if src_res is None else "bucket_unix"
     polls = "COUNT(*)" if src_res is None else "SUM(polls)"
@@ -75,7 +76,7 @@ def _fold_polls(db, src: str, res: int, cutoff: float, src_res: int | None) -> N
     db.execute(f"DELETE FROM {src} WHERE {where}", params)
 
 
-def _fold_metrics(db, src: str, res: int, cutoff: float, src_res: int | None) -> None:
+def _fold_metrics(db: sqlite3.Connection, src: str, res: int, cutoff: float, src_res: int | None) -> None:
     where = "ts_unix < ?" if src_res is None else "res_s = ? AND bucket_unix < ?"
     ts = "ts_unix" if src_res is None else "bucket_unix"
     weight, top = ("1", "value") if src_res is None else ("n", "value_max")
