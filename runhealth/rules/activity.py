@@ -55,6 +55,7 @@ class NodeRate:
     last_growth_unix: float | None
     first_seen_unix: float | None
     first_live_growth_unix: float | None = None  # its first live (not backfill) new completion in the rows read
+    completions_var_15m: float | None = None  # variance of completions_per_s_15m (batch means; inf: too few polls)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +70,7 @@ class RunRates:
     drop_median_tps: float | None = None  # the hour's median per-minute rate, set when the 1-min rate fell below half
     window_s: float = RATE_WINDOW_S  # the live rate's window (windows.rate_window_s: a minute, or two polls)
     average_s: float = AVERAGE_WINDOW_S  # the average's window (windows.average_window_s)
+    completions_var_15m: float | None = None  # the nodes' variances summed (None: none has a rate)
 
 
 def poll_interval_s(seen_s: float, node_s: float | None) -> float:
@@ -108,7 +110,9 @@ def node_rate(
     cps_15m, tps_15m = rates.windowed_rate(points, average_s, now)
     grown = [r[0] for r in rows if (r[2] or 0) > 0]
     live = next((r[0] for r in rows if (r[2] or 0) > 0 and not r[4]), None)
-    return NodeRate(tps_1m, tps_15m, cps_15m, grown[-1] if grown else None, rows[0][0], live)
+    found = rates.ratio_rate(rates.window_spans(points, average_s, now), 2) if cps_15m is not None else None
+    var = found[1] if found else None
+    return NodeRate(tps_1m, tps_15m, cps_15m, grown[-1] if grown else None, rows[0][0], live, var)
 
 
 def run_rates(
@@ -133,6 +137,7 @@ def run_rates(
         total("completions_per_s_15m"),
         window_s=window_s,
         average_s=average_s,
+        completions_var_15m=total("completions_var_15m"),
     )
 
 

@@ -18,11 +18,13 @@ from typing import Any, Literal
 
 from runhealth.analysis import rates, tokencost
 from runhealth.analysis.stats import Summary
+from runhealth.analysis.stragglers import Stragglers
 from runhealth.records import GpuRow, NodeRow
 from runhealth.rules import activity, hardware, health
 from runhealth.rules.health import fmt_age, level
-from runhealth.screens import derived, fieldmodel
+from runhealth.screens import derived, etas, fieldmodel
 from runhealth.screens import waste as waste_words
+from runhealth.screens.events import Event, chart_events
 from runhealth.screens.words import fmt_bytes, fmt_rate, fmt_window
 from runhealth.settings.windows import DROP_LOOKBACK_S, SERVER_RATE_WINDOW_S, stale_after_s
 from runhealth.store import Store
@@ -101,6 +103,18 @@ class Overview:
     energy: tokencost.EnergyCost | None = None  # GPU energy per usable token; None: no GPU energy rows
     # Prompts answered / missing / answered twice (#33; screens/fieldmodel.py), with its `line`.
     prompts: dict[str, Any] | None = None
+    # Each node's ETA to its share, and the late ones (#33 item 6); None unless the run's ETA is shown.
+    stragglers: Stragglers | None = None
+    events: tuple[Event, ...] = ()  # the last hour's run events: markers on the throughput chart (#33 item 7)
+
+    @property
+    def straggler_line(self) -> str:
+        """ "most nodes done by 14:10; node-7 finishes at 16:40" (screens/etas.py), or ""."""
+        return etas.straggler_line(self.stragglers, self.now)
+
+    @property
+    def straggler_help(self) -> str:
+        return etas.assumption(self.stragglers) if self.stragglers is not None else ""
 
     @property
     def waste_line(self) -> str:
@@ -162,6 +176,8 @@ class Overview:
             "tokens_per_s_15_min_avg": r(up.tokens_per_s_15m, 0),
             "average_label": self.average.label,
             "eta_hours_at_15_min_avg": r(self.eta_s / 3600, 2) if self.eta_s is not None else None,
+            "straggler_line": self.straggler_line,
+            **etas.to_json(self.stragglers),
             "nodes_up": up.nodes_up,
             "nodes_stale": up.nodes_stale,
             "nodes_down": up.nodes_down,
@@ -188,7 +204,7 @@ class Overview:
         """A few lines for a terminal: the state, the tiles, the alerts."""
         lines = [f"{self.run}: {self.state}"]
         lines += [f"  {t.label}: {t.value}" + (f" ({t.sub})" if t.sub else "") for t in self.tiles]
-        lines += [f"  {x}" for x in (self.waste_line, self.energy_line) if x]
+        lines += [f"  {x}" for x in (self.waste_line, self.energy_line, self.straggler_line) if x]
         if self.prompts:
             lines.append(f"  {self.prompts['line']}")
         lines += [f"  ! {a.summary}" for a in self.alerts]
@@ -314,6 +330,10 @@ def overview(store: Store, config: Any, now: float | None = None, finished: bool
         waste=tokencost.waste(reading.summary, store.latest_loop_sample()),
         energy=tokencost.energy_cost(e for e in store.node_energy() if e["node"] in names),
         prompts=fieldmodel.prompt_completeness(store, config, reading.summary.completions),
+        stragglers=etas.for_run(config.target_completions, reading.summary.completions, reading.rates, nodes)
+        if eta
+        else None,
+        events=chart_events(store, now - DROP_LOOKBACK_S),
     )
     tiles = final_tiles(model, config) if finished else live_tiles(model, config)
     return dataclasses.replace(model, tiles=tuple(tiles))
