@@ -421,7 +421,8 @@ def make_lengths_over_time_figure(
         yaxis=dict(title=dict(text="tokens"), rangemode="tozero"),
         yaxis2=dict(overlaying="y", side="right", showgrid=False, **share_axis_covering(top)),
     )
-    return add_event_markers(_figure(data, layout, shapes, notes), events_of(df, events))
+    covered = (float(df["bucket_unix"].min()), float(df["bucket_unix"].max()) + 3600)  # the bars cover whole hours
+    return add_event_markers(_figure(data, layout, shapes, notes), events_of(df, events), covered)
 
 
 def make_gpu_heatstrip_figure(df: pd.DataFrame) -> go.Figure:

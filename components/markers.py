@@ -74,9 +74,12 @@ def events_of(df: pd.DataFrame, events: Sequence[Any] | None) -> Sequence[Any]:
     return events if events is not None else df.attrs.get("events") or ()
 
 
-def add_event_markers(fig: go.Figure, events: Sequence[Any] | None) -> go.Figure:
-    """`fig` with a marker per (group of) event(s) within its time span; returns `fig`."""
-    span = time_span(fig) if events else None
+def add_event_markers(
+    fig: go.Figure, events: Sequence[Any] | None, span: tuple[float, float] | None = None
+) -> go.Figure:
+    """`fig` with a marker per (group of) event(s) within its time span (default: its traces' x
+    from first to last; a chart of bars a bucket wide passes the span its bars cover); returns `fig`."""
+    span = (span or time_span(fig)) if events else None
     if span is None:
         return fig
     marks = [_marker(g) for g in grouped(events or (), *span)]

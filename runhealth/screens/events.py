@@ -23,9 +23,9 @@ LABELS = {
     "shards_reset": "relaunch",
 }
 SETTINGS = {  # run_meta key -> (its name in words, unit)
-    "max_output_tokens": ("Ceiling (max_output_tokens)", "tokens"),
-    "target_completions": ("Target", "completions"),
-    "interval_s": ("Poll interval", "s"),
+    "max_output_tokens": ("ceiling (max_output_tokens)", "tokens"),
+    "target_completions": ("target", "completions"),
+    "interval_s": ("poll interval", "s"),
 }
 
 
@@ -40,9 +40,11 @@ class Event:
 
 
 def _setting(value: Any, unit: str) -> str:
+    """A setting's value, its unit only when `unit` is given: "8,192", "10", "detected"."""
     if value is None:
-        return "not set" if unit != "tokens" else "detected"
-    return f"{value:g} {unit}" if unit == "s" else f"{fmt_count(value)} {unit}"
+        return "detected" if unit == "tokens" else "not set"
+    number = f"{value:g}" if isinstance(value, float) and not value.is_integer() else fmt_count(value)
+    return f"{number} {unit}" if unit else number
 
 
 def _config_text(d: dict[str, Any]) -> str:
@@ -51,7 +53,8 @@ def _config_text(d: dict[str, Any]) -> str:
         now = f" (now {fmt_plural(int(d['nodes']), 'node')})" if d.get("nodes") is not None else ""
         return "nodes " + "; ".join(parts) + now
     name, unit = SETTINGS.get(str(d.get("field")), (str(d.get("field")), ""))
-    return f"{name} changed: {_setting(d.get('old'), unit)} → {_setting(d.get('new'), unit)}"
+    old = _setting(d.get("old"), "" if d.get("old") is not None else unit)
+    return f"{name} {old} → {_setting(d.get('new'), unit)}"
 
 
 def _reset_text(node: str | None, d: dict[str, Any]) -> str:
