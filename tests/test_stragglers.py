@@ -8,6 +8,7 @@ its share of the target hours after the run's ETA.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
@@ -15,6 +16,7 @@ import time
 import store_fixtures
 from test_pages import _clear_streamlit_caches, assert_clean, run_page, texts  # noqa: F401 (autouse fixture)
 
+from runhealth import cli
 from runhealth.analysis import rates, stragglers
 from runhealth.screens import etas, nodes, overview
 from runhealth.settings.config import load_config
@@ -110,6 +112,17 @@ def test_the_overview_names_the_slow_node_and_the_nodes_table_gives_each_eta(tmp
     cells = dict(zip(table["node"], table["ETA (its share)"], strict=True))
     assert set(cells) == {"node-1", "node-2", "node-3", "node-4"} and all("(in " in c for c in cells.values())
     assert "target / 4 nodes = 10,000 completions" in texts(nodes_page)
+
+
+def test_status_prints_the_same_straggler_line(tmp_path, capsys):
+    store, config, now = uneven_run(tmp_path)
+    store.close()
+    assert cli.main(["status", "--config", str(config), "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["late_nodes"] == ["node-4"] and "; node-4 finishes at " in record["straggler_line"]
+    assert record["node_share"] == TARGET / 4 and set(record["node_eta_s"]) == {f"node-{i}" for i in range(1, 5)}
+    assert cli.main(["status", "--config", str(config)]) == 0
+    assert "  most nodes done by " in capsys.readouterr().out
 
 
 def test_even_nodes_give_no_straggler_line(tmp_path):
