@@ -135,6 +135,18 @@ def ratio_rate(
     return rate, k / (k - 1) * resid / dur**2 * (t975(k - 1) / Z95) ** 2
 
 
+def window_rates(
+    points: list[Point], window_s: float, end_t: float | None = None
+) -> tuple[float | None, float | None, float | None]:
+    """`windowed_rate`'s (completions/s, tokens/s) with the completions rate's batch-means
+    variance (`ratio_rate`), from one pass over the window's spans; (None, None, None) without one."""
+    spans = window_spans(points, window_s, end_t)
+    found = ratio_rate(spans, 2)
+    if found is None:
+        return None, None, None
+    return found[0], sum([s[3] for s in spans]) / sum([s[1] - s[0] for s in spans]), found[1]
+
+
 def counter_rate(samples: list[tuple[float, float]]) -> float | None:
     """Per-second rate of a Prometheus counter from ``(t_unix, value)`` samples.
 

@@ -107,11 +107,9 @@ def node_rate(
     times = bridged_times(rows)
     points: list[rates.Point] = [(t, r[2] or 0, r[3] or 0, bool(r[4])) for t, r in zip(times, rows, strict=True)]
     _, tps_1m = rates.windowed_rate(points, window_s, now)
-    cps_15m, tps_15m = rates.windowed_rate(points, average_s, now)
+    cps_15m, tps_15m, var = rates.window_rates(points, average_s, now)  # the average and its variance
     grown = [r[0] for r in rows if (r[2] or 0) > 0]
     live = next((r[0] for r in rows if (r[2] or 0) > 0 and not r[4]), None)
-    found = rates.ratio_rate(rates.window_spans(points, average_s, now), 2) if cps_15m is not None else None
-    var = found[1] if found else None
     return NodeRate(tps_1m, tps_15m, cps_15m, grown[-1] if grown else None, rows[0][0], live, var)
 
 
