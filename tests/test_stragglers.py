@@ -13,6 +13,7 @@ import math
 import random
 import time
 
+import pytest
 import store_fixtures
 from test_pages import _clear_streamlit_caches, assert_clean, run_page, texts  # noqa: F401 (autouse fixture)
 
@@ -83,6 +84,8 @@ def test_the_line_names_the_late_nodes_with_their_clock_times():
     assert etas.straggler_line(found, now) == "most nodes done by 10:38; n4 finishes at 12:30"
     assert "target / 4 nodes = 1,000 completions" in etas.assumption(found)  # type: ignore[arg-type]
     assert etas.eta_cells(found, now)["n4"] == "12:30 (in 2.5 h)"
+    pair = stragglers.stragglers(2_000, 400, 0.4, 0.0002, {"n1": (300, 0.3, 0.0001), "n4": (100, 0.1, 0.0001)})
+    assert etas.straggler_line(pair, now) == "n1 done by 10:38; n4 finishes at 12:30"  # two nodes: the other named
     even = stragglers.stragglers(4_000, 1_000, 1.0, 0.0004, {f"n{i}": (250, 0.25, 0.0001) for i in range(4)})
     assert etas.straggler_line(even, now) == ""
 
@@ -132,3 +135,15 @@ def test_even_nodes_give_no_straggler_line(tmp_path):
     n = nodes.nodes(store, load_config(config), now)
     assert set(n.eta_cells) == {"node-1", "node-2", "node-3", "node-4"}
     assert n.to_json()["late_nodes"] == []
+
+
+def test_the_averages_one_pass_agrees_with_the_windowed_rate():
+    """rates.window_rates (the 15-min average with its variance, activity.node_rate's) gives
+    windowed_rate's numbers: a span straddling the window start counts pro rata in both."""
+    rng = random.Random(5)
+    points = [(k * 10.0 + rng.random(), rng.randint(0, 9), rng.randint(0, 9000), k == 0) for k in range(200)]
+    for window in (60.0, 900.0, 5_000.0):
+        cps, tps, var = rates.window_rates(points, window, 1_995.0)
+        assert (cps, tps) == pytest.approx(rates.windowed_rate(points, window, 1_995.0))
+        assert var is not None and var > 0
+    assert rates.window_rates([], 900.0) == (None, None, None)

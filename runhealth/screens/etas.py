@@ -65,7 +65,9 @@ def straggler_line(s: Stragglers | None, now: float) -> str:
     elif s.most_done_s == 0:
         head = "the other nodes have written their shares"
     else:
-        head = f"most nodes done by {clock(now + s.most_done_s, now)}"
+        others = [n.node for n in s.nodes if n not in s.late]
+        who = f"{others[0]} done by" if len(others) == 1 else "most nodes done by"  # two nodes: name the other
+        head = f"{who} {clock(now + s.most_done_s, now)}"
     return f"{head}; {named}{more}"
 
 
