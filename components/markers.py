@@ -18,6 +18,9 @@ import pandas as pd
 import plotly.graph_objects as go
 
 MARKER_COLOUR = "#C9CED6"
+# The label sits inside the plot at its top (above it, it ran into legends drawn there), on a
+# dark veil so it reads over bars and bands.
+LABEL_BACKGROUND = "rgba(14,17,23,0.75)"
 MERGE_SHARE = 0.015  # of the chart's span: nearer events are one marker
 PAD_SHARE = 0.02  # an event this far outside the drawn span still belongs to it (the last bucket's end)
 
@@ -61,8 +64,8 @@ def _marker(group: list[Any]) -> tuple[dict, dict]:
         line=dict(color=MARKER_COLOUR, dash="dot", width=1.5),
     )  # fmt: skip
     note = dict(
-        text="⚑ " + " · ".join(labels), x=x, xref="x", y=1, yref="y domain", yanchor="bottom", xanchor="left",
-        showarrow=False, font=dict(size=11, color=MARKER_COLOUR),
+        text="⚑ " + " · ".join(labels), x=x, xref="x", y=1, yref="y domain", yanchor="top", xanchor="left",
+        showarrow=False, font=dict(size=11, color=MARKER_COLOUR), bgcolor=LABEL_BACKGROUND,
         hovertext="<br>".join(e.text for e in group),
     )  # fmt: skip
     return shape, note
