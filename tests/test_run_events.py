@@ -61,17 +61,22 @@ def shards(tmp_path):
     return tmp_path
 
 
-def test_a_restart_with_a_changed_config_and_a_relaunch_leave_their_rows(shards):
+@pytest.mark.parametrize("transport", ["local", "sshd"])
+def test_a_restart_with_a_changed_config_and_a_relaunch_leave_their_rows(shards, transport, request):
     """The run registered, restarted with ceiling 8,192 and node n2 added, then n1's shard
-    truncated and rewritten by a relaunch: four kinds of rows, in order, worded."""
+    truncated and rewritten by a relaunch: four kinds of rows, in order, worded; n1 polled
+    through a local agent, and through a real sshd."""
     store = Store(shards / "store.sqlite3")
-    first = RunConfig(name="t", nodes=[local_node("n1", str(shards / "n1" / "*.jsonl"))], interval_s=0.5)
+    n1 = local_node("n1", str(shards / "n1" / "*.jsonl"))
+    if transport == "sshd":
+        n1 = request.getfixturevalue("sshd_node")("127.0.0.34").node_config(name="n1", gpu="off", shards=n1.shards)
+    first = RunConfig(name="t", nodes=[n1], interval_s=0.5)
     with Collector(first, store) as collector:
         collector.claim()
         collector.poll_once()
     second = RunConfig(
         name="t",
-        nodes=[local_node("n1", str(shards / "n1" / "*.jsonl")), local_node("n2", str(shards / "n2" / "*.jsonl"))],
+        nodes=[n1, local_node("n2", str(shards / "n2" / "*.jsonl"))],
         interval_s=0.5,
         max_output_tokens=8192,
     )
