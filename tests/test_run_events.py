@@ -179,7 +179,10 @@ def test_events_close_together_share_one_marker_and_frames_can_carry_them():
 def chart_marks(at, title: str) -> list[str]:
     specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart") if title in c.proto.spec]
     assert specs, f"no chart {title!r}"
-    return [a.get("hovertext") for s in specs for a in s["layout"].get("annotations", []) if a.get("hovertext")]
+    found = [a.get("hovertext") for s in specs for a in s["layout"].get("annotations", []) if a.get("hovertext")]
+    rules = [r for s in specs for r in s["layout"].get("shapes", []) if r.get("line", {}).get("dash") == "dot"]
+    assert len([r for r in rules if r.get("yref") == "y domain"]) == len(found)  # each marker has its rule
+    return found
 
 
 def test_the_pages_draw_the_stored_events_on_their_time_charts(tmp_path, monkeypatch):
