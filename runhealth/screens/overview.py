@@ -7,6 +7,9 @@ state, the six tiles with their levels, the progress bar, the GPU strip and the 
 The Completions tile and the banner's n are the same count; a stalled or stale run never shows a
 plain ETA; the average is named for what it covers (a run younger than its window says "avg
 since collection began") and an ETA is given only once the window holds the run's writing.
+Beside the ETA, each node's ETA to its share (screens/etas.py: the stragglers' line, only while
+the ETA is shown) and the last hour's run events (screens/events.py: the throughput chart's
+markers; one statement).
 The page (pages/overview.py), the headline download and `runhealth status` show this record.
 """
 
