@@ -763,10 +763,12 @@ def make_whatif_figure(df: pd.DataFrame, ceiling: int, chosen: int, hard_hi: flo
 SEVERITY_COLOUR = {"critical": ALERT_COLOUR, "warning": CEILING_COLOUR}
 
 
-def make_alert_timeline_figure(df: pd.DataFrame, start_unix: float, end_unix: float) -> go.Figure:
+def make_alert_timeline_figure(
+    df: pd.DataFrame, start_unix: float, end_unix: float, events: Sequence[Any] | None = None
+) -> go.Figure:
     """Alert episodes as bars over [start_unix, end_unix] (local time), one row per alert and
-    node, coloured by severity. `df` columns: label, severity, started_unix, ended_unix (an open
-    episode ends at `end_unix`), hover (the words shown on hover)."""
+    node, coloured by severity, the run's `events` as markers. `df` columns: label, severity,
+    started_unix, ended_unix (an open episode ends at `end_unix`), hover (the words shown on hover)."""
 
     def local(ts: Any) -> list[datetime.datetime]:  # this host's local time, as the tables say it
         return [datetime.datetime.fromtimestamp(float(t)) for t in ts]
@@ -794,4 +796,5 @@ def make_alert_timeline_figure(df: pd.DataFrame, start_unix: float, end_unix: fl
     fig.update_xaxes(type="date", range=local([start_unix, end_unix]))
     fig.update_yaxes(autorange="reversed", categoryorder="array", categoryarray=list(dict.fromkeys(df["label"])))
     rows = df["label"].nunique()
-    return apply_layout(fig, "Alerts, last 24 h", height=min(420, 150 + 28 * rows))
+    fig = apply_layout(fig, "Alerts, last 24 h", height=min(420, 150 + 28 * rows))
+    return add_event_markers(fig, events_of(df, events), (start_unix, end_unix), local_time=True)

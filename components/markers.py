@@ -10,6 +10,7 @@ call it with the events their screen model carries; a chart without events is un
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Sequence
 from typing import Any
 
@@ -56,8 +57,10 @@ def grouped(events: Sequence[Any], lo: float, hi: float) -> list[list[Any]]:
     return groups
 
 
-def _marker(group: list[Any]) -> tuple[dict, dict]:
-    x = pd.Timestamp(group[0].ts_unix, unit="s").isoformat()  # the axes' naive UTC datetimes
+def _marker(group: list[Any], local_time: bool = False) -> tuple[dict, dict]:
+    ts = group[0].ts_unix
+    # The axes' datetimes: naive UTC (pd.to_datetime(unit="s")), or this host's local time (the alert timeline).
+    x = (datetime.datetime.fromtimestamp(ts) if local_time else pd.Timestamp(ts, unit="s")).isoformat()
     labels = list(dict.fromkeys(e.label for e in group))
     shape = dict(
         type="line", x0=x, x1=x, xref="x", y0=0, y1=1, yref="y domain", layer="above",
@@ -78,14 +81,15 @@ def events_of(df: pd.DataFrame, events: Sequence[Any] | None) -> Sequence[Any]:
 
 
 def add_event_markers(
-    fig: go.Figure, events: Sequence[Any] | None, span: tuple[float, float] | None = None
+    fig: go.Figure, events: Sequence[Any] | None, span: tuple[float, float] | None = None, local_time: bool = False
 ) -> go.Figure:
     """`fig` with a marker per (group of) event(s) within its time span (default: its traces' x
-    from first to last; a chart of bars a bucket wide passes the span its bars cover); returns `fig`."""
+    from first to last; a chart of bars a bucket wide passes the span its bars cover); returns `fig`.
+    `local_time`: the x axis is in this host's local time (given with its `span`), not naive UTC."""
     span = (span or time_span(fig)) if events else None
     if span is None:
         return fig
-    marks = [_marker(g) for g in grouped(events or (), *span)]
+    marks = [_marker(g, local_time) for g in grouped(events or (), *span)]
     if marks:
         fig.update_layout(
             shapes=[*fig.layout.shapes, *(s for s, _ in marks)],

@@ -68,7 +68,7 @@ def render_live(rt: PageRuntime) -> None:
             st.caption(
                 "The throughput chart appears once a few minutes of polls are in (the first scan is not counted)."
             )
-    page.guarded(alerthistory.render_today)(rt, PREFIX)
+    page.guarded(alerthistory.render_today)(rt, PREFIX, m.events)
 
 
 def render_kiosk(rt: PageRuntime) -> None:

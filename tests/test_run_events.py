@@ -9,6 +9,7 @@ the pages as a browser gets them (AppTest's plotly specs).
 
 from __future__ import annotations
 
+import datetime
 import json
 import sys
 import time
@@ -143,6 +144,10 @@ def time_frames() -> dict[str, object]:
     )
     gpu = pd.DataFrame({"ts_unix": ts * 2, "label": ["n1/0"] * 7 + ["n1/1"] * 7, "util_pct": 90.0})
     bands = pd.DataFrame({"node": "n1", "t_unix": ts, "median": 90.0, "min": 80.0, "max": 99.0, "gpus": 8})
+    alerts = pd.DataFrame(
+        {"label": ["run_stalled · run"], "severity": ["critical"], "started_unix": [T0], "ended_unix": [T0 + 600]}
+        | {"hover": ["no new completions"]}
+    )
     many = pd.concat([bands.assign(node=f"n{i}") for i in range(figures.BAND_MAX_NODES + 1)])
     return {
         "throughput": lambda ev: figures.make_throughput_figure(
@@ -153,6 +158,7 @@ def time_frames() -> dict[str, object]:
         "GPU lines": lambda ev: figures.make_gpu_timeseries_figure(gpu, "util_pct", "Utilization", "%", None, ev),
         "GPU bands": lambda ev: figures.make_gpu_band_figure(bands, "Utilization", "%", events=ev),
         "GPU heatmap": lambda ev: figures.make_gpu_band_figure(many, "Utilization", "%", events=ev),
+        "alert timeline": lambda ev: figures.make_alert_timeline_figure(alerts, T0 - 12 * HOUR, T0 + 12 * HOUR, ev),
     }
 
 
@@ -163,6 +169,15 @@ def test_every_time_chart_carries_the_markers(chart):
     assert marks(build(())) == []  # no events: the chart as before
     outside = Event(T0 + 30 * HOUR, "collector_started", "restart", "Collector restarted")
     assert marks(build((outside,))) == []  # an event off the chart's span does not stretch its axis
+
+
+def test_the_alert_timeline_marks_in_local_time_as_its_axis():
+    fig = time_frames()["alert timeline"]((EVENT,))
+    (note,) = [a for a in fig.to_plotly_json()["layout"]["annotations"] if a.get("hovertext")]
+    assert note["x"] == datetime.datetime.fromtimestamp(EVENT.ts_unix).isoformat()
+    assert time_frames()["throughput"]((EVENT,)).to_plotly_json()["layout"]["annotations"][-1]["x"] == (
+        pd.Timestamp(EVENT.ts_unix, unit="s").isoformat()  # the other charts' axes: naive UTC
+    )
 
 
 def test_events_close_together_share_one_marker_and_frames_can_carry_them():

@@ -8,8 +8,8 @@ The Completions tile and the banner's n are the same count; a stalled or stale r
 plain ETA; the average is named for what it covers (a run younger than its window says "avg
 since collection began") and an ETA is given only once the window holds the run's writing.
 Beside the ETA, each node's ETA to its share (screens/etas.py: the stragglers' line, only while
-the ETA is shown) and the last hour's run events (screens/events.py: the throughput chart's
-markers; one statement).
+the ETA is shown) and the last day's run events (screens/events.py: the markers on the throughput
+chart and the alert timeline; one statement).
 The page (pages/overview.py), the headline download and `runhealth status` show this record.
 """
 
@@ -35,6 +35,7 @@ from runhealth.store import Store
 RunState = Literal["writing", "stalled", "stale", "finished"]
 SERVER_GAUGES = ("sglang:gen_throughput",)
 SERVER_COUNTERS = ("vllm:generation_tokens_total",)
+EVENTS_LOOKBACK_S = 24 * 3600  # the run events the Overview's charts mark: its alert timeline's day
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +109,7 @@ class Overview:
     prompts: dict[str, Any] | None = None
     # Each node's ETA to its share, and the late ones (#33 item 6); None unless the run's ETA is shown.
     stragglers: Stragglers | None = None
-    events: tuple[Event, ...] = ()  # the last hour's run events: markers on the throughput chart (#33 item 7)
+    events: tuple[Event, ...] = ()  # the last day's run events: the throughput and alert charts' markers (#33 item 7)
 
     @property
     def straggler_line(self) -> str:
@@ -336,7 +337,7 @@ def overview(store: Store, config: Any, now: float | None = None, finished: bool
         stragglers=etas.for_run(config.target_completions, reading.summary.completions, reading.rates, nodes)
         if eta
         else None,
-        events=chart_events(store, now - DROP_LOOKBACK_S),
+        events=chart_events(store, now - EVENTS_LOOKBACK_S),
     )
     tiles = final_tiles(model, config) if finished else live_tiles(model, config)
     return dataclasses.replace(model, tiles=tuple(tiles))
