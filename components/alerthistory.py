@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import html
 import time
+from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -114,16 +116,19 @@ def download(rt: PageRuntime, prefix: str) -> None:
         )
 
 
-def render_today(rt: PageRuntime, prefix: str) -> None:
-    """The Overview's "Today's alerts": the last 24 h's episodes as a timeline (in the live
-    fragment; the CSV is `download`, outside it: sidebar widgets cannot live in a fragment)."""
+def render_today(rt: PageRuntime, prefix: str, events: Sequence[Any] = ()) -> None:
+    """The Overview's "Today's alerts": the last 24 h's episodes as a timeline, the run's `events`
+    as markers (in the live fragment; the CSV is `download`, outside it: sidebar widgets cannot
+    live in a fragment)."""
     now = time.time()
     rows = rt.store.alert_episodes(since_unix=now - TODAY_S)
     if not rows:
         st.caption("Today's alerts: none in the last 24 h.")
     else:
         frame = timeline_frame(rows, now)
-        st.plotly_chart(figures.make_alert_timeline_figure(frame, now - TODAY_S, now), key=f"{prefix}_alert_timeline")
+        st.plotly_chart(
+            figures.make_alert_timeline_figure(frame, now - TODAY_S, now, events), key=f"{prefix}_alert_timeline"
+        )
         still = sum(r["resolved_unix"] is None for r in rows)
         st.caption(
             f"Today's alerts: {len(rows):,} in the last 24 h, {still:,} still holding "

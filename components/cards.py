@@ -113,11 +113,12 @@ def render_node_table(
     compact: bool = False,
     per_node: Mapping[str, NodeRate] | None = None,
     finished: bool = False,
+    eta: Mapping[str, str] | None = None,
 ) -> None:
     if not nodes:
         st.info("No nodes configured.")
         return
-    table = node_table(nodes, stale_after, per_node=per_node, finished=finished)
+    table = node_table(nodes, stale_after, per_node=per_node, finished=finished, eta=eta)
     if compact:
         extra = ["tok/s (1 min)", "last new"] if per_node is not None else ["GPUs"]
         table = table[["node", "status", "last seen", *extra, "disk free", "SSH RTT"]]

@@ -26,7 +26,8 @@ def content_key(value: Any) -> str:
     if isinstance(value, pd.DataFrame | pd.Series):
         digest = hashlib.blake2b(pd.util.hash_pandas_object(value, index=True).to_numpy().tobytes(), digest_size=16)
         names = list(value.columns) if isinstance(value, pd.DataFrame) else [value.name]
-        return f"{type(value).__name__}{names!r}{[str(t) for t in getattr(value, 'dtypes', [])]}{digest.hexdigest()}"
+        marks = repr(value.attrs.get("events", ""))  # a chart's event markers ride on its frame (components/markers.py)
+        return f"{type(value).__name__}{names!r}{[str(t) for t in getattr(value, 'dtypes', [])]}{digest.hexdigest()}{marks}"
     if isinstance(value, list | tuple):
         return f"{type(value).__name__}({','.join(content_key(v) for v in value)})"
     if isinstance(value, dict):

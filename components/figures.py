@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,7 @@ import plotly.io as pio
 from numpy.typing import ArrayLike
 from plotly.basedatatypes import BaseTraceType
 
+from components.markers import add_event_markers, events_of
 from runhealth.rules.health import level
 
 DARK = "plotly_dark"
@@ -273,7 +274,9 @@ def make_truncation_by_group_figure(df: pd.DataFrame, warn: float, alert: float)
     return _figure([bar, values], layout, shapes, notes)
 
 
-def make_truncation_over_time_figure(df: pd.DataFrame, warn: float, alert: float) -> go.Figure:
+def make_truncation_over_time_figure(
+    df: pd.DataFrame, warn: float, alert: float, events: Sequence[Any] | None = None
+) -> go.Figure:
     """Share of new completions truncated (length stop at the ceiling) per time bucket, with
     length stops below the ceiling (context window) stacked above under their own name.
 
@@ -334,7 +337,7 @@ def make_truncation_over_time_figure(df: pd.DataFrame, warn: float, alert: float
     top = max(float(((df["at_ceiling"] + df["below_ceiling"] + df["unsplit"]) / n).max(skipna=True) or 0), alert)
     layout = _layout("Truncated over time (grey = first scan)", height=320)
     layout.update(barmode="stack", yaxis=dict(title=dict(text="share of new completions"), **pct_axis(top)))
-    return _figure(data, layout, shapes, notes)
+    return add_event_markers(_figure(data, layout, shapes, notes), events_of(df, events))
 
 
 HOUR_MS = 3_600_000  # a date axis measures bar widths and offsets in milliseconds
@@ -356,7 +359,9 @@ def share_axis_covering(top: float) -> dict:
     return dict(axis, range=[0, ticks * axis["dtick"]], autorange=False)
 
 
-def make_lengths_over_time_figure(df: pd.DataFrame, ceiling: int | None) -> go.Figure:
+def make_lengths_over_time_figure(
+    df: pd.DataFrame, ceiling: int | None, events: Sequence[Any] | None = None
+) -> go.Figure:
     """Per hour: p50 / p90 / p99 completion length (left axis) and the share at the ceiling (bars, right).
 
     `df` columns: bucket_unix (the hour's start), p50, p90, p99, at_ceiling_fraction,
@@ -418,7 +423,8 @@ def make_lengths_over_time_figure(df: pd.DataFrame, ceiling: int | None) -> go.F
         yaxis=dict(title=dict(text="tokens"), rangemode="tozero"),
         yaxis2=dict(overlaying="y", side="right", showgrid=False, **share_axis_covering(top)),
     )
-    return _figure(data, layout, shapes, notes)
+    covered = (float(df["bucket_unix"].min()), float(df["bucket_unix"].max()) + 3600)  # the bars cover whole hours
+    return add_event_markers(_figure(data, layout, shapes, notes), events_of(df, events), covered)
 
 
 def make_gpu_heatstrip_figure(df: pd.DataFrame) -> go.Figure:
@@ -506,7 +512,12 @@ def make_gpu_grid_figure(df: pd.DataFrame) -> go.Figure:
 
 
 def make_gpu_timeseries_figure(
-    df: pd.DataFrame, value: str, title: str, unit: str, limit_col: str | None = None
+    df: pd.DataFrame,
+    value: str,
+    title: str,
+    unit: str,
+    limit_col: str | None = None,
+    events: Sequence[Any] | None = None,
 ) -> go.Figure:
     """One line per GPU over time. `df` columns: ts_unix, label, `value` [, `limit_col`]."""
     fig = new_figure()
@@ -520,7 +531,7 @@ def make_gpu_timeseries_figure(
     fig = apply_layout(fig, title, height=360)
     # Dozens of GPUs: hover names them instead. The legend under the plot, clear of the title.
     fig.update_layout(showlegend=len(fig.data) <= 8, legend=LEGEND_BELOW, margin=dict(b=90))
-    return fig
+    return add_event_markers(fig, events_of(df, events))
 
 
 def natural_order(names: Iterable[str]) -> list[str]:
@@ -591,7 +602,11 @@ def _fmt0(values: np.ndarray) -> np.ndarray:
 
 
 def make_gpu_node_heatmap_figure(
-    bands: pd.DataFrame, title: str, unit: str, z_range: tuple[float, float] | None = None
+    bands: pd.DataFrame,
+    title: str,
+    unit: str,
+    z_range: tuple[float, float] | None = None,
+    events: Sequence[Any] | None = None,
 ) -> go.Figure:
     """Fleet scale: one row per node, time across, colour = the median of its GPUs (hover: min-max)."""
     nodes, times, (med, lo, hi) = _node_time_grids(bands, ("median", "min", "max"))
@@ -617,7 +632,7 @@ def make_gpu_node_heatmap_figure(
         f"{title} · median of each node's GPUs ({len(nodes)} nodes)", height=min(1000, 140 + 12 * len(nodes))
     )
     layout["yaxis"] = dict(autorange="reversed")
-    return new_figure_from([heat], layout)
+    return add_event_markers(new_figure_from([heat], layout), events_of(bands, events))
 
 
 def make_gpu_band_figure(
@@ -627,6 +642,7 @@ def make_gpu_band_figure(
     limit: float | None = None,
     y_range: tuple[float, float] | None = None,
     show_legend: bool = True,
+    events: Sequence[Any] | None = None,
 ) -> go.Figure:
     """Per node: the median across its GPUs as a line, min-max as a shaded band.
 
@@ -635,7 +651,7 @@ def make_gpu_band_figure(
     """
     nodes = sorted(bands["node"].unique())
     if len(nodes) > BAND_MAX_NODES:
-        return make_gpu_node_heatmap_figure(bands, title, unit, y_range)
+        return make_gpu_node_heatmap_figure(bands, title, unit, y_range, events)
     # Traces and layout as dicts, the figure built and validated once: add_scatter per trace
     # re-validates the figure each time (0.25 s for 8 nodes, five charts a page), and each later
     # update_* / add_shape call validates again (together ~60% of a 35 ms build, bench/pages.py).
@@ -672,11 +688,11 @@ def make_gpu_band_figure(
     if limit is not None:
         layout["shapes"] = [_hline_shape(limit, dash="dash", color=ALERT_COLOUR)]
         layout["annotations"] = [_hline_text(limit, f"limit {limit:.0f} {unit}")]
-    return new_figure_from(traces, layout)
+    return add_event_markers(new_figure_from(traces, layout), events_of(bands, events))
 
 
-def make_throughput_figure(df: pd.DataFrame) -> go.Figure:
-    """Output tokens per second over time. `df` columns: bucket_unix, tokens_per_s."""
+def make_throughput_figure(df: pd.DataFrame, events: Sequence[Any] | None = None) -> go.Figure:
+    """Output tokens per second over time, the run's `events` as markers. `df` columns: bucket_unix, tokens_per_s."""
     fig = new_figure(
         go.Scatter(
             x=pd.to_datetime(df["bucket_unix"], unit="s"),
@@ -687,7 +703,7 @@ def make_throughput_figure(df: pd.DataFrame) -> go.Figure:
         )
     )
     fig.update_yaxes(title_text="tokens/s", rangemode="tozero")
-    return apply_layout(fig, "Throughput (from shard growth)", height=230)
+    return add_event_markers(apply_layout(fig, "Throughput (from shard growth)", height=230), events_of(df, events))
 
 
 def _band(
@@ -751,10 +767,12 @@ def make_whatif_figure(df: pd.DataFrame, ceiling: int, chosen: int, hard_hi: flo
 SEVERITY_COLOUR = {"critical": ALERT_COLOUR, "warning": CEILING_COLOUR}
 
 
-def make_alert_timeline_figure(df: pd.DataFrame, start_unix: float, end_unix: float) -> go.Figure:
+def make_alert_timeline_figure(
+    df: pd.DataFrame, start_unix: float, end_unix: float, events: Sequence[Any] | None = None
+) -> go.Figure:
     """Alert episodes as bars over [start_unix, end_unix] (local time), one row per alert and
-    node, coloured by severity. `df` columns: label, severity, started_unix, ended_unix (an open
-    episode ends at `end_unix`), hover (the words shown on hover)."""
+    node, coloured by severity, the run's `events` as markers. `df` columns: label, severity,
+    started_unix, ended_unix (an open episode ends at `end_unix`), hover (the words shown on hover)."""
 
     def local(ts: Any) -> list[datetime.datetime]:  # this host's local time, as the tables say it
         return [datetime.datetime.fromtimestamp(float(t)) for t in ts]
@@ -782,4 +800,5 @@ def make_alert_timeline_figure(df: pd.DataFrame, start_unix: float, end_unix: fl
     fig.update_xaxes(type="date", range=local([start_unix, end_unix]))
     fig.update_yaxes(autorange="reversed", categoryorder="array", categoryarray=list(dict.fromkeys(df["label"])))
     rows = df["label"].nunique()
-    return apply_layout(fig, "Alerts, last 24 h", height=min(420, 150 + 28 * rows))
+    fig = apply_layout(fig, "Alerts, last 24 h", height=min(420, 150 + 28 * rows))
+    return add_event_markers(fig, events_of(df, events), (start_unix, end_unix), local_time=True)

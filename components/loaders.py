@@ -26,6 +26,7 @@ from runhealth.records import GpuRow, MetricRow, NodeRow, PendingSampleBatch, Sa
 from runhealth.rules import activity, health
 from runhealth.rules.activity import RunRates as RunRates  # the pages name the rates type through here
 from runhealth.screens import derived
+from runhealth.screens import events as run_events
 from runhealth.screens import gpus as gpus_model
 from runhealth.screens import lengths as lengths_model
 from runhealth.screens import nodes as nodes_model
@@ -147,6 +148,7 @@ def load_truncation_over_time(store: Store, interval_s: float, ceiling: int | No
     # Estimated-length stops (and polls stored before the split existed) cannot be placed.
     df = df.assign(unsplit=(df["length_stops"] - df["at_ceiling"] - df["below_ceiling"]).clip(lower=0))
     df.attrs["as_of"] = got[0] if got is not None and fits else None
+    df.attrs["events"] = run_events.chart_events(store)  # the chart's markers (figures read them from the frame)
     return df
 
 
@@ -160,6 +162,7 @@ def load_lengths_over_time(store: Store, ceiling: int | None) -> pd.DataFrame:
         columns=["bucket_unix", "completions", "at_ceiling", "backfill", "at_ceiling_fraction", "p50", "p90", "p99"],
     )
     df.attrs["as_of"] = got[0] if got is not None and fits else None
+    df.attrs["events"] = run_events.chart_events(store)
     return df
 
 

@@ -117,9 +117,10 @@ def node_table(
     now: float | None = None,
     per_node: Mapping[str, NodeRate] | None = None,
     finished: bool = False,
+    eta: Mapping[str, str] | None = None,
 ) -> pd.DataFrame:
     """One row per node; with `per_node` (load_health's NodeRate map) its tok/s over the last
-    minute and when its shards last grew. A finished run's nodes are "FINISHED" (not polled any
+    minute and when its shards last grew; with `eta` (the Nodes model's eta_cells) its ETA to its share. A finished run's nodes are "FINISHED" (not polled any
     more), with when they were last polled: no up / stale wording."""
     now = now or time.time()
     rows = []
@@ -148,6 +149,8 @@ def node_table(
             grown = r.last_growth_unix if r else None
             # A polled node that never wrote is waiting for its first completion, not stalled.
             rows[-1]["last new"] = fmt_ago(now - grown) if grown else "waiting for first completion" if r else "N/A"
+        if eta:
+            rows[-1]["ETA (its share)"] = eta.get(n["name"], "N/A")
     return pd.DataFrame(rows)
 
 

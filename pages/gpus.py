@@ -71,6 +71,7 @@ def render_series(
     labels: list[str],
     series: Sequence[tuple[str, str, str, str | None]] = SERIES,
     height: int | Literal["content"] = "content",
+    events: tuple = (),
 ) -> None:
     # The collector's precomputed series (runhealth/payloads/pagedata.py); the store itself only for a
     # choice of a few GPUs the payload has no lines for, or before the first payload.
@@ -90,15 +91,19 @@ def render_series(
         if pre and pre["bands"] is not None:  # past PER_GPU_LINES_UP_TO GPUs, with or without a payload
             lim, band = pre["limits"].get(limit) if limit else None, pre["bands"][col]
             scale = (0, 100) if unit == "%" else (0, lim) if lim else None  # fixed: colours mean the same each refresh
-            fig = figcache.figure(figures.make_gpu_band_figure, band, title, unit, lim, scale, show_legend=i == 0)
+            fig = figcache.figure(
+                figures.make_gpu_band_figure, band, title, unit, lim, scale, show_legend=i == 0, events=events
+            )
         else:
-            fig = figcache.figure(series_figure, df, col, title, unit, limit)
+            fig = figcache.figure(series_figure, df, col, title, unit, limit, events)
         cols[i % 2].plotly_chart(fig, key=f"{PREFIX}_{col}_chart", height=height)
 
 
-def series_figure(df: pd.DataFrame, col: str, title: str, unit: str, limit: str | None) -> go.Figure:
-    """One line per GPU; a percentage on a fixed 0-100 axis."""
-    fig = figures.make_gpu_timeseries_figure(df, col, title, unit, limit)
+def series_figure(
+    df: pd.DataFrame, col: str, title: str, unit: str, limit: str | None, events: tuple = ()
+) -> go.Figure:
+    """One line per GPU; a percentage on a fixed 0-100 axis; the run's events as markers."""
+    fig = figures.make_gpu_timeseries_figure(df, col, title, unit, limit, events)
     if unit == "%":
         fig.update_yaxes(range=[0, 100])
     return fig
@@ -137,7 +142,7 @@ def render_page(rt: PageRuntime, window: str, picked: list[str]) -> None:
     cards.render_problems(m.problems, "Problems")
     render_now(gpus, m.writing)
     labels = gpus.loc[gpus["node"].isin(picked or gpus["node"].unique()), "label"].tolist()
-    render_series(rt, window, labels)
+    render_series(rt, window, labels, events=m.events)
     render_processes(gpus)
 
 
@@ -160,7 +165,7 @@ def render_kiosk(rt: PageRuntime) -> None:
     heat = figcache.figure(figures.make_gpu_heatstrip_figure, gpus[["label", "util_pct", "power_pct", "mem_pct"]])
     st.plotly_chart(heat, key=f"{PREFIX}_heatstrip_chart", height=260)
     window = list(WINDOWS_S)[1]
-    render_series(rt, window, gpus["label"].tolist(), KIOSK_SERIES, height=330)
+    render_series(rt, window, gpus["label"].tolist(), KIOSK_SERIES, height=330, events=m.events)
     simulated = rt.demo or m.simulated
     page.kiosk_caption(
         PREFIX,

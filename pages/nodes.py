@@ -66,7 +66,9 @@ def render_page(rt: PageRuntime) -> None:
         return
     cards.render_indexing(nodes)
     cards.render_problems(alerts.lines(list(m.host_alerts)), "Hosts")
-    cards.render_node_table(nodes, m.stale_after, per_node=m.per_node, finished=m.finished)
+    cards.render_node_table(nodes, m.stale_after, per_node=m.per_node, finished=m.finished, eta=m.eta_cells)
+    if m.eta_caption:
+        st.caption(md_escape(m.eta_caption))
     for gone in m.removed:
         st.caption(md_escape(gone.text))
     if m.costs:
@@ -88,7 +90,7 @@ def node_csv(rt: PageRuntime) -> pd.DataFrame:
     """The node table as shown (tok/s and last new included while the run is live), for the CSV:
     the same model as the screen, so the same columns."""
     m = loaders.load_nodes_screen(rt.store, rt.config, runpicker.is_finished(rt))
-    return tables.node_table(list(m.nodes), m.stale_after, per_node=m.per_node, finished=m.finished)
+    return tables.node_table(list(m.nodes), m.stale_after, per_node=m.per_node, finished=m.finished, eta=m.eta_cells)
 
 
 def shown_nodes(m: Nodes, shards: pd.DataFrame) -> list[NodeRow]:

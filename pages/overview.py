@@ -39,6 +39,8 @@ def render_live(rt: PageRuntime) -> None:
         st.caption(m.energy_line)
     if m.progress is not None:
         st.progress(*m.progress)
+    if m.straggler_line:  # a node finishes later than the run's ETA by more than the intervals (#33)
+        st.markdown(f"**Stragglers:** {format.md_escape(m.straggler_line)}", help=m.straggler_help)
     if m.prompts is not None:  # prompts answered of expected, or which field to configure
         st.caption(m.prompts["line"])
     nodes = list(m.nodes)
@@ -61,12 +63,12 @@ def render_live(rt: PageRuntime) -> None:
         cards.render_node_table(nodes, rt.config.stale_after, compact=True, per_node=m.per_node, finished=finished)
         if len(m.throughput) >= 2:
             series = pd.DataFrame([dataclasses.asdict(p) for p in m.throughput])
-            st.plotly_chart(figures.make_throughput_figure(series), key=f"{PREFIX}_throughput_chart")
+            st.plotly_chart(figures.make_throughput_figure(series, m.events), key=f"{PREFIX}_throughput_chart")
         else:
             st.caption(
                 "The throughput chart appears once a few minutes of polls are in (the first scan is not counted)."
             )
-    page.guarded(alerthistory.render_today)(rt, PREFIX)
+    page.guarded(alerthistory.render_today)(rt, PREFIX, m.events)
 
 
 def render_kiosk(rt: PageRuntime) -> None:
@@ -87,7 +89,8 @@ def render_kiosk(rt: PageRuntime) -> None:
     with left:
         if len(m.throughput) >= 2:
             series = pd.DataFrame([dataclasses.asdict(p) for p in m.throughput])
-            st.plotly_chart(figures.make_throughput_figure(series), key=f"{PREFIX}_throughput_chart", height=400)
+            fig = figures.make_throughput_figure(series, m.events)
+            st.plotly_chart(fig, key=f"{PREFIX}_throughput_chart", height=400)
         else:
             st.caption("The throughput chart appears once a few minutes of polls are in.")
     with right:

@@ -192,7 +192,8 @@ def fill_finished(
     step = completions // polls
     span = step / sim.completions_per_s()
     t = (end_unix or time.time()) - ended_s_ago - span * (polls - 1)
-    collector = Collector(config, store, context=DEMO_CONTEXT)
+    # Its clock at the first poll: the run's "new run" event (a marker on its charts) is when it began.
+    collector = Collector(config, store, context=DEMO_CONTEXT, clock=_fixed_clock(t))
     collector.claim()  # the finished run's settings and nodes, written under its store's lock
     try:
         for _ in range(polls):

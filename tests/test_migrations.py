@@ -345,3 +345,21 @@ def test_no_module_creates_a_table_outside_the_migrations():
         if p.name != "migrations.py" and "CREATE TABLE" in p.read_text().upper()
     ]
     assert found == []
+
+
+def test_a_version_9_store_gains_the_run_events_table_and_keeps_its_rows(tmp_path):
+    """Issue 33 item 7: step 10 adds run_events (the charts' markers); a version 9 store's polls
+    and settings stay, and the first collector to claim it writes its first event there."""
+    path = tmp_path / "v9.sqlite3"
+    store = Store(path)
+    store.set_meta("run", {"name": "old", "nodes": ["n1"], "max_output_tokens": 4096})
+    store.close()
+    with raw(path) as db:
+        db.execute("DROP TABLE run_events")
+        db.execute("PRAGMA user_version = 9")
+    assert "run_events" not in _tables(path)
+    store = Store(path)
+    assert version(path) == STORE_VERSION >= 10 and "run_events" in _tables(path)
+    assert store.meta("run")["max_output_tokens"] == 4096
+    assert store.cursor("SELECT COUNT(*) FROM run_events").fetchone()[0] == 0
+    assert [m.description.split(":")[0] for m in MIGRATIONS if m.version == 10] == ["run_events"]

@@ -113,9 +113,10 @@ def test_overview_model_reads_each_table_once(tmp_path, monkeypatch):
         ("nodes", "length_counts", "gpu_latest", "gpu_health", "host_latest"), 1
     )
     assert calls.get("polls", 0) <= 1, calls
-    # 17 before #33, which reads the loop sample's two counts, the GPU energy rows and the
-    # prompts line's single row (store.prompt_summary): one each.
-    assert calls["polls_by_bucket"] <= 2 and calls["sql"] <= 20, calls
+    # 17 before #33, which reads the loop sample's two counts, the GPU energy rows, the
+    # prompts line's single row (store.prompt_summary) and the last hour's run events (the
+    # throughput chart's markers, store/runevents.py): one each.
+    assert calls["polls_by_bucket"] <= 2 and calls["sql"] <= 21, calls
 
 
 def test_overview_page_render_reads_the_store_a_few_times(tmp_path, monkeypatch):
@@ -126,8 +127,8 @@ def test_overview_page_render_reads_the_store_a_few_times(tmp_path, monkeypatch)
     assert_clean(at)
     assert calls["nodes"] == 1 and calls["length_counts"] == 1 and calls["gpu_latest"] == 1, calls
     # main: 37 statements for one render of the whole app; 20 before #33 added the loop sample's
-    # counts, the GPU energy rows and prompt_summary (one statement each).
-    assert calls["sql"] <= 23, calls
+    # counts, the GPU energy rows, prompt_summary and the run events (one statement each).
+    assert calls["sql"] <= 24, calls
 
 
 # -- item 6: what the model must get right -----------------------------------------------------------

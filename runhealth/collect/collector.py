@@ -22,7 +22,7 @@ from typing import Any, TextIO, cast
 from runhealth import textsafe
 from runhealth.alerting import alerthistory
 from runhealth.analysis.servermetrics import merge_endpoints as merge_metrics
-from runhealth.collect import ingest, sampling, scheduler
+from runhealth.collect import changes, ingest, sampling, scheduler
 from runhealth.errors import StoreBusyError, StoreError
 from runhealth.errors import one_line as _plain
 from runhealth.node.wire import PollReply, ShardCursor
@@ -32,7 +32,7 @@ from runhealth.remote import make_transport
 from runhealth.remote.base import Transport, fan_out_calls
 from runhealth.settings.config import NodeConfig, RunConfig, RunContext
 from runhealth.settings.runsettings import RunSettings
-from runhealth.store import Store, rollup, storefile
+from runhealth.store import Store, rollup, runevents, storefile
 
 log = textsafe.get_logger(__name__)
 
@@ -250,7 +250,10 @@ class Collector:
         """
         self._claim_store()
         if self._register and not self._registered:
-            self.store.set_meta("run", run_meta(self.config, self.context))
+            recorded, settings = self.store.meta("run"), run_meta(self.config, self.context)
+            self.store.set_meta("run", settings)
+            # What this start changed against the settings last recorded: markers on the time charts.
+            runevents.record(self.store, self.clock(), changes.on_claim(recorded, settings))
             for node in self.config.nodes:
                 self.store.register_node(node.name, node.public_dict())
             self._registered = True

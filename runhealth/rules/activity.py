@@ -55,6 +55,7 @@ class NodeRate:
     last_growth_unix: float | None
     first_seen_unix: float | None
     first_live_growth_unix: float | None = None  # its first live (not backfill) new completion in the rows read
+    completions_var_15m: float | None = None  # variance of completions_per_s_15m (batch means; inf: too few polls)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +70,7 @@ class RunRates:
     drop_median_tps: float | None = None  # the hour's median per-minute rate, set when the 1-min rate fell below half
     window_s: float = RATE_WINDOW_S  # the live rate's window (windows.rate_window_s: a minute, or two polls)
     average_s: float = AVERAGE_WINDOW_S  # the average's window (windows.average_window_s)
+    completions_var_15m: float | None = None  # the nodes' variances summed (None: none has a rate)
 
 
 def poll_interval_s(seen_s: float, node_s: float | None) -> float:
@@ -105,10 +107,10 @@ def node_rate(
     times = bridged_times(rows)
     points: list[rates.Point] = [(t, r[2] or 0, r[3] or 0, bool(r[4])) for t, r in zip(times, rows, strict=True)]
     _, tps_1m = rates.windowed_rate(points, window_s, now)
-    cps_15m, tps_15m = rates.windowed_rate(points, average_s, now)
+    cps_15m, tps_15m, var = rates.window_rates(points, average_s, now)  # the average and its variance
     grown = [r[0] for r in rows if (r[2] or 0) > 0]
     live = next((r[0] for r in rows if (r[2] or 0) > 0 and not r[4]), None)
-    return NodeRate(tps_1m, tps_15m, cps_15m, grown[-1] if grown else None, rows[0][0], live)
+    return NodeRate(tps_1m, tps_15m, cps_15m, grown[-1] if grown else None, rows[0][0], live, var)
 
 
 def run_rates(
@@ -133,6 +135,7 @@ def run_rates(
         total("completions_per_s_15m"),
         window_s=window_s,
         average_s=average_s,
+        completions_var_15m=total("completions_var_15m"),
     )
 
 

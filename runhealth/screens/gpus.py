@@ -17,6 +17,7 @@ from typing import Any
 
 from runhealth.records import GpuRow, NodeRow
 from runhealth.rules import hardware, health
+from runhealth.screens.events import Event, chart_events
 from runhealth.settings.config import RunConfig
 from runhealth.settings.runsettings import RunSettings
 from runhealth.store import Store
@@ -37,6 +38,7 @@ class Gpus:
     notes: tuple[tuple[str, str], ...]  # ("info", text): worth knowing, no problem
     telemetry_errors: tuple[str, ...]  # one sentence per distinct telemetry error
     simulated: bool  # demo telemetry
+    events: tuple[Event, ...] = ()  # the run's events: markers on the series charts (#33 item 7)
 
     @property
     def problems(self) -> list[tuple[str, str]]:
@@ -80,5 +82,6 @@ def gpus(store: Store, config: RunConfig, now: float | None = None) -> Gpus:
         alerts=tuple(a for a in health.alerts_of(reading) if a.name.startswith(GPU_ALERT_PREFIX)),
         notes=tuple(hardware.gpu_notes(labelled, found, writing)),
         telemetry_errors=tuple(hardware.telemetry_errors(reading.nodes)),
+        events=chart_events(store),
         simulated=any(n.get("gpu_simulated") for n in reading.nodes),
     )

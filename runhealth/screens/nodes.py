@@ -17,9 +17,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from runhealth.analysis import servermetrics, stats, tokencost
+from runhealth.analysis.stragglers import Stragglers
 from runhealth.collect import heartbeat
 from runhealth.records import HostReading, MetricRow, NodeRow, ShardRow
 from runhealth.rules import activity, health
+from runhealth.screens import etas
 from runhealth.screens import waste as waste_words
 from runhealth.screens.words import NA, fmt_count, fmt_share
 from runhealth.settings.config import RunConfig
@@ -113,6 +115,19 @@ class Nodes:
     collector_fault: str | None  # why no collector writes the run (None: one does, or finished)
     server_metrics: tuple[MetricRow, ...]  # the latest value of each server metric on each node
     costs: tuple[NodeCost, ...] = ()  # per node: tokens cut at the ceiling, energy per usable token (#33)
+    stragglers: Stragglers | None = None  # each node's ETA to its share (#33 item 6); None: no target, finished
+
+    @property
+    def eta_cells(self) -> dict[str, str]:
+        """Each node's ETA as the node table shows it (screens/etas.py); empty without a target."""
+        return etas.eta_cells(self.stragglers, self.now)
+
+    @property
+    def eta_caption(self) -> str:
+        if self.stragglers is None:
+            return ""
+        line = etas.straggler_line(self.stragglers, self.now)
+        return (line[:1].upper() + line[1:] + ". " if line else "") + etas.assumption(self.stragglers)
 
     costs_caption = (
         "Tokens cut at the run's ceiling: exact, from each node's counts. Energy: NVML's energy counter "
@@ -149,6 +164,7 @@ class Nodes:
             "removed": [{**dataclasses.asdict(r), "text": r.text} for r in self.removed],
             "host_alerts": [{"name": a.name, "severity": a.severity, "summary": a.summary} for a in self.host_alerts],
             "shards": [{k: s[k] for k in ("node", "path", "lines", "error", "replaced_unix")} for s in self.shards],
+            **etas.to_json(self.stragglers),
             "costs": [
                 {"node": c.node, **c.waste.to_json(), "energy": c.energy.to_json() if c.energy else None}
                 for c in self.costs
@@ -199,4 +215,7 @@ def nodes(store: Store, config: RunConfig, now: float | None = None, finished: b
         collector_fault=None if finished else collector_fault(store, now, stale_after),
         server_metrics=tuple(m for m in store.metric_latest() if not servermetrics.is_bucket(m["name"])),
         costs=node_costs(store, [n["name"] for n in reading.nodes], reading.summary.ceiling_tokens),
+        stragglers=None
+        if finished
+        else etas.for_run(config.target_completions, reading.summary.completions, reading.rates, reading.nodes),
     )

@@ -7,6 +7,9 @@ state, the six tiles with their levels, the progress bar, the GPU strip and the 
 The Completions tile and the banner's n are the same count; a stalled or stale run never shows a
 plain ETA; the average is named for what it covers (a run younger than its window says "avg
 since collection began") and an ETA is given only once the window holds the run's writing.
+Beside the ETA, each node's ETA to its share (screens/etas.py: the stragglers' line, only while
+the ETA is shown) and the last day's run events (screens/events.py: the markers on the throughput
+chart and the alert timeline; one statement).
 The page (pages/overview.py), the headline download and `runhealth status` show this record.
 """
 
@@ -18,11 +21,13 @@ from typing import Any, Literal
 
 from runhealth.analysis import rates, tokencost
 from runhealth.analysis.stats import Summary
+from runhealth.analysis.stragglers import Stragglers
 from runhealth.records import GpuRow, NodeRow
 from runhealth.rules import activity, hardware, health
 from runhealth.rules.health import fmt_age, level
-from runhealth.screens import derived, fieldmodel
+from runhealth.screens import derived, etas, fieldmodel
 from runhealth.screens import waste as waste_words
+from runhealth.screens.events import Event, chart_events
 from runhealth.screens.words import fmt_bytes, fmt_rate, fmt_window
 from runhealth.settings.config import RunConfig
 from runhealth.settings.runsettings import RunSettings
@@ -32,6 +37,7 @@ from runhealth.store import Store
 RunState = Literal["writing", "stalled", "stale", "finished"]
 SERVER_GAUGES = ("sglang:gen_throughput",)
 SERVER_COUNTERS = ("vllm:generation_tokens_total",)
+EVENTS_LOOKBACK_S = 24 * 3600  # the run events the Overview's charts mark: its alert timeline's day
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +109,18 @@ class Overview:
     energy: tokencost.EnergyCost | None = None  # GPU energy per usable token; None: no GPU energy rows
     # Prompts answered / missing / answered twice (#33; screens/fieldmodel.py), with its `line`.
     prompts: dict[str, Any] | None = None
+    # Each node's ETA to its share, and the late ones (#33 item 6); None unless the run's ETA is shown.
+    stragglers: Stragglers | None = None
+    events: tuple[Event, ...] = ()  # the last day's run events: the throughput and alert charts' markers (#33 item 7)
+
+    @property
+    def straggler_line(self) -> str:
+        """ "most nodes done by 14:10; node-7 finishes at 16:40" (screens/etas.py), or ""."""
+        return etas.straggler_line(self.stragglers, self.now)
+
+    @property
+    def straggler_help(self) -> str:
+        return etas.assumption(self.stragglers) if self.stragglers is not None else ""
 
     @property
     def waste_line(self) -> str:
@@ -164,6 +182,8 @@ class Overview:
             "tokens_per_s_15_min_avg": r(up.tokens_per_s_15m, 0),
             "average_label": self.average.label,
             "eta_hours_at_15_min_avg": r(self.eta_s / 3600, 2) if self.eta_s is not None else None,
+            "straggler_line": self.straggler_line,
+            **etas.to_json(self.stragglers),
             "nodes_up": up.nodes_up,
             "nodes_stale": up.nodes_stale,
             "nodes_down": up.nodes_down,
@@ -190,7 +210,7 @@ class Overview:
         """A few lines for a terminal: the state, the tiles, the alerts."""
         lines = [f"{self.run}: {self.state}"]
         lines += [f"  {t.label}: {t.value}" + (f" ({t.sub})" if t.sub else "") for t in self.tiles]
-        lines += [f"  {x}" for x in (self.waste_line, self.energy_line) if x]
+        lines += [f"  {x}" for x in (self.waste_line, self.energy_line, self.straggler_line) if x]
         if self.prompts:
             lines.append(f"  {self.prompts['line']}")
         lines += [f"  ! {a.summary}" for a in self.alerts]
@@ -315,6 +335,10 @@ def overview(store: Store, config: RunConfig, now: float | None = None, finished
         waste=tokencost.waste(reading.summary, store.latest_loop_sample()),
         energy=tokencost.energy_cost(e for e in store.node_energy() if e["node"] in names),
         prompts=fieldmodel.prompt_completeness(store, config, reading.summary.completions),
+        stragglers=etas.for_run(config.target_completions, reading.summary.completions, reading.rates, nodes)
+        if eta
+        else None,
+        events=chart_events(store, now - EVENTS_LOOKBACK_S),
     )
     tiles = final_tiles(model, config) if finished else live_tiles(model, config)
     return dataclasses.replace(model, tiles=tuple(tiles))

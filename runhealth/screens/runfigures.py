@@ -43,10 +43,6 @@ log = textsafe.get_logger(__name__)
 
 BOTH_AT_CEILING, NOT_MEASURABLE = compare.BOTH_AT_CEILING, compare.NOT_MEASURABLE
 
-# Two-sided 95% Student t quantiles by degrees of freedom (a key at or below df is used: conservative).
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
-T975.update({12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980})
-
 
 def default_pair(runs: list[tuple[bool, int | None]]) -> tuple[int, int]:
     """Which two of `runs` ((finished, ceiling_tokens) each, config order) Compare opens with:
@@ -61,52 +57,8 @@ def default_pair(runs: list[tuple[bool, int | None]]) -> tuple[int, int]:
     return order[-2], order[-1]
 
 
-def t975(df: int) -> float:
-    """The 97.5% quantile of Student's t with `df` degrees of freedom (Z95 past 120)."""
-    if df > 120:
-        return Z95
-    return T975[max(k for k in T975 if k <= df)]
-
-
-def batches(spans: list[tuple[float, float, float, float]]) -> list[tuple[float, float, float]]:
-    """Consecutive spans pooled into about n^(1/3) batches: (duration, completions, tokens) each.
-
-    Few, long batches: a batch must outlast the rate's drift for batches to be nearly
-    independent (on drifting test series, sqrt(n) batches covered 72-87%, n^(1/3) 88-94%)."""
-    n = len(spans)
-    k = max(2, math.ceil(n ** (1 / 3) - 1e-9)) if n >= 4 else n
-    out = []
-    for b in range(k):
-        part = spans[b * n // k : (b + 1) * n // k]
-        out.append((sum([s[1] - s[0] for s in part]), sum([s[2] for s in part]), sum([s[3] for s in part])))
-    return out
-
-
-def _node_rate(
-    spans: list[tuple[float, float, float, float]],
-    index: int,
-    pooled: list[tuple[float, float, float]] | None = None,
-) -> tuple[float, float] | None:
-    """(rate, variance) of delta[index] / duration over one node's spans (ratio estimator).
-
-    The variance is by batch means: neighbouring polls of a live run are alike (rates drift
-    slowly), so treating spans as independent gives an interval far too narrow. Consecutive
-    spans are pooled into about n^(1/3) batches, long enough to be nearly independent, and
-    the ratio estimator's variance comes from the spread between batches, inflated by
-    (t / z)^2 for its few degrees of freedom, so Z95 * sqrt(variance) is a t interval.
-    `pooled`: batches(spans), when the caller has them already.
-    """
-    dur = sum([s[1] - s[0] for s in spans])
-    if dur <= 0:
-        return None
-    rate = sum([s[index] for s in spans]) / dur
-    pooled = batches(spans) if pooled is None else pooled
-    k = len(pooled)
-    if k < 2:
-        return rate, math.inf
-    j = index - 1  # (duration, completions, tokens): spans' index 2 -> 1, 3 -> 2
-    resid = sum((b[j] - rate * b[0]) ** 2 for b in pooled)
-    return rate, k / (k - 1) * resid / dur**2 * (t975(k - 1) / Z95) ** 2
+# The batch-means rate estimator lives with the other rates (the ETA's interval uses it too).
+T975, t975, batches, _node_rate = rates.T975, rates.t975, rates.batches, rates.ratio_rate
 
 
 @dataclasses.dataclass(frozen=True)

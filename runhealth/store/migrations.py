@@ -313,6 +313,19 @@ def _to_v9(db: sqlite3.Connection) -> None:
     )
 
 
+def _to_v10(db: sqlite3.Connection) -> None:
+    """run_events (#33 item 7, runhealth/store/runevents.py): what moved the lines on the time
+    charts, written by the collecting process: its (re)starts, the config changes it found against
+    the run settings the store last recorded (ceiling, nodes added or removed, target, poll
+    interval), a new run registered, and shards reset or rewritten (a relaunch) found by a poll.
+    `detail` is JSON; the words are the screens' (runhealth/screens/events.py)."""
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS run_events (id INTEGER PRIMARY KEY AUTOINCREMENT, ts_unix REAL NOT NULL,"
+        " kind TEXT NOT NULL, node TEXT, detail TEXT NOT NULL)"
+    )
+    db.execute("CREATE INDEX IF NOT EXISTS run_events_ts ON run_events (ts_unix)")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -331,6 +344,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "alert_history: every alert's start and resolve, kept with the store (#32)", _to_v7),
     Migration(8, "field_shards, prompt_ids, prompt_hashes, field_counts: per-line fields (#33)", _to_v8),
     Migration(9, "gpu_energy, node_energy: GPU energy and the tokens it produced, per poll span (#33)", _to_v9),
+    Migration(10, "run_events: collector starts, config changes, relaunches for the charts' markers (#33)", _to_v10),
 )
 STORE_VERSION = MIGRATIONS[-1].version
 

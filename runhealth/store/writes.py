@@ -19,7 +19,7 @@ from runhealth import textsafe
 from runhealth.collect import ingest
 from runhealth.collect.ingest import PollRecord, ShardUpdate
 from runhealth.node.wire import PollReply
-from runhealth.store import energymeter, reasonnames
+from runhealth.store import energymeter, reasonnames, runevents
 from runhealth.store.lifecycle import StoreFile
 from runhealth.store.reads import GPU_FIELDS
 
@@ -72,6 +72,8 @@ class StoreWrites(StoreFile):
                 ),
             )
             _write_hourly(db, applied, ts_unix, backfill)
+            if delta["resets"]:  # a relaunch rewrote or truncated shards: a marker on the time charts
+                _write_reset_event(db, node, applied, delta["resets"], ts_unix)
             _write_gpus(db, node, record, ts_unix)
             _write_energy(db, node, record, applied, ts_unix, backfill)
             _write_health(db, node, record, ts_unix)
@@ -229,6 +231,15 @@ def write_error_text(exc: BaseException) -> str:
     )
     cause = next((plain for key, plain in causes if key in text), f"{type(exc).__name__}: {text}")
     return f"cannot write the history store: {cause}"
+
+
+def _write_reset_event(
+    db: sqlite3.Connection, node: str, applied: list[ShardUpdate], resets: int, ts_unix: float
+) -> None:
+    """One event per poll that reset shards: how many, how many were rewritten in place, a few paths."""
+    reset = [u for u in applied if u.reset]
+    detail = {"shards": resets, "replaced": sum(1 for u in reset if u.replaced), "paths": [u.path for u in reset][:3]}
+    runevents.insert(db, ts_unix, "shards_reset", detail, node)
 
 
 def _apply_shard(
