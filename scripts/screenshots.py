@@ -1,7 +1,7 @@
-"""Regenerate docs/overview.png, docs/lengths.png (1600x1000), docs/kiosk.png (1920x1080) and
-docs/compare.png from the demo, and docs/fleet_gpus.png from a built 64-node store.
+"""Regenerate docs/overview.png, docs/lengths.png, docs/lengths_fields.png (1600x1000),
+docs/kiosk.png (1920x1080) and docs/compare.png from the demo, and docs/fleet_gpus.png from a built 64-node store.
 
-    python scripts/screenshots.py [--settle-s 75] [--only compare|fleet|kiosk]
+    python scripts/screenshots.py [--settle-s 75] [--only compare|fleet|fields|kiosk]
 
 Starts the demo app and Chromium exactly as tests/test_browser.py does (same helpers), waits
 until the Overview shows real truncation and throughput numbers, lets the demo run a little
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--settle-s", type=float, default=150, help="demo run time before capturing (chart history)")
-    parser.add_argument("--only", choices=["compare", "fleet", "kiosk"], help="retake this screen only")
+    parser.add_argument("--only", choices=["compare", "fleet", "fields", "kiosk"], help="retake this screen only")
     args = parser.parse_args()
     docs = ROOT / "docs"
     docs.mkdir(exist_ok=True)
@@ -42,6 +42,19 @@ def main() -> int:
             kiosk_shot(browser, url, docs)
             browser.close()
         print(f"wrote {docs / 'kiosk.png'}")
+        return 0
+    if args.only == "fields":
+        with (
+            tempfile.TemporaryDirectory(prefix="runhealth-shots-") as tmp,
+            tb.streamlit_server(Path(tmp)) as url,
+            sync_playwright() as p,
+        ):
+            browser = tb.launch_chromium(p)
+            page = browser.new_page(viewport=tb.VIEWPORT)
+            tb.wait_for_demo_data(page, url)
+            fields_shot(page, url, docs)
+            browser.close()
+        print(f"wrote {docs / 'lengths_fields.png'}")
         return 0
     if args.only == "fleet":
         fleet_gpus(docs)
@@ -64,6 +77,7 @@ def main() -> int:
         tb.tile_value(page, r"^Truncated$")
         page.wait_for_timeout(1500)
         page.screenshot(path=str(docs / "lengths.png"))
+        fields_shot(page, url, docs)
         kiosk_shot(browser, url, docs)
         browser.close()
     compare_shot(docs, args.settle_s)
@@ -88,6 +102,19 @@ def compare_shot(docs: Path, settle_s: float) -> None:
         page.wait_for_timeout(2000)
         tb.tall_screenshot(page, docs / "compare.png", height=1750)
         browser.close()
+
+
+def fields_shot(page, url: str, docs: Path) -> None:
+    """Output lengths' "Beyond the ceiling" panels (#33): cut before answering, label checks,
+    which prompts get cut, from the demo's per-line fields."""
+    tb.open_page(page, url, "lengths")
+    heading = page.get_by_role("heading", name="Beyond the ceiling")
+    heading.wait_for(timeout=60_000)
+    page.get_by_text("Cut share by").first.wait_for(timeout=60_000)
+    heading.scroll_into_view_if_needed()
+    page.evaluate("() => document.querySelector('[data-testid=\"stMain\"]').scrollBy(0, -20)")
+    page.wait_for_timeout(2000)
+    page.screenshot(path=str(docs / "lengths_fields.png"))
 
 
 def kiosk_shot(browser, url: str, docs: Path) -> None:
