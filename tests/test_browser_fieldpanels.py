@@ -19,9 +19,7 @@ pytestmark = pytest.mark.browser
 FULL_HD = {"width": 1920, "height": 1080}
 
 
-def test_output_lengths_panels_at_1920x1080(tmp_path):
-    from playwright.sync_api import sync_playwright
-
+def test_output_lengths_panels_at_1920x1080(tmp_path, browser_page):
     sim = Simulator(tmp_path / "run", seed=30, ceiling=CEILING)
     sim.shard_dir.mkdir(parents=True)
     sim.write_backlog(1500)
@@ -30,10 +28,10 @@ def test_output_lengths_panels_at_1920x1080(tmp_path):
     (tmp_path / "runhealth.toml").write_text(_toml([config]), encoding="utf-8")
     truth = sim.fields
     env = {"RUNHEALTH_CONFIG": str(tmp_path / "runhealth.toml")}
-    with tb.streamlit_server(tmp_path, extra_env=env, collect=False) as url, sync_playwright() as p:
-        browser = tb.launch_chromium(p)
+    # The session's Chromium (conftest.py): a second sync_playwright() in one process fails.
+    with tb.streamlit_server(tmp_path, extra_env=env, collect=False) as url:
+        page = browser_page.context.browser.new_page(viewport=FULL_HD)
         try:
-            page = browser.new_page(viewport=FULL_HD)
             tb.open_page(page, url, "lengths")
             heading = page.get_by_text("Beyond the ceiling").first
             heading.wait_for(timeout=60_000)
@@ -53,4 +51,4 @@ def test_output_lengths_panels_at_1920x1080(tmp_path):
             page.wait_for_timeout(1000)
             page.screenshot(path=str(tb.ARTIFACTS / "lengths_recovered.png"))
         finally:
-            browser.close()
+            page.close()
