@@ -100,6 +100,10 @@ class StoreReads(StoreFile):
         """
         table = "length_counts" if by == "shard" else "node_length_counts"
         where, params = self.counted_where()
+        if by == "run" and not params:  # no node left out: the run's own rows (a few thousand), in key order
+            where = " WHERE finish_reason = ?" if finish_reason else ""
+            sql = f"SELECT tokens, finish_reason, estimated, count FROM run_length_counts{where}"
+            return _reasons_named(self.query(sql, (finish_reason,) if finish_reason else ()))
         if finish_reason:
             where, params = where + " AND finish_reason = ?", (*params, finish_reason)
         if by == "run":
@@ -110,10 +114,7 @@ class StoreReads(StoreFile):
         else:  # one row per key already: the table's primary key
             keys = "node, " if by == "node" else "node, path, "
             sql = f"SELECT {keys}tokens, finish_reason, estimated, count FROM {table}{where}"
-        rows = self.query(sql, params)
-        for r in rows:
-            r["finish_reason"] = r["finish_reason"] or None
-        return rows_as(LengthCountRow, rows)
+        return _reasons_named(self.query(sql, params))
 
     def group_totals(self, by: str) -> list[GroupTotalRow]:
         """Per node or shard: completions counted, and how many of them have exact token counts."""
@@ -379,3 +380,10 @@ def _where(since_unix: float | None, node: str | None) -> tuple[str, tuple]:
         clauses.append("node = ?")
         params.append(node)
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), tuple(params)
+
+
+def _reasons_named(rows: list[dict[str, Any]]) -> list[LengthCountRow]:
+    """Count rows with the stored '' (no finish_reason) as None."""
+    for r in rows:
+        r["finish_reason"] = r["finish_reason"] or None
+    return rows_as(LengthCountRow, rows)
