@@ -143,6 +143,8 @@ class StoreReads(StoreFile):
         if not isinstance(names, list):
             return {}
         current = {str(n) for n in names}
+        if all(r[0] in current for r in self.cursor("SELECT name FROM nodes")):
+            return {}  # no node was removed (the usual case): no config is parsed (512 a read at 512 nodes)
         rows = self.query("SELECT name, config FROM nodes")
         where = {r["name"]: _host_key(r["config"]) for r in rows}
         out: dict[str, str] = {}
@@ -275,9 +277,9 @@ class StoreReads(StoreFile):
 
     def gpu_latest(self) -> list[GpuRow]:
         rows = self.query("SELECT * FROM gpu_latest ORDER BY node, gpu")
-        for r in rows:
-            r["throttle_reasons"] = json.loads(r["throttle_reasons"] or "[]")
-            r["processes"] = json.loads(r["processes"] or "[]")
+        for r in rows:  # most GPUs have neither: "[]" is not parsed 8,192 times a read at 512 nodes
+            r["throttle_reasons"] = _json_list(r["throttle_reasons"])
+            r["processes"] = _json_list(r["processes"])
         return rows_as(GpuRow, rows)
 
     def gpu_series(self, since_unix: float | None = None, max_points: int = 2000) -> list[GpuSeriesPoint]:
@@ -387,3 +389,8 @@ def _reasons_named(rows: list[dict[str, Any]]) -> list[LengthCountRow]:
     for r in rows:
         r["finish_reason"] = r["finish_reason"] or None
     return rows_as(LengthCountRow, rows)
+
+
+def _json_list(text: str | None) -> list[Any]:
+    """A stored JSON list; NULL and "[]" as a new empty list, without the parser."""
+    return json.loads(text) if text and text != "[]" else []
