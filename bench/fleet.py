@@ -15,7 +15,8 @@ ratios to it, so growth is visible (1.0 = linear).
 
 With `--history 24h` the store first gets that much past history (bulk-written, as a collector
 running that long leaves it), and the steady window reports the collector's CPU share split into
-polls + store writes, page data (the Refresher's thread) and /metrics (a scrape every 15 s).
+polls + store writes (of it the alert history's evaluation every interval), page data (the
+Refresher's thread) and /metrics (a scrape every 15 s, as exporter.scrape_text serves it).
 
     python bench/fleet.py [--nodes 64,256,512] [--steady 20] [--interval 10] [--rtt-ms 20] [--pages]
                           [--history 24h]
@@ -37,8 +38,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-
-from prometheus_client import generate_latest  # noqa: E402
 
 from runhealth.alerting import exporter  # noqa: E402
 from runhealth.analysis.servermetrics import merge_endpoints  # noqa: E402
@@ -231,6 +230,7 @@ def measure(n: int, args, tmp: Path) -> dict:
             collector.pagedata.run_now()
             out["first_pass_cpu_s"] = time.process_time() - cpu
             collector.pagedata.run_now = ThreadCpu(collector.pagedata.run_now)  # type: ignore[method-assign]
+            collector.alert_history.check = ThreadCpu(collector.alert_history.check)  # type: ignore[method-assign]
         rounds = []
         for _ in range(args.rounds):
             start = time.perf_counter()
@@ -243,7 +243,7 @@ def measure(n: int, args, tmp: Path) -> dict:
             collector.pagedata._gpu_done.update({w: began for names in LONG_WINDOWS.values() for w in names})
         cpu0, wall0 = time.process_time(), time.perf_counter()
         collector.start()
-        scrape = ThreadCpu(lambda: generate_latest(exporter.registry_for(store)))
+        scrape = ThreadCpu(lambda: exporter.scrape_text(store))  # what /metrics serves
         while time.perf_counter() - wall0 < args.steady:  # Prometheus scraping /metrics every 15 s
             scrape()
             time.sleep(max(0.0, min(15.0, args.steady - (time.perf_counter() - wall0))))
@@ -256,6 +256,7 @@ def measure(n: int, args, tmp: Path) -> dict:
                 "page data": page_cpu / wall,
                 "/metrics": scrape.cpu_s / wall,
             }
+            out["alerts_share"] = collector.alert_history.check.cpu_s / wall  # type: ignore[attr-defined]
             out["page_runs"] = collector.pagedata.run_now.calls  # type: ignore[attr-defined]
             collector.stop()  # no poll or refresh runs beside the forced ones
             collector.pagedata.wait_idle(600)
@@ -274,7 +275,7 @@ def measure(n: int, args, tmp: Path) -> dict:
         store_mib=store_path.stat().st_size / 2**20,
     )
     start = time.perf_counter()
-    generate_latest(exporter.registry_for(store))
+    exporter.scrape_text(store)
     out["scrape_s"] = time.perf_counter() - start
     if args.pages:
         out["pages"] = render_pages(store_path, config)
@@ -388,7 +389,7 @@ def report(results: list[dict], args) -> None:
     if args.history:
         print(f"\nwith {args.history} of history at {args.interval:g} s polls: the collector's CPU share, split")
         print(
-            "| nodes | GPU rows | first page-data pass (CPU) | page-data runs | polls + writes | page data"
+            "| nodes | GPU rows | first page-data pass (CPU) | page-data runs | polls + writes (of it alerts) | page data"
             " (of it 6 h + 24 h windows, amortised) | /metrics | whole collector | per node × base | polls done /"
             " scheduled | load |"
         )
@@ -398,7 +399,7 @@ def report(results: list[dict], args) -> None:
             sh = r["share"]
             print(
                 f"| {r['nodes']} | {r['gpu_rows']:,} | {r['first_pass_cpu_s']:.1f} s | {r['page_runs']} |"
-                + f" {100 * sh['polls + writes']:.1f}% | {100 * sh['page data']:.1f}%"
+                + f" {100 * sh['polls + writes']:.1f}% ({100 * r['alerts_share']:.1f}%) | {100 * sh['page data']:.1f}%"
                 + f" ({100 * sum(r['amortized'].values()):.1f}%) | {100 * sh['/metrics']:.1f}% |"
                 + f" {100 * r['cpu_share']:.1f}% | {r['cpu_share'] / r['nodes'] / base_per:.2f} |"
                 + f" {r['polls'] / (r['nodes'] * args.steady / args.interval):.2f} | {r['load']} |"

@@ -19,11 +19,11 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import ThreadingWSGIServer
 
-from runhealth.alerting import fieldmetrics
+from runhealth.alerting import exposition, fieldmetrics
 from runhealth.analysis import rates, reasons, stats, tokencost
 from runhealth.records import LENGTH, GpuNumber
 from runhealth.rules import activity, health
@@ -358,7 +358,11 @@ class RunsMetrics:
 def _escape_labels(family: Metric) -> None:
     """Label values from the data (finish reasons, GPU UUIDs, names) with their control characters
     made visible: prometheus_client escapes only backslash, quote and newline, so ESC or NUL
-    would reach the exposition (and whoever reads it in a terminal) raw."""
+    would reach the exposition (and whoever reads it in a terminal) raw. Each distinct value is
+    checked once (a family of 4,096 GPUs repeats a few hundred names)."""
+    values = {v for s in family.samples for v in s.labels.values()}
+    if all(v.isprintable() for v in values):
+        return
     family.samples = [
         s if all(v.isprintable() for v in s.labels.values()) else s._replace(labels=_escaped(s.labels))
         for s in family.samples
@@ -387,6 +391,12 @@ def registry_for(stores: Store | Sequence[Store], clock: Callable[[], float] = t
     return registry
 
 
+def scrape_text(stores: Store | Sequence[Store], clock: Callable[[], float] = time.time) -> bytes:
+    """What /metrics serves in the text format: the runs' families through exposition.text
+    (prometheus_client's generate_latest, byte for byte, at a fraction of its CPU)."""
+    return exposition.text(registry_for(stores, clock).collect())
+
+
 class _QuietHandler(WSGIRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         pass  # one line per scrape on stderr is noise
@@ -403,7 +413,7 @@ def serve(stores: Store | Sequence[Store], port: int, address: str = "127.0.0.1"
         address_family = socket.AF_INET6 if ":" in address else socket.AF_INET
         request_queue_size = LISTEN_BACKLOG
 
-    server = make_server(address, port, make_wsgi_app(registry_for(stores)), Server, handler_class=_QuietHandler)
+    server = make_server(address, port, exposition.wsgi_app(registry_for(stores)), Server, handler_class=_QuietHandler)
     threading.Thread(target=server.serve_forever, name="runhealth-metrics", daemon=True).start()
     log.info("serving Prometheus metrics on http://%s:%d/metrics", address, server.server_port)
     return server

@@ -326,6 +326,59 @@ def _to_v10(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS run_events_ts ON run_events (ts_unix)")
 
 
+# The run's length counts (node_length_counts summed over nodes), kept by triggers so every
+# writer (write_poll, a reset, a test's INSERT) keeps it exact. A key whose count reaches 0 is
+# removed, as node_length_counts drops its rows at 0. Clustered by its key (WITHOUT ROWID).
+_V11_SCHEMA = """
+CREATE TABLE IF NOT EXISTS run_length_counts (
+    tokens INTEGER NOT NULL, finish_reason TEXT NOT NULL, estimated INTEGER NOT NULL, count INTEGER NOT NULL,
+    PRIMARY KEY (tokens, finish_reason, estimated)) WITHOUT ROWID;
+DELETE FROM run_length_counts;
+INSERT INTO run_length_counts
+    SELECT tokens, finish_reason, estimated, SUM(count) FROM node_length_counts GROUP BY 1, 2, 3;
+CREATE TRIGGER IF NOT EXISTS run_length_counts_insert AFTER INSERT ON node_length_counts BEGIN
+    INSERT INTO run_length_counts VALUES (new.tokens, new.finish_reason, new.estimated, new.count)
+        ON CONFLICT (tokens, finish_reason, estimated) DO UPDATE SET count = count + excluded.count;
+END;
+CREATE TRIGGER IF NOT EXISTS run_length_counts_count AFTER UPDATE OF count ON node_length_counts
+    WHEN new.tokens = old.tokens AND new.finish_reason = old.finish_reason AND new.estimated = old.estimated
+BEGIN
+    UPDATE run_length_counts SET count = count + new.count - old.count
+        WHERE tokens = new.tokens AND finish_reason = new.finish_reason AND estimated = new.estimated;
+END;
+CREATE TRIGGER IF NOT EXISTS run_length_counts_key AFTER UPDATE ON node_length_counts
+    WHEN new.tokens IS NOT old.tokens OR new.finish_reason IS NOT old.finish_reason
+        OR new.estimated IS NOT old.estimated
+BEGIN
+    UPDATE run_length_counts SET count = count - old.count
+        WHERE tokens = old.tokens AND finish_reason = old.finish_reason AND estimated = old.estimated;
+    DELETE FROM run_length_counts
+        WHERE tokens = old.tokens AND finish_reason = old.finish_reason AND estimated = old.estimated AND count = 0;
+    INSERT INTO run_length_counts VALUES (new.tokens, new.finish_reason, new.estimated, new.count)
+        ON CONFLICT (tokens, finish_reason, estimated) DO UPDATE SET count = count + excluded.count;
+END;
+CREATE TRIGGER IF NOT EXISTS run_length_counts_delete AFTER DELETE ON node_length_counts BEGIN
+    UPDATE run_length_counts SET count = count - old.count
+        WHERE tokens = old.tokens AND finish_reason = old.finish_reason AND estimated = old.estimated;
+    DELETE FROM run_length_counts
+        WHERE tokens = old.tokens AND finish_reason = old.finish_reason AND estimated = old.estimated AND count = 0;
+END;
+DROP INDEX IF EXISTS node_length_counts_by_tokens;
+"""
+
+
+def _to_v11(db: sqlite3.Connection) -> None:
+    """run_length_counts (#34 item 1): the run's counts by length, kept by triggers on
+    node_length_counts, replacing the covering index node_length_counts_by_tokens. That index
+    ordered every node's rows by length, so a poll's ~40 count upserts each rewrote a page of
+    its own: 49 of the 82 WAL pages a poll committed at 512 nodes (bench/fleet.py), and a read
+    of the run's counts walked every node's rows; this table has one row per (length, reason,
+    estimated) of the whole run (a few thousand) and a poll touches about 11 of its pages.
+    Numbered 11 in issue 34's plan (10 is the run events' table)."""
+    for statement in _statements(_V11_SCHEMA):
+        db.execute(statement)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -345,6 +398,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(8, "field_shards, prompt_ids, prompt_hashes, field_counts: per-line fields (#33)", _to_v8),
     Migration(9, "gpu_energy, node_energy: GPU energy and the tokens it produced, per poll span (#33)", _to_v9),
     Migration(10, "run_events: collector starts, config changes, relaunches for the charts' markers (#33)", _to_v10),
+    Migration(11, "run_length_counts: the run's counts by length, kept by triggers (#34)", _to_v11),
 )
 STORE_VERSION = MIGRATIONS[-1].version
 
