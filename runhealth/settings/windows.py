@@ -16,6 +16,9 @@ RATE_MIN_POLLS = 2  # ... each at least this many poll intervals wide (`rate_win
 DROP_LOOKBACK_S = 3600.0  # the hour the rate-drop median is taken over (and the screens' rate read)
 SERVER_RATE_WINDOW_S = 300.0  # an inference server's token counter is read over this (its own scrape cadence)
 HARDWARE_WINDOW_S = 3600.0  # an XID stays an alert, and a GPU that reported counts as expected, for an hour
+# The what-if (a model fit, its back-test and bootstrap: too heavy for every poll) is redone at most
+# this often: the collector's precomputed copy, the Output lengths page's live fragment and its cache.
+WHATIF_REFIT_S = 60.0
 
 
 def stale_after_s(interval_s: float, configured: float | None = None) -> float:
