@@ -34,7 +34,7 @@ from runhealth.screens import overview as overview_model
 from runhealth.screens import samples as samples_model
 from runhealth.settings.config import RunConfig
 from runhealth.settings.runsettings import RunSettings
-from runhealth.settings.windows import SERVER_RATE_WINDOW_S, WHATIF_REFIT_S, stale_after_s
+from runhealth.settings.windows import DROP_LOOKBACK_S, SERVER_RATE_WINDOW_S, WHATIF_REFIT_S, stale_after_s
 from runhealth.store import Store, rollup
 
 P = ParamSpec("P")
@@ -194,7 +194,7 @@ def load_throughput(store: Store, interval_s: float) -> Throughput:
             server = (server or 0.0) + float(sum(node_rates))
     bucket_s = stale_after_s(interval_s)  # a few polls
     series = pd.DataFrame(
-        store.polls_by_bucket(bucket_s, since_unix=now - 3600),
+        store.polls_by_bucket(bucket_s, since_unix=now - DROP_LOOKBACK_S),
         columns=["bucket_unix", "completions", "tokens", "length_stops", "malformed", "backfill"],
     )
     series = series[series["backfill"] == 0].iloc[:-1]  # the last bucket is still filling
