@@ -42,7 +42,7 @@ from runhealth.settings.configspec import (
     spec_of,
 )
 from runhealth.settings.tomlfile import TOML_SYNTAX, read_secrets, read_toml
-from runhealth.settings.windows import STALE_MIN_S, STALL_MIN_S, WINDOW_POLLS, stale_after_s, stall_after_s
+from runhealth.settings.windows import RAW_KEEP_S, STALE_MIN_S, STALL_MIN_S, WINDOW_POLLS, stale_after_s, stall_after_s
 
 CONFIG_ENV = "RUNHEALTH_CONFIG"
 DEFAULT_CONFIG_NAME = "runhealth.toml"
@@ -351,7 +351,7 @@ class RunConfig:
         ),
     )
     raw_keep_h: float = field(
-        default=24.0,
+        default=RAW_KEEP_S / 3600,
         metadata=spec(
             int,
             float,

@@ -23,6 +23,8 @@ HARDWARE_WINDOW_S = 3600.0  # an XID stays an alert, and a GPU that reported cou
 WHATIF_REFIT_S = 60.0
 ALERT_TIMELINE_S = 24 * 3600.0  # the alert timeline's day (Overview, Nodes) and the run events its charts mark
 NOTICE_S = 24 * 3600.0  # a replaced store file or a replaced shard is named on its page this long
+RAW_KEEP_S = 24 * 3600.0  # raw 10 s history is kept this long, then rolled up (config raw_keep_h's default) ...
+FINE_KEEP_S = 7 * 24 * 3600.0  # ... and its 1-min rows this long, then 10-min rows (runhealth/store/rollup.py)
 FRESHNESS_TICK_S = 5.0  # the sidebar's "Last collection" and a page that cannot start re-read this often
 
 

@@ -19,13 +19,12 @@ import time
 from collections.abc import Callable
 
 from runhealth.records import GpuSeriesPoint, PollBucket, rows_as
+from runhealth.settings.windows import FINE_KEEP_S, RAW_KEEP_S
 from runhealth.store import Store, live_sums
 from runhealth.store.reads import GPU_FIELDS, RAW_GPU_ROWS
 
-RAW_KEEP_S = 24 * 3600.0
 CHUNK_S = 120.0  # data folded per transaction: at 512 nodes about 2 s of write lock (bench/history.py)
 PAUSE_S = 0.05  # between chunks, so pollers waiting on the write lock get their turn
-FINE_KEEP_S = 7 * 24 * 3600.0
 TIERS = (60, 600)
 _GPU = GPU_FIELDS
 _POLL = ("completions", "tokens", "length_stops", "malformed")
