@@ -20,10 +20,12 @@ from components import figures
 from components.context import PageRuntime
 from components.format import fmt_age, fmt_ago
 from runhealth.records import AlertEpisodeRow
+from runhealth.settings.windows import ALERT_TIMELINE_S
+from runhealth.store.writes import ALERT_HISTORY_KEEP_S
 
-TODAY_S = 24 * 3600
+TODAY_S = ALERT_TIMELINE_S
 HISTORY_DAYS = 7  # the Nodes page's table (the store keeps 30 days: the CSV has them all)
-KEEP_DAYS = 30
+KEEP_DAYS = round(ALERT_HISTORY_KEEP_S / 86400)  # what Store.prune keeps of resolved episodes
 CSV_COLUMNS = [
     "alert",
     "severity",

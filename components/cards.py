@@ -27,6 +27,7 @@ from runhealth.rules.health import node_status
 from runhealth.screens import overview as overview_model
 from runhealth.screens.words import explain
 from runhealth.screens.words import tile_help as words_tile_help
+from runhealth.settings.windows import NOTICE_S
 from runhealth.store import Store, storefile
 
 STATE_COLOUR = {"UP": "#1B5E20", "STALE": "#8A5A00", "DOWN": "#8B1A1A", "PENDING": "#3A3F4B", "FINISHED": "#3A3F4B"}
@@ -141,7 +142,7 @@ def render_indexing(nodes: list[NodeRow]) -> None:
 def render_store_incident(store: Store) -> None:
     """Say so when the history store file was deleted, truncated or replaced under this dashboard."""
     incident = store.check_file()  # page reads are cached: look at the file itself
-    if incident is not None and time.time() - incident[1] < 24 * 3600:
+    if incident is not None and time.time() - incident[1] < NOTICE_S:
         st.warning(md_escape(incident[0]))
 
 

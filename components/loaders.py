@@ -34,7 +34,7 @@ from runhealth.screens import overview as overview_model
 from runhealth.screens import samples as samples_model
 from runhealth.settings.config import RunConfig
 from runhealth.settings.runsettings import RunSettings
-from runhealth.settings.windows import SERVER_RATE_WINDOW_S, stale_after_s
+from runhealth.settings.windows import DROP_LOOKBACK_S, SERVER_RATE_WINDOW_S, WHATIF_REFIT_S, stale_after_s
 from runhealth.store import Store, rollup
 
 P = ParamSpec("P")
@@ -194,7 +194,7 @@ def load_throughput(store: Store, interval_s: float) -> Throughput:
             server = (server or 0.0) + float(sum(node_rates))
     bucket_s = stale_after_s(interval_s)  # a few polls
     series = pd.DataFrame(
-        store.polls_by_bucket(bucket_s, since_unix=now - 3600),
+        store.polls_by_bucket(bucket_s, since_unix=now - DROP_LOOKBACK_S),
         columns=["bucket_unix", "completions", "tokens", "length_stops", "malformed", "backfill"],
     )
     series = series[series["backfill"] == 0].iloc[:-1]  # the last bucket is still filling
@@ -289,10 +289,14 @@ def load_samples(store: Store) -> SampleBatches:
 
 
 def load_whatif(
-    hist: stats.LengthHist, ceiling: int, new_limit: int, loop_sample: tuple[int, int] | None, bootstrap: int = 200
+    hist: stats.LengthHist,
+    ceiling: int,
+    new_limit: int,
+    loop_sample: tuple[int, int] | None,
+    bootstrap: int = whatif.BOOTSTRAP,
 ) -> whatif.WhatIf:
     """`what_if` is a model fit and a back-test: cached per (histogram content, limit, loop sample)
-    for a minute; the chart's curve comes from the same fits."""
+    for WHATIF_REFIT_S (a minute); the chart's curve comes from the same fits."""
     return _load_whatif(hist, stats.hist_digest(hist), ceiling, new_limit, loop_sample, bootstrap)
 
 
@@ -314,10 +318,10 @@ def load_whatif_with_age(
             stats.hist_digest(hist),
         ) and same_sample:
             return whatif.WhatIf.from_json(pre["result"]), got[0]
-    return load_whatif(hist, ceiling, new_limit, loop_sample, pagedata.WHATIF_BOOTSTRAP), None
+    return load_whatif(hist, ceiling, new_limit, loop_sample, whatif.BOOTSTRAP), None
 
 
-@st.cache_data(ttl=60, max_entries=32, show_spinner=False)
+@st.cache_data(ttl=WHATIF_REFIT_S, max_entries=32, show_spinner=False)
 def _load_whatif(
     _hist: stats.LengthHist,
     content_key: str,

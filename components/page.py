@@ -27,6 +27,7 @@ from runhealth.collect import heartbeat
 from runhealth.rules.health import FUTURE_TOLERANCE_S, fmt_age, fmt_ago, node_status
 from runhealth.serve import exposure
 from runhealth.settings.config import fix_hint
+from runhealth.settings.windows import FRESHNESS_TICK_S
 
 CSS = """
 <style>
@@ -190,7 +191,7 @@ def setup(
             md_escape(fix_hint(rt.config_error or "", rt.config_path))
             + " and reload the page: the dashboard reloads the file when it changes, no restart needed."
         )
-        st.fragment(run_every=5)(_rerun_when_stale)(rt)  # an open error page clears by itself
+        st.fragment(run_every=FRESHNESS_TICK_S)(_rerun_when_stale)(rt)  # an open error page clears by itself
         st.stop()
     if rt.config_error:  # a refused edit: the last good config goes on, said on every page
         render_config_banner(rt)
@@ -215,7 +216,7 @@ def setup(
                 else "Config: none found (--config, RUNHEALTH_CONFIG, ./runhealth.toml)"
             )
         )
-        st.fragment(run_every=5)(guarded(freshness))(rt, compact=True)
+        st.fragment(run_every=FRESHNESS_TICK_S)(guarded(freshness))(rt, compact=True)
         collector = rt.collector
         why_not = refresh_blocked(rt, view)
         if (

@@ -24,9 +24,10 @@ from runhealth.rules import hardware
 from runhealth.rules.activity import NodeRate
 from runhealth.rules.hardware import telemetry_errors as telemetry_errors  # the GPUs page words them
 from runhealth.rules.health import fmt_age, fmt_ago, node_status
+from runhealth.settings.windows import NOTICE_S
 
 STATE_BADGE = {"up": "UP", "stale": "STALE", "down": "DOWN", "pending": "PENDING", "finished": "FINISHED"}
-REPLACED_NOTICE_S = 24 * 3600  # a shard replaced within this is named above the table (which always says it)
+REPLACED_NOTICE_S = NOTICE_S  # a shard replaced within this is named above the table (which always says it)
 REPLACED_NAMED = 5  # shards a replacement notice names; the rest are counted
 
 
@@ -417,7 +418,7 @@ def node_details(node: NodeRow, now: float, host: HostReading | None = None, fin
                 or (1.0, f"{fmt_bytes(node.get('bytes_indexed'))} of {fmt_bytes(node.get('bytes_total'))}")
             )[1],
         ),
-        ("lines counted", f"{node.get('lines') or 0:,}"),
+        ("completions counted", f"{node.get('lines') or 0:,}"),  # the store's `lines`: completions
         ("malformed lines", f"{node.get('malformed') or 0:,}"),
         ("blank lines (skipped, not malformed)", f"{node.get('blank_lines') or 0:,}"),
         ("unmatched globs", ", ".join(node.get("unmatched_globs") or []) or "none"),

@@ -12,12 +12,11 @@ import streamlit as st
 from components import cards, fieldcharts, figcache, figures, jobs, loaders, page, precomputed, tables, whatif_view
 from components.context import PageRuntime
 from components.format import fmt_percentile_tokens, level, md_escape
-from runhealth.screens.lengths import Lengths, Summary, WhatIf
+from runhealth.screens.lengths import WHATIF_REFIT_S, Lengths, Summary, WhatIf
 
 PREFIX = "lengths"
 TITLE, ICON, URL_PATH = "Output lengths", ":material/straighten:", "Output_lengths"
 CONTINUATION_N = 300
-WHATIF_REFRESH_S = 60  # the fit (with its bootstrap) is too heavy to redo every poll
 
 
 def render_summary(rt: PageRuntime, s: Summary) -> None:
@@ -277,7 +276,7 @@ def render_whatif_live(rt: PageRuntime) -> None:
         return
     if m.summary.ceiling_tokens:
         page.guarded(render_whatif)(rt, m)
-        st.caption(f"The what-if is refitted every {WHATIF_REFRESH_S} s (a model fit, not a count).")
+        st.caption(f"The what-if is refitted every {WHATIF_REFIT_S:g} s (a model fit, not a count).")
     else:
         st.info(
             "No max_tokens ceiling found in the data (none configured, no pile-up detected): nothing is cut at a limit."
@@ -337,7 +336,7 @@ def render(rt: PageRuntime) -> None:
         page.live(rt, render_kiosk, rt)
         return
     page.live(rt, render_page, rt)
-    st.fragment(run_every=WHATIF_REFRESH_S)(render_whatif_live)(rt)
+    st.fragment(run_every=WHATIF_REFIT_S)(render_whatif_live)(rt)
     # Sidebar widgets cannot live in a fragment: the download holds the histogram as of page load.
     page.download_csv(
         loaders.run_lengths(loaders.load_lengths_screen(rt.store, rt.config).counts).bins,

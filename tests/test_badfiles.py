@@ -22,6 +22,7 @@ from shardgen import chat_line
 from store_fixtures import write_config
 from test_faults import wait_for
 
+from components import tables
 from runhealth.collect.collector import Collector
 from runhealth.settings.config import NodeConfig, RunConfig
 from runhealth.store import Store
@@ -167,6 +168,10 @@ def test_a_samples_population_counts_completions_not_malformed_or_blank_lines(sh
         collector.pollers[NODE].poll()
         node = store.nodes()[0]
         assert (node["lines"], node["malformed"], node["blank_lines"]) == (50, 3, 2)
+        # The node's details name what the store's `lines` counts: completions, not every line
+        # (issue 31 item 4: "50 lines counted" beside "3 malformed lines" read as 53 lines).
+        details = dict(tables.node_details(node, now=node["last_ok_unix"]).values.tolist())
+        assert (details["completions counted"], details["malformed lines"]) == ("50", "3")
         samples, population, errors = collector.sample_now(10, seed=3)
         assert errors == {} and population == 50 and len(samples) == 10
         batch = store.new_sample_batch(10, 1.0)

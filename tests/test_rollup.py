@@ -130,6 +130,23 @@ def test_history_reads_span_the_whole_run_at_bounded_size(tmp_path):
     assert len(last_day) == 24
 
 
+@pytest.mark.parametrize("since", [None, NOW - 900])
+def test_the_union_read_and_the_raw_read_are_one_downsampling(tmp_path, monkeypatch, since):
+    """gpu_history's raw + rollup read (forced, though nothing is rolled up yet) gives exactly
+    Store.gpu_series' buckets: the raw read is a fast path of the same SQL builder, not a second
+    downsampler (issue 31 item 4), down to a missing reading and a throttled sample."""
+    store = Store(tmp_path / "s.sqlite3")
+    _fill(store, days=0.1, step=10)
+    with store.transaction() as db:  # one GPU that cannot report power: a NULL mean, not a zero
+        db.execute("UPDATE gpu_samples SET power_w = NULL WHERE node = 'node-1' AND gpu = 1")
+        db.execute("UPDATE gpu_samples SET temp_c = NULL WHERE node = 'node-0' AND ts_unix > ?", (NOW - 600,))
+    raw = store.gpu_series(since_unix=since, max_points=37)
+    monkeypatch.setattr(rollup, "has_rollups", lambda s: True)
+    assert rollup.gpu_history(store, since_unix=since, max_points=37) == raw
+    assert any(r["power_w"] is None for r in raw) and any(r["temp_c"] is None for r in raw)
+    assert any(r["throttled"] for r in raw) and 30 <= len(raw) // 4 <= 37
+
+
 def test_reads_fall_back_to_raw_before_any_rollup(tmp_path):
     store = Store(tmp_path / "s.sqlite3")
     _fill(store, days=0.1)

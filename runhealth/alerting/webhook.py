@@ -28,7 +28,6 @@ import os
 import re
 import socket
 import threading
-import tomllib
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -36,6 +35,7 @@ from typing import Any
 
 from runhealth.errors import ConfigError, RunhealthError
 from runhealth.settings.config import SECRETS_PATH
+from runhealth.settings.tomlfile import read_secrets
 from runhealth.textsafe import escape
 
 URLS_ENV = "RUNHEALTH_WEBHOOK_URLS"
@@ -65,13 +65,7 @@ def load_urls(
     if environ.get(URLS_ENV, "").strip():
         return check_urls([u.strip() for u in environ[URLS_ENV].split(",") if u.strip()], URLS_ENV)
     where = f"{secrets_path} [alerts] webhook_urls"
-    try:
-        raw = tomllib.loads(Path(secrets_path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return [], []
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{secrets_path}: cannot read secrets file ({type(exc).__name__})") from None
-    urls = (raw.get("alerts") or {}).get("webhook_urls") or []
+    urls = (read_secrets(Path(secrets_path)).get("alerts") or {}).get("webhook_urls") or []
     if not isinstance(urls, list):
         raise ConfigError(f"{where} must be a list of URLs")
     return check_urls(urls, where)

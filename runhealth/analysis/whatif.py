@@ -73,6 +73,7 @@ CALIBRATION = (3.0, 1.5)
 # stopping at a relative NLL change of 1e-8 (0.01 nats at a million completions, far below the
 # ~0.5 nats of one standard error) halves their evaluations and moves the interval by < 1e-4.
 BOOTSTRAP_TOL = 1e-8
+BOOTSTRAP = 200  # replicates of every what-if a screen, the collector's payload or the CLI shows
 _Z95 = 1.959964
 
 
@@ -495,7 +496,7 @@ def what_if(
     *,
     loop_fraction: float = 0.0,
     loop_sample: tuple[int, int] | None = None,
-    bootstrap: int = 200,
+    bootstrap: int = BOOTSTRAP,
     seed: int = 0,
     curve_limits: tuple[int, ...] = (),
 ) -> WhatIf:
@@ -608,7 +609,6 @@ def forecast_outcome(forecast: WhatIf, hist: LengthHist) -> dict | None:
 
 
 # ---------------------------------------------------------------- the one what-if of a run
-BOOTSTRAP = 200  # replicates of every what-if a screen or the CLI shows
 
 
 def curve_limits(ceiling: int, chosen: int) -> tuple[int, ...]:

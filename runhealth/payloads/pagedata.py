@@ -32,13 +32,12 @@ from runhealth import textsafe
 from runhealth.analysis import lengthtime, loops, stats, whatif
 from runhealth.payloads import gpubands, truncbuckets
 from runhealth.records import GroupTotalRow, LabelledGpuPoint, LengthCountRow, rows_as, widen
-from runhealth.settings.windows import stale_after_s
+from runhealth.settings.windows import WHATIF_REFIT_S, stale_after_s
 from runhealth.store import Store, rollup
 
 log = textsafe.get_logger(__name__)
 
 MIN_INTERVAL_S = 30.0  # default rate limit; the collector passes its poll interval (counts must stay live)
-WHATIF_EVERY_S = 60.0  # the what-if fit (bootstrap included) is redone at most this often, as the page refits
 # The GPU page's windows (seconds; None = the whole run), the points per GPU it asks the store
 # for, and the time steps of the per-node bands it draws past PER_GPU_LINES_UP_TO GPUs.
 GPU_WINDOWS_S: dict[str, float | None] = {"15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "whole run": None}
@@ -46,7 +45,6 @@ GPU_MAX_POINTS = 400
 BAND_POINTS = gpubands.BAND_POINTS
 PER_GPU_LINES_UP_TO = 8
 GPU_VALUES = gpubands.VALUES
-WHATIF_BOOTSTRAP = whatif.BOOTSTRAP
 GROUP_COLUMNS = ["group", "completions", "at_ceiling", "fraction", "lo", "hi", "ceiling", "drift"]
 
 
@@ -171,7 +169,7 @@ def group_lengths(store: Store, by: str, ceiling: int | None) -> list[dict[str, 
 def whatif_default(hist: stats.LengthHist, ceiling: int, loop_sample: tuple[int, int] | None) -> dict[str, Any]:
     """The what-if the page opens with (new limit = 2 x the ceiling): whatif.for_run, as the page asks."""
     limit = 2 * ceiling
-    result = whatif.for_run(hist, ceiling, limit, loop_sample, WHATIF_BOOTSTRAP)
+    result = whatif.for_run(hist, ceiling, limit, loop_sample, whatif.BOOTSTRAP)
     return {
         "ceiling": ceiling,
         "limit": limit,
@@ -355,7 +353,7 @@ class Refresher:
             last = self._gpu_done.get(window)
             return window_due(GPU_WINDOWS_S[window], None if last is None else began - last, self.min_interval_s)
 
-        whatif_due = self._whatif_done is None or began - self._whatif_done >= WHATIF_EVERY_S
+        whatif_due = self._whatif_done is None or began - self._whatif_done >= WHATIF_REFIT_S
         payloads = compute_all(
             self.store,
             self.ceiling,

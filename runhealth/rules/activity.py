@@ -33,7 +33,7 @@ from collections.abc import Collection, Mapping, Sequence
 from runhealth.analysis import rates
 from runhealth.records import PollBucket
 from runhealth.settings import windows
-from runhealth.settings.windows import AVERAGE_WINDOW_S, DROP_LOOKBACK_S, RATE_WINDOW_S
+from runhealth.settings.windows import AVERAGE_WINDOW_S, DROP_BUCKET_S, DROP_LOOKBACK_S, RATE_WINDOW_S
 from runhealth.store import Store
 
 DROP_FRACTION = 0.5
@@ -139,7 +139,7 @@ def run_rates(
     )
 
 
-def minute_rates(buckets: list[PollBucket], bucket_s: float = 60.0) -> list[float]:
+def minute_rates(buckets: list[PollBucket], bucket_s: float = DROP_BUCKET_S) -> list[float]:
     """Tokens/s of each complete, non-backfill bucket (polls_by_bucket rows; the last one is
     still filling and is dropped)."""
     return [b["tokens"] / bucket_s for b in buckets[:-1] if not b["backfill"] and b["tokens"] is not None]
@@ -212,7 +212,7 @@ def _read_rates(store: Store, now: float, lookback: float, interval_s: float) ->
         for node, ts in store.last_growth_unix().items():
             if node in out.per_node and out.per_node[node].last_growth_unix is None:
                 out.per_node[node].last_growth_unix = ts
-    minute = minute_rates(store.polls_by_bucket(60, since_unix=now - DROP_LOOKBACK_S))
+    minute = minute_rates(store.polls_by_bucket(DROP_BUCKET_S, since_unix=now - DROP_LOOKBACK_S))
     return dataclasses.replace(out, drop_median_tps=rate_drop(out.tokens_per_s_1m, minute))
 
 

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from runhealth.analysis.fieldfigures import NO_ID_MESSAGE, compare_prompts
+from runhealth.analysis.whatif import BOOTSTRAP
 from runhealth.rules.health import fmt_age, fmt_ago
 from runhealth.screens import waste as waste_words
 from runhealth.screens.runfigures import Comparison, RunNumbers, compare_runs, comparison_rows
@@ -113,7 +114,7 @@ def compare(
     stale_after: tuple[float, float],
     now: float,
     comparison: Comparison | None = None,
-    bootstrap: int = 200,
+    bootstrap: int = BOOTSTRAP,
     prompts: PromptOverlap | None = None,
 ) -> Compare:
     """Run B against run A at `now` (`stale_after`: each run's, seconds). `comparison`: the

@@ -25,6 +25,7 @@ from runhealth.records import NodeRow
 from runhealth.rules import activity
 from runhealth.screens import fieldmodel, fieldpanels, serverview
 from runhealth.settings.config import RunConfig
+from runhealth.settings.windows import WHATIF_REFIT_S as WHATIF_REFIT_S  # ... and how often it is refitted
 from runhealth.store import Store
 
 

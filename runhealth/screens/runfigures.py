@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 from runhealth import textsafe
 from runhealth.analysis import compare, loops, rates, stats, tokencost
 from runhealth.analysis.compare import Differences, Forecast
+from runhealth.analysis.whatif import BOOTSTRAP
 from runhealth.errors import RunhealthError
 from runhealth.payloads import pagedata
 from runhealth.records import PollRow
@@ -252,7 +253,7 @@ class Comparison:
     headline: str
 
 
-def compare_runs(a: RunNumbers, b: RunNumbers, bootstrap: int = 200) -> Comparison:
+def compare_runs(a: RunNumbers, b: RunNumbers, bootstrap: int = BOOTSTRAP) -> Comparison:
     """Run B against run A: differences, rate changes, forecast check and the headline."""
     sa, sb = a.summary, b.summary
     if not sa.completions or not sb.completions:

@@ -6,8 +6,8 @@ address other than this machine's loopback) is refused unless every run is restr
 (`allowed_users`) and sign-in exists (`[auth]` in .streamlit/secrets.toml, where Streamlit reads
 it: the working directory's, then the home folder's), or `--public-without-auth` says, loudly,
 that the dashboard is meant to be open to anyone; then every page says so (components/page.py
-reads the address Streamlit serves on and the same rule). Stdlib only; nothing here imports
-Streamlit.
+reads the address Streamlit serves on and the same rule). The standard library and the one TOML
+reader (runhealth.settings.tomlfile); nothing here imports Streamlit.
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ from __future__ import annotations
 import functools
 import ipaddress
 import socket
-import tomllib
 from collections.abc import Iterable
 from pathlib import Path
+
+from runhealth.errors import ConfigError
+from runhealth.settings.tomlfile import read_secrets
 
 FLAG = "--public-without-auth"
 
@@ -47,11 +49,10 @@ def auth_configured(paths: Iterable[Path] | None = None) -> bool:
     """True when a secrets file Streamlit reads has an [auth] table (sign-in is possible)."""
     for path in secrets_paths() if paths is None else paths:
         try:
-            with open(path, "rb") as f:
-                if isinstance(tomllib.load(f).get("auth"), dict):
-                    return True
-        except (OSError, tomllib.TOMLDecodeError):
-            continue
+            if isinstance(read_secrets(path).get("auth"), dict):
+                return True
+        except ConfigError:
+            continue  # Streamlit cannot sign anyone in with an unreadable file either
     return False
 
 

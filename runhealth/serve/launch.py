@@ -18,11 +18,11 @@ from __future__ import annotations
 import os
 import re
 import sys
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
 from runhealth.errors import ConfigError
+from runhealth.settings.tomlfile import read_toml
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # runhealth/ (this file is runhealth/serve/launch.py)
 DEFAULT_PORT = 8501
@@ -63,7 +63,7 @@ def streamlit_options(folder: Path, env: Mapping[str, str] | None = None) -> lis
     STREAMLIT_* variable in `env`: a command-line option would override the variable)."""
     env = os.environ if env is None else env
     path = folder / ".streamlit" / "config.toml"
-    raw = tomllib.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    raw = read_toml(path) if path.is_file() else {}
     options = []
     for section, values in raw.items():
         for key, value in values.items():

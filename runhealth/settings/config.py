@@ -21,7 +21,6 @@ import dataclasses
 import os
 import re
 import sys
-import tomllib
 from collections.abc import Mapping
 from dataclasses import field
 from pathlib import Path
@@ -42,14 +41,14 @@ from runhealth.settings.configspec import (
     spec,
     spec_of,
 )
-from runhealth.settings.windows import STALE_MIN_S, STALL_MIN_S, WINDOW_POLLS, stale_after_s, stall_after_s
+from runhealth.settings.tomlfile import TOML_SYNTAX, read_secrets, read_toml
+from runhealth.settings.windows import RAW_KEEP_S, STALE_MIN_S, STALL_MIN_S, WINDOW_POLLS, stale_after_s, stall_after_s
 
 CONFIG_ENV = "RUNHEALTH_CONFIG"
 DEFAULT_CONFIG_NAME = "runhealth.toml"
 SECRETS_PATH = Path(".streamlit") / "secrets.toml"
 # The node interpreter rule; protocol.py checks the launch argv against it too.
 PYTHON_RE = re.compile(r"^[A-Za-z0-9_./+-]+$")
-TOML_SYNTAX = "not valid TOML"  # in every syntax error's message (here and runhealth.settings.runs)
 _TOML_AT = re.compile(r"\(at line (\d+), column (\d+)\)")  # tomllib's "(at line 3, column 5)"
 _NAME_RE = r"^[A-Za-z0-9_.@:-]{1,64}$"
 _NAME_MUST = "must be 1-64 letters, digits, '_.@:-'"
@@ -352,7 +351,7 @@ class RunConfig:
         ),
     )
     raw_keep_h: float = field(
-        default=24.0,
+        default=RAW_KEEP_S / 3600,
         metadata=spec(
             int,
             float,
@@ -424,15 +423,7 @@ def load_config(path: str | os.PathLike, secrets_path: Path | None = None) -> Ru
             names the file, the node and the field).
     """
     path = Path(path)
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read config file: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: {TOML_SYNTAX}: {exc}") from None
-    config = parse_config(raw, source=str(path))
+    config = parse_config(read_toml(path), source=str(path))
     return apply_secrets(config, secrets_path if secrets_path is not None else SECRETS_PATH)
 
 
@@ -493,14 +484,7 @@ def _parse_node(raw: Any, index: int, source: str) -> NodeConfig:
 
 def apply_secrets(config: RunConfig, secrets_path: Path) -> RunConfig:
     """`config` with node passphrases/passwords from Streamlit's secrets file, if it has any."""
-    try:
-        raw = tomllib.loads(Path(secrets_path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return config
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        # The exception text may quote the file's content: name the file only.
-        raise ConfigError(f"{secrets_path}: cannot read secrets file ({type(exc).__name__})") from None
-    per_node = raw.get("nodes", {})
+    per_node = read_secrets(secrets_path).get("nodes", {})
     if not isinstance(per_node, dict):
         return config
     nodes = []

@@ -32,13 +32,13 @@ import dataclasses
 import json
 import os
 import sqlite3
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from runhealth.errors import ConfigError
-from runhealth.settings.config import SECRETS_PATH, TOML_SYNTAX, RunConfig, apply_secrets, load_config, parse_config
+from runhealth.settings.config import SECRETS_PATH, RunConfig, apply_secrets, load_config, parse_config
 from runhealth.settings.runsettings import RunSettings
+from runhealth.settings.tomlfile import read_toml
 
 STORE_SUFFIX = ".sqlite3"
 # Validates a finished run that lists no nodes (the single-run validator requires one); the
@@ -54,17 +54,6 @@ class RunEntry:
     finished: bool = False
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read config file: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: {TOML_SYNTAX}: {exc}") from None
-
-
 def load_runs(path: str | os.PathLike, secrets_path: Path | None = None) -> list[RunEntry]:
     """Every run a config file describes: one for a single-run file, one per `[[runs]]` table.
 
@@ -72,7 +61,7 @@ def load_runs(path: str | os.PathLike, secrets_path: Path | None = None) -> list
         ConfigError: as `load_config`, the message naming the run as well.
     """
     path = Path(path)
-    raw = _read_toml(path)
+    raw = read_toml(path)
     if "runs" not in raw:
         return [RunEntry(load_config(path, secrets_path))]
     secrets = secrets_path if secrets_path is not None else SECRETS_PATH

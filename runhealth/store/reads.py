@@ -38,6 +38,8 @@ from runhealth.settings.runsettings import RunSettings
 from runhealth.store.lifecycle import StoreFile
 
 GPU_FIELDS = ("util_pct", "mem_used_mib", "mem_total_mib", "power_w", "power_limit_w", "temp_c", "sm_clock_mhz")
+# The raw GPU samples as `gpu_buckets` reads them (a rolled-up row has the same columns, n its samples).
+RAW_GPU_ROWS = f"SELECT ts_unix, node, gpu, 1 AS n, {', '.join(GPU_FIELDS)}, throttled FROM gpu_samples"
 
 
 class StoreReads(StoreFile):
@@ -287,19 +289,32 @@ class StoreReads(StoreFile):
         return rows_as(GpuRow, rows)
 
     def gpu_series(self, since_unix: float | None = None, max_points: int = 2000) -> list[GpuSeriesPoint]:
-        """GPU time series averaged in SQL into at most `max_points` buckets per GPU."""
+        """GPU time series from the raw samples, averaged in SQL into at most `max_points` buckets
+        per GPU (`gpu_buckets`). `rollup.gpu_history` is the same over raw and rolled-up rows; it
+        calls this while there are no rollups (bench/gpuread.py: the union is ~1.5x slower)."""
         where, params = _where(since_unix, None)
-        span = self.cursor(f"SELECT MIN(ts_unix), MAX(ts_unix) FROM gpu_samples{where}", params).fetchone()
+        return self.gpu_buckets(RAW_GPU_ROWS + where, params, max_points, weighted=False)
+
+    def gpu_buckets(
+        self, rows: str, params: Sequence[Any], max_points: int, weighted: bool = True
+    ) -> list[GpuSeriesPoint]:
+        """The GPU series' one downsampling: `rows` (SQL yielding RAW_GPU_ROWS' columns, `n` being
+        how many samples a row stands for; `params` its parameters) bucketed per GPU into at most
+        `max_points` equal spans from the first row to the last, each reading averaged weighted by
+        `n` (a missing reading left out), `throttled` the bucket's maximum. `weighted=False` says
+        every row is one sample (n = 1): the same mean as SQL's AVG, ~15% faster on a day of
+        64 GPUs than the weighted sum (bench/gpuread.py)."""
+        span = self.cursor(f"SELECT MIN(ts_unix), MAX(ts_unix) FROM ({rows})", params).fetchone()
         if span[0] is None:
             return []
         width = max((span[1] - span[0]) / max(max_points - 1, 1), 1e-9)
-        avgs = ", ".join(f"AVG({f}) AS {f}" for f in GPU_FIELDS)
+        mean = "SUM({f} * n) / NULLIF(SUM(CASE WHEN {f} IS NULL THEN 0 ELSE n END), 0)" if weighted else "AVG({f})"
+        means = ", ".join(f"{mean.format(f=f)} AS {f}" for f in GPU_FIELDS)
         return rows_as(
             GpuSeriesPoint,
             self.query(
-                f"SELECT node, gpu, MIN(ts_unix) AS ts_unix, {avgs}, MAX(throttled) AS throttled"
-                f" FROM gpu_samples{where} GROUP BY node, gpu, CAST((ts_unix - ?) / ? AS INTEGER)"
-                f" ORDER BY node, gpu, ts_unix",
+                f"SELECT node, gpu, MIN(ts_unix) AS ts_unix, {means}, MAX(throttled) AS throttled FROM ({rows})"
+                " GROUP BY node, gpu, CAST((ts_unix - ?) / ? AS INTEGER) ORDER BY node, gpu, ts_unix",
                 (*params, span[0], width),
             ),
         )
