@@ -11,8 +11,11 @@ longer so the throughput chart has history, then captures both screens.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import test_browser as tb  # the browser test's helpers are the single source
 from playwright.sync_api import sync_playwright
@@ -32,40 +35,23 @@ def main() -> int:
         print(f"wrote {docs / 'compare.png'}")
         return 0
     if args.only == "kiosk":
-        with (
-            tempfile.TemporaryDirectory(prefix="runhealth-shots-") as tmp,
-            tb.streamlit_server(Path(tmp)) as url,
-            sync_playwright() as p,
-        ):
-            browser = tb.launch_chromium(p)
+        with demo_browser() as (browser, url):
             tb.wait_for_demo_data(browser.new_page(viewport=tb.VIEWPORT), url)  # numbers in before the wall shot
             kiosk_shot(browser, url, docs)
-            browser.close()
         print(f"wrote {docs / 'kiosk.png'}")
         return 0
     if args.only == "fields":
-        with (
-            tempfile.TemporaryDirectory(prefix="runhealth-shots-") as tmp,
-            tb.streamlit_server(Path(tmp)) as url,
-            sync_playwright() as p,
-        ):
-            browser = tb.launch_chromium(p)
+        with demo_browser() as (browser, url):
             page = browser.new_page(viewport=tb.VIEWPORT)
             tb.wait_for_demo_data(page, url)
             fields_shot(page, url, docs)
-            browser.close()
         print(f"wrote {docs / 'lengths_fields.png'}")
         return 0
     if args.only == "fleet":
         fleet_gpus(docs)
         print(f"wrote {docs / 'fleet_gpus.png'}")
         return 0
-    with (
-        tempfile.TemporaryDirectory(prefix="runhealth-shots-") as tmp,
-        tb.streamlit_server(Path(tmp)) as url,
-        sync_playwright() as p,
-    ):
-        browser = tb.launch_chromium(p)
+    with demo_browser() as (browser, url):
         page = browser.new_page(viewport=tb.VIEWPORT)
         tb.wait_for_demo_data(page, url)
         page.wait_for_timeout(int(args.settle_s * 1000))
@@ -79,21 +65,30 @@ def main() -> int:
         page.screenshot(path=str(docs / "lengths.png"))
         fields_shot(page, url, docs)
         kiosk_shot(browser, url, docs)
-        browser.close()
     compare_shot(docs, args.settle_s)
     fleet_gpus(docs)
     print(f"wrote {docs / 'overview.png'}, {docs / 'lengths.png'}, {docs / 'kiosk.png'} and {docs / 'fleet_gpus.png'}")
     return 0
 
 
-def compare_shot(docs: Path, settle_s: float) -> None:
-    """The Compare page: the demo's finished 4,096 run against its live 8,192 relaunch."""
+@contextlib.contextmanager
+def demo_browser() -> Iterator[tuple[Any, str]]:
+    """The demo dashboard on a free port in a temp folder, and a Chromium to look at it."""
     with (
         tempfile.TemporaryDirectory(prefix="runhealth-shots-") as tmp,
         tb.streamlit_server(Path(tmp)) as url,
         sync_playwright() as p,
     ):
         browser = tb.launch_chromium(p)
+        try:
+            yield browser, url
+        finally:
+            browser.close()
+
+
+def compare_shot(docs: Path, settle_s: float) -> None:
+    """The Compare page: the demo's finished 4,096 run against its live 8,192 relaunch."""
+    with demo_browser() as (browser, url):
         page = browser.new_page(viewport=tb.VIEWPORT)
         tb.compare_headline(page, url)
         page.wait_for_timeout(int(settle_s * 1000))  # B's rates over a few minutes, not the first polls
@@ -101,7 +96,6 @@ def compare_shot(docs: Path, settle_s: float) -> None:
         page.get_by_text("Forecast vs outcome").first.wait_for(timeout=60_000)
         page.wait_for_timeout(2000)
         tb.tall_screenshot(page, docs / "compare.png", height=1750)
-        browser.close()
 
 
 def fields_shot(page, url: str, docs: Path) -> None:
