@@ -119,7 +119,7 @@ def _truth(folder: Path, glob: str) -> FieldTruth:
 def run(tmp_path_factory):
     """(folder, config with expected_prompts, the simulator, per-node truth, TOML path)."""
     folder = tmp_path_factory.mktemp("nodefields")
-    sim = Simulator(folder, seed=33, ceiling=CEILING)
+    sim = Simulator(folder, seed=11, ceiling=CEILING)
     sim.shard_dir.mkdir(parents=True)
     sim.write_backlog(LINES)
     (folder / "bare").mkdir()
@@ -157,6 +157,7 @@ def test_each_nodes_figures_are_its_shards_truth(run):
         row = f.row()
         assert row["Prompts answered"] == f"{t.answered:,}"
         assert row["Cut, never answered"] == f"{t.never_answered:,} of {t.length_at_ceiling:,} cuts"
+    assert all(t.answered_twice for t in truth.values())  # retries within a node: the grouped part
     # every count the two nodes hold is the simulator's, line for line
     assert sum(t.mislabelled for t in truth.values()) == sim.fields.mislabelled
     assert sum(t.context_stops for t in truth.values()) == sim.fields.context_stops > 0
