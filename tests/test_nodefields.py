@@ -158,6 +158,10 @@ def test_each_nodes_figures_are_its_shards_truth(run):
         assert row["Prompts answered"] == f"{t.answered:,}"
         assert row["Cut, never answered"] == f"{t.never_answered:,} of {t.length_at_ceiling:,} cuts"
     assert all(t.answered_twice for t in truth.values())  # retries within a node: the grouped part
+    store = Store(config.store_path)
+    by_node = store.prompt_counts_by_node()  # the one-statement read agrees with the per-node one
+    assert all(by_node[n] == store.prompt_counts(n) for n in truth), by_node
+    store.close()
     # every count the two nodes hold is the simulator's, line for line
     assert sum(t.mislabelled for t in truth.values()) == sim.fields.mislabelled
     assert sum(t.context_stops for t in truth.values()) == sim.fields.context_stops > 0
