@@ -91,6 +91,8 @@ def render_fields(m: Nodes) -> None:
     st.subheader("Prompts and labels, per node")
     st.caption(m.fields_caption)
     st.dataframe([f.row() for f in m.fields], hide_index=True, width="stretch", key=f"{PREFIX}_fields_table")
+    for line in m.fields_missing:
+        st.caption(md_escape(line))
 
 
 def fields_csv(rt: PageRuntime) -> pd.DataFrame:

@@ -176,7 +176,9 @@ def test_a_field_a_node_lacks_is_named_in_its_cell_never_zero(run):
     assert bare["Cut, never answered"] == nodefields.NO_REASONING
     assert bare["Context-window stops"] == nodefields.NO_PROMPT_TOKENS
     assert bare["Mislabelled at the ceiling"].isdigit()  # needs only the length counts every shard has
-    assert "prompt_id_path" in m.fields_caption and "prompt_tokens_path" in m.fields_caption
+    how = "\n".join(m.fields_missing)
+    assert f"“{nodefields.NO_ID}”: no prompt ID in the shards" in how and "prompt_tokens_path" in how
+    assert "max_model_len" not in how  # configured: no line for it
 
 
 def test_the_nodes_prompts_do_not_sum_to_the_run_and_the_caption_says_so(run):
@@ -218,6 +220,7 @@ def test_the_nodes_page_shows_the_table_and_its_csv(run, monkeypatch):
     assert rows["n1"]["Prompts answered"] == f"{truth['n1'].answered:,}"
     assert rows["n2"]["Answered more than once"] == f"{truth['n2'].answered_twice:,}"
     assert rows["bare"]["Prompts answered"] == nodefields.NO_ID
+    assert "no prompt ID in the shards (looked for custom" in shown  # and how to configure it
     assert any(b.label == "Download per-node prompts and labels CSV" for b in at.get("download_button"))
 
 

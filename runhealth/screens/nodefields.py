@@ -112,16 +112,18 @@ def node_fields(
 
 
 def caption(fields: Sequence[NodeFields], run_answered: int | None) -> str:
-    """Why the prompts column does not add up to the run's figure (with both numbers), and how to
-    configure each field some node lacks."""
+    """Why the prompts column does not add up to the run's figure, with both numbers."""
     per_node = [f.prompts["answered"] for f in fields if f.prompts.get("answered") is not None]
-    parts = [
+    out = (
         "Exact counts from each node's shards. Prompts answered are distinct within a node: a prompt "
         "answered on two nodes (a retry elsewhere) counts on both, so the run's total is not the sum"
-    ]
+    )
     if per_node and run_answered is not None:
-        parts[0] += f" (this column sums to {sum(per_node):,}; the run answered {run_answered:,} distinct prompts)"
-    parts[0] += "."
-    missing = {cell for f in fields for cell in f.row().values() if cell in HOW_TO}
-    parts += [f"{cell}: {HOW_TO[cell]}." for cell in HOW_TO if cell in missing]
-    return " ".join(parts)
+        out += f" (this column sums to {sum(per_node):,}; the run answered {run_answered:,} distinct prompts)"
+    return out + "."
+
+
+def missing(fields: Sequence[NodeFields]) -> tuple[str, ...]:
+    """For each field some node's shards lack, one line: its cell's words and how to configure it."""
+    cells = {cell for f in fields for cell in f.row().values()}
+    return tuple(f"“{cell}”: {HOW_TO[cell]}." for cell in HOW_TO if cell in cells)

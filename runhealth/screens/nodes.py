@@ -128,6 +128,11 @@ class Nodes:
     def fields_caption(self) -> str:
         return nodefields.caption(self.fields, self.prompts_answered)
 
+    @property
+    def fields_missing(self) -> tuple[str, ...]:
+        """One line per field some node lacks: its cell's words and how to configure it."""
+        return nodefields.missing(self.fields)
+
     def state_of(self, name: str) -> NodeState:
         return next(s for s in self.states if s.name == name)
 
