@@ -75,6 +75,8 @@ def render_page(rt: PageRuntime) -> None:
         st.subheader("What the cut cost, per node")
         st.caption(m.costs_caption)
         st.dataframe([c.row() for c in m.costs], hide_index=True, width="stretch", key=f"{PREFIX}_costs_table")
+    if m.fields:
+        render_fields(m)
     shards = loaders.shard_frame(m.shards)
     for node in shown_nodes(m, shards):
         page.guarded(render_node)(m, node, shards)
@@ -84,6 +86,21 @@ def render_page(rt: PageRuntime) -> None:
         st.dataframe(tables.server_metrics_table(server), hide_index=True, width="stretch")
     page.guarded(alerthistory.render_history)(rt, PREFIX)
     page.guarded(render_outbound)(rt)
+
+
+def render_fields(m: Nodes) -> None:
+    """Per node: prompts answered, cuts that never answered, labels that lie (#33), as one table."""
+    st.subheader("Prompts and labels, per node")
+    st.caption(m.fields_caption)
+    st.dataframe([f.row() for f in m.fields], hide_index=True, width="stretch", key=f"{PREFIX}_fields_table")
+    for line in m.fields_missing:
+        st.caption(md_escape(line))
+
+
+def fields_csv(rt: PageRuntime) -> pd.DataFrame:
+    """The per-node field table as shown (the same model as the screen, so the same cells)."""
+    m = loaders.load_nodes_screen(rt.store, rt.config, runpicker.is_finished(rt))
+    return pd.DataFrame([f.row() for f in m.fields])
 
 
 def node_csv(rt: PageRuntime) -> pd.DataFrame:
@@ -150,4 +167,7 @@ def render(rt: PageRuntime) -> None:
         )
     page.live(rt, render_page, rt)
     page.download_csv(node_csv(rt), "nodes.csv", PREFIX)
+    page.download_csv(
+        fields_csv(rt), "nodes-fields.csv", f"{PREFIX}_fields", "Download per-node prompts and labels CSV"
+    )
     page.guarded(alerthistory.download)(rt, PREFIX)

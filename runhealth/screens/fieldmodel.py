@@ -43,6 +43,31 @@ def field_totals(store: Store, node: str | None = None, completions: int | None 
     )
 
 
+def node_field_totals(store: Store, completions: dict[str, int]) -> dict[str, FieldTotals]:
+    """Each node's per-line field counts (prompts, cuts' answers, `length` stops by prompt tokens;
+    not the groups) from three grouped reads for all nodes at once, never one per node;
+    `completions`: node -> its completion count (the caller's length counts). Nodes without any
+    field rows get empty totals (their figures then name the missing field)."""
+    presence = {p["node"]: p for p in store.field_presence()}
+    prompts = store.prompt_counts_by_node()
+    out = {n: FieldTotals(completions=c) for n, c in completions.items()}
+    for node, p in presence.items():
+        t = out.setdefault(node, FieldTotals())
+        t.id_lines, t.id_fields, t.prompt_token_lines = p["id_lines"], p["id_fields"], p["prompt_token_lines"]
+        if node in prompts:
+            t.distinct_prompts = prompts[node]["distinct_prompts"]
+            t.answered_more_than_once = prompts[node]["answered_more_than_once"]
+    for r in store.field_counts_by_node():
+        t = out.setdefault(r["node"], FieldTotals())
+        if r["kind"] == "length_prompt_tokens":
+            key = (r["tokens"], r["prompt_tokens"])
+            t.length_prompt_tokens[key] = t.length_prompt_tokens.get(key, 0) + r["count"]
+        else:
+            into = t.no_answer if r["kind"] == "no_answer" else t.reasoned
+            into[r["tokens"]] = into.get(r["tokens"], 0) + r["count"]
+    return out
+
+
 def unanswered_totals(store: Store, node: str | None = None) -> FieldTotals:
     """Only the cuts' answer counts (no_answer, reasoned) of `node` or the run: one read, for the
     Samples page's exact count beside its sample."""

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runhealth.analysis import servermetrics, stats, tokencost
 from runhealth.analysis.stragglers import Stragglers
 from runhealth.collect import heartbeat
-from runhealth.records import HostReading, MetricRow, NodeRow, ShardRow
+from runhealth.records import HostReading, LengthCountRow, MetricRow, NodeRow, ShardRow
 from runhealth.rules import activity, health
-from runhealth.screens import etas
+from runhealth.screens import etas, fieldmodel, nodefields
 from runhealth.screens import waste as waste_words
 from runhealth.screens.words import NA, fmt_count, fmt_share
 from runhealth.settings.config import RunConfig
@@ -80,10 +80,13 @@ class NodeCost:
         }
 
 
-def node_costs(store: Store, names: list[str], ceiling: int | None) -> tuple[NodeCost, ...]:
-    """Per node: its length counts summarised at the run's ceiling, and its energy rows."""
+def node_costs(
+    store: Store, names: list[str], ceiling: int | None, length_rows: Sequence[LengthCountRow]
+) -> tuple[NodeCost, ...]:
+    """Per node: its length counts (`length_rows`, by node) summarised at the run's ceiling, and
+    its energy rows."""
     hists: dict[str, stats.LengthHist] = {n: stats.LengthHist() for n in names}
-    for r in store.length_counts(by="node"):
+    for r in length_rows:
         if r["node"] in hists:
             hists[r["node"]].add(r["tokens"], r["finish_reason"], r["estimated"], r["count"])
     energy = {e["node"]: e for e in store.node_energy()}
@@ -115,6 +118,8 @@ class Nodes:
     collector_fault: str | None  # why no collector writes the run (None: one does, or finished)
     server_metrics: tuple[MetricRow, ...]  # the latest value of each server metric on each node
     costs: tuple[NodeCost, ...] = ()  # per node: tokens cut at the ceiling, energy per usable token (#33)
+    fields: tuple[nodefields.NodeFields, ...] = ()  # per node: prompts answered, cuts' answers, labels (#33)
+    prompts_answered: int | None = None  # the run's distinct prompts (not the nodes' sum); None: no IDs
     stragglers: Stragglers | None = None  # each node's ETA to its share (#33 item 6); None: no target, finished
 
     @property
@@ -134,6 +139,15 @@ class Nodes:
         "(or power × time where a GPU has none, said in the last column) over the polls the collector "
         "measured, per usable token (a natural stop) written over the same polls."
     )
+
+    @property
+    def fields_caption(self) -> str:
+        return nodefields.caption(self.fields, self.prompts_answered)
+
+    @property
+    def fields_missing(self) -> tuple[str, ...]:
+        """One line per field some node lacks: its cell's words and how to configure it."""
+        return nodefields.missing(self.fields)
 
     def state_of(self, name: str) -> NodeState:
         return next(s for s in self.states if s.name == name)
@@ -169,6 +183,8 @@ class Nodes:
                 {"node": c.node, **c.waste.to_json(), "energy": c.energy.to_json() if c.energy else None}
                 for c in self.costs
             ],
+            "fields": [f.to_json() for f in self.fields],
+            "prompts_answered": self.prompts_answered,
         }
 
 
@@ -200,6 +216,10 @@ def nodes(store: Store, config: RunConfig, now: float | None = None, finished: b
     stale_after = config.stale_after
     states = tuple(NodeState(n["name"], *health.node_status(n, now, stale_after)) for n in reading.nodes)
     found = health.alerts_of(reading)
+    names = [n["name"] for n in reading.nodes]
+    by_node = store.length_counts(by="node")  # one read for the costs and the field table
+    ceiling = reading.summary.ceiling_tokens
+    run_prompts = fieldmodel.prompt_completeness(store, config, reading.summary.completions)
     return Nodes(
         run=config.name,
         now=now,
@@ -214,7 +234,9 @@ def nodes(store: Store, config: RunConfig, now: float | None = None, finished: b
         host_alerts=tuple(a for a in found if a.name.startswith(HOST_ALERT_PREFIX)),
         collector_fault=None if finished else collector_fault(store, now, stale_after),
         server_metrics=tuple(m for m in store.metric_latest() if not servermetrics.is_bucket(m["name"])),
-        costs=node_costs(store, [n["name"] for n in reading.nodes], reading.summary.ceiling_tokens),
+        costs=node_costs(store, names, ceiling, by_node),
+        fields=nodefields.node_fields(store, names, by_node, ceiling, config.max_model_len),
+        prompts_answered=run_prompts.get("answered") if run_prompts else None,
         stragglers=None
         if finished
         else etas.for_run(config.target_completions, reading.summary.completions, reading.rates, reading.nodes),

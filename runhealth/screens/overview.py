@@ -135,7 +135,12 @@ class Overview:
 
     @property
     def progress(self) -> tuple[float, str] | None:
-        """(share, words) for the progress bar; None without a target."""
+        """(share, words) for the progress bar: distinct prompts answered of [run] expected_prompts
+        when both are known (#33: a retry is not progress), else completions of the target; None
+        without either."""
+        p = self.prompts or {}
+        if p.get("expected") and p.get("answered") is not None:
+            return min(1.0, p["answered"] / p["expected"]), f"{p['answered']:,} of {p['expected']:,} prompts answered"
         if not self.target:
             return None
         done = self.summary.completions
@@ -200,6 +205,8 @@ class Overview:
             "prompts_missing": p.get("missing"),
             "prompts_answered_twice": p.get("answered_more_than_once"),
             "prompts_line": p.get("line"),
+            "progress_pct": round(100 * self.progress[0], 2) if self.progress else None,
+            "progress_line": self.progress[1] if self.progress else None,
         }
 
     def to_json(self) -> dict[str, Any]:
