@@ -85,7 +85,9 @@ def test_kiosk_mode_at_1920x1080(server_url, browser_page):
         page.screenshot(path=str(ARTIFACTS / "kiosk.png"))
         # Rotation: Overview -> Output lengths after rotate seconds, kiosk and the named run kept.
         page.goto(f"{server_url}/?kiosk=1&rotate=4&run=demo-4096", wait_until="domcontentloaded")
-        page.wait_for_url(re.compile(r"Output_lengths\?(?=.*kiosk=1)(?=.*run=demo-4096)"), timeout=30_000)
+        page.wait_for_url(
+            re.compile(r"Output_lengths\?(?=.*kiosk=1)(?=.*run=demo-4096)"), timeout=60_000
+        )  # two parts of 4 s; slack for a loaded CI
         page.get_by_text("Run: demo-4096 · finished").first.wait_for(timeout=30_000)
         page.wait_for_url(re.compile(r"GPUs\?(?=.*kiosk=1)(?=.*run=demo-4096)"), timeout=30_000)
     finally:
