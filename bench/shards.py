@@ -70,7 +70,7 @@ def node(glob: str, timeout_s: float) -> NodeConfig:
 
 
 def counted(store: Store) -> int:
-    return sum(r["lines"] for r in store.nodes())
+    return sum(r["completions"] for r in store.nodes())
 
 
 def collect_until(glob: str, want: int, store_path: Path, interval_s: float, max_s: float, timeout_s: float):

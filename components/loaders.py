@@ -347,7 +347,7 @@ def shard_frame(rows: Sequence[ShardRow]) -> pd.DataFrame:
         "path",
         "size",
         "offset",
-        "lines",
+        "completions",
         "malformed",
         "blank_lines",
         "resets",

@@ -418,7 +418,7 @@ def node_details(node: NodeRow, now: float, host: HostReading | None = None, fin
                 or (1.0, f"{fmt_bytes(node.get('bytes_indexed'))} of {fmt_bytes(node.get('bytes_total'))}")
             )[1],
         ),
-        ("completions counted", f"{node.get('lines') or 0:,}"),  # the store's `lines`: completions
+        ("completions counted", f"{node.get('completions') or 0:,}"),
         ("malformed lines", f"{node.get('malformed') or 0:,}"),
         ("blank lines (skipped, not malformed)", f"{node.get('blank_lines') or 0:,}"),
         ("unmatched globs", ", ".join(node.get("unmatched_globs") or []) or "none"),

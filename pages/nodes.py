@@ -43,7 +43,11 @@ def render_node(m: Nodes, node: NodeRow, shards: pd.DataFrame) -> None:
         with st.expander(f"{len(mine)} shard(s) on {node['name']}", expanded=not broken.empty):
             st.dataframe(
                 mine.assign(
-                    **{c: mine[c].map(fmt_count) for c in ("lines", "malformed", "blank_lines", "resets") if c in mine},
+                    **{
+                        c: mine[c].map(fmt_count)
+                        for c in ("completions", "malformed", "blank_lines", "resets")
+                        if c in mine
+                    },
                     size=mine["size"].map(fmt_bytes),
                     offset=mine["offset"].map(fmt_bytes),
                     error=mine["error"].fillna("—"),

@@ -80,7 +80,7 @@ class NodeRow(TypedDict):
     shards: int  # shard files known
     bytes_indexed: int  # sum of shards.offset
     bytes_total: int  # sum of shards.size
-    lines: int  # completions counted
+    completions: int  # completions counted (the shards' `lines` column; on the wire `lines` is every line)
     malformed: int  # lines that are not a completion record
     blank_lines: int
     shard_errors: int  # shards whose last read failed
@@ -95,7 +95,7 @@ class ShardRow(TypedDict):
     inode: int | None
     offset: int  # bytes counted up to (where the agent resumes)
     size: int  # bytes, as of the last poll
-    lines: int  # completions counted
+    completions: int  # completions counted (the `lines` column)
     malformed: int
     tokens: int  # output tokens counted
     resets: int  # times the file was found rotated or truncated and counted afresh

@@ -118,7 +118,7 @@ def test_a_shard_the_agent_may_not_read_is_named_and_the_rest_counted(shared_dir
         assert totals(store) == expected(lines), "the readable shard is counted, once"
         row = shard_rows(store)["secret.jsonl"]
         assert "Permission denied" in row["error"] and str(secret) in row["error"]
-        assert row["offset"] == 0 and row["lines"] == 0
+        assert row["offset"] == 0 and row["completions"] == 0
         assert store.nodes()[0]["last_error"] is None, "the poll itself succeeded"
         assert str(secret) in caplog.text
         assert f"cannot read {secret}: PermissionError" in page_text(tmp_path, store, monkeypatch)
@@ -167,7 +167,7 @@ def test_a_samples_population_counts_completions_not_malformed_or_blank_lines(sh
     try:
         collector.pollers[NODE].poll()
         node = store.nodes()[0]
-        assert (node["lines"], node["malformed"], node["blank_lines"]) == (50, 3, 2)
+        assert (node["completions"], node["malformed"], node["blank_lines"]) == (50, 3, 2)
         # The node's details name what the store's `lines` counts: completions, not every line
         # (issue 31 item 4: "50 lines counted" beside "3 malformed lines" read as 53 lines).
         details = dict(tables.node_details(node, now=node["last_ok_unix"]).values.tolist())

@@ -100,7 +100,7 @@ def test_a_failing_node_does_not_stop_the_others(tmp_path):
         results = collector.poll_once()
     assert isinstance(results["good"], dict) and isinstance(results["bad"], Exception)
     nodes = {n["name"]: n for n in store.nodes()}
-    assert nodes["good"]["last_ok_unix"] is not None and nodes["good"]["lines"] == 50
+    assert nodes["good"]["last_ok_unix"] is not None and nodes["good"]["completions"] == 50
     assert nodes["bad"]["last_ok_unix"] is None and nodes["bad"]["last_error"]
 
 

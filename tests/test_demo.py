@@ -122,4 +122,4 @@ def test_demo_config_is_valid_and_collects_through_the_real_agent(tmp_path):
     nodes = {n["name"]: n for n in store.nodes()}
     assert nodes["demo-node-1"]["gpus_found"] == 4 and nodes["demo-node-2"]["gpus_found"] == 3
     assert all(n["gpu_simulated"] for n in nodes.values())
-    assert sum(n["lines"] + n["malformed"] for n in nodes.values()) >= 4000
+    assert sum(n["completions"] + n["malformed"] for n in nodes.values()) >= 4000

@@ -118,7 +118,7 @@ def test_a_node_removed_from_the_config_leaves_alerts_and_series_but_keeps_its_h
     now = time.time()
     store = _store(tmp_path, now=now)  # node-2 stale, node-3 down
     assert {a.node for a in health.evaluate(store, now)} >= {"node-2", "node-3"}
-    completions = sum(n["lines"] for n in store.nodes())
+    completions = sum(n["completions"] for n in store.nodes())
     store.set_meta("run", {**META, "nodes": ["node-1", "node-2", "node-4"]})  # node-3 removed
     assert "node-3" not in {a.node for a in health.evaluate(store, now)}
     assert "node-2" in {a.node for a in health.evaluate(store, now)}  # still configured: still alerted
@@ -130,7 +130,7 @@ def test_a_node_removed_from_the_config_leaves_alerts_and_series_but_keeps_its_h
         if s.name in ("runhealth_node_up", "runhealth_last_poll_age_seconds", "runhealth_gpu_temperature_celsius")
     }
     assert up == {"node-1", "node-2", "node-4"}
-    assert sum(n["lines"] for n in store.nodes()) == completions  # its history stays readable
+    assert sum(n["completions"] for n in store.nodes()) == completions  # its history stays readable
     assert any(r["node"] == "node-3" for r in store.length_counts(by="node"))
 
 

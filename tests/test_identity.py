@@ -107,7 +107,7 @@ def test_a_relaunch_rewriting_the_shard_under_the_same_inode_is_recounted(tmp_pa
     # from the old offset, mid-line).
     assert totals(collector.store) == ({"length": 1500}, 0)
     (row,) = collector.store.shards()
-    assert (row["inode"], row["lines"], row["offset"]) == (shard.stat().st_ino, 1500, shard.stat().st_size)
+    assert (row["inode"], row["completions"], row["offset"]) == (shard.stat().st_ino, 1500, shard.stat().st_size)
     assert row["resets"] == 1 and row["replaced_unix"] is not None
     collector.poll_once()  # and the next poll continues the new file: no reset storm
     assert collector.store.shards()[0]["resets"] == 1 and totals(collector.store) == ({"length": 1500}, 0)
@@ -207,7 +207,7 @@ def test_an_upgraded_store_without_marks_is_trusted_not_reset(tmp_path, collect)
         f.write(text(OLD[:10]))
     collector.poll_once()
     (row,) = collector.store.shards()
-    assert row["resets"] == 0 and row["lines"] == 1010 and row["mark"]
+    assert row["resets"] == 0 and row["completions"] == 1010 and row["mark"]
     assert rewrite(shard, text(NEW), "truncate")
     poll_until_indexed(collector)
     assert totals(collector.store) == ({"length": 1500}, 0)

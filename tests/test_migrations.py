@@ -270,7 +270,7 @@ def test_a_version_3_store_gains_content_marks_and_its_shards_continue(tmp_path)
     assert version(path) == STORE_VERSION
     assert store.shard_state("n1") == {"/a": {"inode": 7, "offset": 900}}  # no mark: trusted as before
     (row,) = store.shards()
-    assert (row["lines"], row["mark"], row["replaced_unix"]) == (9, None, None)
+    assert (row["completions"], row["mark"], row["replaced_unix"]) == (9, None, None)
 
 
 FIRST_USE_TABLES = ("length_hourly", "gpu_rollup", "poll_rollup", "metric_rollup", "webhook_deliveries")

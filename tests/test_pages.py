@@ -511,7 +511,7 @@ def test_tables_word_counts_and_shares_as_the_tiles_do(stores, monkeypatch):
     assert any("3,600 chars" in t for t in shown), shown
     at = run_page("nodes", stores["ceiling_18"], monkeypatch)
     assert_clean(at)
-    assert _frame(at, "blank_lines")["lines"].tolist()[:1] == ["1,500"]
+    assert _frame(at, "blank_lines")["completions"].tolist()[:1] == ["1,500"]
     config = json.loads(at.json[0].value)
     assert config["completion_tokens_path"] == "default: detected" and None not in config.values(), config
     at = run_page("compare", stores["ceiling_18"], monkeypatch)

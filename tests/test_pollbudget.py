@@ -24,7 +24,7 @@ def local_node(shard_glob, timeout_s=20.0):
 
 
 def lines_counted(store):
-    return sum(r["lines"] for r in store.nodes())
+    return sum(r["completions"] for r in store.nodes())
 
 
 def steady_polls(tmp_path, shard_glob, live, warm_lines, window_s=4.0):

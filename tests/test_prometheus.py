@@ -63,7 +63,7 @@ def test_exposition_equals_the_dashboard_figures(tmp_path):
     assert sum(s.value for s in got["runhealth_completions_at_ceiling_total"]) == summary.at_ceiling
     assert got["runhealth_truncated_ratio"][0].value == pytest.approx(summary.at_ceiling_fraction, abs=1e-12)
     assert sum(s.value for s in got["runhealth_completion_length_tokens_sum"]) == summary.tokens_total
-    done = sum(n["lines"] for n in store.nodes())
+    done = sum(n["completions"] for n in store.nodes())
     assert got["runhealth_progress_ratio"][0].value == pytest.approx(done / 80_000)
 
 

@@ -104,7 +104,7 @@ def test_a_restart_with_a_changed_config_and_a_relaunch_leave_their_rows(shards,
         "Collector restarted with the changed config",
         f"n1: 1 shard started over, counted afresh (a relaunch?): {shards / 'n1' / 'a.jsonl'}",
     ]
-    assert sum(r["lines"] for r in store.shards() if r["node"] == "n1") == 40  # counted afresh, exactly
+    assert sum(r["completions"] for r in store.shards() if r["node"] == "n1") == 40  # counted afresh, exactly
     store.close()
 
 

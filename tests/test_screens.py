@@ -246,10 +246,10 @@ def test_nodes_model_states_shards_and_servers_are_what_the_store_holds(tmp_path
     }
     assert model.counts == {"up": 2, "stale": 1, "down": 1, "pending": 0}
     assert model.state_of("node-3").reason.startswith("down for 10 min")
-    held = {n["name"]: n["lines"] for n in store.nodes()}
+    held = {n["name"]: n["completions"] for n in store.nodes()}
     for name, lines in held.items():
         mine = model.shards_of(name)
-        assert len(mine) == 2 and sum(s["lines"] for s in mine) == lines
+        assert len(mine) == 2 and sum(s["completions"] for s in mine) == lines
         assert not model.replaced(name)
     assert {(m["node"], m["name"]) for m in model.server_metrics} == {
         (f"node-{i}", "sglang:gen_throughput") for i in range(1, NODES + 1)
@@ -268,7 +268,7 @@ def test_nodes_model_names_removed_nodes_and_replaced_shards(tmp_path):
 
     store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
     store.set_meta("run", {"nodes": ["node-1", "node-2", "node-3"]})
-    lines = {n["name"]: n["lines"] for n in store.nodes()}
+    lines = {n["name"]: n["completions"] for n in store.nodes()}
     ts = time.time()
     reply = store_fixtures.poll_reply(
         ts + 0.4,
@@ -296,7 +296,7 @@ def test_nodes_model_names_removed_nodes_and_replaced_shards(tmp_path):
     assert f"its {lines['node-4']:,} completions are kept in the run's totals" in model.removed[0].text
     (replaced,) = model.replaced("node-1")
     assert replaced["path"] == "/data/out/shard-01-0.jsonl" and replaced["replaced_unix"] == ts
-    assert replaced["lines"] == 3
+    assert replaced["completions"] == 3
 
 
 # -- the GPUs screen ---------------------------------------------------------------------------------

@@ -85,7 +85,7 @@ def test_passphrase_from_secrets_unlocks_the_key_and_never_leaks(tmp_path, sshd_
     node = sshd_node("127.0.0.31")
     _, config, store, result = collect_once(tmp_path, node, ssh_encrypted_key, SECRET_PASSPHRASE)
     assert isinstance(result, dict), result
-    assert store.nodes()[0]["lines"] == 50
+    assert store.nodes()[0]["completions"] == 50
     store.close()
     assert_clean(everything_written(tmp_path) + caplog.text + repr(config), ssh_encrypted_key)
 

@@ -79,7 +79,7 @@ def test_reset_drops_the_old_counts_of_that_shard_only(tmp_path):
     store.record_poll("n1", reply({"/a": entry(20, [[9, "stop", 0, 1]], inode=2, reset=True)}), 2.0, 1.0)
     assert run_counts(store) == {(9, "stop", 0): 1, (7, "stop", 0): 1}
     shard = {s["path"]: s for s in store.shards()}
-    assert shard["/a"]["lines"] == 1 and shard["/a"]["resets"] == 1 and shard["/a"]["inode"] == 2
+    assert shard["/a"]["completions"] == 1 and shard["/a"]["resets"] == 1 and shard["/a"]["inode"] == 2
     assert store.polls()[-1]["backfill"] == 1
 
 

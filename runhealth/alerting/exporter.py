@@ -231,7 +231,7 @@ class StoreMetrics:
                 tps.add_metric([run, node], rate)
         yield from (up, age, stalled, tps)
         gone = self.store.superseded_nodes()  # their files are counted again under the current name
-        done = sum(n["lines"] for n in nodes if n["name"] not in gone)
+        done = sum(n["completions"] for n in nodes if n["name"] not in gone)
         progress = rates.progress(done, settings.target_completions)
         if progress is not None:
             yield _gauge("runhealth_progress_ratio", "Completions counted / target_completions.", run, progress)

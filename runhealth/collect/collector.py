@@ -377,7 +377,7 @@ class Collector:
         (and stored with the batch) counts completions: malformed and blank lines are not.
         """
         rows = [r for r in self.store.nodes() if r["name"] in self.pollers]
-        weights = {r["name"]: r["lines"] + r["malformed"] for r in rows}
+        weights = {r["name"]: r["completions"] + r["malformed"] for r in rows}
         # The agent draws among every complete line; the batch says how many were completions.
         not_completions = {r["name"]: (r["malformed"] or 0) + (r["blank_lines"] or 0) for r in rows}
         return sampling.draw(

@@ -28,7 +28,11 @@ def for_run(target: int | None, done: int, rates: RunRates | None, nodes: Sequen
     per_node = {}
     for n in nodes:
         r = rates.per_node.get(n["name"])
-        per_node[n["name"]] = (n["lines"], r.completions_per_s_15m if r else None, r.completions_var_15m if r else None)
+        per_node[n["name"]] = (
+            n["completions"],
+            r.completions_per_s_15m if r else None,
+            r.completions_var_15m if r else None,
+        )
     return stragglers(target, done, rates.completions_per_s_15m, rates.completions_var_15m, per_node)
 
 

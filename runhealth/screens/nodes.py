@@ -177,7 +177,9 @@ class Nodes:
             "counts": self.counts,
             "removed": [{**dataclasses.asdict(r), "text": r.text} for r in self.removed],
             "host_alerts": [{"name": a.name, "severity": a.severity, "summary": a.summary} for a in self.host_alerts],
-            "shards": [{k: s[k] for k in ("node", "path", "lines", "error", "replaced_unix")} for s in self.shards],
+            "shards": [
+                {k: s[k] for k in ("node", "path", "completions", "error", "replaced_unix")} for s in self.shards
+            ],
             **etas.to_json(self.stragglers),
             "costs": [
                 {"node": c.node, **c.waste.to_json(), "energy": c.energy.to_json() if c.energy else None}
@@ -193,8 +195,8 @@ def removed_nodes(store: Store, keep: set[str] | None) -> tuple[Removed, ...]:
     if keep is None:
         return ()
     by = store.superseded_nodes()
-    lines = {n["name"]: n["lines"] for n in store.nodes()}
-    return tuple(Removed(name, lines[name], by.get(name)) for name in sorted(set(lines) - keep))
+    counted = {n["name"]: n["completions"] for n in store.nodes()}
+    return tuple(Removed(name, counted[name], by.get(name)) for name in sorted(set(counted) - keep))
 
 
 def collector_fault(store: Store, now: float, stale_after: float) -> str | None:

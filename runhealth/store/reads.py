@@ -38,6 +38,11 @@ from runhealth.settings.runsettings import RunSettings
 from runhealth.store.lifecycle import StoreFile
 
 GPU_FIELDS = ("util_pct", "mem_used_mib", "mem_total_mib", "power_w", "power_limit_w", "temp_c", "sm_clock_mhz")
+# A shard row as ShardRow names it: the column `lines` counts completions (every line is the wire's `lines`).
+SHARD_COLUMNS = (
+    "node, path, inode, offset, size, lines AS completions, malformed, tokens, resets, error, updated_unix,"
+    " blank_lines, mark, replaced_unix"
+)
 # The raw GPU samples as `gpu_buckets` reads them (a rolled-up row has the same columns, n its samples).
 RAW_GPU_ROWS = f"SELECT ts_unix, node, gpu, 1 AS n, {', '.join(GPU_FIELDS)}, throttled FROM gpu_samples"
 
@@ -66,7 +71,7 @@ class StoreReads(StoreFile):
             r["node"]: r
             for r in self.query(
                 "SELECT node, COUNT(*) AS shards, SUM(offset) AS bytes_indexed, SUM(size) AS bytes_total,"
-                " SUM(lines) AS lines, SUM(malformed) AS malformed, SUM(blank_lines) AS blank_lines,"
+                " SUM(lines) AS completions, SUM(malformed) AS malformed, SUM(blank_lines) AS blank_lines,"
                 " SUM(error IS NOT NULL) AS shard_errors"
                 " FROM shards GROUP BY node"
             )
@@ -81,17 +86,25 @@ class StoreReads(StoreFile):
                     failing_since_unix=r.get("failing_since_unix") or failure[1],
                 )
             t = totals.get(r["name"], {})
-            for key in ("shards", "bytes_indexed", "bytes_total", "lines", "malformed", "blank_lines", "shard_errors"):
+            for key in (
+                "shards",
+                "bytes_indexed",
+                "bytes_total",
+                "completions",
+                "malformed",
+                "blank_lines",
+                "shard_errors",
+            ):
                 r[key] = t.get(key) or 0
         return rows_as(NodeRow, rows)
 
     def counted_nodes(self) -> list[NodeRow]:
-        """`nodes()` less the superseded ones: the rows whose lines and malformed the run's totals add."""
+        """`nodes()` less the superseded ones: the rows whose completions and malformed lines the run's totals add."""
         gone = self.superseded_nodes()
         return [n for n in self.nodes() if n["name"] not in gone]
 
     def shards(self, node: str | None = None) -> list[ShardRow]:
-        sql = "SELECT * FROM shards" + (" WHERE node = ?" if node else "") + " ORDER BY node, path"
+        sql = f"SELECT {SHARD_COLUMNS} FROM shards" + (" WHERE node = ?" if node else "") + " ORDER BY node, path"
         return rows_as(ShardRow, self.query(sql, (node,) if node else ()))
 
     def length_counts(self, by: str = "run", finish_reason: str | None = None) -> list[LengthCountRow]:
