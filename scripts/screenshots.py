@@ -105,8 +105,7 @@ def fields_shot(page, url: str, docs: Path) -> None:
     heading = page.get_by_role("heading", name="Beyond the ceiling")
     heading.wait_for(timeout=60_000)
     page.get_by_text("Cut share by").first.wait_for(timeout=60_000)
-    heading.scroll_into_view_if_needed()
-    page.evaluate("() => document.querySelector('[data-testid=\"stMain\"]').scrollBy(0, -20)")
+    heading.evaluate("e => e.scrollIntoView({block: 'start'})")  # the panels fill the screen
     page.wait_for_timeout(2000)
     page.screenshot(path=str(docs / "lengths_fields.png"))
 

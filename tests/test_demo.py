@@ -78,15 +78,34 @@ def test_demo_servers_show_their_token_histograms_beside_the_shards(tmp_path):
     assert any("max_tokens of at most 5,000" in line for line in vllm.lines())
 
 
-def test_demo_gpus_report_energy_per_usable_token(tmp_path):
+def _slow_first_reply(request, delay_s: float):
+    """`request`, with its first reply handed back `delay_s` late (the agent's reading taken on time)."""
+    calls = []
+
+    def slow(obj, timeout_s=None):
+        reply = request(obj, timeout_s)
+        calls.append(1)
+        if len(calls) == 1:
+            time.sleep(delay_s)
+        return reply
+
+    return slow
+
+
+@pytest.mark.parametrize("first_reply_delay_s", [0.0, 1.0])
+def test_demo_gpus_report_energy_per_usable_token(tmp_path, first_reply_delay_s):
     """Two polls of the demo through the real agent: the demo GPUs' energy counters give joules
-    over the second poll, beside the usable tokens written in it."""
+    over the second poll, beside the usable tokens written in it. A slow first reply (an agent
+    starting on a loaded machine) must not skew the watts: the simulated GPUs are read at the
+    poll's send time, and that is the time the store keeps for them."""
     config = demo_config(tmp_path)
     sim = Simulator(tmp_path, seed=6)
     assert sim.start()
     store = Store(config.resolved_store_path())
     try:
         with Collector(config, store, context=DEMO_CONTEXT) as collector:
+            for poller in collector.pollers.values():
+                poller.transport.request = _slow_first_reply(poller.transport.request, first_reply_delay_s)
             collector.poll_once()
             time.sleep(1.5)
             collector.poll_once()

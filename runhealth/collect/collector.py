@@ -141,8 +141,10 @@ class NodePoller:
             self.store.record_failure(self.node.name, _plain(exc), self.clock())
             raise
         self._adapt_budget(reply.get("shards") or {})
-        # The reply describes the node at about the middle of the round trip.
-        ts_unix = sent + rtt_ms / 2000
+        # The reply describes the node at about the middle of the round trip; simulated GPUs were
+        # read at exactly `sent` (their energy must cover the poll times the store keeps, whatever
+        # the round trip: a slow first agent start made the demo's joules per second drift).
+        ts_unix = sent if "demo_time_unix" in request else sent + rtt_ms / 2000
         try:  # the reply as one record (counts, GPU rows, hourly lengths, server metrics): one transaction
             record = ingest.read_poll(cast(PollReply, reply), merge_metrics(reply))
             self.store.write_poll(self.node.name, record, ts_unix, rtt_ms)
