@@ -28,6 +28,7 @@ def field_totals(store: Store, node: str | None = None, completions: int | None 
     if completions is None:
         rows = store.length_counts(by="node" if node else "run")
         completions = sum(r["count"] for r in rows if node is None or r.get("node") == node)
+    unanswered = store.unanswered_counts(node)
     return FieldTotals(
         completions=completions,
         id_lines=counts["id_lines"],
@@ -38,8 +39,8 @@ def field_totals(store: Store, node: str | None = None, completions: int | None 
         group_field=next((p["group_field"] for p in presence if p["group_field"]), None),
         groups={g["group"]: (g["completions"], g["length_stops"]) for g in store.group_counts(node)},
         length_prompt_tokens={(r["tokens"], r["prompt_tokens"]): r["count"] for r in store.length_prompt_tokens(node)},
-        no_answer={r["tokens"]: r["no_answer"] for r in store.unanswered_counts(node) if r["no_answer"]},
-        reasoned={r["tokens"]: r["reasoned"] for r in store.unanswered_counts(node) if r["reasoned"]},
+        no_answer={r["tokens"]: r["no_answer"] for r in unanswered if r["no_answer"]},
+        reasoned={r["tokens"]: r["reasoned"] for r in unanswered if r["reasoned"]},
     )
 
 
