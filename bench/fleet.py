@@ -231,6 +231,7 @@ def measure(n: int, args, tmp: Path) -> dict:
             out["first_pass_cpu_s"] = time.process_time() - cpu
             collector.pagedata.run_now = ThreadCpu(collector.pagedata.run_now)  # type: ignore[method-assign]
             collector.alert_history.check = ThreadCpu(collector.alert_history.check)  # type: ignore[method-assign]
+            collector.publisher.publish_now = ThreadCpu(collector.publisher.publish_now)  # type: ignore[method-assign]
         rounds = []
         for _ in range(args.rounds):
             start = time.perf_counter()
@@ -257,6 +258,8 @@ def measure(n: int, args, tmp: Path) -> dict:
                 "/metrics": scrape.cpu_s / wall,
             }
             out["alerts_share"] = collector.alert_history.check.cpu_s / wall  # type: ignore[attr-defined]
+            out["publish_share"] = collector.publisher.publish_now.cpu_s / wall  # type: ignore[attr-defined]
+            out["publish_runs"] = collector.publisher.publish_now.calls  # type: ignore[attr-defined]
             out["page_runs"] = collector.pagedata.run_now.calls  # type: ignore[attr-defined]
             collector.stop()  # no poll or refresh runs beside the forced ones
             collector.pagedata.wait_idle(600)
@@ -389,7 +392,8 @@ def report(results: list[dict], args) -> None:
     if args.history:
         print(f"\nwith {args.history} of history at {args.interval:g} s polls: the collector's CPU share, split")
         print(
-            "| nodes | GPU rows | first page-data pass (CPU) | page-data runs | polls + writes (of it alerts) | page data"
+            "| nodes | GPU rows | first page-data pass (CPU) | page-data runs | polls + writes (of it alerts;"
+            " the Overview published, runs) | page data"
             " (of it 6 h + 24 h windows, amortised) | /metrics | whole collector | per node × base | polls done /"
             " scheduled | load |"
         )
@@ -399,7 +403,8 @@ def report(results: list[dict], args) -> None:
             sh = r["share"]
             print(
                 f"| {r['nodes']} | {r['gpu_rows']:,} | {r['first_pass_cpu_s']:.1f} s | {r['page_runs']} |"
-                + f" {100 * sh['polls + writes']:.1f}% ({100 * r['alerts_share']:.1f}%) | {100 * sh['page data']:.1f}%"
+                + f" {100 * sh['polls + writes']:.1f}% ({100 * r['alerts_share']:.1f}%;"
+                + f" {100 * r['publish_share']:.1f}%, {r['publish_runs']}) | {100 * sh['page data']:.1f}%"
                 + f" ({100 * sum(r['amortized'].values()):.1f}%) | {100 * sh['/metrics']:.1f}% |"
                 + f" {100 * r['cpu_share']:.1f}% | {r['cpu_share'] / r['nodes'] / base_per:.2f} |"
                 + f" {r['polls'] / (r['nodes'] * args.steady / args.interval):.2f} | {r['load']} |"

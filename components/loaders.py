@@ -25,7 +25,7 @@ from runhealth.payloads import pagedata
 from runhealth.records import GpuRow, MetricRow, NodeRow, PendingSampleBatch, SampleBatch, ShardRow
 from runhealth.rules import activity, health
 from runhealth.rules.activity import RunRates as RunRates  # the pages name the rates type through here
-from runhealth.screens import derived
+from runhealth.screens import derived, published
 from runhealth.screens import events as run_events
 from runhealth.screens import gpus as gpus_model
 from runhealth.screens import lengths as lengths_model
@@ -212,8 +212,9 @@ def load_health(store: Store) -> activity.RunRates:
 @_cache(ttl=TTL_S, max_entries=8)
 def load_overview(store: Store, config: RunConfig, finished: bool = False) -> overview_model.Overview:
     """The Overview's model at now (runhealth.screens.overview): tiles, banner, progress, node
-    states and the headline record from one reading of the store."""
-    return overview_model.overview(store, config, time.time(), finished)
+    states and the headline record, one instant: the collector's published one while it is still
+    true (one read), else built from one snapshot of the store (runhealth.screens.published)."""
+    return published.shown(store, config, time.time(), finished)
 
 
 @_cache(ttl=TTL_S, max_entries=8)

@@ -567,7 +567,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     """Each run's Overview model (runhealth.screens.overview), as the dashboard's tiles show it:
     a few lines each, or with --json the headline record and tiles. Exit 1 when a live run is
     stalled or its numbers are stale; 2 when there is no config or no store yet."""
-    from runhealth.screens import overview
+    from runhealth.screens import published
 
     path = find_config_path(args.config)
     if path is None:
@@ -581,7 +581,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             return 2
         store = Store(store_path)
         try:
-            models.append(overview.overview(store, entry.config, finished=entry.finished))
+            models.append(published.shown(store, entry.config, finished=entry.finished))  # as the page shows it
         finally:
             store.close()
     if args.json:

@@ -53,6 +53,14 @@ class LengthHist:
                 counts[(int(tokens), finish_reason, 1 if estimated else 0)] += int(count)
         return hist
 
+    def to_json(self) -> list[list[Any]]:
+        """The rows as JSON lists (a screen model's payload: runhealth.typedjson)."""
+        return [list(r) for r in self.rows()]
+
+    @classmethod
+    def from_json(cls, data: Iterable[Sequence]) -> LengthHist:
+        return cls.from_rows(data)
+
     def add(self, tokens: int, finish_reason: str | None, estimated: int = 0, count: int = 1) -> None:
         """Add ``count`` completions of length ``tokens`` (zero/negative counts are ignored)."""
         if count > 0:

@@ -22,7 +22,7 @@ from typing import Any, TextIO, cast
 from runhealth import textsafe
 from runhealth.alerting import alerthistory
 from runhealth.analysis.servermetrics import merge_endpoints as merge_metrics
-from runhealth.collect import changes, ingest, sampling, scheduler
+from runhealth.collect import changes, ingest, publisher, sampling, scheduler
 from runhealth.errors import StoreBusyError, StoreError
 from runhealth.errors import one_line as _plain
 from runhealth.node.wire import PollReply, ShardCursor
@@ -221,6 +221,8 @@ class Collector:
         self.pagedata = pagedata.Refresher(
             store, config.max_output_tokens, config.interval_s, min_interval_s=config.interval_s, clock=clock
         )
+        # The Overview, built after polls and read by every viewer (#31: one read a render).
+        self.publisher = publisher.Publisher(store, config, clock=clock)
         # The alert history (#32): evaluated every poll interval by the collecting process, webhooks or none.
         self.alert_history = alerthistory.AlertHistory(store, config.interval_s, clock=clock)
 
@@ -277,6 +279,7 @@ class Collector:
         for poller in self.pollers.values():
             poller.close()
         self.alert_history.stop()  # its writes too
+        self.publisher.wait_idle(timeout_s=HOUSEKEEPING_STOP_WAIT_S)
         if self._housekeeper is not None:  # its writes must end before the lock is let go
             self._housekeeper.join(timeout=HOUSEKEEPING_STOP_WAIT_S)
         if self._lock_file is not None:
@@ -298,9 +301,14 @@ class Collector:
         """One scheduled turn of a node: poll it (until indexed); failures are recorded by poll()."""
         if not self._stop.is_set():  # pages follow a long catch-up too (after_poll is rate-limited)
             self.pollers[name].poll_until_indexed(self._stop, self._after_catch_up_poll)
-            self.pagedata.after_poll()  # rate-limited, in its own thread: never delays the next poll
+            self._after_poll()
 
     def _after_catch_up_poll(self, _name: str, _pending: int) -> None:
+        self._after_poll()
+
+    def _after_poll(self) -> None:
+        """What follows a poll, each rate-limited in its own thread: never delays the next poll."""
+        self.publisher.after_poll()
         self.pagedata.after_poll()
 
     def _housekeeping(self) -> None:

@@ -15,6 +15,7 @@ The page (pages/overview.py), the headline download and `runhealth status` show 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from typing import Any, Literal
@@ -295,8 +296,15 @@ def _pct(x: float | None, of: float | None) -> float | None:
 
 
 def overview(store: Store, config: RunConfig, now: float | None = None, finished: bool = False) -> Overview:
-    """The Overview of `config`'s run (a RunConfig) at `now`, from one reading of `store`."""
+    """The Overview of `config`'s run (a RunConfig) at `now`, from one reading of `store`: a live
+    run's reads inside one read snapshot (every table as of one commit, however many polls land
+    meanwhile); a finished run's store no longer changes (and its final figures are kept in it)."""
     now = time.time() if now is None else now
+    with contextlib.nullcontext() if finished else store.snapshot():
+        return _overview(store, config, now, finished)
+
+
+def _overview(store: Store, config: RunConfig, now: float, finished: bool) -> Overview:
     reading = health.read(store, now, RunSettings.from_config(config), rates_lookback_s=DROP_LOOKBACK_S)
     found = health.alerts_of(reading)
     state = run_state(found, finished)

@@ -238,6 +238,25 @@ class StoreFile:
                 raise
             db.execute("COMMIT")
 
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """`with store.snapshot():` every read on this thread inside sees one commit.
+
+        A deferred read transaction (WAL: writers go on; the reads see the database as of their
+        first statement), for a screen built from many reads that must be one instant. Reads
+        only: a write inside would fail. Nested, the outer snapshot holds.
+        """
+        db = self._db()
+        if db.in_transaction:
+            yield
+            return
+        db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            if db.in_transaction:
+                db.execute("COMMIT")  # nothing was written: ends the read, whatever happened inside
+
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
         """A read's rows, each a dict keyed by column name. Not for writes (see transaction)."""
         return [dict(r) for r in self.cursor(sql, params).fetchall()]

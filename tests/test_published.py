@@ -1,0 +1,226 @@
+"""The Overview published by the collector (runhealth.screens.published, collect/publisher.py).
+
+Issue 31: the Overview's render read every table once (~21 statements per viewer per refresh).
+The collector now builds it after polls in one read snapshot and the page reads one row: these
+tests hold that the published model is the one a fresh build gives at its instant, that the page,
+the download and `runhealth status` show it in a few statements, that it is shown only while it
+still says what a fresh build would (settings, age, clock steps, staleness, node states, stalls),
+that every screen model survives the JSON round trip, and the publisher's rate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import pytest
+import store_fixtures
+from test_pages import _clear_streamlit_caches, assert_clean, run_page  # noqa: F401 (autouse fixture)
+from test_screens import counting, grow, quiet_run, tile
+
+from runhealth import cli, typedjson
+from runhealth.collect import publisher
+from runhealth.payloads import pagedata
+from runhealth.screens import gpus, lengths, nodes, overview, published, samples
+from runhealth.settings.config import load_config
+from runhealth.settings.windows import stall_after_s
+
+
+def through_json(m):
+    """`m` written as the payload is (typedjson, JSON text) and read back."""
+    return typedjson.load(type(m), json.loads(json.dumps(typedjson.dump(m))))
+
+
+@pytest.mark.parametrize("scenario", ["ceiling_18", "node_down", "healthy"])
+def test_every_screen_model_survives_its_json_round_trip(tmp_path, scenario):
+    store, config = store_fixtures.make_store(tmp_path, scenario)
+    cfg, now = load_config(config), time.time()
+    for build in (overview.overview, lengths.lengths, gpus.gpus, nodes.nodes, samples.samples):
+        m = build(store, cfg, now)
+        assert through_json(m) == m, build.__module__
+    done = overview.overview(store, cfg, now, finished=True)
+    assert done.final is not None and through_json(done) == done
+
+
+def test_a_payload_that_does_not_fit_the_model_names_the_field():
+    m = typedjson.dump(overview.Tile("ETA", "5 min"))
+    assert typedjson.load(overview.Tile, m) == overview.Tile("ETA", "5 min")
+    with pytest.raises(typedjson.TypedJsonError, match=r"\$: unknown field\(s\) colour"):
+        typedjson.load(overview.Tile, {**m, "colour": "red"})
+    with pytest.raises(typedjson.TypedJsonError, match=r"\$\.value: str is needed, not int"):
+        typedjson.load(overview.Tile, {**m, "value": 5})
+    with pytest.raises(typedjson.TypedJsonError, match="needs field 'label'"):
+        typedjson.load(overview.Tile, {"value": "x"})
+
+
+def test_the_published_overview_is_a_fresh_build_at_its_instant(tmp_path):
+    store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
+    cfg, now = load_config(config), time.time()
+    built = published.publish(store, cfg, now)
+    assert built == overview.overview(store, cfg, now)
+    assert published.read(store, cfg) == built
+    assert built.summary.completions == 12_000 and built.summary.at_ceiling == 2160
+
+
+def test_the_page_shows_the_published_overview_in_a_few_reads(tmp_path, monkeypatch):
+    """One row for the model, then the frame's own reads (last collection, collector status, the
+    alert timeline): 4 statements, was 21 for the model alone. A poll that lands after the
+    publication is the next publication's: the screen stays one instant (12,000 in the banner
+    and every tile), not a mix."""
+    store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
+    m = published.publish(store, load_config(config), time.time())
+    grow(store, time.time(), 250, "late")  # 1,000 more completions, after the publication
+    store.close()
+    calls = counting(monkeypatch)
+    at = run_page("overview", config, monkeypatch)
+    assert_clean(at)
+    assert calls["sql"] <= 4 and calls["nodes"] == 0 and calls["length_counts"] == 0, calls
+    assert tile(at, "Completions")[0] == "12,000" == f"{m.summary.completions:,}"
+    assert tile(at, "Truncated")[1].endswith("of 12,000")
+    banner = next(e.value for e in at.error if "ceiling" in e.value)
+    assert "n=12,000" in banner
+
+
+def test_the_page_builds_the_overview_when_nothing_is_published(tmp_path, monkeypatch):
+    store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
+    grow(store, time.time(), 250, "late")
+    store.close()
+    calls = counting(monkeypatch)
+    at = run_page("overview", config, monkeypatch)
+    assert_clean(at)
+    assert tile(at, "Completions")[0] == "13,000"
+    assert calls["nodes"] == 1 and calls["length_counts"] == 1 and calls["sql"] <= 25, calls
+
+
+def test_the_download_and_status_print_the_published_record(tmp_path, capsys):
+    store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
+    cfg = load_config(config)
+    m = published.publish(store, cfg, time.time())
+    grow(store, time.time(), 250, "late")
+    store.close()
+    assert cli.main(["status", "--config", str(config), "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["completions"] == 12_000
+    assert {k: v for k, v in record.items() if k != "tiles"} == m.headline()
+
+
+def test_a_published_overview_is_shown_only_while_it_still_holds(tmp_path):
+    store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
+    cfg, now = load_config(config), time.time()
+    m = published.publish(store, cfg, now)
+    assert published.shown(store, cfg, now + 3).now == m.now  # younger than an interval: shown
+    assert published.shown(store, cfg, now + cfg.interval_s + 1).now == now + cfg.interval_s + 1  # older: built
+    assert published.shown(store, cfg, now - 5).now == now - 5  # stamped after now (a clock step back)
+    other = dataclasses.replace(cfg, max_output_tokens=8192)  # a touched config: built for its settings
+    assert published.read(store, other) is None
+    assert published.shown(store, cfg, now, finished=True).final is not None  # a finished run: always built
+
+
+def test_the_data_age_tile_is_worded_at_the_readers_now(tmp_path):
+    store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
+    cfg, now = load_config(config), time.time()
+    m = published.publish(store, cfg, now)
+    later = published.shown(store, cfg, now + 7)
+    assert later.now == m.now and later.summary == m.summary
+    age = next(t for t in later.tiles if t.label == "Data age")
+    assert age.value == overview.fmt_age(now + 7 - m.as_of)
+    assert [t for t in later.tiles if t.label != "Data age"] == [t for t in m.tiles if t.label != "Data age"]
+
+
+def test_a_node_turning_stale_since_the_publication_is_built_not_shown(tmp_path):
+    """A node whose last poll was just inside stale_after when published is stale 5 s later: the
+    published one would still say "up", so the reader builds (and says stale)."""
+    store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
+    cfg = load_config(config)
+    last = max(n["last_ok_unix"] for n in store.nodes())
+    at = last + cfg.stale_after - 1  # every node up at publication, stale 5 s later
+    m = published.publish(store, cfg, at)
+    assert m.standup.nodes_stale == 0
+    assert published.still_true(m, at + 0.5, cfg)
+    assert not published.still_true(m, at + 5, cfg)
+    later = published.shown(store, cfg, at + 5)
+    assert later.now == at + 5 and later.standup.nodes_up < m.standup.nodes_up
+
+
+def test_a_stall_starting_since_the_publication_is_built_not_shown(tmp_path):
+    """Polls go on, completions stopped just under stall_after ago: the published one says
+    "writing"; 3 s later the run is stalled, so the reader builds (and says stalled)."""
+    store, config = quiet_run(tmp_path, stall_after_s(10.0) - 12)
+    cfg = load_config(config)
+    last = max(r.last_growth_unix for r in overview.overview(store, cfg, time.time()).per_node.values())
+    at = last + cfg.stall_after - 2  # writing at publication, stalled 3 s later
+    m = published.publish(store, cfg, at)
+    assert m.state == "writing"
+    assert not published.still_true(m, at + 3, cfg)
+    assert published.shown(store, cfg, at + 3).state == "stalled"
+
+
+def test_a_damaged_payload_is_built_instead(tmp_path, caplog):
+    store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
+    cfg, now = load_config(config), time.time()
+    published.publish(store, cfg, now)
+    payload = pagedata.get(store, published.NAME)[1]
+    payload["model"]["summary"]["completions"] = "12000"
+    pagedata.put(store, {published.NAME: payload}, now)
+    assert published.read(store, cfg) is None and "model.summary.completions" in caplog.text
+    assert published.shown(store, cfg, now).summary.completions == 12_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.mark.parametrize("build_s,interval_s,expected", [(0.0, 10.0, 30), (0.1, 10.0, 6), (0.5, 10.0, 6)])
+def test_the_publisher_builds_at_its_rate_however_many_polls_land(tmp_path, build_s, interval_s, expected):
+    """512 nodes polled every 10 s is ~51 polls a second: builds follow the cost-bounded gap
+    (1 s for a cheap build; 50 x its cost, at most half an interval, for a dear one), not the polls."""
+    store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
+    cfg = dataclasses.replace(load_config(config), interval_s=interval_s)
+    clock = Clock()
+    pub = publisher.Publisher(store, cfg, monotonic=clock)
+    pub.build_s = build_s
+    starts = 0
+    for _ in range(30 * 50):  # 30 s of polls at 50 a second
+        if pub.after_poll():
+            starts += 1
+            assert pub.wait_idle(10)
+            pub.build_s = build_s  # the test's build cost, not this machine's
+        clock.t += 0.02
+    assert starts == expected, (starts, pub.gap_s())
+    assert pub.last_error is None and pub.runs == starts
+
+
+def test_a_collector_publishes_while_it_polls_at_its_own_rate(tmp_path):
+    """Two real agents (local transport) polled every second for 4 s: each node is polled once
+    an interval as before (the publication polls nothing), the Overview is published after
+    polls at the cheap-build gap (1 s), and what is published is the run's exact count."""
+    from shardgen import truth_rows, write_shard
+    from test_collector import local_node
+
+    from runhealth.collect.collector import Collector
+    from runhealth.settings.config import RunConfig
+    from runhealth.store import Store
+
+    for i, (n, seed) in enumerate([(600, 1), (400, 2)], start=1):
+        (tmp_path / f"n{i}").mkdir()
+        write_shard(tmp_path / f"n{i}" / "a.jsonl", truth_rows(n, seed))
+    nodes = [local_node(f"n{i}", str(tmp_path / f"n{i}" / "*.jsonl")) for i in (1, 2)]
+    config = RunConfig(name="t", nodes=nodes, interval_s=1.0)
+    store = Store(tmp_path / "store.sqlite3")
+    collector = Collector(config, store)
+    collector.start()
+    try:
+        time.sleep(4.2)
+    finally:
+        collector.stop()
+    polls = dict(store.cursor("SELECT node, COUNT(*) FROM polls GROUP BY node").fetchall())
+    assert all(4 <= polls[n] <= 6 for n in ("n1", "n2")), polls
+    assert 2 <= collector.publisher.runs <= 5, collector.publisher.runs
+    m = published.read(store, config)
+    assert m is not None and m.summary.completions == 1000 and m.run == "t"
+    assert collector.publisher.last_error is None
