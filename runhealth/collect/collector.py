@@ -279,7 +279,7 @@ class Collector:
         for poller in self.pollers.values():
             poller.close()
         self.alert_history.stop()  # its writes too
-        self.publisher.wait_idle(timeout_s=HOUSEKEEPING_STOP_WAIT_S)
+        self.publisher.stop(timeout_s=HOUSEKEEPING_STOP_WAIT_S)
         if self._housekeeper is not None:  # its writes must end before the lock is let go
             self._housekeeper.join(timeout=HOUSEKEEPING_STOP_WAIT_S)
         if self._lock_file is not None:

@@ -1,11 +1,12 @@
 """The collector publishes the Overview after polls (runhealth.screens.published says why).
 
-`after_poll()` is called after every node's poll; it starts one build in a background thread
-unless one runs or the last began less than `gap_s()` ago, so the poll loop never waits and a
-fleet's hundreds of polls a minute do not become hundreds of builds. The gap adapts to what a
-build costs: at least MIN_GAP_S, and long enough that building takes at most COST_SHARE of a
-core, but never more than half a poll interval, so the published Overview is always younger
-than the interval a page accepts (published.max_age_s) while the collector keeps up.
+`after_poll()` is called after every node's poll: it marks the store changed and returns at once.
+One publishing thread builds whenever something changed, at most once per `gap_s()`: so a fleet's
+hundreds of polls a minute make one build a second, not hundreds, and the last poll of a burst
+(a "Refresh now", a round of staggered polls) is always published, at most one gap later. The gap
+adapts to what a build costs: at least MIN_GAP_S, and long enough that building takes at most
+COST_SHARE of a core, but never more than half a poll interval, so the published Overview stays
+younger than the interval a page accepts (published.max_age_s) while the collector keeps up.
 Measured: bench/fleet.py reports its CPU share beside the poll writes.
 """
 
@@ -27,7 +28,7 @@ COST_SHARE = 0.02  # builds take at most this share of a core, up to half an int
 
 
 class Publisher:
-    """Builds and writes the Overview after polls: rate-limited, one build at a time, off the poll loop."""
+    """Builds and writes the Overview after polls: at most once a gap, never twice at once, off the poll loop."""
 
     def __init__(
         self,
@@ -39,8 +40,10 @@ class Publisher:
         self.store, self.config = store, config
         self.clock, self.monotonic = clock, monotonic
         self._lock = threading.Lock()
-        self._running = False
-        self._last_start: float | None = None
+        self._dirty = False  # a poll landed since the last build began
+        self._last_start: float | None = None  # monotonic
+        self._wake, self._stop = threading.Event(), threading.Event()
+        self._thread: threading.Thread | None = None
         self.build_s = 0.0  # the last build's duration (monotonic seconds)
         self.runs = 0
         self.last_error: str | None = None
@@ -49,40 +52,62 @@ class Publisher:
         """Seconds between two builds' starts: see the module docstring."""
         return min(max(MIN_GAP_S, self.build_s / COST_SHARE), self.config.interval_s / 2)
 
-    def after_poll(self) -> bool:
-        """Start a build unless one runs or the last began under gap_s() ago (True: started)."""
-        now = self.monotonic()
+    def wait_s(self) -> float:
+        """Seconds until the next build may start (0: now)."""
+        last = self._last_start
+        return 0.0 if last is None else max(0.0, last + self.gap_s() - self.monotonic())
+
+    def mark(self) -> None:
+        """A poll landed: the next build is due (the thread's input; after_poll also wakes it)."""
         with self._lock:
-            if self._running or (self._last_start is not None and now - self._last_start < self.gap_s()):
+            self._dirty = True
+
+    def after_poll(self) -> None:
+        """A poll landed: the publishing thread builds within one gap (started on first use)."""
+        self.mark()
+        with self._lock:
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._loop, name="runhealth-publish", daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def run_pending(self) -> bool:
+        """Build and write now if a poll landed since the last build began (the thread's step;
+        False: nothing to do). A failed build is logged: pages then build the Overview themselves."""
+        with self._lock:
+            if not self._dirty:
                 return False
-            self._running, self._last_start = True, now
-        threading.Thread(target=self._run, name="runhealth-publish", daemon=True).start()
+            self._dirty, self._last_start = False, self.monotonic()
+        try:
+            self.publish_now()
+            self.last_error = None
+        except Exception as exc:  # the poll loop is unaffected; the next poll tries again
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            log.warning("overview not published: %s", self.last_error)
         return True
 
     def publish_now(self) -> None:
-        """Build and write the Overview in this thread (tests, the first start)."""
+        """Build and write the Overview in this thread (tests, the bench)."""
         began = self.monotonic()
         published.publish(self.store, self.config, self.clock())
         self.build_s = self.monotonic() - began
         self.runs += 1
 
-    def _run(self) -> None:
-        try:
-            self.publish_now()
-            self.last_error = None
-        except Exception as exc:  # pages build the Overview themselves; the poll loop is unaffected
-            self.last_error = f"{type(exc).__name__}: {exc}"
-            log.warning("overview not published: %s", self.last_error)
-        finally:
-            with self._lock:
-                self._running = False
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait()
+            self._wake.clear()
+            while not self._stop.is_set():
+                if self._stop.wait(self.wait_s()):
+                    return
+                if not self.run_pending():
+                    break
 
-    def wait_idle(self, timeout_s: float = 30.0) -> bool:
-        """True once no build runs (tests)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            with self._lock:
-                if not self._running:
-                    return True
-            time.sleep(0.01)
-        return False
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """End the publishing thread (a build in progress finishes first: its write is whole)."""
+        self._stop.set()
+        self._wake.set()
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout_s)
