@@ -109,8 +109,10 @@ def test_a_published_overview_is_shown_only_while_it_still_holds(tmp_path):
     store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
     cfg, now = load_config(config), time.time()
     m = published.publish(store, cfg, now)
-    assert published.shown(store, cfg, now + 3).now == m.now  # younger than an interval: shown
-    assert published.shown(store, cfg, now + cfg.interval_s + 1).now == now + cfg.interval_s + 1  # older: built
+    assert published.max_age_s(cfg) == 2 * cfg.interval_s
+    assert published.shown(store, cfg, now + 3).now == m.now  # younger than two intervals: shown
+    late = now + 2 * cfg.interval_s + 1
+    assert published.shown(store, cfg, late).now == late  # older: built
     assert published.shown(store, cfg, now - 5).now == now - 5  # stamped after now (a clock step back)
     other = dataclasses.replace(cfg, max_output_tokens=8192)  # a touched config: built for its settings
     assert published.read(store, other) is None
@@ -176,11 +178,11 @@ class Clock:
 
 
 @pytest.mark.parametrize(
-    "build_s,interval_s,expected", [(0.0, 10.0, 30), (0.1, 10.0, 6), (0.5, 10.0, 6), (0.0, 1.0, 60)]
+    "build_s,interval_s,expected", [(0.0, 10.0, 30), (0.1, 10.0, 6), (0.5, 10.0, 3), (0.0, 0.5, 60)]
 )
 def test_the_publisher_builds_at_its_rate_however_many_polls_land(tmp_path, build_s, interval_s, expected):
     """512 nodes polled every 10 s is ~51 polls a second: builds follow the cost-bounded gap
-    (1 s for a cheap build; 50 x its cost, at most half an interval, for a dear one), not the
+    (1 s for a cheap build; 50 x its cost, at most an interval, for a dear one), not the
     polls. Driven as the publishing thread drives it: a poll marks, a build runs once wait_s is 0."""
     store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
     cfg = dataclasses.replace(load_config(config), interval_s=interval_s)
@@ -225,7 +227,7 @@ def test_the_last_poll_of_a_burst_is_published(tmp_path):
 def test_a_collector_publishes_while_it_polls_at_its_own_rate(tmp_path):
     """Two real agents (local transport) polled every second for 4 s: each node is polled once
     an interval as before (the publication polls nothing), the Overview is published after
-    polls at most every half interval, and what is published is the run's exact count."""
+    polls at most once a second, and what is published is the run's exact count."""
     from shardgen import truth_rows, write_shard
     from test_collector import local_node
 
@@ -247,8 +249,28 @@ def test_a_collector_publishes_while_it_polls_at_its_own_rate(tmp_path):
         collector.stop()
     polls = dict(store.cursor("SELECT node, COUNT(*) FROM polls GROUP BY node").fetchall())
     assert all(4 <= polls[n] <= 6 for n in ("n1", "n2")), polls
-    assert collector.publisher.gap_s() == 0.5  # a cheap build, capped at half the 1 s interval
-    assert 4 <= collector.publisher.runs <= 4.2 / 0.5 + 1, collector.publisher.runs
+    assert collector.publisher.gap_s() == 1.0  # a cheap build: MIN_GAP_S, the interval
+    assert 3 <= collector.publisher.runs <= 4.2 / 1.0 + 1, collector.publisher.runs
     m = published.read(store, config)
     assert m is not None and m.summary.completions == 1000 and m.run == "t"
     assert collector.publisher.last_error is None
+    assert collector.alert_history.evaluate == collector.publisher.alerts_at  # one evaluation an instant
+
+
+def test_the_alert_history_records_the_published_alerts(tmp_path, monkeypatch):
+    """One evaluation an instant: the collector's alert history takes the last build's alerts
+    while it holds within an interval, and evaluates the rules itself only past that."""
+    from runhealth.rules import health
+
+    store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
+    cfg, now = load_config(config), time.time()
+    pub = publisher.Publisher(store, cfg)
+    pub.publish_now()
+    m = pub.latest
+    assert m is not None and any(a.name == "truncation_high" for a in m.alerts)
+    evaluated = []
+    real = health.evaluate
+    monkeypatch.setattr(health, "evaluate", lambda *a, **k: evaluated.append(a[1]) or real(*a, **k))
+    assert pub.alerts_at(store, m.now + 1) == list(m.alerts) and evaluated == []
+    later = m.now + cfg.interval_s + 1
+    assert [a.key for a in pub.alerts_at(store, later)] == [a.key for a in m.alerts] and evaluated == [later]

@@ -224,7 +224,10 @@ class Collector:
         # The Overview, built after polls and read by every viewer (#31: one read a render).
         self.publisher = publisher.Publisher(store, config, clock=clock)
         # The alert history (#32): evaluated every poll interval by the collecting process, webhooks or none.
-        self.alert_history = alerthistory.AlertHistory(store, config.interval_s, clock=clock)
+        # Its alerts are the published Overview's while that holds (one evaluation an instant).
+        self.alert_history = alerthistory.AlertHistory(
+            store, config.interval_s, clock=clock, evaluate=self.publisher.alerts_at
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:

@@ -9,7 +9,7 @@ download and `runhealth status` then read that one row (`shown`).
 A published Overview is shown only while it says what a fresh build would say, else the reader
 builds one itself (as before, one snapshot):
 - built for the same run settings (a touched config republishes; until then the reader builds);
-- built at most one poll interval ago, and not in the future (a clock stepped back);
+- built at most two poll intervals ago, and not in the future (a clock stepped back);
 - no state has changed since it was built: the collection is no staler, no node changed between
   up / stale / down, no node started or stopped writing (the stall rule), judged by the same rules
   at both instants. So a dead collector, a node going quiet or a stall show at the next refresh.
@@ -46,9 +46,11 @@ def settings_key(config: RunConfig) -> dict[str, Any]:
 
 
 def max_age_s(config: RunConfig) -> float:
-    """How old a published Overview may be and still be shown: one poll interval (the page's
-    own refresh period), so the screen is never more than one refresh behind the collector."""
-    return max(config.interval_s, 2.0)
+    """How old a published Overview may be and still be shown: two poll intervals. The
+    publisher builds at least once an interval while polls land (collect/publisher.py: a 512-node
+    fleet's build takes a third of a second, so it builds once an interval, a small run every
+    second), and a build itself takes time."""
+    return 2 * max(config.interval_s, 2.0)
 
 
 def publish(store: Store, config: RunConfig, now: float | None = None) -> model.Overview:
@@ -78,9 +80,10 @@ def read(store: Store, config: RunConfig) -> model.Overview | None:
         return None
 
 
-def still_true(m: model.Overview, now: float, config: RunConfig) -> bool:
-    """Whether `m` (built at m.now) says at `now` what a fresh build would (module docstring)."""
-    if not 0 <= now - m.now <= max_age_s(config):
+def still_true(m: model.Overview, now: float, config: RunConfig, max_age: float | None = None) -> bool:
+    """Whether `m` (built at m.now) says at `now` what a fresh build would (module docstring);
+    `max_age`: how old it may be (default max_age_s)."""
+    if not 0 <= now - m.now <= (max_age_s(config) if max_age is None else max_age):
         return False
     stale, stall = config.stale_after, config.stall_after
     if m.as_of is not None and (m.now - m.as_of > stale) != (now - m.as_of > stale):
