@@ -263,7 +263,7 @@ def test_the_alert_history_records_the_published_alerts(tmp_path, monkeypatch):
     from runhealth.rules import health
 
     store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
-    cfg, now = load_config(config), time.time()
+    cfg = load_config(config)
     pub = publisher.Publisher(store, cfg)
     pub.publish_now()
     m = pub.latest
