@@ -5,13 +5,14 @@ One publishing thread builds whenever something changed, at most once per `gap_s
 hundreds of polls a minute make one build a second at most, not hundreds, and the last poll of a
 burst (a "Refresh now", a round of staggered polls) is always published, at most one gap later.
 The gap adapts to what a build costs: at least MIN_GAP_S, and long enough that building takes at
-most COST_SHARE of a core, but never more than a poll interval, so the published Overview stays
-younger than the two intervals a page accepts (published.max_age_s) while the collector keeps up.
+most COST_SHARE of a core (at most MAX_GAP_INTERVALS poll intervals). Each build is written with
+the age it may be shown to (`max_age_s`: three gaps, at least two intervals), so a page shows the
+published Overview while the collector keeps up and builds its own when it does not.
 
 The build's alerts are the run's alerts at its instant: the collector's alert history records
 them (`alerts_at`) instead of evaluating the rules again, while the build still holds. Measured
-(bench/fleet.py, 512 nodes x 8 GPUs, a day of history): a build costs about a third of a CPU
-second there, once an interval, and the alert history's own evaluation is saved.
+(bench/fleet.py, 512 nodes x 8 GPUs, a day of history): a build costs about half a CPU second
+there, so it runs every ~25 s; a run of a few nodes builds in ~10 ms, every second.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Callable
 
 from runhealth import textsafe
 from runhealth.rules import health
-from runhealth.screens import overview, published
+from runhealth.screens import published
 from runhealth.settings.config import RunConfig
 from runhealth.settings.runsettings import RunSettings
 from runhealth.store import Store
@@ -30,7 +31,8 @@ from runhealth.store import Store
 log = textsafe.get_logger(__name__)
 
 MIN_GAP_S = 1.0  # a small run publishes after (nearly) every poll
-COST_SHARE = 0.02  # builds take at most this share of a core, up to an interval apart
+COST_SHARE = 0.02  # builds take at most this share of a core ...
+MAX_GAP_INTERVALS = 3  # ... unless that would leave more than this many poll intervals between them
 
 
 class Publisher:
@@ -50,14 +52,19 @@ class Publisher:
         self._last_start: float | None = None  # monotonic
         self._wake, self._stop = threading.Event(), threading.Event()
         self._thread: threading.Thread | None = None
-        self.latest: overview.Overview | None = None  # the last build, as written
+        self.latest: published.Published | None = None  # the last build, as written
         self.build_s = 0.0  # the last build's duration (monotonic seconds)
         self.runs = 0
         self.last_error: str | None = None
 
     def gap_s(self) -> float:
         """Seconds between two builds' starts: see the module docstring."""
-        return min(max(MIN_GAP_S, self.build_s / COST_SHARE), self.config.interval_s)
+        return min(max(MIN_GAP_S, self.build_s / COST_SHARE), MAX_GAP_INTERVALS * self.config.interval_s)
+
+    def max_age_s(self) -> float:
+        """How old the next build may be shown: three gaps (the next build comes after one, and
+        takes time), at least published.max_age_s."""
+        return max(published.max_age_s(self.config), 3 * self.gap_s())
 
     def wait_s(self) -> float:
         """Seconds until the next build may start (0: now)."""
@@ -96,16 +103,16 @@ class Publisher:
     def publish_now(self) -> None:
         """Build and write the Overview in this thread (tests, the bench)."""
         began = self.monotonic()
-        self.latest = published.publish(self.store, self.config, self.clock())
+        self.latest = published.publish(self.store, self.config, self.clock(), self.max_age_s())
         self.build_s = self.monotonic() - began
         self.runs += 1
 
     def alerts_at(self, store: Store, now: float) -> list[health.Alert]:
         """The run's alerts at `now` (the alert history's source): the last build's while it still
-        holds within one interval (published.still_true), else the rules evaluated now."""
-        m = self.latest
-        if m is not None and published.still_true(m, now, self.config, max_age=self.config.interval_s):
-            return list(m.alerts)
+        holds (published.still_true, as a page decides), else the rules evaluated now."""
+        last = self.latest
+        if last is not None and published.still_true(last.model, now, self.config, last.max_age_s):
+            return list(last.model.alerts)
         return health.evaluate(store, now, RunSettings.from_config(self.config))
 
     def _loop(self) -> None:

@@ -9,7 +9,8 @@ download and `runhealth status` then read that one row (`shown`).
 A published Overview is shown only while it says what a fresh build would say, else the reader
 builds one itself (as before, one snapshot):
 - built for the same run settings (a touched config republishes; until then the reader builds);
-- built at most two poll intervals ago, and not in the future (a clock stepped back);
+- not older than the publisher said it may grow (two poll intervals, or three times its gap when
+  builds are dear: a 512-node fleet's), and not stamped in the future (a clock stepped back);
 - no state has changed since it was built: the collection is no staler, no node changed between
   up / stale / down, no node started or stopped writing (the stall rule), judged by the same rules
   at both instants. So a dead collector, a node going quiet or a stall show at the next refresh.
@@ -46,23 +47,32 @@ def settings_key(config: RunConfig) -> dict[str, Any]:
 
 
 def max_age_s(config: RunConfig) -> float:
-    """How old a published Overview may be and still be shown: two poll intervals. The
-    publisher builds at least once an interval while polls land (collect/publisher.py: a 512-node
-    fleet's build takes a third of a second, so it builds once an interval, a small run every
-    second), and a build itself takes time."""
+    """How old a published Overview may be and still be shown, at least: two poll intervals. A
+    publisher whose builds are dear builds less often and says so in the payload (`Published`)."""
     return 2 * max(config.interval_s, 2.0)
 
 
-def publish(store: Store, config: RunConfig, now: float | None = None) -> model.Overview:
-    """Build the live Overview at `now` (one snapshot) and write it as the page_data row."""
+@dataclasses.dataclass(frozen=True)
+class Published:
+    """A published Overview and how old the publisher said it may grow (its next build is due
+    well before: collect/publisher.py)."""
+
+    model: model.Overview
+    max_age_s: float
+
+
+def publish(store: Store, config: RunConfig, now: float | None = None, max_age: float | None = None) -> Published:
+    """Build the live Overview at `now` (one snapshot) and write it as the page_data row, to be
+    shown for up to `max_age` seconds (default and least: max_age_s)."""
     now = time.time() if now is None else now
     built = model.overview(store, config, now)
-    payload = {"format": FORMAT, "settings": settings_key(config), "model": typedjson.dump(built)}
+    age = max(max_age_s(config), max_age or 0.0)
+    payload = {"format": FORMAT, "settings": settings_key(config), "max_age_s": age, "model": typedjson.dump(built)}
     pagedata.put(store, {NAME: payload}, now)
-    return built
+    return Published(built, age)
 
 
-def read(store: Store, config: RunConfig) -> model.Overview | None:
+def read(store: Store, config: RunConfig) -> Published | None:
     """The published Overview for `config`'s settings (one statement), or None: none yet, another
     format, other settings, or a row that does not fit the model (logged; the reader builds)."""
     got = pagedata.get(store, NAME)
@@ -74,10 +84,12 @@ def read(store: Store, config: RunConfig) -> model.Overview | None:
     if payload.get("settings") != settings_key(config):
         return None
     try:
-        return typedjson.load(model.Overview, payload.get("model"), "model")
+        found = typedjson.load(model.Overview, payload.get("model"), "model")
+        age = typedjson.load(float, payload.get("max_age_s"), "max_age_s")
     except typedjson.TypedJsonError as exc:
         log.warning("published overview unreadable (%s): building it here", exc)
         return None
+    return Published(found, max(age, max_age_s(config)))
 
 
 def still_true(m: model.Overview, now: float, config: RunConfig, max_age: float | None = None) -> bool:
@@ -118,6 +130,6 @@ def shown(store: Store, config: RunConfig, now: float | None = None, finished: b
     now = time.time() if now is None else now
     if not finished:
         found = read(store, config)
-        if found is not None and still_true(found, now, config):
-            return aged(found, now, config)
+        if found is not None and still_true(found.model, now, config, found.max_age_s):
+            return aged(found.model, now, config)
     return model.overview(store, config, now, finished)
