@@ -373,7 +373,7 @@ def test_a_finished_runs_final_figures_are_computed_once_and_read_back(demo_cach
 
     with again.transaction() as db:  # the store changed after all (its collection resumed)
         db.execute(
-            "INSERT INTO polls SELECT ts_unix + 60, node, node_ts_unix, 5, 500, 0, 0, 0, rtt_ms FROM polls"
+            "INSERT INTO polls (ts_unix, node, node_ts_unix, completions, tokens, length_stops, malformed, backfill, rtt_ms) SELECT ts_unix + 60, node, node_ts_unix, 5, 500, 0, 0, 0, rtt_ms FROM polls"
             " WHERE ts_unix = (SELECT MAX(ts_unix) FROM polls)"
         )
     changed = derived.final(again, A_N)

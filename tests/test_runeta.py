@@ -1,0 +1,277 @@
+"""Issue 33 item 1's last part: progress AND ETA from distinct prompts (screens/runeta.py).
+
+The scenario a completions ETA gets wrong: node n2 runs a relaunch of the same prompt list one
+poll behind n1, so every prompt n1 answers is answered again by n2. The demo simulator writes n1's
+lines (its own retries included), n2 writes copies of them; the real scanner counts each poll's
+lines and the store writes them as the collector does, on a fixed clock, so the generated truth
+gives both rates exactly: completions per second count both nodes' lines, new distinct prompts per
+second only n1's first answers. With [run] expected_prompts the ETA is the prompts still to
+answer over the prompts rate, about twice the completions ETA; without expected_prompts, or
+with shards that carry no prompt ID, it stays on completions and says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from store_fixtures import poll_reply
+from test_pages import _clear_streamlit_caches, assert_clean, run_page  # noqa: F401 (autouse fixture)
+
+from runhealth import cli
+from runhealth.demo import Simulator
+from runhealth.node import scan
+from runhealth.rules import activity
+from runhealth.screens import overview, runeta
+from runhealth.settings.config import NodeConfig, RunConfig
+from runhealth.store import Store, rollup
+
+CEILING = 512  # short demo lines: a fast test
+INTERVAL_S = 30.0
+POLLS = 41  # 20 min of polls: the 15-min average holds the run's writing
+PER_POLL = 6  # lines n1 writes between two polls (n2 copies them a poll later)
+WINDOW_POLLS = 30  # the 15-min average is the last 30 spans of 30 s
+GOAL = 9_000  # the run's prompts: [run] expected_prompts, and target_completions at one answer each
+
+
+@dataclasses.dataclass
+class Truth:
+    """What the two nodes wrote, counted from the lines themselves, per poll (index: the poll)."""
+
+    completions: list[int]  # well-formed lines counted at each poll (both nodes)
+    new_prompts: list[int]  # prompt IDs the run had not seen before that poll
+    answered: int = 0
+    issued: int = 0
+
+    def rate(self, per_poll: list[int]) -> float:
+        """Per second over the 15-min average ending at the last poll (its last WINDOW_POLLS spans)."""
+        return sum(per_poll[-WINDOW_POLLS:]) / (WINDOW_POLLS * INTERVAL_S)
+
+
+def _ids(line: str) -> str | None:
+    try:
+        return json.loads(line).get("custom_id", "")
+    except json.JSONDecodeError:
+        return None  # the simulator's malformed lines: not completions
+
+
+def _strip(line: str) -> str:
+    """The line without a prompt ID (a shard that carries none)."""
+    try:
+        r = json.loads(line)
+    except json.JSONDecodeError:
+        return line
+    r.pop("custom_id", None)
+    r.pop("id", None)
+    return json.dumps(r) + "\n"
+
+
+def config_of(folder: Path, expected: int | None) -> RunConfig:
+    nodes = [
+        NodeConfig(
+            name=n, host="local", shards=[str(folder / "shards" / f"{n}.jsonl")], python=sys.executable, gpu="off"
+        )
+        for n in ("n1", "n2")
+    ]
+    return RunConfig(
+        name="relaunch-run",
+        nodes=nodes,
+        interval_s=INTERVAL_S,
+        target_completions=GOAL,
+        expected_prompts=expected,
+        max_output_tokens=CEILING,
+        store_path=str(folder / "store.sqlite3"),
+    )
+
+
+def build(folder: Path, now: float, with_ids: bool = True) -> Truth:
+    """POLLS polls of n1 (fresh demo lines) and n2 (n1's previous lines again), ending at `now`."""
+    sim = Simulator(folder, seed=5, ceiling=CEILING)
+    sim.shard_dir.mkdir(parents=True)
+    shards = {n: sim.shard_dir / f"{n}.jsonl" for n in ("n1", "n2")}
+    for p in shards.values():
+        p.write_text("")
+    store = Store(folder / "store.sqlite3")
+    truth, seen, last = Truth([], []), set(), []
+    at = {n: (None, 0) for n in shards}
+    for k in range(POLLS):
+        ts = now - (POLLS - 1 - k) * INTERVAL_S
+        fresh = [sim.completion_line(1) for _ in range(PER_POLL)] if k else []
+        for node, lines in (("n1", fresh), ("n2", last)):
+            with open(shards[node], "a", encoding="utf-8") as f:
+                f.writelines(lines if with_ids else map(_strip, lines))
+        ids = [i for i in map(_ids, fresh + last) if i is not None]
+        truth.completions.append(len(ids))
+        truth.new_prompts.append(len(set(ids) - seen))
+        seen |= set(ids)
+        last = fresh
+        for node, path in shards.items():
+            entry = scan.scan_file(str(path), *at[node], 1 << 30)
+            at[node] = (entry["inode"], entry["offset"])
+            store.record_poll(node, poll_reply(ts + 0.4, [], {str(path): entry}), ts, rtt_ms=5.0)
+    store.close()
+    truth.answered, truth.issued = len(seen), sim.fields.issued
+    assert truth.answered == sim.fields.answered  # n2's copies answer no new prompt
+    return truth
+
+
+@pytest.fixture(scope="module")
+def relaunch(tmp_path_factory):
+    """(folder, truth, its config with expected_prompts, the time of its last poll)."""
+    folder = tmp_path_factory.mktemp("relaunch")
+    now = time.time()
+    truth = build(folder, now)
+    return folder, truth, config_of(folder, GOAL), now
+
+
+def _overview(config: RunConfig, now: float) -> overview.Overview:
+    store = Store(config.store_path)
+    try:
+        return overview.overview(store, config, now)
+    finally:
+        store.close()
+
+
+def test_each_poll_row_holds_the_distinct_prompts_it_added(relaunch):
+    folder, truth, config, _now = relaunch
+    store = Store(config.store_path)
+    rows = store.polls()
+    store.close()
+    added = [sum(r["prompts"] for r in rows[2 * k : 2 * k + 2]) for k in range(POLLS)]
+    assert added == truth.new_prompts
+    assert [r["prompts"] for r in rows if r["node"] == "n2"] == [0] * POLLS  # the relaunch adds none
+    assert sum(added) == truth.answered
+
+
+def test_the_eta_is_from_distinct_prompts_with_expected_prompts(relaunch):
+    _folder, truth, config, now = relaunch
+    m = _overview(config, now)
+    cps, pps = truth.rate(truth.completions), truth.rate(truth.new_prompts)
+    assert cps > 1.9 * pps  # the premise: every prompt answered twice
+    assert m.state == "writing" and m.run_eta is not None and m.run_eta.basis == "prompts"
+    assert m.run_eta.per_s == pytest.approx(pps, rel=1e-9)
+    prompts_eta = (GOAL - truth.answered) / pps
+    assert m.eta_s == pytest.approx(prompts_eta, rel=1e-9)
+    completions_eta = (GOAL - sum(truth.completions)) / cps
+    assert m.standup.eta_s == pytest.approx(completions_eta, rel=1e-9)  # what the tile showed before
+    assert m.eta_s > 2 * completions_eta  # twice the rate, and fewer to go: the completions ETA was far too early
+    tile = next(t for t in m.tiles if t.label == "ETA")
+    assert tile.sub == f"at the 15 min avg, {pps:,.1f} prompts/s" and tile.level == "ok"
+    record = m.headline()
+    assert record["eta_basis"] == "prompts" and record["eta_rate_per_s"] == round(pps, 3)
+    assert record["prompts_per_s_15_min_avg"] == round(pps, 3)
+    assert record["eta_hours_at_15_min_avg"] == round(prompts_eta / 3600, 2)
+
+
+def test_without_expected_prompts_the_eta_stays_on_completions(relaunch):
+    _folder, truth, config, now = relaunch
+    m = _overview(dataclasses.replace(config, expected_prompts=None), now)
+    cps = truth.rate(truth.completions)
+    assert m.run_eta is not None and m.run_eta.basis == "completions"
+    assert m.eta_s == pytest.approx((GOAL - sum(truth.completions)) / cps, rel=1e-9)
+    tile = next(t for t in m.tiles if t.label == "ETA")
+    assert tile.sub == f"at the 15 min avg, {cps:,.1f} completions/s"
+    record = m.headline()
+    assert record["eta_basis"] == "completions" and record["eta_basis_note"] == ""
+    assert record["prompts_per_s_15_min_avg"] == round(truth.rate(truth.new_prompts), 3)  # still reported
+
+
+def test_shards_without_a_prompt_id_keep_the_completions_eta_and_say_why(tmp_path):
+    now = time.time()
+    truth = build(tmp_path, now, with_ids=False)
+    config = config_of(tmp_path, GOAL)
+    m = _overview(config, now)
+    cps = truth.rate(truth.completions)
+    assert m.run_eta is not None and m.run_eta.basis == "completions"
+    assert m.eta_s == pytest.approx((GOAL - sum(truth.completions)) / cps, rel=1e-9)
+    tile = next(t for t in m.tiles if t.label == "ETA")
+    assert tile.sub.startswith(f"at the 15 min avg, {cps:,.1f} completions/s · on completions:")
+    assert "prompt_id_path" in tile.sub and m.headline()["eta_basis_note"] == runeta.NO_ID_NOTE
+    assert m.headline()["prompts_per_s_15_min_avg"] is None  # no ID: no prompts rate, never a 0
+
+
+def test_a_stalled_run_has_no_prompts_eta(relaunch):
+    _folder, _truth, config, now = relaunch
+    later = now + 600  # nothing written for 10 min, the collector still polling: stalled
+    store = Store(config.store_path)
+    m = overview.overview(store, config, later)
+    store.close()
+    assert m.state in ("stalled", "stale") and m.eta_s is None
+    tile = next(t for t in m.tiles if t.label == "ETA")
+    assert tile.value == "—" and "no ETA" in tile.sub
+    assert m.headline()["eta_hours_at_15_min_avg"] is None
+
+
+def test_all_expected_prompts_answered_is_done(relaunch):
+    _folder, truth, config, now = relaunch
+    m = _overview(dataclasses.replace(config, expected_prompts=truth.answered), now)
+    tile = next(t for t in m.tiles if t.label == "ETA")
+    assert (tile.value, tile.sub) == ("done", "all expected prompts answered") and m.eta_s == 0
+
+
+def test_a_relaunch_reset_takes_its_prompts_out_of_the_poll(tmp_path):
+    """A truncated shard's prompts leave the run: that poll's row says so (negative), and the
+    rate clips it as the completions' rate clips a reset (no negative rate)."""
+    now = time.time()
+    truth = build(tmp_path, now)
+    config = config_of(tmp_path, None)
+    n1 = Path(config.nodes[0].shards[0])
+    store = Store(config.store_path)
+    before = store.prompt_summary()["distinct_prompts"]
+    n1.write_text("")  # n1's shard truncated: the run keeps the prompts n2 answered again
+    entry = scan.scan_file(str(n1), None, 0, 1 << 30)
+    store.record_poll("n1", poll_reply(now + INTERVAL_S + 0.4, [], {str(n1): {**entry, "reset": True}}), now + 30, 5.0)
+    gone = before - store.prompt_summary()["distinct_prompts"]
+    assert gone == truth.new_prompts[-1] > 0  # n1's last answers: n2 has not copied them yet
+    assert store.polls()[-1]["prompts"] == -gone
+    rates = activity.read_rates(store, now + INTERVAL_S, interval_s=INTERVAL_S)
+    store.close()
+    assert rates.prompts_per_s_15m is not None and rates.prompts_per_s_15m >= 0
+
+
+def test_the_rollup_keeps_the_prompts_deltas(relaunch, tmp_path):
+    _folder, truth, config, now = relaunch
+    copy = tmp_path / "copy.sqlite3"
+    src = Store(config.store_path)
+    src.cursor(f"VACUUM INTO '{copy}'")
+    src.close()
+    store = Store(copy)
+    rollup.rollup(store, now=now + 2 * 24 * 3600, pause_s=0)  # every raw poll folded into minutes
+    assert store.cursor("SELECT COUNT(*) FROM polls").fetchone()[0] == 0
+    assert store.cursor("SELECT SUM(prompts) FROM poll_rollup").fetchone()[0] == truth.answered
+    store.close()
+
+
+def _toml(config: RunConfig) -> str:
+    out = ["[run]", f'name = "{config.name}"', f'store_path = "{config.store_path}"']
+    out += [f"max_output_tokens = {CEILING}", f"target_completions = {GOAL}", f"interval_s = {int(INTERVAL_S)}"]
+    out.append(f"expected_prompts = {config.expected_prompts}")
+    for n in config.nodes:
+        out += ["[[nodes]]", f'name = "{n.name}"', 'host = "local"', f"shards = {json.dumps(n.shards)}"]
+        out += [f'python = "{sys.executable}"', 'gpu = "off"', ""]
+    return "\n".join(out)
+
+
+def test_status_json_and_the_overview_page_show_the_prompts_eta(relaunch, monkeypatch, capsys):
+    folder, truth, config, _now = relaunch
+    path = folder / "runhealth.toml"
+    path.write_text(_toml(config), encoding="utf-8")
+    pps = truth.rate(truth.new_prompts)
+    assert cli.main(["status", "--config", str(path), "--json"]) in (0, 1)
+    record = json.loads(capsys.readouterr().out)
+    # read a few seconds after the last poll: the window moved by those seconds (rates ~ equal)
+    assert record["eta_basis"] == "prompts" and record["eta_rate_per_s"] == pytest.approx(pps, rel=0.02)
+    eta_h = (GOAL - truth.answered) / pps / 3600
+    assert record["eta_hours_at_15_min_avg"] == pytest.approx(eta_h, rel=0.02)
+    tile = next(t for t in record["tiles"] if t["label"] == "ETA")
+    assert re.fullmatch(r"at the 15 min avg, [\d.,]+ prompts/s", tile["sub"]), tile
+    at = run_page("overview", path, monkeypatch)
+    assert_clean(at)
+    eta = next(str(md.value) for md in at.markdown if '<div class="rh-label">ETA</div>' in str(md.value))
+    assert re.search(r'rh-sub">at the 15 min avg, [\d.,]+ prompts/s<', eta), eta
+    assert "expected_prompts distinct prompts answered" in eta  # the tooltip says what it is from
