@@ -27,8 +27,9 @@ from runhealth import cli
 from runhealth.demo import Simulator
 from runhealth.node import scan
 from runhealth.rules import activity
-from runhealth.screens import overview, runeta
+from runhealth.screens import lengths, overview, runeta, runfigures
 from runhealth.settings.config import NodeConfig, RunConfig
+from runhealth.settings.runsettings import RunSettings
 from runhealth.store import Store, rollup
 
 CEILING = 512  # short demo lines: a fast test
@@ -126,7 +127,11 @@ def relaunch(tmp_path_factory):
     folder = tmp_path_factory.mktemp("relaunch")
     now = time.time()
     truth = build(folder, now)
-    return folder, truth, config_of(folder, GOAL), now
+    config = config_of(folder, GOAL)
+    store = Store(config.store_path)
+    store.set_meta("run", RunSettings.from_config(config).to_meta())  # as its collector records it
+    store.close()
+    return folder, truth, config, now
 
 
 def _overview(config: RunConfig, now: float) -> overview.Overview:
@@ -166,6 +171,37 @@ def test_the_eta_is_from_distinct_prompts_with_expected_prompts(relaunch):
     assert record["eta_basis"] == "prompts" and record["eta_rate_per_s"] == round(pps, 3)
     assert record["prompts_per_s_15_min_avg"] == round(pps, 3)
     assert record["eta_hours_at_15_min_avg"] == round(prompts_eta / 3600, 2)
+
+
+def test_output_lengths_and_compare_take_the_same_eta(relaunch):
+    """One ETA everywhere: Output lengths' ETA (its what-if's ETA change scales it) and the
+    Compare page's ETA row are the Overview's, on the prompts basis."""
+    _folder, truth, config, now = relaunch
+    prompts_eta = (GOAL - truth.answered) / truth.rate(truth.new_prompts)
+    store = Store(config.store_path)
+    try:
+        m = lengths.lengths(store, config, now)
+        live = runfigures.run_numbers(store, config.name, CEILING, GOAL, False, now)
+    finally:
+        store.close()
+    assert m.eta_s == pytest.approx(prompts_eta, rel=1e-9) and m.to_json()["eta_basis"] == "prompts"
+    change = m.eta_change(dataclasses.replace(_what_if(), extra_tokens_per_completion=m.summary.tokens.mean))
+    assert change.eta_s_new == pytest.approx(2 * prompts_eta, rel=1e-9)  # twice the tokens: twice the time
+    assert live.eta_s == pytest.approx(prompts_eta, rel=1e-9) and live.eta_basis == "prompts"
+    row = next(
+        r
+        for r in runfigures.comparison_rows(live, live, runfigures.compare_runs(live, live, 10))
+        if r["metric"] == "ETA"
+    )
+    assert row["A"] == f"{prompts_eta / 3600:,.1f} h (distinct prompts)"
+
+
+def _what_if():
+    """A what-if record (only its extra tokens are read by eta_change)."""
+    from runhealth.analysis.whatif import WhatIf
+
+    fields = {f.name: None for f in dataclasses.fields(WhatIf)}
+    return WhatIf(**{**fields, "extra_tokens_interval": None})
 
 
 def test_without_expected_prompts_the_eta_stays_on_completions(relaunch):
