@@ -231,16 +231,26 @@ def test_shards_without_a_prompt_id_keep_the_completions_eta_and_say_why(tmp_pat
     assert m.headline()["prompts_per_s_15_min_avg"] is None  # no ID: no prompts rate, never a 0
 
 
-def test_a_stalled_run_has_no_prompts_eta(relaunch):
+def test_a_stalled_run_has_no_prompts_eta_and_still_names_its_basis(relaunch, tmp_path):
     _folder, _truth, config, now = relaunch
-    later = now + 600  # nothing written for 10 min, the collector still polling: stalled
-    store = Store(config.store_path)
-    m = overview.overview(store, config, later)
+    copy = tmp_path / "stalled.sqlite3"
+    src = Store(config.store_path)
+    src.cursor(f"VACUUM INTO '{copy}'")
+    src.close()
+    store = Store(copy)
+    shards = store.query("SELECT node, path, inode, offset FROM shards")
+    for k in range(1, 11):  # the collector still polls for 5 min; nothing new is written: stalled
+        ts = now + k * INTERVAL_S
+        for s in shards:
+            entry = scan.scan_file(s["path"], s["inode"], s["offset"], 1 << 30)
+            store.record_poll(s["node"], poll_reply(ts + 0.4, [], {s["path"]: entry}), ts, rtt_ms=5.0)
+    m = overview.overview(store, config, now + 10 * INTERVAL_S)
     store.close()
-    assert m.state in ("stalled", "stale") and m.eta_s is None
+    assert m.state == "stalled" and m.eta_s is None
     tile = next(t for t in m.tiles if t.label == "ETA")
-    assert tile.value == "—" and "no ETA" in tile.sub
-    assert m.headline()["eta_hours_at_15_min_avg"] is None
+    assert (tile.value, tile.sub) == ("—", "no ETA: the run is stalled (no new completions)")
+    record = m.headline()
+    assert record["eta_hours_at_15_min_avg"] is None and record["eta_basis"] == "prompts"
 
 
 def test_all_expected_prompts_answered_is_done(relaunch):
