@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ from store_fixtures import poll_reply
 from test_pages import _clear_streamlit_caches, assert_clean, run_page  # noqa: F401 (autouse fixture)
 
 from runhealth import cli
+from runhealth.collect.collector import Collector
 from runhealth.demo import Simulator
 from runhealth.node import scan
 from runhealth.rules import activity
@@ -321,3 +323,66 @@ def test_status_json_and_the_overview_page_show_the_prompts_eta(relaunch, monkey
     eta = next(str(md.value) for md in at.markdown if '<div class="rh-label">ETA</div>' in str(md.value))
     assert re.search(r'rh-sub">at the 15 min avg, [\d.,]+ prompts/s<', eta), eta
     assert "expected_prompts distinct prompts answered" in eta  # the tooltip says what it is from
+
+
+def test_the_collector_writes_each_polls_new_prompts_through_a_real_sshd_node(tmp_path, sshd_node):
+    """The real collector and agent over sshd: the polls' `prompts` sum to the run's distinct
+    prompts, and a relaunch's copies (a new shard answering old prompts) add completions, no prompts."""
+    sim = Simulator(tmp_path, seed=9, ceiling=CEILING)
+    sim.shard_dir.mkdir(parents=True)
+    sim.write_backlog(300)
+    node = sshd_node("127.0.0.41").node_config(name="n1", gpu="off", shards=[str(sim.shard_dir / "*.jsonl")])
+    config = dataclasses.replace(config_of(tmp_path, GOAL), nodes=[node])
+    collector = Collector(config, Store(config.store_path))
+    try:
+        _poll_all(collector)
+        polled, first, lines = len(collector.store.polls()), sim.fields.answered, sum(sim.fields.answers.values())
+        copies = (sim.shard_dir / "node1-gpu0.jsonl").read_text(encoding="utf-8")
+        (sim.shard_dir / "relaunch.jsonl").write_text(copies, encoding="utf-8")  # old prompts again
+        sim.write_backlog(200)  # and new ones (with the simulator's own retries)
+        _poll_all(collector)
+        rows = collector.store.polls()
+        assert sum(r["prompts"] for r in rows[:polled]) == first
+        assert sum(r["prompts"] for r in rows[polled:]) == sim.fields.answered - first > 0
+        assert sum(r["prompts"] for r in rows) == collector.store.prompt_summary()["distinct_prompts"]
+        copied = sum(1 for line in copies.splitlines() if _ids(line) is not None)
+        written = copied + sum(sim.fields.answers.values()) - lines
+        assert sum(r["completions"] for r in rows[polled:]) == written and copied > 0  # the copies: completions only
+    finally:
+        collector.stop()
+        collector.store.close()
+
+
+def _poll_all(collector: Collector) -> None:
+    for _ in range(50):
+        collector.poll_once()
+        if not collector.store.nodes()[0]["pending_bytes"]:
+            return
+    raise AssertionError("still pending")
+
+
+def test_polls_from_before_migration_12_are_left_out_of_the_rate_not_counted_as_zero(tmp_path):
+    """A store migrated mid-run: its older polls have no `prompts` (NULL). The prompts rate is
+    taken over the polls that have one (3 new prompts a poll: 0.1/s), not as 0 over the whole
+    window (which would say 0.067/s and make the ETA 50% late)."""
+    rows = [(t, t + 0.4, 5, 500, 0, None if t < 600 else 3) for t in range(0, 1201, 30)]
+    r = activity.node_rate(rows, 1200.0, 60.0, 900.0)
+    assert r.prompts_per_s_15m == pytest.approx(0.1, rel=1e-12)
+    assert r.completions_per_s_15m == pytest.approx(5 / 30, rel=1e-12)  # the completions' rate: every span
+    no_ids = [(*row[:5], 0) for row in rows]  # shards without prompt IDs: every poll added none
+    assert activity.node_rate(no_ids, 1200.0, 60.0, 900.0).prompts_per_s_15m is None  # no rate, never a 0
+
+
+def test_migration_12_adds_the_column_and_keeps_older_polls(tmp_path):
+    path = tmp_path / "old.sqlite3"
+    Store(path).close()
+    with sqlite3.connect(path) as db:  # the store as version 11 left it, with one poll
+        for table in ("polls", "poll_rollup"):
+            db.execute(f"ALTER TABLE {table} DROP COLUMN prompts")
+        db.execute("INSERT INTO polls VALUES (100.0, 'n1', 100.4, 5, 500, 0, 0, 0, 5.0)")
+        db.execute("PRAGMA user_version = 11")
+    store = Store(path)
+    assert store.cursor("PRAGMA user_version").fetchone()[0] == 12
+    assert [r["prompts"] for r in store.polls()] == [None]
+    assert "prompts" in {r[1] for r in store.cursor("PRAGMA table_info(poll_rollup)")}
+    store.close()
