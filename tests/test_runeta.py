@@ -173,6 +173,8 @@ def test_the_eta_is_from_distinct_prompts_with_expected_prompts(relaunch):
     assert record["eta_basis"] == "prompts" and record["eta_rate_per_s"] == round(pps, 3)
     assert record["prompts_per_s_15_min_avg"] == round(pps, 3)
     assert record["eta_hours_at_15_min_avg"] == round(prompts_eta / 3600, 2)
+    # the stragglers stay on completions (each node's share of target_completions) and say so
+    assert m.straggler_line.endswith(runeta.STRAGGLERS_NOTE) and record["straggler_line"] == m.straggler_line
 
 
 def test_output_lengths_and_compare_take_the_same_eta(relaunch):

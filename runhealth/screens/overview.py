@@ -117,7 +117,7 @@ class Overview:
     @property
     def straggler_line(self) -> str:
         """ "most nodes done by 14:10; node-7 finishes at 16:40" (screens/etas.py), or ""."""
-        return etas.straggler_line(self.stragglers, self.now)
+        return runeta.straggler_line(etas.straggler_line(self.stragglers, self.now), self.run_eta)
 
     @property
     def straggler_help(self) -> str:

@@ -27,6 +27,10 @@ NO_ID_NOTE = (
     "(set prompt_id_path on the nodes; looked for id, custom_id, prompt_id, request_id, metadata.id)"
 )
 
+# The stragglers (screens/etas.py) compare each node's share of target_completions: with the ETA on
+# prompts their clock times are on another basis, and the line says so rather than contradict it.
+STRAGGLERS_NOTE = " (nodes' shares of target_completions; the ETA is from distinct prompts)"
+
 
 @dataclasses.dataclass(frozen=True)
 class RunEta:
@@ -95,3 +99,8 @@ def to_json(e: RunEta | None) -> dict:
         "eta_basis_note": e.note,
         "prompts_per_s_15_min_avg": None if e.prompts_per_s is None else round(e.prompts_per_s, 3),
     }
+
+
+def straggler_line(line: str, e: RunEta | None) -> str:
+    """The stragglers' line, its basis named when the run's ETA is on prompts and theirs is not."""
+    return line + STRAGGLERS_NOTE if line and e is not None and e.basis == "prompts" else line
