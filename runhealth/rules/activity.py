@@ -26,6 +26,7 @@ the shorter non-negative of the two, so a step of either clock costs at most one
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import statistics
 from collections.abc import Collection, Mapping, Sequence
@@ -124,7 +125,12 @@ def prompts_rate(rows: Sequence[Sequence], times: Sequence[float], now: float, a
     counted poll instead of counting the time before as zero."""
     if not any(len(r) > 5 and r[5] for r in rows):
         return None
-    points: list[rates.Point] = [(t, r[5], 0, bool(r[4])) for t, r in zip(times, rows, strict=True) if r[5] is not None]
+    # Only the polls from the one that opens the window's first span on (times never decrease):
+    # the screens read an hour of polls, and the rest cannot change the rate (a quarter of the work).
+    first = max(0, bisect.bisect_left(times, now - average_s) - 1)
+    points: list[rates.Point] = [
+        (t, r[5], 0, bool(r[4])) for t, r in zip(times[first:], rows[first:], strict=True) if r[5] is not None
+    ]
     return rates.windowed_rate(points, average_s, now)[0]
 
 
