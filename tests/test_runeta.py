@@ -92,8 +92,8 @@ def config_of(folder: Path, expected: int | None) -> RunConfig:
     )
 
 
-def build(folder: Path, now: float, with_ids: bool = True) -> Truth:
-    """POLLS polls of n1 (fresh demo lines) and n2 (n1's previous lines again), ending at `now`."""
+def build(folder: Path, now: float, with_ids: bool = True, polls: int = POLLS) -> Truth:
+    """`polls` polls of n1 (fresh demo lines) and n2 (n1's previous lines again), ending at `now`."""
     sim = Simulator(folder, seed=5, ceiling=CEILING)
     sim.shard_dir.mkdir(parents=True)
     shards = {n: sim.shard_dir / f"{n}.jsonl" for n in ("n1", "n2")}
@@ -102,8 +102,8 @@ def build(folder: Path, now: float, with_ids: bool = True) -> Truth:
     store = Store(folder / "store.sqlite3")
     truth, seen, last = Truth([], []), set(), []
     at = {n: (None, 0) for n in shards}
-    for k in range(POLLS):
-        ts = now - (POLLS - 1 - k) * INTERVAL_S
+    for k in range(polls):
+        ts = now - (polls - 1 - k) * INTERVAL_S
         fresh = [sim.completion_line(1) for _ in range(PER_POLL)] if k else []
         for node, lines in (("n1", fresh), ("n2", last)):
             with open(shards[node], "a", encoding="utf-8") as f:
@@ -255,6 +255,16 @@ def test_a_stalled_run_has_no_prompts_eta_and_still_names_its_basis(relaunch, tm
     assert (tile.value, tile.sub) == ("—", "no ETA: the run is stalled (no new completions)")
     record = m.headline()
     assert record["eta_hours_at_15_min_avg"] is None and record["eta_basis"] == "prompts"
+
+
+def test_no_prompts_eta_before_the_average_holds_the_runs_writing(tmp_path):
+    now = time.time()
+    build(tmp_path, now, polls=11)  # 5 min of writing: the 15-min average does not hold it yet
+    m = _overview(config_of(tmp_path, GOAL), now)
+    assert m.state == "writing" and m.run_eta is not None and m.run_eta.per_s and m.eta_s is None
+    tile = next(t for t in m.tiles if t.label == "ETA")
+    assert (tile.value, tile.sub) == ("—", "after 15 min of writing (the average needs a full window)")
+    assert m.headline()["eta_basis"] == "prompts" and m.headline()["eta_hours_at_15_min_avg"] is None
 
 
 def test_all_expected_prompts_answered_is_done(relaunch):
