@@ -409,7 +409,8 @@ def _rate_tile(m: Overview) -> Tile:
 
 def _eta_tile(m: Overview) -> Tile:
     """The ETA on its basis (screens/runeta.py: distinct prompts or completions), its rate named."""
-    e = m.run_eta or runeta.run_eta(m.standup.completions, m.target, None, None, None)
+    n = m.standup  # an Overview built without its basis: the completions ETA, as before
+    e = m.run_eta or runeta.RunEta("completions", n.eta_s, n.completions_per_s_15m, n.completions, m.target)
     words = runeta.tile_words(e, m.eta_s, m.average.label, m.average.enough_for_eta, fmt_window(m.average.window_s))
     if e.eta_s == 0 or not e.goal:
         return Tile("ETA", *words)
