@@ -7,8 +7,8 @@ the one-sentence "B vs A" headline.
 
 Rates here are averages over the run's whole collected life, not the last minute the
 Overview shows (runhealth.rules.activity): a finished run has no "now". The ETA of a live run is the
-Overview's (screens/runeta.py: distinct prompts or completions, at the 15-min average), one ETA everywhere. Each node's rate is a ratio estimator, the tokens
-of its non-backfill polls over the time they span (the first index of old shards is not
+Overview's (screens/runeta.py: distinct prompts or completions, at the 15-min average), one ETA
+everywhere. Each node's rate is a ratio estimator, the tokens of its non-backfill polls over the time they span (the first index of old shards is not
 throughput); the run's rate is the sum over nodes. Its interval comes from batch means
 (neighbouring polls are alike, so spans are pooled into ~n^(1/3) consecutive batches and the
 spread between batches gives a t interval); approximate, as any interval on a drifting rate.
