@@ -4,8 +4,8 @@
 payload when it is of the ceiling asked for, else counted from the store: `counts`), the nodes,
 the run's rates and the latest sample batch, and derives from them the summary (percentiles,
 the share at the ceiling, finish reasons), the ETA now at the 15-min average (the Overview's, on
-its basis: screens/runeta.py) and the loop sample the what-if is fitted with (`loops.loop_sample`); `Lengths.eta_change(what_if)` is what raising
-the limit does to that ETA. `fields` holds the per-line field panels (#33: cuts before answering,
+its basis: screens/runeta.py) and the loop sample the what-if is fitted with
+(`loops.loop_sample`); `Lengths.eta_change(what_if)` is what raising the limit does to that ETA. `fields` holds the per-line field panels (#33: cuts before answering,
 label checks, which groups get cut; screens/fieldpanels.py) and `Lengths.recovered(what_if)` the
 never-answered cuts a higher limit would let finish. The page (pages/lengths.py) lays this out; the heavy per-group,
 per-time and what-if reads stay the collector's payloads (components/loaders.py).
