@@ -175,7 +175,7 @@ def build_history(store: Store, nodes: int, span_s: float, interval_s: float, en
             (polls - 1, first, interval_s),
         )
         db.execute(
-            "INSERT INTO polls WITH RECURSIVE p(k) AS (SELECT 0 UNION ALL SELECT k + 1 FROM p WHERE k < ?)"
+            "INSERT INTO polls (ts_unix, node, node_ts_unix, completions, tokens, length_stops, malformed, backfill, rtt_ms) WITH RECURSIVE p(k) AS (SELECT 0 UNION ALL SELECT k + 1 FROM p WHERE k < ?)"
             " SELECT ? + k * ? + i * 0.001, name, NULL, 40, 40000, 2, 0, 0, 20.0 FROM p, bench_nodes",
             (polls - 1, first, interval_s),
         )

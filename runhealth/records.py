@@ -140,6 +140,7 @@ class PollRow(TypedDict):
     malformed: int
     backfill: int  # 1: this poll counted history (first poll, catching up, a reset), not live output
     rtt_ms: float | None
+    prompts: int | None  # distinct prompts new to the run in this poll (#33; None: a store before migration 12)
 
 
 class PollBucket(TypedDict):

@@ -42,7 +42,10 @@ def _fill(store: Store, days: float = 9, step: float = 30.0, nodes: int = 2, gpu
         t += step
     with store.transaction() as db:
         db.executemany("INSERT INTO gpu_samples VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows_gpu)
-        db.executemany("INSERT INTO polls VALUES (?,?,?,?,?,?,?,?,?)", rows_poll)
+        db.executemany(
+            "INSERT INTO polls (ts_unix, node, node_ts_unix, completions, tokens, length_stops, malformed, backfill, rtt_ms) VALUES (?,?,?,?,?,?,?,?,?)",
+            rows_poll,
+        )
         db.executemany("INSERT INTO metric_samples VALUES (?,?,?,?)", rows_metric)
 
 

@@ -75,7 +75,7 @@ def build_history(store: Store, nodes: int, hours: float, end: float) -> None:
             (polls - 1, first),
         )
         db.execute(
-            f"INSERT INTO polls {steps} SELECT ? + k * 10 + i * 0.001, name, NULL, 40, 40000, 2, 0, 0, 20.0 FROM p, n",
+            f"INSERT INTO polls (ts_unix, node, node_ts_unix, completions, tokens, length_stops, malformed, backfill, rtt_ms) {steps} SELECT ? + k * 10 + i * 0.001, name, NULL, 40, 40000, 2, 0, 0, 20.0 FROM p, n",
             (polls - 1, first),
         )
         db.execute(

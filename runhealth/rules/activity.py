@@ -15,7 +15,7 @@ it is stalled *since the last completion* (the latest growth of any node; if non
 since the first node was seen), not since a node was added. A single node is reported on its
 own only while another node does write.
 
-A poll row is ``(ts_unix, node_ts_unix, delta_completions, delta_tokens, backfill)``, rows in
+A poll row is ``(ts_unix, node_ts_unix, delta_completions, delta_tokens, backfill[, delta_prompts])``, rows in
 the order they were polled: the dashboard's clock says *when we saw it* (stalls are in the
 viewer's time), and rates are taken on one continuous clock (`bridged_times`) that ends at the
 collector's time of the latest poll: each interval between two polls as the node measured it
@@ -26,6 +26,7 @@ the shorter non-negative of the two, so a step of either clock costs at most one
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import statistics
 from collections.abc import Collection, Mapping, Sequence
@@ -56,6 +57,7 @@ class NodeRate:
     first_seen_unix: float | None
     first_live_growth_unix: float | None = None  # its first live (not backfill) new completion in the rows read
     completions_var_15m: float | None = None  # variance of completions_per_s_15m (batch means; inf: too few polls)
+    prompts_per_s_15m: float | None = None  # distinct prompts new to the run per s, over the average (#33)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +73,7 @@ class RunRates:
     window_s: float = RATE_WINDOW_S  # the live rate's window (windows.rate_window_s: a minute, or two polls)
     average_s: float = AVERAGE_WINDOW_S  # the average's window (windows.average_window_s)
     completions_var_15m: float | None = None  # the nodes' variances summed (None: none has a rate)
+    prompts_per_s_15m: float | None = None  # new distinct prompts per s over the average (None: no prompt IDs)
 
 
 def poll_interval_s(seen_s: float, node_s: float | None) -> float:
@@ -110,7 +113,25 @@ def node_rate(
     cps_15m, tps_15m, var = rates.window_rates(points, average_s, now)  # the average and its variance
     grown = [r[0] for r in rows if (r[2] or 0) > 0]
     live = next((r[0] for r in rows if (r[2] or 0) > 0 and not r[4]), None)
-    return NodeRate(tps_1m, tps_15m, cps_15m, grown[-1] if grown else None, rows[0][0], live, var)
+    pps = prompts_rate(rows, times, now, average_s)
+    return NodeRate(tps_1m, tps_15m, cps_15m, grown[-1] if grown else None, rows[0][0], live, var, pps)
+
+
+def prompts_rate(rows: Sequence[Sequence], times: Sequence[float], now: float, average_s: float) -> float | None:
+    """New distinct prompts per second over the average: the same spans, window and backfill rule
+    as the completions' rate, over each poll's `prompts` (row[5], migration 12). None when no poll
+    in the rows added a prompt (no prompt IDs in the shards: skipped at no cost); polls from
+    before migration 12 (NULL) are left out, so a migrated store's rate starts at its first
+    counted poll instead of counting the time before as zero."""
+    if not any(len(r) > 5 and r[5] for r in rows):
+        return None
+    # Only the polls from the one that opens the window's first span on (times never decrease):
+    # the screens read an hour of polls, and the rest cannot change the rate (a quarter of the work).
+    first = max(0, bisect.bisect_left(times, now - average_s) - 1)
+    points: list[rates.Point] = [
+        (t, r[5], 0, bool(r[4])) for t, r in zip(times[first:], rows[first:], strict=True) if r[5] is not None
+    ]
+    return rates.windowed_rate(points, average_s, now)[0]
 
 
 def run_rates(
@@ -136,6 +157,7 @@ def run_rates(
         window_s=window_s,
         average_s=average_s,
         completions_var_15m=total("completions_var_15m"),
+        prompts_per_s_15m=total("prompts_per_s_15m"),
     )
 
 
@@ -172,7 +194,8 @@ def recent_rates(
     # Store.polls(since, in_poll_order=True)'s rows, only the columns a rate needs, as tuples: a
     # scrape reads 15 min of every node's polls (47,000 rows at 512 nodes), a dict each was most of it.
     sql = (
-        "SELECT node, ts_unix, node_ts_unix, completions, tokens, backfill FROM polls WHERE ts_unix >= ? ORDER BY rowid"
+        "SELECT node, ts_unix, node_ts_unix, completions, tokens, backfill, prompts FROM polls WHERE ts_unix >= ?"
+        " ORDER BY rowid"
     )
     for node, *row in store.cursor(sql, (now - lookback_s,)):
         rows.setdefault(node, []).append(tuple(row))

@@ -39,7 +39,8 @@ class Standup:
     completions_per_s_15m: float | None
     tokens_per_s_per_gpu: float | None  # last minute's rate over the GPUs reporting
     tokens_per_joule: float | None  # last minute's rate over the GPUs' summed power draw
-    eta_s: float | None  # to the target at the 15-minute average; 0 once reached
+    eta_s: float | None  # completions to the target at the 15-minute average; 0 once reached (the
+    # Overview shows screens/runeta.py's ETA: this one, or from distinct prompts with expected_prompts)
     nodes: int
     nodes_up: int
     nodes_stale: int

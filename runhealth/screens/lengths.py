@@ -3,9 +3,9 @@
 `lengths(store, config, now)` reads the run's length counts (the collector's `run_lengths`
 payload when it is of the ceiling asked for, else counted from the store: `counts`), the nodes,
 the run's rates and the latest sample batch, and derives from them the summary (percentiles,
-the share at the ceiling, finish reasons), the ETA now at the 15-min average and the loop sample
-the what-if is fitted with (`loops.loop_sample`); `Lengths.eta_change(what_if)` is what raising
-the limit does to that ETA. `fields` holds the per-line field panels (#33: cuts before answering,
+the share at the ceiling, finish reasons), the ETA now at the 15-min average (the Overview's, on
+its basis: screens/runeta.py) and the loop sample the what-if is fitted with
+(`loops.loop_sample`); `Lengths.eta_change(what_if)` is what raising the limit does to that ETA. `fields` holds the per-line field panels (#33: cuts before answering,
 label checks, which groups get cut; screens/fieldpanels.py) and `Lengths.recovered(what_if)` the
 never-answered cuts a higher limit would let finish. The page (pages/lengths.py) lays this out; the heavy per-group,
 per-time and what-if reads stay the collector's payloads (components/loaders.py).
@@ -23,7 +23,7 @@ from runhealth.analysis.whatif import WhatIf as WhatIf  # ... and the what-if's
 from runhealth.payloads import pagedata
 from runhealth.records import NodeRow
 from runhealth.rules import activity
-from runhealth.screens import fieldmodel, fieldpanels, serverview
+from runhealth.screens import fieldmodel, fieldpanels, runeta, serverview
 from runhealth.settings.config import RunConfig
 from runhealth.settings.windows import WHATIF_REFIT_S as WHATIF_REFIT_S  # ... and how often it is refitted
 from runhealth.store import Store
@@ -64,6 +64,7 @@ class Lengths:
     loop_sample: tuple[int, int]  # (loops, sampled) among the latest batch's truncated samples
     server: serverview.ServerView | None = None  # the inference servers' view beside the shards' (#33)
     fields: fieldpanels.FieldPanels | None = None  # the per-line field panels (#33 items 3, 4, 5)
+    run_eta: runeta.RunEta | None = None  # the Overview's ETA basis: distinct prompts or completions (#33 item 1)
 
     @property
     def summary(self) -> Summary:
@@ -71,7 +72,10 @@ class Lengths:
 
     @property
     def eta_s(self) -> float | None:
-        """The ETA now at the 15-min average (None without a target or a rate)."""
+        """The ETA now at the 15-min average, on the Overview's basis (screens/runeta.py: distinct
+        prompts when expected_prompts and prompt IDs are there); None without a goal or a rate."""
+        if self.run_eta is not None:
+            return self.run_eta.eta_s
         return rates.eta_seconds(self.summary.completions, self.target, self.completions_per_s_15m)
 
     def eta_change(self, r: WhatIf) -> rates.EtaChange:
@@ -102,6 +106,7 @@ class Lengths:
             "p90": s.tokens.p90,
             "p99": s.tokens.p99,
             "eta_s": self.eta_s,
+            "eta_basis": self.run_eta.basis if self.run_eta else "completions",
             "loop_sample": list(self.loop_sample),
             "server_view": self.server.lines() if self.server else None,
             "fields": dataclasses.asdict(self.fields) if self.fields else None,
@@ -113,16 +118,21 @@ def lengths(store: Store, config: RunConfig, now: float | None = None) -> Length
     now = time.time() if now is None else now
     keep = store.run_settings().node_names
     counted = counts(store, config.max_output_tokens, pagedata.get(store, "run_lengths"))
+    figures = fieldmodel.field_figures(store, config, counted.summary.ceiling_tokens)
+    run_rates = activity.read_rates(store, now)
+    answered = figures["prompts"].get("answered")
+    done = counted.summary.completions
     return Lengths(
         run=config.name,
         now=now,
         nodes=tuple(n for n in store.nodes() if keep is None or n["name"] in keep),
         counts=counted,
         target=config.target_completions,
-        completions_per_s_15m=activity.read_rates(store, now).completions_per_s_15m,
+        completions_per_s_15m=run_rates.completions_per_s_15m,
         loop_sample=loops.loop_sample(store.latest_sample_batch()),
         server=serverview.server_view(
             (m for m in store.metric_latest() if keep is None or m["node"] in keep), counted.summary
         ),
-        fields=fieldpanels.panels(fieldmodel.field_figures(store, config, counted.summary.ceiling_tokens)),
+        fields=fieldpanels.panels(figures),
+        run_eta=runeta.run_eta(done, config.target_completions, run_rates, answered, config.expected_prompts),
     )

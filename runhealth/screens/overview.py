@@ -26,7 +26,7 @@ from runhealth.analysis.stragglers import Stragglers
 from runhealth.records import GpuRow, NodeRow
 from runhealth.rules import activity, hardware, health
 from runhealth.rules.health import fmt_age, level
-from runhealth.screens import derived, etas, fieldmodel
+from runhealth.screens import derived, etas, fieldmodel, runeta
 from runhealth.screens import waste as waste_words
 from runhealth.screens.events import Event, chart_events
 from runhealth.screens.words import fmt_bytes, fmt_rate, fmt_window
@@ -113,11 +113,12 @@ class Overview:
     # Each node's ETA to its share, and the late ones (#33 item 6); None unless the run's ETA is shown.
     stragglers: Stragglers | None = None
     events: tuple[Event, ...] = ()  # the last day's run events: the throughput and alert charts' markers (#33 item 7)
+    run_eta: runeta.RunEta | None = None  # the ETA's basis (distinct prompts or completions) and rate (#33 item 1)
 
     @property
     def straggler_line(self) -> str:
         """ "most nodes done by 14:10; node-7 finishes at 16:40" (screens/etas.py), or ""."""
-        return etas.straggler_line(self.stragglers, self.now)
+        return runeta.straggler_line(etas.straggler_line(self.stragglers, self.now), self.run_eta)
 
     @property
     def straggler_help(self) -> str:
@@ -188,6 +189,7 @@ class Overview:
             "tokens_per_s_15_min_avg": r(up.tokens_per_s_15m, 0),
             "average_label": self.average.label,
             "eta_hours_at_15_min_avg": r(self.eta_s / 3600, 2) if self.eta_s is not None else None,
+            **runeta.to_json(self.run_eta),
             "straggler_line": self.straggler_line,
             **etas.to_json(self.stragglers),
             "nodes_up": up.nodes_up,
@@ -327,7 +329,15 @@ def _overview(store: Store, config: RunConfig, now: float, finished: bool) -> Ov
         reading.last_collection_unix,
     )
     average = average_of(reading.rates, now)
-    eta = up.eta_s if state == "writing" and (average.enough_for_eta or up.eta_s == 0) else None
+    prompts = fieldmodel.prompt_completeness(store, config, reading.summary.completions)
+    basis = runeta.run_eta(
+        up.completions,
+        config.target_completions,
+        reading.rates,
+        (prompts or {}).get("answered"),
+        config.expected_prompts,
+    )
+    eta = basis.eta_s if state == "writing" and (average.enough_for_eta or basis.eta_s == 0) else None
     health_rows = {(h["node"], h["gpu"]): h["health"] for h in reading.gpu_health if h["node"] in names}
     labelled = [{**g, "label": f"{g['node']}/{g['gpu']}"} for g in gpus]
     model = Overview(
@@ -352,11 +362,12 @@ def _overview(store: Store, config: RunConfig, now: float, finished: bool) -> Ov
         final=derived.final(store, reading.summary.completions) if finished else None,
         waste=tokencost.waste(reading.summary, store.latest_loop_sample()),
         energy=tokencost.energy_cost(e for e in store.node_energy() if e["node"] in names),
-        prompts=fieldmodel.prompt_completeness(store, config, reading.summary.completions),
+        prompts=prompts,
         stragglers=etas.for_run(config.target_completions, reading.summary.completions, reading.rates, nodes)
         if eta
         else None,
         events=chart_events(store, now - EVENTS_LOOKBACK_S),
+        run_eta=basis,
     )
     tiles = final_tiles(model, config) if finished else live_tiles(model, config)
     return dataclasses.replace(model, tiles=tuple(tiles))
@@ -408,23 +419,17 @@ def _rate_tile(m: Overview) -> Tile:
 
 
 def _eta_tile(m: Overview) -> Tile:
-    n, eta = m.standup, m.eta_s
-    if n.eta_s == 0:
-        return Tile("ETA", "done", "target reached", "ok")
-    if not m.target:
-        return Tile("ETA", "—", "needs target_completions in the config", "muted")
+    """The ETA on its basis (screens/runeta.py: distinct prompts or completions), its rate named."""
+    n = m.standup  # an Overview built without its basis: the completions ETA, as before
+    e = m.run_eta or runeta.RunEta("completions", n.eta_s, n.completions_per_s_15m, n.completions, m.target)
+    words = runeta.tile_words(e, m.eta_s, m.average.label, m.average.enough_for_eta, fmt_window(m.average.window_s))
+    if e.eta_s == 0 or not e.goal:
+        return Tile("ETA", *words)
     if m.state == "stalled":
         return Tile("ETA", "—", "no ETA: the run is stalled (no new completions)", "alert")
     if m.state == "stale":
         return Tile("ETA", "—", "no ETA: the numbers are stale (no recent collection)", "warn")
-    if eta is not None:
-        return Tile(
-            "ETA", fmt_age(eta), f"at the {m.average.label}, {n.completions_per_s_15m:,.1f} completions/s", "ok"
-        )
-    if n.completions_per_s_15m and not m.average.enough_for_eta:
-        wait = fmt_window(m.average.window_s)
-        return Tile("ETA", "—", f"after {wait} of writing (the average needs a full window)", "muted")
-    return Tile("ETA", "—", "needs a rate", "muted")
+    return Tile("ETA", *words)
 
 
 def live_tiles(m: Overview, config: RunConfig) -> list[Tile]:

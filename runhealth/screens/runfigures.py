@@ -7,8 +7,8 @@ the one-sentence "B vs A" headline.
 
 Rates here are averages over the run's whole collected life, not the last minute the
 Overview shows (runhealth.rules.activity): a finished run has no "now". The ETA of a live run is the
-Overview's (rates.eta_seconds at the 15-min average), one ETA everywhere. Each node's rate is a ratio estimator, the tokens
-of its non-backfill polls over the time they span (the first index of old shards is not
+Overview's (screens/runeta.py: distinct prompts or completions, at the 15-min average), one ETA
+everywhere. Each node's rate is a ratio estimator, the tokens of its non-backfill polls over the time they span (the first index of old shards is not
 throughput); the run's rate is the sum over nodes. Its interval comes from batch means
 (neighbouring polls are alike, so spans are pooled into ~n^(1/3) consecutive batches and the
 spread between batches gives a t interval); approximate, as any interval on a drifting rate.
@@ -36,6 +36,7 @@ from runhealth.errors import RunhealthError
 from runhealth.payloads import pagedata
 from runhealth.records import PollRow
 from runhealth.rules import activity
+from runhealth.screens import runeta
 from runhealth.store import Store
 
 Z95 = compare.Z95
@@ -186,6 +187,7 @@ class RunNumbers:
     eta_s: float | None  # the Overview's ETA (15-min average); None when finished or no rate
     loop_sample: tuple[int, int] | None  # the what-if's loop term (whatif.for_run)
     energy: tokencost.EnergyCost | None = None  # GPU energy per usable token (#33); None: no GPU energy
+    eta_basis: runeta.Basis = "completions"  # the ETA's: distinct prompts with expected_prompts (screens/runeta.py)
 
 
 def run_numbers(
@@ -201,10 +203,8 @@ def run_numbers(
     life = (finished_life(store) if finished else life_figures(store)).life
     tps, cps = life.tokens_per_s, life.completions_per_s
     per_gpu = tps / gpus if tps is not None and gpus else None
-    cps_now = (
-        None if finished else activity.read_rates(store, time.time() if now is None else now).completions_per_s_15m
-    )
-    eta = None if finished else rates.eta_seconds(summary.completions, target, cps_now)
+    basis = None if finished else _run_eta(store, summary.completions, target, time.time() if now is None else now)
+    eta = basis.eta_s if basis else None
     return RunNumbers(
         name=name,
         finished=finished,
@@ -221,7 +221,17 @@ def run_numbers(
         eta_s=eta,
         loop_sample=loops.loop_sample(store.latest_sample_batch()),
         energy=tokencost.energy_cost(store.node_energy()),
+        eta_basis=basis.basis if basis else "completions",
     )
+
+
+def _run_eta(store: Store, completions: int, target: int | None, now: float) -> runeta.RunEta:
+    """A live run's ETA on the Overview's basis: distinct prompts when the run recorded
+    expected_prompts (its collector's meta) and its shards carry prompt IDs, else completions."""
+    expected = store.run_settings().expected_prompts
+    counted = store.prompt_counts() if expected else None
+    answered = counted["distinct_prompts"] if counted and counted["id_lines"] else None
+    return runeta.run_eta(completions, target, activity.read_rates(store, now), answered, expected)
 
 
 class RateChange(NamedTuple):
@@ -389,6 +399,8 @@ def _eta_text(r: RunNumbers) -> str:
         return "finished"
     if r.eta_s is None:
         return "no target or no rate yet"
+    if r.eta_basis == "prompts":
+        return f"{r.eta_s / 3600:,.1f} h (distinct prompts)" if r.eta_s else "all expected prompts answered"
     return f"{r.eta_s / 3600:,.1f} h" if r.eta_s else "target reached"
 
 

@@ -129,7 +129,11 @@ TILE_HELP: tuple[tuple[str, str], ...] = (
     ("Truncated", "share of completions that stopped exactly at max_tokens: their text was cut off mid-way"),
     ("Still truncated", "share of all completions that would still stop at the new max_tokens (an extrapolation)"),
     ("Tokens / s", "output tokens written per second, all nodes together, counted from the shards"),
-    ("ETA", "time until target_completions is reached at the recent average rate"),
+    (
+        "ETA",
+        "time until the run is done at the 15-min average: expected_prompts distinct prompts answered when set and"
+        " the shards carry prompt IDs (a prompt answered again is no progress), else target_completions written",
+    ),
     ("Completions", "completions written to the shards so far (an exact count)"),
     ("Nodes", "nodes polled within the stale limit, out of all configured; stale and down ones named"),
     ("Data age", "how old the newest collected numbers are"),

@@ -274,7 +274,9 @@ class RunConfig:
     expected_prompts: int | None = field(
         default=None,
         metadata=spec(
-            int, rules=[positive()], doc="how many distinct prompts the run should answer (prompts missing, progress)"
+            int,
+            rules=[positive()],
+            doc="how many distinct prompts the run should answer (prompts missing, progress and ETA)",
         ),
     )
     max_model_len: int | None = field(

@@ -379,6 +379,18 @@ def _to_v11(db: sqlite3.Connection) -> None:
         db.execute(statement)
 
 
+def _to_v12(db: sqlite3.Connection) -> None:
+    """polls.prompts and poll_rollup.prompts (#33 item 1): the distinct prompts each poll added to
+    the run (prompt IDs not seen before, less those a reset shard took away), so the ETA can be
+    taken from the rate of new distinct prompts over the same spans as the completions' rate
+    (a retry or a relaunch answers prompts again: completions, not progress). One integer on
+    the poll row the collector writes anyway: no new table, no new index; rolled up with the
+    other poll deltas (runhealth/store/rollup.py). NULL on the polls from before this step."""
+    for table in ("polls", "poll_rollup"):
+        if "prompts" not in {r[1] for r in db.execute(f"PRAGMA table_info({table})")}:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN prompts INTEGER")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -399,6 +411,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(9, "gpu_energy, node_energy: GPU energy and the tokens it produced, per poll span (#33)", _to_v9),
     Migration(10, "run_events: collector starts, config changes, relaunches for the charts' markers (#33)", _to_v10),
     Migration(11, "run_length_counts: the run's counts by length, kept by triggers (#34)", _to_v11),
+    Migration(12, "polls.prompts, poll_rollup.prompts: new distinct prompts per poll, the prompts ETA (#33)", _to_v12),
 )
 STORE_VERSION = MIGRATIONS[-1].version
 

@@ -29,6 +29,9 @@ TIERS = (60, 600)
 _GPU = GPU_FIELDS
 _POLL = ("completions", "tokens", "length_stops", "malformed")
 POLL_FIELDS = _POLL  # the deltas a poll row and a rolled-up one hold (truncbuckets sums them too)
+# ... and the ones only folded: the distinct prompts each poll added (migration 12; NULL before it,
+# and SUM keeps a bucket of only such polls NULL), which the charts do not draw.
+_FOLDED = (*_POLL, "prompts")
 
 
 def _mean_merge(col: str) -> str:
@@ -64,12 +67,16 @@ def _fold_polls(db: sqlite3.Connection, src: str, res: int, cutoff: float, src_r
     ts = "ts_unix" if src_res is None else "bucket_unix"
     polls = "COUNT(*)" if src_res is None else "SUM(polls)"
     params = (cutoff,) if src_res is None else (src_res, cutoff)
-    sums = ", ".join(f"SUM({f})" for f in _POLL)
+    sums = ", ".join(f"SUM({f})" for f in _FOLDED)
+    cols = ", ".join(_FOLDED)
     db.execute(
-        f"INSERT INTO poll_rollup SELECT {res}, CAST({ts} / {res} AS INTEGER) * {res}, node, {polls}, {sums},"
+        f"INSERT INTO poll_rollup (res_s, bucket_unix, node, polls, {cols}, backfill)"
+        f" SELECT {res}, CAST({ts} / {res} AS INTEGER) * {res}, node, {polls}, {sums},"
         f" MAX(backfill) FROM {src} WHERE {where} GROUP BY 2, node"
         " ON CONFLICT (res_s, bucket_unix, node) DO UPDATE SET polls = polls + excluded.polls, "
         + ", ".join(f"{f} = {f} + excluded.{f}" for f in _POLL)
+        + ", prompts = CASE WHEN prompts IS NULL THEN excluded.prompts"
+        " WHEN excluded.prompts IS NULL THEN prompts ELSE prompts + excluded.prompts END"
         + ", backfill = MAX(backfill, excluded.backfill)",
         params,
     )

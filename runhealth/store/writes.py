@@ -50,7 +50,7 @@ class StoreWrites(StoreFile):
             catching_up = bool(prev and prev[0])  # the previous poll left bytes for this one
             # The node's first poll counts history only if it read bytes that were already there.
             first_index = not (prev and prev[1] is not None) and record.scanned_bytes > 0
-            delta = {"completions": 0, "tokens": 0, "length_stops": 0, "malformed": 0, "resets": 0}
+            delta = {"completions": 0, "tokens": 0, "length_stops": 0, "malformed": 0, "resets": 0, "prompts": 0}
             stops: dict[int, int] = {}
             applied = [u for u in record.shards if _apply_shard(db, node, u, ts_unix, delta, stops)]
             db.executemany(
@@ -58,7 +58,8 @@ class StoreWrites(StoreFile):
             )
             backfill = ingest.is_backfill(first_index, catching_up, delta["resets"], record.pending_bytes)
             db.execute(
-                "INSERT INTO polls VALUES (?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO polls (ts_unix, node, node_ts_unix, completions, tokens, length_stops, malformed,"
+                " backfill, rtt_ms, prompts) VALUES (?,?,?,?,?,?,?,?,?,?)",
                 (
                     ts_unix,
                     node,
@@ -69,6 +70,7 @@ class StoreWrites(StoreFile):
                     delta["malformed"],
                     int(backfill),
                     rtt_ms,
+                    delta["prompts"],
                 ),
             )
             _write_hourly(db, applied, ts_unix, backfill)
@@ -269,7 +271,7 @@ def _apply_shard(
         )
         db.execute("DELETE FROM node_length_counts WHERE node = ? AND count <= 0", (node,))
         db.execute("DELETE FROM length_counts WHERE node = ? AND path = ?", (node, path))
-        _reset_fields(db, node, path)
+        delta["prompts"] -= _reset_fields(db, node, path)
         db.execute(
             "UPDATE shards SET lines = 0, malformed = 0, blank_lines = 0, tokens = 0, resets = resets + 1"
             " WHERE node = ? AND path = ?",
@@ -320,7 +322,7 @@ def _apply_shard(
         ),
     )
     if update.fields is not None:
-        _write_fields(db, node, path, update.fields)
+        delta["prompts"] += _write_fields(db, node, path, update.fields)
     delta["completions"] += completions
     delta["tokens"] += update.tokens
     delta["malformed"] += update.malformed
@@ -339,11 +341,12 @@ def _field_shard(db: sqlite3.Connection, node: str, path: str) -> int:
     return int(db.execute("SELECT id FROM field_shards WHERE node = ? AND path = ?", (node, path)).fetchone()[0])
 
 
-def _reset_fields(db: sqlite3.Connection, node: str, path: str) -> None:
-    """A reset shard's per-line fields forgotten: its prompt IDs leave the run's totals too."""
+def _reset_fields(db: sqlite3.Connection, node: str, path: str) -> int:
+    """A reset shard's per-line fields forgotten: its prompt IDs leave the run's totals too.
+    Returns the distinct prompts the run lost (held by no other shard)."""
     row = db.execute("SELECT id FROM field_shards WHERE node = ? AND path = ?", (node, path)).fetchone()
     if row is None:
-        return
+        return 0
     shard = row[0]
     gone, untwice = db.execute(
         "SELECT COALESCE(SUM(h.count <= p.count), 0), COALESCE(SUM(h.count >= 2 AND h.count - p.count < 2), 0)"
@@ -363,11 +366,12 @@ def _reset_fields(db: sqlite3.Connection, node: str, path: str) -> None:
     db.execute("DELETE FROM prompt_ids WHERE shard = ?", (shard,))
     db.execute("DELETE FROM field_counts WHERE shard = ?", (shard,))
     db.execute("UPDATE field_shards SET id_lines = 0, prompt_token_lines = 0, id_fields = NULL WHERE id = ?", (shard,))
+    return int(gone)
 
 
-def _count_new_prompts(db: sqlite3.Connection, per_hash: dict[int, int]) -> None:
+def _count_new_prompts(db: sqlite3.Connection, per_hash: dict[int, int]) -> int:
     """prompt_summary moved by this poll's hashes (before they are added): prompts not seen
-    before, and prompts that now came twice or more for the first time."""
+    before, and prompts that now came twice or more for the first time. Returns the new ones."""
     db.execute("CREATE TEMP TABLE IF NOT EXISTS poll_hashes (hash INTEGER PRIMARY KEY, n INTEGER NOT NULL)")
     db.execute("DELETE FROM poll_hashes")
     db.executemany("INSERT INTO poll_hashes VALUES (?,?)", per_hash.items())
@@ -380,10 +384,12 @@ def _count_new_prompts(db: sqlite3.Connection, per_hash: dict[int, int]) -> None
         (new, twice),
     )
     db.execute("DELETE FROM poll_hashes")
+    return int(new)
 
 
-def _write_fields(db: sqlite3.Connection, node: str, path: str, f: ingest.FieldUpdate) -> None:
-    """Add one scan's per-line fields to the shard's and the run's (same transaction as its counts)."""
+def _write_fields(db: sqlite3.Connection, node: str, path: str, f: ingest.FieldUpdate) -> int:
+    """Add one scan's per-line fields to the shard's and the run's (same transaction as its counts);
+    returns the distinct prompts new to the run (the poll row's `prompts`, the prompts ETA's rate)."""
     shard = _field_shard(db, node, path)
     per_hash: dict[int, int] = {}
     for h in f.id_hashes:
@@ -392,8 +398,7 @@ def _write_fields(db: sqlite3.Connection, node: str, path: str, f: ingest.FieldU
         "INSERT INTO prompt_ids VALUES (?,?,?) ON CONFLICT (shard, hash) DO UPDATE SET count = count + excluded.count",
         [(shard, h, n) for h, n in per_hash.items()],
     )
-    if per_hash:
-        _count_new_prompts(db, per_hash)
+    new = _count_new_prompts(db, per_hash) if per_hash else 0
     db.executemany(
         "INSERT INTO prompt_hashes VALUES (?,?) ON CONFLICT (hash) DO UPDATE SET count = count + excluded.count",
         per_hash.items(),
@@ -420,6 +425,7 @@ def _write_fields(db: sqlite3.Connection, node: str, path: str, f: ingest.FieldU
         " DO UPDATE SET count = count + excluded.count",
         [(shard, *r) for r in rows],
     )
+    return new
 
 
 def _write_hourly(db: sqlite3.Connection, applied: Sequence[ShardUpdate], ts_unix: float, backfill: bool) -> None:
