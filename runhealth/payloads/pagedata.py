@@ -115,7 +115,7 @@ def get(store: Store, name: str, tp: type[Any] | None = None) -> tuple[float, An
         return got
     try:
         return got[0], typedjson.load(tp, got[1], name)
-    except (typedjson.TypedJsonError, TypeError, ValueError, KeyError) as exc:  # the last three: __post_init__
+    except typedjson.TypedJsonError as exc:
         log.warning("page payload %s does not fit %s (%s): computing on demand", name, tp.__name__, exc)
         return None
 

@@ -17,6 +17,7 @@ from typing import Any, TypedDict
 
 from runhealth.analysis import stats, whatif
 from runhealth.records import LengthStopBucket, PollBucket
+from runhealth.typedjson import TypedJsonError
 
 
 class Table:
@@ -146,7 +147,11 @@ class WhatIfDefault:
     result: dict[str, Any]  # whatif.WhatIf's to_json object (checked when read: `what_if`)
 
     def __post_init__(self) -> None:
-        whatif.WhatIf.from_json(self.result)  # a result that is no WhatIf raises here, as the row is read
+        """A result that is no WhatIf is caught here, as the row is read (typedjson.load)."""
+        try:
+            whatif.WhatIf.from_json(self.result)
+        except (KeyError, TypeError) as exc:
+            raise TypedJsonError("result", f"not a WhatIf: {exc!r}") from exc
 
     @property
     def what_if(self) -> whatif.WhatIf:
