@@ -65,7 +65,7 @@ def test_every_payload_is_typed_and_round_trips(computed):
     assert all(kinds[f"gpu:{w}"] is GpuWindow for w in pagedata.GPU_WINDOWS_S)
     assert out["gpu:1 h"].bands is not None and out["gpu:small"].series is not None  # both GPU shapes
     for name, payload in out.items():
-        assert dataclasses.is_dataclass(payload) and type(payload).__dataclass_params__.frozen, name  # type: ignore[attr-defined]
+        assert dataclasses.is_dataclass(payload) and type(payload).__dataclass_params__.frozen, name
         assert typedjson.load(type(payload), as_json(payload), name) == payload, name
     # Not vacuous: the payloads hold the run.
     assert out["run_lengths"].rows.total == 12_000 and len(out["groups:node"].table) == 4
