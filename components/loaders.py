@@ -21,7 +21,7 @@ from streamlit.runtime.caching.cache_utils import CachedFunc
 
 from components import precomputed
 from runhealth.analysis import lengthtime, stats, whatif
-from runhealth.payloads import pagedata
+from runhealth.payloads import pagedata, pagetypes
 from runhealth.records import GpuRow, MetricRow, NodeRow, PendingSampleBatch, SampleBatch, ShardRow
 from runhealth.rules import activity, health
 from runhealth.rules.activity import RunRates as RunRates  # the pages name the rates type through here
@@ -101,7 +101,9 @@ class RunLengths:
 @_cache(ttl=5, max_entries=8)
 def load_run_lengths(store: Store, ceiling: int | None) -> RunLengths:
     """The run's length counts: summary, histogram bins and CDF points (runhealth.payloads.pagedata.run_lengths)."""
-    return run_lengths(lengths_model.counts(store, ceiling, precomputed.payload(store, "run_lengths")))
+    return run_lengths(
+        lengths_model.counts(store, ceiling, precomputed.payload(store, "run_lengths", pagetypes.RunLengths))
+    )
 
 
 def run_lengths(c: lengths_model.Counts) -> RunLengths:
@@ -122,12 +124,12 @@ def load_lengths_screen(store: Store, config: RunConfig) -> lengths_model.Length
 def load_group_lengths(store: Store, by: str, ceiling: int | None) -> pd.DataFrame:
     """Share at the ceiling per node or shard, with Wilson interval and ceiling drift
     (runhealth.payloads.pagedata.group_lengths); attrs["as_of"]: when the collector computed it."""
-    got = precomputed.payload(store, f"groups:{by}")
-    if got is not None and got[1]["ceiling"] == ceiling:
-        df = precomputed.frame(got[1]["table"])
+    got = precomputed.payload(store, f"groups:{by}", pagetypes.GroupTable)
+    if got is not None and got[1].ceiling == ceiling:
+        df = precomputed.frame(got[1].table)
     else:
-        df = pd.DataFrame(pagedata.group_lengths(store, by, ceiling), columns=pagedata.GROUP_COLUMNS)
-    df.attrs["as_of"] = got[0] if got is not None and got[1]["ceiling"] == ceiling else None
+        df = pd.DataFrame(pagedata.group_lengths(store, by, ceiling), columns=pagetypes.GROUP_COLUMNS)
+    df.attrs["as_of"] = got[0] if got is not None and got[1].ceiling == ceiling else None
     return df
 
 
@@ -135,13 +137,13 @@ def load_group_lengths(store: Store, by: str, ceiling: int | None) -> pd.DataFra
 def load_truncation_over_time(store: Store, interval_s: float, ceiling: int | None = None) -> pd.DataFrame:
     """Poll deltas per hour, or per a few polls while the run is short, with the length stops
     split at the ceiling: at_ceiling (truncated) and below_ceiling (context window)."""
-    got = precomputed.payload(store, "truncation_over_time")
-    fits = got is not None and (got[1]["interval_s"], got[1]["ceiling"]) == (interval_s, ceiling)
+    got = precomputed.payload(store, "truncation_over_time", pagetypes.TruncationOverTime)
+    fits = got is not None and (got[1].interval_s, got[1].ceiling) == (interval_s, ceiling)
     data = got[1] if got is not None and fits else pagedata.truncation_over_time(store, interval_s, ceiling)
     df = pd.DataFrame(
-        data["polls"], columns=["bucket_unix", "completions", "tokens", "length_stops", "malformed", "backfill"]
+        list(data.polls), columns=["bucket_unix", "completions", "tokens", "length_stops", "malformed", "backfill"]
     )
-    split = pd.DataFrame(data["split"], columns=["bucket_unix", "backfill", "at_ceiling", "below_ceiling"])
+    split = pd.DataFrame(list(data.split), columns=["bucket_unix", "backfill", "at_ceiling", "below_ceiling"])
     # The stops of the polls each bucket's row sums: its live ones, or its backfill ones if it has no live poll.
     split = split.fillna({"backfill": 0}).astype({"backfill": int})
     df = df.merge(split, on=["bucket_unix", "backfill"], how="left").fillna({"at_ceiling": 0, "below_ceiling": 0})
@@ -155,10 +157,10 @@ def load_truncation_over_time(store: Store, interval_s: float, ceiling: int | No
 @_cache(ttl=30, max_entries=8)
 def load_lengths_over_time(store: Store, ceiling: int | None) -> pd.DataFrame:
     """Per hour of the run: length percentiles (log-bin edges) and the exact share at the ceiling."""
-    got = precomputed.payload(store, "lengths_over_time")
-    fits = got is not None and got[1]["ceiling"] == ceiling
+    got = precomputed.payload(store, "lengths_over_time", pagetypes.LengthsOverTime)
+    fits = got is not None and got[1].ceiling == ceiling
     df = pd.DataFrame(
-        got[1]["rows"] if got is not None and fits else lengthtime.hourly(store, ceiling),
+        list(got[1].rows) if got is not None and fits else lengthtime.hourly(store, ceiling),
         columns=["bucket_unix", "completions", "at_ceiling", "backfill", "at_ceiling_fraction", "p50", "p90", "p99"],
     )
     df.attrs["as_of"] = got[0] if got is not None and fits else None
@@ -307,18 +309,16 @@ def load_whatif_with_age(
     """The page's what-if and when it was computed: the collector's precomputed fit (its
     `ts_unix`) when it is of this very histogram (content digest), limit and loop sample, else
     `load_whatif` here and now (None)."""
-    got = precomputed.payload(store, "whatif")
+    got = precomputed.payload(store, "whatif", pagetypes.WhatIfDefault)
     if got is not None:
-        pre = got[1]
-        same_sample = (tuple(pre["loop_sample"]) if pre["loop_sample"] else None) == (
-            tuple(loop_sample) if loop_sample else None
-        )
-        if (pre["ceiling"], pre["limit"], pre.get("hist_key")) == (
+        pre, sample = got[1], (tuple(loop_sample) if loop_sample else None)
+        if (pre.ceiling, pre.limit, pre.hist_key, pre.loop_sample) == (
             ceiling,
             new_limit,
             stats.hist_digest(hist),
-        ) and same_sample:
-            return whatif.WhatIf.from_json(pre["result"]), got[0]
+            sample,
+        ):
+            return pre.what_if, got[0]
     return load_whatif(hist, ceiling, new_limit, loop_sample, whatif.BOOTSTRAP), None
 
 

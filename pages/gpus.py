@@ -81,15 +81,15 @@ def render_series(
         df = loaders.load_gpu_series(rt.store, (time.time() - span) // 10 * 10 if span else None)
         df = df[df["label"].isin(labels)] if len(df) else df
     else:
-        df = pre["series"] if pre["series"] is not None else next(iter(pre["bands"].values()))
+        df = pre.series if pre.series is not None else next(iter((pre.bands or {}).values()))
     if df.empty:
         st.info(f"No GPU samples in the last {window}.")
         return
-    st.caption(f"Series over the last {window}: {precomputed.age_text(pre['as_of'] if pre else None)}.")
+    st.caption(f"Series over the last {window}: {precomputed.age_text(pre.as_of if pre else None)}.")
     cols = st.columns(2)
     for i, (col, title, unit, limit) in enumerate(series):
-        if pre and pre["bands"] is not None:  # past PER_GPU_LINES_UP_TO GPUs, with or without a payload
-            lim, band = pre["limits"].get(limit) if limit else None, pre["bands"][col]
+        if pre and pre.bands is not None:  # past PER_GPU_LINES_UP_TO GPUs, with or without a payload
+            lim, band = pre.limits.get(limit) if limit else None, pre.bands[col]
             scale = (0, 100) if unit == "%" else (0, lim) if lim else None  # fixed: colours mean the same each refresh
             fig = figcache.figure(
                 figures.make_gpu_band_figure, band, title, unit, lim, scale, show_legend=i == 0, events=events

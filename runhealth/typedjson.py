@@ -51,6 +51,8 @@ def load(tp: Any, data: Any, path: str = "$") -> Any:
     Raises:
         TypedJsonError: `data` does not fit `tp` (the path of the first field that does not).
     """
+    if tp is float or tp is int or tp is str or tp is bool:  # most values (a long list's items): no generic to unpack
+        return _scalar(tp, data, path)
     origin = get_origin(tp)
     if tp is Any or tp is object:
         return data

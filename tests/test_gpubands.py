@@ -18,6 +18,7 @@ import pytest
 import store_fixtures
 
 from runhealth.payloads import gpubands, pagedata
+from runhealth.payloads.pagetypes import GpuWindow, Table
 from runhealth.store import Store
 
 FIELDS = ("util_pct", "power_w", "mem_used_mib", "temp_c", "sm_clock_mhz", "power_limit_w")
@@ -71,18 +72,19 @@ def reference_window(store: Store, step: float, first: int) -> dict[str, Any]:
     return {"bands": {v: reference_bands(rows, v, step) for v in pagedata.GPU_VALUES}, "limits": limits}
 
 
-def rows_of(table: Mapping[str, Any]) -> list[dict[str, Any]]:
+def rows_of(table: Table) -> list[dict[str, Any]]:
     """A column-wise band table as rows sorted by node and time (the reference's order)."""
-    data = table["data"]
+    data = table.data
     return sorted(
-        (dict(zip(table["columns"], r, strict=True)) for r in zip(*(data[c] for c in table["columns"]), strict=True)),
+        (dict(zip(table.columns, r, strict=True)) for r in zip(*(data[c] for c in table.columns), strict=True)),
         key=lambda r: (r["node"], r["t_unix"]),
     )
 
 
-def assert_same_bands(got: Mapping[str, Any], want: dict[str, Any]) -> None:
+def assert_same_bands(got: GpuWindow, want: dict[str, Any]) -> None:
+    assert got.bands is not None
     for value in pagedata.GPU_VALUES:
-        mine, ref = rows_of(got["bands"][value]), want["bands"][value]
+        mine, ref = rows_of(got.bands[value]), want["bands"][value]
         assert len(mine) == len(ref), value
         for a, b in zip(mine, ref, strict=True):
             # Means are sums over 1-12 readings: SQLite and Python may add them in another
@@ -93,7 +95,7 @@ def assert_same_bands(got: Mapping[str, Any], want: dict[str, Any]) -> None:
                 assert (a[key] is None) == (b[key] is None), (value, a, b)
                 if a[key] is not None:
                     assert a[key] == pytest.approx(b[key], rel=1e-12, abs=1e-12), (value, key, a, b)
-    assert got["limits"]["power_limit_w"] == pytest.approx(want["limits"])
+    assert got.limits["power_limit_w"] == pytest.approx(want["limits"])
 
 
 @pytest.fixture(scope="module")
@@ -116,13 +118,13 @@ def test_every_window_equals_the_old_builder_on_the_fleet_store(fleet):
         step, first = pagedata.band_cells(span, now, oldest)
         assert 120 <= (now - max(first * step, oldest)) / step <= 245, name  # since is rounded to 10 s
         got = out[f"gpu:{name}"]
-        assert got["series"] is None and len(got["labels"]) == 128
+        assert got.series is None and len(got.labels) == 128
         assert_same_bands(got, reference_window(fleet, step, first))
     # Each window's steps: 15 min -> 3.75 s, 1 h -> 15 s, 6 h -> 90 s; the 24 h window reaches
     # past the 6 h of history, so it is the whole run's (its steps), computed once.
     steps = [pagedata.band_cells(s, now, oldest)[0] for s in pagedata.GPU_WINDOWS_S.values()]
     assert steps[:3] == [3.75, 15, 90] and steps[3] == steps[4] >= 90, steps
-    assert out["gpu:24 h"]["bands"] is out["gpu:whole run"]["bands"]
+    assert out["gpu:24 h"].bands is out["gpu:whole run"].bands
 
 
 def add_round(store: Store, ts: float, nodes: int, util: float) -> None:
@@ -152,8 +154,8 @@ def test_kept_bands_equal_bands_from_scratch_as_rows_arrive(tmp_path, monkeypatc
         fresh_out = pagedata.gpu_windows(store, later)
         for name in kept_out:
             for value in pagedata.GPU_VALUES:
-                assert rows_of(kept_out[name]["bands"][value]) == rows_of(fresh_out[name]["bands"][value]), name
-            assert kept_out[name]["limits"] == fresh_out[name]["limits"]
+                assert rows_of(kept_out[name].bands[value]) == rows_of(fresh_out[name].bands[value]), name
+            assert kept_out[name].limits == fresh_out[name].limits
 
 
 def test_refresher_keeps_its_bands_and_a_poll_costs_its_own_rows(tmp_path, monkeypatch):
@@ -177,7 +179,7 @@ def test_refresher_keeps_its_bands_and_a_poll_costs_its_own_rows(tmp_path, monke
         assert 0 < sum(read_rows) <= 4 * 2 * 96 < first_pass / 10, (read_rows, first_pass)
     now[0] += 20  # the 1 h window (15 s steps) is due again: its payload holds every row
     refresher.run_now()
-    got = pagedata.get(store, "gpu:1 h")
+    got = pagedata.get(store, "gpu:1 h", GpuWindow)
     assert got is not None
     step, first = pagedata.band_cells(3600, now[0], pagedata.gpu_oldest(store) or 0)
     assert_same_bands(got[1], reference_window(store, step, first))

@@ -28,6 +28,7 @@ from components import loaders, precomputed
 from runhealth.analysis import loops, stats, whatif
 from runhealth.collect.collector import Collector
 from runhealth.payloads import pagedata
+from runhealth.payloads.pagetypes import GroupTable, RunLengths
 from runhealth.settings.config import NodeConfig, RunConfig
 from runhealth.store import Store
 
@@ -118,23 +119,23 @@ def test_gpu_window_bands_equal_the_pages_bands(stores):
     store = store_of(stores["healthy"])  # 32 GPUs: per-node bands
     now = time.time()
     payload = pagedata.gpu_window(store, None, now)
-    labels = payload["labels"]
-    assert len(labels) == 32 and payload["series"] is None
+    labels = payload.labels
+    assert len(labels) == 32 and payload.series is None and payload.bands is not None
     step, first = pagedata.band_cells(None, now, pagedata.gpu_oldest(store) or 0)
     test_gpubands.assert_same_bands(payload, test_gpubands.reference_window(store, step, first))
     on_page = precomputed._computed_now(store, "whole run", now)
     for value in pagedata.GPU_VALUES:
-        same_frame(precomputed.frame(payload["bands"][value]), precomputed.frame(on_page["bands"][value]))
-    assert payload["limits"]["power_limit_w"] == {f"node-{i}": 700.0 for i in range(1, 5)}
+        same_frame(precomputed.frame(payload.bands[value]), precomputed.frame(on_page.bands[value]))
+    assert payload.limits["power_limit_w"] == {f"node-{i}": 700.0 for i in range(1, 5)}
 
 
 def test_gpu_window_small_run_keeps_per_gpu_series(tmp_path):
     store = Store(tmp_path / "x.sqlite3")
     store_fixtures.build_run(store, now=time.time(), trunc_frac=0.01, nodes=1, gpus=4, polls=5)
     payload = pagedata.gpu_window(store, 3600, time.time())
-    assert payload["bands"] is None
-    got = precomputed.frame(payload["series"])
-    want = loaders.load_gpu_series(store, payload["since"])
+    assert payload.bands is None and payload.series is not None
+    got = precomputed.frame(payload.series)
+    want = loaders.load_gpu_series(store, payload.since)
     same_frame(got[want.columns], want)
 
 
@@ -142,7 +143,7 @@ def test_whole_run_windows_are_computed_once(stores):
     store = store_of(stores["healthy"])  # 5 minutes of history: every window reaches past its start
     out = pagedata.gpu_windows(store, time.time())
     assert set(out) == {f"gpu:{w}" for w in pagedata.GPU_WINDOWS_S}
-    assert out["gpu:1 h"]["bands"] == out["gpu:whole run"]["bands"]
+    assert out["gpu:1 h"].bands == out["gpu:whole run"].bands
     assert pagedata.gpu_windows(store, time.time(), due=lambda w: w == "15 min").keys() == {"gpu:15 min"}
 
 
@@ -226,8 +227,8 @@ def test_collector_writes_payloads_after_polls(tmp_path):
         deadline = time.time() + 30
         total = 0
         while time.time() < deadline and total < 1000:
-            got = pagedata.get(store, "run_lengths")
-            total = sum(r[3] for r in got[1]["rows"]) if got else 0
+            got = pagedata.get(store, "run_lengths", RunLengths)
+            total = got[1].rows.total if got else 0
             time.sleep(0.1)
         assert total == 1000
         names = {r[0] for r in store.cursor("SELECT name FROM page_data")}
@@ -256,7 +257,9 @@ def test_pages_read_the_payload_and_say_how_old_it_is(stores, monkeypatch):
     store = store_of(stores["ceiling_18"])
     computed = pagedata.compute_all(store, CEILING, INTERVAL_S)
     # Marked so that only a page that reads the payload can show it.
-    computed["groups:node"]["table"]["data"]["group"][0] = "read-from-payload"
+    groups = computed["groups:node"]
+    assert isinstance(groups, GroupTable)
+    groups.table.data["group"][0] = "read-from-payload"
     pagedata.put(store, computed, time.time() - 40)
     at = run_page("lengths", stores["ceiling_18"], monkeypatch)
     assert "read-from-payload" in at.dataframe[1].value["group"].tolist()

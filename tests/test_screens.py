@@ -19,6 +19,7 @@ from test_pages import _clear_streamlit_caches, assert_clean, run_page  # noqa: 
 
 from runhealth import cli
 from runhealth.payloads import pagedata
+from runhealth.payloads.pagetypes import GroupTable
 from runhealth.screens import overview
 from runhealth.settings.config import load_config
 from runhealth.settings.runsettings import RunSettings
@@ -222,7 +223,7 @@ def test_truncation_by_node_is_precomputed_for_a_detected_ceiling(tmp_path, monk
     store_fixtures.build_run(store, now=time.time(), trunc_frac=0.18)
     config = store_fixtures.write_config(tmp_path, tmp_path / "x.sqlite3", max_output_tokens=None)
     pagedata.Refresher(store, None, 10).run_now()
-    assert pagedata.get(store, "groups:node")[1]["ceiling"] == 4096
+    assert pagedata.get(store, "groups:node", GroupTable)[1].ceiling == 4096
     store.close()
     at = run_page("lengths", config, monkeypatch)
     assert_clean(at)

@@ -18,11 +18,12 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from runhealth.payloads.pagetypes import Table
 from runhealth.store import Store, rollup
 
 BAND_POINTS = 240
@@ -93,33 +94,25 @@ def node_steps(means: list[tuple]) -> dict[int, tuple[list[str], np.ndarray]]:
     return out
 
 
-class BandTable(Mapping[str, Any]):
-    """One value's bands in the payload's column-wise shape ({"columns", "data"}), held as the
-    JSON text of each step: a window's table is joined from steps serialised once, and its
-    lists are only built when read (tests, a page computing on demand)."""
+class BandTable(Table):
+    """One value's bands as a column-wise Table, held as the JSON text of each step: a window's
+    table is joined from steps serialised once (pagedata.encode writes `json_text()` as it is),
+    and its lists are only built when read (tests, a page computing on demand)."""
 
     def __init__(self, parts: dict[str, list[str]]):
+        super().__init__(COLUMNS, {})
         self.parts = parts
-        self._data: dict[str, list[Any]] | None = None
+        self._lists: dict[str, list[Any]] | None = None
 
     def json_text(self) -> str:
         cols = ",".join(f'"{c}":[{",".join(p for p in self.parts[c] if p)}]' for c in COLUMNS)
         return f'{{"columns":{json.dumps(COLUMNS)},"data":{{{cols}}}}}'
 
-    def __getitem__(self, key: str) -> Any:
-        if key == "columns":
-            return COLUMNS
-        if key == "data":
-            if self._data is None:
-                self._data = {c: json.loads(f"[{','.join(p for p in self.parts[c] if p)}]") for c in COLUMNS}
-            return self._data
-        raise KeyError(key)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(("columns", "data"))
-
-    def __len__(self) -> int:
-        return 2
+    @property
+    def data(self) -> Mapping[str, list[Any]]:
+        if self._lists is None:
+            self._lists = {c: json.loads(f"[{','.join(p for p in self.parts[c] if p)}]") for c in COLUMNS}
+        return self._lists
 
 
 class _Step(NamedTuple):
@@ -174,11 +167,11 @@ class Bands:
         for step in set(self._steps) - set(keep):
             del self._steps[step], self._rowid[step], self._from[step]
 
-    def window(self, step: float, first: int) -> dict[str, Any]:
-        """Bands from step index `first` on, per value (rows by time, then node), and each
-        limit's maximum per node."""
+    def window(self, step: float, first: int) -> tuple[dict[str, Table], dict[str, dict[str, float]]]:
+        """(bands, limits): bands from step index `first` on, per value (rows by time, then
+        node), and each limit's maximum per node."""
         found = [v for k, v in sorted(self._steps.get(step, {}).items()) if k >= first]
-        bands = {}
+        bands: dict[str, Table] = {}
         for value in VALUES:
             parts = {c: [s.common[i] for s in found] for i, c in enumerate(("node", "t_unix", "gpus"))}
             parts.update({c: [s.values[value][j] for s in found] for j, c in enumerate(("median", "min", "max"))})
@@ -189,7 +182,7 @@ class Bands:
             for s in found:
                 for node, x in s.limits[limit].items():
                     per_node[node] = max(per_node.get(node, x), x)
-        return {"bands": bands, "limits": limits}
+        return bands, limits
 
 
 def oldest_since(store: Store, table: str, rowid: int) -> float | None:

@@ -10,9 +10,12 @@ and writes it to the store's `page_data` table (name -> when computed, payload).
 one row, shows the payload's age, and computes on demand only when the row is missing (the
 first seconds after start) or was computed for other parameters.
 
-Payloads are compact JSON, zlib-compressed; tables are stored column-wise ({"columns": [...],
-"data": {column: [values]}}) so a page turns them into a DataFrame without a per-row loop.
-No pickle: a store file from elsewhere can never run code in the dashboard.
+Each payload is a frozen dataclass (runhealth/payloads/pagetypes.py: RunLengths, GroupTable,
+LengthsOverTime, TruncationOverTime, WhatIfDefault, GpuWindow), written as compact JSON
+(typedjson's shape), zlib-compressed, and read back typed: `get(store, name, RunLengths)`.
+Tables are stored column-wise (pagetypes.Table: {"columns": [...], "data": {column: [values]}})
+so a page turns them into a DataFrame without a per-row loop. No pickle: a store file from
+elsewhere can never run code in the dashboard.
 """
 
 from __future__ import annotations
@@ -25,12 +28,13 @@ import re
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, cast, overload
 
-from runhealth import textsafe
+from runhealth import textsafe, typedjson
 from runhealth.analysis import lengthtime, loops, stats, whatif
-from runhealth.payloads import gpubands, truncbuckets
+from runhealth.payloads import gpubands, pagetypes, truncbuckets
+from runhealth.payloads.pagetypes import GpuWindow, GroupRow, Payload, RunLengths, Table, WhatIfDefault
 from runhealth.records import GroupTotalRow, LabelledGpuPoint, LengthCountRow, rows_as, widen
 from runhealth.settings.windows import WHATIF_REFIT_S, stale_after_s
 from runhealth.store import Store, rollup
@@ -45,13 +49,16 @@ GPU_MAX_POINTS = 400
 BAND_POINTS = gpubands.BAND_POINTS
 PER_GPU_LINES_UP_TO = 8
 GPU_VALUES = gpubands.VALUES
-GROUP_COLUMNS = ["group", "completions", "at_ceiling", "fraction", "lo", "hi", "ceiling", "drift"]
+T = TypeVar("T")
 
 
 # -- storage -----------------------------------------------------------------------------------
 def encode(obj: Any) -> bytes:
-    """JSON (dataclasses as dicts, tuples as lists), compressed. A GPU band table goes in as the
-    JSON text its steps were serialised to when computed (each step once, not every refresh)."""
+    """`typedjson.dump(obj)` as JSON, compressed (tests/test_pagedata.py checks the two agree).
+    json.dumps asks `default` for each value it cannot write itself, so a dataclass becomes the
+    object of its fields one level at a time and long lists are written at C speed; a GPU band
+    table goes in as the JSON text its steps were serialised to when computed (each step once,
+    not every refresh)."""
     texts: list[str] = []
     token = os.urandom(8).hex()  # placeholders no value in the payload can spell by chance
 
@@ -60,7 +67,11 @@ def encode(obj: Any) -> bytes:
             texts.append(o.json_text())
             return f"\x00{token}:{len(texts) - 1}\x00"
         if dataclasses.is_dataclass(o) and not isinstance(o, type):
-            return dataclasses.asdict(o)
+            return {f.name: getattr(o, f.name) for f in dataclasses.fields(o)}
+        if hasattr(o, "to_json"):  # a class that writes itself (Table, stats.LengthHist), as typedjson.dump
+            return o.to_json()
+        if isinstance(o, Mapping):
+            return dict(o)
         if isinstance(o, (set, frozenset)):
             return sorted(o)
         raise TypeError(f"cannot store {type(o).__name__} in a page payload")
@@ -75,7 +86,7 @@ def decode(blob: bytes) -> Any:
     return json.loads(zlib.decompress(blob).decode("utf-8"))
 
 
-def put(store: Store, payloads: dict[str, Any], ts_unix: float) -> None:
+def put(store: Store, payloads: Mapping[str, Any], ts_unix: float) -> None:
     """Write payloads in one transaction: a page never mixes two computations' numbers."""
     blobs = [(name, ts_unix, encode(p)) for name, p in payloads.items()]
     with store.transaction() as db:
@@ -91,8 +102,25 @@ def computed_at(store: Store, name: str) -> float | None:
     return float(row[0]) if row else None
 
 
-def get(store: Store, name: str) -> tuple[float, Any] | None:
-    """(when it was computed, payload), or None when there is none (yet) or it cannot be read."""
+@overload
+def get(store: Store, name: str) -> tuple[float, Any] | None: ...
+@overload
+def get(store: Store, name: str, tp: type[T]) -> tuple[float, T] | None: ...
+def get(store: Store, name: str, tp: type[Any] | None = None) -> tuple[float, Any] | None:
+    """(when it was computed, payload), or None when there is none (yet) or it cannot be read.
+    `tp`: the payload's type (pagetypes): read back typed (typedjson.load); a row that does not
+    fit it is logged and read as None, so the page computes on demand. Without: the JSON data."""
+    got = _read(store, name)
+    if got is None or tp is None:
+        return got
+    try:
+        return got[0], typedjson.load(tp, got[1], name)
+    except typedjson.TypedJsonError as exc:
+        log.warning("page payload %s does not fit %s (%s): computing on demand", name, tp.__name__, exc)
+        return None
+
+
+def _read(store: Store, name: str) -> tuple[float, Any] | None:
     try:
         row = store.cursor("SELECT ts_unix, payload FROM page_data WHERE name = ?", (name,)).fetchone()
     except Exception as exc:  # a store from before the table: the page computes on demand
@@ -107,28 +135,22 @@ def get(store: Store, name: str) -> tuple[float, Any] | None:
         return None
 
 
-def columns(rows: Iterable[Mapping[str, Any]], names: list[str]) -> dict[str, Any]:
-    """A table column-wise: what the page hands to pandas."""
-    rows = list(rows)
-    return {"columns": names, "data": {c: [r.get(c) for r in rows] for c in names}}
-
-
 # -- the payloads: each function is what the page computed before -------------------------------
-def run_lengths(store: Store, ceiling: int | None) -> dict[str, Any]:
-    """The run's length counts (rows for a LengthHist), with histogram bins and CDF points."""
+def run_lengths(store: Store, ceiling: int | None) -> RunLengths:
+    """The run's length counts (a LengthHist), with histogram bins and CDF points."""
     rows = store.length_counts(by="run")
     hist = stats.LengthHist.from_rows((r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in rows)
     malformed = sum(n["malformed"] for n in store.counted_nodes())
-    return {
-        "ceiling": ceiling,
-        "rows": [list(r) for r in hist.rows()],
-        "malformed": malformed,
-        "bins": [list(b) for b in stats.histogram(hist)],
-        "cdf": [list(p) for p in stats.cdf_points(hist)],
-    }
+    return RunLengths(
+        ceiling=ceiling,
+        rows=hist,
+        malformed=malformed,
+        bins=tuple(map(tuple, stats.histogram(hist))),
+        cdf=tuple(stats.cdf_points(hist)),
+    )
 
 
-def group_lengths(store: Store, by: str, ceiling: int | None) -> list[dict[str, Any]]:
+def group_lengths(store: Store, by: str, ceiling: int | None) -> list[GroupRow]:
     """Share at the ceiling per node or shard, with Wilson interval and ceiling drift.
 
     Only the length-stop rows come out of SQL (totals are summed there): a group's ceiling
@@ -142,7 +164,7 @@ def group_lengths(store: Store, by: str, ceiling: int | None) -> list[dict[str, 
     for r in store.length_counts(by=by, finish_reason="length"):
         groups.setdefault(name(r), stats.LengthHist()).add(r["tokens"], r["finish_reason"], r["estimated"], r["count"])
     drift = stats.ceiling_drift(groups)
-    out = []
+    out: list[GroupRow] = []
     for t in store.group_totals(by):
         group = name(t)
         hist = groups.get(group, stats.LengthHist())
@@ -152,36 +174,36 @@ def group_lengths(store: Store, by: str, ceiling: int | None) -> list[dict[str, 
         denominator = t["exact"] or t["completions"]
         lo, hi = stats.wilson_interval(at, denominator)
         out.append(
-            {
-                "group": group,
-                "completions": t["completions"],
-                "at_ceiling": at,
-                "fraction": at / denominator if denominator else 0.0,
-                "lo": lo,
-                "hi": hi,
-                "ceiling": own if own is not None else ceiling,
-                "drift": group in drift,
-            }
+            GroupRow(
+                group=group,
+                completions=t["completions"],
+                at_ceiling=at,
+                fraction=at / denominator if denominator else 0.0,
+                lo=lo,
+                hi=hi,
+                ceiling=own if own is not None else ceiling,
+                drift=group in drift,
+            )
         )
     return out
 
 
-def whatif_default(hist: stats.LengthHist, ceiling: int, loop_sample: tuple[int, int] | None) -> dict[str, Any]:
+def whatif_default(hist: stats.LengthHist, ceiling: int, loop_sample: tuple[int, int] | None) -> WhatIfDefault:
     """The what-if the page opens with (new limit = 2 x the ceiling): whatif.for_run, as the page asks."""
     limit = 2 * ceiling
     result = whatif.for_run(hist, ceiling, limit, loop_sample, whatif.BOOTSTRAP)
-    return {
-        "ceiling": ceiling,
-        "limit": limit,
-        "hist_key": stats.hist_digest(hist),
-        "loop_sample": list(loop_sample) if loop_sample else None,
-        "result": result.to_json(),
-    }
+    return WhatIfDefault(
+        ceiling=ceiling,
+        limit=limit,
+        hist_key=stats.hist_digest(hist),
+        loop_sample=(loop_sample[0], loop_sample[1]) if loop_sample else None,
+        result=result.to_json(),
+    )
 
 
 def truncation_over_time(
     store: Store, interval_s: float, ceiling: int | None, cache: truncbuckets.Truncation | None = None
-) -> dict[str, Any]:
+) -> pagetypes.TruncationOverTime:
     """Poll deltas per hour, or per a few polls while the run is short, and the length stops of
     each bucket split at the ceiling (the page merges the two): raw and rolled-up deltas, the
     whole run, from `cache` (kept by the Refresher: only new rows' buckets are recomputed)."""
@@ -189,7 +211,7 @@ def truncation_over_time(
     if truncbuckets.span_s(store, bucket_s) < 6 * 3600:
         bucket_s = stale_after_s(interval_s)  # a few polls
     polls, split = (cache or truncbuckets.Truncation(store)).buckets(bucket_s, ceiling)
-    return {"interval_s": interval_s, "ceiling": ceiling, "bucket_s": bucket_s, "polls": polls, "split": split}
+    return pagetypes.TruncationOverTime(interval_s, ceiling, bucket_s, tuple(polls), tuple(split))
 
 
 def gpu_since(window_s: float | None, now: float) -> float | None:
@@ -226,25 +248,22 @@ def band_cells(window_s: float | None, now: float, oldest: float) -> tuple[float
     return step, int(since / step)
 
 
-def gpu_window(store: Store, window_s: float | None, now: float, bands: gpubands.Bands | None = None) -> dict[str, Any]:
+def gpu_window(store: Store, window_s: float | None, now: float, bands: gpubands.Bands | None = None) -> GpuWindow:
     """What the GPU page draws for one window, all nodes: the series itself for a small run,
     per-node bands (and each limit's maximum) past PER_GPU_LINES_UP_TO GPUs, from `bands`
     (kept between calls by the Refresher; a fresh one computes the window from scratch)."""
     since = gpu_since(window_s, now)
     oldest = gpu_oldest(store)
-    out: dict[str, Any] = {"since": since, "labels": [], "series": None, "bands": None, "limits": {}}
     seen = store.gpus_seen(-math.inf if since is None else since)
     if oldest is None or sum(map(len, seen.values())) <= PER_GPU_LINES_UP_TO:
         rows = gpu_series(store, since)
-        out["labels"] = sorted({r["label"] for r in rows})
-        out["series"] = columns(rows, list(rows[0]) if rows else [])
-        return out
+        series = Table.of_rows(rows, list(rows[0]) if rows else [])
+        return GpuWindow(since, tuple(sorted({r["label"] for r in rows})), series, None, {})
     step, first = band_cells(window_s, now, oldest)
     bands = bands or gpubands.Bands(store)
     bands.update(step, first)
-    out["labels"] = sorted(f"{n}/{g}" for n, gpus in store.gpus_seen(first * step).items() for g in gpus)
-    out.update(bands.window(step, first))
-    return out
+    labels = sorted(f"{n}/{g}" for n, gpus in store.gpus_seen(first * step).items() for g in gpus)
+    return GpuWindow(since, tuple(labels), None, *bands.window(step, first))
 
 
 # -- the collector's side --------------------------------------------------------------------------
@@ -257,20 +276,20 @@ def window_due(span_s: float | None, age_s: float | None, min_interval_s: float)
 
 def gpu_windows(
     store: Store, now: float, due: Callable[[str], bool] = lambda name: True, bands: gpubands.Bands | None = None
-) -> dict[str, Any]:
+) -> dict[str, GpuWindow]:
     """The GPU page's due windows. A window reaching back past the oldest reading is the whole
     run's: computed once, stored under each such name. `bands` keeps the steps between calls."""
     bands = bands or gpubands.Bands(store)
     oldest = gpu_oldest(store)
-    out: dict[str, Any] = {}
-    whole: dict[str, Any] | None = None
+    out: dict[str, GpuWindow] = {}
+    whole: GpuWindow | None = None
     for name, span in GPU_WINDOWS_S.items():
         if not due(name):
             continue
         since = gpu_since(span, now)
         if oldest is not None and (since is None or since <= oldest):
             whole = whole or gpu_window(store, None, now, bands)
-            out[f"gpu:{name}"] = {**whole, "since": since}
+            out[f"gpu:{name}"] = dataclasses.replace(whole, since=since)
         else:
             out[f"gpu:{name}"] = gpu_window(store, span, now, bands)
     if oldest is not None:  # the widths some window uses now, due or not: the others are let go
@@ -287,19 +306,21 @@ def compute_all(
     whatif_due: bool = True,
     bands: gpubands.Bands | None = None,
     truncation: truncbuckets.Truncation | None = None,
-) -> dict[str, Any]:
+) -> dict[str, Payload]:
     """Every payload, by name (what `Refresher` writes); GPU windows only when `gpu_due(window)`,
     their bands kept in `bands` and the truncation buckets in `truncation` between calls (None:
     computed from scratch)."""
     now = time.time() if now is None else now
-    out: dict[str, Any] = {}
+    out: dict[str, Payload] = {}
     lengths = run_lengths(store, ceiling_config)
     out["run_lengths"] = lengths
-    hist = stats.LengthHist.from_rows(lengths["rows"])
-    ceiling = stats.summarize(hist, ceiling=ceiling_config, unparseable=lengths["malformed"]).ceiling_tokens
+    hist = lengths.rows
+    ceiling = stats.summarize(hist, ceiling=ceiling_config, unparseable=lengths.malformed).ceiling_tokens
     for by in ("node", "shard"):  # keyed by the ceiling the page asks with: configured, else detected
-        out[f"groups:{by}"] = {"ceiling": ceiling, "table": columns(group_lengths(store, by, ceiling), GROUP_COLUMNS)}
-    out["lengths_over_time"] = {"ceiling": ceiling, "rows": lengthtime.hourly(store, ceiling)}
+        table = Table.of_rows(group_lengths(store, by, ceiling), pagetypes.GROUP_COLUMNS)
+        out[f"groups:{by}"] = pagetypes.GroupTable(ceiling, table)
+    hours = cast(list[pagetypes.LengthHour], lengthtime.hourly(store, ceiling))
+    out["lengths_over_time"] = pagetypes.LengthsOverTime(ceiling, tuple(hours))
     out["truncation_over_time"] = truncation_over_time(store, interval_s, ceiling, truncation)
     if ceiling and hist.total and whatif_due:
         out["whatif"] = whatif_default(hist, ceiling, loops.loop_sample(store.latest_sample_batch()))

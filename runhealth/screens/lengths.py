@@ -21,6 +21,7 @@ from runhealth.analysis import loops, rates, stats
 from runhealth.analysis.stats import Summary as Summary  # the pages name the summary type through here
 from runhealth.analysis.whatif import WhatIf as WhatIf  # ... and the what-if's
 from runhealth.payloads import pagedata
+from runhealth.payloads.pagetypes import RunLengths
 from runhealth.records import NodeRow
 from runhealth.rules import activity
 from runhealth.screens import fieldmodel, fieldpanels, runeta, serverview
@@ -40,15 +41,12 @@ class Counts:
     as_of: float | None  # when the collector computed them (None: computed now, no precomputed copy)
 
 
-def counts(store: Store, ceiling: int | None, got: tuple[float, Any] | None) -> Counts:
+def counts(store: Store, ceiling: int | None, got: tuple[float, RunLengths] | None) -> Counts:
     """The length counts at `ceiling`: `got` (the `run_lengths` payload, pagedata.get's (computed
     at, payload), None: there is none) when it is of that ceiling, else counted from the store now."""
-    as_of, data = (
-        got if got is not None and got[1]["ceiling"] == ceiling else (None, pagedata.run_lengths(store, ceiling))
-    )
-    hist = stats.LengthHist.from_rows(data["rows"])
-    summary = stats.summarize(hist, ceiling=ceiling, unparseable=data["malformed"])
-    return Counts(hist, summary, tuple(map(tuple, data["bins"])), tuple(map(tuple, data["cdf"])), as_of)
+    as_of, data = got if got is not None and got[1].ceiling == ceiling else (None, pagedata.run_lengths(store, ceiling))
+    summary = stats.summarize(data.rows, ceiling=ceiling, unparseable=data.malformed)
+    return Counts(data.rows, summary, data.bins, data.cdf, as_of)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,7 +115,7 @@ def lengths(store: Store, config: RunConfig, now: float | None = None) -> Length
     """The Output lengths page of `config`'s run (a RunConfig) at `now`."""
     now = time.time() if now is None else now
     keep = store.run_settings().node_names
-    counted = counts(store, config.max_output_tokens, pagedata.get(store, "run_lengths"))
+    counted = counts(store, config.max_output_tokens, pagedata.get(store, "run_lengths", RunLengths))
     figures = fieldmodel.field_figures(store, config, counted.summary.ceiling_tokens)
     run_rates = activity.read_rates(store, now)
     answered = figures["prompts"].get("answered")

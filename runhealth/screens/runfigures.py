@@ -26,7 +26,7 @@ import dataclasses
 import math
 import sqlite3
 import time
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from runhealth import textsafe
 from runhealth.analysis import compare, loops, rates, stats, tokencost
@@ -128,17 +128,27 @@ def life_figures(store: Store) -> LifeFigures:
     )
 
 
-FINISHED_LIFE = "finished_life"  # page_data row: a finished run's LifeFigures and polls_version
+FINISHED_LIFE = "finished_life"  # page_data row: a finished run's FinishedLife
 
 
-def polls_version(store: Store) -> list[Any]:
+@dataclasses.dataclass(frozen=True)
+class FinishedLife:
+    """The FINISHED_LIFE payload: a finished run's LifeFigures (flat) and the `polls_version` they were computed at."""
+
+    version: tuple[int | float | None, ...]
+    life: LifeRates
+    started_unix: float | None
+    completed_unix: float | None
+
+
+def polls_version(store: Store) -> tuple[int | float | None, ...]:
     """What the poll history's figures depend on, in one aggregate (milliseconds where reading
     the rows takes most of a second): rows added, removed or changed change it."""
     row = store.cursor(
         "SELECT COUNT(*), MAX(rowid), MIN(ts_unix), MAX(ts_unix), SUM(completions), SUM(tokens),"
         " SUM(backfill), TOTAL(ts_unix) FROM polls"
     ).fetchone()
-    return list(row)
+    return tuple(row)
 
 
 def finished_life(store: Store) -> LifeFigures:
@@ -146,16 +156,13 @@ def finished_life(store: Store) -> LifeFigures:
     they were computed from, else computed from every poll row once and stored (a store that
     cannot be written, e.g. a read-only file, still gets them, computed each time)."""
     version = polls_version(store)
-    stored = pagedata.get(store, FINISHED_LIFE)
-    if stored is not None and isinstance(stored[1], dict) and stored[1].get("version") == version:
-        try:
-            p = stored[1]
-            return LifeFigures(LifeRates(**p["life"]), p["started_unix"], p["completed_unix"])
-        except (KeyError, TypeError) as exc:
-            log.warning("stored final figures unreadable (%s): computing them again", exc)
+    stored = pagedata.get(store, FINISHED_LIFE, FinishedLife)  # one that does not fit: logged, None
+    if stored is not None and stored[1].version == version:
+        return LifeFigures(stored[1].life, stored[1].started_unix, stored[1].completed_unix)
     figures = life_figures(store)
     try:
-        pagedata.put(store, {FINISHED_LIFE: {"version": version, **dataclasses.asdict(figures)}}, time.time())
+        payload = FinishedLife(version, figures.life, figures.started_unix, figures.completed_unix)
+        pagedata.put(store, {FINISHED_LIFE: payload}, time.time())
     except (sqlite3.Error, RunhealthError) as exc:
         log.warning("final figures not stored in %s (%s): computed on every read", store.path, exc)
     return figures

@@ -19,6 +19,7 @@ from typing import Any
 from runhealth.analysis import fieldfigures, loops, stats
 from runhealth.analysis.stats import Summary
 from runhealth.payloads import pagedata
+from runhealth.payloads.pagetypes import RunLengths
 from runhealth.records import SampleBatch, StoredSample
 from runhealth.screens import fieldmodel, fieldpanels
 from runhealth.screens.lengths import counts
@@ -146,7 +147,7 @@ def samples(store: Store, config: RunConfig, now: float | None = None) -> Sample
     batch = store.latest_sample_batch()
     cut = [s for s in (batch["samples"] if batch else []) if s["finish_reason"] == "length"]
     share = loops.loop_share([s["text_tail"] or "" for s in cut])
-    summary = counts(store, config.max_output_tokens, pagedata.get(store, "run_lengths")).summary
+    summary = counts(store, config.max_output_tokens, pagedata.get(store, "run_lengths", RunLengths)).summary
     return Samples(
         run=config.name,
         now=now,
