@@ -182,7 +182,8 @@ class Clock:
 )
 def test_the_publisher_builds_at_its_rate_however_many_polls_land(tmp_path, build_s, interval_s, expected):
     """512 nodes polled every 10 s is ~51 polls a second: builds follow the cost-bounded gap
-    (1 s for a cheap build; 50 x its cost, at most three intervals, for a dear one), not the
+    (1 s for a cheap build; 50 x its cost, at most three intervals or half stale_after, for a
+    dear one), not the
     polls. Driven as the publishing thread drives it: a poll marks, a build runs once wait_s is 0."""
     store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
     cfg = dataclasses.replace(load_config(config), interval_s=interval_s)
@@ -278,17 +279,18 @@ def test_the_alert_history_records_the_published_alerts(tmp_path, monkeypatch):
 
 
 def test_a_dear_build_is_shown_for_as_long_as_its_publisher_said(tmp_path):
-    """A 512-node build takes ~0.5 CPU s: it runs every 25 s (2% of a core) and is written with a
-    75 s age, so pages keep showing it between builds instead of each building their own."""
+    """A 512-node build takes ~0.5 CPU s: it runs every 15 s (half stale_after; 3% of a core) and
+    is written with a 45 s age, so pages keep showing it between builds instead of each building
+    their own (while its numbers are not stale)."""
     store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
     cfg, now = load_config(config), time.time()
     pub = publisher.Publisher(store, cfg, clock=lambda: now)
     pub.build_s = 0.5
-    assert pub.gap_s() == 25.0 and pub.max_age_s() == 75.0
+    assert pub.gap_s() == cfg.stale_after / 2 == 15.0 and pub.max_age_s() == 45.0
     pub.mark()
     assert pub.run_pending()
     found = published.read(store, cfg)
-    assert found is not None and found.max_age_s == 75.0
+    assert found is not None and found.max_age_s == 45.0
     last_poll = max(n["last_ok_unix"] for n in store.nodes())
     at = min(now + 40, last_poll + cfg.stale_after - 1)  # older than two intervals, no state changed
     assert at - now > 2 * cfg.interval_s

@@ -5,14 +5,16 @@ One publishing thread builds whenever something changed, at most once per `gap_s
 hundreds of polls a minute make one build a second at most, not hundreds, and the last poll of a
 burst (a "Refresh now", a round of staggered polls) is always published, at most one gap later.
 The gap adapts to what a build costs: at least MIN_GAP_S, and long enough that building takes at
-most COST_SHARE of a core (at most MAX_GAP_INTERVALS poll intervals). Each build is written with
+most COST_SHARE of a core (at most MAX_GAP_INTERVALS poll intervals, and half of stale_after, so
+that a build's numbers never turn stale before the next one). Each build is written with
 the age it may be shown to (`max_age_s`: three gaps, at least two intervals), so a page shows the
 published Overview while the collector keeps up and builds its own when it does not.
 
 The build's alerts are the run's alerts at its instant: the collector's alert history records
 them (`alerts_at`) instead of evaluating the rules again, while the build still holds. Measured
 (bench/fleet.py, 512 nodes x 8 GPUs, a day of history): a build costs about half a CPU second
-there, so it runs every ~25 s; a run of a few nodes builds in ~10 ms, every second.
+there, so it runs every 15 s (half the default stale_after); a run of a few nodes builds in ~10 ms,
+every second.
 """
 
 from __future__ import annotations
@@ -59,7 +61,10 @@ class Publisher:
 
     def gap_s(self) -> float:
         """Seconds between two builds' starts: see the module docstring."""
-        return min(max(MIN_GAP_S, self.build_s / COST_SHARE), MAX_GAP_INTERVALS * self.config.interval_s)
+        cost_bound = max(MIN_GAP_S, self.build_s / COST_SHARE)
+        # Half stale_after at most: a build older than that may not be shown once its numbers'
+        # age passes stale_after (published.still_true), and the alert history would evaluate again.
+        return min(cost_bound, MAX_GAP_INTERVALS * self.config.interval_s, self.config.stale_after / 2)
 
     def max_age_s(self) -> float:
         """How old the next build may be shown: three gaps (the next build comes after one, and
