@@ -25,6 +25,7 @@ import os
 import re
 import sys
 import time
+from collections import Counter
 from typing import Any
 
 if __package__:  # imported as runhealth.node.scan; shipped or run as a script, agent.py sets it
@@ -695,6 +696,8 @@ def _scan_chunk_fields(buf, end, tally, tmpl_state, overrides, starts, base, ft,
     append = starts.append if starts is not None else None
     ids_append, raw_pt, plain_line = ft.raw_ids.append, ft.raw_pt_stop, ft.plain_line
     walks, others = _walks(tmpl_state) if learn else ((), ())
+    keys, pts = [], []
+    keys_append, pts_append = keys.append, pts.append
     lines = 0
     while pos < end:
         nl = find(b"\n", pos, end)
@@ -732,12 +735,12 @@ def _scan_chunk_fields(buf, end, tally, tmpl_state, overrides, starts, base, ft,
                             break
                     p = q + n_lead
             else:
-                fast[key] = fast.get(key, 0) + 1
-                if fr != b"length" and len(ct) <= 12:
+                keys_append(key)  # counted in C at the chunk's end, as pts
+                if fr != b"length" and len(ct) <= 12:  # the usual line
                     if gi:
                         ids_append(idt)  # hashed in bulk (fields.Tally.hash_ids)
-                    if gp and ptt is not None:
-                        raw_pt[ptt] = raw_pt.get(ptt, 0) + 1
+                    if gp:
+                        pts_append(ptt)  # None (not a count) among them, dropped below
                 elif len(ct) <= 12 or valid_count(int(ct)):  # else malformed (_Tally.rows)
                     plain_line(plan.fields, ct, fr, idt if gi else None, ptt if gp else None, plan, buf, pos, nl)
                 break
@@ -747,6 +750,10 @@ def _scan_chunk_fields(buf, end, tally, tmpl_state, overrides, starts, base, ft,
                 walks, others = _walks(tmpl_state) if learn else ((), ())
         pos = nl + 1
     tally.lines += lines
+    Counter.update(fast, keys)  # collections' C-level counting, into the plain dicts
+    if pts:
+        Counter.update(raw_pt, pts)
+        raw_pt.pop(None, None)
     ft.bound_memory()
 
 
