@@ -384,7 +384,7 @@ class Tally:
 
     def _length_line(self, tf, ct, pt, plan, buf, pos, end):
         """A `length` stop on the template path: its prompt tokens, and whether it answered."""
-        if pt is not None:
+        if pt is not None and int(pt) <= MAX_COUNT:  # else no count (json.loads' rule: _valid_count)
             k2 = (ct, int(pt))
             self.length_pt[k2] = self.length_pt.get(k2, 0) + 1
         spans = hole_spans(plan, buf, pos, end)
