@@ -50,7 +50,9 @@ shapes = st.fixed_dictionaries(
         "id_key": st.sampled_from(["id", "custom_id", "request_id", None]),
         "pt": st.booleans(),
         "reasoning": st.booleans(),
-        "paths": st.sampled_from([{}, {}, {"prompt_id_path": "custom_id"}, {"prompt_tokens_path": "usage.prompt_tokens"}]),
+        "paths": st.sampled_from(
+            [{}, {}, {"prompt_id_path": "custom_id"}, {"prompt_tokens_path": "usage.prompt_tokens"}]
+        ),
     }
 )
 
@@ -118,7 +120,7 @@ def test_the_inline_walk_counts_the_usual_lines(tmp_path):
     inline walk, with its IDs in line order as id_hash gives them (little-endian on the wire)."""
     shape = {"sep": (", ", ": "), "ascii": False, "id_key": "id", "pt": True, "reasoning": True, "paths": {}}
     vals = [
-        {"odd": 9, "id": "p%d" % (i % 7), "pt": 100 + i, "ct": 1 + i, "fr": "length" if i % 5 == 0 else "stop"}
+        {"odd": 9, "id": f"p{i % 7}", "pt": 100 + i, "ct": 1 + i, "fr": "length" if i % 5 == 0 else "stop"}
         for i in range(60)
     ]
     for v in vals:

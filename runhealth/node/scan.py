@@ -696,7 +696,8 @@ def _scan_chunk_fields(buf, end, tally, tmpl_state, overrides, starts, base, ft,
     append = starts.append if starts is not None else None
     ids_append, raw_pt, plain_line = ft.raw_ids.append, ft.raw_pt_stop, ft.plain_line
     walks, others = _walks(tmpl_state) if learn else ((), ())
-    keys, pts = [], []
+    keys = []  # type: list  # (ct, fr) of each line the walk counted
+    pts = []  # type: list  # its prompt-token digits (or None), not at length
     keys_append, pts_append = keys.append, pts.append
     lines = 0
     while pos < end:
