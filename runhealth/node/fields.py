@@ -228,8 +228,10 @@ class TemplateFields:
         self.ans_hole = self.rsn_hole = None
         self.id_get = self.pt_get = ()  # type: tuple  # ((segment among the field-capturing ones, group number), ...)
         self.plain, self.id1, self.pt1 = False, None, None  # bind() sets them
-        self.id_seen = ()  # dotted paths of the ID candidates this template captures
-        self.id1_path = None  # the one ID candidate captured (bind(): None when none or several)
+        # where the lines an inline walk counts (scan._walk sets it) hold their ID: the reply's
+        # id_fields; every other path names the field its line's ID came from (id_paths)
+        self.id_seen = ()
+        self.id_got = self.id_names = ()  # the ID candidates this template captures, in the order tried (dotted)
         self.grp_get = None
         self.no_group = False  # a group is configured and this template's lines have none
 
@@ -254,8 +256,8 @@ class TemplateFields:
                 k += 1
         ids = [i for i in range(len(self.spec.id_paths)) if "xi%d" % i in where]
         out.id_get = tuple(where["xi%d" % i] for i in ids)
-        out.id_seen = tuple(dotted(self.spec.id_paths[i]) for i in ids[:1])  # the first one tried
-        out.id1_path = self.spec.id_paths[ids[0]] if len(ids) == 1 else None
+        out.id_got = tuple(self.spec.id_paths[i] for i in ids)  # the ID candidates captured, as id_get
+        out.id_names = tuple(dotted(self.spec.id_paths[i]) for i in ids)
         out.pt_get = tuple(where[n] for n in ("xp%d" % i for i in range(len(self.spec.pt_paths))) if n in where)
         out.grp_get = where.get("xg")
         out.no_group = self.spec.group_path is not None and out.grp_get is None
@@ -301,7 +303,7 @@ class Tally:
         self.plans = plans  # the shard's templates (their ID fields are reported as seen)
         self.ids_hi, self.ids_lo = array.array("I"), array.array("I")  # id_hash per line with an ID, its halves
         self.raw_ids = []  # ID bytes of lines with an ID (template lines: their tokens), not hashed yet
-        self.id_paths = set()  # dotted ID paths found by json.loads lines
+        self.id_paths = set()  # dotted ID paths lines held their ID at (but those of inline walks: id_seen)
         self.pt_lines = 0
         self.groups = {}  # label or prompt-token bin -> [lines, length stops] (json.loads lines)
         self.raw_groups = {}  # (group token, is_length) -> lines (template lines, configured group)
@@ -348,10 +350,11 @@ class Tally:
         turned into values once per distinct value (entry())."""
         pt = None
         if ex:
-            for k, g in tf.id_get:
+            for j, (k, g) in enumerate(tf.id_get):
                 v = ex[k][g]
                 if len(v) > 2 if v[0] == 34 else v[0] not in NOT_ID:  # a non-empty string, an integer
                     self.raw_ids.append(v)
+                    self.id_paths.add(tf.id_names[j])  # a tolerant plan's may not be its strict twin's
                     break
             for k, g in tf.pt_get:
                 pt = ex[k][g]

@@ -365,7 +365,9 @@ class _Builder:
                 raise _TemplateError("a per-line field holds a container")
             return self.container(tok, path)
         if pattern is not None:  # (tolerant, {kind: strict}): the strict one for this token's kind
-            kind = "s" if s is not None else "l" if lit is not None else "i" if num.lstrip(b"-").isdigit() else "n"
+            # "s" a non-empty string, "e" an empty one, "l" null/true/false, "i" an integer, "n" another number
+            kind = "l" if lit is not None else "n" if s is None else "s" if s != b'""' else "e"
+            kind = "i" if kind == "n" and num.lstrip(b"-").isdigit() else kind
             self.kinds[path] = kind
             return self.emit(tok, pattern[1].get(kind, pattern[0]), tolerant=pattern[0])
         if s is not None:
@@ -475,23 +477,33 @@ def _build_template(raw, obj, xspec=None):
             plan.fields = tf = layout.bind(plan)
             if tf.plain:  # (ID segment, group, prompt-token segment, group); -1: none
                 plan.inline = (*(tf.id1 or (-1, 0)), *(tf.pt1 or (-1, 0)))
-        tf = plans[0].fields
-        plans[0].walk = _walk(plans[0], b.kinds.get(tf.id1_path) in ("s", "i"))
+        plans[0].walk = _walk(plans[0], b.kinds)
     return plans
 
 
-def _walk(plan, id_usable):
+def _walk(plan, kinds):
     """(plan, segments, ID group, prompt-token group) for _scan_chunk_fields' inline walk of a
     strict plan, or None. Each segment is (match, take, hole, lead, len(lead), backward),
     `take` saying what it captures: 1 ct and fr together, 2 the ID (group number: the ID
-    group), 4 the prompt tokens; group 0: none. Only a plain layout (fields.TemplateFields.plain)
-    whose ct and fr lie in one segment qualifies; the rest take _match_fields. `id_usable`: the
-    strict capture accepts only IDs (a non-empty string or an integer: fields._SCALAR_STRICT);
-    one that accepts only null, true or false is not read."""
-    if plan.inline is None or not any(seg[1] & 3 == 3 for seg in plan):
+    group), 4 the prompt tokens; group 0: none. It qualifies with ct and fr in one segment, one
+    prompt-token capture at most and no group field; the rest take _match_fields.
+
+    The ID read is the first candidate captured whose strict capture accepts only IDs (`kinds`,
+    the builder's: "s" a non-empty string, "i" an integer; fields._SCALAR_STRICT): the
+    candidates tried before it accept only null, true or false ("l"), so on every line this plan
+    matches it is the ID fields.line_values picks, and no line needs the check."""
+    tf = plan.fields
+    if len(tf.pt_get) > 1 or tf.spec.group_path is not None or not any(seg[1] & 3 == 3 for seg in plan):
         return None
-    ki, gi, kp, gp = plan.inline
-    ki = ki if id_usable else -1
+    ki, gi = -1, 0
+    for path, getter in zip(tf.id_got, tf.id_get):
+        if kinds.get(path) in ("s", "i"):
+            ki, gi = getter
+            tf.id_seen = (fields.dotted(path),)  # where this plan's IDs are (the reply's id_fields)
+            break
+        if kinds.get(path) != "l":
+            return None
+    kp, gp = tf.pt1 or (-1, 0)
     segs = []
     for match, groups, hole, lead, backward in plan:
         if hole and lead is None:
@@ -780,6 +792,7 @@ def _match_others(plans, tally, ft, buf, pos, nl):
         idt = ex[ki][gi] if ki >= 0 else None
         if idt is not None and (len(idt) > 2 if idt[0] == 34 else idt[0] not in fields.NOT_ID):
             ft.raw_ids.append(idt)
+            ft.id_paths.add(plan.fields.id_names[0])
         if kp >= 0 and ex[kp][gp] is not None:
             ft.raw_pt_stop[ex[kp][gp]] = ft.raw_pt_stop.get(ex[kp][gp], 0) + 1
     elif len(ct) <= 12 or valid_count(int(ct)):  # else malformed (_Tally.rows)
