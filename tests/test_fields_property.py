@@ -99,7 +99,7 @@ def compare(path, paths, budget):
     assert fast == slow  # id_fields too: each path names the ID fields its lines held IDs at
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(shape=shapes, vals=st.lists(line_values, min_size=1, max_size=25), budget=st.integers(200, 1 << 30))
 def test_template_fields_equal_the_json_path(shape, vals, budget):
     # A shard's fields are on from the first parsed line that has one (fields.has_fields); the
@@ -142,3 +142,35 @@ def test_the_inline_walk_counts_the_usual_lines(tmp_path):
     assert whole["fields"]["prompt_token_lines"] == 60
     compare(str(path), {}, 1 << 30)
     compare(str(path), {}, 2000)  # polls of a few lines each
+
+
+def _usual(i, id_, id2=None):
+    return {"odd": 9, "id": id_, "id2": id2, "odd_id": None, "pt": 5 + i, "odd_pt": None, "ct": 7 + i}
+
+
+CANDIDATE_CASES = [  # (second ID key, [(ID, second ID) per line]); "prompt_id" is tried before "id"
+    ("prompt_id", [("p1", None), ("p2", None), ("p3", "x")]),  # the walk reads id; a tolerant line prompt_id
+    ("prompt_id", [("p1", ""), ("p2", "x"), ("p3", "")]),  # "" learned: no walk may skip prompt_id
+    (None, [(None, None), ("x", None), (3, None)]),  # no ID learned: tolerant lines name theirs
+    ("id", [("p1", 4), ("p2", None)]),  # custom_id... here request_id, after id
+]
+
+
+def test_every_id_candidate_layout_matches_the_json_path(tmp_path):
+    """The walk's choice among several ID candidates (scan._walk) and the reply's id_fields."""
+    for n, (key2, ids) in enumerate(CANDIDATE_CASES):
+        shape = {"sep": (", ", ": "), "ascii": True, "id_key": "id", "id_key2": key2, "pt": True}
+        shape.update(reasoning=False, id_key="request_id" if key2 == "id" else "id")
+        lines = [dict(_usual(i, a, b), fr="stop", content="ok", reasoning=None) for i, (a, b) in enumerate(ids * 3)]
+        path = tmp_path / f"case{n}.jsonl"
+        path.write_text("".join(record(shape, v) for v in lines), encoding="utf-8")
+        for budget in (1 << 30, 300):
+            compare(str(path), {}, budget)
+        # templates learned in an earlier poll: this poll's id_fields come from the walk alone
+        first = len(record(shape, lines[0]))
+        later = []
+        for paths in ({}, FORCE_JSON):
+            scan.TEMPLATES.forget(str(path))
+            e = scan.scan_file(str(path), None, 0, first, paths)
+            later.append(scan.scan_file(str(path), e["inode"], e["offset"], 1 << 30, paths)["fields"])
+        assert later[0] == later[1], n
