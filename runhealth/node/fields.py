@@ -374,25 +374,31 @@ class Tally:
         if fr == b"length":
             self._length_line(tf, int(ct), pt, plan, buf, pos, end)
 
-    def plain_line(self, tf, ct, fr, idt, pt, plan, buf, pos, end):
-        """template_line for a plain layout (TemplateFields.plain) whose ID token `idt` and
-        prompt-token digits `pt` (None: not captured) scan.py's inline walk has read."""
+    def plain_line(self, tf, ct, fr, idt, pt, plan, buf, pos, end, ans_rsn=None):
+        """template_line for a line scan.py's inline walk matched: its ID token `idt` and
+        prompt-token digits `pt` (None: not captured), and the (start, end) of its answer and
+        reasoning text (`ans_rsn`, as _length_line takes them), read by the walk."""
         if idt is not None and (len(idt) > 2 if idt[0] == 34 else idt[0] not in NOT_ID):
             self.raw_ids.append(idt)
         if pt is not None:
             key = (pt, fr)
             self.raw_pt[key] = self.raw_pt.get(key, 0) + 1
         if fr == b"length":
-            self._length_line(tf, int(ct), pt, plan, buf, pos, end)
+            self._length_line(tf, int(ct), pt, plan, buf, pos, end, ans_rsn)
 
-    def _length_line(self, tf, ct, pt, plan, buf, pos, end):
-        """A `length` stop on the template path: its prompt tokens, and whether it answered."""
+    def _length_line(self, tf, ct, pt, plan, buf, pos, end, ans_rsn=None):
+        """A `length` stop on the template path: its prompt tokens, and whether it answered.
+        `ans_rsn`: (answer, reasoning) text spans, (start, end) or None where the template has
+        no such hole; None: found by walking the line again (hole_spans)."""
         if pt is not None and int(pt) <= MAX_COUNT:  # else no count (json.loads' rule: _valid_count)
             k2 = (ct, int(pt))
             self.length_pt[k2] = self.length_pt.get(k2, 0) + 1
-        spans = hole_spans(plan, buf, pos, end)
-        ans = spans[tf.ans_hole] if tf.ans_hole is not None else None
-        rsn = spans[tf.rsn_hole] if tf.rsn_hole is not None else None
+        if ans_rsn is None:
+            spans = hole_spans(plan, buf, pos, end)
+            ans = spans[tf.ans_hole] if tf.ans_hole is not None else None
+            rsn = spans[tf.rsn_hole] if tf.rsn_hole is not None else None
+        else:
+            ans, rsn = ans_rsn
         open_think, think = _open_think(buf, ans[0], ans[1]) if ans is not None else (False, False)
         reasoned = rsn is not None and rsn[1] > rsn[0]
         empty = ans is None or ans[1] == ans[0]

@@ -504,13 +504,17 @@ def _walk(plan, kinds):
         if kinds.get(path) != "l":
             return None
     kp, gp = tf.pt1 or (-1, 0)
-    segs = []
+    segs, h = [], 0
     for match, groups, hole, lead, backward in plan:
         if hole and lead is None:
             return None
         k = groups >> 3 if groups & 4 else -1
         take = (groups & 3 == 3) | (2 if k == ki >= 0 else 0) | (4 if k == kp >= 0 else 0)
-        segs.append((match, take, hole, lead, len(lead) if hole else 0, backward))
+        mark = 0  # 1: the answer text's hole, 2: the reasoning text's (kept for a `length` stop)
+        if hole:
+            mark = 1 if h == tf.ans_hole else 2 if h == tf.rsn_hole else 0
+            h += 1
+        segs.append((match, take, hole, lead, len(lead) if hole else 0, backward, mark))
     return plan, tuple(segs), gi if ki >= 0 else 0, gp if kp >= 0 else 0
 
 
@@ -719,7 +723,7 @@ def _scan_chunk_fields(buf, end, tally, tmpl_state, overrides, starts, base, ft,
             append(base + pos)
         for plan, segs, gi, gp in walks:
             p = pos
-            for match, take, hole, lead, n_lead, backward in segs:
+            for match, take, hole, lead, n_lead, backward, mark in segs:
                 m = match(buf, p, nl)
                 if m is None:
                     break
@@ -746,6 +750,11 @@ def _scan_chunk_fields(buf, end, tally, tmpl_state, overrides, starts, base, ft,
                         q = hole_end(buf, p, nl) - 1
                         if q < 0 or not startswith(lead, q):
                             break
+                    if mark:
+                        if mark == 1:
+                            ans = (p, q)
+                        else:
+                            rsn = (p, q)
                     p = q + n_lead
             else:
                 keys_append(key)  # counted in C at the chunk's end, as pts
@@ -755,7 +764,9 @@ def _scan_chunk_fields(buf, end, tally, tmpl_state, overrides, starts, base, ft,
                     if gp:
                         pts_append(ptt)  # None (not a count) among them, dropped below
                 elif len(ct) <= 12 or valid_count(int(ct)):  # else malformed (_Tally.rows)
-                    plain_line(plan.fields, ct, fr, idt if gi else None, ptt if gp else None, plan, buf, pos, nl)
+                    tf = plan.fields
+                    texts = (ans if tf.ans_hole is not None else None, rsn if tf.rsn_hole is not None else None)
+                    plain_line(tf, ct, fr, idt if gi else None, ptt if gp else None, plan, buf, pos, nl, texts)
                 break
         else:
             if not _match_others(others, tally, ft, buf, pos, nl):
