@@ -27,7 +27,9 @@ FORCE_JSON = {"finish_reason_path": "choices.0.finish_reason"}
 ODD_IDS = st.one_of(st.sampled_from(["", 'q"1', "a\\b", "é9"]), st.none(), st.booleans(), st.integers(-5, 5))
 ODD_PT = st.sampled_from([None, "12", 2.5, -1, (1 << 40) + 1, 10**13, True])
 ODD_CT = st.sampled_from([10**12 + 5, (1 << 40) + 1, 0])
-CONTENT = st.sampled_from(["ok", "", "<think>never closed", "<think>a</think> b", "x\\u003cthink>", None])
+CONTENT = st.sampled_from(
+    ["ok", "", "x", "<think>never closed", "<think>a</think> b", "<think>a</think>", "x\\u003cthink>", None]
+)
 REASONING = st.sampled_from(["thinking", "", None])
 line_values = st.fixed_dictionaries(
     {
