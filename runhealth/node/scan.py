@@ -750,11 +750,11 @@ def _scan_chunk_fields(buf, end, tally, tmpl_state, overrides, starts, base, ft,
                         q = hole_end(buf, p, nl) - 1
                         if q < 0 or not startswith(lead, q):
                             break
-                    if mark:
+                    if mark:  # no tuple per line: the spans are built for a length stop only
                         if mark == 1:
-                            ans = (p, q)
+                            a0, a1 = p, q
                         else:
-                            rsn = (p, q)
+                            r0, r1 = p, q
                     p = q + n_lead
             else:
                 keys_append(key)  # counted in C at the chunk's end, as pts
@@ -765,7 +765,10 @@ def _scan_chunk_fields(buf, end, tally, tmpl_state, overrides, starts, base, ft,
                         pts_append(ptt)  # None (not a count) among them, dropped below
                 elif len(ct) <= 12 or valid_count(int(ct)):  # else malformed (_Tally.rows)
                     tf = plan.fields
-                    texts = (ans if tf.ans_hole is not None else None, rsn if tf.rsn_hole is not None else None)
+                    texts = (
+                        (a0, a1) if tf.ans_hole is not None else None,
+                        (r0, r1) if tf.rsn_hole is not None else None,
+                    )
                     plain_line(tf, ct, fr, idt if gi else None, ptt if gp else None, plan, buf, pos, nl, texts)
                 break
         else:
