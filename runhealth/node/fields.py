@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import array
 import base64
-import itertools
 import json
 import operator
 import re
@@ -58,9 +57,18 @@ _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 # json.loads. A string's token keeps its quotes; "-0" is no integer here (json.loads reads 0).
 _SCALAR_RX = rb'(?P<%s>"[^"\\\x00-\x1f]*"|0|-?[1-9][0-9]*|null|true|false)'
 _PT_RX = rb'(?:(?P<%s>0|[1-9][0-9]*)|null|true|false|"[^"\\\x00-\x1f]*")'
+_P = b"+" if sys.version_info >= (3, 11) else b""  # possessive (3.11+), as scan._P
+# A strict template (scan._Builder.compile) captures only the kind of token its line held there
+# ("s" a string, "i" an integer, "l" null/true/false), in fewer regex steps; a line with
+# another kind takes the tolerant template, which captures as above.
+_SCALAR_STRICT = {  # "s": a non-empty string, so a strict hit's ID token is always an ID
+    "s": rb'(?P<%s>"[^"\\\x00-\x1f]+' + _P + b'")',
+    "i": b"(?P<%s>0|-?[1-9][0-9]*" + _P + b")",
+    "l": b"(?P<%s>null|true|false)",
+}
+_PT_STRICT = {"i": b"(?P<%s>0|[1-9][0-9]*" + _P + b")"}
 MAX_PT_VALUES = 1 << 16  # distinct prompt-token counts kept raw before they are folded into bins
-_NOT_ID = frozenset(b"ntf")  # a token starting so is null, true or false
-_NOT_ID_TOKENS = frozenset((b"null", b"true", b"false", b'""'))
+NOT_ID = frozenset(b"ntf")  # a token starting so is null, true or false
 _REVERSED = operator.itemgetter(slice(None, None, -1))
 crc32 = _crc32 = zlib.crc32
 _TEXT_SCALAR = {  # a non-string text value: only its own kind (a string there is a hole)
@@ -193,9 +201,14 @@ def id_hash(idb):
     return _crc32(idb) << 32 | _crc32(idb[::-1])
 
 
+def _capture(tolerant, strict, name):
+    """(tolerant pattern, {token kind: strict pattern}) of one captured field, its group `name`."""
+    return tolerant % name, {kind: rx % name for kind, rx in strict.items()}
+
+
 class TemplateFields:
     """How a template (scan._Builder) captures the fields: `captures` maps a path to its
-    capture pattern (None: an answer or reasoning text, whose hole is remembered). After the
+    capture patterns (_capture; None: an answer or reasoning text, whose hole is remembered). After the
     template is compiled, `bind(plan)` notes where each capture lands among the plan's
     field-capturing segments, so a hit reads each field with one group() call."""
 
@@ -203,11 +216,11 @@ class TemplateFields:
         self.spec = spec
         caps = {}  # type: dict
         for i, p in enumerate(spec.id_paths):
-            caps[p] = _SCALAR_RX % (b"xi%d" % i)
+            caps[p] = _capture(_SCALAR_RX, _SCALAR_STRICT, b"xi%d" % i)
         for i, p in enumerate(spec.pt_paths):
-            caps.setdefault(p, _PT_RX % (b"xp%d" % i))
+            caps.setdefault(p, _capture(_PT_RX, _PT_STRICT, b"xp%d" % i))
         if spec.group_path is not None:
-            caps.setdefault(spec.group_path, _SCALAR_RX % b"xg")
+            caps.setdefault(spec.group_path, _capture(_SCALAR_RX, _SCALAR_STRICT, b"xg"))
         self.ans_paths, self.rsn_paths = _text_candidates(texts)
         for p in self.ans_paths + self.rsn_paths:
             caps.setdefault(p, None)
@@ -215,7 +228,10 @@ class TemplateFields:
         self.ans_hole = self.rsn_hole = None
         self.id_get = self.pt_get = ()  # type: tuple  # ((segment among the field-capturing ones, group number), ...)
         self.plain, self.id1, self.pt1 = False, None, None  # bind() sets them
-        self.id_seen = ()  # dotted paths of the ID candidates this template captures
+        # where the lines an inline walk counts (scan._walk sets it) hold their ID: the reply's
+        # id_fields; every other path names the field its line's ID came from (id_paths)
+        self.id_seen = ()
+        self.id_got = self.id_names = ()  # the ID candidates this template captures, in the order tried (dotted)
         self.grp_get = None
         self.no_group = False  # a group is configured and this template's lines have none
 
@@ -240,7 +256,8 @@ class TemplateFields:
                 k += 1
         ids = [i for i in range(len(self.spec.id_paths)) if "xi%d" % i in where]
         out.id_get = tuple(where["xi%d" % i] for i in ids)
-        out.id_seen = tuple(dotted(self.spec.id_paths[i]) for i in ids[:1])  # the first one tried
+        out.id_got = tuple(self.spec.id_paths[i] for i in ids)  # the ID candidates captured, as id_get
+        out.id_names = tuple(dotted(self.spec.id_paths[i]) for i in ids)
         out.pt_get = tuple(where[n] for n in ("xp%d" % i for i in range(len(self.spec.pt_paths))) if n in where)
         out.grp_get = where.get("xg")
         out.no_group = self.spec.group_path is not None and out.grp_get is None
@@ -284,9 +301,9 @@ class Tally:
     def __init__(self, spec, plans=()):
         self.spec = spec
         self.plans = plans  # the shard's templates (their ID fields are reported as seen)
-        self.ids = array.array("Q")  # id_hash per line with an ID
-        self.raw_ids = []  # ID tokens of template lines (null, true, false and "" among them), not hashed yet
-        self.id_paths = set()  # dotted ID paths found by json.loads lines
+        self.ids_hi, self.ids_lo = array.array("I"), array.array("I")  # id_hash per line with an ID, its halves
+        self.raw_ids = []  # ID bytes of lines with an ID (template lines: their tokens), not hashed yet
+        self.id_paths = set()  # dotted ID paths lines held their ID at (but those of inline walks: id_seen)
         self.pt_lines = 0
         self.groups = {}  # label or prompt-token bin -> [lines, length stops] (json.loads lines)
         self.raw_groups = {}  # (group token, is_length) -> lines (template lines, configured group)
@@ -333,10 +350,11 @@ class Tally:
         turned into values once per distinct value (entry())."""
         pt = None
         if ex:
-            for k, g in tf.id_get:
+            for j, (k, g) in enumerate(tf.id_get):
                 v = ex[k][g]
-                if len(v) > 2 if v[0] == 34 else v[0] not in _NOT_ID:  # a non-empty string, an integer
+                if len(v) > 2 if v[0] == 34 else v[0] not in NOT_ID:  # a non-empty string, an integer
                     self.raw_ids.append(v)
+                    self.id_paths.add(tf.id_names[j])  # a tolerant plan's may not be its strict twin's
                     break
             for k, g in tf.pt_get:
                 pt = ex[k][g]
@@ -356,31 +374,54 @@ class Tally:
         if fr == b"length":
             self._length_line(tf, int(ct), pt, plan, buf, pos, end)
 
-    def _length_line(self, tf, ct, pt, plan, buf, pos, end):
-        """A `length` stop on the template path: its prompt tokens, and whether it answered."""
+    def plain_line(self, tf, ct, fr, idt, pt, plan, buf, pos, end, ans_rsn=None):
+        """template_line for a line scan.py's inline walk matched: its ID token `idt` and
+        prompt-token digits `pt` (None: not captured), and the (start, end) of its answer and
+        reasoning text (`ans_rsn`, as _length_line takes them), read by the walk."""
+        if idt is not None and (len(idt) > 2 if idt[0] == 34 else idt[0] not in NOT_ID):
+            self.raw_ids.append(idt)
         if pt is not None:
+            key = (pt, fr)
+            self.raw_pt[key] = self.raw_pt.get(key, 0) + 1
+        if fr == b"length":
+            self._length_line(tf, int(ct), pt, plan, buf, pos, end, ans_rsn)
+
+    def _length_line(self, tf, ct, pt, plan, buf, pos, end, ans_rsn=None):
+        """A `length` stop on the template path: its prompt tokens, and whether it answered.
+        `ans_rsn`: (answer, reasoning) text spans, (start, end) or None where the template has
+        no such hole; None: found by walking the line again (hole_spans)."""
+        if pt is not None and int(pt) <= MAX_COUNT:  # else no count (json.loads' rule: _valid_count)
             k2 = (ct, int(pt))
             self.length_pt[k2] = self.length_pt.get(k2, 0) + 1
-        spans = hole_spans(plan, buf, pos, end)
-        ans = spans[tf.ans_hole] if tf.ans_hole is not None else None
-        rsn = spans[tf.rsn_hole] if tf.rsn_hole is not None else None
+        if ans_rsn is None:
+            spans = hole_spans(plan, buf, pos, end)
+            ans = spans[tf.ans_hole] if tf.ans_hole is not None else None
+            rsn = spans[tf.rsn_hole] if tf.rsn_hole is not None else None
+        else:
+            ans, rsn = ans_rsn
         open_think, think = _open_think(buf, ans[0], ans[1]) if ans is not None else (False, False)
         reasoned = rsn is not None and rsn[1] > rsn[0]
         empty = ans is None or ans[1] == ans[0]
         self.answer(ct, (reasoned and empty) or open_think, reasoned or think)
 
     def hash_ids(self):
-        """The template lines' ID tokens hashed (id_hash), in bulk: C-level maps, no Python
-        frame per ID. Tokens that are no ID (null, true, false, an empty string) are dropped."""
+        """The IDs collected hashed (id_hash), in bulk: C-level maps, no Python frame per ID,
+        each half kept apart (32-bit values, no big integers) until ids() joins them. Every
+        path that collects an ID checks that it is one (a template's null, true, false or ""
+        is not), so none is dropped here."""
         raw = self.raw_ids
-        if not raw:
-            return
-        if len(_NOT_ID_TOKENS.intersection(raw)):
-            raw = list(itertools.filterfalse(_NOT_ID_TOKENS.__contains__, raw))
-        hi = map(operator.lshift, map(_crc32, raw), itertools.repeat(32))
-        lo = map(_crc32, map(_REVERSED, raw))
-        self.ids.extend(map(operator.or_, hi, lo))
-        self.raw_ids = []
+        if raw:
+            self.ids_hi.extend(map(_crc32, raw))
+            self.ids_lo.extend(map(_crc32, map(_REVERSED, raw)))
+            self.raw_ids = []
+
+    def ids(self):
+        """The 64-bit hashes, little-endian, 8 bytes an ID (the wire's `ids` before base64)."""
+        out = array.array("I", bytes(8 * len(self.ids_hi)))
+        out[0::2], out[1::2] = self.ids_lo, self.ids_hi  # a little-endian uint64 is its low half first
+        if sys.byteorder == "big":
+            out.byteswap()
+        return out.tobytes()
 
     def bound_memory(self):
         """After each chunk: many distinct prompt-token counts are folded into bins, and the
@@ -423,17 +464,13 @@ class Tally:
         """The reply's "fields" part for this scan, or None when no line had any."""
         self.hash_ids()
         self._fold_groups()
-        if not (self.ids or self.pt_lines or self.groups or self.reasoned or self.no_answer):
+        if not (self.ids_hi or self.pt_lines or self.groups or self.reasoned or self.no_answer):
             return None
         spec = self.spec
         gp = spec.group_path
-        ids = self.ids
-        if sys.byteorder == "big":  # little-endian on the wire
-            ids = array.array("Q", ids)
-            ids.byteswap()
         return {
-            "ids": base64.b64encode(ids.tobytes()).decode("ascii"),
-            "id_lines": len(self.ids),
+            "ids": base64.b64encode(self.ids()).decode("ascii"),
+            "id_lines": len(self.ids_hi),
             "id_fields": sorted(self.id_paths.union(*(p.fields.id_seen for p in self.plans if p.fields))),
             "prompt_token_lines": self.pt_lines,
             "group_field": dotted(gp) if gp is not None else ("prompt_tokens" if self.groups else None),

@@ -25,6 +25,7 @@ import os
 import re
 import sys
 import time
+from collections import Counter
 from typing import Any
 
 if __package__:  # imported as runhealth.node.scan; shipped or run as a script, agent.py sets it
@@ -314,6 +315,7 @@ class _Builder:
         # answer / reasoning text paths, whose holes are remembered (hole_paths) for no-answer checks
         self.extra = extra or {}
         self.hole_paths = []
+        self.kinds = {}  # path -> the kind of token a captured field held in this line ("s", "i", "l", "n")
 
     def next(self):
         if self.i >= len(self.tokens):
@@ -362,8 +364,12 @@ class _Builder:
             if pattern is not None:
                 raise _TemplateError("a per-line field holds a container")
             return self.container(tok, path)
-        if pattern is not None:
-            return self.emit(tok, pattern)
+        if pattern is not None:  # (tolerant, {kind: strict}): the strict one for this token's kind
+            # "s" a non-empty string, "e" an empty one, "l" null/true/false, "i" an integer, "n" another number
+            kind = "l" if lit is not None else "n" if s is None else "s" if s != b'""' else "e"
+            kind = "i" if kind == "n" and num.lstrip(b"-").isdigit() else kind
+            self.kinds[path] = kind
+            return self.emit(tok, pattern[1].get(kind, pattern[0]), tolerant=pattern[0])
         if s is not None:
             self.emit(tok, b'"', b'"')
             self.hole_paths.append(path)
@@ -441,6 +447,7 @@ class _Plan(list):
     fields: Any = None
     ms: Any = None
     inline: Any = None  # for _scan_chunk_fields' inline path (see fields.TemplateFields.plain)
+    walk: Any = None  # for _scan_chunk_fields' inline walk (_walk)
 
 
 def _build_template(raw, obj, xspec=None):
@@ -470,7 +477,45 @@ def _build_template(raw, obj, xspec=None):
             plan.fields = tf = layout.bind(plan)
             if tf.plain:  # (ID segment, group, prompt-token segment, group); -1: none
                 plan.inline = (*(tf.id1 or (-1, 0)), *(tf.pt1 or (-1, 0)))
+        plans[0].walk = _walk(plans[0], b.kinds)
     return plans
+
+
+def _walk(plan, kinds):
+    """(plan, segments, ID group, prompt-token group) for _scan_chunk_fields' inline walk of a
+    strict plan, or None. Each segment is (match, take, hole, lead, len(lead), backward),
+    `take` saying what it captures: 1 ct and fr together, 2 the ID (group number: the ID
+    group), 4 the prompt tokens; group 0: none. It qualifies with ct and fr in one segment, one
+    prompt-token capture at most and no group field; the rest take _match_fields.
+
+    The ID read is the first candidate captured whose strict capture accepts only IDs (`kinds`,
+    the builder's: "s" a non-empty string, "i" an integer; fields._SCALAR_STRICT): the
+    candidates tried before it accept only null, true or false ("l"), so on every line this plan
+    matches it is the ID fields.line_values picks, and no line needs the check."""
+    tf = plan.fields
+    if len(tf.pt_get) > 1 or tf.spec.group_path is not None or not any(seg[1] & 3 == 3 for seg in plan):
+        return None
+    ki, gi = -1, 0
+    for path, getter in zip(tf.id_got, tf.id_get):
+        if kinds.get(path) in ("s", "i"):
+            ki, gi = getter
+            tf.id_seen = (fields.dotted(path),)  # where this plan's IDs are (the reply's id_fields)
+            break
+        if kinds.get(path) != "l":
+            return None
+    kp, gp = tf.pt1 or (-1, 0)
+    segs, h = [], 0
+    for match, groups, hole, lead, backward in plan:
+        if hole and lead is None:
+            return None
+        k = groups >> 3 if groups & 4 else -1
+        take = (groups & 3 == 3) | (2 if k == ki >= 0 else 0) | (4 if k == kp >= 0 else 0)
+        mark = 0  # 1: the answer text's hole, 2: the reasoning text's (kept for a `length` stop)
+        if hole:
+            mark = 1 if h == tf.ans_hole else 2 if h == tf.rsn_hole else 0
+            h += 1
+        segs.append((match, take, hole, lead, len(lead) if hole else 0, backward, mark))
+    return plan, tuple(segs), gi if ki >= 0 else 0, gp if kp >= 0 else 0
 
 
 def _match_template(plan, buf, pos, end):
@@ -657,50 +702,116 @@ def _scan_chunk(buf, end, tally, tmpl_state, overrides, starts, base, ft):
 
 def _scan_chunk_fields(buf, end, tally, tmpl_state, overrides, starts, base, ft, pos):
     """_scan_chunk for a shard with per-line fields (fields.py), from pos: a template hit also
-    gives its prompt ID, prompt tokens and group, and a `length` stop's texts are looked at."""
+    gives its prompt ID, prompt tokens and group, and a `length` stop's texts are looked at.
+
+    The hot path: strict plans with a walk (_walk) are matched inline, _match_fields' steps
+    without its call, and the usual line (not a `length` stop) is counted inline; the other
+    plans take _match_fields and fields.Tally.template_line (the same rules)."""
     learn = overrides == (None, None)
-    find, fast, strict, tolerant = buf.find, tally.fast, tmpl_state[0], tmpl_state[1]
+    find, rfind, startswith, fast = buf.find, buf.rfind, buf.startswith, tally.fast
     append = starts.append if starts is not None else None
-    line, match_fields = ft.template_line, _match_fields
-    ids_append, raw_pt = ft.raw_ids.append, ft.raw_pt_stop
+    ids_append, raw_pt, plain_line = ft.raw_ids.append, ft.raw_pt_stop, ft.plain_line
+    walks, others = _walks(tmpl_state) if learn else ((), ())
+    keys = []  # type: list  # (ct, fr) of each line the walk counted
+    pts = []  # type: list  # its prompt-token digits (or None), not at length
+    keys_append, pts_append = keys.append, pts.append
     lines = 0
     while pos < end:
         nl = find(b"\n", pos, end)
         lines += 1
         if append is not None:
             append(base + pos)
-        hit = plan = None
-        if learn:
-            for plan in strict:
-                hit = match_fields(plan, buf, pos, nl)
-                if hit is not None:
+        for plan, segs, gi, gp in walks:
+            p = pos
+            for match, take, hole, lead, n_lead, backward, mark in segs:
+                m = match(buf, p, nl)
+                if m is None:
                     break
+                if take:  # == on small ints is the interpreter's fast path (& is not)
+                    if take == 5:  # the usual last segment: ct, fr and the prompt tokens
+                        ct, fr = key = m.group("ct", "fr")
+                        ptt = m[gp]
+                    elif take == 2:  # the usual first one: the ID
+                        idt = m[gi]
+                    else:
+                        if take & 1:
+                            ct, fr = key = m.group("ct", "fr")
+                        if take & 2:
+                            idt = m[gi]
+                        if take & 4:
+                            ptt = m[gp]
+                if hole:
+                    p = m.end()
+                    if backward:  # as _match_fields: the last hole's end found from the line's end
+                        q = rfind(lead, p, nl)
+                        if q < 0 or ((buf[q - 1] == 92 or find(b'"', p, q) >= 0) and hole_end(buf, p, nl) != q + 1):
+                            break
+                    else:
+                        q = hole_end(buf, p, nl) - 1
+                        if q < 0 or not startswith(lead, q):
+                            break
+                    if mark:  # no tuple per line: the spans are built for a length stop only
+                        if mark == 1:
+                            a0, a1 = p, q
+                        else:
+                            r0, r1 = p, q
+                    p = q + n_lead
             else:
-                for plan in tolerant:
-                    hit = match_fields(plan, buf, pos, nl)
-                    if hit is not None:
-                        break
-        if hit is not None:
-            ct, fr, ex = hit
-            fast[ct, fr] = fast.get((ct, fr), 0) + 1
-            inline = plan.inline  # type: ignore[union-attr]  # a hit means a plan matched
-            if inline is not None and fr != b"length" and len(ct) <= 12:
-                # The usual line, inline (fields.Tally.template_line has the same rules): at
-                # most one ID and one prompt-token capture, no group field, not a length stop.
-                ki, gi, kp, gp = inline
-                if ki >= 0:
-                    ids_append(ex[ki][gi])  # hashed in bulk (fields.Tally.hash_ids)
-                if kp >= 0:
-                    v = ex[kp][gp]
-                    if v is not None:
-                        raw_pt[v] = raw_pt.get(v, 0) + 1
-            elif len(ct) <= 12 or valid_count(int(ct)):  # else malformed (_Tally.rows)
-                line(plan.fields, ct, fr, ex, plan, buf, pos, nl)  # type: ignore[union-attr]
+                keys_append(key)  # counted in C at the chunk's end, as pts
+                if fr != b"length" and len(ct) <= 12:  # the usual line
+                    if gi:
+                        ids_append(idt)  # hashed in bulk (fields.Tally.hash_ids)
+                    if gp:
+                        pts_append(ptt)  # None (not a count) among them, dropped below
+                elif len(ct) <= 12 or valid_count(int(ct)):  # else malformed (_Tally.rows)
+                    tf = plan.fields
+                    texts = (
+                        (a0, a1) if tf.ans_hole is not None else None,
+                        (r0, r1) if tf.rsn_hole is not None else None,
+                    )
+                    plain_line(tf, ct, fr, idt if gi else None, ptt if gp else None, plan, buf, pos, nl, texts)
+                break
         else:
-            _count_slow(buf[pos:nl], tally, tmpl_state, overrides, learn, ft)
+            if not _match_others(others, tally, ft, buf, pos, nl):
+                _count_slow(buf[pos:nl], tally, tmpl_state, overrides, learn, ft)
+                walks, others = _walks(tmpl_state) if learn else ((), ())
         pos = nl + 1
     tally.lines += lines
+    Counter.update(fast, keys)  # collections' C-level counting, into the plain dicts
+    if pts:
+        Counter.update(raw_pt, pts)
+        raw_pt.pop(None, None)
     ft.bound_memory()
+
+
+def _walks(tmpl_state):
+    """(inline walks of the strict plans that have one, the other plans: strict, then tolerant)."""
+    strict = tmpl_state[0]
+    return [p.walk for p in strict if p.walk is not None], [p for p in strict if p.walk is None] + tmpl_state[1]
+
+
+def _match_others(plans, tally, ft, buf, pos, nl):
+    """Count the line buf[pos:nl] when one of `plans` matches it (_match_fields); False if none."""
+    for plan in plans:
+        hit = _match_fields(plan, buf, pos, nl)
+        if hit is not None:
+            break
+    else:
+        return False
+    ct, fr, ex = hit
+    tally.fast[ct, fr] = tally.fast.get((ct, fr), 0) + 1
+    inline = plan.inline
+    if inline is not None and fr != b"length" and len(ct) <= 12:  # as template_line, inline
+        ki, gi, kp, gp = inline
+        idt = ex[ki][gi] if ki >= 0 else None
+        if idt is not None and (len(idt) > 2 if idt[0] == 34 else idt[0] not in fields.NOT_ID):
+            ft.raw_ids.append(idt)
+            ft.id_paths.add(plan.fields.id_names[0])
+        if kp >= 0 and ex[kp][gp] is not None:
+            ft.raw_pt_stop[ex[kp][gp]] = ft.raw_pt_stop.get(ex[kp][gp], 0) + 1
+    elif len(ct) <= 12 or valid_count(int(ct)):  # else malformed (_Tally.rows)
+        ft.template_line(plan.fields, ct, fr, ex, plan, buf, pos, nl)
+    return True
 
 
 def _count_slow(raw, tally, tmpl_state, overrides, learn, ft=None):
