@@ -144,6 +144,14 @@ def _overview(config: RunConfig, now: float) -> overview.Overview:
         store.close()
 
 
+def copy_of(path, to):
+    """A copy of the store at `path` (VACUUM INTO `to`), opened: a test changes it, not the fixture's."""
+    src = Store(path)
+    src.cursor(f"VACUUM INTO '{to}'")
+    src.close()
+    return Store(to)
+
+
 def test_each_poll_row_holds_the_distinct_prompts_it_added(relaunch):
     folder, truth, config, _now = relaunch
     store = Store(config.store_path)
@@ -237,11 +245,7 @@ def test_shards_without_a_prompt_id_keep_the_completions_eta_and_say_why(tmp_pat
 
 def test_a_stalled_run_has_no_prompts_eta_and_still_names_its_basis(relaunch, tmp_path):
     _folder, _truth, config, now = relaunch
-    copy = tmp_path / "stalled.sqlite3"
-    src = Store(config.store_path)
-    src.cursor(f"VACUUM INTO '{copy}'")
-    src.close()
-    store = Store(copy)
+    store = copy_of(config.store_path, tmp_path / "stalled.sqlite3")
     shards = store.query("SELECT node, path, inode, offset FROM shards")
     for k in range(1, 11):  # the collector still polls for 5 min; nothing new is written: stalled
         ts = now + k * INTERVAL_S
@@ -296,11 +300,7 @@ def test_a_relaunch_reset_takes_its_prompts_out_of_the_poll(tmp_path):
 
 def test_the_rollup_keeps_the_prompts_deltas(relaunch, tmp_path):
     _folder, truth, config, now = relaunch
-    copy = tmp_path / "copy.sqlite3"
-    src = Store(config.store_path)
-    src.cursor(f"VACUUM INTO '{copy}'")
-    src.close()
-    store = Store(copy)
+    store = copy_of(config.store_path, tmp_path / "copy.sqlite3")
     rollup.rollup(store, now=now + 2 * 24 * 3600, pause_s=0)  # every raw poll folded into minutes
     assert store.cursor("SELECT COUNT(*) FROM polls").fetchone()[0] == 0
     assert store.cursor("SELECT SUM(prompts) FROM poll_rollup").fetchone()[0] == truth.answered
