@@ -65,7 +65,7 @@ def clear_all() -> None:
         load_samples,
         load_last_collection,
         load_lengths_over_time,
-        load_overview,
+        _load_overview,
         load_nodes_screen,
         load_gpus_screen,
         load_lengths_screen,
@@ -211,11 +211,17 @@ def load_health(store: Store) -> activity.RunRates:
     return activity.read_rates(store, time.time())
 
 
-@_cache(ttl=TTL_S, max_entries=8)
 def load_overview(store: Store, config: RunConfig, finished: bool = False) -> overview_model.Overview:
     """The Overview's model at now (runhealth.screens.overview): tiles, banner, progress, node
     states and the headline record, one instant: the collector's published one while it is still
-    true (one read), else built from one snapshot of the store (runhealth.screens.published)."""
+    true (one read), else built from one snapshot of the store (runhealth.screens.published).
+    Cached for TTL_S; its Data age tile is worded at this call, as the page's "Numbers as of"."""
+    model = _load_overview(store, config, finished)
+    return model if finished else published.aged(model, time.time(), config)
+
+
+@_cache(ttl=TTL_S, max_entries=8)
+def _load_overview(store: Store, config: RunConfig, finished: bool = False) -> overview_model.Overview:
     return published.shown(store, config, time.time(), finished)
 
 

@@ -85,7 +85,12 @@ def test_core_numbers_match_the_simulator(demo_cache):
         # The history was polled at the simulator's rate: tok/s per GPU is what it was told.
         lo, hi = r.tokens_per_s_per_gpu_interval
         assert abs(r.tokens_per_s_per_gpu / tps - 1) < 0.06 and lo < r.tokens_per_s_per_gpu < hi
-    assert a.eta_s is None and b.eta_s > 0  # A finished; B has 900K completions to go
+    # A finished; B has 900K completions to go, but its six polls are no 15-min average: no ETA,
+    # as its Overview says (one rule: runeta.shown_eta; Compare printed "30.7 h" beside the
+    # Overview's "after 15 min of writing").
+    assert a.eta_s is None and b.eta_s is None and b.summary.completions < b.target
+    rows = {r["metric"]: r for r in runfigures.comparison_rows(a, b, runfigures.compare_runs(a, b, bootstrap=20))}
+    assert rows["ETA"]["B"] == "no ETA yet: needs a target, a rate over a full 15-min average, a run that writes"
 
 
 def test_forecast_check_and_headline(demo_cache):
@@ -200,8 +205,9 @@ def test_compare_page_over_the_demo(demo_cache, monkeypatch):
     table = at.dataframe[0].value.set_index("metric")
     assert list(table.columns) == ["A: demo-4096", "B: demo-8192", "B − A", "95% interval"]
     assert table.loc["ETA", "A: demo-4096"] == "finished"
-    # the demo's live run sets expected_prompts and its shards carry prompt IDs: the ETA is from them (#33)
-    assert table.loc["ETA", "B: demo-8192"].endswith(" h (distinct prompts)")
+    # the demo's live run holds six polls: no 15-min average yet, so no ETA, as on its Overview
+    # (tests/test_runeta.py has Compare's ETA on distinct prompts for a run that has one)
+    assert table.loc["ETA", "B: demo-8192"].startswith("no ETA yet")
     tps_b = float(table.loc["tok/s per GPU", "B: demo-8192"].split()[0].replace(",", ""))
     assert abs(tps_b / demo.TOKENS_PER_S_B - 1) < 0.06
     assert table.loc["P90 tokens", "B − A"].startswith("≤ +")  # A's P90 is its ceiling: a lower bound

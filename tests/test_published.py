@@ -295,3 +295,27 @@ def test_a_dear_build_is_shown_for_as_long_as_its_publisher_said(tmp_path):
     at = min(now + 40, last_poll + cfg.stale_after - 1)  # older than two intervals, no state changed
     assert at - now > 2 * cfg.interval_s
     assert published.shown(store, cfg, at).now == now
+
+
+def test_the_data_age_tile_and_numbers_as_of_agree_on_the_page(tmp_path, monkeypatch):
+    """The model is cached for a few seconds; the Data age tile is worded when the page draws it,
+    as "Numbers as of" is (the README screenshot showed "4 s ago" beside a "2 s" tile)."""
+    import re
+
+    from components import loaders
+
+    store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
+    cfg = load_config(config)
+    published.publish(store, cfg, time.time())
+    first = loaders.load_overview(store, cfg)
+    time.sleep(1.6)
+    again = loaders.load_overview(store, cfg)  # the cached model ...
+    assert again.now == first.now and again.summary == first.summary
+    ages = [next(t.value for t in m.tiles if t.label == "Data age") for m in (first, again)]
+    assert ages[0] != ages[1], ages  # ... with its age worded now
+    store.close()
+    at = run_page("overview", config, monkeypatch)
+    assert_clean(at)
+    header = next(m.value for m in at.markdown if "Numbers as of" in m.value)
+    said = re.search(r"\((\d+) s ago\)", header).group(1)
+    assert tile(at, "Data age")[0] == f"{said} s"

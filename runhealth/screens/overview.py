@@ -241,10 +241,8 @@ def average_of(r: activity.RunRates, now: float) -> Average:
     """What the average covers at `now`, and whether its window holds enough of the run's writing
     (its first live completion at least the window, less the live window, ago) for an ETA."""
     seen = [n.first_seen_unix for n in r.per_node.values() if n.first_seen_unix is not None]
-    wrote = [n.first_live_growth_unix for n in r.per_node.values() if n.first_live_growth_unix is not None]
     covered = min(r.average_s, now - min(seen)) if seen else None
-    enough = bool(wrote) and now - min(wrote) >= r.average_s - r.window_s
-    return Average(r.average_s, covered, enough)
+    return Average(r.average_s, covered, runeta.enough_for_eta(r, now))
 
 
 def server_rate(store: Store, now: float, stale_after: float) -> float | None:
@@ -337,7 +335,7 @@ def _overview(store: Store, config: RunConfig, now: float, finished: bool) -> Ov
         (prompts or {}).get("answered"),
         config.expected_prompts,
     )
-    eta = basis.eta_s if state == "writing" and (average.enough_for_eta or basis.eta_s == 0) else None
+    eta = runeta.shown_eta(basis, state == "writing", average.enough_for_eta)
     health_rows = {(h["node"], h["gpu"]): h["health"] for h in reading.gpu_health if h["node"] in names}
     labelled = [{**g, "label": f"{g['node']}/{g['gpu']}"} for g in gpus]
     model = Overview(

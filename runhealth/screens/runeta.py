@@ -71,6 +71,22 @@ def run_eta(
     return RunEta("completions", eta, cps, completions, target, note, pps)
 
 
+def enough_for_eta(r: RunRates, now: float) -> bool:
+    """Whether the average's window holds enough of the run's writing for an ETA: its first live
+    completion at least the window, less the live window, ago (a younger run's "average" is mostly
+    the time before it wrote: #31)."""
+    wrote = [n.first_live_growth_unix for n in r.per_node.values() if n.first_live_growth_unix is not None]
+    return bool(wrote) and now - min(wrote) >= r.average_s - r.window_s
+
+
+def shown_eta(e: RunEta, writing: bool, enough: bool) -> float | None:
+    """The ETA every screen shows: e's only while the run writes (not stalled, not stale, not
+    finished) and its average holds enough of the writing, or once the goal is reached (0)."""
+    if e.eta_s == 0:
+        return 0.0 if writing else None
+    return e.eta_s if writing and enough else None
+
+
 def tile_words(e: RunEta, eta_s: float | None, average_label: str, enough: bool, window: str) -> tuple[str, str, str]:
     """The live ETA tile's (value, sub, level) once the run writes: `eta_s` is the ETA shown (None:
     withheld), `enough` whether the average holds the run's writing, `window` the average's width."""

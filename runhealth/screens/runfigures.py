@@ -233,12 +233,19 @@ def run_numbers(
 
 
 def _run_eta(store: Store, completions: int, target: int | None, now: float) -> runeta.RunEta:
-    """A live run's ETA on the Overview's basis: distinct prompts when the run recorded
-    expected_prompts (its collector's meta) and its shards carry prompt IDs, else completions."""
-    expected = store.run_settings().expected_prompts
+    """A live run's ETA on the Overview's basis (distinct prompts when the run recorded
+    expected_prompts and its shards carry prompt IDs, else completions) and under its rule
+    (runeta.shown_eta: none while the run is stalled or stale, or its average is too young)."""
+    settings = store.run_settings()
+    expected = settings.expected_prompts
     counted = store.prompt_counts() if expected else None
     answered = counted["distinct_prompts"] if counted and counted["id_lines"] else None
-    return runeta.run_eta(completions, target, activity.read_rates(store, now), answered, expected)
+    found = activity.read_rates(store, now)
+    e = runeta.run_eta(completions, target, found, answered, expected)
+    last = store.last_collection_unix()
+    stalled = activity.stall_state(found.per_node, now, settings.stall_after).run_since_unix is not None
+    writing = last is not None and now - last <= settings.stale_after and not stalled
+    return dataclasses.replace(e, eta_s=runeta.shown_eta(e, writing, runeta.enough_for_eta(found, now)))
 
 
 class RateChange(NamedTuple):
@@ -404,8 +411,8 @@ def _rate_cell(value: float | None, interval: list[float] | None) -> str:
 def _eta_text(r: RunNumbers) -> str:
     if r.finished:
         return "finished"
-    if r.eta_s is None:
-        return "no target or no rate yet"
+    if r.eta_s is None:  # the Overview's rule (runeta.shown_eta)
+        return "no ETA yet: needs a target, a rate over a full 15-min average, a run that writes"
     if r.eta_basis == "prompts":
         return f"{r.eta_s / 3600:,.1f} h (distinct prompts)" if r.eta_s else "all expected prompts answered"
     return f"{r.eta_s / 3600:,.1f} h" if r.eta_s else "target reached"
