@@ -90,7 +90,7 @@ def test_core_numbers_match_the_simulator(demo_cache):
     # Overview's "after 15 min of writing").
     assert a.eta_s is None and b.eta_s is None and b.summary.completions < b.target
     rows = {r["metric"]: r for r in runfigures.comparison_rows(a, b, runfigures.compare_runs(a, b, bootstrap=20))}
-    assert rows["ETA"]["B"] == "no ETA yet: needs a target, a rate over a full 15-min average, a run that writes"
+    assert rows["ETA"]["B"] == "— (after 15 min of writing)" and b.eta_why_none == "after 15 min of writing"
 
 
 def test_forecast_check_and_headline(demo_cache):
@@ -207,7 +207,7 @@ def test_compare_page_over_the_demo(demo_cache, monkeypatch):
     assert table.loc["ETA", "A: demo-4096"] == "finished"
     # the demo's live run holds six polls: no 15-min average yet, so no ETA, as on its Overview
     # (tests/test_runeta.py has Compare's ETA on distinct prompts for a run that has one)
-    assert table.loc["ETA", "B: demo-8192"].startswith("no ETA yet")
+    assert table.loc["ETA", "B: demo-8192"] == "— (after 15 min of writing)"
     tps_b = float(table.loc["tok/s per GPU", "B: demo-8192"].split()[0].replace(",", ""))
     assert abs(tps_b / demo.TOKENS_PER_S_B - 1) < 0.06
     assert table.loc["P90 tokens", "B − A"].startswith("≤ +")  # A's P90 is its ceiling: a lower bound

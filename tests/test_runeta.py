@@ -253,8 +253,10 @@ def test_a_stalled_run_has_no_prompts_eta_and_still_names_its_basis(relaunch, tm
             entry = scan.scan_file(s["path"], s["inode"], s["offset"], 1 << 30)
             store.record_poll(s["node"], poll_reply(ts + 0.4, [], {s["path"]: entry}), ts, rtt_ms=5.0)
     m = overview.overview(store, config, now + 10 * INTERVAL_S)
+    live = runfigures.run_numbers(store, config.name, CEILING, GOAL, False, now + 10 * INTERVAL_S)
     store.close()
     assert m.state == "stalled" and m.eta_s is None
+    assert live.eta_s is None and live.eta_why_none == "run stalled"  # Compare: the same rule
     tile = next(t for t in m.tiles if t.label == "ETA")
     assert (tile.value, tile.sub) == ("—", "no ETA: the run is stalled (no new completions)")
     record = m.headline()

@@ -37,6 +37,7 @@ from runhealth.payloads import pagedata
 from runhealth.records import PollRow
 from runhealth.rules import activity
 from runhealth.screens import runeta
+from runhealth.screens.words import fmt_window
 from runhealth.store import Store
 
 Z95 = compare.Z95
@@ -195,6 +196,7 @@ class RunNumbers:
     loop_sample: tuple[int, int] | None  # the what-if's loop term (whatif.for_run)
     energy: tokencost.EnergyCost | None = None  # GPU energy per usable token (#33); None: no GPU energy
     eta_basis: runeta.Basis = "completions"  # the ETA's: distinct prompts with expected_prompts (screens/runeta.py)
+    eta_why_none: str = ""  # why a live run has no ETA: "run stalled", "numbers stale", "after 15 min of writing"
 
 
 def run_numbers(
@@ -210,7 +212,7 @@ def run_numbers(
     life = (finished_life(store) if finished else life_figures(store)).life
     tps, cps = life.tokens_per_s, life.completions_per_s
     per_gpu = tps / gpus if tps is not None and gpus else None
-    basis = None if finished else _run_eta(store, summary.completions, target, time.time() if now is None else now)
+    basis, why = (None, "") if finished else _run_eta(store, summary.completions, target, _now(now))
     eta = basis.eta_s if basis else None
     return RunNumbers(
         name=name,
@@ -229,13 +231,19 @@ def run_numbers(
         loop_sample=loops.loop_sample(store.latest_sample_batch()),
         energy=tokencost.energy_cost(store.node_energy()),
         eta_basis=basis.basis if basis else "completions",
+        eta_why_none=why,
     )
 
 
-def _run_eta(store: Store, completions: int, target: int | None, now: float) -> runeta.RunEta:
+def _now(now: float | None) -> float:
+    return time.time() if now is None else now
+
+
+def _run_eta(store: Store, completions: int, target: int | None, now: float) -> tuple[runeta.RunEta, str]:
     """A live run's ETA on the Overview's basis (distinct prompts when the run recorded
     expected_prompts and its shards carry prompt IDs, else completions) and under its rule
-    (runeta.shown_eta: none while the run is stalled or stale, or its average is too young)."""
+    (runeta.shown_eta: none while the run is stalled or stale, or its average is too young),
+    with why there is none (short words for a table cell; "" when there is one)."""
     settings = store.run_settings()
     expected = settings.expected_prompts
     counted = store.prompt_counts() if expected else None
@@ -244,8 +252,14 @@ def _run_eta(store: Store, completions: int, target: int | None, now: float) -> 
     e = runeta.run_eta(completions, target, found, answered, expected)
     last = store.last_collection_unix()
     stalled = activity.stall_state(found.per_node, now, settings.stall_after).run_since_unix is not None
-    writing = last is not None and now - last <= settings.stale_after and not stalled
-    return dataclasses.replace(e, eta_s=runeta.shown_eta(e, writing, runeta.enough_for_eta(found, now)))
+    stale = last is None or now - last > settings.stale_after
+    enough = runeta.enough_for_eta(found, now)
+    shown = runeta.shown_eta(e, not stale and not stalled, enough)
+    why = ""
+    if shown is None:
+        why = "numbers stale" if stale else "run stalled" if stalled else "no target or rate" if e.eta_s is None else ""
+        why = why or f"after {fmt_window(found.average_s)} of writing"
+    return dataclasses.replace(e, eta_s=shown), why
 
 
 class RateChange(NamedTuple):
@@ -411,8 +425,8 @@ def _rate_cell(value: float | None, interval: list[float] | None) -> str:
 def _eta_text(r: RunNumbers) -> str:
     if r.finished:
         return "finished"
-    if r.eta_s is None:  # the Overview's rule (runeta.shown_eta)
-        return "no ETA yet: needs a target, a rate over a full 15-min average, a run that writes"
+    if r.eta_s is None:  # the Overview's rule (runeta.shown_eta), and why
+        return f"— ({r.eta_why_none or 'no target or rate'})"
     if r.eta_basis == "prompts":
         return f"{r.eta_s / 3600:,.1f} h (distinct prompts)" if r.eta_s else "all expected prompts answered"
     return f"{r.eta_s / 3600:,.1f} h" if r.eta_s else "target reached"
