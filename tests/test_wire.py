@@ -215,7 +215,7 @@ def pipe():
 
     def feed(data: bytes) -> int:
         r, w = os.pipe()
-        fds.append(r)
+        fds.append((r, os.fstat(r).st_ino))  # the pipe's inode: its number may be reused once the test closes it
 
         def write():
             with os.fdopen(w, "wb") as out:
@@ -227,9 +227,10 @@ def pipe():
         return r
 
     yield feed
-    for fd in fds:
+    for fd, ino in fds:  # close what the test left open, never a number reused by a later pipe's writer
         with contextlib.suppress(OSError):
-            os.close(fd)
+            if os.fstat(fd).st_ino == ino:
+                os.close(fd)
     for thread in threads:
         thread.join(timeout=5)
 
