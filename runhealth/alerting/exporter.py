@@ -186,11 +186,7 @@ class StoreMetrics:
     def _bucket_rows(self, bounds: list[float], ceiling: int | None, estimated: int) -> Iterator[tuple]:
         """Per node: (node, count, token sum, cumulative counts per bound, count at the ceiling), in SQL."""
         cols = "".join(f", SUM(CASE WHEN tokens <= {int(b)} THEN count ELSE 0 END)" for b in bounds)
-        at = (
-            f", SUM(CASE WHEN finish_reason = 'length' AND tokens >= {int(ceiling)} THEN count ELSE 0 END)"
-            if ceiling is not None
-            else ", 0"
-        )
+        at = f", SUM(CASE WHEN {stats.cut_sql(ceiling)} THEN count ELSE 0 END)"  # the one rule (stats.is_cut)
         where, gone = self.store.counted_where()
         sql = (
             f"SELECT node, SUM(count), SUM(tokens * count){cols}{at} FROM node_length_counts"
@@ -295,7 +291,7 @@ class StoreMetrics:
         ceiling, estimated = self._ceiling(settings)
         where, gone = self.store.counted_where()
         natural = ",".join(f"'{r}'" for r in reasonnames.NATURAL)
-        cut = f"finish_reason = 'length' AND tokens >= {int(ceiling)}" if ceiling is not None else "0"
+        cut = stats.cut_sql(ceiling)  # the one truncation rule (stats.is_cut)
         sql = (
             f"SELECT node, SUM(tokens * count), SUM(CASE WHEN {cut} THEN tokens * count ELSE 0 END),"
             f" SUM(CASE WHEN finish_reason IN ({natural}) THEN tokens * count ELSE 0 END)"
