@@ -14,7 +14,7 @@ import html
 import math
 import time
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar, TypeVarTuple
+from typing import Any, ParamSpec, TypeVar, TypeVarTuple
 
 import pandas as pd
 import streamlit as st
@@ -481,24 +481,31 @@ def download_csv(df: pd.DataFrame, filename: str, prefix: str, label: str = "Dow
         )
 
 
+def headline_files(record: dict[str, Any]) -> tuple[bytes, bytes]:
+    """The headline record's two downloads: JSON (as `runhealth status --json`) and one CSV row
+    (the alerts left out; a list cell as JSON)."""
+    import json
+
+    flat = {k: json.dumps(v) if isinstance(v, list | dict) else v for k, v in record.items() if k != "alerts"}
+    return json.dumps(record, indent=2).encode("utf-8"), pd.DataFrame([flat]).to_csv(index=False).encode("utf-8")
+
+
 def download_headline(rt: context.PageRuntime, prefix: str) -> None:
     """The Overview's headline record (its model's, as the tiles and `runhealth status --json`
     show it) as JSON and CSV (one row), in the sidebar."""
-    import json
-
     record = loaders.load_overview(rt.store, rt.config, runpicker.is_finished(rt)).headline()
-    flat = {k: v for k, v in record.items() if k != "alerts"}
+    as_json, as_csv = headline_files(record)
     with st.sidebar:
         st.download_button(
             "Download headline figures (JSON)",
-            json.dumps(record, indent=2).encode("utf-8"),
+            as_json,
             file_name="headline.json",
             mime="application/json",
             key=f"{prefix}_headline_json",
         )
         st.download_button(
             "Download headline figures (CSV)",
-            pd.DataFrame([flat]).to_csv(index=False).encode("utf-8"),
+            as_csv,
             file_name="headline.csv",
             mime="text/csv",
             key=f"{prefix}_headline_csv",

@@ -351,6 +351,7 @@ class RunMeta(TypedDict):
     nodes: list[str] | None  # the nodes the config names now
     expected_prompts: int | None  # [run] expected_prompts (#33)
     max_model_len: int | None  # [run] max_model_len (#33)
+    shared_queue: bool  # [run] shared_queue (#41): the nodes share one queue (absent in older stores: false)
 
 
 class CollectorStatus(TypedDict):

@@ -87,6 +87,7 @@ def config_of(folder: Path, expected: int | None) -> RunConfig:
         interval_s=INTERVAL_S,
         target_completions=GOAL,
         expected_prompts=expected,
+        shared_queue=True,  # n2 answers n1's prompts again: no node holds a share of its own (#41)
         max_output_tokens=CEILING,
         store_path=str(folder / "store.sqlite3"),
     )

@@ -100,7 +100,11 @@ def test_the_overview_names_the_slow_node_and_the_nodes_table_gives_each_eta(tmp
     slow = next(n for n in m.stragglers.nodes if n.node == "node-4")
     # Its own numbers: share 10,000, about 1 completion/s: ~2 h 20 min, past the run's ~45 min.
     assert slow.share == TARGET / 4 and 0.8 < (slow.completions_per_s or 0) < 1.2
-    assert slow.eta_s is not None and slow.eta_s > 2 * m.eta_s
+    assert slow.eta_s is not None and m.standup.eta_s is not None and slow.eta_s > 2 * m.standup.eta_s
+    # Fixed shares (the default): the run ends when node-4 writes its share, and its ETA says so (#41).
+    assert m.eta_s == slow.eta_s and m.run_eta is not None and m.run_eta.last_node == "node-4"
+    eta_tile = next(t for t in m.tiles if t.label == "ETA")
+    assert eta_tile.sub.startswith("node-4's share ends the run") and m.headline()["eta_last_node"] == "node-4"
     line = m.straggler_line
     assert line.startswith("most nodes done by ") and "; node-4 finishes at " in line
     assert m.headline()["straggler_line"] == line and m.headline()["late_nodes"] == ["node-4"]

@@ -24,9 +24,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from runhealth.alerting import exposition, fieldmetrics
-from runhealth.analysis import rates, reasons, stats, tokencost
+from runhealth.analysis import reasons, stats, tokencost
 from runhealth.records import LENGTH, GpuNumber
 from runhealth.rules import activity, health
+from runhealth.screens import fieldmodel, runeta
 from runhealth.settings.runsettings import RunSettings
 from runhealth.settings.windows import rate_window_s
 from runhealth.store import Store, reasonnames
@@ -75,11 +76,12 @@ class StoreMetrics:
         run = settings.name
         memo: dict[tuple, activity.RunRates] = {}  # the stall series and the alerts read the polls once
         try:
+            figures = fieldmodel.field_figures(self.store, settings, self._ceiling(settings)[0])
             yield from self._lengths(run, settings)
-            yield from self._nodes(run, settings, now, memo)
+            yield from self._nodes(run, settings, now, memo, figures["prompts"].get("answered"))
             yield from self._gpus(run, settings.node_names)
             yield from self._costs(run, settings)
-            yield from fieldmetrics.field_families(self.store, run, settings, self._ceiling(settings)[0])
+            yield from fieldmetrics.field_families(self.store, run, settings, figures=figures)
             yield from self._alerts(run, settings, now, memo)
         except Exception:  # logged; this scrape fails (HTTP 500), the collector goes on
             log.exception("metrics: reading the store failed")
@@ -184,11 +186,7 @@ class StoreMetrics:
     def _bucket_rows(self, bounds: list[float], ceiling: int | None, estimated: int) -> Iterator[tuple]:
         """Per node: (node, count, token sum, cumulative counts per bound, count at the ceiling), in SQL."""
         cols = "".join(f", SUM(CASE WHEN tokens <= {int(b)} THEN count ELSE 0 END)" for b in bounds)
-        at = (
-            f", SUM(CASE WHEN finish_reason = 'length' AND tokens >= {int(ceiling)} THEN count ELSE 0 END)"
-            if ceiling is not None
-            else ", 0"
-        )
+        at = f", SUM(CASE WHEN {stats.cut_sql(ceiling)} THEN count ELSE 0 END)"  # the one rule (stats.is_cut)
         where, gone = self.store.counted_where()
         sql = (
             f"SELECT node, SUM(count), SUM(tokens * count){cols}{at} FROM node_length_counts"
@@ -198,7 +196,9 @@ class StoreMetrics:
             yield row[0], row[1], row[2], list(row[3:-1]), row[-1]
 
     # -- nodes and the run ---------------------------------------------------------------
-    def _nodes(self, run: str, settings: RunSettings, now: float, memo: dict | None = None) -> Iterator[Metric]:
+    def _nodes(
+        self, run: str, settings: RunSettings, now: float, memo: dict | None = None, answered: int | None = None
+    ) -> Iterator[Metric]:
         interval_s, stale_after, stall_after = settings.interval_s, settings.stale_after, settings.stall_after
         up = GaugeMetricFamily(
             "runhealth_node_up", "1 if the node's last poll succeeded within stale_after.", labels=["run", "node"]
@@ -220,21 +220,34 @@ class StoreMetrics:
         stalls = health.stalled_nodes(self.store, now, stall_after, memo)
         nodes = self.store.nodes()
         keep = settings.node_names  # a node removed from the config leaves the state series
+        done = health.done_nodes([n for n in nodes if keep is None or n["name"] in keep], settings)
+        finished = GaugeMetricFamily(
+            "runhealth_node_done",
+            "1 once the node wrote its share (target / nodes; fixed shares).",
+            labels=["run", "node"],
+        )
         for n in (n for n in nodes if keep is None or n["name"] in keep):
             state, _why = health.node_status(n, now, stale_after)
             up.add_metric([run, n["name"]], 1.0 if state == "up" else 0.0)
             if n["last_ok_unix"] is not None:
                 age.add_metric([run, n["name"]], max(0.0, now - n["last_ok_unix"]))
-            stalled.add_metric([run, n["name"]], 1.0 if state == "up" and n["name"] in stalls else 0.0)
+            quiet = state == "up" and n["name"] in stalls and n["name"] not in done  # a done node is not stalled
+            stalled.add_metric([run, n["name"]], 1.0 if quiet else 0.0)
+            finished.add_metric([run, n["name"]], 1.0 if n["name"] in done else 0.0)
         for node, rate in self._token_rates(now, interval_s).items():
             if keep is None or node in keep:
                 tps.add_metric([run, node], rate)
-        yield from (up, age, stalled, tps)
+        yield from (up, age, stalled, finished, tps)
         gone = self.store.superseded_nodes()  # their files are counted again under the current name
-        done = sum(n["completions"] for n in nodes if n["name"] not in gone)
-        progress = rates.progress(done, settings.target_completions)
-        if progress is not None:
-            yield _gauge("runhealth_progress_ratio", "Completions counted / target_completions.", run, progress)
+        written = sum(n["completions"] for n in nodes if n["name"] not in gone)
+        progress = runeta.progress(answered, settings.expected_prompts, written, settings.target_completions)
+        if progress is not None:  # the Overview's one progress (runhealth.screens.runeta.progress)
+            yield _gauge(
+                "runhealth_progress_ratio",
+                "Distinct prompts answered / expected_prompts when both are known, else completions / target_completions.",
+                run,
+                progress.share,
+            )
 
     def _token_rates(self, now: float, interval_s: float) -> dict[str, float]:
         """Per node, the one live tok/s (runhealth.rules.activity over windows.rate_window_s, ending
@@ -278,7 +291,7 @@ class StoreMetrics:
         ceiling, estimated = self._ceiling(settings)
         where, gone = self.store.counted_where()
         natural = ",".join(f"'{r}'" for r in reasonnames.NATURAL)
-        cut = f"finish_reason = 'length' AND tokens >= {int(ceiling)}" if ceiling is not None else "0"
+        cut = stats.cut_sql(ceiling)  # the one truncation rule (stats.is_cut)
         sql = (
             f"SELECT node, SUM(tokens * count), SUM(CASE WHEN {cut} THEN tokens * count ELSE 0 END),"
             f" SUM(CASE WHEN finish_reason IN ({natural}) THEN tokens * count ELSE 0 END)"

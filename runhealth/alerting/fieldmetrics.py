@@ -11,6 +11,7 @@ yields no series at all: a missing field is never exported as a zero.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
@@ -55,10 +56,13 @@ GAUGES = (
 )
 
 
-def field_families(store: Store, run: str, settings: RunSettings, ceiling: int | None) -> Iterator[Metric]:
+def field_families(
+    store: Store, run: str, settings: RunSettings, ceiling: int | None = None, figures: dict[str, Any] | None = None
+) -> Iterator[Metric]:
     """One gauge family per figure the shards carry (nothing for a field they lack). `settings`
-    are the store's run settings: expected_prompts and max_model_len when the run set them."""
-    figures = fieldmodel.field_figures(store, settings, ceiling)
+    are the store's run settings: expected_prompts and max_model_len when the run set them;
+    `figures`: fieldmodel.field_figures at `ceiling` when the caller has them."""
+    figures = fieldmodel.field_figures(store, settings, ceiling) if figures is None else figures
     for name, help_, figure, key in GAUGES:
         value = figures[figure].get(key)
         if value is None:

@@ -179,6 +179,17 @@ def wilson_interval(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def is_cut(tokens: int, finish_reason: str | None, ceiling: int | None) -> bool:
+    """The one truncation rule: stopped by `length` at or above the ceiling (a `length` stop
+    below it is the context window's, counted apart). `cut_sql` is this rule in SQL."""
+    return finish_reason == LENGTH and ceiling is not None and tokens >= ceiling
+
+
+def cut_sql(ceiling: int | None) -> str:
+    """`is_cut` as an SQL condition over count rows (finish_reason, tokens): the exporter's sums."""
+    return f"finish_reason = '{LENGTH}' AND tokens >= {int(ceiling)}" if ceiling is not None else "0"
+
+
 def detect_ceiling(hist: LengthHist) -> int | None:
     """Find the max_tokens ceiling: the length where ``finish_reason == "length"`` piles up.
 
@@ -332,12 +343,11 @@ def summarize(hist: LengthHist, ceiling: int | None = None, unparseable: int = 0
         reasons[MISSING if fr is None else str(fr)] += n
     at_ceiling = below = at_ceiling_tokens = usable = usable_tokens = 0
     for tokens, fr, _e, n in used.rows():
-        if fr == LENGTH and ceil_tokens is not None:
-            if tokens >= ceil_tokens:
-                at_ceiling += n
-                at_ceiling_tokens += tokens * n
-            else:
-                below += n
+        if is_cut(tokens, fr, ceil_tokens):
+            at_ceiling += n
+            at_ceiling_tokens += tokens * n
+        elif fr == LENGTH and ceil_tokens is not None:
+            below += n
         elif fr in NATURAL:
             usable += n
             usable_tokens += tokens * n
@@ -431,7 +441,7 @@ def histogram(hist: LengthHist, bin_width: int | None = None, max_bins: int = 20
         i = min(max(bisect.bisect_right(edges, tokens) - 1, 0), len(counts) - 1)
         if fr == "stop":
             counts[i][0] += n
-        elif fr == LENGTH and ceiling is not None and tokens >= ceiling:
+        elif is_cut(tokens, fr, ceiling):
             counts[i][1] += n
         else:
             counts[i][2] += n

@@ -170,7 +170,7 @@ def group_lengths(store: Store, by: str, ceiling: int | None) -> list[GroupRow]:
         hist = groups.get(group, stats.LengthHist())
         own = stats.detect_ceiling(hist)
         limit = ceiling or own
-        at = sum(n for tok, _, est, n in hist.rows() if not est and limit is not None and tok >= limit)
+        at = sum(n for tok, fr, est, n in hist.rows() if not est and stats.is_cut(tok, fr, limit))
         denominator = t["exact"] or t["completions"]
         lo, hi = stats.wilson_interval(at, denominator)
         out.append(

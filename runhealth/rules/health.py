@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Sequence
 from typing import Literal
 
 from runhealth.analysis import reasons, stats
@@ -98,6 +99,17 @@ def stalled_nodes(
     activity.read_rates's (a scrape reads the polls once for this and `evaluate`)."""
     found = activity.stall_state(activity.read_rates(store, now, 2 * window, memo=memo).per_node, now, window)
     return {node: now - since for node, since in found.nodes.items()}
+
+
+def done_nodes(nodes: Sequence[NodeRow], settings: RunSettings) -> set[str]:
+    """The nodes that wrote their share: with fixed shares (the default; [run] shared_queue =
+    false) each node's share is target / nodes (analysis/stragglers.py), and a node past it is
+    done, a state of its own: never stalled, never alerted (#41). None with one shared queue."""
+    target = settings.target_completions
+    if settings.shared_queue or not target or not nodes:
+        return set()
+    need = max(0, int(round(target / len(nodes))))
+    return {n["name"] for n in nodes if n["completions"] >= need}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,7 +232,7 @@ def alerts_of(r: Reading) -> list[Alert]:
     summary = r.summary
     target = settings.target_completions
     if not (target and summary.completions >= target):  # a run that reached its target stops on purpose
-        up = {n["name"] for n in nodes if node_status(n, now, stale_after)[0] == "up"}
+        up = {n["name"] for n in nodes if node_status(n, now, stale_after)[0] == "up"} - done_nodes(nodes, settings)
         out += _stall_alerts(r.rates, run, now, r.stall_after, up)
     out += truncation_alerts(summary, settings, run)
     out += _gpu_alerts(r.gpu_latest, run, bool(r.rates.tokens_per_s_1m))

@@ -33,7 +33,6 @@ class Standup:
 
     completions: int
     target: int | None
-    share_done: float | None  # completions / target
     tokens_per_s_1m: float | None
     tokens_per_s_15m: float | None
     completions_per_s_15m: float | None
@@ -70,7 +69,6 @@ def standup(
     return Standup(
         completions=completions,
         target=target,
-        share_done=rates.progress(completions, target) if target else None,
         tokens_per_s_1m=tps,
         tokens_per_s_15m=health.tokens_per_s_15m if health else None,
         completions_per_s_15m=cps,

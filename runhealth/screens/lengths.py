@@ -62,7 +62,8 @@ class Lengths:
     loop_sample: tuple[int, int]  # (loops, sampled) among the latest batch's truncated samples
     server: serverview.ServerView | None = None  # the inference servers' view beside the shards' (#33)
     fields: fieldpanels.FieldPanels | None = None  # the per-line field panels (#33 items 3, 4, 5)
-    run_eta: runeta.RunEta | None = None  # the Overview's ETA basis: distinct prompts or completions (#33 item 1)
+    run_eta: runeta.RunEta | None = None  # the Overview's ETA as shown (None: withheld): its basis (#33 item 1)
+    eta_withheld: str = ""  # why there is no ETA ("run stalled", ...), "" when there is one
 
     @property
     def summary(self) -> Summary:
@@ -70,11 +71,9 @@ class Lengths:
 
     @property
     def eta_s(self) -> float | None:
-        """The ETA now at the 15-min average, on the Overview's basis (screens/runeta.py: distinct
-        prompts when expected_prompts and prompt IDs are there); None without a goal or a rate."""
-        if self.run_eta is not None:
-            return self.run_eta.eta_s
-        return rates.eta_seconds(self.summary.completions, self.target, self.completions_per_s_15m)
+        """The ETA the Overview shows now (screens/runeta.py store_eta: its basis, its run-state
+        rule, the last node's share); None while it withholds one (`eta_withheld` says why)."""
+        return self.run_eta.eta_s if self.run_eta is not None else None
 
     def eta_change(self, r: WhatIf) -> rates.EtaChange:
         """What the what-if's extra tokens per completion do to the ETA at the 15-min average."""
@@ -105,6 +104,7 @@ class Lengths:
             "p99": s.tokens.p99,
             "eta_s": self.eta_s,
             "eta_basis": self.run_eta.basis if self.run_eta else "completions",
+            "eta_withheld": self.eta_withheld,
             "loop_sample": list(self.loop_sample),
             "server_view": self.server.lines() if self.server else None,
             "fields": dataclasses.asdict(self.fields) if self.fields else None,
@@ -118,8 +118,7 @@ def lengths(store: Store, config: RunConfig, now: float | None = None) -> Length
     counted = counts(store, config.max_output_tokens, pagedata.get(store, "run_lengths", RunLengths))
     figures = fieldmodel.field_figures(store, config, counted.summary.ceiling_tokens)
     run_rates = activity.read_rates(store, now)
-    answered = figures["prompts"].get("answered")
-    done = counted.summary.completions
+    eta, withheld = runeta.store_eta(store, counted.summary.completions, config.target_completions, now)
     return Lengths(
         run=config.name,
         now=now,
@@ -132,5 +131,6 @@ def lengths(store: Store, config: RunConfig, now: float | None = None) -> Length
             (m for m in store.metric_latest() if keep is None or m["node"] in keep), counted.summary
         ),
         fields=fieldpanels.panels(figures),
-        run_eta=runeta.run_eta(done, config.target_completions, run_rates, answered, config.expected_prompts),
+        run_eta=eta,
+        eta_withheld=withheld,
     )

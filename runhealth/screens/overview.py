@@ -114,6 +114,7 @@ class Overview:
     stragglers: Stragglers | None = None
     events: tuple[Event, ...] = ()  # the last day's run events: the throughput and alert charts' markers (#33 item 7)
     run_eta: runeta.RunEta | None = None  # the ETA's basis (distinct prompts or completions) and rate (#33 item 1)
+    done_nodes: tuple[str, ...] = ()  # fixed shares: the nodes that wrote their share (health.done_nodes)
 
     @property
     def straggler_line(self) -> str:
@@ -141,12 +142,8 @@ class Overview:
         when both are known (#33: a retry is not progress), else completions of the target; None
         without either."""
         p = self.prompts or {}
-        if p.get("expected") and p.get("answered") is not None:
-            return min(1.0, p["answered"] / p["expected"]), f"{p['answered']:,} of {p['expected']:,} prompts answered"
-        if not self.target:
-            return None
-        done = self.summary.completions
-        return min(1.0, done / self.target), f"{done:,} of {self.target:,} completions"
+        found = runeta.progress(p.get("answered"), p.get("expected"), self.summary.completions, self.target)
+        return None if found is None else (found.share, found.words)
 
     def headline(self) -> dict[str, Any]:
         """The standup figures as one flat record (the download and `status --json`), rounded for people."""
@@ -196,7 +193,10 @@ class Overview:
             "nodes_stale": up.nodes_stale,
             "nodes_down": up.nodes_down,
             "nodes": up.nodes,
-            "alerts": [{"name": a.name, "severity": a.severity, "summary": a.summary} for a in self.alerts],
+            "done_nodes": sorted(self.done_nodes),
+            "alerts": [
+                {"name": a.name, "severity": a.severity, "node": a.node, "summary": a.summary} for a in self.alerts
+            ],
             **self._prompt_fields(),
         }
 
@@ -328,12 +328,14 @@ def _overview(store: Store, config: RunConfig, now: float, finished: bool) -> Ov
     )
     average = average_of(reading.rates, now)
     prompts = fieldmodel.prompt_completeness(store, config, reading.summary.completions)
+    shares = etas.for_run(config.target_completions, reading.summary.completions, reading.rates, nodes)
     basis = runeta.run_eta(
         up.completions,
         config.target_completions,
         reading.rates,
         (prompts or {}).get("answered"),
         config.expected_prompts,
+        None if config.shared_queue else shares,
     )
     eta = runeta.shown_eta(basis, state == "writing", average.enough_for_eta)
     health_rows = {(h["node"], h["gpu"]): h["health"] for h in reading.gpu_health if h["node"] in names}
@@ -361,11 +363,10 @@ def _overview(store: Store, config: RunConfig, now: float, finished: bool) -> Ov
         waste=tokencost.waste(reading.summary, store.latest_loop_sample()),
         energy=tokencost.energy_cost(e for e in store.node_energy() if e["node"] in names),
         prompts=prompts,
-        stragglers=etas.for_run(config.target_completions, reading.summary.completions, reading.rates, nodes)
-        if eta
-        else None,
+        stragglers=shares if eta else None,
         events=chart_events(store, now - EVENTS_LOOKBACK_S),
         run_eta=basis,
+        done_nodes=tuple(sorted(health.done_nodes(nodes, reading.settings))),
     )
     tiles = final_tiles(model, config) if finished else live_tiles(model, config)
     return dataclasses.replace(model, tiles=tuple(tiles))
@@ -434,9 +435,11 @@ def live_tiles(m: Overview, config: RunConfig) -> list[Tile]:
     """The six standup tiles: done, throughput, ETA, truncation, nodes, data age; every one
     follows the run state (a stalled or stale run has no plain ETA and no calm rate)."""
     n = m.standup
-    done_sub = (
-        f"of {m.target:,} target ({n.share_done:.1%})" if n.share_done is not None else "no target_completions set"
-    )
+    p = m.prompts or {}
+    found = runeta.progress(p.get("answered"), p.get("expected"), n.completions, m.target)
+    done_sub = "no target_completions set" if not m.target else f"of {m.target:,} target"
+    if found is not None:  # the one progress, as the bar and /metrics: prompts when they are known
+        done_sub += f" ({found.share:.1%})" if found.basis == "completions" else f" · {found.share:.1%} of prompts"
     age = n.data_age_s
     return [
         Tile("Completions", f"{n.completions:,}", done_sub, "ok" if n.completions else "muted"),

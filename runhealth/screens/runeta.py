@@ -15,11 +15,15 @@ writing) stays the Overview's (screens/overview.py).
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from runhealth.analysis import rates
-from runhealth.rules.activity import RunRates
+from runhealth.analysis.stragglers import Stragglers
+from runhealth.rules.activity import RunRates, read_rates, stall_state
 from runhealth.rules.health import fmt_age
+from runhealth.screens import etas
+from runhealth.screens.words import fmt_window
+from runhealth.store import Store
 
 Basis = Literal["prompts", "completions"]
 NO_ID_NOTE = (
@@ -43,6 +47,9 @@ class RunEta:
     goal: int | None  # [run] expected_prompts, or target_completions
     note: str = ""  # why the ETA is on completions although expected_prompts is set
     prompts_per_s: float | None = None  # new distinct prompts / s at the 15-min average, whichever the basis
+    # Fixed shares (the default; [run] shared_queue = false): the node whose share ends the run,
+    # when its ETA is later than the run rate's (then eta_s is that node's); "" otherwise.
+    last_node: str = ""
 
     @property
     def unit(self) -> str:
@@ -59,16 +66,77 @@ def run_eta(
     run_rates: RunRates | None,
     answered: int | None,
     expected: int | None,
+    shares: Stragglers | None = None,
 ) -> RunEta:
     """The run's ETA: from distinct prompts when `expected` (expected_prompts) is set and the shards
-    carry prompt IDs (`answered` is not None), else from completions to `target`."""
+    carry prompt IDs (`answered` is not None), else from completions to `target`. `shares`: each
+    node's ETA to its fixed share (screens/etas.py; None: the nodes share one queue, or no target):
+    the run ends when its last node does, so a node's later ETA is the run's, and it is named."""
     pps = run_rates.prompts_per_s_15m if run_rates else None
     if expected and answered is not None:
-        return RunEta("prompts", rates.eta_seconds(answered, expected, pps), pps, answered, expected, "", pps)
-    cps = run_rates.completions_per_s_15m if run_rates else None
-    eta = rates.eta_seconds(completions, target, cps) if target else None
-    note = NO_ID_NOTE if expected and completions else ""
-    return RunEta("completions", eta, cps, completions, target, note, pps)
+        e = RunEta("prompts", rates.eta_seconds(answered, expected, pps), pps, answered, expected, "", pps)
+    else:
+        cps = run_rates.completions_per_s_15m if run_rates else None
+        eta = rates.eta_seconds(completions, target, cps) if target else None
+        note = NO_ID_NOTE if expected and completions else ""
+        e = RunEta("completions", eta, cps, completions, target, note, pps)
+    return last_share(e, shares)
+
+
+def last_share(e: RunEta, shares: Stragglers | None) -> RunEta:
+    """`e` with fixed shares: the latest node's ETA to its share when it is later than `e`'s (the
+    run is not over before its last node is), that node named; `e` unchanged when it is reached (0),
+    has no rate, or no node is later."""
+    if shares is None or not e.eta_s:
+        return e
+    timed = [n for n in shares.nodes if n.eta_s]
+    last = max(timed, key=lambda n: n.eta_s or 0.0, default=None)
+    if last is None or (last.eta_s or 0.0) <= e.eta_s:
+        return e
+    return dataclasses.replace(e, eta_s=last.eta_s, last_node=last.node)
+
+
+def progress(answered: int | None, expected: int | None, completions: int, target: int | None) -> Progress | None:
+    """The run's one progress (the bar, the Completions tile, the headline, /metrics): distinct
+    prompts answered of [run] expected_prompts when both are known (a retry is no progress, #33),
+    else completions of target_completions; None without either."""
+    if expected and answered is not None:
+        return Progress(min(1.0, answered / expected), f"{answered:,} of {expected:,} prompts answered", "prompts")
+    if not target:
+        return None
+    return Progress(min(1.0, completions / target), f"{completions:,} of {target:,} completions", "completions")
+
+
+class Progress(NamedTuple):
+    share: float  # 0-1
+    words: str  # "930 of 1,000 prompts answered"
+    basis: Basis
+
+
+def store_eta(store: Store, completions: int, target: int | None, now: float) -> tuple[RunEta, str]:
+    """A live run's ETA from its store (the Compare page's and Output lengths' ETA) on the
+    Overview's basis and under its rule (shown_eta: none while the run is stalled or stale, or its
+    average too young; the run's end at its last node's share unless the nodes share one queue),
+    with why there is none (short words for a table cell; "" when there is one)."""
+    settings = store.run_settings()
+    expected = settings.expected_prompts
+    counted = store.prompt_counts() if expected else None
+    answered = counted["distinct_prompts"] if counted and counted["id_lines"] else None
+    found = read_rates(store, now)
+    keep = settings.node_names
+    nodes = [n for n in store.nodes() if keep is None or n["name"] in keep]
+    shares = None if settings.shared_queue else etas.for_run(target, completions, found, nodes)
+    e = run_eta(completions, target, found, answered, expected, shares)
+    last = store.last_collection_unix()
+    stalled = stall_state(found.per_node, now, settings.stall_after).run_since_unix is not None
+    stale = last is None or now - last > settings.stale_after
+    enough = enough_for_eta(found, now)
+    shown = shown_eta(e, not stale and not stalled, enough)
+    why = ""
+    if shown is None:
+        why = "numbers stale" if stale else "run stalled" if stalled else "no target or rate" if e.eta_s is None else ""
+        why = why or f"after {fmt_window(found.average_s)} of writing"
+    return dataclasses.replace(e, eta_s=shown), why
 
 
 def enough_for_eta(r: RunRates, now: float) -> bool:
@@ -96,6 +164,8 @@ def tile_words(e: RunEta, eta_s: float | None, average_label: str, enough: bool,
         return "done", reached, "ok"
     if not e.goal:
         return "—", "needs target_completions (or expected_prompts) in the config", "muted"
+    if eta_s is not None and e.last_node:
+        return fmt_age(eta_s), f"{e.last_node}'s share ends the run (its own 15-min avg){note}", "ok"
     if eta_s is not None:
         return fmt_age(eta_s), f"at the {average_label}, {e.rate_words()}{note}", "ok"
     if e.per_s and not enough:
@@ -108,11 +178,18 @@ def tile_words(e: RunEta, eta_s: float | None, average_label: str, enough: bool,
 def to_json(e: RunEta | None) -> dict:
     """The ETA's basis and rates for the headline record (`status --json`, the Overview download)."""
     if e is None:
-        return {"eta_basis": None, "eta_rate_per_s": None, "eta_basis_note": "", "prompts_per_s_15_min_avg": None}
+        return {
+            "eta_basis": None,
+            "eta_rate_per_s": None,
+            "eta_basis_note": "",
+            "eta_last_node": None,
+            "prompts_per_s_15_min_avg": None,
+        }
     return {
         "eta_basis": e.basis,  # "prompts" | "completions"
         "eta_rate_per_s": None if e.per_s is None else round(e.per_s, 3),  # in the basis's unit
         "eta_basis_note": e.note,
+        "eta_last_node": e.last_node or None,  # fixed shares: the node whose share ends the run
         "prompts_per_s_15_min_avg": None if e.prompts_per_s is None else round(e.prompts_per_s, 3),
     }
 

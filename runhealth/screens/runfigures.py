@@ -35,9 +35,7 @@ from runhealth.analysis.whatif import BOOTSTRAP
 from runhealth.errors import RunhealthError
 from runhealth.payloads import pagedata
 from runhealth.records import PollRow
-from runhealth.rules import activity
 from runhealth.screens import runeta
-from runhealth.screens.words import fmt_window
 from runhealth.store import Store
 
 Z95 = compare.Z95
@@ -212,7 +210,7 @@ def run_numbers(
     life = (finished_life(store) if finished else life_figures(store)).life
     tps, cps = life.tokens_per_s, life.completions_per_s
     per_gpu = tps / gpus if tps is not None and gpus else None
-    basis, why = (None, "") if finished else _run_eta(store, summary.completions, target, _now(now))
+    basis, why = (None, "") if finished else runeta.store_eta(store, summary.completions, target, _now(now))
     eta = basis.eta_s if basis else None
     return RunNumbers(
         name=name,
@@ -237,29 +235,6 @@ def run_numbers(
 
 def _now(now: float | None) -> float:
     return time.time() if now is None else now
-
-
-def _run_eta(store: Store, completions: int, target: int | None, now: float) -> tuple[runeta.RunEta, str]:
-    """A live run's ETA on the Overview's basis (distinct prompts when the run recorded
-    expected_prompts and its shards carry prompt IDs, else completions) and under its rule
-    (runeta.shown_eta: none while the run is stalled or stale, or its average is too young),
-    with why there is none (short words for a table cell; "" when there is one)."""
-    settings = store.run_settings()
-    expected = settings.expected_prompts
-    counted = store.prompt_counts() if expected else None
-    answered = counted["distinct_prompts"] if counted and counted["id_lines"] else None
-    found = activity.read_rates(store, now)
-    e = runeta.run_eta(completions, target, found, answered, expected)
-    last = store.last_collection_unix()
-    stalled = activity.stall_state(found.per_node, now, settings.stall_after).run_since_unix is not None
-    stale = last is None or now - last > settings.stale_after
-    enough = runeta.enough_for_eta(found, now)
-    shown = runeta.shown_eta(e, not stale and not stalled, enough)
-    why = ""
-    if shown is None:
-        why = "numbers stale" if stale else "run stalled" if stalled else "no target or rate" if e.eta_s is None else ""
-        why = why or f"after {fmt_window(found.average_s)} of writing"
-    return dataclasses.replace(e, eta_s=shown), why
 
 
 class RateChange(NamedTuple):

@@ -271,6 +271,15 @@ class RunConfig:
             doc="the `max_tokens` ceiling (detected from a pile-up of `finish_reason=length`)",
         ),
     )
+    shared_queue: bool = field(
+        default=False,
+        metadata=spec(
+            bool,
+            doc="the nodes take work from one shared queue: the run's ETA is the run rate's; false: each node "
+            "holds a fixed share (target / nodes), the run ends when its last node does, and a node that wrote "
+            "its share is done, not stalled",
+        ),
+    )
     expected_prompts: int | None = field(
         default=None,
         metadata=spec(

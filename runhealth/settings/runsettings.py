@@ -45,6 +45,7 @@ class RunSettings:
     nodes: tuple[str, ...] | None = None
     expected_prompts: int | None = None  # distinct prompts the run should answer (#33: prompts not answered)
     max_model_len: int | None = None  # the server's context window (#33: context-window stops)
+    shared_queue: bool = False  # the nodes share one queue (else fixed shares: runhealth.screens.runeta)
 
     @property
     def stale_after(self) -> float:
@@ -77,6 +78,7 @@ class RunSettings:
             nodes=tuple(n.name for n in config.nodes),
             expected_prompts=config.expected_prompts,
             max_model_len=config.max_model_len,
+            shared_queue=config.shared_queue,
         )
 
     @classmethod
@@ -98,6 +100,7 @@ class RunSettings:
             nodes=tuple(str(n) for n in nodes) if isinstance(nodes, list | tuple) else None,
             expected_prompts=_positive_int(m.get("expected_prompts")),
             max_model_len=_positive_int(m.get("max_model_len")),
+            shared_queue=m.get("shared_queue") is True,
         )
 
     def to_meta(self) -> RunMeta:
@@ -115,6 +118,7 @@ class RunSettings:
             "nodes": None if self.nodes is None else list(self.nodes),
             "expected_prompts": self.expected_prompts,
             "max_model_len": self.max_model_len,
+            "shared_queue": self.shared_queue,
         }
 
 

@@ -1,0 +1,549 @@
+"""One fact, one number, on every consumer (issue #41 item 1): the consistency harness.
+
+Each scenario is a run's store built poll by poll as the collector builds it (the demo
+simulator's lines, scanned by the real agent scanner, written with Store.record_poll on a fixed
+clock), with the config a user would write. At one instant (`NOW`: the scenario's last poll; the
+process's clock is frozen there while the consumers read, so every page, the CLI, /metrics and
+the webhook body read the same instant) every consumer is read and each named fact pulled out of
+what it shows, by small parsers of the displayed words: the pages (Streamlit AppTest), `runhealth
+status --json`, the headline JSON/CSV downloads, the exporter's /metrics text, the webhook bodies,
+`runhealth compare --json`. Then one value per fact across consumers, formatting aside.
+
+To add a fact: name it in FACTS (with its tolerance: the coarsest display precision among its
+consumers); to add a consumer: write `extract_<where>(seen) -> {fact: value}` and list it in
+CONSUMERS. A consumer that does not show a fact leaves it out (never a 0 for "not shown").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import math
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from store_fixtures import poll_reply
+from test_pages import _clear_streamlit_caches, assert_clean, open_app  # noqa: F401 (autouse fixture)
+
+from runhealth import cli
+from runhealth.alerting import exporter, notify
+from runhealth.demo import Simulator
+from runhealth.node import scan
+from runhealth.screens import lengths, overview
+from runhealth.settings.config import load_config
+from runhealth.settings.runsettings import RunSettings
+from runhealth.store import Store
+
+CEILING = 4096  # the demo simulator's ceiling: ~18% cut
+INTERVAL_S = 30.0
+
+
+# -- the facts --------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Fact:
+    """A named fact and how close two consumers' values must be (their display precision)."""
+
+    name: str
+    tolerance: float = 0.0  # absolute; 0: equal
+    relative: float = 0.0  # relative, for figures shown to a few significant digits
+
+
+FACTS: dict[str, Fact] = {
+    f.name: f
+    for f in (
+        Fact("completions"),
+        Fact("cut_count"),
+        Fact("cut_pct", tolerance=0.051),  # "18.0%" on a tile, 2 decimals in JSON
+        Fact("progress_pct", tolerance=0.051),
+        Fact("eta_state"),  # "shown" | "none: stalled" | "none: stale" | "none: too early" | "done" | "none"
+        Fact("eta_s", tolerance=60.0, relative=0.035),  # "21 min" (a minute), "1.2 h" (0.05 h), JSON 0.01 h
+        Fact("eta_node"),  # the node whose share ends the run last (fixed shares); "" for the run's rate
+        Fact("tokens_per_s", tolerance=0.51, relative=0.0051),  # "950" (a token), "9.4K" (50 tokens), JSON a token
+        Fact("prompts_answered"),
+        Fact("prompts_missing"),
+        Fact("prompts_twice"),
+        Fact("late_nodes"),  # the stragglers, as a sorted tuple
+        Fact("stalled_nodes"),  # the nodes alerted as stalled, as a sorted tuple
+        Fact("done_nodes"),  # the nodes that wrote their share, as a sorted tuple
+        Fact("run_stalled"),  # bool
+        Fact("forecast_interval_pct", tolerance=0.051),  # (low, high), as "0.5–3.4%"
+        Fact("energy_j_per_usable_token", relative=0.01),
+    )
+}
+# The lead extends FACTS at merge (e.g. Fact("failed_requests")) and adds the extractors below.
+
+
+def close(fact: Fact, a: Any, b: Any) -> bool:
+    if isinstance(a, tuple) and isinstance(b, tuple) and a and isinstance(a[0], float):
+        return len(a) == len(b) and all(close(fact, x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool):
+        return abs(a - b) <= max(fact.tolerance, fact.relative * max(abs(a), abs(b)))
+    return a == b
+
+
+def assert_one_value(seen: dict[str, dict[str, Any]]) -> None:
+    """`seen`: consumer -> {fact: value}. Every fact shown by two consumers has one value."""
+    disagreements = []
+    for name, fact in FACTS.items():
+        values = {c: facts[name] for c, facts in seen.items() if name in facts}
+        items = list(values.items())
+        for _c, v in items[1:]:
+            if not close(fact, items[0][1], v):
+                disagreements.append(f"{name}: " + ", ".join(f"{k}={x!r}" for k, x in items))
+                break
+    assert not disagreements, "\n".join(disagreements)
+
+
+# -- parsers of displayed words --------------------------------------------------------------------
+def parse_age(text: str) -> float:
+    """fmt_age's words back to seconds: "45 s", "21 min", "1.2 h", "2.0 d"."""
+    m = re.fullmatch(r"([\d.,]+) (s|min|h|d)", text.strip())
+    assert m, f"not an age: {text!r}"
+    return float(m[1].replace(",", "")) * {"s": 1, "min": 60, "h": 3600, "d": 86400}[m[2]]
+
+
+def parse_pct(text: str) -> float:
+    m = re.search(r"([\d.]+)%", text)
+    assert m, f"no percentage in {text!r}"
+    return float(m[1])
+
+
+def parse_count(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def parse_rate(text: str) -> float:
+    """fmt_rate's words: "950", "9.4K"."""
+    m = re.fullmatch(r"([\d.,]+)(K?)", text.strip())
+    assert m, f"not a rate: {text!r}"
+    return float(m[1].replace(",", "")) * (1000 if m[2] else 1)
+
+
+TILE_RE = re.compile(
+    r'<div class="rh-tile (\w+)"><div class="rh-label">(.*?)</div><div class="rh-value">(.*?)</div>'
+    r'<div class="rh-sub">(.*?)</div></div>'
+)
+
+
+def tiles_of(at) -> dict[str, tuple[str, str]]:
+    """Label -> (value, sub) of every tile on an AppTest page (HTML unescaped)."""
+    import html
+
+    out = {}
+    for m in (x for el in at.markdown for x in TILE_RE.finditer(el.value)):
+        out[html.unescape(m[2])] = (html.unescape(m[3]), html.unescape(m[4]))
+    return out
+
+
+def tile(tiles: dict[str, tuple[str, str]], prefix: str) -> tuple[str, str]:
+    return next(v for k, v in tiles.items() if k.startswith(prefix))
+
+
+def eta_state_of_tile(value: str, sub: str) -> str:
+    if value == "done":
+        return "done"
+    if value != "—":
+        return "shown"
+    if "stalled" in sub:
+        return "none: stalled"
+    if "stale" in sub:
+        return "none: stale"
+    if "after" in sub and "of writing" in sub:
+        return "none: too early"
+    return "none"
+
+
+def eta_state_of_record(r: dict[str, Any]) -> str:
+    """The headline record's ETA state (status --json, the downloads)."""
+    if r.get("eta_hours_at_15_min_avg") is not None:
+        return "done" if r["eta_hours_at_15_min_avg"] == 0 else "shown"
+    return {"stalled": "none: stalled", "stale": "none: stale"}.get(r["run_state"]) or r.get("eta_withheld") or "none"
+
+
+def prom(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """The exposition text as name -> [(labels, value)]."""
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.fullmatch(r"([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)", line)
+        assert m, line
+        labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m[2] or ""))
+        out.setdefault(m[1], []).append((labels, float(m[3])))
+    return out
+
+
+# -- scenarios ----------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Scenario:
+    """A run's store and config at `now`, and the truth its lines hold."""
+
+    name: str
+    folder: Path
+    config: Path
+    now: float
+    completions: int = 0
+    answered: int = 0
+    truth: dict[str, Any] = dataclasses.field(default_factory=dict)  # facts the case fixes, beside its lines'
+
+
+def write_config(folder: Path, nodes: tuple[str, ...], target: int, expected: int | None, extra: str = "") -> Path:
+    lines = [
+        "[run]",
+        'name = "consistency-run"',
+        f"target_completions = {target}",
+        f"interval_s = {INTERVAL_S}",
+        f"max_output_tokens = {CEILING}",
+        f'store_path = "{folder / "store.sqlite3"}"',
+        *([f"expected_prompts = {expected}"] if expected else []),
+        extra,
+    ]
+    for n in nodes:
+        lines += ["", "[[nodes]]", f'name = "{n}"', 'host = "local"', f'shards = ["{folder / "shards" / n}.jsonl"]']
+        lines += [f'python = "{sys.executable}"', 'gpu = "off"']
+    path = folder / "runhealth.toml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def build(
+    folder: Path,
+    name: str,
+    plan: dict[str, Callable[[int], int]],
+    polls: int,
+    *,
+    target: int,
+    expected: int | None = None,
+    extra: str = "",
+    seed: int = 5,
+) -> Scenario:
+    """`polls` polls 30 s apart ending now; at poll k node n writes plan[n](k) fresh simulator lines
+    (prompt IDs with the simulator's retries and skips), scanned by the real scanner."""
+    now = float(int(time.time()))
+    sim = Simulator(folder, seed=seed, ceiling=CEILING)
+    sim.shard_dir.mkdir(parents=True)
+    shards = {n: sim.shard_dir / f"{n}.jsonl" for n in plan}
+    for p in shards.values():
+        p.write_text("")
+    store = Store(folder / "store.sqlite3")
+    at = {n: (None, 0) for n in shards}
+    ids: list[str] = []
+    for k in range(polls):
+        ts = now - (polls - 1 - k) * INTERVAL_S
+        for node, path in shards.items():
+            fresh = [sim.completion_line(1) for _ in range(plan[node](k) if k else 0)]
+            with open(path, "a", encoding="utf-8") as f:
+                f.writelines(fresh)
+            for line in fresh:
+                try:
+                    ids.append(json.loads(line)["custom_id"])
+                except (json.JSONDecodeError, KeyError):
+                    pass
+            entry = scan.scan_file(str(path), *at[node], 1 << 30)
+            at[node] = (entry["inode"], entry["offset"])
+            store.record_poll(node, poll_reply(ts + 0.4, [], {str(path): entry}), ts, rtt_ms=5.0)
+    config = write_config(folder, tuple(plan), target, expected, extra)
+    store.set_meta("run", RunSettings.from_config(load_config(config)).to_meta())  # as its collector records it
+    store.close()
+    return Scenario(name, folder, config, now, len(ids), len(set(ids)))
+
+
+POLLS = 41  # 20 min: the 15-min average holds the run's writing
+
+
+def straggler(folder: Path) -> Scenario:
+    """Two nodes with fixed shares (the default): loc writes 8 lines a poll, sshn 3. The run-rate
+    ETA is ~25 min; sshn writes its share an hour from now."""
+    s = build(folder, "straggler", {"loc": lambda k: 8, "sshn": lambda k: 3}, POLLS, target=1_000, expected=1_000)
+    s.truth = {"eta_node": "sshn", "late_nodes": ("sshn",), "progress_pct": round(100 * s.answered / 1_000, 2)}
+    return s
+
+
+def stalled(folder: Path) -> Scenario:
+    """Both nodes wrote for 20 min, then nothing for the last 10 (the polls go on)."""
+    s = build(
+        folder,
+        "stalled",
+        {"loc": lambda k: 6 if k <= 40 else 0, "sshn": lambda k: 6 if k <= 40 else 0},
+        61,
+        target=2_000,
+    )
+    s.truth = {"run_stalled": True, "eta_state": "none: stalled", "stalled_nodes": ()}
+    return s
+
+
+def share_done(folder: Path) -> Scenario:
+    """loc wrote its share (660 of 1,320) and stopped 3 min ago; sshn still writes."""
+    s = build(folder, "share_done", {"loc": lambda k: 16 if k <= 44 else 0, "sshn": lambda k: 4}, 51, target=1_320)
+    s.truth = {"done_nodes": ("loc",), "stalled_nodes": (), "run_stalled": False}
+    return s
+
+
+SCENARIOS = {"straggler": straggler, "stalled": stalled, "share_done": share_done}
+
+
+@pytest.fixture(scope="module", params=sorted(SCENARIOS))
+def scenario(request, tmp_path_factory) -> Scenario:
+    return SCENARIOS[request.param](tmp_path_factory.mktemp(request.param))
+
+
+@pytest.fixture
+def frozen(scenario, monkeypatch):
+    """The process's wall clock held at the scenario's instant while the consumers read."""
+    monkeypatch.setattr(time, "time", lambda: scenario.now)
+    return scenario
+
+
+# -- consumers ----------------------------------------------------------------------------------------
+def from_record(r: dict[str, Any]) -> dict[str, Any]:
+    """The facts of the Overview's headline record (status --json, the JSON/CSV downloads)."""
+    out: dict[str, Any] = {
+        "completions": r["completions"],
+        "cut_count": r["truncated_count"],
+        "eta_state": eta_state_of_record(r),
+        "run_stalled": r["run_state"] == "stalled",
+        "late_nodes": tuple(sorted(r["late_nodes"])),
+        "stalled_nodes": tuple(
+            sorted(a.get("node") or a["summary"].split(":")[0] for a in r["alerts"] if a["name"] == "node_stalled")
+        ),
+    }
+    if r["truncated_pct"] is not None:
+        out["cut_pct"] = r["truncated_pct"]
+    if r["progress_pct"] is not None:
+        out["progress_pct"] = r["progress_pct"]
+    if r["eta_hours_at_15_min_avg"] is not None:
+        out["eta_s"] = r["eta_hours_at_15_min_avg"] * 3600
+        out["eta_node"] = r.get("eta_last_node") or ""
+    if r["tokens_per_s_last_1_min"] is not None:
+        out["tokens_per_s"] = r["tokens_per_s_last_1_min"]
+    if r["prompts_answered"] is not None:
+        out["prompts_answered"] = r["prompts_answered"]
+        out["prompts_twice"] = r["prompts_answered_twice"]
+    if r["prompts_missing"] is not None:
+        out["prompts_missing"] = r["prompts_missing"]
+    if "done_nodes" in r:
+        out["done_nodes"] = tuple(sorted(r["done_nodes"]))
+    return out
+
+
+def extract_status_json(s: Scenario, capsys) -> dict[str, Any]:
+    cli.main(["status", "--config", str(s.config), "--json"])
+    return from_record(json.loads(capsys.readouterr().out))
+
+
+def extract_downloads(s: Scenario, capsys) -> dict[str, Any]:
+    """The headline JSON and CSV downloads: their bytes, as the sidebar's buttons hand them out."""
+    from components import page
+
+    store = Store(load_config(s.config).resolved_store_path())
+    try:
+        record = overview.overview(store, load_config(s.config), s.now).headline()
+    finally:
+        store.close()
+    as_json, as_csv = page.headline_files(record)
+    from_json = from_record(json.loads(as_json))
+    row = pd.read_csv(io.BytesIO(as_csv)).iloc[0].to_dict()
+    row = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+    row["alerts"] = json.loads(as_json)["alerts"]  # the CSV leaves the list out
+    row["late_nodes"] = json.loads(row["late_nodes"]) if isinstance(row["late_nodes"], str) else []
+    if isinstance(row.get("done_nodes"), str):
+        row["done_nodes"] = json.loads(row["done_nodes"])
+    from_csv = from_record(row)
+    assert from_csv == from_json, (from_csv, from_json)
+    return from_json
+
+
+def extract_metrics(s: Scenario, capsys) -> dict[str, Any]:
+    store = Store(load_config(s.config).resolved_store_path())
+    try:
+        text = exporter.scrape_text(store, clock=lambda: s.now).decode()
+    finally:
+        store.close()
+    m = prom(text)
+    out: dict[str, Any] = {"completions": int(sum(v for _l, v in m["runhealth_completions_total"]))}
+    if "runhealth_completions_at_ceiling_total" in m:
+        out["cut_count"] = int(sum(v for _l, v in m["runhealth_completions_at_ceiling_total"]))
+        out["cut_pct"] = round(100 * m["runhealth_truncated_ratio"][0][1], 2)
+    if "runhealth_progress_ratio" in m:
+        out["progress_pct"] = round(100 * m["runhealth_progress_ratio"][0][1], 2)
+    alerts = m.get("runhealth_alert", [])
+    out["stalled_nodes"] = tuple(sorted(lab["node"] for lab, _v in alerts if lab["alert"] == "node_stalled"))
+    out["run_stalled"] = any(lab["alert"] == "run_stalled" for lab, _v in alerts)
+    if "runhealth_node_done" in m:
+        out["done_nodes"] = tuple(sorted(lab["node"] for lab, v in m["runhealth_node_done"] if v == 1))
+    if "runhealth_eta_seconds" in m:
+        out["eta_s"] = m["runhealth_eta_seconds"][0][1]
+    for fact, name in (
+        ("prompts_answered", "runhealth_prompts_answered"),
+        ("prompts_missing", "runhealth_prompts_missing"),
+        ("prompts_twice", "runhealth_prompts_answered_more_than_once"),
+    ):
+        if name in m:
+            out[fact] = int(m[name][0][1])
+    return out
+
+
+def extract_webhook(s: Scenario, capsys) -> dict[str, Any]:
+    """The bodies a webhook receiver gets at this instant (the generic JSON)."""
+    store = Store(load_config(s.config).resolved_store_path())
+    try:
+        n = notify.Notifier(store, [], clock=lambda: s.now)
+        bodies = [e.generic() for e in n.check()]
+    finally:
+        store.close()
+    return {
+        "stalled_nodes": tuple(sorted(b["node"] for b in bodies if b["alert"] == "node_stalled")),
+        "run_stalled": any(b["alert"] == "run_stalled" for b in bodies),
+    }
+
+
+def _run_app(s: Scenario, page: str, monkeypatch, kiosk: bool = False):
+    monkeypatch.setenv("RUNHEALTH_CONFIG", str(s.config))
+    monkeypatch.setenv("RUNHEALTH_COLLECTOR", "off")
+    at = open_app(page)
+    if kiosk:
+        at.query_params["kiosk"] = "1"
+    at.run()
+    assert_clean(at)
+    return at
+
+
+def _alert_facts(at) -> dict[str, Any]:
+    words = [e.value for e in [*at.error, *at.warning]]
+    return {
+        "stalled_nodes": tuple(
+            sorted(m[1] for w in words if (m := re.match(r"(\S+): no new completions for", w.lstrip("⚠ 🔴"))))
+        ),
+        "run_stalled": any("Run stalled" in w for w in words),
+    }
+
+
+def extract_overview_page(s: Scenario, capsys, monkeypatch) -> dict[str, Any]:
+    at = _run_app(s, "overview", monkeypatch)
+    tiles = tiles_of(at)
+    out: dict[str, Any] = {"completions": parse_count(tile(tiles, "Completions")[0])}
+    done_sub = tile(tiles, "Completions")[1]
+    if "%" in done_sub:
+        out["progress_pct"] = parse_pct(done_sub)
+    value, sub = tile(tiles, "ETA")
+    out["eta_state"] = eta_state_of_tile(value, sub)
+    if out["eta_state"] == "shown":
+        out["eta_s"] = parse_age(value)
+        m = re.search(r"(\S+)'s share ends the run", sub)
+        out["eta_node"] = m[1] if m else ""
+    cut_value, cut_sub = tile(tiles, "Truncated")
+    if cut_value.endswith("%"):
+        out["cut_pct"] = parse_pct(cut_value)
+        m = re.search(r"([\d,]+) of ([\d,]+)$", cut_sub)
+        assert m, cut_sub
+        out["cut_count"] = parse_count(m[1])
+    rate = tile(tiles, "Tokens / s")[0]
+    if rate != "—":
+        out["tokens_per_s"] = parse_rate(rate)
+    bars = at.get("progress")
+    if bars:
+        text = bars[0].proto.text
+        m = re.match(r"([\d,]+) of ([\d,]+) (prompts answered|completions)", text)
+        assert m, text
+        out["progress_pct_bar"] = round(100 * parse_count(m[1]) / parse_count(m[2]), 2)
+    stragglers = next((el.value for el in at.markdown if el.value.startswith("**Stragglers:**")), "")
+    out["late_nodes"] = tuple(sorted(re.findall(r"(\S+) (?:finishes )?at \d\d:\d\d", stragglers.split(";", 1)[-1])))
+    out.update(_alert_facts(at))
+    return out
+
+
+def extract_kiosk(s: Scenario, capsys, monkeypatch) -> dict[str, Any]:
+    at = _run_app(s, "overview", monkeypatch, kiosk=True)
+    value, sub = tile(tiles_of(at), "ETA")
+    out: dict[str, Any] = {"eta_state": eta_state_of_tile(value, sub)}
+    if out["eta_state"] == "shown":
+        out["eta_s"] = parse_age(value)
+    return out
+
+
+def extract_lengths_page(s: Scenario, capsys, monkeypatch) -> dict[str, Any]:
+    at = _run_app(s, "lengths", monkeypatch)
+    tiles = tiles_of(at)
+    out: dict[str, Any] = {}
+    cut_value, cut_sub = tile(tiles, "Truncated")
+    out["cut_pct"] = parse_pct(cut_value)
+    m = re.search(r"([\d,]+) of ([\d,]+)$", cut_sub)
+    assert m, cut_sub
+    out["cut_count"] = parse_count(m[1])
+    groups = next((df.value for df in at.dataframe if {"group", "at_ceiling", "drift"} <= set(df.value.columns)), None)
+    if groups is not None:
+        out["cut_count_groups"] = sum(parse_count(str(x)) for x in groups["at_ceiling"])
+        out["completions"] = sum(parse_count(str(x)) for x in groups["completions"])
+    eta = tiles.get("ETA change")
+    if eta is not None:
+        out["eta_change_shown"] = eta[0] != "—"
+    return out
+
+
+def extract_lengths_model(s: Scenario, capsys) -> dict[str, Any]:
+    cfg = load_config(s.config)
+    store = Store(cfg.resolved_store_path())
+    try:
+        m = lengths.lengths(store, cfg, s.now)
+    finally:
+        store.close()
+    out: dict[str, Any] = {"completions": m.summary.completions, "cut_count": m.summary.at_ceiling}
+    shown, why = m.eta_s, m.to_json().get("eta_withheld", "")
+    out["eta_state"] = "shown" if shown else "done" if shown == 0 else {"run stalled": "none: stalled"}.get(why, "none")
+    if shown:
+        out["eta_s"] = shown
+        out["eta_node"] = getattr(m.run_eta, "last_node", "")
+    return out
+
+
+CONSUMERS: dict[str, Callable[..., dict[str, Any]]] = {
+    "status --json": extract_status_json,
+    "downloads": extract_downloads,
+    "/metrics": extract_metrics,
+    "webhook": extract_webhook,
+    "lengths model": extract_lengths_model,
+}
+PAGES: dict[str, Callable[..., dict[str, Any]]] = {
+    "overview page": extract_overview_page,
+    "kiosk": extract_kiosk,
+    "lengths page": extract_lengths_page,
+}
+
+
+# Where a fact must be shown when the case fixes it (a consumer that drops it cannot disagree).
+SHOWN_BY = {
+    "eta_node": ("status --json", "downloads", "overview page", "lengths model"),
+    "late_nodes": ("status --json", "downloads", "overview page"),
+    "progress_pct": ("status --json", "downloads", "/metrics", "overview page", "overview progress_pct_bar"),
+    "done_nodes": ("status --json", "downloads", "/metrics"),
+    "run_stalled": ("status --json", "/metrics", "webhook", "overview page"),
+    "eta_state": ("status --json", "downloads", "overview page", "kiosk", "lengths model"),
+}
+
+
+def read_all(s: Scenario, capsys, monkeypatch) -> dict[str, dict[str, Any]]:
+    seen = {"truth": {"completions": s.completions, "prompts_answered": s.answered} | s.truth}
+    seen |= {name: f(s, capsys) for name, f in CONSUMERS.items()}
+    seen |= {name: f(s, capsys, monkeypatch) for name, f in PAGES.items()}
+    page = seen["overview page"]  # the bar's two numbers are the progress fact twice
+    for key in ("progress_pct_bar",):
+        if key in page:
+            seen[f"overview {key}"] = {"progress_pct": page.pop(key)}
+    groups = seen["lengths page"]
+    if "cut_count_groups" in groups:
+        seen["lengths per-group table"] = {"cut_count": groups.pop("cut_count_groups")}
+    return seen
+
+
+def test_one_value_per_fact_on_every_consumer(frozen, capsys, monkeypatch):
+    seen = read_all(frozen, capsys, monkeypatch)
+    missing = [(f, c) for f in frozen.truth for c in SHOWN_BY.get(f, ()) if f not in seen.get(c, {})]
+    assert not missing, f"facts the case fixes, not shown: {missing}"
+    assert_one_value(seen)
