@@ -22,7 +22,7 @@ from typing import Any
 
 from runhealth import textsafe
 from runhealth.errors import StoreError
-from runhealth.store import storefile
+from runhealth.store import fileproblems, storefile
 from runhealth.store.migrations import migrate, refuse_newer
 
 log = textsafe.get_logger(__name__)
@@ -58,7 +58,7 @@ class StoreFile:
                 db = self._open_file()
             self._local.db, self._local.generation = db, self._generation
         except (sqlite3.Error, OSError) as exc:
-            raise StoreError(f"cannot open history store {self.path}: {exc}") from None
+            raise fileproblems.refusal(self.path, exc) from None
 
     # -- plumbing ------------------------------------------------------------------------
     def _connect(self, check: bool = False) -> sqlite3.Connection:
@@ -202,7 +202,7 @@ class StoreFile:
 
     def _refuse(self, reason: str, exc: BaseException) -> StoreError:
         """The error for a file under the path that cannot be opened (logged once per file)."""
-        cause = str(exc) if isinstance(exc, StoreError) else f"cannot open history store {self.path}: {exc}"
+        cause = str(exc) if isinstance(exc, StoreError) else fileproblems.problem(self.path, exc)
         text = f"The history store {self.path} was {reason} while runhealth ran; nothing is written to it: {cause}"
         ident = storefile.file_id(self.path)
         if self._refused != (ident, text):
