@@ -101,6 +101,15 @@ class Service:
         _log("the store is free again: this process collects now")
         return True
 
+    def check_locks(self) -> None:
+        """Each collector's store lock (a lock file deleted: locked again, said).
+
+        Raises:
+            StoreBusyError: another process took a store: this process stops (exit 2).
+        """
+        for collector in self.collectors:
+            collector.watch_lock()
+
     def refresh(self) -> None:
         for collector in self.collectors:
             collector.request_refresh()
@@ -280,6 +289,7 @@ def run_collector(
         if ready is not None:
             ready("collecting" if service.collectors else "viewer" if service.busy else "waiting")
         while not stop.wait(CHECK_EVERY_S):
+            service.check_locks()  # raises when another process took a store: collection ends here
             if refresh is not None and refresh.is_set():
                 refresh.clear()
                 service.refresh()

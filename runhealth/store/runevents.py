@@ -2,8 +2,9 @@
 
 The collecting process writes them: `record` when it claims a run's store (a collector start,
 the config changes found against the settings the store last recorded, a new run registered:
-runhealth.collect.changes) and `insert` inside a poll's own transaction when the poll reset or
-rewrote shards (a relaunch). Each row is (ts_unix, kind, node, detail): `detail` a small JSON
+runhealth.collect.changes), when its lock file was deleted or replaced under it and it locked a
+new one (runhealth/collect/storelock.py), and `insert` inside a poll's own transaction when the
+poll reset or rewrote shards (a relaunch). Each row is (ts_unix, kind, node, detail): `detail` a small JSON
 object; the words are the screens' (runhealth/screens/events.py). `read` returns them oldest
 first, at most MAX_READ of the newest (a chart has room for a few dozen markers, not thousands).
 So no read ever returns an event older than the newest MAX_READ, whatever its `since_unix`:
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict
 if TYPE_CHECKING:  # writes.py imports this module: the Store is only a type here
     from runhealth.store.lifecycle import StoreFile as Store
 
-EventKind = Literal["run_registered", "collector_started", "config_changed", "shards_reset"]
+EventKind = Literal["run_registered", "collector_started", "config_changed", "shards_reset", "store_lock_replaced"]
 MAX_READ = 500
 
 
