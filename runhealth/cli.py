@@ -17,6 +17,7 @@ import functools
 import json
 import os
 import signal
+import sqlite3
 import sys
 import tempfile
 import threading
@@ -35,7 +36,7 @@ from runhealth.screens.words import fmt_count, fmt_share, fmt_tokens
 from runhealth.serve import exposure, launch, supervise
 from runhealth.settings import runs
 from runhealth.settings.config import RunConfig, find_config_path
-from runhealth.store import Store
+from runhealth.store import Store, fileproblems
 from runhealth.textsafe import escape
 
 if TYPE_CHECKING:  # what add_subparsers returns (argparse names it privately): each command adds its parser
@@ -582,6 +583,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         store = Store(store_path)
         try:
             models.append(published.shown(store, entry.config, finished=entry.finished))  # as the page shows it
+        except (sqlite3.Error, OSError) as exc:  # a damaged store: refused in words, naming it
+            raise fileproblems.refusal(store_path, exc) from None
         finally:
             store.close()
     if args.json:

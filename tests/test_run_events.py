@@ -237,3 +237,23 @@ def test_the_read_keeps_the_newest_few_hundred(tmp_path):
     started = time.perf_counter()
     run_events.chart_events(store)
     assert time.perf_counter() - started < 0.5
+
+
+def test_housekeeping_bounds_the_events_and_keeps_every_marker_a_chart_draws(tmp_path):
+    """Issue 40 item 9: run_events was never pruned (a run relaunched every few minutes for
+    months grew it without end). The hourly housekeeping now keeps the newest MAX_READ events,
+    all that any read can return: every chart, whole-run or windowed, draws what it drew."""
+    store = Store(tmp_path / "x.sqlite3")
+    kinds = ["collector_started", "config_changed", "shards_reset"]
+    n = 3 * runevents.MAX_READ
+    with store.transaction() as db:
+        for i in range(n):  # out of time order too (a clock step): the read orders by time
+            ts = T0 + (i * 7919) % n * 60.0
+            runevents.insert(db, ts, kinds[i % 3], {"field": "interval_s", "old": i, "new": i + 1}, "n1")
+    sinces = [None, T0, T0 + (n - 100) * 60.0, T0 + (n - 700) * 60.0]
+    before = [run_events.chart_events(store, since) for since in sinces]
+    config = RunConfig(name="r", nodes=[local_node("n1", str(tmp_path / "*.jsonl"))])
+    Collector(config, store).housekeep()
+    assert store.cursor("SELECT COUNT(*) FROM run_events").fetchone()[0] == runevents.MAX_READ
+    assert [run_events.chart_events(store, since) for since in sinces] == before
+    assert before[0][0].ts_unix == T0 + (n - runevents.MAX_READ) * 60.0  # the oldest drawn: still there

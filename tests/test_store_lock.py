@@ -23,7 +23,9 @@ from shardgen import truth_rows, write_shard
 from test_dashboard import start_dashboard, wait_gone
 from test_packaging import start_collect, stored_count, wait_for_count
 
+from runhealth.screens import events as run_events
 from runhealth.store import Store
+from runhealth.store.runevents import EventRow
 from tests.test_collect_outbound import _scrape
 from tests.test_prometheus import _free_port
 
@@ -131,3 +133,162 @@ def test_a_second_dashboard_is_a_viewer_and_collects_once_the_first_collector_st
     assert "viewer of the collector that already runs on this store" in said, said
     assert f"not collecting: another runhealth process is already collecting into {store}" in said, said
     assert "collector running" not in said
+
+
+# -- issue 40 item 3: one writer per store, whatever is deleted --------------------------------------
+def _second_collect(config: Path, timeout_s: float = 30) -> tuple[int | None, str]:
+    """Run a second `runhealth collect`; (exit code, stderr). None: still running after
+    `timeout_s` (it was let in: stopped here, so the test can say so)."""
+    proc = start_collect(config)
+    try:
+        _, err = proc.communicate(timeout=timeout_s)
+        return proc.returncode, err
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        return None, proc.communicate(timeout=30)[1]
+
+
+def _run_settings(store_path: Path) -> tuple:
+    store = Store(store_path)
+    try:
+        return store.meta("run"), sorted(r["name"] for r in store.nodes())
+    finally:
+        store.close()
+
+
+def _stop(proc: subprocess.Popen) -> str:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGCONT)
+        proc.terminate()
+    return proc.communicate(timeout=30)[1]
+
+
+def _lock_events(store_path: Path) -> list[dict]:
+    store = Store(store_path)
+    try:
+        rows = store.query("SELECT detail FROM run_events WHERE kind = 'store_lock_replaced'")
+    finally:
+        store.close()
+    return [json.loads(r["detail"]) for r in rows]
+
+
+def test_a_deleted_lock_file_lets_no_second_collector_in_and_the_holder_says_so(tmp_path):
+    write_shard(tmp_path / "a.jsonl", truth_rows(200, 3))
+    store = tmp_path / "shared.sqlite3"
+    lock = Path(f"{store}.collector.lock")
+    first = start_collect(_config(tmp_path, "real", store, ["node-a"], 1000, None))
+    try:
+        wait_for_count(first, store, 200)
+        before = _run_settings(store)
+        lock.unlink()  # a tmp cleaner, a user "starting afresh"
+        code, said = _second_collect(_config(tmp_path, "ghost", store, ["ghost-1"], 99_999_999, None))
+        after = _run_settings(store)
+        events = _lock_events(store)
+        assert first.poll() is None
+    finally:
+        first_said = _stop(first)
+    assert code == 2, said  # on main: None, it collected beside the first one
+    assert f"another runhealth process is already collecting into {store} (pid {first.pid} on " in said
+    assert "Traceback" not in said
+    assert after == before and "ghost" not in json.dumps(after)  # settings and nodes: the first one's
+    assert f"the collector lock file {lock} was deleted while this process (pid {first.pid})" in first_said
+    assert [(e["how"], e["pid"]) for e in events] == [("deleted", first.pid)]  # a marker on the charts
+    marker = run_events.word(EventRow(ts_unix=0.0, kind="store_lock_replaced", node=None, detail=events[0]))
+    assert marker.label == "lock" and marker.text == (
+        f"The collector's lock file {lock} was deleted while it collected (pid {first.pid}): it locked a new one,"
+        " so a second collector is still refused"
+    )
+
+
+def test_a_collector_whose_lock_file_went_while_it_hung_still_keeps_the_store(tmp_path):
+    """SIGSTOP: the holder cannot lock a new file before the newcomer wins the flock on one. The
+    newcomer reads the store's collector status: a live process on this host, not stopped, heard
+    from seconds ago; it is refused naming it, and the holder, resumed, takes the store's lock again."""
+    write_shard(tmp_path / "a.jsonl", truth_rows(200, 3))
+    store = tmp_path / "shared.sqlite3"
+    lock = Path(f"{store}.collector.lock")
+    first = start_collect(_config(tmp_path, "real", store, ["node-a"], 1000, None))
+    try:
+        wait_for_count(first, store, 200)
+        before = _run_settings(store)
+        first.send_signal(signal.SIGSTOP)
+        lock.unlink()
+        code, said = _second_collect(_config(tmp_path, "ghost", store, ["ghost-1"], 99_999_999, None))
+        after = _run_settings(store)
+        first.send_signal(signal.SIGCONT)
+        write_shard(tmp_path / "a.jsonl", truth_rows(50, 4), mode="a")
+        wait_for_count(first, store, 250)  # the first one collects on
+        assert first.poll() is None
+    finally:
+        first_said = _stop(first)
+    assert code == 2, said
+    assert f"already collecting into {store} (pid {first.pid} on " in said and "was deleted or replaced" in said
+    assert after == before and "ghost" not in json.dumps(after)
+    assert f"the collector lock file {lock} was replaced while this process (pid {first.pid})" in first_said
+
+
+def test_a_collector_that_lost_its_lock_to_another_process_stops_writing_and_exits_2(tmp_path):
+    write_shard(tmp_path / "a.jsonl", truth_rows(200, 3))
+    store = tmp_path / "shared.sqlite3"
+    lock = Path(f"{store}.collector.lock")
+    first = start_collect(_config(tmp_path, "real", store, ["node-a"], 1000, None))
+    holder = None
+    try:
+        wait_for_count(first, store, 200)
+        first.send_signal(signal.SIGSTOP)
+        lock.unlink()
+        holder = subprocess.Popen(  # another process locks a new file at the path and keeps it
+            [
+                sys.executable,
+                "-c",
+                "import fcntl, os, socket, sys, time\n"
+                f"f = open({str(lock)!r}, 'a+'); fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+                "f.write(f'pid {os.getpid()} on {socket.gethostname()}\\n'); f.flush(); print('locked', flush=True)\n"
+                "time.sleep(120)",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        polls = Store(store).cursor("SELECT COUNT(*) FROM polls").fetchone()[0]
+        write_shard(tmp_path / "a.jsonl", truth_rows(50, 4), mode="a")  # what it would count if it wrote
+        first.send_signal(signal.SIGCONT)
+        code = first.wait(timeout=20)  # on main: it collects on, writing beside the holder
+        first_said = first.communicate(timeout=30)[1]
+        after = Store(store).cursor("SELECT COUNT(*) FROM polls").fetchone()[0]
+    finally:
+        if first.poll() is None:
+            _stop(first)
+        if holder is not None:
+            holder.kill()
+            holder.wait(timeout=30)
+    assert code == 2, first_said
+    assert (
+        f"its lock file {lock} was replaced while it collected, and another process (pid {holder.pid} on " in first_said
+    )
+    assert "Traceback" not in first_said
+    # Nothing written once the lock was lost: the 50 lines appended meanwhile are never counted
+    # (a poll write already begun when SIGSTOP came may still commit: at most that one row).
+    assert stored_count(store) == 200 and after - polls <= 1
+
+
+def test_store_files_deleted_under_a_collector_are_said_and_no_second_one_gets_in(tmp_path):
+    """`rm store.sqlite3*`: the store, its -wal/-shm and the lock file go at once."""
+    write_shard(tmp_path / "a.jsonl", truth_rows(200, 3))
+    store = tmp_path / "shared.sqlite3"
+    first = start_collect(_config(tmp_path, "real", store, ["node-a"], 1000, None))
+    try:
+        wait_for_count(first, store, 200)
+        for path in tmp_path.glob("shared.sqlite3*"):
+            path.unlink()
+        code, said = _second_collect(_config(tmp_path, "ghost", store, ["ghost-1"], 99_999_999, None))
+        wait_for_count(first, store, 200)  # recreated, counted again from the start of the shard
+        after = _run_settings(store)
+        assert first.poll() is None
+    finally:
+        first_said = _stop(first)
+    assert code == 2, said
+    assert f"already collecting into {store} (pid {first.pid} on " in said
+    assert after[1] == ["node-a"] and after[0]["name"] == "real"
+    assert f"The history store {store} was deleted at " in first_said
+    assert f"the collector lock file {store}.collector.lock was deleted while this process" in first_said

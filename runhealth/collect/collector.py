@@ -10,20 +10,17 @@ that node's last error while its counts and offsets stay put. Pages only ever ca
 
 from __future__ import annotations
 
-import fcntl
-import os
-import socket
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any, TextIO, cast
+from typing import Any, cast
 
 from runhealth import textsafe
 from runhealth.alerting import alerthistory
 from runhealth.analysis.servermetrics import merge_endpoints as merge_metrics
-from runhealth.collect import changes, ingest, publisher, sampling, scheduler
-from runhealth.errors import StoreBusyError, StoreError
+from runhealth.collect import changes, ingest, publisher, sampling, scheduler, storelock
+from runhealth.collect.storelock import check_store_free as check_store_free  # the service imports it here
+from runhealth.errors import StoreError
 from runhealth.errors import one_line as _plain
 from runhealth.node.wire import PollReply, ShardCursor
 from runhealth.payloads import pagedata
@@ -32,7 +29,7 @@ from runhealth.remote import make_transport
 from runhealth.remote.base import Transport, fan_out_calls
 from runhealth.settings.config import NodeConfig, RunConfig, RunContext
 from runhealth.settings.runsettings import RunSettings
-from runhealth.store import Store, rollup, runevents, storefile
+from runhealth.store import Store, rollup, runevents
 
 log = textsafe.get_logger(__name__)
 
@@ -213,7 +210,7 @@ class Collector:
         self._stop = threading.Event()
         self._sample_lock = threading.Lock()
         self._sampling: int | None = None
-        self._lock_file: TextIO | None = None
+        self._lock: storelock.StoreLock | None = None
         self._housekeeper: threading.Thread | None = None
         self._register, self._registered = register, False
         # What the pages show, recomputed in the background after polls (#16: pages only read).
@@ -266,13 +263,25 @@ class Collector:
             self._registered = True
 
     def _claim_store(self) -> None:
-        if self._lock_file is not None:
+        if self._lock is None:
+            self._lock = storelock.StoreLock.acquire(self.store.path)
+            self.store.writer_check = self._lock.check
+
+    def watch_lock(self) -> None:
+        """Check the store's lock (the service calls this every half second): a lock file deleted
+        or replaced is locked again and recorded as a run event, the store itself looked at
+        (deleted or replaced: reopened, and said, by the store).
+
+        Raises:
+            StoreBusyError: another process took the store: this one must stop (it writes nothing more).
+        """
+        if self._lock is None:
             return
-        lock_file = _lock(self.store.path)
-        lock_file.truncate(0)
-        lock_file.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
-        lock_file.flush()
-        self._lock_file = lock_file
+        self._lock.check()
+        self.store.check_file()
+        while self._lock.events:
+            detail = self._lock.events.pop(0)
+            runevents.record(self.store, self.clock(), [("store_lock_replaced", detail)])
 
     def stop(self) -> None:
         self._stop.set()
@@ -285,9 +294,11 @@ class Collector:
         self.publisher.stop(timeout_s=HOUSEKEEPING_STOP_WAIT_S)
         if self._housekeeper is not None:  # its writes must end before the lock is let go
             self._housekeeper.join(timeout=HOUSEKEEPING_STOP_WAIT_S)
-        if self._lock_file is not None:
-            self._lock_file.close()  # releases the flock
-            self._lock_file = None
+        if self._lock is not None:
+            if self._lock.lost is None:  # a lost one keeps refusing this process's late writes
+                self.store.writer_check = None
+            self._lock.release()
+            self._lock = None
 
     def __enter__(self) -> Collector:
         return self
@@ -417,37 +428,6 @@ class Collector:
 
         calls = {name: one(poller) for name, poller in self.pollers.items()}
         return dict(fan_out_calls(calls, scheduler.pool_size(len(self.pollers))))
-
-
-def _lock(store_path: Path) -> TextIO:
-    """The store's collector lock file, flocked (the caller holds it while the file is open).
-
-    Raises:
-        StoreBusyError: another process holds it (the message names it, from the file).
-    """
-    lock_file = storefile.open_private(f"{store_path}.collector.lock", "a+")  # "a+": the holder's pid stays
-    try:
-        fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        lock_file.seek(0)
-        holder = lock_file.read(200).strip()
-        lock_file.close()
-        raise StoreBusyError(
-            f"another runhealth process is already collecting into {store_path} "
-            f"({holder or 'pid unknown'}): stop it first, or set [run] store_path to another file"
-        ) from None
-    return lock_file
-
-
-def check_store_free(store_path: Path) -> None:
-    """Raise StoreBusyError when another process collects into the store (a check: the lock is
-    let go at once, so a caller can refuse a restart before stopping anything). A lock file that
-    cannot be opened (no folder yet) is no answer: opening the store says what is wrong."""
-    try:
-        lock_file = _lock(store_path)
-    except OSError:
-        return
-    lock_file.close()
 
 
 def housekeeping_due_in_s(store: Store, now_unix: float) -> float:

@@ -13,6 +13,7 @@ A leaf beside the store: health, outbound and the pages import it.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import socket
@@ -38,6 +39,18 @@ def read_status(store: Store) -> CollectorStatus | None:
     except (StoreError, sqlite3.Error) as exc:
         log.warning("cannot read the collector's status from %s: %s", store.path, exc)
         return None
+    return _status(got)
+
+
+def parse_status(text: str) -> CollectorStatus | None:
+    """The status from its stored JSON text (the meta row's value); None when it is not one."""
+    try:
+        return _status(json.loads(text))
+    except ValueError:
+        return None
+
+
+def _status(got: object) -> CollectorStatus | None:
     keys = CollectorStatus.__required_keys__
     if not isinstance(got, dict) or not keys <= set(got) or not isinstance(got["pid"], int):
         return None
@@ -54,7 +67,16 @@ def pid_gone(status: CollectorStatus) -> bool:
         return True
     except OSError:  # EPERM: it exists, as another user
         return False
-    return False
+    return _zombie(status["pid"])
+
+
+def _zombie(pid: int) -> bool:
+    """True when `pid` has exited and waits to be reaped (it holds no lock, writes nothing)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def collector_alive(status: CollectorStatus | None, now: float, stale_after_s: float) -> bool:

@@ -17,6 +17,7 @@ takes over when that process stops. SIGUSR1 polls every node now (the dashboard'
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import sys
 import threading
 import time
@@ -30,7 +31,7 @@ from runhealth.errors import ConfigError, RunhealthError, StoreBusyError
 from runhealth.settings import runs
 from runhealth.settings.config import RunConfig
 from runhealth.settings.runset import RunSet, store_key
-from runhealth.store import Store
+from runhealth.store import Store, fileproblems
 
 CHECK_EVERY_S = 0.5
 KEPT = "config changed but does not load, still collecting with the previous one"
@@ -100,6 +101,15 @@ class Service:
         _log("the store is free again: this process collects now")
         return True
 
+    def check_locks(self) -> None:
+        """Each collector's store lock (a lock file deleted: locked again, said).
+
+        Raises:
+            StoreBusyError: another process took a store: this process stops (exit 2).
+        """
+        for collector in self.collectors:
+            collector.watch_lock()
+
     def refresh(self) -> None:
         for collector in self.collectors:
             collector.request_refresh()
@@ -162,7 +172,11 @@ class Service:
         try:
             for config in configs:
                 collector = Collector(config, stores[store_key(config)], context=self.runset.context)
-                collector.start()  # StoreBusyError (nothing written) when another process collects into it
+                try:
+                    collector.start()  # StoreBusyError (nothing written) when another process collects into it
+                except (sqlite3.Error, OSError) as exc:  # a damaged store, a lock file it may not write
+                    collector.stop()
+                    raise fileproblems.refusal(config.resolved_store_path(), exc) from None
                 started.append(collector)
         except RunhealthError:
             for collector in started:
@@ -275,6 +289,7 @@ def run_collector(
         if ready is not None:
             ready("collecting" if service.collectors else "viewer" if service.busy else "waiting")
         while not stop.wait(CHECK_EVERY_S):
+            service.check_locks()  # raises when another process took a store: collection ends here
             if refresh is not None and refresh.is_set():
                 refresh.clear()
                 service.refresh()

@@ -21,6 +21,7 @@ LABELS = {
     "collector_started": "restart",
     "config_changed": "config",
     "shards_reset": "relaunch",
+    "store_lock_replaced": "lock",
 }
 SETTINGS = {  # run_meta key -> (its name in words, unit)
     "max_output_tokens": ("ceiling (max_output_tokens)", "tokens"),
@@ -76,6 +77,11 @@ def text_of(row: EventRow) -> str:
         return "Config changed: " + _config_text(d)
     if kind == "shards_reset":
         return _reset_text(row["node"], d)
+    if kind == "store_lock_replaced":
+        return (
+            f"The collector's lock file {d.get('path', '')} was {d.get('how', 'replaced')} while it collected"
+            f" (pid {d.get('pid', '?')}): it locked a new one, so a second collector is still refused"
+        )
     return f"{kind} ({row['node']})" if row["node"] else kind
 
 

@@ -16,13 +16,13 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from runhealth import textsafe
 from runhealth.errors import StoreError
-from runhealth.store import storefile
+from runhealth.store import fileproblems, storefile
 from runhealth.store.migrations import migrate, refuse_newer
 
 log = textsafe.get_logger(__name__)
@@ -52,13 +52,17 @@ class StoreFile:
         self._recreate_lock = threading.Lock()
         self._remembered: dict[tuple[str, str], Any] = {}  # what set_meta / register_node wrote
         self.incident: tuple[str, float] | None = None  # (plain words, when) after a recreation
+        # Set by the process holding the store's collector lock (runhealth/collect/storelock.py):
+        # called before every write and recreation, it raises StoreBusyError once that process
+        # no longer holds the store (its lock file deleted and another process locked it).
+        self.writer_check: Callable[[], None] | None = None
         try:
             storefile.create_private(self.path)
             with self._write_lock:
                 db = self._open_file()
             self._local.db, self._local.generation = db, self._generation
         except (sqlite3.Error, OSError) as exc:
-            raise StoreError(f"cannot open history store {self.path}: {exc}") from None
+            raise fileproblems.refusal(self.path, exc) from None
 
     # -- plumbing ------------------------------------------------------------------------
     def _connect(self, check: bool = False) -> sqlite3.Connection:
@@ -141,6 +145,8 @@ class StoreFile:
             reason = self._file_changed()
             if reason is None:
                 return  # another thread got here first
+            if self.writer_check is not None:
+                self.writer_check()  # a process that lost the store's lock recreates nothing
             try:
                 self._set_old_file_aside(reason)
                 ident = storefile.file_id(self.path)
@@ -202,7 +208,7 @@ class StoreFile:
 
     def _refuse(self, reason: str, exc: BaseException) -> StoreError:
         """The error for a file under the path that cannot be opened (logged once per file)."""
-        cause = str(exc) if isinstance(exc, StoreError) else f"cannot open history store {self.path}: {exc}"
+        cause = str(exc) if isinstance(exc, StoreError) else fileproblems.problem(self.path, exc)
         text = f"The history store {self.path} was {reason} while runhealth ran; nothing is written to it: {cause}"
         ident = storefile.file_id(self.path)
         if self._refused != (ident, text):
@@ -222,8 +228,11 @@ class StoreFile:
         """`with store.transaction() as db:` a write transaction on this thread's connection.
 
         BEGIN IMMEDIATE under the process's write lock; COMMIT on leaving, ROLLBACK on an
-        exception. Every write goes through here, so writers never interleave.
+        exception. Every write goes through here, so writers never interleave, and a collector
+        that lost the store's lock (`writer_check`) writes nothing.
         """
+        if self.writer_check is not None:
+            self.writer_check()
         with self._write_lock:  # released however BEGIN, the body or COMMIT ends
             db = self._db()
             db.execute("BEGIN IMMEDIATE")

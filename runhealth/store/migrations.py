@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from runhealth.errors import StoreError
+from runhealth.store import fileproblems
 
 
 class Migration(NamedTuple):
@@ -454,8 +455,8 @@ def migrate(db: sqlite3.Connection, path: Path | str, migrations: Sequence[Migra
             if step.version > found:
                 step.apply(db)
                 db.execute(f"PRAGMA user_version = {int(step.version)}")
-                found = step.version
-            db.execute("COMMIT")
+            db.execute("COMMIT")  # may fail too (a full disk): the version counts only once committed
+            found = max(found, step.version)
         except BaseException as exc:
             if db.in_transaction:
                 db.execute("ROLLBACK")
@@ -463,7 +464,7 @@ def migrate(db: sqlite3.Connection, path: Path | str, migrations: Sequence[Migra
                 raise StoreError(
                     f"history store {path}: migration to version {step.version} "
                     f"({step.description.split(':')[0]}) failed, the store stays at version "
-                    f"{found}: {exc}"
+                    f"{found}: {fileproblems.problem(path, exc)}"
                 ) from None
             raise
     return found

@@ -2,10 +2,14 @@
 
 The collecting process writes them: `record` when it claims a run's store (a collector start,
 the config changes found against the settings the store last recorded, a new run registered:
-runhealth.collect.changes) and `insert` inside a poll's own transaction when the poll reset or
-rewrote shards (a relaunch). Each row is (ts_unix, kind, node, detail): `detail` a small JSON
+runhealth.collect.changes), when its lock file was deleted or replaced under it and it locked a
+new one (runhealth/collect/storelock.py), and `insert` inside a poll's own transaction when the
+poll reset or rewrote shards (a relaunch). Each row is (ts_unix, kind, node, detail): `detail` a small JSON
 object; the words are the screens' (runhealth/screens/events.py). `read` returns them oldest
 first, at most MAX_READ of the newest (a chart has room for a few dozen markers, not thousands).
+So no read ever returns an event older than the newest MAX_READ, whatever its `since_unix`:
+`prune` (the hourly housekeeping, `Store.prune`) drops those and nothing a chart draws, which
+bounds the table (a run relaunched every few minutes for months wrote an event each time).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict
 if TYPE_CHECKING:  # writes.py imports this module: the Store is only a type here
     from runhealth.store.lifecycle import StoreFile as Store
 
-EventKind = Literal["run_registered", "collector_started", "config_changed", "shards_reset"]
+EventKind = Literal["run_registered", "collector_started", "config_changed", "shards_reset", "store_lock_replaced"]
 MAX_READ = 500
 
 
@@ -56,6 +60,15 @@ def read(store: Store, since_unix: float | None = None) -> list[EventRow]:
         (float("-inf") if since_unix is None else since_unix, MAX_READ),
     )
     return [EventRow(ts_unix=r[0], kind=r[1], node=r[2], detail=_decoded(r[3])) for r in rows]
+
+
+def prune(db: sqlite3.Connection, keep: int = MAX_READ) -> int:
+    """Delete every event older than the newest `keep` (as `read` orders them) inside the
+    caller's transaction; returns how many went. `keep` MAX_READ: what any `read` can return."""
+    return db.execute(
+        "DELETE FROM run_events WHERE id NOT IN (SELECT id FROM run_events ORDER BY ts_unix DESC, id DESC LIMIT ?)",
+        (keep,),
+    ).rowcount
 
 
 def _decoded(text: str) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from typing import TextIO, cast
 
 from runhealth import textsafe
 from runhealth.errors import StoreError
+from runhealth.store import fileproblems
 from runhealth.store.migrations import refuse_newer
 
 log = textsafe.get_logger(__name__)
@@ -172,16 +173,14 @@ def check_is_store(db: sqlite3.Connection, path: str | Path) -> None:
     """Refuse a file that is not empty and not a runhealth store; reads only.
 
     Raises:
-        StoreError: the file is not an SQLite database, or holds another program's tables.
+        StoreError: the file is not an SQLite database, or holds another program's tables (or it
+            cannot be read: a full disk, an I/O error, permissions; runhealth.store.fileproblems).
     """
     try:
         version = int(db.execute("PRAGMA user_version").fetchone()[0])
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    except sqlite3.DatabaseError as exc:
-        raise StoreError(
-            f"history store {path} is not an SQLite database ({exc}): runhealth does not write into it. "
-            "Move it away (runhealth then starts a new store there) or set [run] store_path to another file"
-        ) from None
+    except sqlite3.DatabaseError as exc:  # a foreign or damaged file, or a full disk, an I/O error: told apart
+        raise fileproblems.refusal(path, exc) from None
     if (version == 0 and not tables) or _CORE_TABLES <= tables:
         return  # an empty file, or a runhealth store of any version (migrate refuses a newer one)
     found = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")

@@ -163,7 +163,8 @@ class StoreWrites(StoreFile):
             )
 
     def prune(self, keep_s: float, now_unix: float | None = None) -> None:
-        """Drop time series older than `keep_s` (counts and offsets are never pruned)."""
+        """Drop time series older than `keep_s` (counts and offsets are never pruned), and the run
+        events no chart can draw any more (all but the newest `runevents.MAX_READ`)."""
         cutoff = (now_unix or time.time()) - keep_s
         with self.transaction() as db:
             # metric_latest too: a metric (or node) that stopped reporting leaves with its samples.
@@ -173,6 +174,7 @@ class StoreWrites(StoreFile):
             # Resolved alert episodes are kept longer (the Nodes page lists the last days'); open ones stay.
             old_alerts = (now_unix or time.time()) - max(keep_s, ALERT_HISTORY_KEEP_S)
             db.execute("DELETE FROM alert_history WHERE resolved_unix < ?", (old_alerts,))
+            runevents.prune(db)
 
     def write_alert_episodes(
         self,
