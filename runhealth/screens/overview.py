@@ -21,8 +21,10 @@ import time
 from typing import Any, Literal
 
 from runhealth.analysis import rates, tokencost
+from runhealth.analysis.failed import FailedRequests
 from runhealth.analysis.stats import Summary
 from runhealth.analysis.stragglers import Stragglers
+from runhealth.analysis.unknowns import Unknown
 from runhealth.records import GpuRow, NodeRow
 from runhealth.rules import activity, hardware, health
 from runhealth.rules.health import fmt_age, level
@@ -114,6 +116,20 @@ class Overview:
     stragglers: Stragglers | None = None
     events: tuple[Event, ...] = ()  # the last day's run events: the throughput and alert charts' markers (#33 item 7)
     run_eta: runeta.RunEta | None = None  # the ETA's basis (distinct prompts or completions) and rate (#33 item 1)
+    failed: FailedRequests | None = None  # failed requests beside the completions (#39; analysis/failed.py)
+    unknown: Unknown | None = None  # why the share at the ceiling is unknown (#39; analysis/unknowns.py)
+
+    @property
+    def failed_level(self) -> str:
+        """The failed line's colour: the failed_requests_high alert's severity (one engine), else ok."""
+        found = [a.severity for a in self.alerts if a.name == "failed_requests_high"]
+        return "alert" if "critical" in found else "warn" if found else "ok"
+
+    @property
+    def failed_line(self) -> str:
+        """ "Failed requests 12 (0.5% of requests) · server_error 12" (analysis/failed.py), or ""
+        before any request came back."""
+        return self.failed.line if self.failed is not None and self.failed.requests else ""
 
     @property
     def straggler_line(self) -> str:
@@ -153,6 +169,7 @@ class Overview:
         s, up, e = self.summary, self.standup, self.energy
         lo, hi = s.at_ceiling_interval
         loop = self.waste.loops if self.waste else None
+        known = bool(s.completions) and self.unknown is None
 
         def r(x: float | None, nd: int = 1) -> float | None:
             return None if x is None else round(float(x), nd)
@@ -165,9 +182,11 @@ class Overview:
             "completions": s.completions,
             "target_completions": self.target,
             "ceiling_tokens": s.ceiling_tokens,
-            "truncated_pct": r(100 * s.at_ceiling_fraction, 2) if s.completions else None,
-            "truncated_pct_95ci_low": r(100 * lo, 2) if lo is not None and s.completions else None,
-            "truncated_pct_95ci_high": r(100 * hi, 2) if hi is not None and s.completions else None,
+            "truncated_pct": r(100 * s.at_ceiling_fraction, 2) if known else None,
+            "truncated_pct_95ci_low": r(100 * lo, 2) if lo is not None and known else None,
+            "truncated_pct_95ci_high": r(100 * hi, 2) if hi is not None and known else None,
+            # null truncated_pct with a reason: the finish reason or token count is missing (#39)
+            "truncated_unknown": self.unknown.to_json() if self.unknown is not None else None,
             "truncated_count": s.at_ceiling,
             "truncated_of": s.length_count,
             "length_stops_below_ceiling": s.length_below_ceiling,
@@ -198,6 +217,7 @@ class Overview:
             "nodes": up.nodes,
             "alerts": [{"name": a.name, "severity": a.severity, "summary": a.summary} for a in self.alerts],
             **self._prompt_fields(),
+            **(self.failed.to_json() if self.failed is not None else {}),
         }
 
     def _prompt_fields(self) -> dict[str, Any]:
@@ -220,7 +240,7 @@ class Overview:
         """A few lines for a terminal: the state, the tiles, the alerts."""
         lines = [f"{self.run}: {self.state}"]
         lines += [f"  {t.label}: {t.value}" + (f" ({t.sub})" if t.sub else "") for t in self.tiles]
-        lines += [f"  {x}" for x in (self.waste_line, self.energy_line, self.straggler_line) if x]
+        lines += [f"  {x}" for x in (self.waste_line, self.energy_line, self.straggler_line, self.failed_line) if x]
         if self.prompts:
             lines.append(f"  {self.prompts['line']}")
         lines += [f"  ! {a.summary}" for a in self.alerts]
@@ -366,15 +386,20 @@ def _overview(store: Store, config: RunConfig, now: float, finished: bool) -> Ov
         else None,
         events=chart_events(store, now - EVENTS_LOOKBACK_S),
         run_eta=basis,
+        failed=reading.failed,
+        unknown=reading.unknown,
     )
     tiles = final_tiles(model, config) if finished else live_tiles(model, config)
     return dataclasses.replace(model, tiles=tuple(tiles))
 
 
-def truncation_tile(summary: Summary, warn: float, alert: float) -> Tile:
-    """The share at the ceiling, its interval and n (the level: health.level, as the alerts)."""
+def truncation_tile(summary: Summary, warn: float, alert: float, unknown: Unknown | None = None) -> Tile:
+    """The share at the ceiling, its interval and n (the level: health.level, as the alerts);
+    "unknown" in red, never 0%, when the finish reason or token count is missing (#39)."""
     if not summary.completions:
         return Tile("Truncated", "—", "no completions counted yet", "muted")
+    if unknown is not None:
+        return Tile("Truncated", "unknown", unknown.text, "alert")
     if not summary.ceiling_tokens:
         return Tile("Truncated", "none", "no max_tokens ceiling found in the data", "ok")
     frac = summary.at_ceiling_fraction
@@ -442,7 +467,7 @@ def live_tiles(m: Overview, config: RunConfig) -> list[Tile]:
         Tile("Completions", f"{n.completions:,}", done_sub, "ok" if n.completions else "muted"),
         _rate_tile(m),
         _eta_tile(m),
-        truncation_tile(m.summary, config.truncation_warn_fraction, config.truncation_alert_fraction),
+        truncation_tile(m.summary, config.truncation_warn_fraction, config.truncation_alert_fraction, m.unknown),
         Tile(
             "Nodes up",
             f"{n.nodes_up} / {n.nodes}",
@@ -478,7 +503,7 @@ def final_tiles(m: Overview, config: RunConfig) -> list[Tile]:
             " · ".join(x for x in (day, f"duration {fmt_age(f.duration_s)}" if f.duration_s is not None else "") if x),
             "ok",
         ),
-        truncation_tile(m.summary, config.truncation_warn_fraction, config.truncation_alert_fraction),
+        truncation_tile(m.summary, config.truncation_warn_fraction, config.truncation_alert_fraction, m.unknown),
         Tile("Nodes", f"{len(m.nodes)}", "finished: no longer polled", "muted"),
         Tile("Numbers", "final", f"last poll {last}", "muted"),
     ]
