@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Collection
 from typing import Literal
 
 from runhealth.analysis import failed as failed_reqs
@@ -46,6 +45,7 @@ from runhealth.settings.windows import HARDWARE_WINDOW_S
 from runhealth.settings.windows import stale_after_s as stale_after_s  # re-exported: tests ask health
 from runhealth.settings.windows import stall_after_s as stall_after_s
 from runhealth.store import Store
+from runhealth.store.failedreads import FailedRow
 
 # -- Node states, stalls and alerts (from the store) ------------------------------------
 # Moved here from runhealth/alerts.py (#14).
@@ -140,6 +140,7 @@ class Reading:
     gpus_seen: dict[str, set[int]]
     host_latest: dict[str, HostReading]
     failed: failed_reqs.FailedRequests | None = None  # the run's failed requests (#39); None: not read
+    failed_rows: tuple[FailedRow, ...] = ()  # by node and reason (Store.failed_rows): the Nodes page's
 
     @property
     def unknown(self) -> unknowns.Unknown | None:
@@ -177,6 +178,8 @@ def read(
     gone = store.superseded_nodes()
     malformed = sum(n["malformed"] for n in every if n["name"] not in gone)
     summary = _summary(store.length_counts(by="run"), settings.max_output_tokens, malformed)
+    failed_rows = store.failed_rows(gone)  # one statement; their prompt IDs only when some failed
+    failed_prompts = store.failed_prompts() if failed_rows else None
     stall_s = settings.stall_after
     lookback = _rates_lookback(store, now, stall_s, interval_s)
     return Reading(
@@ -192,15 +195,9 @@ def read(
         gpu_events=store.gpu_events(now - HARDWARE_WINDOW_S),
         gpus_seen=store.gpus_seen(now - HARDWARE_WINDOW_S),
         host_latest=store.host_latest(),
-        failed=_failed(store, gone, summary.completions),
+        failed=failed_reqs.failed_requests(failed_rows, summary.completions, prompts=failed_prompts),
+        failed_rows=tuple(failed_rows),
     )
-
-
-def _failed(store: Store, gone: Collection[str], completions: int) -> failed_reqs.FailedRequests:
-    """The run's failed requests: one statement, and one more for their prompts only when some failed."""
-    rows = store.failed_rows(gone)
-    prompts = store.failed_prompts() if rows else None
-    return failed_reqs.failed_requests(rows, completions, prompts=prompts)
 
 
 def evaluate(
