@@ -25,10 +25,8 @@ TITLE_IS_RUN = True  # the title is the run's name: no "Run: <name>" line above 
 
 
 def render_data_lines(m: OverviewModel) -> None:
-    """Below the tiles: why the share at the ceiling is unknown (red, #39 item 3), and the failed
-    requests coloured by their alert's severity (#39 item 2)."""
-    if m.unknown is not None:
-        st.error(format.md_escape(f"Truncation unknown. {m.unknown.text}"), icon=":material/help:")
+    """Below the tiles: the failed requests coloured by their alert's severity (#39 item 2). Why
+    the share at the ceiling is unknown is the red banner's (the truncation_unknown alert)."""
     if m.failed_line:
         colour = {"alert": "red", "warn": "orange"}.get(m.failed_level)
         text = format.md_escape(m.failed_line)

@@ -311,11 +311,15 @@ def test_a_store_without_finish_reasons_reads_unknown_everywhere(tmp_path, monke
     store, config = build(tmp_path, failed=False, no_reason=True)
     m = overview.overview(store, load_config(config))
     tile = next(t for t in m.tiles if t.label == "Truncated")
-    assert (tile.value, tile.level) == ("unknown", "alert") and "finish_reason_path" in tile.sub
-    assert "choices[0].finish_reason" in tile.sub and "cut_labels" in tile.sub
-    assert "truncation_unknown" in {a.name for a in m.alerts} and "truncation_high" not in {a.name for a in m.alerts}
+    assert (tile.value, tile.sub, tile.level) == ("unknown", "no finish reason on 100.0% of completions", "alert")
+    alert = next(a for a in m.alerts if a.name == "truncation_unknown")
+    assert alert.severity == "critical" and "truncation_high" not in {a.name for a in m.alerts}
+    for words in ("finish_reason_path", "choices[0].finish_reason", "cut_labels", "100.0% of completions"):
+        assert words in alert.summary
+    assert m.waste_line == "unknown: no finish reason on 100.0% of completions"  # was "0.0% ... were cut"
     head = m.headline()
-    assert head["truncated_pct"] is None and "finish_reason_path" in head["truncated_unknown"]["why"]
+    assert head["truncated_pct"] is None and head["truncated_tokens_pct"] is None
+    assert "finish_reason_path" in head["truncated_unknown"]["why"]
     assert head["truncated_unknown"]["missing_finish_reason"] == COMPLETIONS
     assert cli.main(["status", "--config", str(config), "--json"]) in (0, 1)
     record = json.loads(capsys.readouterr().out)
@@ -325,7 +329,8 @@ def test_a_store_without_finish_reasons_reads_unknown_everywhere(tmp_path, monke
     assert "runhealth_completions_total{" in text  # the counts are still exported
     at = run_page("overview", config, monkeypatch)
     assert_clean(at)
-    assert any(shown(e.value).startswith(f"Truncation unknown. {m.unknown.text}") for e in at.error)
+    assert any(f"Truncation unknown: {m.unknown.text}" in shown(e.value) for e in at.error)  # the red banner
+    assert "What the cut cost:** unknown" in texts(at) and "were cut at" not in texts(at)
     at = run_page("lengths", config, monkeypatch)
     assert_clean(at)
     assert any(shown(e.value).startswith(f"Truncation unknown. {m.unknown.text}") for e in at.error)

@@ -40,6 +40,16 @@ class Unknown:
         return self.estimated > UNKNOWN_SHARE * self.completions
 
     @property
+    def short(self) -> str:
+        """The tile's words: "no finish reason on 100.0% of completions" (and / or the token count)."""
+        parts = []
+        if self.reason_unknown:
+            parts.append(f"no finish reason on {self.missing_reason / self.completions:.1%}")
+        if self.tokens_unknown:
+            parts.append(f"no token count on {self.estimated / self.completions:.1%}")
+        return " · ".join(parts) + " of completions"
+
+    @property
     def text(self) -> str:
         """One sentence per missing field: what share, where we looked, what to set in [run]."""
         parts = []

@@ -13,7 +13,8 @@ refreshes; runhealth.collect.heartbeat), collection_stale, store_write_failure, 
 node_stale, shards_unmatched, shards_unreadable (warning); run_stalled (critical, since the
 last completion) or node_stalled (warning, only while another node writes) and rate_drop
 (warning), none once the target is reached; truncation_high (warning at the warn share,
-critical at the alert share), or truncation_unknown (warning) in its place when the finish reason
+critical at the alert share), or truncation_unknown (critical: the one figure
+the run is watched for cannot be counted) in its place when the finish reason
 or the token count is missing on too many completions (analysis/unknowns.py, #39);
 failed_requests_high (warning / critical at [run] failed_warn_share / failed_crit_share of requests,
 analysis/failed.py, #39); gpu_error (critical), gpu_throttled, gpu_hot, gpu_idle while the
@@ -241,7 +242,7 @@ def alerts_of(r: Reading) -> list[Alert]:
         out += _stall_alerts(r.rates, run, now, r.stall_after, up)
     unknown = r.unknown
     if unknown is not None:  # the share at the ceiling would read as a calm 0%: say it is unknown
-        out.append(Alert("truncation_unknown", "warning", run, f"Truncation unknown: {unknown.text}"))
+        out.append(Alert("truncation_unknown", "critical", run, f"Truncation unknown: {unknown.text}"))
     else:
         out += truncation_alerts(summary, settings, run)
     if r.failed is not None:

@@ -128,8 +128,9 @@ class Overview:
     @property
     def failed_line(self) -> str:
         """ "Failed requests 12 (0.5% of requests) · server_error 12" (analysis/failed.py), or ""
-        before any request came back."""
-        return self.failed.line if self.failed is not None and self.failed.requests else ""
+        while none failed (an agent that cannot tell a failed request reports none: "0" would
+        claim what it does not know; the JSON says 0)."""
+        return self.failed.line if self.failed is not None and self.failed.failed else ""
 
     @property
     def straggler_line(self) -> str:
@@ -142,7 +143,10 @@ class Overview:
 
     @property
     def waste_line(self) -> str:
-        """ "18.0% of completions, 31.0% of tokens were cut at 4,096 ..." (screens/waste.py)."""
+        """ "18.0% of completions, 31.0% of tokens were cut at 4,096 ..." (screens/waste.py); while
+        the share at the ceiling is unknown (#39), "unknown" and why, never a calm 0.0%."""
+        if self.unknown is not None:
+            return f"unknown: {self.unknown.short}"
         return waste_words.waste_line(self.waste) if self.waste is not None else ""
 
     waste_help = waste_words.WASTE_HELP
@@ -190,7 +194,7 @@ class Overview:
             "truncated_count": s.at_ceiling,
             "truncated_of": s.length_count,
             "length_stops_below_ceiling": s.length_below_ceiling,
-            "truncated_tokens_pct": r(100 * s.at_ceiling_token_fraction, 2) if s.tokens_total else None,
+            "truncated_tokens_pct": r(100 * s.at_ceiling_token_fraction, 2) if s.tokens_total and known else None,
             "truncated_tokens": s.at_ceiling_tokens,
             "tokens_total": s.tokens_total,
             "usable_completions": s.usable_completions,
@@ -398,8 +402,8 @@ def truncation_tile(summary: Summary, warn: float, alert: float, unknown: Unknow
     "unknown" in red, never 0%, when the finish reason or token count is missing (#39)."""
     if not summary.completions:
         return Tile("Truncated", "—", "no completions counted yet", "muted")
-    if unknown is not None:
-        return Tile("Truncated", "unknown", unknown.text, "alert")
+    if unknown is not None:  # the banner (the truncation_unknown alert) says where we looked and what to set
+        return Tile("Truncated", "unknown", unknown.short, "alert")
     if not summary.ceiling_tokens:
         return Tile("Truncated", "none", "no max_tokens ceiling found in the data", "ok")
     frac = summary.at_ceiling_fraction
