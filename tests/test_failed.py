@@ -358,3 +358,35 @@ def test_a_few_missing_reasons_leave_the_share_known(tmp_path):
     assert unknowns.unknown_from(1000, 10, 0) is None and unknowns.unknown_from(1000, 11, 0) is not None
     assert unknowns.unknown_from(1000, 0, 11).text.startswith("No token count on 1.1% of completions")
     assert unknowns.unknown_from(0, 0, 0) is None
+
+
+# -- the demo (#39 item 5) -------------------------------------------------------------------------
+def test_the_demos_failed_requests_reach_the_agents_reply(tmp_path, monkeypatch):
+    """The demo writes ~0.5% OpenAI Batch failures once demo.FAILED_SHARE is set (it is 0 until the
+    agent detects failed requests). Their count is asserted against the agent's reply only where
+    the reply has `failed` (the formats work teaches the agent that); the lines are checked always."""
+    from runhealth import demo
+
+    monkeypatch.setattr(demo, "FAILED_SHARE", 0.005)
+    sim = demo.Simulator(tmp_path, seed=21)
+    sim.shard_dir.mkdir(parents=True)
+    sim.write_backlog(4000)
+    lines = [
+        json.loads(x) for p in sim.shard_dir.glob("*.jsonl") for x in p.read_text().splitlines() if '"broken"' not in x
+    ]
+    written = [x["custom_id"] for x in lines if (x.get("response") or {}).get("status_code") == 500]
+    assert sorted(written) == sorted(sim.fields.failed)  # every failed line written as a Batch 500
+    assert 5 <= len(written) <= 45  # ~0.5% of 4,000
+    reply = agent.handle(
+        {
+            "op": "poll",
+            "gpu": "off",
+            "metrics_urls": [],
+            "shards": {"globs": [str(sim.shard_dir / "*.jsonl")], "budget_bytes": 1 << 30},
+        }
+    )
+    entries = list(reply["shards"]["files"].values())
+    if any("failed" in e for e in entries):
+        updates = [ingest.shard_update(p, e) for p, e in reply["shards"]["files"].items()]
+        assert sum(u.failed_total for u in updates) == len(written)
+        assert sum(u.completions for u in updates) == len(lines) - len(written)
