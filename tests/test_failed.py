@@ -390,3 +390,48 @@ def test_the_demos_failed_requests_reach_the_agents_reply(tmp_path, monkeypatch)
         updates = [ingest.shard_update(p, e) for p, e in reply["shards"]["files"].items()]
         assert sum(u.failed_total for u in updates) == len(written)
         assert sum(u.completions for u in updates) == len(lines) - len(written)
+
+
+# -- through the real collector and agent ----------------------------------------------------------
+def test_the_collector_stores_an_agents_failed_part_and_refuses_a_broken_one(tmp_path):
+    """Real local agents over the collector; the `failed` part is added to each real reply at the
+    transport (the boundary), as an agent that detects failures sends it."""
+    import sys
+
+    from shardgen import truth_rows, write_shard
+
+    from runhealth.collect.collector import Collector
+    from runhealth.errors import AgentError
+    from runhealth.settings.config import NodeConfig, RunConfig
+
+    parts = {"n1": [["expired", 3]], "n2": {"expired": 3}}  # n2's agent breaks the contract
+    nodes = []
+    for name in parts:
+        (tmp_path / name).mkdir()
+        write_shard(tmp_path / name / "a.jsonl", truth_rows(200, 1))
+        nodes.append(
+            NodeConfig(
+                name=name, host="local", shards=[str(tmp_path / name / "*.jsonl")], python=sys.executable, gpu="off"
+            )
+        )
+    store = Store(tmp_path / "s.sqlite3")
+    with Collector(RunConfig(name="t", nodes=nodes, interval_s=0.5), store) as collector:
+        for name, part in parts.items():
+            transport = collector.pollers[name].transport
+            real = transport.request
+
+            def request(obj, timeout, real=real, part=part):
+                reply = real(obj, timeout)
+                for e in (reply.get("shards") or {}).get("files", {}).values():
+                    if e.get("lines"):
+                        e["failed"] = part
+                return reply
+
+            transport.request = request
+        results = collector.poll_once()
+    assert isinstance(results["n2"], AgentError) and "'failed' must be a list" in str(results["n2"])
+    by = {n["name"]: n for n in store.nodes()}
+    assert "breaks the wire contract: shard " in by["n2"]["last_error"] and by["n2"]["completions"] == 0
+    assert store.failed_rows() == [{"node": "n1", "reason": "expired", "count": 3}]
+    assert by["n1"]["completions"] == 200
+    store.close()
