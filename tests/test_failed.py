@@ -225,14 +225,14 @@ def test_the_overview_page_shows_the_failed_line_and_its_alert(failed_store, mon
 def test_the_nodes_page_shows_each_nodes_failed_requests(failed_store, monkeypatch):
     store, config = failed_store
     m = nodes_screen.nodes(store, load_config(config))
-    rows = {r["node"]: r for r in m.failed_rows()}
+    rows = {r["Node"]: r for r in m.failed_rows()}
     mine = NODE2_FAILED / (COMPLETIONS // 2 + NODE2_FAILED)
-    assert rows["node-2"]["failed requests"] == f"{NODE2_FAILED} ({mine:.1%} of requests)"
-    assert rows["node-1"]["failed requests"] == "0" and rows["node-2"]["reasons"] == "server_error 24, http_500 12"
+    assert rows["node-2"]["Failed requests"] == f"{NODE2_FAILED} ({mine:.1%} of requests)"
+    assert rows["node-1"]["Failed requests"] == "0" and rows["node-2"]["Reasons"] == "server_error 24, http_500 12"
     at = run_page("nodes", config, monkeypatch)
     assert_clean(at)
-    table = next(df.value for df in at.dataframe if "failed requests" in df.value.columns)
-    assert table.set_index("node").loc["node-2", "failed requests"] == rows["node-2"]["failed requests"]
+    table = next(df.value for df in at.dataframe if "Failed requests" in df.value.columns)
+    assert table.set_index("Node").loc["node-2", "Failed requests"] == rows["node-2"]["Failed requests"]
     assert "Failed requests, per node" in texts(at)
 
 

@@ -133,15 +133,7 @@ class Nodes:
 
     def failed_rows(self) -> list[dict[str, str]]:
         """The per-node failed table as shown (and as the CSV would hold it)."""
-        return [
-            {
-                "node": name,
-                "failed requests": f.value,
-                "reasons": f.reasons_text or "—",
-                "retried": fmt_count(f.retried),
-            }
-            for name, f in self.failed
-        ]
+        return [{"Node": name, "Failed requests": f.value, "Reasons": f.reasons_text or "—"} for name, f in self.failed]
 
     @property
     def eta_cells(self) -> dict[str, str]:
