@@ -21,6 +21,7 @@ import streamlit as st
 from components.format import fmt_count, md_escape
 from components.tables import finished_line, indexing_progress, last_error_line, node_table, why_empty
 from runhealth.analysis.stats import Summary
+from runhealth.analysis.unknowns import unknown_of
 from runhealth.records import NodeRow, StoredSample
 from runhealth.rules.activity import NodeRate
 from runhealth.rules.health import node_status
@@ -104,8 +105,9 @@ def render_problems(problems: list[tuple[str, str]], title: str = "GPUs and host
 
 
 def truncation_tile(summary: Summary, warn: float, alert: float) -> dict[str, str]:
-    """The Truncated tile as the Overview's model words it (runhealth.screens.overview)."""
-    return dataclasses.asdict(overview_model.truncation_tile(summary, warn, alert))
+    """The Truncated tile as the Overview's model words it (runhealth.screens.overview), "unknown"
+    by the one rule when the finish reason or token count is missing (analysis/unknowns.py)."""
+    return dataclasses.asdict(overview_model.truncation_tile(summary, warn, alert, unknown_of(summary)))
 
 
 def render_node_table(

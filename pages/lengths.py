@@ -12,7 +12,7 @@ import streamlit as st
 from components import cards, fieldcharts, figcache, figures, jobs, loaders, page, precomputed, tables, whatif_view
 from components.context import PageRuntime
 from components.format import fmt_percentile_tokens, level, md_escape
-from runhealth.screens.lengths import WHATIF_REFIT_S, Lengths, Summary, WhatIf
+from runhealth.screens.lengths import WHATIF_REFIT_S, Lengths, Summary, WhatIf, unknown_of
 
 PREFIX = "lengths"
 TITLE, ICON, URL_PATH = "Output lengths", ":material/straighten:", "Output_lengths"
@@ -32,7 +32,10 @@ def render_summary(rt: PageRuntime, s: Summary) -> None:
             cards.tile("Mean / max", f"{tok.mean:,.0f}", f"max {tok.max:,} tokens{est}"),
         ]
     )
-    if s.estimated_count:
+    unknown = unknown_of(s)
+    if unknown is not None:  # never a silent 0%: which field is missing and what to set (#39)
+        st.error(md_escape(f"Truncation unknown. {unknown.text}"))
+    elif s.estimated_count:
         use = "are shown alone" if est else "are left out of the length statistics (still counted in finish reasons)"
         st.warning(
             f"{s.estimated_count:,} completions have no completion_tokens: their lengths are chars/4 estimates and {use}."

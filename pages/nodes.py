@@ -81,6 +81,10 @@ def render_page(rt: PageRuntime) -> None:
         st.dataframe([c.row() for c in m.costs], hide_index=True, width="stretch", key=f"{PREFIX}_costs_table")
     if m.fields:
         render_fields(m)
+    if m.failed:
+        st.subheader("Failed requests, per node")
+        st.caption(m.failed_caption)
+        st.dataframe(m.failed_rows(), hide_index=True, width="stretch", key=f"{PREFIX}_failed_table")
     shards = loaders.shard_frame(m.shards)
     for node in shown_nodes(m, shards):
         page.guarded(render_node)(m, node, shards)

@@ -17,10 +17,20 @@ import streamlit as st
 
 from components import alerthistory, alerts, cards, figures, format, loaders, page, runpicker, tables
 from components.context import PageRuntime
+from runhealth.screens.overview import Overview as OverviewModel
 
 PREFIX = "overview"
 TITLE, ICON, URL_PATH = "Overview", ":material/monitor_heart:", "Overview"  # served at / (the default page)
 TITLE_IS_RUN = True  # the title is the run's name: no "Run: <name>" line above it (unless finished)
+
+
+def render_data_lines(m: OverviewModel) -> None:
+    """Below the tiles: the failed requests coloured by their alert's severity (#39 item 2). Why
+    the share at the ceiling is unknown is the red banner's (the truncation_unknown alert)."""
+    if m.failed_line:
+        colour = {"alert": "red", "warn": "orange"}.get(m.failed_level)
+        text = format.md_escape(m.failed_line)
+        st.markdown(f":{colour}[**{text}**]" if colour else text)
 
 
 def render_live(rt: PageRuntime) -> None:
@@ -34,6 +44,7 @@ def render_live(rt: PageRuntime) -> None:
     tiles = [dataclasses.asdict(t) for t in m.tiles]
     cards.render_tiles(tiles[:3])
     cards.render_tiles(tiles[3:])
+    render_data_lines(m)
     if m.waste_line:
         st.markdown(f"**What the cut cost:** {format.md_escape(m.waste_line)}", help=m.waste_help)
         st.caption(m.energy_line)
@@ -81,6 +92,7 @@ def render_kiosk(rt: PageRuntime) -> None:
         tiles = [dataclasses.asdict(t) for t in m.tiles]
         cards.render_tiles(tiles[:3])
         cards.render_tiles(tiles[3:])
+        render_data_lines(m)
         if m.progress is not None:
             st.progress(*m.progress)
         page.kiosk_caption(PREFIX, 1, "Next: throughput, the node table and GPUs now.")

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from runhealth import __version__
-from runhealth.analysis import compare, fieldfigures, stats, whatif
+from runhealth.analysis import compare, fieldfigures, stats, unknowns, whatif
+from runhealth.analysis import failed as failed_reqs
 from runhealth.collect import ingest, service
 from runhealth.collect.collector import Collector
 from runhealth.errors import RunhealthError
@@ -54,6 +55,7 @@ def scan_paths(
     workers: int | None = None,
     field_paths: dict[str, str | None] | None = None,
     field_totals: fieldfigures.FieldTotals | None = None,
+    failed: dict[str, int] | None = None,
 ) -> tuple[stats.LengthHist, int, list[str]]:
     """Count every complete line of the local shards matching `patterns`.
 
@@ -63,6 +65,7 @@ def scan_paths(
     `totals`, when given, receives "blank_lines" (whitespace-only lines: skipped, not malformed).
     `field_totals`, when given, receives the per-line fields (prompt IDs, groups, ...), found
     with `field_paths` (prompt_id_path, prompt_tokens_path, group_path; None: detected).
+    `failed`, when given, receives the failed requests by reason (#39; not in the histogram).
     """
     state: dict[str, dict[str, int]] = {}
     hashes: dict[int, int] = {}
@@ -92,6 +95,9 @@ def scan_paths(
             for row in count_rows(entry.get("counts") or []):
                 hist.add(row.tokens, row.finish_reason, row.estimated, row.count)
             malformed += int(entry.get("malformed") or 0)
+            if failed is not None:
+                for reason, n in ingest.failed_part(path, entry)[0]:
+                    failed[reason] = failed.get(reason, 0) + n
             if field_totals is not None:
                 update = ingest.shard_update(path, entry)
                 field_totals.completions += update.completions
@@ -131,13 +137,17 @@ def scan_summary(
     figures under ``fields``) for `patterns`, and the globs that matched nothing (each warned
     about on stderr)."""
     totals: dict[str, int] = {}
+    failed: dict[str, int] = {}
     field_totals = fieldfigures.FieldTotals() if fields is not None else None
-    hist, malformed, unmatched = scan_paths(patterns, totals, workers, fields[0] if fields else None, field_totals)
+    hist, malformed, unmatched = scan_paths(
+        patterns, totals, workers, fields[0] if fields else None, field_totals, failed
+    )
     for pattern in unmatched:
         print(f"warning: nothing matched {escape(pattern)}", file=sys.stderr)
     summary = stats.summarize(hist, ceiling=ceiling, unparseable=malformed)
     report = summary.to_json()
     report["blank_lines"] = totals.get("blank_lines", 0)
+    report.update(request_figures(summary, [{"node": "", "reason": r, "count": n} for r, n in failed.items()]))
     if fields is not None and field_totals is not None:
         rows = [{"tokens": t, "finish_reason": fr, "estimated": est, "count": n} for t, fr, est, n in hist.rows()]
         report["fields"] = fieldfigures.figures(field_totals, rows, summary.ceiling_tokens, fields[1], fields[2])
@@ -226,6 +236,19 @@ def format_forecast(f: dict[str, Any] | None) -> list[str]:
     return out
 
 
+def request_figures(summary: stats.Summary, failed_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What `scan --json` and `poll --json` add to a summary (#39): the failed requests beside
+    its completions (analysis/failed.py) and, when the share at the ceiling is unknown
+    (analysis/unknowns.py), why: `at_ceiling_fraction` is then null, never a calm 0."""
+    out = failed_reqs.failed_requests(failed_rows, summary.completions).to_json()
+    unknown = unknowns.unknown_of(summary)
+    out["truncated_unknown"] = unknown.to_json() if unknown is not None else None
+    if unknown is not None:
+        out["at_ceiling_fraction"] = None
+        out["at_ceiling_interval"] = None
+    return out
+
+
 def cmd_poll(args: argparse.Namespace) -> int:
     path = find_config_path(args.config)
     if path is None:
@@ -268,19 +291,20 @@ def poll_report(config: RunConfig, store: Store, results: dict[str, Any]) -> dic
         by_node[row["node"]].add(row["tokens"], row["finish_reason"], row["estimated"], row["count"])
     malformed = {r["name"]: r["malformed"] for r in store.nodes()}
     nodes, merged = [], stats.LengthHist()
+    failed_rows = [dict(r) for r in store.failed_rows()]
     for node in config.nodes:
         result = results.get(node.name)
         ok = isinstance(result, dict)
         merged = merged.merge(by_node[node.name])
+        node_summary = stats.summarize(by_node[node.name], config.max_output_tokens, malformed.get(node.name, 0))
+        mine = [r for r in failed_rows if r["node"] == node.name]
         nodes.append(
             {
                 "name": node.name,
                 "ok": ok,
                 "error": None if ok else str(result),
                 "gpus": (result.get("gpus") or {}).get("devices", []) if isinstance(result, dict) else [],
-                "lengths": stats.summarize(
-                    by_node[node.name], config.max_output_tokens, malformed.get(node.name, 0)
-                ).to_json(),
+                "lengths": {**node_summary.to_json(), **request_figures(node_summary, mine)},
             }
         )
     total_malformed = sum(malformed.values())
@@ -288,7 +312,7 @@ def poll_report(config: RunConfig, store: Store, results: dict[str, Any]) -> dic
     for n in nodes:
         ceiling = n["lengths"]["ceiling"]
         n["lengths"]["fields"] = fieldmodel.field_figures(store, config, ceiling, n["name"])
-    report = lengths.to_json()
+    report = {**lengths.to_json(), **request_figures(lengths, failed_rows)}
     report["fields"] = fieldmodel.field_figures(store, config, lengths.ceiling_tokens)
     return {"nodes": nodes, "lengths": report}
 
@@ -306,13 +330,17 @@ def format_summary(s: dict[str, Any]) -> str:
             + "  ".join(f"{k} {fmt_tokens(t[k], cut)}" for k in ("p50", "p90", "p99", "max"))
         )
     lines.append("finish reasons: " + ", ".join(f"{escape(k)} {fmt_count(v)}" for k, v in s["finish_reasons"].items()))
-    if s["ceiling"] is not None:
+    if s.get("truncated_unknown"):  # never a calm 0% (#39): why the share is unknown
+        lines.append(f"at the ceiling: unknown. {s['truncated_unknown']['why']}")
+    elif s["ceiling"] is not None:
         lines.append(
             f"ceiling: {fmt_count(s['ceiling'])} ({s['ceiling_source']}); at the ceiling: {fmt_count(s['at_ceiling'])}"
             f" ({fmt_share(s['at_ceiling_fraction'])}), length stops below it: {fmt_count(s['length_below_ceiling'])}"
         )
     else:
         lines.append("ceiling: none detected (no pile-up of finish_reason=length)")
+    if s.get("failed_line") and s.get("failed_requests"):
+        lines.append(escape(s["failed_line"]))
     if s.get("fields"):
         lines.extend(format_fields(s["fields"]))
     if s.get("whatif"):

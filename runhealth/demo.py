@@ -78,6 +78,10 @@ RETRY_SHARE = 0.01  # a line answers an earlier prompt again
 SKIP_SHARE = 0.01  # a prompt is skipped: never answered
 NO_ANSWER_SHARE_OF_TRUNCATED = 0.6  # cut while still reasoning; the rest are cut mid-answer
 MISLABEL_SHARE_OF_TRUNCATED = 0.01  # at the ceiling, labelled "stop" or "tool_calls"
+# Failed requests (#39), OpenAI Batch style: `response.status_code` 500 with an error body. 0 until
+# the node agent detects failed requests (the formats work, #39 item 1): today's agent would count
+# such a line as a completion with no finish reason. Set to 0.005 (~0.5%) once it does.
+FAILED_SHARE = 0.0
 
 
 def truth(ceiling: int) -> dict[str, float]:
@@ -385,6 +389,8 @@ class Simulator:
         rng = self.rng
         if rng.random() < 0.0005:
             return '{"id": "broken", "choices": [{"message": {"content": "half a rec\n'  # malformed
+        if FAILED_SHARE and rng.random() < FAILED_SHARE:  # no draw at 0: the demo's stream unchanged
+            return self.failed_line()
         dataset = rng.choice(list(DATASETS))
         true_len = int(math.exp(rng.gauss(LOG_MEDIAN + DATASETS[dataset], LOG_SIGMA)))
         finish, tokens = ("stop", max(true_len, 8))
@@ -422,6 +428,29 @@ class Simulator:
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": tokens},
         }
         self.fields.count(record, self.ceiling)
+        return json.dumps(record) + "\n"
+
+    def failed_line(self) -> str:
+        """A failed request as OpenAI's Batch API writes it: status 500, an error body, no choices."""
+        pid = self.fields.next_prompt(self.rng)
+        self.fields.failed.append(pid)
+        record = {
+            "id": f"batch_req_{os.getpid()}_{self._counter}",
+            "custom_id": pid,
+            "response": {
+                "status_code": 500,
+                "request_id": f"req_{self._counter:08d}",
+                "body": {
+                    "error": {
+                        "message": "The server had an error processing your request.",
+                        "type": "server_error",
+                        "param": None,
+                        "code": None,
+                    }
+                },
+            },
+            "error": None,
+        }
         return json.dumps(record) + "\n"
 
     def text(self, tokens: int, looping: bool) -> str:
@@ -469,6 +498,7 @@ class FieldTruth:
         self.mislabelled = 0
         self.context_stops = 0
         self.recent: list[str] = []  # the last prompts handed out, which a retry draws from
+        self.failed: list[str] = []  # prompt IDs of failed requests (FAILED_SHARE), in order
 
     def next_prompt(self, rng: random.Random) -> str:
         if self.recent and rng.random() < RETRY_SHARE:

@@ -347,6 +347,8 @@ class RunMeta(TypedDict):
     demo: bool
     truncation_warn_fraction: float | None
     truncation_alert_fraction: float | None
+    failed_warn_share: float | None
+    failed_crit_share: float | None
     stale_after_s: float  # resolved, as stall_after_s
     nodes: list[str] | None  # the nodes the config names now
     expected_prompts: int | None  # [run] expected_prompts (#33)

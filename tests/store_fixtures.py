@@ -160,8 +160,12 @@ def build_run(
     ceilings: dict[str, int] | None = None,
     lost_gpu: str | None = None,
     seed: int = 0,
+    failed: dict[str, list[list]] | None = None,
+    no_reason: bool = False,
 ) -> None:
-    """`polls` polls per node ending at `now`; `down` maps node -> seconds since its last success."""
+    """`polls` polls per node ending at `now`; `down` maps node -> seconds since its last success;
+    `failed`: node -> each shard's failed requests per poll ([[reason, count], ...], #39);
+    `no_reason`: the lines carry no finish reason at all (a format the agent cannot read)."""
     rng = random.Random(seed)
     down = down or {}
     state: dict[tuple[str, str], dict] = {}
@@ -192,6 +196,8 @@ def build_run(
                     path = f"/data/out/shard-{i:02d}-{s}.jsonl"
                     st = state.setdefault((node, path), {"inode": 1000 * i + s, "offset": 0})
                     counts = lengths(rng, per_shard, trunc_frac, (ceilings or {}).get(node, CEILING))
+                    if no_reason:
+                        counts = [[t, None, est, k] for t, _f, est, k in counts]
                     tokens = sum(t * k for t, _, _, k in counts)
                     start, st["offset"] = st["offset"], st["offset"] + tokens * 4 + per_shard * 600
                     files[path] = {
@@ -206,6 +212,8 @@ def build_run(
                         "counts": counts,
                         "error": None,
                     }
+                    if failed and node in failed:
+                        files[path]["failed"] = failed[node]
                 devices = [gpu_device(g, 96 - rng.random() * 4) for g in range(gpus)]
                 if i == 2:  # one idle and one power-throttled GPU, as on a real node
                     devices[5] = gpu_device(5, 3.0, power_w=90.0)

@@ -33,6 +33,7 @@ from runhealth.screens import lengths, overview, runeta, runfigures
 from runhealth.settings.config import NodeConfig, RunConfig
 from runhealth.settings.runsettings import RunSettings
 from runhealth.store import Store, rollup
+from runhealth.store.migrations import STORE_VERSION
 
 CEILING = 512  # short demo lines: a fast test
 INTERVAL_S = 30.0
@@ -397,7 +398,7 @@ def test_migration_12_adds_the_column_and_keeps_older_polls(tmp_path):
         db.execute("INSERT INTO polls VALUES (100.0, 'n1', 100.4, 5, 500, 0, 0, 0, 5.0)")
         db.execute("PRAGMA user_version = 11")
     store = Store(path)
-    assert store.cursor("PRAGMA user_version").fetchone()[0] == 12
+    assert store.cursor("PRAGMA user_version").fetchone()[0] == STORE_VERSION  # 12, then the later steps
     assert [r["prompts"] for r in store.polls()] == [None]
     assert "prompts" in {r[1] for r in store.cursor("PRAGMA table_info(poll_rollup)")}
     store.close()

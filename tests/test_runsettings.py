@@ -91,6 +91,8 @@ def test_the_meta_round_trips_and_keeps_its_json_keys(tmp_path):
         "expected_prompts",  # since #33's per-line fields: /metrics' prompts not answered
         "max_model_len",  # ... and its context-window stops
         "shared_queue",  # #41: fixed shares (false) or one shared queue
+        "failed_warn_share",  # since #39: the failed-requests alert's thresholds
+        "failed_crit_share",
     }
     assert set(meta) == RunMeta.__required_keys__  # the declared shape (runhealth/records.py) is the written one
     assert meta["stall_after_s"] == 900 and meta["nodes"] == ["n1", "n2"]

@@ -24,7 +24,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from runhealth.alerting import exposition, fieldmetrics
-from runhealth.analysis import reasons, stats, tokencost
+from runhealth.analysis import failed as failed_reqs
+from runhealth.analysis import reasons, stats, tokencost, unknowns
 from runhealth.records import LENGTH, GpuNumber
 from runhealth.rules import activity, health
 from runhealth.screens import fieldmodel, runeta
@@ -81,6 +82,7 @@ class StoreMetrics:
             yield from self._nodes(run, settings, now, memo, figures["prompts"].get("answered"))
             yield from self._gpus(run, settings.node_names)
             yield from self._costs(run, settings)
+            yield from self._failed(run)
             yield from fieldmetrics.field_families(self.store, run, settings, figures=figures)
             yield from self._alerts(run, settings, now, memo)
         except Exception:  # logged; this scrape fails (HTTP 500), the collector goes on
@@ -139,6 +141,7 @@ class StoreMetrics:
         yield hist
         if ceiling is not None:
             yield at_ceiling
+        if ceiling is not None and self._truncation_known():  # unknown: no series, never a calm 0 (#39)
             ratio = GaugeMetricFamily(
                 "runhealth_truncated_ratio",
                 "Share of completions (with known length) stopped at the ceiling.",
@@ -146,6 +149,37 @@ class StoreMetrics:
             )
             ratio.add_metric([run], total_at / total_len if total_len else 0.0)
             yield ratio
+
+    def _truncation_known(self) -> bool:
+        """False when the finish reason or the token count is missing on too many completions
+        (analysis/unknowns.py, the one rule): the truncation ratios are then left out."""
+        where, gone = self.store.counted_where()
+        row = self.store.cursor(
+            "SELECT COALESCE(SUM(count), 0), COALESCE(SUM(CASE WHEN finish_reason = '' THEN count END), 0),"
+            f" COALESCE(SUM(CASE WHEN estimated = 1 THEN count END), 0) FROM node_length_counts{where}",
+            gone,
+        ).fetchone()
+        return unknowns.unknown_from(*row) is None
+
+    def _failed(self, run: str) -> Iterator[Metric]:
+        """Failed requests (#39): a counter per node and bounded reason, and the run's share of
+        requests (analysis/failed.py, the one definition), once a request came back."""
+        rows = self.store.failed_rows()  # every counted node, as runhealth_completions
+        family = CounterMetricFamily(
+            "runhealth_failed_requests",
+            "Failed requests counted in the shards (error status, error object, expired / canceled), by reason;"
+            " not in runhealth_completions.",
+            labels=["run", "node", "reason"],
+        )
+        for r in rows:
+            family.add_metric([run, r["node"], r["reason"]], r["count"])
+        yield family
+        done = sum(n for n in self._reason_counts().values())
+        share = failed_reqs.failed_requests(rows, done).share
+        if share is not None:
+            yield _gauge(
+                "runhealth_failed_requests_ratio", "Failed requests / (completions + failed requests).", run, share
+            )
 
     def _reason_counts(self) -> dict[tuple[str, str], int]:
         """(node, label) -> completions, with a bounded set of finish_reason labels (the known
@@ -309,7 +343,7 @@ class StoreMetrics:
                 tokens.add_metric([run, node, kind], n or 0)
             total, total_cut = total + (all_t or 0), total_cut + (cut_t or 0)
         yield tokens
-        if ceiling is not None:
+        if ceiling is not None and self._truncation_known():
             yield _gauge(
                 "runhealth_truncated_tokens_ratio",
                 "Share of generated tokens spent in completions stopped at the ceiling.",

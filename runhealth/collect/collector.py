@@ -20,7 +20,7 @@ from runhealth.alerting import alerthistory
 from runhealth.analysis.servermetrics import merge_endpoints as merge_metrics
 from runhealth.collect import changes, ingest, publisher, sampling, scheduler, storelock
 from runhealth.collect.storelock import check_store_free as check_store_free  # the service imports it here
-from runhealth.errors import StoreError
+from runhealth.errors import AgentError, StoreError
 from runhealth.errors import one_line as _plain
 from runhealth.node.wire import PollReply, ShardCursor
 from runhealth.payloads import pagedata
@@ -142,8 +142,13 @@ class NodePoller:
         # read at exactly `sent` (their energy must cover the poll times the store keeps, whatever
         # the round trip: a slow first agent start made the demo's joules per second drift).
         ts_unix = sent if "demo_time_unix" in request else sent + rtt_ms / 2000
-        try:  # the reply as one record (counts, GPU rows, hourly lengths, server metrics): one transaction
+        try:  # a reply that breaks the wire contract is the agent's fault, not the store's
             record = ingest.read_poll(cast(PollReply, reply), merge_metrics(reply))
+        except ingest.ReplyError as exc:
+            message = f"the agent's reply breaks the wire contract: {exc}"
+            self.store.record_failure(self.node.name, message, self.clock())
+            raise AgentError(message) from None
+        try:  # the reply as one record (counts, GPU rows, hourly lengths, server metrics): one transaction
             self.store.write_poll(self.node.name, record, ts_unix, rtt_ms)
         except Exception as exc:  # disk full, lock, overflow: the node's error, on screen
             message = self.store.note_write_failure(self.node.name, exc, self.clock())

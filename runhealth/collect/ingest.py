@@ -21,7 +21,17 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
-from runhealth.node.wire import CountRow, DiskEntry, FieldCounts, GpuDevice, HostInfo, PollReply, ShardEntry, count_rows
+from runhealth.node.wire import (
+    MAX_FAILED_REASONS,
+    CountRow,
+    DiskEntry,
+    FieldCounts,
+    GpuDevice,
+    HostInfo,
+    PollReply,
+    ShardEntry,
+    count_rows,
+)
 from runhealth.records import LENGTH
 
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
@@ -123,6 +133,14 @@ class ShardUpdate:
     mark: str | None = None  # the content mark at `offset` (sent back so the agent can check it)
     replaced: bool = False  # a reset because the content changed under the same inode
     fields: FieldUpdate | None = None  # per-line fields, from a shard whose lines have them
+    # Failed requests of this scan (#39): (reason, count) and the failed lines' prompt-ID hashes;
+    # none of them is in `counts`, `tokens` or `fields`.
+    failed: tuple[tuple[str, int], ...] = ()
+    failed_ids: tuple[int, ...] = ()
+
+    @property
+    def failed_total(self) -> int:
+        return sum(n for _r, n in self.failed)
 
     @property
     def shown_error(self) -> str | None:
@@ -166,9 +184,49 @@ def _opt_text(text: str | None) -> str | None:
     return None if text is None else utf8_text(text)
 
 
+class ReplyError(ValueError):
+    """A poll reply that does not keep the wire contract (runhealth/node/wire.py): the poll is refused."""
+
+
+def failed_part(path: str, entry: ShardEntry) -> tuple[tuple[tuple[str, int], ...], tuple[int, ...]]:
+    """A file entry's failed requests (#39): ((reason, count), ...) and the failed prompt-ID hashes.
+
+    An older agent sends neither key: no failed requests. A malformed value raises ReplyError
+    naming the shard and the key (the poll then writes nothing, so no count is half applied).
+    """
+    rows = entry.get("failed")
+    if rows is None:
+        rows = []
+    if not isinstance(rows, list):
+        raise ReplyError(f"shard {path}: 'failed' must be a list of [reason, count] pairs, not {type(rows).__name__}")
+    out: dict[str, int] = {}
+    for row in rows:
+        ok = isinstance(row, list | tuple) and len(row) == 2 and isinstance(row[0], str) and row[0]
+        count = row[1] if ok else None
+        if not ok or not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise ReplyError(f"shard {path}: 'failed' holds {row!r}: each must be [reason text, count >= 0]")
+        reason = utf8_text(row[0])
+        out[reason] = out.get(reason, 0) + count
+    if len(out) > MAX_FAILED_REASONS + 1:  # the agent's reasons and its "other"
+        raise ReplyError(f"shard {path}: 'failed' has {len(out)} reasons, more than {MAX_FAILED_REASONS} and 'other'")
+    ids = entry.get("failed_ids")
+    if ids is not None and not isinstance(ids, str):
+        raise ReplyError(f"shard {path}: 'failed_ids' must be base64 text, not {type(ids).__name__}")
+    try:
+        hashes = id_hashes(ids or "")
+    except (binascii.Error, ValueError) as exc:
+        raise ReplyError(f"shard {path}: 'failed_ids': {exc}") from None
+    if len(hashes) > sum(out.values()):
+        raise ReplyError(f"shard {path}: 'failed_ids' holds {len(hashes)} IDs for {sum(out.values())} failed lines")
+    return tuple((r, n) for r, n in out.items() if n), hashes
+
+
 def shard_update(path: str, entry: ShardEntry) -> ShardUpdate:
     """A reply's file entry as a ShardUpdate (count fields as integers, as the store adds them)."""
+    failed, failed_ids = failed_part(path, entry)
     return ShardUpdate(
+        failed=failed,
+        failed_ids=failed_ids,
         path=utf8_text(path),
         reset=bool(entry.get("reset")),
         offset_from=entry.get("offset_from"),

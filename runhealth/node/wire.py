@@ -37,6 +37,7 @@ METRICS_MAX_BYTES = 8 << 20  # one /metrics body, as fetched by the agent and pa
 FULL_TEXT_MAX_CHARS = 1 << 20  # one sampled prompt or completion with full_text
 DEFAULT_BUDGET_BYTES = 256 << 20  # a poll's scan budget when the request sets none
 MAX_SAMPLE_N = 10000  # samples one request may ask for
+MAX_FAILED_REASONS = 32  # distinct failed-request reasons one shard scan reports (the rest: "other")
 
 
 # ---------------------------------------------------------------------------- framing
@@ -226,6 +227,13 @@ class ShardEntry(TypedDict, total=False):
     problem: Optional[str]
     # Per-line fields (node/fields.py), only from a shard whose lines have them (#33).
     fields: "FieldCounts"
+    # Failed requests newly counted in this scan (#39 item 2): [[reason, count], ...] by a short
+    # bounded reason label (error type/code: "server_error", "http_500", "expired"), at most
+    # MAX_FAILED_REASONS per scan, the rest under "other"; absent or [] when none (and from older
+    # agents). A failed line is in none of lines, counts, tokens or fields.
+    failed: List[List[Any]]
+    # base64 of the failed lines' 64-bit prompt-ID hashes (as FieldCounts.ids); only when present.
+    failed_ids: str
 
 
 class FieldCounts(TypedDict, total=False):

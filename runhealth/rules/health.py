@@ -13,7 +13,11 @@ refreshes; runhealth.collect.heartbeat), collection_stale, store_write_failure, 
 node_stale, shards_unmatched, shards_unreadable (warning); run_stalled (critical, since the
 last completion) or node_stalled (warning, only while another node writes) and rate_drop
 (warning), none once the target is reached; truncation_high (warning at the warn share,
-critical at the alert share); gpu_error (critical), gpu_throttled, gpu_hot, gpu_idle while the
+critical at the alert share), or truncation_unknown (critical: the one figure
+the run is watched for cannot be counted) in its place when the finish reason
+or the token count is missing on too many completions (analysis/unknowns.py, #39);
+failed_requests_high (warning / critical at [run] failed_warn_share / failed_crit_share of requests,
+analysis/failed.py, #39); gpu_error (critical), gpu_throttled, gpu_hot, gpu_idle while the
 run writes (warning): every GPU finding of runhealth.rules.hardware that is not information; and
 the GPU's and host's health (`hardware_alerts`): gpu_xid (critical XID events in the last hour),
 gpu_ecc_uncorrected, gpu_row_remap_failed, gpu_missing (a GPU that reported within the hour is
@@ -30,7 +34,8 @@ import time
 from collections.abc import Sequence
 from typing import Literal
 
-from runhealth.analysis import reasons, stats
+from runhealth.analysis import failed as failed_reqs
+from runhealth.analysis import reasons, stats, unknowns
 from runhealth.collect import heartbeat
 from runhealth.records import GpuEventRow, GpuHealthReading, GpuRow, HostReading, LengthCountRow, NodeRow
 from runhealth.rules import activity, hardware
@@ -42,6 +47,7 @@ from runhealth.settings.windows import HARDWARE_WINDOW_S
 from runhealth.settings.windows import stale_after_s as stale_after_s  # re-exported: tests ask health
 from runhealth.settings.windows import stall_after_s as stall_after_s
 from runhealth.store import Store
+from runhealth.store.failedreads import FailedRow
 
 # -- Node states, stalls and alerts (from the store) ------------------------------------
 # Moved here from runhealth/alerts.py (#14).
@@ -146,6 +152,13 @@ class Reading:
     gpu_events: list[GpuEventRow]
     gpus_seen: dict[str, set[int]]
     host_latest: dict[str, HostReading]
+    failed: failed_reqs.FailedRequests | None = None  # the run's failed requests (#39); None: not read
+    failed_rows: tuple[FailedRow, ...] = ()  # by node and reason (Store.failed_rows): the Nodes page's
+
+    @property
+    def unknown(self) -> unknowns.Unknown | None:
+        """Why the share at the ceiling is unknown (analysis/unknowns.py), or None."""
+        return unknowns.unknown_of(self.summary)
 
     @property
     def stale_after(self) -> float:
@@ -177,6 +190,9 @@ def read(
     every = store.nodes()
     gone = store.superseded_nodes()
     malformed = sum(n["malformed"] for n in every if n["name"] not in gone)
+    summary = _summary(store.length_counts(by="run"), settings.max_output_tokens, malformed)
+    failed_rows = store.failed_rows(gone)  # one statement; their prompt IDs only when some failed
+    failed_prompts = store.failed_prompts() if failed_rows else None
     stall_s = settings.stall_after
     lookback = _rates_lookback(store, now, stall_s, interval_s)
     return Reading(
@@ -185,13 +201,15 @@ def read(
         last_collection_unix=last,
         fault=fault,
         nodes=[n for n in every if keep is None or n["name"] in keep],
-        summary=_summary(store.length_counts(by="run"), settings.max_output_tokens, malformed),
+        summary=summary,
         rates=activity.read_rates(store, now, max(lookback, rates_lookback_s or 0.0), interval_s, memo),
         gpu_latest=store.gpu_latest(),
         gpu_health=store.gpu_health(),
         gpu_events=store.gpu_events(now - HARDWARE_WINDOW_S),
         gpus_seen=store.gpus_seen(now - HARDWARE_WINDOW_S),
         host_latest=store.host_latest(),
+        failed=failed_reqs.failed_requests(failed_rows, summary.completions, prompts=failed_prompts),
+        failed_rows=tuple(failed_rows),
     )
 
 
@@ -234,7 +252,13 @@ def alerts_of(r: Reading) -> list[Alert]:
     if not (target and summary.completions >= target):  # a run that reached its target stops on purpose
         up = {n["name"] for n in nodes if node_status(n, now, stale_after)[0] == "up"} - done_nodes(nodes, settings)
         out += _stall_alerts(r.rates, run, now, r.stall_after, up)
-    out += truncation_alerts(summary, settings, run)
+    unknown = r.unknown
+    if unknown is not None:  # the share at the ceiling would read as a calm 0%: say it is unknown
+        out.append(Alert("truncation_unknown", "critical", run, f"Truncation unknown: {unknown.text}"))
+    else:
+        out += truncation_alerts(summary, settings, run)
+    if r.failed is not None:
+        out += failed_alerts(r.failed, settings, run)
     out += _gpu_alerts(r.gpu_latest, run, bool(r.rates.tokens_per_s_1m))
     out += hardware_alerts(r, run)
     out = [a for a in out if a.node is None or keep is None or a.node in keep]
@@ -341,6 +365,27 @@ def truncation_alerts(summary: stats.Summary, settings: RunSettings, run: str) -
             f" ({'alert' if found == 'alert' else 'warning'} at {alert if found == 'alert' else warn:.1%};"
             f" n={summary.length_count:,}).",
             value=frac,
+        )
+    ]
+
+
+def failed_alerts(failed: failed_reqs.FailedRequests, settings: RunSettings, run: str) -> list[Alert]:
+    """The share of requests that failed (analysis/failed.py) against the one `level` rule."""
+    warn, crit, share = settings.failed_warn_share, settings.failed_crit_share, failed.share
+    if crit is None or share is None or not failed.failed:
+        return []
+    found = level(share, crit if warn is None else warn, crit)
+    if found == "ok":
+        return []
+    limit = crit if found == "alert" else warn
+    return [
+        Alert(
+            "failed_requests_high",
+            "critical" if found == "alert" else "warning",
+            run,
+            f"{failed.failed:,} requests failed, {share:.1%} of {failed.requests:,}"
+            f" ({'critical' if found == 'alert' else 'warning'} at {limit:.1%}; {failed.reasons_text}).",
+            value=share,
         )
     ]
 

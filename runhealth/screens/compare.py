@@ -92,6 +92,7 @@ class Compare:
             "forecast_note": c.forecast_note if c else self.empty,
             "rows": list(self.rows),
             "prompts": dataclasses.asdict(self.prompts) if self.prompts else None,
+            "failed": {k: r.failed.to_json() if r.failed else None for k, r in (("a", self.a), ("b", self.b))},
         }
 
 
@@ -126,7 +127,18 @@ def compare(
         empty = "No completions in " + " and ".join(missing) + " yet: nothing to compare."
         return Compare(now, a, b, ages, empty, None, (), prompts)
     cmp = comparison if comparison is not None else compare_runs(a, b, bootstrap)
-    return Compare(now, a, b, ages, "", cmp, tuple(comparison_rows(a, b, cmp)) + cost_rows(a, b), prompts)
+    rows = tuple(comparison_rows(a, b, cmp)) + cost_rows(a, b) + failed_rows(a, b)
+    return Compare(now, a, b, ages, "", cmp, rows, prompts)
+
+
+def failed_rows(a: RunNumbers, b: RunNumbers) -> tuple[dict[str, str], ...]:
+    """Each run's failed requests, a share of its requests (#39; analysis/failed.py's words)."""
+    fa, fb = a.failed, b.failed
+    if fa is None or fb is None:
+        return ()
+    sa, sb = fa.share, fb.share
+    diff = f"{100 * (sb - sa):+.1f} pts" if sa is not None and sb is not None else ""
+    return ({"metric": "failed requests", "A": fa.value, "B": fb.value, "B − A": diff, "95% interval": "exact"},)
 
 
 def _relative(x: float | None, y: float | None) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 
 from runhealth.analysis import loops, rates, stats
 from runhealth.analysis.stats import Summary as Summary  # the pages name the summary type through here
+from runhealth.analysis.unknowns import unknown_of as unknown_of  # ... and the "truncation unknown" rule (#39)
 from runhealth.analysis.whatif import WhatIf as WhatIf  # ... and the what-if's
 from runhealth.payloads import pagedata
 from runhealth.payloads.pagetypes import RunLengths

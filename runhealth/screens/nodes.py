@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runhealth.analysis import servermetrics, stats, tokencost
+from runhealth.analysis.failed import FailedRequests, failed_requests
 from runhealth.analysis.stragglers import Stragglers
 from runhealth.collect import heartbeat
 from runhealth.records import HostReading, LengthCountRow, MetricRow, NodeRow, ShardRow
@@ -121,6 +122,18 @@ class Nodes:
     fields: tuple[nodefields.NodeFields, ...] = ()  # per node: prompts answered, cuts' answers, labels (#33)
     prompts_answered: int | None = None  # the run's distinct prompts (not the nodes' sum); None: no IDs
     stragglers: Stragglers | None = None  # each node's ETA to its share (#33 item 6); None: no target, finished
+    # Per node, its failed requests beside its completions (#39; analysis/failed.py); empty while
+    # no request failed anywhere in the run.
+    failed: tuple[tuple[str, FailedRequests], ...] = ()
+
+    failed_caption = (
+        "Failed requests (an error status or object, expired or canceled): not completions, not in any "
+        "length statistic; the share is of requests (completions + failed)."
+    )
+
+    def failed_rows(self) -> list[dict[str, str]]:
+        """The per-node failed table as shown (and as the CSV would hold it)."""
+        return [{"Node": name, "Failed requests": f.value, "Reasons": f.reasons_text or "—"} for name, f in self.failed]
 
     @property
     def eta_cells(self) -> dict[str, str]:
@@ -187,6 +200,7 @@ class Nodes:
             ],
             "fields": [f.to_json() for f in self.fields],
             "prompts_answered": self.prompts_answered,
+            "failed": [{"node": name, **f.to_json()} for name, f in self.failed],
         }
 
 
@@ -242,4 +256,15 @@ def nodes(store: Store, config: RunConfig, now: float | None = None, finished: b
         stragglers=None
         if finished
         else etas.for_run(config.target_completions, reading.summary.completions, reading.rates, reading.nodes),
+        failed=node_failed(reading),
+    )
+
+
+def node_failed(reading: health.Reading) -> tuple[tuple[str, FailedRequests], ...]:
+    """Each node's failed requests (the one definition, analysis/failed.py), from the reading's
+    rows: no read of its own; none while no request failed."""
+    if not reading.failed_rows:
+        return ()
+    return tuple(
+        (n["name"], failed_requests(reading.failed_rows, n["completions"], node=n["name"])) for n in reading.nodes
     )

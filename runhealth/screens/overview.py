@@ -21,8 +21,10 @@ import time
 from typing import Any, Literal
 
 from runhealth.analysis import rates, tokencost
+from runhealth.analysis.failed import FailedRequests
 from runhealth.analysis.stats import Summary
 from runhealth.analysis.stragglers import Stragglers
+from runhealth.analysis.unknowns import Unknown
 from runhealth.records import GpuRow, NodeRow
 from runhealth.rules import activity, hardware, health
 from runhealth.rules.health import fmt_age, level
@@ -115,6 +117,21 @@ class Overview:
     events: tuple[Event, ...] = ()  # the last day's run events: the throughput and alert charts' markers (#33 item 7)
     run_eta: runeta.RunEta | None = None  # the ETA's basis (distinct prompts or completions) and rate (#33 item 1)
     done_nodes: tuple[str, ...] = ()  # fixed shares: the nodes that wrote their share (health.done_nodes)
+    failed: FailedRequests | None = None  # failed requests beside the completions (#39; analysis/failed.py)
+    unknown: Unknown | None = None  # why the share at the ceiling is unknown (#39; analysis/unknowns.py)
+
+    @property
+    def failed_level(self) -> str:
+        """The failed line's colour: the failed_requests_high alert's severity (one engine), else ok."""
+        found = [a.severity for a in self.alerts if a.name == "failed_requests_high"]
+        return "alert" if "critical" in found else "warn" if found else "ok"
+
+    @property
+    def failed_line(self) -> str:
+        """ "Failed requests 12 (0.5% of requests) · server_error 12" (analysis/failed.py), or ""
+        while none failed (an agent that cannot tell a failed request reports none: "0" would
+        claim what it does not know; the JSON says 0)."""
+        return self.failed.line if self.failed is not None and self.failed.failed else ""
 
     @property
     def straggler_line(self) -> str:
@@ -127,7 +144,10 @@ class Overview:
 
     @property
     def waste_line(self) -> str:
-        """ "18.0% of completions, 31.0% of tokens were cut at 4,096 ..." (screens/waste.py)."""
+        """ "18.0% of completions, 31.0% of tokens were cut at 4,096 ..." (screens/waste.py); while
+        the share at the ceiling is unknown (#39), "unknown" and why, never a calm 0.0%."""
+        if self.unknown is not None:
+            return f"unknown: {self.unknown.short}"
         return waste_words.waste_line(self.waste) if self.waste is not None else ""
 
     waste_help = waste_words.WASTE_HELP
@@ -150,6 +170,7 @@ class Overview:
         s, up, e = self.summary, self.standup, self.energy
         lo, hi = s.at_ceiling_interval
         loop = self.waste.loops if self.waste else None
+        known = bool(s.completions) and self.unknown is None
 
         def r(x: float | None, nd: int = 1) -> float | None:
             return None if x is None else round(float(x), nd)
@@ -162,13 +183,15 @@ class Overview:
             "completions": s.completions,
             "target_completions": self.target,
             "ceiling_tokens": s.ceiling_tokens,
-            "truncated_pct": r(100 * s.at_ceiling_fraction, 2) if s.completions else None,
-            "truncated_pct_95ci_low": r(100 * lo, 2) if lo is not None and s.completions else None,
-            "truncated_pct_95ci_high": r(100 * hi, 2) if hi is not None and s.completions else None,
+            "truncated_pct": r(100 * s.at_ceiling_fraction, 2) if known else None,
+            "truncated_pct_95ci_low": r(100 * lo, 2) if lo is not None and known else None,
+            "truncated_pct_95ci_high": r(100 * hi, 2) if hi is not None and known else None,
+            # null truncated_pct with a reason: the finish reason or token count is missing (#39)
+            "truncated_unknown": self.unknown.to_json() if self.unknown is not None else None,
             "truncated_count": s.at_ceiling,
             "truncated_of": s.length_count,
             "length_stops_below_ceiling": s.length_below_ceiling,
-            "truncated_tokens_pct": r(100 * s.at_ceiling_token_fraction, 2) if s.tokens_total else None,
+            "truncated_tokens_pct": r(100 * s.at_ceiling_token_fraction, 2) if s.tokens_total and known else None,
             "truncated_tokens": s.at_ceiling_tokens,
             "tokens_total": s.tokens_total,
             "usable_completions": s.usable_completions,
@@ -198,6 +221,7 @@ class Overview:
                 {"name": a.name, "severity": a.severity, "node": a.node, "summary": a.summary} for a in self.alerts
             ],
             **self._prompt_fields(),
+            **(self.failed.to_json() if self.failed is not None else {}),
         }
 
     def _prompt_fields(self) -> dict[str, Any]:
@@ -220,7 +244,7 @@ class Overview:
         """A few lines for a terminal: the state, the tiles, the alerts."""
         lines = [f"{self.run}: {self.state}"]
         lines += [f"  {t.label}: {t.value}" + (f" ({t.sub})" if t.sub else "") for t in self.tiles]
-        lines += [f"  {x}" for x in (self.waste_line, self.energy_line, self.straggler_line) if x]
+        lines += [f"  {x}" for x in (self.waste_line, self.energy_line, self.straggler_line, self.failed_line) if x]
         if self.prompts:
             lines.append(f"  {self.prompts['line']}")
         lines += [f"  ! {a.summary}" for a in self.alerts]
@@ -367,15 +391,20 @@ def _overview(store: Store, config: RunConfig, now: float, finished: bool) -> Ov
         events=chart_events(store, now - EVENTS_LOOKBACK_S),
         run_eta=basis,
         done_nodes=tuple(sorted(health.done_nodes(nodes, reading.settings))),
+        failed=reading.failed,
+        unknown=reading.unknown,
     )
     tiles = final_tiles(model, config) if finished else live_tiles(model, config)
     return dataclasses.replace(model, tiles=tuple(tiles))
 
 
-def truncation_tile(summary: Summary, warn: float, alert: float) -> Tile:
-    """The share at the ceiling, its interval and n (the level: health.level, as the alerts)."""
+def truncation_tile(summary: Summary, warn: float, alert: float, unknown: Unknown | None = None) -> Tile:
+    """The share at the ceiling, its interval and n (the level: health.level, as the alerts);
+    "unknown" in red, never 0%, when the finish reason or token count is missing (#39)."""
     if not summary.completions:
         return Tile("Truncated", "—", "no completions counted yet", "muted")
+    if unknown is not None:  # the banner (the truncation_unknown alert) says where we looked and what to set
+        return Tile("Truncated", "unknown", unknown.short, "alert")
     if not summary.ceiling_tokens:
         return Tile("Truncated", "none", "no max_tokens ceiling found in the data", "ok")
     frac = summary.at_ceiling_fraction
@@ -445,7 +474,7 @@ def live_tiles(m: Overview, config: RunConfig) -> list[Tile]:
         Tile("Completions", f"{n.completions:,}", done_sub, "ok" if n.completions else "muted"),
         _rate_tile(m),
         _eta_tile(m),
-        truncation_tile(m.summary, config.truncation_warn_fraction, config.truncation_alert_fraction),
+        truncation_tile(m.summary, config.truncation_warn_fraction, config.truncation_alert_fraction, m.unknown),
         Tile(
             "Nodes up",
             f"{n.nodes_up} / {n.nodes}",
@@ -481,7 +510,7 @@ def final_tiles(m: Overview, config: RunConfig) -> list[Tile]:
             " · ".join(x for x in (day, f"duration {fmt_age(f.duration_s)}" if f.duration_s is not None else "") if x),
             "ok",
         ),
-        truncation_tile(m.summary, config.truncation_warn_fraction, config.truncation_alert_fraction),
+        truncation_tile(m.summary, config.truncation_warn_fraction, config.truncation_alert_fraction, m.unknown),
         Tile("Nodes", f"{len(m.nodes)}", "finished: no longer polled", "muted"),
         Tile("Numbers", "final", f"last poll {last}", "muted"),
     ]

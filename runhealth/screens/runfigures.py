@@ -31,6 +31,7 @@ from typing import NamedTuple
 from runhealth import textsafe
 from runhealth.analysis import compare, loops, rates, stats, tokencost
 from runhealth.analysis.compare import Differences, Forecast
+from runhealth.analysis.failed import FailedRequests, failed_requests
 from runhealth.analysis.whatif import BOOTSTRAP
 from runhealth.errors import RunhealthError
 from runhealth.payloads import pagedata
@@ -195,6 +196,7 @@ class RunNumbers:
     energy: tokencost.EnergyCost | None = None  # GPU energy per usable token (#33); None: no GPU energy
     eta_basis: runeta.Basis = "completions"  # the ETA's: distinct prompts with expected_prompts (screens/runeta.py)
     eta_why_none: str = ""  # why a live run has no ETA: "run stalled", "numbers stale", "after 15 min of writing"
+    failed: FailedRequests | None = None  # failed requests beside its completions (#39; analysis/failed.py)
 
 
 def run_numbers(
@@ -230,6 +232,7 @@ def run_numbers(
         energy=tokencost.energy_cost(store.node_energy()),
         eta_basis=basis.basis if basis else "completions",
         eta_why_none=why,
+        failed=failed_requests(store.failed_rows(), summary.completions),
     )
 
 

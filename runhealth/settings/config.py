@@ -312,6 +312,15 @@ class RunConfig:
     truncation_alert_fraction: float = field(
         default=0.05, metadata=spec(int, float, rules=[_FRACTION], doc="… that raises an alert")
     )
+    failed_warn_share: float = field(
+        default=0.01,
+        metadata=spec(
+            int, float, rules=[_FRACTION], doc="share of requests that failed (errors, expired) that raises a warning"
+        ),
+    )
+    failed_crit_share: float = field(
+        default=0.05, metadata=spec(int, float, rules=[_FRACTION], doc="… that raises a critical alert")
+    )
     stale_after_s: float | None = field(
         default=None,
         metadata=spec(
@@ -467,6 +476,12 @@ def parse_config(raw: dict[str, Any], source: str = "<config>") -> RunConfig:
     if not isinstance(run, dict):
         raise ConfigError(f"{source}: missing [run] table")
     run_values = check_table(run, RunConfig, f"{source}: [run]", f"{source}: [run]")
+    defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+    warn, crit = (run_values.get(k, defaults[k]) for k in ("failed_warn_share", "failed_crit_share"))
+    if warn > crit:
+        raise ConfigError(
+            f"{source}: [run]: field 'failed_warn_share' ({warn:g}) must not exceed field 'failed_crit_share' ({crit:g})"
+        )
     nodes_raw = raw.get("nodes")
     if not isinstance(nodes_raw, list) or not nodes_raw:
         raise ConfigError(f"{source}: no [[nodes]] defined (at least one node is required)")

@@ -41,6 +41,8 @@ class RunSettings:
     stall_after_s: float | None = None
     truncation_warn_fraction: float | None = None  # None (a store without them): no truncation alert
     truncation_alert_fraction: float | None = None
+    failed_warn_share: float | None = None  # None (a store without them): no failed-requests alert
+    failed_crit_share: float | None = None
     demo: bool = False
     nodes: tuple[str, ...] | None = None
     expected_prompts: int | None = None  # distinct prompts the run should answer (#33: prompts not answered)
@@ -74,6 +76,8 @@ class RunSettings:
             stall_after_s=config.stall_after,
             truncation_warn_fraction=config.truncation_warn_fraction,
             truncation_alert_fraction=config.truncation_alert_fraction,
+            failed_warn_share=config.failed_warn_share,
+            failed_crit_share=config.failed_crit_share,
             demo=demo,
             nodes=tuple(n.name for n in config.nodes),
             expected_prompts=config.expected_prompts,
@@ -96,6 +100,8 @@ class RunSettings:
             stall_after_s=_positive(m.get("stall_after_s")),
             truncation_warn_fraction=_number(m.get("truncation_warn_fraction")),
             truncation_alert_fraction=_number(m.get("truncation_alert_fraction")),
+            failed_warn_share=_number(m.get("failed_warn_share")),
+            failed_crit_share=_number(m.get("failed_crit_share")),
             demo=m.get("demo") is True,
             nodes=tuple(str(n) for n in nodes) if isinstance(nodes, list | tuple) else None,
             expected_prompts=_positive_int(m.get("expected_prompts")),
@@ -114,6 +120,8 @@ class RunSettings:
             "demo": self.demo,
             "truncation_warn_fraction": self.truncation_warn_fraction,
             "truncation_alert_fraction": self.truncation_alert_fraction,
+            "failed_warn_share": self.failed_warn_share,
+            "failed_crit_share": self.failed_crit_share,
             "stale_after_s": self.stale_after,
             "nodes": None if self.nodes is None else list(self.nodes),
             "expected_prompts": self.expected_prompts,

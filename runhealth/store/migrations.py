@@ -392,6 +392,25 @@ def _to_v12(db: sqlite3.Connection) -> None:
             db.execute(f"ALTER TABLE {table} ADD COLUMN prompts INTEGER")
 
 
+_V13_SCHEMA = """
+CREATE TABLE IF NOT EXISTS failed_counts (node TEXT NOT NULL, path TEXT NOT NULL, reason TEXT NOT NULL,
+    count INTEGER NOT NULL, PRIMARY KEY (node, path, reason)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS failed_ids (shard INTEGER NOT NULL, hash INTEGER NOT NULL, count INTEGER NOT NULL,
+    PRIMARY KEY (shard, hash)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS failed_ids_hash ON failed_ids (hash);
+"""
+
+
+def _to_v13(db: sqlite3.Connection) -> None:
+    """Failed requests (#39 item 2): `failed_counts` the failed request lines per shard and
+    bounded reason (runhealth/store/reasonnames.py's Namer), written with the shard's counts
+    and dropped with them on a reset; `failed_ids` the failed lines' prompt-ID hashes per
+    field shard (migration 8's ids), apart from `prompt_ids`, so a failed prompt is never an
+    answered one and a failed prompt later answered is found as a retried failure."""
+    for statement in _statements(_V13_SCHEMA):
+        db.execute(statement)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -413,6 +432,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(10, "run_events: collector starts, config changes, relaunches for the charts' markers (#33)", _to_v10),
     Migration(11, "run_length_counts: the run's counts by length, kept by triggers (#34)", _to_v11),
     Migration(12, "polls.prompts, poll_rollup.prompts: new distinct prompts per poll, the prompts ETA (#33)", _to_v12),
+    Migration(13, "failed_counts, failed_ids: failed requests by shard and reason, their prompt IDs (#39)", _to_v13),
 )
 STORE_VERSION = MIGRATIONS[-1].version
 

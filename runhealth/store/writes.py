@@ -53,6 +53,7 @@ class StoreWrites(StoreFile):
             delta = {"completions": 0, "tokens": 0, "length_stops": 0, "malformed": 0, "resets": 0, "prompts": 0}
             stops: dict[int, int] = {}
             applied = [u for u in record.shards if _apply_shard(db, node, u, ts_unix, delta, stops)]
+            _write_failed(db, node, applied)
             db.executemany(
                 "INSERT INTO poll_length_stops VALUES (?,?,?,?)", [(ts_unix, node, t, n) for t, n in stops.items()]
             )
@@ -274,6 +275,7 @@ def _apply_shard(
         db.execute("DELETE FROM node_length_counts WHERE node = ? AND count <= 0", (node,))
         db.execute("DELETE FROM length_counts WHERE node = ? AND path = ?", (node, path))
         delta["prompts"] -= _reset_fields(db, node, path)
+        _reset_failed(db, node, path)
         db.execute(
             "UPDATE shards SET lines = 0, malformed = 0, blank_lines = 0, tokens = 0, resets = resets + 1"
             " WHERE node = ? AND path = ?",
@@ -428,6 +430,43 @@ def _write_fields(db: sqlite3.Connection, node: str, path: str, f: ingest.FieldU
         [(shard, *r) for r in rows],
     )
     return new
+
+
+def _reset_failed(db: sqlite3.Connection, node: str, path: str) -> None:
+    """A reset shard's failed requests forgotten with its other counts (#39)."""
+    db.execute("DELETE FROM failed_counts WHERE node = ? AND path = ?", (node, path))
+    db.execute(
+        "DELETE FROM failed_ids WHERE shard IN (SELECT id FROM field_shards WHERE node = ? AND path = ?)", (node, path)
+    )
+
+
+def _write_failed(db: sqlite3.Connection, node: str, applied: Sequence[ShardUpdate]) -> None:
+    """The applied updates' failed requests (#39): counts by the store's bounded reason names
+    (reasonnames.Namer over failed_counts' own names) and the failed prompt-ID hashes."""
+    updates = [u for u in applied if u.failed or u.failed_ids]
+    if not updates:
+        return
+    namer = reasonnames.Namer(r[0] for r in db.execute("SELECT DISTINCT reason FROM failed_counts"))
+    for u in updates:
+        rows: dict[str, int] = {}
+        for reason, n in u.failed:
+            name = namer.name(reason) or reasonnames.OTHER
+            rows[name] = rows.get(name, 0) + n
+        db.executemany(
+            "INSERT INTO failed_counts VALUES (?,?,?,?) ON CONFLICT (node, path, reason)"
+            " DO UPDATE SET count = count + excluded.count",
+            [(node, u.path, r, n) for r, n in rows.items()],
+        )
+        if u.failed_ids:
+            shard = _field_shard(db, node, u.path)
+            per_hash: dict[int, int] = {}
+            for h in u.failed_ids:
+                per_hash[h] = per_hash.get(h, 0) + 1
+            db.executemany(
+                "INSERT INTO failed_ids VALUES (?,?,?) ON CONFLICT (shard, hash)"
+                " DO UPDATE SET count = count + excluded.count",
+                [(shard, h, n) for h, n in per_hash.items()],
+            )
 
 
 def _write_hourly(db: sqlite3.Connection, applied: Sequence[ShardUpdate], ts_unix: float, backfill: bool) -> None:
