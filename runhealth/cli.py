@@ -429,13 +429,16 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
 
 def _allow_lists(path: Path | None) -> list[list[str]] | None:
-    """Each run's allowed_users (the demo: one open run); None when the config does not load."""
+    """Each run's allowed_users (the demo: one open run), the retired runs found beside the stores
+    included (one whose store records no rule is shown to no one: left out); None when the config
+    does not load."""
     if path is None:
         return [[]]
     try:
-        return [entry.config.allowed_users for entry in runs.load_runs(path)]
+        entries = runs.load_runs(path)
     except RunhealthError:
         return None
+    return [e.config.allowed_users for e in entries + runs.discover_finished(entries) if e.access_known]
 
 
 def cmd_collect(args: argparse.Namespace) -> int:

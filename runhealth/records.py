@@ -351,6 +351,7 @@ class RunMeta(TypedDict):
     nodes: list[str] | None  # the nodes the config names now
     expected_prompts: int | None  # [run] expected_prompts (#33)
     max_model_len: int | None  # [run] max_model_len (#33)
+    allowed_users: list[str] | None  # [run] allowed_users (#40): the rule a retired run keeps; None: unknown
 
 
 class CollectorStatus(TypedDict):

@@ -90,6 +90,7 @@ def test_the_meta_round_trips_and_keeps_its_json_keys(tmp_path):
         "nodes",
         "expected_prompts",  # since #33's per-line fields: /metrics' prompts not answered
         "max_model_len",  # ... and its context-window stops
+        "allowed_users",  # since #40: a run retired from the config keeps its access rule
     }
     assert set(meta) == RunMeta.__required_keys__  # the declared shape (runhealth/records.py) is the written one
     assert meta["stall_after_s"] == 900 and meta["nodes"] == ["n1", "n2"]
@@ -107,6 +108,11 @@ def test_the_meta_round_trips_and_keeps_its_json_keys(tmp_path):
         ({"interval_s": 0, "stale_after_s": -5, "max_output_tokens": 4096.5}, RunSettings()),
         ({"interval_s": 2.5, "nodes": []}, RunSettings(interval_s=2.5, nodes=())),
         (["not", "a", "mapping"], RunSettings()),
+        # #40: the access rule; unknown (None) unless a list of strings: fails closed on the pages
+        ({"allowed_users": ["a@x.org"]}, RunSettings(allowed_users=("a@x.org",))),
+        ({"allowed_users": []}, RunSettings(allowed_users=())),
+        ({"allowed_users": "a@x.org"}, RunSettings(allowed_users=None)),
+        ({"allowed_users": [1]}, RunSettings(allowed_users=None)),
     ],
 )
 def test_an_older_or_damaged_meta_takes_the_defaults(meta, expected):

@@ -45,6 +45,9 @@ class RunSettings:
     nodes: tuple[str, ...] | None = None
     expected_prompts: int | None = None  # distinct prompts the run should answer (#33: prompts not answered)
     max_model_len: int | None = None  # the server's context window (#33: context-window stops)
+    # Who may see the run (`[run] allowed_users`, () for everyone), recorded with the store so a run
+    # retired from the config keeps its rule (#40); None: a store written before it was recorded.
+    allowed_users: tuple[str, ...] | None = None
 
     @property
     def stale_after(self) -> float:
@@ -77,6 +80,7 @@ class RunSettings:
             nodes=tuple(n.name for n in config.nodes),
             expected_prompts=config.expected_prompts,
             max_model_len=config.max_model_len,
+            allowed_users=tuple(config.allowed_users),
         )
 
     @classmethod
@@ -84,7 +88,7 @@ class RunSettings:
         """The settings a store recorded (`store.meta("run")`, None when it has none): each key
         it lacks, or holds with the wrong type, takes its default."""
         m: Mapping[str, object] = meta if isinstance(meta, Mapping) else {}
-        name, nodes = m.get("name"), m.get("nodes")
+        name, nodes, users = m.get("name"), m.get("nodes"), m.get("allowed_users")
         return cls(
             name=name if isinstance(name, str) and name else DEFAULT_NAME,
             target_completions=_positive_int(m.get("target_completions")),
@@ -98,6 +102,7 @@ class RunSettings:
             nodes=tuple(str(n) for n in nodes) if isinstance(nodes, list | tuple) else None,
             expected_prompts=_positive_int(m.get("expected_prompts")),
             max_model_len=_positive_int(m.get("max_model_len")),
+            allowed_users=_strings(users),
         )
 
     def to_meta(self) -> RunMeta:
@@ -115,7 +120,15 @@ class RunSettings:
             "nodes": None if self.nodes is None else list(self.nodes),
             "expected_prompts": self.expected_prompts,
             "max_model_len": self.max_model_len,
+            "allowed_users": None if self.allowed_users is None else list(self.allowed_users),
         }
+
+
+def _strings(value: object) -> tuple[str, ...] | None:
+    """A JSON list of strings as a tuple; anything else (absent, or not ours to trust) None: unknown."""
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    return None
 
 
 def _number(value: object) -> float | None:
