@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from runhealth.alerting import exporter, notify, webhook
+from runhealth.alerting import exporter, metricsauth, notify, webhook
 from runhealth.collect.heartbeat import HEARTBEAT_S, STATUS_KEY
 from runhealth.collect.heartbeat import collector_alive as collector_alive  # re-exported: the viewer reads them here
 from runhealth.collect.heartbeat import pid_gone as pid_gone
@@ -119,16 +119,60 @@ class Outbound:
             self.metrics_server.server_close()
 
 
+def _serve_metrics(
+    out: Outbound,
+    runs: Sequence[tuple[RunConfig, Store]],
+    port: int,
+    address: str,
+    token_file: str | None,
+    public: bool,
+) -> None:
+    """Start /metrics on `out`, or record why not (a notice): a token file that does not read, an
+    anonymous non-loopback bind without `public`, a port in use."""
+    try:
+        token = metricsauth.read_token(token_file) if token_file else None
+    except ConfigError as exc:
+        out.metrics_off = f"not served: {exc}"
+        out.notices.append(f"Prometheus /metrics {out.metrics_off}")
+        return
+    refused = None if public else metricsauth.refusal(address, token is not None)
+    if refused is not None:
+        out.metrics_off = refused
+        out.notices.append(f"Prometheus /metrics off: {refused}")
+        return
+    seen = metricsauth.anonymous_runs(c.allowed_users for c, _s in runs) if token is None else [True] * len(runs)
+    if not all(seen):
+        left = seen.count(False)
+        out.notices.append(
+            f"Prometheus /metrics has no token, so an anonymous scrape leaves out {left} run(s) with allowed_users;"
+            f" a scrape with a bearer token sees them {metricsauth.HOW_TO_MAKE}"
+        )
+    if token is None and not metricsauth.is_loopback(address):
+        out.notices.append(f"Prometheus /metrics is open to anyone who reaches {address}:{port} ({metricsauth.FLAG})")
+    try:
+        out.metrics_server = exporter.serve(
+            [s for (_c, s), ok in zip(runs, seen, strict=True) if ok], port, address, token
+        )
+    except OSError as exc:
+        out.metrics_off = f"not served on {address}:{port}: {exc.strerror or exc}"
+        out.notices.append(f"Prometheus /metrics {out.metrics_off}")
+
+
 def start_outbound(
     runs: Sequence[tuple[RunConfig, Store]],
     metrics_port: int | None = None,
     metrics_address: str | None = None,
     webhook_urls: list[str] | None = None,
     context: RunContext | None = None,
+    metrics_token_file: str | None = None,
+    metrics_public: bool = False,
 ) -> Outbound:
     """For every live run in `runs` (config, store): serve /metrics when a port is set (argument,
     else the first run's `metrics_port`), all runs on the one port, and evaluate alerts and send
-    webhooks when URLs are configured (secrets.toml or RUNHEALTH_WEBHOOK_URLS); each event names its run."""
+    webhooks when URLs are configured (secrets.toml or RUNHEALTH_WEBHOOK_URLS); each event names its run.
+    /metrics follows runhealth/alerting/metricsauth.py: `metrics_token_file` (else the first run's)
+    makes it ask for a bearer token; without one a scrape sees only the runs without allowed_users,
+    and a non-loopback address is refused (a notice) unless `metrics_public` (--public-without-auth)."""
     out = Outbound(stores=[store for _config, store in runs])
     if not runs:
         return out
@@ -136,11 +180,7 @@ def start_outbound(
     port = metrics_port if metrics_port is not None else first.metrics_port
     address = metrics_address or first.metrics_address
     if port is not None:
-        try:
-            out.metrics_server = exporter.serve(out.stores, port, address)
-        except OSError as exc:
-            out.metrics_off = f"not served on {address}:{port}: {exc.strerror or exc}"
-            out.notices.append(f"Prometheus /metrics {out.metrics_off}")
+        _serve_metrics(out, runs, port, address, metrics_token_file or first.metrics_token_file, metrics_public)
     try:  # a refused entry is a notice and is skipped; the other webhooks are used
         urls, refused = (
             webhook.load_urls() if webhook_urls is None else webhook.check_urls(webhook_urls, "webhook_urls")

@@ -56,9 +56,18 @@ def live_runs(path: Path) -> list[RunConfig]:
 class Service:
     """The collectors, stores and outbound of a RunSet's live runs, restarted on a good edit."""
 
-    def __init__(self, runset: RunSet, metrics_port: int | None = None, metrics_address: str | None = None):
+    def __init__(
+        self,
+        runset: RunSet,
+        metrics_port: int | None = None,
+        metrics_address: str | None = None,
+        metrics_token_file: str | None = None,
+        metrics_public: bool = False,
+    ):
         self.runset = runset
         self.metrics_port, self.metrics_address = metrics_port, metrics_address
+        # runhealth/alerting/metricsauth.py: the token file (None: the config's), --public-without-auth
+        self.metrics_token_file, self.metrics_public = metrics_token_file, metrics_public
         self.collectors: list[Collector] = []
         self.stores: dict[Path, Store] = {}
         self.outbound: Outbound | None = None
@@ -176,6 +185,8 @@ class Service:
             self.metrics_port,
             self.metrics_address,
             context=self.runset.context,
+            metrics_token_file=self.metrics_token_file,
+            metrics_public=self.metrics_public,
         )
 
     def _announce(self, configs: list[RunConfig]) -> None:
@@ -231,7 +242,12 @@ def _open_new_stores(configs: list[RunConfig], kept: dict[Path, Store]) -> dict[
     return opened
 
 
-def demo_service(metrics_port: int | None = None, metrics_address: str | None = None) -> tuple[Service, Callable]:
+def demo_service(
+    metrics_port: int | None = None,
+    metrics_address: str | None = None,
+    metrics_token_file: str | None = None,
+    metrics_public: bool = False,
+) -> tuple[Service, Callable]:
     """The built-in demo as a service: the simulator writes run B's shards (and serves its
     engines' /metrics), run A's history is filled once, run B is collected. Returns the service
     and a function that stops the simulator."""
@@ -239,7 +255,8 @@ def demo_service(metrics_port: int | None = None, metrics_address: str | None = 
     if not simulator.start():
         raise RunhealthError("another runhealth process already runs the demo simulator")
     entries = [runs.RunEntry(c, f) for c, f in demo.demo_runs(metrics_port=simulator.metrics_port)]
-    service = Service(RunSet(None, lambda: entries, demo.DEMO_CONTEXT), metrics_port, metrics_address)
+    runset = RunSet(None, lambda: entries, demo.DEMO_CONTEXT)
+    service = Service(runset, metrics_port, metrics_address, metrics_token_file, metrics_public)
     finished = [e.config for e in entries if e.finished]
     for config in finished:
         with contextlib.closing(Store(config.resolved_store_path())) as store:
@@ -255,21 +272,24 @@ def run_collector(
     refresh: threading.Event | None = None,
     wait_for_config: bool = False,
     ready: Callable[[str], None] | None = None,
+    metrics_token_file: str | None = None,
+    metrics_public: bool = False,
 ) -> None:
     """Collect until `stop` is set (`path` None: the built-in demo).
 
     Raises RunhealthError when the first config cannot start, unless `wait_for_config` (the
     dashboard's child): then the error is logged and the file followed until an edit loads.
-    `metrics_port`/`metrics_address` (the command line) win over `[run] metrics_port`/`_address`.
+    `metrics_port`/`metrics_address`/`metrics_token_file` (the command line) win over `[run]`'s;
+    `metrics_public`: --public-without-auth (runhealth/alerting/metricsauth.py).
     `refresh` set: poll every node now. `ready(state)` is called once collection started
     ("collecting"), or the first config error was logged ("viewer": another process collects
     into a store, tried again every interval; "waiting": the config does not load).
     """
     stop_demo: Callable = lambda: None  # noqa: E731
     if path is None:
-        service, stop_demo = demo_service(metrics_port, metrics_address)
+        service, stop_demo = demo_service(metrics_port, metrics_address, metrics_token_file, metrics_public)
     else:
-        service = Service(RunSet(path), metrics_port, metrics_address)
+        service = Service(RunSet(path), metrics_port, metrics_address, metrics_token_file, metrics_public)
     try:
         _first_start(service, wait_for_config)
         if ready is not None:
