@@ -192,3 +192,27 @@ def test_a_retired_restricted_run_does_not_open_in_the_browser(retired, browser_
         browser_page.screenshot(path=str(tb.ARTIFACTS / "trust_retired_run.png"))
     assert "public-run" in body
     assert "secret-run" not in body.replace("No run named 'secret-run' here", ""), body
+
+
+def test_a_rule_changed_on_a_finished_run_reaches_its_store_before_it_is_retired(tmp_path):
+    """No collector claims a finished run's store, so the collect service records the rule the
+    config gives it now: a run restricted after it finished keeps that rule once retired."""
+    config = collect_two_runs(tmp_path)  # secret-run collected while alice's
+    text = config.read_text().replace(
+        'allowed_users = ["alice@example.com"]', 'finished = true\nallowed_users = ["bob@example.com"]'
+    )
+    config.write_text(text)
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    proc = supervise.start_collector([sys.executable, "-m", "runhealth", "collect", "--config", str(config)], env)
+    try:
+        deadline = time.monotonic() + 60
+        while runs.store_run_settings(tmp_path / "stores" / "secret-run.sqlite3").allowed_users != ("bob@example.com",):
+            assert proc.poll() is None and time.monotonic() < deadline, "the rule never reached the store"
+            time.sleep(0.3)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    retire(config, "secret-run")
+    for email, names in (("alice@example.com", ["public-run"]), ("bob@example.com", ["public-run", "secret-run"])):
+        viewer = access.Viewer(auth_configured=True, logged_in=True, email=email)
+        assert [h.config.name for h in access.restrict(_runtime(config), viewer).runs] == names

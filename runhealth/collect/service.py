@@ -17,6 +17,7 @@ takes over when that process stops. SIGUSR1 polls every node now (the dashboard'
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import sys
 import threading
 import time
@@ -119,6 +120,7 @@ class Service:
         failure the previous runs keep collecting."""
         self.busy = None
         self._check(entries)
+        record_finished_rules(entries)
         configs = [e.config for e in entries if not e.finished]
         kept = [c for c in self.collectors if c.config in configs]
         stale = [c for c in self.collectors if c not in kept]
@@ -217,6 +219,24 @@ class Service:
         for store in self.stores.values():
             store.close()
         self.stores = {}
+
+
+def record_finished_rules(entries: list[runs.RunEntry]) -> None:
+    """Each finished run's `allowed_users` as the config says now, into its store's run meta (#40):
+    no collector claims that store any more, and a run retired from the config later is shown
+    under the rule its store holds. A store that cannot be written is logged; collection goes on."""
+    for entry in entries:
+        path = entry.config.resolved_store_path()
+        if not entry.finished or not path.is_file():
+            continue
+        users = list(entry.config.allowed_users)
+        try:
+            with contextlib.closing(Store(path)) as store:
+                meta = store.meta("run")
+                if isinstance(meta, dict) and meta.get("allowed_users") != users:
+                    store.set_meta("run", {**meta, "allowed_users": users})
+        except (RunhealthError, sqlite3.Error, OSError) as exc:
+            _log(f"cannot record run {entry.config.name}'s allowed_users in {path}: {exc}")
 
 
 def _names(stale: list[Collector], fresh: list[RunConfig]) -> str:
