@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from runhealth import __version__
 from runhealth.alerting import metricsauth
+from runhealth.alerting.metricsauth import MetricsAccess
 from runhealth.analysis import compare, fieldfigures, stats, whatif
 from runhealth.collect import ingest, service
 from runhealth.collect.collector import Collector
@@ -405,7 +406,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         None if args.public_without_auth else exposure.refusal(address, _allow_lists(path), exposure.auth_configured())
     )
     refused = refused or (
-        None if args.no_collect else _metrics_refusal(path, None, None, None, args.public_without_auth)
+        None if args.no_collect else _metrics_refusal(path, None, None, MetricsAccess(public=args.public_without_auth))
     )
     if refused is not None:
         print(f"error: {refused}", file=sys.stderr)
@@ -445,28 +446,22 @@ def _allow_lists(path: Path | None) -> list[list[str]] | None:
     return [e.config.allowed_users for e in entries + runs.discover_finished(entries) if e.access_known]
 
 
-def _metrics_refusal(
-    path: Path | None, port: int | None, address: str | None, token_file: str | None, public: bool
-) -> str | None:
+def _metrics_refusal(path: Path | None, port: int | None, address: str | None, access: MetricsAccess) -> str | None:
     """Why the /metrics a collector would serve must not start (runhealth/alerting/metricsauth.py):
-    a token file that does not read, or an anonymous non-loopback bind without --public-without-auth.
-    The command line's values win over the first live run's; None when it may start (or there is no
-    port, or the config does not load: the collector then says so itself)."""
+    a token or TLS file that does not read, or an anonymous non-loopback bind without
+    --public-without-auth. The command line's values win over the first live run's; None when it
+    may start (or there is no port, or the config does not load: the collector then says so itself)."""
     first = None
     with contextlib.suppress(RunhealthError):
         first = next((e.config for e in runs.load_runs(path) if not e.finished), None) if path else None
     port = port if port is not None else first.metrics_port if first else None
     if port is None:
         return None
-    token_file = token_file or (first.metrics_token_file if first else None)
-    if token_file:
-        try:
-            metricsauth.read_token(token_file)
-        except ConfigError as exc:
-            return str(exc)
-        return None
-    address = address or (first.metrics_address if first else "127.0.0.1")
-    return None if public else metricsauth.refusal(address, token=False)
+    try:
+        metricsauth.guard(access.resolved(first), address or (first.metrics_address if first else "127.0.0.1"))
+    except ConfigError as exc:
+        return str(exc)
+    return None
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
@@ -475,9 +470,10 @@ def cmd_collect(args: argparse.Namespace) -> int:
         print(NO_CONFIG, file=sys.stderr)
         return 2
     path = Path(path) if path is not None else None
-    refused = _metrics_refusal(
-        path, args.metrics_port, args.metrics_address, args.metrics_token_file, args.public_without_auth
+    access = MetricsAccess(
+        args.metrics_token_file, args.metrics_tls_cert_file, args.metrics_tls_key_file, args.public_without_auth
     )
+    refused = _metrics_refusal(path, args.metrics_port, args.metrics_address, access)
     if refused is not None:
         print(f"error: {refused}", file=sys.stderr)
         return 2
@@ -493,8 +489,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
         refresh=refresh,
         wait_for_config=args.wait_for_config,
         ready=functools.partial(_say_ready, args.ready_fd),
-        metrics_token_file=args.metrics_token_file,
-        metrics_public=args.public_without_auth,
+        metrics_access=access,
     )
     print("collector stopped", file=sys.stderr)
     return 0
@@ -552,6 +547,10 @@ def add_collect(sub: Subparsers) -> None:
         " (default: [run] metrics_token_file; without one an anonymous scrape sees only the runs without"
         " allowed_users)",
     )
+    p.add_argument(
+        "--metrics-tls-cert-file", metavar="FILE", help="serve /metrics over HTTPS with this PEM certificate"
+    )
+    p.add_argument("--metrics-tls-key-file", metavar="FILE", help="the PEM private key of --metrics-tls-cert-file")
     p.add_argument(
         exposure.FLAG,
         action="store_true",

@@ -5,16 +5,18 @@ real HTTP client: without a token a scrape sees only the open run; with `--metri
 a request without the token gets 401 and one with it sees both runs; a non-loopback metrics bind
 without a token is refused (exit 2, saying why and how) for `collect` and for `dashboard`'s
 `[run] metrics_address`, unless `--public-without-auth`. A real Prometheus scrapes with the
-token from its `credentials_file`.
+token from its `credentials_file`, over HTTPS (`--metrics-tls-cert-file`, `tls_config: {ca_file}`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import textwrap
@@ -87,10 +89,24 @@ def collect(tmp: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(argv, cwd=tmp, env=env(tmp), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def get(url: str, token: str | None = None) -> tuple[int, str]:
+def self_signed(tmp: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key (openssl, as an operator would make one)."""
+    cert, key = tmp / "metrics.crt", tmp / "metrics.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1"]
+        + ["-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return cert, key
+
+
+def get(url: str, token: str | None = None, cafile: Path | None = None) -> tuple[int, str]:
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    context = ssl.create_default_context(cafile=str(cafile)) if cafile else None
     try:
-        with urllib.request.urlopen(request, timeout=5) as reply:
+        with urllib.request.urlopen(request, timeout=5, context=context) as reply:
             return reply.status, reply.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
@@ -105,13 +121,15 @@ def completions_by_run(text: str) -> dict[str, float]:
     return out
 
 
-def scrape_until(url: str, want: dict[str, float], proc: subprocess.Popen, token: str | None = None) -> str:
+def scrape_until(
+    url: str, want: dict[str, float], proc: subprocess.Popen, token: str | None = None, cafile: Path | None = None
+) -> str:
     """The scrape once it shows `want` (completions per run), or the last one after 60 s."""
     deadline, body = time.monotonic() + 60, ""
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
         try:
-            status, body = get(url, token)
+            status, body = get(url, token, cafile)
         except OSError:
             status = 0
         if status == 200 and completions_by_run(body) == want:
@@ -166,6 +184,43 @@ def test_with_a_token_file_a_scrape_needs_the_token_and_then_sees_every_run(tmp_
     assert basic_refused.value.code == 401
     assert basic_refused.value.headers["WWW-Authenticate"].startswith("Bearer")
     assert TOKEN not in err  # never logged
+
+
+def test_with_tls_the_token_never_crosses_in_clear(tmp_path):
+    port = _free_port()
+    write_config(tmp_path)
+    cert, key = self_signed(tmp_path)
+    args = ("--metrics-port", str(port), "--metrics-token-file", str(token_file(tmp_path)))
+    proc = collect(tmp_path, *args, "--metrics-tls-cert-file", str(cert), "--metrics-tls-key-file", str(key))
+    url = f"https://127.0.0.1:{port}/metrics"
+    try:
+        body = scrape_until(url, {"public-run": 40, "secret-run": 77}, proc, TOKEN, cert)
+        with socket.create_connection(("127.0.0.1", port)):  # connects, never says hello: others go on
+            assert get(url, TOKEN, cert)[0] == 200
+            anonymous = get(url, None, cert)[0]
+        with pytest.raises((OSError, http.client.HTTPException)):
+            get(f"http://127.0.0.1:{port}/metrics", TOKEN)  # plain HTTP is not answered
+        with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+            get(url, TOKEN)  # a client that does not trust the certificate stops before sending
+    finally:
+        err = stop(proc)
+    assert completions_by_run(body) == {"public-run": 40, "secret-run": 77} and anonymous == 401
+    assert f"/metrics on https://127.0.0.1:{port}/metrics" in err and TOKEN not in err
+
+
+def test_a_tls_certificate_without_its_key_is_refused(tmp_path):
+    write_config(tmp_path, port=_free_port())
+    cert, _key = self_signed(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "runhealth", "collect", "--config", str(tmp_path / "runhealth.toml")]
+        + ["--metrics-tls-cert-file", str(cert)],
+        cwd=tmp_path,
+        env=env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "needs a key file too" in done.stderr, done.stderr
 
 
 def test_collect_refuses_a_public_metrics_bind_without_a_token(tmp_path):
@@ -272,17 +327,18 @@ def test_authorized_compares_the_whole_token():
 
 
 @pytest.mark.skipif(not os.path.exists(PROMETHEUS), reason="prometheus missing: apt-get install prometheus")
-def test_real_prometheus_scrapes_with_the_token_and_without_it_is_refused(tmp_path):
+def test_real_prometheus_scrapes_over_tls_with_the_token_and_without_it_is_refused(tmp_path):
     port, prom_port = _free_port(), _free_port()
     write_config(tmp_path)
-    token = token_file(tmp_path)
-    proc = collect(tmp_path, "--metrics-port", str(port), "--metrics-token-file", str(token))
+    token, (cert, key) = token_file(tmp_path), self_signed(tmp_path)
+    tls = ("--metrics-tls-cert-file", str(cert), "--metrics-tls-key-file", str(key))
+    proc = collect(tmp_path, "--metrics-port", str(port), "--metrics-token-file", str(token), *tls)
     config = tmp_path / "prometheus.yml"
+    target = f"    scheme: https\n    tls_config: {{ca_file: {cert}}}\n    static_configs: [{{targets: ['127.0.0.1:{port}']}}]\n"
     config.write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\nscrape_configs:\n"
-        f"  - job_name: with-token\n    authorization: {{credentials_file: {token}}}\n"
-        f"    static_configs: [{{targets: ['127.0.0.1:{port}']}}]\n"
-        f"  - job_name: anonymous\n    static_configs: [{{targets: ['127.0.0.1:{port}']}}]\n"
+        f"  - job_name: with-token\n    authorization: {{credentials_file: {token}}}\n{target}"
+        f"  - job_name: anonymous\n{target}"
     )
     log = (tmp_path / "prometheus.log").open("w")
     prom = subprocess.Popen(

@@ -1,10 +1,11 @@
-"""Who may scrape /metrics, from where, and which runs a scrape sees.
+"""Who may scrape /metrics, from where, over what, and which runs a scrape sees.
 
 /metrics carries every live run's series (node names, GPU UUIDs, finish reasons, progress), so
 it follows the dashboard's rules. Authentication is a bearer token read from a file
 (`--metrics-token-file` / `[run] metrics_token_file`, never a command-line value, never logged);
 Prometheus sends it with `authorization: {credentials_file: ...}`, which trims the file the same
-way. With a token every request without `Authorization: Bearer <token>` gets 401, and a scrape
+way. `--metrics-tls-cert-file` / `--metrics-tls-key-file` (or the `[run]` keys) serve it over
+HTTPS, so the token does not cross the network in clear. With a token every request without `Authorization: Bearer <token>` gets 401, and a scrape
 that carries it sees every live run. Without a token a scrape is anonymous: it sees only the runs
 without `allowed_users` (a restricted run is left out whatever the address, loopback included:
 any local account can reach 127.0.0.1), and an address other machines can reach is refused
@@ -13,8 +14,10 @@ unless `--public-without-auth` says the open endpoint is meant.
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import os
+import ssl
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,7 @@ from typing import Any
 from runhealth.errors import ConfigError
 from runhealth.serve.exposure import FLAG as FLAG  # re-exported: the refusal names it
 from runhealth.serve.exposure import is_loopback as is_loopback
+from runhealth.settings.config import RunConfig
 
 MIN_TOKEN_CHARS = 16  # `openssl rand -hex 32` gives 64
 MAX_TOKEN_BYTES = 4096
@@ -29,6 +33,69 @@ TOKEN_KEY = "metrics_token_file"
 HOW_TO_MAKE = (
     f"(e.g. `openssl rand -hex 32 > FILE; chmod 600 FILE`, then --metrics-token-file FILE or [run] {TOKEN_KEY})"
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricsAccess:
+    """/metrics' access options from the command line (each None: the first live run's `[run]` key)."""
+
+    token_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    public: bool = False  # --public-without-auth: an anonymous non-loopback bind is meant
+
+    def resolved(self, config: RunConfig | None) -> MetricsAccess:
+        """The command line's values, else `config`'s."""
+        if config is None:
+            return self
+        return dataclasses.replace(
+            self,
+            token_file=self.token_file or config.metrics_token_file,
+            tls_cert_file=self.tls_cert_file or config.metrics_tls_cert_file,
+            tls_key_file=self.tls_key_file or config.metrics_tls_key_file,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Guard:
+    """What /metrics is served with: the token (None: anonymous) and the TLS context (None: HTTP)."""
+
+    token: str | None
+    tls: ssl.SSLContext | None
+
+
+def guard(access: MetricsAccess, address: str) -> Guard:
+    """The token and TLS context `access` asks for, checked.
+
+    Raises:
+        ConfigError: a file that does not read or does not fit (naming it, never its content), a
+            certificate without its key or the reverse, or an anonymous non-loopback bind
+            without `public` (`refusal`'s words).
+    """
+    token = read_token(access.token_file) if access.token_file else None
+    tls = tls_context(access.tls_cert_file, access.tls_key_file)
+    refused = None if access.public else refusal(address, token is not None)
+    if refused is not None:
+        raise ConfigError(refused)
+    return Guard(token, tls)
+
+
+def tls_context(cert_file: str | None, key_file: str | None) -> ssl.SSLContext | None:
+    """A server TLS context from a PEM certificate (chain) and its key; None when neither is set."""
+    if not cert_file and not key_file:
+        return None
+    if not cert_file or not key_file:
+        given, missing = ("certificate", "key") if cert_file else ("key", "certificate")
+        raise ConfigError(f"/metrics TLS needs a {missing} file too (only the {given} is set)")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(str(Path(cert_file).expanduser()), str(Path(key_file).expanduser()))
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(
+            f"{cert_file}, {key_file}: cannot load the /metrics TLS certificate and key: {exc.strerror or exc}"
+        ) from exc
+    return context
 
 
 def read_token(path: str | os.PathLike) -> str:

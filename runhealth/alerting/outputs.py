@@ -58,7 +58,7 @@ class Outbound:
         if self.metrics_server is None:
             return None
         host, port = self.metrics_server.server_address[:2]
-        return f"http://{host}:{port}/metrics"
+        return f"{getattr(self.metrics_server, 'scheme', 'http')}://{host}:{port}/metrics"
 
     def status(self, now: float, stopped: bool = False) -> CollectorStatus:
         return CollectorStatus(
@@ -120,39 +120,27 @@ class Outbound:
 
 
 def _serve_metrics(
-    out: Outbound,
-    runs: Sequence[tuple[RunConfig, Store]],
-    port: int,
-    address: str,
-    token_file: str | None,
-    public: bool,
+    out: Outbound, runs: Sequence[tuple[RunConfig, Store]], port: int, address: str, access: metricsauth.MetricsAccess
 ) -> None:
-    """Start /metrics on `out`, or record why not (a notice): a token file that does not read, an
-    anonymous non-loopback bind without `public`, a port in use."""
+    """Start /metrics on `out`, or record why not (a notice): a token or TLS file that does not
+    read, an anonymous non-loopback bind without --public-without-auth, a port in use."""
     try:
-        token = metricsauth.read_token(token_file) if token_file else None
+        guard = metricsauth.guard(access, address)
     except ConfigError as exc:
         out.metrics_off = f"not served: {exc}"
         out.notices.append(f"Prometheus /metrics {out.metrics_off}")
         return
-    refused = None if public else metricsauth.refusal(address, token is not None)
-    if refused is not None:
-        out.metrics_off = refused
-        out.notices.append(f"Prometheus /metrics off: {refused}")
-        return
-    seen = metricsauth.anonymous_runs(c.allowed_users for c, _s in runs) if token is None else [True] * len(runs)
+    seen = [True] * len(runs) if guard.token else metricsauth.anonymous_runs(c.allowed_users for c, _s in runs)
     if not all(seen):
-        left = seen.count(False)
         out.notices.append(
-            f"Prometheus /metrics has no token, so an anonymous scrape leaves out {left} run(s) with allowed_users;"
-            f" a scrape with a bearer token sees them {metricsauth.HOW_TO_MAKE}"
+            f"Prometheus /metrics has no token, so an anonymous scrape leaves out {seen.count(False)} run(s) with"
+            f" allowed_users; a scrape with a bearer token sees them {metricsauth.HOW_TO_MAKE}"
         )
-    if token is None and not metricsauth.is_loopback(address):
+    if guard.token is None and not metricsauth.is_loopback(address):
         out.notices.append(f"Prometheus /metrics is open to anyone who reaches {address}:{port} ({metricsauth.FLAG})")
+    stores = [s for (_c, s), ok in zip(runs, seen, strict=True) if ok]
     try:
-        out.metrics_server = exporter.serve(
-            [s for (_c, s), ok in zip(runs, seen, strict=True) if ok], port, address, token
-        )
+        out.metrics_server = exporter.serve(stores, port, address, guard.token, guard.tls)
     except OSError as exc:
         out.metrics_off = f"not served on {address}:{port}: {exc.strerror or exc}"
         out.notices.append(f"Prometheus /metrics {out.metrics_off}")
@@ -164,15 +152,15 @@ def start_outbound(
     metrics_address: str | None = None,
     webhook_urls: list[str] | None = None,
     context: RunContext | None = None,
-    metrics_token_file: str | None = None,
-    metrics_public: bool = False,
+    metrics_access: metricsauth.MetricsAccess | None = None,
 ) -> Outbound:
     """For every live run in `runs` (config, store): serve /metrics when a port is set (argument,
     else the first run's `metrics_port`), all runs on the one port, and evaluate alerts and send
     webhooks when URLs are configured (secrets.toml or RUNHEALTH_WEBHOOK_URLS); each event names its run.
-    /metrics follows runhealth/alerting/metricsauth.py: `metrics_token_file` (else the first run's)
-    makes it ask for a bearer token; without one a scrape sees only the runs without allowed_users,
-    and a non-loopback address is refused (a notice) unless `metrics_public` (--public-without-auth)."""
+    /metrics follows runhealth/alerting/metricsauth.py (`metrics_access`: the command line's options,
+    else the first run's keys): with a token file every scrape must carry it; without one a scrape
+    sees only the runs without allowed_users, and a non-loopback address is refused (a notice)
+    unless --public-without-auth."""
     out = Outbound(stores=[store for _config, store in runs])
     if not runs:
         return out
@@ -180,7 +168,7 @@ def start_outbound(
     port = metrics_port if metrics_port is not None else first.metrics_port
     address = metrics_address or first.metrics_address
     if port is not None:
-        _serve_metrics(out, runs, port, address, metrics_token_file or first.metrics_token_file, metrics_public)
+        _serve_metrics(out, runs, port, address, (metrics_access or metricsauth.MetricsAccess()).resolved(first))
     try:  # a refused entry is a notice and is skipped; the other webhooks are used
         urls, refused = (
             webhook.load_urls() if webhook_urls is None else webhook.check_urls(webhook_urls, "webhook_urls")

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from runhealth import demo
+from runhealth.alerting.metricsauth import MetricsAccess
 from runhealth.alerting.outputs import Outbound, start_outbound
 from runhealth.collect.collector import Collector, check_store_free
 from runhealth.errors import ConfigError, RunhealthError, StoreBusyError
@@ -62,13 +63,11 @@ class Service:
         runset: RunSet,
         metrics_port: int | None = None,
         metrics_address: str | None = None,
-        metrics_token_file: str | None = None,
-        metrics_public: bool = False,
+        metrics_access: MetricsAccess | None = None,
     ):
         self.runset = runset
         self.metrics_port, self.metrics_address = metrics_port, metrics_address
-        # runhealth/alerting/metricsauth.py: the token file (None: the config's), --public-without-auth
-        self.metrics_token_file, self.metrics_public = metrics_token_file, metrics_public
+        self.metrics_access = metrics_access  # the command line's token, TLS, --public-without-auth
         self.collectors: list[Collector] = []
         self.stores: dict[Path, Store] = {}
         self.outbound: Outbound | None = None
@@ -187,8 +186,7 @@ class Service:
             self.metrics_port,
             self.metrics_address,
             context=self.runset.context,
-            metrics_token_file=self.metrics_token_file,
-            metrics_public=self.metrics_public,
+            metrics_access=self.metrics_access,
         )
 
     def _announce(self, configs: list[RunConfig]) -> None:
@@ -265,8 +263,7 @@ def _open_new_stores(configs: list[RunConfig], kept: dict[Path, Store]) -> dict[
 def demo_service(
     metrics_port: int | None = None,
     metrics_address: str | None = None,
-    metrics_token_file: str | None = None,
-    metrics_public: bool = False,
+    metrics_access: MetricsAccess | None = None,
 ) -> tuple[Service, Callable]:
     """The built-in demo as a service: the simulator writes run B's shards (and serves its
     engines' /metrics), run A's history is filled once, run B is collected. Returns the service
@@ -276,7 +273,7 @@ def demo_service(
         raise RunhealthError("another runhealth process already runs the demo simulator")
     entries = [runs.RunEntry(c, f) for c, f in demo.demo_runs(metrics_port=simulator.metrics_port)]
     runset = RunSet(None, lambda: entries, demo.DEMO_CONTEXT)
-    service = Service(runset, metrics_port, metrics_address, metrics_token_file, metrics_public)
+    service = Service(runset, metrics_port, metrics_address, metrics_access)
     finished = [e.config for e in entries if e.finished]
     for config in finished:
         with contextlib.closing(Store(config.resolved_store_path())) as store:
@@ -292,24 +289,23 @@ def run_collector(
     refresh: threading.Event | None = None,
     wait_for_config: bool = False,
     ready: Callable[[str], None] | None = None,
-    metrics_token_file: str | None = None,
-    metrics_public: bool = False,
+    metrics_access: MetricsAccess | None = None,
 ) -> None:
     """Collect until `stop` is set (`path` None: the built-in demo).
 
     Raises RunhealthError when the first config cannot start, unless `wait_for_config` (the
     dashboard's child): then the error is logged and the file followed until an edit loads.
-    `metrics_port`/`metrics_address`/`metrics_token_file` (the command line) win over `[run]`'s;
-    `metrics_public`: --public-without-auth (runhealth/alerting/metricsauth.py).
+    `metrics_port`/`metrics_address`/`metrics_access` (the command line: token and TLS files,
+    --public-without-auth; runhealth/alerting/metricsauth.py) win over `[run]`'s keys.
     `refresh` set: poll every node now. `ready(state)` is called once collection started
     ("collecting"), or the first config error was logged ("viewer": another process collects
     into a store, tried again every interval; "waiting": the config does not load).
     """
     stop_demo: Callable = lambda: None  # noqa: E731
     if path is None:
-        service, stop_demo = demo_service(metrics_port, metrics_address, metrics_token_file, metrics_public)
+        service, stop_demo = demo_service(metrics_port, metrics_address, metrics_access)
     else:
-        service = Service(RunSet(path), metrics_port, metrics_address, metrics_token_file, metrics_public)
+        service = Service(RunSet(path), metrics_port, metrics_address, metrics_access)
     try:
         _first_start(service, wait_for_config)
         if ready is not None:

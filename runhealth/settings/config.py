@@ -361,6 +361,13 @@ class RunConfig:
             " `--public-without-auth`)",
         ),
     )
+    metrics_tls_cert_file: str | None = field(
+        default=None,
+        metadata=spec(str, doc="PEM certificate (chain): serve `/metrics` over HTTPS (with `metrics_tls_key_file`)"),
+    )
+    metrics_tls_key_file: str | None = field(
+        default=None, metadata=spec(str, doc="the PEM private key of `metrics_tls_cert_file`")
+    )
     raw_keep_h: float = field(
         default=RAW_KEEP_S / 3600,
         metadata=spec(
