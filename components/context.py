@@ -48,6 +48,7 @@ class RunHandle:
     store: Store
     collector: Collector | None = None
     finished: bool = False
+    access_known: bool = True  # False: a retired run whose store does not record its allowed_users
 
 
 @dataclasses.dataclass
@@ -152,7 +153,10 @@ def _reload(runset: RunSet, previous: Runtime | None) -> Runtime:
     if runset.reload(apply=open_stores) is None and not runset.entries:
         raise ConfigError(runset.error or "no run configured")  # unchanged, and it never loaded
     stores = {**kept, **opened}
-    handles = [RunHandle(e.config, stores[store_key(e.config)], finished=e.finished) for e in runset.entries]
+    handles = [
+        RunHandle(e.config, stores[store_key(e.config)], finished=e.finished, access_known=e.access_known)
+        for e in runset.entries
+    ]
     for h in handles:
         if not h.finished:  # draws samples through the nodes' transports; never polls
             h.collector = ViewerCollector(h.config, h.store, context=runset.context, register=False)

@@ -262,7 +262,9 @@ def render_open_banner(rt: context.Runtime) -> None:
     address = served_address()
     if address is None:
         return
-    lists = [h.config.allowed_users for h in rt.runs] or [rt.config.allowed_users if rt.config else []]
+    # A run whose rule is unknown is shown to no one (components/access.py): not an open run.
+    lists = [h.config.allowed_users for h in rt.runs if h.access_known]
+    lists = lists or [rt.config.allowed_users if rt.config else []]
     if not exposure.is_loopback(address) and exposure.open_runs(lists, access.auth_configured()):
         st.error(md_escape("⚠ " + exposure.open_banner(address or "every address", st.get_option("server.port"))))
 

@@ -25,11 +25,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from runhealth import __version__
+from runhealth.alerting import metricsauth
+from runhealth.alerting.metricsauth import MetricsAccess
 from runhealth.analysis import compare, fieldfigures, stats, unknowns, whatif
 from runhealth.analysis import failed as failed_reqs
 from runhealth.collect import ingest, service
 from runhealth.collect.collector import Collector
-from runhealth.errors import RunhealthError
+from runhealth.errors import ConfigError, RunhealthError
 from runhealth.node import agent
 from runhealth.node.wire import count_rows
 from runhealth.screens import fieldmodel
@@ -432,6 +434,9 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     refused = (
         None if args.public_without_auth else exposure.refusal(address, _allow_lists(path), exposure.auth_configured())
     )
+    refused = refused or (
+        None if args.no_collect else _metrics_refusal(path, None, None, MetricsAccess(public=args.public_without_auth))
+    )
     if refused is not None:
         print(f"error: {refused}", file=sys.stderr)
         return 2
@@ -442,7 +447,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     viewer = launch.dashboard_command(path, port, address)
-    collector = None if args.no_collect else launch.collector_command(path)
+    collector = None if args.no_collect else launch.collector_command(path, public=args.public_without_auth)
     where = f"config {path.expanduser().absolute()}" if path else "no config found: the demo run"
     hows = {
         "collecting": "collector running",
@@ -458,13 +463,34 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
 
 def _allow_lists(path: Path | None) -> list[list[str]] | None:
-    """Each run's allowed_users (the demo: one open run); None when the config does not load."""
+    """Each run's allowed_users (the demo: one open run), the retired runs found beside the stores
+    included (one whose store records no rule is shown to no one: left out); None when the config
+    does not load."""
     if path is None:
         return [[]]
     try:
-        return [entry.config.allowed_users for entry in runs.load_runs(path)]
+        entries = runs.load_runs(path)
     except RunhealthError:
         return None
+    return [e.config.allowed_users for e in entries + runs.discover_finished(entries) if e.access_known]
+
+
+def _metrics_refusal(path: Path | None, port: int | None, address: str | None, access: MetricsAccess) -> str | None:
+    """Why the /metrics a collector would serve must not start (runhealth/alerting/metricsauth.py):
+    a token or TLS file that does not read, or an anonymous non-loopback bind without
+    --public-without-auth. The command line's values win over the first live run's; None when it
+    may start (or there is no port, or the config does not load: the collector then says so itself)."""
+    first = None
+    with contextlib.suppress(RunhealthError):
+        first = next((e.config for e in runs.load_runs(path) if not e.finished), None) if path else None
+    port = port if port is not None else first.metrics_port if first else None
+    if port is None:
+        return None
+    try:
+        metricsauth.guard(access.resolved(first), address or (first.metrics_address if first else "127.0.0.1"))
+    except ConfigError as exc:
+        return str(exc)
+    return None
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
@@ -472,18 +498,27 @@ def cmd_collect(args: argparse.Namespace) -> int:
     if path is None and not args.demo:
         print(NO_CONFIG, file=sys.stderr)
         return 2
+    path = Path(path) if path is not None else None
+    access = MetricsAccess(
+        args.metrics_token_file, args.metrics_tls_cert_file, args.metrics_tls_key_file, args.public_without_auth
+    )
+    refused = _metrics_refusal(path, args.metrics_port, args.metrics_address, access)
+    if refused is not None:
+        print(f"error: {refused}", file=sys.stderr)
+        return 2
     stop, refresh = threading.Event(), threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     signal.signal(signal.SIGUSR1, lambda *_: refresh.set())  # the dashboard's "Refresh now"
     service.run_collector(
-        Path(path) if path is not None else None,
+        path,
         stop,
         args.metrics_port,
         args.metrics_address,
         refresh=refresh,
         wait_for_config=args.wait_for_config,
         ready=functools.partial(_say_ready, args.ready_fd),
+        metrics_access=access,
     )
     print("collector stopped", file=sys.stderr)
     return 0
@@ -518,7 +553,8 @@ def add_dashboard(sub: Subparsers) -> None:
         exposure.FLAG,
         action="store_true",
         help="serve on a non-loopback --address with no sign-in: ANYONE who reaches the port reads prompts and"
-        " completions (refused without this flag unless every run has allowed_users and [auth] is configured)",
+        " completions (refused without this flag unless every run has allowed_users and [auth] is configured);"
+        " also lets the collector serve /metrics without a token on a non-loopback [run] metrics_address",
     )
     p.set_defaults(func=cmd_dashboard)
 
@@ -530,7 +566,25 @@ def add_collect(sub: Subparsers) -> None:
     p.add_argument(
         "--metrics-address",
         metavar="ADDR",
-        help="address for /metrics (default: [run] metrics_address, else 127.0.0.1)",
+        help="address for /metrics (default: [run] metrics_address, else 127.0.0.1); another than loopback"
+        " needs --metrics-token-file or --public-without-auth",
+    )
+    p.add_argument(
+        "--metrics-token-file",
+        metavar="FILE",
+        help="/metrics requires 'Authorization: Bearer <the token in FILE>' and then serves every live run"
+        " (default: [run] metrics_token_file; without one an anonymous scrape sees only the runs without"
+        " allowed_users)",
+    )
+    p.add_argument(
+        "--metrics-tls-cert-file", metavar="FILE", help="serve /metrics over HTTPS with this PEM certificate"
+    )
+    p.add_argument("--metrics-tls-key-file", metavar="FILE", help="the PEM private key of --metrics-tls-cert-file")
+    p.add_argument(
+        exposure.FLAG,
+        action="store_true",
+        help="serve /metrics without a token on a non-loopback --metrics-address: ANYONE who reaches the port"
+        " reads the runs without allowed_users (the restricted ones are never in an anonymous scrape)",
     )
     # Used by `runhealth dashboard` for its collector child, not meant to be typed.
     p.add_argument("--demo", action="store_true", help=argparse.SUPPRESS)

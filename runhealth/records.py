@@ -354,6 +354,7 @@ class RunMeta(TypedDict):
     expected_prompts: int | None  # [run] expected_prompts (#33)
     max_model_len: int | None  # [run] max_model_len (#33)
     shared_queue: bool  # [run] shared_queue (#41): the nodes share one queue (absent in older stores: false)
+    allowed_users: list[str] | None  # [run] allowed_users (#40): the rule a retired run keeps; None: unknown
 
 
 class CollectorStatus(TypedDict):

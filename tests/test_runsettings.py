@@ -93,6 +93,7 @@ def test_the_meta_round_trips_and_keeps_its_json_keys(tmp_path):
         "shared_queue",  # #41: fixed shares (false) or one shared queue
         "failed_warn_share",  # since #39: the failed-requests alert's thresholds
         "failed_crit_share",
+        "allowed_users",  # since #40: a run retired from the config keeps its access rule
     }
     assert set(meta) == RunMeta.__required_keys__  # the declared shape (runhealth/records.py) is the written one
     assert meta["stall_after_s"] == 900 and meta["nodes"] == ["n1", "n2"]
@@ -110,6 +111,11 @@ def test_the_meta_round_trips_and_keeps_its_json_keys(tmp_path):
         ({"interval_s": 0, "stale_after_s": -5, "max_output_tokens": 4096.5}, RunSettings()),
         ({"interval_s": 2.5, "nodes": []}, RunSettings(interval_s=2.5, nodes=())),
         (["not", "a", "mapping"], RunSettings()),
+        # #40: the access rule; unknown (None) unless a list of strings: fails closed on the pages
+        ({"allowed_users": ["a@x.org"]}, RunSettings(allowed_users=("a@x.org",))),
+        ({"allowed_users": []}, RunSettings(allowed_users=())),
+        ({"allowed_users": "a@x.org"}, RunSettings(allowed_users=None)),
+        ({"allowed_users": [1]}, RunSettings(allowed_users=None)),
     ],
 )
 def test_an_older_or_damaged_meta_takes_the_defaults(meta, expected):

@@ -6,13 +6,16 @@ rows) and yields metric families, so the exported figures are the dashboard's fi
 construction and nothing is kept twice in memory; `RunsMetrics` serves every live run at once,
 each series labelled with its `run`. Names follow the Prometheus conventions:
 base units, `_total` counters, `_ratio` for 0-1 values. `serve()` starts the HTTP endpoint
-(`/metrics`) on 127.0.0.1 unless told otherwise; it is read-only and holds no secrets.
+(`/metrics`) on 127.0.0.1 unless told otherwise; it is read-only and holds no secrets; who may
+scrape it and which runs a scrape sees: runhealth/alerting/metricsauth.py.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -23,7 +26,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import ThreadingWSGIServer
 
-from runhealth.alerting import exposition, fieldmetrics
+from runhealth.alerting import exposition, fieldmetrics, metricsauth
 from runhealth.analysis import failed as failed_reqs
 from runhealth.analysis import reasons, stats, tokencost, unknowns
 from runhealth.records import LENGTH, GpuNumber
@@ -449,18 +452,46 @@ class _QuietHandler(WSGIRequestHandler):
         pass  # one line per scrape on stderr is noise
 
 
-def serve(stores: Store | Sequence[Store], port: int, address: str = "127.0.0.1") -> Any:
+def serve(
+    stores: Store | Sequence[Store],
+    port: int,
+    address: str = "127.0.0.1",
+    token: str | None = None,
+    tls: ssl.SSLContext | None = None,
+) -> Any:
     """Serve `/metrics` on `address:port` from a daemon thread; returns the server (call `.shutdown()`).
 
     prometheus_client's start_http_server, with a listen backlog of LISTEN_BACKLOG instead of
     socketserver's 5, past which a concurrent scrape waited for the kernel's SYN retry (1 s, 3 s).
+    `token`: every request must carry `Authorization: Bearer <token>` (metricsauth.guarded), else 401;
+    `tls`: served over HTTPS (as prometheus_client's start_http_server with certfile: the listening
+    socket wrapped); the server's `scheme` says which.
+    Which runs `stores` holds is the caller's choice (runhealth/alerting/outputs.py: an anonymous
+    scrape gets only the open runs).
     """
 
     class Server(ThreadingWSGIServer):
         address_family = socket.AF_INET6 if ":" in address else socket.AF_INET
         request_queue_size = LISTEN_BACKLOG
+        scheme = "http"  # "https" once the listening socket is wrapped
 
-    server = make_server(address, port, exposition.wsgi_app(registry_for(stores)), Server, handler_class=_QuietHandler)
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            """A client that drops or fails the TLS handshake (plain HTTP to HTTPS, a certificate it
+            does not trust) is its own problem: one debug line, not a traceback on stderr."""
+            if isinstance(sys.exc_info()[1], ssl.SSLError | ConnectionError | TimeoutError):
+                log.debug("metrics: client %s: %s", client_address, sys.exc_info()[1])
+                return
+            super().handle_error(request, client_address)
+
+    app = exposition.wsgi_app(registry_for(stores))
+    server = make_server(
+        address, port, app if token is None else metricsauth.guarded(app, token), Server, handler_class=_QuietHandler
+    )
+    if tls is not None:
+        # The handshake in the request's thread (SSL_read does it), not in accept(): a client that
+        # connects and says nothing must not stop every other scrape.
+        server.socket = tls.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+        server.scheme = "https"
     threading.Thread(target=server.serve_forever, name="runhealth-metrics", daemon=True).start()
-    log.info("serving Prometheus metrics on http://%s:%d/metrics", address, server.server_port)
+    log.info("serving Prometheus metrics on %s://%s:%d/metrics", server.scheme, address, server.server_port)
     return server

@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from runhealth.alerting import exporter, notify, webhook
+from runhealth.alerting import exporter, metricsauth, notify, webhook
 from runhealth.collect.heartbeat import HEARTBEAT_S, STATUS_KEY
 from runhealth.collect.heartbeat import collector_alive as collector_alive  # re-exported: the viewer reads them here
 from runhealth.collect.heartbeat import pid_gone as pid_gone
@@ -58,7 +58,7 @@ class Outbound:
         if self.metrics_server is None:
             return None
         host, port = self.metrics_server.server_address[:2]
-        return f"http://{host}:{port}/metrics"
+        return f"{getattr(self.metrics_server, 'scheme', 'http')}://{host}:{port}/metrics"
 
     def status(self, now: float, stopped: bool = False) -> CollectorStatus:
         return CollectorStatus(
@@ -119,16 +119,48 @@ class Outbound:
             self.metrics_server.server_close()
 
 
+def _serve_metrics(
+    out: Outbound, runs: Sequence[tuple[RunConfig, Store]], port: int, address: str, access: metricsauth.MetricsAccess
+) -> None:
+    """Start /metrics on `out`, or record why not (a notice): a token or TLS file that does not
+    read, an anonymous non-loopback bind without --public-without-auth, a port in use."""
+    try:
+        guard = metricsauth.guard(access, address)
+    except ConfigError as exc:
+        out.metrics_off = f"not served: {exc}"
+        out.notices.append(f"Prometheus /metrics {out.metrics_off}")
+        return
+    seen = [True] * len(runs) if guard.token else metricsauth.anonymous_runs(c.allowed_users for c, _s in runs)
+    if not all(seen):
+        out.notices.append(
+            f"Prometheus /metrics has no token, so an anonymous scrape leaves out {seen.count(False)} run(s) with"
+            f" allowed_users; a scrape with a bearer token sees them {metricsauth.HOW_TO_MAKE}"
+        )
+    if guard.token is None and not metricsauth.is_loopback(address):
+        out.notices.append(f"Prometheus /metrics is open to anyone who reaches {address}:{port} ({metricsauth.FLAG})")
+    stores = [s for (_c, s), ok in zip(runs, seen, strict=True) if ok]
+    try:
+        out.metrics_server = exporter.serve(stores, port, address, guard.token, guard.tls)
+    except OSError as exc:
+        out.metrics_off = f"not served on {address}:{port}: {exc.strerror or exc}"
+        out.notices.append(f"Prometheus /metrics {out.metrics_off}")
+
+
 def start_outbound(
     runs: Sequence[tuple[RunConfig, Store]],
     metrics_port: int | None = None,
     metrics_address: str | None = None,
     webhook_urls: list[str] | None = None,
     context: RunContext | None = None,
+    metrics_access: metricsauth.MetricsAccess | None = None,
 ) -> Outbound:
     """For every live run in `runs` (config, store): serve /metrics when a port is set (argument,
     else the first run's `metrics_port`), all runs on the one port, and evaluate alerts and send
-    webhooks when URLs are configured (secrets.toml or RUNHEALTH_WEBHOOK_URLS); each event names its run."""
+    webhooks when URLs are configured (secrets.toml or RUNHEALTH_WEBHOOK_URLS); each event names its run.
+    /metrics follows runhealth/alerting/metricsauth.py (`metrics_access`: the command line's options,
+    else the first run's keys): with a token file every scrape must carry it; without one a scrape
+    sees only the runs without allowed_users, and a non-loopback address is refused (a notice)
+    unless --public-without-auth."""
     out = Outbound(stores=[store for _config, store in runs])
     if not runs:
         return out
@@ -136,11 +168,7 @@ def start_outbound(
     port = metrics_port if metrics_port is not None else first.metrics_port
     address = metrics_address or first.metrics_address
     if port is not None:
-        try:
-            out.metrics_server = exporter.serve(out.stores, port, address)
-        except OSError as exc:
-            out.metrics_off = f"not served on {address}:{port}: {exc.strerror or exc}"
-            out.notices.append(f"Prometheus /metrics {out.metrics_off}")
+        _serve_metrics(out, runs, port, address, (metrics_access or metricsauth.MetricsAccess()).resolved(first))
     try:  # a refused entry is a notice and is skipped; the other webhooks are used
         urls, refused = (
             webhook.load_urls() if webhook_urls is None else webhook.check_urls(webhook_urls, "webhook_urls")

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from runhealth import demo
+from runhealth.alerting.metricsauth import MetricsAccess
 from runhealth.alerting.outputs import Outbound, start_outbound
 from runhealth.collect.collector import Collector, check_store_free
 from runhealth.errors import ConfigError, RunhealthError, StoreBusyError
@@ -57,9 +58,16 @@ def live_runs(path: Path) -> list[RunConfig]:
 class Service:
     """The collectors, stores and outbound of a RunSet's live runs, restarted on a good edit."""
 
-    def __init__(self, runset: RunSet, metrics_port: int | None = None, metrics_address: str | None = None):
+    def __init__(
+        self,
+        runset: RunSet,
+        metrics_port: int | None = None,
+        metrics_address: str | None = None,
+        metrics_access: MetricsAccess | None = None,
+    ):
         self.runset = runset
         self.metrics_port, self.metrics_address = metrics_port, metrics_address
+        self.metrics_access = metrics_access  # the command line's token, TLS, --public-without-auth
         self.collectors: list[Collector] = []
         self.stores: dict[Path, Store] = {}
         self.outbound: Outbound | None = None
@@ -120,6 +128,7 @@ class Service:
         failure the previous runs keep collecting."""
         self.busy = None
         self._check(entries)
+        record_finished_rules(entries)
         configs = [e.config for e in entries if not e.finished]
         kept = [c for c in self.collectors if c.config in configs]
         stale = [c for c in self.collectors if c not in kept]
@@ -190,6 +199,7 @@ class Service:
             self.metrics_port,
             self.metrics_address,
             context=self.runset.context,
+            metrics_access=self.metrics_access,
         )
 
     def _announce(self, configs: list[RunConfig]) -> None:
@@ -222,6 +232,24 @@ class Service:
         self.stores = {}
 
 
+def record_finished_rules(entries: list[runs.RunEntry]) -> None:
+    """Each finished run's `allowed_users` as the config says now, into its store's run meta (#40):
+    no collector claims that store any more, and a run retired from the config later is shown
+    under the rule its store holds. A store that cannot be written is logged; collection goes on."""
+    for entry in entries:
+        path = entry.config.resolved_store_path()
+        if not entry.finished or not path.is_file():
+            continue
+        users = list(entry.config.allowed_users)
+        try:
+            with contextlib.closing(Store(path)) as store:
+                meta = store.meta("run")
+                if isinstance(meta, dict) and meta.get("allowed_users") != users:
+                    store.set_meta("run", {**meta, "allowed_users": users})
+        except (RunhealthError, sqlite3.Error, OSError) as exc:
+            _log(f"cannot record run {entry.config.name}'s allowed_users in {path}: {exc}")
+
+
 def _names(stale: list[Collector], fresh: list[RunConfig]) -> str:
     """The runs a reload stops or starts, by name ("a (removed), b (changed), c (new)")."""
     gone = {c.config.name for c in stale}
@@ -245,7 +273,11 @@ def _open_new_stores(configs: list[RunConfig], kept: dict[Path, Store]) -> dict[
     return opened
 
 
-def demo_service(metrics_port: int | None = None, metrics_address: str | None = None) -> tuple[Service, Callable]:
+def demo_service(
+    metrics_port: int | None = None,
+    metrics_address: str | None = None,
+    metrics_access: MetricsAccess | None = None,
+) -> tuple[Service, Callable]:
     """The built-in demo as a service: the simulator writes run B's shards (and serves its
     engines' /metrics), run A's history is filled once, run B is collected. Returns the service
     and a function that stops the simulator."""
@@ -253,7 +285,8 @@ def demo_service(metrics_port: int | None = None, metrics_address: str | None = 
     if not simulator.start():
         raise RunhealthError("another runhealth process already runs the demo simulator")
     entries = [runs.RunEntry(c, f) for c, f in demo.demo_runs(metrics_port=simulator.metrics_port)]
-    service = Service(RunSet(None, lambda: entries, demo.DEMO_CONTEXT), metrics_port, metrics_address)
+    runset = RunSet(None, lambda: entries, demo.DEMO_CONTEXT)
+    service = Service(runset, metrics_port, metrics_address, metrics_access)
     finished = [e.config for e in entries if e.finished]
     for config in finished:
         with contextlib.closing(Store(config.resolved_store_path())) as store:
@@ -269,21 +302,23 @@ def run_collector(
     refresh: threading.Event | None = None,
     wait_for_config: bool = False,
     ready: Callable[[str], None] | None = None,
+    metrics_access: MetricsAccess | None = None,
 ) -> None:
     """Collect until `stop` is set (`path` None: the built-in demo).
 
     Raises RunhealthError when the first config cannot start, unless `wait_for_config` (the
     dashboard's child): then the error is logged and the file followed until an edit loads.
-    `metrics_port`/`metrics_address` (the command line) win over `[run] metrics_port`/`_address`.
+    `metrics_port`/`metrics_address`/`metrics_access` (the command line: token and TLS files,
+    --public-without-auth; runhealth/alerting/metricsauth.py) win over `[run]`'s keys.
     `refresh` set: poll every node now. `ready(state)` is called once collection started
     ("collecting"), or the first config error was logged ("viewer": another process collects
     into a store, tried again every interval; "waiting": the config does not load).
     """
     stop_demo: Callable = lambda: None  # noqa: E731
     if path is None:
-        service, stop_demo = demo_service(metrics_port, metrics_address)
+        service, stop_demo = demo_service(metrics_port, metrics_address, metrics_access)
     else:
-        service = Service(RunSet(path), metrics_port, metrics_address)
+        service = Service(RunSet(path), metrics_port, metrics_address, metrics_access)
     try:
         _first_start(service, wait_for_config)
         if ready is not None:

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from runhealth.errors import ConfigError
+from runhealth.serve import exposure
 from runhealth.settings.tomlfile import read_toml
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # runhealth/ (this file is runhealth/serve/launch.py)
@@ -99,11 +100,13 @@ def dashboard_command(config: Path | None, port: int, address: str) -> tuple[lis
     return argv, env
 
 
-def collector_command(config: Path | None) -> tuple[list[str], dict[str, str]]:
+def collector_command(config: Path | None, public: bool = False) -> tuple[list[str], dict[str, str]]:
     """argv and environment for the dashboard's collector: `runhealth collect` over the same
-    config (absolute), or the demo; it waits for a config that does not load yet."""
+    config (absolute), or the demo; it waits for a config that does not load yet. `public`: the
+    dashboard's --public-without-auth, passed on (it also opens an anonymous non-loopback /metrics)."""
     where = ["--config", str(config.expanduser().absolute())] if config is not None else ["--demo"]
     env = {k: v for k, v in os.environ.items() if k != "RUNHEALTH_COLLECTOR_PID"}
     # -P keeps the caller's folder off sys.path; the package is found where this one was.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_DIR.parent), env.get("PYTHONPATH")) if p)
-    return [sys.executable, "-P", "-m", "runhealth", "collect", *where, "--wait-for-config"], env
+    flag = [exposure.FLAG] if public else []
+    return [sys.executable, "-P", "-m", "runhealth", "collect", *where, "--wait-for-config", *flag], env

@@ -370,6 +370,22 @@ class RunConfig:
             str, rules=[_Rule(_text_without_spaces, "must be an IP address or host name")], doc="address for `/metrics`"
         ),
     )
+    metrics_token_file: str | None = field(
+        default=None,
+        metadata=spec(
+            str,
+            doc="a file holding the bearer token `/metrics` requires (then a scrape sees every live run;"
+            " without one only the runs without `allowed_users`, and only on loopback unless"
+            " `--public-without-auth`)",
+        ),
+    )
+    metrics_tls_cert_file: str | None = field(
+        default=None,
+        metadata=spec(str, doc="PEM certificate (chain): serve `/metrics` over HTTPS (with `metrics_tls_key_file`)"),
+    )
+    metrics_tls_key_file: str | None = field(
+        default=None, metadata=spec(str, doc="the PEM private key of `metrics_tls_cert_file`")
+    )
     raw_keep_h: float = field(
         default=RAW_KEEP_S / 3600,
         metadata=spec(

@@ -23,7 +23,10 @@ with `finished = true` may list no nodes (they are gone); it is never polled.
 Every run has its own store file (`RunConfig.resolved_store_path`: its `store_path`, else one
 file per run name in the cache folder), so the store's schema does not know about runs. A run
 whose config entry was removed is not forgotten: `discover_finished` finds store files next to
-the configured ones whose run is not configured any more and lists them as finished.
+the configured ones whose run is not configured any more and lists them as finished, under the
+access rule its collector recorded in the store (`allowed_users` in the run meta); a store that
+records none (written before the rule was kept there) is listed with `access_known = False`,
+which the pages show to no one.
 """
 
 from __future__ import annotations
@@ -52,6 +55,9 @@ class RunEntry:
 
     config: RunConfig
     finished: bool = False
+    # False for a store found beside the others whose run does not record its allowed_users (a
+    # store written before #40): nobody knows who may see it, so the pages show it to no one.
+    access_known: bool = True
 
 
 def load_runs(path: str | os.PathLike, secrets_path: Path | None = None) -> list[RunEntry]:
@@ -144,7 +150,8 @@ def discover_finished(entries: list[RunEntry]) -> list[RunEntry]:
             if settings is None or settings.name in names:
                 continue
             names.add(settings.name)
-            found.append(RunEntry(_config_from_settings(settings, path), finished=True))
+            rule_known = settings.allowed_users is not None
+            found.append(RunEntry(_config_from_settings(settings, path), finished=True, access_known=rule_known))
     return found
 
 
@@ -156,4 +163,5 @@ def _config_from_settings(settings: RunSettings, path: Path) -> RunConfig:
         max_output_tokens=settings.max_output_tokens,
         interval_s=settings.interval_s,
         store_path=str(path),
+        allowed_users=list(settings.allowed_users or ()),  # unknown (None): hidden by access_known
     )  # its file is the store found, not a config

@@ -48,6 +48,9 @@ class RunSettings:
     expected_prompts: int | None = None  # distinct prompts the run should answer (#33: prompts not answered)
     max_model_len: int | None = None  # the server's context window (#33: context-window stops)
     shared_queue: bool = False  # the nodes share one queue (else fixed shares: runhealth.screens.runeta)
+    # Who may see the run (`[run] allowed_users`, () for everyone), recorded with the store so a run
+    # retired from the config keeps its rule (#40); None: a store written before it was recorded.
+    allowed_users: tuple[str, ...] | None = None
 
     @property
     def stale_after(self) -> float:
@@ -83,6 +86,7 @@ class RunSettings:
             expected_prompts=config.expected_prompts,
             max_model_len=config.max_model_len,
             shared_queue=config.shared_queue,
+            allowed_users=tuple(config.allowed_users),
         )
 
     @classmethod
@@ -90,7 +94,7 @@ class RunSettings:
         """The settings a store recorded (`store.meta("run")`, None when it has none): each key
         it lacks, or holds with the wrong type, takes its default."""
         m: Mapping[str, object] = meta if isinstance(meta, Mapping) else {}
-        name, nodes = m.get("name"), m.get("nodes")
+        name, nodes, users = m.get("name"), m.get("nodes"), m.get("allowed_users")
         return cls(
             name=name if isinstance(name, str) and name else DEFAULT_NAME,
             target_completions=_positive_int(m.get("target_completions")),
@@ -107,6 +111,7 @@ class RunSettings:
             expected_prompts=_positive_int(m.get("expected_prompts")),
             max_model_len=_positive_int(m.get("max_model_len")),
             shared_queue=m.get("shared_queue") is True,
+            allowed_users=_strings(users),
         )
 
     def to_meta(self) -> RunMeta:
@@ -127,7 +132,15 @@ class RunSettings:
             "expected_prompts": self.expected_prompts,
             "max_model_len": self.max_model_len,
             "shared_queue": self.shared_queue,
+            "allowed_users": None if self.allowed_users is None else list(self.allowed_users),
         }
+
+
+def _strings(value: object) -> tuple[str, ...] | None:
+    """A JSON list of strings as a tuple; anything else (absent, or not ours to trust) None: unknown."""
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    return None
 
 
 def _number(value: object) -> float | None:
