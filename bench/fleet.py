@@ -39,10 +39,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+from runhealth import ingest  # noqa: E402
 from runhealth.alerting import exporter  # noqa: E402
 from runhealth.analysis.servermetrics import merge_endpoints  # noqa: E402
 from runhealth.collect import collector as collector_mod  # noqa: E402
-from runhealth.collect import ingest  # noqa: E402
 from runhealth.collect.collector import Collector  # noqa: E402
 from runhealth.payloads import pagedata  # noqa: E402
 from runhealth.settings.config import parse_config  # noqa: E402

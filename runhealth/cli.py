@@ -23,9 +23,9 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from runhealth import __version__
+from runhealth import __version__, ingest
 from runhealth.analysis import compare, fieldfigures, stats, whatif
-from runhealth.collect import ingest, service
+from runhealth.collect import service
 from runhealth.collect.collector import Collector
 from runhealth.errors import RunhealthError
 from runhealth.node import agent

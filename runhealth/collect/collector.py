@@ -19,10 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO, cast
 
-from runhealth import textsafe
+from runhealth import ingest, textsafe
 from runhealth.alerting import alerthistory
 from runhealth.analysis.servermetrics import merge_endpoints as merge_metrics
-from runhealth.collect import changes, ingest, publisher, sampling, scheduler
+from runhealth.collect import changes, publisher, sampling, scheduler
 from runhealth.errors import StoreBusyError, StoreError
 from runhealth.errors import one_line as _plain
 from runhealth.node.wire import PollReply, ShardCursor

@@ -9,7 +9,7 @@ resolve messages, and the exporter reads the same rules.
 
 Alerts (name, severity): collector_down (the collector that wrote the run is gone, stopped or
 silent: named by pid and host, in place of the node states, stalls and drops it no longer
-refreshes; runhealth.collect.heartbeat), collection_stale, store_write_failure, node_down (critical) /
+refreshes; runhealth.heartbeat), collection_stale, store_write_failure, node_down (critical) /
 node_stale, shards_unmatched, shards_unreadable (warning); run_stalled (critical, since the
 last completion) or node_stalled (warning, only while another node writes) and rate_drop
 (warning), none once the target is reached; truncation_high (warning at the warn share,
@@ -29,8 +29,8 @@ import math
 import time
 from typing import Literal
 
+from runhealth import heartbeat
 from runhealth.analysis import reasons, stats
-from runhealth.collect import heartbeat
 from runhealth.records import GpuEventRow, GpuHealthReading, GpuRow, HostReading, LengthCountRow, NodeRow
 from runhealth.rules import activity, hardware
 from runhealth.rules.hardware import host_problems as host_problems  # re-exported: one import for the words

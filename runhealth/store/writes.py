@@ -1,6 +1,6 @@
 """The store's writes: one poll's record in one transaction, failures, samples, pruning.
 
-`write_poll` applies one `ingest.PollRecord` (what a poll reply means, runhealth/collect/ingest.py) in
+`write_poll` applies one `ingest.PollRecord` (what a poll reply means, runhealth/ingest.py) in
 one transaction: shard offsets with the length counts they produced (`node_length_counts` kept
 equal to the sum of `length_counts`), the poll row and its length stops, the hourly length rows,
 GPU readings and health, the node's status and its server metrics. A failure anywhere writes
@@ -15,9 +15,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from runhealth import textsafe
-from runhealth.collect import ingest
-from runhealth.collect.ingest import PollRecord, ShardUpdate
+from runhealth import ingest, textsafe
+from runhealth.ingest import PollRecord, ShardUpdate
 from runhealth.node.wire import PollReply
 from runhealth.store import energymeter, reasonnames, runevents
 from runhealth.store.lifecycle import StoreFile
