@@ -25,6 +25,7 @@ from pathlib import Path
 
 from runhealth import demo
 from runhealth.alerting.outputs import Outbound, start_outbound
+from runhealth.collect import demofill
 from runhealth.collect.collector import Collector, check_store_free
 from runhealth.errors import ConfigError, RunhealthError, StoreBusyError
 from runhealth.settings import runs
@@ -243,7 +244,7 @@ def demo_service(metrics_port: int | None = None, metrics_address: str | None = 
     finished = [e.config for e in entries if e.finished]
     for config in finished:
         with contextlib.closing(Store(config.resolved_store_path())) as store:
-            demo.fill_finished(config, store)
+            demofill.fill_finished(config, store)
     return service, simulator.stop
 
 
