@@ -268,3 +268,52 @@ def test_the_cycle_finder_finds_a_planted_cycle():
 
 def test_the_package_has_no_import_cycle():
     assert import_cycles(package_graph()) == []
+
+
+# The packages form a graph without cycles too (issue #41): runhealth.collect, runhealth.store, ...
+# are its nodes (a subfolder of runhealth/ is one node, a top-level module is its own), and an
+# import of any module of one by any module of another is an edge. A module-level walk misses a
+# two-way pair whose modules each go one way (the store's writes importing collect/ingest while
+# collect/collector imports the store): each package's contract must sit below the ones it uses.
+def package_of(module: str) -> str:
+    """`runhealth.collect.collector` -> `runhealth.collect`; `runhealth.demo` -> itself."""
+    return ".".join(module.split(".")[:2])
+
+
+def packages_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for module, imports in graph.items():
+        own = package_of(module)
+        out.setdefault(own, set()).update(package_of(m) for m in imports if package_of(m) != own)
+    return out
+
+
+def test_the_package_graph_is_read_at_package_level():
+    packages = packages_graph(package_graph())
+    assert {"runhealth.collect", "runhealth.store", "runhealth.screens", "runhealth.demo"} <= set(packages)
+    assert "runhealth.store" in packages["runhealth.collect"]
+    assert not any(p.count(".") > 1 for p in packages)  # runhealth.collect.collector is folded into its package
+
+
+@pytest.mark.parametrize(
+    "importer,imported",
+    [
+        # What each of the five two-way pairs of issue #41 was: a module-level walk saw no cycle.
+        ("runhealth.store.writes", "runhealth.collect.ingest"),
+        ("runhealth.rules.health", "runhealth.collect.heartbeat"),
+        ("runhealth.demo", "runhealth.collect.collector"),
+        # A longer loop: the screens import the store, so the store may not reach the screens.
+        ("runhealth.store.reads", "runhealth.screens.words"),
+    ],
+)
+def test_a_planted_package_cycle_is_found(importer, imported):
+    graph = package_graph()
+    planted = {**graph, importer: graph[importer] | {imported}}
+    assert import_cycles(packages_graph(graph)) == []  # the plant, not the checkout, makes the cycle
+    cycles = import_cycles(packages_graph(planted))
+    assert any(package_of(importer) in c and package_of(imported) in c for c in cycles), cycles
+
+
+def test_the_packages_import_each_other_in_one_direction_only():
+    cycles = import_cycles(packages_graph(package_graph()))
+    assert cycles == [], f"packages that import each other (directly or around a loop): {cycles}"
