@@ -120,7 +120,7 @@ def node_table(
     finished: bool = False,
     eta: Mapping[str, str] | None = None,
 ) -> pd.DataFrame:
-    """One row per node; with `per_node` (load_health's NodeRate map) its tok/s over the last
+    """One row per node; with `per_node` (the rates' NodeRate map: runhealth.rules.activity) its tok/s over the last
     minute and when its shards last grew; with `eta` (the Nodes model's eta_cells) its ETA to its share. A finished run's nodes are "FINISHED" (not polled any
     more), with when they were last polled: no up / stale wording."""
     now = now or time.time()
