@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from components import alerthistory, alerts, cards, loaders, page, runpicker, tables
+from components import alerthistory_view, alerts, cards, loaders, page, runpicker, tables
 from components.context import PageRuntime
 from components.format import DOWN_AFTER_STALE, fmt_age, fmt_bytes, fmt_count, md_escape
 from components.outbound import render_collector, render_outbound
@@ -88,7 +88,7 @@ def render_page(rt: PageRuntime) -> None:
     if not server.empty:
         st.subheader("Inference servers (latest /metrics values)")
         st.dataframe(tables.server_metrics_table(server), hide_index=True, width="stretch")
-    page.guarded(alerthistory.render_history)(rt, PREFIX)
+    page.guarded(alerthistory_view.render_history)(rt, PREFIX)
     page.guarded(render_outbound)(rt)
 
 
@@ -174,4 +174,4 @@ def render(rt: PageRuntime) -> None:
     page.download_csv(
         fields_csv(rt), "nodes-fields.csv", f"{PREFIX}_fields", "Download per-node prompts and labels CSV"
     )
-    page.guarded(alerthistory.download)(rt, PREFIX)
+    page.guarded(alerthistory_view.download)(rt, PREFIX)

@@ -15,7 +15,7 @@ import dataclasses
 import pandas as pd
 import streamlit as st
 
-from components import alerthistory, alerts, cards, figures, format, loaders, page, runpicker, tables
+from components import alerthistory_view, alerts, cards, figures, format, loaders, page, runpicker, tables
 from components.context import PageRuntime
 
 PREFIX = "overview"
@@ -68,7 +68,7 @@ def render_live(rt: PageRuntime) -> None:
             st.caption(
                 "The throughput chart appears once a few minutes of polls are in (the first scan is not counted)."
             )
-    page.guarded(alerthistory.render_today)(rt, PREFIX, m.events)
+    page.guarded(alerthistory_view.render_today)(rt, PREFIX, m.events)
 
 
 def render_kiosk(rt: PageRuntime) -> None:
