@@ -317,3 +317,34 @@ def test_a_planted_package_cycle_is_found(importer, imported):
 def test_the_packages_import_each_other_in_one_direction_only():
     cycles = import_cycles(packages_graph(package_graph()))
     assert cycles == [], f"packages that import each other (directly or around a loop): {cycles}"
+
+
+# Two modules never share a name (STYLE.md): `compare` meant three things (issue #41). One pairing
+# is the layout itself: a page and its screen model (pages/gpus.py lays out runhealth/screens/gpus.py).
+PAGE_AND_MODEL = ("pages", "runhealth/screens")
+
+
+def shared_names(paths: list[str]) -> dict[str, list[str]]:
+    """{file name: its paths} for names more than one module has, a page beside its model excepted."""
+    by_name: dict[str, list[str]] = {}
+    for path in sorted(paths):
+        if not path.endswith("/__init__.py"):
+            by_name.setdefault(path.rsplit("/", 1)[-1], []).append(path)
+    return {
+        name: found
+        for name, found in by_name.items()
+        if len(found) > 1 and sorted(p.rsplit("/", 1)[0] for p in found) != sorted(PAGE_AND_MODEL)
+    }
+
+
+def test_shared_names_are_found():
+    assert shared_names(["runhealth/analysis/compare.py", "pages/compare.py", "runhealth/screens/compare.py"]) == {
+        "compare.py": ["pages/compare.py", "runhealth/analysis/compare.py", "runhealth/screens/compare.py"]
+    }
+    assert shared_names(["runhealth/alerting/alerthistory.py", "components/alerthistory.py"]) != {}
+    assert shared_names(["pages/gpus.py", "runhealth/screens/gpus.py", "runhealth/store/__init__.py"]) == {}
+
+
+def test_no_two_modules_share_a_name():
+    files = [ROOT / "app.py", *(p for d in ("runhealth", "components", "pages") for p in (ROOT / d).rglob("*.py"))]
+    assert shared_names([str(p.relative_to(ROOT)) for p in files if "_app" not in p.parts]) == {}
