@@ -22,10 +22,10 @@ from components import runpicker
 from components.context import PageRuntime
 from components.format import md_escape
 from runhealth import heartbeat
+from runhealth.ages import fmt_ago
 from runhealth.alerting import notify
 from runhealth.alerting import outputs as outbound
 from runhealth.records import CollectorStatus
-from runhealth.rules.health import fmt_ago
 from runhealth.store import Store
 
 WINDOW_S = 24 * 3600

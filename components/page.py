@@ -24,7 +24,8 @@ from components import access, cards, context, loaders, runpicker
 from components import outbound as outbound_view
 from components.format import fmt_clock, fmt_plural, md_escape
 from runhealth import heartbeat
-from runhealth.rules.health import FUTURE_TOLERANCE_S, fmt_age, fmt_ago, node_status
+from runhealth.ages import FUTURE_TOLERANCE_S, fmt_age, fmt_ago
+from runhealth.rules.health import node_status
 from runhealth.serve import exposure
 from runhealth.settings.config import fix_hint
 from runhealth.settings.windows import FRESHNESS_TICK_S

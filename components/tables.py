@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from components.format import fmt_bytes, fmt_count, fmt_number, fmt_rate, fmt_share
+from runhealth.ages import fmt_age, fmt_ago
 from runhealth.analysis import stats
 from runhealth.analysis.stats import Summary
 from runhealth.analysis.whatif import WhatIf
@@ -23,7 +24,7 @@ from runhealth.records import HostReading, NodeRow, StoredSample
 from runhealth.rules import hardware
 from runhealth.rules.activity import NodeRate
 from runhealth.rules.hardware import telemetry_errors as telemetry_errors  # the GPUs page words them
-from runhealth.rules.health import fmt_age, fmt_ago, node_status
+from runhealth.rules.health import node_status
 from runhealth.settings.windows import NOTICE_S
 
 STATE_BADGE = {"up": "UP", "stale": "STALE", "down": "DOWN", "pending": "PENDING", "finished": "FINISHED"}

@@ -17,9 +17,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
+from runhealth.ages import fmt_age
 from runhealth.analysis import rates
 from runhealth.rules.activity import RunRates
-from runhealth.rules.health import fmt_age
 
 Basis = Literal["prompts", "completions"]
 NO_ID_NOTE = (
