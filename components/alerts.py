@@ -7,9 +7,9 @@ so the Overview, the webhooks and /metrics can never disagree about what holds.
 
 from __future__ import annotations
 
-from runhealth.rules import health
+from runhealth.screens import overview as overview_model
 
 
-def lines(found: list[health.Alert]) -> list[tuple[str, str]]:
+def lines(found: list[overview_model.Alert]) -> list[tuple[str, str]]:
     """[(level "error" | "warning", sentence)] in evaluate's order: critical is an "error"."""
     return [("error" if a.severity == "critical" else "warning", a.summary) for a in found]

@@ -12,9 +12,7 @@ import time
 
 from runhealth.ages import fmt_age as fmt_age
 from runhealth.ages import fmt_ago as fmt_ago
-from runhealth.rules.health import DOWN_AFTER_STALE as DOWN_AFTER_STALE  # node states: one rule, the core's
-from runhealth.rules.health import level as level
-from runhealth.rules.health import node_status as node_status
+from runhealth.screens.nodestates import DOWN_AFTER_STALE as DOWN_AFTER_STALE  # node states: one rule, the core's
 from runhealth.screens.words import fmt_bytes as fmt_bytes  # the core words tiles with these
 from runhealth.screens.words import fmt_count as fmt_count
 from runhealth.screens.words import fmt_plural as fmt_plural

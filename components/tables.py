@@ -17,14 +17,10 @@ import pandas as pd
 
 from components.format import fmt_bytes, fmt_count, fmt_number, fmt_rate, fmt_share
 from runhealth.ages import fmt_age, fmt_ago
-from runhealth.analysis import stats
-from runhealth.analysis.stats import Summary
-from runhealth.analysis.whatif import WhatIf
 from runhealth.records import HostReading, NodeRow, StoredSample
-from runhealth.rules import hardware
-from runhealth.rules.activity import NodeRate
-from runhealth.rules.hardware import telemetry_errors as telemetry_errors  # the GPUs page words them
-from runhealth.rules.health import node_status
+from runhealth.screens.gpus import gpu_state
+from runhealth.screens.lengths import Summary, WhatIf, wilson_interval
+from runhealth.screens.nodestates import NodeRate, state_at
 from runhealth.settings.windows import NOTICE_S
 
 STATE_BADGE = {"up": "UP", "stale": "STALE", "down": "DOWN", "pending": "PENDING", "finished": "FINISHED"}
@@ -52,7 +48,7 @@ def short_group_labels(df: pd.DataFrame, top_n: int = 25) -> pd.DataFrame:
         return out
     top, rest = out.iloc[:top_n], out.iloc[top_n:]
     n, at = int(rest["completions"].sum()), int(rest["at_ceiling"].sum())
-    lo, hi = stats.wilson_interval(at, n)
+    lo, hi = wilson_interval(at, n)
     other = {
         "group": f"{len(rest):,} other groups",
         "label": f"{len(rest):,} others",
@@ -127,7 +123,7 @@ def node_table(
     now = now or time.time()
     rows = []
     for n in nodes:
-        state, why = node_status(n, now, stale_after)
+        state, why = state_at(n, now, stale_after)
         if finished:
             state, why = "finished", finished_line(n)
         free = [f for d in (n.get("disk") or {}).values() if (f := d.get("free_bytes")) is not None]
@@ -195,7 +191,7 @@ STATE_RANK = {"down": 0, "stale": 1, "pending": 2, "up": 3}  # worst first
 def node_issues(node: NodeRow, now: float, stale_after: float, unreadable: list[tuple[str, str]]) -> list:
     """[(problem, detail)] for one node: not up, an unresolved last error, globs matching
     nothing, GPU telemetry or server-metrics errors, shards it cannot read (path, error)."""
-    state, why = node_status(node, now, stale_after)
+    state, why = state_at(node, now, stale_after)
     out = [] if state == "up" else [("not up", why)]
     err_at, ok_at = node.get("last_error_unix"), node.get("last_ok_unix")
     if node.get("last_error") and state == "up" and (ok_at is None or err_at is None or err_at >= ok_at):
@@ -219,7 +215,7 @@ def node_problems(
         unreadable.setdefault(node, []).append((path, err))
     keyed, rows = [], []
     for n in nodes:
-        state = node_status(n, now, stale_after)[0]
+        state = state_at(n, now, stale_after)[0]
         issues = node_issues(n, now, stale_after, unreadable.get(n["name"], []))
         seen = n.get("last_ok_unix")
         natural = [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", n["name"])]  # node-2 before node-10
@@ -323,7 +319,7 @@ def gpu_table(gpus: pd.DataFrame, run_writing: bool = True) -> pd.DataFrame:
     errors = gpus["error"] if "error" in gpus else [None] * len(gpus)
     readings = zip(errors, gpus["util_pct"], gpus["temp_c"], gpus["throttle_reasons"], strict=True)
     flags = [
-        hardware.gpu_state({"error": e, "util_pct": u, "temp_c": t, "throttle_reasons": r}, run_writing)
+        gpu_state({"error": e, "util_pct": u, "temp_c": t, "throttle_reasons": r}, run_writing)
         for e, u, t, r in readings
     ]
     out = pd.DataFrame(

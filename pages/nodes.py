@@ -70,7 +70,7 @@ def render_page(rt: PageRuntime) -> None:
         return
     cards.render_indexing(nodes)
     cards.render_problems(alerts.lines(list(m.host_alerts)), "Hosts")
-    cards.render_node_table(nodes, m.stale_after, per_node=m.per_node, finished=m.finished, eta=m.eta_cells)
+    cards.render_node_table(nodes, m.stale_after, per_node=m.per_node, finished=m.finished, eta=m.eta_cells, now=m.now)
     if m.eta_caption:
         st.caption(md_escape(m.eta_caption))
     for gone in m.removed:
@@ -111,7 +111,9 @@ def node_csv(rt: PageRuntime) -> pd.DataFrame:
     """The node table as shown (tok/s and last new included while the run is live), for the CSV:
     the same model as the screen, so the same columns."""
     m = loaders.load_nodes_screen(rt.store, rt.config, runpicker.is_finished(rt))
-    return tables.node_table(list(m.nodes), m.stale_after, per_node=m.per_node, finished=m.finished, eta=m.eta_cells)
+    return tables.node_table(
+        list(m.nodes), m.stale_after, m.now, per_node=m.per_node, finished=m.finished, eta=m.eta_cells
+    )
 
 
 def shown_nodes(m: Nodes, shards: pd.DataFrame) -> list[NodeRow]:
@@ -151,7 +153,7 @@ def render_kiosk(rt: PageRuntime) -> None:
         st.info("No nodes registered yet: waiting for first poll (is the collector running?).")
         return
     cards.render_problems(alerts.lines(list(m.host_alerts)), "Hosts", limit=page.KIOSK_MAX_ALERTS)
-    cards.render_node_table(list(m.nodes), m.stale_after, per_node=m.per_node, finished=m.finished)
+    cards.render_node_table(list(m.nodes), m.stale_after, per_node=m.per_node, finished=m.finished, now=m.now)
     page.kiosk_caption(PREFIX, 1, "Each node's details, shards, servers and config: without ?kiosk=1.")
 
 

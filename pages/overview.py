@@ -60,7 +60,9 @@ def render_live(rt: PageRuntime) -> None:
         # GPU and host problems are alerts (above); here only what is worth knowing and no problem.
         cards.render_problems(list(m.gpu_notes), "GPUs")
     with right:
-        cards.render_node_table(nodes, rt.config.stale_after, compact=True, per_node=m.per_node, finished=finished)
+        cards.render_node_table(
+            nodes, rt.config.stale_after, compact=True, per_node=m.per_node, finished=finished, now=m.now
+        )
         if len(m.throughput) >= 2:
             series = pd.DataFrame([dataclasses.asdict(p) for p in m.throughput])
             st.plotly_chart(figures.make_throughput_figure(series, m.events), key=f"{PREFIX}_throughput_chart")
@@ -96,7 +98,7 @@ def render_kiosk(rt: PageRuntime) -> None:
     with right:
         finished = runpicker.is_finished(rt)
         cards.render_node_table(
-            list(m.nodes), rt.config.stale_after, compact=True, per_node=m.per_node, finished=finished
+            list(m.nodes), rt.config.stale_after, compact=True, per_node=m.per_node, finished=finished, now=m.now
         )
     if m.heat:
         heat = pd.DataFrame([dataclasses.asdict(h) for h in m.heat])
@@ -115,9 +117,9 @@ def render(rt: PageRuntime) -> None:
         return
     page.live(rt, render_live, rt, header=False)
     page.download_headline(rt, PREFIX)
-    nodes = list(loaders.load_overview(rt.store, rt.config, runpicker.is_finished(rt)).nodes)  # cached: the same model
+    model = loaders.load_overview(rt.store, rt.config, runpicker.is_finished(rt))  # cached: the same model
     page.download_csv(
-        tables.node_table(nodes, rt.config.stale_after),
+        tables.node_table(list(model.nodes), rt.config.stale_after, model.now),
         "nodes.csv",
         PREFIX,
         label="Download node table (CSV)",

@@ -145,6 +145,7 @@ def test_a_full_disk_under_the_store_is_the_nodes_error_and_an_alert_then_recove
     from components import alerts as alert_words
     from runhealth.collect.collector import Collector
     from runhealth.rules.health import node_status
+    from runhealth.screens.overview import overview
     from runhealth.settings.config import NodeConfig, RunConfig
 
     shard = tmp_path / "out.jsonl"
@@ -166,7 +167,7 @@ def test_a_full_disk_under_the_store_is_the_nodes_error_and_an_alert_then_recove
         assert node["last_error"] == "cannot write the history store: disk full"
         state, why = node_status(node, time.time() + 60, stale_after=30)
         assert state == "stale" and "disk full" in why
-        alerts = alert_words.lines(alert_words.current(store, config))
+        alerts = alert_words.lines(list(overview(store, config, time.time()).alerts))  # the Overview's alert box
         assert (
             "error",
             "n1: cannot write the history store: disk full — new data is not being saved (see Nodes).",

@@ -80,9 +80,29 @@ def test_the_core_may_not_import_streamlit_or_plotly(source):
     assert "TID251" not in lint("pages/planted.py", source), source  # the UI layers use them by design
 
 
+# components/ reach the rules and the analysis through the screen models only, the loaders excepted
+# (components/ruff.toml, issue #41): a card shows the number a model decided, it does not decide it.
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from runhealth.rules.health import node_status\n",
+        "from runhealth.rules import hardware\n",
+        "import runhealth.rules.activity\n",
+        "from runhealth.analysis import stats\n",
+        "from runhealth.analysis.whatif import WhatIf\n",
+        "import runhealth.analysis.continuation\n",
+    ],
+)
+def test_components_reach_the_rules_and_analysis_only_through_the_screen_models(source):
+    assert "TID251" in lint("components/planted.py", source), source
+    assert "TID251" in lint("components/tables.py", source), source  # an existing module is no exception
+    assert "TID251" not in lint("components/loaders.py", source), source  # the cached reads compute on demand
+
+
 def test_components_may_use_the_store_and_pages_the_components():
     assert "TID251" not in lint("components/planted.py", "from runhealth.store import Store\nimport streamlit\n")
-    assert "TID251" not in lint("components/planted.py", "from runhealth.analysis import stats\n")
+    assert "TID251" not in lint("components/planted.py", "import plotly.graph_objects as go\n")
+    assert "TID251" not in lint("components/planted.py", "from runhealth.screens.lengths import Summary, WhatIf\n")
     assert "TID251" not in lint(
         "pages/planted.py", "from components import loaders\nfrom runhealth.screens.lengths import Summary\n"
     )

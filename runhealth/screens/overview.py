@@ -26,6 +26,7 @@ from runhealth.analysis.stats import Summary
 from runhealth.analysis.stragglers import Stragglers
 from runhealth.records import GpuRow, NodeRow
 from runhealth.rules import activity, hardware, health
+from runhealth.rules.health import Alert as Alert  # the alert lines (components/alerts.py) name it here
 from runhealth.rules.health import level
 from runhealth.screens import derived, etas, fieldmodel, runeta
 from runhealth.screens import waste as waste_words

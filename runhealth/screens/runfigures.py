@@ -31,6 +31,7 @@ from typing import NamedTuple
 from runhealth import textsafe
 from runhealth.analysis import loops, rates, runcompare, stats, tokencost
 from runhealth.analysis.runcompare import Differences, Forecast
+from runhealth.analysis.stats import cdf_points as cdf_points  # Compare's cumulative curves (components)
 from runhealth.analysis.whatif import BOOTSTRAP
 from runhealth.errors import RunhealthError
 from runhealth.payloads import pagedata
