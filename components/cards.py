@@ -19,11 +19,11 @@ from collections.abc import Mapping
 import streamlit as st
 
 from components.format import fmt_count, md_escape
-from components.tables import finished_line, indexing_progress, last_error_line, node_table, why_empty
+from components.tables import finished_line, last_error_line, node_table, why_empty
 from runhealth.records import NodeRow, StoredSample
 from runhealth.screens import overview as overview_model
 from runhealth.screens.lengths import Summary
-from runhealth.screens.nodestates import NodeRate, state_at
+from runhealth.screens.nodestates import NodeRate, indexing_progress, state_at
 from runhealth.screens.words import explain
 from runhealth.screens.words import tile_help as words_tile_help
 from runhealth.settings.windows import NOTICE_S

@@ -20,7 +20,7 @@ from runhealth.ages import fmt_age, fmt_ago
 from runhealth.records import HostReading, NodeRow, StoredSample
 from runhealth.screens.gpus import gpu_state
 from runhealth.screens.lengths import Summary, WhatIf, wilson_interval
-from runhealth.screens.nodestates import NodeRate, state_at
+from runhealth.screens.nodestates import NodeRate, indexing_progress, state_at
 from runhealth.settings.windows import NOTICE_S
 
 STATE_BADGE = {"up": "UP", "stale": "STALE", "down": "DOWN", "pending": "PENDING", "finished": "FINISHED"}
@@ -155,25 +155,6 @@ def node_table(
 def server_metrics_table(metrics: pd.DataFrame) -> pd.DataFrame:
     """loaders.metrics_frame (metric x node) as text: "N/A" where a node has no value."""
     return metrics.apply(lambda col: col.map(fmt_number)).reset_index().rename(columns={"name": "metric"})
-
-
-def indexing_progress(nodes: list[NodeRow]) -> tuple[float, str] | None:
-    """(share done, sentence) while a backlog is being indexed: bytes done of total, speed, time left."""
-    done = sum(n.get("bytes_indexed") or 0 for n in nodes)
-    total = sum(n.get("bytes_total") or 0 for n in nodes)
-    pending = sum(n.get("pending_bytes") or 0 for n in nodes)
-    total = max(total, done + pending)
-    if not (pending > 0 or done < total):
-        return None
-    busy = [n for n in nodes if n.get("pending_bytes")]
-    rate = sum(n.get("index_bytes_per_s") or 0 for n in busy)
-    lefts = [p / s for n in busy if (s := n.get("index_bytes_per_s")) and (p := n["pending_bytes"])]
-    speed = f" · {fmt_bytes(rate)}/s" if rate else ""
-    eta = f" · about {fmt_age(max(lefts))} left" if lefts and len(lefts) == len(busy) else ""
-    return (
-        done / total if total else 0.0,
-        f"Indexing the backlog: {fmt_bytes(done)} of {fmt_bytes(total)}{speed}{eta} — numbers will grow",
-    )
 
 
 def last_error_line(node: NodeRow, now: float) -> str:

@@ -520,7 +520,7 @@ def slow_line(i: int) -> bytes:
 
 
 def test_a_scan_longer_than_the_command_timeout_still_indexes_and_shows_progress(tmp_path):
-    from components import tables
+    from runhealth.screens import nodestates
 
     shard = tmp_path / "big.jsonl"
     n = 96_000  # ~100 MB: more than one poll's 0.25 s scan budget (a 1 s command timeout) even at 80 MB/s
@@ -530,7 +530,7 @@ def test_a_scan_longer_than_the_command_timeout_still_indexes_and_shows_progress
 
     def watch():
         nodes = store.nodes()
-        progress = tables.indexing_progress(nodes)
+        progress = nodestates.indexing_progress(nodes)
         if progress is not None and "left" in progress[1]:
             seen_progress.append(progress)
         return sum(r["count"] for r in store.length_counts()) == n
