@@ -39,10 +39,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+from runhealth import ingest  # noqa: E402
 from runhealth.alerting import exporter  # noqa: E402
 from runhealth.analysis.servermetrics import merge_endpoints  # noqa: E402
 from runhealth.collect import collector as collector_mod  # noqa: E402
-from runhealth.collect import ingest  # noqa: E402
 from runhealth.collect.collector import Collector  # noqa: E402
 from runhealth.payloads import pagedata  # noqa: E402
 from runhealth.settings.config import parse_config  # noqa: E402
@@ -179,7 +179,7 @@ def build_history(store: Store, nodes: int, span_s: float, interval_s: float, en
             " SELECT ? + k * ? + i * 0.001, name, NULL, 40, 40000, 2, 0, 0, 20.0 FROM p, bench_nodes",
             (polls - 1, first, interval_s),
         )
-        db.execute(  # each poll's length stops (2 at the ceiling), as record_poll writes them
+        db.execute(  # each poll's length stops (2 at the ceiling), as write_poll writes them
             "INSERT INTO poll_length_stops WITH RECURSIVE p(k) AS (SELECT 0 UNION ALL SELECT k + 1 FROM p WHERE k < ?)"
             " SELECT ? + k * ? + i * 0.001, name, 4096, 2 FROM p, bench_nodes",
             (polls - 1, first, interval_s),

@@ -29,7 +29,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from fleet import SimNode  # noqa: E402
 
-from runhealth.collect import ingest  # noqa: E402
+from runhealth import ingest  # noqa: E402
 from runhealth.store import Store, rollup  # noqa: E402
 
 DAY = 86400.0

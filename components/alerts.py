@@ -7,27 +7,9 @@ so the Overview, the webhooks and /metrics can never disagree about what holds.
 
 from __future__ import annotations
 
-from components import loaders
-from runhealth.rules import health
-from runhealth.settings.config import RunConfig
-from runhealth.settings.runsettings import RunSettings
-from runhealth.store import Store
+from runhealth.screens import overview as overview_model
 
 
-def current(store: Store, config: RunConfig) -> list[health.Alert]:
-    """Every alert that holds now for the run of `config`: the core's evaluate (a cached read)."""
-    return loaders.load_alerts(store, RunSettings.from_config(config))
-
-
-HARDWARE_PREFIXES = {"gpu": ("gpu_",), "host": ("host_",)}
-
-
-def of_kind(found: list[health.Alert], kind: str) -> list[health.Alert]:
-    """The alerts about GPUs ("gpu": gpu_*) or hosts ("host": host_*), in evaluate's order: the
-    GPUs page's and the Nodes page's problem lists are these, worded as on the Overview."""
-    return [a for a in found if a.name.startswith(HARDWARE_PREFIXES[kind])]
-
-
-def lines(found: list[health.Alert]) -> list[tuple[str, str]]:
+def lines(found: list[overview_model.Alert]) -> list[tuple[str, str]]:
     """[(level "error" | "warning", sentence)] in evaluate's order: critical is an "error"."""
     return [("error" if a.severity == "critical" else "warning", a.summary) for a in found]

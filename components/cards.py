@@ -19,13 +19,11 @@ from collections.abc import Mapping
 import streamlit as st
 
 from components.format import fmt_count, md_escape
-from components.tables import finished_line, indexing_progress, last_error_line, node_table, why_empty
-from runhealth.analysis.stats import Summary
-from runhealth.analysis.unknowns import unknown_of
+from components.tables import finished_line, last_error_line, node_table, why_empty
 from runhealth.records import NodeRow, StoredSample
-from runhealth.rules.activity import NodeRate
-from runhealth.rules.health import node_status
 from runhealth.screens import overview as overview_model
+from runhealth.screens.lengths import Summary, unknown_of
+from runhealth.screens.nodestates import NodeRate, indexing_progress, state_at
 from runhealth.screens.words import explain
 from runhealth.screens.words import tile_help as words_tile_help
 from runhealth.settings.windows import NOTICE_S
@@ -117,11 +115,13 @@ def render_node_table(
     per_node: Mapping[str, NodeRate] | None = None,
     finished: bool = False,
     eta: Mapping[str, str] | None = None,
+    now: float | None = None,
 ) -> None:
+    """The node table; `now`: the instant of the model the nodes come from (their states at it)."""
     if not nodes:
         st.info("No nodes configured.")
         return
-    table = node_table(nodes, stale_after, per_node=per_node, finished=finished, eta=eta)
+    table = node_table(nodes, stale_after, now, per_node=per_node, finished=finished, eta=eta)
     if compact:
         extra = ["tok/s (1 min)", "last new"] if per_node is not None else ["GPUs"]
         table = table[["node", "status", "last seen", *extra, "disk free", "SSH RTT"]]
@@ -176,7 +176,7 @@ def render_sample(sample: StoredSample) -> None:
 
 
 def render_node_card(node: NodeRow, stale_after: float, now: float, finished: bool = False) -> None:
-    state, why = node_status(node, now, stale_after)
+    state, why = state_at(node, now, stale_after)
     if finished:  # not polled any more: no up / stale wording, when it was last polled
         state, why = "finished", finished_line(node)
     with st.container(border=True):

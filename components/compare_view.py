@@ -14,7 +14,6 @@ import streamlit as st
 from components import cards
 from components.figures import ALERT_COLOUR, CEILING_COLOUR, STOP_COLOUR, apply_layout, new_figure, vline
 from components.format import fmt_window, md_escape
-from runhealth.analysis import stats
 from runhealth.screens import compare as compare_model
 from runhealth.screens import runfigures
 from runhealth.settings.windows import RATE_WINDOW_S
@@ -75,7 +74,7 @@ def make_overlay_figure(a: runfigures.RunNumbers, b: runfigures.RunNumbers) -> g
             marker_color=colour,
             opacity=0.55,
         )
-        cdf = stats.cdf_points(run.hist)
+        cdf = runfigures.cdf_points(run.hist)
         fig.add_scatter(
             x=[t for t, _ in cdf],
             y=[100 * f for _t, f in cdf],

@@ -22,7 +22,7 @@ from numpy.typing import ArrayLike
 from plotly.basedatatypes import BaseTraceType
 
 from components.markers import add_event_markers, events_of
-from runhealth.rules.health import level
+from runhealth.screens.lengths import level
 
 DARK = "plotly_dark"
 STOP_COLOUR = "#4C9AFF"

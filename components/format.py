@@ -1,7 +1,7 @@
 """Numbers and remote text made ready for the screen: clock times, byte sizes, rates, windows, and
 markdown escaping for text that comes from the nodes.
 
-Ages ("3 min", "1.2 h") are `runhealth.rules.health.fmt_age`: the core words node states with it, so
+Ages ("3 min", "1.2 h") are `runhealth.ages.fmt_age`: the core words node states with it, so
 there is one definition. Nothing here calls Streamlit; every function is a plain str -> str.
 """
 
@@ -10,11 +10,9 @@ from __future__ import annotations
 import re
 import time
 
-from runhealth.rules.health import DOWN_AFTER_STALE as DOWN_AFTER_STALE  # node states: one rule, the core's
-from runhealth.rules.health import fmt_age as fmt_age
-from runhealth.rules.health import fmt_ago as fmt_ago
-from runhealth.rules.health import level as level
-from runhealth.rules.health import node_status as node_status
+from runhealth.ages import fmt_age as fmt_age
+from runhealth.ages import fmt_ago as fmt_ago
+from runhealth.screens.nodestates import DOWN_AFTER_STALE as DOWN_AFTER_STALE  # node states: one rule, the core's
 from runhealth.screens.words import fmt_bytes as fmt_bytes  # the core words tiles with these
 from runhealth.screens.words import fmt_count as fmt_count
 from runhealth.screens.words import fmt_plural as fmt_plural

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, ParamSpec, TypedDict, TypeVar
+from typing import Any, ParamSpec, TypedDict, TypeVar
 
 import pandas as pd
 import streamlit as st
@@ -23,18 +23,16 @@ from components import precomputed
 from runhealth.analysis import lengthtime, stats, whatif
 from runhealth.payloads import pagedata, pagetypes
 from runhealth.records import GpuRow, MetricRow, NodeRow, PendingSampleBatch, SampleBatch, ShardRow
-from runhealth.rules import activity, health
 from runhealth.rules.activity import RunRates as RunRates  # the pages name the rates type through here
-from runhealth.screens import derived, published
 from runhealth.screens import events as run_events
 from runhealth.screens import gpus as gpus_model
 from runhealth.screens import lengths as lengths_model
 from runhealth.screens import nodes as nodes_model
 from runhealth.screens import overview as overview_model
+from runhealth.screens import published
 from runhealth.screens import samples as samples_model
 from runhealth.settings.config import RunConfig
-from runhealth.settings.runsettings import RunSettings
-from runhealth.settings.windows import DROP_LOOKBACK_S, SERVER_RATE_WINDOW_S, WHATIF_REFIT_S, stale_after_s
+from runhealth.settings.windows import WHATIF_REFIT_S
 from runhealth.store import Store, rollup
 
 P = ParamSpec("P")
@@ -42,8 +40,6 @@ R = TypeVar("R")
 
 TTL_S = 3
 _HASH: dict[str | type[Any], Callable[[Any], Any]] = {Store: lambda s: str(s.path), RunConfig: repr}
-SERVER_GAUGES = ("sglang:gen_throughput",)
-SERVER_COUNTERS = ("vllm:generation_tokens_total",)
 
 
 def _cache(ttl: float = TTL_S, max_entries: int = 16) -> Callable[[Callable[P, R]], CachedFunc[P, R]]:
@@ -57,9 +53,6 @@ def clear_all() -> None:
         load_run_lengths,
         load_group_lengths,
         load_truncation_over_time,
-        load_throughput,
-        load_health,
-        load_alerts,
         load_gpu_latest,
         load_gpu_series,
         load_samples,
@@ -168,49 +161,6 @@ def load_lengths_over_time(store: Store, ceiling: int | None) -> pd.DataFrame:
     return df
 
 
-class Throughput(NamedTuple):
-    """The servers' own tok/s (None: no server reports one) and the throughput chart's series."""
-
-    server_tokens_per_s: float | None
-    series: pd.DataFrame  # bucket_unix, ..., tokens_per_s: complete, non-backfill buckets of the last hour
-
-
-@_cache(ttl=TTL_S, max_entries=8)
-def load_throughput(store: Store, interval_s: float) -> Throughput:
-    """The servers' own tok/s (their gauges and counters) and the throughput chart's series; the
-    shards' tok/s is load_health's (one definition: runhealth.rules.activity)."""
-    from runhealth.analysis import rates
-
-    now = time.time()
-    server = None
-    fresh = now - stale_after_s(interval_s)
-    gauges = [m["value"] for m in store.metric_latest() if m["name"] in SERVER_GAUGES and m["ts_unix"] >= fresh]
-    if gauges:
-        server = float(sum(gauges))
-    for name in SERVER_COUNTERS:
-        per_node: dict[str, list] = {}
-        for m in store.metric_series(name, since_unix=now - SERVER_RATE_WINDOW_S):
-            per_node.setdefault(m["node"], []).append((m["ts_unix"], m["value"]))
-        node_rates = [r for r in (rates.counter_rate(s) for s in per_node.values()) if r is not None]
-        if node_rates:
-            server = (server or 0.0) + float(sum(node_rates))
-    bucket_s = stale_after_s(interval_s)  # a few polls
-    series = pd.DataFrame(
-        store.polls_by_bucket(bucket_s, since_unix=now - DROP_LOOKBACK_S),
-        columns=["bucket_unix", "completions", "tokens", "length_stops", "malformed", "backfill"],
-    )
-    series = series[series["backfill"] == 0].iloc[:-1]  # the last bucket is still filling
-    series = series.assign(tokens_per_s=series["tokens"] / bucket_s)
-    return Throughput(server, series)
-
-
-@_cache(ttl=TTL_S, max_entries=8)
-def load_health(store: Store) -> activity.RunRates:
-    """The run's live rates (the one tok/s, per node and summed; the 15-min average; when each
-    node's shards last grew; the rate drop): runhealth.rules.activity.read_rates at now."""
-    return activity.read_rates(store, time.time())
-
-
 def load_overview(store: Store, config: RunConfig, finished: bool = False) -> overview_model.Overview:
     """The Overview's model at now (runhealth.screens.overview): tiles, banner, progress, node
     states and the headline record, one instant: the collector's published one while it is still
@@ -237,19 +187,6 @@ def load_gpus_screen(store: Store, config: RunConfig) -> gpus_model.Gpus:
     """The GPUs page's model at now (runhealth.screens.gpus): the GPUs' latest readings, their
     alerts and notes, telemetry errors, from one reading of the store."""
     return gpus_model.gpus(store, config, time.time())
-
-
-@_cache(ttl=TTL_S, max_entries=8)
-def load_alerts(store: Store, settings: RunSettings) -> list[health.Alert]:
-    """health.evaluate() now, for the run settings `settings` (`RunSettings.from_config`):
-    the Overview's alert box (75 ms at 64 nodes x 8 GPUs, so cached like the other reads)."""
-    return health.evaluate(store, time.time(), settings)
-
-
-@_cache(ttl=60, max_entries=4)
-def load_final(store: Store, completions: int) -> derived.Final:
-    """A finished run's final figures (runhealth.screens.derived.final): its store no longer changes."""
-    return derived.final(store, completions)
 
 
 @_cache()

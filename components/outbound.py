@@ -21,11 +21,11 @@ import streamlit as st
 from components import runpicker
 from components.context import PageRuntime
 from components.format import md_escape
+from runhealth import heartbeat
+from runhealth.ages import fmt_ago
 from runhealth.alerting import notify
 from runhealth.alerting import outputs as outbound
-from runhealth.collect import heartbeat
 from runhealth.records import CollectorStatus
-from runhealth.rules.health import fmt_ago
 from runhealth.store import Store
 
 WINDOW_S = 24 * 3600
@@ -46,7 +46,7 @@ def load_status(store: Store) -> CollectorStatus | None:
 
 def collector_problem(rt: PageRuntime, now: float) -> str | None:
     """Why no collector writes the run `rt` shows, in words (None: one does, or it is finished):
-    runhealth.collect.heartbeat's sentence, the one the Overview's collector_down alert carries."""
+    runhealth.heartbeat's sentence, the one the Overview's collector_down alert carries."""
     if runpicker.is_finished(rt):
         return None
     status = load_status(rt.store)

@@ -23,8 +23,9 @@ from streamlit.navigation.page import StreamlitPage
 from components import access, cards, context, loaders, runpicker
 from components import outbound as outbound_view
 from components.format import fmt_clock, fmt_plural, md_escape
-from runhealth.collect import heartbeat
-from runhealth.rules.health import FUTURE_TOLERANCE_S, fmt_age, fmt_ago, node_status
+from runhealth import heartbeat
+from runhealth.ages import FUTURE_TOLERANCE_S, fmt_age, fmt_ago
+from runhealth.screens.nodestates import any_down
 from runhealth.serve import exposure
 from runhealth.settings.config import fix_hint
 from runhealth.settings.windows import FRESHNESS_TICK_S
@@ -385,7 +386,7 @@ def _kiosk_rotate(rt: context.PageRuntime, prefix: str, rotate_s: float, pages: 
     if now - shown[1] < rotate_s - 1.0:
         return
     nodes = loaders.load_nodes(rt.store)
-    down = any(node_status(n, now, rt.config.stale_after)[0] == "down" for n in nodes)
+    down = any_down(nodes, now, rt.config.stale_after)
     has_gpu = not loaders.load_gpu_latest(rt.store).empty
     st.session_state["kiosk_shown"] = None
     page_name, part = next_kiosk_screen(prefix, here[1], down, has_gpu)

@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 import pandas as pd
 import streamlit as st
 
+from runhealth.ages import fmt_ago
 from runhealth.payloads import pagedata
 from runhealth.payloads.pagetypes import GpuWindow, Table
-from runhealth.rules.health import fmt_ago
 from runhealth.store import Store
 
 _HASH: dict[str | type[Any], Any] = {Store: lambda s: str(s.path)}

@@ -16,14 +16,11 @@ from typing import Any
 import pandas as pd
 
 from components.format import fmt_bytes, fmt_count, fmt_number, fmt_rate, fmt_share
-from runhealth.analysis import stats
-from runhealth.analysis.stats import Summary
-from runhealth.analysis.whatif import WhatIf
+from runhealth.ages import fmt_age, fmt_ago
 from runhealth.records import HostReading, NodeRow, StoredSample
-from runhealth.rules import hardware
-from runhealth.rules.activity import NodeRate
-from runhealth.rules.hardware import telemetry_errors as telemetry_errors  # the GPUs page words them
-from runhealth.rules.health import fmt_age, fmt_ago, node_status
+from runhealth.screens.gpus import gpu_state
+from runhealth.screens.lengths import Summary, WhatIf, wilson_interval
+from runhealth.screens.nodestates import NodeRate, indexing_progress, state_at
 from runhealth.settings.windows import NOTICE_S
 
 STATE_BADGE = {"up": "UP", "stale": "STALE", "down": "DOWN", "pending": "PENDING", "finished": "FINISHED"}
@@ -51,7 +48,7 @@ def short_group_labels(df: pd.DataFrame, top_n: int = 25) -> pd.DataFrame:
         return out
     top, rest = out.iloc[:top_n], out.iloc[top_n:]
     n, at = int(rest["completions"].sum()), int(rest["at_ceiling"].sum())
-    lo, hi = stats.wilson_interval(at, n)
+    lo, hi = wilson_interval(at, n)
     other = {
         "group": f"{len(rest):,} other groups",
         "label": f"{len(rest):,} others",
@@ -120,13 +117,13 @@ def node_table(
     finished: bool = False,
     eta: Mapping[str, str] | None = None,
 ) -> pd.DataFrame:
-    """One row per node; with `per_node` (load_health's NodeRate map) its tok/s over the last
+    """One row per node; with `per_node` (the rates' NodeRate map: runhealth.rules.activity) its tok/s over the last
     minute and when its shards last grew; with `eta` (the Nodes model's eta_cells) its ETA to its share. A finished run's nodes are "FINISHED" (not polled any
     more), with when they were last polled: no up / stale wording."""
     now = now or time.time()
     rows = []
     for n in nodes:
-        state, why = node_status(n, now, stale_after)
+        state, why = state_at(n, now, stale_after)
         if finished:
             state, why = "finished", finished_line(n)
         free = [f for d in (n.get("disk") or {}).values() if (f := d.get("free_bytes")) is not None]
@@ -160,25 +157,6 @@ def server_metrics_table(metrics: pd.DataFrame) -> pd.DataFrame:
     return metrics.apply(lambda col: col.map(fmt_number)).reset_index().rename(columns={"name": "metric"})
 
 
-def indexing_progress(nodes: list[NodeRow]) -> tuple[float, str] | None:
-    """(share done, sentence) while a backlog is being indexed: bytes done of total, speed, time left."""
-    done = sum(n.get("bytes_indexed") or 0 for n in nodes)
-    total = sum(n.get("bytes_total") or 0 for n in nodes)
-    pending = sum(n.get("pending_bytes") or 0 for n in nodes)
-    total = max(total, done + pending)
-    if not (pending > 0 or done < total):
-        return None
-    busy = [n for n in nodes if n.get("pending_bytes")]
-    rate = sum(n.get("index_bytes_per_s") or 0 for n in busy)
-    lefts = [p / s for n in busy if (s := n.get("index_bytes_per_s")) and (p := n["pending_bytes"])]
-    speed = f" · {fmt_bytes(rate)}/s" if rate else ""
-    eta = f" · about {fmt_age(max(lefts))} left" if lefts and len(lefts) == len(busy) else ""
-    return (
-        done / total if total else 0.0,
-        f"Indexing the backlog: {fmt_bytes(done)} of {fmt_bytes(total)}{speed}{eta} — numbers will grow",
-    )
-
-
 def last_error_line(node: NodeRow, now: float) -> str:
     """The last error with its age, and whether a successful poll came after it (then it is history)."""
     err_at, ok_at = node.get("last_error_unix"), node.get("last_ok_unix")
@@ -194,7 +172,7 @@ STATE_RANK = {"down": 0, "stale": 1, "pending": 2, "up": 3}  # worst first
 def node_issues(node: NodeRow, now: float, stale_after: float, unreadable: list[tuple[str, str]]) -> list:
     """[(problem, detail)] for one node: not up, an unresolved last error, globs matching
     nothing, GPU telemetry or server-metrics errors, shards it cannot read (path, error)."""
-    state, why = node_status(node, now, stale_after)
+    state, why = state_at(node, now, stale_after)
     out = [] if state == "up" else [("not up", why)]
     err_at, ok_at = node.get("last_error_unix"), node.get("last_ok_unix")
     if node.get("last_error") and state == "up" and (ok_at is None or err_at is None or err_at >= ok_at):
@@ -218,7 +196,7 @@ def node_problems(
         unreadable.setdefault(node, []).append((path, err))
     keyed, rows = [], []
     for n in nodes:
-        state = node_status(n, now, stale_after)[0]
+        state = state_at(n, now, stale_after)[0]
         issues = node_issues(n, now, stale_after, unreadable.get(n["name"], []))
         seen = n.get("last_ok_unix")
         natural = [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", n["name"])]  # node-2 before node-10
@@ -322,7 +300,7 @@ def gpu_table(gpus: pd.DataFrame, run_writing: bool = True) -> pd.DataFrame:
     errors = gpus["error"] if "error" in gpus else [None] * len(gpus)
     readings = zip(errors, gpus["util_pct"], gpus["temp_c"], gpus["throttle_reasons"], strict=True)
     flags = [
-        hardware.gpu_state({"error": e, "util_pct": u, "temp_c": t, "throttle_reasons": r}, run_writing)
+        gpu_state({"error": e, "util_pct": u, "temp_c": t, "throttle_reasons": r}, run_writing)
         for e, u, t, r in readings
     ]
     out = pd.DataFrame(

@@ -9,9 +9,9 @@ import json
 import math
 from typing import Any
 
-from runhealth.analysis import continuation
-from runhealth.analysis.whatif import MIN_LOOP_SAMPLES, WhatIf, loop_note
 from runhealth.collect.collector import Collector
+from runhealth.screens.lengths import MIN_LOOP_SAMPLES, WhatIf, loop_note
+from runhealth.screens.samples import continuation
 from runhealth.settings.config import RunConfig
 
 BACKTEST_FAIL = 0.25  # the headline model off by more than this on its own back-test: the tile says so

@@ -11,7 +11,7 @@ import streamlit as st
 
 from components import cards, fieldcharts, figcache, figures, jobs, loaders, page, precomputed, tables, whatif_view
 from components.context import PageRuntime
-from components.format import fmt_percentile_tokens, level, md_escape
+from components.format import fmt_percentile_tokens, md_escape
 from runhealth.screens.lengths import WHATIF_REFIT_S, Lengths, Summary, WhatIf, unknown_of
 
 PREFIX = "lengths"
@@ -123,7 +123,7 @@ def render_whatif(rt: PageRuntime, m: Lengths) -> None:
                     )
                     if x
                 ),
-                "muted" if failed else level(frac, cfg_warn, cfg_alert),  # an unreliable guess never alarms
+                m.whatif_level(r, cfg_warn, cfg_alert, bool(failed)),
                 help=f"the share of all completions that would still stop at max_tokens = {limit:,} (an extrapolation)",
             ),
             cards.tile(

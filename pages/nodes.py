@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from components import alerthistory, alerts, cards, loaders, page, runpicker, tables
+from components import alerthistory_view, alerts, cards, loaders, page, runpicker, tables
 from components.context import PageRuntime
 from components.format import DOWN_AFTER_STALE, fmt_age, fmt_bytes, fmt_count, md_escape
 from components.outbound import render_collector, render_outbound
@@ -70,7 +70,7 @@ def render_page(rt: PageRuntime) -> None:
         return
     cards.render_indexing(nodes)
     cards.render_problems(alerts.lines(list(m.host_alerts)), "Hosts")
-    cards.render_node_table(nodes, m.stale_after, per_node=m.per_node, finished=m.finished, eta=m.eta_cells)
+    cards.render_node_table(nodes, m.stale_after, per_node=m.per_node, finished=m.finished, eta=m.eta_cells, now=m.now)
     if m.eta_caption:
         st.caption(md_escape(m.eta_caption))
     for gone in m.removed:
@@ -92,7 +92,7 @@ def render_page(rt: PageRuntime) -> None:
     if not server.empty:
         st.subheader("Inference servers (latest /metrics values)")
         st.dataframe(tables.server_metrics_table(server), hide_index=True, width="stretch")
-    page.guarded(alerthistory.render_history)(rt, PREFIX)
+    page.guarded(alerthistory_view.render_history)(rt, PREFIX)
     page.guarded(render_outbound)(rt)
 
 
@@ -115,7 +115,9 @@ def node_csv(rt: PageRuntime) -> pd.DataFrame:
     """The node table as shown (tok/s and last new included while the run is live), for the CSV:
     the same model as the screen, so the same columns."""
     m = loaders.load_nodes_screen(rt.store, rt.config, runpicker.is_finished(rt))
-    return tables.node_table(list(m.nodes), m.stale_after, per_node=m.per_node, finished=m.finished, eta=m.eta_cells)
+    return tables.node_table(
+        list(m.nodes), m.stale_after, m.now, per_node=m.per_node, finished=m.finished, eta=m.eta_cells
+    )
 
 
 def shown_nodes(m: Nodes, shards: pd.DataFrame) -> list[NodeRow]:
@@ -155,7 +157,7 @@ def render_kiosk(rt: PageRuntime) -> None:
         st.info("No nodes registered yet: waiting for first poll (is the collector running?).")
         return
     cards.render_problems(alerts.lines(list(m.host_alerts)), "Hosts", limit=page.KIOSK_MAX_ALERTS)
-    cards.render_node_table(list(m.nodes), m.stale_after, per_node=m.per_node, finished=m.finished)
+    cards.render_node_table(list(m.nodes), m.stale_after, per_node=m.per_node, finished=m.finished, now=m.now)
     page.kiosk_caption(PREFIX, 1, "Each node's details, shards, servers and config: without ?kiosk=1.")
 
 
@@ -178,4 +180,4 @@ def render(rt: PageRuntime) -> None:
     page.download_csv(
         fields_csv(rt), "nodes-fields.csv", f"{PREFIX}_fields", "Download per-node prompts and labels CSV"
     )
-    page.guarded(alerthistory.download)(rt, PREFIX)
+    page.guarded(alerthistory_view.download)(rt, PREFIX)

@@ -15,7 +15,7 @@ import dataclasses
 import pandas as pd
 import streamlit as st
 
-from components import alerthistory, alerts, cards, figures, format, loaders, page, runpicker, tables
+from components import alerthistory_view, alerts, cards, figures, format, loaders, page, runpicker, tables
 from components.context import PageRuntime
 from runhealth.screens.overview import Overview as OverviewModel
 
@@ -71,7 +71,9 @@ def render_live(rt: PageRuntime) -> None:
         # GPU and host problems are alerts (above); here only what is worth knowing and no problem.
         cards.render_problems(list(m.gpu_notes), "GPUs")
     with right:
-        cards.render_node_table(nodes, rt.config.stale_after, compact=True, per_node=m.per_node, finished=finished)
+        cards.render_node_table(
+            nodes, rt.config.stale_after, compact=True, per_node=m.per_node, finished=finished, now=m.now
+        )
         if len(m.throughput) >= 2:
             series = pd.DataFrame([dataclasses.asdict(p) for p in m.throughput])
             st.plotly_chart(figures.make_throughput_figure(series, m.events), key=f"{PREFIX}_throughput_chart")
@@ -79,7 +81,7 @@ def render_live(rt: PageRuntime) -> None:
             st.caption(
                 "The throughput chart appears once a few minutes of polls are in (the first scan is not counted)."
             )
-    page.guarded(alerthistory.render_today)(rt, PREFIX, m.events)
+    page.guarded(alerthistory_view.render_today)(rt, PREFIX, m.events)
 
 
 def render_kiosk(rt: PageRuntime) -> None:
@@ -108,7 +110,7 @@ def render_kiosk(rt: PageRuntime) -> None:
     with right:
         finished = runpicker.is_finished(rt)
         cards.render_node_table(
-            list(m.nodes), rt.config.stale_after, compact=True, per_node=m.per_node, finished=finished
+            list(m.nodes), rt.config.stale_after, compact=True, per_node=m.per_node, finished=finished, now=m.now
         )
     if m.heat:
         heat = pd.DataFrame([dataclasses.asdict(h) for h in m.heat])
@@ -127,9 +129,9 @@ def render(rt: PageRuntime) -> None:
         return
     page.live(rt, render_live, rt, header=False)
     page.download_headline(rt, PREFIX)
-    nodes = list(loaders.load_overview(rt.store, rt.config, runpicker.is_finished(rt)).nodes)  # cached: the same model
+    model = loaders.load_overview(rt.store, rt.config, runpicker.is_finished(rt))  # cached: the same model
     page.download_csv(
-        tables.node_table(nodes, rt.config.stale_after),
+        tables.node_table(list(model.nodes), rt.config.stale_after, model.now),
         "nodes.csv",
         PREFIX,
         label="Download node table (CSV)",

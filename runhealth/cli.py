@@ -24,12 +24,12 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from runhealth import __version__
+from runhealth import __version__, ingest
 from runhealth.alerting import metricsauth
 from runhealth.alerting.metricsauth import MetricsAccess
-from runhealth.analysis import compare, fieldfigures, stats, unknowns, whatif
 from runhealth.analysis import failed as failed_reqs
-from runhealth.collect import ingest, service
+from runhealth.analysis import fieldfigures, runcompare, stats, unknowns, whatif
+from runhealth.collect import service
 from runhealth.collect.collector import Collector
 from runhealth.errors import ConfigError, RunhealthError
 from runhealth.node import agent
@@ -164,15 +164,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     fields = ({"prompt_id_path": None, "prompt_tokens_path": None, "group_path": None}, None, None)
     hist_a, sum_a, json_a, _ = scan_summary(args.paths, args.ceiling_a, args.workers, fields)
     hist_b, sum_b, json_b, _ = scan_summary(args.b_paths, args.ceiling_b, args.workers, fields)
-    diffs = compare.differences(hist_a, sum_a, hist_b, sum_b)
-    forecast, note = compare.forecast_check(hist_a, sum_a, hist_b, sum_b)
+    diffs = runcompare.differences(hist_a, sum_a, hist_b, sum_b)
+    forecast, note = runcompare.forecast_check(hist_a, sum_a, hist_b, sum_b)
     report = {
         "a": json_a,
         "b": json_b,
         "forecast": forecast,
         "forecast_note": note,
         "differences": diffs,
-        "summary": compare.headline(sum_a, sum_b, diffs),
+        "summary": runcompare.headline(sum_a, sum_b, diffs),
     }
     print(json.dumps(report, indent=2) if args.json else format_compare(report))
     return 0 if sum_a.completions and sum_b.completions else 1
@@ -209,7 +209,7 @@ def format_compare(r: dict[str, Any]) -> str:
                 if p["at_ceiling"]
                 else ""
             )
-            diff, interval = compare.percentile_texts(p)
+            diff, interval = runcompare.percentile_texts(p)
             out.append(f"{name}: {fmt_count(p['a'])} -> {fmt_count(p['b'])} ({diff}; {interval}{cut})")
     out.extend(format_forecast(r["forecast"]))
     out.append(escape(r["forecast_note"]))

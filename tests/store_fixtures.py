@@ -1,6 +1,6 @@
 """Realistic history stores for page tests, built the way the collector builds them.
 
-Every store here is written through `Store.record_poll` with synthetic agent replies in the wire
+Every store here is written through `Store.write_poll` (store_fixtures.write_reply: ingest.read_poll, then write_poll) with synthetic agent replies in the wire
 shape of docs/design.md (§1 op "poll"), so pages are tested against what the collector really
 stores, not against hand-made rows. Scenarios are named after the situation they reproduce:
 
@@ -22,9 +22,11 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from runhealth import ingest
 from runhealth.analysis import loops
+from runhealth.node.wire import PollReply
 from runhealth.store import Store
 
 CEILING = 4096
@@ -56,6 +58,20 @@ def write_config(
     path = tmp / "runhealth.toml"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def write_reply(
+    store: Store,
+    node: str,
+    reply: dict[str, Any],
+    ts_unix: float,
+    rtt_ms: float | None = None,
+    server_metrics: dict[str, float] | None = None,
+) -> dict[str, int]:
+    """Write an agent's poll reply the collector's way (runhealth/collect/collector.py): read into
+    one PollRecord by `ingest.read_poll` (with the server metrics the collector parsed, if any),
+    then `Store.write_poll`; returns the deltas it added."""
+    return store.write_poll(node, ingest.read_poll(cast(PollReply, reply), server_metrics), ts_unix, rtt_ms)
 
 
 def gpu_device(
@@ -239,7 +255,7 @@ def build_run(
                         "processes": [],
                     }
                 reply = poll_reply(ts + 0.4, devices, files, unmatched=(unmatched or {}).get(node))
-                store.record_poll(node, reply, ts, rtt_ms=12.5)
+                write_reply(store, node, reply, ts, rtt_ms=12.5)
                 made = sum(f["tokens"] for f in files.values())
                 store.record_metrics(
                     node, {"sglang:gen_throughput": made / interval_s * (0.97 + rng.random() * 0.06)}, ts

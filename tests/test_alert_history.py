@@ -276,7 +276,7 @@ def test_the_nodes_page_lists_the_episodes_newest_first_with_durations(scenario,
 
 
 def test_the_alert_history_csv_carries_the_episodes(scenario):
-    from components.alerthistory import history_csv
+    from components.alerthistory_view import history_csv
 
     _tmp, _config, store = scenario
     csv = pd.read_csv(io.StringIO(history_csv(driven(store.alert_episodes())).to_csv(index=False)))

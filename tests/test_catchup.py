@@ -18,6 +18,7 @@ import pytest
 import streamlit as st
 from prometheus_client import generate_latest
 from shardgen import truth_rows, write_shard
+from store_fixtures import write_reply
 from streamlit.testing.v1 import AppTest
 
 from components import loaders, tables
@@ -115,8 +116,8 @@ def test_one_nodes_catch_up_does_not_hide_another_nodes_live_polls(tmp_path):
         return {"ok": True, "time_unix": None, "shards": {"files": {path: entry}, "pending_bytes": pending}}
 
     for i in range(6):
-        store.record_poll("a", reply("/a.jsonl", i * 100_000, 1000, 10**8), t0 + 10 * i, 5.0)  # a backlog
-        store.record_poll("b", reply("/b.jsonl", i * 1000, 10, 0), t0 + 10 * i + 1, 5.0)  # live
+        write_reply(store, "a", reply("/a.jsonl", i * 100_000, 1000, 10**8), t0 + 10 * i, 5.0)  # a backlog
+        write_reply(store, "b", reply("/b.jsonl", i * 1000, 10, 0), t0 + 10 * i + 1, 5.0)  # live
     (bucket,) = store.polls_by_bucket(60)
     assert bucket["backfill"] == 0
     assert (bucket["completions"], bucket["length_stops"]) == (50, 5)  # b's five live polls after its first

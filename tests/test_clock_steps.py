@@ -26,12 +26,12 @@ from shardgen import chat_line, truth_rows, write_shard
 from test_packaging import stored_count, wait_for_count, write_local_config
 
 from components import precomputed
+from runhealth.ages import fmt_ago
 from runhealth.alerting import exporter
 from runhealth.alerting import outputs as outbound
 from runhealth.collect.collector import Collector
 from runhealth.payloads import pagedata
 from runhealth.rules import activity
-from runhealth.rules.health import fmt_ago
 from runhealth.settings.config import parse_config
 from runhealth.store import Store
 

@@ -14,7 +14,7 @@ import sys
 import pytest
 from shardgen import chat_line, write_shard
 
-from runhealth.analysis.compare import newcombe_diff, quantile_interval
+from runhealth.analysis.runcompare import newcombe_diff, quantile_interval
 from runhealth.cli import split_compare
 
 MU, SIGMA, N = math.log(1500), 0.9, 20000

@@ -1,7 +1,7 @@
 """The Compare page and its core over the demo's two runs, checked against the simulator's truth.
 
 The demo's run A (finished, max_tokens 4,096) and run B (the 8,192 relaunch) are written by the
-simulator and collected poll by poll through the real agent (`demo.fill_finished`), as the
+simulator and collected poll by poll through the real agent (`collect.demofill.fill_finished`), as the
 dashboard does at start; the simulator draws lengths from a known log-normal, so the shares
 cut at each ceiling, the mean lengths and the tok/s per GPU it was told to produce are known
 (`demo.truth`, `demo.TOKENS_PER_S_*`), and the page's numbers are checked against them.
@@ -25,6 +25,7 @@ from components import compare_view, context, runpicker, whatif_view
 from pages import compare as compare_page
 from runhealth import demo
 from runhealth.analysis import rates
+from runhealth.collect import demofill
 from runhealth.rules import health
 from runhealth.screens import derived, runfigures, words
 from runhealth.settings.runsettings import RunSettings
@@ -41,8 +42,8 @@ def demo_cache(tmp_path_factory) -> Path:
     base = cache / "runhealth" / "demo"
     (live, _), (done, finished) = demo.demo_runs(base)
     assert finished
-    assert demo.fill_finished(done, Store(done.resolved_store_path()), seed=11)
-    assert demo.fill_finished(
+    assert demofill.fill_finished(done, Store(done.resolved_store_path()), seed=11)
+    assert demofill.fill_finished(
         live,
         Store(live.resolved_store_path()),
         seed=12,

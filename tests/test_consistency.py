@@ -1,7 +1,7 @@
 """One fact, one number, on every consumer (issue #41 item 1): the consistency harness.
 
 Each scenario is a run's store built poll by poll as the collector builds it (the demo
-simulator's lines, scanned by the real agent scanner, written with Store.record_poll on a fixed
+simulator's lines, scanned by the real agent scanner, written with store_fixtures.write_reply (the collector's path) on a fixed
 clock), with the config a user would write. At one instant (`NOW`: the scenario's last poll; the
 process's clock is frozen there while the consumers read, so every page, the CLI, /metrics and
 the webhook body read the same instant) every consumer is read and each named fact pulled out of
@@ -29,7 +29,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from store_fixtures import poll_reply
+from store_fixtures import poll_reply, write_reply
 from test_pages import _clear_streamlit_caches, assert_clean, open_app  # noqa: F401 (autouse fixture)
 
 from runhealth import cli
@@ -248,7 +248,7 @@ def build(
                     pass
             entry = scan.scan_file(str(path), *at[node], 1 << 30)
             at[node] = (entry["inode"], entry["offset"])
-            store.record_poll(node, poll_reply(ts + 0.4, [], {str(path): entry}), ts, rtt_ms=5.0)
+            write_reply(store, node, poll_reply(ts + 0.4, [], {str(path): entry}), ts, rtt_ms=5.0)
     config = write_config(folder, tuple(plan), target, expected, extra)
     store.set_meta("run", RunSettings.from_config(load_config(config)).to_meta())  # as its collector records it
     store.close()

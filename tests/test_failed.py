@@ -20,9 +20,8 @@ import store_fixtures
 from test_pages import _clear_streamlit_caches, assert_clean, run_page, texts  # noqa: F401 (autouse fixture)
 from test_webhooks import Receiver, _notifier
 
-from runhealth import cli
+from runhealth import cli, ingest
 from runhealth.alerting import exporter
-from runhealth.collect import ingest
 from runhealth.node import agent
 from runhealth.screens import compare as compare_screen
 from runhealth.screens import nodes as nodes_screen
@@ -110,7 +109,7 @@ def test_a_malformed_failed_part_is_refused_by_name_and_writes_nothing(tmp_path,
     store = Store(tmp_path / "s.sqlite3")
     reply = store_fixtures.poll_reply(1.0, [], {"/data/a.jsonl": entry(**extra)})
     with pytest.raises(ingest.ReplyError):
-        store.record_poll("n1", reply, 1.0, 1.0)
+        store_fixtures.write_reply(store, "n1", reply, 1.0, 1.0)
     assert store.nodes() == [] and store.failed_rows() == []  # nothing half written
     store.close()
 
@@ -120,14 +119,14 @@ def test_failed_counts_are_written_with_the_shard_and_dropped_by_its_reset(tmp_p
     store = Store(tmp_path / "s.sqlite3")
     a, b = "/d/a.jsonl", "/d/b.jsonl"
     files = {a: entry(inode=1, failed=[["expired", 3]]), b: entry(inode=2, failed=[["expired", 1], ["http_500", 2]])}
-    store.record_poll("n1", store_fixtures.poll_reply(1.0, [], files), 1.0, 1.0)
+    store_fixtures.write_reply(store, "n1", store_fixtures.poll_reply(1.0, [], files), 1.0, 1.0)
     assert store.failed_rows() == [
         {"node": "n1", "reason": "expired", "count": 4},
         {"node": "n1", "reason": "http_500", "count": 2},
     ]
     # a.jsonl is rewritten: its failed requests go with its other counts; b's stay.
     again = {a: entry(inode=5, reset=True, offset_from=0, failed=[["canceled", 1]])}
-    store.record_poll("n1", store_fixtures.poll_reply(2.0, [], again), 2.0, 1.0)
+    store_fixtures.write_reply(store, "n1", store_fixtures.poll_reply(2.0, [], again), 2.0, 1.0)
     assert {(r["reason"], r["count"]) for r in store.failed_rows()} == {
         ("expired", 1),
         ("http_500", 2),
@@ -140,7 +139,9 @@ def test_the_stored_reasons_are_bounded_like_finish_reasons(tmp_path):
     store = Store(tmp_path / "s.sqlite3")
     for p in range(3):  # 3 polls x 20 new reasons: the first 32 kept, the rest counted as "other"
         rows = [[f"code_{p}_{i}", 1] for i in range(20)]
-        store.record_poll("n1", store_fixtures.poll_reply(p, [], {f"/d/{p}.jsonl": entry(failed=rows)}), p, 1.0)
+        store_fixtures.write_reply(
+            store, "n1", store_fixtures.poll_reply(p, [], {f"/d/{p}.jsonl": entry(failed=rows)}), p, 1.0
+        )
     got = {r["reason"]: r["count"] for r in store.failed_rows()}
     assert len(got) == 33 and got["other"] == 60 - 32 and sum(got.values()) == 60
     store.close()
@@ -149,12 +150,12 @@ def test_the_stored_reasons_are_bounded_like_finish_reasons(tmp_path):
 def test_a_failed_prompt_answered_later_counts_as_answered_once_and_as_a_retried_failure(tmp_path):
     store = Store(tmp_path / "s.sqlite3")
     first = {"/d/a.jsonl": entry(failed=[["server_error", 2]], failed_ids=ids(11, 12), fields={"ids": ids(10)})}
-    store.record_poll("n1", store_fixtures.poll_reply(1.0, [], first), 1.0, 1.0)
+    store_fixtures.write_reply(store, "n1", store_fixtures.poll_reply(1.0, [], first), 1.0, 1.0)
     # Only prompt 10 was answered: the failed IDs 11 and 12 are not prompts answered.
     assert store.prompt_counts()["distinct_prompts"] == 1
     assert store.failed_prompts() == {"failed_prompts": 2, "retried": 0}
     retry = {"/d/b.jsonl": entry(fields={"ids": ids(11)})}  # prompt 11 retried, answered on another shard
-    store.record_poll("n1", store_fixtures.poll_reply(2.0, [], retry), 2.0, 1.0)
+    store_fixtures.write_reply(store, "n1", store_fixtures.poll_reply(2.0, [], retry), 2.0, 1.0)
     assert store.prompt_counts() == {"distinct_prompts": 2, "answered_more_than_once": 0, "id_lines": 2}
     assert store.failed_prompts() == {"failed_prompts": 2, "retried": 1}
     store.close()

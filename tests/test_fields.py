@@ -13,9 +13,9 @@ import json
 import random
 import sys
 
+from runhealth import ingest
 from runhealth.analysis import fieldfigures
 from runhealth.cli import scan_paths
-from runhealth.collect import ingest
 from runhealth.collect.collector import Collector
 from runhealth.demo import GROUP_PATH, MAX_MODEL_LEN, Simulator
 from runhealth.node import agent, backfill, scan

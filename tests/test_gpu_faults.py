@@ -17,6 +17,7 @@ import streamlit as st
 import test_pages
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from store_fixtures import write_reply
 from test_webhooks import Receiver
 
 from runhealth.alerting import exporter, notify
@@ -44,7 +45,7 @@ def poll(store: Store, tmp_path) -> None:
     shards = {"globs": [str(tmp_path / "none" / "*.jsonl")], "state": {}}
     reply = agent.handle({"op": "poll", "shards": shards, "gpu": "auto"})
     assert reply["ok"], reply
-    store.record_poll(NODE, reply, time.time(), 5.0)
+    write_reply(store, NODE, reply, time.time(), 5.0)
 
 
 def break_it(nvml, fault: str) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import store_fixtures
+from store_fixtures import write_reply
 
 from runhealth.payloads import gpubands, pagedata
 from runhealth.payloads.pagetypes import GpuWindow, Table
@@ -130,7 +131,7 @@ def test_every_window_equals_the_old_builder_on_the_fleet_store(fleet):
 def add_round(store: Store, ts: float, nodes: int, util: float) -> None:
     for i in range(1, nodes + 1):
         devices = [store_fixtures.gpu_device(g, util + g) for g in range(8)]
-        store.record_poll(f"node-{i}", store_fixtures.poll_reply(ts + 0.4, devices, {}), ts, rtt_ms=12.5)
+        write_reply(store, f"node-{i}", store_fixtures.poll_reply(ts + 0.4, devices, {}), ts, rtt_ms=12.5)
 
 
 def test_kept_bands_equal_bands_from_scratch_as_rows_arrive(tmp_path, monkeypatch):

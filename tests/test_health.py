@@ -3,6 +3,8 @@
 import dataclasses
 import time
 
+from store_fixtures import write_reply
+
 from runhealth.rules import activity, hardware, health
 from runhealth.settings.config import RunConfig
 from runhealth.settings.runsettings import RunSettings
@@ -223,7 +225,7 @@ def test_a_lone_stall_names_the_nodes_that_do_write(tmp_path):
             files = (
                 {"/o.jsonl": {"lines": 2, "tokens": 200, "counts": [[100, "stop", 0, 2]], "offset": k}} if grew else {}
             )
-            store.record_poll(node, {"time_unix": ts, "shards": {"files": files}, "gpus": {}}, ts, 5.0)
+            write_reply(store, node, {"time_unix": ts, "shards": {"files": files}, "gpus": {}}, ts, 5.0)
     found = {a.name: a for a in health.evaluate(store, now, RunSettings(interval_s=10.0))}
     assert "run_stalled" not in found
     assert found["node_stalled"].node == "node-1"

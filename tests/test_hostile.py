@@ -14,6 +14,7 @@ import threading
 import time
 
 import pytest
+from store_fixtures import write_reply
 from test_faults import run_totals, wait_for
 
 from runhealth.store import Store
@@ -145,6 +146,7 @@ def test_a_full_disk_under_the_store_is_the_nodes_error_and_an_alert_then_recove
     from components import alerts as alert_words
     from runhealth.collect.collector import Collector
     from runhealth.rules.health import node_status
+    from runhealth.screens.overview import overview
     from runhealth.settings.config import NodeConfig, RunConfig
 
     shard = tmp_path / "out.jsonl"
@@ -166,7 +168,7 @@ def test_a_full_disk_under_the_store_is_the_nodes_error_and_an_alert_then_recove
         assert node["last_error"] == "cannot write the history store: disk full"
         state, why = node_status(node, time.time() + 60, stale_after=30)
         assert state == "stale" and "disk full" in why
-        alerts = alert_words.lines(alert_words.current(store, config))
+        alerts = alert_words.lines(list(overview(store, config, time.time()).alerts))  # the Overview's alert box
         assert (
             "error",
             "n1: cannot write the history store: disk full — new data is not being saved (see Nodes).",
@@ -237,9 +239,9 @@ def test_log_lines_escape_remote_text(tmp_path, caplog):
     store = Store(tmp_path / "s.sqlite3")
     path = str(tmp_path / f"{TITLE}.jsonl")
     entry = {"inode": 1, "size": 10, "offset_from": 0, "offset": 10, "reset": False, "counts": [[5, "stop", 0, 1]]}
-    store.record_poll("n1", {"shards": {"files": {path: entry}}}, time.time(), 1.0)
+    write_reply(store, "n1", {"shards": {"files": {path: entry}}}, time.time(), 1.0)
     with caplog.at_level("WARNING", logger="runhealth"):
-        store.record_poll("n1", {"shards": {"files": {path: dict(entry, offset_from=3)}}}, time.time(), 1.0)
+        write_reply(store, "n1", {"shards": {"files": {path: dict(entry, offset_from=3)}}}, time.time(), 1.0)
     [record] = [r for r in caplog.records if "ignored a scan" in r.getMessage()]
     assert "\x1b" not in record.getMessage() and "\\x1b]0;PWNED\\x07" in record.getMessage()
 
@@ -252,7 +254,7 @@ def test_a_recovered_node_reads_healthy_with_its_last_error_as_history(tmp_path,
     store, config = store_fixtures.make_store(tmp_path, "healthy")
     last = store.last_collection_unix()
     store.record_failure("node-1", "connection refused", last - 20)
-    store.record_poll("node-1", store_fixtures.poll_reply(last, [], {}), last, rtt_ms=5.0)
+    write_reply(store, "node-1", store_fixtures.poll_reply(last, [], {}), last, rtt_ms=5.0)
     store.close()
     monkeypatch.setattr(time, "time", lambda: last + 5)
     at = run_page("nodes", config, monkeypatch)
@@ -398,12 +400,12 @@ def test_a_store_renamed_aside_keeps_its_last_writes_when_another_file_takes_its
     from test_store import entry, reply
 
     store = Store(tmp_path / "s.sqlite3")
-    store.record_poll("n1", reply({"/a": entry(100, [[10, "stop", 0, 3]])}), 1.0, 1.0)
+    write_reply(store, "n1", reply({"/a": entry(100, [[10, "stop", 0, 3]])}), 1.0, 1.0)
     assert (tmp_path / "s.sqlite3-wal").stat().st_size > 0  # not checkpointed yet
     store.path.rename(tmp_path / "backup.sqlite3")
     other_store(tmp_path / "other.sqlite3")
     (tmp_path / "other.sqlite3").replace(store.path)
-    store.record_poll("n1", reply({"/a": entry(100, [[10, "stop", 0, 3]])}), 2.0, 1.0)
+    write_reply(store, "n1", reply({"/a": entry(100, [[10, "stop", 0, 3]])}), 2.0, 1.0)
     store.close()
     assert read_elsewhere(tmp_path / "backup.sqlite3", "SELECT SUM(count) FROM node_length_counts") == "3"
     assert read_elsewhere(store.path, "SELECT SUM(count) FROM node_length_counts") == "3"
@@ -471,7 +473,7 @@ def test_the_original_store_moved_back_is_taken_up_again_when_no_connection_was_
     from test_store import entry, reply
 
     store = Store(tmp_path / "s.sqlite3")  # one thread: its only connection is let go of at the refusal
-    store.record_poll("n1", reply({"/a": entry(100, [[10, "stop", 0, 3]])}), 1.0, 1.0)
+    write_reply(store, "n1", reply({"/a": entry(100, [[10, "stop", 0, 3]])}), 1.0, 1.0)
     store.path.rename(tmp_path / "aside.sqlite3")
     other_store(tmp_path / "newer.sqlite3", user_version=99)
     (tmp_path / "newer.sqlite3").replace(store.path)
@@ -518,7 +520,7 @@ def slow_line(i: int) -> bytes:
 
 
 def test_a_scan_longer_than_the_command_timeout_still_indexes_and_shows_progress(tmp_path):
-    from components import tables
+    from runhealth.screens import nodestates
 
     shard = tmp_path / "big.jsonl"
     n = 96_000  # ~100 MB: more than one poll's 0.25 s scan budget (a 1 s command timeout) even at 80 MB/s
@@ -528,7 +530,7 @@ def test_a_scan_longer_than_the_command_timeout_still_indexes_and_shows_progress
 
     def watch():
         nodes = store.nodes()
-        progress = tables.indexing_progress(nodes)
+        progress = nodestates.indexing_progress(nodes)
         if progress is not None and "left" in progress[1]:
             seen_progress.append(progress)
         return sum(r["count"] for r in store.length_counts()) == n

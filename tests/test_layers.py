@@ -80,9 +80,29 @@ def test_the_core_may_not_import_streamlit_or_plotly(source):
     assert "TID251" not in lint("pages/planted.py", source), source  # the UI layers use them by design
 
 
+# components/ reach the rules and the analysis through the screen models only, the loaders excepted
+# (components/ruff.toml, issue #41): a card shows the number a model decided, it does not decide it.
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from runhealth.rules.health import node_status\n",
+        "from runhealth.rules import hardware\n",
+        "import runhealth.rules.activity\n",
+        "from runhealth.analysis import stats\n",
+        "from runhealth.analysis.whatif import WhatIf\n",
+        "import runhealth.analysis.continuation\n",
+    ],
+)
+def test_components_reach_the_rules_and_analysis_only_through_the_screen_models(source):
+    assert "TID251" in lint("components/planted.py", source), source
+    assert "TID251" in lint("components/tables.py", source), source  # an existing module is no exception
+    assert "TID251" not in lint("components/loaders.py", source), source  # the cached reads compute on demand
+
+
 def test_components_may_use_the_store_and_pages_the_components():
     assert "TID251" not in lint("components/planted.py", "from runhealth.store import Store\nimport streamlit\n")
-    assert "TID251" not in lint("components/planted.py", "from runhealth.analysis import stats\n")
+    assert "TID251" not in lint("components/planted.py", "import plotly.graph_objects as go\n")
+    assert "TID251" not in lint("components/planted.py", "from runhealth.screens.lengths import Summary, WhatIf\n")
     assert "TID251" not in lint(
         "pages/planted.py", "from components import loaders\nfrom runhealth.screens.lengths import Summary\n"
     )
@@ -148,7 +168,7 @@ def test_the_checkout_imports_no_private_names():
 # transitively, in a fresh interpreter: a re-export three modules away counts too.
 LOW_MODULES = {
     "runhealth.settings.config": ("runhealth.rules", "runhealth.store"),
-    "runhealth.collect.ingest": ("runhealth.analysis",),
+    "runhealth.ingest": ("runhealth.analysis",),
     "runhealth.store": ("runhealth.analysis",),  # the store is below the numbers computed from it (#31)
     "runhealth.settings.windows": ("runhealth.",),
 }
@@ -268,3 +288,83 @@ def test_the_cycle_finder_finds_a_planted_cycle():
 
 def test_the_package_has_no_import_cycle():
     assert import_cycles(package_graph()) == []
+
+
+# The packages form a graph without cycles too (issue #41): runhealth.collect, runhealth.store, ...
+# are its nodes (a subfolder of runhealth/ is one node, a top-level module is its own), and an
+# import of any module of one by any module of another is an edge. A module-level walk misses a
+# two-way pair whose modules each go one way (the store's writes importing collect/ingest while
+# collect/collector imports the store): each package's contract must sit below the ones it uses.
+def package_of(module: str) -> str:
+    """`runhealth.collect.collector` -> `runhealth.collect`; `runhealth.demo` -> itself."""
+    return ".".join(module.split(".")[:2])
+
+
+def packages_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for module, imports in graph.items():
+        own = package_of(module)
+        out.setdefault(own, set()).update(package_of(m) for m in imports if package_of(m) != own)
+    return out
+
+
+def test_the_package_graph_is_read_at_package_level():
+    packages = packages_graph(package_graph())
+    assert {"runhealth.collect", "runhealth.store", "runhealth.screens", "runhealth.demo"} <= set(packages)
+    assert "runhealth.store" in packages["runhealth.collect"]
+    assert not any(p.count(".") > 1 for p in packages)  # runhealth.collect.collector is folded into its package
+
+
+@pytest.mark.parametrize(
+    "importer,imported",
+    [
+        # What each of the five two-way pairs of issue #41 was: a module-level walk saw no cycle.
+        ("runhealth.store.writes", "runhealth.collect.ingest"),
+        ("runhealth.rules.health", "runhealth.collect.heartbeat"),
+        ("runhealth.demo", "runhealth.collect.collector"),
+        # A longer loop: the screens import the store, so the store may not reach the screens.
+        ("runhealth.store.reads", "runhealth.screens.words"),
+    ],
+)
+def test_a_planted_package_cycle_is_found(importer, imported):
+    graph = package_graph()
+    planted = {**graph, importer: graph[importer] | {imported}}
+    assert import_cycles(packages_graph(graph)) == []  # the plant, not the checkout, makes the cycle
+    cycles = import_cycles(packages_graph(planted))
+    assert any(package_of(importer) in c and package_of(imported) in c for c in cycles), cycles
+
+
+def test_the_packages_import_each_other_in_one_direction_only():
+    cycles = import_cycles(packages_graph(package_graph()))
+    assert cycles == [], f"packages that import each other (directly or around a loop): {cycles}"
+
+
+# Two modules never share a name (STYLE.md): `compare` meant three things (issue #41). One pairing
+# is the layout itself: a page and its screen model (pages/gpus.py lays out runhealth/screens/gpus.py).
+PAGE_AND_MODEL = ("pages", "runhealth/screens")
+
+
+def shared_names(paths: list[str]) -> dict[str, list[str]]:
+    """{file name: its paths} for names more than one module has, a page beside its model excepted."""
+    by_name: dict[str, list[str]] = {}
+    for path in sorted(paths):
+        if not path.endswith("/__init__.py"):
+            by_name.setdefault(path.rsplit("/", 1)[-1], []).append(path)
+    return {
+        name: found
+        for name, found in by_name.items()
+        if len(found) > 1 and sorted(p.rsplit("/", 1)[0] for p in found) != sorted(PAGE_AND_MODEL)
+    }
+
+
+def test_shared_names_are_found():
+    assert shared_names(["runhealth/analysis/compare.py", "pages/compare.py", "runhealth/screens/compare.py"]) == {
+        "compare.py": ["pages/compare.py", "runhealth/analysis/compare.py", "runhealth/screens/compare.py"]
+    }
+    assert shared_names(["runhealth/alerting/alerthistory.py", "components/alerthistory.py"]) != {}
+    assert shared_names(["pages/gpus.py", "runhealth/screens/gpus.py", "runhealth/store/__init__.py"]) == {}
+
+
+def test_no_two_modules_share_a_name():
+    files = [ROOT / "app.py", *(p for d in ("runhealth", "components", "pages") for p in (ROOT / d).rglob("*.py"))]
+    assert shared_names([str(p.relative_to(ROOT)) for p in files if "_app" not in p.parts]) == {}

@@ -8,6 +8,7 @@ import sys
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from shardgen import truth_rows, write_shard
+from store_fixtures import write_reply
 
 from runhealth.analysis import lengthtime, stats
 from runhealth.collect.collector import Collector
@@ -28,7 +29,7 @@ def test_binned_percentiles_are_within_one_bin_and_the_ceiling_share_is_exact(tm
     counts: dict[tuple, int] = {}
     for t, f in rows:
         counts[(t, f)] = counts.get((t, f), 0) + 1
-    store.record_poll("n", _reply([[t, f, 0, n] for (t, f), n in counts.items()]), 10 * HOUR + 5, 1.0)
+    write_reply(store, "n", _reply([[t, f, 0, n] for (t, f), n in counts.items()]), 10 * HOUR + 5, 1.0)
     ceiling = max(t for t, _ in rows)
     [hour] = lengthtime.hourly(store, ceiling)
     exact = stats.LengthHist.from_rows([(t, f, 0, n) for (t, f), n in counts.items()])
@@ -53,7 +54,7 @@ def _poll(store, ts, counts, offset_from, offset, pending=0):
         "error": None,
     }
     reply = {"shards": {"files": {"/a.jsonl": entry}, "pending_bytes": pending}, "gpus": {}, "time_unix": ts}
-    store.record_poll("n", reply, ts, 1.0)  # with its hourly length rows, in the same transaction
+    write_reply(store, "n", reply, ts, 1.0)  # with its hourly length rows, in the same transaction
 
 
 def test_hours_are_kept_apart_and_backfill_is_flagged(tmp_path):
@@ -102,7 +103,7 @@ def test_output_lengths_page_draws_lengths_per_hour(tmp_path, monkeypatch):
             "counts": [[700, "stop", 0, 82], [4096, "length", 0, 18]],
         }
         reply = {"shards": {"files": {"/hourly.jsonl": entry}}, "gpus": {}, "time_unix": 0}
-        store.record_poll("node-1", reply, now - (2 - k) * HOUR, 1.0)
+        write_reply(store, "node-1", reply, now - (2 - k) * HOUR, 1.0)
     store.close()
     at = run_page("lengths", config, monkeypatch)
     assert_clean(at)

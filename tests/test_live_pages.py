@@ -1,7 +1,7 @@
 """Issue #15 under AppTest: every page says when its numbers are from, stalls are named on the
 Overview, one definition of truncated, sample shares never alarm from a handful, kiosk mode.
 
-Stores are built through `Store.record_poll` as the collector builds them (tests/store_fixtures.py);
+Stores are built through `Store.write_poll` (store_fixtures.write_reply: ingest.read_poll, then write_poll) as the collector builds them (tests/store_fixtures.py);
 a stall is polls that keep answering while the shards stop growing.
 """
 
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import store_fixtures
+from store_fixtures import write_reply
 from streamlit.testing.v1 import AppTest
 from test_pages import PAGES, ROOT, TIMEOUT_S, _clear_streamlit_caches, assert_clean, run_page, texts  # noqa: F401 (autouse fixture)
 
@@ -41,7 +42,7 @@ def idle_polls(store: Store, nodes: list[str], start: float, end: float, every: 
                 }
                 for path, s in store.shard_state(node).items()
             }
-            store.record_poll(node, store_fixtures.poll_reply(t + 0.4, [], files), t, rtt_ms=5.0)
+            write_reply(store, node, store_fixtures.poll_reply(t + 0.4, [], files), t, rtt_ms=5.0)
         t += every
 
 
@@ -69,7 +70,7 @@ def stalled_store(tmp: Path, stalled: list[str]) -> Path:
                         "counts": counts,
                         "error": None,
                     }
-                store.record_poll(node, store_fixtures.poll_reply(t + 0.4, [], files), t, rtt_ms=5.0)
+                write_reply(store, node, store_fixtures.poll_reply(t + 0.4, [], files), t, rtt_ms=5.0)
     store.close()
     return config
 
@@ -209,7 +210,7 @@ def test_gpu_and_host_problems_are_named_on_overview_gpus_and_nodes(tmp_path, mo
         "swap_total_bytes": 2**33,
         "swap_free_bytes": 2**31,
     }
-    store.record_poll("node-1", reply, ts, rtt_ms=5.0)
+    write_reply(store, "node-1", reply, ts, rtt_ms=5.0)
     store.close()
     at = run_page("overview", config, monkeypatch)
     assert_clean(at)
@@ -267,7 +268,7 @@ def test_overview_heatstrip_marks_a_hardware_throttled_gpu(tmp_path, monkeypatch
     ts = store.last_collection_unix() + 1
     devices = [store_fixtures.gpu_device(g, 95.0) for g in range(8)]
     devices[1] = store_fixtures.gpu_device(1, 90.0, throttle=("hw_power_brake_slowdown",))
-    store.record_poll("node-1", store_fixtures.poll_reply(ts, devices, {}), ts, rtt_ms=5.0)
+    write_reply(store, "node-1", store_fixtures.poll_reply(ts, devices, {}), ts, rtt_ms=5.0)
     store.close()
     at = run_page("overview", config, monkeypatch)
     assert_clean(at)

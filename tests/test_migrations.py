@@ -4,6 +4,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from store_fixtures import write_reply
 
 from runhealth.alerting import notify
 from runhealth.errors import StoreError
@@ -70,7 +71,7 @@ def test_an_early_store_opens_and_is_upgraded(tmp_path):
     assert store.meta("run") == {"name": "old"}
     # ... and it is written to like any store, resuming from the stored offset.
     assert store.shard_state("n1") == {"/a": {"inode": 7, "offset": 300}}
-    store.record_poll("n1", reply({"/a": entry(400, [[10, "stop", 0, 2]], inode=7, offset_from=300)}), 1.0, 1.0)
+    write_reply(store, "n1", reply({"/a": entry(400, [[10, "stop", 0, 2]], inode=7, offset_from=300)}), 1.0, 1.0)
     assert run_counts(store)[(10, "stop", 0)] == 3
     store.close()
     assert run_counts(Store(path))[(10, "stop", 0)] == 3  # reopening migrates nothing twice
@@ -79,7 +80,7 @@ def test_an_early_store_opens_and_is_upgraded(tmp_path):
 def test_a_store_with_todays_tables_but_no_version_is_recognised_as_version_1(tmp_path):
     path = tmp_path / "v0.sqlite3"
     store = Store(path)
-    store.record_poll("n1", reply({"/a": entry(100, [[4096, "length", 0, 2]])}), 1.0, 1.0)
+    write_reply(store, "n1", reply({"/a": entry(100, [[4096, "length", 0, 2]])}), 1.0, 1.0)
     store.record_metrics("n1", {"vllm:x": 1.0}, 100.0)
     store.close()
     with raw(path) as db:
@@ -220,10 +221,10 @@ def _distinct_seen(path, since):
 
 
 def _polls(store):
-    store.record_poll("n1", reply({}, gpus=_gpus(0, 1, 2)), 100.0, 1.0)
-    store.record_poll("n2", reply({}, gpus=_gpus(0, 1)), 150.0, 1.0)
-    store.record_poll("n1", reply({}, gpus=_gpus(0, 1, 2, error_at=2)), 300.0, 1.0)  # GPU 2 lost: no sample
-    store.record_poll("n1", reply({}, gpus=_gpus(0)), 250.0, 1.0)  # a late reply must not move "last" back
+    write_reply(store, "n1", reply({}, gpus=_gpus(0, 1, 2)), 100.0, 1.0)
+    write_reply(store, "n2", reply({}, gpus=_gpus(0, 1)), 150.0, 1.0)
+    write_reply(store, "n1", reply({}, gpus=_gpus(0, 1, 2, error_at=2)), 300.0, 1.0)  # GPU 2 lost: no sample
+    write_reply(store, "n1", reply({}, gpus=_gpus(0)), 250.0, 1.0)  # a late reply must not move "last" back
 
 
 def test_gpus_seen_answers_what_the_samples_say(tmp_path):
@@ -250,7 +251,7 @@ def test_a_version_2_store_gains_gpu_seen_built_from_its_samples(tmp_path):
     assert version(path) == STORE_VERSION >= 3
     for since in (0.0, 101.0, 151.0, 300.0):
         assert store.gpus_seen(since) == _distinct_seen(path, since), since
-    store.record_poll("n2", reply({}, gpus=_gpus(0, 1, 5)), 400.0, 1.0)  # and kept up from then on
+    write_reply(store, "n2", reply({}, gpus=_gpus(0, 1, 5)), 400.0, 1.0)  # and kept up from then on
     assert store.gpus_seen(301.0) == {"n2": {0, 1, 5}} == _distinct_seen(path, 301.0)
 
 

@@ -1,7 +1,7 @@
 """Every screen under AppTest, over stores built like the collector builds them.
 
 The collector is off (RUNHEALTH_COLLECTOR=off): pages render from a store that
-tests/store_fixtures.py filled through `Store.record_poll`. Button tests swap in a recording
+tests/store_fixtures.py filled through `Store.write_poll` (store_fixtures.write_reply: ingest.read_poll, then write_poll). Button tests swap in a recording
 collector through `components.context.get_runtime`, the one seam between pages and nodes.
 """
 
@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import store_fixtures
 import streamlit as st
+from store_fixtures import write_reply
 from streamlit.testing.v1 import AppTest
 
 from components import context
@@ -467,7 +468,8 @@ def test_an_unreadable_shard_is_named_on_the_nodes_page(tmp_path, monkeypatch):
         "counts": [],
         "error": "PermissionError: [Errno 13] Permission denied",
     }
-    store.record_poll(
+    write_reply(
+        store,
         "node-2",
         store_fixtures.poll_reply(store.last_collection_unix(), [], {"/data/out/locked.jsonl": bad}),
         store.last_collection_unix() + 1,

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from store_fixtures import write_reply
 
 from runhealth.alerting import exporter
 from runhealth.rules import health
@@ -111,7 +112,7 @@ def test_stall_is_exported_and_alerted(tmp_path):
     store = _store(tmp_path, "healthy", now=now - 900)  # the last growth was 15 minutes ago
     for k in range(60):  # node-1 keeps answering every 10 s with nothing new
         ts = now - 600 + 10 * k
-        store.record_poll("node-1", {"time_unix": ts, "shards": {"files": {}}, "gpus": {}}, ts, 5.0)
+        write_reply(store, "node-1", {"time_unix": ts, "shards": {"files": {}}, "gpus": {}}, ts, 5.0)
     stalled = {s.labels["node"]: s.value for s in _samples(store, now)["runhealth_stalled"]}
     assert stalled["node-1"] == 1.0
     assert stalled["node-2"] == 0.0  # not polled lately: down, not stalled

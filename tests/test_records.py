@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from store_fixtures import write_reply
 
 from runhealth import records
 from runhealth.alerting.outputs import STATUS_KEY, Outbound, read_status
@@ -49,7 +50,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
     store, _config = make_store(tmp_path_factory.mktemp("records"), "healthy", now=now)
     device = {**gpu_device(0, 50.0), "health": {"ecc_uncorrected_volatile": 2, "pcie_replay": 7, "xid": [79]}}
     reply = {**poll_reply(now + 1, [device], {}), "host": HOST}
-    store.record_poll("node-1", reply, now + 1, rtt_ms=10.0)
+    write_reply(store, "node-1", reply, now + 1, rtt_ms=10.0)
     store.new_sample_batch(5, now + 2)  # drawn, not finished: the pending batch
     Outbound(stores=[store], notices=["a notice"], webhook_targets=["https://hooks.example/…"]).write_status(now + 3)
     episode = {"key": '["node_down", "node-2", null]', "name": "node_down", "severity": "critical"}

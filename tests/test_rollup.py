@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from store_fixtures import write_reply
 
 from runhealth.store import Store, rollup
 
@@ -107,7 +108,7 @@ def test_rollup_is_idempotent_and_merges_late_rows(tmp_path):
     assert store.query("SELECT * FROM gpu_rollup ORDER BY res_s, bucket_unix, node, gpu") == snapshot
     before = _totals(store)
     late_t = NOW - 2 * DAY + 15  # inside a bucket already rolled up
-    store.record_poll("node-0", {"time_unix": late_t, "shards": {"files": {}}, "gpus": {}}, late_t, 5.0)
+    write_reply(store, "node-0", {"time_unix": late_t, "shards": {"files": {}}, "gpus": {}}, late_t, 5.0)
     rollup.rollup(store, now=NOW, **FAST)
     after = _totals(store)
     assert after["polls"] == before["polls"] + 1 and after["c"] == before["c"]

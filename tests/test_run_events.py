@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 import store_fixtures
 from shardgen import truth_rows, write_shard
+from store_fixtures import write_reply
 from test_pages import _clear_streamlit_caches, assert_clean, run_page  # noqa: F401 (autouse fixture)
 
 from components import figures, markers
@@ -210,7 +211,8 @@ def test_the_pages_draw_the_stored_events_on_their_time_charts(tmp_path, monkeyp
             "offset": 100 * (k + 1),
             "counts": [[700, "stop", 0, 82], [4096, "length", 0, 18]],
         }
-        store.record_poll(
+        write_reply(
+            store,
             "node-1",
             {"shards": {"files": {"/hourly.jsonl": entry}}, "gpus": {}, "time_unix": 0},
             now - (1 - k) * HOUR,

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from store_fixtures import poll_reply
+from store_fixtures import poll_reply, write_reply
 from test_pages import _clear_streamlit_caches, assert_clean, run_page  # noqa: F401 (autouse fixture)
 
 from runhealth import cli
@@ -118,7 +118,7 @@ def build(folder: Path, now: float, with_ids: bool = True, polls: int = POLLS) -
         for node, path in shards.items():
             entry = scan.scan_file(str(path), *at[node], 1 << 30)
             at[node] = (entry["inode"], entry["offset"])
-            store.record_poll(node, poll_reply(ts + 0.4, [], {str(path): entry}), ts, rtt_ms=5.0)
+            write_reply(store, node, poll_reply(ts + 0.4, [], {str(path): entry}), ts, rtt_ms=5.0)
     store.close()
     truth.answered, truth.issued = len(seen), sim.fields.issued
     assert truth.answered == sim.fields.answered  # n2's copies answer no new prompt
@@ -253,7 +253,7 @@ def test_a_stalled_run_has_no_prompts_eta_and_still_names_its_basis(relaunch, tm
         ts = now + k * INTERVAL_S
         for s in shards:
             entry = scan.scan_file(s["path"], s["inode"], s["offset"], 1 << 30)
-            store.record_poll(s["node"], poll_reply(ts + 0.4, [], {s["path"]: entry}), ts, rtt_ms=5.0)
+            write_reply(store, s["node"], poll_reply(ts + 0.4, [], {s["path"]: entry}), ts, rtt_ms=5.0)
     m = overview.overview(store, config, now + 10 * INTERVAL_S)
     live = runfigures.run_numbers(store, config.name, CEILING, GOAL, False, now + 10 * INTERVAL_S)
     store.close()
@@ -293,7 +293,7 @@ def test_a_relaunch_reset_takes_its_prompts_out_of_the_poll(tmp_path):
     before = store.prompt_summary()["distinct_prompts"]
     n1.write_text("")  # n1's shard truncated: the run keeps the prompts n2 answered again
     entry = scan.scan_file(str(n1), None, 0, 1 << 30)
-    store.record_poll("n1", poll_reply(now + INTERVAL_S + 0.4, [], {str(n1): {**entry, "reset": True}}), now + 30, 5.0)
+    write_reply(store, "n1", poll_reply(now + INTERVAL_S + 0.4, [], {str(n1): {**entry, "reset": True}}), now + 30, 5.0)
     gone = before - store.prompt_summary()["distinct_prompts"]
     assert gone == truth.new_prompts[-1] > 0  # n1's last answers: n2 has not copied them yet
     assert store.polls()[-1]["prompts"] == -gone

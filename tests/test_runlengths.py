@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from store_fixtures import write_reply
+
 from runhealth.store import Store
 from runhealth.store.migrations import MIGRATIONS, migrate
 from tests.test_store import entry, reply
@@ -29,11 +31,11 @@ def _grouped(store: Store) -> list[tuple]:
 def test_run_counts_equal_the_node_rows_summed_through_every_write(tmp_path):
     store = Store(tmp_path / "s.sqlite3")
     first = {"/a": entry(100, [[5, "stop", 0, 4], [9, "length", 0, 1]]), "/b": entry(50, [[5, "stop", 0, 2]])}
-    store.record_poll("n1", reply(first), 1.0, 1.0)
-    store.record_poll("n2", reply({"/a": entry(70, [[5, "stop", 0, 7], [7, None, 1, 3]])}), 1.0, 1.0)
+    write_reply(store, "n1", reply(first), 1.0, 1.0)
+    write_reply(store, "n2", reply({"/a": entry(70, [[5, "stop", 0, 7], [7, None, 1, 3]])}), 1.0, 1.0)
     assert _run_table(store) == _grouped(store) == [(5, "stop", 0, 13), (7, "", 1, 3), (9, "length", 0, 1)]
-    store.record_poll("n1", reply({"/a": entry(30, [[5, "stop", 0, 1]], inode=2, reset=True)}), 2.0, 1.0)
-    store.record_poll("n2", reply({"/a": entry(90, [[11, "stop", 0, 2]], offset_from=70)}), 2.0, 1.0)
+    write_reply(store, "n1", reply({"/a": entry(30, [[5, "stop", 0, 1]], inode=2, reset=True)}), 2.0, 1.0)
+    write_reply(store, "n2", reply({"/a": entry(90, [[11, "stop", 0, 2]], offset_from=70)}), 2.0, 1.0)
     assert _run_table(store) == _grouped(store) == [(5, "stop", 0, 10), (7, "", 1, 3), (11, "stop", 0, 2)]
     with store.transaction() as db:  # writers other than a poll: a test's rows, a key changed, a node dropped
         db.execute("INSERT INTO node_length_counts VALUES ('n3', 9, 'length', 0, 4)")
@@ -54,8 +56,8 @@ def test_run_counts_equal_the_node_rows_summed_through_every_write(tmp_path):
 def test_an_older_store_gets_its_run_counts_built_once(tmp_path):
     path = tmp_path / "old.sqlite3"
     store = Store(path)
-    store.record_poll("n1", reply({"/a": entry(100, [[5, "stop", 0, 4], [9, "length", 0, 1]])}), 1.0, 1.0)
-    store.record_poll("n2", reply({"/a": entry(100, [[5, "stop", 0, 2]])}), 1.0, 1.0)
+    write_reply(store, "n1", reply({"/a": entry(100, [[5, "stop", 0, 4], [9, "length", 0, 1]])}), 1.0, 1.0)
+    write_reply(store, "n2", reply({"/a": entry(100, [[5, "stop", 0, 2]])}), 1.0, 1.0)
     store.close()
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("DROP TABLE run_length_counts")  # as a store of version 9 has it
@@ -89,7 +91,7 @@ def test_reading_the_run_counts_costs_its_lengths_not_its_nodes(tmp_path):
         store = Store(tmp_path / f"{nodes}.sqlite3")
         for i in range(nodes):
             counts = [[t, "stop", 0, 1 + (t + i) % 3] for t in range(100, 400)]
-            store.record_poll(f"n{i}", reply({"/a": entry(10**6, counts)}), 1.0, 1.0)
+            write_reply(store, f"n{i}", reply({"/a": entry(10**6, counts)}), 1.0, 1.0)
         found[nodes] = _read_steps(store)
         store.close()
     assert found[40] <= 1.5 * found[2] + 10, found

@@ -1,6 +1,6 @@
 """The screen models (runhealth.screens): one reading per screen, one run state, honest averages.
 
-Stores are built through `Store.record_poll` as the collector builds them (tests/store_fixtures.py);
+Stores are built through `Store.write_poll` (store_fixtures.write_reply: ingest.read_poll, then write_poll) as the collector builds them (tests/store_fixtures.py);
 the Overview is checked as a model, on its page (AppTest) and through `runhealth status`, which
 must all show the same record (issue 31, items 1 and 6).
 """
@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import store_fixtures
+from store_fixtures import write_reply
 from test_pages import _clear_streamlit_caches, assert_clean, run_page  # noqa: F401 (autouse fixture)
 
 from runhealth import cli
@@ -51,7 +52,7 @@ def grow(store: Store, ts: float, per_node: int, tag: str, seed: int = 1) -> Non
                 "error": None,
             }
         devices = [store_fixtures.gpu_device(g, 95.0) for g in range(8)]
-        store.record_poll(f"node-{i}", store_fixtures.poll_reply(ts + 0.4, devices, files), ts, rtt_ms=5.0)
+        write_reply(store, f"node-{i}", store_fixtures.poll_reply(ts + 0.4, devices, files), ts, rtt_ms=5.0)
 
 
 def quiet_run(tmp_path: Path, quiet_s: float, *, writing_polls: int = 120) -> tuple[Store, Path]:
@@ -293,7 +294,7 @@ def test_nodes_model_names_removed_nodes_and_replaced_shards(tmp_path):
             }
         },
     )
-    store.record_poll("node-1", reply, ts, rtt_ms=5.0)
+    write_reply(store, "node-1", reply, ts, rtt_ms=5.0)
     model = nodes.nodes(store, load_config(config), ts + 1)
     assert [s.name for s in model.states] == ["node-1", "node-2", "node-3"]
     assert model.removed == (nodes.Removed("node-4", lines["node-4"], None),)

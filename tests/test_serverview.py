@@ -15,8 +15,8 @@ import store_fixtures
 from test_pages import _clear_streamlit_caches, run_page, texts  # noqa: F401 (autouse fixture)
 from test_tokencost import build
 
+from runhealth import ingest
 from runhealth.analysis import servermetrics, stats
-from runhealth.collect import ingest
 from runhealth.screens import lengths, serverview
 from runhealth.settings.config import load_config
 

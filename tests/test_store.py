@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 
+from store_fixtures import write_reply
+
 from runhealth.store import Store
 
 
@@ -46,9 +48,9 @@ def run_counts(store):
 
 def test_counts_accumulate_and_offsets_resume(tmp_path):
     store = Store(tmp_path / "s.sqlite3")
-    store.record_poll("n1", reply({"/a": entry(100, [[4096, "length", 0, 2], [10, "stop", 0, 1]])}), 1.0, 5.0)
-    store.record_poll(
-        "n1", reply({"/a": entry(150, [[4096, "length", 0, 1], [12, None, 0, 1]], offset_from=100)}), 2.0, 5.0
+    write_reply(store, "n1", reply({"/a": entry(100, [[4096, "length", 0, 2], [10, "stop", 0, 1]])}), 1.0, 5.0)
+    write_reply(
+        store, "n1", reply({"/a": entry(150, [[4096, "length", 0, 1], [12, None, 0, 1]], offset_from=100)}), 2.0, 5.0
     )
     assert run_counts(store) == {(4096, "length", 0): 3, (10, "stop", 0): 1, (12, None, 0): 1}
     assert store.shard_state("n1") == {"/a": {"inode": 1, "offset": 150}}
@@ -60,9 +62,13 @@ def test_counts_accumulate_and_offsets_resume(tmp_path):
 
 def test_length_stops_over_time_split_at_the_ceiling_known_at_read_time(tmp_path):
     store = Store(tmp_path / "s.sqlite3")
-    store.record_poll("n1", reply({"/a": entry(100, [[4096, "length", 0, 2], [3000, "length", 0, 1]])}), 10.0, 5.0)
-    store.record_poll(
-        "n1", reply({"/a": entry(150, [[4096, "length", 0, 1], [900, "length", 1, 4]], offset_from=100)}), 70.0, 5.0
+    write_reply(store, "n1", reply({"/a": entry(100, [[4096, "length", 0, 2], [3000, "length", 0, 1]])}), 10.0, 5.0)
+    write_reply(
+        store,
+        "n1",
+        reply({"/a": entry(150, [[4096, "length", 0, 1], [900, "length", 1, 4]], offset_from=100)}),
+        70.0,
+        5.0,
     )
     rows = store.length_stops_by_bucket(60, ceiling=4096)
     assert [(r["bucket_unix"], r["at_ceiling"], r["below_ceiling"]) for r in rows] == [(0, 2, 1), (60, 1, 0)]
@@ -73,10 +79,10 @@ def test_length_stops_over_time_split_at_the_ceiling_known_at_read_time(tmp_path
 
 def test_reset_drops_the_old_counts_of_that_shard_only(tmp_path):
     store = Store(tmp_path / "s.sqlite3")
-    store.record_poll(
-        "n1", reply({"/a": entry(100, [[5, "stop", 0, 4]]), "/b": entry(10, [[7, "stop", 0, 1]])}), 1.0, 1.0
+    write_reply(
+        store, "n1", reply({"/a": entry(100, [[5, "stop", 0, 4]]), "/b": entry(10, [[7, "stop", 0, 1]])}), 1.0, 1.0
     )
-    store.record_poll("n1", reply({"/a": entry(20, [[9, "stop", 0, 1]], inode=2, reset=True)}), 2.0, 1.0)
+    write_reply(store, "n1", reply({"/a": entry(20, [[9, "stop", 0, 1]], inode=2, reset=True)}), 2.0, 1.0)
     assert run_counts(store) == {(9, "stop", 0): 1, (7, "stop", 0): 1}
     shard = {s["path"]: s for s in store.shards()}
     assert shard["/a"]["completions"] == 1 and shard["/a"]["resets"] == 1 and shard["/a"]["inode"] == 2
@@ -86,8 +92,8 @@ def test_reset_drops_the_old_counts_of_that_shard_only(tmp_path):
 def test_groupings_and_node_status(tmp_path):
     store = Store(tmp_path / "s.sqlite3")
     store.register_node("n1", {"name": "n1", "passphrase_set": True})
-    store.record_poll("n1", reply({"/a": entry(10, [[5, "stop", 0, 2]])}, time_unix=103.0), 100.0, 3.0)
-    store.record_poll("n2", reply({"/b": entry(10, [[5, "stop", 0, 1]])}), 100.0, 3.0)
+    write_reply(store, "n1", reply({"/a": entry(10, [[5, "stop", 0, 2]])}, time_unix=103.0), 100.0, 3.0)
+    write_reply(store, "n2", reply({"/b": entry(10, [[5, "stop", 0, 1]])}), 100.0, 3.0)
     store.record_failure("n2", "connection refused by 127.0.0.3:22", 200.0)
     by_node = {(r["node"], r["tokens"]): r["count"] for r in store.length_counts(by="node")}
     assert by_node == {("n1", 5): 2, ("n2", 5): 1}
@@ -124,7 +130,7 @@ def test_gpu_series_is_downsampled_in_sql(tmp_path):
         ],
     }
     for t in range(500):
-        store.record_poll("n1", reply({}, gpus=gpus), float(t), 1.0)
+        write_reply(store, "n1", reply({}, gpus=gpus), float(t), 1.0)
     series = store.gpu_series(max_points=50)
     assert 2 * 45 <= len(series) <= 2 * 50
     assert {r["gpu"] for r in series} == {0, 1} and all(r["util_pct"] == 90 for r in series)
@@ -157,7 +163,7 @@ def test_sample_batches(tmp_path):
 
 
 def test_history_survives_a_restart(tmp_path):
-    Store(tmp_path / "s.sqlite3").record_poll("n1", reply({"/a": entry(10, [[5, "stop", 0, 2]])}), 1.0, 1.0)
+    write_reply(Store(tmp_path / "s.sqlite3"), "n1", reply({"/a": entry(10, [[5, "stop", 0, 2]])}), 1.0, 1.0)
     again = Store(tmp_path / "s.sqlite3")
     assert again.shard_state("n1") == {"/a": {"inode": 1, "offset": 10}}
     assert run_counts(again) == {(5, "stop", 0): 2}
@@ -165,6 +171,7 @@ def test_history_survives_a_restart(tmp_path):
 
 WRITER = textwrap.dedent("""
     import sys
+    from runhealth import ingest
     from runhealth.store import Store
     store = Store(sys.argv[1])
     i = 0
@@ -172,7 +179,7 @@ WRITER = textwrap.dedent("""
         i += 1
         files = {"/a": {"inode": 1, "size": i, "offset": i, "reset": False, "malformed": 0, "tokens": 0,
                         "counts": [[1, "stop", 0, 1]], "error": None}}
-        store.record_poll("n1", {"time_unix": 0, "shards": {"files": files}}, float(i), 1.0)
+        store.write_poll("n1", ingest.read_poll({"time_unix": 0, "shards": {"files": files}}), float(i), 1.0)
         if i == 50:
             print("ready", flush=True)
 """)
@@ -201,31 +208,32 @@ def test_a_reply_that_does_not_continue_from_the_stored_offset_is_ignored(tmp_pa
     """Two collectors on one store (or a replayed reply) must not double-count a shard."""
     store = Store(tmp_path / "s.sqlite3")
     first = reply({"/a": entry(100, [[5, "stop", 0, 4]])})
-    store.record_poll("n1", first, 1.0, 1.0)
-    store.record_poll("n1", first, 2.0, 1.0)  # the same scan from offset 0, delivered twice
+    write_reply(store, "n1", first, 1.0, 1.0)
+    write_reply(store, "n1", first, 2.0, 1.0)  # the same scan from offset 0, delivered twice
     assert run_counts(store) == {(5, "stop", 0): 4}
     assert store.polls()[-1]["completions"] == 0
 
 
 def test_the_poll_that_finishes_a_backlog_is_not_throughput(tmp_path):
     store = Store(tmp_path / "s.sqlite3")
-    store.record_poll("n1", reply({"/a": entry(100, [[5, "stop", 0, 4]])}, pending=900), 1.0, 1.0)
-    store.record_poll("n1", reply({"/a": entry(1000, [[5, "stop", 0, 40]], offset_from=100)}), 1.1, 1.0)
-    store.record_poll("n1", reply({"/a": entry(1010, [[5, "stop", 0, 1]], offset_from=1000)}), 6.0, 1.0)
+    write_reply(store, "n1", reply({"/a": entry(100, [[5, "stop", 0, 4]])}, pending=900), 1.0, 1.0)
+    write_reply(store, "n1", reply({"/a": entry(1000, [[5, "stop", 0, 40]], offset_from=100)}), 1.1, 1.0)
+    write_reply(store, "n1", reply({"/a": entry(1010, [[5, "stop", 0, 1]], offset_from=1000)}), 6.0, 1.0)
     assert [p["backfill"] for p in store.polls()] == [1, 1, 0]
 
 
 def test_node_aggregates_always_equal_the_sum_of_their_shards(tmp_path):
     """node_length_counts is maintained incrementally, resets included: it must never drift."""
     store = Store(tmp_path / "s.sqlite3")
-    store.record_poll(
+    write_reply(
+        store,
         "n1",
         reply({"/a": entry(100, [[5, "stop", 0, 4], [9, "length", 0, 1]]), "/b": entry(50, [[5, "stop", 0, 2]])}),
         1.0,
         1.0,
     )
-    store.record_poll("n1", reply({"/a": entry(30, [[5, "stop", 0, 1]], inode=2, reset=True)}), 2.0, 1.0)
-    store.record_poll("n1", reply({"/b": entry(80, [[7, None, 1, 3]], offset_from=50)}), 3.0, 1.0)
+    write_reply(store, "n1", reply({"/a": entry(30, [[5, "stop", 0, 1]], inode=2, reset=True)}), 2.0, 1.0)
+    write_reply(store, "n1", reply({"/b": entry(80, [[7, None, 1, 3]], offset_from=50)}), 3.0, 1.0)
 
     def by_key(rows):
         out = {}

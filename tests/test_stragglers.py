@@ -2,7 +2,7 @@
 
 The pure parts (the batch-means ETA interval, the late rule, the words) are checked on numbers
 worked by hand; the model and the pages on a store built poll by poll as the collector builds it
-(Store.record_poll): node-4 writes a third as fast as the others, so at its own rate it writes
+(Store.write_poll): node-4 writes a third as fast as the others, so at its own rate it writes
 its share of the target hours after the run's ETA.
 """
 
@@ -15,6 +15,7 @@ import time
 
 import pytest
 import store_fixtures
+from store_fixtures import write_reply
 from test_pages import _clear_streamlit_caches, assert_clean, run_page, texts  # noqa: F401 (autouse fixture)
 
 from runhealth import cli
@@ -42,7 +43,7 @@ def uneven_run(tmp_path, slow: float = 1 / 3, seed: int = 3):
             entry = {"inode": 10_000 * i + k, "size": tokens * 4, "offset_from": 0, "offset": tokens * 4}
             entry.update(reset=False, lines=n, malformed=0, tokens=tokens, counts=counts, error=None)
             reply = store_fixtures.poll_reply(ts + 0.3, [], {f"/data/out/r{k}.jsonl": entry})
-            store.record_poll(f"node-{i}", reply, ts, rtt_ms=4.0)
+            write_reply(store, f"node-{i}", reply, ts, rtt_ms=4.0)
     config = store_fixtures.write_config(tmp_path, tmp_path / "x.sqlite3", target=TARGET)
     return store, config, now
 

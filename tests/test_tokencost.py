@@ -1,7 +1,7 @@
 """What the cut cost (#33 item 2): the share of tokens cut at the ceiling, tokens per usable
 completion and GPU energy per usable token, on every consumer.
 
-A run is written through `Store.record_poll` as the collector writes it (tests/store_fixtures.py):
+A run is written through `Store.write_poll` (store_fixtures.write_reply: ingest.read_poll, then write_poll) as the collector writes it (tests/store_fixtures.py):
 two nodes, four polls, shard counts drawn at random with the truth kept apart; node-1 has a GPU
 whose NVML energy counter resets (the driver reloaded) and one whose counter is NOT_SUPPORTED
 (so its energy is power x time), node-2 a GPU with a steady counter. The figures are checked
@@ -23,6 +23,7 @@ import pytest
 import store_fixtures
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from store_fixtures import write_reply
 from test_pages import _clear_streamlit_caches, run_page, texts  # noqa: F401 (autouse fixture)
 
 from runhealth import cli
@@ -149,7 +150,7 @@ def build(path: Path, now: float, seed: int = 7) -> tuple[Store, dict]:
                 }
             }
             devices = [_device(i, c, p, f"GPU-{node}-{i}") for i, (c, p) in enumerate(polls[k])]
-            store.record_poll(node, store_fixtures.poll_reply(ts + 0.2, devices, files), ts, rtt_ms=5.0)
+            write_reply(store, node, store_fixtures.poll_reply(ts + 0.2, devices, files), ts, rtt_ms=5.0)
     return store, truth
 
 

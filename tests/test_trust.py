@@ -261,7 +261,7 @@ def test_a_stopped_collector_is_named_not_the_nodes_and_refresh_says_why_it_cann
 
     from shardgen import truth_rows, write_shard
 
-    from runhealth.collect import heartbeat
+    from runhealth import heartbeat
     from runhealth.serve import supervise
 
     write_shard(tmp_path / "a.jsonl", truth_rows(50, 3))

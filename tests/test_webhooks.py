@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from store_fixtures import write_reply
 
 from runhealth.alerting import notify
 from runhealth.errors import ConfigError
@@ -129,7 +130,7 @@ def test_real_receivers_ok_down_and_500(tmp_path, caplog):
     caplog.set_level(logging.DEBUG)
     store = Store(tmp_path / "s.sqlite3")  # node-3 never reached, node-2 silent for 65 s
     build_run(store, now=time.time() - 65, trunc_frac=0.01, nodes=3, polls=3, down={"node-3": 600})
-    store.record_poll("node-1", {"time_unix": time.time(), "shards": {"files": {}}, "gpus": {}}, time.time(), 5.0)
+    write_reply(store, "node-1", {"time_unix": time.time(), "shards": {"files": {}}, "gpus": {}}, time.time(), 5.0)
     store.set_meta(
         "run", {"name": RUN_NAME, "max_output_tokens": CEILING, "interval_s": 10, "truncation_alert_fraction": 0.05}
     )

@@ -1,5 +1,5 @@
 """The wire contract (runhealth/node/wire.py) against the real agent, and the reply reader
-(runhealth/collect/ingest.py) on replies the real agent made.
+(runhealth/ingest.py) on replies the real agent made.
 
 The contract test walks every reply the agent gives for hello, poll (with demo GPUs, a dead
 metrics URL, a missing glob and a shard) and sample, and fails on a key the TypedDicts do not
@@ -20,7 +20,7 @@ import typing
 
 import pytest
 
-from runhealth.collect import ingest
+from runhealth import ingest
 from runhealth.errors import AgentError
 from runhealth.node import agent, wire
 from runhealth.remote.protocol import AgentSession

@@ -110,13 +110,6 @@ class AlertHistory:
                 raise
             self._last_mono = mono
 
-    def maybe_check(self) -> bool:
-        """`check()` unless one ran under `interval_s` ago (monotonic); True when it ran."""
-        if self._last_mono is not None and self.monotonic() - self._last_mono < self.interval_s:
-            return False
-        self.check()
-        return True
-
     def start(self) -> None:
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="runhealth-alert-history", daemon=True)

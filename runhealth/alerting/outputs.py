@@ -25,12 +25,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from runhealth.alerting import exporter, metricsauth, notify, webhook
-from runhealth.collect.heartbeat import HEARTBEAT_S, STATUS_KEY
-from runhealth.collect.heartbeat import collector_alive as collector_alive  # re-exported: the viewer reads them here
-from runhealth.collect.heartbeat import pid_gone as pid_gone
-from runhealth.collect.heartbeat import read_status as read_status
-from runhealth.collect.heartbeat import silent_after_s as silent_after_s
 from runhealth.errors import ConfigError, StoreError
+from runhealth.heartbeat import HEARTBEAT_S, STATUS_KEY
+from runhealth.heartbeat import collector_alive as collector_alive  # re-exported: the viewer reads them here
+from runhealth.heartbeat import pid_gone as pid_gone
+from runhealth.heartbeat import read_status as read_status
+from runhealth.heartbeat import silent_after_s as silent_after_s
 from runhealth.records import CollectorStatus
 from runhealth.settings.config import RunConfig, RunContext
 from runhealth.store import Store

@@ -2,7 +2,7 @@
 
 The store's length counts cover the whole run with no time axis. With them, in the same
 transaction, the store adds every poll's new counts to one row per (hour, length, finish by
-length or not, estimated, backfill) of `length_hourly` (rows: runhealth.collect.ingest.HourlyLengthRow):
+length or not, estimated, backfill) of `length_hourly` (rows: runhealth.ingest.HourlyLengthRow):
 lengths of completions that stopped by length are kept exactly (they are few distinct values,
 and the share at the ceiling must be exact), other lengths are binned on a log scale with 16
 bins per doubling (`ingest.bin_upper`: a bin is at most 4.4% wide). So percentiles over time are bin upper edges,

@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 Point = Sequence  # (t, delta_count, delta_tokens, backfill): t on one node's continuous clock
 Span = tuple[float, float, float, float]  # (t_start, t_end, delta_count, delta_tokens)
-Z95 = 1.959964  # as runhealth.analysis.compare.Z95
+Z95 = 1.959964  # as runhealth.analysis.runcompare.Z95
 
 # Two-sided 95% Student t quantiles by degrees of freedom (a key at or below df is used: conservative).
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}

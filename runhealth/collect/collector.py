@@ -15,10 +15,10 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
-from runhealth import textsafe
+from runhealth import ingest, textsafe
 from runhealth.alerting import alerthistory
 from runhealth.analysis.servermetrics import merge_endpoints as merge_metrics
-from runhealth.collect import changes, ingest, publisher, sampling, scheduler, storelock
+from runhealth.collect import changes, publisher, sampling, scheduler, storelock
 from runhealth.collect.storelock import check_store_free as check_store_free  # the service imports it here
 from runhealth.errors import AgentError, StoreError
 from runhealth.errors import one_line as _plain

@@ -27,6 +27,7 @@ from pathlib import Path
 from runhealth import demo
 from runhealth.alerting.metricsauth import MetricsAccess
 from runhealth.alerting.outputs import Outbound, start_outbound
+from runhealth.collect import demofill
 from runhealth.collect.collector import Collector, check_store_free
 from runhealth.errors import ConfigError, RunhealthError, StoreBusyError
 from runhealth.settings import runs
@@ -46,13 +47,6 @@ def check_live(entries: list[runs.RunEntry], source: str) -> None:
     """A config `collect` can use: at least one run is polled."""
     if not any(not e.finished for e in entries):
         raise ConfigError(f"{source}: every run is finished: nothing to collect")
-
-
-def live_runs(path: Path) -> list[RunConfig]:
-    """The runs of the file that are polled (`[[runs]]` with finished = true are not)."""
-    entries = runs.load_runs(path)
-    check_live(entries, str(path))
-    return [e.config for e in entries if not e.finished]
 
 
 class Service:
@@ -290,7 +284,7 @@ def demo_service(
     finished = [e.config for e in entries if e.finished]
     for config in finished:
         with contextlib.closing(Store(config.resolved_store_path())) as store:
-            demo.fill_finished(config, store)
+            demofill.fill_finished(config, store)
     return service, simulator.stop
 
 

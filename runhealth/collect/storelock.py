@@ -5,7 +5,7 @@ name: `rm <store>.collector.lock` (or `rm store.sqlite3*`, a tmp cleaner, a user
 afresh") let a second collector create a new file there and lock it while the first still
 wrote. So a lock is taken as lock files usually are (lock, then check that the file locked is
 still the one at the path, else again), and a process that wins the flock also reads the status
-the collecting process records in the store (runhealth.collect.heartbeat): a live collector on
+the collecting process records in the store (runhealth.heartbeat): a live collector on
 this host that has not stopped still holds the store, its lock file gone, and the newcomer is
 refused naming its pid. The holder `check`s its lock file before every write to the store (one
 stat: `StoreFile.writer_check`) and every half second: replaced or deleted, it locks the file
@@ -26,8 +26,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, TextIO
 
-from runhealth import textsafe
-from runhealth.collect import heartbeat
+from runhealth import heartbeat, textsafe
 from runhealth.errors import StoreBusyError, StoreError
 from runhealth.store import storefile
 

@@ -9,7 +9,7 @@ resolve messages, and the exporter reads the same rules.
 
 Alerts (name, severity): collector_down (the collector that wrote the run is gone, stopped or
 silent: named by pid and host, in place of the node states, stalls and drops it no longer
-refreshes; runhealth.collect.heartbeat), collection_stale, store_write_failure, node_down (critical) /
+refreshes; runhealth.heartbeat), collection_stale, store_write_failure, node_down (critical) /
 node_stale, shards_unmatched, shards_unreadable (warning); run_stalled (critical, since the
 last completion) or node_stalled (warning, only while another node writes) and rate_drop
 (warning), none once the target is reached; truncation_high (warning at the warn share,
@@ -29,14 +29,14 @@ pages word only these, and the GPUs and Nodes pages add information lines (hardw
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Sequence
 from typing import Literal
 
+from runhealth import heartbeat
+from runhealth.ages import fmt_age, fmt_ago
 from runhealth.analysis import failed as failed_reqs
 from runhealth.analysis import reasons, stats, unknowns
-from runhealth.collect import heartbeat
 from runhealth.records import GpuEventRow, GpuHealthReading, GpuRow, HostReading, LengthCountRow, NodeRow
 from runhealth.rules import activity, hardware
 from runhealth.rules.hardware import host_problems as host_problems  # re-exported: one import for the words
@@ -52,31 +52,6 @@ from runhealth.store.failedreads import FailedRow
 # -- Node states, stalls and alerts (from the store) ------------------------------------
 # Moved here from runhealth/alerts.py (#14).
 DOWN_AFTER_STALE = 5  # a node is "down" once it has failed for 5 x stale_after
-FUTURE_TOLERANCE_S = 1.0  # a time this little after now is rounding between two processes, not a step
-
-
-def fmt_age(seconds: float | None) -> str:
-    if seconds is None or math.isnan(seconds):
-        return "N/A"
-    seconds = max(0.0, seconds)
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 2 * 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
-
-
-def fmt_ago(seconds: float | None) -> str:
-    """How long ago, as a phrase ("3 min ago"). A time after now (`seconds` < 0: it was stamped
-    before a clock stepped back) says so instead of "0 s ago": "60 min ahead of this host's
-    clock: a clock moved back"."""
-    if seconds is None or math.isnan(seconds):
-        return "N/A"
-    if seconds < -FUTURE_TOLERANCE_S:
-        return f"{fmt_age(-seconds)} ahead of this host's clock: a clock moved back"
-    return f"{fmt_age(seconds)} ago"
 
 
 def node_status(node: NodeRow, now: float, stale_after: float) -> tuple[str, str]:

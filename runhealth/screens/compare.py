@@ -15,9 +15,9 @@ import dataclasses
 import time
 from typing import Any
 
+from runhealth.ages import fmt_age, fmt_ago
 from runhealth.analysis.fieldfigures import NO_ID_MESSAGE, compare_prompts
 from runhealth.analysis.whatif import BOOTSTRAP
-from runhealth.rules.health import fmt_age, fmt_ago
 from runhealth.screens import waste as waste_words
 from runhealth.screens.runfigures import Comparison, RunNumbers, compare_runs, comparison_rows
 from runhealth.screens.words import NA, fmt_count, fmt_share

@@ -12,10 +12,10 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from runhealth.ages import fmt_age
 from runhealth.analysis.stragglers import NodeEta, Stragglers, stragglers
 from runhealth.records import NodeRow
 from runhealth.rules.activity import RunRates
-from runhealth.rules.health import fmt_age
 from runhealth.screens.words import fmt_count, fmt_plural
 
 NAMED = 3  # late nodes named in the line; more are counted

@@ -17,6 +17,7 @@ from typing import Any
 
 from runhealth.records import GpuRow, NodeRow
 from runhealth.rules import hardware, health
+from runhealth.rules.hardware import gpu_state as gpu_state  # the GPU table's words (components/tables.py)
 from runhealth.screens.events import Event, chart_events
 from runhealth.settings.config import RunConfig
 from runhealth.settings.runsettings import RunSettings

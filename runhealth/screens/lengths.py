@@ -19,12 +19,16 @@ from typing import Any
 
 from runhealth.analysis import loops, rates, stats
 from runhealth.analysis.stats import Summary as Summary  # the pages name the summary type through here
+from runhealth.analysis.stats import wilson_interval as wilson_interval  # the group table's "others" row
 from runhealth.analysis.unknowns import unknown_of as unknown_of  # ... and the "truncation unknown" rule (#39)
+from runhealth.analysis.whatif import MIN_LOOP_SAMPLES as MIN_LOOP_SAMPLES  # the what-if's words (components)
 from runhealth.analysis.whatif import WhatIf as WhatIf  # ... and the what-if's
+from runhealth.analysis.whatif import loop_note as loop_note
 from runhealth.payloads import pagedata
 from runhealth.payloads.pagetypes import RunLengths
 from runhealth.records import NodeRow
 from runhealth.rules import activity
+from runhealth.rules.health import level as level  # the per-group bars' colours, as the tiles'
 from runhealth.screens import fieldmodel, fieldpanels, runeta, serverview
 from runhealth.settings.config import RunConfig
 from runhealth.settings.windows import WHATIF_REFIT_S as WHATIF_REFIT_S  # ... and how often it is refitted
@@ -75,6 +79,13 @@ class Lengths:
         """The ETA the Overview shows now (screens/runeta.py store_eta: its basis, its run-state
         rule, the last node's share); None while it withholds one (`eta_withheld` says why)."""
         return self.run_eta.eta_s if self.run_eta is not None else None
+
+    @staticmethod
+    def whatif_level(r: WhatIf, warn: float, alert: float, failed_backtest: bool) -> str:
+        """The what-if tile's level: the share still cut at the new limit under the one ok / warn /
+        alert rule (health.level, as the Overview's tile), "muted" when the method missed its own
+        back-test: an unreliable guess never alarms."""
+        return "muted" if failed_backtest else level(r.truncated_fraction, warn, alert)
 
     def eta_change(self, r: WhatIf) -> rates.EtaChange:
         """What the what-if's extra tokens per completion do to the ETA at the 15-min average."""

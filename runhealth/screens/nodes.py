@@ -16,10 +16,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from runhealth import heartbeat
 from runhealth.analysis import servermetrics, stats, tokencost
 from runhealth.analysis.failed import FailedRequests, failed_requests
 from runhealth.analysis.stragglers import Stragglers
-from runhealth.collect import heartbeat
 from runhealth.records import HostReading, LengthCountRow, MetricRow, NodeRow, ShardRow
 from runhealth.rules import activity, health
 from runhealth.screens import etas, fieldmodel, nodefields
@@ -214,7 +214,7 @@ def removed_nodes(store: Store, keep: set[str] | None) -> tuple[Removed, ...]:
 
 
 def collector_fault(store: Store, now: float, stale_after: float) -> str | None:
-    """runhealth.collect.heartbeat's sentence on why no collector writes the run (None: one does)."""
+    """runhealth.heartbeat's sentence on why no collector writes the run (None: one does)."""
     status = heartbeat.read_status(store)
     if status is None:
         return f"No collector has written this run's status yet: {heartbeat.START}."

@@ -20,6 +20,7 @@ import dataclasses
 import time
 from typing import Any, Literal
 
+from runhealth.ages import fmt_age
 from runhealth.analysis import rates, tokencost
 from runhealth.analysis.failed import FailedRequests
 from runhealth.analysis.stats import Summary
@@ -27,7 +28,8 @@ from runhealth.analysis.stragglers import Stragglers
 from runhealth.analysis.unknowns import Unknown
 from runhealth.records import GpuRow, NodeRow
 from runhealth.rules import activity, hardware, health
-from runhealth.rules.health import fmt_age, level
+from runhealth.rules.health import Alert as Alert  # the alert lines (components/alerts.py) name it here
+from runhealth.rules.health import level
 from runhealth.screens import derived, etas, fieldmodel, runeta
 from runhealth.screens import waste as waste_words
 from runhealth.screens.events import Event, chart_events

@@ -17,10 +17,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal, NamedTuple
 
+from runhealth.ages import fmt_age
 from runhealth.analysis import rates
 from runhealth.analysis.stragglers import Stragglers
 from runhealth.rules.activity import RunRates, read_rates, stall_state
-from runhealth.rules.health import fmt_age
 from runhealth.screens import etas
 from runhealth.screens.words import fmt_window
 from runhealth.store import Store

@@ -2,7 +2,7 @@
 
 `run_numbers(store, ...)` reads one run's store (lengths, GPUs, poll history) into the figures
 the page compares; `compare_runs(a, b)` puts two of them side by side: the differences B - A
-with 95% intervals (runhealth.analysis.compare), the rates, A's what-if forecast checked against B, and
+with 95% intervals (runhealth.analysis.runcompare), the rates, A's what-if forecast checked against B, and
 the one-sentence "B vs A" headline.
 
 Rates here are averages over the run's whole collected life, not the last minute the
@@ -29,9 +29,10 @@ import time
 from typing import NamedTuple
 
 from runhealth import textsafe
-from runhealth.analysis import compare, loops, rates, stats, tokencost
-from runhealth.analysis.compare import Differences, Forecast
+from runhealth.analysis import loops, rates, runcompare, stats, tokencost
 from runhealth.analysis.failed import FailedRequests, failed_requests
+from runhealth.analysis.runcompare import Differences, Forecast
+from runhealth.analysis.stats import cdf_points as cdf_points  # Compare's cumulative curves (components)
 from runhealth.analysis.whatif import BOOTSTRAP
 from runhealth.errors import RunhealthError
 from runhealth.payloads import pagedata
@@ -39,11 +40,11 @@ from runhealth.records import PollRow
 from runhealth.screens import runeta
 from runhealth.store import Store
 
-Z95 = compare.Z95
+Z95 = runcompare.Z95
 log = textsafe.get_logger(__name__)
 
 
-BOTH_AT_CEILING, NOT_MEASURABLE = compare.BOTH_AT_CEILING, compare.NOT_MEASURABLE
+BOTH_AT_CEILING, NOT_MEASURABLE = runcompare.BOTH_AT_CEILING, runcompare.NOT_MEASURABLE
 
 
 def default_pair(runs: list[tuple[bool, int | None]]) -> tuple[int, int]:
@@ -280,7 +281,7 @@ def compare_runs(a: RunNumbers, b: RunNumbers, bootstrap: int = BOOTSTRAP) -> Co
             forecast_note="no forecast check: a run has no completions yet",
             headline=f"{b.name} vs {a.name}: no completions to compare yet",
         )
-    diffs = compare.differences(a.hist, sa, b.hist, sb)
+    diffs = runcompare.differences(a.hist, sa, b.hist, sb)
     la, lb = a.life, b.life
     gpu_a, gpu_b = max(a.gpus, 1), max(b.gpus, 1)
     rate_changes = {
@@ -291,7 +292,7 @@ def compare_runs(a: RunNumbers, b: RunNumbers, bootstrap: int = BOOTSTRAP) -> Co
             la.completions_per_s, la.completions_var, lb.completions_per_s, lb.completions_var
         ),
     }
-    forecast, note = compare.forecast_check(a.hist, sa, b.hist, sb, bootstrap=bootstrap, loop_sample=a.loop_sample)
+    forecast, note = runcompare.forecast_check(a.hist, sa, b.hist, sb, bootstrap=bootstrap, loop_sample=a.loop_sample)
     return Comparison(
         differences=diffs,
         rates=rate_changes,
@@ -304,9 +305,9 @@ def compare_runs(a: RunNumbers, b: RunNumbers, bootstrap: int = BOOTSTRAP) -> Co
 def headline(
     sum_a: stats.Summary, sum_b: stats.Summary, diffs: Differences, rate_changes: dict[str, RateChange | None]
 ) -> str:
-    """runhealth.analysis.compare's sentence, plus the tok/s per GPU change (with its 95% interval)
+    """runhealth.analysis.runcompare's sentence, plus the tok/s per GPU change (with its 95% interval)
     when both runs have a rate."""
-    text = compare.headline(sum_a, sum_b, diffs)
+    text = runcompare.headline(sum_a, sum_b, diffs)
     tps = rate_changes.get("tokens_per_s_per_gpu")
     if tps is not None:
         text += f"; tok/s per GPU {_signed_pct(tps.relative)}"
@@ -365,13 +366,13 @@ def _length_rows(sa: stats.Summary, sb: stats.Summary, d: Differences | None) ->
     return rows
 
 
-def _percentile_row(metric: str, p: compare.PercentileDiff) -> dict[str, str]:
+def _percentile_row(metric: str, p: runcompare.PercentileDiff) -> dict[str, str]:
     """A percentile's row. One at its run's ceiling is only a lower bound (those completions were
-    cut): its cell reads "≥"; B - A and its interval are compare.percentile_texts' (a bound and a
+    cut): its cell reads "≥"; B - A and its interval are runcompare.percentile_texts' (a bound and a
     one-sided interval when a run is censored, "not measurable" when both are)."""
     cut = p["at_ceiling"]
     cells = {k.upper(): ("≥ " if k in cut else "") + f"{value:,}" for k, value in (("a", p["a"]), ("b", p["b"]))}
-    diff, interval = compare.percentile_texts(p)
+    diff, interval = runcompare.percentile_texts(p)
     return {"metric": metric, **cells, "B − A": diff, "95% interval": interval}
 
 

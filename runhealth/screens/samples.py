@@ -16,6 +16,7 @@ import dataclasses
 import time
 from typing import Any
 
+from runhealth.analysis import continuation as continuation  # the continuation job (components/whatif_view.py)
 from runhealth.analysis import fieldfigures, loops, stats
 from runhealth.analysis.stats import Summary
 from runhealth.payloads import pagedata

@@ -5,7 +5,7 @@ ceiling read as bounds ("≥ 4,096"), rates in thousands from 1,000 up ("9.4K", 
 never mixes "9,369" with "13.0K"), and anything missing is "N/A". The core words its screen
 models with these (runhealth.screens), the CLI its text, and components/format.py re-exports them
 for the pages, so a number reads the same on a tile, in a table and in a terminal. Ages are
-`runhealth.rules.health.fmt_age` / `fmt_ago`. CSV and JSON exports keep raw numbers: only text is
+`runhealth.ages.fmt_age` / `fmt_ago`. CSV and JSON exports keep raw numbers: only text is
 formatted here.
 """
 

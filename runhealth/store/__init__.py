@@ -13,7 +13,7 @@ mid-write leaves either the old state or the new one: counts are never lost or d
 - fieldreads.py: the reads of the per-line fields (prompt IDs, groups, unanswered cuts, #33);
 - failedreads.py: the reads of failed requests (by node and reason, retried prompts, #39).
 
-What a poll reply means is runhealth/collect/ingest.py's; the store writes it. The store imports nothing
+What a poll reply means is runhealth/ingest.py's; the store writes it. The store imports nothing
 from runhealth.analysis (tests/test_layers.py holds it).
 """
 

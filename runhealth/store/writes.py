@@ -1,6 +1,6 @@
 """The store's writes: one poll's record in one transaction, failures, samples, pruning.
 
-`write_poll` applies one `ingest.PollRecord` (what a poll reply means, runhealth/collect/ingest.py) in
+`write_poll` applies one `ingest.PollRecord` (what a poll reply means, runhealth/ingest.py) in
 one transaction: shard offsets with the length counts they produced (`node_length_counts` kept
 equal to the sum of `length_counts`), the poll row and its length stops, the hourly length rows,
 GPU readings and health, the node's status and its server metrics. A failure anywhere writes
@@ -13,12 +13,10 @@ import json
 import sqlite3
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
-from runhealth import textsafe
-from runhealth.collect import ingest
-from runhealth.collect.ingest import PollRecord, ShardUpdate
-from runhealth.node.wire import PollReply
+from runhealth import ingest, textsafe
+from runhealth.ingest import PollRecord, ShardUpdate
 from runhealth.store import energymeter, reasonnames, runevents
 from runhealth.store.lifecycle import StoreFile
 from runhealth.store.reads import GPU_FIELDS
@@ -31,11 +29,6 @@ class StoreWrites(StoreFile):
     """What the collector writes (every write in one `transaction`)."""
 
     _reason_namer: tuple[int, reasonnames.Namer] | None = None  # (generation, namer)
-
-    def record_poll(self, node: str, reply: dict[str, Any], ts_unix: float, rtt_ms: float | None) -> dict[str, int]:
-        """`write_poll` of a raw poll reply (a wire.PollReply) as `ingest.read_poll` reads it, with
-        no server metrics parsed (the collector passes them in its record); returns the deltas."""
-        return self.write_poll(node, ingest.read_poll(cast(PollReply, reply)), ts_unix, rtt_ms)
 
     def write_poll(self, node: str, record: PollRecord, ts_unix: float, rtt_ms: float | None) -> dict[str, int]:
         """Write one successful poll in one transaction; returns the deltas it added.
