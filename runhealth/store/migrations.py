@@ -391,6 +391,20 @@ def _to_v12(db: sqlite3.Connection) -> None:
             db.execute(f"ALTER TABLE {table} ADD COLUMN prompts INTEGER")
 
 
+def _to_v13(db: sqlite3.Connection) -> None:
+    """node_energy.dropped_steps (#40 item 5): the node's poll intervals whose energy could not be
+    trusted (a counter that went back without a reload, a step above the GPUs' power limit x the
+    interval, a GPU missing from a poll or back after a gap), dropped with their tokens and
+    counted, so joules and tokens stay over the same intervals. polls.interval_s (#40 item 7):
+    the collector's monotonic seconds since the node's previous poll by the same process (NULL
+    for a process's first poll and for the polls from before this step): the rates' intervals,
+    whatever the wall clocks did. Numbered 15 in issue 40's plan (13 and 14 are others')."""
+    if "dropped_steps" not in {r[1] for r in db.execute("PRAGMA table_info(node_energy)")}:
+        db.execute("ALTER TABLE node_energy ADD COLUMN dropped_steps INTEGER NOT NULL DEFAULT 0")
+    if "interval_s" not in {r[1] for r in db.execute("PRAGMA table_info(polls)")}:
+        db.execute("ALTER TABLE polls ADD COLUMN interval_s REAL")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -412,6 +426,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(10, "run_events: collector starts, config changes, relaunches for the charts' markers (#33)", _to_v10),
     Migration(11, "run_length_counts: the run's counts by length, kept by triggers (#34)", _to_v11),
     Migration(12, "polls.prompts, poll_rollup.prompts: new distinct prompts per poll, the prompts ETA (#33)", _to_v12),
+    Migration(
+        13, "node_energy.dropped_steps, polls.interval_s: energy steps dropped, monotonic poll intervals (#40)", _to_v13
+    ),
 )
 STORE_VERSION = MIGRATIONS[-1].version
 
