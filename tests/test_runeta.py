@@ -32,7 +32,7 @@ from runhealth.rules import activity
 from runhealth.screens import lengths, overview, runeta, runfigures
 from runhealth.settings.config import NodeConfig, RunConfig
 from runhealth.settings.runsettings import RunSettings
-from runhealth.store import Store, rollup
+from runhealth.store import Store, migrations, rollup
 
 CEILING = 512  # short demo lines: a fast test
 INTERVAL_S = 30.0
@@ -393,10 +393,12 @@ def test_migration_12_adds_the_column_and_keeps_older_polls(tmp_path):
     with sqlite3.connect(path) as db:  # the store as version 11 left it, with one poll
         for table in ("polls", "poll_rollup"):
             db.execute(f"ALTER TABLE {table} DROP COLUMN prompts")
+        db.execute("ALTER TABLE polls DROP COLUMN interval_s")  # migration 13's (#40)
+        db.execute("ALTER TABLE node_energy DROP COLUMN dropped_steps")
         db.execute("INSERT INTO polls VALUES (100.0, 'n1', 100.4, 5, 500, 0, 0, 0, 5.0)")
         db.execute("PRAGMA user_version = 11")
     store = Store(path)
-    assert store.cursor("PRAGMA user_version").fetchone()[0] == 12
+    assert store.cursor("PRAGMA user_version").fetchone()[0] == migrations.STORE_VERSION
     assert [r["prompts"] for r in store.polls()] == [None]
     assert "prompts" in {r[1] for r in store.cursor("PRAGMA table_info(poll_rollup)")}
     store.close()

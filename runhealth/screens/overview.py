@@ -240,7 +240,11 @@ def run_state(alerts: list[health.Alert], finished: bool) -> RunState:
 def average_of(r: activity.RunRates, now: float) -> Average:
     """What the average covers at `now`, and whether its window holds enough of the run's writing
     (its first live completion at least the window, less the live window, ago) for an ETA."""
-    seen = [n.first_seen_unix for n in r.per_node.values() if n.first_seen_unix is not None]
+    seen = [
+        n.first_seen_bridged if n.first_seen_bridged is not None else n.first_seen_unix
+        for n in r.per_node.values()
+        if n.first_seen_unix is not None
+    ]
     covered = min(r.average_s, now - min(seen)) if seen else None
     return Average(r.average_s, covered, runeta.enough_for_eta(r, now))
 

@@ -75,7 +75,11 @@ def enough_for_eta(r: RunRates, now: float) -> bool:
     """Whether the average's window holds enough of the run's writing for an ETA: its first live
     completion at least the window, less the live window, ago (a younger run's "average" is mostly
     the time before it wrote: #31)."""
-    wrote = [n.first_live_growth_unix for n in r.per_node.values() if n.first_live_growth_unix is not None]
+    wrote = [  # on the rates' clock where known: a wall-clock step is not writing time (#40 item 7)
+        n.first_live_bridged if n.first_live_bridged is not None else n.first_live_growth_unix
+        for n in r.per_node.values()
+        if n.first_live_growth_unix is not None
+    ]
     return bool(wrote) and now - min(wrote) >= r.average_s - r.window_s
 
 

@@ -37,8 +37,14 @@ class StoreWrites(StoreFile):
         no server metrics parsed (the collector passes them in its record); returns the deltas."""
         return self.write_poll(node, ingest.read_poll(cast(PollReply, reply)), ts_unix, rtt_ms)
 
-    def write_poll(self, node: str, record: PollRecord, ts_unix: float, rtt_ms: float | None) -> dict[str, int]:
+    def write_poll(
+        self, node: str, record: PollRecord, ts_unix: float, rtt_ms: float | None, interval_s: float | None = None
+    ) -> dict[str, int]:
         """Write one successful poll in one transaction; returns the deltas it added.
+
+        `interval_s`: the collector's monotonic seconds since its previous written poll of the
+        node (None: its first, or no monotonic clock): the rates' interval whatever the wall
+        clock did (runhealth/rules/activity.py).
 
         Everything the poll brings moves together: shard offsets with their length counts, the
         poll row and its length stops, the hourly length rows, GPU readings, node status and
@@ -59,7 +65,7 @@ class StoreWrites(StoreFile):
             backfill = ingest.is_backfill(first_index, catching_up, delta["resets"], record.pending_bytes)
             db.execute(
                 "INSERT INTO polls (ts_unix, node, node_ts_unix, completions, tokens, length_stops, malformed,"
-                " backfill, rtt_ms, prompts) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                " backfill, rtt_ms, prompts, interval_s) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     ts_unix,
                     node,
@@ -71,8 +77,11 @@ class StoreWrites(StoreFile):
                     int(backfill),
                     rtt_ms,
                     delta["prompts"],
+                    interval_s,
                 ),
             )
+            if interval_s is not None and prev and prev[1] is not None:
+                _note_clock_step(db, ts_unix, ts_unix - prev[1] - interval_s, interval_s)
             _write_hourly(db, applied, ts_unix, backfill)
             if delta["resets"]:  # a relaunch rewrote or truncated shards: a marker on the time charts
                 _write_reset_event(db, node, applied, delta["resets"], ts_unix)
@@ -506,6 +515,25 @@ def _write_gpus(db: sqlite3.Connection, node: str, record: PollRecord, ts_unix: 
                 d.get("error"),
             ),
         )
+
+
+CLOCK_STEPS_KEPT = 16
+CLOCK_STEP_MIN_S = 5.0  # the rates' tolerance (rules/activity.STEP_TOLERANCE_S): less is round-trip jitter
+
+
+def _note_clock_step(db: sqlite3.Connection, ts_unix: float, step_s: float, interval_s: float) -> None:
+    """Remember a step of the collector's wall clock (its wall interval less its monotonic one):
+    meta 'clock_steps', [ts_unix after the step, seconds] newest last, one per step (the first
+    node's poll to see it), so the rates read the polls from before a forward step too."""
+    if abs(step_s) < max(CLOCK_STEP_MIN_S, 0.5 * interval_s):
+        return
+    row = db.execute("SELECT value FROM meta WHERE key = 'clock_steps'").fetchone()
+    steps = json.loads(row[0]) if row else []
+    # Every node's next poll sees the same step: kept once (within a minute of the first, ±20%).
+    if any(abs(t - ts_unix) < 60 and abs(s - step_s) <= 0.2 * abs(step_s) for t, s in steps):
+        return
+    steps = [*steps, [ts_unix, step_s]][-CLOCK_STEPS_KEPT:]
+    db.execute("INSERT OR REPLACE INTO meta VALUES ('clock_steps', ?)", (json.dumps(steps),))
 
 
 def _write_energy(
