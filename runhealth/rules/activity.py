@@ -209,25 +209,19 @@ def recent_rates(
     rows: dict[str, list] = {}
     # Store.polls(since, in_poll_order=True)'s rows, only the columns a rate needs, as tuples: a
     # scrape reads 15 min of every node's polls (47,000 rows at 512 nodes), a dict each was most of it.
+    # The polls from before a forward step of the collector's clock within the lookback are read
+    # too (meta 'clock_steps', written with the polls): their times are older by the step, and the
+    # rates' clock bridges it (without them the average would start at the step). In the same
+    # statement: a scrape's reads are counted.
     sql = (
         "SELECT node, ts_unix, node_ts_unix, completions, tokens, backfill, prompts, interval_s FROM polls"
-        " WHERE ts_unix >= ? ORDER BY rowid"
+        " WHERE ts_unix >= ? - (SELECT COALESCE(SUM(MAX(0, json_extract(s.value, '$[1]'))), 0)"
+        " FROM json_each((SELECT value FROM meta WHERE key = 'clock_steps')) s"
+        " WHERE json_extract(s.value, '$[0]') >= ?) ORDER BY rowid"
     )
-    for node, *row in store.cursor(sql, (now - lookback_s - forward_steps_s(store, now, lookback_s),)):
+    for node, *row in store.cursor(sql, (now - lookback_s, now - lookback_s)):
         rows.setdefault(node, []).append(tuple(row))
     return run_rates(rows, now, window_s, average_s)
-
-
-def forward_steps_s(store: Store, now: float, lookback_s: float) -> float:
-    """How far the collector's wall clock stepped forward within the lookback (meta 'clock_steps',
-    written with the polls): the polls from before such a step carry times that much older, and
-    are read too (the rates' clock bridges the step; without them the average would start at it)."""
-    extra = 0.0
-    for t, step in reversed(store.meta("clock_steps", [])):
-        if t < now - lookback_s - extra:
-            break
-        extra += max(0.0, step)
-    return extra
 
 
 def read_rates(
