@@ -132,5 +132,12 @@ def lengths(store: Store, config: RunConfig, now: float | None = None) -> Length
             (m for m in store.metric_latest() if keep is None or m["node"] in keep), counted.summary
         ),
         fields=fieldpanels.panels(figures),
-        run_eta=runeta.run_eta(done, config.target_completions, run_rates, answered, config.expected_prompts),
+        run_eta=runeta.run_eta(
+            done,
+            config.target_completions,
+            run_rates,
+            answered,
+            config.expected_prompts,
+            figures["prompts"].get("counted_since_unix") is not None,
+        ),
     )

@@ -20,7 +20,7 @@ import dataclasses
 import time
 from typing import Any, Literal
 
-from runhealth.analysis import rates, tokencost
+from runhealth.analysis import fieldfigures, rates, tokencost
 from runhealth.analysis.stats import Summary
 from runhealth.analysis.stragglers import Stragglers
 from runhealth.records import GpuRow, NodeRow
@@ -141,7 +141,7 @@ class Overview:
         when both are known (#33: a retry is not progress), else completions of the target; None
         without either."""
         p = self.prompts or {}
-        if p.get("expected") and p.get("answered") is not None:
+        if p.get("expected") and fieldfigures.run_total_answered(p) is not None:
             return min(1.0, p["answered"] / p["expected"]), f"{p['answered']:,} of {p['expected']:,} prompts answered"
         if not self.target:
             return None
@@ -208,6 +208,9 @@ class Overview:
             "prompts_missing": p.get("missing"),
             "prompts_answered_twice": p.get("answered_more_than_once"),
             "prompts_line": p.get("line"),
+            # Set when prompt IDs were counted only since a store upgrade (#40 item 4): answered is since then.
+            "prompts_counted_since_unix": p.get("counted_since_unix"),
+            "prompts_completions_before_counting": p.get("completions_before"),
             "progress_pct": round(100 * self.progress[0], 2) if self.progress else None,
             "progress_line": self.progress[1] if self.progress else None,
         }
@@ -338,6 +341,7 @@ def _overview(store: Store, config: RunConfig, now: float, finished: bool) -> Ov
         reading.rates,
         (prompts or {}).get("answered"),
         config.expected_prompts,
+        (prompts or {}).get("counted_since_unix") is not None,
     )
     eta = runeta.shown_eta(basis, state == "writing", average.enough_for_eta)
     health_rows = {(h["node"], h["gpu"]): h["health"] for h in reading.gpu_health if h["node"] in names}

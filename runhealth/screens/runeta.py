@@ -26,6 +26,10 @@ NO_ID_NOTE = (
     "on completions: expected_prompts is set but the shards carry no prompt ID "
     "(set prompt_id_path on the nodes; looked for id, custom_id, prompt_id, request_id, metadata.id)"
 )
+UPGRADE_NOTE = (
+    "on completions: the store was upgraded mid-run and read prompt IDs only from then on, so the"
+    " distinct prompts answered over the whole run are unknown"
+)
 
 # The stragglers (screens/etas.py) compare each node's share of target_completions: with the ETA on
 # prompts their clock times are on another basis, and the line says so rather than contradict it.
@@ -59,15 +63,20 @@ def run_eta(
     run_rates: RunRates | None,
     answered: int | None,
     expected: int | None,
+    ids_since_upgrade: bool = False,
 ) -> RunEta:
     """The run's ETA: from distinct prompts when `expected` (expected_prompts) is set and the shards
-    carry prompt IDs (`answered` is not None), else from completions to `target`."""
+    carry prompt IDs (`answered` is not None), else from completions to `target`.
+    `ids_since_upgrade`: prompt IDs were counted only since a store upgrade (#40 item 4): the
+    prompts are never the basis then, and the note says why."""
+    if ids_since_upgrade:
+        answered = None
     pps = run_rates.prompts_per_s_15m if run_rates else None
     if expected and answered is not None:
         return RunEta("prompts", rates.eta_seconds(answered, expected, pps), pps, answered, expected, "", pps)
     cps = run_rates.completions_per_s_15m if run_rates else None
     eta = rates.eta_seconds(completions, target, cps) if target else None
-    note = NO_ID_NOTE if expected and completions else ""
+    note = (UPGRADE_NOTE if ids_since_upgrade else NO_ID_NOTE) if expected and completions else ""
     return RunEta("completions", eta, cps, completions, target, note, pps)
 
 

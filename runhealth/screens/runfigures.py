@@ -249,7 +249,7 @@ def _run_eta(store: Store, completions: int, target: int | None, now: float) -> 
     counted = store.prompt_counts() if expected else None
     answered = counted["distinct_prompts"] if counted and counted["id_lines"] else None
     found = activity.read_rates(store, now)
-    e = runeta.run_eta(completions, target, found, answered, expected)
+    e = runeta.run_eta(completions, target, found, answered, expected, store.meta("prompt_ids_since") is not None)
     last = store.last_collection_unix()
     stalled = activity.stall_state(found.per_node, now, settings.stall_after).run_since_unix is not None
     stale = last is None or now - last > settings.stale_after

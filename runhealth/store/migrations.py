@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -287,9 +288,18 @@ def _to_v8(db: sqlite3.Connection) -> None:
     count and its rows above 1 up to date in the same transaction (a page reads one row, not
     millions); `field_counts` the keyed counts: kind
     'group' / 'group_length' (key: the group's label), 'length_prompt_tokens' (tokens, prompt
-    tokens of `length` stops), 'no_answer' and 'reasoned' (tokens of `length` stops)."""
+    tokens of `length` stops), 'no_answer' and 'reasoned' (tokens of `length` stops).
+
+    A store that already counted completions never read their prompt IDs (#40 item 4): meta
+    'prompt_ids_since' records when the counting began and how many completions came before, so
+    every consumer says the prompts answered are counted since the upgrade instead of showing
+    them as the run's total (and no "missing" against expected_prompts, no prompts ETA)."""
     for statement in _statements(_V8_SCHEMA):
         db.execute(statement)
+    before = db.execute("SELECT COALESCE(SUM(count), 0) FROM node_length_counts").fetchone()[0]
+    if before:
+        mark = {"since_unix": time.time(), "completions_before": int(before)}
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('prompt_ids_since', ?)", (json.dumps(mark),))
 
 
 def _to_v9(db: sqlite3.Connection) -> None:
