@@ -25,8 +25,9 @@ from runhealth.analysis import tokencost
 from runhealth.collect.collector import poll_request
 from runhealth.node import agent
 from runhealth.node import gpu as agent_gpu
+from runhealth.screens import overview
 from runhealth.screens import waste as waste_words
-from runhealth.settings.config import parse_config
+from runhealth.settings.config import load_config, parse_config
 from runhealth.store import Store
 
 DT = 10.0  # seconds between polls
@@ -114,6 +115,11 @@ def test_energy_per_usable_token_stays_the_truth_whatever_the_readings_do(fault,
         assert per.value * 1e6 == pytest.approx(TRUTH_J_PER_M, rel=0.01)
         (dropped,) = fams["runhealth_gpu_energy_dropped_steps"].samples
         assert dropped.value == DROPPED[fault]
+        # The Overview's record (`status --json`, the headline download): the same figures.
+        config = load_config(store_fixtures.write_config(tmp_path, tmp_path / "s.sqlite3", nodes=1))
+        record = overview.overview(store, config, T0 + POLLS * DT).to_json()
+        assert record["joules_per_1m_usable_tokens"] == pytest.approx(TRUTH_J_PER_M, rel=0.01)
+        assert record["energy_dropped_steps"] == DROPPED[fault] and record["energy_line"] == line
     finally:
         store.close()
 

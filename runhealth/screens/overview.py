@@ -182,6 +182,7 @@ class Overview:
             "waste_line": self.waste_line,
             "energy_j": r(e.joules, 1) if e else None,
             "energy_source": e.source if e else None,
+            "energy_dropped_steps": e.dropped_steps if e else None,  # intervals left out, tokens too (#40)
             "joules_per_1m_usable_tokens": r(e.joules_per_m, 1) if e else None,
             "gpu_hours_per_1m_usable_tokens": r(e.gpu_hours_per_m, 4) if e else None,
             "energy_line": self.energy_line,
