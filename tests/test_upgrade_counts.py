@@ -24,7 +24,7 @@ from test_packaging import wait_for_count
 
 from runhealth.alerting import exporter
 from runhealth.collect.collector import Collector
-from runhealth.screens import compare, lengths, overview
+from runhealth.screens import compare, lengths, nodes, overview
 from runhealth.settings.config import load_config, parse_config
 from runhealth.store import Store
 
@@ -128,6 +128,8 @@ def test_a_store_from_678c66d_says_prompts_are_counted_since_the_upgrade_on_ever
         assert o.progress is None or "prompts answered" not in o.progress[1]  # no "500 of 5,500 prompts"
         assert o.run_eta is not None and o.run_eta.basis == "completions"
         assert "upgraded mid-run" in o.run_eta.note
+        assert "since the store upgrade" in o.prompts["line"]  # the Overview's prompts line
+        assert "since the store upgrade" in nodes.nodes(store, run_config, now).fields_caption  # Nodes page
         page = lengths.lengths(store, run_config, now)  # Output lengths
         assert page.run_eta is not None and page.run_eta.basis == "completions"
         fams = {
