@@ -53,6 +53,8 @@ def faulty(fault: str, k: int) -> int | None | str:
         return true_counter(4) + 100_000_000_000  # 100 MJ in 10 s: a faulty read
     if fault in ("absent", "error") and k in (3, 4, 5):
         return fault
+    if fault == "no_reading" and k == 4:
+        return "no_reading"  # neither energy nor power (N/A for one poll)
     if fault == "overflow" and k in (4, 5):
         return 2**63 if k == 4 else 2**64 - 1  # past SQLite's INTEGER; NVML's all-ones invalid value
     return true_counter(k)
@@ -81,6 +83,8 @@ def build(path: Path, fault: str) -> Store:
         reading = faulty(fault, k)
         device = store_fixtures.gpu_device(0, 95.0, power_w=POWER_W)
         device["energy_mj"] = reading
+        if reading == "no_reading":
+            device["energy_mj"] = device["power_w"] = None
         devices = [] if reading == "absent" else [device]
         if reading == "error":
             devices = [{"index": 0, "error": "GPU is lost"}]
@@ -89,7 +93,7 @@ def build(path: Path, fault: str) -> Store:
     return store
 
 
-DROPPED = {"none": 0, "counter_back": 2, "forward_spike": 2, "absent": 2, "error": 4, "overflow": 0}
+DROPPED = {"none": 0, "counter_back": 2, "forward_spike": 2, "absent": 2, "error": 4, "overflow": 0, "no_reading": 2}
 
 
 @pytest.mark.parametrize("fault", list(DROPPED))

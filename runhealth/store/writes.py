@@ -550,7 +550,8 @@ def _write_energy(
 
     Energy and tokens cover the same intervals (#40 item 5): the node's interval is dropped whole
     (no GPU's joules, none of its tokens; counted in dropped_steps) when a GPU's step is
-    implausible (its reading is then not kept as a baseline), a GPU of the node's previous poll
+    implausible or has no energy or power reading where it had one (the reading is then not kept
+    as a baseline), a GPU of the node's previous poll
     is missing now, a known GPU errs, or a GPU is back after missing polls (its baseline is older than the
     node's previous poll: the energy across the gap has no tokens beside it)."""
     prev_poll = db.execute("SELECT last_ok_unix FROM nodes WHERE name = ?", (node,)).fetchone()
@@ -567,6 +568,9 @@ def _write_energy(
     for gpu, d in read.items():
         now, before = energymeter.reading_of(d, ts_unix), last.get(gpu)
         got = energymeter.step(before, now)
+        if before is not None and now.counter_mj is None and now.power_w is None:
+            if before.counter_mj is not None or before.power_w is not None:  # read before, not now
+                got = energymeter.Step(0.0, 0.0, None, dropped=True)
         if before is not None and prev_unix is not None and before.ts_unix != prev_unix:
             got = energymeter.Step(0.0, 0.0, None)  # back after a gap: a baseline, and the interval goes
             dropped = True
