@@ -324,7 +324,7 @@ def read_poll(reply: PollReply, server_metrics: Mapping[str, float] | None = Non
     `server_metrics`: its /metrics texts as values (the collector parses them)."""
     shards, gpus = reply.get("shards"), reply.get("gpus")
     files: dict[str, ShardEntry] = (shards.get("files") if shards else None) or {}
-    devices = tuple((gpus.get("devices") if gpus else None) or [])
+    devices = tuple(gpu_device((gpus.get("devices") if gpus else None) or []))
     return PollRecord(
         shards=tuple(shard_update(path, entry) for path, entry in files.items()),
         gpus=devices,
@@ -334,6 +334,41 @@ def read_poll(reply: PollReply, server_metrics: Mapping[str, float] | None = Non
         scanned_bytes=sum(scanned_bytes(e) for e in files.values()),
         server_metrics=dict(server_metrics or {}),
     )
+
+
+INT64_MAX = 2**63 - 1  # SQLite's INTEGER; NVML's "invalid" is all ones (2^64 - 1 for a 64-bit field)
+
+
+def gpu_value(value: Any) -> Any:
+    """One GPU reading as the store can hold it: an integer outside SQLite's 64 bits (NVML's
+    all-ones "invalid", a faulty read) or a float that is not finite reads as None (N/A), in
+    lists and dicts too; anything else unchanged."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return value if -INT64_MAX - 1 <= value <= INT64_MAX else None
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, list):
+        return [v for v in (gpu_value(x) for x in value) if v is not None]
+    if isinstance(value, dict):
+        return {k: gpu_value(v) for k, v in value.items()}
+    return value
+
+
+def gpu_device(devices: Iterable[Any]) -> Iterable[GpuDevice]:
+    """The devices with every reading the store could not hold as None (#40 item 5): a bad GPU
+    value costs that value, never the node's poll (its shard counts are in the same write). A
+    negative energy counter is no reading either; a device without a usable index is left out."""
+    for d in devices:
+        if not isinstance(d, dict):
+            continue
+        out: dict[str, Any] = {k: gpu_value(v) for k, v in d.items()}
+        energy = out.get("energy_mj")
+        if energy is not None and (not isinstance(energy, int) or isinstance(energy, bool) or energy < 0):
+            out["energy_mj"] = None
+        if isinstance(out.get("index"), int) and not isinstance(out.get("index"), bool):
+            yield out  # type: ignore[misc]  # the wire's shape, values cleaned
 
 
 def _health_rows(devices: tuple[GpuDevice, ...]) -> list[GpuHealthRow]:

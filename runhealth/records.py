@@ -281,6 +281,7 @@ class EnergyRow(TypedDict):
     tokens: int  # exact tokens the shards gained over those polls
     usable_tokens: int  # of those, in completions that stopped naturally
     usable_completions: int
+    dropped_steps: int  # the node's poll intervals dropped as implausible, tokens and all (#40)
 
 
 class MetricPoint(TypedDict):

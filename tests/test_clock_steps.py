@@ -11,12 +11,15 @@ that file.
 from __future__ import annotations
 
 import glob
+import json
 import math
 import os
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -240,3 +243,93 @@ def test_a_payload_computed_after_now_says_the_clock_moved_back():
     assert precomputed.age_text(now - 5, now).endswith("(5 s ago)")
     future = precomputed.age_text(now + 3600, now)
     assert "ago" not in future and "60 min ahead of this host's clock: a clock moved back" in future
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scrape_tps(port: int) -> float | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    found = [
+        s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "runhealth_generation_tokens_per_second"
+    ]
+    return found[0] if found else None
+
+
+def status_json(config: Path, env: dict[str, str]) -> dict:
+    """`runhealth status --json` as a process on the same (stepped) host clock."""
+    out = subprocess.run(
+        [sys.executable, "-m", "runhealth", "status", "--json", "--config", str(config)],
+        env={**os.environ, **env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    return got[0] if isinstance(got, list) else got
+
+
+# +5 min: the polls from before the step stay inside every consumer's lookback (the shortest is
+# /metrics', what its live rate needs); +50 min leaves them out of some.
+@pytest.mark.parametrize("offset", ["+5m", "+50m", "-1h"], ids=["forward", "far-forward", "back"])
+def test_a_collector_host_clock_step_costs_no_tok_s_on_metrics_or_status(tmp_path, offset):
+    """The host of a real `runhealth collect` (and of its local agent, and of `status`) steps
+    ahead or back. On main a forward step became one long poll interval: 3-9 s after +5 min
+    `status` read 56 -> 156 -> 274 tok/s of 2,000 (the issue saw 417 -> 679 -> 922 -> 1.0K of
+    1,000 over a minute) and the 15-min average 45-85, with "avg since collection began (5 min)"
+    for a run seconds old; after -1 h it read "(0 s)". Intervals now come from the collector's
+    monotonic clock, and the polls from before a forward step are read too."""
+    clock = tmp_path / "clock"
+    env = faketime(clock)
+    shard_dir = tmp_path / "n1"
+    shard_dir.mkdir()
+    shard = shard_dir / "a.jsonl"
+    write_shard(shard, truth_rows(50, 1))
+    store_path, port = tmp_path / "svc.sqlite3", free_port()
+    config = tmp_path / "run.toml"
+    config.write_text(
+        f'[run]\nname = "svc"\ninterval_s = 0.5\nstore_path = "{store_path}"\n'
+        f'[[nodes]]\nname = "n1"\nhost = "local"\nshards = ["{shard_dir}/*.jsonl"]\ngpu = "off"\npython = "{sys.executable}"\n'
+    )
+    writer = Writer(shard)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runhealth", "collect", "--config", str(config), "--metrics-port", str(port)],
+        env={**os.environ, **env, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    readings: list[tuple[str, float | None, float | None, float | None, str]] = []
+    try:
+        wait_until("a rate on /metrics", lambda: scrape_tps(port), 30)
+        time.sleep(4)  # a few seconds of writing before the step
+        clock.write_text(f"{offset}\n")
+        stepped = time.monotonic()
+        while time.monotonic() - stepped < 8:
+            time.sleep(1.5)
+            s = status_json(config, env)
+            since = f"{time.monotonic() - stepped:.0f} s after the step"
+            row = (since, scrape_tps(port), s["tokens_per_s_last_1_min"], s["tokens_per_s_15_min_avg"])
+            readings.append((*row, s["average_label"]))
+    finally:
+        writer.stop()
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    truth = Writer.RATE_TPS
+    off = [r for r in readings if not all(v is not None and truth / 2 < v < truth * 2 for v in r[1:4])]
+    assert not off, f"tok/s (/metrics, status 1 min, status 15 min avg) off by over 2x after a {offset} step: {off}"
+    # The average covers the run's writing so far (a few seconds): not 0 s, not the step's minutes.
+    ages = [r[4] for r in readings]
+    assert all("since collection began" in a and "(0 s)" not in a for a in ages), ages

@@ -395,6 +395,8 @@ def test_migration_12_adds_the_column_and_keeps_older_polls(tmp_path):
     with sqlite3.connect(path) as db:  # the store as version 11 left it, with one poll
         for table in ("polls", "poll_rollup"):
             db.execute(f"ALTER TABLE {table} DROP COLUMN prompts")
+        db.execute("ALTER TABLE polls DROP COLUMN interval_s")  # migration 13's (#40)
+        db.execute("ALTER TABLE node_energy DROP COLUMN dropped_steps")
         db.execute("INSERT INTO polls VALUES (100.0, 'n1', 100.4, 5, 500, 0, 0, 0, 5.0)")
         db.execute("PRAGMA user_version = 11")
     store = Store(path)

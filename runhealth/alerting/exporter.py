@@ -367,6 +367,16 @@ class StoreMetrics:
             joules.add_metric([run, r["node"], "counter"], float(r["joules"] - r["integrated_j"]))
             joules.add_metric([run, r["node"], "power_x_time"], float(r["integrated_j"]))
         yield joules
+        dropped = CounterMetricFamily(
+            "runhealth_gpu_energy_dropped_steps",
+            "Poll intervals left out of the energy figures, their tokens with them: a GPU reading was"
+            " implausible (a counter gone back without a reload, above the power limit x the interval),"
+            " missing, or back after a gap.",
+            labels=["run", "node"],
+        )
+        for r in rows:
+            dropped.add_metric([run, r["node"]], float(r["dropped_steps"]))
+        yield dropped
         cost = tokencost.energy_cost(rows)
         if cost is not None and cost.usable_tokens and cost.joules:
             yield _gauge(

@@ -63,10 +63,28 @@ def field_families(
     are the store's run settings: expected_prompts and max_model_len when the run set them;
     `figures`: fieldmodel.field_figures at `ceiling` when the caller has them."""
     figures = fieldmodel.field_figures(store, settings, ceiling) if figures is None else figures
+    since = figures["prompts"].get("counted_since_unix")
     for name, help_, figure, key in GAUGES:
         value = figures[figure].get(key)
-        if value is None:
-            continue
+        if value is None or (since is not None and name == "runhealth_prompts_answered"):
+            continue  # counted only since an upgrade: not the run's total (its own series below)
         family = GaugeMetricFamily(name, help_, labels=["run"])
         family.add_metric([run], float(value))
         yield family
+    if since is not None:  # #40 item 4: prompt IDs counted since a store upgrade, not over the run
+        for name, help_, value in (
+            (
+                "runhealth_prompts_counted_since_timestamp_seconds",
+                "When prompt IDs began to be read: the store was upgraded mid-run and the completions"
+                " counted before were not read for them (runhealth_prompts_answered is then left out).",
+                since,
+            ),
+            (
+                "runhealth_prompts_answered_since_upgrade",
+                "Distinct prompts answered in the lines read since the store upgrade.",
+                figures["prompts"]["answered"],
+            ),
+        ):
+            family = GaugeMetricFamily(name, help_, labels=["run"])
+            family.add_metric([run], float(value))
+            yield family

@@ -10,6 +10,7 @@ it, and its counts are None (not zero).
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -52,6 +53,9 @@ class FieldTotals:
     length_prompt_tokens: dict[tuple[int, int], int] = dataclasses.field(default_factory=dict)
     no_answer: dict[int, int] = dataclasses.field(default_factory=dict)  # tokens -> length stops
     reasoned: dict[int, int] = dataclasses.field(default_factory=dict)
+    # Prompt IDs counted only since a store upgrade (#40 item 4): {"since_unix", "completions_before"}
+    # (migrations._to_v8), None when they were counted from the run's first line.
+    ids_since: Mapping[str, Any] | None = None
 
 
 def hash_totals(counts: Mapping[int, int]) -> tuple[int, int]:
@@ -67,7 +71,9 @@ def completeness(t: FieldTotals, expected: int | None = None) -> dict[str, Any]:
     """
     if not t.id_lines:
         return {"answered": None, "message": NO_ID_MESSAGE, "line": NO_ID_MESSAGE}
-    missing = max(0, expected - t.distinct_prompts) if expected else None
+    since = t.ids_since
+    # Counted since an upgrade: the run's earlier prompts are unknown, so nothing is missing "of" expected.
+    missing = max(0, expected - t.distinct_prompts) if expected and not since else None
     field = ", ".join(t.id_fields) or None
     out = {
         "answered": t.distinct_prompts,
@@ -78,8 +84,10 @@ def completeness(t: FieldTotals, expected: int | None = None) -> dict[str, Any]:
         "lines_with_id": t.id_lines,
         "lines_without_id": max(0, t.completions - t.id_lines),
         "id_field": field,
-        "progress": t.distinct_prompts / expected if expected else None,
+        "progress": t.distinct_prompts / expected if expected and not since else None,
         "message": None,
+        "counted_since_unix": since["since_unix"] if since else None,
+        "completions_before": since["completions_before"] if since else None,
     }
     out["line"] = completeness_line(out)
     return out
@@ -89,10 +97,30 @@ def completeness_line(c: Mapping[str, Any]) -> str:
     """One line in plain words (numbers with thousands separators)."""
     if c.get("answered") is None:
         return str(c["message"])
+    if c.get("counted_since_unix") is not None:
+        return since_line(c)
     of = f" of {c['expected']:,}" if c.get("expected") else ""
     # "not answered", not "missing": on a live run most of them are simply still to come.
     missing = f" · not answered {c['missing']:,}" if c.get("missing") is not None else ""
     return f"prompts answered {c['answered']:,}{of}{missing} · answered twice {c['answered_more_than_once']:,}"
+
+
+def since_line(c: Mapping[str, Any]) -> str:
+    """The line for prompt IDs counted only since a store upgrade: never a run total."""
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(c["counted_since_unix"]))
+    return (
+        f"prompts answered since the store upgrade ({when}): {c['answered']:,} · answered twice"
+        f" {c['answered_more_than_once']:,} · the {c['completions_before']:,} completions counted before it"
+        " were not read for prompt IDs, so the run's total and the prompts not answered are unknown"
+    )
+
+
+def run_total_answered(c: Mapping[str, Any] | None) -> int | None:
+    """Distinct prompts answered over the whole run, None when unknown (no IDs, or counted only
+    since an upgrade): what progress and the prompts ETA may use."""
+    if not c or c.get("counted_since_unix") is not None:
+        return None
+    return c.get("answered")
 
 
 def unanswered(t: FieldTotals, length_stops_at_ceiling: int, ceiling: int | None) -> dict[str, Any]:

@@ -105,6 +105,7 @@ class EnergyCost:
     counter_gpus: int  # GPUs whose last reading had NVML's counter
     resets: int
     since_unix: float | None
+    dropped_steps: int = 0  # poll intervals dropped, energy and tokens, as implausible (#40 item 5)
 
     @property
     def joules_per_m(self) -> float | None:
@@ -153,4 +154,5 @@ def energy_cost(rows: Iterable[EnergyRow]) -> EnergyCost | None:
         counter_gpus=int(sum(r["counter_gpus"] or 0 for r in rows)),
         resets=int(sum(r["resets"] or 0 for r in rows)),
         since_unix=min(since) if since else None,
+        dropped_steps=int(sum(r.get("dropped_steps") or 0 for r in rows)),
     )

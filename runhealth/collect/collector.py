@@ -105,6 +105,10 @@ class NodePoller:
         self.lock = threading.Lock()  # one request at a time on the agent pipe
         self.budget_bytes = SCAN_BUDGET_BYTES  # adapted to the scan speed this node shows
         self.slow_globs: list[str] = []  # `**` globs whose walk the last poll cut short
+        # Poll intervals on the monotonic clock (#40 item 7): a wall-clock step never lengthens or
+        # reverses one. Only on the real clock: a test's scripted clock has no monotonic twin.
+        self.monotonic: Callable[[], float] | None = time.monotonic if clock is time.time else None
+        self._last_written_mono: float | None = None  # this process's previous written poll of the node
 
     def _adapt_budget(self, shards: dict[str, Any]) -> None:
         """Next poll's byte budget: what this node scanned per second, times the time budget.
@@ -129,7 +133,7 @@ class NodePoller:
     def poll(self) -> dict[str, Any]:
         """One poll: send offsets, fold the reply into the store. Raises on failure (recorded)."""
         try:
-            sent = self.clock()
+            sent, sent_mono = self.clock(), self.monotonic() if self.monotonic else None
             request = poll_request(
                 self.node, self.store.shard_state(self.node.name), self.budget_bytes, self.demo_gpus, sent
             )
@@ -142,6 +146,10 @@ class NodePoller:
         # read at exactly `sent` (their energy must cover the poll times the store keeps, whatever
         # the round trip: a slow first agent start made the demo's joules per second drift).
         ts_unix = sent if "demo_time_unix" in request else sent + rtt_ms / 2000
+        mono = None if sent_mono is None else sent_mono + (0.0 if "demo_time_unix" in request else rtt_ms / 2000)
+        last, interval_s = self._last_written_mono, None
+        if mono is not None and last is not None:
+            interval_s = mono - last
         try:  # a reply that breaks the wire contract is the agent's fault, not the store's
             record = ingest.read_poll(cast(PollReply, reply), merge_metrics(reply))
         except ingest.ReplyError as exc:
@@ -149,7 +157,8 @@ class NodePoller:
             self.store.record_failure(self.node.name, message, self.clock())
             raise AgentError(message) from None
         try:  # the reply as one record (counts, GPU rows, hourly lengths, server metrics): one transaction
-            self.store.write_poll(self.node.name, record, ts_unix, rtt_ms)
+            self.store.write_poll(self.node.name, record, ts_unix, rtt_ms, interval_s)
+            self._last_written_mono = mono
         except Exception as exc:  # disk full, lock, overflow: the node's error, on screen
             message = self.store.note_write_failure(self.node.name, exc, self.clock())
             log.warning("node %s: %s (%s)", self.node.name, message, _plain(exc))

@@ -15,13 +15,17 @@ it is stalled *since the last completion* (the latest growth of any node; if non
 since the first node was seen), not since a node was added. A single node is reported on its
 own only while another node does write.
 
-A poll row is ``(ts_unix, node_ts_unix, delta_completions, delta_tokens, backfill[, delta_prompts])``, rows in
-the order they were polled: the dashboard's clock says *when we saw it* (stalls are in the
-viewer's time), and rates are taken on one continuous clock (`bridged_times`) that ends at the
-collector's time of the latest poll: each interval between two polls as the node measured it
-(skew cancels out), unless the two clocks disagree about it by more than STEP_TOLERANCE_S (or
-STEP_TOLERANCE_SHARE of it): then one of them stepped (NTP, a VM resumed), and the interval is
-the shorter non-negative of the two, so a step of either clock costs at most one interval.
+A poll row is ``(ts_unix, node_ts_unix, delta_completions, delta_tokens, backfill[, delta_prompts[,
+interval_s]])``, rows in the order they were polled: the dashboard's clock says *when we saw it*,
+and rates, the average's coverage and each node's first and last growth are taken on one
+continuous clock (`bridged_times`) that ends at the collector's time of the latest poll: each
+interval between two polls as the node measured it (skew cancels out), unless the collector's
+measure of it disagrees by more than STEP_TOLERANCE_S (or STEP_TOLERANCE_SHARE of it): then one
+of them stepped (NTP, a VM resumed). The collector's measure is its monotonic clock's
+(`interval_s`, #40 item 7), which no wall-clock step moves: a step of either wall clock, in
+either direction, then costs nothing. Where that is unknown (a collector's first poll of a node,
+polls from before store migration 13) it is the difference of the wall times, and the interval
+is the shorter non-negative of the two, so a step costs at most one interval.
 """
 
 from __future__ import annotations
@@ -58,6 +62,8 @@ class NodeRate:
     first_live_growth_unix: float | None = None  # its first live (not backfill) new completion in the rows read
     completions_var_15m: float | None = None  # variance of completions_per_s_15m (batch means; inf: too few polls)
     prompts_per_s_15m: float | None = None  # distinct prompts new to the run per s, over the average (#33)
+    first_seen_bridged: float | None = None  # first_seen_unix on the rates' clock (bridged_times)
+    first_live_bridged: float | None = None  # first_live_growth_unix on the rates' clock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,15 +82,19 @@ class RunRates:
     prompts_per_s_15m: float | None = None  # new distinct prompts per s over the average (None: no prompt IDs)
 
 
-def poll_interval_s(seen_s: float, node_s: float | None) -> float:
+def poll_interval_s(seen_s: float, node_s: float | None, mono_s: float | None = None) -> float:
     """One interval between two polls: as the node measured it (`node_s`), unless the
-    collector's (`seen_s`) disagrees by more than the tolerance (a clock stepped): then the
-    shorter non-negative of the two (a forward step lengthens one, a backward step makes it
-    negative); 0 when both went back (the next span starts afresh)."""
+    collector's disagrees by more than the tolerance (a clock stepped). The collector's is its
+    monotonic measure (`mono_s`) where known, and wins then; else its wall clocks' difference
+    (`seen_s`), and the interval is the shorter non-negative of the two (a forward step
+    lengthens one, a backward step makes it negative); 0 when both went back."""
+    ref = seen_s if mono_s is None else max(0.0, mono_s)
     if node_s is None:
-        return max(0.0, seen_s)
-    if abs(node_s - seen_s) <= max(STEP_TOLERANCE_S, STEP_TOLERANCE_SHARE * abs(seen_s)):
+        return max(0.0, ref)
+    if abs(node_s - ref) <= max(STEP_TOLERANCE_S, STEP_TOLERANCE_SHARE * abs(ref)):
         return node_s
+    if mono_s is not None:
+        return ref
     return min((d for d in (seen_s, node_s) if d >= 0), default=0.0)
 
 
@@ -96,7 +106,8 @@ def bridged_times(rows: Sequence[Sequence]) -> list[float]:
     out = [float(rows[-1][0])]
     for prev, row in zip(reversed(rows[:-1]), reversed(rows[1:]), strict=True):
         node_s = None if row[1] is None or prev[1] is None else row[1] - prev[1]
-        out.append(out[-1] - poll_interval_s(row[0] - prev[0], node_s))
+        mono_s = row[6] if len(row) > 6 else None
+        out.append(out[-1] - poll_interval_s(row[0] - prev[0], node_s, mono_s))
     return out[::-1]
 
 
@@ -112,9 +123,14 @@ def node_rate(
     _, tps_1m = rates.windowed_rate(points, window_s, now)
     cps_15m, tps_15m, var = rates.window_rates(points, average_s, now)  # the average and its variance
     grown = [r[0] for r in rows if (r[2] or 0) > 0]
-    live = next((r[0] for r in rows if (r[2] or 0) > 0 and not r[4]), None)
+    live_at = next((i for i, r in enumerate(rows) if (r[2] or 0) > 0 and not r[4]), None)
+    live = None if live_at is None else rows[live_at][0]
     pps = prompts_rate(rows, times, now, average_s)
-    return NodeRate(tps_1m, tps_15m, cps_15m, grown[-1] if grown else None, rows[0][0], live, var, pps)
+    out = NodeRate(tps_1m, tps_15m, cps_15m, grown[-1] if grown else None, rows[0][0], live, var, pps)
+    # What the average covers, on the rates' clock: a wall-clock step since must not make the run
+    # look older by the step or younger than 0 s (#40 item 7).
+    out.first_seen_bridged, out.first_live_bridged = times[0], None if live_at is None else times[live_at]
+    return out
 
 
 def prompts_rate(rows: Sequence[Sequence], times: Sequence[float], now: float, average_s: float) -> float | None:
@@ -193,11 +209,17 @@ def recent_rates(
     rows: dict[str, list] = {}
     # Store.polls(since, in_poll_order=True)'s rows, only the columns a rate needs, as tuples: a
     # scrape reads 15 min of every node's polls (47,000 rows at 512 nodes), a dict each was most of it.
+    # The polls from before a forward step of the collector's clock within the lookback are read
+    # too (meta 'clock_steps', written with the polls): their times are older by the step, and the
+    # rates' clock bridges it (without them the average would start at the step). In the same
+    # statement: a scrape's reads are counted.
     sql = (
-        "SELECT node, ts_unix, node_ts_unix, completions, tokens, backfill, prompts FROM polls WHERE ts_unix >= ?"
-        " ORDER BY rowid"
+        "SELECT node, ts_unix, node_ts_unix, completions, tokens, backfill, prompts, interval_s FROM polls"
+        " WHERE ts_unix >= ? - (SELECT COALESCE(SUM(MAX(0, json_extract(s.value, '$[1]'))), 0)"
+        " FROM json_each((SELECT value FROM meta WHERE key = 'clock_steps')) s"
+        " WHERE json_extract(s.value, '$[0]') >= ?) ORDER BY rowid"
     )
-    for node, *row in store.cursor(sql, (now - lookback_s,)):
+    for node, *row in store.cursor(sql, (now - lookback_s, now - lookback_s)):
         rows.setdefault(node, []).append(tuple(row))
     return run_rates(rows, now, window_s, average_s)
 

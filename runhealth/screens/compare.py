@@ -55,6 +55,14 @@ def prompt_overlap(a: Store, b: Store, a_name: str = "A", b_name: str = "B") -> 
     if lacking:
         line = f"Prompts answered cannot be compared: run {' and '.join(lacking)} has no prompt IDs: {NO_ID_MESSAGE}"
         return PromptOverlap(o["a_prompts"], o["b_prompts"], o["in_both"], None, None, line)
+    upgraded = [f"{k} ({name})" for k, name, s in (("A", a_name, a), ("B", b_name, b)) if s.meta("prompt_ids_since")]
+    if upgraded:  # #40 item 4: such a run's prompt set is only its lines since the upgrade
+        line = (
+            f"Prompts answered cannot be compared in full: run {' and '.join(upgraded)} read prompt IDs only"
+            f" since its store was upgraded mid-run (A {fmt_count(o['a_prompts'])} and B"
+            f" {fmt_count(o['b_prompts'])} distinct prompts counted, {fmt_count(o['in_both'])} in both)"
+        )
+        return PromptOverlap(o["a_prompts"], o["b_prompts"], o["in_both"], None, None, line)
     c = compare_prompts(o["a_prompts"], o["b_prompts"], o["in_both"])
     line = f"{c['line']} (B answered {fmt_count(o['b_prompts'])} distinct prompts, A {fmt_count(o['a_prompts'])})"
     return PromptOverlap(o["a_prompts"], o["b_prompts"], o["in_both"], c["share"], c["missing_from_b"], line)

@@ -41,6 +41,7 @@ def field_totals(store: Store, node: str | None = None, completions: int | None 
         length_prompt_tokens={(r["tokens"], r["prompt_tokens"]): r["count"] for r in store.length_prompt_tokens(node)},
         no_answer={r["tokens"]: r["no_answer"] for r in unanswered if r["no_answer"]},
         reasoned={r["tokens"]: r["reasoned"] for r in unanswered if r["reasoned"]},
+        ids_since=store.meta("prompt_ids_since"),
     )
 
 
@@ -101,6 +102,7 @@ def prompt_completeness(store: Store, config: RunConfig, completions: int) -> di
         id_lines=counts["id_lines"],
         distinct_prompts=counts["distinct_prompts"],
         answered_more_than_once=counts["answered_more_than_once"],
+        ids_since=s["ids_since"],
     )
     return fieldfigures.completeness(totals, getattr(config, "expected_prompts", None))
 

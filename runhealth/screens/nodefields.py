@@ -111,8 +111,9 @@ def node_fields(
     return tuple(out)
 
 
-def caption(fields: Sequence[NodeFields], run_answered: int | None) -> str:
-    """Why the prompts column does not add up to the run's figure, with both numbers."""
+def caption(fields: Sequence[NodeFields], run_answered: int | None, run: Mapping[str, Any] | None = None) -> str:
+    """Why the prompts column does not add up to the run's figure, with both numbers; `run`: the
+    run's completeness, whose upgrade mark (#40 item 4) says the column counts since then."""
     per_node = [f.prompts["answered"] for f in fields if f.prompts.get("answered") is not None]
     out = (
         "Exact counts from each node's shards. Prompts answered are distinct within a node: a prompt "
@@ -120,6 +121,8 @@ def caption(fields: Sequence[NodeFields], run_answered: int | None) -> str:
     )
     if per_node and run_answered is not None:
         out += f" (this column sums to {sum(per_node):,}; the run answered {run_answered:,} distinct prompts)"
+    if run and run.get("counted_since_unix") is not None:
+        out += ". " + fieldfigures.since_line(run)[0].upper() + fieldfigures.since_line(run)[1:]
     return out + "."
 
 

@@ -121,6 +121,7 @@ class Nodes:
     costs: tuple[NodeCost, ...] = ()  # per node: tokens cut at the ceiling, energy per usable token (#33)
     fields: tuple[nodefields.NodeFields, ...] = ()  # per node: prompts answered, cuts' answers, labels (#33)
     prompts_answered: int | None = None  # the run's distinct prompts (not the nodes' sum); None: no IDs
+    prompts: Mapping[str, Any] | None = None  # the run's prompt completeness (its upgrade mark, #40 item 4)
     stragglers: Stragglers | None = None  # each node's ETA to its share (#33 item 6); None: no target, finished
     # Per node, its failed requests beside its completions (#39; analysis/failed.py); empty while
     # no request failed anywhere in the run.
@@ -155,7 +156,7 @@ class Nodes:
 
     @property
     def fields_caption(self) -> str:
-        return nodefields.caption(self.fields, self.prompts_answered)
+        return nodefields.caption(self.fields, self.prompts_answered, self.prompts)
 
     @property
     def fields_missing(self) -> tuple[str, ...]:
@@ -253,6 +254,7 @@ def nodes(store: Store, config: RunConfig, now: float | None = None, finished: b
         costs=node_costs(store, names, ceiling, by_node),
         fields=nodefields.node_fields(store, names, by_node, ceiling, config.max_model_len),
         prompts_answered=run_prompts.get("answered") if run_prompts else None,
+        prompts=run_prompts,
         stragglers=None
         if finished
         else etas.for_run(config.target_completions, reading.summary.completions, reading.rates, reading.nodes),

@@ -21,7 +21,7 @@ import time
 from typing import Any, Literal
 
 from runhealth.ages import fmt_age
-from runhealth.analysis import rates, tokencost
+from runhealth.analysis import fieldfigures, rates, tokencost
 from runhealth.analysis.failed import FailedRequests
 from runhealth.analysis.stats import Summary
 from runhealth.analysis.stragglers import Stragglers
@@ -164,7 +164,9 @@ class Overview:
         when both are known (#33: a retry is not progress), else completions of the target; None
         without either."""
         p = self.prompts or {}
-        found = runeta.progress(p.get("answered"), p.get("expected"), self.summary.completions, self.target)
+        found = runeta.progress(
+            fieldfigures.run_total_answered(p), p.get("expected"), self.summary.completions, self.target
+        )
         return None if found is None else (found.share, found.words)
 
     def headline(self) -> dict[str, Any]:
@@ -204,6 +206,7 @@ class Overview:
             "waste_line": self.waste_line,
             "energy_j": r(e.joules, 1) if e else None,
             "energy_source": e.source if e else None,
+            "energy_dropped_steps": e.dropped_steps if e else None,  # intervals left out, tokens too (#40)
             "joules_per_1m_usable_tokens": r(e.joules_per_m, 1) if e else None,
             "gpu_hours_per_1m_usable_tokens": r(e.gpu_hours_per_m, 4) if e else None,
             "energy_line": self.energy_line,
@@ -234,6 +237,9 @@ class Overview:
             "prompts_missing": p.get("missing"),
             "prompts_answered_twice": p.get("answered_more_than_once"),
             "prompts_line": p.get("line"),
+            # Set when prompt IDs were counted only since a store upgrade (#40 item 4): answered is since then.
+            "prompts_counted_since_unix": p.get("counted_since_unix"),
+            "prompts_completions_before_counting": p.get("completions_before"),
             "progress_pct": round(100 * self.progress[0], 2) if self.progress else None,
             "progress_line": self.progress[1] if self.progress else None,
         }
@@ -266,7 +272,11 @@ def run_state(alerts: list[health.Alert], finished: bool) -> RunState:
 def average_of(r: activity.RunRates, now: float) -> Average:
     """What the average covers at `now`, and whether its window holds enough of the run's writing
     (its first live completion at least the window, less the live window, ago) for an ETA."""
-    seen = [n.first_seen_unix for n in r.per_node.values() if n.first_seen_unix is not None]
+    seen = [
+        n.first_seen_bridged if n.first_seen_bridged is not None else n.first_seen_unix
+        for n in r.per_node.values()
+        if n.first_seen_unix is not None
+    ]
     covered = min(r.average_s, now - min(seen)) if seen else None
     return Average(r.average_s, covered, runeta.enough_for_eta(r, now))
 
@@ -362,6 +372,7 @@ def _overview(store: Store, config: RunConfig, now: float, finished: bool) -> Ov
         (prompts or {}).get("answered"),
         config.expected_prompts,
         None if config.shared_queue else shares,
+        (prompts or {}).get("counted_since_unix") is not None,
     )
     eta = runeta.shown_eta(basis, state == "writing", average.enough_for_eta)
     health_rows = {(h["node"], h["gpu"]): h["health"] for h in reading.gpu_health if h["node"] in names}

@@ -30,6 +30,10 @@ NO_ID_NOTE = (
     "on completions: expected_prompts is set but the shards carry no prompt ID "
     "(set prompt_id_path on the nodes; looked for id, custom_id, prompt_id, request_id, metadata.id)"
 )
+UPGRADE_NOTE = (
+    "on completions: the store was upgraded mid-run and read prompt IDs only from then on, so the"
+    " distinct prompts answered over the whole run are unknown"
+)
 
 # The stragglers (screens/etas.py) compare each node's share of target_completions: with the ETA on
 # prompts their clock times are on another basis, and the line says so rather than contradict it.
@@ -67,18 +71,23 @@ def run_eta(
     answered: int | None,
     expected: int | None,
     shares: Stragglers | None = None,
+    ids_since_upgrade: bool = False,
 ) -> RunEta:
     """The run's ETA: from distinct prompts when `expected` (expected_prompts) is set and the shards
     carry prompt IDs (`answered` is not None), else from completions to `target`. `shares`: each
     node's ETA to its fixed share (screens/etas.py; None: the nodes share one queue, or no target):
-    the run ends when its last node does, so a node's later ETA is the run's, and it is named."""
+    the run ends when its last node does, so a node's later ETA is the run's, and it is named.
+    `ids_since_upgrade`: prompt IDs were counted only since a store upgrade (#40 item 4): the
+    prompts are never the basis then, and the note says why."""
+    if ids_since_upgrade:
+        answered = None
     pps = run_rates.prompts_per_s_15m if run_rates else None
     if expected and answered is not None:
         e = RunEta("prompts", rates.eta_seconds(answered, expected, pps), pps, answered, expected, "", pps)
     else:
         cps = run_rates.completions_per_s_15m if run_rates else None
         eta = rates.eta_seconds(completions, target, cps) if target else None
-        note = NO_ID_NOTE if expected and completions else ""
+        note = (UPGRADE_NOTE if ids_since_upgrade else NO_ID_NOTE) if expected and completions else ""
         e = RunEta("completions", eta, cps, completions, target, note, pps)
     return last_share(e, shares)
 
@@ -126,7 +135,7 @@ def store_eta(store: Store, completions: int, target: int | None, now: float) ->
     keep = settings.node_names
     nodes = [n for n in store.nodes() if keep is None or n["name"] in keep]
     shares = None if settings.shared_queue else etas.for_run(target, completions, found, nodes)
-    e = run_eta(completions, target, found, answered, expected, shares)
+    e = run_eta(completions, target, found, answered, expected, shares, store.meta("prompt_ids_since") is not None)
     last = store.last_collection_unix()
     stalled = stall_state(found.per_node, now, settings.stall_after).run_since_unix is not None
     stale = last is None or now - last > settings.stale_after
@@ -143,7 +152,11 @@ def enough_for_eta(r: RunRates, now: float) -> bool:
     """Whether the average's window holds enough of the run's writing for an ETA: its first live
     completion at least the window, less the live window, ago (a younger run's "average" is mostly
     the time before it wrote: #31)."""
-    wrote = [n.first_live_growth_unix for n in r.per_node.values() if n.first_live_growth_unix is not None]
+    wrote = [  # on the rates' clock where known: a wall-clock step is not writing time (#40 item 7)
+        n.first_live_bridged if n.first_live_bridged is not None else n.first_live_growth_unix
+        for n in r.per_node.values()
+        if n.first_live_growth_unix is not None
+    ]
     return bool(wrote) and now - min(wrote) >= r.average_s - r.window_s
 
 

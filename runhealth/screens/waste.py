@@ -49,9 +49,17 @@ def waste_line(w: Waste) -> str:
 
 
 def energy_source(e: EnergyCost) -> str:
+    """Where the joules come from, and the poll intervals dropped as implausible (#40 item 5)."""
     if e.source == "mixed":
-        return f"NVML energy counter; {fmt_share(e.integrated_share)} power × time (GPUs without the counter)"
-    return SOURCE_WORDS[e.source]
+        words = f"NVML energy counter; {fmt_share(e.integrated_share)} power × time (GPUs without the counter)"
+    else:
+        words = SOURCE_WORDS[e.source]
+    return words + (f"; {dropped_words(e.dropped_steps)}" if e.dropped_steps else "")
+
+
+def dropped_words(n: int) -> str:
+    """ "3 steps dropped (implausible GPU readings)": the intervals left out, energy and tokens both."""
+    return f"{n:,} step{'' if n == 1 else 's'} dropped (implausible or missing GPU readings)"
 
 
 def per_m_joules(e: EnergyCost | None) -> str:

@@ -11,6 +11,13 @@ Where either reading lacks the counter, the energy is the mean of the two power 
 the time between them (trapezoid), and is counted apart as `integrated_j` so the screens can say
 how much of a figure is power x time. A leaf module (no store, no analysis): the store's poll
 write applies it in the poll's transaction.
+
+A step is implausible (#40 item 5) when it is more than the GPU could draw in the interval (its
+power limit, else MAX_POWER_W, times PLAUSIBLE_SHARE, times the seconds), or when the counter
+went back further than a reload explains (the new reading is more than the GPU could have drawn
+since the interval began: a faulty read, not a restart at 0). Such a step is `dropped`: the
+store then drops the node's whole interval, its tokens with it, and does not keep the reading
+as the next baseline.
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ from collections.abc import Mapping
 from typing import Any
 
 COUNTER = "counter"
+MAX_POWER_W = 1500.0  # no power limit reported: above any data-centre GPU's board power (B200: 1000 W)
+PLAUSIBLE_SHARE = 1.25  # a GPU may briefly draw above its limit; a faulty read is far beyond it
 POWER_X_TIME = "power x time"
 
 
@@ -31,6 +40,7 @@ class Reading:
     uuid: str | None
     counter_mj: int | None  # NVML's total energy since the driver loaded, None: not supported
     power_w: float | None
+    power_limit_w: float | None = None  # not stored: only the new reading's limit is used
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,12 +51,25 @@ class Step:
     gpu_s: float  # the seconds the joules cover (0 when no joules were measured)
     source: str | None  # COUNTER, POWER_X_TIME, or None: a baseline only
     reset: bool = False  # the counter went back (driver reloaded)
+    dropped: bool = False  # implausible (see the module docstring): measured nothing, not a baseline
 
 
 def reading_of(device: Mapping[str, Any], ts_unix: float) -> Reading:
     """The agent's device dict (wire.GpuDevice) as a Reading."""
     counter = device.get("energy_mj")
-    return Reading(ts_unix, device.get("uuid"), None if counter is None else int(counter), device.get("power_w"))
+    return Reading(
+        ts_unix,
+        device.get("uuid"),
+        None if counter is None else int(counter),
+        device.get("power_w"),
+        device.get("power_limit_w"),
+    )
+
+
+def max_joules(now: Reading, seconds: float) -> float:
+    """The most a GPU can plausibly use in `seconds` (its power limit, else MAX_POWER_W)."""
+    limit = now.power_limit_w if now.power_limit_w and now.power_limit_w > 0 else MAX_POWER_W
+    return limit * PLAUSIBLE_SHARE * seconds
 
 
 def step(prev: Reading | None, now: Reading) -> Step:
@@ -54,10 +77,14 @@ def step(prev: Reading | None, now: Reading) -> Step:
     dt = now.ts_unix - (prev.ts_unix if prev else now.ts_unix)
     if prev is None or dt <= 0 or (prev.uuid and now.uuid and prev.uuid != now.uuid):
         return Step(0.0, 0.0, None)
+    most = max_joules(now, dt)
     if prev.counter_mj is not None and now.counter_mj is not None:
-        if now.counter_mj < prev.counter_mj:
-            return Step(now.counter_mj / 1000.0, dt, COUNTER, reset=True)
-        return Step((now.counter_mj - prev.counter_mj) / 1000.0, dt, COUNTER)
+        back = now.counter_mj < prev.counter_mj
+        joules = (now.counter_mj if back else now.counter_mj - prev.counter_mj) / 1000.0
+        if joules > most:  # beyond the GPU's power, or gone back further than a reload to 0 explains
+            return Step(0.0, 0.0, None, dropped=True)
+        return Step(joules, dt, COUNTER, reset=back)
     if prev.power_w is not None and now.power_w is not None:
-        return Step((prev.power_w + now.power_w) / 2.0 * dt, dt, POWER_X_TIME)
+        joules = (prev.power_w + now.power_w) / 2.0 * dt
+        return Step(0.0, 0.0, None, dropped=True) if joules > most else Step(joules, dt, POWER_X_TIME)
     return Step(0.0, 0.0, None)

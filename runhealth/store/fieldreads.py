@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from runhealth.store.lifecycle import StoreFile
 
@@ -37,6 +37,7 @@ class PromptSummary(TypedDict):
     answered_more_than_once: int
     id_lines: int
     nodes: list[str]  # the nodes with per-line field data
+    ids_since: dict[str, Any] | None  # meta 'prompt_ids_since': IDs counted only since an upgrade (#40)
 
 
 class FieldPresence(TypedDict):
@@ -139,13 +140,15 @@ class StoreFieldReads(StoreFile):
         prompt_counts, which leaves superseded nodes out, is the exact read)."""
         row = self.cursor(
             "SELECT distinct_prompts, answered_twice, (SELECT COALESCE(SUM(id_lines), 0) FROM field_shards),"
-            " (SELECT GROUP_CONCAT(node, char(31)) FROM (SELECT DISTINCT node FROM field_shards)) FROM prompt_summary"
+            " (SELECT GROUP_CONCAT(node, char(31)) FROM (SELECT DISTINCT node FROM field_shards)),"
+            " (SELECT value FROM meta WHERE key = 'prompt_ids_since') FROM prompt_summary"
         ).fetchone()
         return {
             "distinct_prompts": row[0],
             "answered_more_than_once": row[1],
             "id_lines": row[2],
             "nodes": sorted(row[3].split("\x1f")) if row[3] else [],
+            "ids_since": json.loads(row[4]) if row[4] else None,
         }
 
     def field_presence(self) -> list[FieldPresence]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -288,9 +289,18 @@ def _to_v8(db: sqlite3.Connection) -> None:
     count and its rows above 1 up to date in the same transaction (a page reads one row, not
     millions); `field_counts` the keyed counts: kind
     'group' / 'group_length' (key: the group's label), 'length_prompt_tokens' (tokens, prompt
-    tokens of `length` stops), 'no_answer' and 'reasoned' (tokens of `length` stops)."""
+    tokens of `length` stops), 'no_answer' and 'reasoned' (tokens of `length` stops).
+
+    A store that already counted completions never read their prompt IDs (#40 item 4): meta
+    'prompt_ids_since' records when the counting began and how many completions came before, so
+    every consumer says the prompts answered are counted since the upgrade instead of showing
+    them as the run's total (and no "missing" against expected_prompts, no prompts ETA)."""
     for statement in _statements(_V8_SCHEMA):
         db.execute(statement)
+    before = db.execute("SELECT COALESCE(SUM(count), 0) FROM node_length_counts").fetchone()[0]
+    if before:
+        mark = {"since_unix": time.time(), "completions_before": int(before)}
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('prompt_ids_since', ?)", (json.dumps(mark),))
 
 
 def _to_v9(db: sqlite3.Connection) -> None:
@@ -411,6 +421,20 @@ def _to_v13(db: sqlite3.Connection) -> None:
         db.execute(statement)
 
 
+def _to_v14(db: sqlite3.Connection) -> None:
+    """node_energy.dropped_steps (#40 item 5): the node's poll intervals whose energy could not be
+    trusted (a counter that went back without a reload, a step above the GPUs' power limit x the
+    interval, a GPU missing from a poll or back after a gap), dropped with their tokens and
+    counted, so joules and tokens stay over the same intervals. polls.interval_s (#40 item 7):
+    the collector's monotonic seconds since the node's previous poll by the same process (NULL
+    for a process's first poll and for the polls from before this step): the rates' intervals,
+    whatever the wall clocks did. Numbered 15 in issue 40's plan; 14 at the merge."""
+    if "dropped_steps" not in {r[1] for r in db.execute("PRAGMA table_info(node_energy)")}:
+        db.execute("ALTER TABLE node_energy ADD COLUMN dropped_steps INTEGER NOT NULL DEFAULT 0")
+    if "interval_s" not in {r[1] for r in db.execute("PRAGMA table_info(polls)")}:
+        db.execute("ALTER TABLE polls ADD COLUMN interval_s REAL")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -433,6 +457,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(11, "run_length_counts: the run's counts by length, kept by triggers (#34)", _to_v11),
     Migration(12, "polls.prompts, poll_rollup.prompts: new distinct prompts per poll, the prompts ETA (#33)", _to_v12),
     Migration(13, "failed_counts, failed_ids: failed requests by shard and reason, their prompt IDs (#39)", _to_v13),
+    Migration(
+        14, "node_energy.dropped_steps, polls.interval_s: energy steps dropped, monotonic poll intervals (#40)", _to_v14
+    ),
 )
 STORE_VERSION = MIGRATIONS[-1].version
 

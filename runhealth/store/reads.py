@@ -345,7 +345,8 @@ class StoreReads(StoreFile):
                 "SELECT g.node AS node, COUNT(*) AS gpus, SUM(g.joules) AS joules, SUM(g.integrated_j) AS integrated_j,"
                 " SUM(g.gpu_s) AS gpu_s, SUM(g.resets) AS resets, SUM(g.counter_mj IS NOT NULL) AS counter_gpus,"
                 " e.since_unix AS since_unix, e.last_unix AS last_unix, COALESCE(e.tokens, 0) AS tokens,"
-                " COALESCE(e.usable_tokens, 0) AS usable_tokens, COALESCE(e.usable_completions, 0) AS usable_completions"
+                " COALESCE(e.usable_tokens, 0) AS usable_tokens, COALESCE(e.usable_completions, 0) AS usable_completions,"
+                " COALESCE(e.dropped_steps, 0) AS dropped_steps"
                 " FROM gpu_energy g LEFT JOIN node_energy e ON e.node = g.node GROUP BY g.node ORDER BY g.node"
             ),
         )

@@ -30,8 +30,14 @@ class StoreWrites(StoreFile):
 
     _reason_namer: tuple[int, reasonnames.Namer] | None = None  # (generation, namer)
 
-    def write_poll(self, node: str, record: PollRecord, ts_unix: float, rtt_ms: float | None) -> dict[str, int]:
+    def write_poll(
+        self, node: str, record: PollRecord, ts_unix: float, rtt_ms: float | None, interval_s: float | None = None
+    ) -> dict[str, int]:
         """Write one successful poll in one transaction; returns the deltas it added.
+
+        `interval_s`: the collector's monotonic seconds since its previous written poll of the
+        node (None: its first, or no monotonic clock): the rates' interval whatever the wall
+        clock did (runhealth/rules/activity.py).
 
         Everything the poll brings moves together: shard offsets with their length counts, the
         poll row and its length stops, the hourly length rows, GPU readings, node status and
@@ -53,7 +59,7 @@ class StoreWrites(StoreFile):
             backfill = ingest.is_backfill(first_index, catching_up, delta["resets"], record.pending_bytes)
             db.execute(
                 "INSERT INTO polls (ts_unix, node, node_ts_unix, completions, tokens, length_stops, malformed,"
-                " backfill, rtt_ms, prompts) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                " backfill, rtt_ms, prompts, interval_s) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     ts_unix,
                     node,
@@ -65,8 +71,11 @@ class StoreWrites(StoreFile):
                     int(backfill),
                     rtt_ms,
                     delta["prompts"],
+                    interval_s,
                 ),
             )
+            if interval_s is not None and prev and prev[1] is not None:
+                _note_clock_step(db, ts_unix, ts_unix - prev[1] - interval_s, interval_s)
             _write_hourly(db, applied, ts_unix, backfill)
             if delta["resets"]:  # a relaunch rewrote or truncated shards: a marker on the time charts
                 _write_reset_event(db, node, applied, delta["resets"], ts_unix)
@@ -542,6 +551,25 @@ def _write_gpus(db: sqlite3.Connection, node: str, record: PollRecord, ts_unix: 
         )
 
 
+CLOCK_STEPS_KEPT = 16
+CLOCK_STEP_MIN_S = 5.0  # the rates' tolerance (rules/activity.STEP_TOLERANCE_S): less is round-trip jitter
+
+
+def _note_clock_step(db: sqlite3.Connection, ts_unix: float, step_s: float, interval_s: float) -> None:
+    """Remember a step of the collector's wall clock (its wall interval less its monotonic one):
+    meta 'clock_steps', [ts_unix after the step, seconds] newest last, one per step (the first
+    node's poll to see it), so the rates read the polls from before a forward step too."""
+    if abs(step_s) < max(CLOCK_STEP_MIN_S, 0.5 * interval_s):
+        return
+    row = db.execute("SELECT value FROM meta WHERE key = 'clock_steps'").fetchone()
+    steps = json.loads(row[0]) if row else []
+    # Every node's next poll sees the same step: kept once (within a minute of the first, ±20%).
+    if any(abs(t - ts_unix) < 60 and abs(s - step_s) <= 0.2 * abs(step_s) for t, s in steps):
+        return
+    steps = [*steps, [ts_unix, step_s]][-CLOCK_STEPS_KEPT:]
+    db.execute("INSERT OR REPLACE INTO meta VALUES ('clock_steps', ?)", (json.dumps(steps),))
+
+
 def _write_energy(
     db: sqlite3.Connection,
     node: str,
@@ -552,41 +580,44 @@ def _write_energy(
 ) -> None:
     """Each GPU's energy since its last reading (runhealth/store/energymeter.py) and the tokens the
     shards gained, summed together only over throughput polls: a backfill poll's tokens were
-    written before it, so it (and its energy) only moves the baseline."""
-    measured = False
+    written before it, so it (and its energy) only moves the baseline.
+
+    Energy and tokens cover the same intervals (#40 item 5): the node's interval is dropped whole
+    (no GPU's joules, none of its tokens; counted in dropped_steps) when a GPU's step is
+    implausible or has no energy or power reading where it had one (the reading is then not kept
+    as a baseline), a GPU of the node's previous poll
+    is missing now, a known GPU errs, or a GPU is back after missing polls (its baseline is older than the
+    node's previous poll: the energy across the gap has no tokens beside it)."""
+    prev_poll = db.execute("SELECT last_ok_unix FROM nodes WHERE name = ?", (node,)).fetchone()
+    prev_unix = prev_poll[0] if prev_poll else None
     last = {
         r[0]: energymeter.Reading(*r[1:])
         for r in db.execute("SELECT gpu, ts_unix, uuid, counter_mj, power_w FROM gpu_energy WHERE node = ?", (node,))
     }
-    for d in record.gpus:
-        if d.get("error") is not None or d.get("index") is None:
-            continue
-        now = energymeter.reading_of(d, ts_unix)
-        got = energymeter.step(last.get(d["index"]), now)
-        take = not backfill and got.source is not None
-        measured = measured or take
-        db.execute(
-            "INSERT INTO gpu_energy (node, gpu, uuid, ts_unix, counter_mj, power_w) VALUES (?,?,?,?,?,?)"
-            " ON CONFLICT (node, gpu) DO UPDATE SET uuid = excluded.uuid, ts_unix = excluded.ts_unix,"
-            " counter_mj = excluded.counter_mj, power_w = excluded.power_w, joules = joules + ?,"
-            " integrated_j = integrated_j + ?, gpu_s = gpu_s + ?, resets = resets + ?",
-            (
-                node,
-                d["index"],
-                now.uuid,
-                ts_unix,
-                now.counter_mj,
-                now.power_w,
-                got.joules if take else 0.0,
-                got.joules if take and got.source == energymeter.POWER_X_TIME else 0.0,
-                got.gpu_s if take else 0.0,
-                int(take and got.reset),
-            ),
-        )
-    if not measured:
+    read = {d["index"]: d for d in record.gpus if d.get("error") is None and d.get("index") is not None}
+    errs = {d.get("index") for d in record.gpus if d.get("error") is not None}
+    # A GPU of the previous poll missing now, or a known GPU that errs: this interval's energy is not all there.
+    dropped = any((r.ts_unix == prev_unix and gpu not in read) or gpu in errs for gpu, r in last.items())
+    steps: dict[int, tuple[energymeter.Reading, energymeter.Step]] = {}
+    for gpu, d in read.items():
+        now, before = energymeter.reading_of(d, ts_unix), last.get(gpu)
+        got = energymeter.step(before, now)
+        if before is not None and now.counter_mj is None and now.power_w is None:
+            if before.counter_mj is not None or before.power_w is not None:  # read before, not now
+                got = energymeter.Step(0.0, 0.0, None, dropped=True)
+        if before is not None and prev_unix is not None and before.ts_unix != prev_unix:
+            got = energymeter.Step(0.0, 0.0, None)  # back after a gap: a baseline, and the interval goes
+            dropped = True
+        dropped = dropped or got.dropped
+        steps[gpu] = (now, got)
+    take = not backfill and not dropped
+    for gpu, (now, got) in steps.items():
+        if not got.dropped:  # an implausible reading is no baseline
+            _write_gpu_energy(db, node, gpu, now, got if take else None)
+    if backfill or not (dropped or any(got.source for _, got in steps.values())):
         return
     tokens = usable = usable_n = 0
-    for update in applied:
+    for update in applied if take else ():
         for r in update.counts:
             if not r.estimated:
                 tokens += r.tokens * r.count
@@ -594,10 +625,38 @@ def _write_energy(
                     usable += r.tokens * r.count
                     usable_n += r.count
     db.execute(
-        "INSERT INTO node_energy VALUES (?,?,?,?,?,?) ON CONFLICT (node) DO UPDATE SET last_unix = excluded.last_unix,"
+        "INSERT INTO node_energy (node, since_unix, last_unix, tokens, usable_tokens, usable_completions,"
+        " dropped_steps) VALUES (?,?,?,?,?,?,?) ON CONFLICT (node) DO UPDATE SET"
+        " since_unix = COALESCE(since_unix, excluded.since_unix), last_unix = COALESCE(excluded.last_unix, last_unix),"
         " tokens = tokens + excluded.tokens, usable_tokens = usable_tokens + excluded.usable_tokens,"
-        " usable_completions = usable_completions + excluded.usable_completions",
-        (node, ts_unix, ts_unix, tokens, usable, usable_n),
+        " usable_completions = usable_completions + excluded.usable_completions,"
+        " dropped_steps = dropped_steps + excluded.dropped_steps",
+        (node, ts_unix if take else None, ts_unix if take else None, tokens, usable, usable_n, int(dropped)),
+    )
+
+
+def _write_gpu_energy(
+    db: sqlite3.Connection, node: str, gpu: int, now: energymeter.Reading, got: energymeter.Step | None
+) -> None:
+    """One GPU's new baseline, with `got` added to its sums (None: nothing counted this poll)."""
+    counted = got if got is not None and got.source is not None else energymeter.Step(0.0, 0.0, None)
+    db.execute(
+        "INSERT INTO gpu_energy (node, gpu, uuid, ts_unix, counter_mj, power_w) VALUES (?,?,?,?,?,?)"
+        " ON CONFLICT (node, gpu) DO UPDATE SET uuid = excluded.uuid, ts_unix = excluded.ts_unix,"
+        " counter_mj = excluded.counter_mj, power_w = excluded.power_w, joules = joules + ?,"
+        " integrated_j = integrated_j + ?, gpu_s = gpu_s + ?, resets = resets + ?",
+        (
+            node,
+            gpu,
+            now.uuid,
+            now.ts_unix,
+            now.counter_mj,
+            now.power_w,
+            counted.joules,
+            counted.joules if counted.source == energymeter.POWER_X_TIME else 0.0,
+            counted.gpu_s,
+            int(counted.reset),
+        ),
     )
 
 
