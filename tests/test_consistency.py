@@ -210,7 +210,7 @@ def write_config(
         f'name = "{run_name}"',
         f"target_completions = {target}",
         f"interval_s = {INTERVAL_S}",
-        f"max_output_tokens = {ceiling}",
+        *([f"max_output_tokens = {ceiling}"] if ceiling else []),  # None: the ceiling is detected
         f'store_path = "{folder / "store.sqlite3"}"',
         *([f"expected_prompts = {expected}"] if expected else []),
         extra,
@@ -235,6 +235,7 @@ def build(
     seed: int = 5,
     ceiling: int = CEILING,
     no_usage_every: int = 0,
+    configured: bool = True,
     run_name: str = "consistency-run",
 ) -> Scenario:
     """`polls` polls 30 s apart ending now; at poll k node n writes plan[n](k) fresh simulator lines
@@ -265,7 +266,7 @@ def build(
             entry = scan.scan_file(str(path), *at[node], 1 << 30)
             at[node] = (entry["inode"], entry["offset"])
             store.record_poll(node, poll_reply(ts + 0.4, [], {str(path): entry}), ts, rtt_ms=5.0)
-    config = write_config(folder, tuple(plan), target, expected, extra, ceiling, run_name)
+    config = write_config(folder, tuple(plan), target, expected, extra, ceiling if configured else None, run_name)
     store.set_meta("run", RunSettings.from_config(load_config(config)).to_meta())  # as its collector records it
     store.close()
     return Scenario(name, folder, config, now, len(ids), len(set(ids)))
@@ -311,7 +312,29 @@ def share_done(folder: Path) -> Scenario:
     return s
 
 
-SCENARIOS = {"straggler": straggler, "stalled": stalled, "share_done": share_done}
+def unconfigured_ceiling(folder: Path) -> Scenario:
+    """No max_output_tokens in the config (the ceiling is detected) and context-window stops: the
+    simulator's `length` stops below the ceiling, whose prompt filled MAX_MODEL_LEN (0.3% of its
+    lines). Issue 41: the per-group table counted them as cut (147 = 127 at the ceiling + 20),
+    the headline did not."""
+    s = build(
+        folder, "unconfigured", {"loc": lambda k: 60, "sshn": lambda k: 40}, POLLS, target=20_000, configured=False
+    )
+    store = Store(folder / "store.sqlite3")
+    try:
+        below = sum(r["count"] for r in store.length_counts(by="run", finish_reason="length") if r["tokens"] < CEILING)
+    finally:
+        store.close()
+    assert below >= 3, "the case needs context-window stops to prove anything"
+    return s
+
+
+SCENARIOS = {
+    "straggler": straggler,
+    "stalled": stalled,
+    "share_done": share_done,
+    "unconfigured_ceiling": unconfigured_ceiling,
+}
 
 
 @pytest.fixture(scope="module", params=sorted(SCENARIOS))
