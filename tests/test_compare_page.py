@@ -227,7 +227,7 @@ def test_compare_page_over_the_demo(demo_cache, monkeypatch):
     assert table.loc["P99 tokens", "95% interval"] == "not measurable"  # was "+4,096 to +4,096"
     assert at.success and "falls inside the predicted interval" in at.success[0].value
     a, b = numbers(demo_cache)
-    assert f"A: n = {a.summary.completions:,} completions, B: n = {b.summary.completions:,}" in text
+    assert f"A: n = {a.summary.length_count:,} completions, B: n = {b.summary.length_count:,} completions" in text
     # Issue 33: the prompt sets are compared (was "cannot be checked: the store keeps length counts")
     assert re.search(r"B answered \d+\.\d% of A's prompts; [\d,]+ of A's prompts are missing from B", text)
     assert "cannot be checked" not in text
