@@ -136,7 +136,7 @@ def render_table(rows: list[dict[str, str]], a: runfigures.RunNumbers, b: runfig
     df = pd.DataFrame(rows).rename(columns={"A": f"A: {a.name}", "B": f"B: {b.name}"})
     st.dataframe(df, hide_index=True, width="stretch")
     st.caption(
-        f"A: n = {a.summary.completions:,} completions, B: n = {b.summary.completions:,}. "
+        f"A: n = {runfigures.sample_size(a.summary)}, B: n = {runfigures.sample_size(b.summary)}. "
         "Shares: Wilson 95% intervals per run, Newcombe's for the difference; mean: Welch; percentiles: "
         "order-statistic intervals (approximate). Rates are averages over each run's collected life "
         f"(A: {a.life.spans} poll spans, B: {b.life.spans}), the interval by batch means over "
@@ -175,7 +175,7 @@ def render_forecast(cmp: runfigures.Comparison, a: runfigures.RunNumbers, b: run
         extra = f["measured_extra_tokens"]
         st.caption(
             f"95% interval {100 * f['measured_interval'][0]:.1f}–{100 * f['measured_interval'][1]:.1f}% "
-            f"(n = {b.summary.length_count:,}); extra tokens per completion "
+            f"(n = {runfigures.sample_size(b.summary)}); extra tokens per completion "
             + (f"{extra:+,.0f}" if extra is not None else "—")
         )
     text = (

@@ -66,6 +66,7 @@ class Runtime:
     config_path: Path | None = None  # the file loaded, absolute; None: the built-in demo
     signature: tuple | None = None  # config_signature() when built: a change means rebuild
     follows_file: bool = False  # held by get_runtime(), which rebuilds it when the file changes
+    stored_only: bool = False  # the file never loaded: its runs as found from their stores, read-only
     # Every run (runhealth.settings.runs); config/store/collector above are the one this page shows
     # (components.runpicker), the first live run until a user picks another.
     runs: list[RunHandle] = dataclasses.field(default_factory=list)
@@ -177,8 +178,32 @@ def _failed(runset: RunSet, last_good: Runtime | None) -> Runtime:
     """After a refused edit: the last good runtime with the error as its banner (or the error alone)."""
     signature = config_signature(runset.path)
     if last_good is None or last_good.config is None:
+        stored = _stored_runs(runset.path)
+        if stored:  # a broken file at start: its runs' history from their stores, under the error
+            first = stored[0]
+            return Runtime(
+                config=first.config,
+                store=first.store,
+                config_error=runset.error,
+                config_path=runset.path,
+                signature=signature,
+                runs=stored,
+                stored_only=True,
+            )
         return Runtime(config=None, store=None, config_error=runset.error, config_path=runset.path, signature=signature)
     return dataclasses.replace(last_good, config_error=runset.error, signature=signature)
+
+
+def _stored_runs(path: Path | None) -> list[RunHandle]:
+    """The runs a config file that does not load still names, from their stores (runs.stored_runs),
+    each finished: read, never polled."""
+    handles = []
+    for e in runs.stored_runs(path) if path is not None else []:
+        try:
+            handles.append(RunHandle(e.config, Store(e.config.resolved_store_path()), finished=True))
+        except RunhealthError as exc:
+            log.warning("stored run %s not shown: %s", e.config.name, exc)
+    return handles
 
 
 class ViewerCollector(Collector):

@@ -278,15 +278,27 @@ def served_address() -> str | None:
 
 
 CONFIG_BANNER = "The config file's latest edit was refused"
+CONFIG_STORED_BANNER = "The config file does not load"
+STORED_TAIL = (
+    "Showing the runs it names from their stores, read-only: nothing is collected until the file loads "
+    "(no restart needed)."
+)
 
 
 def render_config_banner(rt: context.Runtime) -> None:
     """The banner of a refused config edit: which file, why, and that the last good config is in use."""
     where = html.escape(str(rt.config_path or "the config file"))
+    head, tail = (
+        (CONFIG_STORED_BANNER, html.escape(fix_hint(rt.config_error or "", rt.config_path)) + ". " + STORED_TAIL)
+        if rt.stored_only
+        else (
+            CONFIG_BANNER,
+            "Still collecting and showing the last good config; this banner goes once the file loads again.",
+        )
+    )
     st.markdown(
-        f'<div class="rh-config-banner" role="alert">⚠ <b>{CONFIG_BANNER}</b> ({where}):<br>'
-        f"<code>{html.escape(rt.config_error or '')}</code><br>"
-        "Still collecting and showing the last good config; this banner goes once the file loads again.</div>",
+        f'<div class="rh-config-banner" role="alert">⚠ <b>{head}</b> ({where}):<br>'
+        f"<code>{html.escape(rt.config_error or '')}</code><br>{tail}</div>",
         unsafe_allow_html=True,
     )
 

@@ -69,8 +69,8 @@ def loops_line(r: WhatIf) -> str:
         seen = f"{k} of {n} sampled truncated completions" if n else "no truncated completion sampled yet"
         return (
             f"Repetition loops: {seen}; the estimate needs "
-            f"{MIN_LOOP_SAMPLES} (sample {loops['needed']} more on the Samples page), so it assumes none and "
-            f"the interval spans loops 0–100% (up to today's {r.current_truncated_fraction:.1%})."
+            f"{MIN_LOOP_SAMPLES} (sample {loops['needed']} more on the Samples page), so the estimate and its "
+            "interval assume no loops (a loop stays cut at any limit: the real share can be higher)."
         )
     lo, hi = loops["interval"]
     return (

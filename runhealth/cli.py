@@ -656,8 +656,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     if path is None:
         print(NO_CONFIG, file=sys.stderr)
         return 2
+    try:
+        entries, config_error = runs.load_runs(path), None
+    except ConfigError as exc:  # #41: the error, and the runs the file names from their stores
+        entries, config_error = runs.stored_runs(path), str(exc)
+        print(f"error: {escape(config_error)}", file=sys.stderr)
+        if entries:
+            print("showing the runs it names from their stores, read-only", file=sys.stderr)
     models = []
-    for entry in runs.load_runs(path):
+    for entry in entries:
         store_path = entry.config.resolved_store_path()
         if not store_path.exists():
             print(f"error: run {escape(entry.config.name)}: no store at {escape(store_path)} yet", file=sys.stderr)
@@ -671,9 +678,12 @@ def cmd_status(args: argparse.Namespace) -> int:
             store.close()
     if args.json:
         records = [m.to_json() for m in models]
-        print(json.dumps(records[0] if len(records) == 1 else {"runs": records}, indent=2))
+        out = {"config_error": config_error, "runs": records} if config_error else None
+        print(json.dumps(out or (records[0] if len(records) == 1 else {"runs": records}), indent=2))
     else:
         print("\n".join(escape(line) for m in models for line in m.text().splitlines()))
+    if config_error:
+        return 2
     return 1 if any(m.state in ("stalled", "stale") for m in models) else 0
 
 

@@ -288,7 +288,7 @@ def test_light_theme_sidebar_and_buttons_are_readable(server_url, browser_page):
 
 
 def test_a_tile_with_a_term_of_art_explains_it_on_hover(server_url, browser_page):
-    """Issue 32: "tok/J", "server says", "incl. loops 0–100%" stood unexplained on the tiles. In the
+    """Issue 32: "tok/J", "server says", "incl. loops 0–100%" (#41: "assuming no loops") stood unexplained on the tiles. In the
     browser each such tile sits in an element whose tooltip (title) holds the term's plain words."""
     from runhealth.screens.words import GLOSSARY
 
@@ -308,4 +308,4 @@ def test_a_tile_with_a_term_of_art_explains_it_on_hover(server_url, browser_page
                 title = tile.evaluate("el => (el.closest('[title]') || {}).title || ''")
                 assert all(GLOSSARY[t] in title for t in terms), (text, title)
                 checked += terms
-    assert {"incl. loops 0–100%"} <= set(checked), checked  # the what-if tile; the test proves something
+    assert {"assuming no loops"} <= set(checked), checked  # the what-if tile; the test proves something

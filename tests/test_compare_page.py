@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import json
 import math
 import random
 import re
@@ -24,7 +25,7 @@ from test_pages import _clear_streamlit_caches, open_app  # noqa: F401 (autouse 
 from components import compare_view, context, runpicker, whatif_view
 from pages import compare as compare_page
 from runhealth import demo
-from runhealth.analysis import rates
+from runhealth.analysis import rates, whatif
 from runhealth.collect import demofill
 from runhealth.rules import health
 from runhealth.screens import derived, runfigures, words
@@ -227,7 +228,7 @@ def test_compare_page_over_the_demo(demo_cache, monkeypatch):
     assert table.loc["P99 tokens", "95% interval"] == "not measurable"  # was "+4,096 to +4,096"
     assert at.success and "falls inside the predicted interval" in at.success[0].value
     a, b = numbers(demo_cache)
-    assert f"A: n = {a.summary.completions:,} completions, B: n = {b.summary.completions:,}" in text
+    assert f"A: n = {a.summary.length_count:,} completions, B: n = {b.summary.length_count:,} completions" in text
     # Issue 33: the prompt sets are compared (was "cannot be checked: the store keeps length counts")
     assert re.search(r"B answered \d+\.\d% of A's prompts; [\d,]+ of A's prompts are missing from B", text)
     assert "cannot be checked" not in text
@@ -304,17 +305,40 @@ def test_a_finished_runs_nodes_page_says_it_is_finished(demo_cache, monkeypatch)
 
 def test_one_whatif_the_lengths_page_and_compare_show_the_same_interval(demo_cache, monkeypatch):
     """Issue 24: A's what-if at 8,192 read 2.3-15.0% on Output lengths and 2.3-4.6% on Compare.
-    One function (whatif.for_run) with the same inputs (A's loop sample): the same interval, and
-    the loop term, where it widens it, is said beside it on both."""
+    Issue 41: then "0.5%-16.3% incl. loops 0-100%" on the page (an empty loop sample widened it to
+    A's own cut share) and 0.5-3.4% in `runhealth compare` (no sample). One rule: a loop sample
+    counts once it holds MIN_LOOP_SAMPLES; below that none enters, and "assuming no loops" is said
+    beside the interval. The same interval and words on Output lengths, Compare and the CLI."""
     at = run("lengths", demo_cache, monkeypatch, url_run="demo-4096")
     at.number_input(key="lengths_whatif_limit").set_value(8192).run()
     assert not at.exception
-    tile = re.search(r"Still truncated at 8,192.*?95% ([\d.]+)%–([\d.]+)%( incl\. loops 0–100%)?", page_text(at), re.S)
+    tile = re.search(r"Still truncated at 8,192.*?95% ([\d.]+)%–([\d.]+)%( assuming no loops)?", page_text(at), re.S)
     assert tile, page_text(at)
     at = run("compare", demo_cache, monkeypatch)
-    shown = re.search(r"95% interval ([\d.]+)–([\d.]+)%( incl\. loops 0–100%)?;", page_text(at))
+    shown = re.search(r"95% interval ([\d.]+)–([\d.]+)%( assuming no loops)?;", page_text(at))
     assert shown, page_text(at)
     assert shown.groups() == tile.groups()
+    a, _b = numbers(demo_cache)
+    assert a.loop_sample is not None and a.loop_sample[1] < whatif.MIN_LOOP_SAMPLES  # the demo's case
+    assert tile.group(3) == " assuming no loops"  # said, as the CLI over A's shards says it
+    cli_interval = _cli_forecast_interval(demo_cache)
+    assert cli_interval == (float(tile.group(1)), float(tile.group(2)), tile.group(3) or "")
+
+
+def _cli_forecast_interval(cache: Path) -> tuple[float, float, str]:
+    """`runhealth compare --json` over the demo runs' shards: A's forecast interval in percent (1 decimal)."""
+    import contextlib
+    import io
+
+    from runhealth import cli
+
+    (live, _), (done, _) = demo.demo_runs(cache / "runhealth" / "demo")
+    globs = [[p for n in cfg.nodes for p in n.shards] for cfg in (done, live)]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        cli.main(["compare", "--json", *globs[0], "--", *globs[1]])
+    f = json.loads(out.getvalue())["forecast"]
+    return round(100 * f["interval"][0], 1), round(100 * f["interval"][1], 1), f["interval_note"]
 
 
 def test_a_finished_runs_overview_shows_its_final_figures(demo_cache, monkeypatch):
@@ -461,7 +485,7 @@ def test_the_compare_model_from_the_demo_stores_matches_the_simulators_truth(dem
 
 
 def test_every_term_of_art_on_screen_is_said_in_plain_words(demo_cache, monkeypatch):
-    """Issue 32: "incl. loops 0–100%", "Truncated that loop", "log-normal (AIC)", "Newcombe's",
+    """Issue 32: "incl. loops 0–100%" (now "assuming no loops"), "Truncated that loop", "log-normal (AIC)", "Newcombe's",
     "Welch", "batch means", "tok/J", "server says", "sw_power_cap" stood unexplained. Wherever
     one shows, its plain words (words.GLOSSARY) show with it: a tile's tooltip or a caption."""
     seen: set[str] = set()

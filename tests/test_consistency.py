@@ -74,6 +74,8 @@ FACTS: dict[str, Fact] = {
         Fact("done_nodes"),  # the nodes that wrote their share, as a sorted tuple
         Fact("run_stalled"),  # bool
         Fact("forecast_interval_pct", tolerance=0.051),  # (low, high), as "0.5–3.4%"
+        Fact("forecast_loop_note"),  # what the interval assumes of loops, said beside it ("" or "assuming no loops")
+        Fact("compare_b_n"),  # the n of run B's shares on the Compare page
         Fact("energy_j_per_usable_token", relative=0.01),
     )
 }
@@ -194,13 +196,21 @@ class Scenario:
     truth: dict[str, Any] = dataclasses.field(default_factory=dict)  # facts the case fixes, beside its lines'
 
 
-def write_config(folder: Path, nodes: tuple[str, ...], target: int, expected: int | None, extra: str = "") -> Path:
+def write_config(
+    folder: Path,
+    nodes: tuple[str, ...],
+    target: int,
+    expected: int | None,
+    extra: str = "",
+    ceiling: int = CEILING,
+    run_name: str = "consistency-run",
+) -> Path:
     lines = [
         "[run]",
-        'name = "consistency-run"',
+        f'name = "{run_name}"',
         f"target_completions = {target}",
         f"interval_s = {INTERVAL_S}",
-        f"max_output_tokens = {CEILING}",
+        *([f"max_output_tokens = {ceiling}"] if ceiling else []),  # None: the ceiling is detected
         f'store_path = "{folder / "store.sqlite3"}"',
         *([f"expected_prompts = {expected}"] if expected else []),
         extra,
@@ -223,11 +233,16 @@ def build(
     expected: int | None = None,
     extra: str = "",
     seed: int = 5,
+    ceiling: int = CEILING,
+    no_usage_every: int = 0,
+    configured: bool = True,
+    run_name: str = "consistency-run",
 ) -> Scenario:
     """`polls` polls 30 s apart ending now; at poll k node n writes plan[n](k) fresh simulator lines
-    (prompt IDs with the simulator's retries and skips), scanned by the real scanner."""
+    (prompt IDs with the simulator's retries and skips), scanned by the real scanner; every
+    `no_usage_every`-th line without its usage (a length the scanner estimates)."""
     now = float(int(time.time()))
-    sim = Simulator(folder, seed=seed, ceiling=CEILING)
+    sim = Simulator(folder, seed=seed, ceiling=ceiling)
     sim.shard_dir.mkdir(parents=True)
     shards = {n: sim.shard_dir / f"{n}.jsonl" for n in plan}
     for p in shards.values():
@@ -239,6 +254,8 @@ def build(
         ts = now - (polls - 1 - k) * INTERVAL_S
         for node, path in shards.items():
             fresh = [sim.completion_line(1) for _ in range(plan[node](k) if k else 0)]
+            if no_usage_every:
+                fresh = [_without_usage(x) if i % no_usage_every == 0 else x for i, x in enumerate(fresh, 1)]
             with open(path, "a", encoding="utf-8") as f:
                 f.writelines(fresh)
             for line in fresh:
@@ -249,10 +266,19 @@ def build(
             entry = scan.scan_file(str(path), *at[node], 1 << 30)
             at[node] = (entry["inode"], entry["offset"])
             write_reply(store, node, poll_reply(ts + 0.4, [], {str(path): entry}), ts, rtt_ms=5.0)
-    config = write_config(folder, tuple(plan), target, expected, extra)
+    config = write_config(folder, tuple(plan), target, expected, extra, ceiling if configured else None, run_name)
     store.set_meta("run", RunSettings.from_config(load_config(config)).to_meta())  # as its collector records it
     store.close()
     return Scenario(name, folder, config, now, len(ids), len(set(ids)))
+
+
+def _without_usage(line: str) -> str:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return line  # the simulator's half-written line stays as it is
+    record.pop("usage", None)
+    return json.dumps(record) + "\n"
 
 
 POLLS = 41  # 20 min: the 15-min average holds the run's writing
@@ -286,7 +312,29 @@ def share_done(folder: Path) -> Scenario:
     return s
 
 
-SCENARIOS = {"straggler": straggler, "stalled": stalled, "share_done": share_done}
+def unconfigured_ceiling(folder: Path) -> Scenario:
+    """No max_output_tokens in the config (the ceiling is detected) and context-window stops: the
+    simulator's `length` stops below the ceiling, whose prompt filled MAX_MODEL_LEN (0.3% of its
+    lines). Issue 41: the per-group table counted them as cut (147 = 127 at the ceiling + 20),
+    the headline did not."""
+    s = build(
+        folder, "unconfigured", {"loc": lambda k: 60, "sshn": lambda k: 40}, POLLS, target=20_000, configured=False
+    )
+    store = Store(folder / "store.sqlite3")
+    try:
+        below = sum(r["count"] for r in store.length_counts(by="run", finish_reason="length") if r["tokens"] < CEILING)
+    finally:
+        store.close()
+    assert below >= 3, "the case needs context-window stops to prove anything"
+    return s
+
+
+SCENARIOS = {
+    "straggler": straggler,
+    "stalled": stalled,
+    "share_done": share_done,
+    "unconfigured_ceiling": unconfigured_ceiling,
+}
 
 
 @pytest.fixture(scope="module", params=sorted(SCENARIOS))
@@ -547,3 +595,109 @@ def test_one_value_per_fact_on_every_consumer(frozen, capsys, monkeypatch):
     missing = [(f, c) for f in frozen.truth for c in SHOWN_BY.get(f, ()) if f not in seen.get(c, {})]
     assert not missing, f"facts the case fixes, not shown: {missing}"
     assert_one_value(seen)
+
+
+# -- two runs: Compare ----------------------------------------------------------------------------------
+CEILING_B = 8192
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory) -> Scenario:
+    """Run A (finished, max_tokens 4,096) and its relaunch B at 8,192, one config with two [[runs]]
+    tables; B has lines without usage (their lengths estimated, left out of the shares' n), and A
+    no loop sample (an empty one, as a store without sampling has): the what-if's loop term unmeasured."""
+    folder = tmp_path_factory.mktemp("two_runs")
+    a = build(folder / "a", "a", {"loc": lambda k: 150}, 21, target=3_000, run_name="run-a", seed=7)
+    b = build(
+        folder / "b",
+        "b",
+        {"loc": lambda k: 100},
+        21,
+        target=4_000,
+        ceiling=CEILING_B,
+        no_usage_every=40,
+        run_name="run-b",
+        seed=8,
+    )
+    both = []
+    for s, finished in ((a, True), (b, False)):
+        text = s.config.read_text(encoding="utf-8").replace("[run]", "[[runs]]").replace("[[nodes]]", "[[runs.nodes]]")
+        both.append(text.replace("[[runs]]\n", "[[runs]]\nfinished = true\n") if finished else text)
+    config = folder / "runhealth.toml"
+    config.write_text("\n".join(both), encoding="utf-8")
+    return Scenario("two_runs", folder, config, b.now, truth={"shards": (a.folder, b.folder)})
+
+
+def extract_compare_cli(s: Scenario, capsys) -> dict[str, Any]:
+    """`runhealth compare --json` over A's and B's shards, each run's ceiling as its config says."""
+    a, b = (str(f / "shards" / "*.jsonl") for f in s.truth["shards"])
+    cli.main(["compare", "--json", "--ceiling-a", str(CEILING), "--ceiling-b", str(CEILING_B), a, "--", b])
+    r = json.loads(capsys.readouterr().out)
+    f = r["forecast"]
+    return {
+        "forecast_interval_pct": tuple(round(100 * x, 1) for x in f["interval"]),
+        "forecast_loop_note": f["interval_note"].strip(),
+        "compare_b_n": r["b"]["length_count"],
+    }
+
+
+def extract_compare_page(s: Scenario, capsys, monkeypatch) -> dict[str, dict[str, Any]]:
+    """The Compare page's captions: the table's n for B, the forecast's interval (twice) and B's n."""
+    at = _run_app(s, "compare", monkeypatch)
+    assert at.selectbox(key="compare_run_a").value == "run-a", "the page opens on A = the finished run"
+    words = [str(getattr(e, "value", "")) for kind in ("caption", "success", "warning") for e in getattr(at, kind)]
+    out: dict[str, dict[str, Any]] = {}
+    for w in words:
+        if m := re.search(r"B: n = ([\d,]+)", w):
+            out["compare table caption"] = {"compare_b_n": parse_count(m[1])}
+        if m := re.match(r"95% interval ([\d.]+)–([\d.]+)%( assuming no loops| incl\. loops 0–100%)?;", w):
+            out["compare forecast caption"] = {
+                "forecast_interval_pct": (float(m[1]), float(m[2])),
+                "forecast_loop_note": (m[3] or "").strip(),
+            }
+        if m := re.search(r"\(n = ([\d,]+)", w):
+            out["compare measured caption"] = {"compare_b_n": parse_count(m[1])}
+        if m := re.search(r"predicted interval \(([\d.]+)–([\d.]+)%( assuming no loops| incl\. loops 0–100%)?\)", w):
+            out["compare verdict"] = {
+                "forecast_interval_pct": (float(m[1]), float(m[2])),
+                "forecast_loop_note": (m[3] or "").strip(),
+            }
+    return out
+
+
+def extract_lengths_whatif(s: Scenario, capsys, monkeypatch) -> dict[str, Any]:
+    """Run A's Output lengths page, its what-if asked at B's ceiling: the tile's interval."""
+    monkeypatch.setenv("RUNHEALTH_CONFIG", str(s.config))
+    monkeypatch.setenv("RUNHEALTH_COLLECTOR", "off")
+    at = open_app("lengths")
+    at.query_params["run"] = "run-a"
+    at.run()
+    at.number_input(key="lengths_whatif_limit").set_value(CEILING_B).run()
+    assert_clean(at)
+    value, sub = tile(tiles_of(at), f"Still truncated at {CEILING_B:,}")
+    m = re.search(r"95% ([\d.]+)%–([\d.]+)%( assuming no loops| incl\. loops 0–100%)?", sub)
+    assert m, sub
+    return {"forecast_interval_pct": (float(m[1]), float(m[2])), "forecast_loop_note": (m[3] or "").strip()}
+
+
+def test_compare_one_forecast_interval_and_one_n_on_every_consumer(two_runs, capsys, monkeypatch):
+    """Issue 41: Compare's forecast read "0.5%–16.3% incl. loops 0–100%" on the page (A's empty
+    loop sample widened it to A's own cut share) and 0.5–3.4% in `runhealth compare`; run B's n
+    was 30,247 in one caption and 30,057 in another. One interval, one loop note, one n for B on
+    the Compare page, run A's Output lengths page at B's limit and `runhealth compare --json`."""
+    monkeypatch.setattr(time, "time", lambda: two_runs.now)
+    seen = {"compare --json": extract_compare_cli(two_runs, capsys)}
+    seen |= extract_compare_page(two_runs, capsys, monkeypatch)
+    seen["lengths page (A at B's limit)"] = extract_lengths_whatif(two_runs, capsys, monkeypatch)
+    assert set(seen) == {
+        "compare --json",
+        "compare table caption",
+        "compare forecast caption",
+        "compare measured caption",
+        "compare verdict",
+        "lengths page (A at B's limit)",
+    }, seen
+    n_b = seen["compare --json"]["compare_b_n"]
+    assert 0 < n_b < 2_000, "B's estimated lengths are left out of its n (the case proves something)"
+    assert_one_value(seen)
+    assert seen["compare --json"]["forecast_loop_note"] == "assuming no loops"

@@ -575,3 +575,31 @@ def test_every_tile_says_what_its_figure_is(scenario, stores, monkeypatch):
                 assert title and len(title.group(1)) > 20, (name, label, md.value)
                 labels.append(label)
     assert len(labels) >= 6, labels  # the Overview's six tiles at least: the test saw tiles
+
+
+def test_a_broken_toml_at_start_shows_the_error_and_the_stored_runs(tmp_path, monkeypatch, capsys):
+    """Issue 41: a config file that does not load at start showed the error alone, not the
+    stored history of the runs it names. The error (red, naming the file and line) stands above
+    those runs, found from their stores and read-only; `runhealth status` prints both."""
+    from runhealth import cli
+    from runhealth.settings.config import load_config
+    from runhealth.settings.runsettings import RunSettings
+
+    store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
+    store.set_meta("run", RunSettings.from_config(load_config(config)).to_meta())  # as its collector records it
+    completions = sum(r["count"] for r in store.length_counts(by="run"))
+    store.close()
+    text = config.read_text(encoding="utf-8")
+    config.write_text(text.replace("[[nodes]]", "[[nodes]\n", 1), encoding="utf-8")  # an unclosed table header
+    at = run_page("overview", config, monkeypatch)
+    assert_clean(at)
+    banner = next(m.value for m in at.markdown if 'class="rh-config-banner"' in m.value)
+    assert "does not load" in banner and str(config) in banner and "line " in banner, banner
+    assert "read-only" in banner
+    shown = re.search(r'Completions</div><div class="rh-value">([\d,]+)<', "".join(m.value for m in at.markdown))
+    assert shown and int(shown.group(1).replace(",", "")) == completions
+    assert cli.main(["status", "--config", str(config), "--json"]) == 2
+    captured = capsys.readouterr()
+    assert str(config) in captured.err and "line " in captured.err, captured.err
+    record = json.loads(captured.out)
+    assert record["config_error"] and [r["completions"] for r in record["runs"]] == [completions]

@@ -409,3 +409,50 @@ def test_nodes_and_gpus_pages_read_each_table_once(tmp_path, monkeypatch):
         # +1 on each for #39's failed requests (health.read's one statement, every node's rows at once).
         assert calls["sql"] <= (31 if name == "nodes" else 27), (name, calls)
         monkeypatch.undo()
+
+
+def test_lengths_and_samples_read_one_instant_when_the_payload_is_a_poll_behind(tmp_path, monkeypatch):
+    """Issue 41: Output lengths showed "4,966 of 30,410" beside "of 4,968 cut", Samples "3,421 of
+    5,090" (truth 5,103): the counts came from the collector's payload, a poll behind the reads
+    beside them. The payload lends its bins only when it is of the store's counts now; each model
+    is read inside one snapshot; the pages show the store's 13,000."""
+    from runhealth.screens import lengths, samples
+
+    store, config = store_fixtures.make_store(tmp_path, "ceiling_18")
+    cfg = load_config(config)
+    pagedata.put(store, pagedata.compute_all(store, 4096, 10), time.time())  # the collector's payload ...
+    grow(store, time.time(), 250, "late")  # ... then one more poll: 1,000 new completions
+    truth = sum(r["count"] for r in store.length_counts(by="run"))
+    assert truth == 13_000
+    m = lengths.lengths(store, cfg)
+    assert m.summary.completions == truth and m.counts.as_of is None  # counted now, not the stale payload
+    assert m.summary.at_ceiling == sum(
+        r["count"] for r in store.length_counts(by="run") if r["finish_reason"] == "length" and r["tokens"] >= 4096
+    )
+    assert samples.samples(store, cfg).summary.length_count == truth
+    # Every read inside a model sees one commit: a poll another connection writes meanwhile is
+    # not half in it (the first read of the run's counts lets one land).
+    seen: list[int] = []
+    real = store.length_counts
+
+    def counts_then_a_poll_lands(by: str = "run", finish_reason: str | None = None):
+        rows = real(by=by, finish_reason=finish_reason)
+        if by == "run" and finish_reason is None:
+            seen.append(sum(r["count"] for r in rows))
+            if len(seen) == 1:
+                other = Store(store.path)
+                grow(other, time.time(), 25, "meanwhile")
+                other.close()
+        return rows
+
+    monkeypatch.setattr(store, "length_counts", counts_then_a_poll_lands)
+    m2 = lengths.lengths(store, cfg)
+    assert len(seen) >= 2 and set(seen) == {truth}, seen  # the poll landed, no read of the model saw it
+    assert m2.summary.completions == truth
+    monkeypatch.undo()
+    now_total = sum(r["count"] for r in store.length_counts(by="run"))
+    assert now_total == truth + 100
+    store.close()
+    at = run_page("lengths", config, monkeypatch)
+    assert_clean(at)
+    assert tile(at, "Truncated")[1].endswith(f"of {now_total:,}")

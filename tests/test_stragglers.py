@@ -87,6 +87,10 @@ def test_the_line_names_the_late_nodes_with_their_clock_times():
     assert etas.eta_cells(found, now)["n4"] == "12:30 (in 2.5 h)"
     pair = stragglers.stragglers(2_000, 400, 0.4, 0.0002, {"n1": (300, 0.3, 0.0001), "n4": (100, 0.1, 0.0001)})
     assert etas.straggler_line(pair, now) == "n1 done by 10:38; n4 finishes at 12:30"  # two nodes: the other named
+    # #41: the Nodes page's caption said "Loc done by": a sentence capitalises its own words only.
+    lower = stragglers.stragglers(2_000, 400, 0.4, 0.0002, {"loc": (300, 0.3, 0.0001), "n4": (100, 0.1, 0.0001)})
+    assert etas.straggler_sentence(lower, now).startswith("loc done by 10:38; ")
+    assert etas.straggler_sentence(found, now).startswith("Most nodes done by 10:38; ")
     even = stragglers.stragglers(4_000, 1_000, 1.0, 0.0004, {f"n{i}": (250, 0.25, 0.0001) for i in range(4)})
     assert etas.straggler_line(even, now) == ""
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from whatif_family import SHAPES, case
 
 from runhealth.analysis.stats import LengthHist
-from runhealth.analysis.whatif import MIN_LOOP_SAMPLES, forecast_outcome, loop_share, what_if, wilson
+from runhealth.analysis.whatif import MIN_LOOP_SAMPLES, forecast_outcome, loop_note, loop_share, what_if, wilson
 
 SLICE = [
     ("bimodal", 0.05),
@@ -88,10 +88,11 @@ def test_a_small_loop_sample_does_not_move_the_headline(run):
     small = what_if(hist, ceiling, limit, loop_sample=(2, 2), bootstrap=0)  # 2 of 2 loops
     assert small.truncated_fraction == plain.truncated_fraction
     assert small.loops["used"] is False and small.loops["needed"] == MIN_LOOP_SAMPLES - 2
-    # The stated interval spans loops 0-100%, so any later sample lands inside it.
-    all_loops = what_if(hist, ceiling, limit, loop_fraction=1.0, bootstrap=0)
-    assert small.interval[1] == pytest.approx(small.current_truncated_fraction)
-    assert small.interval[0] <= all_loops.truncated_fraction <= small.interval[1]
+    # #41: it does not widen the interval either: the what-if with no sample at all (a compare
+    # over shards), said as "assuming no loops" on both.
+    assert small.interval == plain.interval and small.interval[1] < small.current_truncated_fraction
+    assert loop_note(small) == loop_note(plain) == " assuming no loops"
+    assert loop_note(what_if(hist, ceiling, limit, loop_sample=(2, MIN_LOOP_SAMPLES), bootstrap=0)) == ""
 
 
 def test_resampling_refines_within_the_stated_interval(run):

@@ -36,8 +36,8 @@ def test_lines_name_the_check_the_model_and_the_loop_n():
     )
     assert whatif_view.model_line(r).startswith(f"Headline: {r.model}, smallest back-test error")
     loops = whatif_view.loops_line(r)
-    assert "2 of 2 sampled" in loops and f"sample {MIN_LOOP_SAMPLES - 2} more" in loops and "0–100%" in loops
-    assert whatif_view.interval_note(r) == " incl. loops 0–100%"
+    assert "2 of 2 sampled" in loops and f"sample {MIN_LOOP_SAMPLES - 2} more" in loops and "assume no loops" in loops
+    assert whatif_view.interval_note(r) == " assuming no loops"
     assert "no truncated completion sampled yet" in whatif_view.loops_line(_result(loop_sample=(0, 0)))
     enough = _result(loop_sample=(5, 40))
     used = whatif_view.loops_line(enough)

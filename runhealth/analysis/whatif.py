@@ -22,9 +22,11 @@ Repetition loops never stop, so a share ``lf`` of the truncated completions stay
 any limit: S_adj(C2) = pi + S(C) (1 - lf) R_F(C2) with pi = lf * S(C), F fitted with the loopers
 removed from the censored count; they also generate every extra token.  A sampled loop share
 (``loop_sample=(loops, sampled)``) enters with its Wilson interval, and both ends of the
-interval are taken at the loop share's ends (the estimate rises with lf); below
-MIN_LOOP_SAMPLES sampled truncated completions it does not move the estimate, and the interval
-spans loops 0-100%.
+interval are taken at the loop share's ends (the estimate rises with lf). A sample counts only
+once it holds MIN_LOOP_SAMPLES sampled truncated completions: below that the what-if is the one
+it would be with no sample at all (no loop term: the model's interval alone, "assuming no loops"
+beside it), so a store with a short sample and shards without one (``runhealth compare``) give
+the same interval (#41).
 """
 
 from __future__ import annotations
@@ -368,17 +370,20 @@ def wilson(k: int, n: int, z: float = _Z95) -> tuple[float, float]:
 def loop_share(loop_fraction: float, loop_sample: tuple[int, int] | None) -> dict:
     """The loop share used: a known fraction, or a sample's with its Wilson interval.
 
-    Below MIN_LOOP_SAMPLES sampled truncated completions the sample does not move the estimate
-    (point 0, interval 0-100%): one small re-sample cannot swing the headline past its interval.
+    Below MIN_LOOP_SAMPLES sampled truncated completions the sample does not count: the loop
+    share is the given one (default 0), as with no sample at all, and ``needed`` says how many
+    more it takes (one small re-sample cannot swing the headline; #41: the same interval as
+    a what-if over shards, which have no sample).
     """
     if loop_sample is None:
         lf = min(1.0, max(0.0, float(loop_fraction or 0.0)))
         return {"point": lf, "interval": [lf, lf], "loops": None, "sampled": None, "used": True, "needed": 0}
     k, n = int(loop_sample[0]), int(loop_sample[1])
     if n < MIN_LOOP_SAMPLES:
+        lf = min(1.0, max(0.0, float(loop_fraction or 0.0)))
         return {
-            "point": 0.0,
-            "interval": [0.0, 1.0],
+            "point": lf,
+            "interval": [lf, lf],
             "loops": k,
             "sampled": n,
             "used": False,
@@ -626,9 +631,9 @@ def for_run(
     Args:
         loop_sample: ``(loops, sampled)`` truncated completions of the run's latest sample
             batch (`loops.loop_sample`): a run with a store has one (an empty batch is
-            ``(0, 0)``: the loop share is unmeasured and the interval spans loops 0-100%, which
-            `loop_note` says beside the interval). None: no samples exist at all (the CLI over
-            files): no loop term, the model's interval alone.
+            ``(0, 0)``). It enters once it holds MIN_LOOP_SAMPLES; below that, as with None (no
+            samples at all: the CLI over files), there is no loop term, the model's interval
+            alone, which `loop_note` says beside the interval.
     """
     return what_if(
         hist,
@@ -640,8 +645,13 @@ def for_run(
     )
 
 
+LOOPS_UNMEASURED = " assuming no loops"
+
+
 def loop_note(r: WhatIf) -> str:
-    """ " incl. loops 0–100%" when the interval spans an unmeasured loop share, else "": said
-    beside the interval wherever it is shown (tile, Compare, CLI)."""
+    """ " assuming no loops" when no measured loop share entered the interval (no sample, or one
+    under MIN_LOOP_SAMPLES) and none was given, else "": said beside the interval wherever it is
+    shown (tile, Compare, CLI), by one rule for all of them."""
     loops = r.loops or {}
-    return " incl. loops 0–100%" if loops.get("sampled") is not None and not loops.get("used") else ""
+    measured = loops.get("sampled") is not None and loops.get("used")
+    return LOOPS_UNMEASURED if not measured and not r.loop_fraction else ""

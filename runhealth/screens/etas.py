@@ -75,6 +75,14 @@ def straggler_line(s: Stragglers | None, now: float) -> str:
     return f"{head}; {named}{more}"
 
 
+def straggler_sentence(s: Stragglers | None, now: float) -> str:
+    """`straggler_line` as a sentence of its own ("Most nodes done by ..."): its own first word
+    capitalised, a node's name never ("loc done by 14:10", not "Loc": #41)."""
+    line = straggler_line(s, now)
+    own = line.startswith(("most nodes", "no other node", "the other nodes"))
+    return line[:1].upper() + line[1:] if own else line
+
+
 def eta_cell(n: NodeEta | None, now: float) -> str:
     """A node's ETA in the Nodes table: "16:40 (in 2h 10m)", "share written", "no rate"."""
     if n is None:

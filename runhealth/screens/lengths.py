@@ -47,11 +47,21 @@ class Counts:
 
 
 def counts(store: Store, ceiling: int | None, got: tuple[float, RunLengths] | None) -> Counts:
-    """The length counts at `ceiling`: `got` (the `run_lengths` payload, pagedata.get's (computed
-    at, payload), None: there is none) when it is of that ceiling, else counted from the store now."""
-    as_of, data = got if got is not None and got[1].ceiling == ceiling else (None, pagedata.run_lengths(store, ceiling))
-    summary = stats.summarize(data.rows, ceiling=ceiling, unparseable=data.malformed)
-    return Counts(data.rows, summary, data.bins, data.cdf, as_of)
+    """The length counts at `ceiling` as the store holds them now: `got` (the `run_lengths`
+    payload, pagedata.get's (computed at, payload), None: there is none) lends its bins and CDF
+    only when it is of that ceiling and of these very counts; a payload a poll behind (the
+    collector computes it after the poll is written) is not mixed into a screen whose other
+    tiles read the poll (#41: "4,966 of 30,410" beside "of 4,968 cut")."""
+    rows = store.length_counts(by="run")
+    hist = stats.LengthHist.from_rows((r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in rows)
+    malformed = sum(n["malformed"] or 0 for n in store.counted_nodes())
+    current = got is not None and got[1].ceiling == ceiling and got[1].rows.rows() == hist.rows()
+    if got is not None and current:
+        as_of, bins, cdf = got[0], got[1].bins, got[1].cdf
+    else:
+        as_of, bins, cdf = None, tuple(map(tuple, stats.histogram(hist))), tuple(stats.cdf_points(hist))
+    summary = stats.summarize(hist, ceiling=ceiling, unparseable=malformed)
+    return Counts(hist, summary, bins, cdf, as_of)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,8 +134,14 @@ class Lengths:
 
 
 def lengths(store: Store, config: RunConfig, now: float | None = None) -> Lengths:
-    """The Output lengths page of `config`'s run (a RunConfig) at `now`."""
+    """The Output lengths page of `config`'s run (a RunConfig) at `now`, read from one snapshot
+    of the store (every tile as of one commit, however many polls land meanwhile: #41)."""
     now = time.time() if now is None else now
+    with store.snapshot():
+        return _lengths(store, config, now)
+
+
+def _lengths(store: Store, config: RunConfig, now: float) -> Lengths:
     keep = store.run_settings().node_names
     counted = counts(store, config.max_output_tokens, pagedata.get(store, "run_lengths", RunLengths))
     figures = fieldmodel.field_figures(store, config, counted.summary.ceiling_tokens)

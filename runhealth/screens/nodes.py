@@ -145,8 +145,8 @@ class Nodes:
     def eta_caption(self) -> str:
         if self.stragglers is None:
             return ""
-        line = etas.straggler_line(self.stragglers, self.now)
-        return (line[:1].upper() + line[1:] + ". " if line else "") + etas.assumption(self.stragglers)
+        line = etas.straggler_sentence(self.stragglers, self.now)
+        return (line + ". " if line else "") + etas.assumption(self.stragglers)
 
     costs_caption = (
         "Tokens cut at the run's ceiling: exact, from each node's counts. Energy: NVML's energy counter "

@@ -237,6 +237,16 @@ def run_numbers(
     )
 
 
+def sample_size(s: stats.Summary) -> str:
+    """A run's n as every caption on the Compare page says it: the completions its shares and
+    length statistics count (`length_count`), with those whose length was only estimated said
+    beside it when there are any (#41: one caption said 30,247, another 30,057 for one run)."""
+    left_out = s.completions - s.length_count
+    return f"{s.length_count:,} completions" + (
+        f" (of {s.completions:,}; {left_out:,} without an exact length)" if left_out > 0 else ""
+    )
+
+
 def _now(now: float | None) -> float:
     return time.time() if now is None else now
 

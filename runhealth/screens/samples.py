@@ -143,8 +143,14 @@ class Samples:
 
 
 def samples(store: Store, config: RunConfig, now: float | None = None) -> Samples:
-    """The Samples page of `config`'s run (a RunConfig) at `now`."""
+    """The Samples page of `config`'s run (a RunConfig) at `now`, read from one snapshot of the
+    store (the sample, the run's counts and the never-answered figure as of one commit: #41)."""
     now = time.time() if now is None else now
+    with store.snapshot():
+        return _samples(store, config, now)
+
+
+def _samples(store: Store, config: RunConfig, now: float) -> Samples:
     batch = store.latest_sample_batch()
     cut = [s for s in (batch["samples"] if batch else []) if s["finish_reason"] == "length"]
     share = loops.loop_share([s["text_tail"] or "" for s in cut])

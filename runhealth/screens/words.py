@@ -86,9 +86,9 @@ def fmt_bytes(n: float | None) -> str:
 # method line). Keys are matched case-insensitively in the text shown; the words avoid quotes and
 # angle brackets, so they read the same inside an HTML title attribute.
 GLOSSARY: dict[str, str] = {
-    "incl. loops 0–100%": (
-        "the share of cut completions stuck repeating themselves is not measured yet (too few sampled), "
-        "so the range allows anywhere from none to all of them staying cut at any limit"
+    "assuming no loops": (
+        "the share of cut completions stuck repeating themselves (which stay cut at any limit) is not "
+        "measured yet (fewer than 20 sampled), so the range assumes none; sample more on the Samples page"
     ),
     "that loop": (
         "of the sampled completions cut at max_tokens, how many were repeating the same text over and over; "

@@ -34,12 +34,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 from runhealth.errors import ConfigError
-from runhealth.settings.config import SECRETS_PATH, RunConfig, apply_secrets, load_config, parse_config
+from runhealth.settings.config import SECRETS_PATH, RunConfig, apply_secrets, cache_dir, load_config, parse_config
 from runhealth.settings.runsettings import RunSettings
 from runhealth.settings.tomlfile import read_toml
 
@@ -152,6 +153,34 @@ def discover_finished(entries: list[RunEntry]) -> list[RunEntry]:
             names.add(settings.name)
             rule_known = settings.allowed_users is not None
             found.append(RunEntry(_config_from_settings(settings, path), finished=True, access_known=rule_known))
+    return found
+
+
+_NAMED = re.compile(r"""^\s*(name|store_path)\s*=\s*["']([^"'\n]+)["']""", re.M)
+
+
+def stored_runs(path: Path) -> list[RunEntry]:
+    """The runs a config file that does not load still names, found from their stores: read-only
+    (finished, no nodes), for a dashboard or `runhealth status` that starts on a broken file
+    (#41: it showed the error alone). A run is the store at a `store_path` its text holds, or a
+    store in those stores' folders or the default one whose run is a `name` its text holds."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    names = {v for k, v in _NAMED.findall(text) if k == "name"}
+    paths = {Path(v).expanduser().resolve() for k, v in _NAMED.findall(text) if k == "store_path"}
+    folders = sorted({p.parent for p in paths} | {cache_dir()})
+    found: list[RunEntry] = []
+    seen: set[str] = set()
+    for folder in folders:
+        for store in sorted(folder.glob(f"*{STORE_SUFFIX}")) if folder.is_dir() else []:
+            settings = store_run_settings(store)
+            named = store.resolve() in paths or (settings is not None and settings.name in names)
+            if settings is None or not named or settings.name in seen:
+                continue
+            seen.add(settings.name)
+            found.append(RunEntry(_config_from_settings(settings, store), finished=True))
     return found
 
 
