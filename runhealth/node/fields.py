@@ -39,14 +39,10 @@ import sys
 import zlib
 from typing import Any
 
-ID_FIELDS = (("custom_id",), ("prompt_id",), ("metadata", "id"), ("id",), ("request_id",))
-PROMPT_TOKEN_FIELDS = (
-    ("usage", "prompt_tokens"),
-    ("response", "body", "usage", "prompt_tokens"),
-    ("meta_info", "prompt_tokens"),
-)
-TEXT_KEYS = ("text", "completion", "output", "response")  # as scan.TEXT_KEYS, in its order
-REASONING_KEYS = ("reasoning_content", "reasoning")
+if __package__:  # imported as runhealth.node.fields; shipped or run as a script, agent.py sets it
+    from . import formats
+else:
+    formats = None  # type: ignore[assignment]
 MAX_GROUPS = 256  # distinct groups one scan counts apart; the store keeps fewer (its own cap)
 MAX_LABEL_CHARS = 120
 OTHER = "(other)"
@@ -104,8 +100,10 @@ class FieldSpec:
     def __init__(self, paths=None):
         paths = paths or {}
         get = paths.get
-        self.id_paths = (_parse(get("prompt_id_path")),) if get("prompt_id_path") else ID_FIELDS
-        self.pt_paths = (_parse(get("prompt_tokens_path")),) if get("prompt_tokens_path") else PROMPT_TOKEN_FIELDS
+        self.id_paths = (_parse(get("prompt_id_path")),) if get("prompt_id_path") else formats.ID_FIELDS
+        self.pt_paths = (
+            (_parse(get("prompt_tokens_path")),) if get("prompt_tokens_path") else formats.PROMPT_TOKEN_FIELDS
+        )
         self.group_path = _parse(get("group_path")) if get("group_path") else None
         self.configured = bool(get("prompt_id_path") or get("prompt_tokens_path") or get("group_path"))
 
@@ -149,14 +147,9 @@ def bin_label(k):
     return "%d-%d prompt tokens" % (1 << (k - 1), (1 << k) - 1)
 
 
-def _text_candidates(texts):
-    """(answer paths, reasoning paths) for scan.locate's text paths, in the order they are tried."""
-    if len(texts) == 2:  # a chat message: content, and reasoning_content before reasoning
-        msg = texts[1][:-1]
-        return [msg + ("content",)], [msg + (k,) for k in REASONING_KEYS]
-    if len(texts[0]) == 1:  # a flat record: the first string among the text keys
-        return [(k,) for k in TEXT_KEYS], []
-    return [texts[0]], []
+def _text_candidates(loc):
+    """(answer paths, reasoning paths) of scan.locate's formats.Located, in the order they are tried."""
+    return list(loc.answer), list(loc.reasoning)
 
 
 def answer_state(obj, texts):
@@ -303,6 +296,7 @@ class Tally:
         self.plans = plans  # the shard's templates (their ID fields are reported as seen)
         self.ids_hi, self.ids_lo = array.array("I"), array.array("I")  # id_hash per line with an ID, its halves
         self.raw_ids = []  # ID bytes of lines with an ID (template lines: their tokens), not hashed yet
+        self.failed_raw = []  # ID bytes of failed requests (scan.py counts them apart)
         self.id_paths = set()  # dotted ID paths lines held their ID at (but those of inline walks: id_seen)
         self.pt_lines = 0
         self.groups = {}  # label or prompt-token bin -> [lines, length stops] (json.loads lines)
@@ -422,6 +416,15 @@ class Tally:
         if sys.byteorder == "big":
             out.byteswap()
         return out.tobytes()
+
+    def failed_ids(self):
+        """The failed requests' prompt-ID hashes as the wire's `failed_ids` (as `ids`), or ""."""
+        if not self.failed_raw:
+            return ""
+        out = array.array("Q", (id_hash(b) for b in self.failed_raw))
+        if sys.byteorder == "big":
+            out.byteswap()
+        return base64.b64encode(out.tobytes()).decode("ascii")
 
     def bound_memory(self):
         """After each chunk: many distinct prompt-token counts are folded into bins, and the

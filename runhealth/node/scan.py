@@ -28,10 +28,10 @@ import time
 from collections import Counter
 from typing import Any
 
-if __package__:  # imported as runhealth.node.scan; shipped or run as a script, agent.py sets it
-    from . import fields
+if __package__:  # imported as runhealth.node.scan; shipped or run as a script, agent.py sets them
+    from . import fields, formats
 else:
-    fields = None  # type: ignore[assignment]
+    fields = formats = None  # type: ignore[assignment]
 
 CHUNK_BYTES = 1 << 20  # fits in cache, so the scan reads what the read just copied (measured: 1 MiB beat 16 MiB)
 FIRST_TIMED_STEP = 1 << 20  # under a deadline: the first read is small, later ones fit the speed seen
@@ -58,7 +58,9 @@ def _line_bound():
 MAX_LINE_BYTES = _line_bound()
 JSON_SPACE = b" \t\r"  # a line holding only these is blank (jq and pandas skip it), not malformed
 TEXT_KEYS = ("text", "completion", "output", "response")
-HOLE_KEYS = frozenset(("content", "reasoning_content", "reasoning", "prompt", "input") + TEXT_KEYS)
+HOLE_KEYS = frozenset(
+    ("content", "reasoning_content", "reasoning", "prompt", "input", "thinking", "generated_text") + TEXT_KEYS
+)
 MARK_BYTES = 256  # a content mark hashes a shard's first and its last MARK_BYTES bytes before an offset
 SHORT_MARK = "short"  # the mark of a file that now ends before the offset: equals no real mark
 
@@ -150,33 +152,21 @@ def parse_path(dotted):
 
 
 def locate(obj):
-    """Paths of (finish_reason, completion_tokens, [completion text parts]) for one record."""
-    body = get_at(obj, ("response", "body"))
-    root = ("response", "body") if isinstance(obj.get("response"), dict) and isinstance(body, dict) else ()
-    rec = body if root else obj
-    choices = rec.get("choices")
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        c0 = root + ("choices", 0)
-        if isinstance(choices[0].get("message"), dict):
-            msg = choices[0]["message"]
-            why = "reasoning_content" if isinstance(msg.get("reasoning_content"), str) else "reasoning"
-            texts = [c0 + ("message", why), c0 + ("message", "content")]
-        else:
-            texts = [c0 + ("text",)]
-        return c0 + ("finish_reason",), root + ("usage", "completion_tokens"), texts
-    meta = rec.get("meta_info")
-    if isinstance(meta, dict):
-        fr = ("meta_info", "finish_reason")  # type: tuple
-        fr = fr + ("type",) if isinstance(meta.get("finish_reason"), dict) else fr
-        return fr, ("meta_info", "completion_tokens"), [("text",)]
-    usage = rec.get("usage")
-    ct = (
-        ("usage", "completion_tokens")
-        if isinstance(usage, dict) and "completion_tokens" in usage
-        else ("completion_tokens",)
-    )
-    text = next((k for k in TEXT_KEYS if isinstance(rec.get(k), str)), "text")
-    return ("finish_reason",), ct, [(text,)]
+    """Where one record keeps its figures (formats.locate: the format entry's paths): a
+    formats.Located with the finish-reason path, the token-count path, the answer and
+    reasoning text paths, the body's format entry, the keys a template matches literally and
+    the label map."""
+    return formats.locate(obj)
+
+
+def text_paths(loc, obj):
+    """The sample's text paths: the first string among the reasoning candidates, then among the answer's."""
+    out = []
+    for paths in (loc.reasoning, loc.answer):
+        p = next((p for p in paths if isinstance(get_at(obj, p), str)), None)
+        if p is not None:
+            out.append(p)
+    return out
 
 
 def valid_count(ct):
@@ -194,15 +184,18 @@ def count_key(obj, overrides):
     None when the record holds a token count that is not a valid count (the line is malformed);
     a record with no count at all gets the chars/4 estimate.
     """
-    fr_path, ct_path, texts = locate(obj)
-    fr = get_at(obj, overrides[0] or fr_path)
-    ct = get_at(obj, overrides[1] or ct_path)
+    loc = locate(obj)
+    fr = get_at(obj, overrides[0] or loc.finish)
+    fr = loc.labels.get(fr, fr) if isinstance(fr, str) else None  # the format's label, in the one vocabulary
+    ct = get_at(obj, overrides[1] or loc.tokens)
+    if loc.body.count == "len" and not overrides[1] and isinstance(ct, list):
+        ct = len(ct)  # vLLM's dump: the token IDs themselves
     if valid_count(ct):
-        return ct, fr if isinstance(fr, str) else None, 0
+        return ct, fr, 0
     if ct is not None:
         return None
-    chars = sum(len(t) for t in (get_at(obj, p) for p in texts) if isinstance(t, str))
-    return -(-chars // 4), fr if isinstance(fr, str) else None, 1
+    chars = sum(len(t) for t in (get_at(obj, p) for p in text_paths(loc, obj)) if isinstance(t, str))
+    return -(-chars // 4), fr, 1
 
 
 def load_line(raw):
@@ -290,6 +283,14 @@ _ONLY = {  # a strict template accepts only the type seen; other types take the 
 }
 _FR = rb'(?:"(?P<fr>[^"\\\x00-\x1f\x80-\xff]*)"|null)'  # ASCII only: others take json.loads
 _CT = rb"(?P<ct>0|[1-9][0-9]*)"
+# A list of integers (token IDs), collapsed to one token by the builder (_collapse_int_lists):
+# matched whole; where it is the token count (formats "len"), its items are captured and the
+# count is its commas plus one (_fixer).
+_INT = rb"-?(?:0|[1-9][0-9]*" + (b"+" if sys.version_info >= (3, 11) else b"") + b")"
+_INT_ITEMS = _INT + rb"(?:[ \t\r]*,[ \t\r]*" + _INT + b")*" + (b"+" if sys.version_info >= (3, 11) else b"")
+_INT_LIST = rb"\[[ \t\r]*" + _INT_ITEMS + rb"[ \t\r]*\]"
+_CT_LIST = rb"\[[ \t\r]*(?P<ct>" + _INT_ITEMS + rb")[ \t\r]*\]"
+_LIST_TOKEN = b"[#]"  # the builder's token for a collapsed list of integers
 
 
 class _TemplateError(Exception):
@@ -304,12 +305,14 @@ class _Builder:
     accepts any JSON whitespace there.
     """
 
-    def __init__(self, raw, fr_path, ct_path, extra=None):
-        self.tokens = [m.groups() for m in _TOKEN_RE.finditer(raw)]
+    def __init__(self, raw, loc, extra=None):
+        self.tokens = _collapse_int_lists([m.groups() for m in _TOKEN_RE.finditer(raw)])
         if len(self.tokens) > TEMPLATE_MAX_TOKENS:
             raise _TemplateError("too many tokens")
         self.i = 0
-        self.fr_path, self.ct_path = fr_path, ct_path
+        self.fr_path, self.ct_path = loc.finish, loc.tokens
+        self.count_len = loc.body.count == "len"
+        self.literal = loc.literal  # keys whose scalar values the template matches as they are
         self.segments, self.cur = [], []
         # extra: {path: capture pattern} of the per-line fields (fields.py's FieldSpec) and the
         # answer / reasoning text paths, whose holes are remembered (hole_paths) for no-answer checks
@@ -330,12 +333,18 @@ class _Builder:
     def value(self, path):
         tok = self.next()
         ws, s, num, lit, punct = tok
+        if punct == _LIST_TOKEN:
+            return self.emit(tok, _CT_LIST if path == self.ct_path and self.count_len else _INT_LIST)
+        if path == self.ct_path and self.count_len:
+            raise _TemplateError("the token IDs are not a list of integers")
         if punct in (b"{", b"["):
             return self.container(tok, path)
         if path == self.ct_path:
             if num is None or not num.isdigit():
                 raise _TemplateError("completion_tokens is not a count")
             return self.emit(tok, _CT)
+        if path and path[-1] in self.literal and punct is None:
+            return self._literal(tok, path)
         if path == self.fr_path:
             if s is None and lit != b"null":  # json.loads would give None, a template could not
                 raise _TemplateError("finish_reason is not a string")
@@ -353,6 +362,19 @@ class _Builder:
         kind = "s" if s else "n" if num else "l"
         strict = "i" if kind == "n" and num.lstrip(b"-").isdigit() else kind
         return self.emit(tok, _ONLY[strict], tolerant=_SCALARS[kind])
+
+    def _literal(self, tok, path):
+        """A value the format's reading depends on (a `type`, `status`, `status_code`): matched
+        as it is, so a line with another value there takes another template or json.loads."""
+        ws, s, num, lit, punct = tok
+        raw = s or num or lit
+        if b"\\" in raw or not raw.isascii():
+            raise _TemplateError("a literal value with an escape")
+        if path == self.fr_path:
+            if s is None:
+                raise _TemplateError("finish_reason is not a string")
+            return self.emit(tok, b'"(?P<fr>' + re.escape(s[1:-1]) + b')"')
+        return self.emit(tok, re.escape(raw), raw)
 
     def _extra_value(self, tok, path):
         """A per-line field (prompt ID, prompt tokens, group: captured; a container takes
@@ -439,6 +461,40 @@ class _Builder:
         return plan
 
 
+def _collapse_int_lists(tokens):
+    """`tokens` with each list of integers as one _LIST_TOKEN (token IDs: vLLM's `token_ids` and
+    `prompt_token_ids`, Ollama's `context`), so such a line stays within TEMPLATE_MAX_TOKENS."""
+    out, i, n = [], 0, len(tokens)
+    while i < n:
+        t = tokens[i]
+        if t[4] == b"[" and i + 1 < n and _is_int(tokens[i + 1]):
+            j = i + 2
+            while j + 1 < n and tokens[j][4] == b"," and _is_int(tokens[j + 1]):
+                j += 2
+            if j < n and tokens[j][4] == b"]":
+                out.append((t[0], None, None, None, _LIST_TOKEN))
+                i = j + 1
+                continue
+        out.append(t)
+        i += 1
+    return out
+
+
+def _is_int(tok):
+    return tok[2] is not None and tok[2].lstrip(b"-").isdigit()
+
+
+def _fixer(labels, count_len):
+    """(ct, fr) of a template hit as the json.loads path reads them: the format's label map
+    applied (formats.LABELS), a list of token IDs counted; None when nothing changes them."""
+    bl = {k.encode("utf-8"): v.encode("utf-8") for k, v in labels.items()}
+    if count_len:
+        return lambda ct, fr: (b"%d" % (ct.count(b",") + 1), bl.get(fr, fr))
+    if bl:
+        return lambda ct, fr: (ct, bl.get(fr, fr))
+    return None
+
+
 class _Plan(list):
     """A template's compiled segments; `fields` is its per-line field layout (fields.TemplateFields)
     when the shard has per-line fields, else None; `ms` holds the last match of each
@@ -448,6 +504,7 @@ class _Plan(list):
     ms: Any = None
     inline: Any = None  # for _scan_chunk_fields' inline path (see fields.TemplateFields.plain)
     walk: Any = None  # for _scan_chunk_fields' inline walk (_walk)
+    fix: Any = None  # _fixer: the format's label map / token-ID count, applied to each hit
 
 
 def _build_template(raw, obj, xspec=None):
@@ -456,21 +513,23 @@ def _build_template(raw, obj, xspec=None):
     With `xspec` (the shard's per-line fields are on, fields.FieldSpec) the templates capture
     the prompt ID, prompt tokens and group, and remember which holes hold the answer and the
     reasoning text."""
-    fr_path, ct_path, texts = locate(obj)
-    if not isinstance(get_at(obj, ct_path), int) or len(raw) > TEMPLATE_MAX_LINE_BYTES:
+    loc = locate(obj)
+    ct = get_at(obj, loc.tokens)
+    if not isinstance(ct, list if loc.body.count == "len" else int) or len(raw) > TEMPLATE_MAX_LINE_BYTES:
         return None
     extra = layout = None
     if xspec is not None:
-        layout = fields.TemplateFields(xspec, texts)
+        layout = fields.TemplateFields(xspec, loc)
         extra = layout.captures
     try:
-        b = _Builder(raw, fr_path, ct_path, extra)
+        b = _Builder(raw, loc, extra)
         b.value(())
         if b.i != len(b.tokens):
             raise _TemplateError("trailing tokens")
     except (_TemplateError, ValueError, RecursionError):
         return None
     plans = b.compile(True), b.compile(False)
+    plans[0].fix = plans[1].fix = _fixer(loc.labels, b.count_len)
     if layout is not None:
         layout.with_holes(b.hole_paths)
         for plan in plans:
@@ -493,7 +552,12 @@ def _walk(plan, kinds):
     candidates tried before it accept only null, true or false ("l"), so on every line this plan
     matches it is the ID fields.line_values picks, and no line needs the check."""
     tf = plan.fields
-    if len(tf.pt_get) > 1 or tf.spec.group_path is not None or not any(seg[1] & 3 == 3 for seg in plan):
+    if (
+        plan.fix is not None
+        or len(tf.pt_get) > 1
+        or tf.spec.group_path is not None
+        or not any(seg[1] & 3 == 3 for seg in plan)
+    ):
         return None
     ki, gi = -1, 0
     for path, getter in zip(tf.id_got, tf.id_get):
@@ -542,7 +606,8 @@ def _match_template(plan, buf, pos, end):
                 if q < 0 or (lead is not None and not buf.startswith(lead, q)):
                     return None
             pos = q + (1 if lead is None else len(lead))
-    return ct, fr
+    fix = plan.fix
+    return (ct, fr) if fix is None else fix(ct, fr)
 
 
 def _match_fields(plan, buf, pos, end):
@@ -572,6 +637,8 @@ def _match_fields(plan, buf, pos, end):
                 if q < 0 or (lead is not None and not buf.startswith(lead, q)):
                     return None
             pos = q + (1 if lead is None else len(lead))
+    if plan.fix is not None:
+        ct, fr = plan.fix(ct, fr)
     return ct, fr, ex
 
 
@@ -635,6 +702,14 @@ class _Tally:
 
     def __init__(self):
         self.fast, self.slow, self.malformed, self.lines, self.blank = {}, {}, 0, 0, 0
+        self.failed = {}  # failure reason -> failed requests (formats.failure; not completions)
+        self.failed_lines = 0
+
+    def add_failed(self, reason):
+        if reason not in self.failed and len(self.failed) >= formats.MAX_FAILED_REASONS - 1:
+            reason = "other"  # the last slot holds every reason past the bound
+        self.failed[reason] = self.failed.get(reason, 0) + 1
+        self.failed_lines += 1
 
     def rows(self):
         merged = dict(self.slow)
@@ -818,6 +893,13 @@ def _count_slow(raw, tally, tmpl_state, overrides, learn, ft=None):
     """The json.loads path for one line; may learn a template from it, and may turn the
     shard's per-line fields on (the first line that has any)."""
     obj, repaired = _load_counted_line(raw)
+    if obj is not None:
+        reason = formats.failure(obj)
+        if reason is not None:  # a failed request: counted apart, never a completion
+            tally.add_failed(reason)
+            if ft is not None:
+                _failed_id(obj, tmpl_state, ft)
+            return
     key = None if obj is None else count_key(obj, overrides)
     if key is None or (repaired and key[1] is not None and _has_placeholder(key[1])):
         # the one place a line is called blank or malformed (an invalid UTF-8 byte in
@@ -831,7 +913,7 @@ def _count_slow(raw, tally, tmpl_state, overrides, learn, ft=None):
         key = (key[0], clean_text(key[1]), key[2])  # a "\\ud800" escape: counted as U+FFFD
     tally.slow[key] = tally.slow.get(key, 0) + 1
     if ft is not None:
-        texts = locate(obj)[2]
+        texts = locate(obj)
         if tmpl_state[3] is None and fields.has_fields(obj, ft.spec, texts):
             tmpl_state[3] = ft.spec.key()
             del tmpl_state[0][:], tmpl_state[1][:]  # relearned with the fields captured
@@ -839,6 +921,17 @@ def _count_slow(raw, tally, tmpl_state, overrides, learn, ft=None):
             ft.json_line(obj, texts, key[0], key[1])
     if learn and tmpl_state[2] > 0 and key[2] == 0:
         _learn(tmpl_state, bytes(raw), obj, ft.spec if ft is not None and tmpl_state[3] is not None else None)
+
+
+def _failed_id(obj, tmpl_state, ft):
+    """Keep a failed request's prompt ID (failed_ids); its ID turns the shard's fields on."""
+    idb = fields.line_values(obj, ft.spec)[1]
+    if idb is None:
+        return
+    if tmpl_state[3] is None:
+        tmpl_state[3] = ft.spec.key()
+        del tmpl_state[0][:], tmpl_state[1][:]  # relearned with the fields captured
+    ft.failed_raw.append(idb)
 
 
 def _has_placeholder(text):
@@ -1009,7 +1102,7 @@ def _scan_open_file(f, path, entry, budget_bytes, overrides, line_index, deadlin
     rows = tally.rows()
     entry.update(
         offset=pos,
-        lines=tally.lines,
+        lines=tally.lines - tally.failed_lines,
         malformed=tally.malformed,
         blank_lines=tally.blank,
         counts=rows,
@@ -1018,6 +1111,11 @@ def _scan_open_file(f, path, entry, budget_bytes, overrides, line_index, deadlin
         tail=list(reader.tail) if reader.tail[0] == pos else None,  # agent.py keeps it, pops it
     )
     entry["problem"] = _problem(skipped, pos, entry["tail"])
+    if tally.failed:  # wire.ShardEntry: failed requests by reason, and their prompt IDs
+        entry["failed"] = formats.bound_reasons(tally.failed)
+    failed_ids = ft.failed_ids()
+    if failed_ids:
+        entry["failed_ids"] = failed_ids
     found = ft.entry()
     if found is not None:  # only a shard with per-line fields carries them (wire.ShardEntry)
         entry["fields"] = found
@@ -1026,6 +1124,8 @@ def _scan_open_file(f, path, entry, budget_bytes, overrides, line_index, deadlin
 def _field_state(path, inode, paths):
     """The shard's template memory and a fields.Tally for this scan; per-line fields are on from
     the start when a path is configured, and templates learned under other paths are dropped."""
+    if formats.set_cut_labels((paths or {}).get("cut_labels")):
+        TEMPLATES.entries.clear()  # their lines were read under the old label maps
     tmpl_state = TEMPLATES.get(path, inode)
     spec = fields.FieldSpec(paths)
     fields.hole_spans = hole_spans  # the template walk is this module's
