@@ -59,7 +59,8 @@ def scan_paths(
     Returns the length histogram, the number of malformed lines, and the patterns that
     matched nothing. Uses the node agent's own scanner, in-process, with up to `workers`
     worker processes for a backlog (None: a quarter of the cores, 1..8; 1: one process).
-    `totals`, when given, receives "blank_lines" (whitespace-only lines: skipped, not malformed).
+    `totals`, when given, receives "blank_lines" (whitespace-only lines: skipped, not malformed)
+    and "failed:<reason>" per reason of the failed requests (lines that are no completion, #39).
     `field_totals`, when given, receives the per-line fields (prompt IDs, groups, ...), found
     with `field_paths` (prompt_id_path, prompt_tokens_path, group_path; None: detected).
     """
@@ -98,6 +99,8 @@ def scan_paths(
                     fieldfigures.add_update(field_totals, update.fields, hashes)
             if totals is not None:
                 totals["blank_lines"] = totals.get("blank_lines", 0) + int(entry.get("blank_lines") or 0)
+                for reason, n in entry.get("failed") or ():
+                    totals["failed:" + reason] = totals.get("failed:" + reason, 0) + int(n)
             state[path] = {"inode": entry.get("inode"), "offset": entry.get("offset", 0)}
         if not shards.get("pending_bytes"):
             if field_totals is not None:
@@ -137,6 +140,8 @@ def scan_summary(
     summary = stats.summarize(hist, ceiling=ceiling, unparseable=malformed)
     report = summary.to_json()
     report["blank_lines"] = totals.get("blank_lines", 0)
+    by_reason = {k.split(":", 1)[1]: n for k, n in sorted(totals.items()) if k.startswith("failed:")}
+    report["failed_requests"] = {"total": sum(by_reason.values()), "by_reason": by_reason}
     if fields is not None and field_totals is not None:
         rows = [{"tokens": t, "finish_reason": fr, "estimated": est, "count": n} for t, fr, est, n in hist.rows()]
         report["fields"] = fieldfigures.figures(field_totals, rows, summary.ceiling_tokens, fields[1], fields[2])
@@ -305,6 +310,10 @@ def format_summary(s: dict[str, Any]) -> str:
             + "  ".join(f"{k} {fmt_tokens(t[k], cut)}" for k in ("p50", "p90", "p99", "max"))
         )
     lines.append("finish reasons: " + ", ".join(f"{escape(k)} {fmt_count(v)}" for k, v in s["finish_reasons"].items()))
+    failed = s.get("failed_requests") or {}
+    if failed.get("total"):
+        reasons = ", ".join(f"{escape(k)} {fmt_count(v)}" for k, v in failed["by_reason"].items())
+        lines.append(f"failed requests (not completions): {fmt_count(failed['total'])} ({reasons})")
     if s["ceiling"] is not None:
         lines.append(
             f"ceiling: {fmt_count(s['ceiling'])} ({s['ceiling_source']}); at the ceiling: {fmt_count(s['at_ceiling'])}"

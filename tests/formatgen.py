@@ -40,6 +40,8 @@ class Truth:
     finish: Counter = dataclasses.field(default_factory=Counter)  # mapped label -> completions
     failed: Counter = dataclasses.field(default_factory=Counter)  # reason -> failed requests
     ids: list = dataclasses.field(default_factory=list)  # IDs of completions (when the format has one)
+    reasoned: int = 0  # cut completions with reasoning text
+    never_answered: int = 0  # of those, with an empty answer
     failed_ids: list = dataclasses.field(default_factory=list)
 
     def add(self, other: Truth) -> None:
@@ -49,6 +51,8 @@ class Truth:
         self.finish.update(other.finish)
         self.failed.update(other.failed)
         self.ids += other.ids
+        self.reasoned += other.reasoned
+        self.never_answered += other.never_answered
         self.failed_ids += other.failed_ids
 
 
@@ -60,6 +64,7 @@ class Format:
     labels: dict[str, tuple[str, str]]  # kind -> (the format's own label, the product's label)
     failures: tuple[str, ...] = ()  # failure reasons the writer can produce
     has_id: bool = True
+    has_reasoning: bool = False  # the writer puts the reasoning text where the format keeps it
 
 
 def _text(rng: random.Random, n: int) -> str:
@@ -337,6 +342,7 @@ FORMATS: dict[str, Format] = {
                 "filter": ("content_filter", "content_filter"),
             },
             ("server_error", "rate_limit_exceeded"),
+            has_reasoning=True,
         ),
         Format(
             "openai-batch-responses",
@@ -344,6 +350,7 @@ FORMATS: dict[str, Format] = {
             openai_batch_responses,
             {"stop": ("completed", "stop"), "cut": ("max_output_tokens", "length")},
             ("server_error",),
+            has_reasoning=True,
         ),
         Format(
             "anthropic-messages",
@@ -354,6 +361,7 @@ FORMATS: dict[str, Format] = {
                 "cut": ("max_tokens", "length"),
                 "filter": ("stop_sequence", "stop_sequence"),
             },
+            has_reasoning=True,
         ),
         Format(
             "anthropic-batch",
@@ -361,6 +369,7 @@ FORMATS: dict[str, Format] = {
             anthropic_batch,
             {"stop": ("end_turn", "end_turn"), "cut": ("max_tokens", "length")},
             ("overloaded_error", "expired", "canceled"),
+            has_reasoning=True,
         ),
         Format(
             "gemini-batch",
@@ -368,6 +377,7 @@ FORMATS: dict[str, Format] = {
             gemini_batch,
             {"stop": ("STOP", "stop"), "cut": ("MAX_TOKENS", "length"), "filter": ("SAFETY", "content_filter")},
             ("RESOURCE_EXHAUSTED", "INTERNAL"),
+            has_reasoning=True,
         ),
         Format("vllm-offline", "https://docs.vllm.ai/en/latest/api/vllm/outputs.html", vllm_offline, _STOP_CUT),
         Format(
@@ -377,7 +387,14 @@ FORMATS: dict[str, Format] = {
             {"stop": ("eos_token", "stop"), "cut": ("length", "length"), "filter": ("stop_sequence", "stop_sequence")},
             has_id=False,
         ),
-        Format("ollama", "https://github.com/ollama/ollama/blob/main/docs/api.md", ollama, _STOP_CUT, has_id=False),
+        Format(
+            "ollama",
+            "https://github.com/ollama/ollama/blob/main/docs/api.md",
+            ollama,
+            _STOP_CUT,
+            has_id=False,
+            has_reasoning=True,
+        ),
         Format(
             "llama.cpp",
             "https://github.com/ggml-org/llama.cpp/blob/master/tools/server/README.md",
@@ -426,6 +443,9 @@ def truth_of(fmt: Format, outs: list[Outcome]) -> Truth:
         t.completions += 1
         t.tokens += o.tokens
         t.cut += o.kind == "cut"
+        if o.kind == "cut" and fmt.has_reasoning and o.reasoning:
+            t.reasoned += 1
+            t.never_answered += not o.answer
         t.finish[fmt.labels[o.kind][1]] += 1
         if fmt.has_id:
             t.ids.append(o.pid)

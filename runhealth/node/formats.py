@@ -443,3 +443,44 @@ _ROOTS = ((),) + tuple(w.root for w in WRAPPERS)
 # The prompt-ID and prompt-token candidates fields.py looks for (in this order), every format's.
 ID_FIELDS = (("custom_id",), ("prompt_id",), ("metadata", "id"), ("id",), ("request_id",), ("key",))
 PROMPT_TOKEN_FIELDS = _union(r + p for b in BODIES + (FLAT,) for p in b.prompt_tokens for r in _ROOTS)
+
+
+# ---------------------------------------------------------------------------- the README's table
+_TESTS = {"dict": "an object", "not_dict": "not an object", "not_200": "not 200", "not_succeeded": "not `succeeded`"}
+_TESTS.update(failed="`failed`", nonempty_str="a non-empty string")
+
+
+def _dotted(path):
+    return ".".join("[]" if isinstance(p, Where) else str(p) for p in path).replace(".[]", "[]")
+
+
+def _conds(alternatives):
+    if alternatives == ((),):
+        return "any other record"
+    kinds = {PRESENT: "", DICT: " {}", LIST: " []"}
+    return " or ".join(" + ".join("`%s`%s" % (_dotted(p), kinds[k]) for p, k in alt) for alt in alternatives)
+
+
+def _fails(fails):
+    return "; ".join("`%s` %s" % (_dotted(p), _TESTS[t]) for p, t, _r, _d in fails) or "none"
+
+
+def markdown():
+    """The README's table of the formats read without configuration, from the entries above."""
+    out = [
+        "| format | recognised by | tokens | cut at the limit (read as `length`) | other labels mapped | failed requests |",
+        "|---|---|---|---|---|---|",
+    ]
+    for b in BODIES + (FLAT,):
+        tokens = " or ".join("`%s`" % _dotted(p) for p in b.tokens)
+        cut = sorted(k for k, v in b.labels.items() if v == "length") or ["length"]
+        other = ", ".join("`%s` → `%s`" % (k, v) for k, v in sorted(b.labels.items()) if v != "length") or "none"
+        row = (b.name, _conds(b.recognise), tokens if b.count == "value" else "length of " + tokens)
+        row += (", ".join("`%s`" % c for c in cut), other, _fails(b.fails))
+        out.append("| [%s](%s) | %s | %s | %s | %s | %s |" % ((row[0], b.doc) + row[1:]))
+    for w in WRAPPERS:
+        row = (w.name, _conds(w.recognise), "the body's, at `%s`" % _dotted(w.root), "the body's", "the body's")
+        out.append(
+            "| [%s](%s) (envelope) | %s | %s | %s | %s | %s |" % ((row[0], w.doc) + row[1:] + (_fails(w.fails),))
+        )
+    return "\n".join(out) + "\n"
