@@ -475,12 +475,17 @@ def markdown():
         tokens = " or ".join("`%s`" % _dotted(p) for p in b.tokens)
         cut = sorted(k for k, v in b.labels.items() if v == "length") or ["length"]
         other = ", ".join("`%s` → `%s`" % (k, v) for k, v in sorted(b.labels.items()) if v != "length") or "none"
-        row = (b.name, _conds(b.recognise), tokens if b.count == "value" else "length of " + tokens)
-        row += (", ".join("`%s`" % c for c in cut), other, _fails(b.fails))
-        out.append("| [%s](%s) | %s | %s | %s | %s | %s |" % ((row[0], b.doc) + row[1:]))
+        cells = [
+            "[%s](%s)" % (b.name, b.doc),
+            _conds(b.recognise),
+            tokens if b.count == "value" else "length of " + tokens,
+            ", ".join("`%s`" % c for c in cut),
+            other,
+            _fails(b.fails),
+        ]
+        out.append("| " + " | ".join(cells) + " |")
     for w in WRAPPERS:
-        row = (w.name, _conds(w.recognise), "the body's, at `%s`" % _dotted(w.root), "the body's", "the body's")
-        out.append(
-            "| [%s](%s) (envelope) | %s | %s | %s | %s | %s |" % ((row[0], w.doc) + row[1:] + (_fails(w.fails),))
-        )
+        cells = ["[%s](%s) (envelope)" % (w.name, w.doc), _conds(w.recognise), "the body's, at `%s`" % _dotted(w.root)]
+        cells += ["the body's", "the body's", _fails(w.fails)]
+        out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
