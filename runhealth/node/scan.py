@@ -286,10 +286,13 @@ _CT = rb"(?P<ct>0|[1-9][0-9]*)"
 # A list of integers (token IDs), collapsed to one token by the builder (_collapse_int_lists):
 # matched whole; where it is the token count (formats "len"), its items are captured and the
 # count is its commas plus one (_fixer).
-_INT = rb"-?(?:0|[1-9][0-9]*" + (b"+" if sys.version_info >= (3, 11) else b"") + b")"
-_INT_ITEMS = _INT + rb"(?:[ \t\r]*,[ \t\r]*" + _INT + b")*" + (b"+" if sys.version_info >= (3, 11) else b"")
+# No possessive quantifier here: CPython 3.11.2's `(?:...)*+` let "[1,]" match (a trailing comma).
+_INT = rb"-?(?:0|[1-9][0-9]*)"
+_INT_ITEMS = _INT + rb"(?:[ \t\r]*,[ \t\r]*" + _INT + b")*"
 _INT_LIST = rb"\[[ \t\r]*" + _INT_ITEMS + rb"[ \t\r]*\]"
-_CT_LIST = rb"\[[ \t\r]*(?P<ct>" + _INT_ITEMS + rb")[ \t\r]*\]"
+# The counted list is taken with one character-class run (C speed) and checked by _list_count.
+_CT_LIST = rb"\[(?P<ct>[-0-9, \t\r]*)\]"
+_INT_LIST_BODY = re.compile(rb"[ \t\r]*(?:" + _INT_ITEMS + rb")?[ \t\r]*")
 _LIST_TOKEN = b"[#]"  # the builder's token for a collapsed list of integers
 
 
@@ -484,12 +487,42 @@ def _is_int(tok):
     return tok[2] is not None and tok[2].lstrip(b"-").isdigit()
 
 
+def _list_count(body, fr):
+    """(count, fr) for the body of a list of token IDs (between its brackets, of digits, commas,
+    minus signs and JSON whitespace only), or None when it is not a list of integers exactly as
+    json.loads reads one. The usual body (json.dumps: non-negative IDs, ", " or ",") is checked
+    with C-level bytes methods; any other takes one regex match."""
+    b = body.replace(b", ", b",")
+    if not b:
+        return (b"0", fr) if body == b"" else _list_count_slow(body, fr)
+    if (
+        b"," == b[:1]
+        or b"," == b[-1:]
+        or b"0" == b[:1]
+        or b",," in b
+        or b",0" in b
+        or b"-" in b
+        or b" " in b
+        or b"\t" in b
+        or b"\r" in b
+    ):
+        return _list_count_slow(body, fr)
+    return b"%d" % (b.count(b",") + 1), fr
+
+
+def _list_count_slow(body, fr):
+    if _INT_LIST_BODY.fullmatch(body) is None:
+        return None
+    items = body.strip(JSON_SPACE)
+    return b"%d" % (items.count(b",") + 1 if items else 0), fr
+
+
 def _fixer(labels, count_len):
     """(ct, fr) of a template hit as the json.loads path reads them: the format's label map
     applied (formats.LABELS), a list of token IDs counted; None when nothing changes them."""
     bl = {k.encode("utf-8"): v.encode("utf-8") for k, v in labels.items()}
     if count_len:
-        return lambda ct, fr: (b"%d" % (ct.count(b",") + 1), bl.get(fr, fr))
+        return lambda ct, fr: _list_count(ct, bl.get(fr, fr))
     if bl:
         return lambda ct, fr: (ct, bl.get(fr, fr))
     return None
@@ -505,6 +538,7 @@ class _Plan(list):
     inline: Any = None  # for _scan_chunk_fields' inline path (see fields.TemplateFields.plain)
     walk: Any = None  # for _scan_chunk_fields' inline walk (_walk)
     fix: Any = None  # _fixer: the format's label map / token-ID count, applied to each hit
+    labels: Any = None  # the label map as bytes, for a walk that applies it inline (no count to fix)
 
 
 def _build_template(raw, obj, xspec=None):
@@ -530,6 +564,8 @@ def _build_template(raw, obj, xspec=None):
         return None
     plans = b.compile(True), b.compile(False)
     plans[0].fix = plans[1].fix = _fixer(loc.labels, b.count_len)
+    if not b.count_len and plans[0].fix is not None:  # the walk maps the labels inline
+        plans[0].labels = {k.encode("utf-8"): v.encode("utf-8") for k, v in loc.labels.items()}
     if layout is not None:
         layout.with_holes(b.hole_paths)
         for plan in plans:
@@ -541,7 +577,7 @@ def _build_template(raw, obj, xspec=None):
 
 
 def _walk(plan, kinds):
-    """(plan, segments, ID group, prompt-token group) for _scan_chunk_fields' inline walk of a
+    """(plan, segments, ID group, prompt-token group, label map or None) for _scan_chunk_fields' inline walk of a
     strict plan, or None. Each segment is (match, take, hole, lead, len(lead), backward),
     `take` saying what it captures: 1 ct and fr together, 2 the ID (group number: the ID
     group), 4 the prompt tokens; group 0: none. It qualifies with ct and fr in one segment, one
@@ -553,7 +589,7 @@ def _walk(plan, kinds):
     matches it is the ID fields.line_values picks, and no line needs the check."""
     tf = plan.fields
     if (
-        plan.fix is not None
+        (plan.fix is not None and plan.labels is None)
         or len(tf.pt_get) > 1
         or tf.spec.group_path is not None
         or not any(seg[1] & 3 == 3 for seg in plan)
@@ -579,7 +615,7 @@ def _walk(plan, kinds):
             mark = 1 if h == tf.ans_hole else 2 if h == tf.rsn_hole else 0
             h += 1
         segs.append((match, take, hole, lead, len(lead) if hole else 0, backward, mark))
-    return plan, tuple(segs), gi if ki >= 0 else 0, gp if kp >= 0 else 0
+    return plan, tuple(segs), gi if ki >= 0 else 0, gp if kp >= 0 else 0, plan.labels
 
 
 def _match_template(plan, buf, pos, end):
@@ -607,7 +643,7 @@ def _match_template(plan, buf, pos, end):
                     return None
             pos = q + (1 if lead is None else len(lead))
     fix = plan.fix
-    return (ct, fr) if fix is None else fix(ct, fr)
+    return (ct, fr) if fix is None else fix(ct, fr)  # None: a token-ID list json.loads reads otherwise
 
 
 def _match_fields(plan, buf, pos, end):
@@ -638,7 +674,10 @@ def _match_fields(plan, buf, pos, end):
                     return None
             pos = q + (1 if lead is None else len(lead))
     if plan.fix is not None:
-        ct, fr = plan.fix(ct, fr)
+        fixed = plan.fix(ct, fr)
+        if fixed is None:
+            return None
+        ct, fr = fixed
     return ct, fr, ex
 
 
@@ -796,7 +835,7 @@ def _scan_chunk_fields(buf, end, tally, tmpl_state, overrides, starts, base, ft,
         lines += 1
         if append is not None:
             append(base + pos)
-        for plan, segs, gi, gp in walks:
+        for plan, segs, gi, gp, lm in walks:
             p = pos
             for match, take, hole, lead, n_lead, backward, mark in segs:
                 m = match(buf, p, nl)
@@ -832,6 +871,9 @@ def _scan_chunk_fields(buf, end, tally, tmpl_state, overrides, starts, base, ft,
                             r0, r1 = p, q
                     p = q + n_lead
             else:
+                if lm is not None:  # the format's label map (_fixer's, inline)
+                    fr = lm.get(fr, fr)
+                    key = (ct, fr)
                 keys_append(key)  # counted in C at the chunk's end, as pts
                 if fr != b"length" and len(ct) <= 12:  # the usual line
                     if gi:
