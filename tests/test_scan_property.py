@@ -464,3 +464,37 @@ def test_every_format_counts_what_it_was_written_with(shard, budget):
         assert _scan_formats(path, budget) == want, fmt.name
     finally:
         os.unlink(path)
+
+
+LIST_PIECES = [b"0", b"1", b"9", b"17", b",", b", ", b" ", b"-", b"00", b"\t", b"x", b"[", b"1.5"]
+
+
+@settings(max_examples=2000, deadline=None)
+@given(parts=st.lists(st.sampled_from(LIST_PIECES), max_size=10), tail=st.integers(0, 3))
+def test_a_token_id_list_is_counted_as_json_loads_reads_it(parts, tail):
+    """vLLM's token_ids, read as a hole: the count is the list's length exactly when json.loads
+    reads the bytes as a list of integers, and the line is no template hit otherwise (#39)."""
+    body = b"".join(parts)
+    try:
+        items = json.loads(b"[" + body + b"]")
+        want = len(items) if all(type(x) is int for x in items) else -1
+        counted = len(items)  # the reference (count_key) counts any list: its length
+    except ValueError:
+        want = counted = -1
+    line = b'{"outputs": [{"token_ids": [' + body + b'], "finish_reason": "stop"}]}'
+    s = line.index(b"[", 13) + 1
+    assert scan._list_items(line, s, s + len(body)) == want
+    if b"]" not in body and b"[" not in body:  # through a template taught by a good line
+        good = b'{"outputs": [{"token_ids": [1, 2], "finish_reason": "stop"}]}\n'
+        fd, path = tempfile.mkstemp(suffix=".jsonl")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(good * (1 + tail) + line + b"\n")
+            e = agent.scan_file(path, None, 0, 1 << 30)
+            assert e["malformed"] == (counted < 0) and e["lines"] == 2 + tail
+            merged = {(2, "stop", 0): 1 + tail}
+            if counted >= 0:
+                merged[(counted, "stop", 0)] = merged.get((counted, "stop", 0), 0) + 1
+            assert sorted(e["counts"]) == sorted([*k, n] for k, n in merged.items())
+        finally:
+            os.unlink(path)

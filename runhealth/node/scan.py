@@ -283,15 +283,13 @@ _ONLY = {  # a strict template accepts only the type seen; other types take the 
 }
 _FR = rb'(?:"(?P<fr>[^"\\\x00-\x1f\x80-\xff]*)"|null)'  # ASCII only: others take json.loads
 _CT = rb"(?P<ct>0|[1-9][0-9]*)"
-# A list of integers (token IDs), collapsed to one token by the builder (_collapse_int_lists):
-# matched whole; where it is the token count (formats "len"), its items are captured and the
-# count is its commas plus one (_fixer).
+# A list of integers (token IDs), collapsed to one token by the builder (_collapse_int_lists), is
+# a hole like a long string: its end is the first "]" after it, and _list_items checks its body
+# with C-level bytes methods (a regex walk of thousands of integers ran at 30-90 MB/s); where it
+# is the token count (formats "len", vLLM's token_ids) the count is its items (hole kind 3).
 # No possessive quantifier here: CPython 3.11.2's `(?:...)*+` let "[1,]" match (a trailing comma).
 _INT = rb"-?(?:0|[1-9][0-9]*)"
 _INT_ITEMS = _INT + rb"(?:[ \t\r]*,[ \t\r]*" + _INT + b")*"
-_INT_LIST = rb"\[[ \t\r]*" + _INT_ITEMS + rb"[ \t\r]*\]"
-# The counted list is taken with one character-class run (C speed) and checked by _list_count.
-_CT_LIST = rb"\[(?P<ct>[-0-9, \t\r]*)\]"
 _INT_LIST_BODY = re.compile(rb"[ \t\r]*(?:" + _INT_ITEMS + rb")?[ \t\r]*")
 _LIST_TOKEN = b"[#]"  # the builder's token for a collapsed list of integers
 
@@ -321,6 +319,7 @@ class _Builder:
         # answer / reasoning text paths, whose holes are remembered (hole_paths) for no-answer checks
         self.extra = extra or {}
         self.hole_paths = []
+        self.hole_kinds = []  # per hole: 1 a string, 2 a list of integers, 3 the counted one
         self.kinds = {}  # path -> the kind of token a captured field held in this line ("s", "i", "l", "n")
 
     def next(self):
@@ -336,8 +335,9 @@ class _Builder:
     def value(self, path):
         tok = self.next()
         ws, s, num, lit, punct = tok
-        if punct == _LIST_TOKEN:
-            return self.emit(tok, _CT_LIST if path == self.ct_path and self.count_len else _INT_LIST)
+        if punct == _LIST_TOKEN:  # a list of integers: a hole after its "["
+            self.emit(tok, rb"\[", b"[")
+            return self._hole(path, 3 if path == self.ct_path and self.count_len else 2)
         if path == self.ct_path and self.count_len:
             raise _TemplateError("the token IDs are not a list of integers")
         if punct in (b"{", b"["):
@@ -356,15 +356,19 @@ class _Builder:
             return self._extra_value(tok, path)
         if s is not None and (len(s) > 64 or (path and path[-1] in HOLE_KEYS)):
             self.emit(tok, b'"', b'"')  # the hole starts just after this opening quote
-            self.hole_paths.append(path)
-            self.segments.append(self.cur)
-            self.cur = []
-            return None
+            return self._hole(path, 1)
         if punct is not None:
             raise _TemplateError("unexpected %r" % punct)
         kind = "s" if s else "n" if num else "l"
         strict = "i" if kind == "n" and num.lstrip(b"-").isdigit() else kind
         return self.emit(tok, _ONLY[strict], tolerant=_SCALARS[kind])
+
+    def _hole(self, path, kind):
+        """End the segment at a hole of `kind` (hole_kinds) at `path`."""
+        self.hole_paths.append(path)
+        self.hole_kinds.append(kind)
+        self.segments.append(self.cur)
+        self.cur = []
 
     def _literal(self, tok, path):
         """A value the format's reading depends on (a `type`, `status`, `status_code`): matched
@@ -397,10 +401,7 @@ class _Builder:
             return self.emit(tok, pattern[1].get(kind, pattern[0]), tolerant=pattern[0])
         if s is not None:
             self.emit(tok, b'"', b'"')
-            self.hole_paths.append(path)
-            self.segments.append(self.cur)
-            self.cur = []
-            return None
+            return self._hole(path, 1)
         if punct is not None:
             raise _TemplateError("unexpected %r" % punct)
         return self.emit(tok, fields.text_scalar("n" if num else "l"))
@@ -444,7 +445,8 @@ class _Builder:
         if strict:
             for i, seg in enumerate(segs):
                 n = next((j for j, piece in enumerate(seg) if piece[3] is None), len(seg))
-                leads[i] = (b'"' if i else b"") + b"".join(ws + lit for ws, _, _, lit in seg[:n])
+                close = (b'"' if self.hole_kinds[i - 1] == 1 else b"]") if i else b""
+                leads[i] = close + b"".join(ws + lit for ws, _, _, lit in seg[:n])
                 if i:
                     segs[i] = seg[n:]
         out = []
@@ -456,9 +458,9 @@ class _Builder:
             if set(rx.groupindex) - {"ct", "fr"}:
                 groups |= 4 | k << 3
                 k += 1
-            hole = i < len(self.segments)
+            hole = self.hole_kinds[i] if i < len(self.segments) else 0
             lead = leads[i + 1] if hole and strict else None
-            out.append((rx.match, groups, hole, lead, hole and i == len(self.segments) - 1))
+            out.append((rx.match, groups, hole, lead, hole == 1 and i == len(self.segments) - 1))
         plan = _Plan(out)
         plan.ms = [None] * k
         return plan
@@ -487,42 +489,52 @@ def _is_int(tok):
     return tok[2] is not None and tok[2].lstrip(b"-").isdigit()
 
 
-def _list_count(body, fr):
-    """(count, fr) for the body of a list of token IDs (between its brackets, of digits, commas,
-    minus signs and JSON whitespace only), or None when it is not a list of integers exactly as
-    json.loads reads one. The usual body (json.dumps: non-negative IDs, ", " or ",") is checked
-    with C-level bytes methods; any other takes one regex match."""
-    b = body.replace(b", ", b",")
-    if not b:
-        return (b"0", fr) if body == b"" else _list_count_slow(body, fr)
-    if (
-        b"," == b[:1]
-        or b"," == b[-1:]
-        or b"0" == b[:1]
-        or b",," in b
-        or b",0" in b
-        or b"-" in b
-        or b" " in b
-        or b"\t" in b
-        or b"\r" in b
-    ):
-        return _list_count_slow(body, fr)
-    return b"%d" % (b.count(b",") + 1), fr
+def _list_items(buf, s, e):
+    """How many integers the JSON list whose body (between its brackets) is buf[s:e] holds, or
+    -1 when json.loads would not read it as a list of integers. The usual body (json.dumps:
+    non-negative IDs without leading zeros, ", " or "," between them) is checked with a few
+    C-level bytes passes (its separators are what is left without the digits), no regex; any
+    other takes one regex match (_INT_LIST_BODY)."""
+    if s >= e:
+        return 0 if s == e else -1
+    body = bytes(buf[s:e])
+    if not (49 <= body[0] <= 57 and 48 <= body[-1] <= 57):  # starts 1-9, ends with a digit
+        return _list_items_slow(body)
+    seps = body.translate(None, b"0123456789")
+    k = len(seps)
+    if seps == b", " * (k >> 1) and not k & 1 and body.count(b", ") == k >> 1:  # each space after a comma
+        if b", ," in body or not _zeros_alone(body, b" 0"):  # an empty item; a leading zero
+            return -1
+        return (k >> 1) + 1
+    if seps == b"," * k:
+        if b",," in body or not _zeros_alone(body, b",0"):
+            return -1
+        return k + 1
+    return _list_items_slow(body)
 
 
-def _list_count_slow(body, fr):
+def _zeros_alone(body, mark):
+    """Whether every item of the list body that starts with 0 (after `mark`'s separator) is 0
+    itself: json.loads rejects a leading zero."""
+    i = body.find(mark)
+    while i >= 0:
+        if body[i + 2 : i + 3] not in (b",", b""):
+            return False
+        i = body.find(mark, i + 2)
+    return True
+
+
+def _list_items_slow(body):
     if _INT_LIST_BODY.fullmatch(body) is None:
-        return None
+        return -1
     items = body.strip(JSON_SPACE)
-    return b"%d" % (items.count(b",") + 1 if items else 0), fr
+    return items.count(b",") + 1 if items else 0
 
 
-def _fixer(labels, count_len):
+def _fixer(labels):
     """(ct, fr) of a template hit as the json.loads path reads them: the format's label map
-    applied (formats.LABELS), a list of token IDs counted; None when nothing changes them."""
+    applied (formats.LABELS); None when the map is empty."""
     bl = {k.encode("utf-8"): v.encode("utf-8") for k, v in labels.items()}
-    if count_len:
-        return lambda ct, fr: _list_count(ct, bl.get(fr, fr))
     if bl:
         return lambda ct, fr: (ct, bl.get(fr, fr))
     return None
@@ -563,8 +575,8 @@ def _build_template(raw, obj, xspec=None):
     except (_TemplateError, ValueError, RecursionError):
         return None
     plans = b.compile(True), b.compile(False)
-    plans[0].fix = plans[1].fix = _fixer(loc.labels, b.count_len)
-    if not b.count_len and plans[0].fix is not None:  # the walk maps the labels inline
+    plans[0].fix = plans[1].fix = _fixer(loc.labels)
+    if plans[0].fix is not None:  # the walk maps the labels inline
         plans[0].labels = {k.encode("utf-8"): v.encode("utf-8") for k, v in loc.labels.items()}
     if layout is not None:
         layout.with_holes(b.hole_paths)
@@ -577,11 +589,14 @@ def _build_template(raw, obj, xspec=None):
 
 
 def _walk(plan, kinds):
-    """(plan, segments, ID group, prompt-token group, label map or None) for _scan_chunk_fields' inline walk of a
-    strict plan, or None. Each segment is (match, take, hole, lead, len(lead), backward),
-    `take` saying what it captures: 1 ct and fr together, 2 the ID (group number: the ID
-    group), 4 the prompt tokens; group 0: none. It qualifies with ct and fr in one segment, one
-    prompt-token capture at most and no group field; the rest take _match_fields.
+    """(plan, segments, ID group, prompt-token group, label map or None, post) for
+    _scan_chunk_fields' inline walk of a strict plan, or None. Each segment is (match, take,
+    hole, lead, len(lead), backward, mark), `take` saying what it captures: 1 ct and fr
+    together, 2 the ID (group number: the ID group), 4 the prompt tokens, 8 fr alone, 16 ct
+    alone; group 0: none. A hole of kind 3 (a counted list of token IDs) gives ct. `post`: the
+    line's key is built after the walk (ct and fr from two places, or a label map to apply).
+    It qualifies with a finish reason and a count, one prompt-token capture at most and no
+    group field; the rest take _match_fields.
 
     The ID read is the first candidate captured whose strict capture accepts only IDs (`kinds`,
     the builder's: "s" a non-empty string, "i" an integer; fields._SCALAR_STRICT): the
@@ -592,9 +607,11 @@ def _walk(plan, kinds):
         (plan.fix is not None and plan.labels is None)
         or len(tf.pt_get) > 1
         or tf.spec.group_path is not None
-        or not any(seg[1] & 3 == 3 for seg in plan)
+        or not any(seg[1] & 2 for seg in plan)
+        or not any(seg[1] & 1 or seg[2] == 3 for seg in plan)
     ):
         return None
+    split = not any(seg[1] & 3 == 3 for seg in plan)
     ki, gi = -1, 0
     for path, getter in zip(tf.id_got, tf.id_get):
         if kinds.get(path) in ("s", "i"):
@@ -609,13 +626,15 @@ def _walk(plan, kinds):
         if hole and lead is None:
             return None
         k = groups >> 3 if groups & 4 else -1
-        take = (groups & 3 == 3) | (2 if k == ki >= 0 else 0) | (4 if k == kp >= 0 else 0)
+        take = 1 if groups & 3 == 3 else (8 if groups & 2 else 0) | (16 if groups & 1 else 0)
+        take |= (2 if k == ki >= 0 else 0) | (4 if k == kp >= 0 else 0)
         mark = 0  # 1: the answer text's hole, 2: the reasoning text's (kept for a `length` stop)
         if hole:
             mark = 1 if h == tf.ans_hole else 2 if h == tf.rsn_hole else 0
             h += 1
         segs.append((match, take, hole, lead, len(lead) if hole else 0, backward, mark))
-    return plan, tuple(segs), gi if ki >= 0 else 0, gp if kp >= 0 else 0, plan.labels
+    post = split or plan.labels is not None
+    return plan, tuple(segs), gi if ki >= 0 else 0, gp if kp >= 0 else 0, plan.labels, post
 
 
 def _match_template(plan, buf, pos, end):
@@ -632,6 +651,15 @@ def _match_template(plan, buf, pos, end):
                 fr = m.group("fr")
         if hole:
             pos = m.end()
+            if hole > 1:  # a list of integers: it ends at the first "]"
+                q = buf.find(b"]", pos, end)
+                n = _list_items(buf, pos, q) if q >= 0 else -1
+                if n < 0 or (lead is not None and not buf.startswith(lead, q)):
+                    return None
+                if hole == 3:
+                    ct = b"%d" % n
+                pos = q + (1 if lead is None else len(lead))
+                continue
             if backward and lead is not None:  # last hole: its end found from the line's end
                 q = buf.rfind(lead, pos, end)
                 # exact only if no quote inside could have closed the string first
@@ -664,6 +692,15 @@ def _match_fields(plan, buf, pos, end):
                 ex[groups >> 3] = m
         if hole:
             pos = m.end()
+            if hole > 1:  # a list of integers, as _match_template
+                q = buf.find(b"]", pos, end)
+                n = _list_items(buf, pos, q) if q >= 0 else -1
+                if n < 0 or (lead is not None and not buf.startswith(lead, q)):
+                    return None
+                if hole == 3:
+                    ct = b"%d" % n
+                pos = q + (1 if lead is None else len(lead))
+                continue
             if backward and lead is not None:
                 q = buf.rfind(lead, pos, end)
                 if q < 0 or ((buf[q - 1] == 92 or buf.find(b'"', pos, q) >= 0) and hole_end(buf, pos, end) != q + 1):
@@ -691,7 +728,11 @@ def hole_spans(plan, buf, pos, end):
             return None
         if hole:
             pos = m.end()
-            if backward and lead is not None:
+            if hole > 1:  # a list of integers (as _match_template)
+                q = buf.find(b"]", pos, end)
+                if q < 0 or _list_items(buf, pos, q) < 0 or (lead is not None and not buf.startswith(lead, q)):
+                    return None
+            elif backward and lead is not None:
                 q = buf.rfind(lead, pos, end)
                 if q < 0 or ((buf[q - 1] == 92 or buf.find(b'"', pos, q) >= 0) and hole_end(buf, pos, end) != q + 1):
                     return None
@@ -835,7 +876,7 @@ def _scan_chunk_fields(buf, end, tally, tmpl_state, overrides, starts, base, ft,
         lines += 1
         if append is not None:
             append(base + pos)
-        for plan, segs, gi, gp, lm in walks:
+        for plan, segs, gi, gp, lm, post in walks:
             p = pos
             for match, take, hole, lead, n_lead, backward, mark in segs:
                 m = match(buf, p, nl)
@@ -854,8 +895,21 @@ def _scan_chunk_fields(buf, end, tally, tmpl_state, overrides, starts, base, ft,
                             idt = m[gi]
                         if take & 4:
                             ptt = m[gp]
+                        if take & 8:
+                            fr = m.group("fr")
+                        if take & 16:
+                            ct = m.group("ct")
                 if hole:
                     p = m.end()
+                    if hole > 1:  # a list of integers (as _match_template)
+                        q = find(b"]", p, nl)
+                        n = _list_items(buf, p, q) if q >= 0 else -1
+                        if n < 0 or not startswith(lead, q):
+                            break
+                        if hole == 3:
+                            ct = b"%d" % n
+                        p = q + n_lead
+                        continue
                     if backward:  # as _match_fields: the last hole's end found from the line's end
                         q = rfind(lead, p, nl)
                         if q < 0 or ((buf[q - 1] == 92 or find(b'"', p, q) >= 0) and hole_end(buf, p, nl) != q + 1):
@@ -871,8 +925,9 @@ def _scan_chunk_fields(buf, end, tally, tmpl_state, overrides, starts, base, ft,
                             r0, r1 = p, q
                     p = q + n_lead
             else:
-                if lm is not None:  # the format's label map (_fixer's, inline)
-                    fr = lm.get(fr, fr)
+                if post:  # ct and fr from two places, or the format's label map (_fixer's) to apply
+                    if lm is not None:
+                        fr = lm.get(fr, fr)
                     key = (ct, fr)
                 keys_append(key)  # counted in C at the chunk's end, as pts
                 if fr != b"length" and len(ct) <= 12:  # the usual line
