@@ -232,6 +232,18 @@ def gemini_batch(o: Outcome, i: int) -> dict[str, Any]:
     }
 
 
+def gemini_vertex(o: Outcome, i: int) -> dict[str, Any]:
+    # https://cloud.google.com/vertex-ai/generative-ai/docs/multimodal/batch-prediction-from-cloud-storage
+    # (output lines: status "" on success, else the error; processed_time, request, response)
+    request = {"contents": [{"role": "user", "parts": [{"text": f"Solve {i}"}]}]}
+    line = {"status": "", "processed_time": "2024-11-01T18:13:16.826+00:00", "request": request}
+    if o.kind == "failed":
+        return line | {"status": 'Bad Request: {"error": {"code": 400, "message": "invalid"}}'}
+    body = gemini_batch(o, i)["response"]
+    body["candidates"][0]["finishReason"] = FORMATS["gemini-vertex"].labels[o.kind][0]
+    return line | {"response": body}
+
+
 def vllm_offline(o: Outcome, i: int) -> dict[str, Any]:
     # https://docs.vllm.ai/en/latest/api/vllm/outputs.html (RequestOutput / CompletionOutput as dicts)
     rng = random.Random(i)
@@ -377,6 +389,15 @@ FORMATS: dict[str, Format] = {
             gemini_batch,
             {"stop": ("STOP", "stop"), "cut": ("MAX_TOKENS", "length"), "filter": ("SAFETY", "content_filter")},
             ("RESOURCE_EXHAUSTED", "INTERNAL"),
+            has_reasoning=True,
+        ),
+        Format(
+            "gemini-vertex",
+            "https://cloud.google.com/vertex-ai/generative-ai/docs/multimodal/batch-prediction-from-cloud-storage",
+            gemini_vertex,
+            {"stop": ("STOP", "stop"), "cut": ("MAX_TOKENS", "length"), "filter": ("RECITATION", "content_filter")},
+            ("status_error",),
+            has_id=False,
             has_reasoning=True,
         ),
         Format("vllm-offline", "https://docs.vllm.ai/en/latest/api/vllm/outputs.html", vllm_offline, _STOP_CUT),

@@ -170,6 +170,21 @@ def test_cut_labels_in_the_config_reach_the_poll_request(tmp_path):
         parse_config({**raw, "run": {"name": "r", "cut_labels": ["ok", 3]}}, "t.toml")
 
 
+def test_records_that_only_look_like_a_batch_envelope_are_completions(tmp_path):
+    """A flat record with a `custom_id` and a `response` text, or a `result` object of its own,
+    is a completion: only the envelopes' own failure signals make a failed request."""
+    path = tmp_path / "flat.jsonl"
+    rows = [
+        {"custom_id": "a", "response": "the answer", "finish_reason": "length", "completion_tokens": 9},
+        {"custom_id": "b", "result": {"type": "graded", "score": 1}, "finish_reason": "stop", "completion_tokens": 3},
+        {"request": {"q": 1}, "status": "ok", "finish_reason": "stop", "completion_tokens": 4},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    entry = agent.scan_file(str(path), None, 0, 1 << 40)
+    assert "failed" not in entry and entry["lines"] == 3
+    assert sorted(entry["counts"]) == [[3, "stop", 0, 1], [4, "stop", 0, 1], [9, "length", 0, 1]]
+
+
 def test_failed_reasons_are_bounded_per_scan(tmp_path):
     path = tmp_path / "f.jsonl"
     lines = [

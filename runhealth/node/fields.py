@@ -5,7 +5,7 @@ Part of the node agent (runhealth/node/, shipped with agent.py): standard librar
 holds what a line can say beyond that, with one reference rule per figure (the json.loads
 path) that the templates reproduce exactly:
 
-- prompt ID: the configured dotted path, else the first of ID_FIELDS holding a usable ID (a
+- prompt ID: the configured dotted path, else the first of formats.ID_FIELDS holding a usable ID (a
   non-empty string or an integer). Sent as 64-bit BLAKE2b hashes of the ID's UTF-8 bytes
   (quoted, as the JSON token; an integer as its decimal digits), 8 bytes a line, base64 in the reply. The hash is two
   CRC-32s, of the ID's bytes and of them reversed (id_hash): C-level and 3x cheaper than a
@@ -14,13 +14,15 @@ path) that the templates reproduce exactly:
   consecutive bytes never collide (CRC-32 detects every burst up to 32 bits); for unrelated
   IDs a pair collides with probability about 2^-64, so among 10M distinct IDs the chance that
   any pair shares a hash is about n^2 / 2^65 = 2.7e-6 (birthday bound): exact in practice.
-- prompt tokens: the configured path, else the first of PROMPT_TOKEN_FIELDS holding a count.
+- prompt tokens: the configured path, else the first of formats.PROMPT_TOKEN_FIELDS (every
+  format's prompt-token field, node/formats.py) holding a count.
 - group: the configured path's value (a string, an integer, or "(none)"), else, where prompt
   tokens are known, the prompt-token bin (powers of two); at most MAX_GROUPS a scan, the rest
   are counted under OTHER.
-- answered or not (only for `length` stops): no answer when the answer text (a message's
-  `content`, else the first string among the record's text keys) is empty beside a non-empty
-  `reasoning_content`/`reasoning`, or holds a `<think>` with no `</think>` after it.
+- answered or not (only for `length` stops): no answer when the answer text (the first string
+  among the format's answer paths: a message's `content`, a text block, ...) is empty beside a
+  non-empty reasoning text (the format's: `reasoning_content`, a thinking block, a thought
+  part, ...), or holds a `<think>` with no `</think>` after it.
 
 A shard's fields are "on" once a configured path is set or a parsed line holds any of these;
 until then the scan does no per-line work for them (scan.py keeps the switch per shard).

@@ -46,7 +46,7 @@ WRAPPERS = (
         ("response", "body"),
         (
             (("error",), "dict", (("error", "code"), ("error", "type")), "error"),
-            (("response",), "not_dict", (), "no_response"),
+            (("response",), "null", (), "no_response"),
             (
                 ("response", "status_code"),
                 "not_200",
@@ -59,12 +59,12 @@ WRAPPERS = (
     Wrapper(
         "anthropic-batch",
         "https://docs.anthropic.com/en/api/retrieving-message-batch-results",
-        (((("custom_id",), PRESENT), (("result",), DICT)),),
+        (((("custom_id",), PRESENT), (("result", "type"), PRESENT)),),
         ("result", "message"),
         (
             (
                 ("result", "type"),
-                "not_succeeded",
+                "errored_expired_canceled",
                 (("result", "error", "error", "type"), ("result", "error", "type"), ("result", "type")),
                 "errored",
             ),
@@ -77,7 +77,7 @@ WRAPPERS = (
         (
             ((("response", "candidates"), LIST),),
             ((("key",), PRESENT), (("error",), DICT)),
-            ((("request",), PRESENT), (("status",), PRESENT)),
+            ((("request",), DICT), (("status",), PRESENT), (("processed_time",), PRESENT)),
         ),
         ("response",),
         (
@@ -395,12 +395,13 @@ def failure(obj):
 def _failed(obj, path, test, v):
     if test == "dict":
         return isinstance(v, dict)
-    if test == "not_dict":
-        return not isinstance(v, dict)
+    if test == "null":
+        parent = _get(obj, path[:-1])
+        return isinstance(parent, dict) and path[-1] in parent and v is None
     if test == "not_200":
         return v is not None and v != 200
-    if test == "not_succeeded":
-        return v != "succeeded"
+    if test == "errored_expired_canceled":
+        return v in ("errored", "expired", "canceled")
     if test == "failed":
         return v == "failed"
     return isinstance(v, str) and v != ""  # nonempty_str
@@ -446,7 +447,12 @@ PROMPT_TOKEN_FIELDS = _union(r + p for b in BODIES + (FLAT,) for p in b.prompt_t
 
 
 # ---------------------------------------------------------------------------- the README's table
-_TESTS = {"dict": "an object", "not_dict": "not an object", "not_200": "not 200", "not_succeeded": "not `succeeded`"}
+_TESTS = {
+    "dict": "an object",
+    "null": "null",
+    "not_200": "not 200",
+    "errored_expired_canceled": "`errored`, `expired` or `canceled`",
+}
 _TESTS.update(failed="`failed`", nonempty_str="a non-empty string")
 
 

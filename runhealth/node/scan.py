@@ -3,7 +3,9 @@
 Part of the node agent (runhealth/node/, shipped together with agent.py): it runs on the GPU
 node, imports only the standard library, keeps Python 3.8-compatible syntax and is read-only
 there (shards are opened "rb", nothing is written). It holds the field rules that say where a
-record keeps finish_reason, completion_tokens and its text; the template engine; and
+record keeps finish_reason, completion_tokens and its text (locate(): node/formats.py's entries,
+one per output format, with each format's label map applied where the label is read, and
+failed requests counted apart, never as lines); the template engine; and
 scan_file(), which counts the complete lines of one shard from an offset within a byte budget,
 with its per-shard template memory kept here.
 
