@@ -140,8 +140,10 @@ def scan_summary(
     summary = stats.summarize(hist, ceiling=ceiling, unparseable=malformed)
     report = summary.to_json()
     report["blank_lines"] = totals.get("blank_lines", 0)
-    by_reason = {k.split(":", 1)[1]: n for k, n in sorted(totals.items()) if k.startswith("failed:")}
-    report["failed_requests"] = {"total": sum(by_reason.values()), "by_reason": by_reason}
+    # the keys (and order) analysis/failed.py's FailedRequests.to_json gives status/poll --json
+    failed = [(k.split(":", 1)[1], n) for k, n in totals.items() if k.startswith("failed:")]
+    report["failed_requests"] = sum(n for _r, n in failed)
+    report["failed_by_reason"] = dict(sorted(failed, key=lambda x: (-x[1], x[0])))
     if fields is not None and field_totals is not None:
         rows = [{"tokens": t, "finish_reason": fr, "estimated": est, "count": n} for t, fr, est, n in hist.rows()]
         report["fields"] = fieldfigures.figures(field_totals, rows, summary.ceiling_tokens, fields[1], fields[2])
@@ -310,10 +312,9 @@ def format_summary(s: dict[str, Any]) -> str:
             + "  ".join(f"{k} {fmt_tokens(t[k], cut)}" for k in ("p50", "p90", "p99", "max"))
         )
     lines.append("finish reasons: " + ", ".join(f"{escape(k)} {fmt_count(v)}" for k, v in s["finish_reasons"].items()))
-    failed = s.get("failed_requests") or {}
-    if failed.get("total"):
-        reasons = ", ".join(f"{escape(k)} {fmt_count(v)}" for k, v in failed["by_reason"].items())
-        lines.append(f"failed requests (not completions): {fmt_count(failed['total'])} ({reasons})")
+    if s.get("failed_requests"):
+        reasons = ", ".join(f"{escape(k)} {fmt_count(v)}" for k, v in s["failed_by_reason"].items())
+        lines.append(f"failed requests (not completions): {fmt_count(s['failed_requests'])} ({reasons})")
     if s["ceiling"] is not None:
         lines.append(
             f"ceiling: {fmt_count(s['ceiling'])} ({s['ceiling_source']}); at the ceiling: {fmt_count(s['at_ceiling'])}"
