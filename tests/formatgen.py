@@ -216,11 +216,15 @@ def gemini_batch(o: Outcome, i: int) -> dict[str, Any]:
     if o.reasoning:
         parts.append({"text": o.reasoning, "thought": True})
     parts.append({"text": o.answer})
+    # a thinking model: its thoughts count against maxOutputTokens, apart from the candidates'
+    thoughts = o.tokens // 3 if o.reasoning else 0
     usage = {
         "promptTokenCount": o.prompt_tokens,
-        "candidatesTokenCount": o.tokens,
+        "candidatesTokenCount": o.tokens - thoughts,
         "totalTokenCount": o.prompt_tokens + o.tokens,
     }
+    if o.reasoning:
+        usage["thoughtsTokenCount"] = thoughts
     cand = {
         "content": {"parts": parts, "role": "model"},
         "finishReason": FORMATS["gemini-batch"].labels[o.kind][0],

@@ -35,7 +35,9 @@ Wrapper = namedtuple("Wrapper", "name doc recognise root fails literal")
 # finish / tokens: candidate paths, the first whose last key exists in its parent is used (the
 # last when none does); count: "value" (an integer) or "len" (the length of a list of token IDs)
 Body = namedtuple(
-    "Body", "name doc recognise finish tokens count answer reasoning prompt_tokens literal labels fails", defaults=((),)
+    "Body",
+    "name doc recognise finish tokens count answer reasoning prompt_tokens literal labels fails tokens_plus",
+    defaults=((), ()),
 )
 
 WRAPPERS = (
@@ -170,6 +172,9 @@ BODIES = (
             "SPII": "content_filter",
             "IMAGE_SAFETY": "content_filter",
         },
+        (),
+        # a thinking model's thoughts count against maxOutputTokens but not candidatesTokenCount
+        (("usageMetadata", "thoughtsTokenCount"),),
     ),
     Body(
         "sglang",
@@ -272,7 +277,7 @@ def set_cut_labels(labels):
     return True
 
 
-Located = namedtuple("Located", "finish tokens answer reasoning body literal labels")
+Located = namedtuple("Located", "finish tokens answer reasoning body literal labels tokens_plus")
 
 
 def _get(obj, path):
@@ -308,12 +313,14 @@ def wrapper_of(obj):
     return None
 
 
+def _exists(rec, path):
+    """Whether the last key of `path` exists in its parent (structure, not value)."""
+    parent = _get(rec, path[:-1])
+    return isinstance(parent, dict) and path[-1] in parent
+
+
 def _first_existing(rec, paths):
-    for p in paths:
-        parent = _get(rec, p[:-1])
-        if isinstance(parent, dict) and p[-1] in parent:
-            return p
-    return paths[-1]
+    return next((p for p in paths if _exists(rec, p)), paths[-1])
 
 
 def expand(rec, pattern):
@@ -371,6 +378,7 @@ def locate(obj):
         b,
         frozenset(literal + b.literal),
         LABELS[b.name],
+        next((root + p for p in b.tokens_plus if _exists(rec, p)), None),
     )
 
 
@@ -479,6 +487,7 @@ def markdown():
     ]
     for b in BODIES + (FLAT,):
         tokens = " or ".join("`%s`" % _dotted(p) for p in b.tokens)
+        tokens += "".join(" + `%s` (when present)" % _dotted(p) for p in b.tokens_plus)
         cut = sorted(k for k, v in b.labels.items() if v == "length") or ["length"]
         other = ", ".join("`%s` → `%s`" % (k, v) for k, v in sorted(b.labels.items()) if v != "length") or "none"
         cells = [

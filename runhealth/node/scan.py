@@ -192,6 +192,12 @@ def count_key(obj, overrides):
     ct = get_at(obj, overrides[1] or loc.tokens)
     if loc.body.count == "len" and not overrides[1] and isinstance(ct, list):
         ct = len(ct)  # vLLM's dump: the token IDs themselves
+    plus = None if overrides[1] or loc.tokens_plus is None else get_at(obj, loc.tokens_plus)
+    if plus is not None:  # Gemini's thoughtsTokenCount: part of what max_output_tokens bounds
+        if not valid_count(plus):
+            return None
+        if valid_count(ct):
+            ct += plus
     if valid_count(ct):
         return ct, fr, 0
     if ct is not None:
@@ -285,6 +291,7 @@ _ONLY = {  # a strict template accepts only the type seen; other types take the 
 }
 _FR = rb'(?:"(?P<fr>[^"\\\x00-\x1f\x80-\xff]*)"|null)'  # ASCII only: others take json.loads
 _CT = rb"(?P<ct>0|[1-9][0-9]*)"
+_CT2 = rb"(?P<ct2>0|[1-9][0-9]*)"  # a second count added to ct (formats' tokens_plus), in ct's segment
 # A list of integers (token IDs), collapsed to one token by the builder (_collapse_int_lists), is
 # a hole like a long string: its end is the first "]" after it, and _list_items checks its body
 # with C-level bytes methods (a regex walk of thousands of integers ran at 30-90 MB/s); where it
@@ -313,7 +320,7 @@ class _Builder:
         if len(self.tokens) > TEMPLATE_MAX_TOKENS:
             raise _TemplateError("too many tokens")
         self.i = 0
-        self.fr_path, self.ct_path = loc.finish, loc.tokens
+        self.fr_path, self.ct_path, self.ct2_path = loc.finish, loc.tokens, loc.tokens_plus
         self.count_len = loc.body.count == "len"
         self.literal = loc.literal  # keys whose scalar values the template matches as they are
         self.segments, self.cur = [], []
@@ -344,10 +351,10 @@ class _Builder:
             raise _TemplateError("the token IDs are not a list of integers")
         if punct in (b"{", b"["):
             return self.container(tok, path)
-        if path == self.ct_path:
+        if path == self.ct_path or path == self.ct2_path:
             if num is None or not num.isdigit():
                 raise _TemplateError("completion_tokens is not a count")
-            return self.emit(tok, _CT)
+            return self.emit(tok, _CT if path == self.ct_path else _CT2)
         if path and path[-1] in self.literal and punct is None:
             return self._literal(tok, path)
         if path == self.fr_path:
@@ -435,6 +442,7 @@ class _Builder:
 
     def compile(self, strict):
         """Compiled segments (match, groups, hole, lead, backward); the last reaches the line end.
+        `groups`: 1 ct, 2 fr, 8 ct2 (added to ct), 4 per-line fields (bits 4+: which such segment).
 
         In the strict variant a segment that follows a hole starts with literal bytes (the
         hole's closing quote, then keys and punctuation up to the first scalar): that `lead` is
@@ -456,9 +464,11 @@ class _Builder:
         for i, seg in enumerate(segs):
             parts = (re.escape(ws) + pat if strict else _WS + loose for ws, pat, loose, _ in seg)
             rx = re.compile(b"".join(parts), re.DOTALL)
-            groups = ("ct" in rx.groupindex) | ("fr" in rx.groupindex) << 1
-            if set(rx.groupindex) - {"ct", "fr"}:
-                groups |= 4 | k << 3
+            groups = ("ct" in rx.groupindex) | ("fr" in rx.groupindex) << 1 | ("ct2" in rx.groupindex) << 3
+            if groups & 9 == 8:
+                raise _TemplateError("the second count is not in the first one's segment")
+            if set(rx.groupindex) - {"ct", "fr", "ct2"}:
+                groups |= 4 | k << 4
                 k += 1
             hole = self.hole_kinds[i] if i < len(self.segments) else 0
             lead = leads[i + 1] if hole and strict else None
@@ -576,7 +586,10 @@ def _build_template(raw, obj, xspec=None):
             raise _TemplateError("trailing tokens")
     except (_TemplateError, ValueError, RecursionError):
         return None
-    plans = b.compile(True), b.compile(False)
+    try:
+        plans = b.compile(True), b.compile(False)
+    except _TemplateError:
+        return None
     plans[0].fix = plans[1].fix = _fixer(loc.labels)
     if plans[0].fix is not None:  # the walk maps the labels inline
         plans[0].labels = {k.encode("utf-8"): v.encode("utf-8") for k, v in loc.labels.items()}
@@ -607,6 +620,7 @@ def _walk(plan, kinds):
     tf = plan.fields
     if (
         (plan.fix is not None and plan.labels is None)
+        or any(seg[1] & 8 for seg in plan)  # a second count to add: _match_fields
         or len(tf.pt_get) > 1
         or tf.spec.group_path is not None
         or not any(seg[1] & 2 for seg in plan)
@@ -627,7 +641,7 @@ def _walk(plan, kinds):
     for match, groups, hole, lead, backward in plan:
         if hole and lead is None:
             return None
-        k = groups >> 3 if groups & 4 else -1
+        k = groups >> 4 if groups & 4 else -1
         take = 1 if groups & 3 == 3 else (8 if groups & 2 else 0) | (16 if groups & 1 else 0)
         take |= (2 if k == ki >= 0 else 0) | (4 if k == kp >= 0 else 0)
         mark = 0  # 1: the answer text's hole, 2: the reasoning text's (kept for a `length` stop)
@@ -649,6 +663,8 @@ def _match_template(plan, buf, pos, end):
         if groups:
             if groups & 1:
                 ct = m.group("ct")
+                if groups & 8:  # Gemini's thoughts: part of the count
+                    ct = b"%d" % (int(ct) + int(m.group("ct2")))
             if groups & 2:
                 fr = m.group("fr")
         if hole:
@@ -688,10 +704,12 @@ def _match_fields(plan, buf, pos, end):
         if groups:
             if groups & 1:
                 ct = m.group("ct")
+                if groups & 8:  # Gemini's thoughts: part of the count
+                    ct = b"%d" % (int(ct) + int(m.group("ct2")))
             if groups & 2:
                 fr = m.group("fr")
             if groups & 4:
-                ex[groups >> 3] = m
+                ex[groups >> 4] = m
         if hole:
             pos = m.end()
             if hole > 1:  # a list of integers, as _match_template
