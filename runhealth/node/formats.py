@@ -12,16 +12,17 @@ and the label map that puts each format's spelling in the product's one vocabula
 is cut at the token limit, "stop" a natural stop, "content_filter" a filter. scan.locate()
 dispatches on these tables; adding a format is one entry here and its fixture.
 
-Conditions are (path, kind): kind PRESENT (the key exists), DICT, LIST, ZERO_DICT (a list whose
-first item is a dict). A path step WHERE(key, value) matches every item of a list that is a
-dict whose `key` holds `value` (NOT_TRUE: the key is absent or not true).
+Conditions are (path, kind): kind PRESENT (the key exists), DICT or LIST (the value is one). A
+path step Where(key, value) matches every item of a list that is a dict whose `key` holds
+`value` (NOT_TRUE: the key is absent or not true). Failure tests and token counts are named in
+the entries' comments; markdown() renders the README's table from these entries.
 """
 
 from __future__ import annotations
 
 from collections import namedtuple
 
-PRESENT, DICT, LIST, FIRST_DICT = "present", "dict", "list", "first_dict"
+PRESENT, DICT, LIST = "present", "dict", "list"
 NOT_TRUE = object()
 MAX_FAILED_REASONS = 32  # distinct failure reasons one scan keeps apart; the rest are "other"
 MAX_REASON_CHARS = 40
