@@ -2,6 +2,7 @@
 
     python bench/scan.py --mb 128            # all styles, one table
     python bench/scan.py --mb 256 --style utf8
+    python bench/scan.py --mb 16 --repeat 2 --style formats   # every output format vs the chat styles
 
 For each style (see make_shard: ASCII-escaped prose/quotes/mixed, raw-UTF-8 utf8/utf8-quotes,
 adversarial flat records) it writes --mb MB of ~10 KB lines into a temp dir, reads them once to
@@ -56,7 +57,14 @@ BROKEN_DAMAGE = {
     "broken-utf8": (("ü", "\udcc3("), ("😀", "\udcf0\udc9f\udc98!")),
 }
 BROKEN = {"broken-ctrl": "quotes", "broken-utf8": "utf8-quotes"}  # style -> its clean twin
-STYLES = ("mixed", "prose", "quotes", "utf8", "utf8-quotes", "adversarial") + tuple(BROKEN)
+# One style per published output format (#39), written by tests/formatgen.py's writers (each from
+# its provider's docs) around the same texts: "fmt-NAME" as mixed (ASCII-escaped), "fmt-NAME-utf8"
+# as utf8 (raw UTF-8); each is compared with that chat style in the same run (format_ratios).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+import formatgen  # noqa: E402
+
+FORMAT_STYLES = tuple(f"fmt-{n}{v}" for n in formatgen.FORMATS for v in ("", "-utf8"))
+STYLES = ("mixed", "prose", "quotes", "utf8", "utf8-quotes", "adversarial") + tuple(BROKEN) + FORMAT_STYLES
 
 # argv[1] is the code root to time (this checkout, or --other DIR: an older scanner, same run)
 SCAN_CHILD = """
@@ -112,6 +120,19 @@ def _flat(rng, lines, content, _ensure_ascii):
     return json.dumps(rec, ensure_ascii=bool(lines % 2))
 
 
+def _format_line(rng, lines, content, ensure_ascii, name):
+    """One line of format `name` (formatgen's writer), its tokens and finish reason drawn as the chat
+    styles draw them (cut when 4096), ~2% failed requests where the format has them; (line, False
+    for a failed request, which is no line the scan counts)."""
+    fmt = formatgen.FORMATS[name]
+    ct = rng.randint(1, 4096)
+    kind = "failed" if fmt.failures and rng.random() < 0.02 else "cut" if ct == 4096 else "stop"
+    ct = 4096 if kind == "cut" else 0 if kind == "failed" else ct
+    reason = fmt.failures[0] if kind == "failed" else ""
+    o = formatgen.Outcome(kind, ct, 211, f"req-{lines:012x}", "", content, reason)
+    return json.dumps(fmt.write(o, lines), ensure_ascii=ensure_ascii), kind != "failed"
+
+
 def make_shard(path: Path, mb: int, style: str = "mixed") -> int:
     """Write about `mb` MB of generation lines in `style`; returns the line count.
 
@@ -132,21 +153,34 @@ def make_shard(path: Path, mb: int, style: str = "mixed") -> int:
         "utf8": (UTF8, UTF8),
         "utf8-quotes": (UTF8_QUOTES, UTF8_QUOTES),
         "adversarial": (ADVERSARIAL, ADVERSARIAL),
-    }[BROKEN.get(style, style)]
+    }[_vocab_style(style)]
     contents = [" ".join(rng.choice(vocab[i % 2]) for _ in range(rng.randint(1300, 1900))) for i in range(64)]
     make = _flat if style == "adversarial" else _chat
-    ensure_ascii = not BROKEN.get(style, style).startswith("utf8")
+    if style.startswith("fmt-"):
+        name = style[4:].removesuffix("-utf8")
+        make = lambda rng, i, content, ea: _format_line(rng, i, content, ea, name)  # noqa: E731
+    ensure_ascii = not _vocab_style(style).startswith("utf8")
     damage = BROKEN_DAMAGE.get(style, ())
-    lines, written = 0, 0
+    lines, written, counted = 0, 0, 0
     with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
         while written < mb * 1_000_000:
-            line = make(rng, lines, rng.choice(contents), ensure_ascii) + "\n"
+            made = make(rng, lines, rng.choice(contents), ensure_ascii)
+            line, counts = made if isinstance(made, tuple) else (made, True)
+            line += "\n"
             for clean, broken in damage:
                 line = line.replace(clean, broken)
             f.write(line)
             written += len(line.encode("utf-8", "surrogateescape"))
             lines += 1
-    return lines
+            counted += counts
+    return counted
+
+
+def _vocab_style(style: str) -> str:
+    """The chat style whose texts `style` carries (a broken style's clean twin; a format's mixed or utf8)."""
+    if style.startswith("fmt-"):
+        return "utf8" if style.endswith("-utf8") else "mixed"
+    return BROKEN.get(style, style)
 
 
 def best_of(repeat, fn):
@@ -258,11 +292,23 @@ def print_table(rows: list[dict]) -> None:
             )
 
 
+def format_ratios(rows: list[dict]) -> None:
+    """Each format style's MB/s over its chat style's (mixed or utf8), same run (#39: >= 0.85)."""
+    by = {r["style"]: r for r in rows}
+    for r in rows:
+        base = by.get(_vocab_style(r["style"])) if r["style"].startswith("fmt-") else None
+        if base is not None:
+            mbs, base_mbs = r["mb"] / r["scan"], base["mb"] / base["scan"]
+            print(f"{r['style']}: {mbs:.0f} MB/s = {mbs / base_mbs:.2f}x {base['style']} ({base_mbs:.0f} MB/s)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=int, default=128, help="MB per style")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--style", choices=STYLES + ("all",), default="all")
+    ap.add_argument(
+        "--style", choices=STYLES + ("all", "formats"), default="all", help="formats: mixed, utf8 and every format"
+    )
     ap.add_argument(
         "--other",
         type=Path,
@@ -273,6 +319,8 @@ def main():
     args = ap.parse_args()
     CHAT_FIELDS["on"] = not args.no_fields
     styles = STYLES if args.style == "all" else (args.style,)
+    if args.style == "formats":
+        styles = ("mixed", "utf8") + FORMAT_STYLES
     with tempfile.TemporaryDirectory(prefix="runhealth-bench-") as tmp:
         rows = bench_styles(Path(tmp), styles, args.mb, args.repeat, args.other)
     print(
@@ -281,6 +329,7 @@ def main():
         f"{sys.version.split()[0]}; jq {'found' if shutil.which('jq') else 'not installed (column blank)'}"
     )
     print_table(rows)
+    format_ratios(rows)
     print(
         "Goals per core: >= 4x json.loads and >= 10x jq on every style; a broken writer's style at least "
         "as fast as its clean twin. 'template': share of lines counted on the template path (the rest "

@@ -64,7 +64,8 @@ def scan_paths(
     Returns the length histogram, the number of malformed lines, and the patterns that
     matched nothing. Uses the node agent's own scanner, in-process, with up to `workers`
     worker processes for a backlog (None: a quarter of the cores, 1..8; 1: one process).
-    `totals`, when given, receives "blank_lines" (whitespace-only lines: skipped, not malformed).
+    `totals`, when given, receives "blank_lines" (whitespace-only lines: skipped, not malformed)
+    and "failed:<reason>" per reason of the failed requests (lines that are no completion, #39).
     `field_totals`, when given, receives the per-line fields (prompt IDs, groups, ...), found
     with `field_paths` (prompt_id_path, prompt_tokens_path, group_path; None: detected).
     `failed`, when given, receives the failed requests by reason (#39; not in the histogram).
@@ -107,6 +108,8 @@ def scan_paths(
                     fieldfigures.add_update(field_totals, update.fields, hashes)
             if totals is not None:
                 totals["blank_lines"] = totals.get("blank_lines", 0) + int(entry.get("blank_lines") or 0)
+                for reason, n in entry.get("failed") or ():
+                    totals["failed:" + reason] = totals.get("failed:" + reason, 0) + int(n)
             state[path] = {"inode": entry.get("inode"), "offset": entry.get("offset", 0)}
         if not shards.get("pending_bytes"):
             if field_totals is not None:

@@ -19,8 +19,9 @@ from runhealth.node import agent, wire
 from runhealth.remote import protocol
 
 AGENT_PATH = Path(agent.__file__)
-# The agent is five modules shipped together; BOOTSTRAP registers these under these names.
+# The agent is seven modules shipped together; BOOTSTRAP registers these under these names.
 PARTS = {
+    "runhealth_node_formats": AGENT_PATH.with_name("formats.py"),
     "runhealth_node_wire": AGENT_PATH.with_name("wire.py"),
     "runhealth_node_scan": AGENT_PATH.with_name("scan.py"),
     "runhealth_node_backfill": AGENT_PATH.with_name("backfill.py"),

@@ -264,6 +264,7 @@ def test_bootstrap_registers_the_shipped_pynvml_lazily():
                 "runhealth_node_backfill": (src / "backfill.py").read_text(),
                 "runhealth_node_wire": (src / "wire.py").read_text(),
                 "runhealth_node_fields": (src / "fields.py").read_text(),
+                "runhealth_node_formats": (src / "formats.py").read_text(),
                 "pynvml": (HERE / "fake_pynvml.py").read_text(),
             },
         }

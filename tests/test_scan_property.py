@@ -14,7 +14,9 @@ import math
 import os
 import tempfile
 import zlib
+from collections import Counter
 
+import formatgen
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -408,3 +410,91 @@ def test_counted_line_parse_equals_the_reference(parts, key):
     ref, ref_repaired = parse_line(raw)
     assert repr(obj) == repr(ref if isinstance(ref, dict) else None)
     assert repaired == ref_repaired
+
+
+# ---------------------------------------------------------------------------- every format (#39)
+@st.composite
+def format_shard(draw):
+    """A shard of one published format (tests/formatgen.py writes each from its provider's docs)
+    with adversarial texts, one writer style and key order, and its truth from the drawn outcomes."""
+    name = draw(st.sampled_from(list(formatgen.FORMATS)))
+    fmt = formatgen.FORMATS[name]
+    kinds = list(fmt.labels) + (["failed"] if fmt.failures else [])
+    outs = []
+    for i in range(draw(st.integers(1, 10))):
+        kind = draw(st.sampled_from(kinds))
+        toks = 0 if kind == "failed" else draw(st.integers(0, 40))
+        reason = draw(st.sampled_from(fmt.failures)) if kind == "failed" else ""
+        outs.append(
+            formatgen.Outcome(kind, toks, draw(st.integers(0, 40)), f"id-{i}", draw(texts), draw(texts), reason)
+        )
+    shape = {"style": draw(st.sampled_from(STYLES)), "ascii": draw(st.booleans()), "salt": draw(st.text(max_size=3))}
+    body = b"".join(dumps(fmt.write(o, i), shape) for i, o in enumerate(outs))
+    return fmt, body, formatgen.truth_of(fmt, outs)
+
+
+def _scan_formats(path, budget):
+    """(completions, malformed, finish reasons, tokens, failed by reason) over budget-split polls."""
+    offset, inode, lines, malformed, finish, tokens, failed = 0, None, 0, 0, Counter(), 0, Counter()
+    while True:
+        e = agent.scan_file(path, inode, offset, budget)
+        for t, fr, est, n in e["counts"]:
+            assert est == 0
+            finish[fr] += n
+            tokens += t * n
+        failed.update(dict(map(tuple, e.get("failed") or [])))
+        lines, malformed = lines + e["lines"], malformed + e["malformed"]
+        offset, inode = e["offset"], e["inode"]
+        if e["pending_bytes"] == 0:
+            return lines, malformed, finish, tokens, failed
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shard=format_shard(), budget=st.integers(1, 4096))
+def test_every_format_counts_what_it_was_written_with(shard, budget):
+    """Each format's counts equal the generated truth on the template path, in one poll and in
+    budget-split polls: label maps, token-ID lists, failed requests apart (#39)."""
+    fmt, body, truth = shard
+    fd, path = tempfile.mkstemp(suffix=".jsonl")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(body + body)  # the second copy is read by the templates the first taught
+        want = (2 * truth.completions, 0, truth.finish + truth.finish, 2 * truth.tokens, truth.failed + truth.failed)
+        assert _scan_formats(path, 1 << 30) == want, fmt.name
+        assert _scan_formats(path, budget) == want, fmt.name
+    finally:
+        os.unlink(path)
+
+
+LIST_PIECES = [b"0", b"1", b"9", b"17", b",", b", ", b" ", b"-", b"00", b"\t", b"x", b"[", b"1.5"]
+
+
+@settings(max_examples=2000, deadline=None)
+@given(parts=st.lists(st.sampled_from(LIST_PIECES), max_size=10), tail=st.integers(0, 3))
+def test_a_token_id_list_is_counted_as_json_loads_reads_it(parts, tail):
+    """vLLM's token_ids, read as a hole: the count is the list's length exactly when json.loads
+    reads the bytes as a list of integers, and the line is no template hit otherwise (#39)."""
+    body = b"".join(parts)
+    try:
+        items = json.loads(b"[" + body + b"]")
+        want = len(items) if all(type(x) is int for x in items) else -1
+        counted = len(items)  # the reference (count_key) counts any list: its length
+    except ValueError:
+        want = counted = -1
+    line = b'{"outputs": [{"token_ids": [' + body + b'], "finish_reason": "stop"}]}'
+    s = line.index(b"[", 13) + 1
+    assert scan._list_items(line, s, s + len(body)) == want
+    if b"]" not in body and b"[" not in body:  # through a template taught by a good line
+        good = b'{"outputs": [{"token_ids": [1, 2], "finish_reason": "stop"}]}\n'
+        fd, path = tempfile.mkstemp(suffix=".jsonl")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(good * (1 + tail) + line + b"\n")
+            e = agent.scan_file(path, None, 0, 1 << 30)
+            assert e["malformed"] == (counted < 0) and e["lines"] == 2 + tail
+            merged = {(2, "stop", 0): 1 + tail}
+            if counted >= 0:
+                merged[(counted, "stop", 0)] = merged.get((counted, "stop", 0), 0) + 1
+            assert sorted(e["counts"]) == sorted([*k, n] for k, n in merged.items())
+        finally:
+            os.unlink(path)

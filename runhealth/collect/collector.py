@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from runhealth import ingest, textsafe
@@ -54,6 +54,7 @@ def poll_request(
     budget_bytes: int = SCAN_BUDGET_BYTES,
     demo_gpus: int = 0,
     now_unix: float | None = None,
+    cut_labels: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The agent request for one poll of `node`, resuming from the stored shard offsets.
 
@@ -75,6 +76,7 @@ def poll_request(
             "prompt_id_path": node.prompt_id_path,
             "prompt_tokens_path": node.prompt_tokens_path,
             "group_path": node.group_path,
+            "cut_labels": list(cut_labels),  # the run's: labels read as "length" (node/formats.py)
             "scan_workers": node.scan_workers,
         },
         "gpu": node.gpu,
@@ -95,9 +97,11 @@ class NodePoller:
         transport: Transport | None = None,
         clock: Callable[[], float] = time.time,
         demo_gpus: int = 0,
+        cut_labels: Sequence[str] = (),
     ):
         self.node = node
         self.demo_gpus = demo_gpus
+        self.cut_labels = tuple(cut_labels)  # the run's [run] cut_labels, sent with each poll
         self.store = store
         self.interval_s = interval_s
         self.transport = transport if transport is not None else make_transport(node)
@@ -135,7 +139,12 @@ class NodePoller:
         try:
             sent, sent_mono = self.clock(), self.monotonic() if self.monotonic else None
             request = poll_request(
-                self.node, self.store.shard_state(self.node.name), self.budget_bytes, self.demo_gpus, sent
+                self.node,
+                self.store.shard_state(self.node.name),
+                self.budget_bytes,
+                self.demo_gpus,
+                sent,
+                self.cut_labels,
             )
             reply, rtt_ms = self.request(request)
         except Exception as exc:  # any failure is this node's problem only
@@ -217,7 +226,13 @@ class Collector:
         transports = transports or {}
         self.pollers = {
             n.name: NodePoller(
-                n, store, config.interval_s, transports.get(n.name), clock, context.demo_gpus.get(n.name, 0)
+                n,
+                store,
+                config.interval_s,
+                transports.get(n.name),
+                clock,
+                context.demo_gpus.get(n.name, 0),
+                config.cut_labels,
             )
             for n in config.nodes
         }
@@ -421,7 +436,7 @@ class Collector:
         return sampling.draw(
             {name: p.node for name, p in self.pollers.items()},
             weights,
-            lambda name, req: self.pollers[name].request(req)[0],
+            lambda name, req: self.pollers[name].request({**req, "cut_labels": list(self.config.cut_labels)})[0],
             n,
             finish_reason,
             full_text,

@@ -1,9 +1,10 @@
 """runhealth node agent: serves poll / sample / hello requests over framed JSON on stdin/stdout.
 
-One program of five modules that runs on a GPU node, the package runhealth/node/: this one
-(serving, the poll op, sampling and the line-start index), scan.py (shard scanning),
+One program of seven modules that runs on a GPU node, the package runhealth/node/: this one
+(serving, the poll op, sampling and the line-start index), scan.py (shard scanning), fields.py
+(per-line fields), formats.py (the output formats read, as data),
 backfill.py (a backlog scanned by worker processes), gpu.py (GPU telemetry) and wire.py (the
-request/reply shapes, SCHEMA_VERSION, size caps and framing). All five use only the standard
+request/reply shapes, SCHEMA_VERSION, size caps and framing). All of them use only the standard
 library, keep Python 3.8-compatible syntax and are read-only on the node (shards opened "rb",
 nothing written, no shell; the only subprocess is `nvidia-smi` started from an argv list). It
 speaks the protocol of runhealth/node/wire.py (docs/design.md section 1) and starts three ways:
@@ -59,8 +60,10 @@ def import_part(name):
 
 wire = import_part("wire")
 scan = import_part("scan")
-if scan.fields is None:  # shipped or run as a script: scan.py cannot import its sibling itself
+if scan.fields is None:  # shipped or run as a script: scan.py cannot import its siblings itself
     scan.fields = import_part("fields")
+if scan.formats is None:
+    scan.formats = scan.fields.formats = import_part("formats")
 gpu = import_part("gpu")
 backfill = import_part("backfill")
 backfill.bind(scan)
@@ -594,7 +597,9 @@ def _extend_index(f, idx, size, tail=None):
 
 
 def _text_parts(obj):
-    return [t for t in (scan.get_at(obj, p) for p in scan.locate(obj)[2]) if isinstance(t, str)]
+    """The record's reasoning text, then its answer (where its format keeps them)."""
+    loc = scan.locate(obj)
+    return [t for t in (scan.get_at(obj, p) for p in scan.text_paths(loc, obj)) if isinstance(t, str)]
 
 
 def _message_text(msg):
@@ -656,6 +661,8 @@ def _sample_line(f, path, line_no, start, stop, req, overrides):
         return out
     f.seek(start)
     obj = scan.load_line(f.read(stop - start).rstrip(b"\n"))
+    if obj is not None and scan.formats.failure(obj) is not None:
+        return None  # a failed request is no completion: never a sample (_draw draws again)
     key = None if obj is None else scan.count_key(obj, overrides)
     if key is None:
         out["error"] = "malformed line (not a JSON object, or an invalid token count)"
@@ -691,6 +698,8 @@ def _sample_text(out, obj, req):
 
 
 def _op_sample(req):
+    if scan.formats.set_cut_labels(req.get("cut_labels")):
+        scan.TEMPLATES.entries.clear()  # learned under the old label maps
     files, unmatched = expand_globs(req.get("globs") or [])  # only files the globs match
     overrides, handles, tables = scan.parse_overrides(req), {}, []
     try:
@@ -747,7 +756,7 @@ def _draw(tables, req, overrides, unmatched):
         k = g - (cum[fi - 1] if fi else 0)
         stop = starts[k + 1] if k + 1 < count else indexed_to
         s = _sample_line(f, path, k + 1, starts[k], stop, req, overrides)
-        if want is None or s["finish_reason"] == want:
+        if s is not None and (want is None or s["finish_reason"] == want):
             samples.append(s)
     return {"population": population, "attempts": attempts, "unmatched_globs": unmatched, "samples": samples}
 

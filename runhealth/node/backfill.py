@@ -26,6 +26,7 @@ scan.TAILS, which the workers inherit, so neither re-reads a line an earlier sea
 
 from __future__ import annotations
 
+import base64
 import collections
 import os
 import time
@@ -261,6 +262,7 @@ def _merge(info, results):
             counts[(t, fr, est)] = counts.get((t, fr, est), 0) + n
         if e.get("fields"):
             entry["fields"] = SCAN.fields.merge(entry.get("fields"), e["fields"])
+        _merge_failed(entry, e)
         for key, value in e.items():  # lines, malformed and any other per-line tally scan_file keeps
             if key not in _NOT_SUMMED and isinstance(value, int) and not isinstance(value, bool):
                 entry[key] = entry.get(key, 0) + value
@@ -282,6 +284,18 @@ def _merge(info, results):
         pending_bytes=size - pos if budget_hit and pos < size else 0,
     )
     return entry, template_lines
+
+
+def _merge_failed(entry, e):
+    """A piece's failed requests (wire.ShardEntry.failed, failed_ids) added to the entry's."""
+    if e.get("failed"):
+        acc = dict(entry.get("failed") or ())
+        for reason, n in e["failed"]:
+            acc[reason] = acc.get(reason, 0) + n
+        entry["failed"] = SCAN.formats.bound_reasons(acc)
+    if e.get("failed_ids"):
+        joined = base64.b64decode(entry.get("failed_ids") or "") + base64.b64decode(e["failed_ids"])
+        entry["failed_ids"] = base64.b64encode(joined).decode("ascii")
 
 
 def worth_parallel(jobs, workers):

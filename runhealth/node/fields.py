@@ -5,7 +5,7 @@ Part of the node agent (runhealth/node/, shipped with agent.py): standard librar
 holds what a line can say beyond that, with one reference rule per figure (the json.loads
 path) that the templates reproduce exactly:
 
-- prompt ID: the configured dotted path, else the first of ID_FIELDS holding a usable ID (a
+- prompt ID: the configured dotted path, else the first of formats.ID_FIELDS holding a usable ID (a
   non-empty string or an integer). Sent as 64-bit BLAKE2b hashes of the ID's UTF-8 bytes
   (quoted, as the JSON token; an integer as its decimal digits), 8 bytes a line, base64 in the reply. The hash is two
   CRC-32s, of the ID's bytes and of them reversed (id_hash): C-level and 3x cheaper than a
@@ -14,13 +14,15 @@ path) that the templates reproduce exactly:
   consecutive bytes never collide (CRC-32 detects every burst up to 32 bits); for unrelated
   IDs a pair collides with probability about 2^-64, so among 10M distinct IDs the chance that
   any pair shares a hash is about n^2 / 2^65 = 2.7e-6 (birthday bound): exact in practice.
-- prompt tokens: the configured path, else the first of PROMPT_TOKEN_FIELDS holding a count.
+- prompt tokens: the configured path, else the first of formats.PROMPT_TOKEN_FIELDS (every
+  format's prompt-token field, node/formats.py) holding a count.
 - group: the configured path's value (a string, an integer, or "(none)"), else, where prompt
   tokens are known, the prompt-token bin (powers of two); at most MAX_GROUPS a scan, the rest
   are counted under OTHER.
-- answered or not (only for `length` stops): no answer when the answer text (a message's
-  `content`, else the first string among the record's text keys) is empty beside a non-empty
-  `reasoning_content`/`reasoning`, or holds a `<think>` with no `</think>` after it.
+- answered or not (only for `length` stops): no answer when the answer text (the first string
+  among the format's answer paths: a message's `content`, a text block, ...) is empty beside a
+  non-empty reasoning text (the format's: `reasoning_content`, a thinking block, a thought
+  part, ...), or holds a `<think>` with no `</think>` after it.
 
 A shard's fields are "on" once a configured path is set or a parsed line holds any of these;
 until then the scan does no per-line work for them (scan.py keeps the switch per shard).
@@ -39,14 +41,10 @@ import sys
 import zlib
 from typing import Any
 
-ID_FIELDS = (("custom_id",), ("prompt_id",), ("metadata", "id"), ("id",), ("request_id",))
-PROMPT_TOKEN_FIELDS = (
-    ("usage", "prompt_tokens"),
-    ("response", "body", "usage", "prompt_tokens"),
-    ("meta_info", "prompt_tokens"),
-)
-TEXT_KEYS = ("text", "completion", "output", "response")  # as scan.TEXT_KEYS, in its order
-REASONING_KEYS = ("reasoning_content", "reasoning")
+if __package__:  # imported as runhealth.node.fields; shipped or run as a script, agent.py sets it
+    from . import formats
+else:
+    formats = None  # type: ignore[assignment]
 MAX_GROUPS = 256  # distinct groups one scan counts apart; the store keeps fewer (its own cap)
 MAX_LABEL_CHARS = 120
 OTHER = "(other)"
@@ -104,8 +102,10 @@ class FieldSpec:
     def __init__(self, paths=None):
         paths = paths or {}
         get = paths.get
-        self.id_paths = (_parse(get("prompt_id_path")),) if get("prompt_id_path") else ID_FIELDS
-        self.pt_paths = (_parse(get("prompt_tokens_path")),) if get("prompt_tokens_path") else PROMPT_TOKEN_FIELDS
+        self.id_paths = (_parse(get("prompt_id_path")),) if get("prompt_id_path") else formats.ID_FIELDS
+        self.pt_paths = (
+            (_parse(get("prompt_tokens_path")),) if get("prompt_tokens_path") else formats.PROMPT_TOKEN_FIELDS
+        )
         self.group_path = _parse(get("group_path")) if get("group_path") else None
         self.configured = bool(get("prompt_id_path") or get("prompt_tokens_path") or get("group_path"))
 
@@ -149,14 +149,9 @@ def bin_label(k):
     return "%d-%d prompt tokens" % (1 << (k - 1), (1 << k) - 1)
 
 
-def _text_candidates(texts):
-    """(answer paths, reasoning paths) for scan.locate's text paths, in the order they are tried."""
-    if len(texts) == 2:  # a chat message: content, and reasoning_content before reasoning
-        msg = texts[1][:-1]
-        return [msg + ("content",)], [msg + (k,) for k in REASONING_KEYS]
-    if len(texts[0]) == 1:  # a flat record: the first string among the text keys
-        return [(k,) for k in TEXT_KEYS], []
-    return [texts[0]], []
+def _text_candidates(loc):
+    """(answer paths, reasoning paths) of scan.locate's formats.Located, in the order they are tried."""
+    return list(loc.answer), list(loc.reasoning)
 
 
 def answer_state(obj, texts):
@@ -303,6 +298,7 @@ class Tally:
         self.plans = plans  # the shard's templates (their ID fields are reported as seen)
         self.ids_hi, self.ids_lo = array.array("I"), array.array("I")  # id_hash per line with an ID, its halves
         self.raw_ids = []  # ID bytes of lines with an ID (template lines: their tokens), not hashed yet
+        self.failed_raw = []  # ID bytes of failed requests (scan.py counts them apart)
         self.id_paths = set()  # dotted ID paths lines held their ID at (but those of inline walks: id_seen)
         self.pt_lines = 0
         self.groups = {}  # label or prompt-token bin -> [lines, length stops] (json.loads lines)
@@ -422,6 +418,15 @@ class Tally:
         if sys.byteorder == "big":
             out.byteswap()
         return out.tobytes()
+
+    def failed_ids(self):
+        """The failed requests' prompt-ID hashes as the wire's `failed_ids` (as `ids`), or ""."""
+        if not self.failed_raw:
+            return ""
+        out = array.array("Q", (id_hash(b) for b in self.failed_raw))
+        if sys.byteorder == "big":
+            out.byteswap()
+        return base64.b64encode(out.tobytes()).decode("ascii")
 
     def bound_memory(self):
         """After each chunk: many distinct prompt-token counts are folded into bins, and the

@@ -3,7 +3,9 @@
 Part of the node agent (runhealth/node/, shipped together with agent.py): it runs on the GPU
 node, imports only the standard library, keeps Python 3.8-compatible syntax and is read-only
 there (shards are opened "rb", nothing is written). It holds the field rules that say where a
-record keeps finish_reason, completion_tokens and its text; the template engine; and
+record keeps finish_reason, completion_tokens and its text (locate(): node/formats.py's entries,
+one per output format, with each format's label map applied where the label is read, and
+failed requests counted apart, never as lines); the template engine; and
 scan_file(), which counts the complete lines of one shard from an offset within a byte budget,
 with its per-shard template memory kept here.
 
@@ -28,10 +30,10 @@ import time
 from collections import Counter
 from typing import Any
 
-if __package__:  # imported as runhealth.node.scan; shipped or run as a script, agent.py sets it
-    from . import fields
+if __package__:  # imported as runhealth.node.scan; shipped or run as a script, agent.py sets them
+    from . import fields, formats
 else:
-    fields = None  # type: ignore[assignment]
+    fields = formats = None  # type: ignore[assignment]
 
 CHUNK_BYTES = 1 << 20  # fits in cache, so the scan reads what the read just copied (measured: 1 MiB beat 16 MiB)
 FIRST_TIMED_STEP = 1 << 20  # under a deadline: the first read is small, later ones fit the speed seen
@@ -58,7 +60,9 @@ def _line_bound():
 MAX_LINE_BYTES = _line_bound()
 JSON_SPACE = b" \t\r"  # a line holding only these is blank (jq and pandas skip it), not malformed
 TEXT_KEYS = ("text", "completion", "output", "response")
-HOLE_KEYS = frozenset(("content", "reasoning_content", "reasoning", "prompt", "input") + TEXT_KEYS)
+HOLE_KEYS = frozenset(
+    ("content", "reasoning_content", "reasoning", "prompt", "input", "thinking", "generated_text") + TEXT_KEYS
+)
 MARK_BYTES = 256  # a content mark hashes a shard's first and its last MARK_BYTES bytes before an offset
 SHORT_MARK = "short"  # the mark of a file that now ends before the offset: equals no real mark
 
@@ -150,33 +154,21 @@ def parse_path(dotted):
 
 
 def locate(obj):
-    """Paths of (finish_reason, completion_tokens, [completion text parts]) for one record."""
-    body = get_at(obj, ("response", "body"))
-    root = ("response", "body") if isinstance(obj.get("response"), dict) and isinstance(body, dict) else ()
-    rec = body if root else obj
-    choices = rec.get("choices")
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        c0 = root + ("choices", 0)
-        if isinstance(choices[0].get("message"), dict):
-            msg = choices[0]["message"]
-            why = "reasoning_content" if isinstance(msg.get("reasoning_content"), str) else "reasoning"
-            texts = [c0 + ("message", why), c0 + ("message", "content")]
-        else:
-            texts = [c0 + ("text",)]
-        return c0 + ("finish_reason",), root + ("usage", "completion_tokens"), texts
-    meta = rec.get("meta_info")
-    if isinstance(meta, dict):
-        fr = ("meta_info", "finish_reason")  # type: tuple
-        fr = fr + ("type",) if isinstance(meta.get("finish_reason"), dict) else fr
-        return fr, ("meta_info", "completion_tokens"), [("text",)]
-    usage = rec.get("usage")
-    ct = (
-        ("usage", "completion_tokens")
-        if isinstance(usage, dict) and "completion_tokens" in usage
-        else ("completion_tokens",)
-    )
-    text = next((k for k in TEXT_KEYS if isinstance(rec.get(k), str)), "text")
-    return ("finish_reason",), ct, [(text,)]
+    """Where one record keeps its figures (formats.locate: the format entry's paths): a
+    formats.Located with the finish-reason path, the token-count path, the answer and
+    reasoning text paths, the body's format entry, the keys a template matches literally and
+    the label map."""
+    return formats.locate(obj)
+
+
+def text_paths(loc, obj):
+    """The sample's text paths: the first string among the reasoning candidates, then among the answer's."""
+    out = []
+    for paths in (loc.reasoning, loc.answer):
+        p = next((p for p in paths if isinstance(get_at(obj, p), str)), None)
+        if p is not None:
+            out.append(p)
+    return out
 
 
 def valid_count(ct):
@@ -194,15 +186,24 @@ def count_key(obj, overrides):
     None when the record holds a token count that is not a valid count (the line is malformed);
     a record with no count at all gets the chars/4 estimate.
     """
-    fr_path, ct_path, texts = locate(obj)
-    fr = get_at(obj, overrides[0] or fr_path)
-    ct = get_at(obj, overrides[1] or ct_path)
+    loc = locate(obj)
+    fr = get_at(obj, overrides[0] or loc.finish)
+    fr = loc.labels.get(fr, fr) if isinstance(fr, str) else None  # the format's label, in the one vocabulary
+    ct = get_at(obj, overrides[1] or loc.tokens)
+    if loc.body.count == "len" and not overrides[1] and isinstance(ct, list):
+        ct = len(ct)  # vLLM's dump: the token IDs themselves
+    plus = None if overrides[1] or loc.tokens_plus is None else get_at(obj, loc.tokens_plus)
+    if plus is not None:  # Gemini's thoughtsTokenCount: part of what max_output_tokens bounds
+        if not valid_count(plus):
+            return None
+        if valid_count(ct):
+            ct += plus
     if valid_count(ct):
-        return ct, fr if isinstance(fr, str) else None, 0
+        return ct, fr, 0
     if ct is not None:
         return None
-    chars = sum(len(t) for t in (get_at(obj, p) for p in texts) if isinstance(t, str))
-    return -(-chars // 4), fr if isinstance(fr, str) else None, 1
+    chars = sum(len(t) for t in (get_at(obj, p) for p in text_paths(loc, obj)) if isinstance(t, str))
+    return -(-chars // 4), fr, 1
 
 
 def load_line(raw):
@@ -290,6 +291,16 @@ _ONLY = {  # a strict template accepts only the type seen; other types take the 
 }
 _FR = rb'(?:"(?P<fr>[^"\\\x00-\x1f\x80-\xff]*)"|null)'  # ASCII only: others take json.loads
 _CT = rb"(?P<ct>0|[1-9][0-9]*)"
+_CT2 = rb"(?P<ct2>0|[1-9][0-9]*)"  # a second count added to ct (formats' tokens_plus), in ct's segment
+# A list of integers (token IDs), collapsed to one token by the builder (_collapse_int_lists), is
+# a hole like a long string: its end is the first "]" after it, and _list_items checks its body
+# with C-level bytes methods (a regex walk of thousands of integers ran at 30-90 MB/s); where it
+# is the token count (formats "len", vLLM's token_ids) the count is its items (hole kind 3).
+# No possessive quantifier here: CPython 3.11.2's `(?:...)*+` let "[1,]" match (a trailing comma).
+_INT = rb"-?(?:0|[1-9][0-9]*)"
+_INT_ITEMS = _INT + rb"(?:[ \t\r]*,[ \t\r]*" + _INT + b")*"
+_INT_LIST_BODY = re.compile(rb"[ \t\r]*(?:" + _INT_ITEMS + rb")?[ \t\r]*")
+_LIST_TOKEN = b"[#]"  # the builder's token for a collapsed list of integers
 
 
 class _TemplateError(Exception):
@@ -304,17 +315,20 @@ class _Builder:
     accepts any JSON whitespace there.
     """
 
-    def __init__(self, raw, fr_path, ct_path, extra=None):
-        self.tokens = [m.groups() for m in _TOKEN_RE.finditer(raw)]
+    def __init__(self, raw, loc, extra=None):
+        self.tokens = _collapse_int_lists([m.groups() for m in _TOKEN_RE.finditer(raw)])
         if len(self.tokens) > TEMPLATE_MAX_TOKENS:
             raise _TemplateError("too many tokens")
         self.i = 0
-        self.fr_path, self.ct_path = fr_path, ct_path
+        self.fr_path, self.ct_path, self.ct2_path = loc.finish, loc.tokens, loc.tokens_plus
+        self.count_len = loc.body.count == "len"
+        self.literal = loc.literal  # keys whose scalar values the template matches as they are
         self.segments, self.cur = [], []
         # extra: {path: capture pattern} of the per-line fields (fields.py's FieldSpec) and the
         # answer / reasoning text paths, whose holes are remembered (hole_paths) for no-answer checks
         self.extra = extra or {}
         self.hole_paths = []
+        self.hole_kinds = []  # per hole: 1 a string, 2 a list of integers, 3 the counted one
         self.kinds = {}  # path -> the kind of token a captured field held in this line ("s", "i", "l", "n")
 
     def next(self):
@@ -330,12 +344,19 @@ class _Builder:
     def value(self, path):
         tok = self.next()
         ws, s, num, lit, punct = tok
+        if punct == _LIST_TOKEN:  # a list of integers: a hole after its "["
+            self.emit(tok, rb"\[", b"[")
+            return self._hole(path, 3 if path == self.ct_path and self.count_len else 2)
+        if path == self.ct_path and self.count_len:
+            raise _TemplateError("the token IDs are not a list of integers")
         if punct in (b"{", b"["):
             return self.container(tok, path)
-        if path == self.ct_path:
+        if path == self.ct_path or path == self.ct2_path:
             if num is None or not num.isdigit():
                 raise _TemplateError("completion_tokens is not a count")
-            return self.emit(tok, _CT)
+            return self.emit(tok, _CT if path == self.ct_path else _CT2)
+        if path and path[-1] in self.literal and punct is None:
+            return self._literal(tok, path)
         if path == self.fr_path:
             if s is None and lit != b"null":  # json.loads would give None, a template could not
                 raise _TemplateError("finish_reason is not a string")
@@ -344,15 +365,32 @@ class _Builder:
             return self._extra_value(tok, path)
         if s is not None and (len(s) > 64 or (path and path[-1] in HOLE_KEYS)):
             self.emit(tok, b'"', b'"')  # the hole starts just after this opening quote
-            self.hole_paths.append(path)
-            self.segments.append(self.cur)
-            self.cur = []
-            return None
+            return self._hole(path, 1)
         if punct is not None:
             raise _TemplateError("unexpected %r" % punct)
         kind = "s" if s else "n" if num else "l"
         strict = "i" if kind == "n" and num.lstrip(b"-").isdigit() else kind
         return self.emit(tok, _ONLY[strict], tolerant=_SCALARS[kind])
+
+    def _hole(self, path, kind):
+        """End the segment at a hole of `kind` (hole_kinds) at `path`."""
+        self.hole_paths.append(path)
+        self.hole_kinds.append(kind)
+        self.segments.append(self.cur)
+        self.cur = []
+
+    def _literal(self, tok, path):
+        """A value the format's reading depends on (a `type`, `status`, `status_code`): matched
+        as it is, so a line with another value there takes another template or json.loads."""
+        ws, s, num, lit, punct = tok
+        raw = s or num or lit
+        if b"\\" in raw or not raw.isascii():
+            raise _TemplateError("a literal value with an escape")
+        if path == self.fr_path:
+            if s is None:
+                raise _TemplateError("finish_reason is not a string")
+            return self.emit(tok, b'"(?P<fr>' + re.escape(s[1:-1]) + b')"')
+        return self.emit(tok, re.escape(raw), raw)
 
     def _extra_value(self, tok, path):
         """A per-line field (prompt ID, prompt tokens, group: captured; a container takes
@@ -372,10 +410,7 @@ class _Builder:
             return self.emit(tok, pattern[1].get(kind, pattern[0]), tolerant=pattern[0])
         if s is not None:
             self.emit(tok, b'"', b'"')
-            self.hole_paths.append(path)
-            self.segments.append(self.cur)
-            self.cur = []
-            return None
+            return self._hole(path, 1)
         if punct is not None:
             raise _TemplateError("unexpected %r" % punct)
         return self.emit(tok, fields.text_scalar("n" if num else "l"))
@@ -407,6 +442,7 @@ class _Builder:
 
     def compile(self, strict):
         """Compiled segments (match, groups, hole, lead, backward); the last reaches the line end.
+        `groups`: 1 ct, 2 fr, 8 ct2 (added to ct), 4 per-line fields (bits 4+: which such segment).
 
         In the strict variant a segment that follows a hole starts with literal bytes (the
         hole's closing quote, then keys and punctuation up to the first scalar): that `lead` is
@@ -419,7 +455,8 @@ class _Builder:
         if strict:
             for i, seg in enumerate(segs):
                 n = next((j for j, piece in enumerate(seg) if piece[3] is None), len(seg))
-                leads[i] = (b'"' if i else b"") + b"".join(ws + lit for ws, _, _, lit in seg[:n])
+                close = (b'"' if self.hole_kinds[i - 1] == 1 else b"]") if i else b""
+                leads[i] = close + b"".join(ws + lit for ws, _, _, lit in seg[:n])
                 if i:
                     segs[i] = seg[n:]
         out = []
@@ -427,16 +464,92 @@ class _Builder:
         for i, seg in enumerate(segs):
             parts = (re.escape(ws) + pat if strict else _WS + loose for ws, pat, loose, _ in seg)
             rx = re.compile(b"".join(parts), re.DOTALL)
-            groups = ("ct" in rx.groupindex) | ("fr" in rx.groupindex) << 1
-            if set(rx.groupindex) - {"ct", "fr"}:
-                groups |= 4 | k << 3
+            groups = ("ct" in rx.groupindex) | ("fr" in rx.groupindex) << 1 | ("ct2" in rx.groupindex) << 3
+            if groups & 9 == 8:
+                raise _TemplateError("the second count is not in the first one's segment")
+            if set(rx.groupindex) - {"ct", "fr", "ct2"}:
+                groups |= 4 | k << 4
                 k += 1
-            hole = i < len(self.segments)
+            hole = self.hole_kinds[i] if i < len(self.segments) else 0
             lead = leads[i + 1] if hole and strict else None
-            out.append((rx.match, groups, hole, lead, hole and i == len(self.segments) - 1))
+            out.append((rx.match, groups, hole, lead, hole == 1 and i == len(self.segments) - 1))
         plan = _Plan(out)
         plan.ms = [None] * k
         return plan
+
+
+def _collapse_int_lists(tokens):
+    """`tokens` with each list of integers as one _LIST_TOKEN (token IDs: vLLM's `token_ids` and
+    `prompt_token_ids`, Ollama's `context`), so such a line stays within TEMPLATE_MAX_TOKENS."""
+    out, i, n = [], 0, len(tokens)
+    while i < n:
+        t = tokens[i]
+        if t[4] == b"[" and i + 1 < n and _is_int(tokens[i + 1]):
+            j = i + 2
+            while j + 1 < n and tokens[j][4] == b"," and _is_int(tokens[j + 1]):
+                j += 2
+            if j < n and tokens[j][4] == b"]":
+                out.append((t[0], None, None, None, _LIST_TOKEN))
+                i = j + 1
+                continue
+        out.append(t)
+        i += 1
+    return out
+
+
+def _is_int(tok):
+    return tok[2] is not None and tok[2].lstrip(b"-").isdigit()
+
+
+def _list_items(buf, s, e):
+    """How many integers the JSON list whose body (between its brackets) is buf[s:e] holds, or
+    -1 when json.loads would not read it as a list of integers. The usual body (json.dumps:
+    non-negative IDs without leading zeros, ", " or "," between them) is checked with a few
+    C-level bytes passes (its separators are what is left without the digits), no regex; any
+    other takes one regex match (_INT_LIST_BODY)."""
+    if s >= e:
+        return 0 if s == e else -1
+    body = bytes(buf[s:e])
+    if not (49 <= body[0] <= 57 and 48 <= body[-1] <= 57):  # starts 1-9, ends with a digit
+        return _list_items_slow(body)
+    seps = body.translate(None, b"0123456789")
+    k = len(seps)
+    if seps == b", " * (k >> 1) and not k & 1 and body.count(b", ") == k >> 1:  # each space after a comma
+        if b", ," in body or not _zeros_alone(body, b" 0"):  # an empty item; a leading zero
+            return -1
+        return (k >> 1) + 1
+    if seps == b"," * k:
+        if b",," in body or not _zeros_alone(body, b",0"):
+            return -1
+        return k + 1
+    return _list_items_slow(body)
+
+
+def _zeros_alone(body, mark):
+    """Whether every item of the list body that starts with 0 (after `mark`'s separator) is 0
+    itself: json.loads rejects a leading zero."""
+    i = body.find(mark)
+    while i >= 0:
+        if body[i + 2 : i + 3] not in (b",", b""):
+            return False
+        i = body.find(mark, i + 2)
+    return True
+
+
+def _list_items_slow(body):
+    if _INT_LIST_BODY.fullmatch(body) is None:
+        return -1
+    items = body.strip(JSON_SPACE)
+    return items.count(b",") + 1 if items else 0
+
+
+def _fixer(labels):
+    """(ct, fr) of a template hit as the json.loads path reads them: the format's label map
+    applied (formats.LABELS); None when the map is empty."""
+    bl = {k.encode("utf-8"): v.encode("utf-8") for k, v in labels.items()}
+    if bl:
+        return lambda ct, fr: (ct, bl.get(fr, fr))
+    return None
 
 
 class _Plan(list):
@@ -448,6 +561,8 @@ class _Plan(list):
     ms: Any = None
     inline: Any = None  # for _scan_chunk_fields' inline path (see fields.TemplateFields.plain)
     walk: Any = None  # for _scan_chunk_fields' inline walk (_walk)
+    fix: Any = None  # _fixer: the format's label map / token-ID count, applied to each hit
+    labels: Any = None  # the label map as bytes, for a walk that applies it inline (no count to fix)
 
 
 def _build_template(raw, obj, xspec=None):
@@ -456,21 +571,28 @@ def _build_template(raw, obj, xspec=None):
     With `xspec` (the shard's per-line fields are on, fields.FieldSpec) the templates capture
     the prompt ID, prompt tokens and group, and remember which holes hold the answer and the
     reasoning text."""
-    fr_path, ct_path, texts = locate(obj)
-    if not isinstance(get_at(obj, ct_path), int) or len(raw) > TEMPLATE_MAX_LINE_BYTES:
+    loc = locate(obj)
+    ct = get_at(obj, loc.tokens)
+    if not isinstance(ct, list if loc.body.count == "len" else int) or len(raw) > TEMPLATE_MAX_LINE_BYTES:
         return None
     extra = layout = None
     if xspec is not None:
-        layout = fields.TemplateFields(xspec, texts)
+        layout = fields.TemplateFields(xspec, loc)
         extra = layout.captures
     try:
-        b = _Builder(raw, fr_path, ct_path, extra)
+        b = _Builder(raw, loc, extra)
         b.value(())
         if b.i != len(b.tokens):
             raise _TemplateError("trailing tokens")
     except (_TemplateError, ValueError, RecursionError):
         return None
-    plans = b.compile(True), b.compile(False)
+    try:
+        plans = b.compile(True), b.compile(False)
+    except _TemplateError:
+        return None
+    plans[0].fix = plans[1].fix = _fixer(loc.labels)
+    if plans[0].fix is not None:  # the walk maps the labels inline
+        plans[0].labels = {k.encode("utf-8"): v.encode("utf-8") for k, v in loc.labels.items()}
     if layout is not None:
         layout.with_holes(b.hole_paths)
         for plan in plans:
@@ -482,19 +604,30 @@ def _build_template(raw, obj, xspec=None):
 
 
 def _walk(plan, kinds):
-    """(plan, segments, ID group, prompt-token group) for _scan_chunk_fields' inline walk of a
-    strict plan, or None. Each segment is (match, take, hole, lead, len(lead), backward),
-    `take` saying what it captures: 1 ct and fr together, 2 the ID (group number: the ID
-    group), 4 the prompt tokens; group 0: none. It qualifies with ct and fr in one segment, one
-    prompt-token capture at most and no group field; the rest take _match_fields.
+    """(plan, segments, ID group, prompt-token group, label map or None, post) for
+    _scan_chunk_fields' inline walk of a strict plan, or None. Each segment is (match, take,
+    hole, lead, len(lead), backward, mark), `take` saying what it captures: 1 ct and fr
+    together, 2 the ID (group number: the ID group), 4 the prompt tokens, 8 fr alone, 16 ct
+    alone; group 0: none. A hole of kind 3 (a counted list of token IDs) gives ct. `post`: the
+    line's key is built after the walk (ct and fr from two places, or a label map to apply).
+    It qualifies with a finish reason and a count, one prompt-token capture at most and no
+    group field; the rest take _match_fields.
 
     The ID read is the first candidate captured whose strict capture accepts only IDs (`kinds`,
     the builder's: "s" a non-empty string, "i" an integer; fields._SCALAR_STRICT): the
     candidates tried before it accept only null, true or false ("l"), so on every line this plan
     matches it is the ID fields.line_values picks, and no line needs the check."""
     tf = plan.fields
-    if len(tf.pt_get) > 1 or tf.spec.group_path is not None or not any(seg[1] & 3 == 3 for seg in plan):
+    if (
+        (plan.fix is not None and plan.labels is None)
+        or any(seg[1] & 8 for seg in plan)  # a second count to add: _match_fields
+        or len(tf.pt_get) > 1
+        or tf.spec.group_path is not None
+        or not any(seg[1] & 2 for seg in plan)
+        or not any(seg[1] & 1 or seg[2] == 3 for seg in plan)
+    ):
         return None
+    split = not any(seg[1] & 3 == 3 for seg in plan)
     ki, gi = -1, 0
     for path, getter in zip(tf.id_got, tf.id_get):
         if kinds.get(path) in ("s", "i"):
@@ -508,14 +641,16 @@ def _walk(plan, kinds):
     for match, groups, hole, lead, backward in plan:
         if hole and lead is None:
             return None
-        k = groups >> 3 if groups & 4 else -1
-        take = (groups & 3 == 3) | (2 if k == ki >= 0 else 0) | (4 if k == kp >= 0 else 0)
+        k = groups >> 4 if groups & 4 else -1
+        take = 1 if groups & 3 == 3 else (8 if groups & 2 else 0) | (16 if groups & 1 else 0)
+        take |= (2 if k == ki >= 0 else 0) | (4 if k == kp >= 0 else 0)
         mark = 0  # 1: the answer text's hole, 2: the reasoning text's (kept for a `length` stop)
         if hole:
             mark = 1 if h == tf.ans_hole else 2 if h == tf.rsn_hole else 0
             h += 1
         segs.append((match, take, hole, lead, len(lead) if hole else 0, backward, mark))
-    return plan, tuple(segs), gi if ki >= 0 else 0, gp if kp >= 0 else 0
+    post = split or plan.labels is not None
+    return plan, tuple(segs), gi if ki >= 0 else 0, gp if kp >= 0 else 0, plan.labels, post
 
 
 def _match_template(plan, buf, pos, end):
@@ -528,10 +663,21 @@ def _match_template(plan, buf, pos, end):
         if groups:
             if groups & 1:
                 ct = m.group("ct")
+                if groups & 8:  # Gemini's thoughts: part of the count
+                    ct = b"%d" % (int(ct) + int(m.group("ct2")))
             if groups & 2:
                 fr = m.group("fr")
         if hole:
             pos = m.end()
+            if hole > 1:  # a list of integers: it ends at the first "]"
+                q = buf.find(b"]", pos, end)
+                n = _list_items(buf, pos, q) if q >= 0 else -1
+                if n < 0 or (lead is not None and not buf.startswith(lead, q)):
+                    return None
+                if hole == 3:
+                    ct = b"%d" % n
+                pos = q + (1 if lead is None else len(lead))
+                continue
             if backward and lead is not None:  # last hole: its end found from the line's end
                 q = buf.rfind(lead, pos, end)
                 # exact only if no quote inside could have closed the string first
@@ -542,7 +688,8 @@ def _match_template(plan, buf, pos, end):
                 if q < 0 or (lead is not None and not buf.startswith(lead, q)):
                     return None
             pos = q + (1 if lead is None else len(lead))
-    return ct, fr
+    fix = plan.fix
+    return (ct, fr) if fix is None else fix(ct, fr)  # None: a token-ID list json.loads reads otherwise
 
 
 def _match_fields(plan, buf, pos, end):
@@ -557,12 +704,23 @@ def _match_fields(plan, buf, pos, end):
         if groups:
             if groups & 1:
                 ct = m.group("ct")
+                if groups & 8:  # Gemini's thoughts: part of the count
+                    ct = b"%d" % (int(ct) + int(m.group("ct2")))
             if groups & 2:
                 fr = m.group("fr")
             if groups & 4:
-                ex[groups >> 3] = m
+                ex[groups >> 4] = m
         if hole:
             pos = m.end()
+            if hole > 1:  # a list of integers, as _match_template
+                q = buf.find(b"]", pos, end)
+                n = _list_items(buf, pos, q) if q >= 0 else -1
+                if n < 0 or (lead is not None and not buf.startswith(lead, q)):
+                    return None
+                if hole == 3:
+                    ct = b"%d" % n
+                pos = q + (1 if lead is None else len(lead))
+                continue
             if backward and lead is not None:
                 q = buf.rfind(lead, pos, end)
                 if q < 0 or ((buf[q - 1] == 92 or buf.find(b'"', pos, q) >= 0) and hole_end(buf, pos, end) != q + 1):
@@ -572,6 +730,11 @@ def _match_fields(plan, buf, pos, end):
                 if q < 0 or (lead is not None and not buf.startswith(lead, q)):
                     return None
             pos = q + (1 if lead is None else len(lead))
+    if plan.fix is not None:
+        fixed = plan.fix(ct, fr)
+        if fixed is None:
+            return None
+        ct, fr = fixed
     return ct, fr, ex
 
 
@@ -585,7 +748,11 @@ def hole_spans(plan, buf, pos, end):
             return None
         if hole:
             pos = m.end()
-            if backward and lead is not None:
+            if hole > 1:  # a list of integers (as _match_template)
+                q = buf.find(b"]", pos, end)
+                if q < 0 or _list_items(buf, pos, q) < 0 or (lead is not None and not buf.startswith(lead, q)):
+                    return None
+            elif backward and lead is not None:
                 q = buf.rfind(lead, pos, end)
                 if q < 0 or ((buf[q - 1] == 92 or buf.find(b'"', pos, q) >= 0) and hole_end(buf, pos, end) != q + 1):
                     return None
@@ -635,6 +802,14 @@ class _Tally:
 
     def __init__(self):
         self.fast, self.slow, self.malformed, self.lines, self.blank = {}, {}, 0, 0, 0
+        self.failed = {}  # failure reason -> failed requests (formats.failure; not completions)
+        self.failed_lines = 0
+
+    def add_failed(self, reason):
+        if reason not in self.failed and len(self.failed) >= formats.MAX_FAILED_REASONS - 1:
+            reason = "other"  # the last slot holds every reason past the bound
+        self.failed[reason] = self.failed.get(reason, 0) + 1
+        self.failed_lines += 1
 
     def rows(self):
         merged = dict(self.slow)
@@ -721,7 +896,7 @@ def _scan_chunk_fields(buf, end, tally, tmpl_state, overrides, starts, base, ft,
         lines += 1
         if append is not None:
             append(base + pos)
-        for plan, segs, gi, gp in walks:
+        for plan, segs, gi, gp, lm, post in walks:
             p = pos
             for match, take, hole, lead, n_lead, backward, mark in segs:
                 m = match(buf, p, nl)
@@ -740,8 +915,21 @@ def _scan_chunk_fields(buf, end, tally, tmpl_state, overrides, starts, base, ft,
                             idt = m[gi]
                         if take & 4:
                             ptt = m[gp]
+                        if take & 8:
+                            fr = m.group("fr")
+                        if take & 16:
+                            ct = m.group("ct")
                 if hole:
                     p = m.end()
+                    if hole > 1:  # a list of integers (as _match_template)
+                        q = find(b"]", p, nl)
+                        n = _list_items(buf, p, q) if q >= 0 else -1
+                        if n < 0 or not startswith(lead, q):
+                            break
+                        if hole == 3:
+                            ct = b"%d" % n
+                        p = q + n_lead
+                        continue
                     if backward:  # as _match_fields: the last hole's end found from the line's end
                         q = rfind(lead, p, nl)
                         if q < 0 or ((buf[q - 1] == 92 or find(b'"', p, q) >= 0) and hole_end(buf, p, nl) != q + 1):
@@ -757,6 +945,10 @@ def _scan_chunk_fields(buf, end, tally, tmpl_state, overrides, starts, base, ft,
                             r0, r1 = p, q
                     p = q + n_lead
             else:
+                if post:  # ct and fr from two places, or the format's label map (_fixer's) to apply
+                    if lm is not None:
+                        fr = lm.get(fr, fr)
+                    key = (ct, fr)
                 keys_append(key)  # counted in C at the chunk's end, as pts
                 if fr != b"length" and len(ct) <= 12:  # the usual line
                     if gi:
@@ -818,6 +1010,13 @@ def _count_slow(raw, tally, tmpl_state, overrides, learn, ft=None):
     """The json.loads path for one line; may learn a template from it, and may turn the
     shard's per-line fields on (the first line that has any)."""
     obj, repaired = _load_counted_line(raw)
+    if obj is not None:
+        reason = formats.failure(obj)
+        if reason is not None:  # a failed request: counted apart, never a completion
+            tally.add_failed(reason)
+            if ft is not None:
+                _failed_id(obj, tmpl_state, ft)
+            return
     key = None if obj is None else count_key(obj, overrides)
     if key is None or (repaired and key[1] is not None and _has_placeholder(key[1])):
         # the one place a line is called blank or malformed (an invalid UTF-8 byte in
@@ -831,7 +1030,7 @@ def _count_slow(raw, tally, tmpl_state, overrides, learn, ft=None):
         key = (key[0], clean_text(key[1]), key[2])  # a "\\ud800" escape: counted as U+FFFD
     tally.slow[key] = tally.slow.get(key, 0) + 1
     if ft is not None:
-        texts = locate(obj)[2]
+        texts = locate(obj)
         if tmpl_state[3] is None and fields.has_fields(obj, ft.spec, texts):
             tmpl_state[3] = ft.spec.key()
             del tmpl_state[0][:], tmpl_state[1][:]  # relearned with the fields captured
@@ -839,6 +1038,17 @@ def _count_slow(raw, tally, tmpl_state, overrides, learn, ft=None):
             ft.json_line(obj, texts, key[0], key[1])
     if learn and tmpl_state[2] > 0 and key[2] == 0:
         _learn(tmpl_state, bytes(raw), obj, ft.spec if ft is not None and tmpl_state[3] is not None else None)
+
+
+def _failed_id(obj, tmpl_state, ft):
+    """Keep a failed request's prompt ID (failed_ids); its ID turns the shard's fields on."""
+    idb = fields.line_values(obj, ft.spec)[1]
+    if idb is None:
+        return
+    if tmpl_state[3] is None:
+        tmpl_state[3] = ft.spec.key()
+        del tmpl_state[0][:], tmpl_state[1][:]  # relearned with the fields captured
+    ft.failed_raw.append(idb)
 
 
 def _has_placeholder(text):
@@ -1009,7 +1219,7 @@ def _scan_open_file(f, path, entry, budget_bytes, overrides, line_index, deadlin
     rows = tally.rows()
     entry.update(
         offset=pos,
-        lines=tally.lines,
+        lines=tally.lines - tally.failed_lines,
         malformed=tally.malformed,
         blank_lines=tally.blank,
         counts=rows,
@@ -1018,6 +1228,11 @@ def _scan_open_file(f, path, entry, budget_bytes, overrides, line_index, deadlin
         tail=list(reader.tail) if reader.tail[0] == pos else None,  # agent.py keeps it, pops it
     )
     entry["problem"] = _problem(skipped, pos, entry["tail"])
+    if tally.failed:  # wire.ShardEntry: failed requests by reason, and their prompt IDs
+        entry["failed"] = formats.bound_reasons(tally.failed)
+    failed_ids = ft.failed_ids()
+    if failed_ids:
+        entry["failed_ids"] = failed_ids
     found = ft.entry()
     if found is not None:  # only a shard with per-line fields carries them (wire.ShardEntry)
         entry["fields"] = found
@@ -1026,6 +1241,8 @@ def _scan_open_file(f, path, entry, budget_bytes, overrides, line_index, deadlin
 def _field_state(path, inode, paths):
     """The shard's template memory and a fields.Tally for this scan; per-line fields are on from
     the start when a path is configured, and templates learned under other paths are dropped."""
+    if formats.set_cut_labels((paths or {}).get("cut_labels")):
+        TEMPLATES.entries.clear()  # their lines were read under the old label maps
     tmpl_state = TEMPLATES.get(path, inode)
     spec = fields.FieldSpec(paths)
     fields.hole_spans = hole_spans  # the template walk is this module's

@@ -150,9 +150,12 @@ class ShardRequest(TypedDict, total=False):
     scan_workers: Optional[int]  # None: a quarter of the node's cores, 1..8
     finish_reason_path: Optional[str]
     completion_tokens_path: Optional[str]
-    prompt_id_path: Optional[str]  # None: detected (node/fields.py ID_FIELDS)
+    prompt_id_path: Optional[str]  # None: detected (node/formats.py ID_FIELDS)
     prompt_tokens_path: Optional[str]
     group_path: Optional[str]  # None: prompt-token bins
+    # Finish reasons read as "length" (cut at the token limit) besides each format's own
+    # (node/formats.py): for a configured finish_reason_path whose labels are not known.
+    cut_labels: List[str]
 
 
 class PollRequest(TypedDict, total=False):
@@ -177,6 +180,7 @@ class SampleRequest(TypedDict, total=False):
     prompt_path: Optional[str]
     finish_reason_path: Optional[str]
     completion_tokens_path: Optional[str]
+    cut_labels: List[str]  # as ShardRequest.cut_labels
 
 
 class HelloRequest(TypedDict):
@@ -227,12 +231,17 @@ class ShardEntry(TypedDict, total=False):
     problem: Optional[str]
     # Per-line fields (node/fields.py), only from a shard whose lines have them (#33).
     fields: "FieldCounts"
-    # Failed requests newly counted in this scan (#39 item 2): [[reason, count], ...] by a short
-    # bounded reason label (error type/code: "server_error", "http_500", "expired"), at most
-    # MAX_FAILED_REASONS per scan, the rest under "other"; absent or [] when none (and from older
-    # agents). A failed line is in none of lines, counts, tokens or fields.
+    # Failed requests (#39): lines that are a request that failed, not a completion (an HTTP
+    # status other than 200, an `error` object with no response, an Anthropic result of type
+    # errored / expired / canceled, a Responses `status: failed`, a Gemini `error`; the rules
+    # are node/formats.py's). They are in none of lines, counts, tokens or fields. Each row is
+    # [reason, count]: the error's type or code ("server_error", "http_500", "expired",
+    # "overloaded_error"), printable ASCII, at most 40 characters, at most 32 distinct reasons a
+    # scan (the rest summed under "other"). Absent when there were none; absent from older agents.
     failed: List[List[Any]]
-    # base64 of the failed lines' 64-bit prompt-ID hashes (as FieldCounts.ids); only when present.
+    # base64 of the 64-bit prompt-ID hashes of the failed lines that have an ID (as
+    # FieldCounts.ids: fields.id_hash, little-endian), one per such line; only when the shard's
+    # per-line fields are on (a failed line's ID turns them on). Absent when there are none.
     failed_ids: str
 
 
@@ -323,6 +332,9 @@ class MetricsEntry(TypedDict):
 
 
 class PollReply(ReplyBase, total=False):
+    """A poll's answer. Per shard (ShardsReply.files) the counts of complete lines, and apart
+    from them the failed requests (ShardEntry.failed, failed_ids)."""
+
     hostname: str
     loadavg: Optional[List[float]]
     host: HostInfo

@@ -50,7 +50,9 @@ _NODE_DIR = Path(wire.__file__).parent
 _AGENT_PATH = _NODE_DIR / "agent.py"
 # The agent's other modules, shipped under these names (node/agent.py SHIPPED_PREFIX + part);
 # agent.py registers them in sys.modules.
-AGENT_PARTS = {"runhealth_node_" + part: part + ".py" for part in ("wire", "fields", "scan", "gpu", "backfill")}
+AGENT_PARTS = {
+    "runhealth_node_" + part: part + ".py" for part in ("wire", "formats", "fields", "scan", "gpu", "backfill")
+}
 NOISE_PREVIEW_CHARS = 80  # of a login shell's output, quoted in the error and the log
 log = textsafe.get_logger(__name__)
 

@@ -164,7 +164,7 @@ class NodeConfig:
             str,
             default_doc="detected",
             doc="dotted path to the prompt's ID (detected: `custom_id`, `prompt_id`, `metadata.id`, `id`, "
-            "`request_id`), for prompts answered / missing / answered twice",
+            "`request_id`, `key`), for prompts answered / missing / answered twice",
         ),
     )
     prompt_tokens_path: str | None = field(
@@ -172,7 +172,8 @@ class NodeConfig:
         metadata=spec(
             str,
             default_doc="detected",
-            doc="dotted path to the prompt's token count (detected: `usage.prompt_tokens`, `meta_info.prompt_tokens`)",
+            doc="dotted path to the prompt's token count (detected: each format's, e.g. `usage.prompt_tokens`, "
+            "`usage.input_tokens`, `usageMetadata.promptTokenCount`, `prompt_eval_count`, `meta_info.prompt_tokens`)",
         ),
     )
     group_path: str | None = field(
@@ -298,6 +299,21 @@ class RunConfig:
     )
     interval_s: float = field(
         default=10.0, metadata=spec(int, float, rules=[between(0.5, 3600, "s")], doc="poll period")
+    )
+    cut_labels: list[str] = field(
+        default_factory=list,
+        metadata=spec(
+            list,
+            rules=[
+                _Rule(
+                    lambda v: all(isinstance(x, str) and 0 < len(x) <= 64 for x in v),
+                    "must be a list of finish-reason labels (strings of 1-64 characters)",
+                )
+            ],
+            default_doc="`[]`",
+            doc="finish reasons that mean cut at the token limit, besides each format's own (`length`, "
+            "`max_tokens`, `MAX_TOKENS`, …): for a `finish_reason_path` whose labels are not known",
+        ),
     )
     store_path: str | None = field(
         default=None,
