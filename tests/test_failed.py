@@ -271,25 +271,20 @@ def test_poll_json_reads_the_failed_requests_per_node(failed_store):
     assert by["node-1"]["failed_requests"] == 0 and by["node-1"]["failed_pct"] == 0.0
 
 
-def test_scan_json_reads_the_failed_part_of_the_agents_reply(tmp_path, monkeypatch, capsys):
-    """The agent in this checkout may not detect failures yet (the formats work does): its real
-    reply is given a `failed` part at the boundary, as an agent that detects them sends it."""
+def test_scan_json_reads_the_failed_requests_of_openai_batch_lines(tmp_path, capsys):
+    """`scan --json` through the real scanner over OpenAI Batch output with failed lines (status
+    500, 502, `response: null` with an error); the truth from the generated outcomes."""
+    import formatgen
+
     shard = tmp_path / "a.jsonl"
-    shard.write_text("".join(json.dumps({"finish_reason": "stop", "completion_tokens": 7}) + "\n" for _ in range(99)))
-    real = agent.handle
-
-    def handle(request):
-        reply = real(request)
-        for e in reply["shards"]["files"].values():
-            if e.get("offset_from", 0) == 0 and e.get("lines"):
-                e.setdefault("failed", [["expired", 1]])
-        return reply
-
-    monkeypatch.setattr(agent, "handle", handle)
+    truth = formatgen.write_shard(shard, "openai-batch", 400, seed=9)
+    assert len(truth.failed) >= 2
     assert cli.main(["scan", str(shard), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["completions"] == 99 and report["failed_requests"] == 1 and report["failed_pct"] == 1.0
-    assert report["failed_by_reason"] == {"expired": 1} and report["truncated_unknown"] is None
+    failed = sum(truth.failed.values())
+    assert report["completions"] == truth.completions and report["failed_requests"] == failed
+    assert report["failed_pct"] == round(100 * failed / (truth.completions + failed), 3)
+    assert report["failed_by_reason"] == dict(truth.failed) and report["truncated_unknown"] is None
 
 
 def test_compare_shows_each_runs_failed_share(failed_store, tmp_path):
