@@ -75,10 +75,9 @@ RETRY_SHARE = 0.01  # a line answers an earlier prompt again
 SKIP_SHARE = 0.01  # a prompt is skipped: never answered
 NO_ANSWER_SHARE_OF_TRUNCATED = 0.6  # cut while still reasoning; the rest are cut mid-answer
 MISLABEL_SHARE_OF_TRUNCATED = 0.01  # at the ceiling, labelled "stop" or "tool_calls"
-# Failed requests (#39), OpenAI Batch style: `response.status_code` 500 with an error body. 0 until
-# the node agent detects failed requests (the formats work, #39 item 1): today's agent would count
-# such a line as a completion with no finish reason. Set to 0.005 (~0.5%) once it does.
-FAILED_SHARE = 0.0
+# Failed requests (#39), OpenAI Batch style: `response.status_code` 500 with an error body, ~0.5% of
+# lines. The node agent counts them apart (node/formats.py): not completions, not answered prompts.
+FAILED_SHARE = 0.005
 
 
 def truth(ceiling: int) -> dict[str, float]:
@@ -336,7 +335,7 @@ class Simulator:
         rng = self.rng
         if rng.random() < 0.0005:
             return '{"id": "broken", "choices": [{"message": {"content": "half a rec\n'  # malformed
-        if FAILED_SHARE and rng.random() < FAILED_SHARE:  # no draw at 0: the demo's stream unchanged
+        if rng.random() < FAILED_SHARE:
             return self.failed_line()
         dataset = rng.choice(list(DATASETS))
         true_len = int(math.exp(rng.gauss(LOG_MEDIAN + DATASETS[dataset], LOG_SIGMA)))

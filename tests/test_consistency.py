@@ -77,9 +77,10 @@ FACTS: dict[str, Fact] = {
         Fact("forecast_loop_note"),  # what the interval assumes of loops, said beside it ("" or "assuming no loops")
         Fact("compare_b_n"),  # the n of run B's shares on the Compare page
         Fact("energy_j_per_usable_token", relative=0.01),
+        Fact("failed_requests"),  # failed request lines (#39): no completions
+        Fact("failed_pct", tolerance=0.051),  # of requests (completions + failed): "0.5%" on a page, 3 decimals in JSON
     )
 }
-# The lead extends FACTS at merge (e.g. Fact("failed_requests")) and adds the extractors below.
 
 
 def close(fact: Fact, a: Any, b: Any) -> bool:
@@ -193,6 +194,7 @@ class Scenario:
     now: float
     completions: int = 0
     answered: int = 0
+    failed: int = 0  # failed request lines written (OpenAI Batch 500s: the simulator's and the case's)
     truth: dict[str, Any] = dataclasses.field(default_factory=dict)  # facts the case fixes, beside its lines'
 
 
@@ -235,12 +237,14 @@ def build(
     seed: int = 5,
     ceiling: int = CEILING,
     no_usage_every: int = 0,
+    failed_every: int = 0,
     configured: bool = True,
     run_name: str = "consistency-run",
 ) -> Scenario:
     """`polls` polls 30 s apart ending now; at poll k node n writes plan[n](k) fresh simulator lines
-    (prompt IDs with the simulator's retries and skips), scanned by the real scanner; every
-    `no_usage_every`-th line without its usage (a length the scanner estimates)."""
+    (prompt IDs with the simulator's retries and skips, ~0.5% failed requests), scanned by the real
+    scanner; every `no_usage_every`-th line without its usage (a length the scanner estimates);
+    every `failed_every`-th a failed request (an OpenAI Batch 500, the simulator's failed line)."""
     now = float(int(time.time()))
     sim = Simulator(folder, seed=seed, ceiling=ceiling)
     sim.shard_dir.mkdir(parents=True)
@@ -250,26 +254,34 @@ def build(
     store = Store(folder / "store.sqlite3")
     at = {n: (None, 0) for n in shards}
     ids: list[str] = []
+    failed = 0
     for k in range(polls):
         ts = now - (polls - 1 - k) * INTERVAL_S
         for node, path in shards.items():
             fresh = [sim.completion_line(1) for _ in range(plan[node](k) if k else 0)]
             if no_usage_every:
                 fresh = [_without_usage(x) if i % no_usage_every == 0 else x for i, x in enumerate(fresh, 1)]
+            if failed_every:  # counted over the run's lines, not each poll's
+                fresh = [sim.failed_line() if i % failed_every == 0 else x for i, x in enumerate(fresh, len(ids) + 1)]
             with open(path, "a", encoding="utf-8") as f:
                 f.writelines(fresh)
             for line in fresh:
                 try:
-                    ids.append(json.loads(line)["custom_id"])
-                except (json.JSONDecodeError, KeyError):
-                    pass
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # the simulator's half-written line: malformed
+                if (record.get("response") or {}).get("status_code", 200) != 200:
+                    failed += 1  # a failed request: no completion, no answered prompt
+                elif "custom_id" in record:
+                    ids.append(record["custom_id"])
             entry = scan.scan_file(str(path), *at[node], 1 << 30)
             at[node] = (entry["inode"], entry["offset"])
             write_reply(store, node, poll_reply(ts + 0.4, [], {str(path): entry}), ts, rtt_ms=5.0)
     config = write_config(folder, tuple(plan), target, expected, extra, ceiling if configured else None, run_name)
     store.set_meta("run", RunSettings.from_config(load_config(config)).to_meta())  # as its collector records it
     store.close()
-    return Scenario(name, folder, config, now, len(ids), len(set(ids)))
+    assert failed == len(sim.fields.failed)  # the simulator's truth, as written
+    return Scenario(name, folder, config, now, len(ids), len(set(ids)), failed)
 
 
 def _without_usage(line: str) -> str:
@@ -329,7 +341,17 @@ def unconfigured_ceiling(folder: Path) -> Scenario:
     return s
 
 
+def failed_requests(folder: Path) -> Scenario:
+    """One line in 25 a failed request (OpenAI Batch status 500) beside the simulator's ~0.5%:
+    ~4.5% of requests, past the 1% warning, so the webhook carries the count too (#39)."""
+    s = build(folder, "failed", {"loc": lambda k: 12, "sshn": lambda k: 8}, POLLS, target=5_000, failed_every=25)
+    assert s.failed >= 30, "the case needs failed requests to prove anything"
+    s.truth = {"failed_requests": s.failed, "failed_pct": round(100 * s.failed / (s.completions + s.failed), 3)}
+    return s
+
+
 SCENARIOS = {
+    "failed_requests": failed_requests,
     "straggler": straggler,
     "stalled": stalled,
     "share_done": share_done,
@@ -378,6 +400,9 @@ def from_record(r: dict[str, Any]) -> dict[str, Any]:
         out["prompts_missing"] = r["prompts_missing"]
     if "done_nodes" in r:
         out["done_nodes"] = tuple(sorted(r["done_nodes"]))
+    if r.get("failed_pct") is not None:  # None before any request came back
+        out["failed_requests"] = int(r["failed_requests"])
+        out["failed_pct"] = float(r["failed_pct"])
     return out
 
 
@@ -428,6 +453,9 @@ def extract_metrics(s: Scenario, capsys) -> dict[str, Any]:
         out["done_nodes"] = tuple(sorted(lab["node"] for lab, v in m["runhealth_node_done"] if v == 1))
     if "runhealth_eta_seconds" in m:
         out["eta_s"] = m["runhealth_eta_seconds"][0][1]
+    if "runhealth_failed_requests_ratio" in m:
+        out["failed_requests"] = int(sum(v for _l, v in m.get("runhealth_failed_requests_total", [])))
+        out["failed_pct"] = round(100 * m["runhealth_failed_requests_ratio"][0][1], 3)
     for fact, name in (
         ("prompts_answered", "runhealth_prompts_answered"),
         ("prompts_missing", "runhealth_prompts_missing"),
@@ -446,10 +474,16 @@ def extract_webhook(s: Scenario, capsys) -> dict[str, Any]:
         bodies = [e.generic() for e in n.check()]
     finally:
         store.close()
-    return {
+    out: dict[str, Any] = {
         "stalled_nodes": tuple(sorted(b["node"] for b in bodies if b["alert"] == "node_stalled")),
         "run_stalled": any(b["alert"] == "run_stalled" for b in bodies),
     }
+    for b in bodies:  # the failed-requests alert's body, where it fires: "N requests failed", value the share
+        if b["alert"] == "failed_requests_high":
+            m = re.search(r"([\d,]+) requests failed", b["summary"])
+            assert m, b["summary"]
+            out["failed_requests"], out["failed_pct"] = parse_count(m[1]), 100 * b["value"]
+    return out
 
 
 def _run_app(s: Scenario, page: str, monkeypatch, kiosk: bool = False):
@@ -501,10 +535,35 @@ def extract_overview_page(s: Scenario, capsys, monkeypatch) -> dict[str, Any]:
         m = re.match(r"([\d,]+) of ([\d,]+) (prompts answered|completions)", text)
         assert m, text
         out["progress_pct_bar"] = round(100 * parse_count(m[1]) / parse_count(m[2]), 2)
+    out.update(failed_of_line(at))
     stragglers = next((el.value for el in at.markdown if el.value.startswith("**Stragglers:**")), "")
     out["late_nodes"] = tuple(sorted(re.findall(r"(\S+) (?:finishes )?at \d\d:\d\d", stragglers.split(";", 1)[-1])))
     out.update(_alert_facts(at))
     return out
+
+
+def parse_failed(text: str) -> dict[str, Any]:
+    """FailedRequests.value's words: "12 (0.5% of requests)", or "0"."""
+    m = re.match(r"([\d,]+)(?: \(([\d.]+)% of requests\))?", text)
+    assert m, text
+    return {"failed_requests": parse_count(m[1])} | ({"failed_pct": float(m[2])} if m[2] else {})
+
+
+def failed_of_line(at) -> dict[str, Any]:
+    """The Overview's failed line, "Failed requests 12 (0.5% of requests) · ...", when shown."""
+    line = next((el.value for el in at.markdown if "Failed requests" in el.value), None)
+    if line is None:
+        return {}
+    return parse_failed(line.replace("\\", "").split("Failed requests ", 1)[1])
+
+
+def extract_nodes_page(s: Scenario, capsys, monkeypatch) -> dict[str, Any]:
+    """The Nodes page's per-node failed table (#39), summed over the nodes (shown when any failed)."""
+    at = _run_app(s, "nodes", monkeypatch)
+    table = next((df.value for df in at.dataframe if "Failed requests" in df.value.columns), None)
+    if table is None:
+        return {}
+    return {"failed_requests": sum(parse_failed(str(x))["failed_requests"] for x in table["Failed requests"])}
 
 
 def extract_kiosk(s: Scenario, capsys, monkeypatch) -> dict[str, Any]:
@@ -562,6 +621,7 @@ PAGES: dict[str, Callable[..., dict[str, Any]]] = {
     "overview page": extract_overview_page,
     "kiosk": extract_kiosk,
     "lengths page": extract_lengths_page,
+    "nodes page": extract_nodes_page,
 }
 
 
@@ -573,11 +633,16 @@ SHOWN_BY = {
     "done_nodes": ("status --json", "downloads", "/metrics"),
     "run_stalled": ("status --json", "/metrics", "webhook", "overview page"),
     "eta_state": ("status --json", "downloads", "overview page", "kiosk", "lengths model"),
+    "failed_requests": ("status --json", "downloads", "/metrics", "webhook", "overview page", "nodes page"),
+    "failed_pct": ("status --json", "downloads", "/metrics", "webhook", "overview page"),
 }
 
 
 def read_all(s: Scenario, capsys, monkeypatch) -> dict[str, dict[str, Any]]:
-    seen = {"truth": {"completions": s.completions, "prompts_answered": s.answered} | s.truth}
+    truth = {"completions": s.completions, "prompts_answered": s.answered, "failed_requests": s.failed}
+    if s.failed:
+        truth["failed_pct"] = round(100 * s.failed / (s.completions + s.failed), 3)
+    seen = {"truth": truth | s.truth}
     seen |= {name: f(s, capsys) for name, f in CONSUMERS.items()}
     seen |= {name: f(s, capsys, monkeypatch) for name, f in PAGES.items()}
     page = seen["overview page"]  # the bar's two numbers are the progress fact twice
@@ -625,7 +690,8 @@ def two_runs(tmp_path_factory) -> Scenario:
         both.append(text.replace("[[runs]]\n", "[[runs]]\nfinished = true\n") if finished else text)
     config = folder / "runhealth.toml"
     config.write_text("\n".join(both), encoding="utf-8")
-    return Scenario("two_runs", folder, config, b.now, truth={"shards": (a.folder, b.folder)})
+    assert b.failed > 0, "B's failed requests (the simulator's ~0.5%) are part of the case"
+    return Scenario("two_runs", folder, config, b.now, truth={"shards": (a.folder, b.folder), "b_failed": b.failed})
 
 
 def extract_compare_cli(s: Scenario, capsys) -> dict[str, Any]:
@@ -638,6 +704,8 @@ def extract_compare_cli(s: Scenario, capsys) -> dict[str, Any]:
         "forecast_interval_pct": tuple(round(100 * x, 1) for x in f["interval"]),
         "forecast_loop_note": f["interval_note"].strip(),
         "compare_b_n": r["b"]["length_count"],
+        "failed_requests": r["b"]["failed_requests"],  # run B's (#39)
+        "failed_pct": r["b"]["failed_pct"],
     }
 
 
@@ -647,6 +715,9 @@ def extract_compare_page(s: Scenario, capsys, monkeypatch) -> dict[str, dict[str
     assert at.selectbox(key="compare_run_a").value == "run-a", "the page opens on A = the finished run"
     words = [str(getattr(e, "value", "")) for kind in ("caption", "success", "warning") for e in getattr(at, kind)]
     out: dict[str, dict[str, Any]] = {}
+    table = next(df.value for df in at.dataframe if "metric" in df.value.columns)
+    row = table.set_index("metric").loc["failed requests"]
+    out["compare table, failed row"] = parse_failed(str(row["B: run-b"]))  # run B's (#39)
     for w in words:
         if m := re.search(r"B: n = ([\d,]+)", w):
             out["compare table caption"] = {"compare_b_n": parse_count(m[1])}
@@ -689,8 +760,11 @@ def test_compare_one_forecast_interval_and_one_n_on_every_consumer(two_runs, cap
     seen = {"compare --json": extract_compare_cli(two_runs, capsys)}
     seen |= extract_compare_page(two_runs, capsys, monkeypatch)
     seen["lengths page (A at B's limit)"] = extract_lengths_whatif(two_runs, capsys, monkeypatch)
+    seen["truth (B's lines)"] = {"failed_requests": two_runs.truth["b_failed"]}
     assert set(seen) == {
+        "truth (B's lines)",
         "compare --json",
+        "compare table, failed row",
         "compare table caption",
         "compare forecast caption",
         "compare measured caption",

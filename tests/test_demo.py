@@ -18,9 +18,12 @@ def test_demo_shards_match_the_seed_story(tmp_path):
     sim = Simulator(tmp_path, seed=1)
     sim.shard_dir.mkdir(parents=True)
     sim.write_backlog(6000)
-    hist, malformed, unmatched = scan_paths([str(sim.shard_dir / "*.jsonl")])
+    failed: dict[str, int] = {}
+    hist, malformed, unmatched = scan_paths([str(sim.shard_dir / "*.jsonl")], failed=failed)
     summary = stats.summarize(hist, unparseable=malformed)
-    assert unmatched == [] and summary.completions + malformed == 6000
+    # ~0.5% failed requests (OpenAI Batch 500s), counted apart: exactly the simulator's, none a completion
+    assert failed == {"server_error": len(sim.fields.failed)} and 10 <= len(sim.fields.failed) <= 60
+    assert unmatched == [] and summary.completions + malformed + len(sim.fields.failed) == 6000
     assert summary.ceiling_tokens == 4096 and summary.ceiling_source == "detected"
     assert 0.15 <= summary.at_ceiling_fraction <= 0.21  # the seed run: 18%
     assert 2200 <= summary.tokens.mean <= 2700 and summary.tokens.p90 == 4096
@@ -64,13 +67,15 @@ def test_demo_servers_show_their_token_histograms_beside_the_shards(tmp_path):
         for k, v in servermetrics.parse_server_metrics(sim.metrics_text(i))["values"].items()
     ]
     cut = sum(sim.lengths[1][t] for t in sim.lengths[1] if t >= 4096)
+    served = sum(sim.lengths[1].values())  # the server's finished requests: no failed or broken line
+    assert 380 <= served <= 400
     hist = stats.LengthHist.from_rows([(4096, "length", 0, 1), (10, "stop", 0, 1)])
     view = serverview.server_view(rows, stats.summarize(hist, 4096))
     assert view is not None and view.gen_tokens is not None
     assert view.gen_tokens.name == "sglang:generation_tokens_histogram"  # the one with the ceiling's edge
     sglang = serverview.server_view([r for r in rows if r["node"] == "n1"], stats.summarize(hist, 4096))
     assert sglang is not None and sglang.gen_tokens is not None and sglang.gen_tokens.edges_for(4096)
-    assert sglang.gen_tokens.at_least(4096) == (pytest.approx(cut / 400), pytest.approx(cut / 400))
+    assert sglang.gen_tokens.at_least(4096) == (pytest.approx(cut / served), pytest.approx(cut / served))
     vllm = serverview.server_view([r for r in rows if r["node"] == "n2"], stats.summarize(hist, 4096))
     assert vllm is not None and vllm.gen_tokens is not None and not vllm.gen_tokens.edges_for(4096)
     assert any("no bucket edge at 4,095" in line for line in vllm.lines())
@@ -141,4 +146,11 @@ def test_demo_config_is_valid_and_collects_through_the_real_agent(tmp_path):
     nodes = {n["name"]: n for n in store.nodes()}
     assert nodes["demo-node-1"]["gpus_found"] == 4 and nodes["demo-node-2"]["gpus_found"] == 3
     assert all(n["gpu_simulated"] for n in nodes.values())
-    assert sum(n["completions"] + n["malformed"] for n in nodes.values()) >= 4000
+    failed = sum(r["count"] for r in store.failed_rows())
+    assert sum(n["completions"] + n["malformed"] for n in nodes.values()) + failed >= 4000
+    # The failed requests the collector stored are exactly the Batch 500s in the bytes it counted.
+    written = 0
+    for shard in store.shards():
+        with open(shard["path"], "rb") as f:
+            written += sum(b'"status_code": 500' in line for line in f.read(shard["offset"]).splitlines())
+    assert failed == written and written >= 5

@@ -271,25 +271,20 @@ def test_poll_json_reads_the_failed_requests_per_node(failed_store):
     assert by["node-1"]["failed_requests"] == 0 and by["node-1"]["failed_pct"] == 0.0
 
 
-def test_scan_json_reads_the_failed_part_of_the_agents_reply(tmp_path, monkeypatch, capsys):
-    """The agent in this checkout may not detect failures yet (the formats work does): its real
-    reply is given a `failed` part at the boundary, as an agent that detects them sends it."""
+def test_scan_json_reads_the_failed_requests_of_openai_batch_lines(tmp_path, capsys):
+    """`scan --json` through the real scanner over OpenAI Batch output with failed lines (status
+    500, 502, `response: null` with an error); the truth from the generated outcomes."""
+    import formatgen
+
     shard = tmp_path / "a.jsonl"
-    shard.write_text("".join(json.dumps({"finish_reason": "stop", "completion_tokens": 7}) + "\n" for _ in range(99)))
-    real = agent.handle
-
-    def handle(request):
-        reply = real(request)
-        for e in reply["shards"]["files"].values():
-            if e.get("offset_from", 0) == 0 and e.get("lines"):
-                e.setdefault("failed", [["expired", 1]])
-        return reply
-
-    monkeypatch.setattr(agent, "handle", handle)
+    truth = formatgen.write_shard(shard, "openai-batch", 400, seed=9)
+    assert len(truth.failed) >= 2
     assert cli.main(["scan", str(shard), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["completions"] == 99 and report["failed_requests"] == 1 and report["failed_pct"] == 1.0
-    assert report["failed_by_reason"] == {"expired": 1} and report["truncated_unknown"] is None
+    failed = sum(truth.failed.values())
+    assert report["completions"] == truth.completions and report["failed_requests"] == failed
+    assert report["failed_pct"] == round(100 * failed / (truth.completions + failed), 3)
+    assert report["failed_by_reason"] == dict(truth.failed) and report["truncated_unknown"] is None
 
 
 def test_compare_shows_each_runs_failed_share(failed_store, tmp_path):
@@ -362,13 +357,12 @@ def test_a_few_missing_reasons_leave_the_share_known(tmp_path):
 
 
 # -- the demo (#39 item 5) -------------------------------------------------------------------------
-def test_the_demos_failed_requests_reach_the_agents_reply(tmp_path, monkeypatch):
-    """The demo writes ~0.5% OpenAI Batch failures once demo.FAILED_SHARE is set (it is 0 until the
-    agent detects failed requests). Their count is asserted against the agent's reply only where
-    the reply has `failed` (the formats work teaches the agent that); the lines are checked always."""
+def test_the_demos_failed_requests_reach_the_agents_reply(tmp_path):
+    """The demo writes ~0.5% OpenAI Batch failures (demo.FAILED_SHARE); the real agent counts each
+    one apart, exactly the simulator's truth: not a completion, not an answered prompt."""
     from runhealth import demo
 
-    monkeypatch.setattr(demo, "FAILED_SHARE", 0.005)
+    assert demo.FAILED_SHARE == 0.005  # the demo shows failed requests
     sim = demo.Simulator(tmp_path, seed=21)
     sim.shard_dir.mkdir(parents=True)
     sim.write_backlog(4000)
@@ -386,11 +380,9 @@ def test_the_demos_failed_requests_reach_the_agents_reply(tmp_path, monkeypatch)
             "shards": {"globs": [str(sim.shard_dir / "*.jsonl")], "budget_bytes": 1 << 30},
         }
     )
-    entries = list(reply["shards"]["files"].values())
-    if any("failed" in e for e in entries):
-        updates = [ingest.shard_update(p, e) for p, e in reply["shards"]["files"].items()]
-        assert sum(u.failed_total for u in updates) == len(written)
-        assert sum(u.completions for u in updates) == len(lines) - len(written)
+    updates = [ingest.shard_update(p, e) for p, e in reply["shards"]["files"].items()]
+    assert sum(u.failed_total for u in updates) == len(sim.fields.failed)
+    assert sum(u.completions for u in updates) == len(lines) - len(sim.fields.failed)
 
 
 # -- through the real collector and agent ----------------------------------------------------------
@@ -436,3 +428,61 @@ def test_the_collector_stores_an_agents_failed_part_and_refuses_a_broken_one(tmp
     assert store.failed_rows() == [{"node": "n1", "reason": "expired", "count": 3}]
     assert by["n1"]["completions"] == 200
     store.close()
+
+
+def test_the_samples_population_counts_completions_only(tmp_path):
+    """The Samples page's "n of N" (#39): N counts completions, not the failed request lines (nor
+    malformed or blank ones) the agents drew among. OpenAI Batch shards with ~6% failed lines,
+    through real local agents and the real scanner; the truth comes from the generated outcomes."""
+    import sys
+
+    import formatgen
+
+    from runhealth.collect.collector import Collector
+    from runhealth.settings.config import NodeConfig, RunConfig
+
+    nodes, completions, failed = [], 0, 0
+    for i, name in enumerate(("n1", "n2")):
+        (tmp_path / name).mkdir()
+        shard = tmp_path / name / "a.jsonl"
+        truth = formatgen.write_shard(shard, "openai-batch", 300 + 100 * i, seed=5 + i)
+        with shard.open("a") as f:
+            f.write('{"custom_id": "broken", "response": {"status_code": 200\n\n')  # one malformed, one blank
+        completions, failed = completions + truth.completions, failed + sum(truth.failed.values())
+        nodes.append(NodeConfig(name=name, host="local", shards=[str(shard)], python=sys.executable, gpu="off"))
+    assert failed >= 20  # the shards hold failed lines to leave out
+    store = Store(tmp_path / "s.sqlite3")
+    try:
+        with Collector(RunConfig(name="t", nodes=nodes, interval_s=0.5), store) as collector:
+            collector.poll_once()
+            assert sum(r["count"] for r in store.failed_rows()) == failed
+            samples, population, errors = collector.sample_now(60, seed=3)
+    finally:
+        store.close()
+    assert errors == {} and population == completions and len(samples) == 60
+
+
+def test_a_shard_in_an_unknown_format_reads_unknown_naming_every_formats_fields(tmp_path, capsys):
+    """A format no entry knows (the finish reason and the tokens under keys of its own): `scan`
+    through the real scanner says "unknown", never 0%, and names the fields of every format
+    entry (node/formats.py), so a format added there is named with no second list."""
+    from runhealth.node import formats
+
+    shard = tmp_path / "a.jsonl"
+    rows = [
+        {"req": f"r{i}", "out": {"why": "cut" if i % 5 else "eos", "n": 512}, "text": "w " * 40} for i in range(200)
+    ]
+    shard.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert cli.main(["scan", str(shard), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["completions"] == 200 and report["at_ceiling_fraction"] is None
+    why = report["truncated_unknown"]["why"]
+    assert report["truncated_unknown"]["missing_finish_reason"] == 200
+    assert report["truncated_unknown"]["estimated_tokens"] == 200
+    # every entry's first finish and token path, spelled as people write them
+    for body in (formats.FLAT, *formats.BODIES):
+        for path in (body.finish[0], body.tokens[0]):
+            named = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+            assert named in why, (body.name, named)
+    assert cli.main(["scan", str(shard)]) == 0
+    assert "at the ceiling: unknown. No finish reason on 100.0% of completions" in capsys.readouterr().out

@@ -13,11 +13,13 @@ from __future__ import annotations
 import dataclasses
 
 from runhealth.analysis.stats import MISSING, Summary
+from runhealth.node import formats
 
 UNKNOWN_SHARE = 0.01  # above this share of completions without a finish reason / token count
-# The fields the agent looks for (node/scan.py locate), named for people; a short list.
-FINISH_FIELDS = ("finish_reason", "choices[0].finish_reason", "meta_info.finish_reason")
-TOKEN_FIELDS = ("usage.completion_tokens", "completion_tokens", "meta_info.completion_tokens")
+# The fields the agent looks for, named for people: every format entry's (node/formats.py), so a
+# format added there is named here with no second list.
+FINISH_FIELDS = formats.looked_for("finish")
+TOKEN_FIELDS = formats.looked_for("tokens")
 REASON_KEYS = ("finish_reason_path", "cut_labels")
 TOKEN_KEYS = ("completion_tokens_path",)
 

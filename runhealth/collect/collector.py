@@ -427,12 +427,18 @@ class Collector:
 
         Lines are split between nodes in proportion to the lines each has counted, then each
         node draws its share uniformly among its own complete lines. The population returned
-        (and stored with the batch) counts completions: malformed and blank lines are not.
+        (and stored with the batch) counts completions: malformed, blank and failed lines are not.
         """
         rows = [r for r in self.store.nodes() if r["name"] in self.pollers]
         weights = {r["name"]: r["completions"] + r["malformed"] for r in rows}
-        # The agent draws among every complete line; the batch says how many were completions.
-        not_completions = {r["name"]: (r["malformed"] or 0) + (r["blank_lines"] or 0) for r in rows}
+        # The agent draws among every complete line; the batch says how many were completions:
+        # malformed, blank and failed request lines (#39) are not.
+        failed: dict[str, int] = {}
+        for f in self.store.failed_rows():
+            failed[f["node"]] = failed.get(f["node"], 0) + f["count"]
+        not_completions = {
+            r["name"]: (r["malformed"] or 0) + (r["blank_lines"] or 0) + failed.get(r["name"], 0) for r in rows
+        }
         return sampling.draw(
             {name: p.node for name, p in self.pollers.items()},
             weights,

@@ -70,8 +70,8 @@ def draw(
         nodes: name -> node config of every node that may be asked.
         weights: name -> lines the node has counted (complete and malformed).
         request: sends one request to a node and returns its reply (raises on failure).
-        not_completions: name -> the node's counted lines that are no completion (malformed
-            and blank), taken off the lines its agent drew among.
+        not_completions: name -> the node's counted lines that are no completion (malformed,
+            blank and failed requests), taken off the lines its agent drew among.
 
     Returns:
         ``(samples, population, errors)``: each sample tagged with its node, the completions

@@ -455,6 +455,26 @@ ID_FIELDS = (("custom_id",), ("prompt_id",), ("metadata", "id"), ("id",), ("requ
 PROMPT_TOKEN_FIELDS = _union(r + p for b in BODIES + (FLAT,) for p in b.prompt_tokens for r in _ROOTS)
 
 
+def _named(path):
+    """A path as people write it: `choices[0].finish_reason`, `content[].text`."""
+    out = ""
+    for p in path:
+        if isinstance(p, Where):
+            out += "[]"
+        elif isinstance(p, int):
+            out += "[%d]" % p
+        else:
+            out += ("." if out else "") + p
+    return out
+
+
+def looked_for(kind):
+    """Every field the format entries read the finish reason (kind "finish") or the token count
+    ("tokens") from, named for people, the flat format's first: what a "never a silent zero"
+    warning names (an envelope's root, `response.body.` and the like, left off)."""
+    return _union(_named(p) for b in (FLAT,) + BODIES for p in getattr(b, kind))
+
+
 # ---------------------------------------------------------------------------- the README's table
 _TESTS = {
     "dict": "an object",
