@@ -30,7 +30,10 @@ from runhealth.settings.config import NodeConfig, RunConfig
 from runhealth.store import Store
 
 CEILING = 4096
-RUNS = {"run-a": (1500, 30), "run-b": (1200, 32)}  # name: (lines, seed)
+RUNS = {
+    "run-a": (1500, 230),
+    "run-b": (1200, 32),
+}  # name: (lines, seed): run-a has context-window stops (9) and mislabels (2)
 
 
 def _config(name: str, folder: Path, expected: int) -> RunConfig:

@@ -110,7 +110,7 @@ def _truth(folder: Path, glob: str) -> FieldTruth:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue  # the simulator's malformed lines: not completions
-            if "custom_id" in record:
+            if "custom_id" in record and "choices" in record:  # a failed request (Batch 500) is no answer
                 t.count(record, CEILING)
     return t
 
