@@ -388,7 +388,8 @@ def side_by_side(args, tmp: Path) -> None:
     )
     print("| layout | run | polls done / scheduled | CPU share of a core | load |")
     print("|---|---|---:|---:|---:|")
-    for k, layout in enumerate(("one process (before)", "a process per run (runprocs)")):
+    layouts = ["one process (before)", "a process per run (runprocs)"]
+    for k, layout in enumerate(layouts[::-1] if args.per_run_first else layouts):
         paths = []
         for run in ("run-1", "run-2"):
             paths.append(tmp / str(k) / f"{run}.sqlite3")
@@ -495,6 +496,7 @@ def main() -> None:
         help="store history before measuring, e.g. 24h (of --interval polls; 24h x 512 nodes is 35M GPU rows)",
     )
     parser.add_argument("--runs", type=int, default=1, help="2: two runs side by side, one process vs one each")
+    parser.add_argument("--per-run-first", action="store_true", help="--runs 2: the per-run layout first")
     parser.add_argument("--restart", action="store_true", help="with --history: a collector restarted on the store")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
