@@ -18,23 +18,31 @@ running that long leaves it), and the steady window reports the collector's CPU 
 polls + store writes (of it the alert history's evaluation every interval), page data (the
 Refresher's thread) and /metrics (a scrape every 15 s, as exporter.scrape_text serves it).
 
+With `--runs 2` it measures instead two runs of the first --nodes count side by side (#42 item 5),
+in the two layouts back to back in the same run: both collectors in one process (as one `runhealth
+collect` ran every run before) and one process per run (as runhealth/serve/runprocs.py runs them
+now), each run's polls done / scheduled and the CPU it took.
+
     python bench/fleet.py [--nodes 64,256,512] [--steady 20] [--interval 10] [--rtt-ms 20] [--pages]
-                          [--history 24h]
+                          [--history 24h] [--runs 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import math
 import os
 import random
+import sqlite3
 import statistics
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
@@ -198,6 +206,7 @@ class ThreadCpu:
 
     def __init__(self, fn):
         self.fn, self.cpu_s, self.calls, self.lock = fn, 0.0, 0, threading.Lock()
+        self.first_s = math.nan  # the first call's
 
     def __call__(self, *a, **kw):
         start = time.thread_time()
@@ -206,6 +215,7 @@ class ThreadCpu:
         finally:
             with self.lock:
                 self.cpu_s += time.thread_time() - start
+                self.first_s = time.thread_time() - start if self.calls == 0 else self.first_s
                 self.calls += 1
 
 
@@ -335,6 +345,143 @@ def render_pages(store_path: Path, config) -> dict[str, float]:
     return out
 
 
+def _one_run(store_path: str, n: int, args, ready, go, results) -> None:
+    """One run's collector over its prepared store: first index and page-data pass, then (once
+    `go` is set) `args.steady` s of scheduled polling; puts (run, polls, CPU s, wall s) on `results`."""
+    logging.basicConfig(level=logging.WARNING)
+    config = fleet_config(n, Path(store_path), args.interval)
+    store = Store(store_path)
+    sims = {node.name: SimNode(i, args.rtt_ms / 1000) for i, node in enumerate(config.nodes)}
+    with Collector(config, store, transports=sims) as collector:
+        collector.poll_once()
+        collector.pagedata.wait_idle(600)
+        collector.pagedata.run_now()
+        before = store.query("SELECT COUNT(*) AS n FROM polls")[0]["n"]
+        ready.set()
+        go.wait()
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        collector.start()
+        time.sleep(args.steady)
+        polls = store.query("SELECT COUNT(*) AS n FROM polls")[0]["n"] - before
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    store.close()
+    results.put((Path(store_path).stem, polls, cpu, wall))
+
+
+def side_by_side(args, tmp: Path) -> None:
+    """Two runs of the first --nodes count: one process for both, then a process each (same run)."""
+    import multiprocessing
+    import queue
+
+    n = int(args.nodes.split(",")[0])
+    template = tmp / "template.sqlite3"
+    store = Store(template)
+    if args.history:
+        build_history(store, n, parse_span(args.history), args.interval, time.time() - 1)
+        store.set_meta(collector_mod.HOUSEKEEPING_KEY, {"last_unix": time.time()})
+    store.close()
+    ctx = multiprocessing.get_context("spawn")
+    scheduled = n * args.steady / args.interval
+    print(
+        f"two runs of {n} nodes x 8 GPUs side by side, history {args.history or 'none'}, interval"
+        f" {args.interval:g} s, steady window {args.steady:g} s, rtt {args.rtt_ms:g} ms"
+    )
+    print("| layout | run | polls done / scheduled | CPU share of a core | load |")
+    print("|---|---|---:|---:|---:|")
+    layouts = ["one process (before)", "a process per run (runprocs)"]
+    for k, layout in enumerate(layouts[::-1] if args.per_run_first else layouts):
+        paths = []
+        for run in ("run-1", "run-2"):
+            paths.append(tmp / str(k) / f"{run}.sqlite3")
+            paths[-1].parent.mkdir(exist_ok=True)
+            with (
+                contextlib.closing(sqlite3.connect(template)) as src,
+                contextlib.closing(sqlite3.connect(paths[-1])) as dst,
+            ):
+                src.backup(dst)  # the WAL's pages too (a file copy would leave them behind)
+        if layout.startswith("one"):
+            results: Any = queue.Queue()
+            go = threading.Event()
+            readies = [threading.Event() for _ in paths]
+            workers: list = [
+                threading.Thread(target=_one_run, args=(str(p), n, args, r, go, results))
+                for p, r in zip(paths, readies, strict=True)
+            ]
+        else:
+            results, go = ctx.Queue(), ctx.Event()
+            readies = [ctx.Event() for _ in paths]
+            workers = [
+                ctx.Process(target=_one_run, args=(str(p), n, args, r, go, results))
+                for p, r in zip(paths, readies, strict=True)
+            ]
+        for w in workers:
+            w.start()
+        for r in readies:
+            r.wait()
+        go.set()
+        got = sorted(results.get(timeout=args.steady + 600) for _ in workers)
+        for w in workers:
+            w.join()
+        load = Path("/proc/loadavg").read_text().split()[0]
+        for run, polls, cpu, wall in got:
+            share = f"{100 * cpu / wall:.1f}%" if not layout.startswith("one") else "(both: one process)"
+            print(f"| {layout} | {run} | {polls / scheduled:.2f} | {share} | {load} |", flush=True)
+        if layout.startswith("one"):
+            print(
+                f"| {layout} | both | | {100 * max(c for _r, _p, c, _w in got) / got[0][3]:.1f}% of the process |"
+                f" {load} |"
+            )
+
+
+def restart(args, tmp: Path) -> None:
+    """A collector restarted on the first --nodes count's store with --history (#42 item 4): from
+    start() to the first Overview published and to every page payload written again, and the CPU
+    of the first page-data pass after the restart (the one before it, from scratch, for scale)."""
+    from runhealth.screens import published
+
+    n = int(args.nodes.split(",")[0])
+    store_path = tmp / "restart.sqlite3"
+    config = fleet_config(n, store_path, args.interval)
+    store = Store(store_path)
+    rows = build_history(store, n, parse_span(args.history), args.interval, time.time() - 1)
+    store.set_meta(collector_mod.HOUSEKEEPING_KEY, {"last_unix": time.time()})
+    sims = {node.name: SimNode(i, args.rtt_ms / 1000) for i, node in enumerate(config.nodes)}
+    first = Collector(config, store, transports=sims)
+    first.poll_once()
+    first.pagedata.wait_idle(600)
+    cpu = time.process_time()
+    first.pagedata.run_now()
+    cold = time.process_time() - cpu
+    first.stop()  # the restart: a new Collector, nothing kept in memory
+    names = [published.NAME, "truncation_over_time", *(f"gpu:{w}" for w in pagedata.GPU_WINDOWS_S)]
+    second = Collector(config, store, transports=sims)
+    second.pagedata.run_now = ThreadCpu(second.pagedata.run_now)  # type: ignore[method-assign]
+    began_unix, began = time.time(), time.perf_counter()
+    second.start()
+    seen: dict[str, float] = {}
+    while len(seen) < len(names) and time.perf_counter() - began < 900:
+        for name in names:
+            at = pagedata.computed_at(store, name)
+            if name not in seen and at is not None and at >= began_unix:
+                seen[name] = time.perf_counter() - began
+        time.sleep(0.2)
+    second.pagedata.wait_idle(900)
+    first_pass = second.pagedata.run_now.first_s  # type: ignore[attr-defined]
+    second.stop()
+    store.close()
+    load = Path("/proc/loadavg").read_text().split()[0]
+    gpu_rows = f"{n} nodes x 8 GPUs, {args.history} of history ({rows:.0f} s to build), interval {args.interval:g} s"
+    print(gpu_rows)
+    print(
+        "| pass from scratch (CPU) | restart -> Overview published | -> every page payload | first pass after restart (CPU) | load |"
+    )
+    print("|---:|---:|---:|---:|---:|")
+    every = max(seen.values()) if len(seen) == len(names) else float("nan")
+    print(
+        f"| {cold:.1f} s | {seen.get(published.NAME, float('nan')):.1f} s | {every:.1f} s | {first_pass:.1f} s | {load} |"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", default="64,256,512")
@@ -348,8 +495,19 @@ def main() -> None:
         default="",
         help="store history before measuring, e.g. 24h (of --interval polls; 24h x 512 nodes is 35M GPU rows)",
     )
+    parser.add_argument("--runs", type=int, default=1, help="2: two runs side by side, one process vs one each")
+    parser.add_argument("--per-run-first", action="store_true", help="--runs 2: the per-run layout first")
+    parser.add_argument("--restart", action="store_true", help="with --history: a collector restarted on the store")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if args.restart:
+        with tempfile.TemporaryDirectory(prefix="runhealth-fleet-") as tmp:
+            restart(args, Path(tmp))
+        return
+    if args.runs > 1:
+        with tempfile.TemporaryDirectory(prefix="runhealth-fleet-") as tmp:
+            side_by_side(args, Path(tmp))
+        return
     results = []
     with tempfile.TemporaryDirectory(prefix="runhealth-fleet-") as tmp:
         for n in (int(x) for x in args.nodes.split(",")):

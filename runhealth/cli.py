@@ -36,7 +36,7 @@ from runhealth.node import agent
 from runhealth.node.wire import count_rows
 from runhealth.screens import fieldmodel
 from runhealth.screens.words import fmt_count, fmt_share, fmt_tokens
-from runhealth.serve import exposure, launch, supervise
+from runhealth.serve import exposure, launch, runprocs, supervise
 from runhealth.settings import runs
 from runhealth.settings.config import RunConfig, find_config_path
 from runhealth.store import Store, fileproblems
@@ -505,7 +505,11 @@ def cmd_collect(args: argparse.Namespace) -> int:
     access = MetricsAccess(
         args.metrics_token_file, args.metrics_tls_cert_file, args.metrics_tls_key_file, args.public_without_auth
     )
-    refused = _metrics_refusal(path, args.metrics_port, args.metrics_address, access)
+    refused = (
+        None
+        if args.metrics_elsewhere is not None
+        else _metrics_refusal(path, args.metrics_port, args.metrics_address, access)
+    )
     if refused is not None:
         print(f"error: {refused}", file=sys.stderr)
         return 2
@@ -513,6 +517,17 @@ def cmd_collect(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     signal.signal(signal.SIGUSR1, lambda *_: refresh.set())  # the dashboard's "Refresh now"
+    ready = functools.partial(_say_ready, args.ready_fd)
+    if args.supervisor_pid is not None and os.getppid() != args.supervisor_pid:
+        # Its supervisor died before the kernel was told to stop this child with it (runprocs.py).
+        print("collector not started: its supervising process is gone", file=sys.stderr)
+        return 0
+    if args.run is None and path is not None and runprocs.several_live_runs(path):
+        runprocs.run_supervisor(
+            path, stop, refresh, args.metrics_port, args.metrics_address, access, ready, args.wait_for_config
+        )
+        print("collector stopped", file=sys.stderr)
+        return 0
     service.run_collector(
         path,
         stop,
@@ -520,8 +535,10 @@ def cmd_collect(args: argparse.Namespace) -> int:
         args.metrics_address,
         refresh=refresh,
         wait_for_config=args.wait_for_config,
-        ready=functools.partial(_say_ready, args.ready_fd),
+        ready=ready,
         metrics_access=access,
+        only_run=args.run,
+        metrics_elsewhere=args.metrics_elsewhere,
     )
     print("collector stopped", file=sys.stderr)
     return 0
@@ -593,6 +610,10 @@ def add_collect(sub: Subparsers) -> None:
     p.add_argument("--demo", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--wait-for-config", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
+    # Used by the supervisor of one collector process per run (runhealth/serve/runprocs.py).
+    p.add_argument("--run", metavar="NAME", help=argparse.SUPPRESS)
+    p.add_argument("--metrics-elsewhere", help=argparse.SUPPRESS)
+    p.add_argument("--supervisor-pid", type=int, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_collect)
 
 

@@ -52,19 +52,26 @@ def _start(config: Path, receiver: Receiver | None = None) -> subprocess.Popen:
 
 
 def agents(pid: int) -> dict[int, str]:
-    """The collector's agent processes: pid -> the python they run (argv[0])."""
-    out = {}
+    """The collector's agent processes: pid -> the python they run (argv[0]). Descendants, not
+    only children: with several runs each run has a collector process of its own (issue 42)."""
+    parents, argv0s = {}, {}
     for entry in os.listdir("/proc"):
         try:
             with open(f"/proc/{entry}/stat", "rb") as f:
-                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+                parents[int(entry)] = int(f.read().rsplit(b")", 1)[1].split()[1])
             with open(f"/proc/{entry}/cmdline", "rb") as f:
-                argv0 = f.read().split(b"\0")[0].decode()
+                argv0s[int(entry)] = f.read().split(b"\0")[0].decode()
         except (OSError, ValueError, IndexError):
             continue
-        if ppid == pid and "python-" in argv0:
-            out[int(entry)] = Path(argv0).name
-    return out
+
+    def under(p: int) -> bool:
+        while p > 1:
+            p = parents.get(p, 0)
+            if p == pid:
+                return True
+        return False
+
+    return {p: Path(a).name for p, a in argv0s.items() if "python-" in a and under(p)}
 
 
 def starts(receiver: Receiver) -> list[dict]:

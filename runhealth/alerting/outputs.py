@@ -47,6 +47,7 @@ class Outbound:
     stores: list[Store] = dataclasses.field(default_factory=list)  # where the status is written
     metrics_off: str | None = METRICS_UNSET  # why /metrics is not served
     webhook_targets: list[str] = dataclasses.field(default_factory=list)  # redacted
+    served_elsewhere: str | None = None  # the supervisor's /metrics URL (runhealth/serve/runprocs.py)
     started_unix: float = dataclasses.field(default_factory=time.time)
     written_unix: float | None = None
     written_mono: float | None = None  # time.monotonic() of that write: the heartbeat's clock
@@ -56,7 +57,7 @@ class Outbound:
     @property
     def metrics_url(self) -> str | None:
         if self.metrics_server is None:
-            return None
+            return self.served_elsewhere
         host, port = self.metrics_server.server_address[:2]
         return f"{getattr(self.metrics_server, 'scheme', 'http')}://{host}:{port}/metrics"
 
@@ -146,6 +147,26 @@ def _serve_metrics(
         out.notices.append(f"Prometheus /metrics {out.metrics_off}")
 
 
+def serve_metrics(
+    runs: Sequence[tuple[RunConfig, Store]],
+    metrics_port: int | None = None,
+    metrics_address: str | None = None,
+    metrics_access: metricsauth.MetricsAccess | None = None,
+) -> Outbound:
+    """/metrics alone over `runs` (start_outbound's rules: the port and address given, else the
+    first run's keys), no webhooks and no status written: the supervisor of one collector
+    process per run serves it (runhealth/serve/runprocs.py), each child the rest."""
+    out = Outbound()
+    if not runs:
+        return out
+    first = runs[0][0]
+    port = metrics_port if metrics_port is not None else first.metrics_port
+    if port is not None:
+        access = (metrics_access or metricsauth.MetricsAccess()).resolved(first)
+        _serve_metrics(out, runs, port, metrics_address or first.metrics_address, access)
+    return out
+
+
 def start_outbound(
     runs: Sequence[tuple[RunConfig, Store]],
     metrics_port: int | None = None,
@@ -153,6 +174,7 @@ def start_outbound(
     webhook_urls: list[str] | None = None,
     context: RunContext | None = None,
     metrics_access: metricsauth.MetricsAccess | None = None,
+    metrics_elsewhere: str | None = None,
 ) -> Outbound:
     """For every live run in `runs` (config, store): serve /metrics when a port is set (argument,
     else the first run's `metrics_port`), all runs on the one port, and evaluate alerts and send
@@ -160,13 +182,20 @@ def start_outbound(
     /metrics follows runhealth/alerting/metricsauth.py (`metrics_access`: the command line's options,
     else the first run's keys): with a token file every scrape must carry it; without one a scrape
     sees only the runs without allowed_users, and a non-loopback address is refused (a notice)
-    unless --public-without-auth."""
+    unless --public-without-auth. `metrics_elsewhere`: another process serves /metrics (a
+    supervisor's child, runhealth/serve/runprocs.py): its URL, or "off: why"; none served here."""
     out = Outbound(stores=[store for _config, store in runs])
     if not runs:
         return out
     first = runs[0][0]
     port = metrics_port if metrics_port is not None else first.metrics_port
     address = metrics_address or first.metrics_address
+    if metrics_elsewhere is not None:
+        port = None
+        if metrics_elsewhere.startswith("off: "):
+            out.metrics_off = metrics_elsewhere[len("off: ") :]
+        else:
+            out.served_elsewhere = metrics_elsewhere
     if port is not None:
         _serve_metrics(out, runs, port, address, (metrics_access or metricsauth.MetricsAccess()).resolved(first))
     try:  # a refused entry is a notice and is skipped; the other webhooks are used

@@ -321,6 +321,8 @@ class Collector:
             poller.close()
         self.alert_history.stop()  # its writes too
         self.publisher.stop(timeout_s=HOUSEKEEPING_STOP_WAIT_S)
+        if self._lock is not None:  # what the page data keeps, for the next start (#42 item 4)
+            self.pagedata.save_on_stop(timeout_s=HOUSEKEEPING_STOP_WAIT_S)
         if self._housekeeper is not None:  # its writes must end before the lock is let go
             self._housekeeper.join(timeout=HOUSEKEEPING_STOP_WAIT_S)
         if self._lock is not None:

@@ -58,8 +58,10 @@ class Service:
         metrics_port: int | None = None,
         metrics_address: str | None = None,
         metrics_access: MetricsAccess | None = None,
+        metrics_elsewhere: str | None = None,
     ):
         self.runset = runset
+        self.metrics_elsewhere = metrics_elsewhere  # a supervisor serves /metrics (its URL, or "off: why")
         self.metrics_port, self.metrics_address = metrics_port, metrics_address
         self.metrics_access = metrics_access  # the command line's token, TLS, --public-without-auth
         self.collectors: list[Collector] = []
@@ -86,7 +88,7 @@ class Service:
             _log(f"{KEPT if self.collectors else 'config changed but does not load yet'}: {exc}")
             return
         self.busy = None if change is not None else self.busy
-        if change is not None and change.empty and self.collectors:
+        if change is not None and change.empty and self.collectors and self.metrics_elsewhere is None:
             _log("config file rewritten with the same runs: nothing restarted")
 
     def retry_due(self, now: float) -> bool:
@@ -159,7 +161,7 @@ class Service:
             self.stores[path].close()  # a run no longer configured (its file stays readable)
         self.stores = {store_key(c): stores[store_key(c)] for c in configs}
         self._start_outbound(configs, self.stores)
-        if kept or stale:
+        if (kept or stale) and self.metrics_elsewhere is None:  # a supervisor's child: the supervisor says it
             _log(restarting)
         self._announce(fresh)
 
@@ -194,6 +196,7 @@ class Service:
             self.metrics_address,
             context=self.runset.context,
             metrics_access=self.metrics_access,
+            metrics_elsewhere=self.metrics_elsewhere,
         )
 
     def _announce(self, configs: list[RunConfig]) -> None:
@@ -246,8 +249,11 @@ def record_finished_rules(entries: list[runs.RunEntry]) -> None:
 
 def _names(stale: list[Collector], fresh: list[RunConfig]) -> str:
     """The runs a reload stops or starts, by name ("a (removed), b (changed), c (new)")."""
-    gone = {c.config.name for c in stale}
-    new = {c.name for c in fresh}
+    return restarted_names({c.config.name for c in stale}, {c.name for c in fresh})
+
+
+def restarted_names(gone: set[str], new: set[str]) -> str:
+    """Runs stopped (`gone`) and started (`new`) by a reload: "a (removed), b (changed), c (new)"."""
     words = [f"{n} ({'changed' if n in new else 'removed'})" for n in sorted(gone)]
     return ", ".join(words + [f"{n} (new)" for n in sorted(new - gone)])
 
@@ -265,6 +271,20 @@ def _open_new_stores(configs: list[RunConfig], kept: dict[Path, Store]) -> dict[
             store.close()
         raise
     return opened
+
+
+def one_run(path: Path, name: str) -> RunSet:
+    """The runs of `path` reduced to run `name` (a supervisor's child, runhealth/serve/runprocs.py):
+    the run's own edits restart it; a file without it any more is refused like a bad edit (the
+    supervisor stops this process then)."""
+
+    def load() -> list[runs.RunEntry]:
+        entries = [e for e in runs.load_runs(path) if e.config.name == name]
+        if not entries:
+            raise ConfigError(f"{path}: no run named {name!r} any more")
+        return entries
+
+    return RunSet(path, load)
 
 
 def demo_service(
@@ -297,8 +317,11 @@ def run_collector(
     wait_for_config: bool = False,
     ready: Callable[[str], None] | None = None,
     metrics_access: MetricsAccess | None = None,
+    only_run: str | None = None,
+    metrics_elsewhere: str | None = None,
 ) -> None:
-    """Collect until `stop` is set (`path` None: the built-in demo).
+    """Collect until `stop` is set (`path` None: the built-in demo; `only_run`: that run of
+    `path` alone, with /metrics served `metrics_elsewhere`, as a supervisor's child).
 
     Raises RunhealthError when the first config cannot start, unless `wait_for_config` (the
     dashboard's child): then the error is logged and the file followed until an edit loads.
@@ -312,7 +335,8 @@ def run_collector(
     if path is None:
         service, stop_demo = demo_service(metrics_port, metrics_address, metrics_access)
     else:
-        service = Service(RunSet(path), metrics_port, metrics_address, metrics_access)
+        runset = RunSet(path) if only_run is None else one_run(path, only_run)
+        service = Service(runset, metrics_port, metrics_address, metrics_access, metrics_elsewhere)
     try:
         _first_start(service, wait_for_config)
         if ready is not None:

@@ -27,6 +27,7 @@ from runhealth.payloads.pagetypes import Table
 from runhealth.store import Store, rollup
 
 BAND_POINTS = 240
+SNAPSHOT_FORMAT = 1  # Bands.snapshot's shape; another value is ignored (computed again)
 # Widths (each at most twice the last): a window uses the first that covers its span in
 # BAND_POINTS steps, so 120 to 240 of them. 15 min, 1 h, 6 h and 24 h windows get 3.75, 15, 90
 # and 360 s; past a day (rolled-up minutes) widths are whole minutes, past 7 days whole 10 minutes.
@@ -162,6 +163,38 @@ class Bands:
         self._steps[step], self._from[step] = done, first
         self._rowid[step] = top
 
+    def snapshot(self) -> dict[str, Any]:
+        """Every width's steps as JSON data, with the gpu_samples row last seen (`restore` checks
+        it is still there): kept in the store, a restarted collector resumes from it (#42 item 4)."""
+        widths = []
+        for step, steps in self._steps.items():
+            seen = self._rowid.get(step)
+            mark = row_mark(self.store, "gpu_samples", "node, gpu", seen)
+            rows = [[k, list(s.common), {v: list(t) for v, t in s.values.items()}, s.limits] for k, s in steps.items()]
+            widths.append({"step": step, "rowid": seen, "mark": mark, "from": self._from[step], "steps": rows})
+        return {"format": SNAPSHOT_FORMAT, "widths": widths}
+
+    def restore(self, data: Any) -> int:
+        """Take the widths of a `snapshot` whose last row is still in the store as it was (else
+        they are computed again); returns how many were taken. Data that does not fit is ignored."""
+        if not isinstance(data, dict) or data.get("format") != SNAPSHOT_FORMAT:
+            return 0
+        taken = 0
+        for width in data.get("widths", []):
+            try:
+                step, seen = float(width["step"]), width["rowid"]
+                if seen is None or row_mark(self.store, "gpu_samples", "node, gpu", seen) != width["mark"]:
+                    continue
+                steps = {
+                    int(k): _Step(tuple(c), {v: tuple(t) for v, t in vals.items()}, lim)
+                    for k, c, vals, lim in width["steps"]
+                }
+            except (KeyError, TypeError, ValueError):
+                continue
+            self._steps[step], self._rowid[step], self._from[step] = steps, int(seen), int(width["from"])
+            taken += 1
+        return taken
+
     def forget(self, keep: Iterable[float]) -> None:
         """Drop the widths no window uses any more."""
         for step in set(self._steps) - set(keep):
@@ -183,6 +216,15 @@ class Bands:
                 for node, x in s.limits[limit].items():
                     per_node[node] = max(per_node.get(node, x), x)
         return bands, limits
+
+
+def row_mark(store: Store, table: str, columns: str, rowid: int | None) -> list[Any] | None:
+    """The row `rowid` of `table` (its ts_unix and `columns`): a kept cache's proof that the rows
+    it has read are still the store's (a store recreated or pruned under it does not match)."""
+    if rowid is None:
+        return None
+    row = store.cursor(f"SELECT ts_unix, {columns} FROM {table} WHERE rowid = ?", (rowid,)).fetchone()
+    return None if row is None else [rowid, *row]
 
 
 def oldest_since(store: Store, table: str, rowid: int) -> float | None:

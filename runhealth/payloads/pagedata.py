@@ -48,6 +48,11 @@ GPU_WINDOWS_S: dict[str, float | None] = {"15 min": 900, "1 h": 3600, "6 h": 6 *
 GPU_MAX_POINTS = 400
 BAND_POINTS = gpubands.BAND_POINTS
 PER_GPU_LINES_UP_TO = 8
+# The Refresher's kept bands and truncation buckets, in the store (#42 item 4): a restarted
+# collector resumes from them instead of reading the whole history again. Written every
+# STATE_EVERY_S and when the collector stops; a page never reads it.
+STATE = "state:incremental"
+STATE_EVERY_S = 300.0
 GPU_VALUES = gpubands.VALUES
 T = TypeVar("T")
 
@@ -355,6 +360,44 @@ class Refresher:
         self.truncation = truncbuckets.Truncation(store)  # truncation over time per bucket, kept likewise
         self.last_error: str | None = None
         self.runs = 0
+        self._restored = False  # the kept state read back from the store (once, at the first run)
+        self._state_saved: float | None = None  # monotonic
+
+    def restore_state(self) -> tuple[int, bool]:
+        """Resume the kept bands and truncation buckets from the store's STATE row (what a
+        previous collector wrote): (band widths taken, truncation taken). Parts whose rows the
+        store no longer holds as they were are computed again."""
+        self._restored = True
+        got = _read(self.store, STATE)
+        if got is None or not isinstance(got[1], dict):
+            return 0, False
+        widths = self.bands.restore(got[1].get("bands"))
+        return widths, self.truncation.restore(got[1].get("truncation"))
+
+    def save_state(self, ts_unix: float | None = None) -> None:
+        """Write the kept state (call from the computing thread, or while none runs)."""
+        state = {"bands": self.bands.snapshot(), "truncation": self.truncation.snapshot()}
+        put(self.store, {STATE: state}, self.clock() if ts_unix is None else ts_unix)
+        self._state_saved = self.monotonic()
+
+    def save_on_stop(self, timeout_s: float = 10.0) -> bool:
+        """Write the kept state once no computation runs (the collector stops): the next start
+        resumes from here. False: a computation still ran after `timeout_s`, nothing written."""
+        if not self.wait_idle(timeout_s) or self.runs == 0:
+            return False
+        with self._lock:
+            if self._running:
+                return False
+            self._running = True
+        try:
+            self.save_state()
+        except Exception as exc:  # a store that cannot be written now: the next start recomputes
+            log.warning("page data state not kept: %s", exc)
+            return False
+        finally:
+            with self._lock:
+                self._running = False
+        return True
 
     def after_poll(self) -> bool:
         """Start a computation unless one runs or the last began under min_interval_s ago."""
@@ -368,6 +411,8 @@ class Refresher:
 
     def run_now(self) -> None:
         """Compute and write every payload in this thread (tests, the bench, the first start)."""
+        if not self._restored:
+            self.restore_state()
         started, began = self.clock(), self.monotonic()
 
         def due(window: str) -> bool:
@@ -390,6 +435,8 @@ class Refresher:
             self._whatif_done = began
         self._gpu_done.update({name[4:]: began for name in payloads if name.startswith("gpu:")})
         self.runs += 1
+        if self._state_saved is None or began - self._state_saved >= STATE_EVERY_S:
+            self.save_state(started)
 
     def _run(self) -> None:
         try:

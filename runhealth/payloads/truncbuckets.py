@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runhealth.payloads.gpubands import oldest_since
+from runhealth.payloads.gpubands import SNAPSHOT_FORMAT, oldest_since, row_mark
 from runhealth.records import LengthStopBucket, PollBucket
 from runhealth.store import Store, rollup
 
@@ -66,6 +66,11 @@ def _stop_pieces(store: Store, bucket_s: float, ceiling: int | None, since: floa
     for r in store.cursor(f"{head} AND rowid IN ({ids}) GROUP BY 1, 2", (*args, *id_args)):
         total[(r[0], r[1])] = (*total[(r[0], r[1])][:2], (r[2], r[3]))
     return [(b, k, *v) for (b, k), v in total.items()]
+
+
+def _tuples(x: Any) -> Any:
+    """JSON lists back to the tuples a snapshot held (a signature compares equal again)."""
+    return tuple(_tuples(v) for v in x) if isinstance(x, list) else x
 
 
 def _sum(values: list) -> Any:
@@ -148,6 +153,44 @@ class Truncation:
         self._stops: dict[tuple[float, int], tuple] = {}
         self._done: dict[float, tuple[PollBucket | None, list[LengthStopBucket]]] = {}  # bucket -> its rows
         self.redone_from: float | None = None  # the first piece's start the last call read again (tests)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The pieces read so far as JSON data, with the rows last seen (see gpubands.Bands.snapshot)."""
+        marks = {t: row_mark(self.store, t, "node", self._seen.get(t)) for t in self.TABLES}
+        return {
+            "format": SNAPSHOT_FORMAT,
+            "key": self._key,
+            "signature": self._signature,
+            "seen": self._seen,
+            "marks": marks,
+            "polls": [list(p) for p in self._polls.values()],
+            "stops": [list(p) for p in self._stops.values()],
+        }
+
+    def restore(self, data: Any) -> bool:
+        """Take a `snapshot` whose last rows are still the store's (False: ignored, computed again)."""
+        if not isinstance(data, dict) or data.get("format") != SNAPSHOT_FORMAT or data.get("key") is None:
+            return False
+        try:
+            seen = {t: data["seen"][t] for t in self.TABLES}
+            if any(row_mark(self.store, t, "node", seen[t]) != data["marks"][t] for t in self.TABLES):
+                return False
+            polls = {(p[0], p[1]): _tuples(p) for p in data["polls"]}
+            stops = {(p[0], p[1]): _tuples(p) for p in data["stops"]}
+            key = (float(data["key"][0]), data["key"][1])
+            signature = _tuples(data["signature"])
+        except (KeyError, TypeError, ValueError, IndexError):
+            return False
+        done: dict[float, tuple[list, list]] = {}
+        for (b, _k), p in polls.items():
+            done.setdefault(b, ([], []))[0].append(p)
+        for (b, _k), p in stops.items():
+            done.setdefault(b, ([], []))[1].append(p)
+        self._done = {
+            b: (_poll_bucket(b, ps) if ps else None, _stop_rows(b, ss) if ss else []) for b, (ps, ss) in done.items()
+        }
+        self._key, self._signature, self._seen, self._polls, self._stops = key, signature, seen, polls, stops
+        return True
 
     def buckets(self, bucket_s: float, ceiling: int | None) -> tuple[list[PollBucket], list[LengthStopBucket]]:
         """(`rollup.poll_history(store, bucket_s)`, `Store.length_stops_by_bucket(bucket_s, ceiling)`),

@@ -50,7 +50,7 @@ def _die_with_parent(death_signal: int = signal.SIGTERM) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, death_signal)
 
 
-def _spawn(
+def spawn(
     argv: list[str], env: dict[str, str], pass_fds: tuple[int, ...] = (), death_signal: int = signal.SIGTERM
 ) -> subprocess.Popen:
     """`argv` as a child that gets `death_signal` when the launcher dies: SIGTERM for the collector
@@ -73,7 +73,7 @@ def start_collector_said(argv: list[str], env: dict[str, str]) -> tuple[subproce
     load yet), or "" (it exited, or said nothing within READY_WAIT_S)."""
     read_fd, write_fd = os.pipe()
     try:
-        proc = _spawn([*argv, "--ready-fd", str(write_fd)], env, pass_fds=(write_fd,))
+        proc = spawn([*argv, "--ready-fd", str(write_fd)], env, pass_fds=(write_fd,))
     finally:
         os.close(write_fd)
     said = b""
@@ -136,7 +136,7 @@ def run_dashboard(
                 return proc.returncode or 2
             viewer[1]["RUNHEALTH_COLLECTOR_PID"] = str(proc.pid)
         announce(said)
-        children["streamlit"] = _spawn(*viewer, death_signal=signal.SIGKILL)
+        children["streamlit"] = spawn(*viewer, death_signal=signal.SIGKILL)
         return supervise(children)
     finally:
         stop_all(list(children.values()))
