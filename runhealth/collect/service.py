@@ -49,6 +49,13 @@ def check_live(entries: list[runs.RunEntry], source: str) -> None:
         raise ConfigError(f"{source}: every run is finished: nothing to collect")
 
 
+def live_runs(path: Path) -> list[RunConfig]:
+    """The runs of the file that are polled (`[[runs]]` with finished = true are not)."""
+    entries = runs.load_runs(path)
+    check_live(entries, str(path))
+    return [e.config for e in entries if not e.finished]
+
+
 class Service:
     """The collectors, stores and outbound of a RunSet's live runs, restarted on a good edit."""
 
