@@ -20,7 +20,7 @@ Refresher's thread) and /metrics (a scrape every 15 s, as exporter.scrape_text s
 
 With `--runs 2` it measures instead two runs of the first --nodes count side by side (#42 item 5),
 in the two layouts back to back in the same run: both collectors in one process (as one `runhealth
-collect` ran every run before) and one process per run (as runhealth/serve/runprocs.py runs them
+collect` ran every run before) and one process per run (as runhealth/collect/runprocs.py runs them
 now), each run's polls done / scheduled and the CPU it took.
 
     python bench/fleet.py [--nodes 64,256,512] [--steady 20] [--interval 10] [--rtt-ms 20] [--pages]

@@ -29,14 +29,14 @@ from runhealth.alerting import metricsauth
 from runhealth.alerting.metricsauth import MetricsAccess
 from runhealth.analysis import failed as failed_reqs
 from runhealth.analysis import fieldfigures, runcompare, stats, unknowns, whatif
-from runhealth.collect import service
+from runhealth.collect import runprocs, service
 from runhealth.collect.collector import Collector
 from runhealth.errors import ConfigError, RunhealthError
 from runhealth.node import agent
 from runhealth.node.wire import count_rows
 from runhealth.screens import fieldmodel
 from runhealth.screens.words import fmt_count, fmt_share, fmt_tokens
-from runhealth.serve import exposure, launch, runprocs, supervise
+from runhealth.serve import exposure, launch, supervise
 from runhealth.settings import runs
 from runhealth.settings.config import RunConfig, find_config_path
 from runhealth.store import Store, fileproblems
@@ -610,7 +610,7 @@ def add_collect(sub: Subparsers) -> None:
     p.add_argument("--demo", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--wait-for-config", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
-    # Used by the supervisor of one collector process per run (runhealth/serve/runprocs.py).
+    # Used by the supervisor of one collector process per run (runhealth/collect/runprocs.py).
     p.add_argument("--run", metavar="NAME", help=argparse.SUPPRESS)
     p.add_argument("--metrics-elsewhere", help=argparse.SUPPRESS)
     p.add_argument("--supervisor-pid", type=int, help=argparse.SUPPRESS)

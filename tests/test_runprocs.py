@@ -22,7 +22,7 @@ from pathlib import Path
 
 from test_service_follow import _run
 
-from runhealth.serve import runprocs
+from runhealth.collect import runprocs
 
 ROOT = Path(__file__).resolve().parent.parent
 

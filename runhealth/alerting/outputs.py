@@ -47,7 +47,7 @@ class Outbound:
     stores: list[Store] = dataclasses.field(default_factory=list)  # where the status is written
     metrics_off: str | None = METRICS_UNSET  # why /metrics is not served
     webhook_targets: list[str] = dataclasses.field(default_factory=list)  # redacted
-    served_elsewhere: str | None = None  # the supervisor's /metrics URL (runhealth/serve/runprocs.py)
+    served_elsewhere: str | None = None  # the supervisor's /metrics URL (runhealth/collect/runprocs.py)
     started_unix: float = dataclasses.field(default_factory=time.time)
     written_unix: float | None = None
     written_mono: float | None = None  # time.monotonic() of that write: the heartbeat's clock
@@ -155,7 +155,7 @@ def serve_metrics(
 ) -> Outbound:
     """/metrics alone over `runs` (start_outbound's rules: the port and address given, else the
     first run's keys), no webhooks and no status written: the supervisor of one collector
-    process per run serves it (runhealth/serve/runprocs.py), each child the rest."""
+    process per run serves it (runhealth/collect/runprocs.py), each child the rest."""
     out = Outbound()
     if not runs:
         return out
@@ -183,7 +183,7 @@ def start_outbound(
     else the first run's keys): with a token file every scrape must carry it; without one a scrape
     sees only the runs without allowed_users, and a non-loopback address is refused (a notice)
     unless --public-without-auth. `metrics_elsewhere`: another process serves /metrics (a
-    supervisor's child, runhealth/serve/runprocs.py): its URL, or "off: why"; none served here."""
+    supervisor's child, runhealth/collect/runprocs.py): its URL, or "off: why"; none served here."""
     out = Outbound(stores=[store for _config, store in runs])
     if not runs:
         return out

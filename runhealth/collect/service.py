@@ -281,7 +281,7 @@ def _open_new_stores(configs: list[RunConfig], kept: dict[Path, Store]) -> dict[
 
 
 def one_run(path: Path, name: str) -> RunSet:
-    """The runs of `path` reduced to run `name` (a supervisor's child, runhealth/serve/runprocs.py):
+    """The runs of `path` reduced to run `name` (a supervisor's child, runhealth/collect/runprocs.py):
     the run's own edits restart it; a file without it any more is refused like a bad edit (the
     supervisor stops this process then)."""
 
