@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 import sshd as sshd_lib
+from hypothesis import HealthCheck, settings
 from leakcheck import (
     pytest_sessionfinish,  # noqa: F401 - fails the run if a test leaves a process
     track,
@@ -34,6 +35,24 @@ from leakcheck import (
 from runhealth.settings.config import NodeConfig
 
 sshd_lib.ON_START.append(track)  # every sshd counts as this session's (leakcheck.py)
+
+# Hypothesis: "dev" (the default) draws new examples each run, so a developer's runs keep
+# searching; "ci" (selected by CI=true; `--hypothesis-profile` overrides either) is derandomized
+# (the same examples every run: a red CI run is reproducible and a green one cannot turn red by
+# chance) with no example database, and caps the examples at 100 a test. A test that sets its own
+# `max_examples` keeps it unless it asks for more than the cap (tests/test_hypothesis_profile.py).
+CI_MAX_EXAMPLES = 100
+settings.register_profile("dev", deadline=None)
+settings.register_profile(
+    "ci",
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    max_examples=CI_MAX_EXAMPLES,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile("ci" if os.environ.get("CI", "").lower() in ("1", "true") else "dev")
 
 # A planted secret: tests assert it never shows up in exceptions or logs.
 SECRET_PASSPHRASE = "planted-Secret-passphrase-7f3a"
@@ -64,6 +83,15 @@ def hermetic_environment(tmp_path_factory):
         mp.setenv("XDG_CACHE_HOME", str(home / ".cache"))
         mp.chdir(workdir)
         yield workdir
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`-n N --dist loadgroup`, as scripts/test.sh runs), every browser test
+    goes to one worker: they share the session's demo server and Chromium (`server_url`,
+    `browser_page` below), which a second worker would start again."""
+    for item in items:
+        if item.get_closest_marker("browser"):
+            item.add_marker(pytest.mark.xdist_group("browser"))
 
 
 @dataclasses.dataclass
