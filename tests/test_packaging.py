@@ -237,6 +237,22 @@ def test_collect_follows_config_changes(tmp_path):
     assert "config changed: restarted svc (changed)" in err and "collecting 2 node(s) of svc" in err
 
 
+def wait_for_polls(store_path: Path, n: int = 1, timeout_s: float = 30) -> None:
+    """Until the collector has written `n` more successful polls into the store (a row each)."""
+
+    def polls() -> int:
+        store = Store(store_path)
+        try:
+            return store.query("SELECT COUNT(*) AS n FROM polls")[0]["n"]
+        finally:
+            store.close()
+
+    want, deadline = polls() + n, time.monotonic() + timeout_s
+    while polls() < want:
+        assert time.monotonic() < deadline, f"no {n} more poll(s) within {timeout_s} s"
+        time.sleep(0.1)
+
+
 def stored_count(path: Path) -> int:
     store = Store(path)
     try:
