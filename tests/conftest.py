@@ -86,12 +86,15 @@ def hermetic_environment(tmp_path_factory):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (`-n N --dist loadgroup`, as scripts/test.sh runs), every browser test
-    goes to one worker: they share the session's demo server and Chromium (`server_url`,
-    `browser_page` below), which a second worker would start again."""
+    """Under pytest-xdist (`-n N --dist loadgroup`, as scripts/test.sh runs) the browser tests go
+    to two workers: those on the session's demo server (`server_url`) share one, so the demo is
+    started once; those that start a server of their own (or none) run beside them. Each of the
+    two workers launches its own Chromium (`browser_page`); a module-scoped fixture is never split,
+    since no browser module mixes the two kinds with one (tests/test_xdist_groups.py)."""
     for item in items:
         if item.get_closest_marker("browser"):
-            item.add_marker(pytest.mark.xdist_group("browser"))
+            group = "browser-demo" if "server_url" in getattr(item, "fixturenames", ()) else "browser"
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @dataclasses.dataclass

@@ -1,0 +1,66 @@
+"""How scripts/test.sh's parallel run (pytest-xdist, `--dist loadgroup`) places the browser tests.
+
+tests/conftest.py gives every browser test an `xdist_group`: the tests on the session's demo
+server (`server_url`) share one worker, so the demo starts once; the others share a second. A
+session or module fixture is made once per worker, so a module-scoped fixture split between two
+workers would start its server twice. Read from a real collection of the browser modules (a
+separate pytest process, collect-only), so a new browser test is checked the day it lands.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+
+# Loaded into the inner run with -p: prints each item's group and its narrow-scoped fixtures.
+RECORDER = """
+import json
+import pytest
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        defs = item._fixtureinfo.name2fixturedefs
+        scoped = sorted(n for n in item.fixturenames if n in defs and defs[n][-1].scope in ("module", "class"))
+        print("ITEM " + json.dumps({
+            "id": item.nodeid,
+            "browser": item.get_closest_marker("browser") is not None,
+            "group": (mark.args[0] if mark.args else mark.kwargs.get("name")) if mark else None,
+            "demo": "server_url" in item.fixturenames,
+            "scoped": scoped,
+        }))
+"""
+
+
+def collected(tmp_path: Path) -> list[dict]:
+    (tmp_path / "xdist_recorder.py").write_text(RECORDER)
+    modules = sorted({f"tests/{p.name}" for p in TESTS.glob("test_*.py") if "pytest.mark.browser" in p.read_text()})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(TESTS)])}
+    argv = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-p", "xdist_recorder"]
+    done = subprocess.run([*argv, *modules], cwd=TESTS.parent, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [json.loads(line[5:]) for line in done.stdout.splitlines() if line.startswith("ITEM ")]
+
+
+def test_browser_tests_share_two_workers_and_the_demo_server_one(tmp_path):
+    items = collected(tmp_path)
+    browser = [i for i in items if i["browser"]]
+    demo = [i for i in browser if i["demo"]]
+    assert len(demo) >= 5 and len(browser) > len(demo), len(browser)  # both kinds are there
+    assert {i["group"] for i in demo} == {"browser-demo"}, [i["id"] for i in demo if i["group"] != "browser-demo"]
+    assert {i["group"] for i in browser if not i["demo"]} == {"browser"}
+    assert all(i["group"] is None for i in items if not i["browser"])  # the rest spread freely
+
+    groups = defaultdict(set)  # (module, fixture) -> the groups of the tests that use it
+    for item in browser:
+        for name in item["scoped"]:
+            groups[(item["id"].split("::")[0], name)].add(item["group"])
+    split = {key: g for key, g in groups.items() if len(g) > 1}
+    assert groups and not split, split
