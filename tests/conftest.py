@@ -85,15 +85,31 @@ def hermetic_environment(tmp_path_factory):
         yield workdir
 
 
+def xdist_group_of(item: pytest.Item) -> str | None:
+    """The pytest-xdist group `item` runs in (`-n N --dist loadgroup`, as scripts/test.sh runs).
+
+    A fixture is made once per worker, so tests that share a costly one share a worker: those on
+    the session's demo server (`server_url`) go to "browser-demo" (the demo starts once); the other
+    browser tests, which start a server of their own or none, to "browser" (its worker launches a
+    second Chromium); a test using a module- or class-scoped fixture of its own module goes with
+    the rest of that module (a wheel built and installed once, not once per worker). The rest
+    spread freely. tests/test_xdist_groups.py checks this on a real collection.
+    """
+    if item.get_closest_marker("browser"):
+        return "browser-demo" if "server_url" in item.fixturenames else "browser"
+    defs = item._fixtureinfo.name2fixturedefs
+    module = item.nodeid.split("::")[0]
+    for name in item.fixturenames:
+        fixturedef = defs[name][-1] if defs.get(name) else None
+        if fixturedef and fixturedef.scope in ("module", "class") and fixturedef.baseid == module:
+            return module
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (`-n N --dist loadgroup`, as scripts/test.sh runs) the browser tests go
-    to two workers: those on the session's demo server (`server_url`) share one, so the demo is
-    started once; those that start a server of their own (or none) run beside them. Each of the
-    two workers launches its own Chromium (`browser_page`); a module-scoped fixture is never split,
-    since no browser module mixes the two kinds with one (tests/test_xdist_groups.py)."""
     for item in items:
-        if item.get_closest_marker("browser"):
-            group = "browser-demo" if "server_url" in getattr(item, "fixturenames", ()) else "browser"
+        group = xdist_group_of(item)
+        if group:
             item.add_marker(pytest.mark.xdist_group(group))
 
 

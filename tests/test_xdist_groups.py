@@ -4,7 +4,7 @@ tests/conftest.py gives every browser test an `xdist_group`: the tests on the se
 server (`server_url`) share one worker, so the demo starts once; the others share a second. A
 session or module fixture is made once per worker, so a module-scoped fixture split between two
 workers would start its server twice. Read from a real collection of the browser modules (a
-separate pytest process, collect-only), so a new browser test is checked the day it lands.
+separate pytest process, collect-only), so a new test is checked the day it lands.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
+
+import pytest
 
 TESTS = Path(__file__).resolve().parent
 
@@ -39,28 +41,46 @@ def pytest_collection_modifyitems(config, items):
 """
 
 
-def collected(tmp_path: Path) -> list[dict]:
+# The modules where a group can apply (collecting all of tests/ takes a minute on a loaded machine).
+GROUPED = sorted(
+    f"tests/{p.name}"
+    for p in TESTS.glob("test_*.py")
+    if any(s in p.read_text() for s in ("mark.browser", 'scope="module"', 'scope="class"'))
+)
+
+
+@pytest.fixture(scope="module")
+def items(tmp_path_factory) -> list[dict]:
+    """The tests of GROUPED as collected (collect-only, in a pytest process of its own)."""
+    tmp_path = tmp_path_factory.mktemp("recorder")
     (tmp_path / "xdist_recorder.py").write_text(RECORDER)
-    modules = sorted({f"tests/{p.name}" for p in TESTS.glob("test_*.py") if "pytest.mark.browser" in p.read_text()})
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(TESTS)])}
     argv = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-p", "xdist_recorder"]
-    done = subprocess.run([*argv, *modules], cwd=TESTS.parent, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([*argv, *GROUPED], cwd=TESTS.parent, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     return [json.loads(line[5:]) for line in done.stdout.splitlines() if line.startswith("ITEM ")]
 
 
-def test_browser_tests_share_two_workers_and_the_demo_server_one(tmp_path):
-    items = collected(tmp_path)
+def test_browser_tests_share_two_workers_and_the_demo_server_one(items):
     browser = [i for i in items if i["browser"]]
     demo = [i for i in browser if i["demo"]]
     assert len(demo) >= 5 and len(browser) > len(demo), len(browser)  # both kinds are there
     assert {i["group"] for i in demo} == {"browser-demo"}, [i["id"] for i in demo if i["group"] != "browser-demo"]
     assert {i["group"] for i in browser if not i["demo"]} == {"browser"}
-    assert all(i["group"] is None for i in items if not i["browser"])  # the rest spread freely
 
+
+def test_a_module_scoped_fixture_is_made_on_one_worker(items):
     groups = defaultdict(set)  # (module, fixture) -> the groups of the tests that use it
-    for item in browser:
+    for item in items:
         for name in item["scoped"]:
             groups[(item["id"].split("::")[0], name)].add(item["group"])
-    split = {key: g for key, g in groups.items() if len(g) > 1}
-    assert groups and not split, split
+    assert ("tests/test_install.py", "installed") in groups  # the costliest: a wheel built and installed
+    split = {key: g for key, g in groups.items() if len(g) > 1 or None in g}
+    assert not split, split
+
+
+def test_a_test_with_no_costly_fixture_is_in_no_group(items):
+    """Free to run on any worker: everything but the browser tests and a module fixture's users."""
+    free = [i for i in items if i["group"] is None]
+    assert free and not [i["id"] for i in free if i["browser"] or i["scoped"]]
+    assert not [i["id"] for i in items if i["group"] and not (i["browser"] or i["scoped"])]
