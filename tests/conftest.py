@@ -106,6 +106,7 @@ def xdist_group_of(item: pytest.Item) -> str | None:
     return None
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the marks into the node IDs it schedules
 def pytest_collection_modifyitems(config, items):
     for item in items:
         group = xdist_group_of(item)
