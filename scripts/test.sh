@@ -27,7 +27,7 @@ set +e
 # rather than burn CPU, so more workers than cores pay. `--dist loadgroup` keeps each
 # `xdist_group` on one worker (the browser tests share one demo server and one Chromium:
 # tests/conftest.py). RUNHEALTH_TEST_WORKERS=0 runs in this process; a later `-n` overrides.
-"$VENV_PY" -m pytest -n "${RUNHEALTH_TEST_WORKERS:-4}" --dist loadgroup --junitxml=tests/artifacts/junit.xml "$@"
+"$VENV_PY" -m pytest -n "${RUNHEALTH_TEST_WORKERS:-3}" --dist loadgroup --junitxml=tests/artifacts/junit.xml "$@"
 rc=$?
 set -e
 if [ $rc -eq 5 ]; then
