@@ -2,8 +2,8 @@
 # Run every test suite on a fresh machine: installs what the tests need (Debian's
 # openssh-server, chromium, prometheus and faketime; the project with its dev extra into .venv), lints
 # (ruff check, ruff format --check), type-checks (mypy, [tool.mypy] in pyproject.toml), then
-# runs pytest. Fails when a test fails, when a required suite is missing, or when
-# anything was skipped.
+# runs pytest in parallel (pytest-xdist; CI's hypothesis profile when CI=true). Fails when a
+# test fails, when a required suite is missing, or when anything was skipped.
 set -euo pipefail
 source "$(dirname "$0")/venv.sh"
 cd "$REPO"
@@ -23,7 +23,11 @@ ensure_venv dev
 "$VENV_PY" -m mypy  # the files and settings come from [tool.mypy]
 mkdir -p tests/artifacts
 set +e
-"$VENV_PY" -m pytest --junitxml=tests/artifacts/junit.xml "$@"
+# In parallel (pytest-xdist): most tests wait on processes (sshd, agents, streamlit, Chromium)
+# rather than burn CPU, so more workers than cores pay. `--dist loadgroup` keeps each
+# `xdist_group` on one worker (the browser tests share one demo server and one Chromium:
+# tests/conftest.py). RUNHEALTH_TEST_WORKERS=0 runs in this process; a later `-n` overrides.
+"$VENV_PY" -m pytest -n "${RUNHEALTH_TEST_WORKERS:-3}" --dist loadgroup --junitxml=tests/artifacts/junit.xml "$@"
 rc=$?
 set -e
 if [ $rc -eq 5 ]; then

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 import sshd as sshd_lib
+from hypothesis import HealthCheck, settings
 from leakcheck import (
     pytest_sessionfinish,  # noqa: F401 - fails the run if a test leaves a process
     track,
@@ -34,6 +35,24 @@ from leakcheck import (
 from runhealth.settings.config import NodeConfig
 
 sshd_lib.ON_START.append(track)  # every sshd counts as this session's (leakcheck.py)
+
+# Hypothesis: "dev" (the default) draws new examples on every run, so a developer's runs keep
+# searching; "ci" (selected by CI=true, which .ci/run sets; `--hypothesis-profile` overrides) is
+# derandomized, with no example database: the same examples on every run, so a red CI run is
+# reproducible and a green one cannot turn red by chance. A costly property test states its
+# examples as a multiple of the profile's `max_examples` (test_fields_property: 4x, 400 in dev),
+# which CI sets to a quarter; a cheap one keeps its fixed count in both.
+settings.register_profile("dev", max_examples=100, deadline=None)
+settings.register_profile(
+    "ci",
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile("ci" if os.environ.get("CI", "").lower() in ("1", "true") else "dev")
 
 # A planted secret: tests assert it never shows up in exceptions or logs.
 SECRET_PASSPHRASE = "planted-Secret-passphrase-7f3a"
@@ -64,6 +83,35 @@ def hermetic_environment(tmp_path_factory):
         mp.setenv("XDG_CACHE_HOME", str(home / ".cache"))
         mp.chdir(workdir)
         yield workdir
+
+
+def xdist_group_of(item: pytest.Item) -> str | None:
+    """The pytest-xdist group `item` runs in (`-n N --dist loadgroup`, as scripts/test.sh runs).
+
+    A fixture is made once per worker, so tests that share a costly one share a worker: those on
+    the session's demo server (`server_url`) go to "browser-demo" (the demo starts once); the other
+    browser tests, which start a server of their own or none, to "browser" (its worker launches a
+    second Chromium); a test using a module- or class-scoped fixture of its own module goes with
+    the rest of that module (a wheel built and installed once, not once per worker). The rest
+    spread freely. tests/test_xdist_groups.py checks this on a real collection.
+    """
+    if item.get_closest_marker("browser"):
+        return "browser-demo" if "server_url" in item.fixturenames else "browser"
+    defs = item._fixtureinfo.name2fixturedefs
+    module = item.nodeid.split("::")[0]
+    for name in item.fixturenames:
+        fixturedef = defs[name][-1] if defs.get(name) else None
+        if fixturedef and fixturedef.scope in ("module", "class") and fixturedef.baseid == module:
+            return module
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the marks into the node IDs it schedules
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        group = xdist_group_of(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @dataclasses.dataclass

@@ -11,6 +11,9 @@ end, after every fixture's teardown, processes that carry this session's mark or
 get a few seconds to exit (connections closing); any still running are listed, killed, and the
 run fails.
 
+Under pytest-xdist each worker checks for its own processes (they carry the worker's mark) and
+hands the list to the controller, which reports them all and fails the run.
+
 Used by tests/conftest.py; `pytest -p leakcheck` loads it on its own (its own test does that).
 """
 
@@ -68,22 +71,38 @@ def marked_processes() -> dict[int, str]:
     return found
 
 
+_from_workers: list[str] = []  # pytest-xdist: what each worker found, reported by the controller
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """pytest-xdist's controller: a worker finished; keep the leaks it found (a worker's own
+    exit status and terminal never reach the run's)."""
+    _from_workers.extend(getattr(node, "workeroutput", {}).get("leaked", []))
+
+
+@pytest.hookimpl(trylast=True)  # in xdist's controller: after its workers have been shut down
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     deadline = time.monotonic() + GRACE_S
     left = marked_processes()
     while left and time.monotonic() < deadline:
         time.sleep(0.1)
         left = marked_processes()
-    if not left:
-        return
     for pid in left:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    found = [f"  pid {pid}: {cmd}" for pid, cmd in sorted(left.items())]
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: the controller reports (pytest_testnodedown)
+        workeroutput["leaked"] = found
+        return
+    found += _from_workers
+    if not found:
+        return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    lines = [f"{len(left)} process(es) left running by the tests (now killed):"]
-    lines += [f"  pid {pid}: {cmd}" for pid, cmd in sorted(left.items())]
+    lines = [f"{len(found)} process(es) left running by the tests (now killed):", *found]
     if reporter:
         reporter.write_line("\n".join(lines), red=True)
     session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -67,7 +67,7 @@ def shards(draw):
     return body
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=2 * settings.default.max_examples, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(body=shards(), data=st.data())
 def test_any_split_counts_exactly_what_one_process_counts(tmp_path_factory, body, data):
     path = str(tmp_path_factory.mktemp("split") / "s.jsonl")

@@ -101,7 +101,7 @@ def compare(path, paths, budget):
     assert fast == slow  # id_fields too: each path names the ID fields its lines held IDs at
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=4 * settings.default.max_examples, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(shape=shapes, vals=st.lists(line_values, min_size=1, max_size=25), budget=st.integers(200, 1 << 30))
 def test_template_fields_equal_the_json_path(shape, vals, budget):
     # A shard's fields are on from the first parsed line that has one (fields.has_fields); the

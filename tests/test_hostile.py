@@ -564,6 +564,22 @@ def test_the_leak_check_fails_a_run_that_leaves_a_process_behind(tmp_path):
     assert tidy.returncode == 0, tidy.stdout
 
 
+def test_the_leak_check_fails_a_parallel_run_that_leaves_a_process_behind(tmp_path):
+    """Under pytest-xdist (as scripts/test.sh runs) a worker's exit status and output never reach
+    the run's: the worker hands what it found to the controller, which fails the run."""
+    (tmp_path / "test_leaky.py").write_text(
+        "import subprocess\ndef test_leaks():\n    subprocess.Popen(['sleep', '301'], start_new_session=True)\n"
+    )
+    (tmp_path / "test_tidy.py").write_text("def test_tidy():\n    pass\n")
+    env = dict(__import__("os").environ, PYTHONPATH=str(__import__("pathlib").Path(__file__).parent))
+    argv = [*LEAK_RUN, "-n", "2", "test_leaky.py", "test_tidy.py"]
+    run = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and "2 passed" in run.stdout, run.stdout + run.stderr
+    assert "1 process(es) left running by the tests (now killed)" in run.stdout and "sleep 301" in run.stdout, (
+        run.stdout
+    )
+
+
 LEAK_RUN = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "leakcheck"]
 
 

@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 from pathlib import Path
@@ -140,24 +141,62 @@ def write_local_config(tmp_path: Path, rows: int, extra_node: bool = False) -> P
     return config
 
 
-def start_collect(config: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "runhealth", "collect", "--config", str(config)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+class CollectProcess(subprocess.Popen):
+    """`runhealth collect` in a process of its own, its stderr read by a thread as it comes.
+
+    A test waits for what the collector says it did (`wait_for_log`: an event) rather than
+    sleeping for as long as that might take on a loaded machine: after the wait the check it
+    guards has happened, so a "nothing changed" assertion that follows cannot pass vacuously.
+    `communicate()` waits for the exit and returns (None, all of stderr)."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]):
+        super().__init__(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self._said: list[str] = []
+        self._eof = False
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.stderr is not None
+        for line in self.stderr:
+            with self._changed:
+                self._said.append(line)
+                self._changed.notify_all()
+        with self._changed:
+            self._eof = True
+            self._changed.notify_all()
+
+    def said(self) -> str:
+        """Its stderr so far."""
+        with self._changed:
+            return "".join(self._said)
+
+    def wait_for_log(self, text: str, count: int = 1, timeout_s: float = 30) -> None:
+        """Until stderr holds `text` `count` times (fails at `timeout_s` or when the process exits)."""
+        with self._changed:
+            self._changed.wait_for(lambda: "".join(self._said).count(text) >= count or self._eof, timeout_s)
+        said = self.said()
+        assert said.count(text) >= count, f"not said {count} time(s) within {timeout_s} s: {text!r}; stderr:\n{said}"
+
+    def communicate(self, input=None, timeout=None):  # noqa: A002 - Popen's signature
+        self.wait(timeout)
+        self._reader.join(timeout)
+        return None, self.said()
 
 
-def wait_for_count(proc: subprocess.Popen, store_path: Path, want: int) -> None:
+def start_collect(config: Path, extra_env: dict[str, str] | None = None) -> CollectProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(extra_env or {})}
+    return CollectProcess([sys.executable, "-m", "runhealth", "collect", "--config", str(config)], env)
+
+
+def wait_for_count(proc: CollectProcess, store_path: Path, want: int) -> None:
     counted, deadline = 0, time.monotonic() + 30
     while counted < want and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.3)
         if store_path.exists():
             counted = stored_count(store_path)
-    assert counted == want, proc.stderr.read() if proc.poll() is not None else f"store holds {counted}"
+    assert counted == want, proc.said() if proc.poll() is not None else f"store holds {counted}"
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -184,7 +223,7 @@ def test_collect_follows_config_changes(tmp_path):
         wait_for_count(proc, tmp_path / "svc.sqlite3", 300)
         text = config.read_text()
         config.write_text(text.replace("interval_s = 0.5", "interval_s = 0"))  # broken: keeps collecting
-        time.sleep(2.5)
+        proc.wait_for_log("does not load, still collecting with the previous one")
         assert proc.poll() is None
         write_local_config(tmp_path, 300, extra_node=True)
         wait_for_count(proc, tmp_path / "svc.sqlite3", 400)
@@ -196,6 +235,22 @@ def test_collect_follows_config_changes(tmp_path):
     assert proc.returncode == 0, err
     assert "does not load, still collecting with the previous one" in err and "interval_s" in err
     assert "config changed: restarted svc (changed)" in err and "collecting 2 node(s) of svc" in err
+
+
+def wait_for_polls(store_path: Path, n: int = 1, timeout_s: float = 30) -> None:
+    """Until the collector has written `n` more successful polls into the store (a row each)."""
+
+    def polls() -> int:
+        store = Store(store_path)
+        try:
+            return store.query("SELECT COUNT(*) AS n FROM polls")[0]["n"]
+        finally:
+            store.close()
+
+    want, deadline = polls() + n, time.monotonic() + timeout_s
+    while polls() < want:
+        assert time.monotonic() < deadline, f"no {n} more poll(s) within {timeout_s} s"
+        time.sleep(0.1)
 
 
 def stored_count(path: Path) -> int:

@@ -287,7 +287,7 @@ def scan_all(path, budget):
             return lines, malformed, _rows(totals)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=3 * settings.default.max_examples, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_fast_path_counts_equal_json_loads(data):
     schema = data.draw(st.sampled_from(SCHEMAS))
@@ -397,7 +397,7 @@ LINE_PIECES += [
 ]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=4 * settings.default.max_examples, deadline=None)
 @given(
     parts=st.lists(st.sampled_from(LINE_PIECES), max_size=12), key=st.lists(st.sampled_from(LINE_PIECES), max_size=2)
 )

@@ -19,11 +19,14 @@ import time
 from pathlib import Path
 
 from shardgen import truth_rows, write_shard
-from test_packaging import ROOT, stored_count, wait_for_count
+from test_packaging import CollectProcess, start_collect, stored_count, wait_for_count
 from test_service import rewrite
 
 from runhealth.store import Store
 from tests.test_webhooks import Receiver
+
+SAME_RUNS = "config file rewritten with the same runs: nothing restarted"
+RESTARTED_B = "config changed: restarted b (changed); 1 unchanged run(s) went on"
 
 
 def _run(tmp_path: Path, name: str, interval_s: float = 1, down_node: bool = False) -> str:
@@ -43,12 +46,8 @@ def _run(tmp_path: Path, name: str, interval_s: float = 1, down_node: bool = Fal
     return text + "\n"
 
 
-def _start(config: Path, receiver: Receiver | None = None) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    if receiver is not None:
-        env["RUNHEALTH_WEBHOOK_URLS"] = receiver.url()
-    argv = [sys.executable, "-m", "runhealth", "collect", "--config", str(config)]
-    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _start(config: Path, receiver: Receiver | None = None) -> CollectProcess:
+    return start_collect(config, {"RUNHEALTH_WEBHOOK_URLS": receiver.url()} if receiver is not None else None)
 
 
 def agents(pid: int) -> dict[int, str]:
@@ -92,6 +91,28 @@ def wait_for(cond, timeout_s: float = 30) -> None:
     assert cond()
 
 
+def wait_for_evaluations(store_path: Path, n: int, timeout_s: float = 30) -> None:
+    """Until the collector has evaluated the alerts `n` more times: each evaluation while an
+    alert holds stores a new `last_seen_unix` (an event to wait on, not a guess at how long n take)."""
+    store = Store(store_path)
+
+    def last_seen() -> float | None:
+        return store.query("SELECT MAX(last_seen_unix) AS t FROM alert_state")[0]["t"]
+
+    try:
+        before, seen = last_seen(), set()
+
+        def enough() -> bool:
+            t = last_seen()
+            if t is not None and (before is None or t > before):
+                seen.add(t)
+            return len(seen) >= n
+
+        wait_for(enough, timeout_s)
+    finally:
+        store.close()
+
+
 def stop(proc: subprocess.Popen) -> str:
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)
@@ -110,12 +131,13 @@ def test_touching_or_rewriting_the_same_config_restarts_nothing_and_sends_nothin
         wait_for(lambda: len(starts(receiver)) == 1)
         before = agents(proc.pid)
         assert sorted(before.values()) == ["python-a"], before
-        for new_text in (text, text, "# managed by config management\n" + text):  # touch, same bytes, a comment
+        rewrites = (text, text, "# managed by config management\n" + text)  # touch, same bytes, a comment
+        for i, new_text in enumerate(rewrites, start=1):
             rewrite(config, new_text)
-            time.sleep(1.5)  # checked every 0.5 s; a restart would have a new agent by now
+            proc.wait_for_log(SAME_RUNS, count=i)  # this rewrite was read (and restarted nothing)
         write_shard(tmp_path / "a" / "s.jsonl", truth_rows(5, 8), mode="a")
         wait_for_count(proc, tmp_path / "a.sqlite3", 45)
-        time.sleep(2)  # two alert evaluations after the last rewrite
+        wait_for_evaluations(tmp_path / "a.sqlite3", 2)  # two alert evaluations after the last rewrite
         after = agents(proc.pid)
         err = stop(proc)
     finally:
@@ -125,7 +147,7 @@ def test_touching_or_rewriting_the_same_config_restarts_nothing_and_sends_nothin
     assert after == before  # the same agent process: no reconnect, no restart
     assert len(starts(receiver)) == 1 and not announced_twice(receiver), receiver.posts  # once, not per touch
     assert err.count("collecting 2 node(s) of a") == 1  # started once
-    assert err.count("rewritten with the same runs: nothing restarted") == 3, err
+    assert err.count(SAME_RUNS) == 3, err
 
 
 def test_an_edit_to_one_run_restarts_only_that_run(tmp_path):
@@ -141,7 +163,7 @@ def test_an_edit_to_one_run_restarts_only_that_run(tmp_path):
         wait_for(lambda: before["python-b"] not in agents(proc.pid) and len(agents(proc.pid)) == 2)
         write_shard(tmp_path / "b" / "s.jsonl", truth_rows(5, 8), mode="a")
         wait_for_count(proc, tmp_path / "b.sqlite3", 45)  # run b collects again, at its new interval
-        time.sleep(1)  # a restart of run a would be done by now
+        proc.wait_for_log(RESTARTED_B)  # the edit's whole restart is done: a restart of run a would be too
         after = {name: pid for pid, name in agents(proc.pid).items()}
         err = stop(proc)
     finally:
@@ -149,7 +171,7 @@ def test_an_edit_to_one_run_restarts_only_that_run(tmp_path):
             proc.kill()
     assert after["python-a"] == before["python-a"]  # run a untouched: its agent goes on
     assert after["python-b"] != before["python-b"]  # run b restarted with its new settings
-    assert "config changed: restarted b (changed); 1 unchanged run(s) went on" in err, err
+    assert RESTARTED_B in err, err
     assert stored_count(tmp_path / "a.sqlite3") == 40 and stored_count(tmp_path / "b.sqlite3") == 45
 
 
@@ -166,7 +188,7 @@ def test_a_restarted_collector_does_not_announce_an_alert_that_still_holds(tmp_p
         proc = _start(config, receiver)  # a new process, the same store
         write_shard(tmp_path / "a" / "s.jsonl", truth_rows(5, 8), mode="a")
         wait_for_count(proc, store, 45)
-        time.sleep(3)  # three alert evaluations of the new process
+        wait_for_evaluations(store, 3)  # three alert evaluations of the new process
         stop(proc)
     finally:
         if proc.poll() is None:

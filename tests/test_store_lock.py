@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from shardgen import truth_rows, write_shard
 from test_dashboard import start_dashboard, wait_gone
-from test_packaging import start_collect, stored_count, wait_for_count
+from test_packaging import start_collect, stored_count, wait_for_count, wait_for_polls
 
 from runhealth.screens import events as run_events
 from runhealth.store import Store
@@ -68,7 +68,7 @@ def test_a_second_collector_with_another_config_writes_nothing_and_says_who_coll
     first = start_collect(_config(tmp_path, "real", store, ["node-a"], 1000, port))
     try:
         wait_for_count(first, store, 200)
-        time.sleep(1.5)  # a poll after the count: every node's status settled
+        wait_for_polls(store)  # a poll after the count: every node's status settled
         before = _what_others_see(store, f"http://127.0.0.1:{port}/metrics")
         assert before[2] and before[3] == [0.2], before  # 200 of 1000
         second = subprocess.run(
@@ -78,7 +78,7 @@ def test_a_second_collector_with_another_config_writes_nothing_and_says_who_coll
             text=True,
             timeout=60,
         )
-        time.sleep(1.5)  # a poll and a scrape later: what the second one wrote would show now
+        wait_for_polls(store)  # a poll and a scrape later: what the second one wrote would show now
         after = _what_others_see(store, f"http://127.0.0.1:{port}/metrics")
         assert first.poll() is None
     finally:
