@@ -312,6 +312,21 @@ def share_done(folder: Path) -> Scenario:
     return s
 
 
+def target_reached(folder: Path) -> Scenario:
+    """Both nodes wrote past the target in 15 min and stopped 15 min ago: the run is done, not
+    stalled (#41: Output lengths' and Compare's ETA kept a second copy of the run state, which
+    called it stalled and withheld the "done" the Overview shows)."""
+    s = build(
+        folder,
+        "target_reached",
+        {"loc": lambda k: 6 if k <= 30 else 0, "sshn": lambda k: 6 if k <= 30 else 0},
+        61,
+        target=300,
+    )
+    s.truth = {"eta_state": "done", "run_stalled": False}
+    return s
+
+
 def unconfigured_ceiling(folder: Path) -> Scenario:
     """No max_output_tokens in the config (the ceiling is detected) and context-window stops: the
     simulator's `length` stops below the ceiling, whose prompt filled MAX_MODEL_LEN (0.3% of its
@@ -334,6 +349,7 @@ SCENARIOS = {
     "stalled": stalled,
     "share_done": share_done,
     "unconfigured_ceiling": unconfigured_ceiling,
+    "target_reached": target_reached,
 }
 
 
@@ -500,7 +516,8 @@ def extract_overview_page(s: Scenario, capsys, monkeypatch) -> dict[str, Any]:
         text = bars[0].proto.text
         m = re.match(r"([\d,]+) of ([\d,]+) (prompts answered|completions)", text)
         assert m, text
-        out["progress_pct_bar"] = round(100 * parse_count(m[1]) / parse_count(m[2]), 2)
+        # a run past its target: the bar is full ("360 of 300 completions" is 100%, as every progress)
+        out["progress_pct_bar"] = min(100.0, round(100 * parse_count(m[1]) / parse_count(m[2]), 2))
     stragglers = next((el.value for el in at.markdown if el.value.startswith("**Stragglers:**")), "")
     out["late_nodes"] = tuple(sorted(re.findall(r"(\S+) (?:finishes )?at \d\d:\d\d", stragglers.split(";", 1)[-1])))
     out.update(_alert_facts(at))

@@ -196,7 +196,7 @@ def test_a_run_younger_than_the_average_says_so_and_gives_no_eta(tmp_path, monke
         t += 10
     config = store_fixtures.write_config(tmp_path, tmp_path / "x.sqlite3")
     model = overview.overview(store, load_config(config), now)
-    assert model.state == "writing" and model.standup.eta_s is not None  # a rate exists ...
+    assert model.state == "writing" and model.run_eta is not None and model.run_eta.eta_s is not None  # a rate ...
     assert model.eta_s is None and model.headline()["eta_hours_at_15_min_avg"] is None  # ... but no ETA yet
     assert model.average.label.startswith("avg since collection began")
     store.close()

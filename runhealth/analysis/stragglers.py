@@ -1,7 +1,8 @@
 """Stragglers: each node's ETA from its own rate, and which nodes finish later than the run's ETA.
 
-The run's ETA (rates.eta_seconds) divides the work left by the run's mean rate: it is when the
-run ends if the nodes share the work left between them as they go (a shared queue). A run
+The run's ETA (the caller's: screens/runeta.py `rate_eta`, the one completions ETA) divides the
+work left by the run's mean rate: it is when the run ends if the nodes share the work left between
+them as they go (a shared queue). A run
 configured with a total only (`target_completions`; nothing in the config says how the work is
 split across nodes or shards) gives no node a target of its own, so a node's ETA here is when
 it writes *its share*, target / nodes, at its own 15-min average rate: the honest reading of
@@ -62,13 +63,13 @@ def node_eta(node: str, done: int, share: float, cps: float | None, var: float |
 
 def stragglers(
     target: int | None,
-    done: int,
-    completions_per_s: float | None,
-    variance: float | None,
+    run_eta: float | None,
+    run_iv: tuple[float, float] | None,
     per_node: Mapping[str, tuple[int, float | None, float | None]],
 ) -> Stragglers | None:
-    """The run's ETA (`done` of `target` at `completions_per_s`, variance `variance`) beside each
-    node's: `per_node` maps a node to (its completions, its completions/s, the rate's variance).
+    """The run's ETA `run_eta` (its 95% interval `run_iv`; computed by the caller, screens/runeta.py)
+    beside each node's: `per_node` maps a node to (its completions, its completions/s, the rate's
+    variance).
 
     Returns:
         None without a target or nodes.
@@ -77,8 +78,6 @@ def stragglers(
         return None
     share = target / len(per_node)
     nodes = tuple(node_eta(n, d, share, c, v) for n, (d, c, v) in sorted(per_node.items()))
-    run_eta = rates.eta_seconds(done, target, completions_per_s)
-    run_iv = rates.eta_interval(done, target, completions_per_s, variance)
     late: list[NodeEta] = []
     if run_iv is not None and run_eta:
         late = [n for n in nodes if n.eta_interval_s is not None and n.eta_interval_s[0] > run_iv[1]]

@@ -22,7 +22,7 @@ from runhealth.analysis.failed import FailedRequests, failed_requests
 from runhealth.analysis.stragglers import Stragglers
 from runhealth.records import HostReading, LengthCountRow, MetricRow, NodeRow, ShardRow
 from runhealth.rules import activity, health
-from runhealth.screens import etas, fieldmodel, nodefields
+from runhealth.screens import etas, fieldmodel, nodefields, runeta
 from runhealth.screens import waste as waste_words
 from runhealth.screens.words import NA, fmt_count, fmt_share
 from runhealth.settings.config import RunConfig
@@ -257,7 +257,7 @@ def nodes(store: Store, config: RunConfig, now: float | None = None, finished: b
         prompts=run_prompts,
         stragglers=None
         if finished
-        else etas.for_run(config.target_completions, reading.summary.completions, reading.rates, reading.nodes),
+        else runeta.node_shares(config.target_completions, reading.summary.completions, reading.rates, reading.nodes),
         failed=node_failed(reading),
     )
 

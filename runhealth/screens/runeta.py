@@ -8,24 +8,29 @@ and backfill rule as the completions' rate, from each poll's `prompts`, migratio
 either, it stays completions still to write to [run] target_completions at the completions' rate,
 and says why. The Overview's ETA tile and headline (`runhealth status --json`), the Output
 lengths page's ETA change and the Compare page's ETA row all take `run_eta`: one ETA, one basis.
-The run-state rule (no ETA for a stalled or stale run, none before the average holds the run's
-writing) stays the Overview's (screens/overview.py).
+The completions ETA at a rate (`rate_eta`: the run's, and the stragglers' run ETA with its
+interval, `node_shares`) and the run state (`run_state`: writing / stalled / stale / finished, from
+the alerts) are computed here and nowhere else (#41): the Overview, Output lengths, Compare, the
+Nodes page and `status --json` all take them from this module.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
 from runhealth.ages import fmt_age
 from runhealth.analysis import rates
-from runhealth.analysis.stragglers import Stragglers
-from runhealth.rules.activity import RunRates, read_rates, stall_state
-from runhealth.screens import etas
+from runhealth.analysis.stragglers import Stragglers, stragglers
+from runhealth.records import NodeRow
+from runhealth.rules import health
+from runhealth.rules.activity import RunRates
 from runhealth.screens.words import fmt_window
 from runhealth.store import Store
 
 Basis = Literal["prompts", "completions"]
+RunState = Literal["writing", "stalled", "stale", "finished"]
 NO_ID_NOTE = (
     "on completions: expected_prompts is set but the shards carry no prompt ID "
     "(set prompt_id_path on the nodes; looked for id, custom_id, prompt_id, request_id, metadata.id)"
@@ -83,13 +88,53 @@ def run_eta(
         answered = None
     pps = run_rates.prompts_per_s_15m if run_rates else None
     if expected and answered is not None:
-        e = RunEta("prompts", rates.eta_seconds(answered, expected, pps), pps, answered, expected, "", pps)
+        e = RunEta("prompts", rate_eta(answered, expected, pps)[0], pps, answered, expected, "", pps)
     else:
         cps = run_rates.completions_per_s_15m if run_rates else None
-        eta = rates.eta_seconds(completions, target, cps) if target else None
+        eta = rate_eta(completions, target, cps)[0]
         note = (UPGRADE_NOTE if ids_since_upgrade else NO_ID_NOTE) if expected and completions else ""
         e = RunEta("completions", eta, cps, completions, target, note, pps)
     return last_share(e, shares)
+
+
+def rate_eta(
+    done: int, goal: int | None, per_s: float | None, variance: float | None = None
+) -> tuple[float | None, tuple[float, float] | None]:
+    """The one ETA at a rate: (seconds to `goal` from `done` at `per_s`, its 95% interval from the
+    rate's batch-means `variance`); (None, None) without a goal, 0 once it is reached."""
+    if not goal:
+        return None, None
+    return rates.eta_seconds(done, goal, per_s), rates.eta_interval(done, goal, per_s, variance)
+
+
+def node_shares(target: int | None, done: int, found: RunRates | None, nodes: Sequence[NodeRow]) -> Stragglers | None:
+    """Each configured node's ETA to its fixed share beside the run's (its `rate_eta` at the 15-min
+    average, with its interval), and the late ones (analysis/stragglers.py); None without a target
+    or rates."""
+    if found is None or not nodes or not target:
+        return None
+    per_node = {}
+    for n in nodes:
+        r = found.per_node.get(n["name"])
+        per_node[n["name"]] = (
+            n["completions"],
+            r.completions_per_s_15m if r else None,
+            r.completions_var_15m if r else None,
+        )
+    eta, interval = rate_eta(done, target, found.completions_per_s_15m, found.completions_var_15m)
+    return stragglers(target, eta, interval, per_node)
+
+
+def run_state(alerts: Sequence[health.Alert], finished: bool) -> RunState:
+    """The one run state every tile, the banner, the export and every page's ETA follow: from the
+    alerts (the collector gone or collection stale: stale; run_stalled, which spares a run that
+    reached its target and the nodes that wrote their shares: stalled)."""
+    if finished:
+        return "finished"
+    names = {a.name for a in alerts}
+    if names & {"collector_down", "collection_stale"}:
+        return "stale"
+    return "stalled" if "run_stalled" in names else "writing"
 
 
 def last_share(e: RunEta, shares: Stragglers | None) -> RunEta:
@@ -131,16 +176,14 @@ def store_eta(store: Store, completions: int, target: int | None, now: float) ->
     expected = settings.expected_prompts
     counted = store.prompt_counts() if expected else None
     answered = counted["distinct_prompts"] if counted and counted["id_lines"] else None
-    found = read_rates(store, now)
-    keep = settings.node_names
-    nodes = [n for n in store.nodes() if keep is None or n["name"] in keep]
-    shares = None if settings.shared_queue else etas.for_run(target, completions, found, nodes)
+    reading = health.read(store, now, settings)
+    found, nodes = reading.rates, reading.nodes
+    shares = None if settings.shared_queue else node_shares(target, completions, found, nodes)
     e = run_eta(completions, target, found, answered, expected, shares, store.meta("prompt_ids_since") is not None)
-    last = store.last_collection_unix()
-    stalled = stall_state(found.per_node, now, settings.stall_after).run_since_unix is not None
-    stale = last is None or now - last > settings.stale_after
+    state = run_state(health.alerts_of(reading), False)
+    stale, stalled = state == "stale", state == "stalled"
     enough = enough_for_eta(found, now)
-    shown = shown_eta(e, not stale and not stalled, enough)
+    shown = shown_eta(e, state == "writing", enough)
     why = ""
     if shown is None:
         why = "numbers stale" if stale else "run stalled" if stalled else "no target or rate" if e.eta_s is None else ""
