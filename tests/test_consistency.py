@@ -521,7 +521,23 @@ def extract_overview_page(s: Scenario, capsys, monkeypatch) -> dict[str, Any]:
     stragglers = next((el.value for el in at.markdown if el.value.startswith("**Stragglers:**")), "")
     out["late_nodes"] = tuple(sorted(re.findall(r"(\S+) (?:finishes )?at \d\d:\d\d", stragglers.split(";", 1)[-1])))
     out.update(_alert_facts(at))
+    out.update(_node_states(at))
     return out
+
+
+def _node_states(at) -> dict[str, Any]:
+    """The node table's states (its "status" column): the nodes it shows DONE (wrote their share)."""
+    table = next((df.value for df in at.dataframe if {"node", "status"} <= set(df.value.columns)), None)
+    assert table is not None, "no node table"
+    return {
+        "done_nodes": tuple(sorted(n for n, st in zip(table["node"], table["status"], strict=True) if st == "DONE"))
+    }
+
+
+def extract_nodes_page(s: Scenario, capsys, monkeypatch) -> dict[str, Any]:
+    """The Nodes page's node table (#41: a node that wrote its share read UP there beside the
+    Overview's "the other nodes have written their shares")."""
+    return _node_states(_run_app(s, "nodes", monkeypatch))
 
 
 def extract_kiosk(s: Scenario, capsys, monkeypatch) -> dict[str, Any]:
@@ -579,6 +595,7 @@ PAGES: dict[str, Callable[..., dict[str, Any]]] = {
     "overview page": extract_overview_page,
     "kiosk": extract_kiosk,
     "lengths page": extract_lengths_page,
+    "nodes page": extract_nodes_page,
 }
 
 
@@ -587,7 +604,7 @@ SHOWN_BY = {
     "eta_node": ("status --json", "downloads", "overview page", "lengths model"),
     "late_nodes": ("status --json", "downloads", "overview page"),
     "progress_pct": ("status --json", "downloads", "/metrics", "overview page", "overview progress_pct_bar"),
-    "done_nodes": ("status --json", "downloads", "/metrics"),
+    "done_nodes": ("status --json", "downloads", "/metrics", "overview page", "nodes page"),
     "run_stalled": ("status --json", "/metrics", "webhook", "overview page"),
     "eta_state": ("status --json", "downloads", "overview page", "kiosk", "lengths model"),
 }

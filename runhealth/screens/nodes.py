@@ -22,7 +22,7 @@ from runhealth.analysis.failed import FailedRequests, failed_requests
 from runhealth.analysis.stragglers import Stragglers
 from runhealth.records import HostReading, LengthCountRow, MetricRow, NodeRow, ShardRow
 from runhealth.rules import activity, health
-from runhealth.screens import etas, fieldmodel, nodefields, runeta
+from runhealth.screens import etas, fieldmodel, nodefields, nodestates, runeta
 from runhealth.screens import waste as waste_words
 from runhealth.screens.words import NA, fmt_count, fmt_share
 from runhealth.settings.config import RunConfig
@@ -110,7 +110,7 @@ class Nodes:
     finished: bool
     stale_after: float
     nodes: tuple[NodeRow, ...]  # the nodes the config names now
-    states: tuple[NodeState, ...]  # one per node, in the same order
+    states: tuple[NodeState, ...]  # one per node, in the same order ("done": wrote its share, #41)
     per_node: Mapping[str, activity.NodeRate] | None  # None for a finished run
     removed: tuple[Removed, ...]
     shards: tuple[ShardRow, ...]  # every shard of every node
@@ -126,6 +126,7 @@ class Nodes:
     # Per node, its failed requests beside its completions (#39; analysis/failed.py); empty while
     # no request failed anywhere in the run.
     failed: tuple[tuple[str, FailedRequests], ...] = ()
+    done_nodes: tuple[str, ...] = ()  # fixed shares: the nodes that wrote their share (health.done_nodes)
 
     failed_caption = (
         "Failed requests (an error status or object, expired or canceled): not completions, not in any "
@@ -176,7 +177,7 @@ class Nodes:
     @property
     def counts(self) -> dict[str, int]:
         """How many nodes are in each state."""
-        out = dict.fromkeys(("up", "stale", "down", "pending"), 0)
+        out = dict.fromkeys(("up", "done", "stale", "down", "pending"), 0)
         for s in self.states:
             out[s.state] = out.get(s.state, 0) + 1
         return out
@@ -231,7 +232,8 @@ def nodes(store: Store, config: RunConfig, now: float | None = None, finished: b
     settings = dataclasses.replace(RunSettings.from_config(config), nodes=store.run_settings().nodes)
     reading = health.read(store, now, settings, rates_lookback_s=DROP_LOOKBACK_S)
     stale_after = config.stale_after
-    states = tuple(NodeState(n["name"], *health.node_status(n, now, stale_after)) for n in reading.nodes)
+    done = tuple(sorted(health.done_nodes(reading.nodes, settings))) if not finished else ()
+    states = tuple(NodeState(n["name"], *nodestates.state_at(n, now, stale_after, done)) for n in reading.nodes)
     found = health.alerts_of(reading)
     names = [n["name"] for n in reading.nodes]
     by_node = store.length_counts(by="node")  # one read for the costs and the field table
@@ -259,6 +261,7 @@ def nodes(store: Store, config: RunConfig, now: float | None = None, finished: b
         if finished
         else runeta.node_shares(config.target_completions, reading.summary.completions, reading.rates, reading.nodes),
         failed=node_failed(reading),
+        done_nodes=done,
     )
 
 
