@@ -159,3 +159,45 @@ def test_the_averages_one_pass_agrees_with_the_windowed_rate():
         assert (cps, tps) == pytest.approx(rates.windowed_rate(points, window, 1_995.0))
         assert var is not None and var > 0
     assert rates.window_rates([], 900.0) == (None, None, None)
+
+
+def test_a_straggler_stays_named_until_its_interval_overlaps_the_runs_for_a_few_polls(tmp_path):
+    """#41: the straggler line came and went between polls. node-4 writes a third of the others'
+    rate for 20 min, then three times theirs: the late rule (its ETA interval wholly after the
+    run's) lets go of it at some poll while its ETA still lies after the run's. A sequence of
+    Overview models, one a poll as the store grows: the named node stays named until the rule has
+    not named it for runeta.LATE_HOLD_POLLS polls (main dropped it at the first such poll), and
+    never while its ETA is before the run's."""
+    rng = random.Random(7)
+    start = time.time() - 60 * 60
+    store = Store(tmp_path / "x.sqlite3")
+    config = load_config(store_fixtures.write_config(tmp_path, tmp_path / "x.sqlite3", target=TARGET))
+    strict: list[bool] = []
+    shown: list[bool] = []
+    for k in range(300):
+        ts = start + 10 * k
+        for i in range(1, 5):
+            pace = 30 * ((1 / 3 if k < ROUNDS else 3) if i == 4 else 1)
+            n = max(1, round(pace + rng.gauss(0, 3)))
+            counts = store_fixtures.lengths(rng, n, 0.1)
+            tokens = sum(t * c for t, _, _, c in counts)
+            entry = {"inode": 10_000 * i + k, "size": tokens * 4, "offset_from": 0, "offset": tokens * 4}
+            entry.update(reset=False, lines=n, malformed=0, tokens=tokens, counts=counts, error=None)
+            write_reply(store, f"node-{i}", store_fixtures.poll_reply(ts + 0.3, [], {f"/o/r{k}.jsonl": entry}), ts)
+        if k < ROUNDS:
+            continue
+        m = overview.overview(store, config, ts + 1)
+        s = m.stragglers
+        assert s is not None and s.run_eta_interval_s is not None
+        slow = next(n for n in s.nodes if n.node == "node-4")
+        strict.append(slow.eta_interval_s is not None and slow.eta_interval_s[0] > s.run_eta_interval_s[1])
+        shown.append("node-4" in [n.node for n in s.late])
+        if shown[-1]:
+            assert (slow.eta_s or 0) > (s.run_eta_s or 0)  # never named while its ETA is before the run's
+        if not any(strict[-runeta.LATE_HOLD_POLLS :]):
+            assert not shown[-1]  # let go after LATE_HOLD_POLLS polls the rule did not name it
+        if len(strict) > 2 and not strict[-1] and strict[-2]:
+            break
+    store.close()
+    assert strict[0] and shown[0], "the premise: node-4 starts out late"
+    assert not strict[-1] and shown[-1], (strict, shown)  # the rule let go; the line keeps naming it

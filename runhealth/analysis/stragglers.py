@@ -11,7 +11,10 @@ its share is done (ETA 0). Shards have no targets of their own in any config, so
 per-shard ETA.
 
 A node is *late* when its ETA's 95% interval lies wholly after the run ETA's (its lower end is
-later than the run ETA's upper end): a difference the rates' own noise cannot explain. Both
+later than the run ETA's upper end): a difference the rates' own noise cannot explain. A node
+the rule named at one of the last few polls (`held`, the caller's) stays named while its ETA
+still lies after the run's: near the edge the intervals cross back and forth from poll to poll,
+and the line came and went (#41). Both
 intervals come from the rates' batch-means variance (rates.eta_interval). "Most nodes done by"
 is the latest ETA of the nodes that are not late.
 """
@@ -19,7 +22,7 @@ is the latest ETA of the nodes that are not late.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from runhealth.analysis import rates
 
@@ -66,10 +69,12 @@ def stragglers(
     run_eta: float | None,
     run_iv: tuple[float, float] | None,
     per_node: Mapping[str, tuple[int, float | None, float | None]],
+    held: Collection[str] = (),
 ) -> Stragglers | None:
     """The run's ETA `run_eta` (its 95% interval `run_iv`; computed by the caller, screens/runeta.py)
     beside each node's: `per_node` maps a node to (its completions, its completions/s, the rate's
-    variance).
+    variance). `held`: the nodes named late at one of the last polls (they stay named while their
+    ETA lies after the run's).
 
     Returns:
         None without a target or nodes.
@@ -80,7 +85,12 @@ def stragglers(
     nodes = tuple(node_eta(n, d, share, c, v) for n, (d, c, v) in sorted(per_node.items()))
     late: list[NodeEta] = []
     if run_iv is not None and run_eta:
-        late = [n for n in nodes if n.eta_interval_s is not None and n.eta_interval_s[0] > run_iv[1]]
+        late = [
+            n
+            for n in nodes
+            if (n.eta_interval_s is not None and n.eta_interval_s[0] > run_iv[1])
+            or (n.node in held and n.eta_s is not None and n.eta_s > run_eta)
+        ]
     late.sort(key=lambda n: -(n.eta_s or 0.0))
     rest = [n.eta_s for n in nodes if n not in late and n.eta_s is not None]
     return Stragglers(target, run_eta, run_iv, nodes, tuple(late), max(rest) if rest else None)

@@ -259,7 +259,15 @@ def nodes(store: Store, config: RunConfig, now: float | None = None, finished: b
         prompts=run_prompts,
         stragglers=None
         if finished
-        else runeta.node_shares(config.target_completions, reading.summary.completions, reading.rates, reading.nodes),
+        else runeta.node_shares(
+            config.target_completions,
+            reading.summary.completions,
+            reading.rates,
+            reading.nodes,
+            runeta.late_before(
+                store, config.target_completions, reading.summary.completions, reading.nodes, now, config.interval_s
+            ),
+        ),
         failed=node_failed(reading),
         done_nodes=done,
     )

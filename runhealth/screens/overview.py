@@ -354,7 +354,9 @@ def _overview(store: Store, config: RunConfig, now: float, finished: bool) -> Ov
     )
     average = average_of(reading.rates, now)
     prompts = fieldmodel.prompt_completeness(store, config, reading.summary.completions)
-    shares = runeta.node_shares(config.target_completions, reading.summary.completions, reading.rates, nodes)
+    target, done = config.target_completions, reading.summary.completions
+    held = () if finished else runeta.late_before(store, target, done, nodes, now, config.interval_s)
+    shares = runeta.node_shares(target, done, reading.rates, nodes, held)
     basis = runeta.run_eta(
         up.completions,
         config.target_completions,

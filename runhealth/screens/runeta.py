@@ -17,16 +17,17 @@ Nodes page and `status --json` all take them from this module.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import Literal, NamedTuple
+from collections.abc import Collection, Sequence
+from typing import Literal, NamedTuple, cast
 
 from runhealth.ages import fmt_age
 from runhealth.analysis import rates
 from runhealth.analysis.stragglers import Stragglers, stragglers
 from runhealth.records import NodeRow
-from runhealth.rules import health
+from runhealth.rules import activity, health
 from runhealth.rules.activity import RunRates
 from runhealth.screens.words import fmt_window
+from runhealth.settings import windows
 from runhealth.store import Store
 
 Basis = Literal["prompts", "completions"]
@@ -42,6 +43,9 @@ UPGRADE_NOTE = (
 
 # The stragglers (screens/etas.py) compare each node's share of target_completions: with the ETA on
 # prompts their clock times are on another basis, and the line says so rather than contradict it.
+# A node named late stays named until its ETA interval has overlapped the run's for this many polls
+# (while its ETA still lies after the run's): the line came and went between polls (#41).
+LATE_HOLD_POLLS = 3
 STRAGGLERS_NOTE = " (nodes' shares of target_completions; the ETA is from distinct prompts)"
 
 
@@ -107,10 +111,16 @@ def rate_eta(
     return rates.eta_seconds(done, goal, per_s), rates.eta_interval(done, goal, per_s, variance)
 
 
-def node_shares(target: int | None, done: int, found: RunRates | None, nodes: Sequence[NodeRow]) -> Stragglers | None:
+def node_shares(
+    target: int | None,
+    done: int,
+    found: RunRates | None,
+    nodes: Sequence[NodeRow],
+    held: Collection[str] = (),
+) -> Stragglers | None:
     """Each configured node's ETA to its fixed share beside the run's (its `rate_eta` at the 15-min
-    average, with its interval), and the late ones (analysis/stragglers.py); None without a target
-    or rates."""
+    average, with its interval), and the late ones (analysis/stragglers.py; `held`: `late_before`'s
+    nodes, which stay named while their ETA lies after the run's); None without a target or rates."""
     if found is None or not nodes or not target:
         return None
     per_node = {}
@@ -122,7 +132,31 @@ def node_shares(target: int | None, done: int, found: RunRates | None, nodes: Se
             r.completions_var_15m if r else None,
         )
     eta, interval = rate_eta(done, target, found.completions_per_s_15m, found.completions_var_15m)
-    return stragglers(target, eta, interval, per_node)
+    return stragglers(target, eta, interval, per_node, held)
+
+
+def late_before(
+    store: Store, target: int | None, done: int, nodes: Sequence[NodeRow], now: float, interval_s: float
+) -> frozenset[str]:
+    """The nodes the late rule named at one of the LATE_HOLD_POLLS - 1 poll instants before `now`,
+    from the store's polls as they stood then (the rates and each node's completions at each
+    instant): a straggler stays named until its interval has overlapped the run's for
+    LATE_HOLD_POLLS polls, so the line no longer comes and goes between polls (#41)."""
+    if not target or not nodes:
+        return frozenset()
+    window_s, average_s = windows.rate_window_s(interval_s), windows.average_window_s(interval_s)
+    rows = activity.poll_rows(
+        store, now, windows.rates_lookback_s(interval_s, average_s) + LATE_HOLD_POLLS * interval_s
+    )
+    named: set[str] = set()
+    for k in range(1, LATE_HOLD_POLLS):
+        t = now - k * interval_s
+        upto = {n: [r for r in rs if r[0] <= t] for n, rs in rows.items()}
+        later = {n: sum(r[2] or 0 for r in rs if r[0] > t) for n, rs in rows.items()}
+        then = [cast(NodeRow, {**n, "completions": n["completions"] - later.get(n["name"], 0)}) for n in nodes]
+        s = node_shares(target, done - sum(later.values()), activity.run_rates(upto, t, window_s, average_s), then)
+        named |= {n.node for n in s.late} if s else set()
+    return frozenset(named)
 
 
 def run_state(alerts: Sequence[health.Alert], finished: bool) -> RunState:
