@@ -33,14 +33,14 @@ def shares(target, done, cps, var, per_node):
     return stragglers.stragglers(target, *runeta.rate_eta(done, target, cps, var), per_node)
 
 
-def uneven_run(tmp_path, slow: float = 1 / 3, seed: int = 3):
+def uneven_run(tmp_path, slow: float = 1 / 3, seed: int = 3, rounds: int = ROUNDS):
     """4 nodes polled every 10 s for 20 min ending now: ~30 completions a poll each, node-4 `slow`
     times that (noise of a few completions a poll). Returns (store, config path, now)."""
     rng = random.Random(seed)
     now = time.time()
     store = Store(tmp_path / "x.sqlite3")
-    for k in range(ROUNDS):
-        ts = now - (ROUNDS - 1 - k) * 10
+    for k in range(rounds):
+        ts = now - (rounds - 1 - k) * 10
         for i in range(1, 5):
             n = max(1, round((30 * (slow if i == 4 else 1)) + rng.gauss(0, 3)))
             counts = store_fixtures.lengths(rng, n, 0.1)
@@ -201,3 +201,21 @@ def test_a_straggler_stays_named_until_its_interval_overlaps_the_runs_for_a_few_
     store.close()
     assert strict[0] and shown[0], "the premise: node-4 starts out late"
     assert not strict[-1] and shown[-1], (strict, shown)  # the rule let go; the line keeps naming it
+
+
+def test_no_node_eta_while_the_run_is_too_young_for_one(tmp_path, monkeypatch):
+    """#41: in the demo's first 15 minutes the Nodes page gave each node an ETA while the Overview
+    refused one ("after 15 min of writing"). 5 min of writing: the same too-young rule
+    (runeta.enough_for_eta) on both, and the Nodes page says why."""
+    store, config, now = uneven_run(tmp_path, rounds=30)
+    cfg = load_config(config)
+    m = overview.overview(store, cfg, now)
+    n = nodes.nodes(store, cfg, now)
+    store.close()
+    assert m.state == "writing" and m.eta_s is None and m.stragglers is None  # the Overview refuses one
+    assert n.stragglers is None and n.eta_cells == {} and n.to_json()["node_eta_s"] == {}
+    assert "of writing" in n.eta_caption and "as the Overview" in n.eta_caption
+    at = run_page("nodes", config, monkeypatch)
+    assert_clean(at)
+    assert not [df for df in at.dataframe if "ETA (its share)" in df.value.columns]
+    assert any("No node ETA while the run has none (after " in c.value for c in at.caption)

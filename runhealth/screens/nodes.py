@@ -127,6 +127,7 @@ class Nodes:
     # no request failed anywhere in the run.
     failed: tuple[tuple[str, FailedRequests], ...] = ()
     done_nodes: tuple[str, ...] = ()  # fixed shares: the nodes that wrote their share (health.done_nodes)
+    eta_withheld: str = ""  # why no node has an ETA while the run has none (runeta.live_eta), e.g. "run stalled"
 
     failed_caption = (
         "Failed requests (an error status or object, expired or canceled): not completions, not in any "
@@ -145,7 +146,11 @@ class Nodes:
     @property
     def eta_caption(self) -> str:
         if self.stragglers is None:
-            return ""
+            return (
+                f"No node ETA while the run has none ({self.eta_withheld}), as the Overview."
+                if self.eta_withheld
+                else ""
+            )
         line = etas.straggler_sentence(self.stragglers, self.now)
         return (line + ". " if line else "") + etas.assumption(self.stragglers)
 
@@ -239,6 +244,14 @@ def nodes(store: Store, config: RunConfig, now: float | None = None, finished: b
     by_node = store.length_counts(by="node")  # one read for the costs and the field table
     ceiling = reading.summary.ceiling_tokens
     run_prompts = fieldmodel.prompt_completeness(store, config, reading.summary.completions)
+    p = run_prompts or {}
+    state = runeta.run_state(found, finished)
+    since = p.get("counted_since_unix") is not None
+    live = (
+        None
+        if finished
+        else runeta.live_eta(store, reading, reading.summary.completions, p.get("answered"), since, state)
+    )
     return Nodes(
         run=config.name,
         now=now,
@@ -257,17 +270,8 @@ def nodes(store: Store, config: RunConfig, now: float | None = None, finished: b
         fields=nodefields.node_fields(store, names, by_node, ceiling, config.max_model_len),
         prompts_answered=run_prompts.get("answered") if run_prompts else None,
         prompts=run_prompts,
-        stragglers=None
-        if finished
-        else runeta.node_shares(
-            config.target_completions,
-            reading.summary.completions,
-            reading.rates,
-            reading.nodes,
-            runeta.late_before(
-                store, config.target_completions, reading.summary.completions, reading.nodes, now, config.interval_s
-            ),
-        ),
+        stragglers=None if live is None else live.shown_shares,
+        eta_withheld=live.withheld if live is not None and config.target_completions else "",
         failed=node_failed(reading),
         done_nodes=done,
     )

@@ -354,19 +354,10 @@ def _overview(store: Store, config: RunConfig, now: float, finished: bool) -> Ov
     )
     average = average_of(reading.rates, now)
     prompts = fieldmodel.prompt_completeness(store, config, reading.summary.completions)
-    target, done = config.target_completions, reading.summary.completions
-    held = () if finished else runeta.late_before(store, target, done, nodes, now, config.interval_s)
-    shares = runeta.node_shares(target, done, reading.rates, nodes, held)
-    basis = runeta.run_eta(
-        up.completions,
-        config.target_completions,
-        reading.rates,
-        (prompts or {}).get("answered"),
-        config.expected_prompts,
-        None if config.shared_queue else shares,
-        (prompts or {}).get("counted_since_unix") is not None,
-    )
-    eta = runeta.shown_eta(basis, state == "writing", average.enough_for_eta)
+    p = prompts or {}
+    since = p.get("counted_since_unix") is not None
+    live = runeta.live_eta(store, reading, up.completions, p.get("answered"), since, state, hold=not finished)
+    basis, eta = live.basis, live.eta_s
     health_rows = {(h["node"], h["gpu"]): h["health"] for h in reading.gpu_health if h["node"] in names}
     labelled = [{**g, "label": f"{g['node']}/{g['gpu']}"} for g in gpus]
     model = Overview(
@@ -392,7 +383,7 @@ def _overview(store: Store, config: RunConfig, now: float, finished: bool) -> Ov
         waste=tokencost.waste(reading.summary, store.latest_loop_sample()),
         energy=tokencost.energy_cost(e for e in store.node_energy() if e["node"] in names),
         prompts=prompts,
-        stragglers=shares if eta else None,
+        stragglers=live.shown_shares,
         events=chart_events(store, now - EVENTS_LOOKBACK_S),
         run_eta=basis,
         done_nodes=tuple(sorted(health.done_nodes(nodes, reading.settings))),

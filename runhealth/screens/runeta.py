@@ -135,6 +135,12 @@ def node_shares(
     return stragglers(target, eta, interval, per_node, held)
 
 
+def holdable(s: Stragglers) -> frozenset[str]:
+    """The nodes a hold could keep named: not late now, their ETA after the run's."""
+    run = s.run_eta_s
+    return frozenset(n.node for n in s.nodes if n not in s.late and run and n.eta_s is not None and n.eta_s > run)
+
+
 def late_before(
     store: Store, target: int | None, done: int, nodes: Sequence[NodeRow], now: float, interval_s: float
 ) -> frozenset[str]:
@@ -210,19 +216,58 @@ def store_eta(store: Store, completions: int, target: int | None, now: float) ->
     expected = settings.expected_prompts
     counted = store.prompt_counts() if expected else None
     answered = counted["distinct_prompts"] if counted and counted["id_lines"] else None
-    reading = health.read(store, now, settings)
-    found, nodes = reading.rates, reading.nodes
-    shares = None if settings.shared_queue else node_shares(target, completions, found, nodes)
-    e = run_eta(completions, target, found, answered, expected, shares, store.meta("prompt_ids_since") is not None)
+    reading = health.read(store, now, dataclasses.replace(settings, target_completions=target))
     state = run_state(health.alerts_of(reading), False)
-    stale, stalled = state == "stale", state == "stalled"
-    enough = enough_for_eta(found, now)
-    shown = shown_eta(e, state == "writing", enough)
+    live = live_eta(
+        store, reading, completions, answered, store.meta("prompt_ids_since") is not None, state, hold=False
+    )
+    return dataclasses.replace(live.basis, eta_s=live.eta_s), live.withheld
+
+
+@dataclasses.dataclass(frozen=True)
+class LiveEta:
+    """A live run's ETA as every screen shows it, with each node's ETA to its share."""
+
+    basis: RunEta  # before the run-state rule
+    eta_s: float | None  # shown_eta: None while stalled, stale or too young
+    shares: Stragglers | None  # each node's ETA to its share (fixed shares or not: the Nodes table)
+    withheld: str  # why there is no ETA, in a few words ("" when there is one)
+
+    @property
+    def shown_shares(self) -> Stragglers | None:
+        """The node ETAs the screens show: only beside a run ETA (the Overview's rule, #41: the
+        Nodes page gave per-node ETAs in a run's first 15 min while the Overview refused one)."""
+        return self.shares if self.eta_s else None
+
+
+def live_eta(
+    store: Store,
+    reading: health.Reading,
+    done: int,
+    answered: int | None,
+    ids_since_upgrade: bool,
+    state: RunState,
+    hold: bool = True,
+) -> LiveEta:
+    """The run's ETA, shown or withheld, and the nodes' ETAs, from one reading at its instant
+    (the Overview, the Nodes page, store_eta): one rule for all. `hold`: keep a straggler named
+    for LATE_HOLD_POLLS polls (`late_before`; the ETA alone does not need it)."""
+    s, now, found = reading.settings, reading.now, reading.rates
+    target, nodes = s.target_completions, reading.nodes
+    shares = node_shares(target, done, found, nodes)
+    if hold and shares is not None and (maybe := holdable(shares)):  # the earlier polls only when they can matter
+        shares = node_shares(
+            target, done, found, nodes, maybe & late_before(store, target, done, nodes, now, s.interval_s)
+        )
+    e = run_eta(
+        done, target, found, answered, s.expected_prompts, None if s.shared_queue else shares, ids_since_upgrade
+    )
+    shown = shown_eta(e, state == "writing", enough_for_eta(found, now))
     why = ""
     if shown is None:
-        why = "numbers stale" if stale else "run stalled" if stalled else "no target or rate" if e.eta_s is None else ""
-        why = why or f"after {fmt_window(found.average_s)} of writing"
-    return dataclasses.replace(e, eta_s=shown), why
+        why = {"stale": "numbers stale", "stalled": "run stalled", "finished": "run finished"}.get(state, "")
+        why = why or ("no target or rate" if e.eta_s is None else f"after {fmt_window(found.average_s)} of writing")
+    return LiveEta(e, shown, shares, why)
 
 
 def enough_for_eta(r: RunRates, now: float) -> bool:
