@@ -393,6 +393,11 @@ def node_details(node: NodeRow, now: float, host: HostReading | None = None, fin
         ("hostname", node.get("hostname") or "N/A"),
         ("load average", ", ".join(f"{x:.2f}" for x in node.get("loadavg") or []) or "N/A"),
         ("CPUs", str((host.get("cpus") if host else None) or "N/A")),
+        *(
+            [("host readings", "simulated (demo): not this machine's load or RAM")]
+            if host and host.get("simulated")
+            else []
+        ),
         ("RAM", host_memory(host)[0]),
         ("swap", host_memory(host)[1]),
         ("GPUs found", f"{node.get('gpus_found') or 0} via {gpu_src}"),
