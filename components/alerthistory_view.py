@@ -20,6 +20,7 @@ from components import figures
 from components.context import PageRuntime
 from components.format import fmt_age, fmt_ago
 from runhealth.records import AlertEpisodeRow
+from runhealth.screens.events import alert_window_s, alert_window_words
 from runhealth.settings.windows import ALERT_TIMELINE_S
 from runhealth.store.writes import ALERT_HISTORY_KEEP_S
 
@@ -128,8 +129,12 @@ def render_today(rt: PageRuntime, prefix: str, events: Sequence[Any] = ()) -> No
         st.caption("Today's alerts: none in the last 24 h.")
     else:
         frame = timeline_frame(rows, now)
+        # The window fits the run so far (its earliest episode or event), a day at most (#41).
+        seen = [r["started_unix"] for r in rows] + [t for e in events if (t := getattr(e, "ts_unix", None)) is not None]
+        width = alert_window_s(now, min(seen) if seen else None)
         st.plotly_chart(
-            figures.make_alert_timeline_figure(frame, now - TODAY_S, now, events), key=f"{prefix}_alert_timeline"
+            figures.make_alert_timeline_figure(frame, now - width, now, events, alert_window_words(width)),
+            key=f"{prefix}_alert_timeline",
         )
         still = sum(r["resolved_unix"] is None for r in rows)
         st.caption(

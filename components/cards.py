@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import streamlit as st
 
@@ -29,9 +29,17 @@ from runhealth.screens.words import tile_help as words_tile_help
 from runhealth.settings.windows import NOTICE_S
 from runhealth.store import Store, storefile
 
-STATE_COLOUR = {"UP": "#1B5E20", "STALE": "#8A5A00", "DOWN": "#8B1A1A", "PENDING": "#3A3F4B", "FINISHED": "#3A3F4B"}
+STATE_COLOUR = {
+    "UP": "#1B5E20",
+    "DONE": "#0D47A1",
+    "STALE": "#8A5A00",
+    "DOWN": "#8B1A1A",
+    "PENDING": "#3A3F4B",
+    "FINISHED": "#3A3F4B",
+}
 STATE_MD = {
     "up": ":green[UP]",
+    "done": ":blue[DONE]",
     "stale": ":orange[STALE]",
     "down": ":red[DOWN]",
     "pending": ":gray[PENDING]",
@@ -116,12 +124,14 @@ def render_node_table(
     finished: bool = False,
     eta: Mapping[str, str] | None = None,
     now: float | None = None,
+    done: Collection[str] = (),
 ) -> None:
-    """The node table; `now`: the instant of the model the nodes come from (their states at it)."""
+    """The node table; `now`: the instant of the model the nodes come from (their states at it);
+    `done`: the model's done_nodes (they wrote their share)."""
     if not nodes:
         st.info("No nodes configured.")
         return
-    table = node_table(nodes, stale_after, now, per_node=per_node, finished=finished, eta=eta)
+    table = node_table(nodes, stale_after, now, per_node=per_node, finished=finished, eta=eta, done=done)
     if compact:
         extra = ["tok/s (1 min)", "last new"] if per_node is not None else ["GPUs"]
         table = table[["node", "status", "last seen", *extra, "disk free", "SSH RTT"]]
@@ -175,8 +185,10 @@ def render_sample(sample: StoredSample) -> None:
     st.code(sample.get("text_tail") or "(empty completion)", language=None, wrap_lines=True, height=320)
 
 
-def render_node_card(node: NodeRow, stale_after: float, now: float, finished: bool = False) -> None:
-    state, why = state_at(node, now, stale_after)
+def render_node_card(
+    node: NodeRow, stale_after: float, now: float, finished: bool = False, done: Collection[str] = ()
+) -> None:
+    state, why = state_at(node, now, stale_after, done)
     if finished:  # not polled any more: no up / stale wording, when it was last polled
         state, why = "finished", finished_line(node)
     with st.container(border=True):

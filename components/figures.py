@@ -768,10 +768,10 @@ SEVERITY_COLOUR = {"critical": ALERT_COLOUR, "warning": CEILING_COLOUR}
 
 
 def make_alert_timeline_figure(
-    df: pd.DataFrame, start_unix: float, end_unix: float, events: Sequence[Any] | None = None
+    df: pd.DataFrame, start_unix: float, end_unix: float, events: Sequence[Any] | None = None, window: str = "24 h"
 ) -> go.Figure:
     """Alert episodes as bars over [start_unix, end_unix] (local time), one row per alert and
-    node, coloured by severity, the run's `events` as markers. `df` columns: label, severity,
+    node, coloured by severity, the run's `events` as markers; `window` words its width in the title. `df` columns: label, severity,
     started_unix, ended_unix (an open episode ends at `end_unix`), hover (the words shown on hover)."""
 
     def local(ts: Any) -> list[datetime.datetime]:  # this host's local time, as the tables say it
@@ -800,5 +800,5 @@ def make_alert_timeline_figure(
     fig.update_xaxes(type="date", range=local([start_unix, end_unix]))
     fig.update_yaxes(autorange="reversed", categoryorder="array", categoryarray=list(dict.fromkeys(df["label"])))
     rows = df["label"].nunique()
-    fig = apply_layout(fig, "Alerts, last 24 h", height=min(420, 150 + 28 * rows))
+    fig = apply_layout(fig, f"Alerts, last {window}", height=min(420, 150 + 28 * rows))
     return add_event_markers(fig, events_of(df, events), (start_unix, end_unix), local_time=True)

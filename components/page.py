@@ -142,6 +142,9 @@ LIGHT_CSS = """
 [data-testid="stApp"] :is([data-testid="stNumberInputContainer"], [data-baseweb="select"] > div,
   [data-testid="stTextInputRootElement"]) {border: 1px solid #8A909A !important}
 [data-testid="stApp"] [data-testid="stNumberInputContainer"] button:hover {background-color: #E3EEFF}
+/* The GPUs page's node selector (a multiselect): its box is not the select's own div in every
+   Streamlit version, and was drawn dark under dark text (#41). Every box in it light. */
+[data-testid="stApp"] [data-testid="stMultiSelect"] div {background-color: #FFFFFF !important}
 [data-testid="stApp"] [data-testid="stExpander"] details {background: #FFFFFF; border-color: #C5CAD3}
 [data-testid="stApp"] :is([data-testid="stCode"], [data-testid="stCode"] pre, [data-testid="stJson"]) {
   background-color: #F3F5F8 !important}

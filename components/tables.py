@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import pandas as pd
@@ -23,7 +23,14 @@ from runhealth.screens.lengths import Summary, WhatIf, wilson_interval
 from runhealth.screens.nodestates import NodeRate, indexing_progress, state_at
 from runhealth.settings.windows import NOTICE_S
 
-STATE_BADGE = {"up": "UP", "stale": "STALE", "down": "DOWN", "pending": "PENDING", "finished": "FINISHED"}
+STATE_BADGE = {
+    "up": "UP",
+    "done": "DONE",
+    "stale": "STALE",
+    "down": "DOWN",
+    "pending": "PENDING",
+    "finished": "FINISHED",
+}
 REPLACED_NOTICE_S = NOTICE_S  # a shard replaced within this is named above the table (which always says it)
 REPLACED_NAMED = 5  # shards a replacement notice names; the rest are counted
 
@@ -116,14 +123,16 @@ def node_table(
     per_node: Mapping[str, NodeRate] | None = None,
     finished: bool = False,
     eta: Mapping[str, str] | None = None,
+    done: Collection[str] = (),
 ) -> pd.DataFrame:
     """One row per node; with `per_node` (the rates' NodeRate map: runhealth.rules.activity) its tok/s over the last
-    minute and when its shards last grew; with `eta` (the Nodes model's eta_cells) its ETA to its share. A finished run's nodes are "FINISHED" (not polled any
+    minute and when its shards last grew; with `eta` (the Nodes model's eta_cells) its ETA to its share;
+    `done` (the model's done_nodes) the nodes that wrote their share: "DONE". A finished run's nodes are "FINISHED" (not polled any
     more), with when they were last polled: no up / stale wording."""
     now = now or time.time()
     rows = []
     for n in nodes:
-        state, why = state_at(n, now, stale_after)
+        state, why = state_at(n, now, stale_after, done)
         if finished:
             state, why = "finished", finished_line(n)
         free = [f for d in (n.get("disk") or {}).values() if (f := d.get("free_bytes")) is not None]
@@ -166,7 +175,7 @@ def last_error_line(node: NodeRow, now: float) -> str:
     return f"Last error ({when}): " + str(node["last_error"])
 
 
-STATE_RANK = {"down": 0, "stale": 1, "pending": 2, "up": 3}  # worst first
+STATE_RANK = {"down": 0, "stale": 1, "pending": 2, "up": 3, "done": 3}  # worst first
 
 
 def node_issues(node: NodeRow, now: float, stale_after: float, unreadable: list[tuple[str, str]]) -> list:
@@ -384,6 +393,11 @@ def node_details(node: NodeRow, now: float, host: HostReading | None = None, fin
         ("hostname", node.get("hostname") or "N/A"),
         ("load average", ", ".join(f"{x:.2f}" for x in node.get("loadavg") or []) or "N/A"),
         ("CPUs", str((host.get("cpus") if host else None) or "N/A")),
+        *(
+            [("host readings", "simulated (demo): not this machine's load or RAM")]
+            if host and host.get("simulated")
+            else []
+        ),
         ("RAM", host_memory(host)[0]),
         ("swap", host_memory(host)[1]),
         ("GPUs found", f"{node.get('gpus_found') or 0} via {gpu_src}"),

@@ -24,6 +24,12 @@ from runhealth.screens import runfigures
 
 PREFIX = "compare"
 TITLE, ICON, URL_PATH = "Compare runs", ":material/compare_arrows:", "Compare"
+# Compare is not in the wall's rotation (components/page.py KIOSK_ROTATION); opened with ?kiosk=1
+# it shows its verdict within 1920x1080 and says where the rest is.
+KIOSK_LEFT_OUT = (
+    "Compare is not a wall screen (not in the kiosk rotation): the length chart, the side-by-side "
+    "table and the forecast check are on the page without ?kiosk=1."
+)
 ONE_RUN = False  # the page shows two runs: no "Run: <name>" line, no run picker effect
 
 
@@ -35,6 +41,8 @@ def default_pair(runs: list[context.RunHandle]) -> tuple[int, int]:
 def pick_runs(runs: list[context.RunHandle]) -> tuple[context.RunHandle, context.RunHandle]:
     names = [h.config.name for h in runs]
     a0, b0 = default_pair(runs)
+    if page.kiosk():  # a wall has no keyboard: the pair the page opens with
+        return runs[a0], runs[b0]
     left, right = st.columns(2)
     a = left.selectbox("Run A (before)", names, index=a0, key=f"{PREFIX}_run_a")
     b = right.selectbox("Run B (after)", names, index=b0, key=f"{PREFIX}_run_b")
@@ -85,6 +93,9 @@ def render_runs(runs: list[context.RunHandle]) -> None:
         return
     compare_view.render_headline(m.comparison)
     compare_view.render_prompts(m.prompts)
+    if page.kiosk():  # the wall never scrolls (#41: 2,000 px tall): the verdict only, the rest said
+        page.kiosk_caption(PREFIX, 1, KIOSK_LEFT_OUT)
+        return
     st.plotly_chart(compare_view.make_overlay_figure(a, b), key=f"{PREFIX}_overlay_chart")
     compare_view.render_table(list(m.rows), a, b)
     compare_view.render_forecast(m.comparison, a, b)

@@ -2,7 +2,7 @@
 
 Status rule: pending = never polled; up = a successful poll within stale_after; stale = the
 last success is older than that; down = never reached (and failing), or no success for
-5 x stale_after. The effective configuration shown is the secret-free public view.
+5 x stale_after; done = up and wrote its fixed share of the target (#41). The effective configuration shown is the secret-free public view.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ MAX_NODE_CARDS = 8  # up to this many nodes, a card each; more: a problems table
 
 def render_node(m: Nodes, node: NodeRow, shards: pd.DataFrame) -> None:
     now, finished = m.now, m.finished
-    cards.render_node_card(node, m.stale_after, now, finished)
+    cards.render_node_card(node, m.stale_after, now, finished, m.done_nodes)
     left, right = st.columns([3, 2])
     details = tables.node_details(node, now, m.hosts.get(node["name"]), finished)
     left.dataframe(details, hide_index=True, width="stretch", height=35 * (len(details) + 1) + 3)
@@ -70,7 +70,9 @@ def render_page(rt: PageRuntime) -> None:
         return
     cards.render_indexing(nodes)
     cards.render_problems(alerts.lines(list(m.host_alerts)), "Hosts")
-    cards.render_node_table(nodes, m.stale_after, per_node=m.per_node, finished=m.finished, eta=m.eta_cells, now=m.now)
+    cards.render_node_table(
+        nodes, m.stale_after, per_node=m.per_node, finished=m.finished, eta=m.eta_cells, now=m.now, done=m.done_nodes
+    )
     if m.eta_caption:
         st.caption(md_escape(m.eta_caption))
     for gone in m.removed:
@@ -116,7 +118,13 @@ def node_csv(rt: PageRuntime) -> pd.DataFrame:
     the same model as the screen, so the same columns."""
     m = loaders.load_nodes_screen(rt.store, rt.config, runpicker.is_finished(rt))
     return tables.node_table(
-        list(m.nodes), m.stale_after, m.now, per_node=m.per_node, finished=m.finished, eta=m.eta_cells
+        list(m.nodes),
+        m.stale_after,
+        m.now,
+        per_node=m.per_node,
+        finished=m.finished,
+        eta=m.eta_cells,
+        done=m.done_nodes,
     )
 
 
@@ -129,7 +137,7 @@ def shown_nodes(m: Nodes, shards: pd.DataFrame) -> list[NodeRow]:
         return nodes
     problems, order = tables.node_problems(nodes, shards, m.stale_after, m.now)
     states = {s.name: s.state for s in m.states}
-    not_up = sum(s != "up" for s in states.values())
+    not_up = sum(s not in ("up", "done") for s in states.values())
     troubled = problems["node"].nunique()
     st.subheader("Problems by node")
     st.caption(
@@ -157,7 +165,9 @@ def render_kiosk(rt: PageRuntime) -> None:
         st.info("No nodes registered yet: waiting for first poll (is the collector running?).")
         return
     cards.render_problems(alerts.lines(list(m.host_alerts)), "Hosts", limit=page.KIOSK_MAX_ALERTS)
-    cards.render_node_table(list(m.nodes), m.stale_after, per_node=m.per_node, finished=m.finished, now=m.now)
+    cards.render_node_table(
+        list(m.nodes), m.stale_after, per_node=m.per_node, finished=m.finished, now=m.now, done=m.done_nodes
+    )
     page.kiosk_caption(PREFIX, 1, "Each node's details, shards, servers and config: without ?kiosk=1.")
 
 
@@ -173,7 +183,7 @@ def render(rt: PageRuntime) -> None:
         st.caption(
             f"up = polled within {fmt_age(rt.config.stale_after)}; stale = older; down = never reached, "
             f"or nothing for {fmt_age(DOWN_AFTER_STALE * rt.config.stale_after)}; "
-            "pending = waiting for first poll."
+            "pending = waiting for first poll; done = wrote its share of the target (fixed shares)."
         )
     page.live(rt, render_page, rt)
     page.download_csv(node_csv(rt), "nodes.csv", PREFIX)

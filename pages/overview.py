@@ -3,7 +3,8 @@
 The screen at the root URL (app.py routes here). Everything below the title refreshes itself
 every collection interval inside one fragment (page.live), so the screen on the wall stays
 current without a full-page rerun; `?kiosk=1` is the wall-screen mode. Node states: up = polled
-within stale_after; stale = older; down = never reached, or nothing for 5 x stale_after.
+within stale_after; stale = older; down = never reached, or nothing for 5 x stale_after; done =
+up and wrote its fixed share of the target.
 The numbers are one model read at one instant (runhealth.screens.overview): this page only lays
 it out, and the headline download and `runhealth status` print the same record.
 """
@@ -72,7 +73,13 @@ def render_live(rt: PageRuntime) -> None:
         cards.render_problems(list(m.gpu_notes), "GPUs")
     with right:
         cards.render_node_table(
-            nodes, rt.config.stale_after, compact=True, per_node=m.per_node, finished=finished, now=m.now
+            nodes,
+            rt.config.stale_after,
+            compact=True,
+            per_node=m.per_node,
+            finished=finished,
+            now=m.now,
+            done=m.done_nodes,
         )
         if len(m.throughput) >= 2:
             series = pd.DataFrame([dataclasses.asdict(p) for p in m.throughput])
@@ -110,7 +117,13 @@ def render_kiosk(rt: PageRuntime) -> None:
     with right:
         finished = runpicker.is_finished(rt)
         cards.render_node_table(
-            list(m.nodes), rt.config.stale_after, compact=True, per_node=m.per_node, finished=finished, now=m.now
+            list(m.nodes),
+            rt.config.stale_after,
+            compact=True,
+            per_node=m.per_node,
+            finished=finished,
+            now=m.now,
+            done=m.done_nodes,
         )
     if m.heat:
         heat = pd.DataFrame([dataclasses.asdict(h) for h in m.heat])
@@ -131,7 +144,7 @@ def render(rt: PageRuntime) -> None:
     page.download_headline(rt, PREFIX)
     model = loaders.load_overview(rt.store, rt.config, runpicker.is_finished(rt))  # cached: the same model
     page.download_csv(
-        tables.node_table(list(model.nodes), rt.config.stale_after, model.now),
+        tables.node_table(list(model.nodes), rt.config.stale_after, model.now, done=model.done_nodes),
         "nodes.csv",
         PREFIX,
         label="Download node table (CSV)",

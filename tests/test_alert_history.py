@@ -9,6 +9,7 @@ while a marker file exists.
 
 from __future__ import annotations
 
+import datetime
 import io
 import json
 import re
@@ -246,9 +247,16 @@ def run_page(page: str, config: Path, monkeypatch) -> AppTest:
 def test_the_overview_draws_the_days_episodes(scenario, monkeypatch):
     tmp, config, store = scenario
     at = run_page("overview", write_config(tmp, config, store), monkeypatch)
-    charts = [c for c in at.get("plotly_chart") if "Alerts, last 24 h" in c.proto.spec]
+    charts = [c for c in at.get("plotly_chart") if "Alerts, last " in c.proto.spec]
     assert len(charts) == 1
-    bars = json.loads(charts[0].proto.spec)["data"]
+    spec = json.loads(charts[0].proto.spec)
+    # #41: the strip's window fits the run (an hour old: its first episode ~1 h ago, and a tenth
+    # more), not a day, where an hour's bars were a few pixels wide.
+    lo, hi = (datetime.datetime.fromisoformat(x).timestamp() for x in spec["layout"]["xaxis"]["range"])
+    first = min(r["started_unix"] for r in store.alert_episodes())
+    assert hi - lo == pytest.approx(1.1 * (time.time() - first), rel=0.02), (hi - lo) / 3600
+    assert re.match(r"Alerts, last \d+ min", spec["layout"]["title"]["text"]), spec["layout"]["title"]["text"]
+    bars = spec["data"]
     labels = {y: bar["name"] for bar in bars for y in bar["y"]}  # row -> severity (the colour)
     assert {k: v for k, v in labels.items() if not k.startswith("host_")} == {
         "truncation_high · run": "critical",

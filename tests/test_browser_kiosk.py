@@ -26,6 +26,9 @@ SCREENS = {
     "lengths-2": ("lengths", 2, ["What if max_tokens were raised?", "Truncated over time"], [".rh-tile"]),
     "gpus": ("gpus", 1, ["GPUs now", "Utilization", "Power"], []),
     "nodes": ("nodes", 1, [], ['[data-testid="stDataFrame"]']),
+    # Not in the rotation, but a wall can be pointed at it: 2,000 px tall on main (#41); its verdict
+    # only, and it says where the rest is.
+    "compare": ("compare", 1, [], []),
 }
 HEIGHTS_JS = """() => {
   const main = document.querySelector('[data-testid="stMain"]');

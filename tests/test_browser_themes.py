@@ -115,3 +115,45 @@ def test_every_screen_is_readable_in_both_themes_and_fetches_nothing_from_outsid
         return y < 0.7 if " light" in g else y > 0.2
 
     assert grids and not [g for g in grids if wrong(g)], "\n".join(g for g in grids if wrong(g))
+
+
+# Every element of the GPUs page's node selector whose own box is drawn: its background and text.
+SELECT_STYLES_JS = """() => {
+  const box = document.querySelector('[data-testid="stMultiSelect"]');
+  if (!box) return null;
+  return Array.from(box.querySelectorAll('*')).filter(e => e.getBoundingClientRect().height > 0).map(e => {
+    const s = getComputedStyle(e);
+    return {tag: e.tagName, id: e.getAttribute('data-baseweb') || e.getAttribute('data-testid') || '',
+            bg: s.backgroundColor, color: s.color, fill: s.webkitTextFillColor,
+            text: e.children.length ? '' : (e.innerText || '').slice(0, 30)};  // text drawn by this element
+  });
+}"""
+
+
+def _luminance(css: str) -> float | None:
+    """The relative luminance of a CSS rgb()/rgba() colour; None when fully transparent."""
+    import re
+
+    parts = [float(x) for x in re.findall(r"[\d.]+", css)]
+    if len(parts) == 4 and parts[3] == 0:
+        return None
+    lin = [(v / 255 / 12.92) if v / 255 <= 0.03928 else ((v / 255 + 0.055) / 1.055) ** 2.4 for v in parts[:3]]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def test_the_light_themes_gpu_node_selector_is_light_with_dark_text(server_url, browser_page):
+    """#41: with ?theme=light the GPUs page's node selector was a black box with dark text.
+    Chromium's computed style of every drawn part of it: no dark background anywhere in it, and
+    its text dark on it."""
+    wait_for_demo_data(browser_page, server_url)
+    tab = browser_page
+    tab.goto(f"{server_url}/{PAGES['gpus']}?theme=light", wait_until="commit")
+    tab.wait_for_selector('[data-testid="stMultiSelect"]', timeout=60_000)
+    tab.wait_for_timeout(1000)
+    styles = tab.evaluate(SELECT_STYLES_JS)
+    tab.locator('[data-testid="stMultiSelect"]').screenshot(path=str(ARTIFACTS / "light-gpus-node-select.png"))
+    assert styles, "no node selector"
+    dark = [s for s in styles if (lum := _luminance(s["bg"])) is not None and lum < 0.5]
+    assert not dark, dark
+    texts = [s for s in styles if s["text"].strip()]
+    assert texts and all((_luminance(s["color"]) or 0) < 0.1 for s in texts), texts

@@ -324,6 +324,21 @@ def share_done(folder: Path) -> Scenario:
     return s
 
 
+def target_reached(folder: Path) -> Scenario:
+    """Both nodes wrote past the target in 15 min and stopped 15 min ago: the run is done, not
+    stalled (#41: Output lengths' and Compare's ETA kept a second copy of the run state, which
+    called it stalled and withheld the "done" the Overview shows)."""
+    s = build(
+        folder,
+        "target_reached",
+        {"loc": lambda k: 6 if k <= 30 else 0, "sshn": lambda k: 6 if k <= 30 else 0},
+        61,
+        target=300,
+    )
+    s.truth = {"eta_state": "done", "run_stalled": False}
+    return s
+
+
 def unconfigured_ceiling(folder: Path) -> Scenario:
     """No max_output_tokens in the config (the ceiling is detected) and context-window stops: the
     simulator's `length` stops below the ceiling, whose prompt filled MAX_MODEL_LEN (0.3% of its
@@ -356,6 +371,7 @@ SCENARIOS = {
     "stalled": stalled,
     "share_done": share_done,
     "unconfigured_ceiling": unconfigured_ceiling,
+    "target_reached": target_reached,
 }
 
 
@@ -534,11 +550,13 @@ def extract_overview_page(s: Scenario, capsys, monkeypatch) -> dict[str, Any]:
         text = bars[0].proto.text
         m = re.match(r"([\d,]+) of ([\d,]+) (prompts answered|completions)", text)
         assert m, text
-        out["progress_pct_bar"] = round(100 * parse_count(m[1]) / parse_count(m[2]), 2)
+        # a run past its target: the bar is full ("360 of 300 completions" is 100%, as every progress)
+        out["progress_pct_bar"] = min(100.0, round(100 * parse_count(m[1]) / parse_count(m[2]), 2))
     out.update(failed_of_line(at))
     stragglers = next((el.value for el in at.markdown if el.value.startswith("**Stragglers:**")), "")
     out["late_nodes"] = tuple(sorted(re.findall(r"(\S+) (?:finishes )?at \d\d:\d\d", stragglers.split(";", 1)[-1])))
     out.update(_alert_facts(at))
+    out.update(_node_states(at))
     return out
 
 
@@ -557,13 +575,25 @@ def failed_of_line(at) -> dict[str, Any]:
     return parse_failed(line.replace("\\", "").split("Failed requests ", 1)[1])
 
 
+def _node_states(at) -> dict[str, Any]:
+    """The node table's states (its "status" column): the nodes it shows DONE (wrote their share)."""
+    table = next((df.value for df in at.dataframe if {"node", "status"} <= set(df.value.columns)), None)
+    assert table is not None, "no node table"
+    return {
+        "done_nodes": tuple(sorted(n for n, st in zip(table["node"], table["status"], strict=True) if st == "DONE"))
+    }
+
+
 def extract_nodes_page(s: Scenario, capsys, monkeypatch) -> dict[str, Any]:
-    """The Nodes page's per-node failed table (#39), summed over the nodes (shown when any failed)."""
+    """The Nodes page: its node table's states (#41: a node that wrote its share read UP there
+    beside the Overview's "the other nodes have written their shares") and the per-node failed
+    table (#39), summed over the nodes (shown when any failed)."""
     at = _run_app(s, "nodes", monkeypatch)
+    out = _node_states(at)
     table = next((df.value for df in at.dataframe if "Failed requests" in df.value.columns), None)
-    if table is None:
-        return {}
-    return {"failed_requests": sum(parse_failed(str(x))["failed_requests"] for x in table["Failed requests"])}
+    if table is not None:
+        out["failed_requests"] = sum(parse_failed(str(x))["failed_requests"] for x in table["Failed requests"])
+    return out
 
 
 def extract_kiosk(s: Scenario, capsys, monkeypatch) -> dict[str, Any]:
@@ -630,7 +660,7 @@ SHOWN_BY = {
     "eta_node": ("status --json", "downloads", "overview page", "lengths model"),
     "late_nodes": ("status --json", "downloads", "overview page"),
     "progress_pct": ("status --json", "downloads", "/metrics", "overview page", "overview progress_pct_bar"),
-    "done_nodes": ("status --json", "downloads", "/metrics"),
+    "done_nodes": ("status --json", "downloads", "/metrics", "overview page", "nodes page"),
     "run_stalled": ("status --json", "/metrics", "webhook", "overview page"),
     "eta_state": ("status --json", "downloads", "overview page", "kiosk", "lengths model"),
     "failed_requests": ("status --json", "downloads", "/metrics", "webhook", "overview page", "nodes page"),

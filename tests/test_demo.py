@@ -5,10 +5,12 @@ import urllib.request
 
 import pytest
 
+from components import tables
 from runhealth.analysis import loops, servermetrics, stats
 from runhealth.cli import scan_paths
 from runhealth.collect.collector import Collector
 from runhealth.demo import DEMO_CONTEXT, Simulator, demo_config
+from runhealth.rules import hardware
 from runhealth.screens import serverview
 from runhealth.settings.config import parse_config
 from runhealth.store import Store
@@ -154,3 +156,36 @@ def test_demo_config_is_valid_and_collects_through_the_real_agent(tmp_path):
         with open(shard["path"], "rb") as f:
             written += sum(b'"status_code": 500' in line for line in f.read(shard["offset"]).splitlines())
     assert failed == written and written >= 5
+
+
+def test_each_demo_node_has_its_own_gpus_and_a_simulated_host(tmp_path):
+    """#41: the demo copied node-1's GPU numbers onto node-2 (the simulated readings depended on
+    the GPU index and the clock only) and showed the dashboard machine's real CPU load and RAM
+    warnings inside the simulated run. Each node's GPUs now read their own curves, and the demo's
+    host readings are simulated and said so (no alert from the machine it runs on)."""
+    config = demo_config(tmp_path)
+    sim = Simulator(tmp_path, seed=4)
+    assert sim.start()
+    store = Store(config.resolved_store_path())
+    try:
+        with Collector(config, store, context=DEMO_CONTEXT) as collector:
+            collector.poll_once()
+        gpus = {(g["node"], int(g["gpu"])): g for g in store.gpu_latest()}
+        hosts = store.host_latest()
+        nodes = {n["name"]: n for n in store.nodes()}
+    finally:
+        sim.stop()
+        store.close()
+    for i in range(3):  # the GPUs both nodes have
+        one, two = gpus[("demo-node-1", i)], gpus[("demo-node-2", i)]
+        assert (one["power_w"], one["mem_used_mib"]) != (two["power_w"], two["mem_used_mib"]), i
+    assert len({g["power_w"] for g in gpus.values()}) == len(gpus)
+    assert set(hosts) == {"demo-node-1", "demo-node-2"} and all(h.get("simulated") for h in hosts.values())
+    assert not hardware.host_findings(hosts, {n: r.get("loadavg") for n, r in nodes.items()})
+    assert nodes["demo-node-1"]["loadavg"] != nodes["demo-node-2"]["loadavg"]
+    assert (
+        tables.node_details(nodes["demo-node-1"], time.time(), hosts["demo-node-1"])
+        .isin(["simulated (demo): not this machine's load or RAM"])
+        .any()
+        .any()
+    )

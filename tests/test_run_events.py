@@ -259,3 +259,15 @@ def test_housekeeping_bounds_the_events_and_keeps_every_marker_a_chart_draws(tmp
     assert store.cursor("SELECT COUNT(*) FROM run_events").fetchone()[0] == runevents.MAX_READ
     assert [run_events.chart_events(store, since) for since in sinces] == before
     assert before[0][0].ts_unix == T0 + (n - runevents.MAX_READ) * 60.0  # the oldest drawn: still there
+
+
+def test_the_alert_strip_fits_a_young_run_and_a_day_at_most():
+    """#41: the 24 h alert strip was unreadable on a run minutes old (its bars a few pixels wide)."""
+    from runhealth.screens.events import alert_window_s, alert_window_words
+    from runhealth.settings.windows import ALERT_STRIP_MIN_S, ALERT_TIMELINE_S
+
+    now = 1_800_000_000.0
+    assert alert_window_s(now, now - 5 * 60) == ALERT_STRIP_MIN_S  # minutes old: half an hour
+    assert alert_window_s(now, now - 3 * 3600) == pytest.approx(1.1 * 3 * 3600)
+    assert alert_window_s(now, now - 3 * 86400) == ALERT_TIMELINE_S and alert_window_s(now, None) == ALERT_TIMELINE_S
+    assert alert_window_words(ALERT_TIMELINE_S) == "24 h" and alert_window_words(ALERT_STRIP_MIN_S) == "30 min"

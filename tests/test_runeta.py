@@ -29,7 +29,7 @@ from runhealth.collect.collector import Collector
 from runhealth.demo import Simulator
 from runhealth.node import scan
 from runhealth.rules import activity
-from runhealth.screens import lengths, overview, runeta, runfigures
+from runhealth.screens import derived, lengths, overview, runeta, runfigures
 from runhealth.settings.config import NodeConfig, RunConfig
 from runhealth.settings.runsettings import RunSettings
 from runhealth.store import Store, rollup
@@ -175,7 +175,7 @@ def test_the_eta_is_from_distinct_prompts_with_expected_prompts(relaunch):
     prompts_eta = (GOAL - truth.answered) / pps
     assert m.eta_s == pytest.approx(prompts_eta, rel=1e-9)
     completions_eta = (GOAL - sum(truth.completions)) / cps
-    assert m.standup.eta_s == pytest.approx(completions_eta, rel=1e-9)  # what the tile showed before
+    assert runeta.rate_eta(sum(truth.completions), GOAL, cps)[0] == pytest.approx(completions_eta, rel=1e-9)  # before
     assert m.eta_s > 2 * completions_eta  # twice the rate, and fewer to go: the completions ETA was far too early
     tile = next(t for t in m.tiles if t.label == "ETA")
     assert tile.sub == f"at the 15 min avg, {pps:,.1f} prompts/s" and tile.level == "ok"
@@ -404,3 +404,19 @@ def test_migration_12_adds_the_column_and_keeps_older_polls(tmp_path):
     assert [r["prompts"] for r in store.polls()] == [None]
     assert "prompts" in {r[1] for r in store.cursor("PRAGMA table_info(poll_rollup)")}
     store.close()
+
+
+def test_the_completions_eta_and_the_run_state_are_computed_in_runeta_only():
+    """#41: the ETA was computed in screens/derived.py (Standup.eta_s) and analysis/stragglers.py
+    besides runeta, and the run state kept a second copy in store_eta (its own stall rule, which
+    called a run that reached its target stalled). One place each: runeta."""
+    root = Path(runeta.__file__).resolve().parents[1]
+    for path in sorted((root / "screens").glob("*.py")):
+        if path.name != "runeta.py":
+            text = path.read_text(encoding="utf-8")
+            assert "eta_seconds(" not in text and "eta_interval(" not in text, path.name
+            assert "stall_state(" not in text or path.name == "published.py", path.name  # published: staleness only
+            assert "def run_state" not in text, path.name
+    strag = (root / "analysis" / "stragglers.py").read_text(encoding="utf-8")
+    assert "eta_seconds(done, target" not in strag and "eta_interval(done, target" not in strag
+    assert "eta_s" not in {f.name for f in dataclasses.fields(derived.Standup)}

@@ -1,7 +1,8 @@
 """Stragglers: each node's ETA from its own rate, and which nodes finish later than the run's ETA.
 
-The run's ETA (rates.eta_seconds) divides the work left by the run's mean rate: it is when the
-run ends if the nodes share the work left between them as they go (a shared queue). A run
+The run's ETA (the caller's: screens/runeta.py `rate_eta`, the one completions ETA) divides the
+work left by the run's mean rate: it is when the run ends if the nodes share the work left between
+them as they go (a shared queue). A run
 configured with a total only (`target_completions`; nothing in the config says how the work is
 split across nodes or shards) gives no node a target of its own, so a node's ETA here is when
 it writes *its share*, target / nodes, at its own 15-min average rate: the honest reading of
@@ -10,7 +11,10 @@ its share is done (ETA 0). Shards have no targets of their own in any config, so
 per-shard ETA.
 
 A node is *late* when its ETA's 95% interval lies wholly after the run ETA's (its lower end is
-later than the run ETA's upper end): a difference the rates' own noise cannot explain. Both
+later than the run ETA's upper end): a difference the rates' own noise cannot explain. A node
+the rule named at one of the last few polls (`held`, the caller's) stays named while its ETA
+still lies after the run's: near the edge the intervals cross back and forth from poll to poll,
+and the line came and went (#41). Both
 intervals come from the rates' batch-means variance (rates.eta_interval). "Most nodes done by"
 is the latest ETA of the nodes that are not late.
 """
@@ -18,7 +22,7 @@ is the latest ETA of the nodes that are not late.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from runhealth.analysis import rates
 
@@ -62,13 +66,15 @@ def node_eta(node: str, done: int, share: float, cps: float | None, var: float |
 
 def stragglers(
     target: int | None,
-    done: int,
-    completions_per_s: float | None,
-    variance: float | None,
+    run_eta: float | None,
+    run_iv: tuple[float, float] | None,
     per_node: Mapping[str, tuple[int, float | None, float | None]],
+    held: Collection[str] = (),
 ) -> Stragglers | None:
-    """The run's ETA (`done` of `target` at `completions_per_s`, variance `variance`) beside each
-    node's: `per_node` maps a node to (its completions, its completions/s, the rate's variance).
+    """The run's ETA `run_eta` (its 95% interval `run_iv`; computed by the caller, screens/runeta.py)
+    beside each node's: `per_node` maps a node to (its completions, its completions/s, the rate's
+    variance). `held`: the nodes named late at one of the last polls (they stay named while their
+    ETA lies after the run's).
 
     Returns:
         None without a target or nodes.
@@ -77,11 +83,14 @@ def stragglers(
         return None
     share = target / len(per_node)
     nodes = tuple(node_eta(n, d, share, c, v) for n, (d, c, v) in sorted(per_node.items()))
-    run_eta = rates.eta_seconds(done, target, completions_per_s)
-    run_iv = rates.eta_interval(done, target, completions_per_s, variance)
     late: list[NodeEta] = []
     if run_iv is not None and run_eta:
-        late = [n for n in nodes if n.eta_interval_s is not None and n.eta_interval_s[0] > run_iv[1]]
+        late = [
+            n
+            for n in nodes
+            if (n.eta_interval_s is not None and n.eta_interval_s[0] > run_iv[1])
+            or (n.node in held and n.eta_s is not None and n.eta_s > run_eta)
+        ]
     late.sort(key=lambda n: -(n.eta_s or 0.0))
     rest = [n.eta_s for n in nodes if n not in late and n.eta_s is not None]
     return Stragglers(target, run_eta, run_iv, nodes, tuple(late), max(rest) if rest else None)

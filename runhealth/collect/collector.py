@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -63,8 +64,14 @@ def poll_request(
     with the poll times the store keeps, also when a finished demo run is filled poll by poll).
     """
     demo_clock = {"demo_time_unix": now_unix} if node.gpu == "demo" and now_unix is not None else {}
+    # Each simulated node its own GPU readings; in the built-in demo (demo_gpus from its RunContext)
+    # a simulated host too: the real machine's CPU load and RAM are not the simulated run's (#41).
+    demo = (
+        {"demo_seed": zlib.crc32(node.name.encode()) & 0xFFFF, "demo_host": demo_gpus > 0} if node.gpu == "demo" else {}
+    )
     return {
         **demo_clock,
+        **demo,
         "op": "poll",
         "shards": {
             "globs": node.shards,

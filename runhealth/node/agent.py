@@ -23,6 +23,7 @@ import fnmatch
 import glob
 import importlib
 import itertools
+import math
 import os
 import random
 import socket
@@ -550,17 +551,35 @@ def read_host(meminfo="/proc/meminfo"):
     return out
 
 
+def demo_host(t, seed):
+    """A simulated run's host (the built-in demo: `demo_host` in the request): a 64-CPU, 2 TiB node
+    at a calm load, marked simulated. The demo runs on the dashboard's own machine, whose real
+    CPU load and RAM warnings do not belong to a simulated run (#41)."""
+    load = 12.0 + 4.0 * math.sin(t / 60.0 + seed)
+    host = {
+        "cpus": 64,
+        "mem_total_bytes": 2 << 40,
+        "mem_available_bytes": int((1.3 + 0.1 * math.sin(t / 90.0)) * (1 << 40)),
+    }
+    host.update(swap_total_bytes=0, swap_free_bytes=0, simulated=True)
+    return [round(load, 2), round(load * 0.95, 2), round(load * 0.9, 2)], host
+
+
 def _op_poll(req):
     shards, files = _poll_shards(req.get("shards") or {})
     try:
         load = list(os.getloadavg())
     except (AttributeError, OSError):
         load = None
+    host = read_host()
+    seed = int(req.get("demo_seed", 0))
+    if req.get("demo_host"):
+        load, host = demo_host(float(req.get("demo_time_unix") or time.time()), seed)
     return {
         "hostname": socket.gethostname(),
         "loadavg": load,
-        "host": read_host(),
-        "gpus": read_gpus(req.get("gpu", "auto"), int(req.get("demo_gpus", 8)), req.get("demo_time_unix")),
+        "host": host,
+        "gpus": read_gpus(req.get("gpu", "auto"), int(req.get("demo_gpus", 8)), req.get("demo_time_unix"), seed),
         "shards": shards,
         "disk": _disk(files),
         "metrics": _fetch_metrics(req.get("metrics_urls") or [], float(req.get("metrics_timeout_s", 2.0))),

@@ -399,36 +399,45 @@ def _smi_devices():
 DEMO_DRIVER_LOADED_UNIX = 1.7e9  # the simulated energy counters count from here
 
 
-def _demo_energy_j(t, i):
+def _demo_phases(i, seed):
+    """GPU `i` of simulated node `seed`'s two phases: each node's GPUs their own curves (#41: the
+    demo showed node-1's GPU numbers on node-2)."""
+    return i * 0.9 + seed * 2.39, i + seed * 1.71
+
+
+def _demo_energy_j(t, i, seed=0):
     """The integral of the demo's power curve (below) from the simulated driver load to t [J]."""
+    p1, p2 = _demo_phases(i, seed)
 
     def f(x):
-        return 895.0 * x - 810.0 * math.cos(x / 9.0 + i * 0.9) - 11.5 * math.cos(x / 2.3 + i)
+        return 895.0 * x - 810.0 * math.cos(x / 9.0 + p1) - 11.5 * math.cos(x / 2.3 + p2)
 
     return f(t) - f(DEMO_DRIVER_LOADED_UNIX)
 
 
-def _demo_devices(count, t=None):
+def _demo_devices(count, t=None, seed=0):
     """Simulated B200-like readings that move smoothly with the clock `t` (default: now; the
     collector sends its own, which differs when it fills a finished demo run poll by poll); the
-    energy counter is the exact integral of the power curve, as NVML's would be."""
+    energy counter is the exact integral of the power curve, as NVML's would be. `seed`: which
+    simulated node (collector.poll_request's demo_seed): each node's GPUs read their own."""
     t = time.time() if t is None else float(t)
     devices = []
     for i in range(count):
-        wave = 0.5 + 0.5 * math.sin(t / 9.0 + i * 0.9)
-        power_w = round(805.0 + 180.0 * wave + 5.0 * math.sin(t / 2.3 + i), 1)  # 800-990 W
-        mem_used_mib = int(174080 + 2048 * math.sin(t / 31.0 + i))
+        p1, p2 = _demo_phases(i, seed)
+        wave = 0.5 + 0.5 * math.sin(t / 9.0 + p1)
+        power_w = round(805.0 + 180.0 * wave + 5.0 * math.sin(t / 2.3 + p2), 1)  # 800-990 W
+        mem_used_mib = int(174080 + 2048 * math.sin(t / 31.0 + p2))
         devices.append(
             {
                 "index": i,
                 "name": "NVIDIA B200",
-                "uuid": "GPU-demo-0000-0000-%04d" % i,
+                "uuid": "GPU-demo-%04d-0000-%04d" % (seed % 10000, i),
                 "util_pct": int(90 + 9 * wave),
                 "mem_used_mib": mem_used_mib,
                 "mem_total_mib": 187392,
                 "power_w": power_w,
                 "power_limit_w": 1000.0,
-                "energy_mj": int(1000 * _demo_energy_j(t, i)),
+                "energy_mj": int(1000 * _demo_energy_j(t, i, seed)),
                 "temp_c": int(55 + 15 * wave),
                 "sm_clock_mhz": int(1965 - 120 * wave),
                 "throttle_reasons": ["sw_power_cap"] if power_w > 975 else [],
@@ -439,7 +448,7 @@ def _demo_devices(count, t=None):
     return devices
 
 
-def read_gpus(mode, demo_gpus=8, demo_time_unix=None):
+def read_gpus(mode, demo_gpus=8, demo_time_unix=None, demo_seed=0):
     """GPU telemetry for the poll reply.
 
     Args:
@@ -455,7 +464,7 @@ def read_gpus(mode, demo_gpus=8, demo_time_unix=None):
     if mode == "off":
         out["reason"] = 'GPU telemetry is off (gpu = "off")'
     elif mode == "demo":
-        out.update(source="demo", simulated=True, devices=_demo_devices(int(demo_gpus), demo_time_unix))
+        out.update(source="demo", simulated=True, devices=_demo_devices(int(demo_gpus), demo_time_unix, int(demo_seed)))
     elif mode != "auto":
         out["error"] = "unknown gpu mode %r (auto, demo, off)" % (mode,)
     else:

@@ -164,6 +164,8 @@ class PollRequest(TypedDict, total=False):
     gpu: str  # "auto", "off", "demo"
     demo_gpus: int  # how many simulated GPUs gpu = "demo" reports
     demo_time_unix: float  # gpu = "demo": the collector's clock, which the simulated readings follow
+    demo_seed: int  # gpu = "demo": which simulated node (each node's GPUs and host their own readings)
+    demo_host: bool  # the built-in demo: a simulated host (CPU load, RAM), not the machine's own
     metrics_urls: List[str]
     metrics_timeout_s: float
 
@@ -324,6 +326,7 @@ class HostInfo(TypedDict, total=False):  # fields the kernel does not report are
     mem_available_bytes: int
     swap_total_bytes: int
     swap_free_bytes: int
+    simulated: bool  # the built-in demo's host (agent.demo_host), not a real machine's
 
 
 class MetricsEntry(TypedDict):

@@ -206,6 +206,12 @@ def recent_rates(
     window_s, average_s = windows.rate_window_s(interval_s), windows.average_window_s(interval_s)
     if lookback_s is None:
         lookback_s = windows.rates_lookback_s(interval_s, window_s)
+    return run_rates(poll_rows(store, now, lookback_s), now, window_s, average_s)
+
+
+def poll_rows(store: Store, now: float, lookback_s: float) -> dict[str, list[tuple]]:
+    """Each node's polls of the last `lookback_s` as `run_rates` reads them: (ts_unix,
+    node_ts_unix, completions, tokens, backfill, prompts, interval_s) in poll order."""
     rows: dict[str, list] = {}
     # Store.polls(since, in_poll_order=True)'s rows, only the columns a rate needs, as tuples: a
     # scrape reads 15 min of every node's polls (47,000 rows at 512 nodes), a dict each was most of it.
@@ -221,7 +227,7 @@ def recent_rates(
     )
     for node, *row in store.cursor(sql, (now - lookback_s, now - lookback_s)):
         rows.setdefault(node, []).append(tuple(row))
-    return run_rates(rows, now, window_s, average_s)
+    return rows
 
 
 def read_rates(

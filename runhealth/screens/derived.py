@@ -38,8 +38,6 @@ class Standup:
     completions_per_s_15m: float | None
     tokens_per_s_per_gpu: float | None  # last minute's rate over the GPUs reporting
     tokens_per_joule: float | None  # last minute's rate over the GPUs' summed power draw
-    eta_s: float | None  # completions to the target at the 15-minute average; 0 once reached (the
-    # Overview shows screens/runeta.py's ETA: this one, or from distinct prompts with expected_prompts)
     nodes: int
     nodes_up: int
     nodes_stale: int
@@ -74,7 +72,6 @@ def standup(
         completions_per_s_15m=cps,
         tokens_per_s_per_gpu=tps / gpus if tps and gpus else None,
         tokens_per_joule=rates.tokens_per_joule(tps, power_w),
-        eta_s=rates.eta_seconds(completions, target, cps) if target else None,
         nodes=len(nodes),
         nodes_up=states.count("up"),
         nodes_stale=states.count("stale"),

@@ -1,7 +1,7 @@
 """Each node's ETA in words, and the Overview's straggler line (#33 item 6).
 
-`for_run` builds runhealth.analysis.stragglers' record from one reading (the run's rates and its
-node rows: no read of its own); the Overview says "most nodes done by 14:10; node-7 finishes at
+The record is screens/runeta.py's `node_shares` (the run's ETA computed there, as every ETA);
+the Overview says "most nodes done by 14:10; node-7 finishes at
 16:40" when a node's ETA lies after the run's by more than the intervals, and the Nodes table
 shows each node's ETA. Both say what they assume: the config gives the run a total only, so a
 node's ETA is when it writes an equal share (target / nodes) at its own rate.
@@ -10,30 +10,12 @@ node's ETA is when it writes an equal share (target / nodes) at its own rate.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 
 from runhealth.ages import fmt_age
-from runhealth.analysis.stragglers import NodeEta, Stragglers, stragglers
-from runhealth.records import NodeRow
-from runhealth.rules.activity import RunRates
+from runhealth.analysis.stragglers import NodeEta, Stragglers
 from runhealth.screens.words import fmt_count, fmt_plural
 
 NAMED = 3  # late nodes named in the line; more are counted
-
-
-def for_run(target: int | None, done: int, rates: RunRates | None, nodes: Sequence[NodeRow]) -> Stragglers | None:
-    """The run's and each configured node's ETA at their 15-min averages (None: no target, no rates)."""
-    if rates is None or not nodes:
-        return None
-    per_node = {}
-    for n in nodes:
-        r = rates.per_node.get(n["name"])
-        per_node[n["name"]] = (
-            n["completions"],
-            r.completions_per_s_15m if r else None,
-            r.completions_var_15m if r else None,
-        )
-    return stragglers(target, done, rates.completions_per_s_15m, rates.completions_var_15m, per_node)
 
 
 def clock(ts_unix: float, now: float) -> str:

@@ -12,7 +12,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from runhealth.ages import fmt_age
 from runhealth.screens.words import fmt_count, fmt_plural
+from runhealth.settings.windows import ALERT_STRIP_MIN_S, ALERT_TIMELINE_S
 from runhealth.store import Store
 from runhealth.store.runevents import EventRow, read
 
@@ -92,3 +94,18 @@ def word(row: EventRow) -> Event:
 def chart_events(store: Store, since_unix: float | None = None) -> tuple[Event, ...]:
     """The run's events from `since_unix` on (None: the whole run), oldest first, in words."""
     return tuple(word(r) for r in read(store, since_unix))
+
+
+def alert_window_s(now: float, first_unix: float | None) -> float:
+    """The alert strip's width (Overview): the run's age so far (`first_unix`: the earliest instant
+    it shows, an episode's start or a run event) and a tenth more, at least ALERT_STRIP_MIN_S, at
+    most the day (ALERT_TIMELINE_S). A run minutes old drew its bars a few pixels wide on a 24 h
+    axis (#41)."""
+    if first_unix is None:
+        return ALERT_TIMELINE_S
+    return min(ALERT_TIMELINE_S, max(ALERT_STRIP_MIN_S, 1.1 * (now - first_unix)))
+
+
+def alert_window_words(width_s: float) -> str:
+    """The strip's width in its title: "24 h", "30 min", "2.5 h"."""
+    return "24 h" if width_s >= ALERT_TIMELINE_S else fmt_age(width_s)

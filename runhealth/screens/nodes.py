@@ -22,7 +22,7 @@ from runhealth.analysis.failed import FailedRequests, failed_requests
 from runhealth.analysis.stragglers import Stragglers
 from runhealth.records import HostReading, LengthCountRow, MetricRow, NodeRow, ShardRow
 from runhealth.rules import activity, health
-from runhealth.screens import etas, fieldmodel, nodefields
+from runhealth.screens import etas, fieldmodel, nodefields, nodestates, runeta
 from runhealth.screens import waste as waste_words
 from runhealth.screens.words import NA, fmt_count, fmt_share
 from runhealth.settings.config import RunConfig
@@ -110,7 +110,7 @@ class Nodes:
     finished: bool
     stale_after: float
     nodes: tuple[NodeRow, ...]  # the nodes the config names now
-    states: tuple[NodeState, ...]  # one per node, in the same order
+    states: tuple[NodeState, ...]  # one per node, in the same order ("done": wrote its share, #41)
     per_node: Mapping[str, activity.NodeRate] | None  # None for a finished run
     removed: tuple[Removed, ...]
     shards: tuple[ShardRow, ...]  # every shard of every node
@@ -126,6 +126,8 @@ class Nodes:
     # Per node, its failed requests beside its completions (#39; analysis/failed.py); empty while
     # no request failed anywhere in the run.
     failed: tuple[tuple[str, FailedRequests], ...] = ()
+    done_nodes: tuple[str, ...] = ()  # fixed shares: the nodes that wrote their share (health.done_nodes)
+    eta_withheld: str = ""  # why no node has an ETA while the run has none (runeta.live_eta), e.g. "run stalled"
 
     failed_caption = (
         "Failed requests (an error status or object, expired or canceled): not completions, not in any "
@@ -144,7 +146,11 @@ class Nodes:
     @property
     def eta_caption(self) -> str:
         if self.stragglers is None:
-            return ""
+            return (
+                f"No node ETA while the run has none ({self.eta_withheld}), as the Overview."
+                if self.eta_withheld
+                else ""
+            )
         line = etas.straggler_sentence(self.stragglers, self.now)
         return (line + ". " if line else "") + etas.assumption(self.stragglers)
 
@@ -176,7 +182,7 @@ class Nodes:
     @property
     def counts(self) -> dict[str, int]:
         """How many nodes are in each state."""
-        out = dict.fromkeys(("up", "stale", "down", "pending"), 0)
+        out = dict.fromkeys(("up", "done", "stale", "down", "pending"), 0)
         for s in self.states:
             out[s.state] = out.get(s.state, 0) + 1
         return out
@@ -231,12 +237,21 @@ def nodes(store: Store, config: RunConfig, now: float | None = None, finished: b
     settings = dataclasses.replace(RunSettings.from_config(config), nodes=store.run_settings().nodes)
     reading = health.read(store, now, settings, rates_lookback_s=DROP_LOOKBACK_S)
     stale_after = config.stale_after
-    states = tuple(NodeState(n["name"], *health.node_status(n, now, stale_after)) for n in reading.nodes)
+    done = tuple(sorted(health.done_nodes(reading.nodes, settings))) if not finished else ()
+    states = tuple(NodeState(n["name"], *nodestates.state_at(n, now, stale_after, done)) for n in reading.nodes)
     found = health.alerts_of(reading)
     names = [n["name"] for n in reading.nodes]
     by_node = store.length_counts(by="node")  # one read for the costs and the field table
     ceiling = reading.summary.ceiling_tokens
     run_prompts = fieldmodel.prompt_completeness(store, config, reading.summary.completions)
+    p = run_prompts or {}
+    state = runeta.run_state(found, finished)
+    since = p.get("counted_since_unix") is not None
+    live = (
+        None
+        if finished
+        else runeta.live_eta(store, reading, reading.summary.completions, p.get("answered"), since, state)
+    )
     return Nodes(
         run=config.name,
         now=now,
@@ -255,10 +270,10 @@ def nodes(store: Store, config: RunConfig, now: float | None = None, finished: b
         fields=nodefields.node_fields(store, names, by_node, ceiling, config.max_model_len),
         prompts_answered=run_prompts.get("answered") if run_prompts else None,
         prompts=run_prompts,
-        stragglers=None
-        if finished
-        else etas.for_run(config.target_completions, reading.summary.completions, reading.rates, reading.nodes),
+        stragglers=None if live is None else live.shown_shares,
+        eta_withheld=live.withheld if live is not None and config.target_completions else "",
         failed=node_failed(reading),
+        done_nodes=done,
     )
 
 

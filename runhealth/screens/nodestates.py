@@ -10,7 +10,7 @@ time left) is worded here too, from the same node rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from runhealth.ages import fmt_age
 from runhealth.records import NodeRow
@@ -19,10 +19,17 @@ from runhealth.rules.health import DOWN_AFTER_STALE as DOWN_AFTER_STALE  # the N
 from runhealth.rules.health import node_status
 from runhealth.screens.words import fmt_bytes
 
+DONE_WHY = "wrote its share of the target (fixed shares): finished its work, not stalled"
 
-def state_at(node: NodeRow, now: float, stale_after: float) -> tuple[str, str]:
-    """(state, one-line reason) of `node` at `now` (a screen model's instant): health.node_status."""
-    return node_status(node, now, stale_after)
+
+def state_at(node: NodeRow, now: float, stale_after: float, done: Collection[str] = ()) -> tuple[str, str]:
+    """(state, one-line reason) of `node` at `now` (a screen model's instant): health.node_status;
+    an up node in `done` (the model's done_nodes: health.done_nodes, it wrote its fixed share) is
+    "done", a state of its own (#41), as the alerts and /metrics' runhealth_node_done have it."""
+    state, why = node_status(node, now, stale_after)
+    if state == "up" and node["name"] in done:
+        return "done", DONE_WHY
+    return state, why
 
 
 def any_down(nodes: Iterable[NodeRow], now: float, stale_after: float) -> bool:

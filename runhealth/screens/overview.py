@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from typing import Any, Literal
+from typing import Any
 
 from runhealth.ages import fmt_age
 from runhealth.analysis import fieldfigures, rates, tokencost
@@ -39,7 +39,7 @@ from runhealth.settings.runsettings import RunSettings
 from runhealth.settings.windows import DROP_LOOKBACK_S, SERVER_RATE_WINDOW_S, stale_after_s
 from runhealth.store import Store
 
-RunState = Literal["writing", "stalled", "stale", "finished"]
+RunState = runeta.RunState
 SERVER_GAUGES = ("sglang:gen_throughput",)
 SERVER_COUNTERS = ("vllm:generation_tokens_total",)
 EVENTS_LOOKBACK_S = 24 * 3600  # the run events the Overview's charts mark: its alert timeline's day
@@ -259,16 +259,6 @@ class Overview:
         return "\n".join(lines)
 
 
-def run_state(alerts: list[health.Alert], finished: bool) -> RunState:
-    """The one run state every tile, the banner and the export follow."""
-    if finished:
-        return "finished"
-    names = {a.name for a in alerts}
-    if names & {"collector_down", "collection_stale"}:
-        return "stale"
-    return "stalled" if "run_stalled" in names else "writing"
-
-
 def average_of(r: activity.RunRates, now: float) -> Average:
     """What the average covers at `now`, and whether its window holds enough of the run's writing
     (its first live completion at least the window, less the live window, ago) for an ETA."""
@@ -346,7 +336,7 @@ def _overview(store: Store, config: RunConfig, now: float, finished: bool) -> Ov
     # at 512 nodes. The throughput chart and the rate drop read the hour, summed in SQL.
     reading = health.read(store, now, RunSettings.from_config(config))
     found = health.alerts_of(reading)
-    state = run_state(found, finished)
+    state = runeta.run_state(found, finished)
     nodes = reading.nodes
     names = {n["name"] for n in nodes}
     gpus = [g for g in reading.gpu_latest if g["node"] in names]
@@ -364,17 +354,10 @@ def _overview(store: Store, config: RunConfig, now: float, finished: bool) -> Ov
     )
     average = average_of(reading.rates, now)
     prompts = fieldmodel.prompt_completeness(store, config, reading.summary.completions)
-    shares = etas.for_run(config.target_completions, reading.summary.completions, reading.rates, nodes)
-    basis = runeta.run_eta(
-        up.completions,
-        config.target_completions,
-        reading.rates,
-        (prompts or {}).get("answered"),
-        config.expected_prompts,
-        None if config.shared_queue else shares,
-        (prompts or {}).get("counted_since_unix") is not None,
-    )
-    eta = runeta.shown_eta(basis, state == "writing", average.enough_for_eta)
+    p = prompts or {}
+    since = p.get("counted_since_unix") is not None
+    live = runeta.live_eta(store, reading, up.completions, p.get("answered"), since, state, hold=not finished)
+    basis, eta = live.basis, live.eta_s
     health_rows = {(h["node"], h["gpu"]): h["health"] for h in reading.gpu_health if h["node"] in names}
     labelled = [{**g, "label": f"{g['node']}/{g['gpu']}"} for g in gpus]
     model = Overview(
@@ -400,7 +383,7 @@ def _overview(store: Store, config: RunConfig, now: float, finished: bool) -> Ov
         waste=tokencost.waste(reading.summary, store.latest_loop_sample()),
         energy=tokencost.energy_cost(e for e in store.node_energy() if e["node"] in names),
         prompts=prompts,
-        stragglers=shares if eta else None,
+        stragglers=live.shown_shares,
         events=chart_events(store, now - EVENTS_LOOKBACK_S),
         run_eta=basis,
         done_nodes=tuple(sorted(health.done_nodes(nodes, reading.settings))),
@@ -461,8 +444,8 @@ def _rate_tile(m: Overview) -> Tile:
 
 def _eta_tile(m: Overview) -> Tile:
     """The ETA on its basis (screens/runeta.py: distinct prompts or completions), its rate named."""
-    n = m.standup  # an Overview built without its basis: the completions ETA, as before
-    e = m.run_eta or runeta.RunEta("completions", n.eta_s, n.completions_per_s_15m, n.completions, m.target)
+    n = m.standup  # an Overview built without its basis: the completions ETA (runeta's, as every ETA)
+    e = m.run_eta or runeta.run_eta(n.completions, m.target, None, None, None)
     words = runeta.tile_words(e, m.eta_s, m.average.label, m.average.enough_for_eta, fmt_window(m.average.window_s))
     if e.eta_s == 0 or not e.goal:
         return Tile("ETA", *words)

@@ -8,24 +8,30 @@ and backfill rule as the completions' rate, from each poll's `prompts`, migratio
 either, it stays completions still to write to [run] target_completions at the completions' rate,
 and says why. The Overview's ETA tile and headline (`runhealth status --json`), the Output
 lengths page's ETA change and the Compare page's ETA row all take `run_eta`: one ETA, one basis.
-The run-state rule (no ETA for a stalled or stale run, none before the average holds the run's
-writing) stays the Overview's (screens/overview.py).
+The completions ETA at a rate (`rate_eta`: the run's, and the stragglers' run ETA with its
+interval, `node_shares`) and the run state (`run_state`: writing / stalled / stale / finished, from
+the alerts) are computed here and nowhere else (#41): the Overview, Output lengths, Compare, the
+Nodes page and `status --json` all take them from this module.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal, NamedTuple
+from collections.abc import Collection, Sequence
+from typing import Literal, NamedTuple, cast
 
 from runhealth.ages import fmt_age
 from runhealth.analysis import rates
-from runhealth.analysis.stragglers import Stragglers
-from runhealth.rules.activity import RunRates, read_rates, stall_state
-from runhealth.screens import etas
+from runhealth.analysis.stragglers import Stragglers, stragglers
+from runhealth.records import NodeRow
+from runhealth.rules import activity, health
+from runhealth.rules.activity import RunRates
 from runhealth.screens.words import fmt_window
+from runhealth.settings import windows
 from runhealth.store import Store
 
 Basis = Literal["prompts", "completions"]
+RunState = Literal["writing", "stalled", "stale", "finished"]
 NO_ID_NOTE = (
     "on completions: expected_prompts is set but the shards carry no prompt ID "
     "(set prompt_id_path on the nodes; looked for id, custom_id, prompt_id, request_id, metadata.id)"
@@ -37,6 +43,9 @@ UPGRADE_NOTE = (
 
 # The stragglers (screens/etas.py) compare each node's share of target_completions: with the ETA on
 # prompts their clock times are on another basis, and the line says so rather than contradict it.
+# A node named late stays named until its ETA interval has overlapped the run's for this many polls
+# (while its ETA still lies after the run's): the line came and went between polls (#41).
+LATE_HOLD_POLLS = 3
 STRAGGLERS_NOTE = " (nodes' shares of target_completions; the ETA is from distinct prompts)"
 
 
@@ -83,13 +92,89 @@ def run_eta(
         answered = None
     pps = run_rates.prompts_per_s_15m if run_rates else None
     if expected and answered is not None:
-        e = RunEta("prompts", rates.eta_seconds(answered, expected, pps), pps, answered, expected, "", pps)
+        e = RunEta("prompts", rate_eta(answered, expected, pps)[0], pps, answered, expected, "", pps)
     else:
         cps = run_rates.completions_per_s_15m if run_rates else None
-        eta = rates.eta_seconds(completions, target, cps) if target else None
+        eta = rate_eta(completions, target, cps)[0]
         note = (UPGRADE_NOTE if ids_since_upgrade else NO_ID_NOTE) if expected and completions else ""
         e = RunEta("completions", eta, cps, completions, target, note, pps)
     return last_share(e, shares)
+
+
+def rate_eta(
+    done: int, goal: int | None, per_s: float | None, variance: float | None = None
+) -> tuple[float | None, tuple[float, float] | None]:
+    """The one ETA at a rate: (seconds to `goal` from `done` at `per_s`, its 95% interval from the
+    rate's batch-means `variance`); (None, None) without a goal, 0 once it is reached."""
+    if not goal:
+        return None, None
+    return rates.eta_seconds(done, goal, per_s), rates.eta_interval(done, goal, per_s, variance)
+
+
+def node_shares(
+    target: int | None,
+    done: int,
+    found: RunRates | None,
+    nodes: Sequence[NodeRow],
+    held: Collection[str] = (),
+) -> Stragglers | None:
+    """Each configured node's ETA to its fixed share beside the run's (its `rate_eta` at the 15-min
+    average, with its interval), and the late ones (analysis/stragglers.py; `held`: `late_before`'s
+    nodes, which stay named while their ETA lies after the run's); None without a target or rates."""
+    if found is None or not nodes or not target:
+        return None
+    per_node = {}
+    for n in nodes:
+        r = found.per_node.get(n["name"])
+        per_node[n["name"]] = (
+            n["completions"],
+            r.completions_per_s_15m if r else None,
+            r.completions_var_15m if r else None,
+        )
+    eta, interval = rate_eta(done, target, found.completions_per_s_15m, found.completions_var_15m)
+    return stragglers(target, eta, interval, per_node, held)
+
+
+def holdable(s: Stragglers) -> frozenset[str]:
+    """The nodes a hold could keep named: not late now, their ETA after the run's."""
+    run = s.run_eta_s
+    return frozenset(n.node for n in s.nodes if n not in s.late and run and n.eta_s is not None and n.eta_s > run)
+
+
+def late_before(
+    store: Store, target: int | None, done: int, nodes: Sequence[NodeRow], now: float, interval_s: float
+) -> frozenset[str]:
+    """The nodes the late rule named at one of the LATE_HOLD_POLLS - 1 poll instants before `now`,
+    from the store's polls as they stood then (the rates and each node's completions at each
+    instant): a straggler stays named until its interval has overlapped the run's for
+    LATE_HOLD_POLLS polls, so the line no longer comes and goes between polls (#41)."""
+    if not target or not nodes:
+        return frozenset()
+    window_s, average_s = windows.rate_window_s(interval_s), windows.average_window_s(interval_s)
+    rows = activity.poll_rows(
+        store, now, windows.rates_lookback_s(interval_s, average_s) + LATE_HOLD_POLLS * interval_s
+    )
+    named: set[str] = set()
+    for k in range(1, LATE_HOLD_POLLS):
+        t = now - k * interval_s
+        upto = {n: [r for r in rs if r[0] <= t] for n, rs in rows.items()}
+        later = {n: sum(r[2] or 0 for r in rs if r[0] > t) for n, rs in rows.items()}
+        then = [cast(NodeRow, {**n, "completions": n["completions"] - later.get(n["name"], 0)}) for n in nodes]
+        s = node_shares(target, done - sum(later.values()), activity.run_rates(upto, t, window_s, average_s), then)
+        named |= {n.node for n in s.late} if s else set()
+    return frozenset(named)
+
+
+def run_state(alerts: Sequence[health.Alert], finished: bool) -> RunState:
+    """The one run state every tile, the banner, the export and every page's ETA follow: from the
+    alerts (the collector gone or collection stale: stale; run_stalled, which spares a run that
+    reached its target and the nodes that wrote their shares: stalled)."""
+    if finished:
+        return "finished"
+    names = {a.name for a in alerts}
+    if names & {"collector_down", "collection_stale"}:
+        return "stale"
+    return "stalled" if "run_stalled" in names else "writing"
 
 
 def last_share(e: RunEta, shares: Stragglers | None) -> RunEta:
@@ -131,21 +216,58 @@ def store_eta(store: Store, completions: int, target: int | None, now: float) ->
     expected = settings.expected_prompts
     counted = store.prompt_counts() if expected else None
     answered = counted["distinct_prompts"] if counted and counted["id_lines"] else None
-    found = read_rates(store, now)
-    keep = settings.node_names
-    nodes = [n for n in store.nodes() if keep is None or n["name"] in keep]
-    shares = None if settings.shared_queue else etas.for_run(target, completions, found, nodes)
-    e = run_eta(completions, target, found, answered, expected, shares, store.meta("prompt_ids_since") is not None)
-    last = store.last_collection_unix()
-    stalled = stall_state(found.per_node, now, settings.stall_after).run_since_unix is not None
-    stale = last is None or now - last > settings.stale_after
-    enough = enough_for_eta(found, now)
-    shown = shown_eta(e, not stale and not stalled, enough)
+    reading = health.read(store, now, dataclasses.replace(settings, target_completions=target))
+    state = run_state(health.alerts_of(reading), False)
+    live = live_eta(
+        store, reading, completions, answered, store.meta("prompt_ids_since") is not None, state, hold=False
+    )
+    return dataclasses.replace(live.basis, eta_s=live.eta_s), live.withheld
+
+
+@dataclasses.dataclass(frozen=True)
+class LiveEta:
+    """A live run's ETA as every screen shows it, with each node's ETA to its share."""
+
+    basis: RunEta  # before the run-state rule
+    eta_s: float | None  # shown_eta: None while stalled, stale or too young
+    shares: Stragglers | None  # each node's ETA to its share (fixed shares or not: the Nodes table)
+    withheld: str  # why there is no ETA, in a few words ("" when there is one)
+
+    @property
+    def shown_shares(self) -> Stragglers | None:
+        """The node ETAs the screens show: only beside a run ETA (the Overview's rule, #41: the
+        Nodes page gave per-node ETAs in a run's first 15 min while the Overview refused one)."""
+        return self.shares if self.eta_s else None
+
+
+def live_eta(
+    store: Store,
+    reading: health.Reading,
+    done: int,
+    answered: int | None,
+    ids_since_upgrade: bool,
+    state: RunState,
+    hold: bool = True,
+) -> LiveEta:
+    """The run's ETA, shown or withheld, and the nodes' ETAs, from one reading at its instant
+    (the Overview, the Nodes page, store_eta): one rule for all. `hold`: keep a straggler named
+    for LATE_HOLD_POLLS polls (`late_before`; the ETA alone does not need it)."""
+    s, now, found = reading.settings, reading.now, reading.rates
+    target, nodes = s.target_completions, reading.nodes
+    shares = node_shares(target, done, found, nodes)
+    if hold and shares is not None and (maybe := holdable(shares)):  # the earlier polls only when they can matter
+        shares = node_shares(
+            target, done, found, nodes, maybe & late_before(store, target, done, nodes, now, s.interval_s)
+        )
+    e = run_eta(
+        done, target, found, answered, s.expected_prompts, None if s.shared_queue else shares, ids_since_upgrade
+    )
+    shown = shown_eta(e, state == "writing", enough_for_eta(found, now))
     why = ""
     if shown is None:
-        why = "numbers stale" if stale else "run stalled" if stalled else "no target or rate" if e.eta_s is None else ""
-        why = why or f"after {fmt_window(found.average_s)} of writing"
-    return dataclasses.replace(e, eta_s=shown), why
+        why = {"stale": "numbers stale", "stalled": "run stalled", "finished": "run finished"}.get(state, "")
+        why = why or ("no target or rate" if e.eta_s is None else f"after {fmt_window(found.average_s)} of writing")
+    return LiveEta(e, shown, shares, why)
 
 
 def enough_for_eta(r: RunRates, now: float) -> bool:

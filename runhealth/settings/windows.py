@@ -21,6 +21,7 @@ HARDWARE_WINDOW_S = 3600.0  # an XID stays an alert, and a GPU that reported cou
 # The what-if (a model fit, its back-test and bootstrap: too heavy for every poll) is redone at most
 # this often: the collector's precomputed copy, the Output lengths page's live fragment and its cache.
 WHATIF_REFIT_S = 60.0
+ALERT_STRIP_MIN_S = 30 * 60.0  # the alert strip's narrowest window: a run minutes old (#41)
 ALERT_TIMELINE_S = 24 * 3600.0  # the alert timeline's day (Overview, Nodes) and the run events its charts mark
 NOTICE_S = 24 * 3600.0  # a replaced store file or a replaced shard is named on its page this long
 RAW_KEEP_S = 24 * 3600.0  # raw 10 s history is kept this long, then rolled up (config raw_keep_h's default) ...
