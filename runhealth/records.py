@@ -141,6 +141,9 @@ class PollRow(TypedDict):
     backfill: int  # 1: this poll counted history (first poll, catching up, a reset), not live output
     rtt_ms: float | None
     prompts: int | None  # distinct prompts new to the run in this poll (#33; None: a store before migration 12)
+    # the collector's monotonic seconds since the node's previous poll by the same process (#40 item 7;
+    # None: a process's first poll, a scripted clock, or a poll from before migration 14)
+    interval_s: float | None
 
 
 class PollBucket(TypedDict):

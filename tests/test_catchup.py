@@ -191,8 +191,12 @@ def test_a_removed_node_on_another_host_keeps_its_counts(tmp_path):
         write_shard(tmp_path / name / "a.jsonl", truth_rows(n, len(name)))
     store = Store(tmp_path / "s.sqlite3")
     nodes = {n: local_node(n, str(tmp_path / n / "*.jsonl")) for n in ("old", "new")}
-    Collector(run_config(nodes["old"], nodes["new"]), store).poll_once()
-    Collector(run_config(nodes["new"]), store).poll_once()
+    # Each collector is stopped (its store lock released) before the next takes the store, as the
+    # service does on a config edit: an unstopped one still holds the lock through the store's
+    # writer check (collect/storelock.py).
+    for config in (run_config(nodes["old"], nodes["new"]), run_config(nodes["new"])):
+        with Collector(config, store) as collector:
+            collector.poll_once()
     now = time.time()
     assert health.run_summary(store, None).completions == 1000
     assert metric_sum(store, "runhealth_completions_total", now) == 1000

@@ -110,7 +110,7 @@ def version_11_store(folder: Path) -> tuple[Path, Path]:
         for table in ("polls", "poll_rollup"):
             db.execute(f"ALTER TABLE {table} DROP COLUMN prompts")
         db.execute("PRAGMA user_version = 11")
-    assert STORE_VERSION == 12 and version(store) == 11 and not Path(f"{store}-wal").exists()
+    assert STORE_VERSION > 11 and version(store) == 11 and not Path(f"{store}-wal").exists()
     return store, config
 
 
@@ -139,7 +139,7 @@ def test_a_full_disk_is_said_to_be_full_not_a_damaged_store_and_the_version_is_r
     (small_disk / "filler").unlink()  # space again: the same store opens and is upgraded, nothing lost
     assert version(store) == 11 and store.read_bytes() == before
     opened = Store(store)
-    assert version(store) == 12 and sum(r["count"] for r in opened.length_counts()) == counted == 300
+    assert version(store) == STORE_VERSION and sum(r["count"] for r in opened.length_counts()) == counted == 300
     opened.close()
 
 
