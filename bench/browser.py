@@ -243,7 +243,7 @@ def refresh(browser: Any, url: str, work: Path, watch_s: float, quiet_ms: int) -
         ctx.close()
 
 
-def sent_elements(browser: Any, url: str, quiet_ms: int) -> list[tuple[int, str]]:
+def sent_elements(browser: Any, url: str, quiet_ms: int, specs: dict[str, Any] | None = None) -> list[tuple[int, str]]:
     """One load's websocket messages from the server, decoded: (bytes, what) per message, the
     element type of each delta (a plotly chart's title, a markdown's first words)."""
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
@@ -268,10 +268,16 @@ def sent_elements(browser: Any, url: str, quiet_ms: int) -> list[tuple[int, str]
             if kind == "plotly_chart":
                 import json
 
-                layout = json.loads(el.plotly_chart.spec or "{}").get("layout", {})
+                spec = json.loads(el.plotly_chart.spec or "{}")
+                layout = spec.get("layout", {})
                 title = layout.get("title", {})
+                name = str((title.get("text") if isinstance(title, dict) else title) or el.plotly_chart.id[-24:])
+                if specs is not None:
+                    specs.setdefault(name, spec)
+                points = sum(len(t.get("x") or t.get("z") or []) for t in spec.get("data", []))
                 kind += (
-                    f" {(title.get('text') if isinstance(title, dict) else title) or el.plotly_chart.id[-24:]!s:.50}"
+                    f" {name:.50} [{len(spec.get('data', []))} traces, {points} x values,"
+                    f" {len(layout.get('shapes', []))} shapes, {len(layout.get('annotations', []))} annotations]"
                 )
             elif kind == "markdown":
                 kind += f" {el.markdown.body[:40]!r}"
@@ -286,6 +292,50 @@ def print_sizes(browser: Any, urls: dict[str, str], hello_url: str, names: list[
         print(f"{label}: {len(sent)} messages, {sum(n for n, _ in sent) / 1024:.0f} KiB; largest:")
         for n, what in sorted(sent, reverse=True)[:8]:
             print(f"  {n / 1024:8.1f} KiB  {what}")
+
+
+# Draws each chart as plotly.js does in the page, alternating its template's axis automargin
+# as sent and forced on (plotly's own templates): ms a draw, median of `reps` per chart.
+DRAW = """async ([specs, reps]) => {
+  const auto = (layout) => {
+    const l = JSON.parse(JSON.stringify(layout || {}));
+    l.template = l.template || {}; l.template.layout = l.template.layout || {};
+    for (const k of ['xaxis', 'yaxis']) l.template.layout[k] = {...(l.template.layout[k] || {}), automargin: true};
+    return l;
+  };
+  const med = (a) => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)];
+  const out = [];
+  for (const s of specs) {
+    const t = {sent: [], auto: []};
+    for (let rep = 0; rep < reps; rep++) for (const v of (rep % 2 ? ['sent', 'auto'] : ['auto', 'sent'])) {
+      const d = document.createElement('div'); d.style.width = '900px'; document.body.appendChild(d);
+      const t0 = performance.now();
+      await Plotly.newPlot(d, s.data, v === 'sent' ? s.layout : auto(s.layout), {responsive: false});
+      t[v].push(performance.now() - t0); Plotly.purge(d); d.remove();
+    }
+    out.push([med(t.sent), med(t.auto)]);
+  }
+  return out;
+}"""
+
+
+def print_draws(browser: Any, urls: dict[str, str], names: list[str], args: argparse.Namespace) -> None:
+    """Each distinct chart of the pages, drawn by plotly.js (the plotly package's copy) in a blank
+    page: as the dashboard sent it, and with axis automargin on."""
+    import plotly
+
+    specs: dict[str, Any] = {}
+    for url in urls.values():
+        for name in names:
+            sent_elements(browser, f"{url}/{PAGES[name]}{args.query}", args.quiet_ms, specs)
+    page = browser.new_page(viewport=VIEWPORT)
+    page.add_script_tag(path=str(Path(plotly.__file__).parent / "package_data" / "plotly.min.js"))
+    got = page.evaluate(DRAW, [list(specs.values()), 9])
+    print(f"| chart | as sent, ms | axis automargin on, ms |   (load {load()})")
+    print("|---|---:|---:|")
+    for title, (sent, auto) in zip(specs, got, strict=True):
+        print(f"| {title[:50]} | {sent:.0f} | {auto:.0f} |")
+    print(f"| all {len(specs)} | {sum(s for s, _ in got):.0f} | {sum(a for _, a in got):.0f} |")
 
 
 def load() -> str:
@@ -308,6 +358,7 @@ def main() -> None:
     parser.add_argument("--quiet-ms", type=int, default=500, help="a page is drawn once it stays still this long")
     parser.add_argument("--query", default="", help="appended to each page's URL, e.g. '?kiosk=1'")
     parser.add_argument("--sizes", action="store_true", help="only print what each page sends, by message")
+    parser.add_argument("--draws", action="store_true", help="only time plotly.js drawing each page's charts")
     args = parser.parse_args()
     names = [n for n in args.pages.split(",") if n]
     from playwright.sync_api import sync_playwright
@@ -325,6 +376,9 @@ def main() -> None:
                 cold(browser, f"{url}/{PAGES[name]}{args.query}", args.quiet_ms)
                 print(f"  warmed {name} at {url}", file=sys.stderr, flush=True)
         cold(browser, hello_url, args.quiet_ms)
+        if args.draws:
+            print_draws(browser, urls, names, args)
+            return
         if args.sizes:
             print_sizes(browser, urls, hello_url, names, args)
             return
