@@ -24,7 +24,13 @@ from plotly.basedatatypes import BaseTraceType
 from components.markers import add_event_markers, events_of
 from runhealth.screens.lengths import level
 
-DARK = "plotly_dark"
+DARK = "runhealth_dark"
+# plotly_dark with fixed margins: its axes' automargin makes plotly.js draw a chart, measure every
+# tick label and draw it again when they overflow: 1.6x the browser's drawing time on the
+# dashboard's 14 charts (bench/browser.py, #42). Each figure sets margins that fit its labels.
+pio.templates[DARK] = go.layout.Template(pio.templates["plotly_dark"])
+pio.templates[DARK].layout.xaxis.automargin = False
+pio.templates[DARK].layout.yaxis.automargin = False
 STOP_COLOUR = "#4C9AFF"
 CEILING_COLOUR = "#FFB000"  # the highlight of the ceiling spike
 ALERT_COLOUR = "#FF4B4B"
