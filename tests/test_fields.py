@@ -53,6 +53,11 @@ def assert_matches_truth(f, truth):
     assert f["context_stops"]["count"] == truth.context_stops > 0
     groups = {r["group"]: [r["completions"], r["length_stops"]] for r in f["groups"]["rows"]}
     assert groups == truth.groups and f["groups"]["field"] == GROUP_PATH
+    # cut per group is the headline's rule (at the ceiling); the context window's stops apart (#41)
+    g = f["groups"]
+    assert g["counts"] == "cut" and {r["group"]: r["cut"] for r in g["rows"]} == truth.group_cuts
+    assert sum(r["below_ceiling"] for r in g["rows"]) >= truth.context_stops > 0
+    assert sum(r["cut"] for r in g["rows"]) == truth.length_at_ceiling == u["length_stops"]
     shares = [r["share"] for r in f["groups"]["rows"]]
     assert shares == sorted(shares, reverse=True) and len(set(shares)) == 4  # the most cut on top
 
@@ -284,7 +289,7 @@ def test_scan_and_poll_json_carry_the_figures(tmp_path, capsys):
     assert cli.main(["scan", glob, "--group-path", GROUP_PATH]) == 0  # the same in words
     text = capsys.readouterr().out
     assert f"prompts answered {sim.fields.answered:,} · answered twice {sim.fields.answered_twice:,}" in text
-    assert f"{sim.fields.never_answered:,} never answered" in text and "cut at length by metadata.dataset" in text
+    assert f"{sim.fields.never_answered:,} never answered" in text and "cut at the ceiling by metadata.dataset" in text
     node = NodeConfig(name="n1", host="local", shards=[glob], python=sys.executable, gpu="off", group_path=GROUP_PATH)
     config = RunConfig(
         name="t",
