@@ -10,6 +10,7 @@ model's message (which field, how to configure it) instead of a zero.
 from __future__ import annotations
 
 import html
+from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -31,9 +32,10 @@ def group_frame(g: GroupCuts) -> pd.DataFrame:
     return pd.DataFrame([[r.group, r.completions, r.cut, r.share, r.lo, r.hi] for r in g.rows], columns=cols)
 
 
-def make_group_cut_figure(df: pd.DataFrame, field: str) -> go.Figure:
-    """The share of each group's completions stopped by `length`, with its 95% interval, the most
-    cut on the left. `df`: group_frame's columns (non-empty)."""
+def make_group_cut_figure(df: pd.DataFrame, field: str, counts: str = "cut") -> go.Figure:
+    """The share of each group's completions cut at the ceiling (`counts` "cut") or, where the
+    stops cannot be split, stopped by `length` at all ("length stops"), with its 95% interval, the
+    most cut on the left. `df`: group_frame's columns (non-empty)."""
     share = df["share"].fillna(0.0)
     names = [html.escape(str(g)) for g in df["group"]]  # shard data: plotly reads tags in its text, not entities
     bar = dict(
@@ -59,9 +61,11 @@ def make_group_cut_figure(df: pd.DataFrame, field: str) -> go.Figure:
         hoverinfo="skip",
     )
     top = float(df["hi"].max()) if len(df) else 0.01
-    fig = apply_layout(new_figure_from([bar, labels], {}), f"Cut share by {field}", height=360)
+    title = f"Cut share by {field}" if counts == "cut" else f"Length-stop share by {field}"
+    fig = apply_layout(new_figure_from([bar, labels], {}), title, height=360)
+    y_title = "share cut at the ceiling" if counts == "cut" else "share stopped by length"
     fig.update_layout(
-        yaxis=dict(title=dict(text="share stopped by length"), range=[0, top * 1.2], **pct_axis(top)),
+        yaxis=dict(title=dict(text=y_title), range=[0, top * 1.2], **pct_axis(top)),
         xaxis=dict(type="category", tickangle=0 if len(df) <= 8 else -35),
     )
     return fig
@@ -139,20 +143,26 @@ def render_group_cuts(p: FieldPanels) -> None:
     df = group_frame(g)
     left, right = st.columns([3, 2])
     shown = df.head(CHART_GROUPS)
-    left.plotly_chart(make_group_cut_figure(shown, g.label), key=f"{PREFIX}_field_groups_chart")
-    table = pd.DataFrame(
-        {
-            g.label: df["group"],
-            "completions": df["completions"].map(fmt_count),
-            "cut": df["cut"].map(fmt_count),
-            "share cut": df["share"].map(fmt_share),
-            "95% interval": [f"{fmt_share(lo)}–{fmt_share(hi)}" for lo, hi in zip(df["lo"], df["hi"], strict=True)],
-        }
-    )
-    right.dataframe(table, hide_index=True, width="stretch")
+    left.plotly_chart(make_group_cut_figure(shown, g.label, g.counts), key=f"{PREFIX}_field_groups_chart")
+    cols: dict[str, Any] = {g.label: df["group"], "completions": df["completions"].map(fmt_count)}
+    if g.counts == "cut":
+        cols["cut"] = df["cut"].map(fmt_count)
+        cols["share cut"] = df["share"].map(fmt_share)
+        cols["length stops below the ceiling"] = [fmt_count(r.below_ceiling) for r in g.rows]
+    else:
+        cols["length stops"] = df["cut"].map(fmt_count)
+        cols["share stopped by length"] = df["share"].map(fmt_share)
+    cols["95% interval"] = [f"{fmt_share(lo)}–{fmt_share(hi)}" for lo, hi in zip(df["lo"], df["hi"], strict=True)]
+    right.dataframe(pd.DataFrame(cols), hide_index=True, width="stretch")
     more = f" The chart shows the {CHART_GROUPS} most cut of {len(df):,}." if len(df) > CHART_GROUPS else ""
+    what = (
+        "Completions cut at the max_tokens ceiling (stopped by length at or above it, as the headline counts"
+        f" them) per {g.label}; length stops below the ceiling (the context window's) are counted apart, not as cut."
+        if g.counts == "cut"
+        else f"Length stops (any: {g.note}) per {g.label}."
+    )
     note = (
-        f"Completions stopped by length (any length stop) per {g.label}, exact; Wilson 95% intervals.{more}"
+        f"{what} Exact counts; Wilson 95% intervals.{more}"
         " Dropping the cut ones removes these groups unevenly from the dataset."
     )
     st.caption(md_escape(note))

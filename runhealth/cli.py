@@ -381,7 +381,8 @@ def format_fields(f: dict[str, Any]) -> list[str]:
         top = "; ".join(
             f"{escape(r['group'])} {fmt_share(r['share'])} of {fmt_count(r['completions'])}" for r in g["rows"][:5]
         )
-        out.append(f"cut at length by {escape(g['field'] or 'group')}: {top}")
+        what = "cut at the ceiling" if g.get("counts") == "cut" else "stopped by length (not split at the ceiling)"
+        out.append(f"{what} by {escape(g['field'] or 'group')}: {top}")
     else:
         out.append(escape(g["message"]))
     return out

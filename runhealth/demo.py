@@ -438,6 +438,7 @@ class FieldTruth:
         self.issued = 0  # prompt IDs handed out, the skipped ones included
         self.answers: dict[str, int] = {}  # prompt ID -> lines
         self.groups: dict[str, list[int]] = {}  # dataset -> [completions, length stops]
+        self.group_cuts: dict[str, int] = {}  # dataset -> length stops at the ceiling (cut, stats.is_cut)
         self.never_answered = 0  # length stops at the ceiling with reasoning and no answer
         self.reasoned_at_ceiling = 0
         self.length_at_ceiling = 0
@@ -465,8 +466,10 @@ class FieldTruth:
         g[1] += finish == "length"
         if tokens >= ceiling and finish != "length":
             self.mislabelled += 1
+        self.group_cuts.setdefault(record["metadata"]["dataset"], 0)
         if finish == "length" and tokens >= ceiling:
             self.length_at_ceiling += 1
+            self.group_cuts[record["metadata"]["dataset"]] += 1
             self.reasoned_at_ceiling += 1  # every demo completion reasons
             self.never_answered += choice["message"]["content"] == ""
         if finish == "length" and tokens < ceiling and tokens + usage["prompt_tokens"] >= MAX_MODEL_LEN:

@@ -67,7 +67,8 @@ class FieldUpdate:
     id_fields: tuple[str, ...]  # dotted paths the IDs were found at
     prompt_token_lines: int
     group_field: str | None
-    groups: tuple[tuple[str, int, int], ...]  # (label, completions, length stops)
+    # (label, completions, length stops, ((tokens, length stops), ...) or None: an older agent's)
+    groups: tuple[tuple[str, int, int, tuple[tuple[int, int], ...] | None], ...]
     length_prompt_tokens: tuple[tuple[int, int, int], ...]  # (tokens, prompt tokens, length stops)
     no_answer: tuple[tuple[int, int], ...]  # (tokens, length stops that never answered)
     reasoned: tuple[tuple[int, int], ...]  # (tokens, length stops with reasoning)
@@ -89,6 +90,18 @@ def id_hashes(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _group_row(g: Any) -> tuple[str, int, int, tuple[tuple[int, int], ...] | None]:
+    """One wire group [label, completions, length stops(, [[tokens, stops], ...])]; the 4th, when
+    sent, must account for every `length` stop of the group (else the reply is refused)."""
+    label, n, stops = utf8_text(str(g[0])), int(g[1]), int(g[2])
+    if len(g) < 4 or g[3] is None:
+        return label, n, stops, None  # an agent from before #41: the stops' token counts unknown
+    by = _pairs(g[3], 2)
+    if any(t < 0 or k < 0 for t, k in by) or sum(k for _, k in by) != stops:
+        raise ValueError(f"group {label!r}: its length stops by tokens {list(by)!r} do not sum to {stops}")
+    return label, n, stops, by
+
+
 def field_update(part: FieldCounts | None) -> FieldUpdate | None:
     """A reply entry's "fields" part as a FieldUpdate (None when it has none)."""
     if not part:
@@ -102,7 +115,7 @@ def field_update(part: FieldCounts | None) -> FieldUpdate | None:
         id_fields=tuple(utf8_text(str(k)) for k in part.get("id_fields") or []),
         prompt_token_lines=int(part.get("prompt_token_lines") or 0),
         group_field=_opt_text(part.get("group_field")),
-        groups=tuple((utf8_text(str(g[0])), int(g[1]), int(g[2])) for g in part.get("groups") or []),
+        groups=tuple(_group_row(g) for g in part.get("groups") or []),
         length_prompt_tokens=_pairs(part.get("length_prompt_tokens"), 3),
         no_answer=_pairs(part.get("no_answer"), 2),
         reasoned=_pairs(part.get("reasoned"), 2),

@@ -457,6 +457,8 @@ def extract_metrics(s: Scenario, capsys) -> dict[str, Any]:
         store.close()
     m = prom(text)
     out: dict[str, Any] = {"completions": int(sum(v for _l, v in m["runhealth_completions_total"]))}
+    if "runhealth_group_truncated" in m:  # the per-group gauges sum to the headline's cuts (#41)
+        out["cut_count_groups"] = int(sum(v for _l, v in m["runhealth_group_truncated"]))
     if "runhealth_completions_at_ceiling_total" in m:
         out["cut_count"] = int(sum(v for _l, v in m["runhealth_completions_at_ceiling_total"]))
         out["cut_pct"] = round(100 * m["runhealth_truncated_ratio"][0][1], 2)
@@ -618,6 +620,9 @@ def extract_lengths_page(s: Scenario, capsys, monkeypatch) -> dict[str, Any]:
     if groups is not None:
         out["cut_count_groups"] = sum(parse_count(str(x)) for x in groups["at_ceiling"])
         out["completions"] = sum(parse_count(str(x)) for x in groups["completions"])
+    panel = next((df.value for df in at.dataframe if "share cut" in df.value.columns), None)
+    if panel is not None:  # "Which prompts get cut": its cut column is the headline's rule (#41)
+        out["cut_count_group_panel"] = sum(parse_count(str(x)) for x in panel["cut"])
     eta = tiles.get("ETA change")
     if eta is not None:
         out["eta_change_shown"] = eta[0] != "—"
@@ -682,6 +687,10 @@ def read_all(s: Scenario, capsys, monkeypatch) -> dict[str, dict[str, Any]]:
     groups = seen["lengths page"]
     if "cut_count_groups" in groups:
         seen["lengths per-group table"] = {"cut_count": groups.pop("cut_count_groups")}
+    if "cut_count_group_panel" in groups:
+        seen["lengths which-prompts panel"] = {"cut_count": groups.pop("cut_count_group_panel")}
+    if "cut_count_groups" in seen["/metrics"]:
+        seen["/metrics per-group gauges"] = {"cut_count": seen["/metrics"].pop("cut_count_groups")}
     return seen
 
 
@@ -689,6 +698,30 @@ def test_one_value_per_fact_on_every_consumer(frozen, capsys, monkeypatch):
     seen = read_all(frozen, capsys, monkeypatch)
     missing = [(f, c) for f in frozen.truth for c in SHOWN_BY.get(f, ()) if f not in seen.get(c, {})]
     assert not missing, f"facts the case fixes, not shown: {missing}"
+    assert_one_value(seen)
+
+
+def test_group_cuts_sum_to_the_headline_cut_count(tmp_path_factory, capsys, monkeypatch):
+    """Issue 41 ("cut means two things"): with a detected ceiling and context-window stops, the
+    "Which prompts get cut" panel and /metrics' per-group gauges counted every `length` stop of a
+    group as cut; summed over the groups they must be the headline's cut count, and the stops
+    below the ceiling are there, shown apart."""
+    s = unconfigured_ceiling(tmp_path_factory.mktemp("group_cuts"))
+    monkeypatch.setattr(time, "time", lambda: s.now)
+    seen = read_all(s, capsys, monkeypatch)
+    headline = seen["lengths model"]["cut_count"]
+    assert headline > 0
+    assert seen["lengths which-prompts panel"]["cut_count"] == headline
+    assert seen["/metrics per-group gauges"]["cut_count"] == headline
+    cfg = load_config(s.config)
+    store = Store(cfg.resolved_store_path())
+    try:
+        m = lengths.lengths(store, cfg, s.now)
+    finally:
+        store.close()
+    assert m.fields is not None and m.fields.groups.counts == "cut"
+    below = sum(r.below_ceiling or 0 for r in m.fields.groups.rows)
+    assert below == m.summary.length_below_ceiling > 0  # the context window's stops, apart
     assert_one_value(seen)
 
 

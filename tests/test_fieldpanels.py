@@ -124,7 +124,11 @@ def test_lengths_model_panels_are_the_simulators_truth(demo_runs):
     assert p.split.never_answered.lo < p.split.never_answered.share < p.split.never_answered.hi
     assert p.labels.mislabelled == truth.mislabelled > 0 and sum(p.labels.by_reason.values()) == truth.mislabelled
     assert p.labels.context_stops == truth.context_stops > 0
-    assert {r.group: [r.completions, r.cut] for r in p.groups.rows} == truth.groups
+    assert {r.group: r.completions for r in p.groups.rows} == {k: n for k, (n, _) in truth.groups.items()}
+    assert p.groups.counts == "cut" and {r.group: r.cut for r in p.groups.rows} == truth.group_cuts
+    below = {r.group: r.below_ceiling for r in p.groups.rows}  # the context window's stops, apart (#41)
+    assert below == {k: stops - truth.group_cuts[k] for k, (_, stops) in truth.groups.items()}
+    assert sum(r.cut for r in p.groups.rows) == p.split.cut
     shares = [r.share for r in p.groups.rows]
     assert shares == sorted(shares, reverse=True) and p.groups.field == GROUP_PATH
     assert json.dumps(m.to_json()["fields"])  # the model's JSON carries the panels

@@ -13,6 +13,8 @@ import json
 import random
 import sys
 
+import pytest
+
 from runhealth import ingest
 from runhealth.analysis import fieldfigures
 from runhealth.cli import scan_paths
@@ -53,6 +55,11 @@ def assert_matches_truth(f, truth):
     assert f["context_stops"]["count"] == truth.context_stops > 0
     groups = {r["group"]: [r["completions"], r["length_stops"]] for r in f["groups"]["rows"]}
     assert groups == truth.groups and f["groups"]["field"] == GROUP_PATH
+    # cut per group is the headline's rule (at the ceiling); the context window's stops apart (#41)
+    g = f["groups"]
+    assert g["counts"] == "cut" and {r["group"]: r["cut"] for r in g["rows"]} == truth.group_cuts
+    assert sum(r["below_ceiling"] for r in g["rows"]) >= truth.context_stops > 0
+    assert sum(r["cut"] for r in g["rows"]) == truth.length_at_ceiling == u["length_stops"]
     shares = [r["share"] for r in f["groups"]["rows"]]
     assert shares == sorted(shares, reverse=True) and len(set(shares)) == 4  # the most cut on top
 
@@ -284,7 +291,7 @@ def test_scan_and_poll_json_carry_the_figures(tmp_path, capsys):
     assert cli.main(["scan", glob, "--group-path", GROUP_PATH]) == 0  # the same in words
     text = capsys.readouterr().out
     assert f"prompts answered {sim.fields.answered:,} · answered twice {sim.fields.answered_twice:,}" in text
-    assert f"{sim.fields.never_answered:,} never answered" in text and "cut at length by metadata.dataset" in text
+    assert f"{sim.fields.never_answered:,} never answered" in text and "cut at the ceiling by metadata.dataset" in text
     node = NodeConfig(name="n1", host="local", shards=[glob], python=sys.executable, gpu="off", group_path=GROUP_PATH)
     config = RunConfig(
         name="t",
@@ -298,3 +305,47 @@ def test_scan_and_poll_json_carry_the_figures(tmp_path, capsys):
         polled["lengths"]["fields"] == scanned
         and polled["nodes"][0]["lengths"]["fields"]["prompts"] == scanned["prompts"]
     )
+
+
+def test_many_groups_with_scattered_length_stops_fold_into_labels_not_other(tmp_path):
+    """The template path keeps a `length` stop's token count in its raw group key (#41): 200
+    groups x many distinct counts pass the raw keys' cap, which folds them into their labels (the
+    json.loads path's counts), never into "(other)"."""
+    rng = random.Random(5)
+    lines = []
+    for i in range(6000):
+        ct = rng.choice([4096, rng.randint(10, 4000)])
+        fr = "length" if ct == 4096 or rng.random() < 0.5 else "stop"
+        rec = {"id": f"p{i}", "metadata": {"src": f"g{i % 200}"}, "usage": {"completion_tokens": ct}}
+        rec["choices"] = [{"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": fr}]
+        lines.append(json.dumps(rec) + "\n")
+    shard = tmp_path / "many.jsonl"
+    shard.write_text("".join(lines), encoding="utf-8")
+    paths = {"group_path": "metadata.src"}
+    fast = scan.scan_file(str(shard), None, 0, 1 << 30, paths)["fields"]
+    slow = scan.scan_file(str(shard), None, 0, 1 << 30, {**paths, **FORCE_JSON})["fields"]
+    assert fast["groups"] == slow["groups"] and len(fast["groups"]) == 200
+    assert sum(len(g[3]) for g in fast["groups"]) > 4 * 256  # past the raw keys' cap
+    for _label, _n, stops, by in fast["groups"]:
+        assert sum(k for _, k in by) == stops
+
+
+def test_an_older_agents_groups_count_length_stops_and_say_why(tmp_path):
+    """A 3-element group (an agent from before #41) has no split: the column counts every
+    `length` stop and the note names the agent; a 4th element that misses stops is refused."""
+    new = ingest.field_update({"ids": "", "groups": [["a", 10, 3, [[100, 1], [4096, 2]]]]})
+    old = ingest.field_update({"ids": "", "groups": [["b", 10, 4]]})
+    assert new is not None and old is not None
+    totals, hashes = fieldfigures.FieldTotals(), {}  # type: ignore[var-annotated]
+    fieldfigures.add_update(totals, new, hashes)
+    g = fieldfigures.group_shares(totals, 4096)
+    assert g["counts"] == "cut" and [(r["cut"], r["below_ceiling"], r["length_stops"]) for r in g["rows"]] == [
+        (2, 1, 3)
+    ]
+    fieldfigures.add_update(totals, old, hashes)
+    g = fieldfigures.group_shares(totals, 4096)
+    assert g["counts"] == "length stops" and "agent" in g["note"]
+    assert {r["group"]: (r["cut"], r["length_stops"]) for r in g["rows"]} == {"a": (None, 3), "b": (None, 4)}
+    assert fieldfigures.group_shares(totals, None)["note"] == fieldfigures.NO_SPLIT_CEILING
+    with pytest.raises(ValueError, match="do not sum to 3"):
+        ingest.field_update({"ids": "", "groups": [["a", 10, 3, [[4096, 2]]]]})

@@ -4,8 +4,9 @@
 (screens/fieldmodel.field_figures: the numbers the pages and `poll --json` show) and yields one
 gauge per figure the shards carry: prompts answered, missing (only with [run] expected_prompts),
 answered more than once, cuts that never answered and cut mid-answer, mislabelled completions
-and context-window stops (only with [run] max_model_len). A figure whose field the shards lack
-yields no series at all: a missing field is never exported as a zero.
+and context-window stops (only with [run] max_model_len), and per group its completions and cut
+ones (group_families). A figure whose field the shards lack yields no series at all: a missing
+field is never exported as a zero.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ def field_families(
         family = GaugeMetricFamily(name, help_, labels=["run"])
         family.add_metric([run], float(value))
         yield family
+    yield from group_families(run, figures["groups"])
     if since is not None:  # #40 item 4: prompt IDs counted since a store upgrade, not over the run
         for name, help_, value in (
             (
@@ -88,3 +90,49 @@ def field_families(
             family = GaugeMetricFamily(name, help_, labels=["run"])
             family.add_metric([run], float(value))
             yield family
+
+
+def group_families(run: str, groups: dict[str, Any]) -> Iterator[Metric]:
+    """Per group (the configured group field's values, or prompt-token bins): completions and the
+    cut ones by the headline's rule (stopped by `length` at or above the ceiling, stats.is_cut),
+    with the `length` stops below the ceiling apart (#41); where the stops cannot be split at the
+    ceiling (no ceiling known, or an older agent), only their total, under its own name."""
+    rows = groups.get("rows") or []
+    if not rows:
+        return
+    split = groups.get("counts") == "cut"
+    fams = [
+        (
+            "runhealth_group_completions",
+            "Completions per group (group_path's values, or prompt-token bins).",
+            "completions",
+        ),
+    ]
+    if split:
+        fams += [
+            (
+                "runhealth_group_truncated",
+                "Completions per group cut at the max_tokens ceiling (stopped by length at or above it, as the"
+                " headline counts them).",
+                "cut",
+            ),
+            (
+                "runhealth_group_length_stops_below_ceiling",
+                "Length stops per group below the ceiling (the context window's), not counted as cut.",
+                "below_ceiling",
+            ),
+        ]
+    else:
+        fams.append(
+            (
+                "runhealth_group_length_stops",
+                "Length stops per group, not split at the ceiling (no ceiling known, or an agent that predates"
+                " the split): context-window stops included.",
+                "length_stops",
+            )
+        )
+    for name, help_, key in fams:
+        family = GaugeMetricFamily(name, help_, labels=["run", "group"])
+        for r in rows:
+            family.add_metric([run, str(r["group"])], float(r[key]))
+        yield family

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from runhealth.analysis.stats import wilson_interval
+from runhealth.analysis.stats import is_cut, wilson_interval
 from runhealth.records import LENGTH
 
 ID_CANDIDATES = "custom_id, prompt_id, metadata.id, id, request_id"
@@ -50,6 +50,9 @@ class FieldTotals:
     prompt_token_lines: int = 0
     group_field: str | None = None
     groups: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)  # label -> (n, length stops)
+    # label -> {tokens: length stops}: the agents' split of each group's stops (#41); a group whose
+    # stops it does not all account for (an older agent's) has no split
+    group_length_tokens: dict[str, dict[int, int]] = dataclasses.field(default_factory=dict)
     length_prompt_tokens: dict[tuple[int, int], int] = dataclasses.field(default_factory=dict)
     no_answer: dict[int, int] = dataclasses.field(default_factory=dict)  # tokens -> length stops
     reasoned: dict[int, int] = dataclasses.field(default_factory=dict)
@@ -169,25 +172,66 @@ def context_stops(t: FieldTotals, ceiling: int | None, max_model_len: int | None
     }
 
 
-def group_shares(t: FieldTotals) -> dict[str, Any]:
-    """The share of `length` stops per group with its 95% interval, the most cut first."""
+NO_SPLIT_CEILING = (
+    "no max_tokens ceiling known (set [run] max_output_tokens, or wait until length stops pile up at one"
+    " length): the column counts every length stop, context-window stops included"
+)
+NO_SPLIT_AGENT = (
+    "some shards' node agents predate #41 and do not send each group's length stops by token count:"
+    " the column counts every length stop, context-window stops included, and cannot be split at the ceiling"
+    " (upgrade the agent)"
+)
+
+
+def group_cut_counts(t: FieldTotals, ceiling: int | None) -> tuple[dict[str, tuple[int, int]] | None, str | None]:
+    """Per group (cut, `length` stops below the ceiling) by `stats.is_cut` (the headline's rule),
+    or (None, why) where the split is unknown: no ceiling, or an older agent's groups."""
+    if ceiling is None:
+        return None, NO_SPLIT_CEILING
+    out: dict[str, tuple[int, int]] = {}
+    for label, (_n, stops) in t.groups.items():
+        by = t.group_length_tokens.get(label, {})
+        if sum(by.values()) != stops:
+            return None, NO_SPLIT_AGENT
+        cut = sum(k for tok, k in by.items() if is_cut(tok, LENGTH, ceiling))
+        out[label] = (cut, stops - cut)
+    return out, None
+
+
+def group_shares(t: FieldTotals, ceiling: int | None = None) -> dict[str, Any]:
+    """The share cut per group (stopped by `length` at the ceiling: `stats.is_cut`, the headline's
+    rule) with its 95% interval, the most cut first; `length` stops below the ceiling (context
+    window) in `below_ceiling`, apart. Where the split is unknown (`counts` "length stops",
+    `note` says why) the share is of every `length` stop and `cut` / `below_ceiling` are None."""
     if not t.groups:
         return {"field": None, "rows": [], "message": NO_GROUP_MESSAGE}
+    split, why = group_cut_counts(t, ceiling)
     rows: list[dict[str, Any]] = []
-    for label, (n, cut) in t.groups.items():
-        lo, hi = wilson_interval(cut, n) if n else (0.0, 1.0)
+    for label, (n, stops) in t.groups.items():
+        cut, below = split[label] if split is not None else (None, None)
+        k = stops if cut is None else cut
+        lo, hi = wilson_interval(k, n) if n else (0.0, 1.0)
         rows.append(
             {
                 "group": label,
                 "completions": n,
-                "length_stops": cut,
-                "share": cut / n if n else None,
+                "cut": cut,
+                "length_stops": stops,
+                "below_ceiling": below,
+                "share": k / n if n else None,
                 "low": lo,
                 "high": hi,
             }
         )
     rows.sort(key=lambda r: (-(r["share"] or 0), r["group"]))
-    return {"field": t.group_field, "rows": rows, "message": None}
+    return {
+        "field": t.group_field,
+        "rows": rows,
+        "counts": "cut" if split is not None else "length stops",
+        "ceiling": ceiling,
+        "note": why,
+        "message": None,
+    }
 
 
 def compare_prompts(a_prompts: int, b_prompts: int, in_both: int) -> dict[str, Any]:
@@ -222,7 +266,7 @@ def figures(
         "unanswered": unanswered(t, at_ceiling, ceiling),
         "mislabelled": mislabelled(length_rows, ceiling),
         "context_stops": context_stops(t, ceiling, max_model_len),
-        "groups": group_shares(t),
+        "groups": group_shares(t, ceiling),
     }
 
 
@@ -235,9 +279,12 @@ def add_update(t: FieldTotals, f: Any, hashes: dict[int, int]) -> None:
     t.id_fields = sorted(set(t.id_fields) | set(f.id_fields))
     t.prompt_token_lines += f.prompt_token_lines
     t.group_field = t.group_field or f.group_field
-    for label, n, cut in f.groups:
+    for label, n, cut, by_tokens in f.groups:
         old = t.groups.get(label, (0, 0))
         t.groups[label] = (old[0] + n, old[1] + cut)
+        by = t.group_length_tokens.setdefault(label, {})
+        for tok, k in by_tokens or ():
+            by[tok] = by.get(tok, 0) + k
     for tok, p, n in f.length_prompt_tokens:
         t.length_prompt_tokens[(tok, p)] = t.length_prompt_tokens.get((tok, p), 0) + n
     for tok, n in f.no_answer:

@@ -18,7 +18,9 @@ path) that the templates reproduce exactly:
   format's prompt-token field, node/formats.py) holding a count.
 - group: the configured path's value (a string, an integer, or "(none)"), else, where prompt
   tokens are known, the prompt-token bin (powers of two); at most MAX_GROUPS a scan, the rest
-  are counted under OTHER.
+  are counted under OTHER. Per group: lines, `length` stops, and those stops by token count
+  (few distinct values: most sit at the ceiling), so the dashboard counts a group's cuts with
+  the headline's rule (at the ceiling) and its context-window stops apart (#41).
 - answered or not (only for `length` stops): no answer when the answer text (the first string
   among the format's answer paths: a message's `content`, a text block, ...) is empty beside a
   non-empty reasoning text (the format's: `reasoning_content`, a thinking block, a thought
@@ -301,22 +303,24 @@ class Tally:
         self.failed_raw = []  # ID bytes of failed requests (scan.py counts them apart)
         self.id_paths = set()  # dotted ID paths lines held their ID at (but those of inline walks: id_seen)
         self.pt_lines = 0
-        self.groups = {}  # label or prompt-token bin -> [lines, length stops] (json.loads lines)
-        self.raw_groups = {}  # (group token, is_length) -> lines (template lines, configured group)
+        self.groups = {}  # label or prompt-token bin -> [lines, length stops, {tokens: length stops}]
+        self.raw_groups = {}  # (group token, token-count bytes of a `length` stop, else None) -> lines
         self.raw_pt = {}  # (prompt-token digits, finish_reason bytes) -> lines (template lines)
         self.raw_pt_stop = {}  # prompt-token digits -> lines (template lines not at length: scan's inline path)
         self.length_pt = {}  # (tokens, prompt tokens) -> length stops
         self.no_answer, self.reasoned = {}, {}  # tokens -> length stops
 
-    def _group(self, grp, is_length):
+    def _group(self, grp, ct=None):
+        """One line of group `grp`; `ct`: its token count when it stopped by `length`, else None."""
         g = self.groups.get(grp)
         if g is None:
             if len(self.groups) >= MAX_GROUPS:
                 grp = OTHER
-            g = self.groups.setdefault(grp, [0, 0])
+            g = self.groups.setdefault(grp, [0, 0, {}])
         g[0] += 1
-        if is_length:
+        if ct is not None:
             g[1] += 1
+            g[2][ct] = g[2].get(ct, 0) + 1
 
     def answer(self, ct, no_answer, reasoned):
         if reasoned:
@@ -336,7 +340,7 @@ class Tally:
             if is_length:
                 self.length_pt[(ct, pt)] = self.length_pt.get((ct, pt), 0) + 1
         if grp is not None:
-            self._group(grp, is_length)
+            self._group(grp, ct if is_length else None)
         if is_length:
             self.answer(ct, *answer_state(obj, texts))
 
@@ -359,14 +363,15 @@ class Tally:
                     self.raw_pt[key] = self.raw_pt.get(key, 0) + 1
                     break
             if tf.grp_get is not None:
-                key = (ex[tf.grp_get[0]][tf.grp_get[1]], fr)
+                # a `length` stop keeps its token count (the group's cuts are those at the ceiling, #41)
+                key = (ex[tf.grp_get[0]][tf.grp_get[1]], ct if fr == b"length" else None)
                 raw = self.raw_groups
-                if key in raw or len(raw) < 4 * MAX_GROUPS:
-                    raw[key] = raw.get(key, 0) + 1
-                else:
-                    self._group(OTHER, fr == b"length")
+                if key not in raw and len(raw) >= 4 * MAX_GROUPS:
+                    self._fold_raw_groups()  # many distinct (token, length) keys: labels now, not (other)
+                    raw = self.raw_groups
+                raw[key] = raw.get(key, 0) + 1
         if tf.no_group:  # a configured group this template's lines do not have
-            self._group(NO_GROUP, fr == b"length")
+            self._group(NO_GROUP, int(ct) if fr == b"length" else None)
         if fr == b"length":
             self._length_line(tf, int(ct), pt, plan, buf, pos, end)
 
@@ -447,23 +452,38 @@ class Tally:
             if len(pt) >= 13 and int(pt) > MAX_COUNT:
                 continue  # no count (json.loads' rule: valid_count)
             self.pt_lines += n
-            if bins:
-                g = self.groups.setdefault(int(pt).bit_length(), [0, 0])
+            if bins:  # the `length` stops' token counts per bin: from length_pt, in entry()
+                g = self.groups.setdefault(int(pt).bit_length(), [0, 0, {}])
                 g[0] += n
                 if fr == b"length":
                     g[1] += n
 
-    def _fold_groups(self):
-        self._fold_pt()
+    def _fold_raw_groups(self):
+        """The template lines' raw group tokens turned into labels (once per distinct key)."""
         raw, self.raw_groups = self.raw_groups, {}
-        for (tok, fr), n in raw.items():
+        for (tok, ct), n in raw.items():
             label = _token_label(tok)
             g = self.groups.get(label)
             if g is None:
-                g = self.groups.setdefault(OTHER if len(self.groups) >= MAX_GROUPS else label, [0, 0])
+                g = self.groups.setdefault(OTHER if len(self.groups) >= MAX_GROUPS else label, [0, 0, {}])
             g[0] += n
-            if fr == b"length":
+            if ct is not None:
                 g[1] += n
+                t = int(ct)
+                g[2][t] = g[2].get(t, 0) + n
+
+    def _fold_groups(self):
+        self._fold_pt()
+        self._fold_raw_groups()
+        if self.spec.group_path is None:
+            # prompt-token bins: each `length` stop with prompt tokens is in length_pt, once (the
+            # same validity rule as the bins'), so the bins' token counts are read from it
+            for g in self.groups.values():
+                g[2] = {}
+            for (t, p), n in self.length_pt.items():
+                g = self.groups.get(p.bit_length())
+                if g is not None:  # always (both count the same lines); never a KeyError in a scan
+                    g[2][t] = g[2].get(t, 0) + n
 
     def entry(self):
         """The reply's "fields" part for this scan, or None when no line had any."""
@@ -479,7 +499,10 @@ class Tally:
             "id_fields": sorted(self.id_paths.union(*(p.fields.id_seen for p in self.plans if p.fields))),
             "prompt_token_lines": self.pt_lines,
             "group_field": dotted(gp) if gp is not None else ("prompt_tokens" if self.groups else None),
-            "groups": sorted([k if gp is not None else bin_label(k), n, c] for k, (n, c) in self.groups.items()),
+            "groups": sorted(
+                [k if gp is not None else bin_label(k), n, c, sorted([t, m] for t, m in by.items())]
+                for k, (n, c, by) in self.groups.items()
+            ),
             "length_prompt_tokens": sorted([t, p, n] for (t, p), n in self.length_pt.items()),
             "no_answer": sorted([t, n] for t, n in self.no_answer.items()),
             "reasoned": sorted([t, n] for t, n in self.reasoned.items()),
@@ -499,17 +522,18 @@ def merge(a, b):
         out[k] = a[k] + b[k]
     out["id_fields"] = sorted(set(a["id_fields"]) | set(b["id_fields"]))
     out["group_field"] = a["group_field"] or b["group_field"]
-    for k, width in (("groups", 1), ("length_prompt_tokens", 2), ("no_answer", 1), ("reasoned", 1)):
+    for k, width in (("length_prompt_tokens", 2), ("no_answer", 1), ("reasoned", 1)):
         acc = {}  # type: dict
         for row in a[k] + b[k]:
             key = tuple(row[:width])
-            if k == "groups":
-                prev = acc.get(key, (0, 0))
-                acc[key] = (prev[0] + row[1], prev[1] + row[2])
-            else:
-                acc[key] = acc.get(key, 0) + row[width]
-        if k == "groups":
-            out[k] = sorted([key[0], n, c] for key, (n, c) in acc.items())
-        else:
-            out[k] = sorted(list(key) + [n] for key, n in acc.items())
+            acc[key] = acc.get(key, 0) + row[width]
+        out[k] = sorted(list(key) + [n] for key, n in acc.items())
+    groups = {}  # type: dict
+    for label, n, c, by in a["groups"] + b["groups"]:
+        g = groups.setdefault(label, [0, 0, {}])
+        g[0] += n
+        g[1] += c
+        for t, m in by:
+            g[2][t] = g[2].get(t, 0) + m
+    out["groups"] = sorted([label, n, c, sorted([t, m] for t, m in by.items())] for label, (n, c, by) in groups.items())
     return out

@@ -255,7 +255,9 @@ class FieldCounts(TypedDict, total=False):
     id_fields: List[str]  # dotted paths the IDs were found at
     prompt_token_lines: int
     group_field: Optional[str]  # the configured group path, "prompt_tokens" (bins), or None
-    groups: List[List[Any]]  # [label, completions, length stops]
+    # [label, completions, length stops, [[tokens, length stops], ...]]: the 4th (#41) splits the
+    # stops at the ceiling from context-window ones; an older agent sends 3 (the split unknown)
+    groups: List[List[Any]]
     length_prompt_tokens: List[List[int]]  # [tokens, prompt tokens, length stops]
     no_answer: List[List[int]]  # [tokens, length stops that never answered]
     reasoned: List[List[int]]  # [tokens, length stops with reasoning text or a <think>]

@@ -29,6 +29,7 @@ def field_totals(store: Store, node: str | None = None, completions: int | None 
         rows = store.length_counts(by="node" if node else "run")
         completions = sum(r["count"] for r in rows if node is None or r.get("node") == node)
     unanswered = store.unanswered_counts(node)
+    groups = store.group_counts(node)
     return FieldTotals(
         completions=completions,
         id_lines=counts["id_lines"],
@@ -37,7 +38,8 @@ def field_totals(store: Store, node: str | None = None, completions: int | None 
         id_fields=id_fields,
         prompt_token_lines=sum(p["prompt_token_lines"] for p in presence),
         group_field=next((p["group_field"] for p in presence if p["group_field"]), None),
-        groups={g["group"]: (g["completions"], g["length_stops"]) for g in store.group_counts(node)},
+        groups={g["group"]: (g["completions"], g["length_stops"]) for g in groups},
+        group_length_tokens={g["group"]: g["length_by_tokens"] for g in groups},
         length_prompt_tokens={(r["tokens"], r["prompt_tokens"]): r["count"] for r in store.length_prompt_tokens(node)},
         no_answer={r["tokens"]: r["no_answer"] for r in unanswered if r["no_answer"]},
         reasoned={r["tokens"]: r["reasoned"] for r in unanswered if r["reasoned"]},

@@ -73,7 +73,8 @@ class LabelChecks:
 class GroupCut:
     group: str
     completions: int
-    cut: int  # `length` stops
+    cut: int  # stopped by `length` at the ceiling (stats.is_cut); every `length` stop where unsplit
+    below_ceiling: int | None  # `length` stops below the ceiling (context window); None: unsplit
     share: float | None
     lo: float
     hi: float
@@ -86,6 +87,8 @@ class GroupCuts:
     field: str | None  # the grouping field, or None for prompt-token bins
     rows: tuple[GroupCut, ...]
     message: str | None
+    counts: str = "cut"  # what `cut` counts: "cut" (at the ceiling) or "length stops" (no split)
+    note: str | None = None  # why the stops are not split at the ceiling (counts "length stops")
 
     @property
     def label(self) -> str:
@@ -121,10 +124,18 @@ def label_checks(mis: Mapping[str, Any], ctx: Mapping[str, Any]) -> LabelChecks:
 
 def group_cuts(g: Mapping[str, Any]) -> GroupCuts:
     rows = tuple(
-        GroupCut(r["group"], r["completions"], r["length_stops"], r["share"], r["low"], r["high"])
+        GroupCut(
+            r["group"],
+            r["completions"],
+            r["length_stops"] if r.get("cut") is None else r["cut"],
+            r.get("below_ceiling"),
+            r["share"],
+            r["low"],
+            r["high"],
+        )
         for r in g.get("rows") or []
     )
-    return GroupCuts(g.get("field"), rows, g.get("message"))
+    return GroupCuts(g.get("field"), rows, g.get("message"), g.get("counts") or "length stops", g.get("note"))
 
 
 def panels(figures: Mapping[str, Any]) -> FieldPanels:

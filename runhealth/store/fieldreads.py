@@ -52,6 +52,7 @@ class GroupCountRow(TypedDict):
     group: str
     completions: int
     length_stops: int
+    length_by_tokens: dict[int, int]  # of those stops, by token count: all of them only when the agents sent it
 
 
 class LengthPromptRow(TypedDict):
@@ -175,11 +176,19 @@ class StoreFieldReads(StoreFile):
         )
 
     def group_counts(self, node: str | None = None) -> list[GroupCountRow]:
-        """Completions and `length` stops per group (the configured field's values, or prompt-token bins)."""
+        """Completions and `length` stops per group (the configured field's values, or prompt-token
+        bins), with those stops by token count where the agents sent them (#41: an older agent's
+        are missing from `length_by_tokens`, whose sum is then below `length_stops`)."""
         acc: dict[str, GroupCountRow] = {}
-        for r in self._field_counts(("group", "group_length"), node, "c.key"):
-            row = acc.setdefault(r["key"], {"group": r["key"], "completions": 0, "length_stops": 0})
-            row["completions" if r["kind"] == "group" else "length_stops"] += r["count"]
+        rows = self._field_counts(("group", "group_length", "group_length_tokens"), node, "c.key, c.tokens")
+        for r in rows:
+            row = acc.setdefault(
+                r["key"], {"group": r["key"], "completions": 0, "length_stops": 0, "length_by_tokens": {}}
+            )
+            if r["kind"] == "group_length_tokens":
+                row["length_by_tokens"][r["tokens"]] = r["count"]
+            else:
+                row["completions" if r["kind"] == "group" else "length_stops"] += r["count"]
         return [acc[k] for k in sorted(acc)]
 
     def length_prompt_tokens(self, node: str | None = None) -> list[LengthPromptRow]:

@@ -418,11 +418,13 @@ def _write_fields(db: sqlite3.Connection, node: str, path: str, f: ingest.FieldU
     )
     known = {r[0] for r in db.execute("SELECT DISTINCT key FROM field_counts WHERE kind = 'group'")}
     rows: list[tuple[str, str, int, int, int]] = []
-    for label, n, cut in f.groups:
+    for label, n, stops, by_tokens in f.groups:
         if label not in known and len(known) >= MAX_STORED_GROUPS:
             label = OTHER_GROUP
         known.add(label)
-        rows += [("group", label, 0, 0, n), ("group_length", label, 0, 0, cut)]
+        rows += [("group", label, 0, 0, n), ("group_length", label, 0, 0, stops)]
+        # the stops by token count (#41; None from an older agent: the group's split stays unknown)
+        rows += [("group_length_tokens", label, t, 0, k) for t, k in by_tokens or ()]
     rows += [("length_prompt_tokens", "", t, p, n) for t, p, n in f.length_prompt_tokens]
     rows += [("no_answer", "", t, 0, n) for t, n in f.no_answer]
     rows += [("reasoned", "", t, 0, n) for t, n in f.reasoned]
