@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import tempfile
 import zlib
 from collections import Counter
 
 import formatgen
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -466,7 +468,26 @@ def test_every_format_counts_what_it_was_written_with(shard, budget):
         os.unlink(path)
 
 
-LIST_PIECES = [b"0", b"1", b"9", b"17", b",", b", ", b" ", b"-", b"00", b"\t", b"x", b"[", b"1.5"]
+LIST_PIECES = [
+    b"0",
+    b"1",
+    b"9",
+    b"17",
+    b",",
+    b", ",
+    b" ",
+    b", 1",
+    b", 0",
+    b"-",
+    b"00",
+    b"\t",
+    b"\r",
+    b"x",
+    b"!",
+    b"[",
+    b"1.5",
+    b"1e2",
+]
 
 
 @settings(max_examples=2000, deadline=None)
@@ -498,3 +519,29 @@ def test_a_token_id_list_is_counted_as_json_loads_reads_it(parts, tail):
             assert sorted(e["counts"]) == sorted([*k, n] for k, n in merged.items())
         finally:
             os.unlink(path)
+
+
+@pytest.mark.parametrize("n_ids", [1, 4096, 70_000])
+@pytest.mark.parametrize("damage", [None, "zero", "leading zero", "no space", "empty item"])
+def test_a_long_token_id_list_is_counted_as_json_loads_reads_it(n_ids, damage):
+    """Lists as vLLM writes them (json.dumps: ", " between IDs), past the class pass's 65,537
+    items too, with an item 0, and with one flaw json.loads rejects near the end (#39)."""
+    rng = random.Random(n_ids)
+    ids = [rng.randrange(1, 150_000) for _ in range(n_ids)]
+    if damage == "zero":
+        ids[-1 if n_ids == 1 else n_ids // 2] = 0
+    body = json.dumps(ids)[1:-1].encode()
+    if damage == "leading zero":
+        body = body[:-8] + body[-8:].replace(b", ", b", 0", 1) if n_ids > 1 else b"0" + body
+    elif damage == "no space":
+        body = body[:-8] + body[-8:].replace(b", ", b",1 ", 1) if n_ids > 1 else body + b",1 2"
+    elif damage == "empty item":
+        body = body + b", , 5"
+    try:
+        want = len(json.loads(b"[" + body + b"]"))
+    except ValueError:
+        want = -1
+    assert (want == -1) == (damage not in (None, "zero"))
+    line = b'{"token_ids": [' + body + b"]}"
+    assert scan._list_items(line, 15, 15 + len(body)) == want
+    assert scan._list_items(bytearray(line), 15, 15 + len(body)) == want
