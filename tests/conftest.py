@@ -108,8 +108,14 @@ def xdist_group_of(item: pytest.Item) -> str | None:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the marks into the node IDs it schedules
 def pytest_collection_modifyitems(config, items):
+    groups = {item.nodeid: xdist_group_of(item) for item in items}
+    # A module whose module-scoped fixture a browser test also uses runs whole on the browser
+    # worker, so that fixture is still made once (tests/test_retired_access.py).
+    with_browser = {i.nodeid.split("::")[0] for i in items if groups[i.nodeid] == "browser"}
     for item in items:
-        group = xdist_group_of(item)
+        group = groups[item.nodeid]
+        if group is not None and group in with_browser:
+            group = "browser"
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
 
