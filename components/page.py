@@ -76,6 +76,7 @@ h1 {font-size: 3rem !important; padding: .2rem 0 .4rem 0 !important}
 .rh-value {font-size: 4.4rem}
 .rh-sub {font-size: 1.6rem; line-height: 1.3}
 .rh-asof {font-size: 1.5rem}
+[data-testid="stMarkdownContainer"] > p {font-size: 1.3rem}  /* a line under the tiles (failed requests) */
 [data-testid="stAlertContainer"] p {font-size: 1.7rem; font-weight: 600}
 [data-testid="stCaptionContainer"] {font-size: 1.3rem}
 [data-testid="stProgress"] p {font-size: 1.3rem}
