@@ -148,6 +148,13 @@ def _second_collect(config: Path, timeout_s: float = 30) -> tuple[int | None, st
         return None, proc.communicate(timeout=30)[1]
 
 
+def _wait_until(ready, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
 def _run_settings(store_path: Path) -> tuple:
     store = Store(store_path)
     try:
@@ -181,6 +188,10 @@ def test_a_deleted_lock_file_lets_no_second_collector_in_and_the_holder_says_so(
         wait_for_count(first, store, 200)
         before = _run_settings(store)
         lock.unlink()  # a tmp cleaner, a user "starting afresh"
+        # The holder notices within its 0.5 s check; the newcomer comes after it (a newcomer that comes
+        # first, while the holder cannot look, is the SIGSTOP test below). Without this wait the order
+        # is the scheduler's, and a loaded machine made the holder find the newcomer's file ("replaced").
+        _wait_until(lambda: lock.exists() and f"pid {first.pid} " in lock.read_text() and _lock_events(store))
         code, said = _second_collect(_config(tmp_path, "ghost", store, ["ghost-1"], 99_999_999, None))
         after = _run_settings(store)
         events = _lock_events(store)
