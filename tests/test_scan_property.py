@@ -545,3 +545,99 @@ def test_a_long_token_id_list_is_counted_as_json_loads_reads_it(n_ids, damage):
     line = b'{"token_ids": [' + body + b"]}"
     assert scan._list_items(line, 15, 15 + len(body)) == want
     assert scan._list_items(bytearray(line), 15, 15 + len(body)) == want
+
+
+def _json_list_items(body):
+    """The reference for a list body: its length when json.loads reads it as a list of integers, else -1."""
+    try:
+        items = json.loads(b"[" + body + b"]")
+    except ValueError:
+        return -1
+    return len(items) if all(type(x) is int for x in items) else -1
+
+
+# Bytes a damaged token-ID list could hold: the list's own, JSON's other number bytes, whitespace (no
+# newline: it ends the line),
+# brackets and quotes (a nested list, a string item), and a byte outside ASCII.
+MUTATION_BYTES = b'0123456789, -+.eE\t\r[]"x\xc3'
+
+
+@settings(max_examples=3000, deadline=None)
+@given(
+    ids=st.lists(st.integers(0, 150_000), min_size=1, max_size=40),
+    edits=st.lists(
+        st.tuples(
+            st.sampled_from(("insert", "delete", "replace")), st.integers(0, 1 << 16), st.sampled_from(MUTATION_BYTES)
+        ),
+        max_size=3,
+    ),
+    count=st.booleans(),
+)
+def test_the_pair_check_decides_a_damaged_list_as_json_loads(ids, edits, count):
+    """_list_items' pair check (the big-integer one) on json.dumps lists with up to three bytes
+    inserted, deleted or replaced: the count is json.loads' exactly, and -1 where json.loads
+    rejects the list (an empty item, a leading zero, a float, a sign, a missing space, a nested
+    list, a string item), in a bytes line and in the reader's bytearray (#39 item 4)."""
+    body = bytearray(json.dumps(ids)[1:-1].encode())
+    for op, at, b in edits:
+        i = at % (len(body) + 1)
+        if op == "insert":
+            body[i:i] = bytes([b])
+        elif body and i < len(body):
+            body[i : i + 1] = b"" if op == "delete" else bytes([b])
+    body = bytes(body)
+    want = _json_list_items(body)
+    line = b'{"outputs": [{"token_ids": [' + body + b'], "text": "\\"token_ids\\": [1, 2]"}]}'
+    s = line.index(b"[", 13) + 1
+    for buf in (line, bytearray(line)):
+        got = scan._list_items(buf, s, s + len(body), count)
+        assert (got if count else min(got, 0)) == (want if count else min(want, 0)), body
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"1",
+        b"7, 10, 100, 1000",  # zeros inside items
+        b"1, 0",  # a token ID 0 (the pair check passes it on)
+        b"0, 1",
+        b"1, 01",  # a leading zero
+        b"1,2",  # no space: valid JSON
+        b"1 ,2",
+        b"1,  2",
+        b"1, , 2",  # an empty item
+        b"1, 2,",
+        b", 1",
+        b"1, -2",
+        b"1, 2.0",
+        b"1, 2e3",
+        b"1, [2]",
+        b'1, "2"',
+        b"1, 2 ",
+        b"1,\t2",
+        b"1, 2\r",
+        b"1 2",
+        b"12" * 2000,  # one item of 4,000 digits (under json.loads' 4,300-digit limit since Python 3.11)
+        b", ".join(b"%d" % (i % 150_000 + 1) for i in range(70_000)),  # past the masks' first 64 KiB
+    ],
+)
+def test_the_pair_check_on_lists_written_otherwise(body):
+    """Lists json.dumps would not write, and long ones (#39 item 4): the count is json.loads'."""
+    line = b'{"token_ids": [' + body + b"]}"
+    assert scan._list_items(line, 15, 15 + len(body)) == _json_list_items(body)
+
+
+def test_the_pair_check_takes_json_dumps_lists():
+    """A json.dumps list of IDs from 1 up is decided by the pair check: the fallback is not called."""
+    rng = random.Random(3)
+    body = json.dumps([rng.randrange(1, 150_000) for _ in range(5000)])[1:-1].encode()
+    calls = []
+    real = scan._list_items_sep
+    scan._list_items_sep = lambda b: calls.append(b) or real(b)
+    try:
+        assert scan._list_items(body, 0, len(body)) == 5000
+        assert scan._list_items(body, 0, len(body), False) >= 0
+        assert scan._list_items(body + b", 0", 0, len(body) + 3) == 5001  # an ID 0: the fallback
+    finally:
+        scan._list_items_sep = real
+    assert len(calls) == 1

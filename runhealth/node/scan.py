@@ -501,31 +501,63 @@ def _is_int(tok):
     return tok[2] is not None and tok[2].lstrip(b"-").isdigit()
 
 
-def _list_items(buf, s, e):
+def _list_items(buf, s, e, count=True):
     """How many integers the JSON list whose body (between its brackets) is buf[s:e] holds, or
-    -1 when json.loads would not read it as a list of integers.
+    -1 when json.loads would not read it as a list of integers (with count=False: 0 or more
+    for such a list, the items not counted: a list only checked).
 
-    The usual body (json.dumps: IDs from 1 up, ", " between them) takes three C-level passes
-    over a copy, no regex: the copy in classes (_ID_CLASSES: a digit 1-9 is "1", any byte that
-    is no digit, comma or space "!"), the count of ", 1" (a separator before an item that starts
-    1-9) and what is left without the digits, which must be that many ", " and nothing else (no
-    "!"): then every comma has one space after it and an item that starts 1-9 after that, no
-    item is empty or starts with 0, and the items are that count plus one. A body that starts
-    with 0, holds an item 0 (a token ID 0) or is written otherwise takes _list_items_sep."""
-    if s >= e:
-        return 0 if s == e else -1
-    t = buf[s:e].translate(_ID_CLASSES)
-    if t[0] == 49:  # starts 1-9 (a separator left last would be outside the ", 1" counted)
-        m = t.count(b", 1")
-        seps = t.translate(None, b"01")
-        if len(seps) == 2 * m and _SEPS.startswith(seps):
-            return m + 1
+    The usual body (json.dumps: IDs from 1 up, ", " between them) takes one pair check, no
+    regex and no per-byte Python work: each byte becomes a code (_ID_PAIRS: its class in the
+    low nibble, the classes it forbids next in the high one), the codes one big integer, and
+    one shift and two ANDs find any byte whose class its predecessor forbids. With the body
+    starting 1-9 and ending with a digit, no forbidden pair means [1-9][0-9]*(, [1-9][0-9]*)*:
+    every comma has its space, every space a comma before and an item 1-9 after, no item is
+    empty, none starts with 0 and there is no other byte; the items are then the commas plus
+    one (the comma bits counted). A body that starts with 0, holds an item 0 (a token ID 0) or
+    is written otherwise takes _list_items_sep."""
+    n = e - s
+    if n <= 0:
+        return 0 if n == 0 else -1
+    if 49 <= buf[s] <= 57 and 48 <= buf[e - 1] <= 57 and n <= TEMPLATE_MAX_LINE_BYTES:
+        size, low, commas = _ID_MASKS if n <= _ID_MASKS[0] else _id_masks(n)
+        x = int.from_bytes(buf[s:e].translate(_ID_PAIRS), "big")
+        if not (x >> 12) & x & low:  # byte i's high nibble lands on byte i + 1's low one
+            return _bit_count(x & commas) + 1 if count else 0
     return _list_items_sep(bytes(buf[s:e]))
 
 
-# _list_items' classes: "0" and "1" (1-9) for the digits, "," and " " as they are, "!" for the rest
-_ID_CLASSES = bytes(49 if 49 <= b <= 57 else b if b in b"0, " else 33 for b in range(256))
-_SEPS = b", " * (1 << 16)  # the separators of up to 65,537 items, compared in place (a longer list: _list_items_sep)
+def _pair_code(b):
+    """_ID_PAIRS' code of byte b: classes 1 " ", 2 a digit 1-9, 4 ",", 8 "0"; 15 any other byte
+    (which no class may precede: every code forbids some class, so no pair with it passes)."""
+    if 49 <= b <= 57:
+        return 0x12  # 1-9: anything but " " next
+    if b == 48:
+        return 0x18  # 0: likewise (an item that starts with 0 is refused by the " " before it)
+    if b == 44:
+        return 0xE4  # ",": only " " next
+    if b == 32:
+        return 0xD1  # " ": only 1-9 next
+    return 0xFF
+
+
+_ID_PAIRS = bytes(_pair_code(b) for b in range(256))
+_bit_count = getattr(int, "bit_count", lambda x: bin(x).count("1"))  # int.bit_count: Python 3.10+
+
+
+def _id_masks(n):
+    """(bytes covered, 0x0F in every byte, 0x04 in every byte) for bodies of up to n bytes: the
+    masks grow (doubling, from 64 KiB, to TEMPLATE_MAX_LINE_BYTES) with the longest list seen;
+    one tuple, swapped whole (another thread reads the old one or the new)."""
+    global _ID_MASKS
+    size = _ID_MASKS[0]
+    if n > size:
+        size = max(1 << 16, 1 << (n - 1).bit_length())
+        _ID_MASKS = (size, int.from_bytes(b"\x0f" * size, "big"), int.from_bytes(b"\x04" * size, "big"))
+    return _ID_MASKS
+
+
+_ID_MASKS = (0, 0, 0)
+_id_masks(1)
 
 
 def _list_items_sep(body):
@@ -693,7 +725,7 @@ def _match_template(plan, buf, pos, end):
             pos = m.end()
             if hole > 1:  # a list of integers: it ends at the first "]"
                 q = buf.find(b"]", pos, end)
-                n = _list_items(buf, pos, q) if q >= 0 else -1
+                n = _list_items(buf, pos, q, hole == 3) if q >= 0 else -1
                 if n < 0 or (lead is not None and not buf.startswith(lead, q)):
                     return None
                 if hole == 3:
@@ -736,7 +768,7 @@ def _match_fields(plan, buf, pos, end):
             pos = m.end()
             if hole > 1:  # a list of integers, as _match_template
                 q = buf.find(b"]", pos, end)
-                n = _list_items(buf, pos, q) if q >= 0 else -1
+                n = _list_items(buf, pos, q, hole == 3) if q >= 0 else -1
                 if n < 0 or (lead is not None and not buf.startswith(lead, q)):
                     return None
                 if hole == 3:
@@ -772,7 +804,7 @@ def hole_spans(plan, buf, pos, end):
             pos = m.end()
             if hole > 1:  # a list of integers (as _match_template)
                 q = buf.find(b"]", pos, end)
-                if q < 0 or _list_items(buf, pos, q) < 0 or (lead is not None and not buf.startswith(lead, q)):
+                if q < 0 or _list_items(buf, pos, q, False) < 0 or (lead is not None and not buf.startswith(lead, q)):
                     return None
             elif backward and lead is not None:
                 q = buf.rfind(lead, pos, end)
@@ -945,7 +977,7 @@ def _scan_chunk_fields(buf, end, tally, tmpl_state, overrides, starts, base, ft,
                     p = m.end()
                     if hole > 1:  # a list of integers (as _match_template)
                         q = find(b"]", p, nl)
-                        n = _list_items(buf, p, q) if q >= 0 else -1
+                        n = _list_items(buf, p, q, hole == 3) if q >= 0 else -1
                         if n < 0 or not startswith(lead, q):
                             break
                         if hole == 3:
