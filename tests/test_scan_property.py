@@ -641,3 +641,55 @@ def test_the_pair_check_takes_json_dumps_lists():
     finally:
         scan._list_items_sep = real
     assert len(calls) == 1
+
+
+def _state_after_scan(body):
+    """(scan_all's counts, the shard's template state, template lines) for a shard of `body`."""
+    fd, path = tempfile.mkstemp(suffix=".jsonl")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(body)
+        before = agent.STATE.line_stats["template"]
+        counts = scan_all(path, 1 << 30)
+        state = scan.TEMPLATES.get(path, os.stat(path).st_ino)
+        return counts, (len(state[0]), len(state[1]), state[4]), agent.STATE.line_stats["template"] - before
+    finally:
+        scan.TEMPLATES.forget(path)
+        os.unlink(path)
+
+
+def test_a_shard_its_strict_plans_read_compiles_no_tolerant_plan():
+    """Same-shaped lines (one writer): every line after the first takes the strict plan, so the
+    tolerant one, ~3x the compile time, is never built (#39 item 4: a small shard's fixed cost)."""
+    rng = random.Random(5)
+    shape = {"style": (", ", ": "), "ascii": True, "salt": "", "nested": None, "reasoning": False}
+    shape.update(fr_object=False, drop=[])
+    vals = [
+        {"fr": rng.choice(["stop", "length"]), "ct": rng.randrange(1, 5000), "text": "x" * i, "prompt": "p"}
+        for i in range(60)
+    ]
+    body = b"".join(dumps(build("chat", v, shape), shape) for v in vals)
+    counts, (strict, tolerant, misses), template_lines = _state_after_scan(body)
+    assert counts == reference_counts(body)
+    assert (strict, tolerant, misses, template_lines) == (1, 0, 0, 59)
+
+
+def test_lines_the_strict_plans_miss_turn_the_tolerant_plans_on():
+    """A writer whose whitespace varies line by line (more layouts than MAX_TEMPLATES): the
+    completion lines the strict plans miss take json.loads, and once TOLERANT_AFTER_MISSES
+    have, the tolerant plans are compiled and read the rest; the counts stay json.loads' (#39)."""
+    rng = random.Random(6)
+    styles = [
+        (a + "," + b, c + ":" + d) for a in ("", " ") for b in ("", " ", "\t") for c in ("", " ") for d in ("", " ")
+    ]
+    lines = []
+    for i in range(300):
+        shape = {"style": rng.choice(styles), "ascii": True, "salt": "", "nested": None, "reasoning": False}
+        shape.update(fr_object=False, drop=[])
+        v = {"fr": rng.choice(["stop", "length"]), "ct": rng.randrange(1, 5000), "text": "y" * i, "prompt": "p"}
+        lines.append(dumps(build("chat", v, shape), shape))
+    body = b"".join(lines)
+    counts, (strict, tolerant, misses), template_lines = _state_after_scan(body)
+    assert counts == reference_counts(body)
+    assert misses == scan.TOLERANT_AFTER_MISSES and tolerant >= 1 and strict == scan.MAX_TEMPLATES
+    assert template_lines >= 300 - scan.MAX_TEMPLATE_BUILDS - scan.TOLERANT_AFTER_MISSES

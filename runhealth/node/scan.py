@@ -39,6 +39,10 @@ CHUNK_BYTES = 1 << 20  # fits in cache, so the scan reads what the read just cop
 FIRST_TIMED_STEP = 1 << 20  # under a deadline: the first read is small, later ones fit the speed seen
 MAX_TEMPLATES = 6  # SGLang finish_reason objects differ by type, so allow a few shapes
 MAX_TEMPLATE_BUILDS = 24  # per shard: a shard of odd lines must not rebuild forever
+# A template's tolerant plan (any JSON whitespace, any scalar type: for lines its strict plan misses)
+# takes ~3x the strict one's time to compile, ~2.5 ms of a 16 MB shard's ~20; most shards never
+# miss, so the tolerant plans are compiled once this many completion lines have (#39 item 4).
+TOLERANT_AFTER_MISSES = 8
 TEMPLATE_MAX_LINE_BYTES = 1 << 20
 TEMPLATE_MAX_TOKENS = 400  # logprobs-heavy lines: templates would be huge, use json.loads
 # No completion has 10^12 tokens; under this bound even 8M such lines sum within SQLite's
@@ -110,7 +114,9 @@ def content_mark(fd, offset, head=None):
 
 
 # [strict plans, tolerant plans, builds left, per-line fields: None (off) or the FieldSpec key they use]
-TEMPLATES = PerFile(lambda: [[], [], MAX_TEMPLATE_BUILDS, None])
+# per shard: [strict plans, tolerant plans, template builds left, fields key, completion lines that
+# missed the strict plans (the tolerant ones are compiled at TOLERANT_AFTER_MISSES, _tolerant_on)]
+TEMPLATES = PerFile(lambda: [[], [], MAX_TEMPLATE_BUILDS, None, 0])
 LINE_STATS = {"template": 0, "json": 0}  # lines counted by each path, process-wide
 TAILS = PerFile(lambda: [-1, -1])  # [line start, offset]: no newline from the start up to offset
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
@@ -615,12 +621,14 @@ class _Plan(list):
     ms: Any = None
     inline: Any = None  # for _scan_chunk_fields' inline path (see fields.TemplateFields.plain)
     walk: Any = None  # for _scan_chunk_fields' inline walk (_walk)
+    tolerant: Any = None  # a strict plan's: builds its tolerant plan (or None), until _tolerant_on calls it
     fix: Any = None  # _fixer: the format's label map / token-ID count, applied to each hit
     labels: Any = None  # the label map as bytes, for a walk that applies it inline (no count to fix)
 
 
 def _build_template(raw, obj, xspec=None):
-    """(strict, tolerant) regex segment lists for lines shaped like `raw`, or None.
+    """The strict plan (regex segments) for lines shaped like `raw`, or None; its `tolerant`
+    builds the tolerant plan when first needed (_tolerant_on).
 
     With `xspec` (the shard's per-line fields are on, fields.FieldSpec) the templates capture
     the prompt ID, prompt tokens and group, and remember which holes hold the answer and the
@@ -641,20 +649,37 @@ def _build_template(raw, obj, xspec=None):
     except (_TemplateError, ValueError, RecursionError):
         return None
     try:
-        plans = b.compile(True), b.compile(False)
+        strict = b.compile(True)
     except _TemplateError:
         return None
-    plans[0].fix = plans[1].fix = _fixer(loc.labels)
-    if plans[0].fix is not None:  # the walk maps the labels inline
-        plans[0].labels = {k.encode("utf-8"): v.encode("utf-8") for k, v in loc.labels.items()}
+    b.tokens = None  # the line's tokens: the tolerant plan needs only the segments
+    fix = strict.fix = _fixer(loc.labels)
+    if fix is not None:  # the walk maps the labels inline
+        strict.labels = {k.encode("utf-8"): v.encode("utf-8") for k, v in loc.labels.items()}
     if layout is not None:
         layout.with_holes(b.hole_paths)
-        for plan in plans:
-            plan.fields = tf = layout.bind(plan)
-            if tf.plain:  # (ID segment, group, prompt-token segment, group); -1: none
-                plan.inline = (*(tf.id1 or (-1, 0)), *(tf.pt1 or (-1, 0)))
-        plans[0].walk = _walk(plans[0], b.kinds)
-    return plans
+        _bind(strict, layout)
+        strict.walk = _walk(strict, b.kinds)
+
+    def tolerant():
+        try:
+            plan = b.compile(False)
+        except _TemplateError:
+            return None
+        plan.fix = fix
+        if layout is not None:
+            _bind(plan, layout)
+        return plan
+
+    strict.tolerant = tolerant
+    return strict
+
+
+def _bind(plan, layout):
+    """Set `plan`'s per-line field layout (fields.TemplateFields.bind) and its inline getters."""
+    plan.fields = tf = layout.bind(plan)
+    if tf.plain:  # (ID segment, group, prompt-token segment, group); -1: none
+        plan.inline = (*(tf.id1 or (-1, 0)), *(tf.pt1 or (-1, 0)))
 
 
 def _walk(plan, kinds):
@@ -881,11 +906,24 @@ class _Tally:
 def _learn(tmpl_state, raw, obj, xspec=None):
     """Try to add a template built from a line json.loads just parsed."""
     tmpl_state[2] -= 1
-    plans = _build_template(raw, obj, xspec)
-    if plans is not None and _match_template(plans[1], raw, 0, len(raw)) is not None:
-        for plans_list, plan in zip(tmpl_state, plans):
-            plans_list.append(plan)
-            del plans_list[:-MAX_TEMPLATES]
+    plan = _build_template(raw, obj, xspec)
+    if plan is not None and _match_template(plan, raw, 0, len(raw)) is not None:
+        tmpl_state[0].append(plan)
+        del tmpl_state[0][:-MAX_TEMPLATES]
+        if tmpl_state[4] >= TOLERANT_AFTER_MISSES:
+            _tolerant_on(tmpl_state)
+
+
+def _tolerant_on(tmpl_state):
+    """Compile the tolerant plans of the strict plans that have none yet (the latest
+    MAX_TEMPLATES kept): the shard has completion lines its strict plans miss."""
+    tolerant = tmpl_state[1]
+    for strict in tmpl_state[0]:
+        build, strict.tolerant = strict.tolerant, None
+        plan = build() if build is not None else None
+        if plan is not None:
+            tolerant.append(plan)
+    del tolerant[:-MAX_TEMPLATES]
 
 
 def _match_any(plans, buf, pos, end):
@@ -1083,6 +1121,10 @@ def _count_slow(raw, tally, tmpl_state, overrides, learn, ft=None):
     if key[1] is not None and not key[1].isascii():
         key = (key[0], clean_text(key[1]), key[2])  # a "\\ud800" escape: counted as U+FFFD
     tally.slow[key] = tally.slow.get(key, 0) + 1
+    if tmpl_state[0] and tmpl_state[4] < TOLERANT_AFTER_MISSES:  # a completion the strict plans missed
+        tmpl_state[4] += 1
+        if tmpl_state[4] == TOLERANT_AFTER_MISSES:
+            _tolerant_on(tmpl_state)
     if ft is not None:
         texts = locate(obj)
         if tmpl_state[3] is None and fields.has_fields(obj, ft.spec, texts):
@@ -1301,7 +1343,7 @@ def _field_state(path, inode, paths):
     spec = fields.FieldSpec(paths)
     fields.hole_spans = hole_spans  # the template walk is this module's
     if tmpl_state[3] is not None and tmpl_state[3] != spec.key():
-        tmpl_state[:] = [[], [], MAX_TEMPLATE_BUILDS, None]  # the configured paths changed
+        tmpl_state[:] = [[], [], MAX_TEMPLATE_BUILDS, None, 0]  # the configured paths changed
     if spec.configured and tmpl_state[3] is None:
         del tmpl_state[0][:], tmpl_state[1][:]
         tmpl_state[3] = spec.key()
