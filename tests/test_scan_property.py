@@ -13,6 +13,7 @@ import json
 import math
 import os
 import random
+import re
 import tempfile
 import zlib
 from collections import Counter
@@ -693,3 +694,45 @@ def test_lines_the_strict_plans_miss_turn_the_tolerant_plans_on():
     assert counts == reference_counts(body)
     assert misses == scan.TOLERANT_AFTER_MISSES and tolerant >= 1 and strict == scan.MAX_TEMPLATES
     assert template_lines >= 300 - scan.MAX_TEMPLATE_BUILDS - scan.TOLERANT_AFTER_MISSES
+
+
+# The template builder's tokenizer as it was written first: a string as one alternation per byte.
+_TOKEN_RE_ALTERNATION = re.compile(
+    rb'([ \t\r]*)(?:("(?:[^"\\]|\\.)*")|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)'
+    rb"|(true|false|null)|([{}\[\]:,]))"
+)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(
+    raw=st.lists(
+        st.sampled_from(
+            [
+                b'"',
+                b"\\",
+                b"\\\\",
+                b'\\"',
+                b"a",
+                b"\xc3\xa9",
+                b" ",
+                b"\t",
+                b"\n",
+                b":",
+                b",",
+                b"{",
+                b"]",
+                b"1",
+                b"-",
+                b"null",
+                b"e5",
+            ]
+        ),
+        max_size=24,
+    )
+)
+def test_the_tokenizer_reads_strings_as_the_alternation_form(raw):
+    """scan._TOKEN_RE's unrolled string loop yields the same tokens as the per-byte alternation
+    it replaced (#39 item 4), on runs of quotes, backslashes and escapes."""
+    line = b"".join(raw)
+    got = [m.groups() for m in scan._TOKEN_RE.finditer(line)]
+    assert got == [m.groups() for m in _TOKEN_RE_ALTERNATION.finditer(line)]

@@ -275,8 +275,10 @@ def _repair_escape(m):
 # two paths agree. Not decoding the text is what keeps raw UTF-8 fast. A repaired line teaches
 # templates too (they check structure only, and the repair never moves where a string ends), so
 # a broken writer's shard, where no line is valid JSON, is not left on the json.loads path.
+# A string is the unrolled loop "[^"\\]*(?:\\.[^"\\]*)*": the same strings as "(?:[^"\\]|\\.)*", its
+# runs taken by one charset loop, not an alternation per byte (~4x faster on a 10 KB line).
 _TOKEN_RE = re.compile(
-    rb'([ \t\r]*)(?:("(?:[^"\\]|\\.)*")|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)'
+    rb'([ \t\r]*)(?:("[^"\\]*(?:\\.[^"\\]*)*")|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)'
     rb"|(true|false|null)|([{}\[\]:,]))"
 )
 _WS = rb"[ \t\r]*"
