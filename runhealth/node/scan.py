@@ -276,10 +276,13 @@ def _repair_escape(m):
 # templates too (they check structure only, and the repair never moves where a string ends), so
 # a broken writer's shard, where no line is valid JSON, is not left on the json.loads path.
 # A string is the unrolled loop "[^"\\]*(?:\\.[^"\\]*)*": the same strings as "(?:[^"\\]|\\.)*", its
-# runs taken by one charset loop, not an alternation per byte (~4x faster on a 10 KB line).
+# runs taken by one charset loop, not an alternation per byte (~4x faster on a 10 KB line). A
+# list of integers is one token (group 5), the one _collapse_int_lists would make of its tokens
+# (a vLLM line: ~30 tokens, not thousands).
 _TOKEN_RE = re.compile(
     rb'([ \t\r]*)(?:("[^"\\]*(?:\\.[^"\\]*)*")|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)'
-    rb"|(true|false|null)|([{}\[\]:,]))"
+    rb"|(true|false|null)|(\[[ \t\r]*-?(?:0|[1-9][0-9]*)(?:[ \t\r]*,[ \t\r]*-?(?:0|[1-9][0-9]*))*[ \t\r]*\])"
+    rb"|([{}\[\]:,]))"
 )
 _WS = rb"[ \t\r]*"
 _STR = rb'"[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)*"'
@@ -324,7 +327,7 @@ class _Builder:
     """
 
     def __init__(self, raw, loc, extra=None):
-        self.tokens = _collapse_int_lists([m.groups() for m in _TOKEN_RE.finditer(raw)])
+        self.tokens = _collapse_int_lists(_tokens(raw))
         if len(self.tokens) > TEMPLATE_MAX_TOKENS:
             raise _TemplateError("too many tokens")
         self.i = 0
@@ -484,6 +487,15 @@ class _Builder:
         plan = _Plan(out)
         plan.ms = [None] * k
         return plan
+
+
+def _tokens(raw):
+    """The line's tokens (whitespace before, string, number, literal, punctuation); a list of
+    integers matched whole (_TOKEN_RE's group 5) is one _LIST_TOKEN."""
+    return [
+        (ws, s, num, lit, punct) if ints is None else (ws, None, None, None, _LIST_TOKEN)
+        for ws, s, num, lit, ints, punct in (m.groups() for m in _TOKEN_RE.finditer(raw))
+    ]
 
 
 def _collapse_int_lists(tokens):
