@@ -542,7 +542,9 @@ def _list_items(buf, s, e, count=True):
         size, low, commas = _ID_MASKS if n <= _ID_MASKS[0] else _id_masks(n)
         x = int.from_bytes(buf[s:e].translate(_ID_PAIRS), "big")
         if not (x >> 12) & x & low:  # byte i's high nibble lands on byte i + 1's low one
-            return _bit_count(x & commas) + 1 if count else 0
+            if not count:
+                return 0
+            return (x & commas).bit_count() + 1 if _BIT_COUNT else buf.count(b",", s, e) + 1
     return _list_items_sep(bytes(buf[s:e]))
 
 
@@ -561,7 +563,9 @@ def _pair_code(b):
 
 
 _ID_PAIRS = bytes(_pair_code(b) for b in range(256))
-_bit_count = getattr(int, "bit_count", lambda x: bin(x).count("1"))  # int.bit_count: Python 3.10+
+# int.bit_count (Python 3.10+) counts the comma bits at ~0.5 ns a list byte; before it, a C-level
+# count of the commas (~1 ns; bin(x).count("1") would take ~20)
+_BIT_COUNT = hasattr(int, "bit_count")
 
 
 def _id_masks(n):
