@@ -13,6 +13,7 @@ import json
 import math
 import os
 import random
+import re
 import tempfile
 import zlib
 from collections import Counter
@@ -545,3 +546,193 @@ def test_a_long_token_id_list_is_counted_as_json_loads_reads_it(n_ids, damage):
     line = b'{"token_ids": [' + body + b"]}"
     assert scan._list_items(line, 15, 15 + len(body)) == want
     assert scan._list_items(bytearray(line), 15, 15 + len(body)) == want
+
+
+def _json_list_items(body):
+    """The reference for a list body: its length when json.loads reads it as a list of integers, else -1."""
+    try:
+        items = json.loads(b"[" + body + b"]")
+    except ValueError:
+        return -1
+    return len(items) if all(type(x) is int for x in items) else -1
+
+
+# Bytes a damaged token-ID list could hold: the list's own, JSON's other number bytes, whitespace (no
+# newline: it ends the line),
+# brackets and quotes (a nested list, a string item), and a byte outside ASCII.
+MUTATION_BYTES = b'0123456789, -+.eE\t\r[]"x\xc3'
+
+
+@settings(max_examples=3000, deadline=None)
+@given(
+    ids=st.lists(st.integers(0, 150_000), min_size=1, max_size=40),
+    edits=st.lists(
+        st.tuples(
+            st.sampled_from(("insert", "delete", "replace")), st.integers(0, 1 << 16), st.sampled_from(MUTATION_BYTES)
+        ),
+        max_size=3,
+    ),
+    count=st.booleans(),
+)
+def test_the_pair_check_decides_a_damaged_list_as_json_loads(ids, edits, count):
+    """_list_items' pair check (the big-integer one) on json.dumps lists with up to three bytes
+    inserted, deleted or replaced: the count is json.loads' exactly, and -1 where json.loads
+    rejects the list (an empty item, a leading zero, a float, a sign, a missing space, a nested
+    list, a string item), in a bytes line and in the reader's bytearray (#39 item 4)."""
+    body = bytearray(json.dumps(ids)[1:-1].encode())
+    for op, at, b in edits:
+        i = at % (len(body) + 1)
+        if op == "insert":
+            body[i:i] = bytes([b])
+        elif body and i < len(body):
+            body[i : i + 1] = b"" if op == "delete" else bytes([b])
+    body = bytes(body)
+    want = _json_list_items(body)
+    line = b'{"outputs": [{"token_ids": [' + body + b'], "text": "\\"token_ids\\": [1, 2]"}]}'
+    s = line.index(b"[", 13) + 1
+    for buf in (line, bytearray(line)):
+        got = scan._list_items(buf, s, s + len(body), count)
+        assert (got if count else min(got, 0)) == (want if count else min(want, 0)), body
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"1",
+        b"7, 10, 100, 1000",  # zeros inside items
+        b"1, 0",  # a token ID 0 (the pair check passes it on)
+        b"0, 1",
+        b"1, 01",  # a leading zero
+        b"1,2",  # no space: valid JSON
+        b"1 ,2",
+        b"1,  2",
+        b"1, , 2",  # an empty item
+        b"1, 2,",
+        b", 1",
+        b"1, -2",
+        b"1, 2.0",
+        b"1, 2e3",
+        b"1, [2]",
+        b'1, "2"',
+        b"1, 2 ",
+        b"1,\t2",
+        b"1, 2\r",
+        b"1 2",
+        b"12" * 2000,  # one item of 4,000 digits (under json.loads' 4,300-digit limit since Python 3.11)
+        b", ".join(b"%d" % (i % 150_000 + 1) for i in range(70_000)),  # past the masks' first 64 KiB
+    ],
+)
+@pytest.mark.parametrize("bit_count", [True, False])
+def test_the_pair_check_on_lists_written_otherwise(body, bit_count, monkeypatch):
+    """Lists json.dumps would not write, and long ones (#39 item 4): the count is json.loads',
+    with int.bit_count and, as on Python 3.8-3.9, without (the commas counted)."""
+    monkeypatch.setattr(scan, "_BIT_COUNT", bit_count)
+    line = b'{"token_ids": [' + body + b"]}"
+    assert scan._list_items(line, 15, 15 + len(body)) == _json_list_items(body)
+
+
+def test_the_pair_check_takes_json_dumps_lists():
+    """A json.dumps list of IDs from 1 up is decided by the pair check: the fallback is not called."""
+    rng = random.Random(3)
+    body = json.dumps([rng.randrange(1, 150_000) for _ in range(5000)])[1:-1].encode()
+    calls = []
+    real = scan._list_items_sep
+    scan._list_items_sep = lambda b: calls.append(b) or real(b)
+    try:
+        assert scan._list_items(body, 0, len(body)) == 5000
+        assert scan._list_items(body, 0, len(body), False) >= 0
+        assert scan._list_items(body + b", 0", 0, len(body) + 3) == 5001  # an ID 0: the fallback
+    finally:
+        scan._list_items_sep = real
+    assert len(calls) == 1
+
+
+def _state_after_scan(body):
+    """(scan_all's counts, the shard's template state, template lines) for a shard of `body`."""
+    fd, path = tempfile.mkstemp(suffix=".jsonl")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(body)
+        before = agent.STATE.line_stats["template"]
+        counts = scan_all(path, 1 << 30)
+        state = scan.TEMPLATES.get(path, os.stat(path).st_ino)
+        return counts, (len(state[0]), len(state[1]), state[4]), agent.STATE.line_stats["template"] - before
+    finally:
+        scan.TEMPLATES.forget(path)
+        os.unlink(path)
+
+
+def test_a_shard_its_strict_plans_read_compiles_no_tolerant_plan():
+    """Same-shaped lines (one writer): every line after the first takes the strict plan, so the
+    tolerant one, ~3x the compile time, is never built (#39 item 4: a small shard's fixed cost)."""
+    rng = random.Random(5)
+    shape = {"style": (", ", ": "), "ascii": True, "salt": "", "nested": None, "reasoning": False}
+    shape.update(fr_object=False, drop=[])
+    vals = [
+        {"fr": rng.choice(["stop", "length"]), "ct": rng.randrange(1, 5000), "text": "x" * i, "prompt": "p"}
+        for i in range(60)
+    ]
+    body = b"".join(dumps(build("chat", v, shape), shape) for v in vals)
+    counts, (strict, tolerant, misses), template_lines = _state_after_scan(body)
+    assert counts == reference_counts(body)
+    assert (strict, tolerant, misses, template_lines) == (1, 0, 0, 59)
+
+
+def test_lines_the_strict_plans_miss_turn_the_tolerant_plans_on():
+    """A writer whose whitespace varies line by line (more layouts than MAX_TEMPLATES): the
+    completion lines the strict plans miss take json.loads, and once TOLERANT_AFTER_MISSES
+    have, the tolerant plans are compiled and read the rest; the counts stay json.loads' (#39)."""
+    rng = random.Random(6)
+    styles = [
+        (a + "," + b, c + ":" + d) for a in ("", " ") for b in ("", " ", "\t") for c in ("", " ") for d in ("", " ")
+    ]
+    lines = []
+    for i in range(300):
+        shape = {"style": rng.choice(styles), "ascii": True, "salt": "", "nested": None, "reasoning": False}
+        shape.update(fr_object=False, drop=[])
+        v = {"fr": rng.choice(["stop", "length"]), "ct": rng.randrange(1, 5000), "text": "y" * i, "prompt": "p"}
+        lines.append(dumps(build("chat", v, shape), shape))
+    body = b"".join(lines)
+    counts, (strict, tolerant, misses), template_lines = _state_after_scan(body)
+    assert counts == reference_counts(body)
+    assert misses == scan.TOLERANT_AFTER_MISSES and tolerant >= 1 and strict == scan.MAX_TEMPLATES
+    assert template_lines >= 300 - scan.MAX_TEMPLATE_BUILDS - scan.TOLERANT_AFTER_MISSES
+
+
+# The template builder's tokenizer as it was written first: a string as one alternation per byte,
+# every integer of a list its own token (scan._collapse_int_lists joined them after).
+_TOKEN_RE_ALTERNATION = re.compile(
+    rb'([ \t\r]*)(?:("(?:[^"\\]|\\.)*")|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)'
+    rb"|(true|false|null)|([{}\[\]:,]))"
+)
+TOKEN_PIECES = [
+    b'"',
+    b"\\",
+    b"\\\\",
+    b'\\"',
+    b"a",
+    b"\xc3\xa9",
+    b" ",
+    b"\t",
+    b"\n",
+    b":",
+    b",",
+    b", ",
+    b"{",
+    b"[",
+    b"]",
+]
+TOKEN_PIECES += [b"1", b"17", b"0", b"01", b"-", b"-2", b"1.5", b"1.", b"e5", b"null", b"[1, 2]", b"[]"]
+# near misses of a list of integers: a leading zero, a trailing comma, no comma, a float, a sign
+TOKEN_PIECES += [b"[1, 01]", b"[1,]", b"[1 2]", b"[-0 ,\t1 ]", b"[1, 2.5]", b"[01]", b"[1, -]", b"[1, [2]]"]
+
+
+@settings(max_examples=4000, deadline=None)
+@given(raw=st.lists(st.sampled_from(TOKEN_PIECES), max_size=24))
+def test_the_tokenizer_reads_as_the_alternation_form(raw):
+    """scan._tokens (the unrolled string loop, a list of integers as one token) gives the
+    builder the tokens the per-byte alternation and _collapse_int_lists gave it (#39 item 4),
+    on runs of quotes, backslashes, escapes, numbers and lists."""
+    line = b"".join(raw)
+    want = scan._collapse_int_lists([m.groups() for m in _TOKEN_RE_ALTERNATION.finditer(line)])
+    assert scan._collapse_int_lists(scan._tokens(line)) == want

@@ -39,6 +39,10 @@ CHUNK_BYTES = 1 << 20  # fits in cache, so the scan reads what the read just cop
 FIRST_TIMED_STEP = 1 << 20  # under a deadline: the first read is small, later ones fit the speed seen
 MAX_TEMPLATES = 6  # SGLang finish_reason objects differ by type, so allow a few shapes
 MAX_TEMPLATE_BUILDS = 24  # per shard: a shard of odd lines must not rebuild forever
+# A template's tolerant plan (any JSON whitespace, any scalar type: for lines its strict plan misses)
+# takes ~3x the strict one's time to compile, ~2.5 ms of a 16 MB shard's ~20; most shards never
+# miss, so the tolerant plans are compiled once this many completion lines have (#39 item 4).
+TOLERANT_AFTER_MISSES = 8
 TEMPLATE_MAX_LINE_BYTES = 1 << 20
 TEMPLATE_MAX_TOKENS = 400  # logprobs-heavy lines: templates would be huge, use json.loads
 # No completion has 10^12 tokens; under this bound even 8M such lines sum within SQLite's
@@ -110,7 +114,9 @@ def content_mark(fd, offset, head=None):
 
 
 # [strict plans, tolerant plans, builds left, per-line fields: None (off) or the FieldSpec key they use]
-TEMPLATES = PerFile(lambda: [[], [], MAX_TEMPLATE_BUILDS, None])
+# per shard: [strict plans, tolerant plans, template builds left, fields key, completion lines that
+# missed the strict plans (the tolerant ones are compiled at TOLERANT_AFTER_MISSES, _tolerant_on)]
+TEMPLATES = PerFile(lambda: [[], [], MAX_TEMPLATE_BUILDS, None, 0])
 LINE_STATS = {"template": 0, "json": 0}  # lines counted by each path, process-wide
 TAILS = PerFile(lambda: [-1, -1])  # [line start, offset]: no newline from the start up to offset
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
@@ -269,9 +275,14 @@ def _repair_escape(m):
 # two paths agree. Not decoding the text is what keeps raw UTF-8 fast. A repaired line teaches
 # templates too (they check structure only, and the repair never moves where a string ends), so
 # a broken writer's shard, where no line is valid JSON, is not left on the json.loads path.
+# A string is the unrolled loop "[^"\\]*(?:\\.[^"\\]*)*": the same strings as "(?:[^"\\]|\\.)*", its
+# runs taken by one charset loop, not an alternation per byte (~4x faster on a 10 KB line). A
+# list of integers is one token (group 5), the one _collapse_int_lists would make of its tokens
+# (a vLLM line: ~30 tokens, not thousands).
 _TOKEN_RE = re.compile(
-    rb'([ \t\r]*)(?:("(?:[^"\\]|\\.)*")|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)'
-    rb"|(true|false|null)|([{}\[\]:,]))"
+    rb'([ \t\r]*)(?:("[^"\\]*(?:\\.[^"\\]*)*")|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)'
+    rb"|(true|false|null)|(\[[ \t\r]*-?(?:0|[1-9][0-9]*)(?:[ \t\r]*,[ \t\r]*-?(?:0|[1-9][0-9]*))*[ \t\r]*\])"
+    rb"|([{}\[\]:,]))"
 )
 _WS = rb"[ \t\r]*"
 _STR = rb'"[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)*"'
@@ -316,7 +327,7 @@ class _Builder:
     """
 
     def __init__(self, raw, loc, extra=None):
-        self.tokens = _collapse_int_lists([m.groups() for m in _TOKEN_RE.finditer(raw)])
+        self.tokens = _collapse_int_lists(_tokens(raw))
         if len(self.tokens) > TEMPLATE_MAX_TOKENS:
             raise _TemplateError("too many tokens")
         self.i = 0
@@ -478,6 +489,15 @@ class _Builder:
         return plan
 
 
+def _tokens(raw):
+    """The line's tokens (whitespace before, string, number, literal, punctuation); a list of
+    integers matched whole (_TOKEN_RE's group 5) is one _LIST_TOKEN."""
+    return [
+        (ws, s, num, lit, punct) if ints is None else (ws, None, None, None, _LIST_TOKEN)
+        for ws, s, num, lit, ints, punct in (m.groups() for m in _TOKEN_RE.finditer(raw))
+    ]
+
+
 def _collapse_int_lists(tokens):
     """`tokens` with each list of integers as one _LIST_TOKEN (token IDs: vLLM's `token_ids` and
     `prompt_token_ids`, Ollama's `context`), so such a line stays within TEMPLATE_MAX_TOKENS."""
@@ -501,31 +521,67 @@ def _is_int(tok):
     return tok[2] is not None and tok[2].lstrip(b"-").isdigit()
 
 
-def _list_items(buf, s, e):
+def _list_items(buf, s, e, count=True):
     """How many integers the JSON list whose body (between its brackets) is buf[s:e] holds, or
-    -1 when json.loads would not read it as a list of integers.
+    -1 when json.loads would not read it as a list of integers (with count=False: 0 or more
+    for such a list, the items not counted: a list only checked).
 
-    The usual body (json.dumps: IDs from 1 up, ", " between them) takes three C-level passes
-    over a copy, no regex: the copy in classes (_ID_CLASSES: a digit 1-9 is "1", any byte that
-    is no digit, comma or space "!"), the count of ", 1" (a separator before an item that starts
-    1-9) and what is left without the digits, which must be that many ", " and nothing else (no
-    "!"): then every comma has one space after it and an item that starts 1-9 after that, no
-    item is empty or starts with 0, and the items are that count plus one. A body that starts
-    with 0, holds an item 0 (a token ID 0) or is written otherwise takes _list_items_sep."""
-    if s >= e:
-        return 0 if s == e else -1
-    t = buf[s:e].translate(_ID_CLASSES)
-    if t[0] == 49:  # starts 1-9 (a separator left last would be outside the ", 1" counted)
-        m = t.count(b", 1")
-        seps = t.translate(None, b"01")
-        if len(seps) == 2 * m and _SEPS.startswith(seps):
-            return m + 1
+    The usual body (json.dumps: IDs from 1 up, ", " between them) takes one pair check, no
+    regex and no per-byte Python work: each byte becomes a code (_ID_PAIRS: its class in the
+    low nibble, the classes it forbids next in the high one), the codes one big integer, and
+    one shift and two ANDs find any byte whose class its predecessor forbids. With the body
+    starting 1-9 and ending with a digit, no forbidden pair means [1-9][0-9]*(, [1-9][0-9]*)*:
+    every comma has its space, every space a comma before and an item 1-9 after, no item is
+    empty, none starts with 0 and there is no other byte; the items are then the commas plus
+    one (the comma bits counted). A body that starts with 0, holds an item 0 (a token ID 0) or
+    is written otherwise takes _list_items_sep."""
+    n = e - s
+    if n <= 0:
+        return 0 if n == 0 else -1
+    if 49 <= buf[s] <= 57 and 48 <= buf[e - 1] <= 57 and n <= TEMPLATE_MAX_LINE_BYTES:
+        size, low, commas = _ID_MASKS if n <= _ID_MASKS[0] else _id_masks(n)
+        x = int.from_bytes(buf[s:e].translate(_ID_PAIRS), "big")
+        if not (x >> 12) & x & low:  # byte i's high nibble lands on byte i + 1's low one
+            if not count:
+                return 0
+            return (x & commas).bit_count() + 1 if _BIT_COUNT else buf.count(b",", s, e) + 1
     return _list_items_sep(bytes(buf[s:e]))
 
 
-# _list_items' classes: "0" and "1" (1-9) for the digits, "," and " " as they are, "!" for the rest
-_ID_CLASSES = bytes(49 if 49 <= b <= 57 else b if b in b"0, " else 33 for b in range(256))
-_SEPS = b", " * (1 << 16)  # the separators of up to 65,537 items, compared in place (a longer list: _list_items_sep)
+def _pair_code(b):
+    """_ID_PAIRS' code of byte b: classes 1 " ", 2 a digit 1-9, 4 ",", 8 "0"; 15 any other byte
+    (which no class may precede: every code forbids some class, so no pair with it passes)."""
+    if 49 <= b <= 57:
+        return 0x12  # 1-9: anything but " " next
+    if b == 48:
+        return 0x18  # 0: likewise (an item that starts with 0 is refused by the " " before it)
+    if b == 44:
+        return 0xE4  # ",": only " " next
+    if b == 32:
+        return 0xD1  # " ": only 1-9 next
+    return 0xFF
+
+
+_ID_PAIRS = bytes(_pair_code(b) for b in range(256))
+# int.bit_count (Python 3.10+) counts the comma bits at ~0.5 ns a list byte; before it, a C-level
+# count of the commas (~1 ns; bin(x).count("1") would take ~20)
+_BIT_COUNT = hasattr(int, "bit_count")
+
+
+def _id_masks(n):
+    """(bytes covered, 0x0F in every byte, 0x04 in every byte) for bodies of up to n bytes: the
+    masks grow (doubling, from 64 KiB, to TEMPLATE_MAX_LINE_BYTES) with the longest list seen;
+    one tuple, swapped whole (another thread reads the old one or the new)."""
+    global _ID_MASKS
+    size = _ID_MASKS[0]
+    if n > size:
+        size = max(1 << 16, 1 << (n - 1).bit_length())
+        _ID_MASKS = (size, int.from_bytes(b"\x0f" * size, "big"), int.from_bytes(b"\x04" * size, "big"))
+    return _ID_MASKS
+
+
+_ID_MASKS = (0, 0, 0)
+_id_masks(1)
 
 
 def _list_items_sep(body):
@@ -583,12 +639,14 @@ class _Plan(list):
     ms: Any = None
     inline: Any = None  # for _scan_chunk_fields' inline path (see fields.TemplateFields.plain)
     walk: Any = None  # for _scan_chunk_fields' inline walk (_walk)
+    tolerant: Any = None  # a strict plan's: builds its tolerant plan (or None), until _tolerant_on calls it
     fix: Any = None  # _fixer: the format's label map / token-ID count, applied to each hit
     labels: Any = None  # the label map as bytes, for a walk that applies it inline (no count to fix)
 
 
 def _build_template(raw, obj, xspec=None):
-    """(strict, tolerant) regex segment lists for lines shaped like `raw`, or None.
+    """The strict plan (regex segments) for lines shaped like `raw`, or None; its `tolerant`
+    builds the tolerant plan when first needed (_tolerant_on).
 
     With `xspec` (the shard's per-line fields are on, fields.FieldSpec) the templates capture
     the prompt ID, prompt tokens and group, and remember which holes hold the answer and the
@@ -609,20 +667,37 @@ def _build_template(raw, obj, xspec=None):
     except (_TemplateError, ValueError, RecursionError):
         return None
     try:
-        plans = b.compile(True), b.compile(False)
+        strict = b.compile(True)
     except _TemplateError:
         return None
-    plans[0].fix = plans[1].fix = _fixer(loc.labels)
-    if plans[0].fix is not None:  # the walk maps the labels inline
-        plans[0].labels = {k.encode("utf-8"): v.encode("utf-8") for k, v in loc.labels.items()}
+    b.tokens = None  # the line's tokens: the tolerant plan needs only the segments
+    fix = strict.fix = _fixer(loc.labels)
+    if fix is not None:  # the walk maps the labels inline
+        strict.labels = {k.encode("utf-8"): v.encode("utf-8") for k, v in loc.labels.items()}
     if layout is not None:
         layout.with_holes(b.hole_paths)
-        for plan in plans:
-            plan.fields = tf = layout.bind(plan)
-            if tf.plain:  # (ID segment, group, prompt-token segment, group); -1: none
-                plan.inline = (*(tf.id1 or (-1, 0)), *(tf.pt1 or (-1, 0)))
-        plans[0].walk = _walk(plans[0], b.kinds)
-    return plans
+        _bind(strict, layout)
+        strict.walk = _walk(strict, b.kinds)
+
+    def tolerant():
+        try:
+            plan = b.compile(False)
+        except _TemplateError:
+            return None
+        plan.fix = fix
+        if layout is not None:
+            _bind(plan, layout)
+        return plan
+
+    strict.tolerant = tolerant
+    return strict
+
+
+def _bind(plan, layout):
+    """Set `plan`'s per-line field layout (fields.TemplateFields.bind) and its inline getters."""
+    plan.fields = tf = layout.bind(plan)
+    if tf.plain:  # (ID segment, group, prompt-token segment, group); -1: none
+        plan.inline = (*(tf.id1 or (-1, 0)), *(tf.pt1 or (-1, 0)))
 
 
 def _walk(plan, kinds):
@@ -693,7 +768,7 @@ def _match_template(plan, buf, pos, end):
             pos = m.end()
             if hole > 1:  # a list of integers: it ends at the first "]"
                 q = buf.find(b"]", pos, end)
-                n = _list_items(buf, pos, q) if q >= 0 else -1
+                n = _list_items(buf, pos, q, hole == 3) if q >= 0 else -1
                 if n < 0 or (lead is not None and not buf.startswith(lead, q)):
                     return None
                 if hole == 3:
@@ -736,7 +811,7 @@ def _match_fields(plan, buf, pos, end):
             pos = m.end()
             if hole > 1:  # a list of integers, as _match_template
                 q = buf.find(b"]", pos, end)
-                n = _list_items(buf, pos, q) if q >= 0 else -1
+                n = _list_items(buf, pos, q, hole == 3) if q >= 0 else -1
                 if n < 0 or (lead is not None and not buf.startswith(lead, q)):
                     return None
                 if hole == 3:
@@ -772,7 +847,7 @@ def hole_spans(plan, buf, pos, end):
             pos = m.end()
             if hole > 1:  # a list of integers (as _match_template)
                 q = buf.find(b"]", pos, end)
-                if q < 0 or _list_items(buf, pos, q) < 0 or (lead is not None and not buf.startswith(lead, q)):
+                if q < 0 or _list_items(buf, pos, q, False) < 0 or (lead is not None and not buf.startswith(lead, q)):
                     return None
             elif backward and lead is not None:
                 q = buf.rfind(lead, pos, end)
@@ -849,11 +924,24 @@ class _Tally:
 def _learn(tmpl_state, raw, obj, xspec=None):
     """Try to add a template built from a line json.loads just parsed."""
     tmpl_state[2] -= 1
-    plans = _build_template(raw, obj, xspec)
-    if plans is not None and _match_template(plans[1], raw, 0, len(raw)) is not None:
-        for plans_list, plan in zip(tmpl_state, plans):
-            plans_list.append(plan)
-            del plans_list[:-MAX_TEMPLATES]
+    plan = _build_template(raw, obj, xspec)
+    if plan is not None and _match_template(plan, raw, 0, len(raw)) is not None:
+        tmpl_state[0].append(plan)
+        del tmpl_state[0][:-MAX_TEMPLATES]
+        if tmpl_state[4] >= TOLERANT_AFTER_MISSES:
+            _tolerant_on(tmpl_state)
+
+
+def _tolerant_on(tmpl_state):
+    """Compile the tolerant plans of the strict plans that have none yet (the latest
+    MAX_TEMPLATES kept): the shard has completion lines its strict plans miss."""
+    tolerant = tmpl_state[1]
+    for strict in tmpl_state[0]:
+        build, strict.tolerant = strict.tolerant, None
+        plan = build() if build is not None else None
+        if plan is not None:
+            tolerant.append(plan)
+    del tolerant[:-MAX_TEMPLATES]
 
 
 def _match_any(plans, buf, pos, end):
@@ -945,7 +1033,7 @@ def _scan_chunk_fields(buf, end, tally, tmpl_state, overrides, starts, base, ft,
                     p = m.end()
                     if hole > 1:  # a list of integers (as _match_template)
                         q = find(b"]", p, nl)
-                        n = _list_items(buf, p, q) if q >= 0 else -1
+                        n = _list_items(buf, p, q, hole == 3) if q >= 0 else -1
                         if n < 0 or not startswith(lead, q):
                             break
                         if hole == 3:
@@ -1051,6 +1139,10 @@ def _count_slow(raw, tally, tmpl_state, overrides, learn, ft=None):
     if key[1] is not None and not key[1].isascii():
         key = (key[0], clean_text(key[1]), key[2])  # a "\\ud800" escape: counted as U+FFFD
     tally.slow[key] = tally.slow.get(key, 0) + 1
+    if tmpl_state[0] and tmpl_state[4] < TOLERANT_AFTER_MISSES:  # a completion the strict plans missed
+        tmpl_state[4] += 1
+        if tmpl_state[4] == TOLERANT_AFTER_MISSES:
+            _tolerant_on(tmpl_state)
     if ft is not None:
         texts = locate(obj)
         if tmpl_state[3] is None and fields.has_fields(obj, ft.spec, texts):
@@ -1269,7 +1361,7 @@ def _field_state(path, inode, paths):
     spec = fields.FieldSpec(paths)
     fields.hole_spans = hole_spans  # the template walk is this module's
     if tmpl_state[3] is not None and tmpl_state[3] != spec.key():
-        tmpl_state[:] = [[], [], MAX_TEMPLATE_BUILDS, None]  # the configured paths changed
+        tmpl_state[:] = [[], [], MAX_TEMPLATE_BUILDS, None, 0]  # the configured paths changed
     if spec.configured and tmpl_state[3] is None:
         del tmpl_state[0][:], tmpl_state[1][:]
         tmpl_state[3] = spec.key()
