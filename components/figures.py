@@ -31,6 +31,10 @@ DARK = "runhealth_dark"
 pio.templates[DARK] = go.layout.Template(pio.templates["plotly_dark"])
 pio.templates[DARK].layout.xaxis.automargin = False
 pio.templates[DARK].layout.yaxis.automargin = False
+# ... and in each figure's own layout: st.plotly_chart's theme (theme="streamlit", the default)
+# lays Streamlit's template over the figure's, and that one turns automargin on for every axis.
+# A layout's own value wins over any template (a second axis sets it where it is made).
+FIXED_AXES = {"xaxis": {"automargin": False}, "yaxis": {"automargin": False}}
 STOP_COLOUR = "#4C9AFF"
 CEILING_COLOUR = "#FFB000"  # the highlight of the ceiling spike
 ALERT_COLOUR = "#FF4B4B"
@@ -50,7 +54,7 @@ def new_figure(*data: BaseTraceType) -> go.Figure:
     """
     if pio.templates.default != DARK:
         pio.templates.default = DARK
-    return go.Figure(list(data))
+    return go.Figure(list(data), layout=FIXED_AXES)
 
 
 def new_figure_from(data: list[dict], layout: dict) -> go.Figure:
@@ -58,7 +62,8 @@ def new_figure_from(data: list[dict], layout: dict) -> go.Figure:
     update_layout / add_shape on a built figure validates again)."""
     if pio.templates.default != DARK:
         pio.templates.default = DARK
-    return go.Figure(data=data, layout=layout)
+    axes = {k: {"automargin": False, **(v or {})} for k, v in layout.items() if k[1:5] == "axis" and k[0] in "xy"}
+    return go.Figure(data=data, layout={**FIXED_AXES, **layout, **axes})
 
 
 def _layout(title: str, height: int = 380) -> dict:
@@ -427,7 +432,7 @@ def make_lengths_over_time_figure(
     layout.update(
         barmode="overlay",
         yaxis=dict(title=dict(text="tokens"), rangemode="tozero"),
-        yaxis2=dict(overlaying="y", side="right", showgrid=False, **share_axis_covering(top)),
+        yaxis2=dict(overlaying="y", side="right", showgrid=False, automargin=False, **share_axis_covering(top)),
     )
     covered = (float(df["bucket_unix"].min()), float(df["bucket_unix"].max()) + 3600)  # the bars cover whole hours
     return add_event_markers(_figure(data, layout, shapes, notes), events_of(df, events), covered)
