@@ -34,7 +34,10 @@ pio.templates[DARK].layout.yaxis.automargin = False
 # ... and in each figure's own layout: st.plotly_chart's theme (theme="streamlit", the default)
 # lays Streamlit's template over the figure's, and that one turns automargin on for every axis.
 # A layout's own value wins over any template (a second axis sets it where it is made).
+# An axis whose tick labels are names from the nodes or the data (nodes, GPUs, shards, groups,
+# alert rules: any length) keeps automargin on (NAMES_AXIS): one more draw of that chart.
 FIXED_AXES = {"xaxis": {"automargin": False}, "yaxis": {"automargin": False}}
+NAMES_AXIS = {"automargin": True}
 STOP_COLOUR = "#4C9AFF"
 CEILING_COLOUR = "#FFB000"  # the highlight of the ceiling spike
 ALERT_COLOUR = "#FF4B4B"
@@ -280,7 +283,7 @@ def make_truncation_by_group_figure(df: pd.DataFrame, warn: float, alert: float)
     layout = _layout("Truncation by group", height=360)
     layout.update(
         yaxis=dict(title=dict(text="share at the ceiling"), range=[0, top * 1.2], **pct_axis(top)),
-        xaxis=dict(type="category", tickangle=0 if len(df) <= 8 else -35),
+        xaxis=dict(type="category", tickangle=0 if len(df) <= 8 else -35, **NAMES_AXIS),
     )
     return _figure([bar, values], layout, shapes, notes)
 
@@ -471,6 +474,7 @@ def make_gpu_heatstrip_figure(df: pd.DataFrame) -> go.Figure:
         tickvals=labels,
         tickangle=-60 if len(df) > 16 else 0,
         ticktext=[lbl if len(df) > 16 else lbl.replace("/", "<br>GPU ", 1) for lbl in labels],
+        **NAMES_AXIS,
     )
     layout["yaxis"] = dict(autorange="reversed")
     return new_figure_from([heat], layout)
@@ -514,7 +518,7 @@ def make_gpu_grid_figure(df: pd.DataFrame) -> go.Figure:
             hovertemplate="%{y} %{x}: %{customdata}<extra></extra>",
         )
     )
-    fig.update_layout(yaxis_autorange="reversed")
+    fig.update_layout(yaxis=dict(autorange="reversed", **NAMES_AXIS))
     return apply_layout(
         fig,
         f"GPUs now: utilization, {len(df)} GPUs on {util.shape[0]} nodes",
@@ -642,7 +646,7 @@ def make_gpu_node_heatmap_figure(
     layout = _layout(
         f"{title} · median of each node's GPUs ({len(nodes)} nodes)", height=min(1000, 140 + 12 * len(nodes))
     )
-    layout["yaxis"] = dict(autorange="reversed")
+    layout["yaxis"] = dict(autorange="reversed", **NAMES_AXIS)
     return add_event_markers(new_figure_from([heat], layout), events_of(bands, events))
 
 
@@ -809,7 +813,9 @@ def make_alert_timeline_figure(
         )
     fig = new_figure(*data)
     fig.update_xaxes(type="date", range=local([start_unix, end_unix]))
-    fig.update_yaxes(autorange="reversed", categoryorder="array", categoryarray=list(dict.fromkeys(df["label"])))
+    fig.update_yaxes(
+        autorange="reversed", categoryorder="array", categoryarray=list(dict.fromkeys(df["label"])), **NAMES_AXIS
+    )
     rows = df["label"].nunique()
     fig = apply_layout(fig, f"Alerts, last {window}", height=min(420, 150 + 28 * rows))
     return add_event_markers(fig, events_of(df, events), (start_unix, end_unix), local_time=True)
