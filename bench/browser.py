@@ -5,8 +5,8 @@
 Serves the dashboard (the built-in demo with its collector, or `--config`) and a hello-world
 Streamlit page (3 st.metric tiles, one plotly line, one st.dataframe) with the same Streamlit on
 another port, and loads each page in headless Chromium (the system one, 1920x1080), a new
-browser context per load, the loads interleaved (hello-world, page, [the other tree's page]) so
-that all see the same machine load. `--other DIR`: also serve the dashboard of another checkout
+browser context per load, the loads interleaved (hello-world, page, [the other tree's page], the
+two trees' order alternating run by run) so that all see the same machine load. `--other DIR`: also serve the dashboard of another checkout
 (e.g. `git worktree add /tmp/base main`) from the same Python and Streamlit: before/after in one
 run.
 
@@ -411,9 +411,12 @@ def main() -> None:
         sizes: dict[tuple[str, str], list[int]] = {}
         served: dict[tuple[str, str], list[float]] = {}
         cpus: dict[tuple[str, str], list[float]] = {}
-        for _ in range(args.runs):
+        for run in range(args.runs):
             for name in names:
-                for k, url in [("hello", hello_url)] + [(k, f"{u}/{PAGES[name]}{args.query}") for k, u in urls.items()]:
+                # the trees' order alternates run by run: the load right after hello-world's was
+                # served slower whichever tree it was (0.5-1.5 s, position, not code)
+                trees_now = list(urls.items())[:: -1 if run % 2 else 1]
+                for k, url in [("hello", hello_url)] + [(k, f"{u}/{PAGES[name]}{args.query}") for k, u in trees_now]:
                     s, b, srv, c = cold(browser, url, args.quiet_ms)
                     served.setdefault((k, name), []).append(srv)
                     cpus.setdefault((k, name), []).append(c)
