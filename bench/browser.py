@@ -5,8 +5,8 @@
 Serves the dashboard (the built-in demo with its collector, or `--config`) and a hello-world
 Streamlit page (3 st.metric tiles, one plotly line, one st.dataframe) with the same Streamlit on
 another port, and loads each page in headless Chromium (the system one, 1920x1080), a new
-browser context per load, the loads interleaved (hello-world, page, [the other tree's page]) so
-that all see the same machine load. `--other DIR`: also serve the dashboard of another checkout
+browser context per load, the loads interleaved (hello-world, page, [the other tree's page], the
+two trees' order alternating run by run) so that all see the same machine load. `--other DIR`: also serve the dashboard of another checkout
 (e.g. `git worktree add /tmp/base main`) from the same Python and Streamlit: before/after in one
 run.
 
@@ -15,6 +15,9 @@ plotly charts and table canvases) made by the first run, once it has not changed
 no skeleton is left and the script is not running (stApp's data-test-script-state); a live
 fragment's rerun on a loaded machine can start before then: its changes are not counted, except
 that the first run's charts must all be drawn. What was sent: the websocket's bytes received until then.
+Browser CPU: the CPU seconds of every Chromium process from the navigation until the page has
+settled (the same load's work, all threads and processes: on a busy machine wall seconds swing
+with the other sessions' load, CPU seconds much less).
 Refresh (a page left open): each rerun a live fragment asks for (a client websocket frame) to
 the last server frame of its reply, the slowest per round; and the data's age on screen: the
 browser's clock at the change the rerun made minus the store's last collection.
@@ -167,17 +170,39 @@ def hello(work: Path) -> contextlib.AbstractContextManager[str]:
     return server(argv, work, dict(os.environ), port, work / "hello.log")
 
 
-def cold(browser: Any, url: str, quiet_ms: int, timeout_s: float = 120) -> tuple[float, int, float]:
+def browser_cpu_s() -> float:
+    """CPU seconds of every Chromium process under this one (user + system, and of its reaped
+    children: a closed context's renderer moves into its parent's count, not out of the sum)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    stats: dict[int, list[str]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            with contextlib.suppress(OSError):
+                raw = Path(f"/proc/{d}/stat").read_text()
+                name, rest = raw[raw.index("(") + 1 : raw.rindex(")")], raw[raw.rindex(")") + 2 :].split()
+                parent[int(d)], stats[int(d)] = int(rest[1]), [name, *rest]
+    mine = {os.getpid()}
+    for _ in range(8):  # python -> playwright's driver -> chromium -> zygote -> renderer ...
+        mine |= {p for p, pp in parent.items() if pp in mine}
+    return sum(sum(int(x) for x in stats[p][12:16]) / tick for p in mine if stats[p][0].startswith("chrom"))
+
+
+def cold(browser: Any, url: str, quiet_ms: int, timeout_s: float = 120) -> tuple[float, int, float, float]:
     """One load in a new context: (seconds to the main block's last change, websocket bytes by
     then, seconds from the browser's first websocket message to the last reply before then: the
-    script's run and the transfer, the rest being the page's own loading and drawing)."""
+    script's run and the transfer, the rest being the page's own loading and drawing; the CPU
+    seconds Chromium spent from the navigation to the page's settling: the figure a loaded
+    machine changes least)."""
     ctx = browser.new_context(viewport=VIEWPORT)
     try:
         ctx.add_init_script(PROBE)
         page = ctx.new_page()
+        cpu = browser_cpu_s()
         page.goto(url, wait_until="commit")
         page.wait_for_function(SETTLED, arg=quiet_ms, timeout=timeout_s * 1000, polling=100)
-        return drawn(page.evaluate("window.__rh"))
+        cpu = browser_cpu_s() - cpu
+        return (*drawn(page.evaluate("window.__rh")), cpu)
     finally:
         ctx.close()
 
@@ -385,13 +410,18 @@ def main() -> None:
         times: dict[tuple[str, str], list[float]] = {}
         sizes: dict[tuple[str, str], list[int]] = {}
         served: dict[tuple[str, str], list[float]] = {}
-        for _ in range(args.runs):
+        cpus: dict[tuple[str, str], list[float]] = {}
+        for run in range(args.runs):
             for name in names:
-                for k, url in [("hello", hello_url)] + [(k, f"{u}/{PAGES[name]}{args.query}") for k, u in urls.items()]:
-                    s, b, srv = cold(browser, url, args.quiet_ms)
+                # the trees' order alternates run by run: the load right after hello-world's was
+                # served slower whichever tree it was (0.5-1.5 s, position, not code)
+                trees_now = list(urls.items())[:: -1 if run % 2 else 1]
+                for k, url in [("hello", hello_url)] + [(k, f"{u}/{PAGES[name]}{args.query}") for k, u in trees_now]:
+                    s, b, srv, c = cold(browser, url, args.quiet_ms)
                     served.setdefault((k, name), []).append(srv)
+                    cpus.setdefault((k, name), []).append(c)
                     print(
-                        f"  {name} {k}: {s:.2f} s (served {srv:.2f}), {b / 1024:.0f} KiB (load {load()})",
+                        f"  {name} {k}: {s:.2f} s (served {srv:.2f}, browser CPU {c:.2f} s), {b / 1024:.0f} KiB (load {load()})",
                         file=sys.stderr,
                         flush=True,
                     )
@@ -404,7 +434,7 @@ def main() -> None:
                     got = refresh(browser, f"{u}/{PAGES[name]}{args.query}", Path(tmp) / k, args.watch_s, args.quiet_ms)
                     fresh.setdefault((k, name), []).append(got)
                     print(f"  {name} {k} left open: {got}", file=sys.stderr, flush=True)
-        report(names, list(urls), times, sizes, served, fresh, args)
+        report(names, list(urls), times, sizes, served, cpus, fresh, args)
 
 
 def report(
@@ -413,25 +443,29 @@ def report(
     times: dict[tuple[str, str], list[float]],
     sizes: dict[tuple[str, str], list[int]],
     served: dict[tuple[str, str], list[float]],
+    cpus: dict[tuple[str, str], list[float]],
     fresh: dict[tuple[str, str], list[tuple[float | None, float | None]]],
     args: argparse.Namespace,
 ) -> None:
     print(f"load after: {load()}; cold = median of {args.runs}, a new browser context each, 1920x1080")
     print(
-        "| page | tree | cold s | hello-world s | × hello-world | ws KiB | served s | slowest fragment rerun s | data age on screen s |"
+        "| page | tree | cold s | hello-world s | × hello-world | browser CPU s | × hello-world | ws KiB | served s |"
+        " slowest fragment rerun s | data age on screen s |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name in names:
         base = statistics.median(times[("hello", name)])
+        base_cpu = statistics.median(cpus[("hello", name)])
         for k in trees:
             t = statistics.median(times[(k, name)])
+            c = statistics.median(cpus[(k, name)])
             kib = statistics.median(sizes[(k, name)]) / 1024
             srv = statistics.median(served[(k, name)])
             runs = fresh.get((k, name), [])
             rerun = [r for r, _ in runs if r is not None]
             age = [a for _, a in runs if a is not None]
             print(
-                f"| {name} | {k} | {t:.2f} | {base:.2f} | {t / base:.2f} | {kib:.0f} | {srv:.2f} | "
+                f"| {name} | {k} | {t:.2f} | {base:.2f} | {t / base:.2f} | {c:.2f} | {c / base_cpu:.2f} | {kib:.0f} | {srv:.2f} | "
                 f"{fmt(statistics.median(rerun) if rerun else None)} | {fmt(statistics.median(age) if age else None)} |"
             )
     hello_kib = statistics.median(v for (k, _), vs in sizes.items() if k == "hello" for v in vs) / 1024

@@ -59,19 +59,24 @@ def tile_help(t: dict[str, str]) -> str:
     return " · ".join([h for h in [t.get("help") or words_tile_help(t["label"])] if h] + terms)
 
 
+def tile_html(t: dict[str, str]) -> str:
+    """One tile's HTML; with help (or jargon, words.GLOSSARY) it carries it as its tooltip."""
+    helps = tile_help(t)
+    body = (
+        f'<div class="rh-tile {html.escape(t["level"])}"><div class="rh-label">{html.escape(t["label"])}</div>'
+        f'<div class="rh-value">{html.escape(t["value"])}</div><div class="rh-sub">{html.escape(t["sub"])}</div></div>'
+    )
+    return f'<div class="rh-help" title="{html.escape(helps)}">{body}</div>' if helps else body
+
+
 def render_tiles(tiles: list[dict[str, str]]) -> None:
     """A row of big-number tiles (readable across a room); level ok / warn / alert / muted. A tile
-    with help (or jargon, words.GLOSSARY) carries it as its tooltip (the tile's title)."""
-    for col, t in zip(st.columns(len(tiles)), tiles, strict=False):
-        helps = tile_help(t)
-        body = (
-            f'<div class="rh-tile {html.escape(t["level"])}"><div class="rh-label">{html.escape(t["label"])}</div>'
-            f'<div class="rh-value">{html.escape(t["value"])}</div><div class="rh-sub">{html.escape(t["sub"])}</div></div>'
-        )
-        col.markdown(
-            f'<div class="rh-help" title="{html.escape(helps)}">{body}</div>' if helps else body,
-            unsafe_allow_html=True,
-        )
+    with help (or jargon, words.GLOSSARY) carries it as its tooltip (the tile's title).
+
+    The row is one markdown element (a flex row, page.CSS `.rh-tiles`), not st.columns with a
+    markdown in each: a row of n tiles was 2n + 1 websocket messages and React elements (#42)."""
+    if tiles:
+        st.markdown(f'<div class="rh-tiles">{"".join(tile_html(t) for t in tiles)}</div>', unsafe_allow_html=True)
 
 
 def render_terms(*texts: str) -> None:

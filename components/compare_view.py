@@ -105,6 +105,7 @@ def make_overlay_figure(a: runfigures.RunNumbers, b: runfigures.RunNumbers) -> g
             range=[0, 100.5],
             tickvals=[0, 25, 50, 75, 100],
             showgrid=False,
+            automargin=False,  # figures.FIXED_AXES: Streamlit's chart theme would turn it on
         ),
     )
     apply_layout(fig, "Completion lengths, A and B on one axis", height=460)

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from components import cards
-from components.figures import CEILING_COLOUR, STOP_COLOUR, apply_layout, new_figure_from, pct_axis
+from components.figures import CEILING_COLOUR, NAMES_AXIS, STOP_COLOUR, apply_layout, new_figure_from, pct_axis
 from components.format import md_escape
 from runhealth.screens.fieldpanels import RECOVERED_ASSUMPTION, FieldPanels, GroupCuts, LabelChecks, Recovered
 from runhealth.screens.words import fmt_count, fmt_share
@@ -66,7 +66,7 @@ def make_group_cut_figure(df: pd.DataFrame, field: str, counts: str = "cut") -> 
     y_title = "share cut at the ceiling" if counts == "cut" else "share stopped by length"
     fig.update_layout(
         yaxis=dict(title=dict(text=y_title), range=[0, top * 1.2], **pct_axis(top)),
-        xaxis=dict(type="category", tickangle=0 if len(df) <= 8 else -35),
+        xaxis=dict(type="category", tickangle=0 if len(df) <= 8 else -35, **NAMES_AXIS),
     )
     return fig
 

@@ -31,6 +31,13 @@ DARK = "runhealth_dark"
 pio.templates[DARK] = go.layout.Template(pio.templates["plotly_dark"])
 pio.templates[DARK].layout.xaxis.automargin = False
 pio.templates[DARK].layout.yaxis.automargin = False
+# ... and in each figure's own layout: st.plotly_chart's theme (theme="streamlit", the default)
+# lays Streamlit's template over the figure's, and that one turns automargin on for every axis.
+# A layout's own value wins over any template (a second axis sets it where it is made).
+# An axis whose tick labels are names from the nodes or the data (nodes, GPUs, shards, groups,
+# alert rules: any length) keeps automargin on (NAMES_AXIS): one more draw of that chart.
+FIXED_AXES = {"xaxis": {"automargin": False}, "yaxis": {"automargin": False}}
+NAMES_AXIS = {"automargin": True}
 STOP_COLOUR = "#4C9AFF"
 CEILING_COLOUR = "#FFB000"  # the highlight of the ceiling spike
 ALERT_COLOUR = "#FF4B4B"
@@ -50,7 +57,7 @@ def new_figure(*data: BaseTraceType) -> go.Figure:
     """
     if pio.templates.default != DARK:
         pio.templates.default = DARK
-    return go.Figure(list(data))
+    return go.Figure(list(data), layout=FIXED_AXES)
 
 
 def new_figure_from(data: list[dict], layout: dict) -> go.Figure:
@@ -58,7 +65,8 @@ def new_figure_from(data: list[dict], layout: dict) -> go.Figure:
     update_layout / add_shape on a built figure validates again)."""
     if pio.templates.default != DARK:
         pio.templates.default = DARK
-    return go.Figure(data=data, layout=layout)
+    axes = {k: {"automargin": False, **(v or {})} for k, v in layout.items() if k[1:5] == "axis" and k[0] in "xy"}
+    return go.Figure(data=data, layout={**FIXED_AXES, **layout, **axes})
 
 
 def _layout(title: str, height: int = 380) -> dict:
@@ -275,7 +283,7 @@ def make_truncation_by_group_figure(df: pd.DataFrame, warn: float, alert: float)
     layout = _layout("Truncation by group", height=360)
     layout.update(
         yaxis=dict(title=dict(text="share at the ceiling"), range=[0, top * 1.2], **pct_axis(top)),
-        xaxis=dict(type="category", tickangle=0 if len(df) <= 8 else -35),
+        xaxis=dict(type="category", tickangle=0 if len(df) <= 8 else -35, **NAMES_AXIS),
     )
     return _figure([bar, values], layout, shapes, notes)
 
@@ -427,7 +435,7 @@ def make_lengths_over_time_figure(
     layout.update(
         barmode="overlay",
         yaxis=dict(title=dict(text="tokens"), rangemode="tozero"),
-        yaxis2=dict(overlaying="y", side="right", showgrid=False, **share_axis_covering(top)),
+        yaxis2=dict(overlaying="y", side="right", showgrid=False, automargin=False, **share_axis_covering(top)),
     )
     covered = (float(df["bucket_unix"].min()), float(df["bucket_unix"].max()) + 3600)  # the bars cover whole hours
     return add_event_markers(_figure(data, layout, shapes, notes), events_of(df, events), covered)
@@ -466,6 +474,7 @@ def make_gpu_heatstrip_figure(df: pd.DataFrame) -> go.Figure:
         tickvals=labels,
         tickangle=-60 if len(df) > 16 else 0,
         ticktext=[lbl if len(df) > 16 else lbl.replace("/", "<br>GPU ", 1) for lbl in labels],
+        **NAMES_AXIS,
     )
     layout["yaxis"] = dict(autorange="reversed")
     return new_figure_from([heat], layout)
@@ -509,7 +518,7 @@ def make_gpu_grid_figure(df: pd.DataFrame) -> go.Figure:
             hovertemplate="%{y} %{x}: %{customdata}<extra></extra>",
         )
     )
-    fig.update_layout(yaxis_autorange="reversed")
+    fig.update_layout(yaxis=dict(autorange="reversed", **NAMES_AXIS))
     return apply_layout(
         fig,
         f"GPUs now: utilization, {len(df)} GPUs on {util.shape[0]} nodes",
@@ -637,7 +646,7 @@ def make_gpu_node_heatmap_figure(
     layout = _layout(
         f"{title} · median of each node's GPUs ({len(nodes)} nodes)", height=min(1000, 140 + 12 * len(nodes))
     )
-    layout["yaxis"] = dict(autorange="reversed")
+    layout["yaxis"] = dict(autorange="reversed", **NAMES_AXIS)
     return add_event_markers(new_figure_from([heat], layout), events_of(bands, events))
 
 
@@ -804,7 +813,9 @@ def make_alert_timeline_figure(
         )
     fig = new_figure(*data)
     fig.update_xaxes(type="date", range=local([start_unix, end_unix]))
-    fig.update_yaxes(autorange="reversed", categoryorder="array", categoryarray=list(dict.fromkeys(df["label"])))
+    fig.update_yaxes(
+        autorange="reversed", categoryorder="array", categoryarray=list(dict.fromkeys(df["label"])), **NAMES_AXIS
+    )
     rows = df["label"].nunique()
     fig = apply_layout(fig, f"Alerts, last {window}", height=min(420, 150 + 28 * rows))
     return add_event_markers(fig, events_of(df, events), (start_unix, end_unix), local_time=True)

@@ -33,6 +33,13 @@ from runhealth.settings.windows import FRESHNESS_TICK_S
 CSS = """
 <style>
 [data-testid="stMainBlockContainer"] {padding-top: 2.2rem}
+/* A row of tiles in one element (cards.render_tiles): equal widths, st.columns' 1rem gap, stacked
+   below 640 px as st.columns are. */
+.rh-tiles {display: flex; gap: 1rem; width: 100%}
+.rh-tiles > * {flex: 1 1 0; min-width: 0}
+.rh-tiles > .rh-help {display: flex}
+.rh-tiles > .rh-help > .rh-tile {flex: 1 1 auto; min-width: 0}
+@media (max-width: 640px) {.rh-tiles {flex-direction: column; gap: 0}}
 .rh-tile {border-radius: 10px; padding: 12px 18px; background: #1C2029; border-left: 10px solid #4C9AFF;
           margin-bottom: 8px; min-height: 150px}
 .rh-tile.warn {border-left-color: #FFB000; background: #3A2E0F}

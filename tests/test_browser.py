@@ -309,3 +309,36 @@ def test_a_tile_with_a_term_of_art_explains_it_on_hover(server_url, browser_page
                 assert all(GLOSSARY[t] in title for t in terms), (text, title)
                 checked += terms
     assert {"assuming no loops"} <= set(checked), checked  # the what-if tile; the test proves something
+
+
+# Every drawn chart's axes as plotly.js laid them out, and each row of tiles' boxes.
+DRAWN_AXES = """() => [...document.querySelectorAll('.js-plotly-plot')].map(d => [
+  ((d.layout || {}).title || {}).text || '',
+  Object.keys(d._fullLayout || {}).filter(k => /^[xy]axis\\d*$/.test(k)).map(k => [k, d._fullLayout[k].type, d._fullLayout[k].automargin]),
+])"""
+TILE_ROWS = """() => [...document.querySelectorAll('.rh-tiles')].map(row =>
+  [...row.children].map(c => { const r = c.getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; }))"""
+
+
+@pytest.mark.parametrize("name", ["overview", "lengths", "gpus", "compare"])
+def test_charts_are_drawn_with_fixed_margins_and_tiles_in_one_row(name, server_url, browser_page):
+    """Issue 42: Streamlit's chart theme turned axis automargin back on over the figures'
+    template, so plotly.js drew every chart, measured its labels and drew it again. Each chart's
+    number and time axes are laid out without it (an axis of names keeps it: figures.NAMES_AXIS);
+    a row of tiles is one element with its tiles side by side, equal widths, as tall as each other."""
+    page = browser_page
+    wait_for_demo_data(page, server_url)
+    open_page(page, server_url, name)
+    page.locator(".js-plotly-plot .main-svg").first.wait_for(timeout=60_000)
+    page.wait_for_timeout(1500)
+    drawn = page.evaluate(DRAWN_AXES)
+    assert drawn, name  # the page drew charts: the test checks something
+    numbers = [(title, k, auto) for title, axes in drawn for k, kind, auto in axes if kind in ("linear", "log", "date")]
+    assert numbers, drawn  # number and time axes drawn: the test checks something
+    assert all(auto is False for _t, _k, auto in numbers), (name, numbers)
+    for row in page.evaluate(TILE_ROWS):
+        lefts, tops = [b[0] for b in row], [b[1] for b in row]
+        widths, heights = [b[2] for b in row], [b[3] for b in row]
+        assert lefts == sorted(lefts) and max(tops) - min(tops) < 1, row  # one row, left to right
+        assert max(widths) - min(widths) < 2 and max(heights) - min(heights) < 2 and min(widths) > 150, row
+    assert page.locator('[data-testid="stException"]').count() == 0

@@ -269,7 +269,7 @@ def _heatmap_by_pivot(bands: pd.DataFrame, title: str, unit: str) -> go.Figure:
         hovertemplate="%{y} %{x}: median %{z:.0f} " + unit + " (%{customdata})<extra></extra>",
     )
     layout = figures._layout(f"{title} · median of each node's GPUs ({len(med)} nodes)", min(1000, 140 + 12 * len(med)))
-    layout["yaxis"] = dict(autorange="reversed")
+    layout["yaxis"] = dict(autorange="reversed", **figures.NAMES_AXIS)  # node names: automargin on
     return figures.new_figure_from([heat], layout)
 
 

@@ -16,7 +16,7 @@ import pytest
 import store_fixtures
 from store_fixtures import write_reply
 from streamlit.testing.v1 import AppTest
-from test_pages import PAGES, ROOT, TIMEOUT_S, _clear_streamlit_caches, assert_clean, run_page, texts  # noqa: F401 (autouse fixture)
+from test_pages import PAGES, ROOT, TIMEOUT_S, _clear_streamlit_caches, assert_clean, run_page, texts, tile_blocks  # noqa: F401 (autouse fixture)
 
 from components import page as page_mod
 from runhealth.store import Store
@@ -133,7 +133,7 @@ def test_a_loop_share_from_a_handful_of_samples_is_not_an_alarm(tmp_path, monkey
     store.close()
     at = run_page("samples", config, monkeypatch)
     assert_clean(at)
-    tile = next(m.value for m in at.markdown if "Truncated that loop" in m.value)
+    tile = next(t for t in tile_blocks(at) if "Truncated that loop" in t)
     assert "rh-tile muted" in tile and "n = 4" in tile and "too few to judge" in tile
     assert any("Truncated · this sample" in m.value and "n = 8" in m.value for m in at.markdown)
 

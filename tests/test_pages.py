@@ -108,6 +108,13 @@ def run_page(page: str, config: Path, monkeypatch) -> AppTest:
     return at
 
 
+def tile_blocks(at: AppTest) -> list[str]:
+    """Each tile's HTML (its tooltip wrapper and the tile) on the page: a row of tiles is one
+    markdown element (cards.render_tiles)."""
+    split = r'(?=<div class="rh-help")|(?<!">)(?=<div class="rh-tile )'
+    return [t for m in at.markdown for t in re.split(split, str(m.value)) if 'class="rh-tile ' in t]
+
+
 def texts(at: AppTest) -> str:
     """Everything a user can read on the page, as one string."""
     parts = []
@@ -570,10 +577,12 @@ def test_every_tile_says_what_its_figure_is(scenario, stores, monkeypatch):
     for name in PAGES:
         at = run_page(name, stores[scenario], monkeypatch)
         for md in at.markdown:
-            for label in re.findall(r'class="rh-label">([^<]+)<', md.value):
-                title = re.match(r'<div class="rh-help" title="([^"]+)">', md.value)
-                assert title and len(title.group(1)) > 20, (name, label, md.value)
-                labels.append(label)
+            # a row of tiles is one element (cards.render_tiles): each tile in it on its own
+            for tile in re.split(r'(?=<div class="rh-help")|(?<!">)(?=<div class="rh-tile )', str(md.value)):
+                for label in re.findall(r'class="rh-label">([^<]+)<', tile):
+                    title = re.match(r'<div class="rh-help" title="([^"]+)">', tile)
+                    assert title and len(title.group(1)) > 20, (name, label, tile)
+                    labels.append(label)
     assert len(labels) >= 6, labels  # the Overview's six tiles at least: the test saw tiles
 
 

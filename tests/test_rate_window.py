@@ -41,9 +41,9 @@ def metrics_tps(store: Store) -> dict[str, float]:
 def tile(at, label_start: str) -> tuple[str, str]:
     """(label, value) of the Overview tile whose label starts with `label_start`."""
     for md in at.markdown:
-        m = re.search(r'rh-label">([^<]*)</div><div class="rh-value">([^<]*)<', md.value)
-        if m and html.unescape(m.group(1)).startswith(label_start):
-            return html.unescape(m.group(1)), html.unescape(m.group(2))
+        for m in re.finditer(r'rh-label">([^<]*)</div><div class="rh-value">([^<]*)<', md.value):
+            if html.unescape(m.group(1)).startswith(label_start):
+                return html.unescape(m.group(1)), html.unescape(m.group(2))
     raise AssertionError(f"no tile {label_start!r}")
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from store_fixtures import poll_reply, write_reply
-from test_pages import _clear_streamlit_caches, assert_clean, run_page  # noqa: F401 (autouse fixture)
+from test_pages import _clear_streamlit_caches, assert_clean, run_page, tile_blocks  # noqa: F401 (autouse fixture)
 
 from runhealth import cli
 from runhealth.collect.collector import Collector
@@ -336,7 +336,7 @@ def test_status_json_and_the_overview_page_show_the_prompts_eta(relaunch, monkey
     assert re.fullmatch(r"at the 15 min avg, [\d.,]+ prompts/s", tile["sub"]), tile
     at = run_page("overview", path, monkeypatch)
     assert_clean(at)
-    eta = next(str(md.value) for md in at.markdown if '<div class="rh-label">ETA</div>' in str(md.value))
+    eta = next(t for t in tile_blocks(at) if '<div class="rh-label">ETA</div>' in t)
     assert re.search(r'rh-sub">at the 15 min avg, [\d.,]+ prompts/s<', eta), eta
     assert "expected_prompts distinct prompts answered" in eta  # the tooltip says what it is from
 
