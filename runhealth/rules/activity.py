@@ -132,8 +132,9 @@ def node_rate(
     points: list[rates.Point] = [
         (t, r[2] or 0, r[3] or 0, bool(r[4])) for t, r in zip(times[first:], rows[first:], strict=True)
     ]
-    _, tps_1m = rates.windowed_rate(points, window_s, now)
-    cps_15m, tps_15m, var = rates.window_rates(points, average_s, now)  # the average and its variance
+    spans = rates.valid_spans(points)  # once for both windows
+    _, tps_1m = rates.spans_rate(spans, window_s, now)
+    cps_15m, tps_15m, var = rates.spans_window_rates(spans, average_s, now)  # the average and its variance
     grown = next((r[0] for r in reversed(rows) if (r[2] or 0) > 0), None)
     live_at = next((i for i, r in enumerate(rows) if (r[2] or 0) > 0 and not r[4]), None)
     live = None if live_at is None else rows[live_at][0]
