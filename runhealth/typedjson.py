@@ -34,15 +34,40 @@ class TypedJsonError(ValueError):
 
 def dump(value: Any) -> Any:
     """`value` as JSON-ready data: dataclasses as dicts of their fields, tuples as lists."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: dump(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if _own_json(type(value)):
+    tp = type(value)
+    kind = _KINDS[tp] if tp in _KINDS else _dump_kind(tp)
+    if kind is None:  # most values (a published Overview of 1,024 nodes holds ~110K): as they are
+        return value
+    if isinstance(kind, tuple):
+        return {name: dump(getattr(value, name)) for name in kind}
+    if kind == "own":
         return value.to_json()
-    if isinstance(value, list | tuple):
+    if kind == "list":
         return [dump(v) for v in value]
-    if isinstance(value, Mapping):
-        return {str(k): dump(v) for k, v in value.items()}
-    return value
+    return {str(k): dump(v) for k, v in value.items()}
+
+
+_SCALARS = (str, int, float, bool, type(None))
+_KINDS: dict[type, tuple[str, ...] | str | None] = dict.fromkeys(_SCALARS)  # type -> how dump writes it
+
+
+def _dump_kind(tp: type) -> tuple[str, ...] | str | None:
+    """How `dump` writes a value of type `tp` (decided once a type, not once a value): its field
+    names (a dataclass), "own" (to_json), "list", "mapping", or None (as it is)."""
+    _KINDS[tp] = kind = _kind_of(tp)
+    return kind
+
+
+def _kind_of(tp: type) -> tuple[str, ...] | str | None:
+    if dataclasses.is_dataclass(tp):
+        return tuple(f.name for f in dataclasses.fields(tp))
+    if _own_json(tp):
+        return "own"
+    if issubclass(tp, list | tuple):
+        return "list"
+    if issubclass(tp, Mapping):
+        return "mapping"
+    return None
 
 
 def load(tp: Any, data: Any, path: str = "$") -> Any:

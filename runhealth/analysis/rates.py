@@ -19,6 +19,7 @@ stragglers' rule in runhealth.analysis.stragglers) use the same estimator.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from itertools import pairwise
 from typing import NamedTuple
@@ -39,17 +40,24 @@ def valid_spans(points: list[Point]) -> list[tuple[float, float, float, float]]:
     stood still (node reboot, NTP step): the next span starts afresh from that poll.
     """
     spans, prev_t = [], None
-    for t, d_count, d_tokens, backfill in sorted(points, key=lambda p: p[0]):
+    for t, d_count, d_tokens, backfill in sorted(points, key=_time):
         if prev_t is not None and not backfill and t > prev_t:
             spans.append((prev_t, t, max(0.0, d_count), max(0.0, d_tokens)))
         prev_t = t
     return spans
 
 
+_time = operator.itemgetter(0)
+
+
 def window_spans(points: list[Point], window_s: float, end_t: float | None = None) -> list[Span]:
     """The valid spans within the ``window_s`` seconds before ``end_t`` (default: the end of the
     last span), one straddling the window start cut to it pro rata (as `windowed_rate` counts it)."""
-    spans = valid_spans(points)
+    return spans_in_window(valid_spans(points), window_s, end_t)
+
+
+def spans_in_window(spans: list[Span], window_s: float, end_t: float | None = None) -> list[Span]:
+    """`window_spans` of the spans `valid_spans` gave (a caller reading two windows finds them once)."""
     if not spans:
         return []
     start = (spans[-1][1] if end_t is None else end_t) - window_s
@@ -74,7 +82,13 @@ def windowed_rate(
     Returns:
         ``(completions_per_s, tokens_per_s)``, or ``(None, None)`` without a span in the window.
     """
-    spans = valid_spans(points)
+    return spans_rate(valid_spans(points), window_s, end_t)
+
+
+def spans_rate(
+    spans: list[Span], window_s: float, end_t: float | None = None
+) -> tuple[float, float] | tuple[None, None]:
+    """`windowed_rate` of the spans `valid_spans` gave."""
     if not spans:
         return None, None
     start = (spans[-1][1] if end_t is None else end_t) - window_s
@@ -142,7 +156,14 @@ def window_rates(
 ) -> tuple[float | None, float | None, float | None]:
     """`windowed_rate`'s (completions/s, tokens/s) with the completions rate's batch-means
     variance (`ratio_rate`), from one pass over the window's spans; (None, None, None) without one."""
-    spans = window_spans(points, window_s, end_t)
+    return spans_window_rates(valid_spans(points), window_s, end_t)
+
+
+def spans_window_rates(
+    spans: list[Span], window_s: float, end_t: float | None = None
+) -> tuple[float | None, float | None, float | None]:
+    """`window_rates` of the spans `valid_spans` gave."""
+    spans = spans_in_window(spans, window_s, end_t)
     found = ratio_rate(spans, 2)
     if found is None:
         return None, None, None

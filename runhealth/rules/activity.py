@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
+import operator
 import statistics
 from collections.abc import Collection, Mapping, Sequence
 
@@ -119,14 +121,25 @@ def node_rate(
     if not rows:
         return NodeRate(None, None, None, None, None)
     times = bridged_times(rows)
-    points: list[rates.Point] = [(t, r[2] or 0, r[3] or 0, bool(r[4])) for t, r in zip(times, rows, strict=True)]
-    _, tps_1m = rates.windowed_rate(points, window_s, now)
-    cps_15m, tps_15m, var = rates.window_rates(points, average_s, now)  # the average and its variance
-    grown = [r[0] for r in rows if (r[2] or 0) > 0]
+    # The rates need only the polls from the one that opens the longer window's first span on:
+    # the screens read an hour of polls (360 a node at 10 s), the windows hold a quarter of them
+    # or less. The spans before cannot count (they end before the window starts), so the rates
+    # are the same; only on a clock that never goes back (a bridged interval may be negative when
+    # both wall clocks stepped back and no monotonic measure is known: then every poll is read).
+    first = 0
+    if all(map(operator.le, times, itertools.islice(times, 1, None))):
+        first = max(0, bisect.bisect_left(times, now - max(window_s, average_s)) - 1)
+    points: list[rates.Point] = [
+        (t, r[2] or 0, r[3] or 0, bool(r[4])) for t, r in zip(times[first:], rows[first:], strict=True)
+    ]
+    spans = rates.valid_spans(points)  # once for both windows
+    _, tps_1m = rates.spans_rate(spans, window_s, now)
+    cps_15m, tps_15m, var = rates.spans_window_rates(spans, average_s, now)  # the average and its variance
+    grown = next((r[0] for r in reversed(rows) if (r[2] or 0) > 0), None)
     live_at = next((i for i, r in enumerate(rows) if (r[2] or 0) > 0 and not r[4]), None)
     live = None if live_at is None else rows[live_at][0]
     pps = prompts_rate(rows, times, now, average_s)
-    out = NodeRate(tps_1m, tps_15m, cps_15m, grown[-1] if grown else None, rows[0][0], live, var, pps)
+    out = NodeRate(tps_1m, tps_15m, cps_15m, grown, rows[0][0], live, var, pps)
     # What the average covers, on the rates' clock: a wall-clock step since must not make the run
     # look older by the step or younger than 0 s (#40 item 7).
     out.first_seen_bridged, out.first_live_bridged = times[0], None if live_at is None else times[live_at]
