@@ -125,6 +125,12 @@ def tile_value(page, label_regex: str, timeout_ms: int = 90_000, ready=lambda v:
     raise AssertionError(f"tile {label_regex!r} never got a value (last: {value!r})")
 
 
+def park(page) -> None:
+    """Leave a live screen for a blank page: a screen left open keeps rerunning its live parts (the
+    server's script runs, Chromium's redraws) while a test works in other tabs, on two cores."""
+    page.goto("about:blank")
+
+
 def tall_screenshot(page, path: Path, height: int = 3600) -> None:
     """Streamlit scrolls inside its own container, so full_page misses the bottom: grow the viewport."""
     page.set_viewport_size({"width": VIEWPORT["width"], "height": height})

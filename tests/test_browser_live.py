@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import shardgen
-from test_browser import ARTIFACTS, open_page, parse_number, streamlit_server, tile_value, wait_for_demo_data
+from test_browser import ARTIFACTS, open_page, park, parse_number, streamlit_server, tile_value, wait_for_demo_data
 
 pytestmark = pytest.mark.browser
 DEMO_INTERVAL_S = 5.0
@@ -70,6 +70,7 @@ def test_every_page_refreshes_by_itself(server_url, browser_page):
 
 def test_kiosk_mode_at_1920x1080(server_url, browser_page):
     """No sidebar, no chrome, sub-lines >= 20 px; screenshotted for a person to look at."""
+    park(browser_page)  # the last test's live screen would redraw beside this one
     page = browser_page.context.browser.new_page(viewport={"width": 1920, "height": 1080})
     try:
         page.goto(f"{server_url}/?kiosk=1&rotate=0", wait_until="domcontentloaded")
