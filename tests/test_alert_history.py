@@ -31,7 +31,7 @@ from runhealth.store import Store
 from runhealth.store.migrations import MIGRATIONS
 
 INTERVAL_S = 10.0
-START = time.time() - 3600  # the run's first poll, an hour ago
+START = time.time() - 3600  # the run's first poll, an hour before the scenario is built (set again there)
 
 
 class Clock:
@@ -64,6 +64,8 @@ def scenario(tmp_path):
     t=50: n2 goes down (its last poll t=40: stale at t=80, down at t=200); t=250: the collector
     restarts (a new process on the store); t=300: n2 is back; t=320: 2,600 more stops bring
     truncation under 2 %; last step t=400."""
+    global START  # an hour before now, not before the module's import: under xdist a test may run
+    START = time.time() - 3600  # minutes after collection, and "(5x min ago)" must still hold
     for name in ("n1", "n2"):
         (tmp_path / name).mkdir()
     write_shard(tmp_path / "n1" / "a.jsonl", stops(100, 1))
