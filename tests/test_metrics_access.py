@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import io
 import json
 import os
 import signal
@@ -374,3 +375,29 @@ def test_real_prometheus_scrapes_over_tls_with_the_token_and_without_it_is_refus
     assert runs_seen == {"public-run": 40, "secret-run": 77}
     assert up == {"with-token": 1.0, "anonymous": 0.0}  # the scrape without credentials got 401
     assert anonymous == {}
+
+
+class _HungUp(io.BytesIO):
+    """A TLS response stream whose client is gone: every write fails as ssl's does then."""
+
+    def write(self, data):  # type: ignore[override]
+        raise ssl.SSLEOFError(8, "EOF occurred in violation of protocol")
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_a_client_that_hangs_up_mid_response_over_tls_prints_no_traceback(wrapped):
+    """CI saw it: Prometheus stopped while it scraped over HTTPS, wsgiref printed the SSLEOFError's
+    traceback on the collector's stderr. The response stream turns it into the client gone that
+    wsgiref drops quietly (the bare stream shows the traceback this guards against)."""
+    from wsgiref.handlers import SimpleHandler
+
+    from runhealth.alerting.exporter import _ClientGoneWriter
+
+    def app(environ, start_response):
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"x 1\n"]
+
+    err = io.StringIO()
+    environ = {"REQUEST_METHOD": "GET", "SERVER_PROTOCOL": "HTTP/1.1"}
+    SimpleHandler(io.BytesIO(), _ClientGoneWriter(_HungUp()) if wrapped else _HungUp(), err, environ).run(app)
+    assert ("SSLEOFError" in err.getvalue()) is not wrapped, err.getvalue()

@@ -458,8 +458,36 @@ def scrape_text(stores: Store | Sequence[Store], clock: Callable[[], float] = ti
 
 
 class _QuietHandler(WSGIRequestHandler):
+    def setup(self) -> None:
+        super().setup()
+        self.wfile = _ClientGoneWriter(self.wfile)  # type: ignore[assignment]
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         pass  # one line per scrape on stderr is noise
+
+
+class _ClientGoneWriter:
+    """A response stream on which a TLS client that hung up mid-response (ssl.SSLEOFError, e.g. a
+    Prometheus stopped while it scraped) raises the ConnectionAbortedError wsgiref already takes
+    for a client gone, instead of an SSLError it prints a traceback for on stderr."""
+
+    def __init__(self, raw: Any):
+        self._raw = raw
+
+    def write(self, data: bytes) -> Any:
+        try:
+            return self._raw.write(data)
+        except ssl.SSLError as exc:
+            raise ConnectionAbortedError(f"the client hung up: {exc}") from exc
+
+    def flush(self) -> None:
+        try:
+            self._raw.flush()
+        except ssl.SSLError as exc:
+            raise ConnectionAbortedError(f"the client hung up: {exc}") from exc
+
+    def __getattr__(self, name: str) -> Any:  # closed, close: the stream's own
+        return getattr(self._raw, name)
 
 
 def serve(
