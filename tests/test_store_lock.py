@@ -292,6 +292,10 @@ def test_store_files_deleted_under_a_collector_are_said_and_no_second_one_gets_i
         wait_for_count(first, store, 200)
         for path in tmp_path.glob("shared.sqlite3*"):
             path.unlink()
+        # As in the deleted-lock test: the newcomer comes once the holder has locked a new file (with
+        # the store gone too, nothing is left that could name the holder to a newcomer that came first).
+        lock = Path(f"{store}.collector.lock")
+        _wait_until(lambda: lock.exists() and f"pid {first.pid} " in lock.read_text())
         code, said = _second_collect(_config(tmp_path, "ghost", store, ["ghost-1"], 99_999_999, None))
         wait_for_count(first, store, 200)  # recreated, counted again from the start of the shard
         after = _run_settings(store)
