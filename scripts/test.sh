@@ -32,8 +32,10 @@ set +e
 # In parallel (pytest-xdist): most tests wait on processes (sshd, agents, streamlit, Chromium)
 # rather than burn CPU, so more workers than cores pay. `--dist loadgroup` keeps each
 # `xdist_group` on one worker (the browser tests share one demo server and one Chromium:
-# tests/conftest.py). RUNHEALTH_TEST_WORKERS=0 runs in this process; a later `-n` overrides.
-"$VENV_PY" -m pytest -n "${RUNHEALTH_TEST_WORKERS:-3}" --dist loadgroup --junitxml=tests/artifacts/junit.xml "$@"
+# tests/conftest.py). Four: that group is ~380 s of one worker, and with three the other two
+# workers' ~925 s of tests were the longer path (402-457 s against 389 s, 2 cores, quiet).
+# RUNHEALTH_TEST_WORKERS=0 runs in this process; a later `-n` overrides.
+"$VENV_PY" -m pytest -n "${RUNHEALTH_TEST_WORKERS:-4}" --dist loadgroup --junitxml=tests/artifacts/junit.xml "$@"
 rc=$?
 wait "$mypy_pid"
 mypy_rc=$?
