@@ -1018,6 +1018,8 @@ def _scan_chunk_fields(buf, end, tally, tmpl_state, overrides, starts, base, ft,
                         ptt = m[gp]
                     elif take == 2:  # the usual first one: the ID
                         idt = m[gi]
+                    elif take == 8:  # fr in a segment of its own (ct after a list, Ollama's)
+                        fr = m.group("fr")
                     else:
                         if take & 1:
                             ct, fr = key = m.group("ct", "fr")
@@ -1044,8 +1046,10 @@ def _scan_chunk_fields(buf, end, tally, tmpl_state, overrides, starts, base, ft,
                         q = rfind(lead, p, nl)
                         if q < 0 or ((buf[q - 1] == 92 or find(b'"', p, q) >= 0) and hole_end(buf, p, nl) != q + 1):
                             break
-                    else:
-                        q = hole_end(buf, p, nl) - 1
+                    else:  # hole_end's usual case inline: the first quote closes the string
+                        q = find(b'"', p, nl)
+                        if q < 0 or buf[q - 1] == 92:
+                            q = hole_end(buf, p, nl) - 1
                         if q < 0 or not startswith(lead, q):
                             break
                     if mark:  # no tuple per line: the spans are built for a length stop only
