@@ -20,7 +20,9 @@ settled (the same load's work, all threads and processes: on a busy machine wall
 with the other sessions' load, CPU seconds much less).
 Refresh (a page left open): each rerun a live fragment asks for (a client websocket frame) to
 the last server frame of its reply, the slowest per round; and the data's age on screen: the
-browser's clock at the change the rerun made minus the store's last collection.
+browser's clock at the change the rerun made minus the store's last collection; and the plotly
+charts mounted anew per rerun (Streamlit 1.67 remounts a chart whose figure changed, even under a
+key: a new element and a full Plotly.newPlot, not Plotly.react).
 Not a pass/fail test: it prints medians and ratios, and the load average.
 """
 
@@ -72,7 +74,8 @@ st.dataframe(pd.DataFrame({"node": [f"node-{i:02d}" for i in range(16)], "state"
 # 50 ms, when the main block last changed (performance.now(): ms since navigation start).
 PROBE = """
 (() => {
-  const rh = {frames: [], sent: [], changes: [], last: 0, sig: '', running: false};
+  const rh = {frames: [], sent: [], changes: [], last: 0, sig: '', running: false, mounts: []};
+  const charts = new WeakSet();  // every plotly chart's element seen: a new one is a new mount + newPlot
   window.__rh = rh;
   // Streamlit reads its frames through onmessage or addEventListener: both are wrapped.
   const count = (e) => {
@@ -102,6 +105,7 @@ PROBE = """
     rh.running = !app || app.getAttribute('data-test-script-state') !== 'notRunning' ||
       app.getAttribute('data-test-connection-state') !== 'CONNECTED' || !main.innerText.trim();
     rh.skeletons = document.querySelectorAll('[data-testid="stSkeleton"]').length;
+    main.querySelectorAll('.js-plotly-plot').forEach((d) => { if (!charts.has(d)) { charts.add(d); rh.mounts.push(performance.now()); } });
     const sig = main.innerText + '|' + main.querySelectorAll('.js-plotly-plot .main-svg').length + '|' +
       main.querySelectorAll('[data-testid="stDataFrame"] canvas').length;
     if (sig !== rh.sig) {
@@ -234,9 +238,12 @@ def last_collection(work: Path) -> float | None:
     return best
 
 
-def refresh(browser: Any, url: str, work: Path, watch_s: float, quiet_ms: int) -> tuple[float | None, float | None]:
+def refresh(
+    browser: Any, url: str, work: Path, watch_s: float, quiet_ms: int
+) -> tuple[float | None, float | None, float | None]:
     """A page left open for watch_s: (the slowest fragment rerun, request to last reply frame, s;
-    the data's age when the screen changed, s), or None where no rerun happened."""
+    the data's age when the screen changed, s; plotly charts mounted anew per rerun: Streamlit
+    remounts a chart whose figure changed, a full newPlot), or None where no rerun happened."""
     ctx = browser.new_context(viewport=VIEWPORT)
     try:
         ctx.add_init_script(PROBE)
@@ -263,7 +270,12 @@ def refresh(browser: Any, url: str, work: Path, watch_s: float, quiet_ms: int) -
             replies = [r for r, _ in rh["frames"] if t < r < stop]
             if replies:
                 spans.append(max(replies) - t)
-        return (max(spans) / 1000 if spans else None), (statistics.median(ages) if ages else None)
+        mounts = sum(1 for t in rh["mounts"] if t > start)
+        return (
+            (max(spans) / 1000 if spans else None),
+            (statistics.median(ages) if ages else None),
+            (mounts / len(sends) if sends else None),
+        )
     finally:
         ctx.close()
 
@@ -427,7 +439,7 @@ def main() -> None:
                     )
                     times.setdefault((k, name), []).append(s)
                     sizes.setdefault((k, name), []).append(b)
-        fresh: dict[tuple[str, str], list[tuple[float | None, float | None]]] = {}
+        fresh: dict[tuple[str, str], list[tuple[float | None, float | None, float | None]]] = {}
         for _ in range(args.refresh_runs):
             for name in names:
                 for k, u in urls.items():
@@ -444,15 +456,15 @@ def report(
     sizes: dict[tuple[str, str], list[int]],
     served: dict[tuple[str, str], list[float]],
     cpus: dict[tuple[str, str], list[float]],
-    fresh: dict[tuple[str, str], list[tuple[float | None, float | None]]],
+    fresh: dict[tuple[str, str], list[tuple[float | None, float | None, float | None]]],
     args: argparse.Namespace,
 ) -> None:
     print(f"load after: {load()}; cold = median of {args.runs}, a new browser context each, 1920x1080")
     print(
         "| page | tree | cold s | hello-world s | × hello-world | browser CPU s | × hello-world | ws KiB | served s |"
-        " slowest fragment rerun s | data age on screen s |"
+        " slowest fragment rerun s | data age on screen s | charts remounted per rerun |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name in names:
         base = statistics.median(times[("hello", name)])
         base_cpu = statistics.median(cpus[("hello", name)])
@@ -462,11 +474,13 @@ def report(
             kib = statistics.median(sizes[(k, name)]) / 1024
             srv = statistics.median(served[(k, name)])
             runs = fresh.get((k, name), [])
-            rerun = [r for r, _ in runs if r is not None]
-            age = [a for _, a in runs if a is not None]
+            rerun = [r for r, _, _ in runs if r is not None]
+            age = [a for _, a, _ in runs if a is not None]
+            mounts = [m for _, _, m in runs if m is not None]
             print(
                 f"| {name} | {k} | {t:.2f} | {base:.2f} | {t / base:.2f} | {c:.2f} | {c / base_cpu:.2f} | {kib:.0f} | {srv:.2f} | "
-                f"{fmt(statistics.median(rerun) if rerun else None)} | {fmt(statistics.median(age) if age else None)} |"
+                f"{fmt(statistics.median(rerun) if rerun else None)} | {fmt(statistics.median(age) if age else None)} | "
+                f"{fmt(statistics.median(mounts) if mounts else None, '.1f')} |"
             )
     hello_kib = statistics.median(v for (k, _), vs in sizes.items() if k == "hello" for v in vs) / 1024
     print(f"hello-world page: {hello_kib:.0f} KiB over the websocket")

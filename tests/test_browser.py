@@ -348,3 +348,27 @@ def test_charts_are_drawn_with_fixed_margins_and_tiles_in_one_row(name, server_u
         assert lefts == sorted(lefts) and max(tops) - min(tops) < 1, row  # one row, left to right
         assert max(widths) - min(widths) < 2 and max(heights) - min(heights) < 2 and min(widths) > 150, row
     assert page.locator('[data-testid="stException"]').count() == 0
+
+
+# The static tables' header cells and body rows, as the browser shows them.
+STATIC_TABLES = """() => [...document.querySelectorAll('[data-testid="stTable"] table')].map(t => [
+  [...t.querySelectorAll('thead th')].map(c => c.innerText.trim()),
+  [...t.querySelectorAll('tbody tr')].map(r => [...r.querySelectorAll('th, td')].map(c => c.innerText.trim())),
+])"""
+
+
+def test_finish_reasons_are_a_static_table_whose_shares_add_up(server_url, browser_page):
+    """Issue 42: a data grid (canvas, its own script chunk) took about twice the browser time of a
+    static table to mount; the finish reasons are a few rows of words, drawn as an HTML table now,
+    every row and number kept: completions as the tiles write them, shares that add up to 100%."""
+    page = browser_page
+    wait_for_demo_data(page, server_url)
+    open_page(page, server_url, "lengths")
+    page.locator('[data-testid="stTable"]').first.wait_for(timeout=60_000)
+    tables = [rows for head, rows in page.evaluate(STATIC_TABLES) if head[:1] == ["finish reason"]]
+    assert len(tables) == 1, page.evaluate(STATIC_TABLES)
+    rows = {r[0]: r[1:] for r in tables[0]}
+    assert "stop" in rows and any(k.startswith("length at the ceiling") for k in rows), rows
+    assert all(re.fullmatch(r"[\d,]+", n) and re.fullmatch(r"[\d.]+%", s) for n, s in rows.values()), rows
+    assert abs(sum(float(s[:-1]) for _n, s in rows.values()) - 100) < 0.1 * len(rows), rows
+    assert page.locator('[data-testid="stException"]').count() == 0

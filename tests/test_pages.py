@@ -493,6 +493,10 @@ def test_an_unreadable_shard_is_named_on_the_nodes_page(tmp_path, monkeypatch):
 
 
 def _frame(at: AppTest, column: str):
+    """The first data grid or static table (st.table: its index named `column`) with `column`."""
+    for t in at.table:
+        if t.value.index.name == column:
+            return t.value.reset_index()
     return next(f.value for f in at.dataframe if column in f.value.columns)
 
 
