@@ -622,8 +622,11 @@ def test_the_pair_check_decides_a_damaged_list_as_json_loads(ids, edits, count):
         b", ".join(b"%d" % (i % 150_000 + 1) for i in range(70_000)),  # past the masks' first 64 KiB
     ],
 )
-def test_the_pair_check_on_lists_written_otherwise(body):
-    """Lists json.dumps would not write, and long ones (#39 item 4): the count is json.loads'."""
+@pytest.mark.parametrize("bit_count", [True, False])
+def test_the_pair_check_on_lists_written_otherwise(body, bit_count, monkeypatch):
+    """Lists json.dumps would not write, and long ones (#39 item 4): the count is json.loads',
+    with int.bit_count and, as on Python 3.8-3.9, without (the commas counted)."""
+    monkeypatch.setattr(scan, "_BIT_COUNT", bit_count)
     line = b'{"token_ids": [' + body + b"]}"
     assert scan._list_items(line, 15, 15 + len(body)) == _json_list_items(body)
 
