@@ -36,7 +36,26 @@ def same(store: Store, now: float, lookback_s: float) -> dict[str, list[tuple]]:
     return got
 
 
-def add_polls(store: Store, start: float, n: int, nodes: tuple[str, ...] = ("a", "b", "c"), step_s: float = 10.0):
+def same_buckets(store: Store, bucket_s: float, since: float) -> list:
+    got = activity.token_buckets(store, bucket_s, since)
+    want = [
+        {"bucket_unix": b["bucket_unix"], "tokens": b["tokens"], "backfill": b["backfill"]}
+        for b in store.polls_by_bucket(bucket_s, since_unix=since)
+    ]
+    assert got == want
+    assert [tuple(map(type, b.values())) for b in got] == [tuple(map(type, b.values())) for b in want]
+    return got
+
+
+def add_polls(
+    store: Store,
+    start: float,
+    n: int,
+    nodes: tuple[str, ...] = ("a", "b", "c"),
+    step_s: float = 10.0,
+    tokens=lambda k, i: 900 + k,
+    backfill=lambda k, i: 0,
+):
     with store.transaction() as db:
         for k in range(n):
             for i, node in enumerate(nodes):
@@ -44,7 +63,7 @@ def add_polls(store: Store, start: float, n: int, nodes: tuple[str, ...] = ("a",
                 db.execute(
                     "INSERT INTO polls (ts_unix, node, node_ts_unix, completions, tokens, length_stops, malformed,"
                     " backfill, rtt_ms, prompts, interval_s) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                    (ts, node, ts + 0.5, 3 + k % 4, 900 + k, 0, 0, 0, 20.0, None, step_s),
+                    (ts, node, ts + 0.5, 3 + k % 4, tokens(k, i), 0, 0, backfill(k, i), 20.0, None, step_s),
                 )
 
 
@@ -113,7 +132,7 @@ def test_a_reader_in_an_older_snapshot_sees_its_own_rows(store, tmp_path):
             same(store, T0 + 100, 1000)
             add_polls(other, T0 + 100, 2)
             kept = pollrows.of(other)
-            got = kept.read(T0 - 900)  # the same kept rows are per Store object: read the writer's too
+            got = kept.read("?", (T0 - 900,))  # the same kept rows are per Store object: read the writer's too
             assert sum(map(len, got.values())) == 36
             same(store, T0 + 100, 1000)  # still 30 rows here
         same(store, T0 + 120, 1000)
@@ -144,11 +163,48 @@ def test_rows_older_than_every_recent_read_are_let_go_of(store):
     clock = [0.0]
     kept = pollrows.PollRows(store, monotonic=lambda: clock[0])
     add_polls(store, T0, 100)
-    assert sum(map(len, kept.read(T0).values())) == 300
+    assert sum(map(len, kept.read("?", (T0,)).values())) == 300
     clock[0] = pollrows.TRIM_KEEP_S + 1  # the read from T0 is too old to keep rows for
-    kept.read(T0 + 500)
+    kept.read("?", (T0 + 500,))
     assert kept.low == T0 + 500
     assert sum(len(n.rows) for n in kept.nodes.values()) == 150
-    got = kept.read(T0 + 100)  # further back than kept: read again, all there
+    got = kept.read("?", (T0 + 100,))  # further back than kept: read again, all there
     assert sum(map(len, got.values())) == 270
     assert json.dumps(got) == json.dumps(direct(store, T0 + 100, 0))
+
+
+def test_token_buckets_sum_as_sql_does(store):
+    """Live polls only where a bucket has one, else its backfill polls; NULL tokens left out (a
+    bucket of only NULLs is NULL); the first bucket cut by `since`; 60.0 and 30 s buckets."""
+    add_polls(store, T0, 30, backfill=lambda k, i: int(k < 8 or (i == 0 and k < 20)))
+    add_polls(store, T0 + 300, 12, nodes=("n",), tokens=lambda k, i: None if k % 3 else 7, backfill=lambda k, i: k % 2)
+    add_polls(store, T0 + 500, 6, nodes=("m",), tokens=lambda k, i: None)
+    for since in (T0 - 100, T0 + 35.5, T0 + 301):
+        for bucket_s in (60.0, 30):
+            same_buckets(store, bucket_s, since)
+    kept = pollrows.of(store)
+    reloads = kept.reloads
+    add_polls(store, T0 + 560, 4, backfill=lambda k, i: k % 2)  # summed into the kept buckets as they come
+    assert same_buckets(store, 60.0, T0 + 35.5)[-1]["bucket_unix"] == T0 + 540
+    same_buckets(store, 30, T0 + 301)
+    assert kept.reloads == reloads
+
+
+def test_token_buckets_follow_deleted_rows_and_integer_times(store):
+    add_polls(store, T0, 100)
+    same_buckets(store, 60.0, T0 + 10)
+    rollup.rollup(store, now=T0 + 4000, raw_keep_s=3600)  # the polls before T0 + 400 go
+    same_buckets(store, 60.0, T0 + 10)
+    with store.transaction() as db:  # integer times (stored as REAL, the column's type)
+        db.execute(
+            "INSERT INTO polls (ts_unix, node, completions, tokens, length_stops, malformed, backfill)"
+            " VALUES (1800001019, 'i', 1, 5, 0, 0, 0), (1800001021, 'i', 1, 6, 0, 0, 0)"
+        )
+    for bucket_s in (60, 60.0, 7):
+        same_buckets(store, bucket_s, T0 + 10)
+
+
+def test_token_buckets_leave_float_tokens_to_sql(store):
+    add_polls(store, T0, 20, tokens=lambda k, i: 0.1 * (k + i))  # a float sum depends on its order
+    assert pollrows.of(store).token_buckets(60.0, T0) is None
+    same_buckets(store, 60.0, T0)
