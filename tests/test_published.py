@@ -90,9 +90,9 @@ def test_the_page_builds_the_overview_when_nothing_is_published(tmp_path, monkey
     at = run_page("overview", config, monkeypatch)
     assert_clean(at)
     assert tile(at, "Completions")[0] == "13,000"
-    assert calls["nodes"] == 1 and calls["length_counts"] == 1 and calls["sql"] <= 26, (
+    assert calls["nodes"] == 1 and calls["length_counts"] == 1 and calls["sql"] <= 28, (
         calls
-    )  # 26: + the failed requests (#39)
+    )  # 26: + the failed requests (#39); 28: + the kept poll rows' check (#42 item 3, store/pollrows.py)
 
 
 def test_the_download_and_status_print_the_published_record(tmp_path, capsys):

@@ -81,11 +81,14 @@ class StoreMetrics:
         memo: dict[tuple, activity.RunRates] = {}  # the stall series and the alerts read the polls once
         try:
             figures = fieldmodel.field_figures(self.store, settings, self._ceiling(settings)[0])
-            yield from self._lengths(run, settings)
+            # Read once a scrape: the completions counter and the failed requests' ratio divide
+            # the same counts (two GROUP BYs over every node's length counts, #42 item 3).
+            done = self._reason_counts()
+            yield from self._lengths(run, settings, done)
             yield from self._nodes(run, settings, now, memo, figures["prompts"].get("answered"))
             yield from self._gpus(run, settings.node_names)
             yield from self._costs(run, settings)
-            yield from self._failed(run)
+            yield from self._failed(run, done)
             yield from fieldmetrics.field_families(self.store, run, settings, figures=figures)
             yield from self._alerts(run, settings, now, memo)
         except Exception:  # logged; this scrape fails (HTTP 500), the collector goes on
@@ -109,13 +112,13 @@ class StoreMetrics:
         yield family
 
     # -- completions and lengths ---------------------------------------------------------
-    def _lengths(self, run: str, settings: RunSettings) -> Iterator[Metric]:
+    def _lengths(self, run: str, settings: RunSettings, done: dict[tuple[str, str], int]) -> Iterator[Metric]:
         completions = CounterMetricFamily(
             "runhealth_completions",
             "Completions counted in the shards, exactly.",
             labels=["run", "node", "finish_reason"],
         )
-        for (node, reason), n in self._reason_counts().items():
+        for (node, reason), n in done.items():
             completions.add_metric([run, node, reason], n)
         yield completions
         ceiling, estimated = self._ceiling(settings)
@@ -164,7 +167,7 @@ class StoreMetrics:
         ).fetchone()
         return unknowns.unknown_from(*row) is None
 
-    def _failed(self, run: str) -> Iterator[Metric]:
+    def _failed(self, run: str, done: dict[tuple[str, str], int]) -> Iterator[Metric]:
         """Failed requests (#39): a counter per node and bounded reason, and the run's share of
         requests (analysis/failed.py, the one definition), once a request came back."""
         rows = self.store.failed_rows()  # every counted node, as runhealth_completions
@@ -177,8 +180,8 @@ class StoreMetrics:
         for r in rows:
             family.add_metric([run, r["node"], r["reason"]], r["count"])
         yield family
-        done = sum(n for n in self._reason_counts().values())
-        share = failed_reqs.failed_requests(rows, done).share
+        completed = sum(n for n in done.values())
+        share = failed_reqs.failed_requests(rows, completed).share
         if share is not None:
             yield _gauge(
                 "runhealth_failed_requests_ratio", "Failed requests / (completions + failed requests).", run, share

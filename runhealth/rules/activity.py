@@ -36,12 +36,12 @@ import itertools
 import operator
 import statistics
 from collections.abc import Collection, Mapping, Sequence
+from typing import Any, TypedDict
 
 from runhealth.analysis import rates
-from runhealth.records import PollBucket
 from runhealth.settings import windows
 from runhealth.settings.windows import AVERAGE_WINDOW_S, DROP_BUCKET_S, DROP_LOOKBACK_S, RATE_WINDOW_S
-from runhealth.store import Store
+from runhealth.store import Store, pollrows
 
 DROP_FRACTION = 0.5
 MIN_MINUTES_FOR_MEDIAN = 10  # a median over fewer minutes is noise, not a baseline
@@ -50,6 +50,14 @@ LOOKBACK_S = DROP_LOOKBACK_S  # the hour the rate-drop median is taken over (run
 # jitter) before one of them counts as stepped.
 STEP_TOLERANCE_S = 5.0
 STEP_TOLERANCE_SHARE = 0.5
+
+
+class TokenBucket(TypedDict):
+    """One bucket of `token_buckets`: PollBucket's bucket_unix, tokens and backfill."""
+
+    bucket_unix: float
+    tokens: int | None
+    backfill: int
 
 
 @dataclasses.dataclass
@@ -190,7 +198,7 @@ def run_rates(
     )
 
 
-def minute_rates(buckets: list[PollBucket], bucket_s: float = DROP_BUCKET_S) -> list[float]:
+def minute_rates(buckets: Sequence[Mapping[str, Any]], bucket_s: float = DROP_BUCKET_S) -> list[float]:
     """Tokens/s of each complete, non-backfill bucket (polls_by_bucket rows; the last one is
     still filling and is dropped)."""
     return [b["tokens"] / bucket_s for b in buckets[:-1] if not b["backfill"] and b["tokens"] is not None]
@@ -225,22 +233,32 @@ def recent_rates(
 def poll_rows(store: Store, now: float, lookback_s: float) -> dict[str, list[tuple]]:
     """Each node's polls of the last `lookback_s` as `run_rates` reads them: (ts_unix,
     node_ts_unix, completions, tokens, backfill, prompts, interval_s) in poll order."""
-    rows: dict[str, list] = {}
     # Store.polls(since, in_poll_order=True)'s rows, only the columns a rate needs, as tuples: a
     # scrape reads 15 min of every node's polls (47,000 rows at 512 nodes), a dict each was most of it.
     # The polls from before a forward step of the collector's clock within the lookback are read
     # too (meta 'clock_steps', written with the polls): their times are older by the step, and the
-    # rates' clock bridges it (without them the average would start at the step). In the same
-    # statement: a scrape's reads are counted.
-    sql = (
-        "SELECT node, ts_unix, node_ts_unix, completions, tokens, backfill, prompts, interval_s FROM polls"
-        " WHERE ts_unix >= ? - (SELECT COALESCE(SUM(MAX(0, json_extract(s.value, '$[1]'))), 0)"
+    # rates' clock bridges it (without them the average would start at the step).
+    since_sql = (
+        "? - (SELECT COALESCE(SUM(MAX(0, json_extract(s.value, '$[1]'))), 0)"
         " FROM json_each((SELECT value FROM meta WHERE key = 'clock_steps')) s"
-        " WHERE json_extract(s.value, '$[0]') >= ?) ORDER BY rowid"
+        " WHERE json_extract(s.value, '$[0]') >= ?)"
     )
-    for node, *row in store.cursor(sql, (now - lookback_s, now - lookback_s)):
-        rows.setdefault(node, []).append(tuple(row))
-    return rows
+    # Kept in memory and read on from the last rowid (#42 item 3: the Overview, /metrics and the
+    # alerts read an hour of polls each, 368,000 rows at 1,024 nodes): the same rows, in the same order.
+    return pollrows.of(store).read(since_sql, (now - lookback_s, now - lookback_s))
+
+
+def token_buckets(store: Store, bucket_s: float, since_unix: float) -> list[TokenBucket]:
+    """`Store.polls_by_bucket(bucket_s, since_unix)`'s bucket_unix, tokens and backfill, from the
+    poll rows kept in memory (runhealth/store/pollrows.py: each bucket summed as its polls come,
+    not the hour's polls again each read; SQL's where a token count is no integer)."""
+    got = pollrows.of(store).token_buckets(bucket_s, since_unix)
+    if got is None:
+        return [
+            {"bucket_unix": b["bucket_unix"], "tokens": b["tokens"], "backfill": b["backfill"]}
+            for b in store.polls_by_bucket(bucket_s, since_unix=since_unix)
+        ]
+    return [{"bucket_unix": k, "tokens": tokens, "backfill": backfill} for k, tokens, backfill in got]
 
 
 def read_rates(
@@ -276,7 +294,7 @@ def _read_rates(store: Store, now: float, lookback: float, interval_s: float) ->
         for node, ts in store.last_growth_unix().items():
             if node in out.per_node and out.per_node[node].last_growth_unix is None:
                 out.per_node[node].last_growth_unix = ts
-    minute = minute_rates(store.polls_by_bucket(DROP_BUCKET_S, since_unix=now - DROP_LOOKBACK_S))
+    minute = minute_rates(token_buckets(store, DROP_BUCKET_S, now - DROP_LOOKBACK_S))
     return dataclasses.replace(out, drop_median_tps=rate_drop(out.tokens_per_s_1m, minute))
 
 

@@ -292,7 +292,7 @@ def throughput_series(store: Store, now: float, interval_s: float) -> tuple[Thro
     """The chart's tok/s per bucket of a few polls over the last hour: complete live buckets only
     (the last one is still filling)."""
     bucket_s = stale_after_s(interval_s)
-    rows = [b for b in store.polls_by_bucket(bucket_s, since_unix=now - DROP_LOOKBACK_S) if not b["backfill"]][:-1]
+    rows = [b for b in activity.token_buckets(store, bucket_s, now - DROP_LOOKBACK_S) if not b["backfill"]][:-1]
     return tuple(ThroughputPoint(b["bucket_unix"], (b["tokens"] or 0) / bucket_s) for b in rows)
 
 

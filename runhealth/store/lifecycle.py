@@ -217,6 +217,12 @@ class StoreFile:
             log.error("%s", text)
         return StoreError(cause)
 
+    @property
+    def generation(self) -> int:
+        """How many times the file under the path was opened again (deleted, truncated or
+        replaced): what was read from the store before a change of it is not the file's now."""
+        return self._generation
+
     # -- raw access ------------------------------------------------------------------------
     # Public because some tables live in this database but belong to other modules (rollup.py's
     # *_rollup, notify.py's webhook_deliveries, pagedata.py's page_data; analysis/lengthtime.py
