@@ -66,6 +66,7 @@ def test_reload_to_a_store_that_cannot_be_opened_keeps_collecting(tmp_path):
     proc = start_collect(config)
     try:
         wait_for_count(proc, tmp_path / "a.sqlite3", 60)
+        wait_for_count(proc, tmp_path / "b.sqlite3", 40)  # each run polls in its own process, on its own clock
         rewrite(config, two_runs(tmp_path, str(tmp_path / "plain-file" / "b.sqlite3")))
         proc.wait_for_log(KEPT)  # checked every 0.5 s: refused, not applied
         assert proc.poll() is None, proc.said()
