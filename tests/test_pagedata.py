@@ -201,6 +201,27 @@ def test_a_failed_computation_is_logged_and_cleared(tmp_path):
     assert refresher.after_poll() and refresher.wait_idle()  # the next poll tries again
 
 
+def test_the_stop_waits_for_a_running_computation_without_sleeping(tmp_path, monkeypatch):
+    """The collector's stop waits for a computation still running. Under libfaketime with the
+    wall clock stepped back, time.sleep fails with EINVAL (a collector stopped after a step back
+    exited with a traceback: test_clock_steps found it), so the wait is on a condition."""
+    store = Store(tmp_path / "x.sqlite3")
+    refresher = pagedata.Refresher(store, CEILING, INTERVAL_S, min_interval_s=0)
+    release = threading.Event()
+    refresher.run_now = release.wait  # type: ignore[method-assign,assignment]
+
+    def no_sleep(_s: float) -> None:
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(time, "sleep", no_sleep)
+    assert refresher.after_poll()
+    assert not refresher.wait_idle(0.05)  # still running: the wait times out
+    threading.Timer(0.1, release.set).start()
+    t0 = time.monotonic()
+    assert refresher.wait_idle(10)
+    assert time.monotonic() - t0 < 5
+
+
 def test_collector_writes_payloads_after_polls(tmp_path):
     """Real agents (local transport): after the first polls the store holds every payload, and
     the lengths payload counts every completion the shards hold."""

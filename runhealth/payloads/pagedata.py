@@ -352,6 +352,7 @@ class Refresher:
         self.min_interval_s = min_interval_s
         self.clock, self.monotonic = clock, monotonic
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)  # notified when a computation ends
         self._running = False
         self._last_start: float | None = None
         self._gpu_done: dict[str, float] = {}  # window -> when last computed (monotonic)
@@ -397,6 +398,7 @@ class Refresher:
         finally:
             with self._lock:
                 self._running = False
+                self._idle.notify_all()
         return True
 
     def after_poll(self) -> bool:
@@ -448,13 +450,10 @@ class Refresher:
         finally:
             with self._lock:
                 self._running = False
+                self._idle.notify_all()
 
     def wait_idle(self, timeout_s: float = 30.0) -> bool:
-        """True once no computation runs (tests)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            with self._lock:
-                if not self._running:
-                    return True
-            time.sleep(0.01)
-        return False
+        """True once no computation runs (tests, and the collector's stop). A wait on a condition,
+        not a sleep: under libfaketime with the wall clock stepped back, time.sleep fails (EINVAL)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._running, timeout_s)

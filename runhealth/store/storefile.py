@@ -27,6 +27,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import threading
+import time
 import urllib.parse
 from pathlib import Path
 from typing import TextIO, cast
@@ -96,17 +98,25 @@ def drop_replaced_journal(path: str | Path, recorded: set[FileId]) -> list[str]:
     return dropped
 
 
-def retire(db: sqlite3.Connection) -> None:
+def retire(db: sqlite3.Connection, wait_s: float = 1.0) -> None:
     """Close a connection to a file no longer under the store's path, its log saved into that file.
 
     The checkpoint goes through the connection's own descriptors, so it reaches the file the log
     belongs to (renamed aside it keeps its last writes; unlinked, nothing is lost that still had
-    a name). It never waits: a log another thread still reads is left as it is.
+    a name). A reader in another thread (a page's, the alerts') keeps the frames after its
+    snapshot in the log: the checkpoint is tried again for up to `wait_s` until every frame is in
+    the file (each try never waits on a lock), then the connection is closed as it is.
     """
-    try:
-        db.execute("PRAGMA wal_checkpoint(PASSIVE)")
-    except sqlite3.Error:
-        log.debug("checkpoint of the replaced store failed", exc_info=True)
+    deadline, pause = time.monotonic() + wait_s, threading.Event()
+    while True:
+        try:
+            busy, frames, copied = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        except sqlite3.Error:
+            log.debug("checkpoint of the replaced store failed", exc_info=True)
+            break
+        if frames < 0 or copied >= frames or time.monotonic() >= deadline:
+            break
+        pause.wait(0.02)  # not time.sleep: it fails under libfaketime after a step back
     with contextlib.suppress(sqlite3.Error):
         db.close()
 
