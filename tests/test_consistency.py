@@ -557,7 +557,9 @@ def extract_overview_page(s: Scenario, capsys, monkeypatch) -> dict[str, Any]:
     out.update(failed_of_line(at))
     stragglers = next((el.value for el in at.markdown if el.value.startswith("**Stragglers:**")), "")
     # a finish on another day reads "node at Mon 00:30" (screens/etas.clock): late in the evening, the usual
-    out["late_nodes"] = tuple(sorted(re.findall(r"(\S+) (?:finishes )?at (?:[A-Z][a-z]{2} )?\d\d:\d\d", stragglers.split(";", 1)[-1])))
+    out["late_nodes"] = tuple(
+        sorted(re.findall(r"(\S+) (?:finishes )?at (?:[A-Z][a-z]{2} )?\d\d:\d\d", stragglers.split(";", 1)[-1]))
+    )
     out.update(_alert_facts(at))
     out.update(_node_states(at))
     return out
