@@ -469,6 +469,41 @@ def test_the_original_store_moved_back_after_a_refusal_is_kept_whole_and_restart
     assert sum(r["count"] for r in Store(store.path).length_counts()) == 50  # as after a restart
 
 
+def test_a_retired_connection_saves_the_frames_a_reader_in_another_thread_held_back(tmp_path):
+    """The connection let go of when its file was renamed aside checkpoints through its own
+    descriptors. A reader on the same file (another thread's connection, which stays open) held
+    a snapshot older than the last writes, so one PASSIVE checkpoint left them in the log, whose
+    name was gone: the renamed file lacked them (test_hostile's moved-back store read None under
+    load). The checkpoint is tried again until the reader's snapshot ends."""
+    import shutil
+    import sqlite3
+
+    from runhealth.store import storefile
+
+    path = tmp_path / "s.sqlite3"
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    writer.execute("CREATE TABLE t (x)")
+    writer.execute("INSERT INTO t VALUES (1)")
+    reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    reader.execute("BEGIN")
+    assert reader.execute("SELECT COUNT(*) FROM t").fetchone()[0] == 1  # its snapshot: 1 row
+    writer.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(49)])  # after the snapshot
+    path.rename(tmp_path / "aside.sqlite3")
+    for suffix in ("-wal", "-shm"):  # as Store._set_old_file_aside lets the old log's names go
+        (tmp_path / f"s.sqlite3{suffix}").unlink()
+    threading.Timer(0.2, lambda: reader.execute("COMMIT")).start()  # the reader's statement ends; it stays open
+    storefile.retire(writer, wait_s=10)  # the product waits 1 s; a loaded test machine may start the timer late
+    shutil.copy(tmp_path / "aside.sqlite3", tmp_path / "copy.sqlite3")  # what the file itself holds
+    copy = sqlite3.connect(tmp_path / "copy.sqlite3")
+    try:
+        assert copy.execute("SELECT COUNT(*) FROM t").fetchone()[0] == 50
+    finally:
+        copy.close()
+        reader.close()
+
+
 def test_the_original_store_moved_back_is_taken_up_again_when_no_connection_was_left_on_it(tmp_path):
     from test_store import entry, reply
 
