@@ -504,6 +504,37 @@ def test_a_retired_connection_saves_the_frames_a_reader_in_another_thread_held_b
         reader.close()
 
 
+@pytest.mark.parametrize("copied", [10, 4])
+def test_a_retired_connections_checkpoint_is_tried_once_when_it_completes_and_at_a_bounded_rate_else(copied):
+    """The retry's rate: a checkpoint that copies every frame is the only one; one that never
+    does is tried every 20 ms until `wait_s`, then the connection is closed anyway."""
+    from runhealth.store import storefile
+
+    class Db:
+        calls, closed = 0, False
+
+        def execute(self, sql):
+            assert sql == "PRAGMA wal_checkpoint(PASSIVE)"
+            self.calls += 1
+            return self
+
+        def fetchone(self):
+            return (0, 10, copied)  # (busy, frames in the log, frames copied)
+
+        def close(self):
+            self.closed = True
+
+    db = Db()
+    t0 = time.monotonic()
+    storefile.retire(db, wait_s=0.3)  # type: ignore[arg-type]
+    took = time.monotonic() - t0
+    assert db.closed
+    if copied == 10:
+        assert db.calls == 1 and took < 0.1
+    else:
+        assert 0.3 <= took < 2.0 and 2 <= db.calls <= 16, (db.calls, took)
+
+
 def test_the_original_store_moved_back_is_taken_up_again_when_no_connection_was_left_on_it(tmp_path):
     from test_store import entry, reply
 

@@ -110,7 +110,7 @@ def retire(db: sqlite3.Connection, wait_s: float = 1.0) -> None:
     deadline, pause = time.monotonic() + wait_s, threading.Event()
     while True:
         try:
-            busy, frames, copied = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            _busy, frames, copied = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         except sqlite3.Error:
             log.debug("checkpoint of the replaced store failed", exc_info=True)
             break
