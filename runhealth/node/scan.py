@@ -533,24 +533,27 @@ def _list_items(buf, s, e, count=True):
     starting 1-9 and ending with a digit, no forbidden pair means [1-9][0-9]*(, [1-9][0-9]*)*:
     every comma has its space, every space a comma before and an item 1-9 after, no item is
     empty, none starts with 0 and there is no other byte; the items are then the commas plus
-    one (the comma bits counted). A body that starts with 0, holds an item 0 (a token ID 0) or
-    is written otherwise takes _list_items_sep."""
+    one. The commas are counted from the codes' bits, with no mask: a digit's code has 2 bits
+    set, a comma's and a space's 4 each, so a body of n bytes and k ", " holds 2n + 4k bits. A
+    body that starts with 0, holds an item 0 (a token ID 0) or is written otherwise takes
+    _list_items_sep."""
     n = e - s
     if n <= 0:
         return 0 if n == 0 else -1
     if 49 <= buf[s] <= 57 and 48 <= buf[e - 1] <= 57 and n <= TEMPLATE_MAX_LINE_BYTES:
-        size, low, commas = _ID_MASKS if n <= _ID_MASKS[0] else _id_masks(n)
+        size, low = _ID_MASKS if n <= _ID_MASKS[0] else _id_masks(n)
         x = int.from_bytes(buf[s:e].translate(_ID_PAIRS), "big")
         if not (x >> 12) & x & low:  # byte i's high nibble lands on byte i + 1's low one
             if not count:
                 return 0
-            return (x & commas).bit_count() + 1 if _BIT_COUNT else buf.count(b",", s, e) + 1
+            return ((x.bit_count() - 2 * n) >> 2) + 1 if _BIT_COUNT else buf.count(b",", s, e) + 1
     return _list_items_sep(bytes(buf[s:e]))
 
 
 def _pair_code(b):
     """_ID_PAIRS' code of byte b: classes 1 " ", 2 a digit 1-9, 4 ",", 8 "0"; 15 any other byte
-    (which no class may precede: every code forbids some class, so no pair with it passes)."""
+    (which no class may precede: every code forbids some class, so no pair with it passes). A
+    digit's code has 2 bits set, a comma's and a space's 4: _list_items counts the commas by them."""
     if 49 <= b <= 57:
         return 0x12  # 1-9: anything but " " next
     if b == 48:
@@ -563,24 +566,24 @@ def _pair_code(b):
 
 
 _ID_PAIRS = bytes(_pair_code(b) for b in range(256))
-# int.bit_count (Python 3.10+) counts the comma bits at ~0.5 ns a list byte; before it, a C-level
+# int.bit_count (Python 3.10+) counts the codes' bits at ~0.5 ns a list byte; before it, a C-level
 # count of the commas (~1 ns; bin(x).count("1") would take ~20)
 _BIT_COUNT = hasattr(int, "bit_count")
 
 
 def _id_masks(n):
-    """(bytes covered, 0x0F in every byte, 0x04 in every byte) for bodies of up to n bytes: the
-    masks grow (doubling, from 64 KiB, to TEMPLATE_MAX_LINE_BYTES) with the longest list seen;
-    one tuple, swapped whole (another thread reads the old one or the new)."""
+    """(bytes covered, 0x0F in every byte) for bodies of up to n bytes: the mask grows
+    (doubling, from 64 KiB, to TEMPLATE_MAX_LINE_BYTES) with the longest list seen; one tuple,
+    swapped whole (another thread reads the old one or the new)."""
     global _ID_MASKS
     size = _ID_MASKS[0]
     if n > size:
         size = max(1 << 16, 1 << (n - 1).bit_length())
-        _ID_MASKS = (size, int.from_bytes(b"\x0f" * size, "big"), int.from_bytes(b"\x04" * size, "big"))
+        _ID_MASKS = (size, int.from_bytes(b"\x0f" * size, "big"))
     return _ID_MASKS
 
 
-_ID_MASKS = (0, 0, 0)
+_ID_MASKS = (0, 0)
 _id_masks(1)
 
 
