@@ -217,6 +217,31 @@ def test_malformed_blank_and_non_objects(tmp_path):
     assert entry["counts"] == [[4, "stop", 0, 3]]
 
 
+@pytest.mark.skipif(not hasattr(sys, "get_int_max_str_digits"), reason="json.loads reads any integer before 3.11")
+@pytest.mark.parametrize("where", ["completion_tokens", "prompt_tokens", "created", "id", "token_ids"])
+def test_an_integer_json_loads_refuses_makes_one_malformed_line(tmp_path, where):
+    """An integer of more digits than json.loads reads (4,300 by default) is one malformed line, on
+    the template path too, and the shard's other lines are counted: it once failed the whole
+    shard's scan (int() of the template's count raised: "lines 0", every poll)."""
+    if where == "token_ids":  # vLLM offline: the count is the list's length
+        out = {"index": 0, "text": "t", "token_ids": [5, 6, 7], "finish_reason": "stop"}
+        rec = {"request_id": "r", "prompt_token_ids": [1, 2], "outputs": [out]}
+        line = json.dumps(rec)
+        out["token_ids"][1] = 123456789
+    else:
+        rec = chat("stop", 7)
+        line = json.dumps(rec)
+        (rec if where in ("id", "created") else rec["usage"])[where] = 123456789
+    victim = json.dumps(rec).replace("123456789", "7" * (sys.get_int_max_str_digits() + 1))
+    with pytest.raises(ValueError):
+        json.loads(victim)
+    good = (line + "\n").encode()
+    entry = scan(write(tmp_path / "a.jsonl", [good] * 3 + [(victim + "\n").encode()] + [good] * 3))
+    assert entry["error"] is None
+    assert (entry["lines"], entry["malformed"]) == (7, 1)
+    assert entry["counts"] == [[3 if where == "token_ids" else 7, "stop", 0, 6]]
+
+
 @pytest.mark.parametrize("where", ["in the text", "in the reasoning", "after the text", "in the head"])
 def test_writer_restart_runs_a_record_into_a_torn_line(tmp_path, where):
     """A writer killed mid-line, restarted in append mode: the next record follows the torn one.

@@ -619,6 +619,14 @@ def test_the_pair_check_decides_a_damaged_list_as_json_loads(ids, edits, count):
         b"1, 2\r",
         b"1 2",
         b"12" * 2000,  # one item of 4,000 digits (under json.loads' 4,300-digit limit since Python 3.11)
+        b"7" * 4300,  # at the limit: read
+        b"7" * 4301,  # past it: json.loads refuses the line
+        b"1, " + b"7" * 4301 + b", 3",
+        b"1," + b"7" * 4301 + b",3",  # written without spaces (the fallback's check)
+        b"0, " + b"7" * 4400,  # an item 0 first (the fallback)
+        b", ".join([b"123456"] * 700 + [b"9" * 4301] + [b"42"] * 700),  # among short items, off the check points
+        b", ".join([b"123456"] * 700 + [b"9" * 4300] + [b"42"] * 700),
+        b", ".join([b"5"] * 3000 + [b"8" * 9000]),  # the last item, across two check points
         b", ".join(b"%d" % (i % 150_000 + 1) for i in range(70_000)),  # past the masks' first 64 KiB
     ],
 )

@@ -55,24 +55,29 @@ MAX_COUNT = 1 << 40  # as scan.MAX_COUNT
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 # Templates capture these as raw tokens; a string with an escape, a float, or a container takes
 # json.loads. A string's token keeps its quotes; "-0" is no integer here (json.loads reads 0).
-_SCALAR_RX = rb'(?P<%s>"[^"\\\x00-\x1f]*"|0|-?[1-9][0-9]*|null|true|false)'
-_PT_RX = rb'(?:(?P<%s>0|[1-9][0-9]*)|null|true|false|"[^"\\\x00-\x1f]*")'
+# json.loads refuses an integer of more digits than sys.get_int_max_str_digits() (4,300 by default:
+# Python 3.11+, and 3.8.14+ / 3.9.14+ / 3.10.7+), and the line is malformed; a template refuses it
+# too (MORE_DIGITS bounds every integer it matches; as scan.MORE_DIGITS), so such a line takes json.loads.
+INT_MAX_DIGITS = getattr(sys, "get_int_max_str_digits", int)()  # 0: no limit (int() is 0: before the limit)
+MORE_DIGITS = b"[0-9]{0,%d}" % (INT_MAX_DIGITS - 1) if INT_MAX_DIGITS > 0 else b"[0-9]*"
+_SCALAR_RX = rb'(?P<%s>"[^"\\\x00-\x1f]*"|0|-?[1-9]' + MORE_DIGITS + b"|null|true|false)"
+_PT_RX = b"(?:(?P<%s>0|[1-9]" + MORE_DIGITS + rb')|null|true|false|"[^"\\\x00-\x1f]*")'
 _P = b"+" if sys.version_info >= (3, 11) else b""  # possessive (3.11+), as scan._P
 # A strict template (scan._Builder.compile) captures only the kind of token its line held there
 # ("s" a string, "i" an integer, "l" null/true/false), in fewer regex steps; a line with
 # another kind takes the tolerant template, which captures as above.
 _SCALAR_STRICT = {  # "s": a non-empty string, so a strict hit's ID token is always an ID
     "s": rb'(?P<%s>"[^"\\\x00-\x1f]+' + _P + b'")',
-    "i": b"(?P<%s>0|-?[1-9][0-9]*" + _P + b")",
+    "i": b"(?P<%s>0|-?[1-9]" + MORE_DIGITS + _P + b")",
     "l": b"(?P<%s>null|true|false)",
 }
-_PT_STRICT = {"i": b"(?P<%s>0|[1-9][0-9]*" + _P + b")"}
+_PT_STRICT = {"i": b"(?P<%s>0|[1-9]" + MORE_DIGITS + _P + b")"}
 MAX_PT_VALUES = 1 << 16  # distinct prompt-token counts kept raw before they are folded into bins
 NOT_ID = frozenset(b"ntf")  # a token starting so is null, true or false
 _REVERSED = operator.itemgetter(slice(None, None, -1))
 crc32 = _crc32 = zlib.crc32
 _TEXT_SCALAR = {  # a non-string text value: only its own kind (a string there is a hole)
-    "n": rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?",
+    "n": b"-?(?:0|[1-9]" + MORE_DIGITS + rb")(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?",
     "l": rb"(?:true|false|null)",
 }
 _ESCAPED_ASCII = re.compile(rb"\\u00[0-7]|\\/")  # an escape that could spell part of a tag

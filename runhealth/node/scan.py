@@ -285,8 +285,13 @@ _TOKEN_RE = re.compile(
     rb"|([{}\[\]:,]))"
 )
 _WS = rb"[ \t\r]*"
+# json.loads refuses an integer of more digits than sys.get_int_max_str_digits(), and the line is
+# malformed: every integer a template matches is bounded so (as fields.MORE_DIGITS; this module
+# is loaded before its siblings when shipped, so it cannot read theirs at import)
+INT_MAX_DIGITS = getattr(sys, "get_int_max_str_digits", int)()  # 0: no limit (int() is 0: before the limit)
+MORE_DIGITS = b"[0-9]{0,%d}" % (INT_MAX_DIGITS - 1) if INT_MAX_DIGITS > 0 else b"[0-9]*"
 _STR = rb'"[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)*"'
-_NUM = rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+_NUM = b"-?(?:0|[1-9]" + MORE_DIGITS + rb")(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 _LIT = rb"true|false|null"
 _SCALARS = {  # any JSON scalar; the type seen in the template's line is tried first (speed only)
     "s": b"(?:" + _STR + b"|" + _NUM + b"|" + _LIT + b")",
@@ -297,18 +302,18 @@ _P = b"+" if sys.version_info >= (3, 11) else b""  # possessive: no backtracking
 _ONLY = {  # a strict template accepts only the type seen; other types take the tolerant one
     "s": _STR.replace(b"]*", b"]*" + _P).replace(b")*", b")*" + _P),
     "n": _NUM,
-    "i": b"-?(?:0|[1-9][0-9]*" + _P + b")",  # an integer was seen: fewer branches (a float goes tolerant)
+    "i": b"-?(?:0|[1-9]" + MORE_DIGITS + _P + b")",  # an integer was seen: fewer branches (a float goes tolerant)
     "l": b"(?:" + _LIT + b")",
 }
 _FR = rb'(?:"(?P<fr>[^"\\\x00-\x1f\x80-\xff]*)"|null)'  # ASCII only: others take json.loads
-_CT = rb"(?P<ct>0|[1-9][0-9]*)"
-_CT2 = rb"(?P<ct2>0|[1-9][0-9]*)"  # a second count added to ct (formats' tokens_plus), in ct's segment
+_CT = b"(?P<ct>0|[1-9]" + MORE_DIGITS + b")"
+_CT2 = b"(?P<ct2>0|[1-9]" + MORE_DIGITS + b")"  # a second count added to ct (formats' tokens_plus), in ct's segment
 # A list of integers (token IDs), collapsed to one token by the builder (_collapse_int_lists), is
 # a hole like a long string: its end is the first "]" after it, and _list_items checks its body
 # with C-level bytes methods (a regex walk of thousands of integers ran at 30-90 MB/s); where it
 # is the token count (formats "len", vLLM's token_ids) the count is its items (hole kind 3).
 # No possessive quantifier here: CPython 3.11.2's `(?:...)*+` let "[1,]" match (a trailing comma).
-_INT = rb"-?(?:0|[1-9][0-9]*)"
+_INT = b"-?(?:0|[1-9]" + MORE_DIGITS + b")"
 _INT_ITEMS = _INT + rb"(?:[ \t\r]*,[ \t\r]*" + _INT + b")*"
 _INT_LIST_BODY = re.compile(rb"[ \t\r]*(?:" + _INT_ITEMS + rb")?[ \t\r]*")
 _LIST_TOKEN = b"[#]"  # the builder's token for a collapsed list of integers
@@ -544,10 +549,26 @@ def _list_items(buf, s, e, count=True):
         size, low = _ID_MASKS if n <= _ID_MASKS[0] else _id_masks(n)
         x = int.from_bytes(buf[s:e].translate(_ID_PAIRS), "big")
         if not (x >> 12) & x & low:  # byte i's high nibble lands on byte i + 1's low one
+            if n > INT_MAX_DIGITS > 0 and _long_item(buf, s, e):
+                return -1
             if not count:
                 return 0
             return ((x.bit_count() - 2 * n) >> 2) + 1 if _BIT_COUNT else buf.count(b",", s, e) + 1
     return _list_items_sep(bytes(buf[s:e]))
+
+
+def _long_item(buf, s, e, before=b" "):
+    """Whether the list body buf[s:e] (items, each after `before`: ", " or "," between them)
+    holds an item of more digits than json.loads reads (INT_MAX_DIGITS): such an item spans one
+    of the points INT_MAX_DIGITS apart, so two short searches at each point find it (~0.2 us a
+    point; a body under the limit has none)."""
+    step = INT_MAX_DIGITS
+    for c in range(s + step, e, step):
+        if buf[c] != 32 and buf[c] != 44:  # inside an item: its ends are the nearest separators
+            left, right = buf.rfind(before, s, c), buf.find(b",", c, e)
+            if (right if right >= 0 else e) - (left if left >= 0 else s - 1) - 1 > step:
+                return True
+    return False
 
 
 def _pair_code(b):
@@ -598,9 +619,13 @@ def _list_items_sep(body):
     if seps == b", " * (k >> 1) and not k & 1 and body.count(b", ") == k >> 1:  # each space after a comma
         if b", ," in body or not _zeros_alone(body, b" 0"):  # an empty item; a leading zero
             return -1
+        if len(body) > INT_MAX_DIGITS > 0 and _long_item(body, 0, len(body)):
+            return -1
         return (k >> 1) + 1
     if seps == b"," * k:
         if b",," in body or not _zeros_alone(body, b",0"):
+            return -1
+        if len(body) > INT_MAX_DIGITS > 0 and _long_item(body, 0, len(body), b","):
             return -1
         return k + 1
     return _list_items_slow(body)
