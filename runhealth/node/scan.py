@@ -1048,6 +1048,12 @@ def _scan_chunk_fields(buf, end, tally, tmpl_state, overrides, starts, base, ft,
                         idt = m[gi]
                     elif take == 8:  # fr in a segment of its own (ct after a list, Ollama's)
                         fr = m.group("fr")
+                    elif take == 20:  # ct and the prompt tokens, fr before them (Responses, Ollama)
+                        ct = m.group("ct")
+                        ptt = m[gp]
+                    elif take == 10:  # the ID and fr (Responses' first segment)
+                        fr = m.group("fr")
+                        idt = m[gi]
                     else:
                         if take & 1:
                             ct, fr = key = m.group("ct", "fr")
