@@ -618,7 +618,7 @@ def _extend_index(f, idx, size, tail=None):
 def _text_parts(obj):
     """The record's reasoning text, then its answer (where its format keeps them)."""
     loc = scan.locate(obj)
-    return [t for t in (scan.get_at(obj, p) for p in scan.text_paths(loc, obj)) if isinstance(t, str)]
+    return [t for t in (scan.formats.get_at(obj, p) for p in scan.text_paths(loc, obj)) if isinstance(t, str)]
 
 
 def _message_text(msg):
@@ -630,7 +630,7 @@ def _message_text(msg):
 
 def _prompt_at(obj, dotted):
     """The prompt at a configured dotted path: a string, or a list of chat messages."""
-    found = scan.get_at(obj, scan.parse_path(dotted))
+    found = scan.formats.get_at(obj, scan.parse_path(dotted))
     if isinstance(found, str):
         return found
     if isinstance(found, list) and all(isinstance(m, dict) and "role" in m for m in found):

@@ -91,17 +91,6 @@ def _parse(dotted_path):
     return tuple(int(p) if p.lstrip("-").isdigit() else p for p in dotted_path.split("."))
 
 
-def _get(obj, path):
-    for part in path:
-        if isinstance(obj, dict):
-            obj = obj.get(part)
-        elif isinstance(obj, list) and isinstance(part, int) and -len(obj) <= part < len(obj):
-            obj = obj[part]
-        else:
-            return None
-    return obj
-
-
 class FieldSpec:
     """The configured paths (`prompt_id_path`, `prompt_tokens_path`, `group_path` of a poll
     request), parsed; the candidates each field is looked for in."""
@@ -164,8 +153,8 @@ def _text_candidates(loc):
 def answer_state(obj, texts):
     """(no_answer, reasoned) of a `length` stop, the reference rule (module docstring)."""
     ans_paths, rsn_paths = _text_candidates(texts)
-    ans = next((v for v in (_get(obj, p) for p in ans_paths) if isinstance(v, str)), "")
-    rsn = next((v for v in (_get(obj, p) for p in rsn_paths) if isinstance(v, str)), "")
+    ans = next((v for v in (formats.get_at(obj, p) for p in ans_paths) if isinstance(v, str)), "")
+    rsn = next((v for v in (formats.get_at(obj, p) for p in rsn_paths) if isinstance(v, str)), "")
     i = ans.find("<think>")
     open_think = i >= 0 and ans.find("</think>", i) < 0
     return (bool(rsn) and not ans) or open_think, bool(rsn) or i >= 0
@@ -175,18 +164,18 @@ def line_values(obj, spec):
     """(ID candidate index or -1, ID bytes or None, prompt tokens or None, group value present, group key)."""
     idx, idb = -1, None
     for i, p in enumerate(spec.id_paths):
-        idb = id_bytes(_get(obj, p))
+        idb = id_bytes(formats.get_at(obj, p))
         if idb is not None:
             idx = i
             break
     pt = None
     for p in spec.pt_paths:
-        v = _get(obj, p)
+        v = formats.get_at(obj, p)
         if _valid_count(v):
             pt = v
             break
     if spec.group_path is not None:
-        return idx, idb, pt, _label(_get(obj, spec.group_path))
+        return idx, idb, pt, _label(formats.get_at(obj, spec.group_path))
     return idx, idb, pt, None if pt is None else pt.bit_length()
 
 

@@ -281,7 +281,9 @@ def set_cut_labels(labels):
 Located = namedtuple("Located", "finish tokens answer reasoning body literal labels tokens_plus")
 
 
-def _get(obj, path):
+def get_at(obj, path):
+    """Follow a key/index path through dicts and lists; None when any step is missing (the node
+    modules' one copy: scan.py and fields.py call it as formats.get_at)."""
     for part in path:
         if type(obj) is dict or isinstance(obj, dict):
             obj = obj.get(part)
@@ -294,9 +296,9 @@ def _get(obj, path):
 
 def _holds(obj, path, kind):
     if kind == PRESENT:
-        parent = _get(obj, path[:-1]) if len(path) > 1 else obj
+        parent = get_at(obj, path[:-1]) if len(path) > 1 else obj
         return isinstance(parent, dict) and path[-1] in parent
-    v = _get(obj, path)
+    v = get_at(obj, path)
     if kind == DICT:
         return isinstance(v, dict)
     return isinstance(v, list)
@@ -324,7 +326,7 @@ def wrapper_of(obj):
 
 def _exists(rec, path):
     """Whether the last key of `path` exists in its parent (structure, not value)."""
-    parent = _get(rec, path[:-1])
+    parent = get_at(rec, path[:-1])
     return isinstance(parent, dict) and path[-1] in parent
 
 
@@ -338,7 +340,7 @@ def expand(rec, pattern):
     for step in pattern:
         nxt = []  # type: list
         for p in out:
-            v = _get(rec, p)
+            v = get_at(rec, p)
             if isinstance(step, Where):
                 if isinstance(v, list):
                     for i, item in enumerate(v):
@@ -371,9 +373,9 @@ def locate(obj):
     root, literal = (), ()
     if w is not None:
         literal = w.literal
-        if isinstance(_get(obj, w.root), dict):
+        if isinstance(get_at(obj, w.root), dict):
             root = w.root
-    rec = _get(obj, root) if root else obj
+    rec = get_at(obj, root) if root else obj
     b = body_of(rec)
 
     def many(patterns):
@@ -396,14 +398,14 @@ def failure(obj):
     w = wrapper_of(obj)
     if w is not None:
         for path, test, reason_paths, default in w.fails:
-            v = _get(obj, path)
+            v = get_at(obj, path)
             if _failed(obj, path, test, v):
                 return _reason(obj, reason_paths, default, v)
     rec = obj
-    if w is not None and isinstance(_get(obj, w.root), dict):
-        rec = _get(obj, w.root)
+    if w is not None and isinstance(get_at(obj, w.root), dict):
+        rec = get_at(obj, w.root)
     for path, test, reason_paths, default in body_of(rec).fails:
-        v = _get(rec, path)
+        v = get_at(rec, path)
         if _failed(rec, path, test, v):
             return _reason(rec, reason_paths, default, v)
     return None
@@ -413,7 +415,7 @@ def _failed(obj, path, test, v):
     if test == "dict":
         return isinstance(v, dict)
     if test == "null":
-        parent = _get(obj, path[:-1])
+        parent = get_at(obj, path[:-1])
         return isinstance(parent, dict) and path[-1] in parent and v is None
     if test == "not_200":
         return v is not None and v != 200
@@ -426,7 +428,7 @@ def _failed(obj, path, test, v):
 
 def _reason(obj, paths, default, tested):
     for p in paths:
-        v = _get(obj, p)
+        v = get_at(obj, p)
         if isinstance(v, str) and v or type(v) is int:
             return clean_reason(str(v))
     return clean_reason(default % (tested,) if "%s" in default else default)

@@ -142,18 +142,6 @@ def clean_value(value):
 
 
 # ---------------------------------------------------------------------------- field rules
-def get_at(obj, path):
-    """Follow a key/index path through dicts and lists; None when any step is missing."""
-    for part in path:
-        if isinstance(obj, dict):
-            obj = obj.get(part)
-        elif isinstance(obj, list) and isinstance(part, int) and -len(obj) <= part < len(obj):
-            obj = obj[part]
-        else:
-            return None
-    return obj
-
-
 def parse_path(dotted):
     """ "choices.0.finish_reason" -> ("choices", 0, "finish_reason")."""
     return tuple(int(p) if p.lstrip("-").isdigit() else p for p in dotted.split("."))
@@ -171,7 +159,7 @@ def text_paths(loc, obj):
     """The sample's text paths: the first string among the reasoning candidates, then among the answer's."""
     out = []
     for paths in (loc.reasoning, loc.answer):
-        p = next((p for p in paths if isinstance(get_at(obj, p), str)), None)
+        p = next((p for p in paths if isinstance(formats.get_at(obj, p), str)), None)
         if p is not None:
             out.append(p)
     return out
@@ -193,12 +181,12 @@ def count_key(obj, overrides):
     a record with no count at all gets the chars/4 estimate.
     """
     loc = locate(obj)
-    fr = get_at(obj, overrides[0] or loc.finish)
+    fr = formats.get_at(obj, overrides[0] or loc.finish)
     fr = loc.labels.get(fr, fr) if isinstance(fr, str) else None  # the format's label, in the one vocabulary
-    ct = get_at(obj, overrides[1] or loc.tokens)
+    ct = formats.get_at(obj, overrides[1] or loc.tokens)
     if loc.body.count == "len" and not overrides[1] and isinstance(ct, list):
         ct = len(ct)  # vLLM's dump: the token IDs themselves
-    plus = None if overrides[1] or loc.tokens_plus is None else get_at(obj, loc.tokens_plus)
+    plus = None if overrides[1] or loc.tokens_plus is None else formats.get_at(obj, loc.tokens_plus)
     if plus is not None:  # Gemini's thoughtsTokenCount: part of what max_output_tokens bounds
         if not valid_count(plus):
             return None
@@ -208,7 +196,7 @@ def count_key(obj, overrides):
         return ct, fr, 0
     if ct is not None:
         return None
-    chars = sum(len(t) for t in (get_at(obj, p) for p in text_paths(loc, obj)) if isinstance(t, str))
+    chars = sum(len(t) for t in (formats.get_at(obj, p) for p in text_paths(loc, obj)) if isinstance(t, str))
     return -(-chars // 4), fr, 1
 
 
@@ -680,7 +668,7 @@ def _build_template(raw, obj, xspec=None):
     the prompt ID, prompt tokens and group, and remember which holes hold the answer and the
     reasoning text."""
     loc = locate(obj)
-    ct = get_at(obj, loc.tokens)
+    ct = formats.get_at(obj, loc.tokens)
     if not isinstance(ct, list if loc.body.count == "len" else int) or len(raw) > TEMPLATE_MAX_LINE_BYTES:
         return None
     extra = layout = None
