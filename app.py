@@ -11,11 +11,13 @@ auto-discovery off, so the modules in pages/ are only ever run through this rout
 from __future__ import annotations
 
 import functools
+import sqlite3
 from types import ModuleType
 
 import streamlit as st
 
 from components import context, page
+from components.format import md_escape
 from pages import compare, gpus, lengths, nodes, overview, samples
 
 # In sidebar order; url paths are those the auto-discovered pages had (bookmarks keep working).
@@ -46,16 +48,19 @@ def main(start: str = overview.PREFIX) -> None:
     }
     current = st.navigation(list(pages.values()))
     screen = next(mod for mod in SCREENS if pages[mod.PREFIX].url_path == current.url_path)
-    # Stops here on a config or access error; returns the run this session picked in the sidebar.
-    shown["rt"] = page.setup(
-        rt,
-        current.title,
-        screen.PREFIX,
-        pages,
-        one_run=getattr(screen, "ONE_RUN", True),
-        title_is_run=getattr(screen, "TITLE_IS_RUN", False),
-    )
-    current.run()
+    try:
+        # Stops here on a config or access error; returns the run this session picked in the sidebar.
+        shown["rt"] = page.setup(
+            rt,
+            current.title,
+            screen.PREFIX,
+            pages,
+            one_run=getattr(screen, "ONE_RUN", True),
+            title_is_run=getattr(screen, "TITLE_IS_RUN", False),
+        )
+        current.run()
+    except sqlite3.Error as exc:  # the store damaged (or its disk failing) since it was opened
+        st.error(md_escape(page.store_failure(exc) or str(exc)))
 
 
 def _show(screen: ModuleType, shown: dict[str, context.Runtime]) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import html
 import math
+import sqlite3
 import time
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar, TypeVarTuple
@@ -29,6 +30,7 @@ from runhealth.screens.nodestates import any_down
 from runhealth.serve import exposure
 from runhealth.settings.config import fix_hint
 from runhealth.settings.windows import FRESHNESS_TICK_S
+from runhealth.store import fileproblems
 
 CSS = """
 <style>
@@ -180,6 +182,7 @@ R = TypeVar("R")
 Ts = TypeVarTuple("Ts")
 
 ERROR_PREFIX = "Could not draw this part of the page"
+STORE_PATH_KEY = "rh_shown_stores"  # session state: the stores this page reads (store_failure names them)
 DEMO_TEXT = "DEMO — simulated run; add runhealth.toml to monitor real nodes"
 
 
@@ -210,12 +213,14 @@ def setup(
     render_open_banner(rt)
     rt = access.restrict(rt)  # only the runs this viewer may see, before the picker and ?run=
     view = context.ready(rt)
+    st.session_state[STORE_PATH_KEY] = [str(view.store.path)] if one_run else [str(r.store.path) for r in rt.runs]
     if query_flag("theme", "light"):
         st.markdown(LIGHT_CSS, unsafe_allow_html=True)
     with st.sidebar:
         if one_run:
             rt = runpicker.select(rt, prefix)
             view = context.ready(rt)
+            st.session_state[STORE_PATH_KEY] = [str(view.store.path)]
         st.markdown(f"### {view.config.name}" if one_run else f"### {fmt_plural(len(rt.runs), 'run')}")
         if rt.notice:
             st.info(rt.notice)
@@ -426,7 +431,7 @@ def live(rt: context.PageRuntime, fn: Callable[[*Ts], object], *args: *Ts, heade
 
     def body(*a: *Ts) -> None:
         if header:
-            data_header(rt)
+            guarded(data_header)(rt)
         guarded(fn)(*a)
 
     st.fragment(run_every=max(rt.config.interval_s, 2.0))(body)(*args)
@@ -454,17 +459,34 @@ def data_header(rt: context.PageRuntime, as_of: float | None | bool = False) -> 
 
 
 def guarded(fn: Callable[P, R]) -> Callable[P, R | None]:
-    """Run a render function so that no exception escapes the page: it becomes an st.error."""
+    """Run a render function so that no exception escapes the page: it becomes an st.error (a
+    store that cannot be read says which and what to do: store_failure)."""
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R | None:
         try:
             return fn(*args, **kwargs)
         except Exception as exc:
-            st.error(md_escape(f"{ERROR_PREFIX}: {type(exc).__name__}: {str(exc)[:300]}"))
+            st.error(md_escape(store_failure(exc) or f"{ERROR_PREFIX}: {type(exc).__name__}: {str(exc)[:300]}"))
             return None
 
     return wrapper
+
+
+def store_failure(exc: BaseException) -> str | None:
+    """What an SQLite error reading the run's history store means and what to do about it
+    (fileproblems.problem: a damaged file, a full disk, an I/O error, permissions), naming the
+    store this page shows; None for any other exception. A store damaged after the dashboard
+    opened it fails every read: the page says this, not a traceback."""
+    if not isinstance(exc, sqlite3.Error):
+        return None
+    paths = st.session_state.get(STORE_PATH_KEY) or []
+    if len(paths) == 1:
+        return f"The run's numbers cannot be read: {fileproblems.problem(paths[0], exc)}"
+    return (  # a screen of several runs: which store failed is not known here
+        f"One of the history stores of the runs shown cannot be read ({exc}): {', '.join(paths) or 'none known'}. "
+        "`runhealth status --config FILE` names the one it refuses and says what to do"
+    )
 
 
 def _rerun_when_stale(rt: context.Runtime) -> None:

@@ -172,7 +172,7 @@ def render_continuation(rt: PageRuntime, limit: int, ceiling: int) -> None:
         disabled=rt.collector is None or limit <= ceiling or jobs.running(key),
     ):
         jobs.start(key, whatif_view.continuation_job, rt.collector, rt.config, limit, ceiling, CONTINUATION_N)
-    st.fragment(run_every=1 if jobs.running(key) else None)(render_continuation_result)(key)
+    st.fragment(run_every=1 if jobs.running(key) else None)(page.guarded(render_continuation_result))(key)
 
 
 def render_continuation_result(key: str) -> None:
@@ -340,7 +340,7 @@ def render(rt: PageRuntime) -> None:
         page.live(rt, render_kiosk, rt)
         return
     page.live(rt, render_page, rt)
-    st.fragment(run_every=WHATIF_REFIT_S)(render_whatif_live)(rt)
+    st.fragment(run_every=WHATIF_REFIT_S)(page.guarded(render_whatif_live))(rt)
     # Sidebar widgets cannot live in a fragment: the download holds the histogram as of page load.
     page.download_csv(
         loaders.run_lengths(loaders.load_lengths_screen(rt.store, rt.config).counts).bins,

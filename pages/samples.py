@@ -143,7 +143,7 @@ def render(rt: PageRuntime) -> None:
     st.title("Samples")
     page.guarded(render_controls)(rt)
     waiting = st.session_state.get(f"{PREFIX}_waiting") is not None or loaders.load_samples(rt.store)["pending"]
-    st.fragment(run_every=2 if waiting else None)(render_pending)(rt)
+    st.fragment(run_every=2 if waiting else None)(page.guarded(render_pending))(rt)
     m = loaders.load_samples_screen(rt.store, rt.config)
     latest = m.batch
     if not latest:

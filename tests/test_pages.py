@@ -232,6 +232,29 @@ def _with_recording_collector(monkeypatch, config: Path) -> RecordingCollector:
     return runtime.collector
 
 
+@pytest.mark.parametrize("page", [*PAGES, "compare"])
+def test_a_store_damaged_after_the_page_opened_is_said_naming_it_not_a_traceback(page, tmp_path, monkeypatch):
+    """A store file damaged under a running dashboard (a failing disk, a stray write): every read
+    fails. The page says which file and what to do, as `runhealth status` does (fileproblems),
+    in its main run and in its fragments (Compare too: one run configured); it raised
+    tracebacks before."""
+    store, config = store_fixtures.make_store(tmp_path, "healthy")
+    path = Path(store.path)
+    store.close()
+    at = run_page(page, config, monkeypatch)
+    assert not at.exception and not at.error
+    raw = bytearray(path.read_bytes())
+    for page_start in range(8192, len(raw), 4096):  # every b-tree page past the first two
+        raw[page_start + 100 : page_start + 400] = b"\xff" * 300
+    path.write_bytes(bytes(raw))
+    st.cache_data.clear()  # the numbers a page cached before the damage are served until they expire
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    said = [str(e.value).replace("\\", "") for e in at.error]
+    assert said and all(str(path) in e and "is damaged (database disk image is malformed)" in e for e in said), said
+    assert all("Move it away" in e for e in said), said  # what to do, as `runhealth status` says it
+
+
 def test_refresh_button_wakes_the_collector(stores, monkeypatch):
     collector = _with_recording_collector(monkeypatch, stores["healthy"])
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT_S).run()
