@@ -208,6 +208,11 @@ def test_thousands_of_shards_are_all_counted(tmp_path):
     assert hist.total == 4000 and malformed == 0 and unmatched == []
 
 
+def _last_ok(store: Store) -> float:
+    nodes = store.nodes()
+    return (nodes[0]["last_ok_unix"] or 0.0) if nodes else 0.0
+
+
 def test_shards_appended_to_while_polls_run_are_counted_exactly(tmp_path):
     """A writer flushing half-lines while the collector polls: no line lost, none doubled."""
     from runhealth.settings.config import NodeConfig
@@ -231,6 +236,10 @@ def test_shards_appended_to_while_polls_run_are_counted_exactly(tmp_path):
                 line = chat_line(tokens, finish)
                 f.write(line[: len(line) // 2])
                 f.flush()  # a poll may see this half line: it must wait for the rest
+                if i % 500 == 250:  # and six surely do, however slow the machine (CI at load 15 saw 2 polls)
+                    before = _last_ok(store)
+                    collector.request_refresh()
+                    assert wait_for(lambda before=before: _last_ok(store) > before, timeout_s=30)
                 f.write(line[len(line) // 2 :])
                 if i % 50 == 0:
                     f.flush()
