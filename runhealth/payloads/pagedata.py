@@ -107,6 +107,18 @@ def computed_at(store: Store, name: str) -> float | None:
     return float(row[0]) if row else None
 
 
+def newest_at(store: Store) -> float | None:
+    """The stamp of the newest payload written, the collector's kept STATE row left out (None:
+    none, or no page_data table yet): what changes with each publication, so the pages' live parts
+    redraw when it does (components/livewatch.py). One read of a table of a few dozen rows (the
+    stamp sits before the payload in each row: no payload page is read)."""
+    try:
+        row = store.cursor("SELECT MAX(ts_unix) FROM page_data WHERE name != ?", (STATE,)).fetchone()
+    except Exception:  # a store from before the table
+        return None
+    return float(row[0]) if row and row[0] is not None else None
+
+
 @overload
 def get(store: Store, name: str) -> tuple[float, Any] | None: ...
 @overload
