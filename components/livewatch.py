@@ -80,7 +80,10 @@ def live(store: Store, every_s: float, body: Callable[[*Ts], object], *args: *Ts
         body(*a)
 
     st.fragment(drawn)(*args)
-    st.fragment(run_every=WATCH_S)(watch)(store, every_s)  # after the live part: a full run draws it first
+    # After the live part: a full run draws it first. In the sidebar: each run of a fragment sends
+    # its (here empty) container again, which in the main column would add a gap under the page.
+    with st.sidebar:
+        st.fragment(run_every=WATCH_S)(watch)(store, every_s)
 
 
 def watch(store: Store, every_s: float) -> None:
