@@ -28,11 +28,20 @@ from typing import Any, TypeVarTuple
 import streamlit as st
 
 from components import precomputed
+from runhealth.screens import published
 from runhealth.store import Store
 
 log = logging.getLogger(__name__)
 Ts = TypeVarTuple("Ts")
 
+# Which publications a page's live part follows (precomputed.publication's only / besides): the
+# Overview, published after polls (the Overview, and the Nodes page, which reads the polls), or the
+# other page payloads (Output lengths, GPUs), computed after polls at most once an interval;
+# ANY: every one. A page is not redrawn for a publication it does not read.
+Follows = tuple[tuple[str, ...] | None, tuple[str, ...]]
+ANY: Follows = (None, ())
+OVERVIEW: Follows = ((published.NAME,), ())
+PAYLOADS: Follows = (None, (published.NAME,))
 WATCH_S = 0.25  # the watcher's tick: a publication shows after half of it on average, plus the redraw
 KEY = "livewatch_drawn"  # session state: what this viewer's live part last drew (a Drawn's fields)
 _broken: list[str] = []  # why a rerun request failed in this process (then: the fixed tick)
@@ -65,9 +74,9 @@ def supported() -> bool:
     return {"fragment_id", "is_auto_rerun", "query_string", "page_script_hash"} <= fields
 
 
-def live(store: Store, every_s: float, body: Callable[[*Ts], object], *args: *Ts) -> None:
+def live(store: Store, every_s: float, follows: Follows, body: Callable[[*Ts], object], *args: *Ts) -> None:
     """Draw `body(*args)` in a fragment that redraws within WATCH_S of each publication of `store`
-    and at least every `every_s` (`every_s` alone where the watcher is not supported)."""
+    it `follows` and at least every `every_s` (`every_s` alone where the watcher is not supported)."""
     if not supported():
         st.fragment(run_every=every_s)(body)(*args)
         return
@@ -75,7 +84,7 @@ def live(store: Store, every_s: float, body: Callable[[*Ts], object], *args: *Ts
     def drawn(*a: *Ts) -> None:
         fragment_id = _running_fragment_id()
         if fragment_id is not None:  # the stamp before the reads: a later publication redraws again
-            kept = Drawn(fragment_id, precomputed.publication(store), time.monotonic())
+            kept = Drawn(fragment_id, precomputed.publication(store, *follows), time.monotonic())
             st.session_state[KEY] = dataclasses.astuple(kept)
         body(*a)
 
@@ -83,16 +92,16 @@ def live(store: Store, every_s: float, body: Callable[[*Ts], object], *args: *Ts
     # After the live part: a full run draws it first. In the sidebar: each run of a fragment sends
     # its (here empty) container again, which in the main column would add a gap under the page.
     with st.sidebar:
-        st.fragment(run_every=WATCH_S)(watch)(store, every_s)
+        st.fragment(run_every=WATCH_S)(watch)(store, every_s, follows)
 
 
-def watch(store: Store, every_s: float) -> None:
-    """One tick: ask for the live part's rerun when there is a newer publication than it drew, or
-    it is `every_s` old; draws nothing."""
+def watch(store: Store, every_s: float, follows: Follows = ANY) -> None:
+    """One tick: ask for the live part's rerun when there is a newer publication (of those it
+    `follows`) than it drew, or it is `every_s` old; draws nothing."""
     seen = Drawn.of(st.session_state.get(KEY))
     if seen is None:
         return
-    stamp, now = precomputed.publication(store), time.monotonic()
+    stamp, now = precomputed.publication(store, *follows), time.monotonic()
     if stamp == seen.stamp and now - seen.at < every_s:
         return
     # Noted as asked for, so the next ticks wait for this one (the redraw notes it again).

@@ -419,18 +419,25 @@ def _kiosk_rotate(rt: context.PageRuntime, prefix: str, rotate_s: float, pages: 
     st.switch_page(pages[page_name], query_params=params)
 
 
-def live(rt: context.PageRuntime, fn: Callable[[*Ts], object], *args: *Ts, header: bool = True) -> None:
+def live(
+    rt: context.PageRuntime,
+    fn: Callable[[*Ts], object],
+    *args: *Ts,
+    header: bool = True,
+    follows: livewatch.Follows = livewatch.ANY,
+) -> None:
     """Draw `fn(*args)` in a fragment that redraws itself in place (no flicker, widgets inside keep
-    their state) within a quarter second of each publication of the run's store and at least every
-    collection interval (components/livewatch.py), under a line saying when its numbers are from
-    (`header=False`: `fn` draws that line itself, with its model's instant: `data_header(rt, as_of)`)."""
+    their state) within a quarter second of each publication of the run's store that it `follows`
+    and at least every collection interval (components/livewatch.py), under a line saying when its
+    numbers are from (`header=False`: `fn` draws that line itself, with its model's instant:
+    `data_header(rt, as_of)`)."""
 
     def body(*a: *Ts) -> None:
         if header:
             data_header(rt)
         guarded(fn)(*a)
 
-    livewatch.live(rt.store, max(rt.config.interval_s, 2.0), body, *args)
+    livewatch.live(rt.store, max(rt.config.interval_s, 2.0), follows, body, *args)
 
 
 def data_header(rt: context.PageRuntime, as_of: float | None | bool = False) -> None:

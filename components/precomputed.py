@@ -33,20 +33,22 @@ T = TypeVar("T")
 # A watching page asks 4-5 times a second (livewatch.WATCH_S): one read a tenth of a second per
 # store serves every viewer, and adds at most a tenth to the time a new publication takes to show.
 PUBLICATION_TTL_S = 0.1
-_MAX_STORES = 64  # stamps kept (one per store a viewer looked at; the oldest read is dropped first)
-_stamps: dict[str, tuple[float, float | None]] = {}  # store path -> (monotonic read at, stamp)
+_MAX_STORES = 64  # stamps kept (a few per store a viewer looked at; the oldest read is dropped first)
+Names = tuple[str, ...]
+_stamps: dict[tuple[str, Names | None, Names], tuple[float, float | None]] = {}  # -> (monotonic read at, stamp)
 _stamps_lock = threading.Lock()
 
 
-def publication(store: Store) -> float | None:
-    """The stamp of the store's newest page payload (runhealth.payloads.pagedata.newest_at; None:
-    none yet), as read within the last PUBLICATION_TTL_S by any viewer of this process."""
-    key, now = str(store.path), time.monotonic()
+def publication(store: Store, only: Names | None = None, besides: Names = ()) -> float | None:
+    """The stamp of the store's newest page payload (`only` / `besides`: of these names / not of
+    these: runhealth.payloads.pagedata.newest_at; None: none yet), as read within the last
+    PUBLICATION_TTL_S by any viewer of this process."""
+    key, now = (str(store.path), only, besides), time.monotonic()
     with _stamps_lock:
         got = _stamps.get(key)
     if got is not None and now - got[0] < PUBLICATION_TTL_S:
         return got[1]
-    value = pagedata.newest_at(store)
+    value = pagedata.newest_at(store, only, besides)
     with _stamps_lock:
         _stamps[key] = (now, value)
         while len(_stamps) > _MAX_STORES:
