@@ -66,12 +66,15 @@ def supported() -> bool:
     if _broken:
         return False
     try:
+        from streamlit.runtime.scriptrunner_utils import script_run_context as run_context
         from streamlit.runtime.scriptrunner_utils.script_requests import RerunData
 
         fields = {f.name for f in dataclasses.fields(RerunData)}
     except (ImportError, TypeError):
         return False
-    return {"fragment_id", "is_auto_rerun", "query_string", "page_script_hash"} <= fields
+    # The running fragment's id: ThreadState's (1.67), or the run context's before it.
+    knows_id = hasattr(run_context, "ThreadState") or hasattr(run_context.ScriptRunContext, "current_fragment_id")
+    return knows_id and {"fragment_id", "is_auto_rerun", "query_string", "page_script_hash"} <= fields
 
 
 def live(store: Store, every_s: float, follows: Follows, body: Callable[[*Ts], object], *args: *Ts) -> None:
