@@ -255,7 +255,9 @@ class Collector:
             store, config.max_output_tokens, config.interval_s, min_interval_s=config.interval_s, clock=clock
         )
         # The Overview, built after polls and read by every viewer (#31: one read a render).
-        self.publisher = publisher.Publisher(store, config, clock=clock)
+        self._polls_running = 0  # polls in progress (_poll_node): the publisher waits for a round's last
+        self._polls_lock = threading.Lock()
+        self.publisher = publisher.Publisher(store, config, clock=clock, busy=lambda: self._polls_running > 0)
         # The alert history (#32): evaluated every poll interval by the collecting process, webhooks or none.
         # Its alerts are the published Overview's while that holds (one evaluation an instant).
         self.alert_history = alerthistory.AlertHistory(
@@ -352,8 +354,14 @@ class Collector:
     def _poll_node(self, name: str) -> None:
         """One scheduled turn of a node: poll it (until indexed); failures are recorded by poll()."""
         if not self._stop.is_set():  # pages follow a long catch-up too (after_poll is rate-limited)
-            self.pollers[name].poll_until_indexed(self._stop, self._after_catch_up_poll)
-            self._after_poll()
+            with self._polls_lock:
+                self._polls_running += 1
+            try:
+                self.pollers[name].poll_until_indexed(self._stop, self._after_catch_up_poll)
+            finally:
+                with self._polls_lock:
+                    self._polls_running -= 1
+            self._after_poll()  # after the count: the publisher sees this poll ended
 
     def _after_catch_up_poll(self, _name: str, _pending: int) -> None:
         self._after_poll()

@@ -4,6 +4,11 @@
 One publishing thread builds whenever something changed, at most once per `gap_s()`: so a fleet's
 hundreds of polls a minute make one build a second at most, not hundreds, and the last poll of a
 burst (a "Refresh now", a round of staggered polls) is always published, at most one gap later.
+While other polls are still running (`busy`, the collector's), a build waits for them, up to
+SETTLE_MAX_S after the first poll it would show: a round of a few nodes, polled together, is
+published once, right after its last poll, instead of its first node at once and the others a
+gap later (#42 item 2: 1.2 s from the demo's second node to the screen). A fleet's polls never
+all end; its builds come when the gap ends, as before.
 The gap adapts to what a build costs: at least MIN_GAP_S, and long enough that building takes at
 most COST_SHARE of a core (at most MAX_GAP_INTERVALS poll intervals, and half of stale_after, so
 that a build's numbers never turn stale before the next one). Each build is written with
@@ -35,6 +40,7 @@ log = textsafe.get_logger(__name__)
 MIN_GAP_S = 1.0  # a small run publishes after (nearly) every poll
 COST_SHARE = 0.02  # builds take at most this share of a core ...
 MAX_GAP_INTERVALS = 3  # ... unless that would leave more than this many poll intervals between them
+SETTLE_MAX_S = 0.5  # a build waits at most this long for the polls still running (the module docstring)
 
 
 class Publisher:
@@ -46,11 +52,14 @@ class Publisher:
         config: RunConfig,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        busy: Callable[[], bool] | None = None,
     ):
         self.store, self.config = store, config
         self.clock, self.monotonic = clock, monotonic
+        self.busy = busy  # whether polls are still running (the collector's); None: never waits
         self._lock = threading.Lock()
         self._dirty = False  # a poll landed since the last build began
+        self._dirty_since: float | None = None  # monotonic: the first poll the next build shows
         self._last_start: float | None = None  # monotonic
         self._wake, self._stop = threading.Event(), threading.Event()
         self._thread: threading.Thread | None = None
@@ -76,9 +85,19 @@ class Publisher:
         last = self._last_start
         return 0.0 if last is None else max(0.0, last + self.gap_s() - self.monotonic())
 
+    def settle_s(self) -> float:
+        """Seconds a due build still waits for the polls running (0: build now): until they end,
+        at most SETTLE_MAX_S after the first poll it would show. Each poll's end wakes the thread."""
+        since = self._dirty_since
+        if self.busy is None or since is None or not self.busy():
+            return 0.0
+        return max(0.0, since + SETTLE_MAX_S - self.monotonic())
+
     def mark(self) -> None:
         """A poll landed: the next build is due (the thread's input; after_poll also wakes it)."""
         with self._lock:
+            if not self._dirty:
+                self._dirty_since = self.monotonic()
             self._dirty = True
 
     def after_poll(self) -> None:
@@ -96,7 +115,7 @@ class Publisher:
         with self._lock:
             if not self._dirty:
                 return False
-            self._dirty, self._last_start = False, self.monotonic()
+            self._dirty, self._dirty_since, self._last_start = False, None, self.monotonic()
         try:
             self.publish_now()
             self.last_error = None
@@ -127,6 +146,11 @@ class Publisher:
             while not self._stop.is_set():
                 if self._stop.wait(self.wait_s()):
                     return
+                settle = self.settle_s()
+                if settle > 0:  # polls still running: the next one's end (after_poll) wakes us
+                    self._wake.wait(settle)
+                    self._wake.clear()
+                    continue
                 if not self.run_pending():
                     break
 
