@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from store_fixtures import write_reply
+from store_fixtures import poll_reply, write_reply
 
 from runhealth.alerting import exporter
-from runhealth.rules import health
+from runhealth.rules import activity, health
 from runhealth.store import Store
 from tests.store_fixtures import CEILING, RUN_NAME, make_store
 
@@ -124,6 +124,54 @@ def test_stall_is_exported_and_alerted(tmp_path):
     # no sentence claims that other nodes write.
     assert ("run_stalled", None) in names and ("node_down", "node-2") in names
     assert not any(name == "node_stalled" for name, _node in names)
+
+
+def _late_poll_store(tmp_path: Path, now: float) -> Store:
+    """One node polled every 10 s until 90 s ago, then once more 5 s ago (a late poll): the live
+    minute's only span opens 90 s back, before a lookback of the window and two intervals (80 s)."""
+    store = Store(tmp_path / "late.sqlite3")
+    store.set_meta("run", {**META, "nodes": ["node-1"]})
+    store.register_node("node-1", {"name": "node-1", "host": "local", "shards": ["/data/out/*.jsonl"]})
+    offset = 0
+    for ts in [now - 200 + 10 * k for k in range(12)] + [now - 5]:
+        end = offset + 4000
+        entry = {"inode": 1, "size": end, "offset_from": offset, "offset": end, "reset": False, "lines": 10}
+        entry |= {"malformed": 0, "tokens": 1000, "counts": [[100, "stop", 0, 10]], "error": None}
+        write_reply(store, "node-1", poll_reply(ts, [], {"/data/out/a.jsonl": entry}), ts)
+        offset = end
+    return store
+
+
+def test_a_scrape_computes_the_rates_once_the_alerts_reading(tmp_path, monkeypatch):
+    """#42 item 3: the tok/s series, the stall series and the alerts share one reading of every
+    node's rates a scrape (each node's rates cost ~0.1-0.35 CPU s a scrape at 1,024 nodes)."""
+    now = time.time()
+    store = _store(tmp_path, now=now)
+    calls = []
+    real = activity.run_rates
+    monkeypatch.setattr(activity, "run_rates", lambda *a, **kw: calls.append(a[1]) or real(*a, **kw))
+    got = _samples(store, now)
+    assert calls == [now]  # one computation: the stall rule's, the alerts' and the tok/s series'
+    tps = {s.labels["node"]: s.value for s in got["runhealth_generation_tokens_per_second"]}
+    memo: dict = {}
+    health.stalled_nodes(store, now, store.run_settings().stall_after, memo)
+    (reading,) = memo.values()
+    assert tps == {n: r.tokens_per_s_1m for n, r in reading.per_node.items() if r.tokens_per_s_1m is not None}
+    assert set(tps) == {"node-1", "node-4"}
+
+
+def test_a_late_poll_gives_the_scrape_the_rate_the_alerts_and_the_overview_read(tmp_path):
+    """The live minute's span opened by a poll 90 s back: the scrape's tok/s is the one the alerts
+    and the screens read (their hour of polls), not a missing series (a shorter lookback missed it)."""
+    now = time.time()
+    store = _late_poll_store(tmp_path, now)
+    got = _samples(store, now)
+    tps = {s.labels["node"]: s.value for s in got["runhealth_generation_tokens_per_second"]}
+    alerts = health.read(store, now).rates.per_node["node-1"].tokens_per_s_1m
+    screens = activity.read_rates(store, now).per_node["node-1"].tokens_per_s_1m  # the hour the pages read
+    assert alerts is not None and alerts > 0
+    assert tps == {"node-1": alerts} and screens == alerts
+    store.close()
 
 
 def test_serve_binds_loopback_by_default(tmp_path):

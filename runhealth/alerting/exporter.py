@@ -26,15 +26,15 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import ThreadingWSGIServer
 
-from runhealth.alerting import exposition, fieldmetrics, metricsauth
+from runhealth.alerting import countgroups, exposition, fieldmetrics, metricsauth
 from runhealth.analysis import failed as failed_reqs
-from runhealth.analysis import reasons, stats, tokencost, unknowns
+from runhealth.analysis import stats, tokencost, unknowns
 from runhealth.records import LENGTH, GpuNumber
 from runhealth.rules import activity, health
 from runhealth.screens import fieldmodel, runeta
 from runhealth.settings.runsettings import RunSettings
 from runhealth.settings.windows import rate_window_s
-from runhealth.store import Store, reasonnames
+from runhealth.store import Store
 from runhealth.textsafe import escape
 
 log = logging.getLogger(__name__)
@@ -80,14 +80,20 @@ class StoreMetrics:
         run = settings.name
         memo: dict[tuple, activity.RunRates] = {}  # the stall series and the alerts read the polls once
         try:
-            figures = fieldmodel.field_figures(self.store, settings, self._ceiling(settings)[0])
-            # Read once a scrape: the completions counter and the failed requests' ratio divide
-            # the same counts (two GROUP BYs over every node's length counts, #42 item 3).
-            done = self._reason_counts()
-            yield from self._lengths(run, settings, done)
+            ceiling, estimated = self._ceiling(settings)
+            figures = fieldmodel.field_figures(self.store, settings, ceiling)
+            # Every node's length counts read once a scrape, in groups (countgroups.py: one scan,
+            # not five): the completions counter, the histogram, the costs and the failed ratio's
+            # denominator are summed from them (#42 item 3).
+            bounds = length_buckets(ceiling)
+            groups = countgroups.read(self.store, bounds, ceiling)
+            done = countgroups.reason_counts(groups)
+            known = unknowns.unknown_from(*countgroups.unknown_parts(groups)) is None
+            lengths = countgroups.per_node(groups, len(bounds), estimated)
+            yield from self._lengths(run, (ceiling, estimated), done, lengths, known)
             yield from self._nodes(run, settings, now, memo, figures["prompts"].get("answered"))
             yield from self._gpus(run, settings.node_names)
-            yield from self._costs(run, settings)
+            yield from self._costs(run, settings, ceiling, lengths, known)
             yield from self._failed(run, done)
             yield from fieldmetrics.field_families(self.store, run, settings, figures=figures)
             yield from self._alerts(run, settings, now, memo)
@@ -112,7 +118,14 @@ class StoreMetrics:
         yield family
 
     # -- completions and lengths ---------------------------------------------------------
-    def _lengths(self, run: str, settings: RunSettings, done: dict[tuple[str, str], int]) -> Iterator[Metric]:
+    def _lengths(
+        self,
+        run: str,
+        ceiling_of: tuple[int | None, int],
+        done: dict[tuple[str, str], int],
+        lengths: dict[str, countgroups.NodeLengths],
+        known: bool,
+    ) -> Iterator[Metric]:
         completions = CounterMetricFamily(
             "runhealth_completions",
             "Completions counted in the shards, exactly.",
@@ -121,7 +134,7 @@ class StoreMetrics:
         for (node, reason), n in done.items():
             completions.add_metric([run, node, reason], n)
         yield completions
-        ceiling, estimated = self._ceiling(settings)
+        ceiling, estimated = ceiling_of
         if ceiling is not None:
             yield _gauge(
                 "runhealth_ceiling_tokens", "The max_tokens ceiling (configured, else detected).", run, ceiling
@@ -138,16 +151,16 @@ class StoreMetrics:
             labels=["run", "node"],
         )
         total_len = total_at = 0
-        for node, count, token_sum, cumulative, at in self._bucket_rows(bounds, ceiling, estimated):
-            buckets = [(_le(b), c) for b, c in zip(bounds, cumulative, strict=True)] + [("+Inf", count)]
-            hist.add_metric([run, node], buckets, token_sum)
+        for node, got in lengths.items():
+            buckets = [(_le(b), c) for b, c in zip(bounds, got.cumulative, strict=True)] + [("+Inf", got.count)]
+            hist.add_metric([run, node], buckets, got.tokens)
             if ceiling is not None:
-                at_ceiling.add_metric([run, node], at)
-            total_len, total_at = total_len + count, total_at + at
+                at_ceiling.add_metric([run, node], got.at_ceiling)
+            total_len, total_at = total_len + got.count, total_at + got.at_ceiling
         yield hist
         if ceiling is not None:
             yield at_ceiling
-        if ceiling is not None and self._truncation_known():  # unknown: no series, never a calm 0 (#39)
+        if ceiling is not None and known:  # unknown: no series, never a calm 0 (#39)
             ratio = GaugeMetricFamily(
                 "runhealth_truncated_ratio",
                 "Share of completions (with known length) stopped at the ceiling.",
@@ -155,17 +168,6 @@ class StoreMetrics:
             )
             ratio.add_metric([run], total_at / total_len if total_len else 0.0)
             yield ratio
-
-    def _truncation_known(self) -> bool:
-        """False when the finish reason or the token count is missing on too many completions
-        (analysis/unknowns.py, the one rule): the truncation ratios are then left out."""
-        where, gone = self.store.counted_where()
-        row = self.store.cursor(
-            "SELECT COALESCE(SUM(count), 0), COALESCE(SUM(CASE WHEN finish_reason = '' THEN count END), 0),"
-            f" COALESCE(SUM(CASE WHEN estimated = 1 THEN count END), 0) FROM node_length_counts{where}",
-            gone,
-        ).fetchone()
-        return unknowns.unknown_from(*row) is None
 
     def _failed(self, run: str, done: dict[tuple[str, str], int]) -> Iterator[Metric]:
         """Failed requests (#39): a counter per node and bounded reason, and the run's share of
@@ -187,29 +189,6 @@ class StoreMetrics:
                 "runhealth_failed_requests_ratio", "Failed requests / (completions + failed requests).", run, share
             )
 
-    def _reason_counts(self) -> dict[tuple[str, str], int]:
-        """(node, label) -> completions, with a bounded set of finish_reason labels (the known
-        ones and the most frequent few, the rest as "other": one label per distinct value made a
-        scrape of a hostile store 10.8 MB); grouped in SQL, so the rows read are bounded too."""
-        where, gone = self.store.counted_where()  # a renamed node's old name: counted once, as the new one
-        totals = {
-            r[0]: r[1]
-            for r in self.store.cursor(
-                f"SELECT finish_reason, SUM(count) FROM node_length_counts{where} GROUP BY finish_reason", gone
-            )
-        }
-        names = reasons.shown_names(totals)
-        kept = sorted(names)
-        sql = (
-            f"SELECT node, CASE WHEN finish_reason IN ({','.join('?' * len(kept))}) THEN finish_reason END,"
-            f" SUM(count) FROM node_length_counts{where} GROUP BY 1, 2 ORDER BY 1, 2"
-        )
-        out: dict[tuple[str, str], int] = {}
-        for node, reason, n in self.store.cursor(sql, (*kept, *gone)):
-            key = (node, names.get(reason, reasons.OTHER) if reason is not None else reasons.OTHER)
-            out[key] = out.get(key, 0) + n
-        return out
-
     def _ceiling(self, settings: RunSettings) -> tuple[int | None, int]:
         """(ceiling, the `estimated` flag of the rows length statistics use), as stats.summarize decides."""
         where, gone = self.store.counted_where()
@@ -222,18 +201,6 @@ class StoreMetrics:
         rows = self.store.length_counts(by="run", finish_reason=LENGTH)
         hist = stats.LengthHist.from_rows((r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in rows)
         return stats.detect_ceiling(hist), estimated
-
-    def _bucket_rows(self, bounds: list[float], ceiling: int | None, estimated: int) -> Iterator[tuple]:
-        """Per node: (node, count, token sum, cumulative counts per bound, count at the ceiling), in SQL."""
-        cols = "".join(f", SUM(CASE WHEN tokens <= {int(b)} THEN count ELSE 0 END)" for b in bounds)
-        at = f", SUM(CASE WHEN {stats.cut_sql(ceiling)} THEN count ELSE 0 END)"  # the one rule (stats.is_cut)
-        where, gone = self.store.counted_where()
-        sql = (
-            f"SELECT node, SUM(count), SUM(tokens * count){cols}{at} FROM node_length_counts"
-            f"{where} AND estimated = ? GROUP BY node ORDER BY node"
-        )
-        for row in self.store.cursor(sql, (*gone, estimated)):
-            yield row[0], row[1], row[2], list(row[3:-1]), row[-1]
 
     # -- nodes and the run ---------------------------------------------------------------
     def _nodes(
@@ -257,6 +224,7 @@ class StoreMetrics:
             " a minute, or two poll intervals when polls are slower).",
             labels=["run", "node"],
         )
+        memo = {} if memo is None else memo
         stalls = health.stalled_nodes(self.store, now, stall_after, memo)
         nodes = self.store.nodes()
         keep = settings.node_names  # a node removed from the config leaves the state series
@@ -274,7 +242,7 @@ class StoreMetrics:
             quiet = state == "up" and n["name"] in stalls and n["name"] not in done  # a done node is not stalled
             stalled.add_metric([run, n["name"]], 1.0 if quiet else 0.0)
             finished.add_metric([run, n["name"]], 1.0 if n["name"] in done else 0.0)
-        for node, rate in self._token_rates(now, interval_s).items():
+        for node, rate in self._token_rates(now, stall_after, memo).items():
             if keep is None or node in keep:
                 tps.add_metric([run, node], rate)
         yield from (up, age, stalled, finished, tps)
@@ -289,10 +257,14 @@ class StoreMetrics:
                 progress.share,
             )
 
-    def _token_rates(self, now: float, interval_s: float) -> dict[str, float]:
+    def _token_rates(self, now: float, stall_after: float, memo: dict[tuple, activity.RunRates]) -> dict[str, float]:
         """Per node, the one live tok/s (runhealth.rules.activity over windows.rate_window_s, ending
-        now); none for a node not polled within it."""
-        found = activity.recent_rates(self.store, now, interval_s=interval_s)
+        now); none for a node not polled within it. The stall rule's reading (`memo`, filled by
+        health.stalled_nodes just before, and read again by the alerts): every node's rates are
+        computed once a scrape, over the polls the alerts read (#42 item 3: a second pass over a
+        shorter lookback cost ~0.1-0.35 CPU s a scrape at 1,024 nodes, and missed the poll that
+        opens the window's first span when a poll was late)."""
+        found = activity.read_rates(self.store, now, 2 * stall_after, memo=memo)
         return {node: r.tokens_per_s_1m for node, r in found.per_node.items() if r.tokens_per_s_1m is not None}
 
     # -- GPUs ----------------------------------------------------------------------------
@@ -324,19 +296,17 @@ class StoreMetrics:
         yield throttled
 
     # -- what the cut cost (#33 item 2) ---------------------------------------------------
-    def _costs(self, run: str, settings: RunSettings) -> Iterator[Metric]:
+    def _costs(
+        self,
+        run: str,
+        settings: RunSettings,
+        ceiling: int | None,
+        lengths: dict[str, countgroups.NodeLengths],
+        known: bool,
+    ) -> Iterator[Metric]:
         """Generated tokens per node by kind (all, cut at the ceiling, usable: the Overview's
         exact shares, over the rows stats.summarize uses), GPU energy per node and per source,
         and the run's joules and GPU-seconds per usable token (analysis/tokencost.py)."""
-        ceiling, estimated = self._ceiling(settings)
-        where, gone = self.store.counted_where()
-        natural = ",".join(f"'{r}'" for r in reasonnames.NATURAL)
-        cut = stats.cut_sql(ceiling)  # the one truncation rule (stats.is_cut)
-        sql = (
-            f"SELECT node, SUM(tokens * count), SUM(CASE WHEN {cut} THEN tokens * count ELSE 0 END),"
-            f" SUM(CASE WHEN finish_reason IN ({natural}) THEN tokens * count ELSE 0 END)"
-            f" FROM node_length_counts{where} AND estimated = ? GROUP BY node ORDER BY node"
-        )
         tokens = CounterMetricFamily(
             "runhealth_generated_tokens",
             "Generated tokens counted in the shards, exactly, by kind: all, cut_at_ceiling (in completions"
@@ -344,12 +314,12 @@ class StoreMetrics:
             labels=["run", "node", "kind"],
         )
         total = total_cut = 0
-        for node, all_t, cut_t, usable_t in self.store.cursor(sql, (*gone, estimated)):
-            for kind, n in (("all", all_t), ("cut_at_ceiling", cut_t), ("usable", usable_t)):
-                tokens.add_metric([run, node, kind], n or 0)
-            total, total_cut = total + (all_t or 0), total_cut + (cut_t or 0)
+        for node, n in lengths.items():
+            for kind, t in (("all", n.tokens), ("cut_at_ceiling", n.cut_tokens), ("usable", n.usable_tokens)):
+                tokens.add_metric([run, node, kind], t)
+            total, total_cut = total + n.tokens, total_cut + n.cut_tokens
         yield tokens
-        if ceiling is not None and self._truncation_known():
+        if ceiling is not None and known:
             yield _gauge(
                 "runhealth_truncated_tokens_ratio",
                 "Share of generated tokens spent in completions stopped at the ceiling.",

@@ -1,0 +1,110 @@
+"""A /metrics scrape's one pass over every node's length counts.
+
+The exporter's count figures (completions by node and finish reason, the length histogram, the
+completions and tokens at the ceiling, the usable tokens, whether the truncation is known) were
+five GROUP BYs over `node_length_counts`, each a full scan: at 1,024 nodes with a day of history
+(~4M rows, every distinct length of every node) a scrape spent ~7 CPU s in them (#42 item 3).
+`read` scans the table once, grouped by (node, finish reason, estimated, histogram bucket, cut at
+the ceiling) — a few thousand groups — and each figure is summed from those groups here, with the
+same rules: the buckets are `exporter.length_buckets`' bounds, the cut is `stats.cut_sql` (the one
+truncation rule) and the natural stops `reasonnames.NATURAL`. Every sum is over integers, so each
+figure is the one the separate statements gave, exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from runhealth.analysis import reasons, stats
+from runhealth.store import Store, reasonnames
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """Rows of node_length_counts with one (node, finish_reason, estimated, bucket, cut)."""
+
+    node: str
+    finish_reason: str
+    estimated: int
+    bucket: int  # index of the first bound the lengths are <= (len(bounds): above every bound)
+    cut: bool  # stopped by length at the ceiling (stats.cut_sql)
+    count: int
+    tokens: int  # sum of tokens x count
+
+
+def read(store: Store, bounds: Sequence[float], ceiling: int | None) -> list[Group]:
+    """The counted nodes' length counts in groups (one scan; a renamed node's old name left out,
+    as store.counted_where says)."""
+    where, gone = store.counted_where()
+    whens = " ".join(f"WHEN tokens <= {int(b)} THEN {i}" for i, b in enumerate(bounds))
+    bucket = f"CASE {whens} ELSE {len(bounds)} END" if bounds else "0"
+    # NOT INDEXED: the table in order and one sort of the groups' keys is ~1.5x faster here than
+    # node_length_counts_totals' order and a lookup of each row's length and reason.
+    sql = (
+        f"SELECT node, finish_reason, estimated, {bucket}, {stats.cut_sql(ceiling)}, SUM(count), SUM(tokens * count)"
+        f" FROM node_length_counts NOT INDEXED{where} GROUP BY 1, 2, 3, 4, 5"
+    )
+    return [Group(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6]) for r in store.cursor(sql, gone)]
+
+
+def reason_counts(groups: Sequence[Group]) -> dict[tuple[str, str], int]:
+    """(node, label) -> completions, with the bounded finish_reason labels (reasons.shown_names
+    over the run's totals; the rest as OTHER), in node order, unnamed reasons first per node."""
+    totals: dict[str, int] = {}
+    for g in sorted(groups, key=lambda g: g.finish_reason):
+        totals[g.finish_reason] = totals.get(g.finish_reason, 0) + g.count
+    names = reasons.shown_names(totals)
+    per: dict[tuple[str, str | None], int] = {}
+    for g in groups:
+        key = (g.node, g.finish_reason if g.finish_reason in names else None)
+        per[key] = per.get(key, 0) + g.count
+    out: dict[tuple[str, str], int] = {}
+    for (node, reason), n in sorted(per.items(), key=lambda kv: (kv[0][0], kv[0][1] is not None, kv[0][1] or "")):
+        label = reasons.OTHER if reason is None else names.get(reason, reasons.OTHER)
+        out[(node, label)] = out.get((node, label), 0) + n
+    return out
+
+
+def unknown_parts(groups: Sequence[Group]) -> tuple[int, int, int]:
+    """(completions, of them without a finish reason, of them with an estimated length): what
+    analysis/unknowns.unknown_from decides on."""
+    return (
+        sum(g.count for g in groups),
+        sum(g.count for g in groups if g.finish_reason == ""),
+        sum(g.count for g in groups if g.estimated == 1),
+    )
+
+
+@dataclasses.dataclass
+class NodeLengths:
+    """One node's figures over the rows of one `estimated` flag."""
+
+    count: int = 0
+    tokens: int = 0
+    cumulative: list[int] = dataclasses.field(default_factory=list)  # completions <= each bound
+    at_ceiling: int = 0
+    cut_tokens: int = 0
+    usable_tokens: int = 0  # in completions that stopped naturally
+
+
+def per_node(groups: Sequence[Group], n_bounds: int, estimated: int) -> dict[str, NodeLengths]:
+    """Node -> its figures over the rows with `estimated`, in node order (nodes without such rows left out)."""
+    out: dict[str, NodeLengths] = {}
+    for g in sorted((g for g in groups if g.estimated == estimated), key=lambda g: g.node):
+        n = out.get(g.node)
+        if n is None:
+            n = out[g.node] = NodeLengths(cumulative=[0] * (n_bounds + 1))
+        n.count += g.count
+        n.tokens += g.tokens
+        n.cumulative[g.bucket] += g.count
+        if g.cut:
+            n.at_ceiling += g.count
+            n.cut_tokens += g.tokens
+        if g.finish_reason in reasonnames.NATURAL:
+            n.usable_tokens += g.tokens
+    for n in out.values():  # per bucket -> at or below each bound
+        for i in range(1, n_bounds + 1):
+            n.cumulative[i] += n.cumulative[i - 1]
+        del n.cumulative[n_bounds]
+    return out
