@@ -11,6 +11,7 @@ it stops (SIGTERM, or SIGKILL with no chance to clean up).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -211,6 +212,23 @@ def test_a_deleted_lock_file_lets_no_second_collector_in_and_the_holder_says_so(
     )
 
 
+def stop_all_threads(proc) -> None:
+    """SIGSTOP `proc` and wait until every thread of it is stopped: the signal is delivered
+    asynchronously, and a lock check running meanwhile could lock the next file first (CI saw the
+    holder's flock refused once, at load 13)."""
+    proc.send_signal(signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        states = []
+        for task in Path(f"/proc/{proc.pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                states.append((task / "stat").read_bytes().rsplit(b")", 1)[1].split()[0])
+        if states and all(state in (b"T", b"t") for state in states):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"pid {proc.pid} did not stop: {states}")
+
+
 def test_a_collector_whose_lock_file_went_while_it_hung_still_keeps_the_store(tmp_path):
     """SIGSTOP: the holder cannot lock a new file before the newcomer wins the flock on one. The
     newcomer reads the store's collector status: a live process on this host, not stopped, heard
@@ -222,7 +240,7 @@ def test_a_collector_whose_lock_file_went_while_it_hung_still_keeps_the_store(tm
     try:
         wait_for_count(first, store, 200)
         before = _run_settings(store)
-        first.send_signal(signal.SIGSTOP)
+        stop_all_threads(first)
         lock.unlink()
         code, said = _second_collect(_config(tmp_path, "ghost", store, ["ghost-1"], 99_999_999, None))
         after = _run_settings(store)
@@ -246,7 +264,7 @@ def test_a_collector_that_lost_its_lock_to_another_process_stops_writing_and_exi
     holder = None
     try:
         wait_for_count(first, store, 200)
-        first.send_signal(signal.SIGSTOP)
+        stop_all_threads(first)
         lock.unlink()
         holder = subprocess.Popen(  # another process locks a new file at the path and keeps it
             [
