@@ -81,7 +81,7 @@ def test_every_kiosk_screen_fits_1920x1080_with_its_key_part_in_view(server_url,
         problems = []
         for screen, tab in tabs.items():
             _name, _part, charts, parts = SCREENS[screen]
-            tab.wait_for_selector("h1", timeout=60_000)
+            tab.wait_for_selector("h1", timeout=120_000)  # seven screens opened at once, on two cores
             tab.wait_for_function("!document.querySelector('[data-testid=\"stSkeleton\"]')", timeout=60_000)
             # Bounded: a chart still blank 30 s after the tabs opened (seen once on the GPUs page,
             # blank for good) fails here; 30 s, not 15: every screen's tab, Compare's too, loads at

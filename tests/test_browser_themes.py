@@ -49,7 +49,21 @@ def _open_all(tabs: dict, url: str, name: str) -> None:
 
 def _table_background_luminance(tab) -> list[float]:
     """The commonest pixel colour's relative luminance of each st.dataframe on screen (its cells'
-    background: the grid is a canvas, so read from a screenshot)."""
+    background: the grid is a canvas, so read from a screenshot). A live part redrawn for a new
+    publication under the screenshot (components/livewatch.py) detaches its grid: read again."""
+    from playwright.sync_api import Error as PlaywrightError
+
+    for attempt in range(5):
+        try:
+            return _luminances(tab)
+        except PlaywrightError as exc:
+            if "not attached" not in str(exc) or attempt == 4:
+                raise
+            tab.wait_for_timeout(300)
+    raise AssertionError("unreachable")
+
+
+def _luminances(tab) -> list[float]:
     from PIL import Image
 
     out = []

@@ -124,11 +124,13 @@ def test_a_restricted_run_does_not_open_by_its_url(page, restricted_dashboard, b
         "document.querySelectorAll('[data-testid=\"stSkeleton\"]').length === 0", timeout=60_000
     )
     browser_page.wait_for_timeout(2500)  # the live fragments draw after the frame
-    body = browser_page.inner_text("body")
-    if page == "compare":
-        assert "Only one run (open-run)" in body
-    else:
-        assert "open-run" in body
+    want = "Only one run (open-run)" if page == "compare" else "open-run"
+    # the page's text once it names the run shown (a live part redrawn for a publication meanwhile
+    # left CI's read between two draws with no text at all)
+    body = browser_page.wait_for_function(
+        "want => { const t = document.body.innerText; return t.includes(want) ? t : false }", arg=want, timeout=30_000
+    ).json_value()
+    assert want in body
     assert SECRET_TEXT not in body
     # The name may be echoed only in "No run named 'secret-run' here" (it came from the URL).
     assert "secret-run" not in body.replace("No run named 'secret-run' here", "")
