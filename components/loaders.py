@@ -3,8 +3,7 @@
 Each `load_*` is an `st.cache_data` function with a short ttl (the collector writes every few
 seconds) and a `max_entries` bound; the store itself aggregates in SQL, so what comes back is
 small (count tables, bucketed series), never raw rows. The Store argument is hashed by its
-path and its newest publication (components/precomputed.py), so two stores never share a cache
-entry and a publication is never hidden behind a copy cached just before it. This module holds only cached reads: shaping
+path, so two stores never share a cache entry. This module holds only cached reads: shaping
 lives in components/tables.py, words in components/format.py and components/alerts.py, rules
 in the core (runhealth.rules.health).
 """
@@ -40,9 +39,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 TTL_S = 3
-# A store is keyed by its path and its newest publication (precomputed.HASH): a read after a
-# publication computes afresh, whatever the ttl, so a page redrawn for it shows it.
-_HASH: dict[str | type[Any], Callable[[Any], Any]] = {**precomputed.HASH, RunConfig: repr}
+_HASH: dict[str | type[Any], Callable[[Any], Any]] = {Store: lambda s: str(s.path), RunConfig: repr}
 
 
 def _cache(ttl: float = TTL_S, max_entries: int = 16) -> Callable[[Callable[P, R]], CachedFunc[P, R]]:

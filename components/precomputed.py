@@ -6,17 +6,11 @@ holds the row's timestamp, so a new computation is picked up at the next read an
 is dropped). It returns None when there is no payload yet (the first seconds after start, or a
 viewer over a store whose collector predates page data): the loader then computes on demand,
 as it always did. `render_age` says on the page when a precomputed number was computed.
-`publication(store)` is the stamp of the store's newest payload, read at most once per
-PUBLICATION_TTL_S by the whole process: every cached read here and in components/loaders.py is
-keyed on it (`HASH`), so the first read after a publication computes afresh instead of serving a
-copy cached a moment before it, and the pages' live parts redraw when it changes
-(components/livewatch.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 from typing import Any, TypeVar
 
@@ -30,37 +24,9 @@ from runhealth.store import Store
 
 _HASH: dict[str | type[Any], Any] = {Store: lambda s: str(s.path)}
 T = TypeVar("T")
-# A watching page asks 4-5 times a second (livewatch.WATCH_S): one read a tenth of a second per
-# store serves every viewer, and adds at most a tenth to the time a new publication takes to show.
-PUBLICATION_TTL_S = 0.1
-_MAX_STORES = 64  # stamps kept (a few per store a viewer looked at; the oldest read is dropped first)
-Names = tuple[str, ...]
-_stamps: dict[tuple[str, Names | None, Names], tuple[float, float | None]] = {}  # -> (monotonic read at, stamp)
-_stamps_lock = threading.Lock()
 
 
-def publication(store: Store, only: Names | None = None, besides: Names = ()) -> float | None:
-    """The stamp of the store's newest page payload (`only` / `besides`: of these names / not of
-    these: runhealth.payloads.pagedata.newest_at; None: none yet), as read within the last
-    PUBLICATION_TTL_S by any viewer of this process."""
-    key, now = (str(store.path), only, besides), time.monotonic()
-    with _stamps_lock:
-        got = _stamps.get(key)
-    if got is not None and now - got[0] < PUBLICATION_TTL_S:
-        return got[1]
-    value = pagedata.newest_at(store, only, besides)
-    with _stamps_lock:
-        _stamps[key] = (now, value)
-        while len(_stamps) > _MAX_STORES:
-            del _stamps[min(_stamps, key=lambda k: _stamps[k][0])]
-    return value
-
-
-# The cached reads' key for a store: its path and its newest publication (module docstring).
-HASH: dict[str | type[Any], Any] = {Store: lambda s: (str(s.path), publication(s))}
-
-
-@st.cache_data(ttl=2, max_entries=64, hash_funcs=HASH, show_spinner=False)
+@st.cache_data(ttl=2, max_entries=64, hash_funcs=_HASH, show_spinner=False)
 def computed_at(store: Store, name: str) -> float | None:
     """When payload `name` was computed (None: there is none); cached for 2 s."""
     return pagedata.computed_at(store, name)

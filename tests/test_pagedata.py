@@ -314,21 +314,3 @@ def test_gpu_page_reads_the_window_payload(stores, monkeypatch):
     at = run_page("gpus", stores["healthy"], monkeypatch)
     assert "Series over the last 1 h: computed by the collector at" in captions(at)
     assert len(at.get("plotly_chart")) >= 6  # the heat strip and five series
-
-
-def test_newest_at_is_the_newest_publication_of_the_names_asked_the_kept_state_never(tmp_path):
-    """What a page's watcher follows (components/livewatch.py): the newest stamp of any payload, of
-    the Overview only, or of every payload but the Overview; the STATE row (the collector's kept
-    state, rewritten on its own clock) never counts; None before any row, and on a store from
-    before the table."""
-    store, _ = store_fixtures.make_store(tmp_path, "empty")
-    assert pagedata.newest_at(store) is None
-    pagedata.put(store, {"run_lengths": [1], "gpu:15 min": [2]}, 100.0)
-    pagedata.put(store, {"overview": {"x": 1}}, 105.0)
-    pagedata.put(store, {pagedata.STATE: {}}, 200.0)
-    assert pagedata.newest_at(store) == 105.0
-    assert pagedata.newest_at(store, only=("overview",)) == 105.0
-    assert pagedata.newest_at(store, besides=("overview",)) == 100.0
-    assert pagedata.newest_at(store, only=("nothing",)) is None
-    store.cursor("DROP TABLE page_data")
-    assert pagedata.newest_at(store) is None

@@ -19,7 +19,6 @@ import store_fixtures
 from test_pages import _clear_streamlit_caches, assert_clean, run_page  # noqa: F401 (autouse fixture)
 from test_screens import counting, grow, quiet_run, tile
 
-from components import precomputed
 from runhealth import cli, typedjson
 from runhealth.collect import publisher
 from runhealth.payloads import pagedata
@@ -74,14 +73,9 @@ def test_the_page_shows_the_published_overview_in_a_few_reads(tmp_path, monkeypa
     grow(store, time.time(), 250, "late")  # 1,000 more completions, after the publication
     store.close()
     calls = counting(monkeypatch)
-    began = time.monotonic()
     at = run_page("overview", config, monkeypatch)
-    render_s = time.monotonic() - began
     assert_clean(at)
     assert calls["sql"] <= 4 and calls["nodes"] == 0 and calls["length_counts"] == 0, calls
-    # the publication stamps: one a key (any payload, the Overview's, for its live part's watcher)
-    # each tenth of a second of the render, not one a cached read
-    assert calls["stamp"] <= 3 * (1 + render_s / precomputed.PUBLICATION_TTL_S), (calls, render_s)
     assert tile(at, "Completions")[0] == "12,000" == f"{m.summary.completions:,}"
     assert tile(at, "Truncated")[1].endswith("of 12,000")
     banner = next(e.value for e in at.error if "ceiling" in e.value)

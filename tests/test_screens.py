@@ -87,9 +87,7 @@ def counting(monkeypatch) -> collections.Counter:
     real = Store.cursor
 
     def cursor(self, sql, params=()):
-        # the newest publication's stamp (pagedata.newest_at: what a page's cached reads are keyed
-        # on, read once a tenth of a second a process) apart: how many depends on the render's time
-        calls["stamp" if sql.startswith("SELECT MAX(ts_unix) FROM page_data") else "sql"] += 1
+        calls["sql"] += 1
         return real(self, sql, params)
 
     monkeypatch.setattr(Store, "cursor", cursor)

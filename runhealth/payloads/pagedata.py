@@ -28,7 +28,7 @@ import re
 import threading
 import time
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast, overload
 
 from runhealth import textsafe, typedjson
@@ -105,25 +105,6 @@ def computed_at(store: Store, name: str) -> float | None:
     except Exception:  # a store from before the table
         return None
     return float(row[0]) if row else None
-
-
-def newest_at(store: Store, only: Sequence[str] | None = None, besides: Sequence[str] = ()) -> float | None:
-    """The stamp of the newest payload written (`only`: of these names; `besides`: not of these),
-    the collector's kept STATE row left out (None: none, or no page_data table yet): what changes
-    with each publication, so the pages' live parts redraw when it does (components/livewatch.py).
-    One read of a table of a few dozen rows (the stamp sits before the payload in each row: no
-    payload page is read)."""
-    names = [*(only or ()), *besides]
-    where = "name != ?"
-    if only is not None:
-        where += f" AND name IN ({', '.join('?' * len(only))})"
-    if besides:
-        where += f" AND name NOT IN ({', '.join('?' * len(besides))})"
-    try:
-        row = store.cursor(f"SELECT MAX(ts_unix) FROM page_data WHERE {where}", (STATE, *names)).fetchone()  # noqa: S608 - placeholders only
-    except Exception:  # a store from before the table
-        return None
-    return float(row[0]) if row and row[0] is not None else None
 
 
 @overload
