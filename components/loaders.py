@@ -19,7 +19,7 @@ import pandas as pd
 import streamlit as st
 from streamlit.runtime.caching.cache_utils import CachedFunc
 
-from components import precomputed
+from components import livewatch, precomputed
 from runhealth.analysis import lengthtime, stats, whatif
 from runhealth.payloads import pagedata, pagetypes
 from runhealth.records import GpuRow, MetricRow, NodeRow, PendingSampleBatch, SampleBatch, ShardRow
@@ -39,7 +39,10 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 TTL_S = 3
-_HASH: dict[str | type[Any], Callable[[Any], Any]] = {Store: lambda s: str(s.path), RunConfig: repr}
+# A store is keyed by its path and the publications the live watcher last saw in it
+# (livewatch.store_key): a read after a publication computes afresh, whatever the ttl, so a live
+# part redrawn for it shows it.
+_HASH: dict[str | type[Any], Callable[[Any], Any]] = {Store: livewatch.store_key, RunConfig: repr}
 
 
 def _cache(ttl: float = TTL_S, max_entries: int = 16) -> Callable[[Callable[P, R]], CachedFunc[P, R]]:

@@ -16,7 +16,7 @@ import dataclasses
 import pandas as pd
 import streamlit as st
 
-from components import alerthistory_view, alerts, cards, figures, format, loaders, page, runpicker, tables
+from components import alerthistory_view, alerts, cards, figures, format, livewatch, loaders, page, runpicker, tables
 from components.context import PageRuntime
 from runhealth.screens.overview import Overview as OverviewModel
 
@@ -138,9 +138,9 @@ def render(rt: PageRuntime) -> None:
         st.markdown(f'<div class="rh-demo">{page.DEMO_TEXT}</div>', unsafe_allow_html=True)
     st.title(f"{rt.config.name}")
     if page.kiosk():  # the wall never scrolls: a layout that fits 1920x1080, in parts
-        page.live(rt, render_kiosk, rt, header=False)
+        page.live(rt, render_kiosk, rt, header=False, follows=livewatch.OVERVIEW)
         return
-    page.live(rt, render_live, rt, header=False)
+    page.live(rt, render_live, rt, header=False, follows=livewatch.OVERVIEW)
     page.download_headline(rt, PREFIX)
     model = loaders.load_overview(rt.store, rt.config, runpicker.is_finished(rt))  # cached: the same model
     page.download_csv(

@@ -1,0 +1,265 @@
+"""A page left open shows a new publication within a fraction of a second (#42 item 2).
+
+Each page's live part (components/page.py `live`) is a fragment with a fixed tick of its own
+(every collection interval): alone, it shows new numbers half a tick late on average. Here ONE
+watcher thread per dashboard process looks at the stores that open pages show, every WATCH_S:
+first the store file's and its WAL's size and mtime (a stat, no SQL), and only when they moved
+the stamps of the publications pages follow (one indexed row each: runhealth/payloads/pagedata
+`computed_at`). When a stamp changed, it asks each session whose live part drew an older one to
+rerun that fragment, as the browser's own fragment timer would. A tab left open therefore costs
+nothing between publications, and one rerun of its live part per publication it reads, however
+many tabs are open and however fast the watcher looks (the rerun is at most one every
+MIN_GAP_S a session). The live part keeps its interval tick as the safety net: the "N s ago" ages
+and a collector gone quiet still redraw every interval.
+
+The stamps known to the watcher are also the cached reads' key (`store_key`): a read after a
+publication computes afresh, so a rerun for it never shows a copy cached just before it.
+
+Streamlit (1.67) has no public call that reruns a session's fragment from outside its script:
+`_request` hands `AppSession.request_rerun` the session's own last client state (its widgets'
+values, URL and page) with the fragment's id, on the server's event loop, exactly the request
+the browser's timer sends. `supported()` checks those internals are there; where they are not
+(an older or newer Streamlit, AppTest without a server), or a request fails, pages keep their
+interval tick alone and nothing else changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+from runhealth.payloads import pagedata
+from runhealth.screens import published
+from runhealth.store import Store
+
+log = logging.getLogger(__name__)
+
+WATCH_S = 0.1  # the watcher's look: a publication is asked for 0.05 s after it on average
+MIN_GAP_S = 0.5  # a session's live part is pushed at most this often (a publication storm)
+# Which publications a page's live part follows: the Overview (published after each round of
+# polls: the Overview and Nodes), the other page payloads (computed after polls at most once an
+# interval, all in one write that always holds run_lengths: Output lengths, GPUs), or both.
+Follows = tuple[str, ...]
+OVERVIEW: Follows = (published.NAME,)
+PAYLOADS: Follows = ("run_lengths",)
+ANY: Follows = OVERVIEW + PAYLOADS
+Stamps = tuple[float | None, ...]
+
+
+@dataclasses.dataclass
+class Viewer:
+    """A session's live part: its fragment, the store and publications it follows, the stamps
+    it last drew, and when the watcher last asked it to redraw (monotonic; 0: never)."""
+
+    fragment_id: str
+    store: Store
+    follows: Follows
+    drawn: Stamps
+    asked: Stamps | None = None
+    asked_at: float = 0.0
+
+
+@dataclasses.dataclass
+class _Seen:
+    signature: tuple[int, ...]  # the store file's and its WAL's (size, mtime_ns)
+    stamps: dict[str, float | None]
+
+
+class Watcher:
+    """The process's one watcher: `register` from a live part's run, `tick` from its thread."""
+
+    def __init__(self, request: Any = None, watch_s: float = WATCH_S) -> None:
+        self.watch_s = watch_s
+        self.requests = 0  # reruns asked for (tests, the bench's log line)
+        self._request = request if request is not None else _request
+        self._lock = threading.Lock()
+        self._viewers: dict[str, Viewer] = {}  # session id -> its live part
+        self._seen: dict[str, _Seen] = {}  # store path -> what the watcher last read
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="runhealth-livewatch", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def register(self, session_id: str, fragment_id: str, store: Store, follows: Follows) -> None:
+        """Session `session_id`'s live part (fragment `fragment_id`) is drawing now: note the
+        stamps it draws (read before its reads, so a publication during them redraws again)."""
+        drawn = self.stamps(store, follows)
+        with self._lock:
+            before = self._viewers.get(session_id)
+            asked_at = before.asked_at if before is not None else 0.0  # MIN_GAP_S holds across redraws
+            self._viewers[session_id] = Viewer(fragment_id, store, follows, drawn, asked_at=asked_at)
+
+    def stamps(self, store: Store, follows: Follows = ANY) -> Stamps:
+        """The stamps of `follows` as the watcher knows them (read now for a store it never read)."""
+        with self._lock:
+            seen = self._seen.get(str(store.path))
+        if seen is None:
+            seen = self._look(store, None)
+        return tuple(seen.stamps.get(name) for name in follows)
+
+    def known(self, path: str) -> Stamps | None:
+        """The stamps last read for the store at `path` (None: not watched), without a read."""
+        with self._lock:
+            seen = self._seen.get(path)
+        return None if seen is None else tuple(seen.stamps.get(name) for name in ANY)
+
+    def tick(self, now: float | None = None) -> None:
+        """One look at every watched store; a rerun asked of each live part behind its store."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            viewers = dict(self._viewers)
+        stores = {str(v.store.path): v.store for v in viewers.values()}
+        for path, store in stores.items():
+            with self._lock:
+                seen = self._seen.get(path)
+            self._look(store, seen)
+        for session_id, viewer in viewers.items():
+            if _broken:
+                self.stop()
+                return
+            current = self.stamps(viewer.store, viewer.follows)
+            if current == viewer.drawn or current == viewer.asked or now - viewer.asked_at < MIN_GAP_S:
+                continue
+            viewer.asked, viewer.asked_at = current, now
+            self.requests += 1
+            try:
+                alive = self._request(session_id, viewer.fragment_id)
+            except Exception as exc:  # Streamlit's internals changed: pages keep their interval tick
+                _broken.append(f"{type(exc).__name__}: {exc}")
+                log.warning("live redraw on publication unavailable (%s): pages redraw every interval", _broken[-1])
+                self.stop()
+                return
+            if not alive:  # the session is gone
+                with self._lock:
+                    if self._viewers.get(session_id) is viewer:
+                        del self._viewers[session_id]
+
+    def _look(self, store: Store, seen: _Seen | None) -> _Seen:
+        """The store's stamps: read again only when its file or WAL moved since `seen`."""
+        signature = _signature(str(store.path))
+        if seen is not None and seen.signature == signature:
+            return seen
+        stamps: dict[str, float | None] = {}
+        for name in ANY:
+            try:  # computed_at reads None for a store it cannot read: page.store_failure says so
+                stamps[name] = pagedata.computed_at(store, name)
+            except Exception:  # never the watcher's end: the old stamp stands
+                stamps[name] = seen.stamps.get(name) if seen is not None else None
+        fresh = _Seen(signature, stamps)
+        with self._lock:
+            self._seen[str(store.path)] = fresh
+        return fresh
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.watch_s):
+            try:
+                self.tick()
+            except Exception:  # a tick that failed is the next tick's to redo
+                log.exception("live watcher tick failed")
+
+
+def _signature(path: str) -> tuple[int, ...]:
+    out: list[int] = []
+    for name in (path, path + "-wal"):
+        try:
+            st = os.stat(name)
+            out += [st.st_size, st.st_mtime_ns]
+        except OSError:
+            out += [-1, -1]
+    return tuple(out)
+
+
+_broken: list[str] = []  # why a rerun request failed in this process (then: the interval tick)
+_watcher: Watcher | None = None
+_watcher_lock = threading.Lock()
+
+
+def watcher() -> Watcher | None:
+    """The process's watcher, started on first use (None: not supported here). A module global,
+    not st.cache_resource: "Clear cache" must not leave a second thread behind."""
+    global _watcher
+    if not supported():
+        return None
+    with _watcher_lock:
+        if _watcher is None:
+            _watcher = Watcher()
+            _watcher.start()
+        return _watcher
+
+
+def store_key(store: Store) -> tuple[str, Stamps | None]:
+    """A cached read's key for `store`: its path and the publications the watcher last saw there
+    (no read here; None where no watcher runs, as in AppTest: then the ttl alone, as before)."""
+    w = _watcher
+    return str(store.path), (None if w is None else w.known(str(store.path)))
+
+
+def supported() -> bool:
+    """Whether this process serves pages through a Streamlit whose internals `_request` uses."""
+    if _broken:
+        return False
+    try:
+        from streamlit.proto.ClientState_pb2 import ClientState
+        from streamlit.runtime import Runtime
+        from streamlit.runtime.app_session import AppSession
+        from streamlit.runtime.scriptrunner_utils.script_run_context import ThreadState  # noqa: F401
+    except ImportError:
+        return False
+    fields = set(ClientState.DESCRIPTOR.fields_by_name)
+    return (
+        Runtime.exists()
+        and type(Runtime.instance()) is Runtime  # AppTest's is a stand-in (a mock): no sessions to rerun
+        and hasattr(Runtime, "get_app_session")
+        and hasattr(AppSession, "request_rerun")
+        and {"fragment_id", "is_auto_rerun"} <= fields
+    )
+
+
+def running() -> tuple[str, str] | None:
+    """(session id, fragment id) of the fragment running in this thread (None: not in one)."""
+    from streamlit.runtime.scriptrunner_utils.script_run_context import ThreadState, get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    try:
+        fragment_id = ThreadState.get().fragment_id
+    except RuntimeError:
+        return None
+    return None if ctx is None or not fragment_id else (ctx.session_id, fragment_id)
+
+
+def _request(session_id: str, fragment_id: str) -> bool:
+    """Queue a rerun of fragment `fragment_id` in session `session_id` as its run_every timer in
+    the browser would (after a run in progress, never cutting into it); False: no such session."""
+    from streamlit.runtime import Runtime
+
+    session = Runtime.instance().get_app_session(session_id)
+    if session is None:
+        return False
+    loop = session._event_loop  # noqa: SLF001 - AppSession is not thread-safe: its own loop runs this
+    state = session._client_state  # noqa: SLF001 - the widgets, URL and page of its last run
+    if not hasattr(state, "CopyFrom") or loop is None:
+        raise RuntimeError("AppSession has no client state or event loop")
+
+    def ask() -> None:
+        try:
+            cs = type(state)()
+            cs.CopyFrom(session._client_state)  # noqa: SLF001 - the latest, on the loop that writes it
+            # No widget states: the session keeps the values it holds (the browser's timer sends
+            # the same ones); a fragment gone by then (page left) is skipped without a warning.
+            cs.fragment_id, cs.is_auto_rerun = fragment_id, True
+            session.request_rerun(cs)
+        except Exception as exc:  # the interval tick from now on
+            _broken.append(f"{type(exc).__name__}: {exc}")
+            log.warning("live redraw on publication unavailable (%s): pages redraw every interval", _broken[-1])
+
+    loop.call_soon_threadsafe(ask)
+    return True

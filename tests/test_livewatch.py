@@ -1,0 +1,176 @@
+"""The process's live watcher (components/livewatch.py, #42 item 2), driven tick by tick.
+
+A real store with real publications (runhealth/screens/published.py's row, a payload row);
+the rerun request, Streamlit's internals, is the one stand-in: a list of what was asked. The
+browser side (a page left open redraws within a second, idle tabs cost nothing) is
+tests/test_browser_live.py's."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import store_fixtures
+
+from components import livewatch
+from runhealth.payloads import pagedata
+from runhealth.screens import published
+
+
+@pytest.fixture
+def store(tmp_path):
+    store, _ = store_fixtures.make_store(tmp_path, "empty")
+    yield store
+    store.close()
+
+
+class Asked(list):
+    """The rerun requests made: (session, fragment); `gone` sessions answer that they are gone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gone: set[str] = set()
+
+    def __call__(self, session_id: str, fragment_id: str) -> bool:
+        self.append((session_id, fragment_id))
+        return session_id not in self.gone
+
+
+def publish(store, name: str, ts: float) -> None:
+    pagedata.put(store, {name: {"x": ts}}, ts)
+
+
+def test_a_publication_asks_each_live_part_behind_it_once_and_nothing_else_does(store):
+    asked = Asked()
+    w = livewatch.Watcher(request=asked)
+    w.register("s1", "f1", store, livewatch.OVERVIEW)
+    w.register("s2", "f2", store, livewatch.OVERVIEW)
+    for _ in range(5):  # nothing published: nothing asked, however often it looks
+        w.tick()
+    assert asked == []
+    publish(store, published.NAME, 100.0)
+    w.tick()
+    assert sorted(asked) == [("s1", "f1"), ("s2", "f2")]
+    w.tick(time.monotonic() + 10)  # asked, not yet redrawn: not asked again for the same publication
+    assert len(asked) == 2
+    w.register("s1", "f1", store, livewatch.OVERVIEW)  # s1 redraws and has drawn it
+    publish(store, published.NAME, 101.0)
+    w.tick(time.monotonic() + 20)
+    assert sorted(asked[2:]) == [("s1", "f1"), ("s2", "f2")]
+
+
+def test_a_page_is_not_redrawn_for_a_publication_it_does_not_read(store):
+    asked = Asked()
+    w = livewatch.Watcher(request=asked)
+    w.register("overview", "f1", store, livewatch.OVERVIEW)
+    w.register("lengths", "f2", store, livewatch.PAYLOADS)
+    publish(store, "run_lengths", 100.0)
+    w.tick()
+    assert asked == [("lengths", "f2")]
+    publish(store, published.NAME, 101.0)
+    w.tick(time.monotonic() + 10)
+    assert asked[1:] == [("overview", "f1")]
+
+
+def test_an_unchanged_store_file_costs_a_stat_not_a_read(store, monkeypatch):
+    w = livewatch.Watcher(request=Asked())
+    w.register("s1", "f1", store, livewatch.ANY)
+    reads = []
+    real = pagedata.computed_at
+    monkeypatch.setattr(pagedata, "computed_at", lambda s, n: reads.append(n) or real(s, n))
+    for _ in range(20):
+        w.tick()
+    assert reads == []
+    publish(store, published.NAME, 100.0)
+    w.tick()
+    assert sorted(reads) == sorted(livewatch.ANY)  # one indexed row per publication followed
+
+
+def test_a_session_pushed_again_waits_min_gap(store):
+    asked = Asked()
+    w = livewatch.Watcher(request=asked)
+    w.register("s1", "f1", store, livewatch.OVERVIEW)
+    t0 = time.monotonic()
+    publish(store, published.NAME, 100.0)
+    w.tick(t0)
+    w.register("s1", "f1", store, livewatch.OVERVIEW)  # redrawn at once
+    publish(store, published.NAME, 101.0)
+    w.tick(t0 + livewatch.MIN_GAP_S / 2)  # a storm of publications: one redraw a gap
+    assert len(asked) == 1
+    w.tick(t0 + livewatch.MIN_GAP_S)
+    assert len(asked) == 2
+
+
+def test_a_closed_session_is_forgotten(store):
+    asked = Asked()
+    asked.gone.add("s1")
+    w = livewatch.Watcher(request=asked)
+    w.register("s1", "f1", store, livewatch.OVERVIEW)
+    publish(store, published.NAME, 100.0)
+    w.tick()
+    publish(store, published.NAME, 101.0)
+    w.tick(time.monotonic() + 10)
+    assert asked == [("s1", "f1")]
+
+
+def test_a_damaged_store_never_ends_the_watcher(store):
+    """The page says what is wrong (page.store_failure, tests/test_pages.py); the watcher only
+    goes on looking, and asks again once the store reads."""
+    asked = Asked()
+    w = livewatch.Watcher(request=asked)
+    w.register("s1", "f1", store, livewatch.OVERVIEW)
+    store.cursor("DROP TABLE page_data")
+    w.tick()
+    path = store.path
+    store.close()
+    raw = bytearray(path.read_bytes())
+    for page_start in range(4096, len(raw), 4096):
+        raw[page_start : page_start + 400] = b"\xff" * 400
+    path.write_bytes(bytes(raw))
+    w.tick(time.monotonic() + 10)
+    assert asked == []
+
+
+def test_internals_that_fail_leave_pages_on_their_interval_tick(store, monkeypatch):
+    monkeypatch.setattr(livewatch, "_broken", [])
+
+    def refused(session_id: str, fragment_id: str) -> bool:
+        raise AttributeError("AppSession has no attribute _client_state")
+
+    w = livewatch.Watcher(request=refused)
+    w.register("s1", "f1", store, livewatch.OVERVIEW)
+    publish(store, published.NAME, 100.0)
+    w.tick()
+    assert livewatch._broken and not livewatch.supported() and livewatch.watcher() is None
+    assert w._stop.is_set()
+
+
+def test_cached_reads_are_keyed_on_the_publications_the_watcher_saw(store, monkeypatch):
+    """A read after a publication computes afresh (components/loaders.py, precomputed.py): the
+    key moves with the watcher's stamps; without a watcher (AppTest) it is the path alone."""
+    monkeypatch.setattr(livewatch, "_watcher", None)
+    assert livewatch.store_key(store) == (str(store.path), None)
+    w = livewatch.Watcher(request=Asked())
+    monkeypatch.setattr(livewatch, "_watcher", w)
+    w.register("s1", "f1", store, livewatch.OVERVIEW)
+    before = livewatch.store_key(store)
+    publish(store, published.NAME, 100.0)
+    assert livewatch.store_key(store) == before  # no read in a key: the watcher's next look moves it
+    w.tick()
+    assert livewatch.store_key(store) == (str(store.path), (100.0, None))
+
+
+def test_apptest_runs_pages_without_the_watcher():
+    """AppTest's runtime is a stand-in with no sessions to rerun: the watcher is not started there,
+    so the pages' read-budget tests count only the page's own reads."""
+    from streamlit.testing.v1 import AppTest
+
+    def app() -> None:
+        import streamlit as st
+
+        from components import livewatch
+
+        st.write(f"supported={livewatch.supported()}")
+
+    at = AppTest.from_function(app).run()
+    assert [m.value for m in at.markdown] == ["supported=False"]
