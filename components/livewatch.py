@@ -50,12 +50,25 @@ ANY: Follows = OVERVIEW + PAYLOADS
 Stamps = tuple[float | None, ...]
 
 
+@dataclasses.dataclass(frozen=True)
+class Here:
+    """The fragment running now: its session and id, and the run's URL query, page and browser
+    context (what the browser's timer would send back; a session's stored client state is empty
+    until its first run ends, and a tab is asked to redraw during that run too)."""
+
+    session_id: str
+    fragment_id: str
+    query_string: str
+    page_script_hash: str
+    context_info: Any = None
+
+
 @dataclasses.dataclass
 class Viewer:
-    """A session's live part: its fragment, the store and publications it follows, the stamps
+    """A session's live part: where it runs, the store and publications it follows, the stamps
     it last drew, and when the watcher last asked it to redraw (monotonic; 0: never)."""
 
-    fragment_id: str
+    here: Here
     store: Store
     follows: Follows
     drawn: Stamps
@@ -89,14 +102,14 @@ class Watcher:
     def stop(self) -> None:
         self._stop.set()
 
-    def register(self, session_id: str, fragment_id: str, store: Store, follows: Follows) -> None:
-        """Session `session_id`'s live part (fragment `fragment_id`) is drawing now: note the
-        stamps it draws (read before its reads, so a publication during them redraws again)."""
+    def register(self, here: Here, store: Store, follows: Follows) -> None:
+        """A session's live part (`here`) is drawing now: note the stamps it draws (read before
+        its reads, so a publication during them redraws again)."""
         drawn = self.stamps(store, follows)
         with self._lock:
-            before = self._viewers.get(session_id)
+            before = self._viewers.get(here.session_id)
             asked_at = before.asked_at if before is not None else 0.0  # MIN_GAP_S holds across redraws
-            self._viewers[session_id] = Viewer(fragment_id, store, follows, drawn, asked_at=asked_at)
+            self._viewers[here.session_id] = Viewer(here, store, follows, drawn, asked_at=asked_at)
 
     def stamps(self, store: Store, follows: Follows = ANY) -> Stamps:
         """The stamps of `follows` as the watcher knows them (read now for a store it never read)."""
@@ -132,7 +145,7 @@ class Watcher:
             viewer.asked, viewer.asked_at = current, now
             self.requests += 1
             try:
-                alive = self._request(session_id, viewer.fragment_id)
+                alive = self._request(viewer.here)
             except Exception as exc:  # Streamlit's internals changed: pages keep their interval tick
                 _broken.append(f"{type(exc).__name__}: {exc}")
                 log.warning("live redraw on publication unavailable (%s): pages redraw every interval", _broken[-1])
@@ -224,8 +237,8 @@ def supported() -> bool:
     )
 
 
-def running() -> tuple[str, str] | None:
-    """(session id, fragment id) of the fragment running in this thread (None: not in one)."""
+def running() -> Here | None:
+    """The fragment running in this thread (None: not in one)."""
     from streamlit.runtime.scriptrunner_utils.script_run_context import ThreadState, get_script_run_ctx
 
     ctx = get_script_run_ctx()
@@ -233,29 +246,36 @@ def running() -> tuple[str, str] | None:
         fragment_id = ThreadState.get().fragment_id
     except RuntimeError:
         return None
-    return None if ctx is None or not fragment_id else (ctx.session_id, fragment_id)
+    if ctx is None or not fragment_id:
+        return None
+    return Here(ctx.session_id, fragment_id, ctx.query_string, ctx.page_script_hash, ctx.context_info)
 
 
-def _request(session_id: str, fragment_id: str) -> bool:
-    """Queue a rerun of fragment `fragment_id` in session `session_id` as its run_every timer in
-    the browser would (after a run in progress, never cutting into it); False: no such session."""
+def _request(here: Here) -> bool:
+    """Queue a rerun of fragment `here` as its run_every timer in the browser would (after a run
+    in progress, never cutting into it); False: its session is gone."""
+    from streamlit.proto.ClientState_pb2 import ClientState
     from streamlit.runtime import Runtime
 
-    session = Runtime.instance().get_app_session(session_id)
+    session = Runtime.instance().get_app_session(here.session_id)
     if session is None:
         return False
     loop = session._event_loop  # noqa: SLF001 - AppSession is not thread-safe: its own loop runs this
-    state = session._client_state  # noqa: SLF001 - the widgets, URL and page of its last run
-    if not hasattr(state, "CopyFrom") or loop is None:
-        raise RuntimeError("AppSession has no client state or event loop")
+    if not hasattr(loop, "call_soon_threadsafe"):
+        raise RuntimeError("AppSession has no event loop")
 
     def ask() -> None:
         try:
-            cs = type(state)()
-            cs.CopyFrom(session._client_state)  # noqa: SLF001 - the latest, on the loop that writes it
             # No widget states: the session keeps the values it holds (the browser's timer sends
             # the same ones); a fragment gone by then (page left) is skipped without a warning.
-            cs.fragment_id, cs.is_auto_rerun = fragment_id, True
+            cs = ClientState(
+                query_string=here.query_string,
+                page_script_hash=here.page_script_hash,
+                fragment_id=here.fragment_id,
+                is_auto_rerun=True,
+            )
+            if here.context_info is not None:
+                cs.context_info.CopyFrom(here.context_info)
             session.request_rerun(cs)
         except Exception as exc:  # the interval tick from now on
             _broken.append(f"{type(exc).__name__}: {exc}")

@@ -442,7 +442,7 @@ def live(
         if watcher is not None:  # the stamps before the reads: a later publication redraws again
             here = livewatch.running()
             if here is not None:
-                watcher.register(*here, rt.store, follows)
+                watcher.register(here, rt.store, follows)
         if header:
             guarded(data_header)(rt)
         guarded(fn)(*a)

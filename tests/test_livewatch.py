@@ -31,9 +31,13 @@ class Asked(list):
         super().__init__()
         self.gone: set[str] = set()
 
-    def __call__(self, session_id: str, fragment_id: str) -> bool:
-        self.append((session_id, fragment_id))
-        return session_id not in self.gone
+    def __call__(self, at: livewatch.Here) -> bool:
+        self.append((at.session_id, at.fragment_id))
+        return at.session_id not in self.gone
+
+
+def here(session_id: str, fragment_id: str) -> livewatch.Here:
+    return livewatch.Here(session_id, fragment_id, "kiosk=1", "abc123")
 
 
 def publish(store, name: str, ts: float) -> None:
@@ -43,8 +47,8 @@ def publish(store, name: str, ts: float) -> None:
 def test_a_publication_asks_each_live_part_behind_it_once_and_nothing_else_does(store):
     asked = Asked()
     w = livewatch.Watcher(request=asked)
-    w.register("s1", "f1", store, livewatch.OVERVIEW)
-    w.register("s2", "f2", store, livewatch.OVERVIEW)
+    w.register(here("s1", "f1"), store, livewatch.OVERVIEW)
+    w.register(here("s2", "f2"), store, livewatch.OVERVIEW)
     for _ in range(5):  # nothing published: nothing asked, however often it looks
         w.tick()
     assert asked == []
@@ -53,7 +57,7 @@ def test_a_publication_asks_each_live_part_behind_it_once_and_nothing_else_does(
     assert sorted(asked) == [("s1", "f1"), ("s2", "f2")]
     w.tick(time.monotonic() + 10)  # asked, not yet redrawn: not asked again for the same publication
     assert len(asked) == 2
-    w.register("s1", "f1", store, livewatch.OVERVIEW)  # s1 redraws and has drawn it
+    w.register(here("s1", "f1"), store, livewatch.OVERVIEW)  # s1 redraws and has drawn it
     publish(store, published.NAME, 101.0)
     w.tick(time.monotonic() + 20)
     assert sorted(asked[2:]) == [("s1", "f1"), ("s2", "f2")]
@@ -62,8 +66,8 @@ def test_a_publication_asks_each_live_part_behind_it_once_and_nothing_else_does(
 def test_a_page_is_not_redrawn_for_a_publication_it_does_not_read(store):
     asked = Asked()
     w = livewatch.Watcher(request=asked)
-    w.register("overview", "f1", store, livewatch.OVERVIEW)
-    w.register("lengths", "f2", store, livewatch.PAYLOADS)
+    w.register(here("overview", "f1"), store, livewatch.OVERVIEW)
+    w.register(here("lengths", "f2"), store, livewatch.PAYLOADS)
     publish(store, "run_lengths", 100.0)
     w.tick()
     assert asked == [("lengths", "f2")]
@@ -74,7 +78,7 @@ def test_a_page_is_not_redrawn_for_a_publication_it_does_not_read(store):
 
 def test_an_unchanged_store_file_costs_a_stat_not_a_read(store, monkeypatch):
     w = livewatch.Watcher(request=Asked())
-    w.register("s1", "f1", store, livewatch.ANY)
+    w.register(here("s1", "f1"), store, livewatch.ANY)
     reads = []
     real = pagedata.computed_at
     monkeypatch.setattr(pagedata, "computed_at", lambda s, n: reads.append(n) or real(s, n))
@@ -89,11 +93,11 @@ def test_an_unchanged_store_file_costs_a_stat_not_a_read(store, monkeypatch):
 def test_a_session_pushed_again_waits_min_gap(store):
     asked = Asked()
     w = livewatch.Watcher(request=asked)
-    w.register("s1", "f1", store, livewatch.OVERVIEW)
+    w.register(here("s1", "f1"), store, livewatch.OVERVIEW)
     t0 = time.monotonic()
     publish(store, published.NAME, 100.0)
     w.tick(t0)
-    w.register("s1", "f1", store, livewatch.OVERVIEW)  # redrawn at once
+    w.register(here("s1", "f1"), store, livewatch.OVERVIEW)  # redrawn at once
     publish(store, published.NAME, 101.0)
     w.tick(t0 + livewatch.MIN_GAP_S / 2)  # a storm of publications: one redraw a gap
     assert len(asked) == 1
@@ -105,7 +109,7 @@ def test_a_closed_session_is_forgotten(store):
     asked = Asked()
     asked.gone.add("s1")
     w = livewatch.Watcher(request=asked)
-    w.register("s1", "f1", store, livewatch.OVERVIEW)
+    w.register(here("s1", "f1"), store, livewatch.OVERVIEW)
     publish(store, published.NAME, 100.0)
     w.tick()
     publish(store, published.NAME, 101.0)
@@ -118,7 +122,7 @@ def test_a_damaged_store_never_ends_the_watcher(store):
     goes on looking, and asks again once the store reads."""
     asked = Asked()
     w = livewatch.Watcher(request=asked)
-    w.register("s1", "f1", store, livewatch.OVERVIEW)
+    w.register(here("s1", "f1"), store, livewatch.OVERVIEW)
     store.cursor("DROP TABLE page_data")
     w.tick()
     path = store.path
@@ -134,11 +138,11 @@ def test_a_damaged_store_never_ends_the_watcher(store):
 def test_internals_that_fail_leave_pages_on_their_interval_tick(store, monkeypatch):
     monkeypatch.setattr(livewatch, "_broken", [])
 
-    def refused(session_id: str, fragment_id: str) -> bool:
+    def refused(at: livewatch.Here) -> bool:
         raise AttributeError("AppSession has no attribute _client_state")
 
     w = livewatch.Watcher(request=refused)
-    w.register("s1", "f1", store, livewatch.OVERVIEW)
+    w.register(here("s1", "f1"), store, livewatch.OVERVIEW)
     publish(store, published.NAME, 100.0)
     w.tick()
     assert livewatch._broken and not livewatch.supported() and livewatch.watcher() is None
@@ -152,7 +156,7 @@ def test_cached_reads_are_keyed_on_the_publications_the_watcher_saw(store, monke
     assert livewatch.store_key(store) == (str(store.path), None)
     w = livewatch.Watcher(request=Asked())
     monkeypatch.setattr(livewatch, "_watcher", w)
-    w.register("s1", "f1", store, livewatch.OVERVIEW)
+    w.register(here("s1", "f1"), store, livewatch.OVERVIEW)
     before = livewatch.store_key(store)
     publish(store, published.NAME, 100.0)
     assert livewatch.store_key(store) == before  # no read in a key: the watcher's next look moves it
@@ -174,3 +178,34 @@ def test_apptest_runs_pages_without_the_watcher():
 
     at = AppTest.from_function(app).run()
     assert [m.value for m in at.markdown] == ["supported=False"]
+
+
+def test_the_request_is_the_browser_timers_for_the_run_that_registered(monkeypatch):
+    """The rerun asked carries the URL query and page of the run that drew the live part, not the
+    session's stored client state: that one is empty until the session's first run ends, and a tab
+    whose first (slow) run saw a publication was rerun on the app's first page with no query (seven
+    kiosk tabs opened at once: one never showed its heading). No widget states: the session keeps
+    its own values."""
+    from streamlit.runtime import Runtime
+
+    asked = []
+
+    class Session:
+        class _event_loop:  # noqa: N801 - stands in for the session's asyncio loop
+            @staticmethod
+            def call_soon_threadsafe(fn):
+                fn()
+
+        def request_rerun(self, cs):
+            asked.append(cs)
+
+    class Stand:
+        def get_app_session(self, session_id):
+            return Session() if session_id == "s1" else None
+
+    monkeypatch.setattr(Runtime, "instance", classmethod(lambda cls: Stand()))
+    assert livewatch._request(here("s1", "f1")) is True
+    assert livewatch._request(here("gone", "f1")) is False
+    (cs,) = asked
+    assert (cs.query_string, cs.page_script_hash, cs.fragment_id, cs.is_auto_rerun) == ("kiosk=1", "abc123", "f1", True)
+    assert not cs.HasField("widget_states") and not cs.HasField("context_info")
