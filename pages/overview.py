@@ -1,8 +1,9 @@
 """Overview: the standup screen. Is the run healthy, fast AND producing good data?
 
 The screen at the root URL (app.py routes here). Everything below the title refreshes itself
-every collection interval inside one fragment (page.live), so the screen on the wall stays
-current without a full-page rerun; `?kiosk=1` is the wall-screen mode. Node states: up = polled
+within a fraction of a second of each Overview the collector publishes (and at least every
+collection interval) inside one fragment (page.live), so the screen on the wall stays current
+without a full-page rerun; `?kiosk=1` is the wall-screen mode. Node states: up = polled
 within stale_after; stale = older; down = never reached, or nothing for 5 x stale_after; done =
 up and wrote its fixed share of the target.
 The numbers are one model read at one instant (runhealth.screens.overview): this page only lays
