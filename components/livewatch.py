@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 WATCH_S = 0.1  # the watcher's look: a publication is asked for 0.05 s after it on average
 MIN_GAP_S = 0.5  # a session's live part is pushed at most this often (a publication storm)
+SAFETY_NET_X = 4  # with the watcher, the browser's timer redraws every 4 intervals (the watcher: every 1)
 # Which publications a page's live part follows: the Overview (published after each round of
 # polls: the Overview and Nodes), the other page payloads (computed after polls at most once an
 # interval, all in one write that always holds run_lengths: Output lengths, GPUs), or both.
@@ -71,9 +72,20 @@ class Viewer:
     here: Here
     store: Store
     follows: Follows
+    every_s: float  # its interval: redrawn at least this often (the ages on screen), publication or not
     drawn: Stamps
+    drawn_at: float  # monotonic
     asked: Stamps | None = None
     asked_at: float = 0.0
+
+    def due(self, current: Stamps, now: float) -> bool:
+        """Whether to ask for a redraw now: a publication it has neither drawn nor been asked
+        for, or an interval without a redraw; never twice within MIN_GAP_S."""
+        if now - self.asked_at < MIN_GAP_S:
+            return False
+        if current != self.drawn and current != self.asked:
+            return True
+        return now - self.drawn_at >= self.every_s and now - self.asked_at >= self.every_s
 
 
 @dataclasses.dataclass
@@ -102,14 +114,16 @@ class Watcher:
     def stop(self) -> None:
         self._stop.set()
 
-    def register(self, here: Here, store: Store, follows: Follows) -> None:
+    def register(self, here: Here, store: Store, follows: Follows, every_s: float) -> None:
         """A session's live part (`here`) is drawing now: note the stamps it draws (read before
         its reads, so a publication during them redraws again)."""
         drawn = self.stamps(store, follows)
         with self._lock:
             before = self._viewers.get(here.session_id)
             asked_at = before.asked_at if before is not None else 0.0  # MIN_GAP_S holds across redraws
-            self._viewers[here.session_id] = Viewer(here, store, follows, drawn, asked_at=asked_at)
+            self._viewers[here.session_id] = Viewer(
+                here, store, follows, every_s, drawn, time.monotonic(), asked_at=asked_at
+            )
 
     def stamps(self, store: Store, follows: Follows = ANY) -> Stamps:
         """The stamps of `follows` as the watcher knows them (read now for a store it never read)."""
@@ -140,10 +154,8 @@ class Watcher:
                 self.stop()
                 return
             current = self.stamps(viewer.store, viewer.follows)
-            if current == viewer.drawn or current == viewer.asked or now - viewer.asked_at < MIN_GAP_S:
+            if not viewer.due(current, now):
                 continue
-            viewer.asked, viewer.asked_at = current, now
-            self.requests += 1
             try:
                 alive = self._request(viewer.here)
             except Exception as exc:  # Streamlit's internals changed: pages keep their interval tick
@@ -151,6 +163,10 @@ class Watcher:
                 log.warning("live redraw on publication unavailable (%s): pages redraw every interval", _broken[-1])
                 self.stop()
                 return
+            if alive is None:  # a run in progress (a page loading): asked at a later look
+                continue
+            viewer.asked, viewer.asked_at = current, now
+            self.requests += 1
             if not alive:  # the session is gone
                 with self._lock:
                     if self._viewers.get(session_id) is viewer:
@@ -251,15 +267,19 @@ def running() -> Here | None:
     return Here(ctx.session_id, fragment_id, ctx.query_string, ctx.page_script_hash, ctx.context_info)
 
 
-def _request(here: Here) -> bool:
-    """Queue a rerun of fragment `here` as its run_every timer in the browser would (after a run
-    in progress, never cutting into it); False: its session is gone."""
+def _request(here: Here) -> bool | None:
+    """Queue a rerun of fragment `here` as its run_every timer in the browser would; False: its
+    session is gone or shows another page; None: not now, a run of the session is in progress
+    (a tab still drawing its page is never handed a rerun: with seven kiosk tabs loading at once,
+    a rerun queued behind a first run left a tab without its heading in some runs)."""
     from streamlit.proto.ClientState_pb2 import ClientState
     from streamlit.runtime import Runtime
 
     session = Runtime.instance().get_app_session(here.session_id)
-    if session is None:
+    if session is None or not session.has_fragment(here.fragment_id):  # gone, or a page left
         return False
+    if getattr(session, "_state", None) is not None and session._state.name == "APP_IS_RUNNING":  # noqa: SLF001
+        return None
     loop = session._event_loop  # noqa: SLF001 - AppSession is not thread-safe: its own loop runs this
     if not hasattr(loop, "call_soon_threadsafe"):
         raise RuntimeError("AppSession has no event loop")

@@ -40,6 +40,9 @@ def here(session_id: str, fragment_id: str) -> livewatch.Here:
     return livewatch.Here(session_id, fragment_id, "kiosk=1", "abc123")
 
 
+EVERY_S = 30.0  # the live parts' interval
+
+
 def publish(store, name: str, ts: float) -> None:
     pagedata.put(store, {name: {"x": ts}}, ts)
 
@@ -47,8 +50,8 @@ def publish(store, name: str, ts: float) -> None:
 def test_a_publication_asks_each_live_part_behind_it_once_and_nothing_else_does(store):
     asked = Asked()
     w = livewatch.Watcher(request=asked)
-    w.register(here("s1", "f1"), store, livewatch.OVERVIEW)
-    w.register(here("s2", "f2"), store, livewatch.OVERVIEW)
+    w.register(here("s1", "f1"), store, livewatch.OVERVIEW, EVERY_S)
+    w.register(here("s2", "f2"), store, livewatch.OVERVIEW, EVERY_S)
     for _ in range(5):  # nothing published: nothing asked, however often it looks
         w.tick()
     assert asked == []
@@ -57,7 +60,7 @@ def test_a_publication_asks_each_live_part_behind_it_once_and_nothing_else_does(
     assert sorted(asked) == [("s1", "f1"), ("s2", "f2")]
     w.tick(time.monotonic() + 10)  # asked, not yet redrawn: not asked again for the same publication
     assert len(asked) == 2
-    w.register(here("s1", "f1"), store, livewatch.OVERVIEW)  # s1 redraws and has drawn it
+    w.register(here("s1", "f1"), store, livewatch.OVERVIEW, EVERY_S)  # s1 redraws and has drawn it
     publish(store, published.NAME, 101.0)
     w.tick(time.monotonic() + 20)
     assert sorted(asked[2:]) == [("s1", "f1"), ("s2", "f2")]
@@ -66,8 +69,8 @@ def test_a_publication_asks_each_live_part_behind_it_once_and_nothing_else_does(
 def test_a_page_is_not_redrawn_for_a_publication_it_does_not_read(store):
     asked = Asked()
     w = livewatch.Watcher(request=asked)
-    w.register(here("overview", "f1"), store, livewatch.OVERVIEW)
-    w.register(here("lengths", "f2"), store, livewatch.PAYLOADS)
+    w.register(here("overview", "f1"), store, livewatch.OVERVIEW, EVERY_S)
+    w.register(here("lengths", "f2"), store, livewatch.PAYLOADS, EVERY_S)
     publish(store, "run_lengths", 100.0)
     w.tick()
     assert asked == [("lengths", "f2")]
@@ -78,7 +81,7 @@ def test_a_page_is_not_redrawn_for_a_publication_it_does_not_read(store):
 
 def test_an_unchanged_store_file_costs_a_stat_not_a_read(store, monkeypatch):
     w = livewatch.Watcher(request=Asked())
-    w.register(here("s1", "f1"), store, livewatch.ANY)
+    w.register(here("s1", "f1"), store, livewatch.ANY, EVERY_S)
     reads = []
     real = pagedata.computed_at
     monkeypatch.setattr(pagedata, "computed_at", lambda s, n: reads.append(n) or real(s, n))
@@ -93,11 +96,11 @@ def test_an_unchanged_store_file_costs_a_stat_not_a_read(store, monkeypatch):
 def test_a_session_pushed_again_waits_min_gap(store):
     asked = Asked()
     w = livewatch.Watcher(request=asked)
-    w.register(here("s1", "f1"), store, livewatch.OVERVIEW)
+    w.register(here("s1", "f1"), store, livewatch.OVERVIEW, EVERY_S)
     t0 = time.monotonic()
     publish(store, published.NAME, 100.0)
     w.tick(t0)
-    w.register(here("s1", "f1"), store, livewatch.OVERVIEW)  # redrawn at once
+    w.register(here("s1", "f1"), store, livewatch.OVERVIEW, EVERY_S)  # redrawn at once
     publish(store, published.NAME, 101.0)
     w.tick(t0 + livewatch.MIN_GAP_S / 2)  # a storm of publications: one redraw a gap
     assert len(asked) == 1
@@ -109,7 +112,7 @@ def test_a_closed_session_is_forgotten(store):
     asked = Asked()
     asked.gone.add("s1")
     w = livewatch.Watcher(request=asked)
-    w.register(here("s1", "f1"), store, livewatch.OVERVIEW)
+    w.register(here("s1", "f1"), store, livewatch.OVERVIEW, EVERY_S)
     publish(store, published.NAME, 100.0)
     w.tick()
     publish(store, published.NAME, 101.0)
@@ -122,7 +125,7 @@ def test_a_damaged_store_never_ends_the_watcher(store):
     goes on looking, and asks again once the store reads."""
     asked = Asked()
     w = livewatch.Watcher(request=asked)
-    w.register(here("s1", "f1"), store, livewatch.OVERVIEW)
+    w.register(here("s1", "f1"), store, livewatch.OVERVIEW, EVERY_S)
     store.cursor("DROP TABLE page_data")
     w.tick()
     path = store.path
@@ -142,7 +145,7 @@ def test_internals_that_fail_leave_pages_on_their_interval_tick(store, monkeypat
         raise AttributeError("AppSession has no attribute _client_state")
 
     w = livewatch.Watcher(request=refused)
-    w.register(here("s1", "f1"), store, livewatch.OVERVIEW)
+    w.register(here("s1", "f1"), store, livewatch.OVERVIEW, EVERY_S)
     publish(store, published.NAME, 100.0)
     w.tick()
     assert livewatch._broken and not livewatch.supported() and livewatch.watcher() is None
@@ -156,7 +159,7 @@ def test_cached_reads_are_keyed_on_the_publications_the_watcher_saw(store, monke
     assert livewatch.store_key(store) == (str(store.path), None)
     w = livewatch.Watcher(request=Asked())
     monkeypatch.setattr(livewatch, "_watcher", w)
-    w.register(here("s1", "f1"), store, livewatch.OVERVIEW)
+    w.register(here("s1", "f1"), store, livewatch.OVERVIEW, EVERY_S)
     before = livewatch.store_key(store)
     publish(store, published.NAME, 100.0)
     assert livewatch.store_key(store) == before  # no read in a key: the watcher's next look moves it
@@ -191,6 +194,12 @@ def test_the_request_is_the_browser_timers_for_the_run_that_registered(monkeypat
     asked = []
 
     class Session:
+        class _state:  # noqa: N801 - AppSessionState's member
+            name = "APP_NOT_RUNNING"
+
+        def has_fragment(self, fragment_id):
+            return fragment_id == "f1"
+
         class _event_loop:  # noqa: N801 - stands in for the session's asyncio loop
             @staticmethod
             def call_soon_threadsafe(fn):
@@ -206,6 +215,45 @@ def test_the_request_is_the_browser_timers_for_the_run_that_registered(monkeypat
     monkeypatch.setattr(Runtime, "instance", classmethod(lambda cls: Stand()))
     assert livewatch._request(here("s1", "f1")) is True
     assert livewatch._request(here("gone", "f1")) is False
+    assert livewatch._request(here("s1", "f-of-a-page-left")) is False
+    Session._state.name = "APP_IS_RUNNING"  # a tab still drawing its page: not now
+    assert livewatch._request(here("s1", "f1")) is None
+    Session._state.name = "APP_NOT_RUNNING"
     (cs,) = asked
     assert (cs.query_string, cs.page_script_hash, cs.fragment_id, cs.is_auto_rerun) == ("kiosk=1", "abc123", "f1", True)
     assert not cs.HasField("widget_states") and not cs.HasField("context_info")
+
+
+def test_a_live_part_without_publications_is_redrawn_once_an_interval_by_the_watcher(store):
+    """The ages on screen ("N s ago") and a collector gone quiet: the watcher redraws a live part
+    that has gone an interval without a redraw (the browser's timer is then only a safety net at
+    SAFETY_NET_X intervals, so a tab redraws once an interval, not twice)."""
+    asked = Asked()
+    w = livewatch.Watcher(request=asked)
+    t0 = time.monotonic()
+    w.register(here("s1", "f1"), store, livewatch.OVERVIEW, EVERY_S)
+    w.tick(t0 + EVERY_S / 2)
+    assert asked == []
+    w.tick(t0 + EVERY_S + 0.1)
+    assert asked == [("s1", "f1")]
+    w.tick(t0 + EVERY_S + 5)  # asked, not yet redrawn: not asked again within the interval
+    assert len(asked) == 1
+    w.tick(t0 + 2 * EVERY_S + 0.2)  # the redraw never came (a request lost): asked again
+    assert len(asked) == 2
+
+
+def test_a_session_busy_running_is_asked_at_a_later_look(store):
+    answers = [None, None, True]
+    asked = []
+
+    def request(at: livewatch.Here) -> bool | None:
+        asked.append(at.session_id)
+        return answers[len(asked) - 1]
+
+    w = livewatch.Watcher(request=request)
+    w.register(here("s1", "f1"), store, livewatch.OVERVIEW, EVERY_S)
+    publish(store, published.NAME, 100.0)
+    t0 = time.monotonic()
+    for i in range(5):
+        w.tick(t0 + i * 0.1)
+    assert asked == ["s1", "s1", "s1"] and w.requests == 1
