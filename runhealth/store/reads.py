@@ -14,6 +14,7 @@ from typing import Any
 
 from runhealth.node.wire import ShardCursor
 from runhealth.records import (
+    LENGTH,
     AlertEpisodeRow,
     EnergyRow,
     GpuEventRow,
@@ -35,6 +36,7 @@ from runhealth.records import (
     rows_as,
 )
 from runhealth.settings.runsettings import RunSettings
+from runhealth.store import lengthgroups
 from runhealth.store.lifecycle import StoreFile
 
 GPU_FIELDS = ("util_pct", "mem_used_mib", "mem_total_mib", "power_w", "power_limit_w", "temp_c", "sm_clock_mhz")
@@ -120,7 +122,9 @@ class StoreReads(StoreFile):
             where = " WHERE finish_reason = ?" if finish_reason else ""
             sql = f"SELECT tokens, finish_reason, estimated, count FROM run_length_counts{where}"
             return _reasons_named(self.query(sql, (finish_reason,) if finish_reason else ()))
-        if finish_reason:
+        if finish_reason == LENGTH:  # a literal, so the partial index of the length stops serves it
+            where += f" AND finish_reason = '{LENGTH}'"
+        elif finish_reason:
             where, params = where + " AND finish_reason = ?", (*params, finish_reason)
         if by == "run":
             sql = (
@@ -130,12 +134,19 @@ class StoreReads(StoreFile):
         else:  # one row per key already: the table's primary key
             keys = "node, " if by == "node" else "node, path, "
             sql = f"SELECT {keys}tokens, finish_reason, estimated, count FROM {table}{where}"
+            if finish_reason == LENGTH:  # the few rows the length stops' partial index (migration 15)
+                # finds, in the order they were written, as the whole table's scan gave them before
+                # the index (the group tables' ties go by it)
+                sql = f"SELECT {keys}tokens, finish_reason, estimated, count FROM {table} INDEXED BY {table}_length{where} ORDER BY rowid"
         return _reasons_named(self.query(sql, params))
 
     def group_totals(self, by: str) -> list[GroupTotalRow]:
-        """Per node or shard: completions counted, and how many of them have exact token counts."""
+        """Per node or shard: completions counted, and how many of them have exact token counts.
+
+        Summed from the aggregates the store's triggers keep (migration 15: node_length_groups,
+        a few rows a node; shard_length_totals, one or two a shard), not from every length."""
         keys = {"node": "node", "shard": "node, path"}[by]
-        table = "length_counts" if by == "shard" else "node_length_counts"
+        table = "shard_length_totals" if by == "shard" else "node_length_groups"
         where, params = self.counted_where()
         return rows_as(
             GroupTotalRow,
@@ -145,6 +156,18 @@ class StoreReads(StoreFile):
                 params,
             ),
         )
+
+    def length_groups(self) -> tuple[list[int], list[tuple[str, str, int, int, int, int]]]:
+        """The counted nodes' length counts in groups, as the store's triggers keep them
+        (runhealth/store/lengthgroups.py), and the bounds they are bucketed by, read at one
+        instant: (ascending bounds, [(node, finish_reason, estimated, bucket, completions,
+        tokens x completions)]), a group's bucket being how many bounds are below its lengths."""
+        with self.snapshot():
+            where, gone = self.counted_where()
+            splits = [r[0] for r in self.cursor(lengthgroups.SPLITS_SQL)]
+            sql = f"SELECT node, finish_reason, estimated, bucket, count, tokens FROM node_length_groups{where}"
+            rows = [(r[0], r[1], r[2], r[3], r[4], r[5]) for r in self.cursor(sql, gone)]
+        return splits, rows
 
     def run_settings(self) -> RunSettings:
         """The run's settings as its collector saved them (meta "run"); defaults for what it lacks."""
