@@ -58,7 +58,7 @@ def _child(tree: str, store_path: str, part: str, repeat: int) -> dict:
 
         if (Path(tree) / "runhealth/store/lengthgroups.py").exists():  # bucketed as a scrape leaves them
             from runhealth.alerting import countgroups, exporter
-            from runhealth.store import lengthgroups  # type: ignore[attr-defined]
+            from runhealth.store import lengthgroups
 
             lengthgroups.cover(store, countgroups.splits_for(exporter.length_buckets(4096), 4096))
         config = fleet.fleet_config(len(store.nodes()), Path(store_path), 10)
