@@ -27,6 +27,7 @@ from runhealth.errors import StoreError
 from runhealth.store import Store, lengthgroups, reasonnames
 
 log = logging.getLogger(__name__)
+_WARNED: set[str] = set()  # the stores whose groups could not be bucketed, said once each
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,9 +50,9 @@ def read(store: Store, bounds: Sequence[float], ceiling: int | None) -> list[Gro
     try:
         lengthgroups.cover(store, needed)
     except (sqlite3.Error, StoreError) as exc:
-        log.warning(
-            "metrics: the length groups could not be bucketed for this ceiling (%s): read from every count", exc
-        )
+        level = logging.DEBUG if str(store.path) in _WARNED else logging.WARNING  # once a store, not every 15 s
+        _WARNED.add(str(store.path))
+        log.log(level, "metrics: %s: the length groups could not be bucketed (%s): every count read", store.path, exc)
         return scan(store, bounds, ceiling)
     splits, rows = store.length_groups()
     if not set(needed) <= set(splits):  # another process bucketed them for another ceiling since
