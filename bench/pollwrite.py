@@ -72,6 +72,47 @@ def write_round(store: Store, polls: list[tuple[str, ingest.PollRecord]], now: f
     return cpu
 
 
+def paced(store: Store, sims: dict[str, SimNode], rounds: int, grouped: bool) -> None:
+    """The collector's shape without its network: every node's poll once an interval (a poll
+    every INTERVAL_S / nodes seconds) on a pool of 32 threads, each holding a 20 ms round trip
+    (a sleep) before its write; the write `Store.write_poll` in the pool thread (`alone`, as main
+    does) or handed to a GroupWriter (`grouped`). Process CPU per poll over the rounds (every
+    thread's: the writer's too), the replies read beforehand."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from runhealth.collect.groupwriter import GroupWriter
+
+    writer = GroupWriter(store)
+
+    def one(name: str, record: ingest.PollRecord, now: float) -> None:
+        with writer.polling():
+            time.sleep(0.02)
+            (writer.write_poll if grouped else store.write_poll)(name, record, now, 20.0, INTERVAL_S)
+
+    step = INTERVAL_S / len(sims)
+    polls = [replies(store, sims) for _ in range(1)][0]
+    cpu, n = 0.0, 0
+    with ThreadPoolExecutor(32) as pool:
+        for k in range(rounds):
+            if k:
+                polls = replies(store, sims)
+            start, began = time.process_time(), time.monotonic()
+            futures = []
+            for i, (name, record) in enumerate(polls):
+                time.sleep(max(0.0, began + i * step - time.monotonic()))
+                futures.append(pool.submit(one, name, record, time.time()))
+            for f in futures:
+                f.result()
+            cpu += time.process_time() - start
+            n += len(polls)
+    writer.stop()
+    groups = f"; {writer.polls / max(1, writer.groups):.1f} polls a group" if grouped else ""
+    print(
+        f"{ROOT.name} paced {'grouped' if grouped else 'alone'}: process CPU a poll {cpu / n * 1000:.3f} ms"
+        f" ({rounds} rounds of {len(polls)}{groups}; load {os.getloadavg()[0]:.2f})"
+    )
+
+
 def overview_builds(store: Store, sims: dict[str, SimNode], builds: int) -> None:
     """The Overview as the collector's Publisher builds it (published.publish), `builds` times with
     150 polls written before each (what ~1.5 s of a 1,024-node fleet's polls write); thread CPU
@@ -111,6 +152,9 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--pragma", action="append", default=[], help="e.g. cache_size=-65536 (this thread's connection)")
     ap.add_argument("--builds", type=int, default=0, help="instead: this many Overview builds, 150 polls apart")
+    ap.add_argument(
+        "--paced", choices=("alone", "grouped"), help="instead: the collector's shape (a pool, paced polls)"
+    )
     ap.add_argument("--group", type=int, default=1, help="polls a transaction (1: write_poll's own)")
     args = ap.parse_args()
     if args.build:
@@ -124,6 +168,9 @@ def main() -> None:
             store.cursor(f"PRAGMA {pragma}").fetchall()
         names = [r[0] for r in store.cursor("SELECT name FROM nodes ORDER BY name")]
         sims = {name: SimNode(i + 7, 0.0) for i, name in enumerate(names)}  # other draws than the build's
+        if args.paced:
+            paced(store, sims, args.rounds, args.paced == "grouped")
+            return
         if args.builds:
             overview_builds(store, sims, args.builds)
             return
