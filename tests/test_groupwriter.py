@@ -108,3 +108,14 @@ def test_a_collector_writes_in_groups_at_its_poll_rate_and_counts_exactly(tmp_pa
     assert all(4 <= polls[f"n{i}"] <= 8 for i in range(len(sizes))), polls  # ~6 scheduled each
     assert collector.writer.polls == sum(polls.values()) and 1 <= collector.writer.groups <= collector.writer.polls
     assert {r["name"]: r["completions"] for r in store.nodes()} == {f"n{i}": n for i, n in enumerate(sizes)}
+
+
+def test_a_writer_thread_that_ended_leaves_no_caller_waiting(tmp_path, monkeypatch):
+    # It never should end while polls come (each group's errors are its polls'); if it did, a
+    # caller must not wait forever: its poll, still queued, is written by the caller.
+    store = Store(tmp_path / "s.sqlite3")
+    writer = groupwriter.GroupWriter(store)
+    monkeypatch.setattr(groupwriter, "WRITER_CHECK_S", 0.05)
+    monkeypatch.setattr(writer, "_next_group", lambda: None)  # the thread ends at once, taking nothing
+    assert writer.write_poll("n1", record(0, 100, [[50, "stop", 0, 1]]), 10.0, 5.0)["completions"] == 1
+    assert writer.groups == 0 and store.shard_state("n1")["/data/a.jsonl"]["offset"] == 100

@@ -31,6 +31,7 @@ log = textsafe.get_logger(__name__)
 
 LINGER_S = 0.05  # a group waits at most this long after its first poll for polls still in flight
 MAX_POLLS = 32  # polls a transaction at most
+WRITER_CHECK_S = 1.0  # a caller waiting for its group checks this often that the writer still runs
 
 
 class _Pending:
@@ -89,9 +90,13 @@ class GroupWriter:
                     self._thread.start()
                 self._queue.append(pending)
                 self._cond.notify_all()
+        while queued and not pending.done.wait(WRITER_CHECK_S):
+            with self._cond:  # a writer thread that ended (it never should) leaves no caller waiting
+                if not self._thread.is_alive() and pending in self._queue:  # type: ignore[union-attr]
+                    self._queue.remove(pending)
+                    queued = False
         if not queued:
             return self.store.write_poll(node, record, ts_unix, rtt_ms, interval_s)
-        pending.done.wait()
         if pending.error is not None:
             raise pending.error
         assert pending.delta is not None  # set with done when no error
