@@ -3,8 +3,9 @@
 Each node has its own persistent agent connection and its own schedule; polls run on at
 most 32 worker threads (`runhealth.collect.scheduler`), so a slow or dead node never delays the
 others, never blocks a page, and 512 nodes do not need 512 threads. Every
-successful poll is folded into the `Store` in one transaction; a failed one is recorded as
-that node's last error while its counts and offsets stay put. Pages only ever call
+successful poll is folded into the `Store` whole (its offsets with its counts), in the
+transaction of the polls that landed with it (runhealth.collect.groupwriter); a failed one is
+recorded as that node's last error while its counts and offsets stay put. Pages only ever call
 `request_refresh()` and `request_sample()`, which wake the threads and return at once.
 """
 
