@@ -98,8 +98,7 @@ def scan(store: Store, bounds: Sequence[float], ceiling: int | None) -> list[Gro
     """`read` from every row of node_length_counts (one scan, grouped in SQL): what a scrape did
     before the store kept the groups, for a store whose groups cannot be bucketed now."""
     where, gone = store.counted_where()
-    whens = " ".join(f"WHEN tokens <= {int(b)} THEN {i}" for i, b in enumerate(bounds))
-    bucket = f"CASE {whens} ELSE {len(bounds)} END" if bounds else "0"
+    bucket = lengthgroups.bucket_sql([int(b) for b in bounds])
     # NOT INDEXED: the table in order and one sort of the groups' keys is ~1.5x faster here than
     # an index's order and a lookup of each row's length and reason.
     sql = (
