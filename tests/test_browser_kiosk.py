@@ -81,7 +81,14 @@ def test_every_kiosk_screen_fits_1920x1080_with_its_key_part_in_view(server_url,
         problems = []
         for screen, tab in tabs.items():
             _name, _part, charts, parts = SCREENS[screen]
-            tab.wait_for_selector("h1", timeout=120_000)  # seven screens opened at once, on two cores
+            try:
+                tab.wait_for_selector("h1", timeout=120_000)  # seven screens opened at once, on two cores
+            except Exception as exc:  # which screen, and what it shows instead (seen in CI only)
+                tab.screenshot(path=str(ARTIFACTS / f"kiosk-{screen}-no-heading.png"))
+                shown = tab.evaluate("() => document.body ? document.body.innerText.slice(0, 400) : ''")
+                raise AssertionError(
+                    f"{screen}: no heading {time.monotonic() - opened:.0f} s after opening; shows {shown!r}"
+                ) from exc
             tab.wait_for_function("!document.querySelector('[data-testid=\"stSkeleton\"]')", timeout=60_000)
             # Bounded: a chart still blank 30 s after the tabs opened (seen once on the GPUs page,
             # blank for good) fails here; 30 s, not 15: every screen's tab, Compare's too, loads at

@@ -43,7 +43,12 @@ def _open_all(tabs: dict, url: str, name: str) -> None:
         tabs[mode].goto(f"{url}/{PAGES[name]}{query}", wait_until="commit")
     for tab in tabs.values():
         tab.wait_for_selector("h1", timeout=60_000)
-        tab.wait_for_function("document.querySelectorAll('[data-testid=\"stSkeleton\"]').length === 0", timeout=60_000)
+        # No skeleton, and no spinner: Compare computes on demand behind one ("Checking A's forecast
+        # against B…"), which took longer than the wait below in a loaded CI run.
+        tab.wait_for_function(
+            'document.querySelectorAll(\'[data-testid="stSkeleton"], [data-testid="stSpinner"]\').length === 0',
+            timeout=60_000,
+        )
     tabs[next(iter(tabs))].wait_for_timeout(1500)  # fragments' first runs, grids' lazy chunk
 
 

@@ -14,6 +14,7 @@ import glob
 import json
 import math
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -57,7 +58,21 @@ def faketime(clock_file: Path) -> dict[str, str]:
         "FAKETIME_DONT_FAKE_MONOTONIC": "1",
         "FAKETIME_TIMESTAMP_FILE": str(clock_file),
         "FAKETIME_NO_CACHE": "1",
+        "PYTHONFAULTHANDLER": "1",  # stop_collector: a hung collector's stacks on SIGABRT
     }
+
+
+def stop_collector(proc: subprocess.Popen) -> str:
+    """SIGTERM, then its stderr. A collector still running 30 s later (seen once in CI, every thread
+    waiting on a futex) is made to print every thread's stack (PYTHONFAULTHANDLER: SIGABRT) and the
+    test fails with them."""
+    proc.terminate()
+    try:
+        return proc.communicate(timeout=30)[1]
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        _, err = proc.communicate(timeout=30)
+        pytest.fail(f"the collector did not stop within 30 s of SIGTERM; its threads:\n{err[-20000:]}")
 
 
 def wait_until(what: str, check, timeout_s: float):
@@ -116,8 +131,7 @@ def test_a_collector_whose_clock_steps_back_an_hour_keeps_its_payloads_and_heart
         wait_until("a heartbeat after the step", lambda: read(store_path, written_unix) < beat - 3000, 5)
         assert time.monotonic() - stepped < 8  # within a few intervals of the step, not an hour
     finally:
-        proc.terminate()
-        _, err = proc.communicate(timeout=30)
+        err = stop_collector(proc)
     assert proc.returncode == 0, err
     assert stored_count(store_path) == 340
 
@@ -324,8 +338,7 @@ def test_a_collector_host_clock_step_costs_no_tok_s_on_metrics_or_status(tmp_pat
             readings.append((*row, s["average_label"]))
     finally:
         writer.stop()
-        proc.terminate()
-        _, err = proc.communicate(timeout=30)
+        err = stop_collector(proc)
     assert proc.returncode == 0, err
     truth = Writer.RATE_TPS
     off = [r for r in readings if not all(v is not None and truth / 2 < v < truth * 2 for v in r[1:4])]

@@ -120,19 +120,19 @@ def test_estimated_missing_and_many_reasons_and_a_renamed_node(tmp_path, ceiling
     store.close()
 
 
-def test_a_scrape_scans_the_length_counts_once(tmp_path):
-    """One statement sums over node_length_counts a scrape (the ceiling's EXISTS probes aside);
-    803e677 ran six (five GROUP BYs and the truncation check twice)."""
+def test_a_scrape_reads_the_stored_groups_not_the_counts(tmp_path):
+    """After the scrape that buckets the groups for the ceiling, a scrape reads no row of
+    node_length_counts at all (#42 item 3): on main each scrape ran one full scan (803e677 ran six)."""
     now = time.time()
     store, _cfg = make_store(tmp_path, "node_down", now=now)
     store.set_meta("run", {"name": "r", "max_output_tokens": 4096, "interval_s": 10})
     seen: list[str] = []
-    exporter.scrape_text(store, clock=lambda: now)  # the thread's connection opened
+    exporter.scrape_text(store, clock=lambda: now)  # the thread's connection opened, the groups bucketed
     store._db().set_trace_callback(seen.append)
     text = exporter.scrape_text(store, clock=lambda: now).decode()
     store._db().set_trace_callback(None)
-    sums = [s for s in seen if "FROM node_length_counts" in s and "SUM(" in s]
-    assert len(sums) == 1, sums
+    assert [s for s in seen if "FROM node_length_counts" in s] == []
+    assert [s for s in seen if "FROM node_length_groups" in s]
     names = {f.name for f in text_string_to_metric_families(text)}
     assert {"runhealth_completions", "runhealth_completion_length_tokens", "runhealth_generated_tokens"} <= names
     store.close()

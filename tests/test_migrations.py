@@ -1,6 +1,7 @@
 """Store migrations: an older store opens and upgrades, a newer one is refused, a failed step changes nothing."""
 
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,28 @@ def test_a_new_store_starts_at_the_newest_version(tmp_path):
     assert version(store.path) == STORE_VERSION == MIGRATIONS[-1].version
     assert [m.version for m in MIGRATIONS] == list(range(1, len(MIGRATIONS) + 1))  # ordered, no gaps
     assert store.meta("schema_version") is None  # the old unread meta row is gone for good
+
+
+def test_a_new_file_opened_by_several_connections_at_once_opens_for_each(tmp_path):
+    """The dashboard's reader and its in-process collector open a new store together (CI saw the
+    collector refused "database is locked": both left rollback mode at once, and SQLite answers
+    one of them at once, without waiting). 6 of 100 pairs failed before the WAL switch waited."""
+    for i in range(25):
+        path, errors = tmp_path / f"s{i}.sqlite3", []
+
+        def open_it(path=path, errors=errors):
+            try:
+                Store(path).close()
+            except StoreError as exc:
+                errors.append(str(exc))
+
+        threads = [threading.Thread(target=open_it) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        assert version(path) == STORE_VERSION
 
 
 def test_an_early_store_opens_and_is_upgraded(tmp_path):

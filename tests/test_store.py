@@ -278,3 +278,30 @@ def test_pruning_drops_latest_metrics_that_stopped_reporting(tmp_path):
     store.record_metrics("n1", {"vllm:x": 3.0}, 500.0)
     store.prune(keep_s=200, now_unix=600.0)
     assert [(m["node"], m["name"], m["value"]) for m in store.metric_latest()] == [("n1", "vllm:x", 3.0)]
+
+
+def test_a_steady_poll_reads_each_row_it_updates_once(tmp_path, caplog):
+    # #42 item 3: a poll's write is ~1.5 ms at 1,024 nodes, most of it SQLite; a steady poll read
+    # each shard row twice (offset, then error) and the node row twice (its previous poll, then
+    # again for the energy), and re-inserted rows it had just read ("INSERT OR IGNORE").
+    store = Store(tmp_path / "s.sqlite3")
+    files = {p: entry(100, [[4096, "length", 0, 2], [10, "stop", 0, 1]], inode=i) for i, p in enumerate(("/a", "/b"))}
+    write_reply(store, "n1", reply(files), 1.0, 5.0)
+    statements: list[str] = []
+    store.cursor("SELECT 1").connection.set_trace_callback(statements.append)
+    files = {
+        p: entry(150, [[4096, "length", 0, 1]], inode=i, offset_from=100) | {"error": "gone?" if p == "/b" else None}
+        for i, p in enumerate(("/a", "/b"))
+    }
+    with caplog.at_level("WARNING", logger="runhealth.store.writes"):
+        write_reply(store, "n1", reply(files, time_unix=1010.0), 11.0, 5.0)
+        write_reply(store, "n1", reply({p: e | {"offset_from": 150} for p, e in files.items()}), 21.0, 5.0)
+    store.cursor("SELECT 1").connection.set_trace_callback(None)
+    shard_reads = [s for s in statements if s.startswith("SELECT") and "FROM shards" in s]
+    node_reads = [s for s in statements if s.startswith("SELECT") and "FROM nodes" in s]
+    assert len(shard_reads) == 2 * 2 and len(node_reads) == 2  # per poll: each shard's row once, the node's once
+    assert not [s for s in statements if s.startswith("INSERT OR IGNORE INTO")]  # the rows exist: read already
+    # The shard's problem is still logged once, when it appears (not again while it stays).
+    assert [r.getMessage() for r in caplog.records] == ["n1:/b: gone?"]
+    assert store.shard_state("n1") == {"/a": {"inode": 0, "offset": 150}, "/b": {"inode": 1, "offset": 150}}
+    assert run_counts(store) == {(4096, "length", 0): 8, (10, "stop", 0): 2}

@@ -1,23 +1,33 @@
-"""A /metrics scrape's one pass over every node's length counts.
+"""A /metrics scrape's count figures, summed from the store's groups of the length counts.
 
 The exporter's count figures (completions by node and finish reason, the length histogram, the
-completions and tokens at the ceiling, the usable tokens, whether the truncation is known) were
-five GROUP BYs over `node_length_counts`, each a full scan: at 1,024 nodes with a day of history
-(~4M rows, every distinct length of every node) a scrape spent ~7 CPU s in them (#42 item 3).
-`read` scans the table once, grouped by (node, finish reason, estimated, histogram bucket, cut at
-the ceiling) — a few thousand groups — and each figure is summed from those groups here, with the
-same rules: the buckets are `exporter.length_buckets`' bounds, the cut is `stats.cut_sql` (the one
-truncation rule) and the natural stops `reasonnames.NATURAL`. Every sum is over integers, so each
-figure is the one the separate statements gave, exactly.
+completions and tokens at the ceiling, the usable tokens, whether the truncation is known) are
+sums over groups of `node_length_counts` rows by (node, finish reason, estimated, histogram
+bucket, cut at the ceiling), with the same rules as ever: the buckets are
+`exporter.length_buckets`' bounds, the cut is `stats.cut_sql`/`is_cut` (the one truncation rule)
+and the natural stops `reasonnames.NATURAL`. Every sum is over integers, so each figure is the one
+the separate statements gave, exactly.
+
+`read` takes the groups from the aggregate the store's triggers keep (store migration 15,
+runhealth/store/lengthgroups.py: a few thousand rows at 1,024 nodes, where the one scan of every
+distinct length of every node it replaces cost ~4 CPU s a scrape, #42 item 3), after making its
+bounds cover this scrape's bounds and the ceiling - 1. A store it cannot write to (read-only,
+locked past the busy timeout) is read the old way, with one scan grouped in SQL.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+import sqlite3
 from collections.abc import Sequence
 
 from runhealth.analysis import reasons, stats
-from runhealth.store import Store, reasonnames
+from runhealth.errors import StoreError
+from runhealth.store import Store, lengthgroups, reasonnames
+
+log = logging.getLogger(__name__)
+_WARNED: set[str] = set()  # the stores whose groups could not be bucketed, said once each
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,13 +44,63 @@ class Group:
 
 
 def read(store: Store, bounds: Sequence[float], ceiling: int | None) -> list[Group]:
-    """The counted nodes' length counts in groups (one scan; a renamed node's old name left out,
-    as store.counted_where says)."""
+    """The counted nodes' length counts in groups, in (node, finish_reason, estimated, bucket,
+    cut) order (a renamed node's old name left out, as store.counted_where says)."""
+    needed = splits_for(bounds, ceiling)
+    try:
+        lengthgroups.cover(store, needed)
+    except (sqlite3.Error, StoreError) as exc:
+        level = logging.DEBUG if str(store.path) in _WARNED else logging.WARNING  # once a store, not every 15 s
+        _WARNED.add(str(store.path))
+        log.log(level, "metrics: %s: the length groups could not be bucketed (%s): every count read", store.path, exc)
+        return scan(store, bounds, ceiling)
+    splits, rows = store.length_groups()
+    if not set(needed) <= set(splits):  # another process bucketed them for another ceiling since
+        return scan(store, bounds, ceiling)
+    return regroup(rows, splits, bounds, ceiling)
+
+
+def splits_for(bounds: Sequence[float], ceiling: int | None) -> list[int]:
+    """The bounds the stored groups need for these histogram bounds and this cut: the bounds, and
+    the ceiling - 1 (lengths are whole tokens: above it is at or above the ceiling)."""
+    return sorted({int(b) for b in bounds} | ({int(ceiling) - 1} if ceiling is not None else set()))
+
+
+def regroup(
+    rows: Sequence[tuple[str, str, int, int, int, int]],
+    splits: Sequence[int],
+    bounds: Sequence[float],
+    ceiling: int | None,
+) -> list[Group]:
+    """The store's groups (node, finish_reason, estimated, bucket over `splits`, completions,
+    tokens) summed into this scrape's groups. A stored bucket j holds the lengths in
+    (splits[j-1], splits[j]]; `splits` include every bound and the ceiling - 1, so all of its
+    lengths fall in one histogram bucket (the first bound at or above splits[j]) and are all
+    cut or none (stats.is_cut of its shortest length, splits[j-1] + 1; none in bucket 0, whose
+    lengths are at most the ceiling - 1)."""
+    ints = [int(b) for b in bounds]
+    buckets = [next((i for i, b in enumerate(ints) if b >= s), len(ints)) for s in splits] + [len(ints)]
+    shortest = [None] + [s + 1 for s in splits]
+    sums: dict[tuple[str, str, int, int, bool], list[int]] = {}
+    for node, reason, estimated, j, count, tokens in rows:
+        low = shortest[j]
+        key = (node, reason, estimated, buckets[j], low is not None and stats.is_cut(low, reason, ceiling))
+        got = sums.get(key)
+        if got is None:
+            sums[key] = [count, tokens]
+        else:
+            got[0] += count
+            got[1] += tokens
+    return [Group(*key, count, tokens) for key, (count, tokens) in sorted(sums.items())]
+
+
+def scan(store: Store, bounds: Sequence[float], ceiling: int | None) -> list[Group]:
+    """`read` from every row of node_length_counts (one scan, grouped in SQL): what a scrape did
+    before the store kept the groups, for a store whose groups cannot be bucketed now."""
     where, gone = store.counted_where()
-    whens = " ".join(f"WHEN tokens <= {int(b)} THEN {i}" for i, b in enumerate(bounds))
-    bucket = f"CASE {whens} ELSE {len(bounds)} END" if bounds else "0"
+    bucket = lengthgroups.bucket_sql([int(b) for b in bounds])
     # NOT INDEXED: the table in order and one sort of the groups' keys is ~1.5x faster here than
-    # node_length_counts_totals' order and a lookup of each row's length and reason.
+    # an index's order and a lookup of each row's length and reason.
     sql = (
         f"SELECT node, finish_reason, estimated, {bucket}, {stats.cut_sql(ceiling)}, SUM(count), SUM(tokens * count)"
         f" FROM node_length_counts NOT INDEXED{where} GROUP BY 1, 2, 3, 4, 5"

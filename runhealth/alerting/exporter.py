@@ -82,9 +82,10 @@ class StoreMetrics:
         try:
             ceiling, estimated = self._ceiling(settings)
             figures = fieldmodel.field_figures(self.store, settings, ceiling)
-            # Every node's length counts read once a scrape, in groups (countgroups.py: one scan,
-            # not five): the completions counter, the histogram, the costs and the failed ratio's
-            # denominator are summed from them (#42 item 3).
+            # Every node's length counts read once a scrape, in the groups the store keeps
+            # (countgroups.py: a few thousand rows, not every length of every node): the completions
+            # counter, the histogram, the costs and the failed ratio's denominator are summed from
+            # them (#42 item 3).
             bounds = length_buckets(ceiling)
             groups = countgroups.read(self.store, bounds, ceiling)
             done = countgroups.reason_counts(groups)
@@ -191,11 +192,11 @@ class StoreMetrics:
 
     def _ceiling(self, settings: RunSettings) -> tuple[int | None, int]:
         """(ceiling, the `estimated` flag of the rows length statistics use), as stats.summarize decides."""
-        where, gone = self.store.counted_where()
+        where, gone = self.store.counted_where()  # a group of the counts is there while a row of it is
         exact = self.store.query(
-            f"SELECT EXISTS (SELECT 1 FROM node_length_counts{where} AND estimated = 0) AS e", gone
+            f"SELECT EXISTS (SELECT 1 FROM node_length_groups{where} AND estimated = 0) AS e", gone
         )[0]["e"]
-        estimated = 0 if exact or not self.store.query(f"SELECT 1 FROM node_length_counts{where} LIMIT 1", gone) else 1
+        estimated = 0 if exact or not self.store.query(f"SELECT 1 FROM node_length_groups{where} LIMIT 1", gone) else 1
         if settings.max_output_tokens:
             return settings.max_output_tokens, estimated
         rows = self.store.length_counts(by="run", finish_reason=LENGTH)

@@ -92,5 +92,6 @@ def stragglers(
             or (n.node in held and n.eta_s is not None and n.eta_s > run_eta)
         ]
     late.sort(key=lambda n: -(n.eta_s or 0.0))
-    rest = [n.eta_s for n in nodes if n not in late and n.eta_s is not None]
+    named = {n.node for n in late}  # by name: `n not in late` compared dataclasses, n x late of them
+    rest = [n.eta_s for n in nodes if n.node not in named and n.eta_s is not None]
     return Stragglers(target, run_eta, run_iv, nodes, tuple(late), max(rest) if rest else None)

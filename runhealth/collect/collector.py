@@ -3,13 +3,15 @@
 Each node has its own persistent agent connection and its own schedule; polls run on at
 most 32 worker threads (`runhealth.collect.scheduler`), so a slow or dead node never delays the
 others, never blocks a page, and 512 nodes do not need 512 threads. Every
-successful poll is folded into the `Store` in one transaction; a failed one is recorded as
-that node's last error while its counts and offsets stay put. Pages only ever call
+successful poll is folded into the `Store` whole (its offsets with its counts), in the
+transaction of the polls that landed with it (runhealth.collect.groupwriter); a failed one is
+recorded as that node's last error while its counts and offsets stay put. Pages only ever call
 `request_refresh()` and `request_sample()`, which wake the threads and return at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import zlib
@@ -19,7 +21,7 @@ from typing import Any, cast
 from runhealth import ingest, textsafe
 from runhealth.alerting import alerthistory
 from runhealth.analysis.servermetrics import merge_endpoints as merge_metrics
-from runhealth.collect import changes, publisher, sampling, scheduler, storelock
+from runhealth.collect import changes, groupwriter, publisher, sampling, scheduler, storelock
 from runhealth.collect.storelock import check_store_free as check_store_free  # the service imports it here
 from runhealth.errors import AgentError, StoreError
 from runhealth.errors import one_line as _plain
@@ -105,8 +107,11 @@ class NodePoller:
         clock: Callable[[], float] = time.time,
         demo_gpus: int = 0,
         cut_labels: Sequence[str] = (),
+        writer: groupwriter.GroupWriter | None = None,
     ):
+        """`writer`: the collector's, writing polls in groups (None: each in its own transaction)."""
         self.node = node
+        self.writer = writer
         self.demo_gpus = demo_gpus
         self.cut_labels = tuple(cut_labels)  # the run's [run] cut_labels, sent with each poll
         self.store = store
@@ -143,6 +148,10 @@ class NodePoller:
 
     def poll(self) -> dict[str, Any]:
         """One poll: send offsets, fold the reply into the store. Raises on failure (recorded)."""
+        with self.writer.polling() if self.writer is not None else contextlib.nullcontext():
+            return self._poll()
+
+    def _poll(self) -> dict[str, Any]:
         try:
             sent, sent_mono = self.clock(), self.monotonic() if self.monotonic else None
             request = poll_request(
@@ -173,7 +182,8 @@ class NodePoller:
             self.store.record_failure(self.node.name, message, self.clock())
             raise AgentError(message) from None
         try:  # the reply as one record (counts, GPU rows, hourly lengths, server metrics): one transaction
-            self.store.write_poll(self.node.name, record, ts_unix, rtt_ms, interval_s)
+            write = self.writer.write_poll if self.writer is not None else self.store.write_poll
+            write(self.node.name, record, ts_unix, rtt_ms, interval_s)
             self._last_written_mono = mono
         except Exception as exc:  # disk full, lock, overflow: the node's error, on screen
             message = self.store.note_write_failure(self.node.name, exc, self.clock())
@@ -231,6 +241,8 @@ class Collector:
         self.store = store
         self.clock = clock
         transports = transports or {}
+        # Polls that land together are written in one transaction (#42 item 3).
+        self.writer = groupwriter.GroupWriter(store)
         self.pollers = {
             n.name: NodePoller(
                 n,
@@ -240,6 +252,7 @@ class Collector:
                 clock,
                 context.demo_gpus.get(n.name, 0),
                 config.cut_labels,
+                self.writer,
             )
             for n in config.nodes
         }
@@ -328,6 +341,7 @@ class Collector:
             pool.stop(timeout_s=max(n.command_timeout_s for n in self.config.nodes) + 1)
         for poller in self.pollers.values():
             poller.close()
+        self.writer.stop(timeout_s=HOUSEKEEPING_STOP_WAIT_S)  # what is queued is written first
         self.alert_history.stop()  # its writes too
         self.publisher.stop(timeout_s=HOUSEKEEPING_STOP_WAIT_S)
         if self._lock is not None:  # what the page data keeps, for the next start (#42 item 4)

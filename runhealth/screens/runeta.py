@@ -138,7 +138,8 @@ def node_shares(
 def holdable(s: Stragglers) -> frozenset[str]:
     """The nodes a hold could keep named: not late now, their ETA after the run's."""
     run = s.run_eta_s
-    return frozenset(n.node for n in s.nodes if n not in s.late and run and n.eta_s is not None and n.eta_s > run)
+    late = {n.node for n in s.late}  # names: a node's dataclass compared with each late one was n x late
+    return frozenset(n.node for n in s.nodes if n.node not in late and run and n.eta_s is not None and n.eta_s > run)
 
 
 def late_before(

@@ -72,7 +72,7 @@ class StoreFile:
                 storefile.check_is_store(db, self.path)
                 refuse_newer(db, self.path)
             db.row_factory = sqlite3.Row
-            db.execute("PRAGMA journal_mode=WAL")
+            _enter_wal(db, self.busy_timeout_s)
             db.execute("PRAGMA synchronous=NORMAL")
         except BaseException:
             db.close()
@@ -306,6 +306,28 @@ class StoreFile:
         with self.transaction() as db:
             db.execute("INSERT OR IGNORE INTO nodes (name) VALUES (?)", (name,))
             db.execute("UPDATE nodes SET config = ? WHERE name = ?", (json.dumps(public_config), name))
+
+
+def _enter_wal(db: sqlite3.Connection, timeout_s: float) -> None:
+    """Switch `db`'s file to WAL, waiting up to `timeout_s` for another connection doing the same.
+
+    Two connections opening a new file at once (the dashboard's reader and its in-process
+    collector) both need the exclusive lock to leave rollback mode; SQLite answers the one that
+    already holds a shared lock "database is locked" at once, without its busy handler (that
+    wait could deadlock). Once the other switched the file, the pragma needs no lock.
+    """
+    deadline, pause, waited = time.monotonic() + timeout_s, 0.005, threading.Event()
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if fileproblems.primary_code(exc) not in (fileproblems.SQLITE_BUSY, fileproblems.SQLITE_LOCKED):
+                raise
+            if time.monotonic() >= deadline:
+                raise
+        waited.wait(pause)  # not time.sleep: under libfaketime's clock steps it may raise EINVAL
+        pause = min(pause * 2, 0.1)
 
 
 def _create(db: sqlite3.Connection, path: Path) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from runhealth.node.wire import ShardCursor
 from runhealth.records import (
+    LENGTH,
     AlertEpisodeRow,
     EnergyRow,
     GpuEventRow,
@@ -35,6 +36,7 @@ from runhealth.records import (
     rows_as,
 )
 from runhealth.settings.runsettings import RunSettings
+from runhealth.store import lengthgroups
 from runhealth.store.lifecycle import StoreFile
 
 GPU_FIELDS = ("util_pct", "mem_used_mib", "mem_total_mib", "power_w", "power_limit_w", "temp_c", "sm_clock_mhz")
@@ -120,22 +122,27 @@ class StoreReads(StoreFile):
             where = " WHERE finish_reason = ?" if finish_reason else ""
             sql = f"SELECT tokens, finish_reason, estimated, count FROM run_length_counts{where}"
             return _reasons_named(self.query(sql, (finish_reason,) if finish_reason else ()))
+        if by == "run":
+            return _reasons_named(self.query(*_run_less(params, finish_reason)))
+        keys = "node, " if by == "node" else "node, path, "  # one row per key already: the table's primary key
+        if finish_reason == LENGTH:  # the few rows the length stops' partial index (migration 15) finds (a
+            # literal, so it serves), in the order they were written, as the whole table's scan gave them
+            # before the index (the group tables' ties go by it)
+            sql = f"SELECT {keys}tokens, finish_reason, estimated, count FROM {table} INDEXED BY {table}_length"
+            return _reasons_named(self.query(f"{sql}{where} AND finish_reason = '{LENGTH}' ORDER BY rowid", params))
         if finish_reason:
             where, params = where + " AND finish_reason = ?", (*params, finish_reason)
-        if by == "run":
-            sql = (
-                f"SELECT tokens, finish_reason, estimated, SUM(count) AS count FROM {table}{where}"
-                " GROUP BY tokens, finish_reason, estimated"
-            )
-        else:  # one row per key already: the table's primary key
-            keys = "node, " if by == "node" else "node, path, "
-            sql = f"SELECT {keys}tokens, finish_reason, estimated, count FROM {table}{where}"
-        return _reasons_named(self.query(sql, params))
+        return _reasons_named(
+            self.query(f"SELECT {keys}tokens, finish_reason, estimated, count FROM {table}{where}", params)
+        )
 
     def group_totals(self, by: str) -> list[GroupTotalRow]:
-        """Per node or shard: completions counted, and how many of them have exact token counts."""
+        """Per node or shard: completions counted, and how many of them have exact token counts.
+
+        Summed from the aggregates the store's triggers keep (migration 15: node_length_groups,
+        a few rows a node; shard_length_totals, one or two a shard), not from every length."""
         keys = {"node": "node", "shard": "node, path"}[by]
-        table = "length_counts" if by == "shard" else "node_length_counts"
+        table = "shard_length_totals" if by == "shard" else "node_length_groups"
         where, params = self.counted_where()
         return rows_as(
             GroupTotalRow,
@@ -145,6 +152,18 @@ class StoreReads(StoreFile):
                 params,
             ),
         )
+
+    def length_groups(self) -> tuple[list[int], list[tuple[str, str, int, int, int, int]]]:
+        """The counted nodes' length counts in groups, as the store's triggers keep them
+        (runhealth/store/lengthgroups.py), and the bounds they are bucketed by, read at one
+        instant: (ascending bounds, [(node, finish_reason, estimated, bucket, completions,
+        tokens x completions)]), a group's bucket being how many bounds are below its lengths."""
+        with self.snapshot():
+            where, gone = self.counted_where()
+            splits = [r[0] for r in self.cursor(lengthgroups.SPLITS_SQL)]
+            sql = f"SELECT node, finish_reason, estimated, bucket, count, tokens FROM node_length_groups{where}"
+            rows = [(r[0], r[1], r[2], r[3], r[4], r[5]) for r in self.cursor(sql, gone)]
+        return splits, rows
 
     def run_settings(self) -> RunSettings:
         """The run's settings as its collector saved them (meta "run"); defaults for what it lacks."""
@@ -404,6 +423,25 @@ def _host_key(config: str | None) -> tuple[str, Any] | None:
     """(host, port) of a node's stored public config: two nodes with the same read the same files."""
     found = json.loads(config) if config else None
     return (str(found.get("host")), found.get("port")) if isinstance(found, dict) and found.get("host") else None
+
+
+def _run_less(gone: Sequence[str], finish_reason: str | None) -> tuple[str, tuple]:
+    """The run's length rows less those of the nodes `gone` (superseded): run_length_counts (a few
+    thousand rows) less those nodes' own rows, read by their key, instead of a GROUP BY over every
+    node's rows (~1-2 CPU s at 1,024 nodes, every scrape and page-data refresh while a renamed node's
+    old name stays in the store). Rows in key order; a key the other nodes have no completion of
+    is left out (the write path keeps no row at 0, so this is the GROUP BY's answer)."""
+    reason = " AND finish_reason = ?" if finish_reason else ""
+    sql = (
+        "SELECT r.tokens, r.finish_reason, r.estimated, r.count - COALESCE(g.count, 0) AS count"
+        " FROM run_length_counts r LEFT JOIN (SELECT tokens, finish_reason, estimated, SUM(count) AS count"
+        f" FROM node_length_counts WHERE node IN ({','.join('?' * len(gone))}){reason} GROUP BY 1, 2, 3) g"
+        " ON g.tokens = r.tokens AND g.finish_reason = r.finish_reason AND g.estimated = r.estimated"
+        f" WHERE r.count - COALESCE(g.count, 0) <> 0{reason.replace('finish_reason', 'r.finish_reason')}"
+        " ORDER BY r.tokens, r.finish_reason, r.estimated"
+    )
+    extra = (finish_reason,) if finish_reason else ()
+    return sql, (*gone, *extra, *extra)
 
 
 def _where(since_unix: float | None, node: str | None) -> tuple[str, tuple]:

@@ -44,51 +44,66 @@ class StoreWrites(StoreFile):
         server metrics. A failure anywhere writes none of it.
         """
         with self.transaction() as db:
-            record = ingest.with_reason_names(record, self._reasons(db).name)  # a bounded set of names
-            prev = db.execute("SELECT pending_bytes, last_ok_unix FROM nodes WHERE name = ?", (node,)).fetchone()
-            catching_up = bool(prev and prev[0])  # the previous poll left bytes for this one
-            # The node's first poll counts history only if it read bytes that were already there.
-            first_index = not (prev and prev[1] is not None) and record.scanned_bytes > 0
-            delta = {"completions": 0, "tokens": 0, "length_stops": 0, "malformed": 0, "resets": 0, "prompts": 0}
-            stops: dict[int, int] = {}
-            applied = [u for u in record.shards if _apply_shard(db, node, u, ts_unix, delta, stops)]
-            _write_failed(db, node, applied)
-            db.executemany(
-                "INSERT INTO poll_length_stops VALUES (?,?,?,?)", [(ts_unix, node, t, n) for t, n in stops.items()]
-            )
-            backfill = ingest.is_backfill(first_index, catching_up, delta["resets"], record.pending_bytes)
-            db.execute(
-                "INSERT INTO polls (ts_unix, node, node_ts_unix, completions, tokens, length_stops, malformed,"
-                " backfill, rtt_ms, prompts, interval_s) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    ts_unix,
-                    node,
-                    record.status.node_time_unix,
-                    delta["completions"],
-                    delta["tokens"],
-                    delta["length_stops"],
-                    delta["malformed"],
-                    int(backfill),
-                    rtt_ms,
-                    delta["prompts"],
-                    interval_s,
-                ),
-            )
-            if interval_s is not None and prev and prev[1] is not None:
-                _note_clock_step(db, ts_unix, ts_unix - prev[1] - interval_s, interval_s)
-            _write_hourly(db, applied, ts_unix, backfill)
-            if delta["resets"]:  # a relaunch rewrote or truncated shards: a marker on the time charts
-                _write_reset_event(db, node, applied, delta["resets"], ts_unix)
-            _write_gpus(db, node, record, ts_unix)
-            _write_energy(db, node, record, applied, ts_unix, backfill)
-            _write_health(db, node, record, ts_unix)
-            _write_node_ok(db, node, record, ts_unix, rtt_ms)
-            _write_metrics(db, node, record.server_metrics, ts_unix)
-            scanned = record.scanned_bytes
-            if scanned and rtt_ms and (backfill or record.pending_bytes):
-                # Indexing speed as the operator lives it (bytes per second of poll round trip).
-                db.execute("UPDATE nodes SET index_bytes_per_s = ? WHERE name = ?", (scanned / (rtt_ms / 1000), node))
+            delta = self.write_poll_in(db, node, record, ts_unix, rtt_ms, interval_s)
         self.write_failures.pop(node, None)  # written again: the store is healthy for this node
+        return delta
+
+    def write_poll_in(
+        self,
+        db: sqlite3.Connection,
+        node: str,
+        record: PollRecord,
+        ts_unix: float,
+        rtt_ms: float | None,
+        interval_s: float | None = None,
+    ) -> dict[str, int]:
+        """`write_poll`'s statements inside the caller's open transaction on `db` (this thread's,
+        from `transaction()`): runhealth/store/groupwrites.py writes several polls in one, each
+        inside its own SAVEPOINT. Returns the deltas; the caller commits (or rolls back)."""
+        record = _named(record, self._reasons(db))  # a bounded set of names
+        prev = db.execute("SELECT pending_bytes, last_ok_unix FROM nodes WHERE name = ?", (node,)).fetchone()
+        catching_up = bool(prev and prev[0])  # the previous poll left bytes for this one
+        # The node's first poll counts history only if it read bytes that were already there.
+        first_index = not (prev and prev[1] is not None) and record.scanned_bytes > 0
+        delta = {"completions": 0, "tokens": 0, "length_stops": 0, "malformed": 0, "resets": 0, "prompts": 0}
+        stops: dict[int, int] = {}
+        applied = [u for u in record.shards if _apply_shard(db, node, u, ts_unix, delta, stops)]
+        _write_failed(db, node, applied)
+        db.executemany(
+            "INSERT INTO poll_length_stops VALUES (?,?,?,?)", [(ts_unix, node, t, n) for t, n in stops.items()]
+        )
+        backfill = ingest.is_backfill(first_index, catching_up, delta["resets"], record.pending_bytes)
+        db.execute(
+            "INSERT INTO polls (ts_unix, node, node_ts_unix, completions, tokens, length_stops, malformed,"
+            " backfill, rtt_ms, prompts, interval_s) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                ts_unix,
+                node,
+                record.status.node_time_unix,
+                delta["completions"],
+                delta["tokens"],
+                delta["length_stops"],
+                delta["malformed"],
+                int(backfill),
+                rtt_ms,
+                delta["prompts"],
+                interval_s,
+            ),
+        )
+        if interval_s is not None and prev and prev[1] is not None:
+            _note_clock_step(db, ts_unix, ts_unix - prev[1] - interval_s, interval_s)
+        _write_hourly(db, applied, ts_unix, backfill)
+        if delta["resets"]:  # a relaunch rewrote or truncated shards: a marker on the time charts
+            _write_reset_event(db, node, applied, delta["resets"], ts_unix)
+        _write_gpus(db, node, record, ts_unix)
+        _write_energy(db, node, record, applied, ts_unix, backfill, prev[1] if prev else None)
+        _write_health(db, node, record, ts_unix)
+        _write_node_ok(db, node, record, ts_unix, rtt_ms, known=prev is not None)
+        _write_metrics(db, node, record.server_metrics, ts_unix)
+        scanned = record.scanned_bytes
+        if scanned and rtt_ms and (backfill or record.pending_bytes):
+            # Indexing speed as the operator lives it (bytes per second of poll round trip).
+            db.execute("UPDATE nodes SET index_bytes_per_s = ? WHERE name = ?", (scanned / (rtt_ms / 1000), node))
         return delta
 
     def _reasons(self, db: sqlite3.Connection) -> reasonnames.Namer:
@@ -223,6 +238,16 @@ class StoreWrites(StoreFile):
             )
 
 
+def _named(record: PollRecord, namer: reasonnames.Namer) -> PollRecord:
+    """`record` with the store's names for its finish reasons (ingest.with_reason_names), each
+    distinct reason named once; the record itself when every name is its own (the usual poll:
+    rebuilding its ~40 count rows was a tenth of the write's Python time, #42 item 3)."""
+    names = {r.finish_reason: namer.name(r.finish_reason) for u in record.shards for r in u.counts}
+    if all(k == v for k, v in names.items()):
+        return record
+    return ingest.with_reason_names(record, names.__getitem__)
+
+
 def write_error_text(exc: BaseException) -> str:
     """ "cannot write the history store: <cause>", the cause in plain words."""
     text = str(exc)
@@ -254,7 +279,7 @@ def _apply_shard(
 ) -> bool:
     """Fold one file's scan result into the shard row and its length counts (False: not applied)."""
     path = update.path
-    old = db.execute("SELECT offset FROM shards WHERE node = ? AND path = ?", (node, path)).fetchone()
+    old = db.execute("SELECT offset, error FROM shards WHERE node = ? AND path = ?", (node, path)).fetchone()
     stored_offset = old[0] if old is not None else 0
     if not update.reset and update.offset_from is not None and update.offset_from != stored_offset:
         # The scan did not start where our counts end (a stale or duplicate reply, e.g. from a
@@ -284,10 +309,12 @@ def _apply_shard(
             (node, path),
         )
         delta["resets"] += 1
-    db.execute("INSERT OR IGNORE INTO shards (node, path) VALUES (?, ?)", (node, path))
-    _log_shard_error(db, node, update)
+    if old is None:
+        db.execute("INSERT INTO shards (node, path) VALUES (?, ?)", (node, path))
+    _log_shard_error(node, update, None if old is None else old[1])
     completions = update.completions
-    rows = [(node, path, r.tokens, r.finish_reason or "", r.estimated, r.count) for r in update.counts]
+    # In key order: each upsert's leaf page is then the one before's or the next (#42 item 3)
+    rows = sorted((node, path, r.tokens, r.finish_reason or "", r.estimated, r.count) for r in update.counts)
     db.executemany(
         "INSERT INTO length_counts VALUES (?,?,?,?,?,?) ON CONFLICT (node, path, tokens, finish_reason, estimated)"
         " DO UPDATE SET count = count + excluded.count",
@@ -500,11 +527,11 @@ def _write_metrics(db: sqlite3.Connection, node: str, values: Mapping[str, float
     )
 
 
-def _log_shard_error(db: sqlite3.Connection, node: str, update: ShardUpdate) -> None:
-    """Log a shard's error or problem when it appears or changes (the screen shows it every poll)."""
+def _log_shard_error(node: str, update: ShardUpdate, stored: str | None) -> None:
+    """Log a shard's error or problem when it appears or changes from the `stored` one (the screen
+    shows it every poll)."""
     text = update.shown_error
-    old = db.execute("SELECT error FROM shards WHERE node = ? AND path = ?", (node, update.path)).fetchone()
-    if text is not None and (old is None or old[0] != text):
+    if text is not None and stored != text:
         log.warning("%s:%s: %s", node, update.path, text)
 
 
@@ -579,6 +606,7 @@ def _write_energy(
     applied: Sequence[ShardUpdate],
     ts_unix: float,
     backfill: bool,
+    prev_unix: float | None,
 ) -> None:
     """Each GPU's energy since its last reading (runhealth/store/energymeter.py) and the tokens the
     shards gained, summed together only over throughput polls: a backfill poll's tokens were
@@ -589,9 +617,8 @@ def _write_energy(
     implausible or has no energy or power reading where it had one (the reading is then not kept
     as a baseline), a GPU of the node's previous poll
     is missing now, a known GPU errs, or a GPU is back after missing polls (its baseline is older than the
-    node's previous poll: the energy across the gap has no tokens beside it)."""
-    prev_poll = db.execute("SELECT last_ok_unix FROM nodes WHERE name = ?", (node,)).fetchone()
-    prev_unix = prev_poll[0] if prev_poll else None
+    node's previous poll: the energy across the gap has no tokens beside it). `prev_unix`: the node's
+    previous written poll (nodes.last_ok_unix, read by write_poll_in before this poll's rows)."""
     last = {
         r[0]: energymeter.Reading(*r[1:])
         for r in db.execute("SELECT gpu, ts_unix, uuid, counter_mj, power_w FROM gpu_energy WHERE node = ?", (node,))
@@ -668,10 +695,14 @@ def _gpu_energy_row(node: str, gpu: int, now: energymeter.Reading, got: energyme
     )
 
 
-def _write_node_ok(db: sqlite3.Connection, node: str, record: PollRecord, ts_unix: float, rtt_ms: float | None) -> None:
+def _write_node_ok(
+    db: sqlite3.Connection, node: str, record: PollRecord, ts_unix: float, rtt_ms: float | None, known: bool = False
+) -> None:
+    """The node's status row after a poll (`known`: the row exists, read earlier in the transaction)."""
     s = record.status
     node_time = s.node_time_unix
-    db.execute("INSERT OR IGNORE INTO nodes (name) VALUES (?)", (node,))
+    if not known:
+        db.execute("INSERT OR IGNORE INTO nodes (name) VALUES (?)", (node,))
     db.execute(
         "UPDATE nodes SET last_ok_unix = ?, last_attempt_unix = ?, failing_since_unix = NULL, rtt_ms = ?,"
         " agent_ms = ?, skew_s = ?, hostname = ?, loadavg = ?, gpus_found = ?, gpu_source = ?, gpu_error = ?,"
