@@ -133,17 +133,21 @@ class Watcher:
             seen = self._look(store, None)
         return tuple(seen.stamps.get(name) for name in follows)
 
-    def known(self, path: str) -> Stamps | None:
-        """The stamps last read for the store at `path` (None: not watched), without a read."""
+    def known(self, path: str, follows: Follows = ANY) -> Stamps | None:
+        """The stamps of `follows` last read for the store at `path` (None: not watched), without a read."""
         with self._lock:
             seen = self._seen.get(path)
-        return None if seen is None else tuple(seen.stamps.get(name) for name in ANY)
+        return None if seen is None else tuple(seen.stamps.get(name) for name in follows)
 
     def tick(self, now: float | None = None) -> None:
         """One look at every watched store; a rerun asked of each live part behind its store."""
         now = time.monotonic() if now is None else now
         with self._lock:
             viewers = dict(self._viewers)
+        for session_id in list(_skipped):  # asks their loop dropped (busy by then): due again
+            _skipped.discard(session_id)
+            if session_id in viewers:
+                viewers[session_id].asked = None
         stores = {str(v.store.path): v.store for v in viewers.values()}
         for path, store in stores.items():
             with self._lock:
@@ -208,6 +212,7 @@ def _signature(path: str) -> tuple[int, ...]:
 
 
 _broken: list[str] = []  # why a rerun request failed in this process (then: the interval tick)
+_skipped: set[str] = set()  # sessions whose asked rerun their loop dropped (busy by then): ask again
 _watcher: Watcher | None = None
 _watcher_lock = threading.Lock()
 
@@ -225,11 +230,19 @@ def watcher() -> Watcher | None:
         return _watcher
 
 
-def store_key(store: Store) -> tuple[str, Stamps | None]:
-    """A cached read's key for `store`: its path and the publications the watcher last saw there
-    (no read here; None where no watcher runs, as in AppTest: then the ttl alone, as before)."""
+def store_key(store: Store, follows: Follows = ANY) -> tuple[str, Stamps | None]:
+    """A cached read's key for `store`: its path and the stamps of the publications `follows`
+    the watcher last saw there (no read here; None where no watcher runs, as in AppTest: then the
+    ttl alone, as before)."""
     w = _watcher
-    return str(store.path), (None if w is None else w.known(str(store.path)))
+    return str(store.path), (None if w is None else w.known(str(store.path), follows))
+
+
+def keyed_on(follows: Follows) -> Any:
+    """st.cache_data's hash function for a Store argument: keyed on `follows`' stamps, so a read
+    after one of those publications computes afresh (a live part pushed for it shows it), and
+    on the ttl alone between them."""
+    return lambda store: store_key(store, follows)
 
 
 def supported() -> bool:
@@ -267,6 +280,13 @@ def running() -> Here | None:
     return Here(ctx.session_id, fragment_id, ctx.query_string, ctx.page_script_hash, ctx.context_info)
 
 
+def _idle(session: Any) -> bool:
+    """Whether `session` has no run in progress or asked for: no script runner (a session's runner
+    ends after each run, and is made again for the next request), and not running."""
+    state = getattr(session, "_state", None)
+    return session._scriptrunner is None and (state is None or state.name == "APP_NOT_RUNNING")  # noqa: SLF001
+
+
 def _request(here: Here) -> bool | None:
     """Queue a rerun of fragment `here` as its run_every timer in the browser would; False: its
     session is gone or shows another page; None: not now, a run of the session is in progress
@@ -278,7 +298,7 @@ def _request(here: Here) -> bool | None:
     session = Runtime.instance().get_app_session(here.session_id)
     if session is None or not session.has_fragment(here.fragment_id):  # gone, or a page left
         return False
-    if getattr(session, "_state", None) is not None and session._state.name == "APP_IS_RUNNING":  # noqa: SLF001
+    if not _idle(session):
         return None
     loop = session._event_loop  # noqa: SLF001 - AppSession is not thread-safe: its own loop runs this
     if not hasattr(loop, "call_soon_threadsafe"):
@@ -286,6 +306,13 @@ def _request(here: Here) -> bool | None:
 
     def ask() -> None:
         try:
+            # Checked again on the session's loop, where its runs start: between the watcher's look
+            # and now, the browser may have asked for a run (a first run, a page or a query
+            # changed). A fragment rerun asked then would be folded into that run, and a full run
+            # takes the page and query of the request that came last: ours, the page drawn before.
+            if not _idle(session) or not session.has_fragment(here.fragment_id):
+                _skipped.add(here.session_id)  # asked again at a later look, once the run has drawn
+                return
             # No widget states: the session keeps the values it holds (the browser's timer sends
             # the same ones); a fragment gone by then (page left) is skipped without a warning.
             cs = ClientState(

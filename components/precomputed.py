@@ -24,8 +24,9 @@ from runhealth.payloads.pagetypes import GpuWindow, Table
 from runhealth.store import Store
 
 _HASH: dict[str | type[Any], Any] = {Store: lambda s: str(s.path)}
-# computed_at's key: the path and the publications the live watcher last saw (a redraw for one reads it)
-_FRESH: dict[str | type[Any], Any] = {Store: livewatch.store_key}
+# computed_at's key: the path and the page payloads' stamp the live watcher last saw (a redraw
+# pushed for a payload reads it; the Overview's publication leaves it cached)
+_FRESH: dict[str | type[Any], Any] = {Store: livewatch.keyed_on(livewatch.PAYLOADS)}
 T = TypeVar("T")
 
 

@@ -191,19 +191,21 @@ def test_the_request_is_the_browser_timers_for_the_run_that_registered(monkeypat
     its own values."""
     from streamlit.runtime import Runtime
 
-    asked = []
+    asked, loop = [], []
 
     class Session:
+        _scriptrunner = None  # a session's runner ends after each run
+
         class _state:  # noqa: N801 - AppSessionState's member
             name = "APP_NOT_RUNNING"
 
         def has_fragment(self, fragment_id):
             return fragment_id == "f1"
 
-        class _event_loop:  # noqa: N801 - stands in for the session's asyncio loop
+        class _event_loop:  # noqa: N801 - stands in for the session's asyncio loop: run by the test
             @staticmethod
             def call_soon_threadsafe(fn):
-                fn()
+                loop.append(fn)
 
         def request_rerun(self, cs):
             asked.append(cs)
@@ -212,13 +214,29 @@ def test_the_request_is_the_browser_timers_for_the_run_that_registered(monkeypat
         def get_app_session(self, session_id):
             return Session() if session_id == "s1" else None
 
+    def run_loop():
+        while loop:
+            loop.pop(0)()
+
     monkeypatch.setattr(Runtime, "instance", classmethod(lambda cls: Stand()))
+    monkeypatch.setattr(livewatch, "_skipped", set())
     assert livewatch._request(here("s1", "f1")) is True
+    run_loop()
     assert livewatch._request(here("gone", "f1")) is False
     assert livewatch._request(here("s1", "f-of-a-page-left")) is False
     Session._state.name = "APP_IS_RUNNING"  # a tab still drawing its page: not now
     assert livewatch._request(here("s1", "f1")) is None
     Session._state.name = "APP_NOT_RUNNING"
+    Session._scriptrunner = object()  # a run asked by the browser (a first run, a page left), not yet started
+    assert livewatch._request(here("s1", "f1")) is None
+    # Idle at the watcher's look, but the browser asks for a run before the session's loop gets
+    # to the rerun: it is dropped there (not folded into that run, on the page drawn before), and
+    # the watcher asks again at a later look.
+    Session._scriptrunner = None
+    assert livewatch._request(here("s1", "f1")) is True
+    Session._scriptrunner = object()
+    run_loop()
+    assert livewatch._skipped == {"s1"}
     (cs,) = asked
     assert (cs.query_string, cs.page_script_hash, cs.fragment_id, cs.is_auto_rerun) == ("kiosk=1", "abc123", "f1", True)
     assert not cs.HasField("widget_states") and not cs.HasField("context_info")
@@ -257,3 +275,20 @@ def test_a_session_busy_running_is_asked_at_a_later_look(store):
     for i in range(5):
         w.tick(t0 + i * 0.1)
     assert asked == ["s1", "s1", "s1"] and w.requests == 1
+
+
+def test_a_rerun_dropped_by_a_busy_session_is_asked_again(store, monkeypatch):
+    """The session's loop dropped the rerun (a run had been asked by then, components/livewatch.py
+    `_request`): the same publication is asked again at a later look, MIN_GAP_S on."""
+    monkeypatch.setattr(livewatch, "_skipped", set())
+    asked = Asked()
+    w = livewatch.Watcher(request=asked)
+    w.register(here("s1", "f1"), store, livewatch.OVERVIEW, EVERY_S)
+    publish(store, published.NAME, 100.0)
+    t0 = time.monotonic()
+    w.tick(t0)
+    w.tick(t0 + 1)
+    assert asked == [("s1", "f1")]  # asked once for it, not yet redrawn: not again
+    livewatch._skipped.add("s1")
+    w.tick(t0 + 1.1)
+    assert asked == [("s1", "f1")] * 2 and livewatch._skipped == set()
