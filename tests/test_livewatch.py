@@ -292,3 +292,30 @@ def test_a_rerun_dropped_by_a_busy_session_is_asked_again(store, monkeypatch):
     livewatch._skipped.add("s1")
     w.tick(t0 + 1.1)
     assert asked == [("s1", "f1")] * 2 and livewatch._skipped == set()
+
+
+def test_each_loader_is_keyed_on_the_publications_it_reads_only(store, monkeypatch):
+    """A pushed redraw reads the publication it was pushed for (the "Numbers as of" line: keyed on
+    every stamp; the Output lengths and GPU loaders on the page payloads'); a loader that reads
+    no publication keeps its copy for its ttl, and an Overview publication leaves the payload
+    loaders' copies alone: seven tabs do not all recompute every read on every round of polls."""
+    from components import loaders
+
+    w = livewatch.Watcher(request=Asked())
+    monkeypatch.setattr(livewatch, "_watcher", w)
+    w.register(here("s1", "f1"), store, livewatch.ANY, EVERY_S)
+    loaders.clear_all()
+    assert loaders.load_last_collection(store) is None  # nothing polled yet
+    nodes = loaders.load_nodes(store)
+    payloads = livewatch.keyed_on(livewatch.PAYLOADS)(store)
+    now = time.time()
+    store_fixtures.write_reply(store, "node-1", store_fixtures.poll_reply(now, [], {}), now, rtt_ms=5.0)
+    assert loaders.load_last_collection(store) is None  # within its ttl, no publication seen: cached
+    publish(store, published.NAME, now)
+    w.tick()
+    assert loaders.load_last_collection(store) == pytest.approx(now)  # the publication's poll
+    assert loaders.load_nodes(store) == nodes != store.nodes()  # path + ttl: its copy (a read now differs)
+    assert livewatch.keyed_on(livewatch.PAYLOADS)(store) == payloads  # the Overview's: not the payloads' key
+    publish(store, "run_lengths", now + 1)
+    w.tick()
+    assert livewatch.keyed_on(livewatch.PAYLOADS)(store) != payloads
