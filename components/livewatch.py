@@ -282,9 +282,20 @@ def running() -> Here | None:
 
 def _idle(session: Any) -> bool:
     """Whether `session` has no run in progress or asked for: no script runner (a session's runner
-    ends after each run, and is made again for the next request), and not running."""
+    ends after each run, and is made again for the next request), not running, and every message
+    of its last run handed to its browser. A fragment run that starts while the last run's
+    messages still wait in the session's queue takes that fragment's deltas out of the queue and
+    rewrites the run's end message (streamlit/runtime/forward_msg_queue.py `clear`); a trace of
+    loaded -n 3 runs saw sessions idle with their whole first run (30 messages) queued for 2 s.
+    Not enough on its own: a tab pushed 0.1 s after its first run was handed over still went blank
+    (bench/README.md, #42 item 2, "not solved"). The browser's own timer only starts once the
+    browser has drawn the fragment."""
     state = getattr(session, "_state", None)
-    return session._scriptrunner is None and (state is None or state.name == "APP_NOT_RUNNING")  # noqa: SLF001
+    return (
+        session._scriptrunner is None  # noqa: SLF001
+        and (state is None or state.name == "APP_NOT_RUNNING")
+        and len(session._browser_queue) == 0  # noqa: SLF001
+    )
 
 
 def _request(here: Here) -> bool | None:

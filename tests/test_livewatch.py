@@ -195,6 +195,7 @@ def test_the_request_is_the_browser_timers_for_the_run_that_registered(monkeypat
 
     class Session:
         _scriptrunner = None  # a session's runner ends after each run
+        _browser_queue: list = []  # the messages not yet handed to its browser
 
         class _state:  # noqa: N801 - AppSessionState's member
             name = "APP_NOT_RUNNING"
@@ -229,6 +230,10 @@ def test_the_request_is_the_browser_timers_for_the_run_that_registered(monkeypat
     Session._state.name = "APP_NOT_RUNNING"
     Session._scriptrunner = object()  # a run asked by the browser (a first run, a page left), not yet started
     assert livewatch._request(here("s1", "f1")) is None
+    Session._scriptrunner = None
+    Session._browser_queue = ["the last run's end"]  # its run over, not yet handed to the browser
+    assert livewatch._request(here("s1", "f1")) is None
+    Session._browser_queue = []
     # Idle at the watcher's look, but the browser asks for a run before the session's loop gets
     # to the rerun: it is dropped there (not folded into that run, on the page drawn before), and
     # the watcher asks again at a later look.
