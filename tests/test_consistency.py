@@ -582,7 +582,9 @@ def failed_of_line(at) -> dict[str, Any]:
 
 def _node_states(at) -> dict[str, Any]:
     """The node table's states (its "status" column): the nodes it shows DONE (wrote their share)."""
-    table = next((df.value for df in at.dataframe if {"node", "status"} <= set(df.value.columns)), None)
+    # a data grid, or a static table where the page shows a handful of nodes (the Overview, #42)
+    frames = [t.value for t in at.table] + [df.value for df in at.dataframe]
+    table = next((f for f in frames if {"node", "status"} <= set(f.columns)), None)
     assert table is not None, "no node table"
     return {
         "done_nodes": tuple(sorted(n for n, st in zip(table["node"], table["status"], strict=True) if st == "DONE"))
@@ -781,7 +783,7 @@ def extract_compare_page(s: Scenario, capsys, monkeypatch) -> dict[str, dict[str
     assert at.selectbox(key="compare_run_a").value == "run-a", "the page opens on A = the finished run"
     words = [str(getattr(e, "value", "")) for kind in ("caption", "success", "warning") for e in getattr(at, kind)]
     out: dict[str, dict[str, Any]] = {}
-    table = next(df.value for df in at.dataframe if "metric" in df.value.columns)
+    table = next(t.value for t in at.table if "metric" in t.value.columns)
     row = table.set_index("metric").loc["failed requests"]
     out["compare table, failed row"] = parse_failed(str(row["B: run-b"]))  # run B's (#39)
     for w in words:

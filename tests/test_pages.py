@@ -134,7 +134,7 @@ def texts(at: AppTest) -> str:
     ):
         for el in getattr(at, kind):
             parts.append(str(getattr(el, "value", "")) + " " + str(getattr(el, "label", "")))
-    for df in at.dataframe:
+    for df in [*at.dataframe, *at.table]:
         parts.append(df.value.to_string())
     return "\n".join(parts)
 
@@ -639,3 +639,21 @@ def test_a_broken_toml_at_start_shows_the_error_and_the_stored_runs(tmp_path, mo
     assert str(config) in captured.err and "line " in captured.err, captured.err
     record = json.loads(captured.out)
     assert record["config_error"] and [r["completions"] for r in record["runs"]] == [completions]
+
+
+@pytest.mark.parametrize("nodes", [4, 17])
+def test_overview_node_table_is_static_up_to_sixteen_nodes_and_a_grid_past_that(nodes, tmp_path, monkeypatch):
+    """#42: a handful of nodes is a static table (no data grid on the Overview: its chunk and canvas
+    were ~1 s of a cold load's browser CPU); a fleet keeps the grid (sorting, scrolling). Every
+    node and its state are shown either way."""
+    store = Store(tmp_path / "x.sqlite3")
+    store_fixtures.build_run(store, now=time.time(), trunc_frac=0.01, nodes=nodes, gpus=8, polls=3)
+    store.close()
+    at = run_page("overview", store_fixtures.write_config(tmp_path, tmp_path / "x.sqlite3", nodes=nodes), monkeypatch)
+    static = [t.value for t in at.table if "status" in t.value.columns]
+    grids = [d.value for d in at.dataframe if "status" in d.value.columns]
+    (table,) = static if nodes <= 16 else grids
+    assert not (grids if nodes <= 16 else static)
+    assert sorted(table["node"]) == sorted(f"node-{i}" for i in range(1, nodes + 1))
+    assert list(table.columns)[:5] == ["node", "status", "last seen", "tok/s (1 min)", "last new"]
+    assert set(table["status"]) == {"UP"}
