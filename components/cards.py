@@ -45,8 +45,8 @@ STATE_MD = {
     "pending": ":gray[PENDING]",
     "finished": ":gray[FINISHED]",
 }
-# A node table of at most this many rows may be a static table (#42): it mounts without the data
-# grid's chunk and canvas (on the Overview, its only grid: browser CPU 4.83 -> 3.63 s a cold load).
+# A table of at most this many rows may be a static table (#42): it mounts without the data grid's
+# chunk and canvas (a page with no grid left never loads them); past it, the grid sorts and scrolls.
 STATIC_TABLE_ROWS = 16
 MIN_SAMPLE_N = 20  # below this many samples a share is shown, never coloured as an alarm
 

@@ -621,11 +621,17 @@ def extract_lengths_page(s: Scenario, capsys, monkeypatch) -> dict[str, Any]:
     m = re.search(r"([\d,]+) of ([\d,]+)$", cut_sub)
     assert m, cut_sub
     out["cut_count"] = parse_count(m[1])
-    groups = next((df.value for df in at.dataframe if {"group", "at_ceiling", "drift"} <= set(df.value.columns)), None)
+    # Each table a data grid, or a static table (a few rows, #42: the grid's labels as its columns).
+    frames = [df.value for df in at.dataframe] + [t.value.rename(columns={"cut": "at_ceiling"}) for t in at.table]
+    groups = next((f.rename(columns={"node": "group"}) for f in frames if {"node", "drift"} <= set(f.columns)), None)
+    if groups is None:
+        groups = next((f for f in frames if {"group", "at_ceiling", "drift"} <= set(f.columns)), None)
     if groups is not None:
         out["cut_count_groups"] = sum(parse_count(str(x)) for x in groups["at_ceiling"])
         out["completions"] = sum(parse_count(str(x)) for x in groups["completions"])
-    panel = next((df.value for df in at.dataframe if "share cut" in df.value.columns), None)
+    panel = next(
+        (df.value for df in [*at.dataframe, *at.table] if {"share cut", "95% interval"} <= set(df.value.columns)), None
+    )
     if panel is not None:  # "Which prompts get cut": its cut column is the headline's rule (#41)
         out["cut_count_group_panel"] = sum(parse_count(str(x)) for x in panel["cut"])
     eta = tiles.get("ETA change")

@@ -657,3 +657,18 @@ def test_overview_node_table_is_static_up_to_sixteen_nodes_and_a_grid_past_that(
     assert sorted(table["node"]) == sorted(f"node-{i}" for i in range(1, nodes + 1))
     assert list(table.columns)[:5] == ["node", "status", "last seen", "tok/s (1 min)", "last new"]
     assert set(table["status"]) == {"UP"}
+
+
+def test_lengths_group_tables_are_static_for_a_few_groups(stores, monkeypatch):
+    """#42: Output lengths' two by-group tables (truncation by node; which prompts get cut) are
+    static tables while they have a few rows, so the page loads no data grid; the grid's column
+    labels, every count and share, and the drift flag are kept (the header help in a line below)."""
+    at = run_page("lengths", stores["drift"], monkeypatch)
+    assert_clean(at)
+    assert not at.dataframe
+    by_node = next(t.value for t in at.table if "drift" in t.value.columns)
+    assert list(by_node.columns) == ["node", "completions", "cut", "share cut", "ceiling", "drift"]
+    drift = dict(zip(by_node["node"], by_node["drift"], strict=True))
+    assert drift == {"node-1": "no", "node-2": "no", "node-3": "no", "node-4": "yes"}, drift
+    assert all(re.fullmatch(r"[\d,]+", c) for c in [*by_node["completions"], *by_node["cut"]]), by_node
+    assert "cut: stopped at the ceiling; ceiling: the group's max_tokens" in texts(at)
