@@ -48,6 +48,7 @@ STATE_MD = {
 # A table of at most this many rows may be a static table (#42): it mounts without the data grid's
 # chunk and canvas (a page with no grid left never loads them); past it, the grid sorts and scrolls.
 STATIC_TABLE_ROWS = 16
+STATE_TABLE_UUID = "rhstate"  # the node table's cells are T_rhstate_row<i>_col<j>; status is column 1
 MIN_SAMPLE_N = 20  # below this many samples a share is shown, never coloured as an alarm
 
 
@@ -151,6 +152,7 @@ def render_node_table(
         ),
         subset=["status"],
     )
+    styled.set_uuid(STATE_TABLE_UUID)  # page.CSS finds the status cells by their ids: white text on the colour
     if static and len(table) <= STATIC_TABLE_ROWS:
         st.table(styled, hide_index=True)
     else:
