@@ -134,7 +134,7 @@ def texts(at: AppTest) -> str:
     ):
         for el in getattr(at, kind):
             parts.append(str(getattr(el, "value", "")) + " " + str(getattr(el, "label", "")))
-    for df in at.dataframe:
+    for df in [*at.dataframe, *at.table]:
         parts.append(df.value.to_string())
     return "\n".join(parts)
 
@@ -532,8 +532,9 @@ def test_tables_word_counts_and_shares_as_the_tiles_do(stores, monkeypatch):
     reasons = _frame(at, "finish reason").set_index("finish reason")
     assert reasons.loc["stop"].tolist() == ["9,745", "81.2%"]
     assert reasons.loc["length at the ceiling (4,096) = truncated"].tolist() == ["2,160", "18.0%"]
-    groups = _frame(at, "at_ceiling").set_index("group")
-    assert groups.loc["node-1", ["completions", "at_ceiling", "fraction", "ceiling"]].tolist() == [
+    # A few nodes: a static table under the grid's column labels (#42).
+    groups = next(t.value for t in at.table if "drift" in t.value.columns).set_index("node")
+    assert groups.loc["node-1", ["completions", "cut", "share cut", "ceiling"]].tolist() == [
         "3,000",
         "540",
         "18.0%",
@@ -639,3 +640,36 @@ def test_a_broken_toml_at_start_shows_the_error_and_the_stored_runs(tmp_path, mo
     assert str(config) in captured.err and "line " in captured.err, captured.err
     record = json.loads(captured.out)
     assert record["config_error"] and [r["completions"] for r in record["runs"]] == [completions]
+
+
+@pytest.mark.parametrize("nodes", [4, 17])
+def test_overview_node_table_is_static_up_to_sixteen_nodes_and_a_grid_past_that(nodes, tmp_path, monkeypatch):
+    """#42: a handful of nodes is a static table (no data grid on the Overview: its chunk and canvas
+    were ~1 s of a cold load's browser CPU); a fleet keeps the grid (sorting, scrolling). Every
+    node and its state are shown either way."""
+    store = Store(tmp_path / "x.sqlite3")
+    store_fixtures.build_run(store, now=time.time(), trunc_frac=0.01, nodes=nodes, gpus=8, polls=3)
+    store.close()
+    at = run_page("overview", store_fixtures.write_config(tmp_path, tmp_path / "x.sqlite3", nodes=nodes), monkeypatch)
+    static = [t.value for t in at.table if "status" in t.value.columns]
+    grids = [d.value for d in at.dataframe if "status" in d.value.columns]
+    (table,) = static if nodes <= 16 else grids
+    assert not (grids if nodes <= 16 else static)
+    assert sorted(table["node"]) == sorted(f"node-{i}" for i in range(1, nodes + 1))
+    assert list(table.columns)[:5] == ["node", "status", "last seen", "tok/s (1 min)", "last new"]
+    assert set(table["status"]) == {"UP"}
+
+
+def test_lengths_group_tables_are_static_for_a_few_groups(stores, monkeypatch):
+    """#42: Output lengths' two by-group tables (truncation by node; which prompts get cut) are
+    static tables while they have a few rows, so the page loads no data grid; the grid's column
+    labels, every count and share, and the drift flag are kept (the header help in a line below)."""
+    at = run_page("lengths", stores["drift"], monkeypatch)
+    assert_clean(at)
+    assert not at.dataframe
+    by_node = next(t.value for t in at.table if "drift" in t.value.columns)
+    assert list(by_node.columns) == ["node", "completions", "cut", "share cut", "ceiling", "drift"]
+    drift = dict(zip(by_node["node"], by_node["drift"], strict=True))
+    assert drift == {"node-1": "no", "node-2": "no", "node-3": "no", "node-4": "yes"}, drift
+    assert all(re.fullmatch(r"[\d,]+", c) for c in [*by_node["completions"], *by_node["cut"]]), by_node
+    assert "cut: stopped at the ceiling; ceiling: the group's max_tokens" in texts(at)
