@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import store_fixtures
 import streamlit as st
@@ -658,6 +659,53 @@ def test_overview_node_table_is_static_up_to_sixteen_nodes_and_a_grid_past_that(
     assert sorted(table["node"]) == sorted(f"node-{i}" for i in range(1, nodes + 1))
     assert list(table.columns)[:5] == ["node", "status", "last seen", "tok/s (1 min)", "last new"]
     assert set(table["status"]) == {"UP"}
+
+
+@pytest.mark.parametrize("nodes", [2, 3])
+def test_gpu_tables_are_static_up_to_sixteen_gpus_and_grids_past_that(nodes, tmp_path, monkeypatch):
+    """#42: the GPUs page's two tables (the GPUs now, the processes holding memory) are static tables
+    for a few GPUs, so the page loads no data grid; past 16 rows the grids stay. Every GPU is listed
+    either way, in the one GPU rule's order."""
+    store = Store(tmp_path / "x.sqlite3")
+    store_fixtures.build_run(store, now=time.time(), trunc_frac=0.01, nodes=nodes, gpus=8, polls=3)
+    store.close()
+    at = run_page("gpus", store_fixtures.write_config(tmp_path, tmp_path / "x.sqlite3", nodes=nodes), monkeypatch)
+    assert_clean(at)
+    few = nodes * 8 <= 16
+    static = [t.value for t in at.table if "util %" in t.value.columns]
+    grids = [d.value for d in at.dataframe if "util %" in d.value.columns]
+    (table,) = static if few else grids
+    assert not (grids if few else static)
+    assert sorted(table["GPU"]) == sorted(f"node-{n}/{g}" for n in range(1, nodes + 1) for g in range(8))
+    assert table["state"].iloc[0].startswith("⚠ idle"), table  # node-2/5 is idle: it comes first
+    assert not at.dataframe if few else at.dataframe
+
+
+def test_static_gpu_table_draws_utilization_as_a_bar_and_a_missing_reading_as_na():
+    """The static GPU table keeps what the grid's columns showed: utilization as a bar from 0 to 100
+    behind its number, the grid's number formats, and a reading the GPU did not give as "N/A"."""
+    from pages import gpus as gpus_page
+
+    table = pd.DataFrame(
+        {
+            "GPU": ["n/0", "n/1"],
+            "model": ["H100", "H100"],
+            "state": ["ok", "ok"],
+            "util %": [97.0, np.nan],
+            "power W": [650.4, 200.0],
+            "limit W": [700.0, 700.0],
+            "mem GiB": [71.26, 3.0],
+            "of GiB": [80.0, 80.0],
+            "temp °C": [np.nan, 41.0],
+            "SM MHz": [1980.0, 1410.0],
+            "processes": [1, 0],
+        }
+    )
+    html_text = gpus_page.static_gpu_table(table).hide(axis="index").to_html()
+    cells = re.findall(r"<td [^>]*>([^<]*)</td>", html_text)
+    assert cells[:11] == ["n/0", "H100", "ok", "97", "650", "700", "71.3", "80", "N/A", "1980", "1"], cells
+    assert cells[11:] == ["n/1", "H100", "ok", "N/A", "200", "700", "3.0", "80", "41", "1410", "0"], cells
+    assert "linear-gradient(90deg" in html_text and " 97.0%" in html_text, html_text
 
 
 def test_lengths_group_tables_are_static_for_a_few_groups(stores, monkeypatch):
