@@ -73,14 +73,16 @@ GPU_TABLE_FORMATS = {
     **dict.fromkeys(["util %", "power W", "limit W", "of GiB", "temp °C", "SM MHz"], "{:.0f}"),
     "mem GiB": "{:.1f}",
 }
-UTIL_BAR = "rgba(31, 119, 180, 0.45)"  # a bar behind the number, which stays legible in either theme
+UTIL_BAR = "rgba(31, 119, 180, 0.45)"  # legible in either theme
+UTIL_BAR_WIDTH = 72  # % of the cell a full bar takes
 
 
 def static_gpu_table(table: pd.DataFrame) -> Styler:
-    """The GPU table as a static table: the grid's formats, utilization as a bar behind its number,
-    a reading the GPU did not give as "N/A" (never 0, never blank)."""
+    """The GPU table as a static table: the grid's formats, utilization as a bar (0-100% over the
+    cell's left UTIL_BAR_WIDTH %, clear of its right-aligned number), a reading the GPU did not give
+    as "N/A" (never 0, never blank)."""
     styled = table.style.format(GPU_TABLE_FORMATS, na_rep="N/A")
-    return styled.bar(subset=["util %"], vmin=0, vmax=100, color=UTIL_BAR, height=60, width=100)
+    return styled.bar(subset=["util %"], vmin=0, vmax=100, color=UTIL_BAR, height=60, width=UTIL_BAR_WIDTH)
 
 
 def render_series(
