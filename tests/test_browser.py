@@ -193,8 +193,14 @@ def test_compare_page_shows_the_relaunch_against_the_seed_run(server_url, browse
     simulator's truth (18.1% and 2.1% cut), the forecast check drawn, no exception."""
     page = browser_page
     headline = compare_headline(page, server_url)
+    answered = page.get_by_text(re.compile(r"B answered [\d,]+ distinct prompts")).first.inner_text()
+    n_b = int(re.search(r"B answered ([\d,]+) distinct prompts", answered).group(1).replace(",", ""))
     cut_b, cut_a = (float(x) for x in re.findall(r"(\d+\.\d)% ", headline)[:2])
-    assert 15.0 <= cut_a <= 21.0 and 0.8 <= cut_b <= 4.0, headline
+    # B is live: a fresh server's B may hold a few hundred completions, where a fixed 0.8-4.0% band
+    # fails by chance (~5% at n = 300), so its share is held to the truth within 5 binomial standard
+    # errors of its n (distinct prompts: at most its completions, so the band is if anything wider).
+    spread_b = 5 * 100 * (0.021 * 0.979 / n_b) ** 0.5 + 0.05
+    assert 15.0 <= cut_a <= 21.0 and abs(cut_b - 2.1) <= spread_b, (headline, n_b)
     assert re.search(r"completions \d+% longer[^;]*; tok/s per GPU [+−]\d+% \([+−]\d+% to [+−]\d+%\)", headline), (
         headline
     )
