@@ -62,9 +62,6 @@ CSS = """
    status the second column): white on its state's colour, in the light theme too (whose dark text
    for every markdown paragraph would reach into the cell). */
 [data-testid="stApp"] [data-testid="stTable"] td[id^="T_rhstate_"][id$="_col1"] p {color: #FFFFFF}
-/* Its node names on one line each: the browser's table layout broke "demo-node-1" at the hyphen in
-   the Overview's narrow column while the table had room to spare. */
-[data-testid="stApp"] [data-testid="stTable"] td[id^="T_rhstate_"][id$="_col0"] * {white-space: nowrap}
 /* Dark text on the primary blue: white on #4C9AFF is 2.9:1, #0E1117 on it 6.6:1 (WCAG AA 4.5:1). */
 [data-testid="stApp"] button[kind^="primary"], [data-testid="stApp"] button[kind^="primary"] * {color: #0E1117}
 </style>

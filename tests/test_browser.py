@@ -411,11 +411,5 @@ def test_overview_node_table_is_a_static_table_with_its_state_colours(server_url
         "rgb(58, 63, 75)",
     }
     assert colours, colours
-    # Each node name on one line (a name broken at its hyphen in the narrow column was the first look).
-    lines = page.evaluate("""() => [...document.querySelectorAll('[data-testid="stTable"] tbody tr')]
-      .map(r => { const c = r.querySelectorAll('th, td')[0], range = document.createRange();
-                  const text = document.createTreeWalker(c, NodeFilter.SHOW_TEXT).nextNode();
-                  range.selectNodeContents(text); return [c.innerText.trim(), range.getClientRects().length]; })""")
-    assert lines and all(n == 1 for _name, n in lines), lines
     assert page.locator('[data-testid="stMain"] [data-testid="stDataFrame"]').count() == 0
     assert page.locator('[data-testid="stException"]').count() == 0
