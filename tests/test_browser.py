@@ -411,5 +411,20 @@ def test_overview_node_table_is_a_static_table_with_its_state_colours(server_url
         "rgb(58, 63, 75)",
     }
     assert colours, colours
+    # A node name longer than the column leaves room for (a fleet's FQDNs, a laptop's width): the
+    # table scrolls sideways to its last column (Streamlit's wrapper round the table), none clipped.
+    page.set_viewport_size({"width": 1280, "height": 1000})
+    try:
+        reach = page.evaluate("""() => {
+      const t = document.querySelector('[data-testid="stTable"] table'), td = t.querySelector('tbody td');
+      (td.querySelector('p') || td).textContent = 'gpunode017clusterlocalexample';
+      const box = t.parentElement;
+      box.scrollLeft = box.scrollWidth;
+      const last = t.querySelector('tbody tr').lastElementChild.getBoundingClientRect();
+      return {wider: box.scrollWidth > box.clientWidth, lastRight: last.right, boxRight: box.getBoundingClientRect().right};
+    }""")
+    finally:
+        page.set_viewport_size(VIEWPORT)  # the session's page, for the tests after this one
+    assert reach["wider"] and reach["lastRight"] <= reach["boxRight"] + 1, reach
     assert page.locator('[data-testid="stMain"] [data-testid="stDataFrame"]').count() == 0
     assert page.locator('[data-testid="stException"]').count() == 0
