@@ -2,6 +2,7 @@
 
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -106,6 +107,30 @@ def test_a_store_read_torn_while_another_connection_writes_it_is_read_again(tmp_
         timer.join()
     assert version(path) == STORE_VERSION
     Store(path).close()
+
+
+def test_a_damaged_file_in_use_is_read_six_times_over_a_second_and_a_half_then_refused(tmp_path, monkeypatch):
+    """The re-reads of a file in use are bounded: PRECHECK_RETRY_WAITS_S between six reads (1.55 s
+    of waiting), then the refusal; never a loop on a file that stays damaged."""
+    path = tmp_path / "s.sqlite3"
+    Store(path).close()
+    whole = path.read_bytes()
+    path.write_bytes(whole[:4096] + bytes(len(whole) - 4096))
+    Path(f"{path}-wal").write_bytes(b"")  # in use, by the look of it, and never made whole
+    reads, real = [], storefile.check_is_store
+
+    def counted(db, p):
+        reads.append(time.monotonic())
+        real(db, p)
+
+    monkeypatch.setattr(storefile, "check_is_store", counted)
+    start = time.monotonic()
+    with pytest.raises(StoreError, match="is damaged"):
+        storefile.precheck(path)
+    assert len(reads) == len(storefile.PRECHECK_RETRY_WAITS_S) + 1 == 6
+    gaps = [b - a for a, b in zip(reads, reads[1:], strict=False)]
+    assert all(g >= w for g, w in zip(gaps, storefile.PRECHECK_RETRY_WAITS_S, strict=True)), gaps
+    assert 1.55 <= time.monotonic() - start < 5, gaps
 
 
 def test_an_early_store_opens_and_is_upgraded(tmp_path):
