@@ -540,6 +540,37 @@ def test_a_thread_never_writes_unchecked_into_a_file_moved_under_the_path_as_it_
     store.close()
 
 
+def test_a_path_whose_file_is_replaced_at_every_open_is_given_up_after_five_opens(tmp_path, monkeypatch):
+    """The re-open after a file moved in meanwhile is bounded: OPEN_TRIES opens, none waiting, then a
+    refusal that says why (and every later access tries again, as for any refused file)."""
+    import shutil
+    import sqlite3
+
+    from runhealth.store import lifecycle
+
+    store = Store(tmp_path / "s.sqlite3")
+    store.register_node("n1", {})
+    other_store(tmp_path / "other.sqlite3")
+    store.path.unlink()
+    real, opens = sqlite3.connect, []
+
+    def connect(database, *args, **kwargs):
+        db = real(database, *args, **kwargs)
+        if str(database) == str(store.path):  # another run's store mv'ed in right after each open
+            opens.append(time.monotonic())
+            shutil.copy(tmp_path / "other.sqlite3", tmp_path / "next.sqlite3")
+            (tmp_path / "next.sqlite3").replace(store.path)
+        return db
+
+    monkeypatch.setattr(sqlite3, "connect", connect)
+    incident = store.check_file()
+    assert len(opens) == lifecycle.OPEN_TRIES == 5
+    assert opens[-1] - opens[0] < 2.0  # no waits between them
+    assert incident is not None and "replaced by another file each of the 5 times it was opened" in incident[0]
+    monkeypatch.undo()
+    store.close()
+
+
 def test_a_reader_that_held_the_log_back_saves_it_into_the_replaced_file_when_the_next_is_refused(tmp_path):
     """Seen under load (test_the_original_store_moved_back..., 1 in ~15 with two busy loops): the
     file set aside keeps the frames after a reader's snapshot in its log until a connection to
