@@ -192,12 +192,13 @@ def browser_cpu_s() -> float:
     return sum(sum(int(x) for x in stats[p][12:16]) / tick for p in mine if stats[p][0].startswith("chrom"))
 
 
-def cold(browser: Any, url: str, quiet_ms: int, timeout_s: float = 120) -> tuple[float, int, float, float]:
+def cold(browser: Any, url: str, quiet_ms: int, timeout_s: float = 120) -> tuple[float, int, float, float, int]:
     """One load in a new context: (seconds to the main block's last change, websocket bytes by
     then, seconds from the browser's first websocket message to the last reply before then: the
     script's run and the transfer, the rest being the page's own loading and drawing; the CPU
     seconds Chromium spent from the navigation to the page's settling: the figure a loaded
-    machine changes least)."""
+    machine changes least; the reruns the browser asked for before the page settled: a live
+    fragment's ticks landing in the cold load, each re-sending its part)."""
     ctx = browser.new_context(viewport=VIEWPORT)
     try:
         ctx.add_init_script(PROBE)
@@ -206,7 +207,8 @@ def cold(browser: Any, url: str, quiet_ms: int, timeout_s: float = 120) -> tuple
         page.goto(url, wait_until="commit")
         page.wait_for_function(SETTLED, arg=quiet_ms, timeout=timeout_s * 1000, polling=100)
         cpu = browser_cpu_s() - cpu
-        return (*drawn(page.evaluate("window.__rh")), cpu)
+        rh = page.evaluate("window.__rh")
+        return (*drawn(rh), cpu, max(0, len(rh["sent"]) - 1))
     finally:
         ctx.close()
 
@@ -457,17 +459,20 @@ def main() -> None:
         sizes: dict[tuple[str, str], list[int]] = {}
         served: dict[tuple[str, str], list[float]] = {}
         cpus: dict[tuple[str, str], list[float]] = {}
+        reruns: dict[tuple[str, str], list[int]] = {}
         for run in range(args.runs):
             for name in names:
                 # the trees' order alternates run by run: the load right after hello-world's was
                 # served slower whichever tree it was (0.5-1.5 s, position, not code)
                 trees_now = list(urls.items())[:: -1 if run % 2 else 1]
                 for k, url in [("hello", hello_url)] + [(k, f"{u}/{PAGES[name]}{args.query}") for k, u in trees_now]:
-                    s, b, srv, c = cold(browser, url, args.quiet_ms)
+                    s, b, srv, c, rr = cold(browser, url, args.quiet_ms)
                     served.setdefault((k, name), []).append(srv)
+                    reruns.setdefault((k, name), []).append(rr)
                     cpus.setdefault((k, name), []).append(c)
                     print(
-                        f"  {name} {k}: {s:.2f} s (served {srv:.2f}, browser CPU {c:.2f} s), {b / 1024:.0f} KiB (load {load()})",
+                        f"  {name} {k}: {s:.2f} s (served {srv:.2f}, browser CPU {c:.2f} s, {rr} reruns asked),"
+                        f" {b / 1024:.0f} KiB (load {load()})",
                         file=sys.stderr,
                         flush=True,
                     )
@@ -480,7 +485,7 @@ def main() -> None:
                     got = refresh(browser, f"{u}/{PAGES[name]}{args.query}", Path(tmp) / k, args.watch_s, args.quiet_ms)
                     fresh.setdefault((k, name), []).append(got)
                     print(f"  {name} {k} left open: {got}", file=sys.stderr, flush=True)
-        report(names, list(urls), times, sizes, served, cpus, fresh, args)
+        report(names, list(urls), times, sizes, served, cpus, reruns, fresh, args)
 
 
 def report(
@@ -490,16 +495,18 @@ def report(
     sizes: dict[tuple[str, str], list[int]],
     served: dict[tuple[str, str], list[float]],
     cpus: dict[tuple[str, str], list[float]],
+    reruns: dict[tuple[str, str], list[int]],
     fresh: dict[tuple[str, str], list[Fresh]],
     args: argparse.Namespace,
 ) -> None:
     print(f"load after: {load()}; cold = median of {args.runs}, a new browser context each, 1920x1080")
     print(
         "| page | tree | cold s | hello-world s | × hello-world | browser CPU s | × hello-world | ws KiB | served s |"
+        " reruns asked before settled (mean) |"
         " slowest fragment rerun s | data age on screen s | charts remounted per rerun |"
         " poll -> screen s (median, max) | publication -> screen s (median, max) |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name in names:
         base = statistics.median(times[("hello", name)])
         base_cpu = statistics.median(cpus[("hello", name)])
@@ -516,6 +523,7 @@ def report(
             from_pub = [x for r in runs for x in r[4]]
             print(
                 f"| {name} | {k} | {t:.2f} | {base:.2f} | {t / base:.2f} | {c:.2f} | {c / base_cpu:.2f} | {kib:.0f} | {srv:.2f} | "
+                f"{statistics.mean(reruns[(k, name)]):.1f} | "
                 f"{fmt(statistics.median(rerun) if rerun else None)} | {fmt(statistics.median(age) if age else None)} | "
                 f"{fmt(statistics.median(mounts) if mounts else None, '.1f')} | {spread(from_poll)} | {spread(from_pub)} |"
             )

@@ -45,6 +45,10 @@ STATE_MD = {
     "pending": ":gray[PENDING]",
     "finished": ":gray[FINISHED]",
 }
+# A table of at most this many rows may be a static table (#42): it mounts without the data grid's
+# chunk and canvas (a page with no grid left never loads them); past it, the grid sorts and scrolls.
+STATIC_TABLE_ROWS = 16
+STATE_TABLE_UUID = "rhstate"  # the node table's cells are T_rhstate_row<i>_col<j>; status is column 1
 MIN_SAMPLE_N = 20  # below this many samples a share is shown, never coloured as an alarm
 
 
@@ -130,9 +134,11 @@ def render_node_table(
     eta: Mapping[str, str] | None = None,
     now: float | None = None,
     done: Collection[str] = (),
+    static: bool = False,
 ) -> None:
     """The node table; `now`: the instant of the model the nodes come from (their states at it);
-    `done`: the model's done_nodes (they wrote their share)."""
+    `done`: the model's done_nodes (they wrote their share); `static`: a static table while it has
+    at most STATIC_TABLE_ROWS rows (no sorting, nothing to scroll), the data grid past that."""
     if not nodes:
         st.info("No nodes configured.")
         return
@@ -146,7 +152,11 @@ def render_node_table(
         ),
         subset=["status"],
     )
-    st.dataframe(styled, hide_index=True, width="stretch")
+    styled.set_uuid(STATE_TABLE_UUID)  # page.CSS finds the status cells by their ids: white text on the colour
+    if static and len(table) <= STATIC_TABLE_ROWS:
+        st.table(styled, hide_index=True)
+    else:
+        st.dataframe(styled, hide_index=True, width="stretch")
 
 
 def render_indexing(nodes: list[NodeRow]) -> None:

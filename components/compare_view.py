@@ -135,7 +135,9 @@ def render_prompts(p: compare_model.PromptOverlap | None) -> None:
 def render_table(rows: list[dict[str, str]], a: runfigures.RunNumbers, b: runfigures.RunNumbers) -> None:
     """The side-by-side table, labelled with each run's n and how old its numbers are."""
     df = pd.DataFrame(rows).rename(columns={"A": f"A: {a.name}", "B": f"B: {b.name}"})
-    st.dataframe(df, hide_index=True, width="stretch")
+    # A few rows of words, read side by side, never sorted: a static table, no data grid on the page
+    # (its chunk and canvas in every cold load, #42).
+    st.table(df, hide_index=True)
     st.caption(
         f"A: n = {runfigures.sample_size(a.summary)}, B: n = {runfigures.sample_size(b.summary)}. "
         "Shares: Wilson 95% intervals per run, Newcombe's for the difference; mean: Welch; percentiles: "

@@ -153,7 +153,11 @@ def render_group_cuts(p: FieldPanels) -> None:
         cols["length stops"] = df["cut"].map(fmt_count)
         cols["share stopped by length"] = df["share"].map(fmt_share)
     cols["95% interval"] = [f"{fmt_share(lo)}–{fmt_share(hi)}" for lo, hi in zip(df["lo"], df["hi"], strict=True)]
-    right.dataframe(pd.DataFrame(cols), hide_index=True, width="stretch")
+    table = pd.DataFrame(cols)
+    if len(table) <= cards.STATIC_TABLE_ROWS:  # a few groups: a static table, no data grid (#42)
+        right.table(table, hide_index=True)
+    else:
+        right.dataframe(table, hide_index=True, width="stretch")
     more = f" The chart shows the {CHART_GROUPS} most cut of {len(df):,}." if len(df) > CHART_GROUPS else ""
     what = (
         "Completions cut at the max_tokens ceiling (stopped by length at or above it, as the headline counts"

@@ -58,6 +58,10 @@ CSS = """
 .rh-config-banner {background: #5C1018; border: 3px solid #FF4B4B; color: #FFFFFF; border-radius: 10px;
                    padding: 14px 20px; margin-bottom: 12px; font-size: 1.35rem; line-height: 1.35}
 .rh-config-banner code {color: #FFD0D0; background: transparent; font-size: 1.2rem; white-space: pre-wrap}
+/* A node's state in the static node table (cards.render_node_table, cells T_rhstate_row<i>_col<j>,
+   status the second column): white on its state's colour, in the light theme too (whose dark text
+   for every markdown paragraph would reach into the cell). */
+[data-testid="stApp"] [data-testid="stTable"] td[id^="T_rhstate_"][id$="_col1"] p {color: #FFFFFF}
 /* Dark text on the primary blue: white on #4C9AFF is 2.9:1, #0E1117 on it 6.6:1 (WCAG AA 4.5:1). */
 [data-testid="stApp"] button[kind^="primary"], [data-testid="stApp"] button[kind^="primary"] * {color: #0E1117}
 </style>

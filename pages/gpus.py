@@ -15,6 +15,7 @@ from typing import Literal
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
+from pandas.io.formats.style import Styler
 
 from components import cards, figcache, figures, livewatch, loaders, page, precomputed, tables
 from components.context import PageRuntime
@@ -52,6 +53,9 @@ def render_now(gpus: pd.DataFrame, run_writing: bool) -> None:
         figcache.figure(figures.make_gpu_heatstrip_figure, gpus[["label", "util_pct", "power_pct", "mem_pct"]]),
         key=f"{PREFIX}_heatstrip_chart",
     )
+    if len(table) <= cards.STATIC_TABLE_ROWS:  # a few GPUs: a static table, no data grid (#42)
+        st.table(static_gpu_table(table), hide_index=True)
+        return
     st.dataframe(
         table,
         hide_index=True,
@@ -63,6 +67,22 @@ def render_now(gpus: pd.DataFrame, run_writing: bool) -> None:
             "power W": st.column_config.NumberColumn(format="%.0f"),
         },
     )
+
+
+GPU_TABLE_FORMATS = {
+    **dict.fromkeys(["util %", "power W", "limit W", "of GiB", "temp °C", "SM MHz"], "{:.0f}"),
+    "mem GiB": "{:.1f}",
+}
+UTIL_BAR = "rgba(31, 119, 180, 0.45)"  # legible in either theme
+UTIL_BAR_WIDTH = 72  # % of the cell a full bar takes
+
+
+def static_gpu_table(table: pd.DataFrame) -> Styler:
+    """The GPU table as a static table: the grid's formats, utilization as a bar (0-100% over the
+    cell's left UTIL_BAR_WIDTH %, clear of its right-aligned number), a reading the GPU did not give
+    as "N/A" (never 0, never blank)."""
+    styled = table.style.format(GPU_TABLE_FORMATS, na_rep="N/A")
+    return styled.bar(subset=["util %"], vmin=0, vmax=100, color=UTIL_BAR, height=60, width=UTIL_BAR_WIDTH)
 
 
 def render_series(
@@ -114,13 +134,15 @@ def render_processes(gpus: pd.DataFrame) -> None:
     procs = tables.gpu_processes(gpus)
     if procs.empty:
         st.info("No process holds GPU memory (or the driver does not report processes).")
-    else:
+    elif len(procs) > cards.STATIC_TABLE_ROWS:
         st.dataframe(
             procs,
             hide_index=True,
             width="stretch",
             column_config={"mem GiB": st.column_config.NumberColumn(format="%.1f")},
         )
+    else:  # a few: a static table, no data grid (#42)
+        st.table(procs.style.format({"mem GiB": "{:.1f}"}, na_rep="N/A"), hide_index=True)
 
 
 def render_page(rt: PageRuntime, window: str, picked: list[str]) -> None:

@@ -7,6 +7,7 @@ what-if is a model extrapolation beyond the ceiling and says so.
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from components import (
@@ -29,6 +30,8 @@ from runhealth.screens.lengths import WHATIF_REFIT_S, Lengths, Summary, WhatIf, 
 PREFIX = "lengths"
 TITLE, ICON, URL_PATH = "Output lengths", ":material/straighten:", "Output_lengths"
 CONTINUATION_N = 300
+STATIC_GROUP_COLUMNS = {"at_ceiling": "cut", "fraction": "share cut"}  # the grid's column labels
+GROUP_COLUMNS_HELP = "cut: stopped at the ceiling; ceiling: the group's max_tokens; drift: a ceiling unlike the rest."
 
 
 def render_summary(rt: PageRuntime, s: Summary) -> None:
@@ -78,22 +81,34 @@ def render_groups(rt: PageRuntime, ceiling: int | None) -> None:
             ),
             key=f"{PREFIX}_group_chart",
         )
-        right.dataframe(
-            tables.group_table(df),
-            hide_index=True,
-            column_config={  # narrow columns: the table sits beside the chart, every column in view
-                "group": st.column_config.TextColumn(by, width="medium"),
-                "completions": st.column_config.TextColumn("completions", width="small"),
-                "at_ceiling": st.column_config.TextColumn("cut", width="small", help="stopped at the ceiling"),
-                "fraction": st.column_config.TextColumn(
-                    "share cut", width="small", help="share of this group's completions stopped at the ceiling"
-                ),
-                "ceiling": st.column_config.TextColumn("ceiling", width="small", help="this group's max_tokens"),
-                "drift": st.column_config.CheckboxColumn("drift", width="small", help="ceiling unlike the rest"),
-            },
-            width="stretch",
-        )
+        with right:
+            render_group_table(tables.group_table(df), by)
         st.caption(f"Truncation by {by}: {precomputed.age_text(df.attrs.get('as_of'))}.")
+
+
+def render_group_table(table: pd.DataFrame, by: str) -> None:
+    """The by-group table beside its chart: a static table while it has a few rows (no data grid on
+    the page, #42; the columns' meanings in a line under it), the grid (sorting, scrolling) past that."""
+    if len(table) <= cards.STATIC_TABLE_ROWS:
+        static = table.assign(drift=table["drift"].map({True: "yes", False: "no"}))
+        st.table(static.rename(columns=STATIC_GROUP_COLUMNS | {"group": by}), hide_index=True)
+        st.caption(GROUP_COLUMNS_HELP)
+        return
+    st.dataframe(
+        table,
+        hide_index=True,
+        column_config={  # narrow columns: the table sits beside the chart, every column in view
+            "group": st.column_config.TextColumn(by, width="medium"),
+            "completions": st.column_config.TextColumn("completions", width="small"),
+            "at_ceiling": st.column_config.TextColumn("cut", width="small", help="stopped at the ceiling"),
+            "fraction": st.column_config.TextColumn(
+                "share cut", width="small", help="share of this group's completions stopped at the ceiling"
+            ),
+            "ceiling": st.column_config.TextColumn("ceiling", width="small", help="this group's max_tokens"),
+            "drift": st.column_config.CheckboxColumn("drift", width="small", help="ceiling unlike the rest"),
+        },
+        width="stretch",
+    )
 
 
 def render_whatif(rt: PageRuntime, m: Lengths) -> None:

@@ -81,6 +81,7 @@ def render_live(rt: PageRuntime) -> None:
             finished=finished,
             now=m.now,
             done=m.done_nodes,
+            static=True,  # a handful of nodes: a static table, no data grid on the page (#42)
         )
         if len(m.throughput) >= 2:
             series = pd.DataFrame([dataclasses.asdict(p) for p in m.throughput])

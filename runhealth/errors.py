@@ -48,6 +48,11 @@ class StoreBusyError(StoreError):
     """Another process holds the store's collector lock: it collects, this one may only read."""
 
 
+class StoreLockedError(StoreError):
+    """SQLite said the store is locked (SQLITE_BUSY / SQLITE_LOCKED) past the busy timeout: another
+    connection's write held it. Nothing is wrong with the file; trying again later may succeed."""
+
+
 def one_line(exc: BaseException) -> str:
     """A one-line, user-facing description of a failure (its first line, at most 500 characters)."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -354,9 +354,12 @@ def test_a_newline_search_stops_at_the_time_budget_and_resumes(tmp_path, workers
             found = re.match(r"unterminated line: (\d+) bytes from byte offset (\d+)", entry["problem"])
             n = int(found.group(1))
             assert shards["pending_bytes"] == size - entry["offset"] - n, "what is left: the bytes not searched yet"
-            assert int(found.group(2)) == len(prefix) and searched[-1] < n < size - len(prefix), (
-                "the search stopped at the time budget, further than before"
-            )
+            assert int(found.group(2)) == len(prefix), entry["problem"]
+            if n == searched[-1]:
+                # The poll's time was gone before the line's turn (a loaded machine: seen with a busy
+                # loop beside the suite): nothing searched, the line's problem said from the last search.
+                continue
+            assert searched[-1] < n < size - len(prefix), "the search stopped at the time budget, further than before"
             searched.append(n)
         assert len(searched) == 4, searched
         assert read_bytes < searched[-1] - searched[1] + (3 << 20), "each poll resumed where the last stopped"

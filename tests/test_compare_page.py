@@ -180,7 +180,7 @@ def page_text(at: AppTest) -> str:
         for kind in ("markdown", "caption", "subheader", "title", "info", "success", "warning", "metric")
         for e in getattr(at, kind)
     ]
-    return "\n".join(parts + [d.value.to_string() for d in at.dataframe])
+    return "\n".join(parts + [d.value.to_string() for d in [*at.dataframe, *at.table]])
 
 
 def run(page: str, cache: Path, monkeypatch, url_run: str | None = None) -> AppTest:
@@ -204,7 +204,7 @@ def test_compare_page_over_the_demo(demo_cache, monkeypatch):
     headline = at.subheader[0].value
     cut_b, cut_a = (float(x) / 100 for x in re.findall(r"(\d+\.\d)% ", headline)[:2])
     assert within(cut_a, demo.truth(4096)["cut_fraction"], A_N) and within(cut_b, demo.truth(8192)["cut_fraction"], B_N)
-    table = at.dataframe[0].value.set_index("metric")
+    table = at.table[0].value.set_index("metric")  # a static table (#42)
     assert list(table.columns) == ["A: demo-4096", "B: demo-8192", "B − A", "95% interval"]
     assert table.loc["ETA", "A: demo-4096"] == "finished"
     # the demo's live run holds six polls: no 15-min average yet, so no ETA, as on its Overview
@@ -535,7 +535,7 @@ def test_compare_page_shows_energy_per_usable_token_a_vs_b(demo_cache, monkeypat
         assert 800 <= joules / sum(r["gpu_s"] for r in rows) <= 990
         want[label] = joules / usable * 1e6
     at = run("compare", demo_cache, monkeypatch)
-    table = at.dataframe[0].value.set_index("metric")
+    table = at.table[0].value.set_index("metric")  # a static table (#42)
     for label, j in want.items():
         assert table.loc["energy per 1M usable tokens", label] == words.fmt_joules(j)
     assert (

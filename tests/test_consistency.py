@@ -582,7 +582,9 @@ def failed_of_line(at) -> dict[str, Any]:
 
 def _node_states(at) -> dict[str, Any]:
     """The node table's states (its "status" column): the nodes it shows DONE (wrote their share)."""
-    table = next((df.value for df in at.dataframe if {"node", "status"} <= set(df.value.columns)), None)
+    # a data grid, or a static table where the page shows a handful of nodes (the Overview, #42)
+    frames = [t.value for t in at.table] + [df.value for df in at.dataframe]
+    table = next((f for f in frames if {"node", "status"} <= set(f.columns)), None)
     assert table is not None, "no node table"
     return {
         "done_nodes": tuple(sorted(n for n, st in zip(table["node"], table["status"], strict=True) if st == "DONE"))
@@ -619,11 +621,17 @@ def extract_lengths_page(s: Scenario, capsys, monkeypatch) -> dict[str, Any]:
     m = re.search(r"([\d,]+) of ([\d,]+)$", cut_sub)
     assert m, cut_sub
     out["cut_count"] = parse_count(m[1])
-    groups = next((df.value for df in at.dataframe if {"group", "at_ceiling", "drift"} <= set(df.value.columns)), None)
+    # Each table a data grid, or a static table (a few rows, #42: the grid's labels as its columns).
+    frames = [df.value for df in at.dataframe] + [t.value.rename(columns={"cut": "at_ceiling"}) for t in at.table]
+    groups = next((f.rename(columns={"node": "group"}) for f in frames if {"node", "drift"} <= set(f.columns)), None)
+    if groups is None:
+        groups = next((f for f in frames if {"group", "at_ceiling", "drift"} <= set(f.columns)), None)
     if groups is not None:
         out["cut_count_groups"] = sum(parse_count(str(x)) for x in groups["at_ceiling"])
         out["completions"] = sum(parse_count(str(x)) for x in groups["completions"])
-    panel = next((df.value for df in at.dataframe if "share cut" in df.value.columns), None)
+    panel = next(
+        (df.value for df in [*at.dataframe, *at.table] if {"share cut", "95% interval"} <= set(df.value.columns)), None
+    )
     if panel is not None:  # "Which prompts get cut": its cut column is the headline's rule (#41)
         out["cut_count_group_panel"] = sum(parse_count(str(x)) for x in panel["cut"])
     eta = tiles.get("ETA change")
@@ -781,7 +789,7 @@ def extract_compare_page(s: Scenario, capsys, monkeypatch) -> dict[str, dict[str
     assert at.selectbox(key="compare_run_a").value == "run-a", "the page opens on A = the finished run"
     words = [str(getattr(e, "value", "")) for kind in ("caption", "success", "warning") for e in getattr(at, kind)]
     out: dict[str, dict[str, Any]] = {}
-    table = next(df.value for df in at.dataframe if "metric" in df.value.columns)
+    table = next(t.value for t in at.table if "metric" in t.value.columns)
     row = table.set_index("metric").loc["failed requests"]
     out["compare table, failed row"] = parse_failed(str(row["B: run-b"]))  # run B's (#39)
     for w in words:

@@ -171,6 +171,10 @@ def test_output_lengths_page_shows_the_panels(demo_runs, monkeypatch):
     assert f">{fmt_count(truth.mislabelled)}<" in tiles and f">{fmt_count(truth.context_stops)}<" in tiles
     for group, (n, _cut) in truth.groups.items():
         assert group in text and fmt_count(n) in text
+    # A few groups: a static table (#42: no data grid on the page), every group with its counts.
+    (panel,) = [t.value for t in at.table if "95% interval" in t.value.columns]
+    shown = dict(zip(panel.iloc[:, 0], panel["completions"], strict=True))
+    assert shown == {group: fmt_count(n) for group, (n, _cut) in truth.groups.items()}, shown
     assert "never-answered cuts finish" in text and "upper estimate" in text  # the what-if's line
 
 

@@ -17,6 +17,7 @@ import pytest
 from store_fixtures import write_reply
 from test_faults import run_totals, wait_for
 
+import runhealth.errors
 from runhealth.store import Store
 
 pytestmark = pytest.mark.faults
@@ -467,6 +468,152 @@ def test_the_original_store_moved_back_after_a_refusal_is_kept_whole_and_restart
         collector.stop()
     store.close()
     assert sum(r["count"] for r in Store(store.path).length_counts()) == 50  # as after a restart
+
+
+def mv_at_open(monkeypatch, src, dest, after: bool) -> list[bool]:
+    """`mv src dest` landing exactly as SQLite opens `dest` next: just after its open (after=True)
+    or between the store's look at the path and the open. Returns a flag set once it has moved."""
+    import sqlite3
+
+    real, moved = sqlite3.connect, []
+
+    def connect(database, *args, **kwargs):
+        if str(database) != str(dest) or moved:
+            return real(database, *args, **kwargs)
+        if not after:
+            src.replace(dest)
+        db = real(database, *args, **kwargs)
+        if after:
+            src.replace(dest)
+        moved.append(True)
+        return db
+
+    monkeypatch.setattr(sqlite3, "connect", connect)
+    return moved
+
+
+def test_a_file_moved_under_the_path_as_a_deleted_store_is_recreated_is_checked_not_trusted(tmp_path, monkeypatch):
+    """CI caught it once (`mv s.sqlite3 aside; mv newer s.sqlite3` with a poll between the two): the
+    store recreated its deleted file, and the newer one came under the path right after SQLite had
+    opened the new empty file. The store then took the path's file identity for its own: it went on
+    writing into the unlinked empty file and never saw the newer store it should have refused."""
+    import hashlib
+
+    store = Store(tmp_path / "s.sqlite3")
+    store.register_node("n1", {})
+    store.path.rename(tmp_path / "aside.sqlite3")
+    other_store(tmp_path / "newer.sqlite3", user_version=99)
+    newer = hashlib.sha256((tmp_path / "newer.sqlite3").read_bytes()).hexdigest()
+    moved = mv_at_open(monkeypatch, tmp_path / "newer.sqlite3", store.path, after=True)
+    incident = store.check_file()
+    assert moved and incident is not None and "schema version 99" in incident[0], incident
+    with pytest.raises(runhealth.errors.StoreError, match="schema version 99"):
+        store.register_node("n2", {})  # refused, never written into a file no longer named
+    assert hashlib.sha256(store.path.read_bytes()).hexdigest() == newer  # left untouched
+    store.close()
+
+
+def test_a_thread_never_writes_unchecked_into_a_file_moved_under_the_path_as_it_connects(tmp_path, monkeypatch):
+    """A thread's first access opens its own connection by the path's name. A newer store moved
+    there between the store's look at the path and that open was written to unchecked (the WAL
+    switch and the write itself) before the next access found it replaced."""
+    import hashlib
+
+    store = Store(tmp_path / "s.sqlite3")
+    store.register_node("n1", {})  # this thread's connection, to the store's own file
+    other_store(tmp_path / "newer.sqlite3", user_version=99)
+    newer = hashlib.sha256((tmp_path / "newer.sqlite3").read_bytes()).hexdigest()
+    moved = mv_at_open(monkeypatch, tmp_path / "newer.sqlite3", store.path, after=False)
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            store.register_node("n2", {})
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            errors.append(exc)
+
+    t = threading.Thread(target=write)
+    t.start()
+    t.join(30)
+    assert moved and len(errors) == 1 and "schema version 99" in str(errors[0]), errors
+    assert hashlib.sha256(store.path.read_bytes()).hexdigest() == newer  # left untouched
+    store.close()
+
+
+def test_a_path_whose_file_is_replaced_at_every_open_is_given_up_after_five_opens(tmp_path, monkeypatch):
+    """The re-open after a file moved in meanwhile is bounded: OPEN_TRIES opens, none waiting, then a
+    refusal that says why (and every later access tries again, as for any refused file)."""
+    import shutil
+    import sqlite3
+
+    from runhealth.store import lifecycle
+
+    store = Store(tmp_path / "s.sqlite3")
+    store.register_node("n1", {})
+    other_store(tmp_path / "other.sqlite3")
+    store.path.unlink()
+    real, opens = sqlite3.connect, []
+
+    def connect(database, *args, **kwargs):
+        db = real(database, *args, **kwargs)
+        if str(database) == str(store.path):  # another run's store mv'ed in right after each open
+            opens.append(time.monotonic())
+            shutil.copy(tmp_path / "other.sqlite3", tmp_path / "next.sqlite3")
+            (tmp_path / "next.sqlite3").replace(store.path)
+        return db
+
+    monkeypatch.setattr(sqlite3, "connect", connect)
+    incident = store.check_file()
+    assert len(opens) == lifecycle.OPEN_TRIES == 5
+    assert opens[-1] - opens[0] < 2.0  # no waits between them
+    assert incident is not None and "replaced by another file each of the 5 times it was opened" in incident[0]
+    monkeypatch.undo()
+    store.close()
+
+
+def test_a_reader_that_held_the_log_back_saves_it_into_the_replaced_file_when_the_next_is_refused(tmp_path):
+    """Seen under load (test_the_original_store_moved_back..., 1 in ~15 with two busy loops): the
+    file set aside keeps the frames after a reader's snapshot in its log until a connection to
+    it checkpoints again, and only a new generation (a file taken up) retired the other threads'
+    connections. With the next file refused, none did: the file moved back lacked its last writes
+    for any other process. Now each thread saves its own connection's log into the file set aside on
+    its next access, taken up or not."""
+    store = Store(tmp_path / "s.sqlite3")
+    store.register_node("n1", {})
+    snapshot_taken, snapshot_end, accessed, done = (threading.Event() for _ in range(4))
+    seen: list[BaseException] = []
+
+    def reader() -> None:
+        with store.snapshot():
+            store.query("SELECT COUNT(*) FROM nodes")
+            snapshot_taken.set()
+            snapshot_end.wait(30)
+        try:
+            store.query("SELECT 1")  # its next access, after its snapshot ended
+        except runhealth.errors.StoreError as exc:
+            seen.append(exc)
+        accessed.set()
+        done.wait(30)  # alive, its connection not closed by the thread's end
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        assert snapshot_taken.wait(30)
+        for name in ("n2", "n3", "n4"):
+            store.register_node(name, {})  # frames after the reader's snapshot
+        store.path.rename(tmp_path / "aside.sqlite3")
+        other_store(tmp_path / "newer.sqlite3", user_version=99)
+        (tmp_path / "newer.sqlite3").replace(store.path)
+        incident = store.check_file()  # this thread's connection: checkpointed up to the snapshot
+        assert incident is not None and "schema version 99" in incident[0], incident
+        snapshot_end.set()
+        assert accessed.wait(30) and len(seen) == 1 and "schema version 99" in str(seen[0]), seen
+        assert read_elsewhere(tmp_path / "aside.sqlite3", "SELECT COUNT(*) FROM nodes") == "4"
+    finally:
+        snapshot_end.set()
+        done.set()
+        t.join(30)
+    store.close()
 
 
 def test_a_retired_connection_saves_the_frames_a_reader_in_another_thread_held_back(tmp_path):

@@ -78,6 +78,22 @@ def test_streamlit_options_come_from_the_apps_config(tmp_path):
     assert launch.streamlit_options(tmp_path) == ["--server.headless", "true", "--client.toolbarMode", "minimal"]
 
 
+def test_the_served_app_watches_no_sources_and_skips_the_collection_after_each_run():
+    """A dashboard, not a dev server (#42): Streamlit's source watcher walked every loaded module
+    on each run and its gc.collect() followed every run, more than half of a cold page's server
+    time between them (bench/README.md). The options reach `streamlit run` under names this
+    Streamlit knows (a renamed option would be ignored with a warning, and the cost back)."""
+    from streamlit import config
+
+    options = launch.streamlit_options(ROOT, {})
+    pairs = dict(zip(options[::2], options[1::2], strict=True))
+    assert pairs["--server.fileWatcherType"] == "none"
+    assert pairs["--runner.postScriptGC"] == "false"
+    known = config._config_options_template  # noqa: SLF001 - the names Streamlit accepts
+    assert {k[2:] for k in pairs} <= set(known), {k[2:] for k in pairs} - set(known)
+    assert "none" in known["server.fileWatcherType"].description
+
+
 def test_dashboard_command(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     argv, env = launch.dashboard_command(Path("cfg.toml"), 8611, "127.0.0.1")

@@ -283,8 +283,8 @@ def test_pages_read_the_payload_and_say_how_old_it_is(stores, monkeypatch):
     groups.table.data["group"][0] = "read-from-payload"
     pagedata.put(store, computed, time.time() - 40)
     at = run_page("lengths", stores["ceiling_18"], monkeypatch)
-    by_group = next(d.value for d in at.dataframe if "drift" in d.value.columns)  # the truncation-by-node table
-    assert "read-from-payload" in by_group["group"].tolist()
+    by_group = next(t.value for t in at.table if "drift" in t.value.columns)  # the truncation-by-node table
+    assert "read-from-payload" in by_group["node"].tolist()
     text = captions(at)
     assert "Truncation by node: computed by the collector at" in text
     assert "Length statistics: computed by the collector at" in text

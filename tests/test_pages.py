@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import store_fixtures
 import streamlit as st
@@ -134,7 +135,7 @@ def texts(at: AppTest) -> str:
     ):
         for el in getattr(at, kind):
             parts.append(str(getattr(el, "value", "")) + " " + str(getattr(el, "label", "")))
-    for df in at.dataframe:
+    for df in [*at.dataframe, *at.table]:
         parts.append(df.value.to_string())
     return "\n".join(parts)
 
@@ -532,8 +533,9 @@ def test_tables_word_counts_and_shares_as_the_tiles_do(stores, monkeypatch):
     reasons = _frame(at, "finish reason").set_index("finish reason")
     assert reasons.loc["stop"].tolist() == ["9,745", "81.2%"]
     assert reasons.loc["length at the ceiling (4,096) = truncated"].tolist() == ["2,160", "18.0%"]
-    groups = _frame(at, "at_ceiling").set_index("group")
-    assert groups.loc["node-1", ["completions", "at_ceiling", "fraction", "ceiling"]].tolist() == [
+    # A few nodes: a static table under the grid's column labels (#42).
+    groups = next(t.value for t in at.table if "drift" in t.value.columns).set_index("node")
+    assert groups.loc["node-1", ["completions", "cut", "share cut", "ceiling"]].tolist() == [
         "3,000",
         "540",
         "18.0%",
@@ -639,3 +641,84 @@ def test_a_broken_toml_at_start_shows_the_error_and_the_stored_runs(tmp_path, mo
     assert str(config) in captured.err and "line " in captured.err, captured.err
     record = json.loads(captured.out)
     assert record["config_error"] and [r["completions"] for r in record["runs"]] == [completions]
+
+
+@pytest.mark.parametrize("nodes", [4, 17])
+def test_overview_node_table_is_static_up_to_sixteen_nodes_and_a_grid_past_that(nodes, tmp_path, monkeypatch):
+    """#42: a handful of nodes is a static table (no data grid on the Overview: its chunk and canvas
+    were ~1 s of a cold load's browser CPU); a fleet keeps the grid (sorting, scrolling). Every
+    node and its state are shown either way."""
+    store = Store(tmp_path / "x.sqlite3")
+    store_fixtures.build_run(store, now=time.time(), trunc_frac=0.01, nodes=nodes, gpus=8, polls=3)
+    store.close()
+    at = run_page("overview", store_fixtures.write_config(tmp_path, tmp_path / "x.sqlite3", nodes=nodes), monkeypatch)
+    static = [t.value for t in at.table if "status" in t.value.columns]
+    grids = [d.value for d in at.dataframe if "status" in d.value.columns]
+    (table,) = static if nodes <= 16 else grids
+    assert not (grids if nodes <= 16 else static)
+    assert sorted(table["node"]) == sorted(f"node-{i}" for i in range(1, nodes + 1))
+    assert list(table.columns)[:5] == ["node", "status", "last seen", "tok/s (1 min)", "last new"]
+    assert set(table["status"]) == {"UP"}
+
+
+@pytest.mark.parametrize("nodes", [2, 3])
+def test_gpu_tables_are_static_up_to_sixteen_gpus_and_grids_past_that(nodes, tmp_path, monkeypatch):
+    """#42: the GPUs page's two tables (the GPUs now, the processes holding memory) are static tables
+    for a few GPUs, so the page loads no data grid; past 16 rows the grids stay. Every GPU is listed
+    either way, in the one GPU rule's order."""
+    store = Store(tmp_path / "x.sqlite3")
+    store_fixtures.build_run(store, now=time.time(), trunc_frac=0.01, nodes=nodes, gpus=8, polls=3)
+    store.close()
+    at = run_page("gpus", store_fixtures.write_config(tmp_path, tmp_path / "x.sqlite3", nodes=nodes), monkeypatch)
+    assert_clean(at)
+    few = nodes * 8 <= 16
+    static = [t.value for t in at.table if "util %" in t.value.columns]
+    grids = [d.value for d in at.dataframe if "util %" in d.value.columns]
+    (table,) = static if few else grids
+    assert not (grids if few else static)
+    assert sorted(table["GPU"]) == sorted(f"node-{n}/{g}" for n in range(1, nodes + 1) for g in range(8))
+    assert table["state"].iloc[0].startswith("⚠ idle"), table  # node-2/5 is idle: it comes first
+    assert not at.dataframe if few else at.dataframe
+
+
+def test_static_gpu_table_draws_utilization_as_a_bar_and_a_missing_reading_as_na():
+    """The static GPU table keeps what the grid's columns showed: utilization as a bar from 0 to 100
+    behind its number, the grid's number formats, and a reading the GPU did not give as "N/A"."""
+    from pages import gpus as gpus_page
+
+    table = pd.DataFrame(
+        {
+            "GPU": ["n/0", "n/1"],
+            "model": ["H100", "H100"],
+            "state": ["ok", "ok"],
+            "util %": [97.0, np.nan],
+            "power W": [650.4, 200.0],
+            "limit W": [700.0, 700.0],
+            "mem GiB": [71.26, 3.0],
+            "of GiB": [80.0, 80.0],
+            "temp °C": [np.nan, 41.0],
+            "SM MHz": [1980.0, 1410.0],
+            "processes": [1, 0],
+        }
+    )
+    html_text = gpus_page.static_gpu_table(table).hide(axis="index").to_html()
+    cells = re.findall(r"<td [^>]*>([^<]*)</td>", html_text)
+    assert cells[:11] == ["n/0", "H100", "ok", "97", "650", "700", "71.3", "80", "N/A", "1980", "1"], cells
+    assert cells[11:] == ["n/1", "H100", "ok", "N/A", "200", "700", "3.0", "80", "41", "1410", "0"], cells
+    bars = re.findall(r"linear-gradient\(90deg, [^)]+\) ([\d.]+)%", html_text)
+    assert bars == [f"{97 * gpus_page.UTIL_BAR_WIDTH / 100:.1f}"], bars  # the N/A cell has none
+
+
+def test_lengths_group_tables_are_static_for_a_few_groups(stores, monkeypatch):
+    """#42: Output lengths' two by-group tables (truncation by node; which prompts get cut) are
+    static tables while they have a few rows, so the page loads no data grid; the grid's column
+    labels, every count and share, and the drift flag are kept (the header help in a line below)."""
+    at = run_page("lengths", stores["drift"], monkeypatch)
+    assert_clean(at)
+    assert not at.dataframe
+    by_node = next(t.value for t in at.table if "drift" in t.value.columns)
+    assert list(by_node.columns) == ["node", "completions", "cut", "share cut", "ceiling", "drift"]
+    drift = dict(zip(by_node["node"], by_node["drift"], strict=True))
+    assert drift == {"node-1": "no", "node-2": "no", "node-3": "no", "node-4": "yes"}, drift
+    assert all(re.fullmatch(r"[\d,]+", c) for c in [*by_node["completions"], *by_node["cut"]]), by_node
+    assert "cut: stopped at the ceiling; ceiling: the group's max_tokens" in texts(at)

@@ -10,6 +10,7 @@ local shards.
 from __future__ import annotations
 
 import os
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -85,6 +86,39 @@ def test_config_change_restarts_the_collector_and_keeps_the_store(tmp_path, monk
     assert second is not first and second.store is first.store
     assert [n.name for n in second.config.nodes] == ["n1", "n22"]
     wait_for(second.store, {"n1": 50, "n22": 50})
+
+
+def test_a_store_locked_at_the_collectors_start_is_tried_again_without_an_edit(tmp_path, monkeypatch, capfd):
+    """SQLite answering "database is locked" when the in-process collector first opens its store
+    (another connection's write held it past the busy timeout; CI once saw it from two connections
+    switching a new file to WAL at once) used to leave the dashboard not collecting until someone
+    edited the config file. Now the lock is tried again every interval, like a collector lock (three
+    refusals here, an interval apart)."""
+    from runhealth.collect import service
+    from runhealth.store import fileproblems
+
+    real, refused = service.Store, []
+
+    def locked_thrice(path, *args, **kwargs):
+        if len(refused) < 3:
+            refused.append(time.monotonic())
+            exc = sqlite3.OperationalError("database is locked")
+            exc.sqlite_errorcode = 5  # SQLITE_BUSY, as sqlite3 sets it
+            raise fileproblems.refusal(path, exc)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(service, "Store", locked_thrice)
+    path = tmp_path / "runhealth.toml"
+    write(path, config_text(tmp_path, interval="0.5"))
+    monkeypatch.setenv("RUNHEALTH_CONFIG", str(path))
+    runtime = context.get_runtime()
+    wait_for(runtime.store, {"n1": 50})  # the config file untouched
+    said = capfd.readouterr().err
+    assert len(refused) == 3 and "is locked by another process (database is locked)" in said, said
+    gaps = [b - a for a, b in zip(refused, refused[1:], strict=False)]
+    assert all(0.45 <= g < 5 for g in gaps), gaps  # once an interval (0.5 s), not in a loop
+    assert "tried again when the config file changes" not in said, said
+    assert "the store is free again: this process collects now" in said, said
 
 
 def wait_for(store, counts: dict[str, int]) -> None:

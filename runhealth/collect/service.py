@@ -29,7 +29,7 @@ from runhealth.alerting.metricsauth import MetricsAccess
 from runhealth.alerting.outputs import Outbound, start_outbound
 from runhealth.collect import demofill
 from runhealth.collect.collector import Collector, check_store_free
-from runhealth.errors import ConfigError, RunhealthError, StoreBusyError
+from runhealth.errors import ConfigError, RunhealthError, StoreBusyError, StoreLockedError
 from runhealth.settings import runs
 from runhealth.settings.config import RunConfig
 from runhealth.settings.runset import RunSet, store_key
@@ -145,7 +145,11 @@ class Service:
         except StoreBusyError as exc:
             self._wait_for(exc, configs)
             raise
-        opened = _open_new_stores(fresh, self.stores)  # raises before anything is stopped
+        try:
+            opened = _open_new_stores(fresh, self.stores)  # raises before anything is stopped
+        except StoreLockedError as exc:
+            self._wait_for(exc, configs)
+            raise
         restarting = f"config changed: restarted {_names(stale, fresh)}; {len(kept)} unchanged run(s) went on"
         self._stop_outbound()
         for collector in stale:
@@ -159,7 +163,7 @@ class Service:
             self.collectors = kept + self._start_runs([c.config for c in stale], self.stores)
             if self.collectors:
                 self._start_outbound([c.config for c in self.collectors], self.stores)
-            if isinstance(exc, StoreBusyError):
+            if isinstance(exc, (StoreBusyError, StoreLockedError)):
                 self._wait_for(exc, configs)
             raise
         by_name = {c.config.name: c for c in kept + started}
@@ -172,8 +176,9 @@ class Service:
             _log(restarting)
         self._announce(fresh)
 
-    def _wait_for(self, busy: StoreBusyError, configs: list[RunConfig]) -> None:
-        """Collection waits for another process's store lock: tried again every interval."""
+    def _wait_for(self, busy: StoreBusyError | StoreLockedError, configs: list[RunConfig]) -> None:
+        """Collection waits for another process's store lock (its collector lock, or SQLite's held
+        past the busy timeout): tried again every interval."""
         self.busy, self.retry_s = str(busy), min(c.interval_s for c in configs)
         self._next_retry = time.monotonic() + self.retry_s
 

@@ -15,7 +15,7 @@ import errno
 import os
 from pathlib import Path
 
-from runhealth.errors import StoreError
+from runhealth.errors import StoreError, StoreLockedError
 
 # SQLite's primary result codes (https://sqlite.org/rescode.html)
 SQLITE_PERM, SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY = 3, 5, 6, 8
@@ -98,5 +98,7 @@ def problem(path: str | Path, exc: BaseException) -> str:
 
 
 def refusal(path: str | Path, exc: BaseException) -> StoreError:
-    """`problem` as the StoreError to raise (`raise refusal(path, exc) from None`)."""
-    return StoreError(problem(path, exc))
+    """`problem` as the StoreError to raise (`raise refusal(path, exc) from None`); a lock another
+    connection held past the busy timeout is a StoreLockedError (worth trying again)."""
+    locked = primary_code(exc) in (SQLITE_BUSY, SQLITE_LOCKED)
+    return (StoreLockedError if locked else StoreError)(problem(path, exc))

@@ -26,6 +26,11 @@ from runhealth.store import fileproblems, storefile
 from runhealth.store.migrations import migrate, refuse_newer
 
 log = textsafe.get_logger(__name__)
+OPEN_TRIES = 5  # opens of a path whose file keeps being replaced as it is opened, before giving up
+
+
+class _Moved(Exception):
+    """The file under the store's path changed while a connection to it was being opened."""
 
 
 class StoreFile:
@@ -65,9 +70,15 @@ class StoreFile:
             raise fileproblems.refusal(self.path, exc) from None
 
     # -- plumbing ------------------------------------------------------------------------
-    def _connect(self, check: bool = False) -> sqlite3.Connection:
+    def _connect(self, expect: storefile.FileId | None, check: bool = False) -> sqlite3.Connection:
+        """A connection to the file at the path, which must still be `expect` (the caller's look
+        before) once it is open; else _Moved, before anything is written (the WAL switch writes)."""
         db = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
         try:
+            # SQLite opens the file by name: a file moved under the path in between (`mv`) would be
+            # the one written to, unchecked, while the store goes on naming the one it expected.
+            if expect is None or storefile.file_id(self.path) != expect:
+                raise _Moved
             if check:  # before the WAL switch writes the file's header
                 storefile.check_is_store(db, self.path)
                 refuse_newer(db, self.path)
@@ -85,27 +96,54 @@ class StoreFile:
         Raises:
             StoreError: the file is not a runhealth store, or one newer than this code (untouched).
         """
-        storefile.precheck(self.path)
-        db = self._connect(check=True)
-        try:
-            _create(db, self.path)
-        except BaseException:
-            db.close()
-            raise
-        self._file_id = storefile.file_id(self.path)
-        self._retired_ids.discard(self._file_id)  # ours again (no stale connection was left on it)
-        self._journal_ids = storefile.journal_ids(self.path)  # the -wal/-shm this file uses now
-        return db
+        for _ in range(OPEN_TRIES):
+            storefile.create_private(self.path)  # (again, when it went meanwhile)
+            storefile.precheck(self.path)
+            ident = storefile.file_id(self.path)
+            try:
+                db = self._connect(ident, check=True)
+            except _Moved:
+                continue  # another file came under the path as it was opened: that one, checked
+            try:
+                _create(db, self.path)
+            except BaseException:
+                db.close()
+                raise
+            if storefile.file_id(self.path) != ident:  # moved while being set up: let go of it
+                storefile.retire(db)
+                continue
+            self._file_id = ident  # the file this connection holds, not whatever the path names later
+            self._retired_ids.discard(ident)  # ours again (no stale connection was left on it)
+            self._journal_ids = storefile.journal_ids(self.path)  # the -wal/-shm this file uses now
+            return db
+        raise StoreError(
+            f"history store {self.path} was replaced by another file each of the {OPEN_TRIES} times it was"
+            " opened; it was left as it is"
+        )
 
-    def _db(self) -> sqlite3.Connection:
+    def _db(self, tries: int = OPEN_TRIES) -> sqlite3.Connection:
         if self._file_changed() is not None:
+            old = getattr(self._local, "db", None)
+            if old is not None and self._file_id in self._retired_ids and not old.in_transaction:
+                # Its file was set aside (names dropped) by another thread: this thread's connection
+                # saves its log into it now, whether or not the file under the path is taken up. The
+                # first thread's checkpoint stops at a snapshot this thread may have held then; when
+                # the next file is refused, no new generation would retire this one. (Not inside
+                # this thread's own snapshot: at its first access after it.)
+                storefile.retire(old)
+                self._local.db = None
             self._recreate()
         db = getattr(self._local, "db", None)
         if db is not None and getattr(self._local, "generation", 0) != self._generation:
             storefile.retire(db)  # this thread's connection still points at the old file
             db = None
         if db is None:
-            db = self._connect()
+            try:
+                db = self._connect(self._file_id)
+            except _Moved:  # the path changed since the look above: the file under it is checked first
+                if tries <= 1:
+                    raise StoreError(f"history store {self.path} kept being replaced while it was opened") from None
+                return self._db(tries - 1)
             self._local.db, self._local.generation = db, self._generation
             self._journal_ids = storefile.journal_ids(self.path)
         return db
