@@ -1,26 +1,31 @@
 """A page left open shows a new publication within a fraction of a second (#42 item 2).
 
 Each page's live part (components/page.py `live`) is a fragment with a fixed tick of its own
-(every collection interval): alone, it shows new numbers half a tick late on average. Here ONE
-watcher thread per dashboard process looks at the stores that open pages show, every WATCH_S:
-first the store file's and its WAL's size and mtime (a stat, no SQL), and only when they moved
-the stamps of the publications pages follow (one indexed row each: runhealth/payloads/pagedata
-`computed_at`). When a stamp changed, it asks each session whose live part drew an older one to
-rerun that fragment, as the browser's own fragment timer would. A tab left open therefore costs
-nothing between publications, and one rerun of its live part per publication it reads, however
-many tabs are open and however fast the watcher looks (the rerun is at most one every
-MIN_GAP_S a session). The live part keeps its interval tick as the safety net: the "N s ago" ages
-and a collector gone quiet still redraw every interval.
+(every collection interval, the browser's timer): alone, it shows new numbers half a tick late on
+average. Here ONE watcher thread per dashboard process looks at the stores that open pages show,
+every WATCH_S: first the store file's and its WAL's size and mtime (a stat, no SQL), and only when
+they moved the stamps of the publications pages follow (one indexed row each:
+runhealth/payloads/pagedata `computed_at`). When a stamp changed, it asks each session whose live
+part drew an older one to rerun that fragment, as the browser's own timer would. A tab left open
+therefore costs nothing between publications beyond its interval tick, and one rerun of its live
+part per publication it reads, however many tabs are open and however fast the watcher looks (at
+most one every MIN_GAP_S a session).
+
+A tab is pushed only once its browser has itself asked for a rerun of that live part (its
+fragment timer's first tick, one interval after the page arrived, or a widget inside it): the
+proof that the browser holds the page and runs its fragment. A push that reached a tab whose
+browser had not yet drawn its first run left that tab blank for good (seven kiosk tabs opening at
+once on two cores; bench/README.md, #42 item 2). Until then, and on every new page (a page
+switch, the kiosk's rotation: a new fragment), the tab has its interval tick alone, as before.
 
 The stamps known to the watcher are also the cached reads' key (`store_key`): a read after a
 publication computes afresh, so a rerun for it never shows a copy cached just before it.
 
 Streamlit (1.67) has no public call that reruns a session's fragment from outside its script:
-`_request` hands `AppSession.request_rerun` the session's own last client state (its widgets'
-values, URL and page) with the fragment's id, on the server's event loop, exactly the request
-the browser's timer sends. `supported()` checks those internals are there; where they are not
-(an older or newer Streamlit, AppTest without a server), or a request fails, pages keep their
-interval tick alone and nothing else changes.
+`_request` hands `AppSession.request_rerun` the run's own query and page with the fragment's id,
+on the session's event loop, exactly the request the browser's timer sends. `supported()` checks
+those internals are there; where they are not (an older or newer Streamlit, AppTest without a
+server), or a request fails, pages keep their interval tick alone and nothing else changes.
 """
 
 from __future__ import annotations
@@ -40,7 +45,6 @@ log = logging.getLogger(__name__)
 
 WATCH_S = 0.1  # the watcher's look: a publication is asked for 0.05 s after it on average
 MIN_GAP_S = 0.5  # a session's live part is pushed at most this often (a publication storm)
-SAFETY_NET_X = 4  # with the watcher, the browser's timer redraws every 4 intervals (the watcher: every 1)
 # Which publications a page's live part follows: the Overview (published after each round of
 # polls: the Overview and Nodes), the other page payloads (computed after polls at most once an
 # interval, all in one write that always holds run_lengths: Output lengths, GPUs), or both.
@@ -62,30 +66,30 @@ class Here:
     query_string: str
     page_script_hash: str
     context_info: Any = None
+    fragment_run: bool = False  # a rerun of this fragment alone (the browser's timer, a widget, a push)
 
 
 @dataclasses.dataclass
 class Viewer:
     """A session's live part: where it runs, the store and publications it follows, the stamps
-    it last drew, and when the watcher last asked it to redraw (monotonic; 0: never)."""
+    it last drew, whether its browser has asked for a rerun of it itself (`ready`: then, and only
+    then, it is pushed), and when the watcher last asked it to redraw (monotonic; 0: never)."""
 
     here: Here
     store: Store
     follows: Follows
-    every_s: float  # its interval: redrawn at least this often (the ages on screen), publication or not
     drawn: Stamps
     drawn_at: float  # monotonic
+    ready: bool = False
     asked: Stamps | None = None
     asked_at: float = 0.0
 
     def due(self, current: Stamps, now: float) -> bool:
-        """Whether to ask for a redraw now: a publication it has neither drawn nor been asked
-        for, or an interval without a redraw; never twice within MIN_GAP_S."""
-        if now - self.asked_at < MIN_GAP_S:
+        """Whether to ask for a redraw now: its browser runs its fragment, and a publication it
+        has neither drawn nor been asked for is there; never twice within MIN_GAP_S."""
+        if not self.ready or now - self.asked_at < MIN_GAP_S:
             return False
-        if current != self.drawn and current != self.asked:
-            return True
-        return now - self.drawn_at >= self.every_s and now - self.asked_at >= self.every_s
+        return current != self.drawn and current != self.asked
 
 
 @dataclasses.dataclass
@@ -114,15 +118,18 @@ class Watcher:
     def stop(self) -> None:
         self._stop.set()
 
-    def register(self, here: Here, store: Store, follows: Follows, every_s: float) -> None:
+    def register(self, here: Here, store: Store, follows: Follows) -> None:
         """A session's live part (`here`) is drawing now: note the stamps it draws (read before
-        its reads, so a publication during them redraws again)."""
+        its reads, so a publication during them redraws again). Ready for pushes from its first
+        rerun of this fragment alone, which before any push is one its browser asked for."""
         drawn = self.stamps(store, follows)
         with self._lock:
             before = self._viewers.get(here.session_id)
+            same = before is not None and before.here.fragment_id == here.fragment_id
+            ready = same and before is not None and (before.ready or here.fragment_run)
             asked_at = before.asked_at if before is not None else 0.0  # MIN_GAP_S holds across redraws
             self._viewers[here.session_id] = Viewer(
-                here, store, follows, every_s, drawn, time.monotonic(), asked_at=asked_at
+                here, store, follows, drawn, time.monotonic(), ready=ready, asked_at=asked_at
             )
 
     def stamps(self, store: Store, follows: Follows = ANY) -> Stamps:
@@ -277,7 +284,8 @@ def running() -> Here | None:
         return None
     if ctx is None or not fragment_id:
         return None
-    return Here(ctx.session_id, fragment_id, ctx.query_string, ctx.page_script_hash, ctx.context_info)
+    alone = bool(getattr(ctx, "fragment_ids_this_run", None))
+    return Here(ctx.session_id, fragment_id, ctx.query_string, ctx.page_script_hash, ctx.context_info, alone)
 
 
 def _idle(session: Any) -> bool:
@@ -287,9 +295,8 @@ def _idle(session: Any) -> bool:
     messages still wait in the session's queue takes that fragment's deltas out of the queue and
     rewrites the run's end message (streamlit/runtime/forward_msg_queue.py `clear`); a trace of
     loaded -n 3 runs saw sessions idle with their whole first run (30 messages) queued for 2 s.
-    Not enough on its own: a tab pushed 0.1 s after its first run was handed over still went blank
-    (bench/README.md, #42 item 2, "not solved"). The browser's own timer only starts once the
-    browser has drawn the fragment."""
+    Not enough on its own: a tab pushed 0.1 s after its first run was handed over still went blank,
+    hence `Viewer.ready` (pushed only after its browser asked for a rerun of the fragment itself)."""
     state = getattr(session, "_state", None)
     return (
         session._scriptrunner is None  # noqa: SLF001

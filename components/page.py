@@ -440,23 +440,20 @@ def live(
     (components/livewatch.py), within a fraction of a second of each publication of the run's
     store that it `follows`; under a line saying when its numbers are from (`header=False`: `fn`
     draws that line itself, with its model's instant: `data_header(rt, as_of)`)."""
-    every_s = max(rt.config.interval_s, 2.0)
     watcher = livewatch.watcher()
 
     def body(*a: *Ts) -> None:
         if watcher is not None:  # the stamps before the reads: a later publication redraws again
             here = livewatch.running()
             if here is not None:
-                watcher.register(here, rt.store, follows, every_s)
+                watcher.register(here, rt.store, follows)
         if header:
             guarded(data_header)(rt)
         guarded(fn)(*a)
 
-    # With the watcher, it also redraws the live part once an interval passes without a
-    # publication: the browser's own timer is only the safety net, or a tab would redraw twice an
-    # interval (once for the publication, once on the timer).
-    timer_s = every_s if watcher is None else every_s * livewatch.SAFETY_NET_X
-    st.fragment(run_every=timer_s)(body)(*args)
+    # The browser's timer stays at the interval: the ages on screen, a collector gone quiet, and
+    # its first tick is what lets the watcher push this tab (livewatch: never before).
+    st.fragment(run_every=max(rt.config.interval_s, 2.0))(body)(*args)
 
 
 def data_header(rt: context.PageRuntime, as_of: float | None | bool = False) -> None:

@@ -36,11 +36,20 @@ class Asked(list):
         return at.session_id not in self.gone
 
 
-def here(session_id: str, fragment_id: str) -> livewatch.Here:
-    return livewatch.Here(session_id, fragment_id, "kiosk=1", "abc123")
+def here(session_id: str, fragment_id: str, alone: bool = False) -> livewatch.Here:
+    return livewatch.Here(session_id, fragment_id, "kiosk=1", "abc123", fragment_run=alone)
 
 
-EVERY_S = 30.0  # the live parts' interval
+def opened(w: livewatch.Watcher, store, session_id: str, fragment_id: str, follows: livewatch.Follows) -> None:
+    """A tab's page run, then its browser's first timer tick (a rerun of the live part alone):
+    from then on the watcher pushes it."""
+    w.register(here(session_id, fragment_id), store, follows)
+    redrawn(w, store, session_id, fragment_id, follows)
+
+
+def redrawn(w: livewatch.Watcher, store, session_id: str, fragment_id: str, follows: livewatch.Follows) -> None:
+    """The live part ran again alone (a push, or the browser's tick) and drew the stamps of now."""
+    w.register(here(session_id, fragment_id, alone=True), store, follows)
 
 
 def publish(store, name: str, ts: float) -> None:
@@ -50,8 +59,8 @@ def publish(store, name: str, ts: float) -> None:
 def test_a_publication_asks_each_live_part_behind_it_once_and_nothing_else_does(store):
     asked = Asked()
     w = livewatch.Watcher(request=asked)
-    w.register(here("s1", "f1"), store, livewatch.OVERVIEW, EVERY_S)
-    w.register(here("s2", "f2"), store, livewatch.OVERVIEW, EVERY_S)
+    opened(w, store, "s1", "f1", livewatch.OVERVIEW)
+    opened(w, store, "s2", "f2", livewatch.OVERVIEW)
     for _ in range(5):  # nothing published: nothing asked, however often it looks
         w.tick()
     assert asked == []
@@ -60,7 +69,7 @@ def test_a_publication_asks_each_live_part_behind_it_once_and_nothing_else_does(
     assert sorted(asked) == [("s1", "f1"), ("s2", "f2")]
     w.tick(time.monotonic() + 10)  # asked, not yet redrawn: not asked again for the same publication
     assert len(asked) == 2
-    w.register(here("s1", "f1"), store, livewatch.OVERVIEW, EVERY_S)  # s1 redraws and has drawn it
+    opened(w, store, "s1", "f1", livewatch.OVERVIEW)  # s1 redraws and has drawn it
     publish(store, published.NAME, 101.0)
     w.tick(time.monotonic() + 20)
     assert sorted(asked[2:]) == [("s1", "f1"), ("s2", "f2")]
@@ -69,8 +78,8 @@ def test_a_publication_asks_each_live_part_behind_it_once_and_nothing_else_does(
 def test_a_page_is_not_redrawn_for_a_publication_it_does_not_read(store):
     asked = Asked()
     w = livewatch.Watcher(request=asked)
-    w.register(here("overview", "f1"), store, livewatch.OVERVIEW, EVERY_S)
-    w.register(here("lengths", "f2"), store, livewatch.PAYLOADS, EVERY_S)
+    opened(w, store, "overview", "f1", livewatch.OVERVIEW)
+    opened(w, store, "lengths", "f2", livewatch.PAYLOADS)
     publish(store, "run_lengths", 100.0)
     w.tick()
     assert asked == [("lengths", "f2")]
@@ -81,7 +90,7 @@ def test_a_page_is_not_redrawn_for_a_publication_it_does_not_read(store):
 
 def test_an_unchanged_store_file_costs_a_stat_not_a_read(store, monkeypatch):
     w = livewatch.Watcher(request=Asked())
-    w.register(here("s1", "f1"), store, livewatch.ANY, EVERY_S)
+    opened(w, store, "s1", "f1", livewatch.ANY)
     reads = []
     real = pagedata.computed_at
     monkeypatch.setattr(pagedata, "computed_at", lambda s, n: reads.append(n) or real(s, n))
@@ -96,11 +105,11 @@ def test_an_unchanged_store_file_costs_a_stat_not_a_read(store, monkeypatch):
 def test_a_session_pushed_again_waits_min_gap(store):
     asked = Asked()
     w = livewatch.Watcher(request=asked)
-    w.register(here("s1", "f1"), store, livewatch.OVERVIEW, EVERY_S)
+    opened(w, store, "s1", "f1", livewatch.OVERVIEW)
     t0 = time.monotonic()
     publish(store, published.NAME, 100.0)
     w.tick(t0)
-    w.register(here("s1", "f1"), store, livewatch.OVERVIEW, EVERY_S)  # redrawn at once
+    opened(w, store, "s1", "f1", livewatch.OVERVIEW)  # redrawn at once
     publish(store, published.NAME, 101.0)
     w.tick(t0 + livewatch.MIN_GAP_S / 2)  # a storm of publications: one redraw a gap
     assert len(asked) == 1
@@ -112,7 +121,7 @@ def test_a_closed_session_is_forgotten(store):
     asked = Asked()
     asked.gone.add("s1")
     w = livewatch.Watcher(request=asked)
-    w.register(here("s1", "f1"), store, livewatch.OVERVIEW, EVERY_S)
+    opened(w, store, "s1", "f1", livewatch.OVERVIEW)
     publish(store, published.NAME, 100.0)
     w.tick()
     publish(store, published.NAME, 101.0)
@@ -125,7 +134,7 @@ def test_a_damaged_store_never_ends_the_watcher(store):
     goes on looking, and asks again once the store reads."""
     asked = Asked()
     w = livewatch.Watcher(request=asked)
-    w.register(here("s1", "f1"), store, livewatch.OVERVIEW, EVERY_S)
+    opened(w, store, "s1", "f1", livewatch.OVERVIEW)
     store.cursor("DROP TABLE page_data")
     w.tick()
     path = store.path
@@ -145,7 +154,7 @@ def test_internals_that_fail_leave_pages_on_their_interval_tick(store, monkeypat
         raise AttributeError("AppSession has no attribute _client_state")
 
     w = livewatch.Watcher(request=refused)
-    w.register(here("s1", "f1"), store, livewatch.OVERVIEW, EVERY_S)
+    opened(w, store, "s1", "f1", livewatch.OVERVIEW)
     publish(store, published.NAME, 100.0)
     w.tick()
     assert livewatch._broken and not livewatch.supported() and livewatch.watcher() is None
@@ -159,7 +168,7 @@ def test_cached_reads_are_keyed_on_the_publications_the_watcher_saw(store, monke
     assert livewatch.store_key(store) == (str(store.path), None)
     w = livewatch.Watcher(request=Asked())
     monkeypatch.setattr(livewatch, "_watcher", w)
-    w.register(here("s1", "f1"), store, livewatch.OVERVIEW, EVERY_S)
+    opened(w, store, "s1", "f1", livewatch.OVERVIEW)
     before = livewatch.store_key(store)
     publish(store, published.NAME, 100.0)
     assert livewatch.store_key(store) == before  # no read in a key: the watcher's next look moves it
@@ -247,22 +256,54 @@ def test_the_request_is_the_browser_timers_for_the_run_that_registered(monkeypat
     assert not cs.HasField("widget_states") and not cs.HasField("context_info")
 
 
-def test_a_live_part_without_publications_is_redrawn_once_an_interval_by_the_watcher(store):
-    """The ages on screen ("N s ago") and a collector gone quiet: the watcher redraws a live part
-    that has gone an interval without a redraw (the browser's timer is then only a safety net at
-    SAFETY_NET_X intervals, so a tab redraws once an interval, not twice)."""
+def test_a_tab_is_pushed_only_once_its_browser_has_rerun_its_live_part_itself(store):
+    """A push that reaches a tab whose browser has not drawn its first run left the tab blank for
+    good (seven kiosk tabs loading at once on two cores). A tab's first rerun of the live part
+    alone is asked by its browser (nothing is pushed before it): from then on it is pushed; a new
+    page (its live part a new fragment) waits for its own first tick again."""
     asked = Asked()
     w = livewatch.Watcher(request=asked)
     t0 = time.monotonic()
-    w.register(here("s1", "f1"), store, livewatch.OVERVIEW, EVERY_S)
-    w.tick(t0 + EVERY_S / 2)
+    w.register(here("s1", "f1"), store, livewatch.OVERVIEW)  # the page's first run
+    publish(store, published.NAME, 100.0)
+    w.tick(t0)
+    w.register(here("s1", "f1"), store, livewatch.OVERVIEW)  # a full run again (a widget above it)
+    publish(store, published.NAME, 101.0)
+    w.tick(t0 + 1)
     assert asked == []
-    w.tick(t0 + EVERY_S + 0.1)
+    redrawn(w, store, "s1", "f1", livewatch.OVERVIEW)  # its browser's first tick
+    publish(store, published.NAME, 102.0)
+    w.tick(t0 + 2)
     assert asked == [("s1", "f1")]
-    w.tick(t0 + EVERY_S + 5)  # asked, not yet redrawn: not asked again within the interval
-    assert len(asked) == 1
-    w.tick(t0 + 2 * EVERY_S + 0.2)  # the redraw never came (a request lost): asked again
-    assert len(asked) == 2
+    w.register(here("s1", "f2"), store, livewatch.OVERVIEW)  # another page (the kiosk's rotation)
+    publish(store, published.NAME, 103.0)
+    w.tick(t0 + 3)
+    assert asked == [("s1", "f1")]
+    redrawn(w, store, "s1", "f2", livewatch.OVERVIEW)
+    w.register(here("s1", "f2"), store, livewatch.OVERVIEW)  # ready holds across a full run of that page
+    publish(store, published.NAME, 104.0)
+    w.tick(t0 + 4)
+    assert asked == [("s1", "f1"), ("s1", "f2")]
+
+
+def test_a_tab_is_pushed_once_per_publication_and_never_without_one(store):
+    """The rate: over ten intervals with one publication each, a tab is asked ten reruns (its
+    browser's timer adds one an interval, as before the watcher); with none, not one, however
+    often the watcher looks."""
+    asked = Asked()
+    w = livewatch.Watcher(request=asked)
+    opened(w, store, "s1", "f1", livewatch.OVERVIEW)
+    t0 = time.monotonic()
+    for i in range(200):  # 20 s of looks, nothing published
+        w.tick(t0 + i * livewatch.WATCH_S)
+    assert asked == []
+    for k in range(10):
+        publish(store, published.NAME, 100.0 + k)
+        for i in range(50):
+            w.tick(t0 + 30 + 5 * k + i * livewatch.WATCH_S)
+            if len(asked) > k and i % 7 == 3:  # the pushed rerun draws it a little later
+                redrawn(w, store, "s1", "f1", livewatch.OVERVIEW)
+    assert len(asked) == 10 and w.requests == 10
 
 
 def test_a_session_busy_running_is_asked_at_a_later_look(store):
@@ -274,7 +315,7 @@ def test_a_session_busy_running_is_asked_at_a_later_look(store):
         return answers[len(asked) - 1]
 
     w = livewatch.Watcher(request=request)
-    w.register(here("s1", "f1"), store, livewatch.OVERVIEW, EVERY_S)
+    opened(w, store, "s1", "f1", livewatch.OVERVIEW)
     publish(store, published.NAME, 100.0)
     t0 = time.monotonic()
     for i in range(5):
@@ -288,7 +329,7 @@ def test_a_rerun_dropped_by_a_busy_session_is_asked_again(store, monkeypatch):
     monkeypatch.setattr(livewatch, "_skipped", set())
     asked = Asked()
     w = livewatch.Watcher(request=asked)
-    w.register(here("s1", "f1"), store, livewatch.OVERVIEW, EVERY_S)
+    opened(w, store, "s1", "f1", livewatch.OVERVIEW)
     publish(store, published.NAME, 100.0)
     t0 = time.monotonic()
     w.tick(t0)
@@ -308,7 +349,7 @@ def test_each_loader_is_keyed_on_the_publications_it_reads_only(store, monkeypat
 
     w = livewatch.Watcher(request=Asked())
     monkeypatch.setattr(livewatch, "_watcher", w)
-    w.register(here("s1", "f1"), store, livewatch.ANY, EVERY_S)
+    opened(w, store, "s1", "f1", livewatch.ANY)
     loaders.clear_all()
     assert loaders.load_last_collection(store) is None  # nothing polled yet
     nodes = loaders.load_nodes(store)
