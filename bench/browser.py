@@ -259,8 +259,9 @@ def lags(news: list[float], changes: list[float]) -> list[float]:
 Fresh = tuple[float | None, float | None, float | None, list[float], list[float]]
 
 
-def refresh(browser: Any, url: str, work: Path, watch_s: float, quiet_ms: int) -> Fresh:
-    """A page left open for watch_s: (the slowest fragment rerun, request to last reply frame, s;
+def refresh(browser: Any, url: str, work: Path, watch_s: float, quiet_ms: int, settle_s: float = 0.0) -> Fresh:
+    """A page left open for watch_s, settle_s after its first load settled (a page is pushed on a
+    publication once its own timer has ticked, one interval after it arrived): (the slowest fragment rerun, request to last reply frame, s;
     the data's age when the screen changed, s; plotly charts mounted anew per rerun: Streamlit
     remounts a chart whose figure changed, a full newPlot; per new poll, then per new publication
     seen while it was open, the seconds until the screen next changed), None where no rerun
@@ -272,6 +273,7 @@ def refresh(browser: Any, url: str, work: Path, watch_s: float, quiet_ms: int) -
         page = ctx.new_page()
         page.goto(url, wait_until="commit")
         page.wait_for_function(SETTLED, arg=quiet_ms, timeout=120_000, polling=100)
+        page.wait_for_timeout(int(settle_s * 1000))
         start = page.evaluate("performance.now()")
         ages = []
         first = stamps(work)
@@ -428,6 +430,9 @@ def main() -> None:
     parser.add_argument("--other", type=Path, help="also serve the dashboard of this checkout (a baseline tree)")
     parser.add_argument("--refresh-runs", type=int, default=2, help="rounds of a page left open (0: none)")
     parser.add_argument("--watch-s", type=float, default=12.0, help="how long a page is left open per round")
+    parser.add_argument(
+        "--settle-s", type=float, default=0.0, help="left open this long before it is watched (its first timer tick)"
+    )
     parser.add_argument("--quiet-ms", type=int, default=500, help="a page is drawn once it stays still this long")
     parser.add_argument("--query", default="", help="appended to each page's URL, e.g. '?kiosk=1'")
     parser.add_argument("--sizes", action="store_true", help="only print what each page sends, by message")
@@ -482,7 +487,14 @@ def main() -> None:
         for _ in range(args.refresh_runs):
             for name in names:
                 for k, u in urls.items():
-                    got = refresh(browser, f"{u}/{PAGES[name]}{args.query}", Path(tmp) / k, args.watch_s, args.quiet_ms)
+                    got = refresh(
+                        browser,
+                        f"{u}/{PAGES[name]}{args.query}",
+                        Path(tmp) / k,
+                        args.watch_s,
+                        args.quiet_ms,
+                        args.settle_s,
+                    )
                     fresh.setdefault((k, name), []).append(got)
                     print(f"  {name} {k} left open: {got}", file=sys.stderr, flush=True)
         report(names, list(urls), times, sizes, served, cpus, reruns, fresh, args)

@@ -244,8 +244,8 @@ LIVE_INTERVAL_S = 10.0  # the run's interval: the live parts' own timer
 def test_open_pages_show_a_publication_within_a_second_and_only_tick_while_idle(browser_page, tmp_path):
     """#42 item 2: a new publication (a round of polls, then the Overview the collector publishes
     after it) is on every open tab within 1.5 s (0.3 s aimed at; a loaded CI machine gets margin),
-    though the tabs' own timer ticks only every 10 s: the publication is made at a moment when no
-    tab's tick is due within 2 s, so only a push can show it in time. Before that, each tab's
+    though the tabs' own timer ticks only every 10 s: a tab is judged on a publication made when
+    its tick was not due within 2 s, so only a push can show it in time. Before that, each tab's
     browser has ticked its live part once (a tab is pushed only then: components/livewatch.py);
     while nothing is published the tabs redraw on their tick alone, as without the watcher; and a
     tab redraws once for a publication, not once per watcher look or per tab."""
@@ -275,31 +275,40 @@ def test_open_pages_show_a_publication_within_a_second_and_only_tick_while_idle(
                 ats = [at for at, _ in d.seen if at >= quiet - LIVE_INTERVAL_S]
                 gaps = [round(b - a, 2) for a, b in zip(ats, ats[1:], strict=False)]
                 assert all(g > LIVE_INTERVAL_S - 2 for g in gaps), f"redrawn between ticks while idle: {gaps}"
-            while time.strftime("%H:%M:%S", time.localtime()) == first:  # a clock the pages have not shown
-                time.sleep(0.1)
-            # A moment when every tab ticked 0.3 s ago or more and none is due for 2 s.
-            deadline = time.monotonic() + 3 * LIVE_INTERVAL_S
-            while True:
-                since = [time.monotonic() - d.seen[-1][0] for d in draws]
-                if all(0.3 <= x <= LIVE_INTERVAL_S - 2 for x in since):
-                    break
-                assert time.monotonic() < deadline, f"no moment free of ticks: {since}"
-                time.sleep(0.05)
-            now = time.time()
-            for node in ("node-1", "node-2", "node-3", "node-4"):  # a round of polls, then its publication
-                write_reply(store, node, store_fixtures.poll_reply(now, [], {}), now, rtt_ms=5.0)
-            published.publish(store, cfg, time.time())
-            written, clock = time.monotonic(), time.strftime("%H:%M:%S", time.localtime(now))
-            for tab in tabs:
-                tab.get_by_text(f"Numbers as of {clock}").first.wait_for(timeout=20_000)
-            shown = [d.first_with(f"Numbers as of {clock}", written) for d in draws]
-            lags = [round(at - written, 2) for at in shown if at is not None]
-            assert len(lags) == len(tabs) and max(lags) < 1.5, (
-                f"publication -> screen s per tab: {lags} (no tick due for 2 s; the tick: {LIVE_INTERVAL_S} s)"
+            # Three publications 3.7 s apart: a tab whose tick is due within 2 s of one (or just
+            # ticked) is not judged on it; its tick lasts at most ~4.3 s of each interval even late
+            # under load, so every tab is judged on one at least.
+            judged: list[list[tuple[float, int]]] = [[] for _ in tabs]
+            pushed: list[float] = []  # when each publication was written (monotonic)
+            shown_clock = first
+            for _ in range(3):
+                while time.strftime("%H:%M:%S", time.localtime()) == shown_clock:  # a clock not shown yet
+                    time.sleep(0.1)
+                # Since each tab's last tick: its last redraw that no earlier publication explains.
+                ticks = [[t for t, _ in d.seen if not any(w <= t < w + 1.8 for w in pushed)] for d in draws]
+                since = [time.monotonic() - t[-1] for t in ticks]
+                now = time.time()
+                for node in ("node-1", "node-2", "node-3", "node-4"):  # a round of polls, then its publication
+                    write_reply(store, node, store_fixtures.poll_reply(now, [], {}), now, rtt_ms=5.0)
+                published.publish(store, cfg, time.time())
+                written, clock = time.monotonic(), time.strftime("%H:%M:%S", time.localtime(now))
+                pushed.append(written)
+                for tab in tabs:
+                    tab.get_by_text(f"Numbers as of {clock}").first.wait_for(timeout=20_000)
+                tabs[0].wait_for_timeout(max(0, int((written + 3.7 - time.monotonic()) * 1000)))
+                for i, d in enumerate(draws):
+                    if 0.3 <= since[i] <= LIVE_INTERVAL_S - 2:  # no tick in flight, none due for 2 s
+                        at = d.first_with(f"Numbers as of {clock}", written)
+                        redraws = [body for t, body in d.seen if written <= t < written + 1.8]
+                        judged[i].append((round(at - written, 2) if at is not None else 99.0, len(redraws)))
+                shown_clock = clock
+            assert all(judged), f"a tab never judged (ticks due at every publication): {judged}"
+            lags = [lag for j in judged for lag, _ in j]
+            assert max(lags) < 1.5, (
+                f"publication -> screen s (lag, redraws) per tab: {judged} (the tick: {LIVE_INTERVAL_S} s)"
             )
-            redraws = [[body for at, body in d.seen if written <= at < written + 1.8] for d in draws]
-            assert all(len(r) == 1 and clock in r[0] for r in redraws), redraws
-            print(f"publication -> screen s per tab: {lags}")
+            assert all(n == 1 for j in judged for _, n in j), f"one redraw per publication: {judged}"
+            print(f"publication -> screen s (lag, redraws) per tab: {judged}")
         finally:
             context.close()
             store.close()
