@@ -238,13 +238,13 @@ class LiveDraws:
 
 # Tabs left open on one dashboard: two Overviews (two sessions of one page) and the Nodes page.
 IDLE_TABS = ("overview", "overview", "nodes")
-LIVE_INTERVAL_S = 10.0  # the run's interval: the live parts' own timer
+LIVE_INTERVAL_S = 20.0  # the run's interval: the live parts' own timer (long: most of it free of ticks)
 
 
 def test_open_pages_show_a_publication_within_a_second_and_only_tick_while_idle(browser_page, tmp_path):
     """#42 item 2: a new publication (a round of polls, then the Overview the collector publishes
     after it) is on every open tab within 1.5 s (0.3 s aimed at; a loaded CI machine gets margin),
-    though the tabs' own timer ticks only every 10 s: a tab is judged on a publication made when
+    though the tabs' own timer ticks only every 20 s: a tab is judged on a publication made when
     its tick was not due within 2 s, so only a push can show it in time. Before that, each tab's
     browser has ticked its live part once (a tab is pushed only then: components/livewatch.py);
     while nothing is published the tabs redraw on their tick alone, as without the watcher; and a
@@ -265,18 +265,18 @@ def test_open_pages_show_a_publication_within_a_second_and_only_tick_while_idle(
             for tab, name in zip(tabs, IDLE_TABS, strict=True):
                 open_page(tab, url, name)
             first = as_of(tabs[0])
-            deadline = time.monotonic() + 6 * LIVE_INTERVAL_S  # each tab's first tick (late under load)
+            deadline = time.monotonic() + 4 * LIVE_INTERVAL_S  # each tab's first tick (late under load)
             while any(len(d.seen) < 2 for d in draws):
                 assert time.monotonic() < deadline, [len(d.seen) for d in draws]
                 tabs[0].wait_for_timeout(200)
             quiet = time.monotonic()
-            tabs[0].wait_for_timeout(int(1.2 * LIVE_INTERVAL_S * 1000))  # nothing published: ticks alone
+            tabs[0].wait_for_timeout(int(LIVE_INTERVAL_S * 1000))  # nothing published: ticks alone
             for d in draws:
                 ats = [at for at, _ in d.seen if at >= quiet - LIVE_INTERVAL_S]
                 gaps = [round(b - a, 2) for a, b in zip(ats, ats[1:], strict=False)]
                 assert all(g > LIVE_INTERVAL_S - 2 for g in gaps), f"redrawn between ticks while idle: {gaps}"
             # Three publications 3.7 s apart: a tab whose tick is due within 2 s of one (or just
-            # ticked) is not judged on it; its tick lasts at most ~4.3 s of each interval even late
+            # ticked) is not judged on it; its tick takes at most ~4.3 s of each interval even late
             # under load, so every tab is judged on one at least.
             judged: list[list[tuple[float, int]]] = [[] for _ in tabs]
             pushed: list[float] = []  # when each publication was written (monotonic)
