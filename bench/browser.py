@@ -228,55 +228,87 @@ def drawn(rh: dict[str, Any]) -> tuple[float, int, float]:
     return last / 1000, sum(n for t, n in rh["frames"] if t <= min(last, cutoff)), served
 
 
-def last_collection(work: Path) -> float | None:
-    """The newest node collection in the dashboard's stores (the demo's, or --config's store)."""
-    best = None
+def stamps(work: Path) -> tuple[float | None, float | None]:
+    """The newest node collection and the newest page publication (the collector's page_data
+    rows, its kept state left out) in the dashboard's stores (the demo's, or --config's)."""
+    best: list[float | None] = [None, None]
+    queries = (
+        "SELECT MAX(last_ok_unix) FROM nodes",
+        "SELECT MAX(ts_unix) FROM page_data WHERE name != 'state:incremental'",
+    )
     for path in glob.glob(str(work / "cache" / "**" / "*.sqlite3"), recursive=True):
         with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)) as db:
-            with contextlib.suppress(sqlite3.Error):
-                row = db.execute("SELECT MAX(last_ok_unix) FROM nodes").fetchone()
-                if row and row[0] is not None:
-                    best = max(best or 0.0, float(row[0]))
-    return best
+            for i, query in enumerate(queries):
+                with contextlib.suppress(sqlite3.Error):
+                    row = db.execute(query).fetchone()
+                    if row and row[0] is not None:
+                        best[i] = max(best[i] or 0.0, float(row[0]))
+    return best[0], best[1]
 
 
-def refresh(
-    browser: Any, url: str, work: Path, watch_s: float, quiet_ms: int
-) -> tuple[float | None, float | None, float | None]:
-    """A page left open for watch_s: (the slowest fragment rerun, request to last reply frame, s;
+def last_collection(work: Path) -> float | None:
+    """The newest node collection in the dashboard's stores (the demo's, or --config's store)."""
+    return stamps(work)[0]
+
+
+def lags(news: list[float], changes: list[float]) -> list[float]:
+    """For each new stamp (a poll's or a publication's time), the seconds to the screen's next change."""
+    return [min(c for c in changes if c >= t) - t for t in news if any(c >= t for c in changes)]
+
+
+Fresh = tuple[float | None, float | None, float | None, list[float], list[float]]
+
+
+def refresh(browser: Any, url: str, work: Path, watch_s: float, quiet_ms: int, settle_s: float = 0.0) -> Fresh:
+    """A page left open for watch_s, settle_s after its first load settled (a page is pushed on a
+    publication once its own timer has ticked, one interval after it arrived): (the slowest fragment rerun, request to last reply frame, s;
     the data's age when the screen changed, s; plotly charts mounted anew per rerun: Streamlit
-    remounts a chart whose figure changed, a full newPlot), or None where no rerun happened."""
+    remounts a chart whose figure changed, a full newPlot; per new poll, then per new publication
+    seen while it was open, the seconds until the screen next changed), None where no rerun
+    happened. Runs of the watcher fragment (components/livewatch.py) that draw nothing are not
+    counted as reruns."""
     ctx = browser.new_context(viewport=VIEWPORT)
     try:
         ctx.add_init_script(PROBE)
         page = ctx.new_page()
         page.goto(url, wait_until="commit")
         page.wait_for_function(SETTLED, arg=quiet_ms, timeout=120_000, polling=100)
+        page.wait_for_timeout(int(settle_s * 1000))
         start = page.evaluate("performance.now()")
         ages = []
+        first = stamps(work)
+        polls: set[float] = set()
+        pubs: set[float] = set()
         end = time.monotonic() + watch_s
         seen_wall = page.evaluate("window.__rh.wall")
         while time.monotonic() < end:
-            page.wait_for_timeout(100)
+            page.wait_for_timeout(50)
+            poll, pub = stamps(work)
+            polls |= {poll} if poll is not None and poll != first[0] else set()
+            pubs |= {pub} if pub is not None and pub != first[1] else set()
             wall = page.evaluate("window.__rh.wall")
             if wall != seen_wall:  # the screen changed: how old were its numbers then?
                 seen_wall = wall
-                data = last_collection(work)
-                if data is not None:
-                    ages.append(wall / 1000 - data)
+                if poll is not None:
+                    ages.append(wall / 1000 - poll)
+        time.sleep(2.0)  # a change caused by the last stamps seen
         rh = page.evaluate("window.__rh")
+        origin = page.evaluate("performance.timeOrigin")
+        changes = [(origin + t) / 1000 for t, _ in rh["changes"] if t > start]
         sends = [t for t, _ in rh["sent"] if t > start]
         spans = []
         for i, t in enumerate(sends):
             stop = sends[i + 1] if i + 1 < len(sends) else float("inf")
-            replies = [r for r, _ in rh["frames"] if t < r < stop]
-            if replies:
+            replies = [r for r, n in rh["frames"] if t < r < stop]
+            if replies and sum(n for r, n in rh["frames"] if t < r < stop) > 2048:  # drew something
                 spans.append(max(replies) - t)
         mounts = sum(1 for t in rh["mounts"] if t > start)
         return (
             (max(spans) / 1000 if spans else None),
             (statistics.median(ages) if ages else None),
-            (mounts / len(sends) if sends else None),
+            (mounts / len(spans) if spans else None),
+            lags(sorted(polls), changes),
+            lags(sorted(pubs), changes),
         )
     finally:
         ctx.close()
@@ -381,6 +413,10 @@ def load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
+def spread(xs: list[float]) -> str:
+    return f"{statistics.median(xs):.2f}, {max(xs):.2f} (n={len(xs)})" if xs else "-"
+
+
 def fmt(x: float | None, spec: str = ".2f") -> str:
     return "—" if x is None else format(x, spec)
 
@@ -394,6 +430,9 @@ def main() -> None:
     parser.add_argument("--other", type=Path, help="also serve the dashboard of this checkout (a baseline tree)")
     parser.add_argument("--refresh-runs", type=int, default=2, help="rounds of a page left open (0: none)")
     parser.add_argument("--watch-s", type=float, default=12.0, help="how long a page is left open per round")
+    parser.add_argument(
+        "--settle-s", type=float, default=0.0, help="left open this long before it is watched (its first timer tick)"
+    )
     parser.add_argument("--quiet-ms", type=int, default=500, help="a page is drawn once it stays still this long")
     parser.add_argument("--query", default="", help="appended to each page's URL, e.g. '?kiosk=1'")
     parser.add_argument("--sizes", action="store_true", help="only print what each page sends, by message")
@@ -444,11 +483,18 @@ def main() -> None:
                     )
                     times.setdefault((k, name), []).append(s)
                     sizes.setdefault((k, name), []).append(b)
-        fresh: dict[tuple[str, str], list[tuple[float | None, float | None, float | None]]] = {}
+        fresh: dict[tuple[str, str], list[Fresh]] = {}
         for _ in range(args.refresh_runs):
             for name in names:
                 for k, u in urls.items():
-                    got = refresh(browser, f"{u}/{PAGES[name]}{args.query}", Path(tmp) / k, args.watch_s, args.quiet_ms)
+                    got = refresh(
+                        browser,
+                        f"{u}/{PAGES[name]}{args.query}",
+                        Path(tmp) / k,
+                        args.watch_s,
+                        args.quiet_ms,
+                        args.settle_s,
+                    )
                     fresh.setdefault((k, name), []).append(got)
                     print(f"  {name} {k} left open: {got}", file=sys.stderr, flush=True)
         report(names, list(urls), times, sizes, served, cpus, reruns, fresh, args)
@@ -462,7 +508,7 @@ def report(
     served: dict[tuple[str, str], list[float]],
     cpus: dict[tuple[str, str], list[float]],
     reruns: dict[tuple[str, str], list[int]],
-    fresh: dict[tuple[str, str], list[tuple[float | None, float | None, float | None]]],
+    fresh: dict[tuple[str, str], list[Fresh]],
     args: argparse.Namespace,
 ) -> None:
     print(f"load after: {load()}; cold = median of {args.runs}, a new browser context each, 1920x1080")
@@ -470,8 +516,9 @@ def report(
         "| page | tree | cold s | hello-world s | × hello-world | browser CPU s | × hello-world | ws KiB | served s |"
         " reruns asked before settled (mean) |"
         " slowest fragment rerun s | data age on screen s | charts remounted per rerun |"
+        " poll -> screen s (median, max) | publication -> screen s (median, max) |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name in names:
         base = statistics.median(times[("hello", name)])
         base_cpu = statistics.median(cpus[("hello", name)])
@@ -481,14 +528,16 @@ def report(
             kib = statistics.median(sizes[(k, name)]) / 1024
             srv = statistics.median(served[(k, name)])
             runs = fresh.get((k, name), [])
-            rerun = [r for r, _, _ in runs if r is not None]
-            age = [a for _, a, _ in runs if a is not None]
-            mounts = [m for _, _, m in runs if m is not None]
+            rerun = [r[0] for r in runs if r[0] is not None]
+            age = [r[1] for r in runs if r[1] is not None]
+            mounts = [r[2] for r in runs if r[2] is not None]
+            from_poll = [x for r in runs for x in r[3]]
+            from_pub = [x for r in runs for x in r[4]]
             print(
                 f"| {name} | {k} | {t:.2f} | {base:.2f} | {t / base:.2f} | {c:.2f} | {c / base_cpu:.2f} | {kib:.0f} | {srv:.2f} | "
                 f"{statistics.mean(reruns[(k, name)]):.1f} | "
                 f"{fmt(statistics.median(rerun) if rerun else None)} | {fmt(statistics.median(age) if age else None)} | "
-                f"{fmt(statistics.median(mounts) if mounts else None, '.1f')} |"
+                f"{fmt(statistics.median(mounts) if mounts else None, '.1f')} | {spread(from_poll)} | {spread(from_pub)} |"
             )
     hello_kib = statistics.median(v for (k, _), vs in sizes.items() if k == "hello" for v in vs) / 1024
     print(f"hello-world page: {hello_kib:.0f} KiB over the websocket")

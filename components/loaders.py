@@ -19,7 +19,7 @@ import pandas as pd
 import streamlit as st
 from streamlit.runtime.caching.cache_utils import CachedFunc
 
-from components import precomputed
+from components import livewatch, precomputed
 from runhealth.analysis import lengthtime, stats, whatif
 from runhealth.payloads import pagedata, pagetypes
 from runhealth.records import GpuRow, MetricRow, NodeRow, PendingSampleBatch, SampleBatch, ShardRow
@@ -42,8 +42,15 @@ TTL_S = 3
 _HASH: dict[str | type[Any], Callable[[Any], Any]] = {Store: lambda s: str(s.path), RunConfig: repr}
 
 
-def _cache(ttl: float = TTL_S, max_entries: int = 16) -> Callable[[Callable[P, R]], CachedFunc[P, R]]:
-    return st.cache_data(ttl=ttl, max_entries=max_entries, hash_funcs=_HASH, show_spinner=False)
+def _cache(
+    ttl: float = TTL_S, max_entries: int = 16, follows: livewatch.Follows = ()
+) -> Callable[[Callable[P, R]], CachedFunc[P, R]]:
+    """A loader cached for `ttl` per store path; `follows`: what a live part pushed on a
+    publication reads (components/livewatch.py), also keyed on those publications' stamps, so a
+    push for one computes afresh. Only those: a key on every stamp emptied every tab's cache on
+    every round of polls, whatever the loader read."""
+    hash_funcs = _HASH if not follows else {**_HASH, Store: livewatch.keyed_on(follows)}
+    return st.cache_data(ttl=ttl, max_entries=max_entries, hash_funcs=hash_funcs, show_spinner=False)
 
 
 def clear_all() -> None:
@@ -75,7 +82,7 @@ def load_nodes(store: Store) -> list[NodeRow]:
     return [n for n in store.nodes() if keep is None or n["name"] in keep]
 
 
-@_cache(ttl=2)
+@_cache(ttl=2, follows=livewatch.ANY)  # every page's "Numbers as of"
 def load_last_collection(store: Store) -> float | None:
     return store.last_collection_unix()
 
@@ -91,7 +98,7 @@ class RunLengths:
     as_of: float | None  # when the collector computed them (None: computed now, no precomputed copy)
 
 
-@_cache(ttl=5, max_entries=8)
+@_cache(ttl=5, max_entries=8, follows=livewatch.PAYLOADS)
 def load_run_lengths(store: Store, ceiling: int | None) -> RunLengths:
     """The run's length counts: summary, histogram bins and CDF points (runhealth.payloads.pagedata.run_lengths)."""
     return run_lengths(
@@ -106,14 +113,14 @@ def run_lengths(c: lengths_model.Counts) -> RunLengths:
     return RunLengths(c.hist, c.summary, bins, cdf, c.as_of)
 
 
-@_cache(ttl=5, max_entries=8)
+@_cache(ttl=5, max_entries=8, follows=livewatch.PAYLOADS)
 def load_lengths_screen(store: Store, config: RunConfig) -> lengths_model.Lengths:
     """The Output lengths page's model at now (runhealth.screens.lengths): the length counts, the
     nodes, the ETA at the 15-min average and the what-if's loop sample."""
     return lengths_model.lengths(store, config, time.time())
 
 
-@_cache(ttl=5, max_entries=8)
+@_cache(ttl=5, max_entries=8, follows=livewatch.PAYLOADS)
 def load_group_lengths(store: Store, by: str, ceiling: int | None) -> pd.DataFrame:
     """Share at the ceiling per node or shard, with Wilson interval and ceiling drift
     (runhealth.payloads.pagedata.group_lengths); attrs["as_of"]: when the collector computed it."""
@@ -126,7 +133,7 @@ def load_group_lengths(store: Store, by: str, ceiling: int | None) -> pd.DataFra
     return df
 
 
-@_cache(ttl=5, max_entries=8)
+@_cache(ttl=5, max_entries=8, follows=livewatch.PAYLOADS)
 def load_truncation_over_time(store: Store, interval_s: float, ceiling: int | None = None) -> pd.DataFrame:
     """Poll deltas per hour, or per a few polls while the run is short, with the length stops
     split at the ceiling: at_ceiling (truncated) and below_ceiling (context window)."""
@@ -147,7 +154,7 @@ def load_truncation_over_time(store: Store, interval_s: float, ceiling: int | No
     return df
 
 
-@_cache(ttl=30, max_entries=8)
+@_cache(ttl=30, max_entries=8, follows=livewatch.PAYLOADS)
 def load_lengths_over_time(store: Store, ceiling: int | None) -> pd.DataFrame:
     """Per hour of the run: length percentiles (log-bin edges) and the exact share at the ceiling."""
     got = precomputed.payload(store, "lengths_over_time", pagetypes.LengthsOverTime)
@@ -170,19 +177,19 @@ def load_overview(store: Store, config: RunConfig, finished: bool = False) -> ov
     return model if finished else published.aged(model, time.time(), config)
 
 
-@_cache(ttl=TTL_S, max_entries=8)
+@_cache(ttl=TTL_S, max_entries=8, follows=livewatch.OVERVIEW)
 def _load_overview(store: Store, config: RunConfig, finished: bool = False) -> overview_model.Overview:
     return published.shown(store, config, time.time(), finished)
 
 
-@_cache(ttl=TTL_S, max_entries=8)
+@_cache(ttl=TTL_S, max_entries=8, follows=livewatch.OVERVIEW)
 def load_nodes_screen(store: Store, config: RunConfig, finished: bool = False) -> nodes_model.Nodes:
     """The Nodes page's model at now (runhealth.screens.nodes): node states, shards, hosts, host
     alerts, the collector's fault and the servers' metrics from one reading of the store."""
     return nodes_model.nodes(store, config, time.time(), finished)
 
 
-@_cache(ttl=TTL_S, max_entries=8)
+@_cache(ttl=TTL_S, max_entries=8, follows=livewatch.PAYLOADS)
 def load_gpus_screen(store: Store, config: RunConfig) -> gpus_model.Gpus:
     """The GPUs page's model at now (runhealth.screens.gpus): the GPUs' latest readings, their
     alerts and notes, telemetry errors, from one reading of the store."""

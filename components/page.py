@@ -21,7 +21,7 @@ import pandas as pd
 import streamlit as st
 from streamlit.navigation.page import StreamlitPage
 
-from components import access, cards, context, loaders, runpicker
+from components import access, cards, context, livewatch, loaders, runpicker
 from components import outbound as outbound_view
 from components.format import fmt_clock, fmt_plural, md_escape
 from runhealth import heartbeat
@@ -428,16 +428,31 @@ def _kiosk_rotate(rt: context.PageRuntime, prefix: str, rotate_s: float, pages: 
     st.switch_page(pages[page_name], query_params=params)
 
 
-def live(rt: context.PageRuntime, fn: Callable[[*Ts], object], *args: *Ts, header: bool = True) -> None:
-    """Draw `fn(*args)` in a fragment that redraws itself every collection interval, in place
-    (no flicker, widgets inside keep their state), under a line saying when its numbers are from
-    (`header=False`: `fn` draws that line itself, with its model's instant: `data_header(rt, as_of)`)."""
+def live(
+    rt: context.PageRuntime,
+    fn: Callable[[*Ts], object],
+    *args: *Ts,
+    header: bool = True,
+    follows: livewatch.Follows = livewatch.ANY,
+) -> None:
+    """Draw `fn(*args)` in a fragment that redraws itself in place (no flicker, widgets inside keep
+    their state) every collection interval and, where the process's watcher runs
+    (components/livewatch.py), within a fraction of a second of each publication of the run's
+    store that it `follows`; under a line saying when its numbers are from (`header=False`: `fn`
+    draws that line itself, with its model's instant: `data_header(rt, as_of)`)."""
+    watcher = livewatch.watcher()
 
     def body(*a: *Ts) -> None:
+        if watcher is not None:  # the stamps before the reads: a later publication redraws again
+            here = livewatch.running()
+            if here is not None:
+                watcher.register(here, rt.store, follows)
         if header:
             guarded(data_header)(rt)
         guarded(fn)(*a)
 
+    # The browser's timer stays at the interval: the ages on screen, a collector gone quiet, and
+    # its first tick is what lets the watcher push this tab (livewatch: never before).
     st.fragment(run_every=max(rt.config.interval_s, 2.0))(body)(*args)
 
 

@@ -17,16 +17,20 @@ from typing import Any, TypeVar
 import pandas as pd
 import streamlit as st
 
+from components import livewatch
 from runhealth.ages import fmt_ago
 from runhealth.payloads import pagedata
 from runhealth.payloads.pagetypes import GpuWindow, Table
 from runhealth.store import Store
 
 _HASH: dict[str | type[Any], Any] = {Store: lambda s: str(s.path)}
+# computed_at's key: the path and the page payloads' stamp the live watcher last saw (a redraw
+# pushed for a payload reads it; the Overview's publication leaves it cached)
+_FRESH: dict[str | type[Any], Any] = {Store: livewatch.keyed_on(livewatch.PAYLOADS)}
 T = TypeVar("T")
 
 
-@st.cache_data(ttl=2, max_entries=64, hash_funcs=_HASH, show_spinner=False)
+@st.cache_data(ttl=2, max_entries=64, hash_funcs=_FRESH, show_spinner=False)
 def computed_at(store: Store, name: str) -> float | None:
     """When payload `name` was computed (None: there is none); cached for 2 s."""
     return pagedata.computed_at(store, name)

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 import streamlit as st
 from pandas.io.formats.style import Styler
 
-from components import cards, figcache, figures, loaders, page, precomputed, tables
+from components import cards, figcache, figures, livewatch, loaders, page, precomputed, tables
 from components.context import PageRuntime
 from components.format import md_escape
 from runhealth.payloads import pagedata
@@ -201,7 +201,7 @@ def render(rt: PageRuntime) -> None:
     """The GPUs page for runtime `rt` (app.py has drawn the shared frame)."""
     st.title("GPUs")
     if page.kiosk():  # the wall never scrolls and has no keyboard: no select boxes, a layout that fits
-        page.live(rt, render_kiosk, rt)
+        page.live(rt, render_kiosk, rt, follows=livewatch.PAYLOADS)
         return
     # The controls stay outside the live fragment: a refresh never resets what the viewer picked.
     c1, c2 = st.columns([1, 3])
@@ -213,6 +213,6 @@ def render(rt: PageRuntime) -> None:
         key=f"{PREFIX}_node_select",
         placeholder="all nodes",
     )
-    page.live(rt, render_page, rt, window, picked)
+    page.live(rt, render_page, rt, window, picked, follows=livewatch.PAYLOADS)
     gpus_now = loaders.gpu_frame(loaders.load_gpus_screen(rt.store, rt.config).gpus)
     page.download_csv(tables.gpu_table(gpus_now) if len(gpus_now) else pd.DataFrame(), "gpus.csv", PREFIX)

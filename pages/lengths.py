@@ -10,7 +10,19 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from components import cards, fieldcharts, figcache, figures, jobs, loaders, page, precomputed, tables, whatif_view
+from components import (
+    cards,
+    fieldcharts,
+    figcache,
+    figures,
+    jobs,
+    livewatch,
+    loaders,
+    page,
+    precomputed,
+    tables,
+    whatif_view,
+)
 from components.context import PageRuntime
 from components.format import fmt_percentile_tokens, md_escape
 from runhealth.screens.lengths import WHATIF_REFIT_S, Lengths, Summary, WhatIf, unknown_of
@@ -352,9 +364,9 @@ def render(rt: PageRuntime) -> None:
     """The Output lengths page for runtime `rt` (app.py has drawn the shared frame)."""
     st.title("Output lengths")
     if page.kiosk():  # the wall never scrolls: a layout that fits 1920x1080, in parts
-        page.live(rt, render_kiosk, rt)
+        page.live(rt, render_kiosk, rt, follows=livewatch.PAYLOADS)
         return
-    page.live(rt, render_page, rt)
+    page.live(rt, render_page, rt, follows=livewatch.PAYLOADS)
     st.fragment(run_every=WHATIF_REFIT_S)(page.guarded(render_whatif_live))(rt)
     # Sidebar widgets cannot live in a fragment: the download holds the histogram as of page load.
     page.download_csv(

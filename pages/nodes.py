@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from components import alerthistory_view, alerts, cards, loaders, page, runpicker, tables
+from components import alerthistory_view, alerts, cards, livewatch, loaders, page, runpicker, tables
 from components.context import PageRuntime
 from components.format import DOWN_AFTER_STALE, fmt_age, fmt_bytes, fmt_count, md_escape
 from components.outbound import render_collector, render_outbound
@@ -175,7 +175,7 @@ def render(rt: PageRuntime) -> None:
     """The Nodes page for runtime `rt` (app.py has drawn the shared frame)."""
     st.title("Nodes")
     if page.kiosk():  # the wall never scrolls: the node table, not every node's card
-        page.live(rt, render_kiosk, rt)
+        page.live(rt, render_kiosk, rt, follows=livewatch.OVERVIEW)
         return
     if runpicker.is_finished(rt):
         st.caption("A finished run: its nodes are no longer polled; the table is their state at the run's end.")
@@ -185,7 +185,7 @@ def render(rt: PageRuntime) -> None:
             f"or nothing for {fmt_age(DOWN_AFTER_STALE * rt.config.stale_after)}; "
             "pending = waiting for first poll; done = wrote its share of the target (fixed shares)."
         )
-    page.live(rt, render_page, rt)
+    page.live(rt, render_page, rt, follows=livewatch.OVERVIEW)
     page.download_csv(node_csv(rt), "nodes.csv", PREFIX)
     page.download_csv(
         fields_csv(rt), "nodes-fields.csv", f"{PREFIX}_fields", "Download per-node prompts and labels CSV"

@@ -1,8 +1,9 @@
 """Overview: the standup screen. Is the run healthy, fast AND producing good data?
 
 The screen at the root URL (app.py routes here). Everything below the title refreshes itself
-every collection interval inside one fragment (page.live), so the screen on the wall stays
-current without a full-page rerun; `?kiosk=1` is the wall-screen mode. Node states: up = polled
+within a fraction of a second of each Overview the collector publishes (and at least every
+collection interval) inside one fragment (page.live), so the screen on the wall stays current
+without a full-page rerun; `?kiosk=1` is the wall-screen mode. Node states: up = polled
 within stale_after; stale = older; down = never reached, or nothing for 5 x stale_after; done =
 up and wrote its fixed share of the target.
 The numbers are one model read at one instant (runhealth.screens.overview): this page only lays
@@ -16,7 +17,7 @@ import dataclasses
 import pandas as pd
 import streamlit as st
 
-from components import alerthistory_view, alerts, cards, figures, format, loaders, page, runpicker, tables
+from components import alerthistory_view, alerts, cards, figures, format, livewatch, loaders, page, runpicker, tables
 from components.context import PageRuntime
 from runhealth.screens.overview import Overview as OverviewModel
 
@@ -139,9 +140,9 @@ def render(rt: PageRuntime) -> None:
         st.markdown(f'<div class="rh-demo">{page.DEMO_TEXT}</div>', unsafe_allow_html=True)
     st.title(f"{rt.config.name}")
     if page.kiosk():  # the wall never scrolls: a layout that fits 1920x1080, in parts
-        page.live(rt, render_kiosk, rt, header=False)
+        page.live(rt, render_kiosk, rt, header=False, follows=livewatch.OVERVIEW)
         return
-    page.live(rt, render_live, rt, header=False)
+    page.live(rt, render_live, rt, header=False, follows=livewatch.OVERVIEW)
     page.download_headline(rt, PREFIX)
     model = loaders.load_overview(rt.store, rt.config, runpicker.is_finished(rt))  # cached: the same model
     page.download_csv(

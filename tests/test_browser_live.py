@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 import shardgen
+import store_fixtures
+from store_fixtures import write_reply
 from test_browser import ARTIFACTS, open_page, park, parse_number, streamlit_server, tile_value, wait_for_demo_data
 
 pytestmark = pytest.mark.browser
@@ -204,3 +206,109 @@ def test_a_config_typo_shows_a_banner_while_numbers_keep_advancing(browser_page)
             assert "does not load, still collecting with the previous one" in log and "colour" in log, log
         finally:
             writer.stop()
+
+
+class LiveDraws:
+    """Each redraw of a page's live part as Chromium receives it: the "Numbers as of" line's
+    delta, a markdown or, once stale, an alert (one per run of the live fragment: the Overview draws it in its fragment, the other
+    pages' live parts above their numbers), with the monotonic time it arrived."""
+
+    def __init__(self, page):
+        from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+        self.seen: list[tuple[float, str]] = []
+
+        def frame(data) -> None:
+            msg = ForwardMsg.FromString(bytes(data) if not isinstance(data, str) else data.encode())
+            if msg.WhichOneof("type") != "delta" or not msg.delta.HasField("new_element"):
+                return
+            element = msg.delta.new_element  # markdown; an alert (st.error) once the numbers are stale
+            body = getattr(getattr(element, element.WhichOneof("type") or "markdown"), "body", "")
+            if isinstance(body, str) and "Numbers as of" in body:
+                self.seen.append((time.monotonic(), body))
+
+        page.on("websocket", lambda ws: ws.on("framereceived", frame))
+
+    def since(self, t: float) -> list[str]:
+        return [body for at, body in self.seen if at >= t]
+
+    def first_with(self, text: str, t: float) -> float | None:
+        return next((at for at, body in self.seen if at >= t and text in body), None)
+
+
+# Tabs left open on one dashboard: two Overviews (two sessions of one page) and the Nodes page.
+IDLE_TABS = ("overview", "overview", "nodes")
+LIVE_INTERVAL_S = 20.0  # the run's interval: the live parts' own timer (long: most of it free of ticks)
+
+
+def test_open_pages_show_a_publication_within_a_second_and_only_tick_while_idle(browser_page, tmp_path):
+    """#42 item 2: a new publication (a round of polls, then the Overview the collector publishes
+    after it) is on every open tab within 1.5 s (0.3 s aimed at; a loaded CI machine gets margin),
+    though the tabs' own timer ticks only every 20 s: a tab is judged on a publication made when
+    its tick was not due within 2 s, so only a push can show it in time. Before that, each tab's
+    browser has ticked its live part once (a tab is pushed only then: components/livewatch.py);
+    while nothing is published the tabs redraw on their tick alone, as without the watcher; and a
+    tab redraws once for a publication, not once per watcher look or per tab."""
+    from runhealth.screens import published
+    from runhealth.settings.config import load_config
+
+    store, _ = store_fixtures.make_store(tmp_path, "healthy")
+    config = store_fixtures.write_config(tmp_path, tmp_path / "x.sqlite3", interval_s=LIVE_INTERVAL_S)
+    cfg = load_config(config)
+    published.publish(store, cfg)  # what a running collector has written before a viewer opens the page
+    env = {"RUNHEALTH_CONFIG": str(config)}
+    with streamlit_server(tmp_path, extra_env=env, collect=False) as url:
+        context = browser_page.context.browser.new_context(viewport={"width": 1600, "height": 1000})
+        try:
+            tabs = [context.new_page() for _ in IDLE_TABS]
+            draws = [LiveDraws(tab) for tab in tabs]
+            for tab, name in zip(tabs, IDLE_TABS, strict=True):
+                open_page(tab, url, name)
+            first = as_of(tabs[0])
+            deadline = time.monotonic() + 4 * LIVE_INTERVAL_S  # each tab's first tick (late under load)
+            while any(len(d.seen) < 2 for d in draws):
+                assert time.monotonic() < deadline, [len(d.seen) for d in draws]
+                tabs[0].wait_for_timeout(200)
+            quiet = time.monotonic()
+            tabs[0].wait_for_timeout(int(LIVE_INTERVAL_S * 1000))  # nothing published: ticks alone
+            for d in draws:
+                ats = [at for at, _ in d.seen if at >= quiet - LIVE_INTERVAL_S]
+                gaps = [round(b - a, 2) for a, b in zip(ats, ats[1:], strict=False)]
+                assert all(g > LIVE_INTERVAL_S - 2 for g in gaps), f"redrawn between ticks while idle: {gaps}"
+            # Three publications 3.7 s apart: a tab whose tick is due within 2 s of one (or just
+            # ticked) is not judged on it; its tick takes at most ~4.3 s of each interval even late
+            # under load, so every tab is judged on one at least.
+            judged: list[list[tuple[float, int]]] = [[] for _ in tabs]
+            pushed: list[float] = []  # when each publication was written (monotonic)
+            shown_clock = first
+            for _ in range(3):
+                while time.strftime("%H:%M:%S", time.localtime()) == shown_clock:  # a clock not shown yet
+                    time.sleep(0.1)
+                # Since each tab's last tick: its last redraw that no earlier publication explains.
+                ticks = [[t for t, _ in d.seen if not any(w <= t < w + 1.8 for w in pushed)] for d in draws]
+                since = [time.monotonic() - t[-1] for t in ticks]
+                now = time.time()
+                for node in ("node-1", "node-2", "node-3", "node-4"):  # a round of polls, then its publication
+                    write_reply(store, node, store_fixtures.poll_reply(now, [], {}), now, rtt_ms=5.0)
+                published.publish(store, cfg, time.time())
+                written, clock = time.monotonic(), time.strftime("%H:%M:%S", time.localtime(now))
+                pushed.append(written)
+                for tab in tabs:
+                    tab.get_by_text(f"Numbers as of {clock}").first.wait_for(timeout=20_000)
+                tabs[0].wait_for_timeout(max(0, int((written + 3.7 - time.monotonic()) * 1000)))
+                for i, d in enumerate(draws):
+                    if 0.3 <= since[i] <= LIVE_INTERVAL_S - 2:  # no tick in flight, none due for 2 s
+                        at = d.first_with(f"Numbers as of {clock}", written)
+                        redraws = [body for t, body in d.seen if written <= t < written + 1.8]
+                        judged[i].append((round(at - written, 2) if at is not None else 99.0, len(redraws)))
+                shown_clock = clock
+            assert all(judged), f"a tab never judged (ticks due at every publication): {judged}"
+            lags = [lag for j in judged for lag, _ in j]
+            assert max(lags) < 1.5, (
+                f"publication -> screen s (lag, redraws) per tab: {judged} (the tick: {LIVE_INTERVAL_S} s)"
+            )
+            assert all(n == 1 for j in judged for _, n in j), f"one redraw per publication: {judged}"
+            print(f"publication -> screen s (lag, redraws) per tab: {judged}")
+        finally:
+            context.close()
+            store.close()

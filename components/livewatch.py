@@ -1,0 +1,350 @@
+"""A page left open shows a new publication within a fraction of a second (#42 item 2).
+
+Each page's live part (components/page.py `live`) is a fragment with a fixed tick of its own
+(every collection interval, the browser's timer): alone, it shows new numbers half a tick late on
+average. Here ONE watcher thread per dashboard process looks at the stores that open pages show,
+every WATCH_S: first the store file's and its WAL's size and mtime (a stat, no SQL), and only when
+they moved the stamps of the publications pages follow (one indexed row each:
+runhealth/payloads/pagedata `computed_at`). When a stamp changed, it asks each session whose live
+part drew an older one to rerun that fragment, as the browser's own timer would. A tab left open
+therefore costs nothing between publications beyond its interval tick, and one rerun of its live
+part per publication it reads, however many tabs are open and however fast the watcher looks (at
+most one every MIN_GAP_S a session).
+
+A tab is pushed only once its browser has itself asked for a rerun of that live part (its
+fragment timer's first tick, one interval after the page arrived, or a widget inside it): the
+proof that the browser holds the page and runs its fragment. A push that reached a tab whose
+browser had not yet drawn its first run left that tab blank for good (seven kiosk tabs opening at
+once on two cores; bench/README.md, #42 item 2). Until then, and on every new page (a page
+switch, the kiosk's rotation: a new fragment), the tab has its interval tick alone, as before.
+
+The stamps known to the watcher are also the cached reads' key (`store_key`): a read after a
+publication computes afresh, so a rerun for it never shows a copy cached just before it.
+
+Streamlit (1.67) has no public call that reruns a session's fragment from outside its script:
+`_request` hands `AppSession.request_rerun` the run's own query and page with the fragment's id,
+on the session's event loop, exactly the request the browser's timer sends. `supported()` checks
+those internals are there; where they are not (an older or newer Streamlit, AppTest without a
+server), or a request fails, pages keep their interval tick alone and nothing else changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+from runhealth.payloads import pagedata
+from runhealth.screens import published
+from runhealth.store import Store
+
+log = logging.getLogger(__name__)
+
+WATCH_S = 0.1  # the watcher's look: a publication is asked for 0.05 s after it on average
+MIN_GAP_S = 0.5  # a session's live part is pushed at most this often (a publication storm)
+# Which publications a page's live part follows: the Overview (published after each round of
+# polls: the Overview and Nodes), the other page payloads (computed after polls at most once an
+# interval, all in one write that always holds run_lengths: Output lengths, GPUs), or both.
+Follows = tuple[str, ...]
+OVERVIEW: Follows = (published.NAME,)
+PAYLOADS: Follows = ("run_lengths",)
+ANY: Follows = OVERVIEW + PAYLOADS
+Stamps = tuple[float | None, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Here:
+    """The fragment running now: its session and id, and the run's URL query, page and browser
+    context (what the browser's timer would send back; a session's stored client state is empty
+    until its first run ends, and a tab is asked to redraw during that run too)."""
+
+    session_id: str
+    fragment_id: str
+    query_string: str
+    page_script_hash: str
+    context_info: Any = None
+    fragment_run: bool = False  # a rerun of this fragment alone (the browser's timer, a widget, a push)
+
+
+@dataclasses.dataclass
+class Viewer:
+    """A session's live part: where it runs, the store and publications it follows, the stamps
+    it last drew, whether its browser has asked for a rerun of it itself (`ready`: then, and only
+    then, it is pushed), and when the watcher last asked it to redraw (monotonic; 0: never)."""
+
+    here: Here
+    store: Store
+    follows: Follows
+    drawn: Stamps
+    drawn_at: float  # monotonic
+    ready: bool = False
+    asked: Stamps | None = None
+    asked_at: float = 0.0
+
+    def due(self, current: Stamps, now: float) -> bool:
+        """Whether to ask for a redraw now: its browser runs its fragment, and a publication it
+        has neither drawn nor been asked for is there; never twice within MIN_GAP_S."""
+        if not self.ready or now - self.asked_at < MIN_GAP_S:
+            return False
+        return current != self.drawn and current != self.asked
+
+
+@dataclasses.dataclass
+class _Seen:
+    signature: tuple[int, ...]  # the store file's and its WAL's (size, mtime_ns)
+    stamps: dict[str, float | None]
+
+
+class Watcher:
+    """The process's one watcher: `register` from a live part's run, `tick` from its thread."""
+
+    def __init__(self, request: Any = None, watch_s: float = WATCH_S) -> None:
+        self.watch_s = watch_s
+        self.requests = 0  # reruns asked for (tests, the bench's log line)
+        self._request = request if request is not None else _request
+        self._lock = threading.Lock()
+        self._viewers: dict[str, Viewer] = {}  # session id -> its live part
+        self._seen: dict[str, _Seen] = {}  # store path -> what the watcher last read
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="runhealth-livewatch", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def register(self, here: Here, store: Store, follows: Follows) -> None:
+        """A session's live part (`here`) is drawing now: note the stamps it draws (read before
+        its reads, so a publication during them redraws again). Ready for pushes from its first
+        rerun of this fragment alone, which before any push is one its browser asked for."""
+        drawn = self.stamps(store, follows)
+        with self._lock:
+            before = self._viewers.get(here.session_id)
+            same = before is not None and before.here.fragment_id == here.fragment_id
+            ready = same and before is not None and (before.ready or here.fragment_run)
+            asked_at = before.asked_at if before is not None else 0.0  # MIN_GAP_S holds across redraws
+            self._viewers[here.session_id] = Viewer(
+                here, store, follows, drawn, time.monotonic(), ready=ready, asked_at=asked_at
+            )
+
+    def stamps(self, store: Store, follows: Follows = ANY) -> Stamps:
+        """The stamps of `follows` as the watcher knows them (read now for a store it never read)."""
+        with self._lock:
+            seen = self._seen.get(str(store.path))
+        if seen is None:
+            seen = self._look(store, None)
+        return tuple(seen.stamps.get(name) for name in follows)
+
+    def known(self, path: str, follows: Follows = ANY) -> Stamps | None:
+        """The stamps of `follows` last read for the store at `path` (None: not watched), without a read."""
+        with self._lock:
+            seen = self._seen.get(path)
+        return None if seen is None else tuple(seen.stamps.get(name) for name in follows)
+
+    def tick(self, now: float | None = None) -> None:
+        """One look at every watched store; a rerun asked of each live part behind its store."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            viewers = dict(self._viewers)
+        for session_id in list(_skipped):  # asks their loop dropped (busy by then): due again
+            _skipped.discard(session_id)
+            if session_id in viewers:
+                viewers[session_id].asked = None
+        stores = {str(v.store.path): v.store for v in viewers.values()}
+        for path, store in stores.items():
+            with self._lock:
+                seen = self._seen.get(path)
+            self._look(store, seen)
+        for session_id, viewer in viewers.items():
+            if _broken:
+                self.stop()
+                return
+            current = self.stamps(viewer.store, viewer.follows)
+            if not viewer.due(current, now):
+                continue
+            try:
+                alive = self._request(viewer.here)
+            except Exception as exc:  # Streamlit's internals changed: pages keep their interval tick
+                _broken.append(f"{type(exc).__name__}: {exc}")
+                log.warning("live redraw on publication unavailable (%s): pages redraw every interval", _broken[-1])
+                self.stop()
+                return
+            if alive is None:  # a run in progress (a page loading): asked at a later look
+                continue
+            viewer.asked, viewer.asked_at = current, now
+            self.requests += 1
+            if not alive:  # the session is gone
+                with self._lock:
+                    if self._viewers.get(session_id) is viewer:
+                        del self._viewers[session_id]
+
+    def _look(self, store: Store, seen: _Seen | None) -> _Seen:
+        """The store's stamps: read again only when its file or WAL moved since `seen`."""
+        signature = _signature(str(store.path))
+        if seen is not None and seen.signature == signature:
+            return seen
+        stamps: dict[str, float | None] = {}
+        for name in ANY:
+            try:  # computed_at reads None for a store it cannot read: page.store_failure says so
+                stamps[name] = pagedata.computed_at(store, name)
+            except Exception:  # never the watcher's end: the old stamp stands
+                stamps[name] = seen.stamps.get(name) if seen is not None else None
+        fresh = _Seen(signature, stamps)
+        with self._lock:
+            self._seen[str(store.path)] = fresh
+        return fresh
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.watch_s):
+            try:
+                self.tick()
+            except Exception:  # a tick that failed is the next tick's to redo
+                log.exception("live watcher tick failed")
+
+
+def _signature(path: str) -> tuple[int, ...]:
+    out: list[int] = []
+    for name in (path, path + "-wal"):
+        try:
+            st = os.stat(name)
+            out += [st.st_size, st.st_mtime_ns]
+        except OSError:
+            out += [-1, -1]
+    return tuple(out)
+
+
+_broken: list[str] = []  # why a rerun request failed in this process (then: the interval tick)
+_skipped: set[str] = set()  # sessions whose asked rerun their loop dropped (busy by then): ask again
+_watcher: Watcher | None = None
+_watcher_lock = threading.Lock()
+
+
+def watcher() -> Watcher | None:
+    """The process's watcher, started on first use (None: not supported here). A module global,
+    not st.cache_resource: "Clear cache" must not leave a second thread behind."""
+    global _watcher
+    if not supported():
+        return None
+    with _watcher_lock:
+        if _watcher is None:
+            _watcher = Watcher()
+            _watcher.start()
+        return _watcher
+
+
+def store_key(store: Store, follows: Follows = ANY) -> tuple[str, Stamps | None]:
+    """A cached read's key for `store`: its path and the stamps of the publications `follows`
+    the watcher last saw there (no read here; None where no watcher runs, as in AppTest: then the
+    ttl alone, as before)."""
+    w = _watcher
+    return str(store.path), (None if w is None else w.known(str(store.path), follows))
+
+
+def keyed_on(follows: Follows) -> Any:
+    """st.cache_data's hash function for a Store argument: keyed on `follows`' stamps, so a read
+    after one of those publications computes afresh (a live part pushed for it shows it), and
+    on the ttl alone between them."""
+    return lambda store: store_key(store, follows)
+
+
+def supported() -> bool:
+    """Whether this process serves pages through a Streamlit whose internals `_request` uses."""
+    if _broken:
+        return False
+    try:
+        from streamlit.proto.ClientState_pb2 import ClientState
+        from streamlit.runtime import Runtime
+        from streamlit.runtime.app_session import AppSession
+        from streamlit.runtime.scriptrunner_utils.script_run_context import ThreadState  # noqa: F401
+    except ImportError:
+        return False
+    fields = set(ClientState.DESCRIPTOR.fields_by_name)
+    return (
+        Runtime.exists()
+        and type(Runtime.instance()) is Runtime  # AppTest's is a stand-in (a mock): no sessions to rerun
+        and hasattr(Runtime, "get_app_session")
+        and hasattr(AppSession, "request_rerun")
+        and {"fragment_id", "is_auto_rerun"} <= fields
+    )
+
+
+def running() -> Here | None:
+    """The fragment running in this thread (None: not in one)."""
+    from streamlit.runtime.scriptrunner_utils.script_run_context import ThreadState, get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    try:
+        fragment_id = ThreadState.get().fragment_id
+    except RuntimeError:
+        return None
+    if ctx is None or not fragment_id:
+        return None
+    alone = bool(getattr(ctx, "fragment_ids_this_run", None))
+    return Here(ctx.session_id, fragment_id, ctx.query_string, ctx.page_script_hash, ctx.context_info, alone)
+
+
+def _idle(session: Any) -> bool:
+    """Whether `session` has no run in progress or asked for: no script runner (a session's runner
+    ends after each run, and is made again for the next request), not running, and every message
+    of its last run handed to its browser. A fragment run that starts while the last run's
+    messages still wait in the session's queue takes that fragment's deltas out of the queue and
+    rewrites the run's end message (streamlit/runtime/forward_msg_queue.py `clear`); a trace of
+    loaded -n 3 runs saw sessions idle with their whole first run (30 messages) queued for 2 s.
+    Not enough on its own: a tab pushed 0.1 s after its first run was handed over still went blank,
+    hence `Viewer.ready` (pushed only after its browser asked for a rerun of the fragment itself)."""
+    state = getattr(session, "_state", None)
+    return (
+        session._scriptrunner is None  # noqa: SLF001
+        and (state is None or state.name == "APP_NOT_RUNNING")
+        and len(session._browser_queue) == 0  # noqa: SLF001
+    )
+
+
+def _request(here: Here) -> bool | None:
+    """Queue a rerun of fragment `here` as its run_every timer in the browser would; False: its
+    session is gone or shows another page; None: not now, a run of the session is in progress
+    (a tab still drawing its page is never handed a rerun: with seven kiosk tabs loading at once,
+    a rerun queued behind a first run left a tab without its heading in some runs)."""
+    from streamlit.proto.ClientState_pb2 import ClientState
+    from streamlit.runtime import Runtime
+
+    session = Runtime.instance().get_app_session(here.session_id)
+    if session is None or not session.has_fragment(here.fragment_id):  # gone, or a page left
+        return False
+    if not _idle(session):
+        return None
+    loop = session._event_loop  # noqa: SLF001 - AppSession is not thread-safe: its own loop runs this
+    if not hasattr(loop, "call_soon_threadsafe"):
+        raise RuntimeError("AppSession has no event loop")
+
+    def ask() -> None:
+        try:
+            # Checked again on the session's loop, where its runs start: between the watcher's look
+            # and now, the browser may have asked for a run (a first run, a page or a query
+            # changed). A fragment rerun asked then would be folded into that run, and a full run
+            # takes the page and query of the request that came last: ours, the page drawn before.
+            if not _idle(session) or not session.has_fragment(here.fragment_id):
+                _skipped.add(here.session_id)  # asked again at a later look, once the run has drawn
+                return
+            # No widget states: the session keeps the values it holds (the browser's timer sends
+            # the same ones); a fragment gone by then (page left) is skipped without a warning.
+            cs = ClientState(
+                query_string=here.query_string,
+                page_script_hash=here.page_script_hash,
+                fragment_id=here.fragment_id,
+                is_auto_rerun=True,
+            )
+            if here.context_info is not None:
+                cs.context_info.CopyFrom(here.context_info)
+            session.request_rerun(cs)
+        except Exception as exc:  # the interval tick from now on
+            _broken.append(f"{type(exc).__name__}: {exc}")
+            log.warning("live redraw on publication unavailable (%s): pages redraw every interval", _broken[-1])
+
+    loop.call_soon_threadsafe(ask)
+    return True

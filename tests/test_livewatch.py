@@ -1,0 +1,367 @@
+"""The process's live watcher (components/livewatch.py, #42 item 2), driven tick by tick.
+
+A real store with real publications (runhealth/screens/published.py's row, a payload row);
+the rerun request, Streamlit's internals, is the one stand-in: a list of what was asked. The
+browser side (a page left open redraws within a second, idle tabs cost nothing) is
+tests/test_browser_live.py's."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import store_fixtures
+
+from components import livewatch
+from runhealth.payloads import pagedata
+from runhealth.screens import published
+
+
+@pytest.fixture
+def store(tmp_path):
+    store, _ = store_fixtures.make_store(tmp_path, "empty")
+    yield store
+    store.close()
+
+
+class Asked(list):
+    """The rerun requests made: (session, fragment); `gone` sessions answer that they are gone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gone: set[str] = set()
+
+    def __call__(self, at: livewatch.Here) -> bool:
+        self.append((at.session_id, at.fragment_id))
+        return at.session_id not in self.gone
+
+
+def here(session_id: str, fragment_id: str, alone: bool = False) -> livewatch.Here:
+    return livewatch.Here(session_id, fragment_id, "kiosk=1", "abc123", fragment_run=alone)
+
+
+def opened(w: livewatch.Watcher, store, session_id: str, fragment_id: str, follows: livewatch.Follows) -> None:
+    """A tab's page run, then its browser's first timer tick (a rerun of the live part alone):
+    from then on the watcher pushes it."""
+    w.register(here(session_id, fragment_id), store, follows)
+    redrawn(w, store, session_id, fragment_id, follows)
+
+
+def redrawn(w: livewatch.Watcher, store, session_id: str, fragment_id: str, follows: livewatch.Follows) -> None:
+    """The live part ran again alone (a push, or the browser's tick) and drew the stamps of now."""
+    w.register(here(session_id, fragment_id, alone=True), store, follows)
+
+
+def publish(store, name: str, ts: float) -> None:
+    pagedata.put(store, {name: {"x": ts}}, ts)
+
+
+def test_a_publication_asks_each_live_part_behind_it_once_and_nothing_else_does(store):
+    asked = Asked()
+    w = livewatch.Watcher(request=asked)
+    opened(w, store, "s1", "f1", livewatch.OVERVIEW)
+    opened(w, store, "s2", "f2", livewatch.OVERVIEW)
+    for _ in range(5):  # nothing published: nothing asked, however often it looks
+        w.tick()
+    assert asked == []
+    publish(store, published.NAME, 100.0)
+    w.tick()
+    assert sorted(asked) == [("s1", "f1"), ("s2", "f2")]
+    w.tick(time.monotonic() + 10)  # asked, not yet redrawn: not asked again for the same publication
+    assert len(asked) == 2
+    opened(w, store, "s1", "f1", livewatch.OVERVIEW)  # s1 redraws and has drawn it
+    publish(store, published.NAME, 101.0)
+    w.tick(time.monotonic() + 20)
+    assert sorted(asked[2:]) == [("s1", "f1"), ("s2", "f2")]
+
+
+def test_a_page_is_not_redrawn_for_a_publication_it_does_not_read(store):
+    asked = Asked()
+    w = livewatch.Watcher(request=asked)
+    opened(w, store, "overview", "f1", livewatch.OVERVIEW)
+    opened(w, store, "lengths", "f2", livewatch.PAYLOADS)
+    publish(store, "run_lengths", 100.0)
+    w.tick()
+    assert asked == [("lengths", "f2")]
+    publish(store, published.NAME, 101.0)
+    w.tick(time.monotonic() + 10)
+    assert asked[1:] == [("overview", "f1")]
+
+
+def test_an_unchanged_store_file_costs_a_stat_not_a_read(store, monkeypatch):
+    w = livewatch.Watcher(request=Asked())
+    opened(w, store, "s1", "f1", livewatch.ANY)
+    reads = []
+    real = pagedata.computed_at
+    monkeypatch.setattr(pagedata, "computed_at", lambda s, n: reads.append(n) or real(s, n))
+    for _ in range(20):
+        w.tick()
+    assert reads == []
+    publish(store, published.NAME, 100.0)
+    w.tick()
+    assert sorted(reads) == sorted(livewatch.ANY)  # one indexed row per publication followed
+
+
+def test_a_session_pushed_again_waits_min_gap(store):
+    asked = Asked()
+    w = livewatch.Watcher(request=asked)
+    opened(w, store, "s1", "f1", livewatch.OVERVIEW)
+    t0 = time.monotonic()
+    publish(store, published.NAME, 100.0)
+    w.tick(t0)
+    opened(w, store, "s1", "f1", livewatch.OVERVIEW)  # redrawn at once
+    publish(store, published.NAME, 101.0)
+    w.tick(t0 + livewatch.MIN_GAP_S / 2)  # a storm of publications: one redraw a gap
+    assert len(asked) == 1
+    w.tick(t0 + livewatch.MIN_GAP_S)
+    assert len(asked) == 2
+
+
+def test_a_closed_session_is_forgotten(store):
+    asked = Asked()
+    asked.gone.add("s1")
+    w = livewatch.Watcher(request=asked)
+    opened(w, store, "s1", "f1", livewatch.OVERVIEW)
+    publish(store, published.NAME, 100.0)
+    w.tick()
+    publish(store, published.NAME, 101.0)
+    w.tick(time.monotonic() + 10)
+    assert asked == [("s1", "f1")]
+
+
+def test_a_damaged_store_never_ends_the_watcher(store):
+    """The page says what is wrong (page.store_failure, tests/test_pages.py); the watcher only
+    goes on looking, and asks again once the store reads."""
+    asked = Asked()
+    w = livewatch.Watcher(request=asked)
+    opened(w, store, "s1", "f1", livewatch.OVERVIEW)
+    store.cursor("DROP TABLE page_data")
+    w.tick()
+    path = store.path
+    store.close()
+    raw = bytearray(path.read_bytes())
+    for page_start in range(4096, len(raw), 4096):
+        raw[page_start : page_start + 400] = b"\xff" * 400
+    path.write_bytes(bytes(raw))
+    w.tick(time.monotonic() + 10)
+    assert asked == []
+
+
+def test_internals_that_fail_leave_pages_on_their_interval_tick(store, monkeypatch):
+    monkeypatch.setattr(livewatch, "_broken", [])
+
+    def refused(at: livewatch.Here) -> bool:
+        raise AttributeError("AppSession has no attribute _client_state")
+
+    w = livewatch.Watcher(request=refused)
+    opened(w, store, "s1", "f1", livewatch.OVERVIEW)
+    publish(store, published.NAME, 100.0)
+    w.tick()
+    assert livewatch._broken and not livewatch.supported() and livewatch.watcher() is None
+    assert w._stop.is_set()
+
+
+def test_cached_reads_are_keyed_on_the_publications_the_watcher_saw(store, monkeypatch):
+    """A read after a publication computes afresh (components/loaders.py, precomputed.py): the
+    key moves with the watcher's stamps; without a watcher (AppTest) it is the path alone."""
+    monkeypatch.setattr(livewatch, "_watcher", None)
+    assert livewatch.store_key(store) == (str(store.path), None)
+    w = livewatch.Watcher(request=Asked())
+    monkeypatch.setattr(livewatch, "_watcher", w)
+    opened(w, store, "s1", "f1", livewatch.OVERVIEW)
+    before = livewatch.store_key(store)
+    publish(store, published.NAME, 100.0)
+    assert livewatch.store_key(store) == before  # no read in a key: the watcher's next look moves it
+    w.tick()
+    assert livewatch.store_key(store) == (str(store.path), (100.0, None))
+
+
+def test_apptest_runs_pages_without_the_watcher():
+    """AppTest's runtime is a stand-in with no sessions to rerun: the watcher is not started there,
+    so the pages' read-budget tests count only the page's own reads."""
+    from streamlit.testing.v1 import AppTest
+
+    def app() -> None:
+        import streamlit as st
+
+        from components import livewatch
+
+        st.write(f"supported={livewatch.supported()}")
+
+    at = AppTest.from_function(app).run()
+    assert [m.value for m in at.markdown] == ["supported=False"]
+
+
+def test_the_request_is_the_browser_timers_for_the_run_that_registered(monkeypatch):
+    """The rerun asked carries the URL query and page of the run that drew the live part, not the
+    session's stored client state: that one is empty until the session's first run ends, and a tab
+    whose first (slow) run saw a publication was rerun on the app's first page with no query (seven
+    kiosk tabs opened at once: one never showed its heading). No widget states: the session keeps
+    its own values."""
+    from streamlit.runtime import Runtime
+
+    asked, loop = [], []
+
+    class Session:
+        _scriptrunner = None  # a session's runner ends after each run
+        _browser_queue: list = []  # the messages not yet handed to its browser
+
+        class _state:  # noqa: N801 - AppSessionState's member
+            name = "APP_NOT_RUNNING"
+
+        def has_fragment(self, fragment_id):
+            return fragment_id == "f1"
+
+        class _event_loop:  # noqa: N801 - stands in for the session's asyncio loop: run by the test
+            @staticmethod
+            def call_soon_threadsafe(fn):
+                loop.append(fn)
+
+        def request_rerun(self, cs):
+            asked.append(cs)
+
+    class Stand:
+        def get_app_session(self, session_id):
+            return Session() if session_id == "s1" else None
+
+    def run_loop():
+        while loop:
+            loop.pop(0)()
+
+    monkeypatch.setattr(Runtime, "instance", classmethod(lambda cls: Stand()))
+    monkeypatch.setattr(livewatch, "_skipped", set())
+    assert livewatch._request(here("s1", "f1")) is True
+    run_loop()
+    assert livewatch._request(here("gone", "f1")) is False
+    assert livewatch._request(here("s1", "f-of-a-page-left")) is False
+    Session._state.name = "APP_IS_RUNNING"  # a tab still drawing its page: not now
+    assert livewatch._request(here("s1", "f1")) is None
+    Session._state.name = "APP_NOT_RUNNING"
+    Session._scriptrunner = object()  # a run asked by the browser (a first run, a page left), not yet started
+    assert livewatch._request(here("s1", "f1")) is None
+    Session._scriptrunner = None
+    Session._browser_queue = ["the last run's end"]  # its run over, not yet handed to the browser
+    assert livewatch._request(here("s1", "f1")) is None
+    Session._browser_queue = []
+    # Idle at the watcher's look, but the browser asks for a run before the session's loop gets
+    # to the rerun: it is dropped there (not folded into that run, on the page drawn before), and
+    # the watcher asks again at a later look.
+    Session._scriptrunner = None
+    assert livewatch._request(here("s1", "f1")) is True
+    Session._scriptrunner = object()
+    run_loop()
+    assert livewatch._skipped == {"s1"}
+    (cs,) = asked
+    assert (cs.query_string, cs.page_script_hash, cs.fragment_id, cs.is_auto_rerun) == ("kiosk=1", "abc123", "f1", True)
+    assert not cs.HasField("widget_states") and not cs.HasField("context_info")
+
+
+def test_a_tab_is_pushed_only_once_its_browser_has_rerun_its_live_part_itself(store):
+    """A push that reaches a tab whose browser has not drawn its first run left the tab blank for
+    good (seven kiosk tabs loading at once on two cores). A tab's first rerun of the live part
+    alone is asked by its browser (nothing is pushed before it): from then on it is pushed; a new
+    page (its live part a new fragment) waits for its own first tick again."""
+    asked = Asked()
+    w = livewatch.Watcher(request=asked)
+    t0 = time.monotonic()
+    w.register(here("s1", "f1"), store, livewatch.OVERVIEW)  # the page's first run
+    publish(store, published.NAME, 100.0)
+    w.tick(t0)
+    w.register(here("s1", "f1"), store, livewatch.OVERVIEW)  # a full run again (a widget above it)
+    publish(store, published.NAME, 101.0)
+    w.tick(t0 + 1)
+    assert asked == []
+    redrawn(w, store, "s1", "f1", livewatch.OVERVIEW)  # its browser's first tick
+    publish(store, published.NAME, 102.0)
+    w.tick(t0 + 2)
+    assert asked == [("s1", "f1")]
+    w.register(here("s1", "f2"), store, livewatch.OVERVIEW)  # another page (the kiosk's rotation)
+    publish(store, published.NAME, 103.0)
+    w.tick(t0 + 3)
+    assert asked == [("s1", "f1")]
+    redrawn(w, store, "s1", "f2", livewatch.OVERVIEW)
+    w.register(here("s1", "f2"), store, livewatch.OVERVIEW)  # ready holds across a full run of that page
+    publish(store, published.NAME, 104.0)
+    w.tick(t0 + 4)
+    assert asked == [("s1", "f1"), ("s1", "f2")]
+
+
+def test_a_tab_is_pushed_once_per_publication_and_never_without_one(store):
+    """The rate: over ten intervals with one publication each, a tab is asked ten reruns (its
+    browser's timer adds one an interval, as before the watcher); with none, not one, however
+    often the watcher looks."""
+    asked = Asked()
+    w = livewatch.Watcher(request=asked)
+    opened(w, store, "s1", "f1", livewatch.OVERVIEW)
+    t0 = time.monotonic()
+    for i in range(200):  # 20 s of looks, nothing published
+        w.tick(t0 + i * livewatch.WATCH_S)
+    assert asked == []
+    for k in range(10):
+        publish(store, published.NAME, 100.0 + k)
+        for i in range(50):
+            w.tick(t0 + 30 + 5 * k + i * livewatch.WATCH_S)
+            if len(asked) > k and i % 7 == 3:  # the pushed rerun draws it a little later
+                redrawn(w, store, "s1", "f1", livewatch.OVERVIEW)
+    assert len(asked) == 10 and w.requests == 10
+
+
+def test_a_session_busy_running_is_asked_at_a_later_look(store):
+    answers = [None, None, True]
+    asked = []
+
+    def request(at: livewatch.Here) -> bool | None:
+        asked.append(at.session_id)
+        return answers[len(asked) - 1]
+
+    w = livewatch.Watcher(request=request)
+    opened(w, store, "s1", "f1", livewatch.OVERVIEW)
+    publish(store, published.NAME, 100.0)
+    t0 = time.monotonic()
+    for i in range(5):
+        w.tick(t0 + i * 0.1)
+    assert asked == ["s1", "s1", "s1"] and w.requests == 1
+
+
+def test_a_rerun_dropped_by_a_busy_session_is_asked_again(store, monkeypatch):
+    """The session's loop dropped the rerun (a run had been asked by then, components/livewatch.py
+    `_request`): the same publication is asked again at a later look, MIN_GAP_S on."""
+    monkeypatch.setattr(livewatch, "_skipped", set())
+    asked = Asked()
+    w = livewatch.Watcher(request=asked)
+    opened(w, store, "s1", "f1", livewatch.OVERVIEW)
+    publish(store, published.NAME, 100.0)
+    t0 = time.monotonic()
+    w.tick(t0)
+    w.tick(t0 + 1)
+    assert asked == [("s1", "f1")]  # asked once for it, not yet redrawn: not again
+    livewatch._skipped.add("s1")
+    w.tick(t0 + 1.1)
+    assert asked == [("s1", "f1")] * 2 and livewatch._skipped == set()
+
+
+def test_each_loader_is_keyed_on_the_publications_it_reads_only(store, monkeypatch):
+    """A pushed redraw reads the publication it was pushed for (the "Numbers as of" line: keyed on
+    every stamp; the Output lengths and GPU loaders on the page payloads'); a loader that reads
+    no publication keeps its copy for its ttl, and an Overview publication leaves the payload
+    loaders' copies alone: seven tabs do not all recompute every read on every round of polls."""
+    from components import loaders
+
+    w = livewatch.Watcher(request=Asked())
+    monkeypatch.setattr(livewatch, "_watcher", w)
+    opened(w, store, "s1", "f1", livewatch.ANY)
+    loaders.clear_all()
+    assert loaders.load_last_collection(store) is None  # nothing polled yet
+    nodes = loaders.load_nodes(store)
+    payloads = livewatch.keyed_on(livewatch.PAYLOADS)(store)
+    now = time.time()
+    store_fixtures.write_reply(store, "node-1", store_fixtures.poll_reply(now, [], {}), now, rtt_ms=5.0)
+    assert loaders.load_last_collection(store) is None  # within its ttl, no publication seen: cached
+    publish(store, published.NAME, now)
+    w.tick()
+    assert loaders.load_last_collection(store) == pytest.approx(now)  # the publication's poll
+    assert loaders.load_nodes(store) == nodes != store.nodes()  # path + ttl: its copy (a read now differs)
+    assert livewatch.keyed_on(livewatch.PAYLOADS)(store) == payloads  # the Overview's: not the payloads' key
+    publish(store, "run_lengths", now + 1)
+    w.tick()
+    assert livewatch.keyed_on(livewatch.PAYLOADS)(store) != payloads
