@@ -15,8 +15,8 @@ A tab is pushed only once its browser has itself asked for a rerun of that live 
 fragment timer's first tick, one interval after the page arrived, or a widget inside it): the
 proof that the browser holds the page and runs its fragment. A push that reached a tab whose
 browser had not yet drawn its first run left that tab blank for good (seven kiosk tabs opening at
-once on two cores; bench/README.md, #42 item 2). Until then, and on every new page (a page
-switch, the kiosk's rotation: a new fragment), the tab has its interval tick alone, as before.
+once on two cores; bench/README.md, #42 item 2). Until then, and on every new page or query (a
+page switch, the kiosk's rotation and its parts), the tab has its interval tick alone, as before.
 
 The stamps known to the watcher are also the cached reads' key (`store_key`): a read after a
 publication computes afresh, so a rerun for it never shows a copy cached just before it.
@@ -67,6 +67,11 @@ class Here:
     page_script_hash: str
     context_info: Any = None
     fragment_run: bool = False  # a rerun of this fragment alone (the browser's timer, a widget, a push)
+
+    def view(self) -> tuple[str, str, str]:
+        """What the tab shows: a fragment's id is its function and place, the same on every page
+        (Overview and Output lengths' live parts alike), so the page and its query say which."""
+        return self.fragment_id, self.page_script_hash, self.query_string
 
 
 @dataclasses.dataclass
@@ -121,11 +126,12 @@ class Watcher:
     def register(self, here: Here, store: Store, follows: Follows) -> None:
         """A session's live part (`here`) is drawing now: note the stamps it draws (read before
         its reads, so a publication during them redraws again). Ready for pushes from its first
-        rerun of this fragment alone, which before any push is one its browser asked for."""
+        rerun of this fragment alone on this page and query, which before any push is one its
+        browser asked for."""
         drawn = self.stamps(store, follows)
         with self._lock:
             before = self._viewers.get(here.session_id)
-            same = before is not None and before.here.fragment_id == here.fragment_id
+            same = before is not None and before.here.view() == here.view()
             ready = same and before is not None and (before.ready or here.fragment_run)
             asked_at = before.asked_at if before is not None else 0.0  # MIN_GAP_S holds across redraws
             self._viewers[here.session_id] = Viewer(

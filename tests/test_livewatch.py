@@ -36,8 +36,10 @@ class Asked(list):
         return at.session_id not in self.gone
 
 
-def here(session_id: str, fragment_id: str, alone: bool = False) -> livewatch.Here:
-    return livewatch.Here(session_id, fragment_id, "kiosk=1", "abc123", fragment_run=alone)
+def here(
+    session_id: str, fragment_id: str, alone: bool = False, page: str = "abc123", query: str = "kiosk=1"
+) -> livewatch.Here:
+    return livewatch.Here(session_id, fragment_id, query, page, fragment_run=alone)
 
 
 def opened(w: livewatch.Watcher, store, session_id: str, fragment_id: str, follows: livewatch.Follows) -> None:
@@ -260,7 +262,7 @@ def test_a_tab_is_pushed_only_once_its_browser_has_rerun_its_live_part_itself(st
     """A push that reaches a tab whose browser has not drawn its first run left the tab blank for
     good (seven kiosk tabs loading at once on two cores). A tab's first rerun of the live part
     alone is asked by its browser (nothing is pushed before it): from then on it is pushed; a new
-    page (its live part a new fragment) waits for its own first tick again."""
+    page or query waits for its own first tick again."""
     asked = Asked()
     w = livewatch.Watcher(request=asked)
     t0 = time.monotonic()
@@ -275,15 +277,18 @@ def test_a_tab_is_pushed_only_once_its_browser_has_rerun_its_live_part_itself(st
     publish(store, published.NAME, 102.0)
     w.tick(t0 + 2)
     assert asked == [("s1", "f1")]
-    w.register(here("s1", "f2"), store, livewatch.OVERVIEW)  # another page (the kiosk's rotation)
-    publish(store, published.NAME, 103.0)
-    w.tick(t0 + 3)
-    assert asked == [("s1", "f1")]
-    redrawn(w, store, "s1", "f2", livewatch.OVERVIEW)
-    w.register(here("s1", "f2"), store, livewatch.OVERVIEW)  # ready holds across a full run of that page
-    publish(store, published.NAME, 104.0)
-    w.tick(t0 + 4)
-    assert asked == [("s1", "f1"), ("s1", "f2")]
+    # Another page (the kiosk's rotation), its live part the same fragment id (a fragment's id is
+    # its function and place), then another part of that page (its query): each waits for its tick.
+    for k, (page, query) in enumerate((("lengths", "kiosk=1"), ("lengths", "kiosk=1&part=2"))):
+        w.register(here("s1", "f1", page=page, query=query), store, livewatch.OVERVIEW)
+        publish(store, published.NAME, 103.0 + 2 * k)
+        w.tick(t0 + 3 + 2 * k)
+        assert len(asked) == 1 + k
+        w.register(here("s1", "f1", alone=True, page=page, query=query), store, livewatch.OVERVIEW)
+        w.register(here("s1", "f1", page=page, query=query), store, livewatch.OVERVIEW)  # a full run: still ready
+        publish(store, published.NAME, 104.0 + 2 * k)
+        w.tick(t0 + 4 + 2 * k)
+        assert len(asked) == 2 + k
 
 
 def test_a_tab_is_pushed_once_per_publication_and_never_without_one(store):
