@@ -147,10 +147,15 @@ class Writer:
         self._thread.start()
 
     def _run(self) -> None:
-        per_tick = round(self.RATE_TPS * self.EVERY_S / self.TOKENS)
+        # What is due by the clock, not a fixed count a tick: a loaded machine stretches the ticks
+        # (a CI run read 907 tok/s against 2,000, before any step, from a writer that fell behind).
+        start, written = time.monotonic(), 0
         while not self._stop.wait(self.EVERY_S):
-            with open(self.path, "a", encoding="utf-8") as f:
-                f.writelines(chat_line(self.TOKENS, "stop") for _ in range(per_tick))
+            due = int((time.monotonic() - start) * self.RATE_TPS / self.TOKENS) - written
+            if due > 0:
+                with open(self.path, "a", encoding="utf-8") as f:
+                    f.writelines(chat_line(self.TOKENS, "stop") for _ in range(due))
+                written += due
 
     def stop(self) -> None:
         self._stop.set()
