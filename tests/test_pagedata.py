@@ -183,13 +183,109 @@ def test_refresher_is_rate_limited_and_never_runs_twice(tmp_path):
     assert refresher.after_poll()
     assert started.wait(5)
     now[0] += 10
-    assert not refresher.after_poll()  # one still runs: polls go on, nothing queues up
+    assert not refresher.after_poll()  # one still runs: polls go on, one computation is owed
+    assert not refresher.after_poll()
     release.set()
     assert refresher.wait_idle()
     assert not refresher.after_poll()  # under min_interval_s since the last start
+    assert refresher._timer is not None  # the owed one, for when the limit allows
     now[0] += 21
     assert refresher.after_poll()
+    assert refresher.wait_idle() and refresher._timer is None
+    refresher.stop()
+
+
+class Counted:
+    """A Refresher's computation stand-in: when each ran (monotonic), taking `cost_s`."""
+
+    def __init__(self, cost_s: float = 0.0) -> None:
+        self.at: list[float] = []
+        self.cost_s = cost_s
+
+    def __call__(self) -> None:
+        self.at.append(time.monotonic())
+        if self.cost_s:
+            threading.Event().wait(self.cost_s)
+
+
+def test_a_poll_under_the_limit_is_computed_once_the_limit_allows(tmp_path):
+    """#42 item 2: a poll that landed under min_interval_s after a computation began was dropped,
+    so its numbers waited for a later poll (up to an interval late on the GPUs and Output lengths
+    pages); now one computation follows when the limit allows, one for any number of polls."""
+    store = Store(tmp_path / "x.sqlite3")
+    refresher = pagedata.Refresher(store, CEILING, INTERVAL_S, min_interval_s=0.4)
+    ran = Counted()
+    refresher.run_now = ran  # type: ignore[method-assign]
+    assert refresher.after_poll() and refresher.wait_idle()
+    last_poll = time.monotonic()
+    assert not any(refresher.after_poll() for _ in range(5))
+    time.sleep(0.8)
     assert refresher.wait_idle()
+    assert len(ran.at) == 2  # one more, not five
+    assert ran.at[1] - ran.at[0] >= 0.4 - 0.01 and ran.at[1] > last_poll
+    time.sleep(0.5)
+    assert len(ran.at) == 2  # nothing owed: nothing more
+    refresher.stop()
+
+
+def test_polls_without_end_make_one_computation_an_interval_and_the_last_is_read(tmp_path):
+    """The rate: polls every 10 ms for 2 s (a fleet's) start one computation per min_interval_s
+    (0.25 s), never two closer, and one after the last poll."""
+    store = Store(tmp_path / "x.sqlite3")
+    refresher = pagedata.Refresher(store, CEILING, INTERVAL_S, min_interval_s=0.25)
+    ran = Counted(cost_s=0.05)
+    refresher.run_now = ran  # type: ignore[method-assign]
+    end = time.monotonic() + 2.0
+    while time.monotonic() < end:
+        refresher.after_poll()
+        time.sleep(0.01)
+    last_poll = time.monotonic()
+    time.sleep(0.6)
+    assert refresher.wait_idle()
+    gaps = [b - a for a, b in zip(ran.at, ran.at[1:], strict=False)]
+    assert 6 <= len(ran.at) <= 2.0 / 0.25 + 2, ran.at
+    assert min(gaps) >= 0.25 - 0.01, gaps
+    assert ran.at[-1] >= last_poll - 0.25, "the last polls were never computed"
+    refresher.stop()
+
+
+def test_a_round_of_polls_is_computed_once_after_its_last_poll(tmp_path):
+    """A computation started by a round's first poll waits for the others still running (at most
+    SETTLE_MAX_S): the demo's two nodes, polled 70 ms apart, were computed at the first and shown
+    one interval later for the second."""
+    store = Store(tmp_path / "x.sqlite3")
+    running = [2]  # the round's polls in progress
+    refresher = pagedata.Refresher(store, CEILING, INTERVAL_S, min_interval_s=5, busy=lambda: running[0] > 0)
+    ran = Counted()
+    refresher.run_now = ran  # type: ignore[method-assign]
+    running[0] = 1
+    assert refresher.after_poll()  # the first node's poll ended; the second's runs
+    time.sleep(0.1)
+    assert ran.at == []  # waiting for it
+    running[0] = 0
+    second = time.monotonic()
+    assert not refresher.after_poll()  # the second's end: the waiting computation reads both
+    assert refresher.wait_idle()
+    assert len(ran.at) == 1 and ran.at[0] >= second
+    assert refresher._pending is False and refresher._timer is None  # nothing owed: both were read
+    running[0] = 1  # polls that never all end (a fleet): it waits SETTLE_MAX_S, no longer
+    refresher.min_interval_s = 0
+    t0 = time.monotonic()
+    assert refresher.after_poll() and refresher.wait_idle()
+    assert pagedata.SETTLE_MAX_S - 0.05 <= ran.at[1] - t0 < pagedata.SETTLE_MAX_S + 0.5
+    refresher.stop()
+
+
+def test_the_stop_forgets_the_computation_owed(tmp_path):
+    store = Store(tmp_path / "x.sqlite3")
+    refresher = pagedata.Refresher(store, CEILING, INTERVAL_S, min_interval_s=0.3)
+    ran = Counted()
+    refresher.run_now = ran  # type: ignore[method-assign]
+    assert refresher.after_poll() and refresher.wait_idle()
+    assert not refresher.after_poll()
+    refresher.stop()
+    time.sleep(0.5)
+    assert len(ran.at) == 1
 
 
 def test_a_failed_computation_is_logged_and_cleared(tmp_path):

@@ -264,12 +264,17 @@ class Collector:
         self._register, self._registered = register, False
         # What the pages show, recomputed in the background after polls (#16: pages only read).
         # At most once per poll interval: the Overview's counts must move with every poll.
-        self.pagedata = pagedata.Refresher(
-            store, config.max_output_tokens, config.interval_s, min_interval_s=config.interval_s, clock=clock
-        )
         # The Overview, built after polls and read by every viewer (#31: one read a render).
-        self._polls_running = 0  # polls in progress (_poll_node): the publisher waits for a round's last
+        self._polls_running = 0  # polls in progress (_poll_node): both wait for a round's last
         self._polls_lock = threading.Lock()
+        self.pagedata = pagedata.Refresher(
+            store,
+            config.max_output_tokens,
+            config.interval_s,
+            min_interval_s=config.interval_s,
+            clock=clock,
+            busy=lambda: self._polls_running > 0,
+        )
         self.publisher = publisher.Publisher(store, config, clock=clock, busy=lambda: self._polls_running > 0)
         # The alert history (#32): evaluated every poll interval by the collecting process, webhooks or none.
         # Its alerts are the published Overview's while that holds (one evaluation an instant).
@@ -344,6 +349,7 @@ class Collector:
         self.writer.stop(timeout_s=HOUSEKEEPING_STOP_WAIT_S)  # what is queued is written first
         self.alert_history.stop()  # its writes too
         self.publisher.stop(timeout_s=HOUSEKEEPING_STOP_WAIT_S)
+        self.pagedata.stop()  # no computation owed after the stop
         if self._lock is not None:  # what the page data keeps, for the next start (#42 item 4)
             self.pagedata.save_on_stop(timeout_s=HOUSEKEEPING_STOP_WAIT_S)
         if self._housekeeper is not None:  # its writes must end before the lock is let go

@@ -42,6 +42,7 @@ from runhealth.store import Store, rollup
 log = textsafe.get_logger(__name__)
 
 MIN_INTERVAL_S = 30.0  # default rate limit; the collector passes its poll interval (counts must stay live)
+SETTLE_MAX_S = 0.5  # a computation waits at most this long for the polls still running (Refresher)
 # The GPU page's windows (seconds; None = the whole run), the points per GPU it asks the store
 # for, and the time steps of the per-node bands it draws past PER_GPU_LINES_UP_TO GPUs.
 GPU_WINDOWS_S: dict[str, float | None] = {"15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "whole run": None}
@@ -334,8 +335,17 @@ def compute_all(
 
 
 class Refresher:
-    """Recomputes the page payloads after polls: rate-limited, one computation at a time, in a
-    background thread, so the poll loop never waits for it."""
+    """Recomputes the page payloads after polls: at most one computation starts per
+    `min_interval_s`, one at a time, in a background thread, so the poll loop never waits for it.
+
+    A poll that lands while a computation runs, or under `min_interval_s` after the last one
+    started, is not dropped: one computation follows when the limit allows (a timer), so the last
+    poll of a round is always shown within one interval, and the rate stays at most one per
+    `min_interval_s`. A computation that starts while other polls still run (`busy`, the
+    collector's) waits for them, at most SETTLE_MAX_S: a round of a few nodes polled together is
+    computed once, right after its last poll (#42 item 2: on the demo the GPUs and Output lengths
+    pages showed a poll up to an interval late, 3.6 s of 5, when a round's first poll started the
+    computation and the second, 70 ms later, waited for the next round's)."""
 
     def __init__(
         self,
@@ -345,15 +355,21 @@ class Refresher:
         min_interval_s: float = MIN_INTERVAL_S,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        busy: Callable[[], bool] | None = None,
     ):
         """`clock`: the wall clock the payloads are stamped with (shown as "computed at");
-        `monotonic`: the clock of the rate limits, which a step of the wall clock must not stop."""
+        `monotonic`: the clock of the rate limits, which a step of the wall clock must not stop;
+        `busy`: whether polls are still running (None: never waits for them)."""
         self.store, self.ceiling, self.interval_s = store, ceiling, interval_s
         self.min_interval_s = min_interval_s
-        self.clock, self.monotonic = clock, monotonic
+        self.clock, self.monotonic, self.busy = clock, monotonic, busy
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)  # notified when a computation ends
+        self._polled = threading.Event()  # set by each poll: a settling computation looks again
         self._running = False
+        self._pending = False  # a poll landed that no computation has read yet
+        self._timer: threading.Timer | None = None  # the computation owed once the limit allows
+        self.started_at: list[float] = []  # monotonic starts of the computations (the rate's tests)
         self._last_start: float | None = None
         self._gpu_done: dict[str, float] = {}  # window -> when last computed (monotonic)
         self._whatif_done: float | None = None  # monotonic
@@ -402,14 +418,57 @@ class Refresher:
         return True
 
     def after_poll(self) -> bool:
-        """Start a computation unless one runs or the last began under min_interval_s ago."""
-        now = self.monotonic()
+        """A poll landed: start a computation now (True), or, while one runs or the last began
+        under min_interval_s ago, owe one for when the limit allows (False)."""
+        self._polled.set()
         with self._lock:
-            if self._running or (self._last_start is not None and now - self._last_start < self.min_interval_s):
-                return False
-            self._running, self._last_start = True, now
+            self._pending = True
+            return self._start_or_owe()
+
+    def stop(self) -> None:
+        """Forget the computation owed (the collector stops; one running ends on its own)."""
+        with self._lock:
+            self._pending = False
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+    def _start_or_owe(self) -> bool:
+        """With the lock held and a poll unread: start now, or arm the timer for when allowed."""
+        if self._running:
+            return False  # the computation's end looks again
+        now = self.monotonic()
+        wait = 0.0 if self._last_start is None else self._last_start + self.min_interval_s - now
+        if wait > 0:
+            if self._timer is None:
+                self._timer = threading.Timer(wait, self._owed)
+                self._timer.daemon = True
+                self._timer.start()
+            return False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._running, self._last_start = True, now
         threading.Thread(target=self._run, name="runhealth-pagedata", daemon=True).start()
         return True
+
+    def _owed(self) -> None:
+        with self._lock:
+            self._timer = None
+            if self._pending:
+                self._start_or_owe()
+
+    def _settle(self) -> None:
+        """Wait for the polls still running (each one's end looks again), at most SETTLE_MAX_S."""
+        if self.busy is None:
+            return
+        deadline = self.monotonic() + SETTLE_MAX_S
+        while self.busy():
+            left = deadline - self.monotonic()
+            if left <= 0:
+                return
+            self._polled.wait(left)
+            self._polled.clear()
 
     def run_now(self) -> None:
         """Compute and write every payload in this thread (tests, the bench, the first start)."""
@@ -442,6 +501,11 @@ class Refresher:
 
     def _run(self) -> None:
         try:
+            self._settle()
+            with self._lock:  # what lands from here on is not read by this computation: owed
+                self._pending = False
+                self._last_start = self.monotonic()
+                self.started_at.append(self._last_start)
             self.run_now()
             self.last_error = None
         except Exception as exc:  # pages fall back to computing on demand; the poll loop is unaffected
@@ -451,6 +515,8 @@ class Refresher:
             with self._lock:
                 self._running = False
                 self._idle.notify_all()
+                if self._pending:
+                    self._start_or_owe()
 
     def wait_idle(self, timeout_s: float = 30.0) -> bool:
         """True once no computation runs (tests, and the collector's stop). A wait on a condition,
