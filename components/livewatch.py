@@ -45,6 +45,10 @@ log = logging.getLogger(__name__)
 
 WATCH_S = 0.1  # the watcher's look: a publication is asked for 0.05 s after it on average
 MIN_GAP_S = 0.5  # a session's live part is pushed at most this often (a publication storm)
+# A live part not redrawn for this long is forgotten: its tab is closed (an open one redraws at
+# least every interval, at most 1 h). A tab closed before it was ever pushed is never asked, so
+# never found gone by `_request`; without this its entry would stay for the process's life.
+FORGET_AFTER_S = 2 * 3600.0
 # Which publications a page's live part follows: the Overview (published after each round of
 # polls: the Overview and Nodes), the other page payloads (computed after polls at most once an
 # interval, all in one write that always holds run_lengths: Output lengths, GPUs), or both.
@@ -70,7 +74,7 @@ class Here:
 
     def view(self) -> tuple[str, str, str]:
         """What the tab shows: a fragment's id is its function and place, the same on every page
-        (Overview and Output lengths' live parts alike), so the page and its query say which."""
+        (the Overview's, GPUs' and Nodes' live parts share one), so the page and its query say which."""
         return self.fragment_id, self.page_script_hash, self.query_string
 
 
@@ -156,6 +160,8 @@ class Watcher:
         """One look at every watched store; a rerun asked of each live part behind its store."""
         now = time.monotonic() if now is None else now
         with self._lock:
+            for session_id in [k for k, v in self._viewers.items() if now - v.drawn_at > FORGET_AFTER_S]:
+                del self._viewers[session_id]
             viewers = dict(self._viewers)
         for session_id in list(_skipped):  # asks their loop dropped (busy by then): due again
             _skipped.discard(session_id)

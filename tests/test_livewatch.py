@@ -131,6 +131,22 @@ def test_a_closed_session_is_forgotten(store):
     assert asked == [("s1", "f1")]
 
 
+def test_a_tab_closed_before_its_first_push_is_forgotten(store):
+    """Never pushed, never found gone by a request: forgotten once it has not redrawn for
+    FORGET_AFTER_S (an open tab redraws at least every interval, at most an hour)."""
+    asked = Asked()
+    w = livewatch.Watcher(request=asked)
+    w.register(here("closed", "f1"), store, livewatch.OVERVIEW)  # its first run, then the tab closed
+    opened(w, store, "open", "f1", livewatch.OVERVIEW)
+    t0 = time.monotonic()
+    w.tick(t0 + livewatch.FORGET_AFTER_S - 1)
+    assert set(w._viewers) == {"closed", "open"}
+    redrawn(w, store, "open", "f1", livewatch.OVERVIEW)  # the open one ticks on
+    w._viewers["open"].drawn_at = t0 + livewatch.FORGET_AFTER_S  # ... as late as the watcher's clock here
+    w.tick(t0 + livewatch.FORGET_AFTER_S + 1)
+    assert set(w._viewers) == {"open"} and asked == []
+
+
 def test_a_damaged_store_never_ends_the_watcher(store):
     """The page says what is wrong (page.store_failure, tests/test_pages.py); the watcher only
     goes on looking, and asks again once the store reads."""
