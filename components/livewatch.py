@@ -53,6 +53,10 @@ FORGET_AFTER_S = 2 * 3600.0
 # polls: the Overview and Nodes), the other page payloads (computed after polls at most once an
 # interval, all in one write that always holds run_lengths: Output lengths, GPUs), or both.
 Follows = tuple[str, ...]
+# A session's fragments the watcher redraws: its page's live part, and the sidebar's "Last
+# collection" line (its own fragment, ticking every FRESHNESS_TICK_S: without a push it named the
+# poll before the one the page showed, for up to that long).
+LIVE, SIDEBAR = "live", "sidebar"
 OVERVIEW: Follows = (published.NAME,)
 PAYLOADS: Follows = ("run_lengths",)
 ANY: Follows = OVERVIEW + PAYLOADS
@@ -115,7 +119,7 @@ class Watcher:
         self.requests = 0  # reruns asked for (tests, the bench's log line)
         self._request = request if request is not None else _request
         self._lock = threading.Lock()
-        self._viewers: dict[str, Viewer] = {}  # session id -> its live part
+        self._viewers: dict[tuple[str, str], Viewer] = {}  # (session id, role) -> that fragment
         self._seen: dict[str, _Seen] = {}  # store path -> what the watcher last read
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -127,20 +131,19 @@ class Watcher:
     def stop(self) -> None:
         self._stop.set()
 
-    def register(self, here: Here, store: Store, follows: Follows) -> None:
-        """A session's live part (`here`) is drawing now: note the stamps it draws (read before
-        its reads, so a publication during them redraws again). Ready for pushes from its first
-        rerun of this fragment alone on this page and query, which before any push is one its
-        browser asked for."""
+    def register(self, here: Here, store: Store, follows: Follows, role: str = LIVE) -> None:
+        """A session's fragment in `role` (`here`: its live part, or the sidebar's "Last collection"
+        line) is drawing now: note the stamps it draws (read before its reads, so a publication
+        during them redraws again). Ready for pushes from its first rerun of this fragment alone on
+        this page and query, which before any push is one its browser asked for."""
         drawn = self.stamps(store, follows)
+        key = (here.session_id, role)
         with self._lock:
-            before = self._viewers.get(here.session_id)
+            before = self._viewers.get(key)
             same = before is not None and before.here.view() == here.view()
             ready = same and before is not None and (before.ready or here.fragment_run)
             asked_at = before.asked_at if before is not None else 0.0  # MIN_GAP_S holds across redraws
-            self._viewers[here.session_id] = Viewer(
-                here, store, follows, drawn, time.monotonic(), ready=ready, asked_at=asked_at
-            )
+            self._viewers[key] = Viewer(here, store, follows, drawn, time.monotonic(), ready=ready, asked_at=asked_at)
 
     def stamps(self, store: Store, follows: Follows = ANY) -> Stamps:
         """The stamps of `follows` as the watcher knows them (read now for a store it never read)."""
@@ -160,19 +163,20 @@ class Watcher:
         """One look at every watched store; a rerun asked of each live part behind its store."""
         now = time.monotonic() if now is None else now
         with self._lock:
-            for session_id in [k for k, v in self._viewers.items() if now - v.drawn_at > FORGET_AFTER_S]:
-                del self._viewers[session_id]
+            for key in [k for k, v in self._viewers.items() if now - v.drawn_at > FORGET_AFTER_S]:
+                del self._viewers[key]
             viewers = dict(self._viewers)
-        for session_id in list(_skipped):  # asks their loop dropped (busy by then): due again
-            _skipped.discard(session_id)
-            if session_id in viewers:
-                viewers[session_id].asked = None
+        for viewer in viewers.values():  # asks their loop dropped (busy by then): due again
+            if (viewer.here.session_id, viewer.here.fragment_id) in _skipped:
+                _skipped.discard((viewer.here.session_id, viewer.here.fragment_id))
+                viewer.asked = None
         stores = {str(v.store.path): v.store for v in viewers.values()}
         for path, store in stores.items():
             with self._lock:
                 seen = self._seen.get(path)
             self._look(store, seen)
-        for session_id, viewer in viewers.items():
+        # The page's live part first: a session runs one rerun at a time, and its sidebar line waits.
+        for key, viewer in sorted(viewers.items(), key=lambda kv: kv[0][1] != LIVE):
             if _broken:
                 self.stop()
                 return
@@ -192,8 +196,8 @@ class Watcher:
             self.requests += 1
             if not alive:  # the session is gone
                 with self._lock:
-                    if self._viewers.get(session_id) is viewer:
-                        del self._viewers[session_id]
+                    if self._viewers.get(key) is viewer:
+                        del self._viewers[key]
 
     def _look(self, store: Store, seen: _Seen | None) -> _Seen:
         """The store's stamps: read again only when its file or WAL moved since `seen`."""
@@ -231,7 +235,7 @@ def _signature(path: str) -> tuple[int, ...]:
 
 
 _broken: list[str] = []  # why a rerun request failed in this process (then: the interval tick)
-_skipped: set[str] = set()  # sessions whose asked rerun their loop dropped (busy by then): ask again
+_skipped: set[tuple[str, str]] = set()  # (session, fragment) reruns their loop dropped (busy by then): ask again
 _watcher: Watcher | None = None
 _watcher_lock = threading.Lock()
 
@@ -341,7 +345,7 @@ def _request(here: Here) -> bool | None:
             # changed). A fragment rerun asked then would be folded into that run, and a full run
             # takes the page and query of the request that came last: ours, the page drawn before.
             if not _idle(session) or not session.has_fragment(here.fragment_id):
-                _skipped.add(here.session_id)  # asked again at a later look, once the run has drawn
+                _skipped.add((here.session_id, here.fragment_id))  # asked again at a later look, once the run has drawn
                 return
             # No widget states: the session keeps the values it holds (the browser's timer sends
             # the same ones); a fragment gone by then (page left) is skipped without a warning.

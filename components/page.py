@@ -514,9 +514,15 @@ def _rerun_when_stale(rt: context.Runtime) -> None:
 
 
 def freshness(rt: context.Runtime, compact: bool = False) -> None:
-    """When the last successful collection happened; red once it is older than stale_after."""
+    """When the last successful collection happened; red once it is older than stale_after.
+    Redrawn on each publication with the page's live part (components/livewatch.py), so that it
+    names the poll the page's numbers are from."""
     _rerun_when_stale(rt)
     view = context.ready(rt)
+    watcher = livewatch.watcher()
+    here = livewatch.running() if watcher is not None else None
+    if watcher is not None and here is not None:
+        watcher.register(here, view.store, livewatch.ANY, livewatch.SIDEBAR)
     cards.render_store_incident(view.store)
     last = loaders.load_last_collection(view.store)
     if last is None:

@@ -131,6 +131,27 @@ def test_a_closed_session_is_forgotten(store):
     assert asked == [("s1", "f1")]
 
 
+def test_the_sidebars_last_collection_is_pushed_with_the_live_part_each_on_its_own_tick(store):
+    """One session, two fragments: its page's live part and the sidebar's "Last collection" line
+    (it named the poll before the one the page showed for up to its 5 s tick). Each is pushed once
+    per publication, each once its own browser tick has come."""
+    asked = Asked()
+    w = livewatch.Watcher(request=asked)
+    opened(w, store, "s1", "live-f", livewatch.OVERVIEW)
+    w.register(here("s1", "side-f"), store, livewatch.ANY, livewatch.SIDEBAR)  # its first run only
+    t0 = time.monotonic()
+    publish(store, published.NAME, 100.0)
+    w.tick(t0)
+    assert asked == [("s1", "live-f")]
+    w.register(here("s1", "side-f", alone=True), store, livewatch.ANY, livewatch.SIDEBAR)  # its tick
+    redrawn(w, store, "s1", "live-f", livewatch.OVERVIEW)
+    publish(store, published.NAME, 101.0)
+    w.tick(t0 + 1)
+    assert sorted(asked[1:]) == [("s1", "live-f"), ("s1", "side-f")]
+    w.tick(t0 + 2)
+    assert len(asked) == 3
+
+
 def test_a_tab_closed_before_its_first_push_is_forgotten(store):
     """Never pushed, never found gone by a request: forgotten once it has not redrawn for
     FORGET_AFTER_S (an open tab redraws at least every interval, at most an hour)."""
@@ -140,11 +161,13 @@ def test_a_tab_closed_before_its_first_push_is_forgotten(store):
     opened(w, store, "open", "f1", livewatch.OVERVIEW)
     t0 = time.monotonic()
     w.tick(t0 + livewatch.FORGET_AFTER_S - 1)
-    assert set(w._viewers) == {"closed", "open"}
+    assert {sid for sid, _ in w._viewers} == {"closed", "open"}
     redrawn(w, store, "open", "f1", livewatch.OVERVIEW)  # the open one ticks on
-    w._viewers["open"].drawn_at = t0 + livewatch.FORGET_AFTER_S  # ... as late as the watcher's clock here
+    w._viewers[("open", livewatch.LIVE)].drawn_at = (
+        t0 + livewatch.FORGET_AFTER_S
+    )  # ... as late as the watcher's clock here
     w.tick(t0 + livewatch.FORGET_AFTER_S + 1)
-    assert set(w._viewers) == {"open"} and asked == []
+    assert {sid for sid, _ in w._viewers} == {"open"} and asked == []
 
 
 def test_a_damaged_store_never_ends_the_watcher(store):
@@ -268,7 +291,7 @@ def test_the_request_is_the_browser_timers_for_the_run_that_registered(monkeypat
     assert livewatch._request(here("s1", "f1")) is True
     Session._scriptrunner = object()
     run_loop()
-    assert livewatch._skipped == {"s1"}
+    assert livewatch._skipped == {("s1", "f1")}
     (cs,) = asked
     assert (cs.query_string, cs.page_script_hash, cs.fragment_id, cs.is_auto_rerun) == ("kiosk=1", "abc123", "f1", True)
     assert not cs.HasField("widget_states") and not cs.HasField("context_info")
@@ -356,7 +379,7 @@ def test_a_rerun_dropped_by_a_busy_session_is_asked_again(store, monkeypatch):
     w.tick(t0)
     w.tick(t0 + 1)
     assert asked == [("s1", "f1")]  # asked once for it, not yet redrawn: not again
-    livewatch._skipped.add("s1")
+    livewatch._skipped.add(("s1", "f1"))
     w.tick(t0 + 1.1)
     assert asked == [("s1", "f1")] * 2 and livewatch._skipped == set()
 
