@@ -249,7 +249,7 @@ def test_open_pages_show_a_publication_within_a_second_and_only_tick_while_idle(
     browser has ticked its live part once (a tab is pushed only then: components/livewatch.py);
     while nothing is published the tabs redraw on their tick alone, as without the watcher; a
     tab redraws once for a publication, not once per watcher look or per tab; and the sidebar's
-    "Last collection" line names the publication's poll as fast (its own tick is every 5 s)."""
+    "Last collection" line names the publication's poll soon after (its own tick is every 5 s)."""
     from runhealth.screens import published
     from runhealth.settings.config import load_config
 
@@ -314,8 +314,11 @@ def test_open_pages_show_a_publication_within_a_second_and_only_tick_while_idle(
                 f"publication -> screen s (lag, redraws) per tab: {judged} (the tick: {LIVE_INTERVAL_S} s)"
             )
             assert all(n == 1 for j in judged for _, n in j), f"one redraw per publication: {judged}"
-            # Every publication, every tab: by its 5 s tick alone, ~70% of these would be later.
-            assert max(sidebar_lags) < 1.5, f"publication -> sidebar's Last collection s: {sidebar_lags}"
+            # Every publication, every tab. It is pushed after the live part (one rerun at a time
+            # per session): 0.1-0.3 s later here, 0.4-1.8 s in a loaded CI run. By its own 5 s tick
+            # alone 2 in 5 of these would take over 3 s (all 9 within: ~1%; measured: 0.6-3.5 s, and
+            # twice not within 3.7 s).
+            assert max(sidebar_lags) < 3.0, f"publication -> sidebar's Last collection s: {sidebar_lags}"
             print(f"publication -> screen s (lag, redraws) per tab: {judged}")
         finally:
             context.close()
