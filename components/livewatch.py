@@ -289,6 +289,16 @@ def supported() -> bool:
     )
 
 
+def drawing(store: Store, follows: Follows, role: str = LIVE) -> None:
+    """A fragment of `role` is drawing `store`'s `follows` now (call first in its body): noted with
+    the process's watcher, so that it is pushed on the next publication. Nothing where no watcher
+    runs, or outside a fragment."""
+    w = watcher()
+    here = running() if w is not None else None
+    if w is not None and here is not None:
+        w.register(here, store, follows, role)
+
+
 def running() -> Here | None:
     """The fragment running in this thread (None: not in one)."""
     from streamlit.runtime.scriptrunner_utils.script_run_context import ThreadState, get_script_run_ctx

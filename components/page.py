@@ -440,13 +440,9 @@ def live(
     (components/livewatch.py), within a fraction of a second of each publication of the run's
     store that it `follows`; under a line saying when its numbers are from (`header=False`: `fn`
     draws that line itself, with its model's instant: `data_header(rt, as_of)`)."""
-    watcher = livewatch.watcher()
 
     def body(*a: *Ts) -> None:
-        if watcher is not None:  # the stamps before the reads: a later publication redraws again
-            here = livewatch.running()
-            if here is not None:
-                watcher.register(here, rt.store, follows)
+        livewatch.drawing(rt.store, follows)  # the stamps before the reads: a later publication redraws again
         if header:
             guarded(data_header)(rt)
         guarded(fn)(*a)
@@ -519,10 +515,7 @@ def freshness(rt: context.Runtime, compact: bool = False) -> None:
     names the poll the page's numbers are from."""
     _rerun_when_stale(rt)
     view = context.ready(rt)
-    watcher = livewatch.watcher()
-    here = livewatch.running() if watcher is not None else None
-    if watcher is not None and here is not None:
-        watcher.register(here, view.store, livewatch.ANY, livewatch.SIDEBAR)
+    livewatch.drawing(view.store, livewatch.ANY, livewatch.SIDEBAR)
     cards.render_store_incident(view.store)
     last = loaders.load_last_collection(view.store)
     if last is None:
