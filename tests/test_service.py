@@ -85,6 +85,9 @@ def test_reload_to_another_runs_store_spelled_with_dotdot_keeps_collecting(tmp_p
     (tmp_path / "sub").mkdir()
     proc = start_collect(config)
     try:
+        # Both first: each run polls in its own process, on its own clock (a loaded CI run stopped
+        # before run a had counted anything, and read 0 where 60 was asserted at the end).
+        wait_for_count(proc, tmp_path / "a.sqlite3", 60)
         wait_for_count(proc, tmp_path / "b.sqlite3", 40)
         rewrite(config, two_runs(tmp_path, str(tmp_path / "sub" / ".." / "a.sqlite3")))
         proc.wait_for_log(KEPT)
