@@ -175,16 +175,11 @@ class Watcher:
             with self._lock:
                 seen = self._seen.get(path)
             self._look(store, seen)
-        # The pages' live parts first, the sidebar lines at a later look: every rerun runs in this
-        # one process, and sidebar reruns asked beside the live parts slowed them (a loaded -n 3
-        # run: 2.3 s from publication to screen on two tabs, 0.2-0.3 s with the sidebars waiting).
-        live_asked = False
+        # The page's live part first: a session runs one rerun at a time, and its sidebar line waits.
         for key, viewer in sorted(viewers.items(), key=lambda kv: kv[0][1] != LIVE):
             if _broken:
                 self.stop()
                 return
-            if key[1] != LIVE and live_asked:
-                continue
             current = self.stamps(viewer.store, viewer.follows)
             if not viewer.due(current, now):
                 continue
@@ -199,7 +194,6 @@ class Watcher:
                 continue
             viewer.asked, viewer.asked_at = current, now
             self.requests += 1
-            live_asked = live_asked or key[1] == LIVE
             if not alive:  # the session is gone
                 with self._lock:
                     if self._viewers.get(key) is viewer:
