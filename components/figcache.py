@@ -11,6 +11,7 @@ built one. The cached figure is shared and must not be changed after it is retur
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable
 from typing import Any
@@ -20,9 +21,30 @@ import plotly.graph_objects as go
 import streamlit as st
 
 
+@dataclasses.dataclass(frozen=True)
+class Keyed:
+    """A figure argument with its content key worked out once (`keyed`)."""
+
+    value: Any
+    key: str | None  # None: a value pandas cannot hash (built each time, as `figure` does then)
+
+
+def keyed(value: Any) -> Keyed:
+    """`value` for several `figure` calls, hashed once: the GPUs page draws five charts from one
+    frame, and hashing it for each was ~0.04 s of every rerun on the demo (#42 item 2)."""
+    try:
+        return Keyed(value, content_key(value))
+    except TypeError:
+        return Keyed(value, None)
+
+
 def content_key(value: Any) -> str:
     """A key that changes whenever `value`'s content does (every row of a DataFrame hashed:
     Streamlit's own hashing samples frames past 50,000 rows)."""
+    if isinstance(value, Keyed):
+        if value.key is None:
+            raise TypeError("unhashable")
+        return value.key
     if isinstance(value, pd.DataFrame | pd.Series):
         digest = hashlib.blake2b(pd.util.hash_pandas_object(value, index=True).to_numpy().tobytes(), digest_size=16)
         names = list(value.columns) if isinstance(value, pd.DataFrame) else [value.name]
@@ -62,9 +84,14 @@ def _built(name: str, key: str, _build: Callable[..., go.Figure], _args: tuple, 
 
 
 def figure(build: Callable[..., go.Figure], *args: Any, **kwargs: Any) -> go.Figure:
-    """`build(*args, **kwargs)`, reused while the arguments' content is the same."""
+    """`build(*args, **kwargs)`, reused while the arguments' content is the same (an argument
+    given as `keyed(value)`: `value`, hashed once for all the figures it is given to)."""
     try:
-        key = content_key((args, kwargs))
+        key: str | None = content_key((args, kwargs))
     except TypeError:  # a column pandas cannot hash (lists in cells): build it, as before
+        key = None
+    args = tuple(a.value if isinstance(a, Keyed) else a for a in args)
+    kwargs = {k: v.value if isinstance(v, Keyed) else v for k, v in kwargs.items()}
+    if key is None:
         return build(*args, **kwargs)
     return _built(f"{build.__module__}.{build.__qualname__}", key, build, args, kwargs)

@@ -107,6 +107,7 @@ def render_series(
         return
     st.caption(f"Series over the last {window}: {precomputed.age_text(pre.as_of if pre else None)}.")
     cols = st.columns(2)
+    frame = figcache.keyed(df) if pre is None or pre.bands is None else None  # hashed once for its charts
     for i, (col, title, unit, limit) in enumerate(series):
         if pre and pre.bands is not None:  # past PER_GPU_LINES_UP_TO GPUs, with or without a payload
             lim, band = pre.limits.get(limit) if limit else None, pre.bands[col]
@@ -115,7 +116,7 @@ def render_series(
                 figures.make_gpu_band_figure, band, title, unit, lim, scale, show_legend=i == 0, events=events
             )
         else:
-            fig = figcache.figure(series_figure, df, col, title, unit, limit, events)
+            fig = figcache.figure(series_figure, frame, col, title, unit, limit, events)
         cols[i % 2].plotly_chart(fig, key=f"{PREFIX}_{col}_chart", height=height)
 
 

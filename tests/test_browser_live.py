@@ -277,14 +277,17 @@ def test_open_pages_show_a_publication_within_a_second_and_only_tick_while_idle(
                 ats = [at for at, _ in d.seen if at >= quiet - LIVE_INTERVAL_S]
                 gaps = [round(b - a, 2) for a, b in zip(ats, ats[1:], strict=False)]
                 assert all(g > LIVE_INTERVAL_S - 2 for g in gaps), f"redrawn between ticks while idle: {gaps}"
-            # Three publications 3.7 s apart: a tab whose tick is due within 2 s of one (or just
-            # ticked) is not judged on it; its tick takes at most ~4.3 s of each interval even late
-            # under load, so every tab is judged on one at least.
+            # Publications 3.7 s apart, three at least, more (six at most) until every tab is judged
+            # on one: a tab whose tick is due within 2 s of one (or just ticked) is not judged on it.
+            # Its tick takes ~4.3 s of each interval, late under load; a loaded full-suite run once
+            # had one tab's ticks due at all of three.
             judged: list[list[tuple[float, int]]] = [[] for _ in tabs]
             pushed: list[float] = []  # when each publication was written (monotonic)
             sidebar_lags: list[float] = []
             shown_clock = first
-            for _ in range(3):
+            for n in range(6):
+                if n >= 3 and all(judged):
+                    break
                 while time.strftime("%H:%M:%S", time.localtime()) == shown_clock:  # a clock not shown yet
                     time.sleep(0.1)
                 # Since each tab's last tick: its last redraw that no earlier publication explains.

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from runhealth.alerting import countgroups, exporter
 from runhealth.analysis import reasons, stats
+from runhealth.rules import health
 from runhealth.store import Store, reasonnames
 from tests.store_fixtures import make_store
 
@@ -136,3 +137,29 @@ def test_a_scrape_reads_the_stored_groups_not_the_counts(tmp_path):
     names = {f.name for f in text_string_to_metric_families(text)}
     assert {"runhealth_completions", "runhealth_completion_length_tokens", "runhealth_generated_tokens"} <= names
     store.close()
+
+
+@pytest.mark.parametrize("renamed", [True, False])
+def test_the_runs_length_rows_are_its_length_counts_as_tuples(tmp_path, renamed):
+    """Store.run_length_rows (#42 item 2: no dict per row on every live page's rerun) gives the
+    rows of length_counts(by="run"), in order, with a renamed node's old name left out, and the
+    Summary that health reads from them is the one the dict rows gave."""
+    store = _mixed_store(tmp_path)
+    if not renamed:
+        with store.transaction() as db:
+            db.execute("DELETE FROM node_length_counts WHERE node = 'old-c'")
+            db.execute("DELETE FROM shards WHERE node = 'old-c'")
+        assert not store.superseded_nodes()
+    got = store.run_length_rows()
+    want = [(r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in store.length_counts(by="run")]
+    assert got == want and len(got) > 40
+    assert any(reason is None for _t, reason, _e, _n in got)  # a stored '' reads as no finish reason
+    hist = stats.LengthHist.from_rows(want)
+    assert len(_reasons_of(want)) > len(reasons.KNOWN) + reasons.MAX_SHOWN_OTHERS + 2  # health folds them first
+    for ceiling in (4096, 2048, None):  # the same Summary either way (health._summary's docstring)
+        assert health.run_summary(store, ceiling) == stats.summarize(hist, ceiling=ceiling)
+    store.close()
+
+
+def _reasons_of(rows):
+    return {r or "" for _t, r, _e, _n in rows}

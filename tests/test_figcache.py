@@ -99,3 +99,22 @@ def test_the_cached_figure_gives_streamlit_the_same_dict_each_run():
     first = fig.to_dict()
     assert fig.to_dict() is first  # made once, not copied again on the next rerun
     assert json.loads(fig.to_json()) == json.loads(counted(frame([1.0, 2.0]), "Power").to_json())
+
+
+def test_a_keyed_frame_is_hashed_once_and_built_as_the_frame_itself(monkeypatch):
+    """figcache.keyed: the GPUs page's five series charts share one frame, hashed once (#42)."""
+    df = frame([1.0, 2.0, 3.0])
+    hashed = []
+    real = pd.util.hash_pandas_object
+    monkeypatch.setattr(pd.util, "hash_pandas_object", lambda *a, **k: hashed.append(1) or real(*a, **k))
+    one = figcache.keyed(df)
+    first = figcache.figure(counted, one, "Power")
+    assert figcache.figure(counted, one, "Power") is first and len(BUILDS) == 1  # reused
+    figcache.figure(counted, one, "Temperature")  # another chart of the same frame: built, not hashed again
+    assert len(hashed) == 1 and len(BUILDS) == 2
+    assert figcache.figure(counted, df, "Power") is first  # the same key as the frame itself
+    assert [b[0] for b in BUILDS] == [3, 3]  # the builder got the frame (len() of the wrapper raises)
+    lists = figcache.keyed(frame([1.0, 2.0]).assign(procs=[[1], [2]]))  # pandas cannot hash it: built each time
+    figcache.figure(counted, lists, "Power")
+    figcache.figure(counted, lists, "Power")
+    assert len(BUILDS) == 4

@@ -8,12 +8,14 @@ must all show the same record (issue 31, items 1 and 6).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import random
 import re
 import time
 from pathlib import Path
 
+import pytest
 import store_fixtures
 from store_fixtures import write_reply
 from test_pages import _clear_streamlit_caches, assert_clean, run_page  # noqa: F401 (autouse fixture)
@@ -99,6 +101,13 @@ def counting(monkeypatch) -> collections.Counter:
             return _m(self, *a, **k)
 
         monkeypatch.setattr(Store, name, wrapped)
+    real_rows = Store.run_length_rows  # the run's length counts as tuples: a read of them all the same
+
+    def rows(self):
+        calls["length_counts"] += 1
+        return real_rows(self)
+
+    monkeypatch.setattr(Store, "run_length_rows", rows)
     return calls
 
 
@@ -330,6 +339,38 @@ def test_gpus_model_is_the_stores_gpus_their_alerts_and_notes(tmp_path):
     assert json.loads(json.dumps(model.to_json()))["writing"] is True
 
 
+@pytest.mark.parametrize("scenario", ["node_down", "healthy", "drift", "empty"])
+@pytest.mark.parametrize("left_out", [None, "node-2"])
+def test_gpus_alerts_are_the_runs_gpu_alerts_without_reading_the_length_counts(
+    tmp_path, monkeypatch, scenario, left_out
+):
+    """#42: the GPUs page reads `health.read_hardware`, not the whole reading (the run's length
+    counts were most of its every rerun). Its alerts are still the run's GPU alerts, in the
+    Overview's order, with a node the config leaves out left out of both."""
+    from runhealth.rules import health
+    from runhealth.screens import gpus
+
+    store, config = store_fixtures.make_store(tmp_path, scenario)
+    cfg = load_config(config)
+    settings = RunSettings.from_config(cfg)
+    nodes = [n["name"] for n in store.nodes()]
+    if left_out and left_out in nodes:
+        settings = dataclasses.replace(settings, nodes=tuple(n for n in nodes if n != left_out))
+    now = time.time()
+    whole = health.read(store, now, settings)
+    expected = [a for a in health.alerts_of(whole) if a.name.startswith(gpus.GPU_ALERT_PREFIX)]
+    calls = counting(monkeypatch)
+    hw = health.read_hardware(store, now, settings)
+    assert calls["length_counts"] == 0 and calls["nodes"] == 1, calls
+    assert health.gpu_alerts(hw) == [a for a in health.alerts_of(whole) if a in health.gpu_alerts(hw)]
+    assert [a for a in health.gpu_alerts(hw) if a.name.startswith(gpus.GPU_ALERT_PREFIX)] == expected
+    assert (hw.nodes, hw.gpu_latest, hw.rates) == (whole.nodes, whole.gpu_latest, whole.rates)
+    if scenario == "node_down":
+        assert expected, "the scenario raises GPU alerts"
+        if left_out:
+            assert not any(a.node == left_out for a in expected)
+
+
 def test_gpus_model_of_a_store_never_polled(tmp_path):
     from runhealth.screens import gpus
 
@@ -438,22 +479,23 @@ def test_lengths_and_samples_read_one_instant_when_the_payload_is_a_poll_behind(
     # Every read inside a model sees one commit: a poll another connection writes meanwhile is
     # not half in it (the first read of the run's counts lets one land).
     seen: list[int] = []
-    real = store.length_counts
+    real = store.run_length_rows
 
-    def counts_then_a_poll_lands(by: str = "run", finish_reason: str | None = None):
-        rows = real(by=by, finish_reason=finish_reason)
-        if by == "run" and finish_reason is None:
-            seen.append(sum(r["count"] for r in rows))
-            if len(seen) == 1:
-                other = Store(store.path)
-                grow(other, time.time(), 25, "meanwhile")
-                other.close()
+    def counts_then_a_poll_lands():
+        rows = real()
+        seen.append(sum(n for *_x, n in rows))
+        if len(seen) == 1:
+            other = Store(store.path)
+            grow(other, time.time(), 25, "meanwhile")
+            other.close()
         return rows
 
-    monkeypatch.setattr(store, "length_counts", counts_then_a_poll_lands)
+    monkeypatch.setattr(store, "run_length_rows", counts_then_a_poll_lands)
     m2 = lengths.lengths(store, cfg)
-    assert len(seen) >= 2 and set(seen) == {truth}, seen  # the poll landed, no read of the model saw it
+    assert seen == [truth]  # the run's counts are read once (#42: runeta.store_eta takes them) ...
     assert m2.summary.completions == truth
+    # ... and every read after it is of the same commit: the nodes' counts (another table) too.
+    assert sum(n["completions"] for n in m2.nodes) == truth
     monkeypatch.undo()
     now_total = sum(r["count"] for r in store.length_counts(by="run"))
     assert now_total == truth + 100

@@ -144,8 +144,7 @@ def _read(store: Store, name: str) -> tuple[float, Any] | None:
 # -- the payloads: each function is what the page computed before -------------------------------
 def run_lengths(store: Store, ceiling: int | None) -> RunLengths:
     """The run's length counts (a LengthHist), with histogram bins and CDF points."""
-    rows = store.length_counts(by="run")
-    hist = stats.LengthHist.from_rows((r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in rows)
+    hist = stats.LengthHist.from_rows(store.run_length_rows())
     malformed = sum(n["malformed"] for n in store.counted_nodes())
     return RunLengths(
         ceiling=ceiling,

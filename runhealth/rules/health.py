@@ -37,7 +37,7 @@ from runhealth import heartbeat
 from runhealth.ages import fmt_age, fmt_ago
 from runhealth.analysis import failed as failed_reqs
 from runhealth.analysis import reasons, stats, unknowns
-from runhealth.records import GpuEventRow, GpuHealthReading, GpuRow, HostReading, LengthCountRow, NodeRow
+from runhealth.records import GpuEventRow, GpuHealthReading, GpuRow, HostReading, NodeRow
 from runhealth.rules import activity, hardware
 from runhealth.rules.hardware import host_problems as host_problems  # re-exported: one import for the words
 from runhealth.rules.hardware import missing_gpus as missing_gpus
@@ -111,22 +111,33 @@ class Alert:
 
 
 @dataclasses.dataclass(frozen=True)
-class Reading:
-    """What the alert rules read from the store at one instant (`read`): a screen that words
-    the alerts and shows tiles builds both from one Reading, so they cannot disagree."""
+class Hardware:
+    """What the GPU and host rules read at one instant (`read_hardware`; every `Reading` holds it
+    too): the GPUs page's reading, without the run's length counts it never shows."""
 
     now: float
     settings: RunSettings  # the run's (runhealth.settings.runsettings): its name, windows, nodes, target
-    last_collection_unix: float | None
-    fault: heartbeat.CollectorFault | None  # the collector is gone (only looked up when stale)
     nodes: list[NodeRow]  # the nodes the config names now
-    summary: stats.Summary
     rates: activity.RunRates
     gpu_latest: list[GpuRow]
     gpu_health: list[GpuHealthReading]
     gpu_events: list[GpuEventRow]
     gpus_seen: dict[str, set[int]]
     host_latest: dict[str, HostReading]
+
+    @property
+    def stale_after(self) -> float:
+        return self.settings.stale_after
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading(Hardware):
+    """What the alert rules read from the store at one instant (`read`): a screen that words
+    the alerts and shows tiles builds both from one Reading, so they cannot disagree."""
+
+    last_collection_unix: float | None
+    fault: heartbeat.CollectorFault | None  # the collector is gone (only looked up when stale)
+    summary: stats.Summary
     failed: failed_reqs.FailedRequests | None = None  # the run's failed requests (#39); None: not read
     failed_rows: tuple[FailedRow, ...] = ()  # by node and reason (Store.failed_rows): the Nodes page's
 
@@ -134,10 +145,6 @@ class Reading:
     def unknown(self) -> unknowns.Unknown | None:
         """Why the share at the ceiling is unknown (analysis/unknowns.py), or None."""
         return unknowns.unknown_of(self.summary)
-
-    @property
-    def stale_after(self) -> float:
-        return self.settings.stale_after
 
     @property
     def stall_after(self) -> float:
@@ -150,41 +157,67 @@ def read(
     settings: RunSettings | None = None,
     rates_lookback_s: float | None = None,
     memo: dict[tuple, activity.RunRates] | None = None,
+    summary: stats.Summary | None = None,
 ) -> Reading:
     """Everything `evaluate` needs at `now`, each table read once. `rates_lookback_s`: how far
     back the rates read polls (default: what the alerts need; a screen passes the hour it shows).
     `memo`: rate readings already taken at `now` (/metrics passes one per scrape, so its stall
-    series and its alerts read the polls once)."""
+    series and its alerts read the polls once). `summary`: the run's length summary as the
+    caller counted it at this instant (a screen that shows it: runeta.store_eta), not counted again."""
     now = time.time() if now is None else now
     settings = store.run_settings() if settings is None else settings
-    interval_s, stale_after = settings.interval_s, settings.stale_after
+    stale_after = settings.stale_after
     last = store.last_collection_unix()
     stale = last is None or now - last > stale_after
     fault = heartbeat.fault(heartbeat.read_status(store), now, stale_after) if stale else None
-    keep = settings.node_names  # a node removed from the config raises no alert (its history stays)
     every = store.nodes()
     gone = store.superseded_nodes()
-    malformed = sum(n["malformed"] for n in every if n["name"] not in gone)
-    summary = _summary(store.length_counts(by="run"), settings.max_output_tokens, malformed)
+    if summary is None:
+        malformed = sum(n["malformed"] for n in every if n["name"] not in gone)
+        summary = _summary(store.run_length_rows(), settings.max_output_tokens, malformed)
     failed_rows = store.failed_rows(gone)  # one statement; their prompt IDs only when some failed
     failed_prompts = store.failed_prompts() if failed_rows else None
-    stall_s = settings.stall_after
-    lookback = _rates_lookback(store, now, stall_s, interval_s)
+    hw = _hardware(store, now, settings, every, rates_lookback_s, memo)
     return Reading(
-        now=now,
-        settings=settings,
+        **{f.name: getattr(hw, f.name) for f in dataclasses.fields(Hardware)},
         last_collection_unix=last,
         fault=fault,
-        nodes=[n for n in every if keep is None or n["name"] in keep],
         summary=summary,
+        failed=failed_reqs.failed_requests(failed_rows, summary.completions, prompts=failed_prompts),
+        failed_rows=tuple(failed_rows),
+    )
+
+
+def read_hardware(store: Store, now: float | None = None, settings: RunSettings | None = None) -> Hardware:
+    """What the GPU and host rules need at `now` (`gpu_alerts`), as `read` reads it, without the
+    run's length counts and failed requests (most of `read`'s time on a run's every rerun of the
+    GPUs page, which shows neither)."""
+    now = time.time() if now is None else now
+    settings = store.run_settings() if settings is None else settings
+    return _hardware(store, now, settings, store.nodes())
+
+
+def _hardware(
+    store: Store,
+    now: float,
+    settings: RunSettings,
+    every: list[NodeRow],
+    rates_lookback_s: float | None = None,
+    memo: dict[tuple, activity.RunRates] | None = None,
+) -> Hardware:
+    keep = settings.node_names  # a node removed from the config raises no alert (its history stays)
+    interval_s = settings.interval_s
+    lookback = _rates_lookback(store, now, settings.stall_after, interval_s)
+    return Hardware(
+        now=now,
+        settings=settings,
+        nodes=[n for n in every if keep is None or n["name"] in keep],
         rates=activity.read_rates(store, now, max(lookback, rates_lookback_s or 0.0), interval_s, memo),
         gpu_latest=store.gpu_latest(),
         gpu_health=store.gpu_health(),
         gpu_events=store.gpu_events(now - HARDWARE_WINDOW_S),
         gpus_seen=store.gpus_seen(now - HARDWARE_WINDOW_S),
         host_latest=store.host_latest(),
-        failed=failed_reqs.failed_requests(failed_rows, summary.completions, prompts=failed_prompts),
-        failed_rows=tuple(failed_rows),
     )
 
 
@@ -234,8 +267,7 @@ def alerts_of(r: Reading) -> list[Alert]:
         out += truncation_alerts(summary, settings, run)
     if r.failed is not None:
         out += failed_alerts(r.failed, settings, run)
-    out += _gpu_alerts(r.gpu_latest, run, bool(r.rates.tokens_per_s_1m))
-    out += hardware_alerts(r, run)
+    out += gpu_alerts(r)
     out = [a for a in out if a.node is None or keep is None or a.node in keep]
     if r.fault is not None:  # node states, stalls and drops are frozen at the collector's last poll
         out = [a for a in out if a.name not in COLLECTOR_FROZEN]
@@ -380,7 +412,16 @@ def _gpu_alerts(latest: list[GpuRow], run: str, run_writing: bool) -> list[Alert
     return out
 
 
-def hardware_alerts(r: Reading, run: str) -> list[Alert]:
+def gpu_alerts(h: Hardware) -> list[Alert]:
+    """The GPU and host alerts at `h`, most serious first, exactly as `alerts_of` holds them among
+    the others (the GPUs page reads these alone: `read_hardware`)."""
+    run, keep = h.settings.name, h.settings.node_names
+    out = _gpu_alerts(h.gpu_latest, run, bool(h.rates.tokens_per_s_1m)) + hardware_alerts(h, run)
+    out = [a for a in out if a.node is None or keep is None or a.node in keep]
+    return sorted(out, key=lambda a: a.severity != "critical")
+
+
+def hardware_alerts(r: Hardware, run: str) -> list[Alert]:
     """A GPU's and a host's health as alerts: XIDs of the last hour, uncorrected ECC, failed and
     pending row remaps, a GPU missing from an up node's latest poll, RAM, swap and CPU load."""
     now, nodes, stale_after = r.now, r.nodes, r.stale_after
@@ -410,22 +451,21 @@ def hardware_alerts(r: Reading, run: str) -> list[Alert]:
 
 def run_summary(store: Store, ceiling: int | None) -> stats.Summary:
     """The run's length summary, exactly as the Overview computes it."""
-    return _summary(store.length_counts(by="run"), ceiling, sum(n["malformed"] for n in store.counted_nodes()))
+    return _summary(store.run_length_rows(), ceiling, sum(n["malformed"] for n in store.counted_nodes()))
 
 
-def _summary(rows: list[LengthCountRow], ceiling: int | None, malformed: int) -> stats.Summary:
-    """stats.summarize over the run's length rows; a store from before reasons were bounded may
-    hold 100,000 distinct ones: they are folded into "other" first (summarize bounds them the
-    same way, so the Summary is the same), and a scrape's alerts stay cheap."""
+def _summary(rows: list[tuple[int, str | None, int, int]], ceiling: int | None, malformed: int) -> stats.Summary:
+    """stats.summarize over the run's length rows (Store.run_length_rows); a store from before
+    reasons were bounded may hold 100,000 distinct ones: they are folded into "other" first
+    (summarize bounds them the same way, so the Summary is the same), and a scrape's alerts stay cheap."""
     totals: dict[str, int] = {}
-    for r in rows:
-        totals[r["finish_reason"] or ""] = totals.get(r["finish_reason"] or "", 0) + r["count"]
+    for _tokens, reason, _estimated, count in rows:
+        totals[reason or ""] = totals.get(reason or "", 0) + count
     if len(totals) > len(reasons.KNOWN) + reasons.MAX_SHOWN_OTHERS + 2:
         names = reasons.shown_names(totals)
         shown = {r: r for r in names} | {"": ""}
-        rows = [{**r, "finish_reason": shown.get(r["finish_reason"] or "", reasons.OTHER) or None} for r in rows]
-    hist = stats.LengthHist.from_rows((r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in rows)
-    return stats.summarize(hist, ceiling=ceiling, unparseable=malformed)
+        rows = [(t, shown.get(r or "", reasons.OTHER) or None, e, n) for t, r, e, n in rows]
+    return stats.summarize(stats.LengthHist.from_rows(rows), ceiling=ceiling, unparseable=malformed)
 
 
 # -- one ok / warn / alert rule -----------------------------------------------------------------

@@ -1,9 +1,10 @@
 """The GPUs page's model: every GPU's latest reading, its problems and notes, at one instant.
 
-`gpus(store, config, now)` reads the store once through `health.read` (nodes, rates, GPU and
-health tables: each once) and derives the rest from that reading: the GPUs of the nodes the
+`gpus(store, config, now)` reads the store once through `health.read_hardware` (nodes, rates,
+GPU and health tables: each once, as `health.read` reads them, without the run's length counts,
+which the page does not show) and derives the rest from that reading: the GPUs of the nodes the
 collector polls (labelled node/gpu), whether the run is writing (the one tok/s), the GPU alerts
-(`health.alerts_of`, worded as on the Overview), the notes that are no problem
+(`health.gpu_alerts`: those of `health.alerts_of`, worded as on the Overview), the notes that are no problem
 (`hardware.gpu_notes`), the nodes' telemetry errors in sentences (`hardware.telemetry_errors`)
 and whether the telemetry is simulated. The page (pages/gpus.py) lays it out; the series over a
 window stay the collector's precomputed payload (runhealth.payloads.pagedata), read by the page's window.
@@ -68,7 +69,7 @@ def gpus(store: Store, config: RunConfig, now: float | None = None) -> Gpus:
     # The nodes are those the collector saved in the run's meta (none saved: every node the store
     # holds), as the GPU table has always shown them; the other settings are the config's.
     settings = dataclasses.replace(RunSettings.from_config(config), nodes=store.run_settings().nodes)
-    reading = health.read(store, now, settings)
+    reading = health.read_hardware(store, now, settings)
     names = {n["name"] for n in reading.nodes}
     rows = tuple(g for g in reading.gpu_latest if g["node"] in names)
     writing = bool(reading.rates.tokens_per_s_1m)
@@ -80,7 +81,7 @@ def gpus(store: Store, config: RunConfig, now: float | None = None) -> Gpus:
         nodes=tuple(reading.nodes),
         gpus=rows,
         writing=writing,
-        alerts=tuple(a for a in health.alerts_of(reading) if a.name.startswith(GPU_ALERT_PREFIX)),
+        alerts=tuple(a for a in health.gpu_alerts(reading) if a.name.startswith(GPU_ALERT_PREFIX)),
         notes=tuple(hardware.gpu_notes(labelled, found, writing)),
         telemetry_errors=tuple(hardware.telemetry_errors(reading.nodes)),
         events=chart_events(store),

@@ -52,8 +52,7 @@ def counts(store: Store, ceiling: int | None, got: tuple[float, RunLengths] | No
     only when it is of that ceiling and of these very counts; a payload a poll behind (the
     collector computes it after the poll is written) is not mixed into a screen whose other
     tiles read the poll (#41: "4,966 of 30,410" beside "of 4,968 cut")."""
-    rows = store.length_counts(by="run")
-    hist = stats.LengthHist.from_rows((r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in rows)
+    hist = stats.LengthHist.from_rows(store.run_length_rows())
     malformed = sum(n["malformed"] or 0 for n in store.counted_nodes())
     current = got is not None and got[1].ceiling == ceiling and got[1].rows.rows() == hist.rows()
     if got is not None and current:
@@ -146,7 +145,7 @@ def _lengths(store: Store, config: RunConfig, now: float) -> Lengths:
     counted = counts(store, config.max_output_tokens, pagedata.get(store, "run_lengths", RunLengths))
     figures = fieldmodel.field_figures(store, config, counted.summary.ceiling_tokens)
     run_rates = activity.read_rates(store, now)
-    eta, withheld = runeta.store_eta(store, counted.summary.completions, config.target_completions, now)
+    eta, withheld = runeta.store_eta(store, counted.summary, config.target_completions, now)
     return Lengths(
         run=config.name,
         now=now,

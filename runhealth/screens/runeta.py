@@ -21,7 +21,7 @@ from collections.abc import Collection, Sequence
 from typing import Literal, NamedTuple, cast
 
 from runhealth.ages import fmt_age
-from runhealth.analysis import rates
+from runhealth.analysis import rates, stats
 from runhealth.analysis.stragglers import Stragglers, stragglers
 from runhealth.records import NodeRow
 from runhealth.rules import activity, health
@@ -208,19 +208,20 @@ class Progress(NamedTuple):
     basis: Basis
 
 
-def store_eta(store: Store, completions: int, target: int | None, now: float) -> tuple[RunEta, str]:
+def store_eta(store: Store, summary: stats.Summary, target: int | None, now: float) -> tuple[RunEta, str]:
     """A live run's ETA from its store (the Compare page's and Output lengths' ETA) on the
     Overview's basis and under its rule (shown_eta: none while the run is stalled or stale, or its
     average too young; the run's end at its last node's share unless the nodes share one queue),
-    with why there is none (short words for a table cell; "" when there is one)."""
+    with why there is none (short words for a table cell; "" when there is one). `summary`: the
+    run's length summary the screen counted at `now` (read once: its completions are the count)."""
     settings = store.run_settings()
     expected = settings.expected_prompts
     counted = store.prompt_counts() if expected else None
     answered = counted["distinct_prompts"] if counted and counted["id_lines"] else None
-    reading = health.read(store, now, dataclasses.replace(settings, target_completions=target))
+    reading = health.read(store, now, dataclasses.replace(settings, target_completions=target), summary=summary)
     state = run_state(health.alerts_of(reading), False)
     live = live_eta(
-        store, reading, completions, answered, store.meta("prompt_ids_since") is not None, state, hold=False
+        store, reading, summary.completions, answered, store.meta("prompt_ids_since") is not None, state, hold=False
     )
     return dataclasses.replace(live.basis, eta_s=live.eta_s), live.withheld
 

@@ -205,15 +205,14 @@ def run_numbers(
 ) -> RunNumbers:
     """One run's figures for the Compare page (see the module docstring for the rates), its
     ETA at `now` (default: the clock)."""
-    rows = store.length_counts(by="run")
-    hist = stats.LengthHist.from_rows((r["tokens"], r["finish_reason"], r["estimated"], r["count"]) for r in rows)
+    hist = stats.LengthHist.from_rows(store.run_length_rows())
     nodes = store.counted_nodes()
     summary = stats.summarize(hist, ceiling=ceiling, unparseable=sum(n["malformed"] or 0 for n in nodes))
     gpus = sum(n["gpus_found"] or 0 for n in nodes)
     life = (finished_life(store) if finished else life_figures(store)).life
     tps, cps = life.tokens_per_s, life.completions_per_s
     per_gpu = tps / gpus if tps is not None and gpus else None
-    basis, why = (None, "") if finished else runeta.store_eta(store, summary.completions, target, _now(now))
+    basis, why = (None, "") if finished else runeta.store_eta(store, summary, target, _now(now))
     eta = basis.eta_s if basis else None
     return RunNumbers(
         name=name,

@@ -136,6 +136,17 @@ class StoreReads(StoreFile):
             self.query(f"SELECT {keys}tokens, finish_reason, estimated, count FROM {table}{where}", params)
         )
 
+    def run_length_rows(self) -> list[tuple[int, str | None, int, int]]:
+        """`length_counts(by="run")` as (tokens, finish_reason or None, estimated, count) tuples,
+        in the same order: stats.LengthHist.from_rows's input, without a dict per row (a run's
+        few thousand rows, read on every live page's rerun: #42 item 2)."""
+        _where_clause, gone = self.counted_where()
+        if gone:
+            sql, params = _run_less(gone, None)
+        else:
+            sql, params = "SELECT tokens, finish_reason, estimated, count FROM run_length_counts", ()
+        return [(t, r or None, e, n) for t, r, e, n in self.cursor(sql, params)]
+
     def group_totals(self, by: str) -> list[GroupTotalRow]:
         """Per node or shard: completions counted, and how many of them have exact token counts.
 
