@@ -11,12 +11,13 @@ therefore costs nothing between publications beyond its interval tick, and one r
 part per publication it reads, however many tabs are open and however fast the watcher looks (at
 most one every MIN_GAP_S a session).
 
-A tab is pushed only once its browser has itself asked for a rerun of that live part (its
-fragment timer's first tick, one interval after the page arrived, or a widget inside it): the
-proof that the browser holds the page and runs its fragment. A push that reached a tab whose
-browser had not yet drawn its first run left that tab blank for good (seven kiosk tabs opening at
-once on two cores; bench/README.md, #42 item 2). Until then, and on every new page or query (a
-page switch, the kiosk's rotation and its parts), the tab has its interval tick alone, as before.
+A tab is pushed only once its browser has itself asked for a rerun of one of its fragments on
+the page and query it shows (the sidebar's "Last collection" line ticks every FRESHNESS_TICK_S, the
+live part every interval; or a widget inside one): the proof that the browser holds the page and
+runs its fragments. A push that reached a tab whose browser had not yet drawn its first run left
+that tab blank for good (seven kiosk tabs opening at once on two cores; bench/README.md, #42 item
+2). Until then, and again after every full run of another page or query (a page switch, the
+kiosk's rotation and its parts), the tab has its fragments' own ticks alone, as before.
 
 The stamps known to the watcher are also the cached reads' key (`store_key`): a read after a
 publication computes afresh, so a rerun for it never shows a copy cached just before it.
@@ -97,10 +98,11 @@ class Viewer:
     asked: Stamps | None = None
     asked_at: float = 0.0
 
-    def due(self, current: Stamps, now: float) -> bool:
-        """Whether to ask for a redraw now: its browser runs its fragment, and a publication it
-        has neither drawn nor been asked for is there; never twice within MIN_GAP_S."""
-        if not self.ready or now - self.asked_at < MIN_GAP_S:
+    def due(self, current: Stamps, now: float, ready: bool | None = None) -> bool:
+        """Whether to ask for a redraw now: its browser runs its fragments (`ready`, default its
+        own `ready`: Watcher.pushable), and a publication it has neither drawn nor been asked for
+        is there; never twice within MIN_GAP_S."""
+        if not (self.ready if ready is None else ready) or now - self.asked_at < MIN_GAP_S:
             return False
         return current != self.drawn and current != self.asked
 
@@ -120,6 +122,9 @@ class Watcher:
         self._request = request if request is not None else _request
         self._lock = threading.Lock()
         self._viewers: dict[tuple[str, str], Viewer] = {}  # (session id, role) -> that fragment
+        # session id -> the (page, query) whose fragments its browser has rerun alone since the
+        # session's last full run of another page or query: its fragments there are pushed
+        self._ready_views: dict[str, tuple[str, str]] = {}
         self._seen: dict[str, _Seen] = {}  # store path -> what the watcher last read
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -134,16 +139,28 @@ class Watcher:
     def register(self, here: Here, store: Store, follows: Follows, role: str = LIVE) -> None:
         """A session's fragment in `role` (`here`: its live part, or the sidebar's "Last collection"
         line) is drawing now: note the stamps it draws (read before its reads, so a publication
-        during them redraws again). Ready for pushes from its first rerun of this fragment alone on
-        this page and query, which before any push is one its browser asked for."""
+        during them redraws again). Its session's fragments on this page and query are pushed from
+        the first rerun of one of them alone there (drawn there before: before any push, one its
+        browser asked for) until a full run of another page or query."""
         drawn = self.stamps(store, follows)
-        key = (here.session_id, role)
+        key, sid, page_view = (here.session_id, role), here.session_id, (here.page_script_hash, here.query_string)
         with self._lock:
             before = self._viewers.get(key)
             same = before is not None and before.here.view() == here.view()
+            if here.fragment_run and same:
+                self._ready_views[sid] = page_view
+            elif not here.fragment_run and self._ready_views.get(sid) != page_view:
+                self._ready_views.pop(sid, None)  # a full run of another page or query: wait for a tick there
             ready = same and before is not None and (before.ready or here.fragment_run)
             asked_at = before.asked_at if before is not None else 0.0  # MIN_GAP_S holds across redraws
             self._viewers[key] = Viewer(here, store, follows, drawn, time.monotonic(), ready=ready, asked_at=asked_at)
+
+    def pushable(self, viewer: Viewer) -> bool:
+        """Whether `viewer`'s tab has rerun this fragment, or another of its fragments on the same
+        page and query, alone since it showed them (see `register`)."""
+        with self._lock:
+            view = self._ready_views.get(viewer.here.session_id)
+        return viewer.ready or view == (viewer.here.page_script_hash, viewer.here.query_string)
 
     def stamps(self, store: Store, follows: Follows = ANY) -> Stamps:
         """The stamps of `follows` as the watcher knows them (read now for a store it never read)."""
@@ -165,6 +182,7 @@ class Watcher:
         with self._lock:
             for key in [k for k, v in self._viewers.items() if now - v.drawn_at > FORGET_AFTER_S]:
                 del self._viewers[key]
+                self._forget_view_if_unseen(key[0])
             viewers = dict(self._viewers)
         for viewer in viewers.values():  # asks their loop dropped (busy by then): due again
             if (viewer.here.session_id, viewer.here.fragment_id) in _skipped:
@@ -181,7 +199,7 @@ class Watcher:
                 self.stop()
                 return
             current = self.stamps(viewer.store, viewer.follows)
-            if not viewer.due(current, now):
+            if not viewer.due(current, now, self.pushable(viewer)):
                 continue
             try:
                 alive = self._request(viewer.here)
@@ -198,6 +216,12 @@ class Watcher:
                 with self._lock:
                     if self._viewers.get(key) is viewer:
                         del self._viewers[key]
+                    self._forget_view_if_unseen(key[0])
+
+    def _forget_view_if_unseen(self, session_id: str) -> None:
+        """Drop a session's ready page once none of its fragments is watched (hold the lock)."""
+        if not any(sid == session_id for sid, _role in self._viewers):
+            self._ready_views.pop(session_id, None)
 
     def _look(self, store: Store, seen: _Seen | None) -> _Seen:
         """The store's stamps: read again only when its file or WAL moved since `seen`."""

@@ -131,25 +131,70 @@ def test_a_closed_session_is_forgotten(store):
     assert asked == [("s1", "f1")]
 
 
-def test_the_sidebars_last_collection_is_pushed_with_the_live_part_each_on_its_own_tick(store):
+def test_the_sidebars_last_collection_is_pushed_with_the_live_part(store):
     """One session, two fragments: its page's live part and the sidebar's "Last collection" line
     (it named the poll before the one the page showed for up to its 5 s tick). Each is pushed once
-    per publication, each once its own browser tick has come."""
+    per publication, the live part first (a session runs one rerun at a time)."""
     asked = Asked()
     w = livewatch.Watcher(request=asked)
-    opened(w, store, "s1", "live-f", livewatch.OVERVIEW)
-    w.register(here("s1", "side-f"), store, livewatch.ANY, livewatch.SIDEBAR)  # its first run only
+    w.register(here("s1", "live-f"), store, livewatch.OVERVIEW)  # the page's first run draws both
+    w.register(here("s1", "side-f"), store, livewatch.ANY, livewatch.SIDEBAR)
+    redrawn(w, store, "s1", "live-f", livewatch.OVERVIEW)  # the live part's tick
     t0 = time.monotonic()
     publish(store, published.NAME, 100.0)
     w.tick(t0)
-    assert asked == [("s1", "live-f")]
-    w.register(here("s1", "side-f", alone=True), store, livewatch.ANY, livewatch.SIDEBAR)  # its tick
+    assert asked == [("s1", "live-f"), ("s1", "side-f")]
     redrawn(w, store, "s1", "live-f", livewatch.OVERVIEW)
+    w.register(here("s1", "side-f", alone=True), store, livewatch.ANY, livewatch.SIDEBAR)
     publish(store, published.NAME, 101.0)
     w.tick(t0 + 1)
-    assert sorted(asked[1:]) == [("s1", "live-f"), ("s1", "side-f")]
+    assert asked[2:] == [("s1", "live-f"), ("s1", "side-f")]
     w.tick(t0 + 2)
-    assert len(asked) == 3
+    assert len(asked) == 4
+
+
+def test_a_tab_is_pushed_once_any_of_its_fragments_ticked_on_the_page_it_shows(store):
+    """The sidebar's "Last collection" line ticks every 5 s, the live part every interval (20 s
+    here, 10 s by default): the sidebar's first tick is the browser's own request as much as the
+    live part's, so from it the tab's live part is pushed too. A full run of another page or
+    query (the kiosk's rotation) waits for a tick there again; so does coming back."""
+    asked = Asked()
+    w = livewatch.Watcher(request=asked)
+    t0 = time.monotonic()
+
+    def full_run(page: str) -> None:
+        w.register(here("s1", "live-f", page=page), store, livewatch.OVERVIEW)
+        w.register(here("s1", "side-f", page=page), store, livewatch.ANY, livewatch.SIDEBAR)
+
+    def sidebar_tick(page: str) -> None:
+        w.register(here("s1", "side-f", alone=True, page=page), store, livewatch.ANY, livewatch.SIDEBAR)
+
+    full_run("overview")
+    publish(store, published.NAME, 100.0)
+    w.tick(t0)
+    assert asked == []  # nothing before the browser's first tick
+    sidebar_tick("overview")
+    publish(store, published.NAME, 101.0)
+    w.tick(t0 + 1)
+    assert asked == [("s1", "live-f"), ("s1", "side-f")]
+    full_run("gpus")  # another page: its fragments have the same ids (their function and place)
+    publish(store, published.NAME, 102.0)
+    w.tick(t0 + 2)
+    assert len(asked) == 2
+    w.register(here("s1", "side-f", alone=True, page="overview"), store, livewatch.ANY, livewatch.SIDEBAR)
+    w.tick(t0 + 3)  # a stale tick of the page left readies nothing (the fragment was not drawn there last)
+    assert len(asked) == 2
+    full_run("overview")  # back: the page it was ready on before waits for a tick again
+    publish(store, published.NAME, 103.0)
+    w.tick(t0 + 4)
+    assert len(asked) == 2
+    sidebar_tick("overview")  # it drew the publication itself: only the live part is behind
+    w.tick(t0 + 5)
+    assert asked[2:] == [("s1", "live-f")]
+    asked.gone.add("s1")  # the tab closed: its fragments and its ready page are forgotten
+    publish(store, published.NAME, 104.0)
+    w.tick(t0 + 6)
+    assert not w._viewers and not w._ready_views
 
 
 def test_a_tab_closed_before_its_first_push_is_forgotten(store):
