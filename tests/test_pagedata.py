@@ -151,6 +151,9 @@ def test_window_due_scales_with_the_bucket_width():
     assert pagedata.window_due(3600, None, 30)  # never computed
     assert not pagedata.window_due(3600, 10, 30) and pagedata.window_due(3600, 31, 30)
     assert not pagedata.window_due(86400, 300, 30) and pagedata.window_due(86400, 361, 30)  # 360 s band steps
+    # 3.75 s steps: due at every computation, also one that came a little early
+    assert pagedata.window_due(900, 4.99, 5) and pagedata.window_due(900, 5.0, 5)
+    assert not pagedata.window_due(900, 2.0, 5) and not pagedata.window_due(3600, 12, 5)  # 15 s steps
 
 
 def test_damaged_or_missing_payload_falls_back(stores):
@@ -222,7 +225,7 @@ def test_a_poll_under_the_limit_is_computed_once_the_limit_allows(tmp_path):
     time.sleep(0.8)
     assert refresher.wait_idle()
     assert len(ran.at) == 2  # one more, not five
-    assert ran.at[1] - ran.at[0] >= 0.4 - 0.01 and ran.at[1] > last_poll
+    assert ran.at[1] - ran.at[0] >= 0.4 - pagedata.early_s(0.4) - 0.01 and ran.at[1] > last_poll
     time.sleep(0.5)
     assert len(ran.at) == 2  # nothing owed: nothing more
     refresher.stop()
@@ -230,7 +233,9 @@ def test_a_poll_under_the_limit_is_computed_once_the_limit_allows(tmp_path):
 
 def test_polls_without_end_make_one_computation_an_interval_and_the_last_is_read(tmp_path):
     """The rate: polls every 10 ms for 2 s (a fleet's) start one computation per min_interval_s
-    (0.25 s), never two closer, and one after the last poll."""
+    (0.25 s) less its early allowance at most (the newest poll each reads is that much newer than
+    the last one's; the polls here are 10 ms apart), never two within half an interval, and one
+    after the last poll."""
     store = Store(tmp_path / "x.sqlite3")
     refresher = pagedata.Refresher(store, CEILING, INTERVAL_S, min_interval_s=0.25)
     ran = Counted(cost_s=0.05)
@@ -243,9 +248,31 @@ def test_polls_without_end_make_one_computation_an_interval_and_the_last_is_read
     time.sleep(0.6)
     assert refresher.wait_idle()
     gaps = [b - a for a, b in zip(ran.at, ran.at[1:], strict=False)]
-    assert 6 <= len(ran.at) <= 2.0 / 0.25 + 2, ran.at
-    assert min(gaps) >= 0.25 - 0.01, gaps
+    gap = 0.25 - pagedata.early_s(0.25)
+    assert 2.0 / 0.25 - 2 <= len(ran.at) <= 2.0 / gap + 2, ran.at
+    assert min(gaps) >= max(0.25 / 2, gap - 0.01 - 0.02) - 0.005, gaps  # a poll's spacing, the timer's lateness
     assert ran.at[-1] >= last_poll - 0.25, "the last polls were never computed"
+    refresher.stop()
+
+
+def test_rounds_one_interval_apart_are_computed_at_their_polls_whatever_the_first_phase(tmp_path):
+    """#42 item 2: the limit was "min_interval_s since the last start". With rounds of polls
+    exactly one interval apart, a first computation that came late (here 0.3 s after its round)
+    made every later round wait the same 0.3 s for the timer, and each timer's lateness added to
+    it. Now a round's computation starts at its poll; a poll between rounds still waits."""
+    store = Store(tmp_path / "x.sqlite3")
+    now = [1000.3]
+    refresher = pagedata.Refresher(store, CEILING, INTERVAL_S, min_interval_s=5, monotonic=lambda: now[0])
+    ran: list[float] = []
+    refresher.run_now = lambda: ran.append(now[0])  # type: ignore[method-assign]
+    assert refresher.after_poll() and refresher.wait_idle()  # late: round 0 was at 1000.0
+    for k in range(1, 50):
+        now[0] = 1000.0 + 5 * k + (0.001 if k % 2 else 0.0)  # round k's poll lands, a little jitter
+        assert refresher.after_poll(), f"round {k} waited for the timer"
+        assert refresher.wait_idle()
+    assert ran[1:] == [1000.0 + 5 * k + (0.001 if k % 2 else 0.0) for k in range(1, 50)]
+    now[0] += 1.0  # a poll between rounds (a node retried): owed, not computed now
+    assert not refresher.after_poll() and refresher._timer is not None
     refresher.stop()
 
 
@@ -354,6 +381,49 @@ def test_collector_writes_payloads_after_polls(tmp_path):
     finally:
         collector.stop()
         collector.pagedata.wait_idle()
+
+
+def test_each_computation_reads_a_whole_round_of_staggered_polls(tmp_path):
+    """The scheduler staggers nodes 31 ms apart; a local agent answers in a few ms, so a round's
+    polls ran one at a time and, counting only polls running, the page data was computed after the
+    first node's and showed the second's from the round before (#42 item 2). Every computation
+    now reads both nodes' polls of one round."""
+    for i in (1, 2):
+        (tmp_path / f"n{i}").mkdir()
+        write_shard(tmp_path / f"n{i}" / "a.jsonl", truth_rows(50, i))
+    nodes = [
+        NodeConfig(
+            name=f"n{i}",
+            host="local",
+            shards=[str(tmp_path / f"n{i}" / "*.jsonl")],
+            python=sys.executable,
+            gpu="off",
+            command_timeout_s=20.0,
+        )
+        for i in (1, 2)
+    ]
+    config = RunConfig(name="t", nodes=nodes, interval_s=1.0, max_output_tokens=4096)
+    store = Store(tmp_path / "store.sqlite3")
+    collector = Collector(config, store)
+    read: list[dict[str, float | None]] = []
+    computed = collector.pagedata.run_now
+
+    def run_now() -> None:
+        read.append({n["name"]: n["last_ok_unix"] for n in store.nodes()})
+        computed()
+
+    collector.pagedata.run_now = run_now  # type: ignore[method-assign]
+    try:
+        collector.start()
+        deadline = time.time() + 30
+        while time.time() < deadline and sum(None not in r.values() for r in read) < 5:
+            time.sleep(0.1)
+    finally:
+        collector.stop()
+        collector.pagedata.wait_idle()
+    rounds = [r for r in read if None not in r.values()][1:]  # the first may be the agents' start-up
+    assert len(rounds) >= 4, read
+    assert all(abs(r["n1"] - r["n2"]) < 0.5 for r in rounds), read  # type: ignore[operator]
 
 
 def run_page(page: str, config: Path, monkeypatch) -> AppTest:

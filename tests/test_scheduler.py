@@ -109,3 +109,25 @@ def test_a_wake_during_a_poll_polls_that_node_again_right_after():
         _wait(lambda: len(calls) == 2)
     finally:
         sched.stop()
+
+
+def test_due_in_says_how_soon_the_next_queued_poll_is():
+    """What follows a round waits for its staggered polls (Collector._polls_busy): at the end of
+    every poll but a round's last, the next node is due within the stagger; after the last, not
+    for most of an interval."""
+    ends: dict[str, list[float]] = {}
+    sched: PollScheduler
+
+    def poll(name: str) -> None:
+        ends.setdefault(name, []).append(sched.due_in())
+
+    sched = PollScheduler(["a", "b", "c"], poll, interval_s=1.0, connects_per_s=20)
+    assert sched.due_in() == 0.0  # not started: the first is due now
+    sched.start()
+    try:
+        _wait(lambda: all(len(ends.get(n, [])) >= 2 for n in "abc"))
+    finally:
+        sched.stop()
+    assert all(0 <= d <= 1 / 20 + 0.01 for n in "ab" for d in ends[n]), ends  # b, then c, 50 ms on
+    assert all(d >= 1.0 - 2 / 20 - 0.05 for d in ends["c"]), ends  # the round's last: a again, 0.9 s on
+    assert PollScheduler([], poll, interval_s=1.0).due_in() == float("inf")

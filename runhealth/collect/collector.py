@@ -42,6 +42,10 @@ GPU_HISTORY_KEEP_S = 14 * 24 * 3600
 HOUSEKEEPING_EVERY_S = 3600.0  # prune and rollup, at most this often per store
 HOUSEKEEPING_KEY = "housekeeping"  # run meta: {"last_unix": when prune and rollup last ran on the store}
 HOUSEKEEPING_RECHECK_S = 60.0  # the schedule is read from the store again at least this often
+# A poll due this soon after the last one ended belongs to the same round (first polls are
+# staggered 1 / connects_per_s apart, 31 ms by default, and keep that spacing): what follows a
+# round (the Overview, the page data) waits for it (_polls_busy).
+ROUND_GAP_S = 0.1
 HOUSEKEEPING_STOP_WAIT_S = 10.0  # stop() waits this long for a fold in progress (one chunk: ~2 s)
 
 
@@ -273,9 +277,9 @@ class Collector:
             config.interval_s,
             min_interval_s=config.interval_s,
             clock=clock,
-            busy=lambda: self._polls_running > 0,
+            busy=self._polls_busy,
         )
-        self.publisher = publisher.Publisher(store, config, clock=clock, busy=lambda: self._polls_running > 0)
+        self.publisher = publisher.Publisher(store, config, clock=clock, busy=self._polls_busy)
         # The alert history (#32): evaluated every poll interval by the collecting process, webhooks or none.
         # Its alerts are the published Overview's while that holds (one evaluation an instant).
         self.alert_history = alerthistory.AlertHistory(
@@ -379,17 +383,30 @@ class Collector:
             try:
                 self.pollers[name].poll_until_indexed(self._stop, self._after_catch_up_poll)
             finally:
+                ended = self.pagedata.monotonic()  # its rows are written (or it failed)
                 with self._polls_lock:
                     self._polls_running -= 1
-            self._after_poll()  # after the count: the publisher sees this poll ended
+            self._after_poll(ended)  # after the count: the publisher sees this poll ended
+
+    def _polls_busy(self) -> bool:
+        """Whether a round of polls is still going: a poll running, or the next one due within
+        ROUND_GAP_S. The scheduler staggers first polls 1 / connects_per_s (31 ms) apart and keeps
+        that spacing, so a round of fast polls (the demo's, 3 ms each) ran one at a time: counting
+        only the polls running, the page data was computed after the first node's and the second
+        node's waited for the next computation (#42 item 2)."""
+        if self._polls_running > 0:
+            return True
+        pool = getattr(self, "_scheduler", None)
+        return pool is not None and pool.due_in() <= ROUND_GAP_S
 
     def _after_catch_up_poll(self, _name: str, _pending: int) -> None:
         self._after_poll()
 
-    def _after_poll(self) -> None:
-        """What follows a poll, each rate-limited in its own thread: never delays the next poll."""
+    def _after_poll(self, ended: float | None = None) -> None:
+        """What follows a poll, each rate-limited in its own thread: never delays the next poll
+        (`ended`: when the poll ended, on the page data's monotonic clock; default now)."""
         self.publisher.after_poll()
-        self.pagedata.after_poll()
+        self.pagedata.after_poll(ended)
 
     def _housekeeping(self) -> None:
         """Prune and roll up once the store's last housekeeping is HOUSEKEEPING_EVERY_S old.

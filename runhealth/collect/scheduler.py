@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -69,6 +70,12 @@ class PollScheduler:
     @property
     def running(self) -> bool:
         return self._thread.is_alive()
+
+    def due_in(self) -> float:
+        """Seconds until the next queued poll is due (0: due now; inf: none queued). A node being
+        polled is not queued: the caller counts those."""
+        with self._cond:
+            return max(0.0, self._heap[0][0] - self.clock()) if self._heap else math.inf
 
     def wake_all(self) -> None:
         """Make every node due now (a page's "Refresh now"); a node being polled goes again right after."""

@@ -43,6 +43,14 @@ log = textsafe.get_logger(__name__)
 
 MIN_INTERVAL_S = 30.0  # default rate limit; the collector passes its poll interval (counts must stay live)
 SETTLE_MAX_S = 0.5  # a computation waits at most this long for the polls still running (Refresher)
+
+
+def early_s(min_interval_s: float) -> float:
+    """How much sooner than `min_interval_s` after the last one a computation may start: what a
+    round's wait for its polls (at most SETTLE_MAX_S) can move it, at most half the interval."""
+    return min(SETTLE_MAX_S, min_interval_s / 2)
+
+
 # The GPU page's windows (seconds; None = the whole run), the points per GPU it asks the store
 # for, and the time steps of the per-node bands it draws past PER_GPU_LINES_UP_TO GPUs.
 GPU_WINDOWS_S: dict[str, float | None] = {"15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "whole run": None}
@@ -274,9 +282,11 @@ def gpu_window(store: Store, window_s: float | None, now: float, bands: gpubands
 # -- the collector's side --------------------------------------------------------------------------
 def window_due(span_s: float | None, age_s: float | None, min_interval_s: float) -> bool:
     """A GPU window is recomputed once its points could have moved: a day's window has 360 s
-    buckets, so redoing it every 30 s would cost a fleet seconds of CPU for the same picture."""
+    buckets, so redoing it every 30 s would cost a fleet seconds of CPU for the same picture. A
+    computation may come `early_s` sooner than an interval after the last: a window due at every
+    computation (a step under the interval) is not skipped by one that came a little early."""
     width = (span_s or GPU_WINDOWS_S["24 h"] or 0) / BAND_POINTS
-    return age_s is None or age_s >= max(min_interval_s, width)
+    return age_s is None or age_s >= max(min_interval_s, width) - early_s(min_interval_s)
 
 
 def gpu_windows(
@@ -334,17 +344,27 @@ def compute_all(
 
 
 class Refresher:
-    """Recomputes the page payloads after polls: at most one computation starts per
-    `min_interval_s`, one at a time, in a background thread, so the poll loop never waits for it.
+    """Recomputes the page payloads after polls: one computation at a time, in a background
+    thread, so the poll loop never waits for it, at a limited rate (below).
 
-    A poll that lands while a computation runs, or under `min_interval_s` after the last one
-    started, is not dropped: one computation follows when the limit allows (a timer), so the last
-    poll of a round is always shown within one interval, and the rate stays at most one per
-    `min_interval_s`. A computation that starts while other polls still run (`busy`, the
+    A poll that lands while a computation runs, or before the limit allows the next, is not
+    dropped: one computation follows when the limit allows (a timer), so the last poll of a round
+    is always shown within one interval. A computation that starts while other polls still run (`busy`, the
     collector's) waits for them, at most SETTLE_MAX_S: a round of a few nodes polled together is
     computed once, right after its last poll (#42 item 2: on the demo the GPUs and Output lengths
     pages showed a poll up to an interval late, 3.6 s of 5, when a round's first poll started the
-    computation and the second, 70 ms later, waited for the next round's)."""
+    computation and the second, 70 ms later, waited for the next round's).
+
+    The rate: a computation starts once the newest poll the last one read is `min_interval_s` less
+    `early_s` old (SETTLE_MAX_S: under polls that never stop, a fleet's, at most 5% more
+    computations than one per interval at a 10 s interval), and never within half an interval of
+    the last start. The limit was "one interval since the last start": rounds of polls one interval
+    apart then locked the computations to whatever phase the first one had, each waiting for the
+    last start plus an interval, never for its round; as a start is never early, the delay only
+    grew, by the timer's lateness each round, up to an interval (#42 item 2: the demo's GPUs and
+    Output lengths pages showed each round 0.2 s after its polls, and 2.5 s after a collector
+    restart's catch-up). Counted from the polls read, the limit follows the rounds: a round's
+    computation starts once its polls have landed, whatever the phase of the one before."""
 
     def __init__(
         self,
@@ -369,7 +389,9 @@ class Refresher:
         self._pending = False  # a poll landed that no computation has read yet
         self._timer: threading.Timer | None = None  # the computation owed once the limit allows
         self.started_at: list[float] = []  # monotonic starts of the computations (the rate's tests)
-        self._last_start: float | None = None
+        self._last_start: float | None = None  # monotonic
+        self._last_poll: float | None = None  # monotonic: the newest poll's end
+        self._read_upto: float | None = None  # monotonic: the newest poll the last computation read
         self._gpu_done: dict[str, float] = {}  # window -> when last computed (monotonic)
         self._whatif_done: float | None = None  # monotonic
         self.bands = gpubands.Bands(store)  # the GPU bands' steps, kept: each poll's rows are read once per width
@@ -416,12 +438,22 @@ class Refresher:
                 self._idle.notify_all()
         return True
 
-    def after_poll(self) -> bool:
-        """A poll landed: start a computation now (True), or, while one runs or the last began
-        under min_interval_s ago, owe one for when the limit allows (False)."""
-        self._polled.set()
+    def after_poll(self, ended: float | None = None) -> bool:
+        """A poll landed (`ended`: when its rows were written, monotonic; default now): start a
+        computation now (True), or, while one runs or the limit does not allow one yet, owe one
+        for when it does (False). A poll that a computation begun since has read owes nothing: the
+        collector calls this after the poll stops counting as running, and a computation waiting
+        for the round can start in between (it owed one more computation, reading nothing new,
+        that pushed the next round's back, #42 item 2)."""
+        now = self.monotonic()
+        ended = now if ended is None else min(ended, now)
         with self._lock:
+            self._polled.set()
+            if self._last_start is not None and ended <= self._last_start:
+                self._read_upto = max(ended, self._read_upto if self._read_upto is not None else ended)
+                return False
             self._pending = True
+            self._last_poll = max(ended, self._last_poll if self._last_poll is not None else ended)
             return self._start_or_owe()
 
     def stop(self) -> None:
@@ -437,7 +469,11 @@ class Refresher:
         if self._running:
             return False  # the computation's end looks again
         now = self.monotonic()
-        wait = 0.0 if self._last_start is None else self._last_start + self.min_interval_s - now
+        wait = 0.0
+        if self._last_start is not None:
+            read = self._read_upto if self._read_upto is not None else self._last_start
+            gap = self.min_interval_s - early_s(self.min_interval_s)
+            wait = max(read + gap, self._last_start + self.min_interval_s / 2) - now
         if wait > 0:
             if self._timer is None:
                 self._timer = threading.Timer(wait, self._owed)
@@ -447,7 +483,7 @@ class Refresher:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self._running, self._last_start = True, now
+        self._running = True  # _run sets _last_start once its reads begin
         threading.Thread(target=self._run, name="runhealth-pagedata", daemon=True).start()
         return True
 
@@ -479,7 +515,8 @@ class Refresher:
             last = self._gpu_done.get(window)
             return window_due(GPU_WINDOWS_S[window], None if last is None else began - last, self.min_interval_s)
 
-        whatif_due = self._whatif_done is None or began - self._whatif_done >= WHATIF_REFIT_S
+        refit = WHATIF_REFIT_S - early_s(self.min_interval_s)  # a computation may come a little early
+        whatif_due = self._whatif_done is None or began - self._whatif_done >= refit
         payloads = compute_all(
             self.store,
             self.ceiling,
@@ -503,7 +540,7 @@ class Refresher:
             self._settle()
             with self._lock:  # what lands from here on is not read by this computation: owed
                 self._pending = False
-                self._last_start = self.monotonic()
+                self._last_start, self._read_upto = self.monotonic(), self._last_poll
                 self.started_at.append(self._last_start)
             self.run_now()
             self.last_error = None
