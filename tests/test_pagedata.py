@@ -345,23 +345,29 @@ def test_the_stop_waits_for_a_running_computation_without_sleeping(tmp_path, mon
     assert time.monotonic() - t0 < 5
 
 
+def local_nodes(tmp_path: Path, rows: list[tuple[int, int]]) -> list[NodeConfig]:
+    """Nodes n1, n2, ... on real local agents, node i's one shard holding rows[i - 1] = (n, seed)."""
+    nodes = []
+    for i, (n, seed) in enumerate(rows, start=1):
+        (tmp_path / f"n{i}").mkdir()
+        write_shard(tmp_path / f"n{i}" / "a.jsonl", truth_rows(n, seed))
+        nodes.append(
+            NodeConfig(
+                name=f"n{i}",
+                host="local",
+                shards=[str(tmp_path / f"n{i}" / "*.jsonl")],
+                python=sys.executable,
+                gpu="off",
+                command_timeout_s=20.0,
+            )
+        )
+    return nodes
+
+
 def test_collector_writes_payloads_after_polls(tmp_path):
     """Real agents (local transport): after the first polls the store holds every payload, and
     the lengths payload counts every completion the shards hold."""
-    for i, (n, seed) in enumerate([(600, 1), (400, 2)], start=1):
-        (tmp_path / f"n{i}").mkdir()
-        write_shard(tmp_path / f"n{i}" / "a.jsonl", truth_rows(n, seed))
-    nodes = [
-        NodeConfig(
-            name=f"n{i}",
-            host="local",
-            shards=[str(tmp_path / f"n{i}" / "*.jsonl")],
-            python=sys.executable,
-            gpu="off",
-            command_timeout_s=20.0,
-        )
-        for i in (1, 2)
-    ]
+    nodes = local_nodes(tmp_path, [(600, 1), (400, 2)])
     config = RunConfig(name="t", nodes=nodes, interval_s=0.5, max_output_tokens=4096)
     store = Store(tmp_path / "store.sqlite3")
     collector = Collector(config, store)
@@ -388,20 +394,7 @@ def test_each_computation_reads_a_whole_round_of_staggered_polls(tmp_path):
     polls ran one at a time and, counting only polls running, the page data was computed after the
     first node's and showed the second's from the round before (#42 item 2). Every computation
     now reads both nodes' polls of one round."""
-    for i in (1, 2):
-        (tmp_path / f"n{i}").mkdir()
-        write_shard(tmp_path / f"n{i}" / "a.jsonl", truth_rows(50, i))
-    nodes = [
-        NodeConfig(
-            name=f"n{i}",
-            host="local",
-            shards=[str(tmp_path / f"n{i}" / "*.jsonl")],
-            python=sys.executable,
-            gpu="off",
-            command_timeout_s=20.0,
-        )
-        for i in (1, 2)
-    ]
+    nodes = local_nodes(tmp_path, [(50, 1), (50, 2)])
     config = RunConfig(name="t", nodes=nodes, interval_s=1.0, max_output_tokens=4096)
     store = Store(tmp_path / "store.sqlite3")
     collector = Collector(config, store)
