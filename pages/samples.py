@@ -49,6 +49,10 @@ def render_pending(rt: PageRuntime) -> None:
     if got["pending"]:
         st.info(f"Sampling… (batch {got['pending']['batch']}, {got['pending']['requested_n']} completions requested)")
     elif st.session_state.pop(f"{PREFIX}_waiting", None) is not None:
+        # The page's model was read while the batch was pending and is cached for its ttl: read
+        # after the batch landed, or the full run shows the batch before (or "No sample yet")
+        # and, with nothing pending, never looks again.
+        loaders.load_samples_screen.clear()
         st.rerun(scope="app")
 
 
