@@ -197,13 +197,10 @@ class Watcher:
                 del self._viewers[key]
                 self._forget_view_if_unseen(key[0])
             viewers = dict(self._viewers)
-        # Asks their loop dropped (busy by then) reran nothing: due again at once, MIN_GAP_S off. A
-        # session's sidebar is asked in the same look as its live part and dropped behind it: with
-        # the gap on, its line came 0.5 s after the live part at least (0.5-0.75 s a publication).
-        for viewer in viewers.values():
+        for viewer in viewers.values():  # asks their loop dropped (busy by then): due again
             if (viewer.here.session_id, viewer.here.fragment_id) in _skipped:
                 _skipped.discard((viewer.here.session_id, viewer.here.fragment_id))
-                viewer.asked, viewer.asked_at = None, 0.0
+                viewer.asked = None
         stores = {str(v.store.path): v.store for v in viewers.values()}
         for path, store in stores.items():
             with self._lock:
