@@ -58,8 +58,6 @@ Follows = tuple[str, ...]
 # collection" line (its own fragment, ticking every FRESHNESS_TICK_S: without a push it named the
 # poll before the one the page showed, for up to that long).
 LIVE, SIDEBAR = "live", "sidebar"
-# Compare's live part shows two runs: the second live run's store is watched under this role.
-SECOND = "live-second"
 OVERVIEW: Follows = (published.NAME,)
 PAYLOADS: Follows = ("run_lengths",)
 ANY: Follows = OVERVIEW + PAYLOADS
@@ -143,8 +141,7 @@ class Watcher:
         line) is drawing now: note the stamps it draws (read before its reads, so a publication
         during them redraws again). Its session's fragments on this page and query are pushed from
         the first rerun of one of them alone there (drawn there before: before any push, one its
-        browser asked for) until a full run of another page or query. A full run forgets what the
-        session drew on another page or query (a role this page may not draw: Compare's second run)."""
+        browser asked for) until a full run of another page or query."""
         drawn = self.stamps(store, follows)
         key, sid, page_view = (here.session_id, role), here.session_id, (here.page_script_hash, here.query_string)
         with self._lock:
@@ -154,19 +151,9 @@ class Watcher:
                 self._ready_views[sid] = page_view
             elif not here.fragment_run and self._ready_views.get(sid) != page_view:
                 self._ready_views.pop(sid, None)  # a full run of another page or query: wait for a tick there
-            if not here.fragment_run:  # what the page before drew, this one may not (Compare's second run)
-                for other in [k for k, v in self._viewers.items() if k[0] == sid and v.here.view()[1:] != page_view]:
-                    del self._viewers[other]
             ready = same and before is not None and (before.ready or here.fragment_run)
             asked_at = before.asked_at if before is not None else 0.0  # MIN_GAP_S holds across redraws
             self._viewers[key] = Viewer(here, store, follows, drawn, time.monotonic(), ready=ready, asked_at=asked_at)
-
-    def forget(self, session_id: str, role: str) -> None:
-        """The session's fragment in `role` no longer draws what it was registered for (Compare's
-        second run once the pair shown has one live run): no push for it."""
-        with self._lock:
-            if self._viewers.pop((session_id, role), None) is not None:
-                self._forget_view_if_unseen(session_id)
 
     def pushable(self, viewer: Viewer) -> bool:
         """Whether `viewer`'s tab has rerun this fragment, or another of its fragments on the same
@@ -334,14 +321,6 @@ def drawing(store: Store, follows: Follows, role: str = LIVE) -> None:
     here = running() if w is not None else None
     if w is not None and here is not None:
         w.register(here, store, follows, role)
-
-
-def not_drawing(role: str) -> None:
-    """The fragment running now no longer draws what it registered as `role`: forgotten."""
-    w = watcher()
-    here = running() if w is not None else None
-    if w is not None and here is not None:
-        w.forget(here.session_id, role)
 
 
 def running() -> Here | None:
