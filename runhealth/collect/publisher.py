@@ -10,8 +10,8 @@ published once, right after its last poll, instead of its first node at once and
 gap later (#42 item 2: 1.2 s from the demo's second node to the screen). A fleet's polls never
 all end; its builds come when the gap ends, as before.
 The gap adapts to what a build costs (its CPU seconds): at least MIN_GAP_S, and long enough that
-building takes at most COST_SHARE of a core (at most MAX_GAP_INTERVALS poll intervals, and half of stale_after, so
-that a build's numbers never turn stale before the next one). Each build is written with
+building takes at most COST_SHARE of a core (at most MAX_GAP_INTERVALS poll intervals, and half of
+stale_after, so that a build's numbers never turn stale before the next one). Each build is written with
 the age it may be shown to (`max_age_s`: three gaps, at least two intervals), so a page shows the
 published Overview while the collector keeps up and builds its own when it does not.
 
@@ -129,7 +129,7 @@ class Publisher:
         seconds this thread spent on it, not the wall seconds: a build that waited for the CPU (a
         page data computation beside it, a page's run) cost a core nothing more, and counted in
         wall seconds, one build of the demo's taking 0.2 s set the next gap to 10 s, so a round of
-        polls was published two intervals late (a pushed page, Compare's, showed it 4.9 s late)."""
+        polls was published two intervals late (a page left open showed it 4.9 s late)."""
         began = time.thread_time()
         self.latest = published.publish(self.store, self.config, self.clock(), self.max_age_s())
         self.build_s = time.thread_time() - began
