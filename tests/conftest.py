@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 import sshd as sshd_lib
+from cputrace import pytest_runtest_protocol  # noqa: F401 - RUNHEALTH_TEST_CPU=FILE: each test's CPU
 from hypothesis import HealthCheck, settings
 from leakcheck import (
     pytest_sessionfinish,  # noqa: F401 - fails the run if a test leaves a process

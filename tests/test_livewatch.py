@@ -25,15 +25,21 @@ def store(tmp_path):
 
 
 class Asked(list):
-    """The rerun requests made: (session, fragment); `gone` sessions answer that they are gone."""
+    """The rerun requests made: (session, fragment), one per fragment, in the order asked, and
+    `batches`, each request's (one session's fragments, asked together); `gone` sessions answer
+    that they are gone."""
 
     def __init__(self) -> None:
         super().__init__()
         self.gone: set[str] = set()
+        self.batches: list[list[tuple[str, str]]] = []
 
-    def __call__(self, at: livewatch.Here) -> bool:
-        self.append((at.session_id, at.fragment_id))
-        return at.session_id not in self.gone
+    def __call__(self, heres: tuple[livewatch.Here, ...]) -> bool:
+        batch = [(at.session_id, at.fragment_id) for at in heres]
+        assert len({sid for sid, _ in batch}) == 1, batch  # one session's
+        self.batches.append(batch)
+        self.extend(batch)
+        return heres[0].session_id not in self.gone
 
 
 def here(
@@ -134,7 +140,9 @@ def test_a_closed_session_is_forgotten(store):
 def test_the_sidebars_last_collection_is_pushed_with_the_live_part(store):
     """One session, two fragments: its page's live part and the sidebar's "Last collection" line
     (it named the poll before the one the page showed for up to its 5 s tick). Each is pushed once
-    per publication, the live part first (a session runs one rerun at a time)."""
+    per publication, the live part first, in one request (the sidebar's rerun queued in the live
+    part's run: asked at a later look, once the live part's run was over, it came 3.5 s after the
+    publication in a loaded CI run)."""
     asked = Asked()
     w = livewatch.Watcher(request=asked)
     w.register(here("s1", "live-f"), store, livewatch.OVERVIEW)  # the page's first run draws both
@@ -151,6 +159,7 @@ def test_the_sidebars_last_collection_is_pushed_with_the_live_part(store):
     assert asked[2:] == [("s1", "live-f"), ("s1", "side-f")]
     w.tick(t0 + 2)
     assert len(asked) == 4
+    assert asked.batches == [[("s1", "live-f"), ("s1", "side-f")]] * 2
 
 
 def test_a_tab_is_pushed_once_any_of_its_fragments_ticked_on_the_page_it_shows(store):
@@ -236,7 +245,7 @@ def test_a_damaged_store_never_ends_the_watcher(store):
 def test_internals_that_fail_leave_pages_on_their_interval_tick(store, monkeypatch):
     monkeypatch.setattr(livewatch, "_broken", [])
 
-    def refused(at: livewatch.Here) -> bool:
+    def refused(heres: tuple[livewatch.Here, ...]) -> bool:
         raise AttributeError("AppSession has no attribute _client_state")
 
     w = livewatch.Watcher(request=refused)
@@ -296,7 +305,7 @@ def test_the_request_is_the_browser_timers_for_the_run_that_registered(monkeypat
             name = "APP_NOT_RUNNING"
 
         def has_fragment(self, fragment_id):
-            return fragment_id == "f1"
+            return fragment_id in ("f1", "f2")
 
         class _event_loop:  # noqa: N801 - stands in for the session's asyncio loop: run by the test
             @staticmethod
@@ -316,30 +325,37 @@ def test_the_request_is_the_browser_timers_for_the_run_that_registered(monkeypat
 
     monkeypatch.setattr(Runtime, "instance", classmethod(lambda cls: Stand()))
     monkeypatch.setattr(livewatch, "_skipped", set())
-    assert livewatch._request(here("s1", "f1")) is True
+    assert livewatch._request((here("s1", "f1"),)) is True
     run_loop()
-    assert livewatch._request(here("gone", "f1")) is False
-    assert livewatch._request(here("s1", "f-of-a-page-left")) is False
+    assert livewatch._request((here("gone", "f1"),)) is False
+    assert livewatch._request((here("s1", "f-of-a-page-left"),)) is False
     Session._state.name = "APP_IS_RUNNING"  # a tab still drawing its page: not now
-    assert livewatch._request(here("s1", "f1")) is None
+    assert livewatch._request((here("s1", "f1"),)) is None
     Session._state.name = "APP_NOT_RUNNING"
     Session._scriptrunner = object()  # a run asked by the browser (a first run, a page left), not yet started
-    assert livewatch._request(here("s1", "f1")) is None
+    assert livewatch._request((here("s1", "f1"),)) is None
     Session._scriptrunner = None
     Session._browser_queue = ["the last run's end"]  # its run over, not yet handed to the browser
-    assert livewatch._request(here("s1", "f1")) is None
+    assert livewatch._request((here("s1", "f1"),)) is None
     Session._browser_queue = []
     # Idle at the watcher's look, but the browser asks for a run before the session's loop gets
     # to the rerun: it is dropped there (not folded into that run, on the page drawn before), and
     # the watcher asks again at a later look.
     Session._scriptrunner = None
-    assert livewatch._request(here("s1", "f1")) is True
+    assert livewatch._request((here("s1", "f1"),)) is True
     Session._scriptrunner = object()
     run_loop()
     assert livewatch._skipped == {("s1", "f1")}
     (cs,) = asked
     assert (cs.query_string, cs.page_script_hash, cs.fragment_id, cs.is_auto_rerun) == ("kiosk=1", "abc123", "f1", True)
     assert not cs.HasField("widget_states") and not cs.HasField("context_info")
+    # A session's fragments asked together: in one go on its loop, in order (the first starts the
+    # run, Streamlit queues the next in it); one of them gone (a page left): none is asked.
+    Session._scriptrunner = None
+    assert livewatch._request((here("s1", "f1"), here("s1", "f2"))) is True
+    run_loop()
+    assert [cs.fragment_id for cs in asked[1:]] == ["f1", "f2"]
+    assert livewatch._request((here("s1", "f1"), here("s1", "f-of-a-page-left"))) is False
 
 
 def test_a_tab_is_pushed_only_once_its_browser_has_rerun_its_live_part_itself(store):
@@ -399,8 +415,8 @@ def test_a_session_busy_running_is_asked_at_a_later_look(store):
     answers = [None, None, True]
     asked = []
 
-    def request(at: livewatch.Here) -> bool | None:
-        asked.append(at.session_id)
+    def request(heres: tuple[livewatch.Here, ...]) -> bool | None:
+        asked.extend(at.session_id for at in heres)
         return answers[len(asked) - 1]
 
     w = livewatch.Watcher(request=request)
