@@ -1,4 +1,6 @@
-"""Every kiosk screen (?kiosk=1, each part) fits a 1920x1080 wall in a real headless Chromium.
+"""Every kiosk screen (?kiosk=1, each part) fits a 1920x1080 wall in a real headless Chromium,
+readable and offline in the dark theme (a wall's default; the light one and the plain screens:
+tests/test_browser_themes.py, whose checks these are).
 
 A wall never scrolls, so what is below the fold is never seen: the Streamlit main container
 (it scrolls, not the window) must be no taller than the screen, and each screen's key part (the
@@ -14,6 +16,7 @@ import time
 
 import pytest
 from test_browser import ARTIFACTS, PAGES, park, wait_for_demo_data
+from test_browser_themes import Outside, check_readable, readability
 
 pytestmark = pytest.mark.browser
 
@@ -71,6 +74,8 @@ def test_every_kiosk_screen_fits_1920x1080_with_its_key_part_in_view(server_url,
     wait_drawn(browser_page, "Throughput", 150)
     park(browser_page)  # a live screen left open redraws through the whole check
     context = browser_page.context.browser.new_context(viewport=WALL)
+    outside = Outside(context)
+    poor, grids = [], []
     try:
         tabs = {}
         for screen, (name, part, _charts, _parts) in SCREENS.items():
@@ -108,8 +113,14 @@ def test_every_kiosk_screen_fits_1920x1080_with_its_key_part_in_view(server_url,
             if heights["scroll"] > WALL["height"] or heights["content"] > WALL["height"]:
                 problems.append(f"{screen}: taller than the wall: {heights}")
             tab.screenshot(path=str(ARTIFACTS / f"kiosk-{screen}.png"))
+            more_poor, more_grids = readability(tab, f"kiosk {screen} dark")
+            poor += more_poor
+            grids += more_grids
         main = tabs["gpus"].locator('[data-testid="stMain"]')  # (the hidden sidebar keeps its run picker)
         assert main.locator('[data-testid="stSelectbox"], [data-testid="stMultiSelect"]').count() == 0
         assert not problems, "\n".join(problems)
     finally:
         context.close()
+    outside.check()
+    assert grids, "no table or progress track on any kiosk screen"
+    check_readable(poor, grids)
