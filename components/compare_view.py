@@ -11,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from components import cards
+from components import cards, livewatch
 from components.figures import ALERT_COLOUR, CEILING_COLOUR, STOP_COLOUR, apply_layout, new_figure, vline
 from components.format import fmt_window, md_escape
 from runhealth.screens import compare as compare_model
@@ -20,11 +20,12 @@ from runhealth.settings.windows import RATE_WINDOW_S
 from runhealth.store import Store
 
 
-@st.cache_data(ttl=5, max_entries=8, hash_funcs={Store: lambda s: str(s.path)}, show_spinner=False)
+@st.cache_data(ttl=5, max_entries=8, hash_funcs={Store: livewatch.keyed_on(livewatch.OVERVIEW)}, show_spinner=False)
 def load_run_numbers(
     store: Store, name: str, ceiling: int | None, target: int | None, finished: bool
 ) -> runfigures.RunNumbers:
-    """One run's Compare figures (runhealth.screens.runfigures.run_numbers), cached for 5 s."""
+    """One run's Compare figures (runhealth.screens.runfigures.run_numbers), cached for 5 s or
+    until the run's next Overview publication (the round of polls Compare is pushed for)."""
     return runfigures.run_numbers(store, name, ceiling, target, finished)
 
 

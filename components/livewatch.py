@@ -58,6 +58,9 @@ Follows = tuple[str, ...]
 # collection" line (its own fragment, ticking every FRESHNESS_TICK_S: without a push it named the
 # poll before the one the page showed, for up to that long).
 LIVE, SIDEBAR = "live", "sidebar"
+# Compare's live part shows two runs: the second live run's store is watched under this role.
+SECOND = "live-second"
+_ROLE_ORDER = {LIVE: 0, SECOND: 1, SIDEBAR: 2}  # a session's fragments, asked in this order
 OVERVIEW: Follows = (published.NAME,)
 PAYLOADS: Follows = ("run_lengths",)
 ANY: Follows = OVERVIEW + PAYLOADS
@@ -141,7 +144,8 @@ class Watcher:
         line) is drawing now: note the stamps it draws (read before its reads, so a publication
         during them redraws again). Its session's fragments on this page and query are pushed from
         the first rerun of one of them alone there (drawn there before: before any push, one its
-        browser asked for) until a full run of another page or query."""
+        browser asked for) until a full run of another page or query. A full run forgets what the
+        session drew on another page or query (a role this page may not draw: Compare's second run)."""
         drawn = self.stamps(store, follows)
         key, sid, page_view = (here.session_id, role), here.session_id, (here.page_script_hash, here.query_string)
         with self._lock:
@@ -151,9 +155,19 @@ class Watcher:
                 self._ready_views[sid] = page_view
             elif not here.fragment_run and self._ready_views.get(sid) != page_view:
                 self._ready_views.pop(sid, None)  # a full run of another page or query: wait for a tick there
+            if not here.fragment_run:  # what the page before drew, this one may not (Compare's second run)
+                for other in [k for k, v in self._viewers.items() if k[0] == sid and v.here.view()[1:] != page_view]:
+                    del self._viewers[other]
             ready = same and before is not None and (before.ready or here.fragment_run)
             asked_at = before.asked_at if before is not None else 0.0  # MIN_GAP_S holds across redraws
             self._viewers[key] = Viewer(here, store, follows, drawn, time.monotonic(), ready=ready, asked_at=asked_at)
+
+    def forget(self, session_id: str, role: str) -> None:
+        """The session's fragment in `role` no longer draws what it was registered for (Compare's
+        second run once the pair shown has one live run): no push for it."""
+        with self._lock:
+            if self._viewers.pop((session_id, role), None) is not None:
+                self._forget_view_if_unseen(session_id)
 
     def pushable(self, viewer: Viewer) -> bool:
         """Whether `viewer`'s tab has rerun this fragment, or another of its fragments on the same
@@ -197,7 +211,7 @@ class Watcher:
         # queues them back to back in the session's one run (its sidebar line no longer waits for
         # a later look once the live part's run is over: 3.5 s behind the page in a loaded CI run).
         due: dict[str, list[tuple[tuple[str, str], Viewer, Stamps]]] = {}
-        for key, viewer in sorted(viewers.items(), key=lambda kv: kv[0][1] != LIVE):
+        for key, viewer in sorted(viewers.items(), key=lambda kv: _ROLE_ORDER.get(kv[0][1], len(_ROLE_ORDER))):
             current = self.stamps(viewer.store, viewer.follows)
             if viewer.due(current, now, self.pushable(viewer)):
                 due.setdefault(key[0], []).append((key, viewer, current))
@@ -205,8 +219,11 @@ class Watcher:
             if _broken:
                 self.stop()
                 return
+            heres: dict[str, Here] = {}  # by fragment: Compare's two runs are one live part
+            for _key, viewer, _current in asks:
+                heres.setdefault(viewer.here.fragment_id, viewer.here)
             try:
-                alive = self._request(tuple(viewer.here for _key, viewer, _current in asks))
+                alive = self._request(tuple(heres.values()))
             except Exception as exc:  # Streamlit's internals changed: pages keep their interval tick
                 _broken.append(f"{type(exc).__name__}: {exc}")
                 log.warning("live redraw on publication unavailable (%s): pages redraw every interval", _broken[-1])
@@ -216,7 +233,7 @@ class Watcher:
                 continue
             for _key, viewer, current in asks:
                 viewer.asked, viewer.asked_at = current, now
-            self.requests += len(asks)
+            self.requests += len(heres)
             if not alive:  # the session is gone
                 with self._lock:
                     for key, viewer, _current in asks:
@@ -327,6 +344,14 @@ def drawing(store: Store, follows: Follows, role: str = LIVE) -> None:
     here = running() if w is not None else None
     if w is not None and here is not None:
         w.register(here, store, follows, role)
+
+
+def not_drawing(role: str) -> None:
+    """The fragment running now no longer draws what it registered as `role`: forgotten."""
+    w = watcher()
+    here = running() if w is not None else None
+    if w is not None and here is not None:
+        w.forget(here.session_id, role)
 
 
 def running() -> Here | None:

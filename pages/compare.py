@@ -12,10 +12,11 @@ distributions on one axis with each ceiling marked, the side-by-side table with 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import streamlit as st
 
-from components import compare_view, context, page
+from components import compare_view, context, livewatch, page
 from components.compare_view import load_compare, load_prompt_overlap, load_run_numbers
 from components.context import PageRuntime
 from components.format import md_escape
@@ -58,9 +59,21 @@ def render_as_of(line: compare_model.AsOf) -> None:
     (st.error if line.level == "alert" else st.caption)(md_escape(line.text))
 
 
+def follow(shown: Sequence[context.RunHandle]) -> None:
+    """Have the process's watcher push this live part after each round of polls of the runs
+    shown that are still live (their Overview publication: Compare's numbers are the runs' raw
+    counts, read after the round), as the other pages' live parts are (components/livewatch.py)."""
+    live = [h for h in shown if not h.finished]
+    for role, h in zip((livewatch.LIVE, livewatch.SECOND), live, strict=False):
+        livewatch.drawing(h.store, livewatch.OVERVIEW, role)
+    for role in (livewatch.LIVE, livewatch.SECOND)[len(live) :]:
+        livewatch.not_drawing(role)
+
+
 def render(rt: PageRuntime) -> None:
-    """The Compare page over every run of the runtime, redrawn in place every collection
-    interval (at least 10 s: each redraw re-checks the forecast)."""
+    """The Compare page over every run of the runtime, redrawn in place after each round of polls
+    of a live run it shows (components/livewatch.py) and every collection interval (at least 10 s:
+    each redraw re-checks the forecast)."""
     st.title("Compare runs")
     if len(rt.runs) < 2:
         page.data_header(rt)
@@ -80,6 +93,7 @@ def render_runs(runs: list[context.RunHandle]) -> None:
         )
         return
     ha, hb = pick_runs(runs)
+    follow([ha, hb] if ha is not hb else [ha])
     if ha is hb:
         st.warning("Pick two different runs.")
         return

@@ -204,3 +204,33 @@ def test_only_the_compare_subcommand_is_split_at_its_double_dash():
     assert split_compare(["compare", "--json", "a", "--", "b", "c"]) == (["compare", "--json", "a"], ["b", "c"])
     assert split_compare(["scan", "compare", "--", "x"]) == (["scan", "compare", "--", "x"], None)
     assert split_compare(["compare", "a"]) == (["compare", "a"], None)
+
+
+def test_a_forecast_check_fits_as_once_per_histogram(monkeypatch):
+    """Compare redraws after each round of B's polls; A (finished, usually) is fitted once for
+    them all, and again only when A's histogram or another input changes. The result is the
+    uncached one's."""
+    from runhealth.analysis import runcompare, stats, whatif
+
+    rng = random.Random(3)
+
+    def run(ceiling: int, n: int) -> tuple[stats.LengthHist, stats.Summary]:
+        lengths = [min(int(rng.lognormvariate(6.5, 0.9)), ceiling) for _ in range(n)]
+        hist = stats.LengthHist.from_rows([(t, "length" if t == ceiling else "stop", False, 1) for t in lengths])
+        return hist, stats.summarize(hist, ceiling)
+
+    a, b = run(1024, 4000), run(2048, 3000)
+    fits: list[int] = []
+    real = whatif.for_run
+    monkeypatch.setattr(whatif, "for_run", lambda *args: fits.append(1) or real(*args))
+    runcompare._WHATIFS.clear()
+    first = runcompare.forecast_check(*a, *b, bootstrap=20)
+    again = runcompare.forecast_check(*a, *b, bootstrap=20)
+    assert first[0] is not None, first[1]  # a forecast, not a note why none
+    assert len(fits) == 1 and first == again
+    grown = stats.LengthHist.from_rows([*a[0].rows(), (700, "stop", False, 1)])
+    runcompare.forecast_check(grown, a[1], *b, bootstrap=20)
+    assert len(fits) == 2  # A's histogram changed: fitted again
+    runcompare._WHATIFS.clear()
+    monkeypatch.setattr(whatif, "for_run", real)
+    assert runcompare.forecast_check(*a, *b, bootstrap=20) == first

@@ -237,6 +237,29 @@ def test_compare_page_over_the_demo(demo_cache, monkeypatch):
     assert "Pick two different runs." in page_text(at)
 
 
+def test_compare_follows_the_live_runs_it_shows(demo_cache, monkeypatch):
+    """Compare's live part is pushed after each round of polls of the live run it shows (the
+    demo's B), under the first role; the finished A is not watched, nor a second role."""
+    from components import livewatch
+
+    drawn: list[tuple[str, tuple, str]] = []
+
+    def drawing(store, follows, role=livewatch.LIVE) -> None:
+        if role != livewatch.SIDEBAR:  # the sidebar's "Last collection" line: every page's
+            drawn.append((str(Path(store.path).resolve()), follows, role))
+
+    monkeypatch.setattr(livewatch, "drawing", drawing)
+    monkeypatch.setattr(livewatch, "not_drawing", lambda role: drawn.append(("-", (), role)))
+    at = run("compare", demo_cache, monkeypatch)
+    assert not at.exception
+    (live, _), (done, _) = demo.demo_runs(demo_cache / "runhealth" / "demo")
+    assert drawn == [
+        (str(live.resolved_store_path().resolve()), livewatch.OVERVIEW, livewatch.LIVE),
+        ("-", (), livewatch.SECOND),
+    ]
+    assert str(done.resolved_store_path().resolve()) not in {d[0] for d in drawn}
+
+
 def test_compare_footnote_names_the_overview_tiles_window(demo_cache, monkeypatch):
     """The footnote says which window the Overview's tok/s covers: the one on the tile's label."""
     overview = page_text(run("overview", demo_cache, monkeypatch))

@@ -11,6 +11,7 @@ import time
 
 import pytest
 import store_fixtures
+import streamlit as st
 
 from components import livewatch
 from runhealth.payloads import pagedata
@@ -470,3 +471,88 @@ def test_each_loader_is_keyed_on_the_publications_it_reads_only(store, monkeypat
     publish(store, "run_lengths", now + 1)
     w.tick()
     assert livewatch.keyed_on(livewatch.PAYLOADS)(store) != payloads
+
+
+def test_compares_second_run_is_pushed_until_forgotten(tmp_path, store):
+    """Compare's live part shows two runs: each live one's store under its own role, both pushed
+    to the one fragment; a role forgotten (the pair now has one live run) is pushed no more."""
+    other, _ = store_fixtures.make_store(tmp_path / "b", "empty")
+    try:
+        asked = Asked()
+        w = livewatch.Watcher(request=asked)
+        for alone in (False, True):  # the page's run, then its browser's tick
+            w.register(here("s1", "cmp", alone=alone), store, livewatch.OVERVIEW)
+            w.register(here("s1", "cmp", alone=alone), other, livewatch.OVERVIEW, livewatch.SECOND)
+        publish(other, published.NAME, 100.0)
+        w.tick()
+        assert asked == [("s1", "cmp")]  # the second run's round
+        w.forget("s1", livewatch.SECOND)
+        publish(other, published.NAME, 101.0)
+        w.tick(time.monotonic() + 10)
+        assert asked == [("s1", "cmp")]  # no longer drawn: no push
+        publish(store, published.NAME, 102.0)
+        w.tick(time.monotonic() + 20)
+        assert asked == [("s1", "cmp")] * 2  # the first run's still is
+    finally:
+        other.close()
+
+
+def test_a_full_run_of_another_page_forgets_what_the_page_before_drew(tmp_path, store):
+    """A tab leaves Compare (two live runs: its second under SECOND) for a page that draws one run,
+    or none: the second run's rounds push it no more. Pushed, they asked the tab's fragment to rerun
+    on Compare's page and query while it showed another (fragments share ids across pages)."""
+    other, _ = store_fixtures.make_store(tmp_path / "b", "empty")
+    try:
+        asked = Asked()
+        w = livewatch.Watcher(request=asked)
+        for alone in (False, True):  # Compare's run, then its browser's tick
+            w.register(here("s1", "live-f", alone=alone, page="compare"), store, livewatch.OVERVIEW)
+            w.register(here("s1", "live-f", alone=alone, page="compare"), other, livewatch.OVERVIEW, livewatch.SECOND)
+        publish(other, published.NAME, 100.0)
+        w.tick()
+        assert asked == [("s1", "live-f")]
+        w.register(here("s1", "side-f", page="samples"), store, livewatch.ANY, livewatch.SIDEBAR)  # Samples' run
+        w.register(here("s1", "side-f", alone=True, page="samples"), store, livewatch.ANY, livewatch.SIDEBAR)
+        publish(other, published.NAME, 101.0)
+        w.tick(time.monotonic() + 10)
+        assert asked == [("s1", "live-f")]  # the run Samples does not show: no push
+        assert set(w._viewers) == {("s1", livewatch.SIDEBAR)}
+    finally:
+        other.close()
+
+
+def test_compares_run_numbers_are_read_again_after_a_round(store, monkeypatch):
+    """Compare is pushed after a live run's Overview publication: its run numbers (the raw
+    counts, cached 5 s) are keyed on that stamp, so the pushed redraw shows the round."""
+    from components import compare_view
+
+    w = livewatch.Watcher(request=Asked())
+    monkeypatch.setattr(livewatch, "_watcher", w)
+    opened(w, store, "s1", "cmp", livewatch.OVERVIEW)
+    st.cache_data.clear()
+    assert compare_view.load_run_numbers(store, "t", 4096, None, False).as_of is None  # nothing polled
+    now = time.time()
+    store_fixtures.write_reply(store, "node-1", store_fixtures.poll_reply(now, [], {}), now, rtt_ms=5.0)
+    assert compare_view.load_run_numbers(store, "t", 4096, None, False).as_of is None  # no round published yet
+    publish(store, published.NAME, now)
+    w.tick()
+    assert compare_view.load_run_numbers(store, "t", 4096, None, False).as_of == pytest.approx(now)
+
+
+def test_compares_two_runs_and_the_sidebar_are_one_request_each_fragment_once(tmp_path, store):
+    """Both runs Compare shows published, and the sidebar's line is behind too: one request for the
+    session, its live part once (the two runs are one fragment), first, then the sidebar's."""
+    other, _ = store_fixtures.make_store(tmp_path / "b", "empty")
+    try:
+        asked = Asked()
+        w = livewatch.Watcher(request=asked)
+        for alone in (False, True):  # Compare's run, then its browser's ticks
+            w.register(here("s1", "side-f", alone=alone), store, livewatch.ANY, livewatch.SIDEBAR)
+            w.register(here("s1", "live-f", alone=alone), other, livewatch.OVERVIEW, livewatch.SECOND)
+            w.register(here("s1", "live-f", alone=alone), store, livewatch.OVERVIEW)
+        publish(store, published.NAME, 100.0)
+        publish(other, published.NAME, 100.0)
+        w.tick()
+        assert asked.batches == [[("s1", "live-f"), ("s1", "side-f")]] and w.requests == 2
+    finally:
+        other.close()

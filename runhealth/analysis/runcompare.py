@@ -28,6 +28,8 @@ that, so every output says it.
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 from typing import TypedDict
 
 from runhealth.analysis import stats, whatif
@@ -243,6 +245,33 @@ def differences(hist_a: LengthHist, sum_a: Summary, hist_b: LengthHist, sum_b: S
     }
 
 
+# A's what-ifs at B's ceiling, by their inputs (A's histogram by its digest): a finished A, the
+# pair Compare usually shows, is fitted once instead of at every redraw (~0.1 CPU s each, most of
+# a redraw's model; #42 item 2). A few entries: one per pair and limit shown.
+_WHATIFS: OrderedDict[tuple, whatif.WhatIf] = OrderedDict()
+_WHATIFS_LOCK = threading.Lock()
+WHATIF_CACHE_ENTRIES = 8
+
+
+def _whatif_of(
+    hist: LengthHist, ceiling: int, limit: int, loop_sample: tuple[int, int] | None, bootstrap: int
+) -> whatif.WhatIf:
+    """whatif.for_run(...), reused while the same inputs come again (a pure function of them;
+    the WhatIf is only read here)."""
+    key = (stats.hist_digest(hist), ceiling, limit, loop_sample, bootstrap)
+    with _WHATIFS_LOCK:
+        hit = _WHATIFS.get(key)
+        if hit is not None:
+            _WHATIFS.move_to_end(key)
+            return hit
+    w = whatif.for_run(hist, ceiling, limit, loop_sample, bootstrap)
+    with _WHATIFS_LOCK:
+        _WHATIFS[key] = w
+        while len(_WHATIFS) > WHATIF_CACHE_ENTRIES:
+            _WHATIFS.popitem(last=False)
+    return w
+
+
 def forecast_check(
     hist_a: LengthHist,
     sum_a: Summary,
@@ -264,7 +293,7 @@ def forecast_check(
         return None, "no forecast check: a run's ceiling is unknown (pass --ceiling-a / --ceiling-b)"
     if c_b <= c_a:
         return None, f"no forecast check: B's ceiling ({c_b:,}) is not above A's ({c_a:,})"
-    w = whatif.for_run(hist_a, c_a, c_b, loop_sample, bootstrap)
+    w = _whatif_of(hist_a, c_a, c_b, loop_sample, bootstrap)
     outcome = whatif.forecast_outcome(w, hist_b)
     if outcome is None:
         return None, f"no forecast check: {w.note}"
