@@ -255,13 +255,13 @@ class LiveDraws:
 
 # Tabs left open on one dashboard: two Overviews (two sessions of one page) and the Nodes page.
 IDLE_TABS = ("overview", "overview", "nodes")
-LIVE_INTERVAL_S = 12.0  # the run's interval: the live parts' own timer (long: half of it free of ticks)
+LIVE_INTERVAL_S = 15.0  # the run's interval: the live parts' own timer (long: most of it free of ticks)
 
 
 def test_open_pages_show_a_publication_before_their_tick_and_only_tick_while_idle(browser_page, tmp_path):
     """#42 item 2: a new publication (a round of polls, then the Overview the collector publishes
-    after it) is pushed to every open tab, though the tabs' own timer ticks only every 12 s: a tab
-    is judged on a publication made when its tick was not due within 6 s, and must show it at
+    after it) is pushed to every open tab, though the tabs' own timer ticks only every 15 s: a tab
+    is judged on a publication made when its tick was not due within 5 s, and must show it at
     least 1 s before that tick could have. How soon is measured, not asserted per publication
     (bench/browser.py: 0.17-0.27 s median): here the median over every judged publication is
     under 1.5 s (a loaded CI machine gets margin; one publication took 2.1 s at load 7). Before
@@ -297,26 +297,29 @@ def test_open_pages_show_a_publication_before_their_tick_and_only_tick_while_idl
                 ats = [at for at, _ in d.seen if at >= quiet - LIVE_INTERVAL_S]
                 gaps = [round(b - a, 2) for a, b in zip(ats, ats[1:], strict=False)]
                 assert all(g > LIVE_INTERVAL_S - 2 for g in gaps), f"redrawn between ticks while idle: {gaps}"
-            # Publications 3.7 s apart, three at least, more (six at most) until every tab is judged
-            # on one: a tab whose tick is due within 6 s of one (or just ticked) is not judged on it.
+            # Publications 3.7 s apart, three at least, more (eight at most) until every tab is judged
+            # on one: a tab whose tick is due within 5 s of one (or just ticked) is not judged on it.
             judged: list[list[tuple[float, int, float]]] = [[] for _ in tabs]
-            pushed: list[float] = []  # when each publication was written (monotonic)
+            pushed: list[tuple[float, str]] = []  # each publication: when written (monotonic), its clock
             sidebar_lags: list[float] = []
             shown_clock = first
-            for n in range(6):
+            for n in range(8):
                 if n >= 3 and all(judged):
                     break
                 while time.strftime("%H:%M:%S", time.localtime()) == shown_clock:  # a clock not shown yet
                     time.sleep(0.1)
-                # Since each tab's last tick: its last redraw that no earlier publication explains.
-                ticks = [[t for t, _ in d.seen if not any(w <= t < w + 1.8 for w in pushed)] for d in draws]
+                # Since each tab's last tick: its last redraw that is not the first to show an earlier
+                # publication (a tick that showed one first is taken for its push: its tick is then
+                # thought due sooner than it is, never later).
+                firsts = [{d.first_with(f"Numbers as of {c}", w) for w, c in pushed} for d in draws]
+                ticks = [[t for t, _ in d.seen if t not in first] for d, first in zip(draws, firsts, strict=True)]
                 since = [time.monotonic() - t[-1] for t in ticks]
                 now = time.time()
                 for node in ("node-1", "node-2", "node-3", "node-4"):  # a round of polls, then its publication
                     write_reply(store, node, store_fixtures.poll_reply(now, [], {}), now, rtt_ms=5.0)
                 published.publish(store, cfg, time.time())
                 written, clock = time.monotonic(), time.strftime("%H:%M:%S", time.localtime(now))
-                pushed.append(written)
+                pushed.append((written, clock))
                 for tab in tabs:
                     tab.get_by_text(f"Numbers as of {clock}").first.wait_for(timeout=20_000)
                 tabs[0].wait_for_timeout(max(0, int((written + 3.7 - time.monotonic()) * 1000)))
@@ -326,7 +329,7 @@ def test_open_pages_show_a_publication_before_their_tick_and_only_tick_while_idl
                     sidebar_lags.append(round(line - at, 2) if at is not None and line is not None else 99.0)
                 for i, d in enumerate(draws):
                     due = LIVE_INTERVAL_S - since[i]  # its own tick, this long after the publication
-                    if since[i] >= 0.3 and due >= 6:  # no tick in flight, none due for 6 s
+                    if since[i] >= 0.3 and due >= 5:  # no tick in flight, none due for 5 s
                         at = d.first_with(f"Numbers as of {clock}", written)
                         lag = round(at - written, 2) if at is not None else 99.0
                         redraws = [t for t, _ in d.seen if written <= t <= written + min(lag, due) + 1.0]
