@@ -141,9 +141,9 @@ def test_a_closed_session_is_forgotten(store):
 def test_the_sidebars_last_collection_is_pushed_with_the_live_part(store):
     """One session, two fragments: its page's live part and the sidebar's "Last collection" line
     (it named the poll before the one the page showed for up to its 5 s tick). Each is pushed once
-    per publication, the live part first, in one request (the sidebar's rerun queued in the live
-    part's run: asked at a later look, once the live part's run was over, it came 3.5 s after the
-    publication in a loaded CI run)."""
+    per publication, in one request, the sidebar's first (a read of one stamp: queued behind the
+    live part it waited for that part's whole run, 1.5-2.8 s at load 9; asked at a later look,
+    once the live part's run was over, it came 3.5 s after the publication in a loaded CI run)."""
     asked = Asked()
     w = livewatch.Watcher(request=asked)
     w.register(here("s1", "live-f"), store, livewatch.OVERVIEW)  # the page's first run draws both
@@ -152,15 +152,15 @@ def test_the_sidebars_last_collection_is_pushed_with_the_live_part(store):
     t0 = time.monotonic()
     publish(store, published.NAME, 100.0)
     w.tick(t0)
-    assert asked == [("s1", "live-f"), ("s1", "side-f")]
+    assert asked == [("s1", "side-f"), ("s1", "live-f")]
     redrawn(w, store, "s1", "live-f", livewatch.OVERVIEW)
     w.register(here("s1", "side-f", alone=True), store, livewatch.ANY, livewatch.SIDEBAR)
     publish(store, published.NAME, 101.0)
     w.tick(t0 + 1)
-    assert asked[2:] == [("s1", "live-f"), ("s1", "side-f")]
+    assert asked[2:] == [("s1", "side-f"), ("s1", "live-f")]
     w.tick(t0 + 2)
     assert len(asked) == 4
-    assert asked.batches == [[("s1", "live-f"), ("s1", "side-f")]] * 2
+    assert asked.batches == [[("s1", "side-f"), ("s1", "live-f")]] * 2
 
 
 def test_a_tab_is_pushed_once_any_of_its_fragments_ticked_on_the_page_it_shows(store):
@@ -186,7 +186,7 @@ def test_a_tab_is_pushed_once_any_of_its_fragments_ticked_on_the_page_it_shows(s
     sidebar_tick("overview")
     publish(store, published.NAME, 101.0)
     w.tick(t0 + 1)
-    assert asked == [("s1", "live-f"), ("s1", "side-f")]
+    assert asked == [("s1", "side-f"), ("s1", "live-f")]
     full_run("gpus")  # another page: its fragments have the same ids (their function and place)
     publish(store, published.NAME, 102.0)
     w.tick(t0 + 2)
@@ -541,7 +541,7 @@ def test_compares_run_numbers_are_read_again_after_a_round(store, monkeypatch):
 
 def test_compares_two_runs_and_the_sidebar_are_one_request_each_fragment_once(tmp_path, store):
     """Both runs Compare shows published, and the sidebar's line is behind too: one request for the
-    session, its live part once (the two runs are one fragment), first, then the sidebar's."""
+    session, the sidebar's line first, then its live part once (the two runs are one fragment)."""
     other, _ = store_fixtures.make_store(tmp_path / "b", "empty")
     try:
         asked = Asked()
@@ -553,6 +553,6 @@ def test_compares_two_runs_and_the_sidebar_are_one_request_each_fragment_once(tm
         publish(store, published.NAME, 100.0)
         publish(other, published.NAME, 100.0)
         w.tick()
-        assert asked.batches == [[("s1", "live-f"), ("s1", "side-f")]] and w.requests == 2
+        assert asked.batches == [[("s1", "side-f"), ("s1", "live-f")]] and w.requests == 2
     finally:
         other.close()
