@@ -24,7 +24,7 @@ from components import (
     whatif_view,
 )
 from components.context import PageRuntime
-from components.format import fmt_percentile_tokens, md_escape
+from components.format import fmt_clock, fmt_percentile_tokens, md_escape
 from runhealth.screens.lengths import WHATIF_REFIT_S, Lengths, Summary, WhatIf, unknown_of
 
 PREFIX = "lengths"
@@ -146,7 +146,9 @@ def render_whatif(rt: PageRuntime, m: Lengths) -> None:
                     for x in (
                         failed,
                         f"95% {lo:.1%}–{hi:.1%}{whatif_view.interval_note(r)}",
-                        f"now {r.current_truncated_fraction:.1%}",
+                        # the share its counts had cut: as of the fit (refitted every minute),
+                        # so said with its time, not as "now" beside the live part's newer one
+                        f"{r.current_truncated_fraction:.1%} cut at {fmt_clock(fitted_at(rt, as_of, m))}",
                     )
                     if x
                 ),
@@ -170,10 +172,10 @@ def render_whatif(rt: PageRuntime, m: Lengths) -> None:
     if r.band:
         st.markdown(whatif_view.backtest_line(r))
     if page.kiosk():
-        render_kiosk_charts(rt, r, ceiling, limit, as_of)
+        render_kiosk_charts(rt, r, ceiling, limit, whatif_age(rt, as_of, m))
         return
     fieldcharts.render_recovered(m.recovered(r))
-    st.caption(f"This what-if: {precomputed.age_text(as_of)}.")
+    st.caption(f"This what-if: {whatif_age(rt, as_of, m)}.")
     fine = (
         f"This is an extrapolation: nobody has seen lengths above {ceiling:,}. {r.note} "
         f"{whatif_view.model_line(r) if r.band else ''} Hard bounds: {r.hard_bounds[0]:.1%}–"
@@ -188,6 +190,23 @@ def render_whatif(rt: PageRuntime, m: Lengths) -> None:
             key=f"{PREFIX}_whatif_chart",
         )
     render_continuation(rt, limit, ceiling)
+
+
+def fitted_at(rt: PageRuntime, as_of: float | None, m: Lengths) -> float:
+    """The time of the counts the what-if was fitted on: the collector's pass (`as_of`), or, when
+    the page fitted them itself, their last collection (the "Numbers as of" of the page)."""
+    return as_of if as_of is not None else loaders.load_last_collection(rt.store) or m.now
+
+
+def whatif_age(rt: PageRuntime, as_of: float | None, m: Lengths) -> str:
+    """The what-if's caption: the collector's fit and its age, or the page's own fit and the time
+    of its counts (a clock time: the panel is refitted once a minute, an age would not move)."""
+    if as_of is not None:
+        return precomputed.age_text(as_of)
+    return (
+        f"fitted for this page on the counts of {fmt_clock(fitted_at(rt, as_of, m))}"
+        " (the collector's fit is of other counts, or there is none yet)"
+    )
 
 
 def render_continuation(rt: PageRuntime, limit: int, ceiling: int) -> None:
@@ -314,7 +333,7 @@ def render_whatif_live(rt: PageRuntime) -> None:
         )
 
 
-def render_kiosk_charts(rt: PageRuntime, r: WhatIf, ceiling: int, limit: int, as_of: float | None) -> None:
+def render_kiosk_charts(rt: PageRuntime, r: WhatIf, ceiling: int, limit: int, age: str) -> None:
     """Kiosk part 2 under the what-if's tiles: its curve beside truncation over time."""
     left, right = st.columns(2)
     curve = tables.whatif_curve(r)
@@ -326,9 +345,7 @@ def render_kiosk_charts(rt: PageRuntime, r: WhatIf, ceiling: int, limit: int, as
         warn, alert = rt.config.truncation_warn_fraction, rt.config.truncation_alert_fraction
         fig = figcache.figure(figures.make_truncation_over_time_figure, over_time, warn, alert)
         right.plotly_chart(fig, key=f"{PREFIX}_time_chart", height=380)
-    st.caption(
-        f"An extrapolation: nobody has seen lengths above {ceiling:,}. This what-if: {precomputed.age_text(as_of)}."
-    )
+    st.caption(f"An extrapolation: nobody has seen lengths above {ceiling:,}. This what-if: {age}.")
 
 
 def render_kiosk(rt: PageRuntime) -> None:

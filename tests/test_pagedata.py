@@ -22,9 +22,11 @@ import streamlit as st
 import test_gpubands
 from shardgen import truth_rows, write_shard
 from streamlit.testing.v1 import AppTest
+from test_consistency import tile, tiles_of
 from test_pages import _clear_streamlit_caches, open_app  # noqa: F401 (autouse fixture: caches leak between AppTests)
 
 from components import loaders, precomputed
+from components.format import fmt_clock
 from runhealth.analysis import loops, stats, whatif
 from runhealth.collect.collector import Collector
 from runhealth.payloads import pagedata
@@ -433,6 +435,11 @@ def captions(at: AppTest) -> str:
     return "\n".join(c.value for c in at.caption)
 
 
+def whatif_tile_sub(at: AppTest) -> str:
+    """The sub-line of the Output lengths page's "Still truncated at …" tile."""
+    return tile(tiles_of(at), "Still truncated at")[1]
+
+
 def test_pages_read_the_payload_and_say_how_old_it_is(stores, monkeypatch):
     store = store_of(stores["ceiling_18"])
     computed = pagedata.compute_all(store, CEILING, INTERVAL_S)
@@ -440,7 +447,8 @@ def test_pages_read_the_payload_and_say_how_old_it_is(stores, monkeypatch):
     groups = computed["groups:node"]
     assert isinstance(groups, GroupTable)
     groups.table.data["group"][0] = "read-from-payload"
-    pagedata.put(store, computed, time.time() - 40)
+    put_at = time.time() - 40
+    pagedata.put(store, computed, put_at)
     at = run_page("lengths", stores["ceiling_18"], monkeypatch)
     by_group = next(t.value for t in at.table if "drift" in t.value.columns)  # the truncation-by-node table
     assert "read-from-payload" in by_group["node"].tolist()
@@ -450,6 +458,10 @@ def test_pages_read_the_payload_and_say_how_old_it_is(stores, monkeypatch):
     ages = [int(a) for a in re.findall(r"collector at [\d:]+ \((\d+) s ago\)", text)]
     assert ages and all(40 <= a < 100 for a in ages)  # the payload's age, not the page's
     assert "This what-if: computed by the collector at" in text
+    # The what-if's share cut is its counts' (refitted once a minute): dated with the fit, never
+    # a second "now" beside the live part's newer share.
+    assert re.search(r"\d+\.\d% cut at " + re.escape(fmt_clock(put_at)), whatif_tile_sub(at)), whatif_tile_sub(at)
+    assert "now" not in whatif_tile_sub(at)
 
 
 def test_pages_without_payload_compute_and_say_so(stores, monkeypatch):
@@ -458,6 +470,11 @@ def test_pages_without_payload_compute_and_say_so(stores, monkeypatch):
         db.execute("DELETE FROM page_data")
     at = run_page("lengths", stores["drift"], monkeypatch)
     assert "Truncation by node: computed just now for this page (no precomputed copy yet)" in captions(at)
+    # The what-if fitted here: dated by its counts' last collection, by the clock (its panel is
+    # refitted once a minute; "just now" would stand unchanged for that minute).
+    counts_at = fmt_clock(store.last_collection_unix())
+    assert f"This what-if: fitted for this page on the counts of {counts_at}" in captions(at), captions(at)
+    assert f"cut at {counts_at}" in whatif_tile_sub(at)
     assert any("Ceiling drift: node-4" in w.value for w in at.warning)
 
 
