@@ -148,7 +148,7 @@ def render_whatif(rt: PageRuntime, m: Lengths) -> None:
                         f"95% {lo:.1%}–{hi:.1%}{whatif_view.interval_note(r)}",
                         # the share its counts had cut: as of the fit (refitted every minute),
                         # so said with its time, not as "now" beside the live part's newer one
-                        f"{r.current_truncated_fraction:.1%} cut at {fmt_clock(fitted_at(rt, as_of, m))}",
+                        f"{r.current_truncated_fraction:.1%} cut at {fmt_clock(fitted_at(as_of, m))}",
                     )
                     if x
                 ),
@@ -172,10 +172,10 @@ def render_whatif(rt: PageRuntime, m: Lengths) -> None:
     if r.band:
         st.markdown(whatif_view.backtest_line(r))
     if page.kiosk():
-        render_kiosk_charts(rt, r, ceiling, limit, whatif_age(rt, as_of, m))
+        render_kiosk_charts(rt, r, ceiling, limit, whatif_age(as_of, m))
         return
     fieldcharts.render_recovered(m.recovered(r))
-    st.caption(f"This what-if: {whatif_age(rt, as_of, m)}.")
+    st.caption(f"This what-if: {whatif_age(as_of, m)}.")
     fine = (
         f"This is an extrapolation: nobody has seen lengths above {ceiling:,}. {r.note} "
         f"{whatif_view.model_line(r) if r.band else ''} Hard bounds: {r.hard_bounds[0]:.1%}–"
@@ -192,19 +192,22 @@ def render_whatif(rt: PageRuntime, m: Lengths) -> None:
     render_continuation(rt, limit, ceiling)
 
 
-def fitted_at(rt: PageRuntime, as_of: float | None, m: Lengths) -> float:
+def fitted_at(as_of: float | None, m: Lengths) -> float:
     """The time of the counts the what-if was fitted on: the collector's pass (`as_of`), or, when
-    the page fitted them itself, their last collection (the "Numbers as of" of the page)."""
-    return as_of if as_of is not None else loaders.load_last_collection(rt.store) or m.now
+    the page fitted them itself, their last collection in the screen model's snapshot (the clock of
+    the page's "Numbers as of")."""
+    if as_of is not None:
+        return as_of
+    return max((n["last_ok_unix"] for n in m.nodes if n["last_ok_unix"] is not None), default=m.now)
 
 
-def whatif_age(rt: PageRuntime, as_of: float | None, m: Lengths) -> str:
+def whatif_age(as_of: float | None, m: Lengths) -> str:
     """The what-if's caption: the collector's fit and its age, or the page's own fit and the time
     of its counts (a clock time: the panel is refitted once a minute, an age would not move)."""
     if as_of is not None:
         return precomputed.age_text(as_of)
     return (
-        f"fitted for this page on the counts of {fmt_clock(fitted_at(rt, as_of, m))}"
+        f"fitted for this page on the counts of {fmt_clock(fitted_at(as_of, m))}"
         " (the collector's fit is of other counts, or there is none yet)"
     )
 
