@@ -91,9 +91,9 @@ def test_a_store_written_before_the_bound_still_exports_a_bounded_set(tmp_path):
             "INSERT INTO node_length_counts VALUES (?,?,?,?,?)",
             [("node-1", 7, f"reason-{i}", 0, 1 + (i == 5)) for i in range(100_000)],
         )
-    # CPU time: the scrape's own cost, not the machine's load; the least of three scrapes (the
-    # lesser of two took 2.06 and 2.18 s in loaded CI runs, ~1.1-1.8 s here on this code and on
-    # the code before it: a core shared with the other workers runs slower).
+    # CPU time: the scrape's own cost, not the machine's load; the least of three scrapes (2.19 s
+    # in a loaded CI run, 1.74-1.84 s alone here, before the unshown reasons were summed in
+    # countgroups.regroup; 1.08-1.15 s after: a core shared with the other workers runs slower).
     scrape_s = math.inf
     for _ in range(3):
         t0 = time.process_time()

@@ -35,7 +35,7 @@ class Group:
     """Rows of node_length_counts with one (node, finish_reason, estimated, bucket, cut)."""
 
     node: str
-    finish_reason: str
+    finish_reason: str | None  # None: the reasons no label shows, summed (regroup); labelled OTHER
     estimated: int
     bucket: int  # index of the first bound the lengths are <= (len(bounds): above every bound)
     cut: bool  # stopped by length at the ceiling (stats.cut_sql)
@@ -77,21 +77,30 @@ def regroup(
     (splits[j-1], splits[j]]; `splits` include every bound and the ceiling - 1, so all of its
     lengths fall in one histogram bucket (the first bound at or above splits[j]) and are all
     cut or none (stats.is_cut of its shortest length, splits[j-1] + 1; none in bucket 0, whose
-    lengths are at most the ceiling - 1)."""
+    lengths are at most the ceiling - 1). The reasons no label shows (reasons.shown_names over the
+    run's totals: not known, not among the most frequent others) are summed under None, which
+    `reason_counts` labels OTHER as it labelled each of them: every figure is the same, in groups a
+    store of 100,000 distinct reasons no longer multiplies (its scrape ~2 CPU s under load, #42)."""
     ints = [int(b) for b in bounds]
     buckets = [next((i for i, b in enumerate(ints) if b >= s), len(ints)) for s in splits] + [len(ints)]
     shortest = [None] + [s + 1 for s in splits]
-    sums: dict[tuple[str, str, int, int, bool], list[int]] = {}
+    totals: dict[str, int] = {}
+    for _node, reason, _estimated, _j, count, _tokens in rows:
+        totals[reason] = totals.get(reason, 0) + count
+    shown = reasons.shown_names(totals)
+    sums: dict[tuple[str, str | None, int, int, bool], list[int]] = {}
     for node, reason, estimated, j, count, tokens in rows:
         low = shortest[j]
-        key = (node, reason, estimated, buckets[j], low is not None and stats.is_cut(low, reason, ceiling))
+        cut = low is not None and stats.is_cut(low, reason, ceiling)  # the reason's own, before it is summed
+        key = (node, reason if reason in shown else None, estimated, buckets[j], cut)
         got = sums.get(key)
         if got is None:
             sums[key] = [count, tokens]
         else:
             got[0] += count
             got[1] += tokens
-    return [Group(*key, count, tokens) for key, (count, tokens) in sorted(sums.items())]
+    order = sorted(sums, key=lambda k: (k[0], k[1] is not None, k[1] or "", *k[2:]))  # the summed ones first
+    return [Group(*key, *sums[key]) for key in order]
 
 
 def scan(store: Store, bounds: Sequence[float], ceiling: int | None) -> list[Group]:
@@ -112,8 +121,9 @@ def reason_counts(groups: Sequence[Group]) -> dict[tuple[str, str], int]:
     """(node, label) -> completions, with the bounded finish_reason labels (reasons.shown_names
     over the run's totals; the rest as OTHER), in node order, unnamed reasons first per node."""
     totals: dict[str, int] = {}
-    for g in sorted(groups, key=lambda g: g.finish_reason):
-        totals[g.finish_reason] = totals.get(g.finish_reason, 0) + g.count
+    for g in groups:
+        if g.finish_reason is not None:  # the summed ones: none of them is shown (regroup)
+            totals[g.finish_reason] = totals.get(g.finish_reason, 0) + g.count
     names = reasons.shown_names(totals)
     per: dict[tuple[str, str | None], int] = {}
     for g in groups:

@@ -18,6 +18,7 @@ The store's part (`KNOWN`, `clean`, `Namer`) lives in runhealth/store/reasonname
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Mapping
 
@@ -44,8 +45,9 @@ def shown_names(totals: Mapping[str, int], keep: int = MAX_SHOWN_OTHERS) -> dict
     """Raw reason -> the name shown, for the known reasons, `MISSING` and the `keep` most
     frequent others (ties by name); a reason absent from the answer counts as OTHER."""
     names = {r: (MISSING if r == "" else r) for r in totals if r in KNOWN or r in ("", MISSING, OTHER)}
-    others = sorted((r for r in totals if r not in names), key=lambda r: (-totals[r], r))
-    names.update((r, clean(r)) for r in others[:keep])
+    # the `keep` first of them all sorted by (-total, name), in one pass (a store of 100,000 reasons)
+    others = heapq.nsmallest(keep, ((-n, r) for r, n in totals.items() if r not in names))
+    names.update((r, clean(r)) for _n, r in others)
     return names
 
 
