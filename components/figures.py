@@ -706,8 +706,23 @@ def make_gpu_band_figure(
     return add_event_markers(new_figure_from(traces, layout), events_of(bands, events))
 
 
+def with_gaps(df: pd.DataFrame, x: str) -> pd.DataFrame:
+    """`df` (sorted by `x`, evenly stepped where it has data) with an empty row in each stretch
+    longer than its step: plotly breaks a line there instead of drawing one across no data."""
+    if len(df) < 2:
+        return df
+    steps = df[x].diff()
+    step = steps.min()
+    holes = df.loc[steps > 1.5 * step, x] - step
+    if holes.empty:
+        return df
+    return pd.concat([df, pd.DataFrame({x: holes.to_numpy()})], ignore_index=True).sort_values(x, kind="stable")
+
+
 def make_throughput_figure(df: pd.DataFrame, events: Sequence[Any] | None = None) -> go.Figure:
-    """Output tokens per second over time, the run's `events` as markers. `df` columns: bucket_unix, tokens_per_s."""
+    """Output tokens per second over time, the run's `events` as markers; a stretch with no
+    bucket (no poll covered it) is a gap. `df` columns: bucket_unix, tokens_per_s."""
+    df = with_gaps(df, "bucket_unix")
     fig = new_figure(
         go.Scatter(
             x=pd.to_datetime(df["bucket_unix"], unit="s"),

@@ -38,6 +38,8 @@ import statistics
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, TypedDict
 
+import numpy as np
+
 from runhealth.analysis import rates
 from runhealth.settings import windows
 from runhealth.settings.windows import AVERAGE_WINDOW_S, DROP_BUCKET_S, DROP_LOOKBACK_S, RATE_WINDOW_S
@@ -196,6 +198,66 @@ def run_rates(
         completions_var_15m=total("completions_var_15m"),
         prompts_per_s_15m=total("prompts_per_s_15m"),
     )
+
+
+def throughput_buckets(
+    rows_by_node: Mapping[str, Sequence[Sequence]], bucket_s: float, since: float, until: float
+) -> list[tuple[float, float]]:
+    """(bucket_unix, tokens/s) of each bucket starting at or after `since` and ending by `until`
+    that some node's polls cover, in time order: the throughput chart's points on the rates'
+    terms. Each poll's tokens are spread evenly over the seconds it covers (the collector's
+    monotonic measure since the node's previous poll, or the wall seconds between the two where
+    that is unknown) and pro rata over the buckets those overlap; a poll that ends catch-up work
+    (backfill) or covers no time counts nothing, as in `rates.valid_spans`. A node's rate in a
+    bucket is its tokens there over the seconds its polls cover there, and the run's is the
+    nodes' sum, as `run_rates` sums them. So a poll that covers minutes (the first after a
+    collector restart, or after an unreachable stretch) counts at its average over them, not as a
+    spike in the bucket it landed in; a bucket a collector stopped in counts the time it covered;
+    a bucket no poll covers is absent (the chart leaves a gap, not a line across it), and so is
+    one covered less than half as long as the median bucket (node-seconds): the sliver at the
+    edge of such a gap, where some nodes' polls reach into it and others' do not. `rows_by_node`:
+    `poll_rows`' (seven columns). Vectorised: an hour of 1,024 nodes' polls at 10 s is 370,000 rows."""
+    first, count = int(since // bucket_s), int(until // bucket_s) - int(since // bucket_s)
+    groups = [rows for rows in rows_by_node.values() if rows]
+    flat = list(itertools.chain.from_iterable(groups))
+    if count <= 0 or not flat:
+        return []
+    size = len(flat)
+
+    def column(i: int) -> np.ndarray:  # NULL as NaN
+        return np.array(list(map(operator.itemgetter(i), flat)), float)
+
+    ts, tokens, backfill, mono = np.fromiter(map(operator.itemgetter(0), flat), float, size), *map(column, (3, 4, 6))
+    tokens, live = np.nan_to_num(tokens), np.nan_to_num(backfill) == 0
+    node = np.repeat(np.arange(len(groups)), [len(rows) for rows in groups])
+    after = np.ones(size, bool)  # a node's first row has no previous poll: it opens no span
+    after[np.cumsum([0, *(len(rows) for rows in groups[:-1])])] = False
+    before = np.concatenate(([np.nan], ts[:-1]))
+    covered = np.where(np.isnan(mono), ts - before, mono)
+    lo, hi = first * bucket_s, (first + count) * bucket_s
+    keep = after & live & (covered > 0) & (ts > lo) & (ts - covered < hi)
+    t1, per_s, node = ts[keep], np.maximum(tokens[keep], 0) / covered[keep], node[keep]
+    t0 = np.maximum(t1 - covered[keep], lo)
+    t1 = np.minimum(t1, hi)
+    b0 = np.floor(t0 / bucket_s).astype(np.int64) - first
+    b1 = np.minimum(np.floor(t1 / bucket_s).astype(np.int64) - first, count - 1)
+    cells = len(groups) * count
+    got, secs = np.zeros(cells), np.zeros(cells)
+    span = np.arange(len(t1))
+    for j in itertools.count():  # the spans' j-th bucket; past the second, only long spans remain
+        span = span[b0[span] + j <= b1[span]]
+        if not len(span):
+            break
+        b = b0[span] + j
+        part = np.minimum(t1[span], (first + b + 1) * bucket_s) - np.maximum(t0[span], (first + b) * bucket_s)
+        key = node[span] * count + b
+        got += np.bincount(key, weights=per_s[span] * part, minlength=cells)
+        secs += np.bincount(key, weights=part, minlength=cells)
+    by_node, covered_s = got.reshape(len(groups), count), secs.reshape(len(groups), count)
+    rate = np.divide(by_node, covered_s, out=np.zeros_like(by_node), where=covered_s > 0).sum(axis=0)
+    node_s = covered_s.sum(axis=0)
+    seen = node_s >= 0.5 * np.median(node_s[node_s > 0]) if node_s.any() else node_s > 0
+    return [((first + int(i)) * bucket_s, float(rate[i])) for i in np.flatnonzero(seen)]
 
 
 def minute_rates(buckets: Sequence[Mapping[str, Any]], bucket_s: float = DROP_BUCKET_S) -> list[float]:

@@ -289,11 +289,14 @@ def server_rate(store: Store, now: float, stale_after: float) -> float | None:
 
 
 def throughput_series(store: Store, now: float, interval_s: float) -> tuple[ThroughputPoint, ...]:
-    """The chart's tok/s per bucket of a few polls over the last hour: complete live buckets only
-    (the last one is still filling)."""
+    """The chart's tok/s per bucket of a few polls over the last hour, complete buckets only (the
+    last one is still filling), each poll's tokens spread over the time it covers
+    (`activity.throughput_buckets`: the tiles' rates on the same terms); a bucket no poll covers
+    is left out and the line is broken there (`with_gaps`)."""
     bucket_s = stale_after_s(interval_s)
-    rows = [b for b in activity.token_buckets(store, bucket_s, now - DROP_LOOKBACK_S) if not b["backfill"]][:-1]
-    return tuple(ThroughputPoint(b["bucket_unix"], (b["tokens"] or 0) / bucket_s) for b in rows)
+    rows = activity.poll_rows(store, now, DROP_LOOKBACK_S)  # the rates' read: its kept rows, no second read
+    got = activity.throughput_buckets(rows, bucket_s, now - DROP_LOOKBACK_S, now)
+    return tuple(ThroughputPoint(b, tps) for b, tps in got)
 
 
 def heat_rows(gpus: list[GpuRow], now: float, stale_after: float) -> tuple[HeatRow, ...]:
