@@ -19,6 +19,7 @@ import streamlit as st
 from components import figures
 from components.context import PageRuntime
 from components.format import fmt_age, fmt_ago
+from runhealth.alerting.notify import CLEAR_S
 from runhealth.records import AlertEpisodeRow
 from runhealth.screens.events import alert_window_s, alert_window_words
 from runhealth.settings.windows import ALERT_TIMELINE_S
@@ -51,16 +52,14 @@ def episodes_table(rows: list[AlertEpisodeRow], now: float) -> pd.DataFrame:
     """The episodes as the Nodes page shows them (newest first, as read)."""
     out = []
     for r in rows:
-        end = r["resolved_unix"]
+        end = r["resolved_unix"] if r["resolved_unix"] is not None else r.get("absent_unix")
         out.append(
             {
                 "alert": r["name"],
                 "severity": r["severity"],
                 "node": r["node"] or "run",
                 "started": _when(r["started_unix"], now),
-                "ended": _when(end, now)
-                if end is not None
-                else f"still holding (last seen {fmt_ago(now - r['last_seen_unix'])})",
+                "ended": ended_words(r, now),
                 "duration": fmt_age((end if end is not None else r["last_seen_unix"]) - r["started_unix"]),
                 "at start": r["summary_start"],
                 "at the end": r["summary_end"] or "",
@@ -69,6 +68,21 @@ def episodes_table(rows: list[AlertEpisodeRow], now: float) -> pd.DataFrame:
     return pd.DataFrame(
         out, columns=["alert", "severity", "node", "started", "ended", "duration", "at start", "at the end"]
     )
+
+
+def holding(r: AlertEpisodeRow) -> bool:
+    """Whether the episode held at the last evaluation: open and not seen absent since (an open
+    one the last check no longer saw is cleared, resolved once it stays clear CLEAR_S)."""
+    return r["resolved_unix"] is None and r.get("absent_unix") is None
+
+
+def ended_words(r: AlertEpisodeRow, now: float) -> str:
+    if r["resolved_unix"] is not None:
+        return _when(r["resolved_unix"], now)
+    absent = r.get("absent_unix")
+    if absent is not None:  # the Overview's alerts no longer show it: never "still holding" here
+        return f"{_when(absent, now)}, cleared (closed once clear for {fmt_age(CLEAR_S)})"
+    return f"still holding (last seen {fmt_ago(now - r['last_seen_unix'])})"
 
 
 def history_csv(rows: list[AlertEpisodeRow]) -> pd.DataFrame:
@@ -97,7 +111,7 @@ def timeline_frame(rows: list[AlertEpisodeRow], now: float) -> pd.DataFrame:
                 "started_unix": r["started_unix"],
                 "ended_unix": r["resolved_unix"] if r["resolved_unix"] is not None else r["last_seen_unix"],
                 "hover": f"{html.escape(r['summary_start'])}<br>"
-                f"{'at the end' if r['resolved_unix'] else 'still holding'}: {html.escape(r['summary_end'] or '')}",
+                f"{'still holding' if holding(r) else 'at the end'}: {html.escape(r['summary_end'] or '')}",
             }
             for r in rows
         ],
@@ -136,7 +150,7 @@ def render_today(rt: PageRuntime, prefix: str, events: Sequence[Any] = ()) -> No
             figures.make_alert_timeline_figure(frame, now - width, now, events, alert_window_words(width)),
             key=f"{prefix}_alert_timeline",
         )
-        still = sum(r["resolved_unix"] is None for r in rows)
+        still = sum(map(holding, rows))
         st.caption(
             f"Today's alerts: {len(rows):,} in the last 24 h, {still:,} still holding "
             "(the Nodes page lists them, with the CSV)."

@@ -251,6 +251,9 @@ class AlertEpisodeRow(TypedDict):
     started_unix: float  # wall clock: the evaluation that first saw it
     resolved_unix: float | None  # the first evaluation it no longer held (confirmed clear_s later)
     last_seen_unix: float  # the last evaluation it held
+    # Open, but the last evaluation no longer saw it: when it stopped holding (it is resolved at
+    # this time once it stays clear for notify.CLEAR_S; seen again, this is cleared). None: it held.
+    absent_unix: float | None
     summary_start: str
     summary_end: str | None  # its wording at the last evaluation it held
     value_start: float | None

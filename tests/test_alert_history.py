@@ -177,6 +177,37 @@ def test_an_alert_absent_under_clear_s_is_one_episode(tmp_path):
     assert [(r["started_unix"], r["resolved_unix"]) for r in store.alert_episodes()] == [(0.0, 30.0)]
 
 
+def test_an_alert_that_stopped_holding_is_not_shown_as_still_holding(tmp_path):
+    """For CLEAR_S after an alert stops holding its episode stays open (a flap is one episode).
+    The Overview's alerts no longer show it then; the history said "still holding (last seen 47 s
+    ago)" and counted it among the day's holding alerts (seen on the demo after a restart: node_down
+    twice, both nodes up). Now it reads cleared, at the first check that no longer saw it."""
+    from components.alerthistory_view import episodes_table, holding, timeline_frame
+
+    store = Store(tmp_path / "s.sqlite3")
+    now = [1000.0]
+    holds = [True]
+    alert = health.Alert("node_down", "critical", "r", "n1 down for 19 min", node="n1")
+    clock = lambda: now[0]  # noqa: E731
+    h = alerthistory.AlertHistory(
+        store, 10, clear_s=60, clock=clock, monotonic=clock, evaluate=lambda s, t: [alert] if holds[0] else []
+    )
+    for t, p in ((1000.0, True), (1010.0, True), (1020.0, False), (1030.0, False)):
+        now[0], holds[0] = t, p
+        h.check()
+    (row,) = store.alert_episodes()
+    assert row["resolved_unix"] is None and row["absent_unix"] == 1020.0 and not holding(row)
+    table = episodes_table([row], 1047.0)
+    assert "cleared" in table["ended"][0] and "still holding" not in table["ended"][0], table["ended"][0]
+    assert table["duration"][0] == "20 s"  # to the first check that no longer saw it
+    assert "still holding" not in timeline_frame([row], 1047.0)["hover"][0]
+    now[0], holds[0] = 1040.0, True  # back within CLEAR_S: the same episode, holding again
+    h.check()
+    (row,) = store.alert_episodes()
+    assert row["absent_unix"] is None and holding(row)
+    assert episodes_table([row], 1047.0)["ended"][0].startswith("still holding")
+
+
 def test_migration_7_opens_the_alerts_the_notifier_held(tmp_path):
     """A store whose notifier held an alert before the history existed: that alert's episode
     starts at its `since`, so the first evaluation after the upgrade does not start it again."""

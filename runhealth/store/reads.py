@@ -303,8 +303,8 @@ class StoreReads(StoreFile):
         return rows_as(
             AlertEpisodeRow,
             self.query(
-                "SELECT id, name, severity, node, gpu, started_unix, resolved_unix, last_seen_unix, summary_start,"
-                f" summary_end, value_start, value_end FROM alert_history WHERE {where} ORDER BY started_unix DESC, id DESC",
+                "SELECT id, name, severity, node, gpu, started_unix, resolved_unix, last_seen_unix, absent_unix,"
+                f" summary_start, summary_end, value_start, value_end FROM alert_history WHERE {where} ORDER BY started_unix DESC, id DESC",
                 params,
             ),
         )
