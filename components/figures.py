@@ -537,7 +537,9 @@ def make_gpu_timeseries_figure(
     """One line per GPU over time. `df` columns: ts_unix, label, `value` [, `limit_col`]."""
     fig = new_figure()
     for label, g in df.groupby("label", sort=True):
-        fig.add_scatter(x=pd.to_datetime(g["ts_unix"], unit="s"), y=g[value], mode="lines", name=str(label))
+        at = gaps(g["ts_unix"].to_numpy(float), GPU_GAP_STEPS)
+        ts, ys = broken(g["ts_unix"].to_numpy(float), at, times=True), broken(g[value].to_numpy(float), at)
+        fig.add_scatter(x=pd.to_datetime(ts, unit="s"), y=ys, mode="lines", name=str(label))
     if limit_col and limit_col in df and df[limit_col].notna().any():
         hline(
             fig, float(df[limit_col].max()), f"limit {df[limit_col].max():.0f} {unit}", dash="dash", color=ALERT_COLOUR
@@ -673,24 +675,27 @@ def make_gpu_band_figure(
     ordered = bands.sort_values("node", kind="stable")
     names, starts = np.unique(ordered["node"].to_numpy(), return_index=True)
     ends = [*starts[1:], len(ordered)]
-    t_all = pd.to_datetime(ordered["t_unix"], unit="s").to_numpy()
-    lo_all, hi_all, med_all = (ordered[c].to_numpy() for c in ("min", "max", "median"))
-    custom_all = ordered[["min", "max", "gpus"]].to_numpy()
+    secs_all = ordered["t_unix"].to_numpy(float)
+    lo_all, hi_all, med_all = (ordered[c].to_numpy(float) for c in ("min", "max", "median"))
+    custom_all = ordered[["min", "max", "gpus"]].to_numpy(float)
     traces: list[dict] = []
     for node, i, j in zip(names, starts, ends, strict=True):
-        colour, t = node_colour(nodes, node), t_all[i:j]
-        traces += _band(t, hi_all[i:j], lo_all[i:j], _rgba(colour, 0.18), legendgroup=node, hoverinfo="skip")
+        at = gaps(secs_all[i:j], GPU_GAP_STEPS)  # no readings: the line and band break
+        t = pd.to_datetime(broken(secs_all[i:j], at, times=True), unit="s").to_numpy()
+        lo, hi, med, custom = (broken(a[i:j], at) for a in (lo_all, hi_all, med_all, custom_all))
+        colour = node_colour(nodes, node)
+        traces += _band(t, hi, lo, _rgba(colour, 0.18), legendgroup=node, hoverinfo="skip")
         traces.append(
             dict(
                 type="scatter",
                 x=t,
-                y=med_all[i:j],
+                y=med,
                 mode="lines",
                 line=dict(color=colour, width=2),
                 name=str(node),
                 legendgroup=node,
                 showlegend=show_legend,
-                customdata=custom_all[i:j],
+                customdata=custom,
                 hovertemplate=f"{node}: median %{{y:.0f}} {unit} (min %{{customdata[0]:.0f}}, max "
                 f"%{{customdata[1]:.0f}}, %{{customdata[2]}} GPUs)<extra></extra>",
             )
@@ -706,27 +711,35 @@ def make_gpu_band_figure(
     return add_event_markers(new_figure_from(traces, layout), events_of(bands, events))
 
 
-def with_gaps(df: pd.DataFrame, x: str) -> pd.DataFrame:
-    """`df` (sorted by `x`, evenly stepped where it has data) with an empty row in each stretch
-    longer than its step: plotly breaks a line there instead of drawing one across no data."""
-    if len(df) < 2:
-        return df
-    steps = df[x].diff()
-    step = steps.min()
-    holes = df.loc[steps > 1.5 * step, x] - step
-    if holes.empty:
-        return df
-    return pd.concat([df, pd.DataFrame({x: holes.to_numpy()})], ignore_index=True).sort_values(x, kind="stable")
+GPU_GAP_STEPS = 3.0  # a GPU series breaks where no reading came for this many of its steps (stale)
+
+
+def gaps(x: np.ndarray, steps: float) -> np.ndarray:
+    """Where the sorted times `x` jump by more than `steps` times their median step: the
+    positions (np.insert's) of the breaks a line needs there."""
+    if len(x) < 3:
+        return np.array([], dtype=np.int64)
+    d = np.diff(x)
+    return np.flatnonzero(d > steps * np.median(d)) + 1
+
+
+def broken(a: np.ndarray, at: np.ndarray, times: bool = False) -> np.ndarray:
+    """`a` with a point at each of `at` (`gaps`) that breaks a plotly line there: a NaN value,
+    or for the `times`, the time halfway across the break."""
+    if not len(at):
+        return a
+    return np.insert(a, at, (a[at - 1] + a[at]) / 2 if times else np.nan, axis=0)
 
 
 def make_throughput_figure(df: pd.DataFrame, events: Sequence[Any] | None = None) -> go.Figure:
     """Output tokens per second over time, the run's `events` as markers; a stretch with no
     bucket (no poll covered it) is a gap. `df` columns: bucket_unix, tokens_per_s."""
-    df = with_gaps(df, "bucket_unix")
+    secs = df["bucket_unix"].to_numpy(float)
+    at = gaps(secs, 1.5)  # buckets are evenly stepped where a poll covered them
     fig = new_figure(
         go.Scatter(
-            x=pd.to_datetime(df["bucket_unix"], unit="s"),
-            y=df["tokens_per_s"],
+            x=pd.to_datetime(broken(secs, at, times=True), unit="s"),
+            y=broken(df["tokens_per_s"].to_numpy(float), at),
             mode="lines",
             fill="tozeroy",
             line=dict(color=STOP_COLOUR, width=3),

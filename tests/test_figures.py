@@ -381,3 +381,26 @@ def test_percentile_lines_at_the_ceiling_stay_visible_and_are_named():
     healthy = hours_with_a_truncating_tail().assign(p90=3000, p99=3500)
     (label,) = figures.make_lengths_over_time_figure(healthy, 4096).layout.annotations
     assert label.text == "ceiling 4,096"
+
+
+def _breaks(ys) -> list[int]:
+    return [i for i, y in enumerate(ys) if y is None or y != y]
+
+
+def test_gpu_lines_and_bands_break_where_no_reading_came():
+    """A GPU series with 20 min of no readings (the collector down) drew a straight line across
+    them; now the line (and a node's band) breaks there. One missing reading (two steps) is no
+    break: a line breaks past three steps, as a node goes stale past three intervals."""
+    t = [1000.0 + 10 * k for k in range(30)] + [1000.0 + 10 * k for k in range(150, 180)]
+    t.remove(1100.0)  # one missing reading: joined
+    df = pd.DataFrame({"ts_unix": t, "label": "n1/0", "util_pct": 90.0})
+    (line,) = figures.make_gpu_timeseries_figure(df, "util_pct", "Utilization", "%").data
+    assert len(line.y) == len(t) + 1 and _breaks(line.y) == [29]
+    x = list(line.x)
+    assert x[28] < x[29] < x[30]  # the break sits between the two stretches
+    bands = pd.DataFrame({"node": "n1", "t_unix": t, "median": 90.0, "min": 80.0, "max": 95.0, "gpus": 8})
+    fig = figures.make_gpu_band_figure(bands, "Utilization", "%", y_range=(0, 100))
+    assert all(_breaks(tr.y) == [29] for tr in fig.data), [_breaks(tr.y) for tr in fig.data]
+    steady = df[df["ts_unix"] < 1300]
+    (line,) = figures.make_gpu_timeseries_figure(steady, "util_pct", "Utilization", "%").data
+    assert _breaks(line.y) == []

@@ -292,7 +292,7 @@ def throughput_series(store: Store, now: float, interval_s: float) -> tuple[Thro
     """The chart's tok/s per bucket of a few polls over the last hour, complete buckets only (the
     last one is still filling), each poll's tokens spread over the time it covers
     (`activity.throughput_buckets`: the tiles' rates on the same terms); a bucket no poll covers
-    is left out and the line is broken there (`with_gaps`)."""
+    is left out and the chart breaks its line there (components/figures.py `gaps`)."""
     bucket_s = stale_after_s(interval_s)
     rows = activity.poll_rows(store, now, DROP_LOOKBACK_S)  # the rates' read: its kept rows, no second read
     got = activity.throughput_buckets(rows, bucket_s, now - DROP_LOOKBACK_S, now)
