@@ -627,6 +627,13 @@ def make_gpu_node_heatmap_figure(
 ) -> go.Figure:
     """Fleet scale: one row per node, time across, colour = the median of its GPUs (hover: min-max)."""
     nodes, times, (med, lo, hi) = _node_time_grids(bands, ("median", "min", "max"))
+    at = gaps(times, GPU_GAP_STEPS)
+    if len(at):  # no readings: two empty columns a step inside each edge, so no cell stretches across
+        step = float(np.median(np.diff(times)))
+        where = np.repeat(at, 2)
+        edges = np.column_stack([times[at - 1] + step, times[at] - step]).ravel()
+        times = np.insert(times, where, edges)
+        med, lo, hi = (np.insert(a, where, np.nan, axis=1) for a in (med, lo, hi))
     # The hover text per cell, built array-wise (a string per cell in Python took ~30 ms a
     # chart); an object array, not nested lists: plotly validates a list cell by cell.
     custom = "min " + _fmt0(lo) + " · max " + _fmt0(hi)

@@ -6,6 +6,7 @@ tests feed them the smallest realistic frames and inspect the plotly objects, no
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -404,3 +405,24 @@ def test_gpu_lines_and_bands_break_where_no_reading_came():
     steady = df[df["ts_unix"] < 1300]
     (line,) = figures.make_gpu_timeseries_figure(steady, "util_pct", "Utilization", "%").data
     assert _breaks(line.y) == []
+
+
+def test_the_fleet_heatmap_leaves_a_stretch_with_no_reading_empty():
+    """Past BAND_MAX_NODES nodes a chart is a node x time heatmap, whose cells reach halfway to the
+    next time: across 20 min with no reading, the columns either side were stretched over it. Now
+    two empty columns a step inside the edges hold the gap; the data columns keep their width."""
+    t = [1000.0 + 10 * k for k in range(30)] + [1000.0 + 10 * k for k in range(150, 180)]
+    bands = pd.DataFrame(
+        [
+            {"node": f"node-{n:02d}", "t_unix": x, "median": 90.0, "min": 80.0, "max": 95.0, "gpus": 8}
+            for n in range(16)
+            for x in t
+        ]
+    )
+    (heat,) = figures.make_gpu_band_figure(bands, "Utilization", "%", y_range=(0, 100)).data
+    x = [v.astype("datetime64[ms]").astype("int64") / 1000 for v in heat.x]
+    z = heat.z
+    assert z.shape == (16, 62)
+    empty = [i for i in range(z.shape[1]) if np.isnan(z[:, i]).all()]
+    assert empty == [30, 31] and x[30] - x[29] == 10 and x[32] - x[31] == 10
+    assert all(heat.customdata[n][i] == "no data" for n in range(16) for i in empty)
