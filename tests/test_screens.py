@@ -503,3 +503,16 @@ def test_lengths_and_samples_read_one_instant_when_the_payload_is_a_poll_behind(
     at = run_page("lengths", config, monkeypatch)
     assert_clean(at)
     assert tile(at, "Truncated")[1].endswith(f"of {now_total:,}")
+
+
+def test_the_average_covers_the_polls_when_this_hosts_clock_stepped_back():
+    """`status` on a host whose clock just stepped back 1 h, before the collector's first poll on
+    the new clock: the polls are stamped an hour after its now. The average covered "(0 s)" then
+    (CI saw it 1.5 s after a -1 h step, tests/test_clock_steps.py); the polls cover their 10 s."""
+    from runhealth.rules import activity
+
+    t = time.time()
+    rows = [(t - 10 + k, t - 10 + k + 0.4, 1, 100, 0, None, 1.0) for k in range(11)]
+    r = activity.run_rates({"a": rows}, t - 3600)
+    assert overview.average_of(r, t - 3600, t).covered_s == pytest.approx(10.0)
+    assert overview.average_of(r, t + 5, t).covered_s == pytest.approx(15.0)  # a clock that did not step: to now

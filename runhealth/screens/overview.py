@@ -77,7 +77,7 @@ class Average:
     holds enough of the run's writing for an ETA."""
 
     window_s: float
-    covered_s: float | None  # from the first poll read (or the window start) to now
+    covered_s: float | None  # from the first poll read (or the window start) to now (or the last poll, if later)
     enough_for_eta: bool
 
     @property
@@ -259,15 +259,18 @@ class Overview:
         return "\n".join(lines)
 
 
-def average_of(r: activity.RunRates, now: float) -> Average:
+def average_of(r: activity.RunRates, now: float, last_poll: float | None = None) -> Average:
     """What the average covers at `now`, and whether its window holds enough of the run's writing
-    (its first live completion at least the window, less the live window, ago) for an ETA."""
+    (its first live completion at least the window, less the live window, ago) for an ETA.
+    `last_poll`: the latest collection; when it is stamped after `now` (this host's clock stepped
+    back and no poll has come on the new clock yet) the polls still cover up to it, not 0 s."""
     seen = [
         n.first_seen_bridged if n.first_seen_bridged is not None else n.first_seen_unix
         for n in r.per_node.values()
         if n.first_seen_unix is not None
     ]
-    covered = min(r.average_s, now - min(seen)) if seen else None
+    end = now if last_poll is None else max(now, last_poll)
+    covered = min(r.average_s, end - min(seen)) if seen else None
     return Average(r.average_s, covered, runeta.enough_for_eta(r, now))
 
 
@@ -355,7 +358,7 @@ def _overview(store: Store, config: RunConfig, now: float, finished: bool) -> Ov
         now,
         reading.last_collection_unix,
     )
-    average = average_of(reading.rates, now)
+    average = average_of(reading.rates, now, reading.last_collection_unix)
     prompts = fieldmodel.prompt_completeness(store, config, reading.summary.completions)
     p = prompts or {}
     since = p.get("counted_since_unix") is not None
